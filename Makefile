@@ -1,0 +1,28 @@
+# kvgate: two commands for newcomers (`make demo`, `make test`); the rest for developers.
+BUILD_DIR ?= build
+JOBS ?= 2
+
+.PHONY: setup build test unit demo lint clean
+
+setup:
+	@bash scripts/setup.sh
+
+build: setup
+	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD_DIR) -j$(JOBS)
+
+test: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j1
+
+unit: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -R '^[A-Z]'
+
+demo: build
+	@bash scripts/demo.sh
+
+lint:
+	@find src -name '*.cc' -o -name '*.h' | xargs clang-format --dry-run --Werror
+	@find src -name '*.cc' -not -name '*_test.cc' | xargs clang-tidy -p $(BUILD_DIR) --quiet
+
+clean:
+	rm -rf $(BUILD_DIR)

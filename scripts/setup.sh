@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs every Debian package and pinned npm package that kvgate's build, tests and demo need.
+# Idempotent: packages already present are skipped, so a warm machine pays a few dpkg queries.
+# Runs as root (CI) or through sudo when available.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+  g++ make cmake ccache pkg-config curl ca-certificates procps iproute2
+  libboost-dev            # Asio (header-only) for every event loop
+  nlohmann-json3-dev      # control-plane JSON, simulator JSON
+  libsimdjson-dev         # hot-path request body parsing
+  libexpected-dev         # tl::expected for Result<T>
+  libxxhash-dev           # XXH3 (request ids, prefix keys, fingerprints)
+  libgtest-dev libgmock-dev
+  clang-format clang-tidy # make lint
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# Node.js (with npm) for the integration tests' real clients; nodesource builds ship npm inside.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi
+
+# Pinned npm packages (package-lock.json); reinstall only when the lockfile changed.
+if [ ! -f node_modules/.kvgate-lock-stamp ] || ! cmp -s package-lock.json node_modules/.kvgate-lock-stamp; then
+  npm ci --no-audit --no-fund --loglevel=error
+  cp package-lock.json node_modules/.kvgate-lock-stamp
+fi
+echo "setup: ok"

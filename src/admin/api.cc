@@ -1,0 +1,191 @@
+#include "admin/api.h"
+
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "common/net.h"
+
+namespace kvgate::admin {
+namespace {
+
+constexpr std::string_view kBase = "/netlox/v1/config/loadbalancer";
+constexpr size_t kMaxApiBody = 4 * 1024 * 1024;
+
+std::vector<std::string> splitPath(std::string_view p) {
+  std::vector<std::string> out;
+  while (!p.empty()) {
+    if (p.front() == '/') {
+      p.remove_prefix(1);
+      continue;
+    }
+    size_t s = p.find('/');
+    out.emplace_back(p.substr(0, s));
+    if (s == std::string_view::npos) break;
+    p.remove_prefix(s);
+  }
+  return out;
+}
+
+const char* classMessage(int status) {
+  switch (status) {
+    case 400: return "Malformed arguments for API call";
+    case 401: return "Invalid authorization";
+    case 403: return "Capacity insufficient";
+    case 404: return "Resource not found";
+    case 405: return "Method not allowed";
+    case 409: return "Resource conflict";
+    case 413: return "Request body too large";
+    case 503: return "Maintenance mode";
+    default: return "Internal server error";
+  }
+}
+
+}  // namespace
+
+std::string apiErrorBody(int status, const std::string& detail) {
+  nlohmann::json j = {{"code", status}, {"message", classMessage(status)}, {"result", detail}};
+  return j.dump();
+}
+
+asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
+  auto ok = [&]() -> asio::awaitable<void> {
+    co_await w.send(200, "application/json", R"({"result":"Success"})");
+  };
+  auto err = [&](int status, const std::string& detail) -> asio::awaitable<void> {
+    if (status >= 400) log::info("api", req.method + " " + req.path + " -> " +
+                                            std::to_string(status) + ": " + detail);
+    co_await w.send(status, "application/json", apiErrorBody(status, detail));
+  };
+
+  std::string_view path = req.path;
+  if (path == "/healthz" || path == "/netlox/v1/status") {
+    co_await w.send(200, "application/json", R"({"status":"ok"})");
+    co_return;
+  }
+  if (!path.starts_with(kBase)) {
+    co_await err(404, "no such API path: " + req.path);
+    co_return;
+  }
+  auto parts = splitPath(path.substr(kBase.size()));
+
+  if (parts.empty()) {
+    if (req.method != "POST") {
+      co_await err(405, "use POST to create a rule");
+      co_return;
+    }
+    if (req.body.size() > kMaxApiBody) {
+      co_await err(413, "request body too large");
+      co_return;
+    }
+    auto j = nlohmann::json::parse(req.body, nullptr, false);
+    if (j.is_discarded()) {
+      co_await err(400, "malformed JSON body");
+      co_return;
+    }
+    auto rule = config::parseRule(j);
+    if (!rule) {
+      co_await err(rule.error().code, rule.error().what);
+      co_return;
+    }
+    std::string key = rule->key();
+    auto r = store_.post(std::move(*rule));
+    if (!r) {
+      co_await err(r.error().code, r.error().what);
+      co_return;
+    }
+    log::info("api", "rule committed: " + key);
+    co_await ok();
+    co_return;
+  }
+
+  if (parts.size() == 1 && parts[0] == "all") {
+    if (req.method == "GET") {
+      nlohmann::json out = {{"lbAttr", nlohmann::json::array()}};
+      auto project = req.queryParam("projectId");
+      for (auto& r : store_.rules()) {
+        if (project && r.service_args.value("projectId", "") != *project) continue;
+        out["lbAttr"].push_back(r.toJson());
+      }
+      co_await w.send(200, "application/json", out.dump());
+    } else if (req.method == "DELETE") {
+      if (!store_.rules().empty()) {
+        auto r = store_.removeIf([](const config::RuleSpec&) { return true; }, "all");
+        if (!r) {
+          co_await err(r.error().code, r.error().what);
+          co_return;
+        }
+      }
+      co_await ok();
+    } else {
+      co_await err(405, "use GET or DELETE on /all");
+    }
+    co_return;
+  }
+
+  if (parts.size() == 2 && parts[0] == "name") {
+    if (req.method != "DELETE") {
+      co_await err(405, "use DELETE on /name/{name}");
+      co_return;
+    }
+    std::string name = parts[1];
+    auto r = store_.removeIf([&](const config::RuleSpec& s) { return s.name == name; },
+                             "name '" + name + "'");
+    if (!r) co_await err(r.error().code, r.error().what);
+    else co_await ok();
+    co_return;
+  }
+
+  // [hosturl/{host}/]externalipaddress/{ip}/port/{port}[/portmax/{pm}]/protocol/{proto}
+  size_t i = 0;
+  std::optional<std::string> host;
+  if (parts.size() >= 2 && parts[0] == "hosturl") {
+    host = parts[1] == "any" ? "" : parts[1];
+    i = 2;
+  }
+  if (parts.size() >= i + 6 && parts[i] == "externalipaddress" && parts[i + 2] == "port") {
+    std::string ip = parts[i + 1];
+    uint64_t port = 0;
+    size_t j = i + 4;
+    if (parts[j] == "portmax") j += 2;
+    if (!net::isIpLiteral(ip)) {
+      co_await err(400, "invalid externalipaddress '" + ip + "'");
+      co_return;
+    }
+    if (!net::parseUint(parts[i + 3], 65535, port) || port == 0) {
+      co_await err(400, "invalid port '" + parts[i + 3] + "'");
+      co_return;
+    }
+    if (parts.size() != j + 2 || parts[j] != "protocol") {
+      co_await err(404, "no such API path: " + req.path);
+      co_return;
+    }
+    std::string proto = parts[j + 1];
+    auto model = req.queryParam("model_name");
+    auto prefix = req.queryParam("path_prefix");
+    auto match = req.queryParam("path_match_mode");
+    auto pred = [&](const config::RuleSpec& s) {
+      return s.vip == ip && s.port == port && s.protocol == proto &&
+             (!model || s.model_name == *model) && (!host || s.host == *host) &&
+             (!prefix || s.path_prefix == *prefix) && (!match || s.path_match_mode == *match);
+    };
+    std::string what = ip + ":" + std::to_string(port) + "/" + proto +
+                       (model ? " model_name '" + *model + "'" : "");
+    if (req.method == "DELETE") {
+      auto r = store_.removeIf(pred, what);
+      if (!r) co_await err(r.error().code, r.error().what);
+      else co_await ok();
+    } else if (req.method == "GET") {
+      nlohmann::json out = {{"lbAttr", nlohmann::json::array()}};
+      for (auto& r : store_.rules())
+        if (pred(r)) out["lbAttr"].push_back(r.toJson());
+      if (out["lbAttr"].empty()) co_await err(404, "no-rule error: no rule matches " + what);
+      else co_await w.send(200, "application/json", out.dump());
+    } else {
+      co_await err(405, "use GET or DELETE on a rule path");
+    }
+    co_return;
+  }
+  co_await err(404, "no such API path: " + req.path);
+}
+
+}  // namespace kvgate::admin

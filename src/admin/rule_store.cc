@@ -1,0 +1,157 @@
+#include "admin/rule_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "common/ids.h"
+#include "common/log.h"
+
+namespace kvgate::admin {
+namespace {
+
+Result<void> writeAll(int fd, const std::string& data, const std::string& path) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail(500, "persist", "write " + path + ": " + std::strerror(errno));
+    }
+    off += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+Result<void> mkdirs(const std::string& dir) {
+  std::string cur;
+  std::stringstream ss(dir);
+  std::string part;
+  if (!dir.empty() && dir[0] == '/') cur = "/";
+  while (std::getline(ss, part, '/')) {
+    if (part.empty()) continue;
+    cur += part + "/";
+    if (::mkdir(cur.c_str(), 0700) != 0 && errno != EEXIST)
+      return fail(500, "persist", "mkdir " + cur + ": " + std::strerror(errno));
+  }
+  return {};
+}
+
+}  // namespace
+
+nlohmann::json storedJson(const config::RuleSpec& r) {
+  nlohmann::json sa = nlohmann::json::object(), out = nlohmann::json::object();
+  for (auto& [k, v] : r.service_args.items()) {
+    if (k.starts_with("_")) out[k.substr(1)] = v;
+    else sa[k] = v;
+  }
+  nlohmann::json eps = nlohmann::json::array();
+  for (auto& e : r.endpoints) eps.push_back(e.json);
+  out["serviceArguments"] = sa;
+  out["endpoints"] = eps;
+  return out;
+}
+
+Result<size_t> RuleStore::load() {
+  if (auto r = mkdirs(dir_); !r) return tl::unexpected(r.error());
+  std::ifstream in(statePath());
+  if (!in) return size_t{0};
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("rules") || !j["rules"].is_array())
+    return fail(500, "state", "state file " + statePath() + " is corrupt");
+  std::vector<config::RuleSpec> rules;
+  for (auto& rj : j["rules"]) {
+    auto r = config::parseRule(rj);
+    if (!r)
+      return fail(500, "state", "state file " + statePath() + " holds an invalid rule: " +
+                                    r.error().what);
+    rules.push_back(std::move(*r));
+  }
+  if (auto a = dp_.apply(rules); !a) return tl::unexpected(a.error());
+  rules_ = std::move(rules);
+  return rules_.size();
+}
+
+Result<void> RuleStore::persist(const std::vector<config::RuleSpec>& rules) {
+  if (auto r = mkdirs(dir_); !r) return r;
+  nlohmann::json j = {{"version", 1}, {"rules", nlohmann::json::array()}};
+  for (auto& r : rules) j["rules"].push_back(storedJson(r));
+  std::string data = j.dump(2) + "\n";
+  std::string tmp = statePath() + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return fail(500, "persist", "open " + tmp + ": " + std::strerror(errno));
+  auto w = writeAll(fd, data, tmp);
+  if (w && ::fsync(fd) != 0) w = fail(500, "persist", "fsync " + tmp + ": " + std::strerror(errno));
+  ::close(fd);
+  if (!w) return w;
+  if (::rename(tmp.c_str(), statePath().c_str()) != 0)
+    return fail(500, "persist", "rename " + tmp + ": " + std::strerror(errno));
+  int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return {};
+}
+
+Result<void> RuleStore::commit(std::vector<config::RuleSpec> next) {
+  if (auto a = dp_.apply(next); !a) return a;
+  if (auto p = persist(next); !p) {
+    dp_.apply(rules_);  // roll the data plane back: the change is not acknowledged
+    return p;
+  }
+  rules_ = std::move(next);
+  return {};
+}
+
+Result<void> RuleStore::post(config::RuleSpec rule) {
+  std::vector<config::RuleSpec> next = rules_;
+  auto key = rule.key();
+  for (size_t i = 0; i < next.size(); ++i) {
+    if (next[i].key() != key) continue;
+    if (rule.endpoints.empty()) {  // an empty endpoint list deletes the rule
+      next.erase(next.begin() + static_cast<long>(i));
+      return commit(std::move(next));
+    }
+    if (rule.sameDefinition(next[i]))
+      return fail(409, "rule", "lbrule-exists error: an identical rule already exists");
+    auto& old = next[i].service_args;
+    for (const char* k : {"security", "egress", "mode", "kvEngineType"}) {
+      if (old.value(k, nlohmann::json()) != rule.service_args.value(k, nlohmann::json()))
+        return fail(409, std::string("serviceArguments.") + k,
+                    std::string("lbrule cant modify ") + k + " of an existing rule; delete it first");
+    }
+    // Keep the rule's identity.
+    std::string id = old.value("id", "");
+    if (rule.service_args.value("id", "").empty()) rule.service_args["id"] = id;
+    next[i] = std::move(rule);
+    return commit(std::move(next));
+  }
+  if (rule.endpoints.empty())
+    return fail(404, "rule", "no-rule error: no such rule (an empty endpoint list deletes one)");
+  if (rule.service_args.value("id", "").empty()) rule.service_args["id"] = newUuidV4();
+  next.push_back(std::move(rule));
+  return commit(std::move(next));
+}
+
+Result<size_t> RuleStore::removeIf(const std::function<bool(const config::RuleSpec&)>& pred,
+                                   const std::string& what) {
+  std::vector<config::RuleSpec> next;
+  size_t removed = 0;
+  for (auto& r : rules_) {
+    if (pred(r)) ++removed;
+    else next.push_back(r);
+  }
+  if (removed == 0) return fail(404, "rule", "no-rule error: no rule matches " + what);
+  if (auto c = commit(std::move(next)); !c) return tl::unexpected(c.error());
+  return removed;
+}
+
+}  // namespace kvgate::admin

@@ -1,0 +1,42 @@
+// The rule set of the management API: validation result in, data plane and state file out.
+//
+// Every change goes through commit(): the data plane applies the new set first (a VIP that
+// cannot be bound fails the change and nothing moves), then the state file is written
+// atomically (temp file, fsync, rename, fsync of the directory) before the API acknowledges,
+// so a kill -9 at any moment loses no acknowledged rule. Used from the control thread only.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "config/rule.h"
+#include "proxy/data_plane.h"
+
+namespace kvgate::admin {
+
+class RuleStore {
+ public:
+  RuleStore(std::string state_dir, proxy::DataPlane& dp) : dir_(std::move(state_dir)), dp_(dp) {}
+  // Restores the saved rules (if any) and applies them.
+  Result<size_t> load();
+  // Creates, updates (endpoints replaced) or, with an empty endpoint list, deletes a rule.
+  Result<void> post(config::RuleSpec rule);
+  // Deletes every rule matching `pred`; 404 when none matched.
+  Result<size_t> removeIf(const std::function<bool(const config::RuleSpec&)>& pred,
+                          const std::string& what);
+  const std::vector<config::RuleSpec>& rules() const { return rules_; }
+  std::string statePath() const { return dir_ + "/rules.json"; }
+
+ private:
+  Result<void> commit(std::vector<config::RuleSpec> next);
+  Result<void> persist(const std::vector<config::RuleSpec>& rules);
+  std::string dir_;
+  proxy::DataPlane& dp_;
+  std::vector<config::RuleSpec> rules_;
+};
+
+// The JSON form a rule is saved in (what POST accepts, every stored field kept).
+nlohmann::json storedJson(const config::RuleSpec& r);
+
+}  // namespace kvgate::admin

@@ -1,0 +1,331 @@
+#include "config/rule.h"
+
+#include <set>
+
+#include "common/net.h"
+#include "config/fields.h"
+
+namespace kvgate::config {
+namespace {
+using nlohmann::json;
+
+tl::unexpected<Error> bad(const std::string& field, const std::string& what) {
+  return fail(400, field, "invalid " + field + ": " + what);
+}
+
+Result<void> checkField(const FieldSpec& f, const std::string& path, const json& v) {
+  switch (f.type) {
+    case FieldType::kBool:
+      if (!v.is_boolean()) return bad(path, "must be a boolean");
+      break;
+    case FieldType::kInt: {
+      if (!v.is_number_integer()) return bad(path, "must be an integer");
+      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        return bad(path, "out of range");
+      int64_t x = v.get<int64_t>();
+      if (x < f.min || x > f.max)
+        return bad(path, "out of range (" + std::to_string(f.min) + ".." + std::to_string(f.max) +
+                             "), got " + std::to_string(x));
+      break;
+    }
+    case FieldType::kString:
+      if (!v.is_string()) return bad(path, "must be a string");
+      if (static_cast<int64_t>(v.get_ref<const std::string&>().size()) > f.max)
+        return bad(path, "longer than " + std::to_string(f.max) + " bytes");
+      break;
+    case FieldType::kEnum: {
+      if (!v.is_string()) return bad(path, "must be a string");
+      const auto& s = v.get_ref<const std::string&>();
+      bool ok = false;
+      std::string allowed;
+      for (auto e : f.values) {
+        if (s == e) ok = true;
+        if (!e.empty()) allowed += (allowed.empty() ? "" : "|") + std::string(e);
+      }
+      if (!ok) return bad(path, "must be one of " + allowed);
+      break;
+    }
+    case FieldType::kIp:
+      if (!v.is_string() || !net::isIpLiteral(v.get_ref<const std::string&>()))
+        return bad(path, "must be an IPv4 or IPv6 address");
+      break;
+    case FieldType::kObject:
+      if (!v.is_object()) return bad(path, "must be an object");
+      if (v.dump().size() > 64 * 1024) return bad(path, "too large");
+      break;
+    case FieldType::kStringArray:
+      if (!v.is_array() || v.size() > 64) return bad(path, "must be an array of at most 64 strings");
+      for (auto& e : v)
+        if (!e.is_string() || e.get_ref<const std::string&>().size() > 256)
+          return bad(path, "must be an array of strings");
+      break;
+    case FieldType::kStringMap:
+      if (!v.is_object() || v.size() > 256) return bad(path, "must be an object of strings");
+      for (auto& [k, e] : v.items())
+        if (!e.is_string() || k.size() > 256 || e.get_ref<const std::string&>().size() > 4096)
+          return bad(path, "must be an object of strings");
+      break;
+    case FieldType::kArray:
+      if (!v.is_array()) return bad(path, "must be an array");
+      break;
+  }
+  return {};
+}
+
+template <typename T>
+T getOr(const json& o, const char* k, T def) {
+  auto it = o.find(k);
+  if (it == o.end() || it->is_null()) return def;
+  return it->get<T>();
+}
+
+bool validHost(const std::string& h) {
+  for (unsigned char c : h)
+    if (!(std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == ':' || c == '[' ||
+          c == ']' || c == '*'))
+      return false;
+  return true;
+}
+
+// Selectors this build implements. The others validate and store, then answer 501 not_active.
+bool selectorActive(int sel) { return sel == 0 || sel == 2 || sel == 4; }
+
+// Go-style omitempty for GET: zero values are dropped.
+bool isZero(const json& v) {
+  return v.is_null() || (v.is_boolean() && !v.get<bool>()) ||
+         (v.is_number_integer() && v.get<int64_t>() == 0) || (v.is_string() && v.empty()) ||
+         ((v.is_object() || v.is_array()) && v.empty());
+}
+
+}  // namespace
+
+const char* selectorName(int sel) {
+  static const char* k[] = {"rr", "hash", "wrr", "persist", "lc", "n2",
+                            "n3", "reserved", "chwbl", "gpuaware", "wrr_hash"};
+  return sel >= 0 && sel <= 10 ? k[sel] : "";
+}
+
+Result<RuleSpec> parseRule(const json& body) {
+  if (!body.is_object()) return fail(400, "body", "malformed request: body must be a JSON object");
+  for (auto& [k, v] : body.items()) {
+    static const std::set<std::string> top = {"serviceArguments", "endpoints", "secondaryIPs",
+                                              "secondaryVIPs", "allowedSources", "offload_state",
+                                              "hw_pkts", "hw_bytes"};
+    if (!top.count(k)) return bad(k, "unknown field");
+  }
+  auto sa_it = body.find("serviceArguments");
+  if (sa_it == body.end() || !sa_it->is_object())
+    return fail(400, "serviceArguments", "serviceArguments is required and must be an object");
+  const json& sa = *sa_it;
+  json stored = json::object();
+  for (auto& [k, v] : sa.items()) {
+    const FieldSpec* f = findField(serviceFields(), k);
+    if (!f) return bad("serviceArguments." + k, "unknown field");
+    if (v.is_null()) continue;
+    if (auto r = checkField(*f, "serviceArguments." + k, v); !r) return tl::unexpected(r.error());
+    stored[k] = v;
+  }
+  for (const char* req : {"externalIP", "port", "protocol"})
+    if (!stored.contains(req))
+      return fail(400, std::string("serviceArguments.") + req,
+                  std::string("serviceArguments.") + req + " is required");
+
+  RuleSpec r;
+  r.vip = stored["externalIP"];
+  r.port = static_cast<uint16_t>(stored["port"].get<int>());
+  r.protocol = stored["protocol"];
+  r.mode = getOr<int>(stored, "mode", 0);
+  if (r.mode != 4)
+    return fail(400, "serviceArguments.mode",
+                "L4 mode " + std::to_string(r.mode) +
+                    " is not supported by this build (only mode 4, fullproxy, is)");
+  if (r.protocol != "tcp")
+    return bad("serviceArguments.protocol", "mode 4 (fullproxy) requires tcp");
+  r.sel = getOr<int>(stored, "sel", 0);
+  if (r.sel >= 5 && r.sel <= 7)
+    return bad("serviceArguments.sel", "selector " + std::to_string(r.sel) + " (" +
+                                           selectorName(r.sel) +
+                                           ") is not available for mode 4; use 0-4 or 8-10");
+  r.host = getOr<std::string>(stored, "host", "");
+  if (!validHost(r.host)) return bad("serviceArguments.host", "not a host name");
+  r.path_prefix = getOr<std::string>(stored, "path_prefix", "");
+  r.path_match_mode = getOr<std::string>(stored, "path_match_mode", "disabled");
+  if (!r.path_prefix.empty() && r.path_prefix.front() != '/')
+    return bad("serviceArguments.path_prefix", "must start with '/'");
+  if (r.path_match_mode != "disabled" && r.path_prefix.empty())
+    return bad("serviceArguments.path_prefix", "is required when path_match_mode is set");
+  stored["path_match_mode"] = r.path_match_mode;
+  stored["backend_protocol"] = getOr<std::string>(stored, "backend_protocol", "http1");
+  if (!stored.contains("id")) stored["id"] = "";  // minted by the store on create
+  r.model_name = getOr<std::string>(stored, "model_name", "");
+  r.name = getOr<std::string>(stored, "name", "");
+  r.admin_up = getOr<bool>(stored, "adminStateUp", true);
+  r.sse_mode = getOr<bool>(stored, "sse_mode", false);
+  r.max_stream_duration_sec = getOr<int64_t>(stored, "max_stream_duration_sec", 0);
+  r.timeout_connect_ms = getOr<int64_t>(stored, "timeoutMemberConnect", 0);
+  r.timeout_data_ms = getOr<int64_t>(stored, "timeoutMemberData", 0);
+  r.inactive_timeout_sec = getOr<int64_t>(stored, "inactiveTimeOut", 0);
+  int port_max = getOr<int>(stored, "portMax", 0);
+  if (port_max != 0 && port_max < r.port)
+    return bad("serviceArguments.portMax", "must be 0 or at least port");
+
+  bool pd = getOr<bool>(stored, "pd_disagg_mode", false);
+  if (getOr<bool>(stored, "pd_cache_aware_mode", false) && !pd)
+    return bad("serviceArguments.pd_cache_aware_mode", "requires pd_disagg_mode");
+  int kv_mode = getOr<int>(stored, "kvExactMode", 0);
+  if (kv_mode == 2) return bad("serviceArguments.kvExactMode", "2 is reserved (nats)");
+  if (kv_mode == 1 && !pd) return bad("serviceArguments.kvExactMode", "1 requires pd_disagg_mode");
+  if (kv_mode == 3 && pd)
+    return bad("serviceArguments.kvExactMode", "3 is for single-pool rules (no pd_disagg_mode)");
+  std::string engine = getOr<std::string>(stored, "kvEngineType", "vllm");
+  if (engine == "llamacpp" && (pd || kv_mode != 0))
+    return bad("serviceArguments.kvEngineType",
+               "llamacpp supports neither P/D nor KV-exact routing");
+  if (stored.contains("kvHashAlgo")) {
+    std::string algo = stored["kvHashAlgo"];
+    bool ok = algo == "xxh3_fingerprint" ||
+              (engine == "vllm" && (algo == "sha256_cbor" || algo == "xxhash_cbor")) ||
+              (engine == "sglang" && algo == "sha256_sglang") ||
+              (engine == "trtllm" && algo == "blockhash_trtllm");
+    if (!ok)
+      return bad("serviceArguments.kvHashAlgo", "'" + algo + "' does not match kvEngineType '" +
+                                                    engine + "'");
+  }
+  std::string auth = getOr<std::string>(stored, "api_key_auth", "");
+  if (stored.contains("jwt_auth_profile") && auth != "jwt" && auth != "apikey-or-jwt")
+    return bad("serviceArguments.jwt_auth_profile", "requires api_key_auth jwt or apikey-or-jwt");
+  if (auth == "jwt" && getOr<std::string>(stored, "jwt_auth_profile", "").empty())
+    return bad("serviceArguments.jwt_auth_profile", "is required when api_key_auth is jwt");
+  r.strip_api_key = auth == "disabled";
+
+  // Endpoints.
+  auto ep_it = body.find("endpoints");
+  if (ep_it != body.end() && !ep_it->is_null()) {
+    if (!ep_it->is_array()) return bad("endpoints", "must be an array");
+    if (ep_it->size() > 1024) return bad("endpoints", "at most 1024 endpoints per rule");
+    std::set<std::string> seen;
+    size_t i = 0;
+    for (auto& e : *ep_it) {
+      std::string p = "endpoints[" + std::to_string(i++) + "]";
+      if (!e.is_object()) return bad(p, "must be an object");
+      json ej = json::object();
+      for (auto& [k, v] : e.items()) {
+        const FieldSpec* f = findField(endpointFields(), k);
+        if (!f) return bad(p + "." + k, "unknown field");
+        if (v.is_null() || k == "state" || k == "counter") continue;
+        if (auto c = checkField(*f, p + "." + k, v); !c) return tl::unexpected(c.error());
+        ej[k] = v;
+      }
+      for (const char* req : {"endpointIP", "targetPort", "weight"})
+        if (!ej.contains(req)) return fail(400, p + "." + req, p + "." + req + " is required");
+      EndpointSpec es;
+      es.ip = ej["endpointIP"];
+      es.port = static_cast<uint16_t>(ej["targetPort"].get<int>());
+      es.weight = static_cast<uint8_t>(ej["weight"].get<int>());
+      es.role = getOr<int>(ej, "ep_role", 0);
+      if (es.role != 0 && !pd) return bad(p + ".ep_role", "prefill/decode roles need pd_disagg_mode");
+      std::string id = es.ip + "|" + std::to_string(es.port);
+      if (!seen.insert(id).second) return bad(p, "duplicate endpoint " + es.ip + ":" +
+                                                     std::to_string(es.port));
+      es.json = std::move(ej);
+      r.endpoints.push_back(std::move(es));
+    }
+  }
+  if (pd && !r.endpoints.empty()) {
+    bool has_p = false, has_d = false;
+    for (auto& e : r.endpoints) {
+      has_p |= e.role == 1;
+      has_d |= e.role == 2;
+    }
+    if (!has_p || !has_d)
+      return bad("endpoints", "pd_disagg_mode needs at least one ep_role 1 and one ep_role 2");
+  }
+
+  // Capabilities stored now but served in later milestones: traffic gets 501 not_active.
+  auto need = [&](bool cond, const char* cap) {
+    if (cond && r.inactive_capability.empty()) r.inactive_capability = cap;
+  };
+  need(pd, "pd_disagg");
+  need(kv_mode != 0, "kv_exact");
+  if (!selectorActive(r.sel) && r.inactive_capability.empty())
+    r.inactive_capability = std::string("selector_") + selectorName(r.sel);
+  need(getOr<int>(stored, "security", 0) != 0 || stored.contains("mtls_frontend") ||
+           stored.contains("mtls_backend"),
+       "tls");
+  need(auth == "required" || auth == "jwt" || auth == "apikey-or-jwt", "api_key_auth");
+  std::string fc = getOr<std::string>(stored, "fc_mode", "off");
+  need(fc == "enforce" || fc == "inherit", "admission");
+  need(getOr<std::string>(stored, "backend_protocol", "http1") == "http2", "http2");
+  need(getOr<std::string>(stored, "sockMapMode", "off") != "off", "sockmap");
+  need(getOr<int64_t>(stored, "connectionLimit", 0) != 0, "connection_limit");
+  need(port_max != 0 && port_max != r.port, "port_range");
+  need(getOr<bool>(stored, "proxyprotocolv2", false), "proxy_protocol");
+  for (const char* k : {"secondaryIPs", "secondaryVIPs", "allowedSources"}) {
+    auto it = body.find(k);
+    if (it != body.end() && !it->is_null()) {
+      if (!it->is_array() || it->size() > 256) return bad(k, "must be an array");
+      for (auto& e : *it)
+        if (!e.is_object()) return bad(k, "must be an array of objects");
+      if (!it->empty()) {
+        stored["_" + std::string(k)] = *it;  // kept for GET, see toJson()
+        need(std::string(k) == "allowedSources", "allowed_sources");
+      }
+    }
+  }
+  r.service_args = std::move(stored);
+  return r;
+}
+
+Result<RuleSpec> parseRuleText(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return fail(400, "body", "malformed JSON");
+  return parseRule(j);
+}
+
+std::string RuleSpec::key() const {
+  return host + "|" + path_prefix + "|" + path_match_mode + "|model:" + model_name + "|" + vip +
+         ":" + std::to_string(port) + "/" + protocol;
+}
+
+std::string RuleSpec::listenKey() const { return vip + ":" + std::to_string(port); }
+
+json RuleSpec::toJson() const {
+  json sa = json::object();
+  json extras = json::object();
+  for (auto& [k, v] : service_args.items()) {
+    if (k.starts_with("_")) {
+      extras[k.substr(1)] = v;
+      continue;
+    }
+    if (k.starts_with("chwbl_") && sel != 8 && sel != 10) continue;
+    if (k == "session_header_name" && sel != 0 && sel != 3) continue;
+    if (k == "backend_protocol" || k == "mode" || !isZero(v)) sa[k] = v;
+  }
+  sa["mode"] = mode;
+  json eps = json::array();
+  for (auto& e : endpoints) {
+    json ej;
+    for (auto& [k, v] : e.json.items())
+      if (!isZero(v) || k == "weight") ej[k] = v;
+    ej["state"] = "active";
+    ej["counter"] = "0:0";
+    eps.push_back(std::move(ej));
+  }
+  json out = {{"serviceArguments", sa}, {"endpoints", eps}};
+  for (const char* k : {"secondaryIPs", "allowedSources"})
+    out[k] = extras.contains(k) ? extras[k] : json(nullptr);
+  if (extras.contains("secondaryVIPs")) out["secondaryVIPs"] = extras["secondaryVIPs"];
+  return out;
+}
+
+bool RuleSpec::sameDefinition(const RuleSpec& o) const {
+  if (endpoints.size() != o.endpoints.size()) return false;
+  for (size_t i = 0; i < endpoints.size(); ++i)
+    if (endpoints[i].json != o.endpoints[i].json) return false;
+  json a = service_args, b = o.service_args;
+  a.erase("id");
+  b.erase("id");
+  return a == b;
+}
+
+}  // namespace kvgate::config

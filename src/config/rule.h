@@ -1,0 +1,64 @@
+// The load-balancer rule model of the management API (`LoadbalanceEntry`), validated.
+//
+// parseRule() turns a POST body into a RuleSpec or a 400 naming the offending field; nothing is
+// half-applied. The validated serviceArguments are kept as JSON too, so GET returns what was
+// stored (with Go-style omitempty, as the upstream gateway serialises it).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace kvgate::config {
+
+struct EndpointSpec {
+  std::string ip;
+  uint16_t port = 0;
+  uint8_t weight = 1;
+  int role = 0;  // 0 normal, 1 prefill, 2 decode
+  nlohmann::json json;  // validated endpoint object as stored
+};
+
+struct RuleSpec {
+  // Identity (part of the rule key).
+  std::string vip;
+  uint16_t port = 0;
+  std::string protocol = "tcp";
+  std::string host;
+  std::string path_prefix;
+  std::string path_match_mode = "disabled";  // disabled | prefix | exact
+  std::string model_name;                    // "" = catch-all pool
+  // Behaviour used by the data plane now.
+  std::string name;
+  int sel = 0;
+  int mode = 4;
+  bool admin_up = true;
+  bool sse_mode = false;
+  int64_t max_stream_duration_sec = 0;  // 0 = 86400
+  int64_t timeout_connect_ms = 0;       // 0 = 500
+  int64_t timeout_data_ms = 0;          // 0 = default (see proxy options)
+  int64_t inactive_timeout_sec = 0;     // 0 = default client idle timeout
+  bool strip_api_key = false;           // api_key_auth: "disabled"
+  // The first capability this rule needs that this build does not provide ("" = none); traffic
+  // to such a rule gets 501 not_active naming it.
+  std::string inactive_capability;
+  std::vector<EndpointSpec> endpoints;
+  nlohmann::json service_args;  // validated serviceArguments as stored (defaults filled)
+
+  std::string key() const;         // upstream ruleKey order: host|path|match|model|vip:port/proto
+  std::string listenKey() const;   // vip:port
+  nlohmann::json toJson() const;   // LoadbalanceEntry as GET /all returns it
+  bool sameDefinition(const RuleSpec& o) const;  // identical serviceArguments and endpoints
+};
+
+// Parses and validates one POST /netlox/v1/config/loadbalancer body.
+Result<RuleSpec> parseRule(const nlohmann::json& body);
+// Same, for a rule restored from the state file (identical rules, identical checks).
+Result<RuleSpec> parseRuleText(std::string_view text);
+
+// Human name of a selector value ("rr", "wrr", "chwbl", ...); "" when out of range.
+const char* selectorName(int sel);
+
+}  // namespace kvgate::config

@@ -1,0 +1,166 @@
+#include "config/rule.h"
+
+#include <gtest/gtest.h>
+
+namespace kvgate::config {
+namespace {
+using nlohmann::json;
+
+// The seed document's two examples with loopback addresses substituted.
+json seedPd() {
+  return json::parse(R"({
+  "serviceArguments": {"externalIP": "127.0.0.1", "port": 2020, "protocol": "tcp", "sel": 0,
+    "mode": 4, "host": "127.0.0.1", "pd_disagg_mode": true, "pd_cache_aware_mode": true,
+    "kvExactMode": 1, "kvZmqPort": 5557, "kvHashAlgo": "sha256_cbor", "kvBlockSize": 16},
+  "endpoints": [
+    {"endpointIP": "127.0.0.2", "targetPort": 8100, "weight": 1, "ep_role": 1, "nixl_port": 5600},
+    {"endpointIP": "127.0.0.3", "targetPort": 8200, "weight": 1, "ep_role": 2, "nixl_port": 5600}]})");
+}
+json seedChwbl() {
+  return json::parse(R"({
+  "serviceArguments": {"externalIP": "127.0.0.1", "port": 2021, "protocol": "tcp", "sel": 8,
+    "mode": 4, "host": "127.0.0.1"},
+  "endpoints": [{"endpointIP": "127.0.0.2", "targetPort": 8000, "weight": 1},
+                {"endpointIP": "127.0.0.3", "targetPort": 8000, "weight": 1}]})");
+}
+json simple() {
+  return json::parse(R"({"serviceArguments": {"externalIP": "127.0.0.1", "port": 8080,
+    "protocol": "tcp", "mode": 4, "sel": 0, "model_name": "llama"},
+    "endpoints": [{"endpointIP": "127.0.0.1", "targetPort": 9000, "weight": 2}]})");
+}
+
+TEST(RuleParse, SeedExamplesAreAcceptedAndMarkInactiveCapabilities) {
+  auto pd = parseRule(seedPd());
+  ASSERT_TRUE(pd) << pd.error().what;
+  EXPECT_EQ(pd->inactive_capability, "pd_disagg");
+  EXPECT_EQ(pd->endpoints.size(), 2u);
+  EXPECT_EQ(pd->endpoints[0].role, 1);
+  auto ch = parseRule(seedChwbl());
+  ASSERT_TRUE(ch) << ch.error().what;
+  EXPECT_EQ(ch->inactive_capability, "selector_chwbl");
+  EXPECT_EQ(ch->sel, 8);
+}
+
+TEST(RuleParse, ActiveRuleFieldsAndKey) {
+  auto r = parseRule(simple());
+  ASSERT_TRUE(r) << r.error().what;
+  EXPECT_TRUE(r->inactive_capability.empty());
+  EXPECT_EQ(r->model_name, "llama");
+  EXPECT_EQ(r->endpoints[0].weight, 2);
+  EXPECT_EQ(r->key(), "||disabled|model:llama|127.0.0.1:8080/tcp");
+}
+
+struct BadCase {
+  const char* name;
+  const char* pointer;  // JSON pointer to set
+  json value;
+  const char* field;    // expected in the error's source
+};
+
+class RuleRejects : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(RuleRejects, With400NamingTheField) {
+  json j = simple();
+  const auto& c = GetParam();
+  j[json::json_pointer(c.pointer)] = c.value;
+  auto r = parseRule(j);
+  ASSERT_FALSE(r) << c.name;
+  EXPECT_EQ(r.error().code, 400) << c.name;
+  EXPECT_NE(r.error().source.find(c.field), std::string::npos)
+      << c.name << ": source=" << r.error().source << " what=" << r.error().what;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Config, RuleRejects,
+    ::testing::Values(
+        BadCase{"port_zero", "/serviceArguments/port", 0, "port"},
+        BadCase{"port_big", "/serviceArguments/port", 70000, "port"},
+        BadCase{"port_string", "/serviceArguments/port", "80", "port"},
+        BadCase{"port_float", "/serviceArguments/port", 80.5, "port"},
+        BadCase{"mode_0", "/serviceArguments/mode", 0, "mode"},
+        BadCase{"mode_9", "/serviceArguments/mode", 9, "mode"},
+        BadCase{"sel_5", "/serviceArguments/sel", 5, "sel"},
+        BadCase{"sel_11", "/serviceArguments/sel", 11, "sel"},
+        BadCase{"sel_negative", "/serviceArguments/sel", -1, "sel"},
+        BadCase{"protocol_udp", "/serviceArguments/protocol", "udp", "protocol"},
+        BadCase{"protocol_junk", "/serviceArguments/protocol", "http", "protocol"},
+        BadCase{"vip_not_ip", "/serviceArguments/externalIP", "example.com", "externalIP"},
+        BadCase{"vip_number", "/serviceArguments/externalIP", 5, "externalIP"},
+        BadCase{"unknown_field", "/serviceArguments/selx", 1, "selx"},
+        BadCase{"sse_not_bool", "/serviceArguments/sse_mode", "yes", "sse_mode"},
+        BadCase{"threshold_range", "/serviceArguments/pd_cache_threshold", 101, "pd_cache_threshold"},
+        BadCase{"chwbl_factor", "/serviceArguments/chwbl_mean_load_factor", 99, "chwbl_mean_load_factor"},
+        BadCase{"kv_mode_2", "/serviceArguments/kvExactMode", 2, "kvExactMode"},
+        BadCase{"kv_mode_1_no_pd", "/serviceArguments/kvExactMode", 1, "kvExactMode"},
+        BadCase{"cache_aware_no_pd", "/serviceArguments/pd_cache_aware_mode", true, "pd_cache_aware_mode"},
+        BadCase{"hash_algo", "/serviceArguments/kvHashAlgo", "sha256_sglang", "kvHashAlgo"},
+        BadCase{"engine", "/serviceArguments/kvEngineType", "tgi", "kvEngineType"},
+        BadCase{"api_key_auth", "/serviceArguments/api_key_auth", "maybe", "api_key_auth"},
+        BadCase{"path_prefix", "/serviceArguments/path_prefix", "v1", "path_prefix"},
+        BadCase{"host_chars", "/serviceArguments/host", "a b", "host"},
+        BadCase{"model_long", "/serviceArguments/model_name", std::string(300, 'm'), "model_name"},
+        BadCase{"ep_ip", "/endpoints/0/endpointIP", "nope", "endpoints[0].endpointIP"},
+        BadCase{"ep_port", "/endpoints/0/targetPort", 0, "endpoints[0].targetPort"},
+        BadCase{"ep_weight", "/endpoints/0/weight", 256, "endpoints[0].weight"},
+        BadCase{"ep_role_no_pd", "/endpoints/0/ep_role", 1, "endpoints[0].ep_role"},
+        BadCase{"ep_unknown", "/endpoints/0/bogus", 1, "endpoints[0].bogus"},
+        BadCase{"ep_dup", "/endpoints/1", json::parse(R"({"endpointIP":"127.0.0.1","targetPort":9000,"weight":1})"), "endpoints[1]"},
+        BadCase{"endpoints_obj", "/endpoints", json::object(), "endpoints"},
+        BadCase{"annotations", "/serviceArguments/annotations", json::parse(R"({"a":1})"), "annotations"}),
+    [](const ::testing::TestParamInfo<BadCase>& i) { return std::string(i.param.name); });
+
+TEST(RuleParse, MissingRequiredAndWrongShapes) {
+  EXPECT_EQ(parseRule(json::array()).error().code, 400);
+  EXPECT_EQ(parseRule(json::parse(R"({"endpoints":[]})")).error().source, "serviceArguments");
+  json j = simple();
+  j["serviceArguments"].erase("port");
+  EXPECT_EQ(parseRule(j).error().source, "serviceArguments.port");
+  j = simple();
+  j["endpoints"][0].erase("weight");
+  EXPECT_EQ(parseRule(j).error().source, "endpoints[0].weight");
+  j = simple();
+  j["extra"] = 1;
+  EXPECT_EQ(parseRule(j).error().source, "extra");
+  j = seedPd();
+  j["endpoints"].erase(1);
+  EXPECT_EQ(parseRule(j).error().source, "endpoints");
+}
+
+TEST(RuleParse, ModeErrorMessageNamesTheMode) {
+  json j = simple();
+  j["serviceArguments"]["mode"] = 2;
+  auto r = parseRule(j);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().what.find("L4 mode 2 is not supported by this build"), std::string::npos);
+}
+
+TEST(RuleJson, OmitEmptyLikeTheUpstreamGateway) {
+  auto r = parseRule(seedChwbl());
+  ASSERT_TRUE(r);
+  json out = r->toJson();
+  EXPECT_EQ(out["serviceArguments"]["backend_protocol"], "http1");  // always shown for mode 4
+  EXPECT_EQ(out["serviceArguments"]["mode"], 4);
+  EXPECT_FALSE(out["serviceArguments"].contains("sse_mode"));
+  EXPECT_TRUE(out["secondaryIPs"].is_null());
+  EXPECT_EQ(out["endpoints"][0]["state"], "active");
+  json s = simple();
+  s["serviceArguments"]["chwbl_replication"] = 5;  // chwbl_* shown only for sel 8/10
+  auto r2 = parseRule(s);
+  ASSERT_TRUE(r2);
+  EXPECT_FALSE(r2->toJson()["serviceArguments"].contains("chwbl_replication"));
+}
+
+TEST(RuleParse, SameDefinitionIgnoresId) {
+  auto a = parseRule(simple());
+  json j = simple();
+  j["serviceArguments"]["id"] = "abc";
+  auto b = parseRule(j);
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(a->sameDefinition(*b));
+  j["endpoints"][0]["weight"] = 3;
+  auto c = parseRule(j);
+  EXPECT_FALSE(a->sameDefinition(*c));
+}
+
+}  // namespace
+}  // namespace kvgate::config

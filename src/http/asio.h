@@ -1,0 +1,75 @@
+// The one place that includes Asio for kvgate: coroutine helpers and the connection deadline.
+#pragma once
+#include <utility>  // Boost 1.74 asio/awaitable.hpp misses it under GCC 12
+
+#include <boost/asio.hpp>
+#include <chrono>
+#include <memory>
+
+namespace kvgate {
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
+// `co_await op(..., kUse[ec])`: completion token that stores the error instead of throwing.
+inline auto useEc(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
+
+// One deadline per connection: a single timer that runs `on_expire` when the current phase
+// overruns. Moving the deadline later is a field write; moving it earlier re-arms the timer.
+// The watchdog coroutine owns the shared state, so destroying the Deadline is always safe.
+class Deadline {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit Deadline(const asio::any_io_executor& ex) : s_(std::make_shared<State>(ex)) {}
+  ~Deadline() { stop(); }
+  Deadline(const Deadline&) = delete;
+  Deadline& operator=(const Deadline&) = delete;
+  // Starts the watchdog; `on_expire` runs (once per expiry) on the connection's executor.
+  template <typename F>
+  void start(F on_expire) {
+    asio::co_spawn(s_->timer.get_executor(), run(s_, std::move(on_expire)), asio::detached);
+  }
+  void expireAfter(Clock::duration d) { set(Clock::now() + d); }
+  void set(Clock::time_point when) {
+    bool earlier = when < s_->deadline;
+    s_->deadline = when;
+    s_->expired = false;
+    if (earlier) s_->timer.cancel();
+  }
+  void clear() { s_->deadline = Clock::time_point::max(); }
+  void stop() {
+    if (s_->stopped) return;
+    s_->stopped = true;
+    s_->timer.cancel();
+  }
+  bool expired() const { return s_->expired; }
+
+ private:
+  struct State {
+    explicit State(const asio::any_io_executor& ex) : timer(ex) {}
+    asio::steady_timer timer;
+    Clock::time_point deadline = Clock::time_point::max();
+    bool stopped = false;
+    bool expired = false;
+  };
+  template <typename F>
+  static asio::awaitable<void> run(std::shared_ptr<State> s, F on_expire) {
+    while (!s->stopped) {
+      auto target = s->deadline;
+      s->timer.expires_at(target == Clock::time_point::max()
+                              ? Clock::now() + std::chrono::hours(24)
+                              : target);
+      error_code ec;
+      co_await s->timer.async_wait(useEc(ec));
+      if (s->stopped) break;
+      if (Clock::now() >= s->deadline) {
+        s->expired = true;
+        s->deadline = Clock::time_point::max();
+        on_expire();
+      }
+    }
+  }
+  std::shared_ptr<State> s_;
+};
+
+}  // namespace kvgate

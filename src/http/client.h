@@ -1,0 +1,24 @@
+// Blocking HTTP/1.1 client for the command-line tools (`kvgate ctl`), one request per connection.
+#pragma once
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/result.h"
+
+namespace kvgate::http {
+
+struct ClientResponse {
+  int status = 0;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+};
+
+// `url` is http://host:port[/base]; `target` is appended to the base path.
+Result<ClientResponse> fetch(const std::string& url, const std::string& method,
+                             const std::string& target, const std::string& body = {},
+                             const std::string& content_type = "application/json",
+                             std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+}  // namespace kvgate::http

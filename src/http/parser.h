@@ -1,0 +1,72 @@
+// Zero-copy HTTP/1.1 head parser (request and response), strict against request smuggling.
+//
+// The head is parsed in place: every string_view points into the caller's buffer, nothing is
+// copied or allocated. Framing rules enforced (RFC 9112 §6, §11.2; the cases nginx and HAProxy
+// reject): Content-Length together with Transfer-Encoding, differing or malformed Content-Length,
+// any Transfer-Encoding other than a final "chunked", obs-fold continuation lines, bare LF line
+// ends, header names outside tchar, whitespace before the colon, control bytes in values, more
+// than kMaxHeaders headers, and a missing or repeated Host on HTTP/1.1.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace kvgate::http {
+
+constexpr size_t kMaxHeaders = 100;
+
+struct Header {
+  std::string_view name;
+  std::string_view value;
+};
+
+enum class BodyKind : uint8_t { kNone, kLength, kChunked, kUntilClose };
+
+struct ParseError {
+  int status = 400;  // HTTP status to answer with (400, 431, 501, 505)
+  const char* reason = "";
+};
+
+struct HeadCommon {
+  int version_minor = 1;
+  Header headers[kMaxHeaders];
+  size_t num_headers = 0;
+  size_t head_bytes = 0;  // bytes of the head including the blank line
+  BodyKind body_kind = BodyKind::kNone;
+  uint64_t content_length = 0;
+  bool keep_alive = true;
+  bool has_connection_header = false;
+
+  // Case-insensitive lookup of the first header with this name; empty view when absent.
+  std::string_view get(std::string_view name) const;
+  bool has(std::string_view name) const;
+};
+
+struct RequestHead : HeadCommon {
+  std::string_view method;
+  std::string_view target;
+  std::string_view host;  // Host header value (with port, if any)
+  bool expect_continue = false;
+};
+
+struct ResponseHead : HeadCommon {
+  int status = 0;
+  std::string_view reason;
+  bool event_stream = false;  // Content-Type: text/event-stream
+};
+
+// Returns >0: head complete, that many bytes consumed; 0: need more bytes; -1: error (err set).
+// A head longer than max_head_bytes is an error (431) even when incomplete.
+int parseRequestHead(const char* data, size_t len, size_t max_head_bytes, RequestHead& out,
+                     ParseError& err);
+// `request_method` decides HEAD handling; 1xx, 204 and 304 carry no body.
+int parseResponseHead(const char* data, size_t len, size_t max_head_bytes,
+                      std::string_view request_method, ResponseHead& out, ParseError& err);
+
+bool iequals(std::string_view a, std::string_view b);
+// True when the comma-separated header value contains `token` (case-insensitive).
+bool headerHasToken(std::string_view value, std::string_view token);
+// True for headers a proxy must not forward (RFC 9110 §7.6.1 hop-by-hop set).
+bool isHopByHop(std::string_view name);
+
+}  // namespace kvgate::http

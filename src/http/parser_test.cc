@@ -1,0 +1,163 @@
+#include "http/parser.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kvgate::http {
+namespace {
+
+int parseReq(const std::string& s, RequestHead& h, ParseError& e, size_t max = 16384) {
+  return parseRequestHead(s.data(), s.size(), max, h, e);
+}
+
+TEST(RequestParser, ParsesSimplePostInPlace) {
+  std::string s =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: gw:8080\r\nContent-Type: application/json\r\n"
+      "Content-Length: 12\r\nX-Model:  llama \r\n\r\n{\"model\":\"x\"}";
+  RequestHead h;
+  ParseError e;
+  int n = parseReq(s, h, e);
+  ASSERT_EQ(n, static_cast<int>(s.find("\r\n\r\n") + 4));
+  EXPECT_EQ(h.method, "POST");
+  EXPECT_EQ(h.target, "/v1/chat/completions");
+  EXPECT_EQ(h.version_minor, 1);
+  EXPECT_EQ(h.host, "gw:8080");
+  EXPECT_EQ(h.body_kind, BodyKind::kLength);
+  EXPECT_EQ(h.content_length, 12u);
+  EXPECT_EQ(h.get("x-model"), "llama");  // OWS trimmed, case-insensitive lookup
+  EXPECT_TRUE(h.keep_alive);
+  // Zero-copy: the views point into the input buffer.
+  EXPECT_GE(h.method.data(), s.data());
+  EXPECT_LT(h.method.data(), s.data() + s.size());
+}
+
+TEST(RequestParser, IncompleteHeadNeedsMoreBytes) {
+  RequestHead h;
+  ParseError e;
+  EXPECT_EQ(parseReq("GET / HTTP/1.1\r\nHost: a\r\n", h, e), 0);
+}
+
+TEST(RequestParser, Http10DefaultsToCloseAndKeepAliveHeaderKeepsIt) {
+  RequestHead h;
+  ParseError e;
+  ASSERT_GT(parseReq("GET / HTTP/1.0\r\n\r\n", h, e), 0);
+  EXPECT_FALSE(h.keep_alive);
+  ASSERT_GT(parseReq("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", h, e), 0);
+  EXPECT_TRUE(h.keep_alive);
+  ASSERT_GT(parseReq("GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", h, e), 0);
+  EXPECT_FALSE(h.keep_alive);
+}
+
+struct Bad {
+  const char* name;
+  std::string req;
+  int status;
+};
+
+class Smuggling : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(Smuggling, IsRejected) {
+  RequestHead h;
+  ParseError e;
+  EXPECT_EQ(parseReq(GetParam().req, h, e), -1) << GetParam().name;
+  EXPECT_EQ(e.status, GetParam().status) << GetParam().name << ": " << e.reason;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Http, Smuggling,
+    ::testing::Values(
+        Bad{"cl_and_te", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+        Bad{"te_and_cl", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", 400},
+        Bad{"two_cl_differ", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400},
+        Bad{"two_cl_same", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 400},
+        Bad{"cl_sign", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400},
+        Bad{"cl_hex", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x5\r\n\r\n", 400},
+        Bad{"cl_list", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 400},
+        Bad{"cl_huge", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", 400},
+        Bad{"te_gzip_chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
+        Bad{"te_identity", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n", 501},
+        Bad{"te_twice", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+        Bad{"te_http10", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+        Bad{"obs_fold", "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n", 400},
+        Bad{"space_before_colon", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length : 5\r\n\r\n", 400},
+        Bad{"bad_name_char", "GET / HTTP/1.1\r\nHost: a\r\nX(A): b\r\n\r\n", 400},
+        Bad{"empty_name", "GET / HTTP/1.1\r\nHost: a\r\n: b\r\n\r\n", 400},
+        Bad{"nul_in_value", std::string("GET / HTTP/1.1\r\nHost: a\r\nX-A: b\0c\r\n\r\n", 37), 400},
+        Bad{"bare_lf_header", "GET / HTTP/1.1\r\nHost: a\nX-A: b\r\n\r\n", 400},
+        Bad{"bare_lf_only", "GET / HTTP/1.1\nHost: a\n\n", 400},
+        Bad{"missing_host", "GET / HTTP/1.1\r\nX-A: b\r\n\r\n", 400},
+        Bad{"two_hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},
+        Bad{"bad_version", "GET / HTTP/1.2x\r\nHost: a\r\n\r\n", 400},
+        Bad{"http2", "GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505},
+        Bad{"double_space", "GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+        Bad{"ctl_in_target", "GET /\x01 HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+        Bad{"bad_method", "G(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400}),
+    [](const ::testing::TestParamInfo<Bad>& i) { return std::string(i.param.name); });
+
+TEST(RequestParser, OversizedHeadIs431EvenWhenIncomplete) {
+  std::string s = "GET / HTTP/1.1\r\nHost: a\r\nX-Big: " + std::string(20000, 'a');
+  RequestHead h;
+  ParseError e;
+  EXPECT_EQ(parseReq(s, h, e, 16384), -1);
+  EXPECT_EQ(e.status, 431);
+}
+
+TEST(RequestParser, TooManyHeadersIs431) {
+  std::string s = "GET / HTTP/1.1\r\nHost: a\r\n";
+  for (int i = 0; i < 150; ++i) s += "X-H" + std::to_string(i) + ": v\r\n";
+  s += "\r\n";
+  RequestHead h;
+  ParseError e;
+  EXPECT_EQ(parseReq(s, h, e, 1 << 20), -1);
+  EXPECT_EQ(e.status, 431);
+}
+
+TEST(RequestParser, ChunkedAndExpect) {
+  RequestHead h;
+  ParseError e;
+  ASSERT_GT(parseReq("POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: Chunked\r\nExpect: "
+                     "100-continue\r\n\r\n",
+                     h, e),
+            0);
+  EXPECT_EQ(h.body_kind, BodyKind::kChunked);
+  EXPECT_TRUE(h.expect_continue);
+}
+
+TEST(ResponseParser, FramingRules) {
+  ResponseHead r;
+  ParseError e;
+  std::string s = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+                  "Transfer-Encoding: chunked\r\n\r\n";
+  ASSERT_GT(parseResponseHead(s.data(), s.size(), 65536, "POST", r, e), 0);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(r.event_stream);
+  EXPECT_EQ(r.body_kind, BodyKind::kChunked);
+
+  s = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n";
+  ASSERT_GT(parseResponseHead(s.data(), s.size(), 65536, "POST", r, e), 0);
+  EXPECT_EQ(r.body_kind, BodyKind::kUntilClose);
+  EXPECT_FALSE(r.keep_alive);
+
+  s = "HTTP/1.1 204 No Content\r\n\r\n";
+  ASSERT_GT(parseResponseHead(s.data(), s.size(), 65536, "POST", r, e), 0);
+  EXPECT_EQ(r.body_kind, BodyKind::kNone);
+
+  s = "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n";
+  ASSERT_GT(parseResponseHead(s.data(), s.size(), 65536, "HEAD", r, e), 0);
+  EXPECT_EQ(r.body_kind, BodyKind::kNone);
+
+  s = "HTTP/1.1 2x0 OK\r\n\r\n";
+  EXPECT_EQ(parseResponseHead(s.data(), s.size(), 65536, "GET", r, e), -1);
+  EXPECT_EQ(e.status, 502);
+}
+
+TEST(HeaderTokens, ListMembership) {
+  EXPECT_TRUE(headerHasToken("keep-alive, Close", "close"));
+  EXPECT_FALSE(headerHasToken("closed", "close"));
+  EXPECT_TRUE(isHopByHop("Transfer-Encoding"));
+  EXPECT_FALSE(isHopByHop("Content-Type"));
+}
+
+}  // namespace
+}  // namespace kvgate::http

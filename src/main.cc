@@ -1,0 +1,47 @@
+// kvgate: one binary, several roles. Parses the subcommand and hands over.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+namespace kvgate {
+int serveMain(int argc, char** argv);
+namespace sim {
+int main(int argc, char** argv);
+}
+namespace ctl {
+int main(int argc, char** argv);
+}
+}  // namespace kvgate
+
+static void usage(FILE* out) {
+  std::fprintf(out,
+               "kvgate: inference-aware LLM gateway\n\n"
+               "usage: kvgate <command> [flags]\n\n"
+               "commands:\n"
+               "  serve   run the gateway (data plane + management API)\n"
+               "  sim     run a simulated engine fleet (vLLM dialect)\n"
+               "  ctl     manage a running gateway over its REST API\n\n"
+               "Run 'kvgate <command> --help' for the flags of each command.\n");
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "serve") return kvgate::serveMain(argc - 1, argv + 1);
+  if (cmd == "sim") return kvgate::sim::main(argc - 1, argv + 1);
+  if (cmd == "ctl") return kvgate::ctl::main(argc - 1, argv + 1);
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    usage(stdout);
+    return 0;
+  }
+  if (cmd == "--version" || cmd == "version") {
+    std::printf("kvgate 0.1.0\n");
+    return 0;
+  }
+  std::fprintf(stderr, "kvgate: unknown command '%s'\n\n", cmd.c_str());
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,685 @@
+// One client connection of the mode-4 fullproxy: request phases, upstream legs, relay.
+//
+// Per request: read the head (bounded, strict framing) -> read the body (Content-Length or
+// chunked, bounded) -> find the model pool (X-Model header, else the body's "model") -> pick an
+// endpoint with the rule's selector -> take a pooled keep-alive connection or connect (connect
+// timeout, next endpoint on failure) -> send the head (hop-by-hop headers removed, X-Request-Id
+// kept or injected) and the body -> relay the response as it arrives (SSE events flushed one by
+// one, no idle reaping during a stream, a wall-clock cap) -> return the upstream connection to
+// the pool. A client that disconnects mid-request closes the upstream connection so the engine
+// aborts the request. One Deadline per connection bounds every phase.
+#include <sys/socket.h>
+
+#include "common/ids.h"
+#include "common/log.h"
+#include "http/chunked.h"
+#include "http/parser.h"
+#include "http/server.h"
+#include "proxy/request_info.h"
+#include "proxy/worker.h"
+
+namespace kvgate::proxy {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kReadChunk = 64 * 1024;
+
+std::string openAiError(int status, std::string_view code, std::string_view message,
+                        std::string_view param = {}) {
+  std::string b = "{\"error\":{\"message\":\"" + http::jsonEscape(message) + "\",\"type\":\"";
+  b += status >= 500 ? (status == 501 ? "not_active" : "server_error") : "invalid_request_error";
+  b += "\",\"param\":";
+  b += param.empty() ? std::string("null") : "\"" + http::jsonEscape(param) + "\"";
+  b += ",\"code\":\"" + http::jsonEscape(code) + "\"}}";
+  return b;
+}
+
+// A growable byte buffer with a read cursor; views into it stay valid until the next grow().
+class Buffer {
+ public:
+  char* data() { return buf_.data() + start_; }
+  const char* data() const { return buf_.data() + start_; }
+  size_t size() const { return end_ - start_; }
+  bool empty() const { return end_ == start_; }
+  std::string_view view() const { return {data(), size()}; }
+  void consume(size_t n) {
+    start_ += n;
+    if (start_ == end_) start_ = end_ = 0;
+  }
+  // Writable space of at least `n` bytes (may move the data: invalidates views).
+  asio::mutable_buffer prepare(size_t n) {
+    if (buf_.size() - end_ < n) {
+      if (start_ > 0) {
+        std::memmove(buf_.data(), buf_.data() + start_, end_ - start_);
+        end_ -= start_;
+        start_ = 0;
+      }
+      if (buf_.size() - end_ < n) buf_.resize(end_ + n);
+    }
+    return asio::buffer(buf_.data() + end_, buf_.size() - end_);
+  }
+  void commit(size_t n) { end_ += n; }
+  void append(const char* p, size_t n) {
+    prepare(n);
+    std::memcpy(buf_.data() + end_, p, n);
+    end_ += n;
+  }
+
+ private:
+  std::vector<char> buf_;
+  size_t start_ = 0, end_ = 0;
+};
+
+class ClientConn : public std::enable_shared_from_this<ClientConn> {
+ public:
+  ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s)
+      : w_(w), l_(std::move(l)), client_(std::move(s)), upstream_(w.io),
+        deadline_(client_.get_executor()), watch_done_(client_.get_executor()) {}
+
+  asio::awaitable<void> run();
+
+ private:
+  enum class Phase { kIdle, kHead, kBody, kConnect, kAwaitResponse, kRelay, kStream };
+
+  struct Outcome {
+    int status = 0;
+    uint64_t bytes = 0;
+    std::string endpoint;
+  };
+
+  void onDeadline();
+  asio::awaitable<bool> readMore(Buffer& b, tcp::socket& s);
+  asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
+                                  std::string_view param = {}, bool close = false);
+  asio::awaitable<bool> writeClient(std::string_view a, std::string_view b = {});
+  asio::awaitable<bool> proxyRequest(const http::RequestHead& head, std::string_view body,
+                                     const Route& route, std::string_view request_id);
+  asio::awaitable<bool> relayResponse(const http::ResponseHead& rh, const Route& route,
+                                      std::string_view request_id, bool head_request);
+  void startWatch();
+  asio::awaitable<void> stopWatch();
+  asio::awaitable<void> watchClient(std::shared_ptr<ClientConn> self);
+  void closeUpstream() {
+    error_code ec;
+    upstream_.close(ec);
+  }
+  void closeClient() {
+    error_code ec;
+    client_.shutdown(tcp::socket::shutdown_both, ec);
+    client_.close(ec);
+  }
+
+  Worker& w_;
+  std::shared_ptr<Listener> l_;
+  tcp::socket client_;
+  tcp::socket upstream_;
+  Deadline deadline_;
+  Phase phase_ = Phase::kIdle;
+  bool timed_out_ = false;
+  Buffer in_;   // client bytes
+  Buffer up_;   // upstream bytes
+  std::string pipelined_;  // client bytes read by the watcher during a response
+  bool client_keep_alive_ = true;
+  int client_minor_ = 1;
+  std::chrono::milliseconds idle_timeout_{0};
+  // Client-disconnect watcher state.
+  bool watching_ = false;
+  bool watch_running_ = false;
+  bool client_gone_ = false;
+  asio::steady_timer watch_done_;
+  Outcome outcome_;
+};
+
+void ClientConn::onDeadline() {
+  timed_out_ = true;
+  switch (phase_) {
+    case Phase::kHead:
+    case Phase::kBody: {
+      static const char k408[] =
+          "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: "
+          "close\r\nContent-Length: 116\r\n\r\n{\"error\":{\"message\":\"request header or body "
+          "not received in time\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":"
+          "\"timeout\"}}";
+      ::send(client_.native_handle(), k408, sizeof(k408) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      closeClient();
+      break;
+    }
+    case Phase::kConnect:
+    case Phase::kAwaitResponse:
+      closeUpstream();
+      break;
+    default:
+      closeUpstream();
+      closeClient();
+  }
+}
+
+asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
+  error_code ec;
+  size_t n = co_await s.async_read_some(b.prepare(kReadChunk), useEc(ec));
+  if (ec || n == 0) co_return false;
+  b.commit(n);
+  co_return true;
+}
+
+asio::awaitable<bool> ClientConn::writeClient(std::string_view a, std::string_view b) {
+  error_code ec;
+  std::array<asio::const_buffer, 2> bufs{asio::buffer(a.data(), a.size()),
+                                         asio::buffer(b.data(), b.size())};
+  co_await asio::async_write(client_, bufs, useEc(ec));
+  co_return !ec;
+}
+
+asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, std::string_view msg,
+                                            std::string_view param, bool close) {
+  if (close) client_keep_alive_ = false;
+  std::string body = openAiError(status, code, msg, param);
+  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
+                  "\r\nContent-Type: application/json\r\nContent-Length: " +
+                  std::to_string(body.size()) + "\r\n";
+  if (!client_keep_alive_) h += "Connection: close\r\n";
+  h += "\r\n";
+  outcome_.status = status;
+  co_await writeClient(h, body);
+}
+
+void ClientConn::startWatch() {
+  watching_ = true;
+  watch_running_ = true;
+  asio::co_spawn(client_.get_executor(), watchClient(shared_from_this()), asio::detached);
+}
+
+asio::awaitable<void> ClientConn::watchClient(std::shared_ptr<ClientConn> self) {
+  char buf[4096];
+  while (watching_) {
+    error_code ec;
+    size_t n = co_await client_.async_read_some(asio::buffer(buf), useEc(ec));
+    if (!watching_) {
+      if (!ec && n > 0) pipelined_.append(buf, n);
+      break;
+    }
+    if (ec || n == 0) {
+      client_gone_ = true;
+      closeUpstream();  // the engine sees the disconnect and aborts the request
+      break;
+    }
+    pipelined_.append(buf, n);  // a pipelined request: keep it, stop watching
+    if (pipelined_.size() > 64 * 1024) break;
+  }
+  watch_running_ = false;
+  watch_done_.cancel();
+}
+
+asio::awaitable<void> ClientConn::stopWatch() {
+  if (!watch_running_) {
+    watching_ = false;
+    co_return;
+  }
+  watching_ = false;
+  error_code ec;
+  client_.cancel(ec);
+  while (watch_running_) {
+    watch_done_.expires_at(Clock::time_point::max());
+    co_await watch_done_.async_wait(useEc(ec));
+  }
+}
+
+asio::awaitable<void> ClientConn::run() {
+  auto self = shared_from_this();
+  deadline_.start([self] { self->onDeadline(); });
+  idle_timeout_ = w_.opts.client_idle_timeout;
+  const auto& opts = w_.opts;
+
+  while (client_.is_open()) {
+    if (!pipelined_.empty()) {
+      in_.append(pipelined_.data(), pipelined_.size());
+      pipelined_.clear();
+    }
+    // ---- request head
+    phase_ = in_.empty() ? Phase::kIdle : Phase::kHead;
+    deadline_.expireAfter(in_.empty() ? idle_timeout_ : opts.header_timeout);
+    http::RequestHead head;
+    http::ParseError perr;
+    int hn;
+    while ((hn = http::parseRequestHead(in_.data(), in_.size(), opts.max_head_bytes, head, perr)) ==
+           0) {
+      bool was_empty = in_.empty();
+      if (!co_await readMore(in_, client_)) goto done;
+      if (was_empty) {
+        phase_ = Phase::kHead;
+        deadline_.expireAfter(opts.header_timeout);
+      }
+    }
+    outcome_ = Outcome{};
+    if (hn < 0) {
+      co_await sendError(perr.status, "bad_request", perr.reason, {}, true);
+      break;
+    }
+    client_minor_ = head.version_minor;
+    client_keep_alive_ = head.keep_alive;
+    if (l_->closed.load()) {
+      co_await sendError(503, "service_unavailable", "service removed", {}, true);
+      break;
+    }
+    // ---- request body
+    phase_ = Phase::kBody;
+    size_t head_bytes = static_cast<size_t>(hn);
+    std::string dechunked;
+    bool chunked = head.body_kind == http::BodyKind::kChunked;
+    size_t body_len = 0;
+    if (head.body_kind == http::BodyKind::kLength) {
+      if (head.content_length > opts.max_body_bytes) {
+        co_await sendError(413, "request_too_large", "request body too large", {}, true);
+        break;
+      }
+      body_len = head.content_length;
+    }
+    if (head.expect_continue && head.body_kind != http::BodyKind::kNone &&
+        in_.size() == head_bytes) {
+      if (!co_await writeClient("HTTP/1.1 100 Continue\r\n\r\n")) break;
+    }
+    if (chunked) {
+      http::ChunkedScanner sc;
+      size_t scanned = head_bytes;
+      bool ok = true;
+      for (;;) {
+        auto st = sc.feed(in_.data() + scanned, in_.size() - scanned, &dechunked);
+        scanned += st.consumed;
+        if (st.error) {
+          co_await sendError(400, "bad_request", "malformed chunked request body", {}, true);
+          ok = false;
+          break;
+        }
+        if (dechunked.size() > opts.max_body_bytes) {
+          co_await sendError(413, "request_too_large", "request body too large", {}, true);
+          ok = false;
+          break;
+        }
+        if (st.done) break;
+        if (!co_await readMore(in_, client_)) {
+          ok = false;
+          break;
+        }
+      }
+      if (!ok) break;
+      body_len = scanned - head_bytes;  // raw bytes to consume
+    } else {
+      while (in_.size() < head_bytes + body_len)
+        if (!co_await readMore(in_, client_)) goto done;
+    }
+    // The buffer may have moved while reading the body: parse the head again (cheap).
+    http::parseRequestHead(in_.data(), in_.size(), opts.max_head_bytes, head, perr);
+    std::string_view body =
+        chunked ? std::string_view(dechunked) : std::string_view(in_.data() + head_bytes, body_len);
+    deadline_.clear();
+
+    // ---- request id
+    char rid_buf[32];
+    std::string_view rid = head.get("x-request-id");
+    if (!isAcceptableRequestId(rid)) {
+      newRequestId(rid_buf);
+      rid = std::string_view(rid_buf, 32);
+    }
+    std::string request_id(rid);
+
+    // ---- routing
+    auto cfg = l_->config.load();
+    std::string_view target = head.target;
+    std::string_view path = target.substr(0, target.find('?'));
+    std::string_view host = hostWithoutPort(head.host);
+    std::string model(head.get("x-model"));
+    bool keep = true;
+    if (model.empty() && cfg->has_model_pools && !body.empty()) {
+      if (extractModel(body, model) == BodyParse::kNotJson) {
+        co_await sendError(400, "invalid_json", "request body is not valid JSON");
+        keep = false;
+      }
+    }
+    if (keep && head.method == "GET" && (path == "/v1/models" || path == "/models")) {
+      auto names = cfg->models(host, path);
+      if (!names.empty()) {
+        std::string b = "{\"object\":\"list\",\"data\":[";
+        for (size_t i = 0; i < names.size(); ++i) {
+          if (i) b += ",";
+          b += "{\"id\":\"" + http::jsonEscape(names[i]) +
+               "\",\"object\":\"model\",\"created\":0,\"owned_by\":\"kvgate\"}";
+        }
+        b += "]}";
+        std::string h = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " +
+                        request_id + "\r\nContent-Length: " + std::to_string(b.size()) + "\r\n";
+        if (!client_keep_alive_) h += "Connection: close\r\n";
+        h += "\r\n";
+        outcome_.status = 200;
+        co_await writeClient(h, b);
+        keep = false;
+      }
+    }
+    if (keep) {
+      bool host_path_matched = false;
+      const Route* route = cfg->find(host, path, model, host_path_matched);
+      if (!route) {
+        if (host_path_matched)
+          co_await sendError(503, "model_unavailable",
+                             "model '" + model + "' is not served here", "model");
+        else
+          co_await sendError(404, "no_route", "no service for this host and path");
+      } else if (!route->rule.inactive_capability.empty()) {
+        co_await sendError(501, "not_active",
+                           "capability '" + route->rule.inactive_capability +
+                               "' is configured on this service but not active in this build",
+                           route->rule.inactive_capability);
+      } else if (!route->rule.admin_up) {
+        co_await sendError(503, "service_down", "service is administratively down");
+      } else {
+        if (route->rule.inactive_timeout_sec > 0)
+          idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
+        size_t consumed = head_bytes + body_len;
+        bool ok = co_await proxyRequest(head, body, *route, request_id);
+        if (ok) in_.consume(std::min(consumed, in_.size()));
+        keep = false;
+        if (!ok) client_keep_alive_ = false;
+        if (opts.access_log) {
+          std::string line = "access";
+          log::appendField(line, "id", request_id);
+          log::appendField(line, "rule", route->rule.name.empty() ? route->rule.key()
+                                                                  : route->rule.name);
+          log::appendField(line, "model", model);
+          log::appendField(line, "endpoint", outcome_.endpoint);
+          log::appendField(line, "selector", config::selectorName(route->rule.sel));
+          log::appendField(line, "status", std::to_string(outcome_.status));
+          log::appendField(line, "bytes", std::to_string(outcome_.bytes));
+          log::info("proxy", line);
+        }
+        if (!client_keep_alive_ || client_gone_) break;
+        continue;
+      }
+    }
+    in_.consume(std::min(head_bytes + body_len, in_.size()));
+    if (!client_keep_alive_) break;
+  }
+done:
+  deadline_.stop();
+  co_await stopWatch();
+  closeUpstream();
+  closeClient();
+}
+
+asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, std::string_view body,
+                                               const Route& route, std::string_view request_id) {
+  const auto& rule = route.rule;
+  const size_t n = route.endpoints.size();
+  // Upstream request head: the client's, minus hop-by-hop headers, with our X-Request-Id.
+  std::string out;
+  out.reserve(head.head_bytes + 96);
+  out.append(head.method).append(" ").append(head.target).append(" HTTP/1.1\r\n");
+  std::string_view conn_tokens = head.get("connection");
+  for (size_t i = 0; i < head.num_headers; ++i) {
+    auto& h = head.headers[i];
+    if (http::isHopByHop(h.name) || http::iequals(h.name, "x-request-id") ||
+        http::iequals(h.name, "expect") ||
+        (head.body_kind == http::BodyKind::kChunked && http::iequals(h.name, "content-length")) ||
+        (rule.strip_api_key && http::iequals(h.name, "x-api-key")) ||
+        (!conn_tokens.empty() && http::headerHasToken(conn_tokens, h.name)))
+      continue;
+    out.append(h.name).append(": ").append(h.value).append("\r\n");
+  }
+  out.append("X-Request-Id: ").append(request_id).append("\r\n");
+  if (head.body_kind == http::BodyKind::kChunked)
+    out.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n");
+  out.append("\r\n");
+  const bool head_request = head.method == "HEAD";
+
+  if (n == 0) {
+    co_await sendError(503, "no_healthy_upstream", "service has no endpoints");
+    co_return true;
+  }
+  auto connect_timeout = std::chrono::milliseconds(rule.timeout_connect_ms > 0
+                                                       ? rule.timeout_connect_ms
+                                                       : 500);
+  auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
+                                               : w_.opts.upstream_data_timeout;
+  std::vector<bool> excluded(n, false);
+  std::string last_error = "no endpoint available";
+  int fail_status = 503;
+  for (size_t attempt = 0; attempt < n; ++attempt) {
+    int idx = route.selector ? route.selector->pick(route.endpoints, excluded) : -1;
+    if (idx < 0) break;
+    const auto& ep = route.endpoints[static_cast<size_t>(idx)];
+    const auto& addr = route.addresses[static_cast<size_t>(idx)];
+    outcome_.endpoint = ep.state->label;
+    // Up to two sends on this endpoint: a reused connection that turns out dead before any
+    // response byte is replaced by a fresh one (nothing reached the engine).
+    for (int send_try = 0; send_try < 2; ++send_try) {
+      bool reused = send_try == 0 && w_.pool.take(ep.state->label, upstream_);
+      if (!reused) {
+        closeUpstream();
+        upstream_ = tcp::socket(w_.io);
+        phase_ = Phase::kConnect;
+        timed_out_ = false;
+        deadline_.expireAfter(connect_timeout);
+        error_code ec;
+        co_await upstream_.async_connect(addr, useEc(ec));
+        deadline_.clear();
+        if (ec || !upstream_.is_open()) {
+          ep.state->connect_failures.fetch_add(1, std::memory_order_relaxed);
+          last_error = "connect to " + ep.state->label + " failed: " +
+                       (timed_out_ ? std::string("timeout") : ec.message());
+          log::warn("proxy", last_error);
+          fail_status = 502;
+          closeUpstream();
+          break;  // next endpoint
+        }
+        upstream_.set_option(tcp::no_delay(true), ec);
+      }
+      // Send the request.
+      phase_ = Phase::kAwaitResponse;
+      timed_out_ = false;
+      deadline_.expireAfter(data_timeout);
+      error_code ec;
+      std::array<asio::const_buffer, 2> bufs{asio::buffer(out), asio::buffer(body.data(),
+                                                                             body.size())};
+      co_await asio::async_write(upstream_, bufs, useEc(ec));
+      if (ec) {
+        closeUpstream();
+        if (reused) continue;  // stale pooled connection: once more on a fresh one
+        last_error = "send to " + ep.state->label + " failed: " + ec.message();
+        fail_status = 502;
+        break;
+      }
+      ep.state->active.fetch_add(1, std::memory_order_relaxed);
+      ep.state->requests.fetch_add(1, std::memory_order_relaxed);
+      startWatch();
+      // Read the response head.
+      up_ = Buffer();
+      http::ResponseHead rh;
+      http::ParseError perr;
+      int hn = 0;
+      bool got_bytes = false;
+      while ((hn = http::parseResponseHead(up_.data(), up_.size(), 64 * 1024, head.method, rh,
+                                           perr)) == 0) {
+        if (!co_await readMore(up_, upstream_)) break;
+        got_bytes = true;
+      }
+      if (hn > 0 && rh.status == 100) {  // interim 100 Continue from upstream: skip it
+        up_.consume(static_cast<size_t>(hn));
+        while ((hn = http::parseResponseHead(up_.data(), up_.size(), 64 * 1024, head.method, rh,
+                                             perr)) == 0)
+          if (!co_await readMore(up_, upstream_)) break;
+      }
+      if (hn <= 0) {
+        co_await stopWatch();
+        ep.state->active.fetch_sub(1, std::memory_order_relaxed);
+        closeUpstream();
+        if (client_gone_) co_return false;
+        if (timed_out_) {
+          co_await sendError(504, "upstream_timeout",
+                             "upstream " + ep.state->label + " did not answer in time");
+          co_return true;
+        }
+        if (hn < 0) {
+          co_await sendError(502, "bad_upstream_response",
+                             std::string("malformed response from upstream: ") + perr.reason);
+          co_return true;
+        }
+        if (reused && !got_bytes) continue;  // closed while idle: send again on a fresh one
+        co_await sendError(502, "upstream_closed",
+                           "upstream " + ep.state->label + " closed the connection");
+        co_return true;
+      }
+      bool ok = co_await relayResponse(rh, route, request_id, head_request);
+      ep.state->active.fetch_sub(1, std::memory_order_relaxed);
+      co_return ok;
+    }
+    excluded[static_cast<size_t>(idx)] = true;
+  }
+  co_await sendError(fail_status, fail_status == 502 ? "upstream_connect_failed"
+                                                     : "no_healthy_upstream",
+                     last_error);
+  co_return true;
+}
+
+asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, const Route& route,
+                                                std::string_view request_id, bool head_request) {
+  const auto& rule = route.rule;
+  // Decide the framing towards the client.
+  bool dechunk = rh.body_kind == http::BodyKind::kChunked && client_minor_ == 0;
+  if (rh.body_kind == http::BodyKind::kUntilClose || dechunk) client_keep_alive_ = false;
+  std::string h;
+  h.reserve(rh.head_bytes + 64);
+  h.append("HTTP/1.1 ").append(std::to_string(rh.status)).append(" ");
+  h.append(rh.reason.empty() ? std::string_view(http::statusReason(rh.status)) : rh.reason);
+  h.append("\r\n");
+  bool has_rid = false;
+  for (size_t i = 0; i < rh.num_headers; ++i) {
+    auto& x = rh.headers[i];
+    if (http::isHopByHop(x.name)) continue;
+    if (http::iequals(x.name, "x-request-id")) has_rid = true;
+    h.append(x.name).append(": ").append(x.value).append("\r\n");
+  }
+  if (rh.body_kind == http::BodyKind::kChunked && !dechunk) h.append("Transfer-Encoding: chunked\r\n");
+  if (!has_rid) h.append("X-Request-Id: ").append(request_id).append("\r\n");
+  if (!client_keep_alive_) h.append("Connection: close\r\n");
+  h.append("\r\n");
+  outcome_.status = rh.status;
+  up_.consume(rh.head_bytes);
+
+  // Deadline: a stream gets a wall-clock cap and no idle reaping; other bodies a per-read timeout.
+  const bool stream = rh.event_stream;
+  auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
+                                               : w_.opts.upstream_data_timeout;
+  if (stream) {
+    int64_t cap = rule.max_stream_duration_sec > 0 ? rule.max_stream_duration_sec : 86400;
+    phase_ = Phase::kStream;
+    deadline_.expireAfter(std::chrono::seconds(cap));
+  } else {
+    phase_ = Phase::kRelay;
+  }
+
+  http::ChunkedScanner sc;
+  uint64_t remaining = rh.body_kind == http::BodyKind::kLength ? rh.content_length : 0;
+  bool complete = rh.body_kind == http::BodyKind::kNone || head_request;
+  bool upstream_reusable = rh.keep_alive;
+  std::string decoded;
+  bool first = true;
+  for (;;) {
+    // Forward what we have.
+    std::string_view chunk;
+    if (!complete && !up_.empty()) {
+      switch (rh.body_kind) {
+        case http::BodyKind::kLength: {
+          size_t take = static_cast<size_t>(std::min<uint64_t>(remaining, up_.size()));
+          chunk = std::string_view(up_.data(), take);
+          remaining -= take;
+          complete = remaining == 0;
+          break;
+        }
+        case http::BodyKind::kChunked: {
+          decoded.clear();
+          auto st = sc.feed(up_.data(), up_.size(), dechunk ? &decoded : nullptr);
+          if (st.error) {
+            log::warn("proxy", "malformed chunked response from " + outcome_.endpoint);
+            if (first) co_await writeClient(h);  // then cut the stream: the client sees it
+            co_await stopWatch();
+            closeUpstream();
+            co_return false;
+          }
+          chunk = dechunk ? std::string_view(decoded) : std::string_view(up_.data(), st.consumed);
+          complete = st.done;
+          if (st.done && st.consumed != up_.size()) upstream_reusable = false;
+          // Released now; `chunk` still points at the bytes until the next read.
+          up_.consume(st.consumed);
+          break;
+        }
+        case http::BodyKind::kUntilClose:
+          chunk = up_.view();
+          break;
+        case http::BodyKind::kNone:
+          break;
+      }
+    }
+    if (first || !chunk.empty()) {
+      bool ok = co_await writeClient(first ? std::string_view(h) : std::string_view(), chunk);
+      outcome_.bytes += chunk.size();
+      first = false;
+      if (!ok) {
+        closeUpstream();  // client gone: abort the upstream request
+        client_gone_ = true;
+        co_await stopWatch();
+        co_return false;
+      }
+    }
+    // Release what was forwarded (chunked consumed it already).
+    if (rh.body_kind == http::BodyKind::kLength || rh.body_kind == http::BodyKind::kUntilClose)
+      up_.consume(chunk.size());
+    if (complete) break;
+    if (!stream) deadline_.expireAfter(data_timeout);
+    if (!co_await readMore(up_, upstream_)) {
+      if (rh.body_kind == http::BodyKind::kUntilClose && !client_gone_ && !timed_out_) {
+        complete = true;
+        upstream_reusable = false;
+        break;
+      }
+      // Truncated by the upstream, the deadline or a client disconnect: cut the client stream.
+      if (timed_out_ && stream)
+        log::warn("proxy", "stream " + std::string(request_id) + " hit max_stream_duration_sec");
+      co_await stopWatch();
+      closeUpstream();
+      co_return false;
+    }
+  }
+  deadline_.clear();
+  co_await stopWatch();
+  if (client_gone_) {
+    closeUpstream();
+    co_return false;
+  }
+  if (upstream_reusable && up_.empty() && upstream_.is_open())
+    w_.pool.put(outcome_.endpoint, std::move(upstream_));
+  else
+    closeUpstream();
+  upstream_ = tcp::socket(w_.io);
+  co_return true;
+}
+
+}  // namespace
+
+asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::socket sock) {
+  auto conn = std::make_shared<ClientConn>(w, std::move(l), std::move(sock));
+  co_await conn->run();
+}
+
+asio::awaitable<void> acceptLoop(Worker& w, std::shared_ptr<Listener> l,
+                                 std::shared_ptr<tcp::acceptor> acc) {
+  while (acc->is_open()) {
+    error_code ec;
+    tcp::socket s = co_await acc->async_accept(useEc(ec));
+    if (ec) {
+      if (!acc->is_open() || ec == asio::error::operation_aborted) break;
+      continue;
+    }
+    s.set_option(tcp::no_delay(true), ec);
+    asio::co_spawn(w.io, serveClient(w, l, std::move(s)), asio::detached);
+  }
+}
+
+}  // namespace kvgate::proxy

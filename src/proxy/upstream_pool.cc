@@ -1,0 +1,52 @@
+#include "proxy/upstream_pool.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+namespace kvgate::proxy {
+namespace {
+// True when the peer has not closed the idle connection and sent nothing unexpected.
+bool stillUsable(tcp::socket& s) {
+  char c;
+  ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+  return false;  // 0: EOF (closed while idle); >0: unsolicited bytes; <0: error
+}
+}  // namespace
+
+bool UpstreamPool::take(const std::string& key, tcp::socket& out) {
+  auto it = idle_.find(key);
+  if (it == idle_.end()) return false;
+  auto now = std::chrono::steady_clock::now();
+  auto& v = it->second;
+  while (!v.empty()) {
+    PooledConn c = std::move(v.back());
+    v.pop_back();
+    if (now - c.idle_since < idle_timeout_ && stillUsable(c.sock)) {
+      out = std::move(c.sock);
+      return true;
+    }
+    error_code ec;
+    c.sock.close(ec);
+  }
+  return false;
+}
+
+void UpstreamPool::put(const std::string& key, tcp::socket sock) {
+  auto& v = idle_[key];
+  if (v.size() >= max_idle_) {
+    error_code ec;
+    sock.close(ec);
+    return;
+  }
+  v.push_back(PooledConn{std::move(sock), std::chrono::steady_clock::now()});
+}
+
+size_t UpstreamPool::idleCount() const {
+  size_t n = 0;
+  for (auto& [k, v] : idle_) n += v.size();
+  return n;
+}
+
+}  // namespace kvgate::proxy

@@ -1,0 +1,42 @@
+// Internal to the data plane: a worker thread (event loop + upstream pool) and a VIP listener.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "http/asio.h"
+#include "proxy/data_plane.h"
+#include "proxy/route_table.h"
+#include "proxy/upstream_pool.h"
+
+namespace kvgate::proxy {
+
+class Worker {
+ public:
+  explicit Worker(const ProxyOptions& opts)
+      : opts(opts),
+        work(asio::make_work_guard(io)),
+        pool(opts.max_idle_per_endpoint, opts.upstream_idle_timeout) {}
+  const ProxyOptions& opts;
+  asio::io_context io{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work;
+  UpstreamPool pool;  // touched only on this worker's thread
+  std::thread thread;
+};
+
+struct Listener {
+  std::string key;  // vip:port
+  tcp::endpoint endpoint;
+  std::atomic<std::shared_ptr<const VipConfig>> config;
+  std::vector<std::shared_ptr<tcp::acceptor>> acceptors;  // one per worker, same index
+  std::atomic<bool> closed{false};  // rules removed: open connections close after their request
+};
+
+// Accept loop of one worker for one listener; each connection runs serveClient().
+asio::awaitable<void> acceptLoop(Worker& w, std::shared_ptr<Listener> l,
+                                 std::shared_ptr<tcp::acceptor> acc);
+asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::socket sock);
+
+}  // namespace kvgate::proxy

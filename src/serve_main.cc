@@ -1,0 +1,151 @@
+// `kvgate serve`: the gateway process (data plane workers + management API on the control thread).
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "admin/api.h"
+#include "admin/rule_store.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "http/server.h"
+#include "proxy/data_plane.h"
+
+namespace kvgate {
+namespace {
+
+const char* kServeHelp =
+    "usage: kvgate serve [flags]\n\n"
+    "  --api-listen ADDR:PORT     management REST API address (default 0.0.0.0:11111;\n"
+    "                             port 0 picks a free port, printed in the ready line)\n"
+    "  --state-dir DIR            where the rule set persists (default ./kvgate-state)\n"
+    "  --workers N                data-plane worker threads (default: one per core)\n"
+    "  --max-header-bytes N       request head limit, larger gets 431 (default 16384)\n"
+    "  --max-body-bytes N         request body limit, larger gets 413 (default 33554432)\n"
+    "  --header-timeout-ms N      time to receive a request head/body, else 408 (default 10000)\n"
+    "  --idle-timeout-ms N        client keep-alive idle timeout (default 60000; a rule's\n"
+    "                             inactiveTimeOut overrides it)\n"
+    "  --upstream-timeout-ms N    default upstream data timeout, else 504 (default 600000;\n"
+    "                             a rule's timeoutMemberData overrides it)\n"
+    "  --upstream-idle-ms N       max idle age of a pooled upstream connection (default 30000)\n"
+    "  --access-log               one structured log line per proxied request\n"
+    "  --log-level LEVEL          debug | info | warn | error (default info)\n\n"
+    "Prints one JSON line {\"event\":\"ready\",\"api\":URL} on stdout once serving.\n";
+
+bool parseMs(const char* v, std::chrono::milliseconds& out) {
+  uint64_t x;
+  if (!net::parseUint(v, 86400000ULL * 7, x)) return false;
+  out = std::chrono::milliseconds(x);
+  return true;
+}
+
+}  // namespace
+
+int serveMain(int argc, char** argv) {
+  std::string api_listen = "0.0.0.0:11111";
+  std::string state_dir = "kvgate-state";
+  proxy::ProxyOptions opts;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "kvgate serve: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    uint64_t x = 0;
+    bool ok = true;
+    if (a == "--help" || a == "-h") {
+      std::fputs(kServeHelp, stdout);
+      return 0;
+    } else if (a == "--api-listen") {
+      api_listen = next();
+    } else if (a == "--state-dir") {
+      state_dir = next();
+    } else if (a == "--workers") {
+      ok = net::parseUint(next(), 256, x) && x > 0;
+      opts.workers = static_cast<int>(x);
+    } else if (a == "--max-header-bytes") {
+      ok = net::parseUint(next(), 1 << 20, x) && x >= 1024;
+      opts.max_head_bytes = x;
+    } else if (a == "--max-body-bytes") {
+      ok = net::parseUint(next(), 1ULL << 32, x);
+      opts.max_body_bytes = x;
+    } else if (a == "--header-timeout-ms") {
+      ok = parseMs(next(), opts.header_timeout);
+    } else if (a == "--idle-timeout-ms") {
+      ok = parseMs(next(), opts.client_idle_timeout);
+    } else if (a == "--upstream-timeout-ms") {
+      ok = parseMs(next(), opts.upstream_data_timeout);
+    } else if (a == "--upstream-idle-ms") {
+      ok = parseMs(next(), opts.upstream_idle_timeout);
+    } else if (a == "--access-log") {
+      opts.access_log = true;
+    } else if (a == "--log-level") {
+      std::string l = next();
+      if (l == "debug") log::setLevel(log::Level::kDebug);
+      else if (l == "info") log::setLevel(log::Level::kInfo);
+      else if (l == "warn") log::setLevel(log::Level::kWarn);
+      else if (l == "error") log::setLevel(log::Level::kError);
+      else ok = false;
+    } else {
+      std::fprintf(stderr, "kvgate serve: unknown flag '%s' (see --help)\n", a.c_str());
+      return 2;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "kvgate serve: invalid value for %s (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  auto hp = net::parseHostPort(api_listen);
+  if (!hp) {
+    std::fprintf(stderr, "kvgate serve: --api-listen must be ADDR:PORT, got '%s'\n",
+                 api_listen.c_str());
+    return 2;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+
+  proxy::DataPlane dp(opts);
+  dp.start();
+  admin::RuleStore store(state_dir, dp);
+  auto loaded = store.load();
+  if (!loaded) {
+    log::error("serve", loaded.error().what);
+    dp.stop();
+    return 1;
+  }
+  log::info("serve", "restored " + std::to_string(*loaded) + " rule(s) from " + store.statePath());
+
+  asio::io_context control(1);
+  admin::Api api(store);
+  http::ServerOptions sopts;
+  sopts.max_body_bytes = 4 * 1024 * 1024;
+  http::Server server(
+      control, [&api](http::Request& r, http::ResponseWriter& w) { return api.handle(r, w); },
+      sopts);
+  auto port = server.listen(hp->host, hp->port);
+  if (!port) {
+    log::error("serve", port.error().what);
+    dp.stop();
+    return 1;
+  }
+  std::string host = hp->host == "0.0.0.0" ? "127.0.0.1" : hp->host;
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  std::printf("{\"event\":\"ready\",\"api\":\"http://%s:%u\"}\n", host.c_str(), *port);
+  std::fflush(stdout);
+  log::info("serve", "management API on " + hp->host + ":" + std::to_string(*port) + ", " +
+                         std::to_string(dp.options().workers) + " data-plane worker(s)");
+
+  asio::signal_set signals(control, SIGINT, SIGTERM);
+  signals.async_wait([&](const error_code&, int sig) {
+    log::info("serve", "signal " + std::to_string(sig) + ": shutting down");
+    server.stop();
+    control.stop();
+  });
+  control.run();
+  dp.stop();
+  return 0;
+}
+
+}  // namespace kvgate

@@ -1,0 +1,360 @@
+// `kvgate sim`: a fleet of simulated vLLM workers in one process (one io_context, one thread).
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "sim/worker.h"
+
+namespace kvgate::sim {
+
+int main(int argc, char** argv);
+
+namespace {
+
+constexpr const char* kUsage = R"(Usage: kvgate sim [flags]
+
+Runs simulated LLM engine workers that speak vLLM's OpenAI-compatible HTTP dialect. When every
+worker listens, prints one JSON line to stdout:
+  {"event":"ready","engine":"vllm","workers":[{"host":...,"port":...,"url":...},...]}
+and runs until SIGINT/SIGTERM. See docs/simulator.md.
+
+Fleet:
+  --engine NAME                 engine dialect; only "vllm" for now (default vllm)
+  --workers N                   number of workers (default 1)
+  --host ADDR                   listen address (default 127.0.0.1)
+  --port P                      first port; workers use P, P+1, ... (default 8000; 0 = free ports)
+  --hosts LIST                  one worker per address, all on port P: a range such as
+                                127.0.0.10-13 or 127.0.0.10-127.0.0.13, or a comma list
+Model:
+  --model NAME                  served model name, repeatable; the first is the default
+                                (default sim-model)
+  --seed S                      seed of the deterministic output (default 1)
+  --max-model-len N             context length reported and enforced (default 32768)
+  --default-max-tokens N        max_tokens when a request gives none (default 16)
+Timing (all delays are divided by --speedup):
+  --speedup F                   time compression factor (default 1.0)
+  --prefill-base-ms B           fixed prefill cost per request (default 5)
+  --prefill-us-per-token U      prefill cost per UNCACHED prompt token (default 100)
+  --itl-ms T                    delay between generated tokens (default 10)
+  --max-concurrency C           running requests; the rest wait FIFO (default 64)
+KV cache:
+  --block-size N                tokens per KV block (default 16)
+  --num-blocks N                KV capacity in blocks (default 4096)
+Faults (also settable at runtime with POST /sim/fault):
+  --fail-requests N             the next N inference requests fail (default 0)
+  --fail-status S               HTTP status of those failures, 400..599 (default 500)
+  --refuse-connections          close the listening sockets after startup
+  --stall-ms MS                 sleep before sending response headers (default 0)
+  --close-mid-stream-after K    cut streams after K events, without the final chunk
+  --event-delay-ms MS           extra delay between stream events (default 0)
+  -h, --help                    show this help
+)";
+
+struct Options {
+  SimConfig cfg;
+  size_t workers = 1;
+  bool workers_set = false;
+  bool models_set = false;
+  std::string host = "127.0.0.1";
+  uint64_t port = 8000;
+  std::vector<std::string> hosts;
+};
+
+bool parseDouble(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || end != s.c_str() + s.size() || !std::isfinite(v)) return false;
+  out = v;
+  return true;
+}
+
+// "a.b.c.d", "a.b.c.d-e", "a.b.c.d-w.x.y.z", or a comma list of those.
+bool parseHosts(const std::string& spec, std::vector<std::string>& out, std::string& err) {
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t comma = spec.find(',', start);
+    std::string item = spec.substr(start, comma == std::string::npos ? comma : comma - start);
+    start = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+    if (item.empty()) continue;
+    size_t dash = item.find('-');
+    if (dash == std::string::npos) {
+      if (!net::isIpLiteral(item)) return err = "'" + item + "' is not an IP address", false;
+      out.push_back(item);
+      continue;
+    }
+    std::string first = item.substr(0, dash), last = item.substr(dash + 1);
+    in_addr a{}, b{};
+    if (inet_pton(AF_INET, first.c_str(), &a) != 1)
+      return err = "'" + first + "' is not an IPv4 address", false;
+    if (last.find('.') == std::string::npos) {
+      uint64_t octet = 0;
+      if (!net::parseUint(last, 255, octet))
+        return err = "bad range end '" + last + "' (want an octet 0..255)", false;
+      b.s_addr = htonl((ntohl(a.s_addr) & 0xFFFFFF00u) | static_cast<uint32_t>(octet));
+    } else if (inet_pton(AF_INET, last.c_str(), &b) != 1) {
+      return err = "'" + last + "' is not an IPv4 address", false;
+    }
+    uint32_t lo = ntohl(a.s_addr), hi = ntohl(b.s_addr);
+    if (hi < lo) return err = "empty address range '" + item + "'", false;
+    if (hi - lo >= 1024) return err = "address range '" + item + "' is too large", false;
+    for (uint32_t x = lo;; ++x) {
+      in_addr c{};
+      c.s_addr = htonl(x);
+      char buf[INET_ADDRSTRLEN];
+      out.emplace_back(inet_ntop(AF_INET, &c, buf, sizeof buf));
+      if (x == hi) break;
+    }
+  }
+  if (out.empty()) return err = "no addresses", false;
+  return true;
+}
+
+// Returns 0 to run, 1 after --help, 2 on a usage error (message already printed).
+int parseArgs(int argc, char** argv, Options& o) {
+  auto usage = [](const std::string& msg) {
+    std::cerr << "kvgate sim: " << msg << "\n(see kvgate sim --help)\n";
+    return 2;
+  };
+  FaultState& f = o.cfg.faults;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i], value;
+    bool has_inline = false;
+    if (flag == "-h" || flag == "--help") {
+      std::cout << kUsage;
+      std::cout.flush();
+      return 1;
+    }
+    if (size_t eq = flag.find('='); flag.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = flag.substr(eq + 1);
+      flag.resize(eq);
+      has_inline = true;
+    }
+    if (flag == "--refuse-connections") {
+      if (has_inline && value != "true" && value != "false")
+        return usage("--refuse-connections takes no value (or =true/=false)");
+      f.refuse_connections = !has_inline || value == "true";
+      continue;
+    }
+    auto need = [&]() -> bool {
+      if (has_inline) return true;
+      if (i + 1 >= argc) return false;
+      value = argv[++i];
+      return true;
+    };
+    auto uintArg = [&](uint64_t lo, uint64_t hi, uint64_t& out) {
+      uint64_t v = 0;
+      if (!net::parseUint(value, hi, v) || v < lo) return false;
+      out = v;
+      return true;
+    };
+    auto intArg = [&](uint64_t lo, uint64_t hi, auto& out) {
+      uint64_t v = 0;
+      if (!uintArg(lo, hi, v)) return false;
+      out = static_cast<std::remove_reference_t<decltype(out)>>(v);
+      return true;
+    };
+    auto realArg = [&](double& out, bool positive) {
+      double v = 0;
+      if (!parseDouble(value, v) || v < 0 || (positive && v == 0)) return false;
+      out = v;
+      return true;
+    };
+    if (flag.rfind("--", 0) != 0) return usage("unexpected argument '" + flag + "'");
+    static const char* const kKnown[] = {
+        "--engine",         "--workers",          "--host",
+        "--port",           "--hosts",            "--model",
+        "--seed",           "--speedup",          "--block-size",
+        "--num-blocks",     "--prefill-us-per-token", "--prefill-base-ms",
+        "--itl-ms",         "--max-concurrency",  "--default-max-tokens",
+        "--max-model-len",  "--fail-requests",    "--fail-status",
+        "--stall-ms",       "--close-mid-stream-after", "--event-delay-ms"};
+    bool known = false;
+    for (const char* k : kKnown) known = known || flag == k;
+    if (!known) return usage("unknown flag '" + flag + "'");
+    if (!need()) return usage(flag + " needs a value");
+    constexpr uint64_t kBig = uint64_t{1} << 40;
+    bool ok = true;
+    if (flag == "--engine") {
+      if (value != "vllm") return usage("engine " + value + " not supported yet");
+      o.cfg.engine = value;
+    } else if (flag == "--workers") {
+      ok = intArg(1, 1024, o.workers);
+      o.workers_set = true;
+    } else if (flag == "--host") {
+      ok = net::isIpLiteral(value);
+      o.host = value;
+    } else if (flag == "--port") {
+      ok = uintArg(0, 65535, o.port);
+    } else if (flag == "--hosts") {
+      std::string err;
+      o.hosts.clear();
+      if (!parseHosts(value, o.hosts, err)) return usage("--hosts: " + err);
+    } else if (flag == "--model") {
+      if (value.empty()) return usage("--model needs a non-empty name");
+      if (!o.models_set) o.cfg.models.clear();
+      o.models_set = true;
+      o.cfg.models.push_back(value);
+    } else if (flag == "--seed") {
+      ok = uintArg(0, UINT64_MAX, o.cfg.seed);
+    } else if (flag == "--speedup") {
+      ok = realArg(o.cfg.speedup, true);
+    } else if (flag == "--block-size") {
+      ok = intArg(1, 4096, o.cfg.block_size);
+    } else if (flag == "--num-blocks") {
+      ok = intArg(1, uint64_t{1} << 32, o.cfg.num_blocks);
+    } else if (flag == "--prefill-us-per-token") {
+      ok = realArg(o.cfg.prefill_us_per_token, false);
+    } else if (flag == "--prefill-base-ms") {
+      ok = realArg(o.cfg.prefill_base_ms, false);
+    } else if (flag == "--itl-ms") {
+      ok = realArg(o.cfg.itl_ms, false);
+    } else if (flag == "--max-concurrency") {
+      ok = intArg(1, 1u << 20, o.cfg.max_concurrency);
+    } else if (flag == "--default-max-tokens") {
+      ok = intArg(1, 1u << 24, o.cfg.default_max_tokens);
+    } else if (flag == "--max-model-len") {
+      ok = intArg(1, 1u << 30, o.cfg.max_model_len);
+    } else if (flag == "--fail-requests") {
+      ok = intArg(0, kBig, f.fail_requests);
+    } else if (flag == "--fail-status") {
+      ok = intArg(400, 599, f.fail_status);
+    } else if (flag == "--stall-ms") {
+      ok = intArg(0, kBig, f.stall_ms);
+    } else if (flag == "--close-mid-stream-after") {
+      ok = intArg(0, kBig, f.close_mid_stream_after);
+    } else if (flag == "--event-delay-ms") {
+      ok = intArg(0, kBig, f.event_delay_ms);
+    }
+    if (!ok) return usage("bad value '" + value + "' for " + flag);
+  }
+  if (!o.hosts.empty()) {
+    if (o.workers_set && o.workers != o.hosts.size())
+      return usage("--workers " + std::to_string(o.workers) + " conflicts with --hosts (" +
+                   std::to_string(o.hosts.size()) + " addresses)");
+    o.workers = o.hosts.size();
+  } else if (o.port != 0 && o.port + o.workers - 1 > 65535) {
+    return usage("ports " + std::to_string(o.port) + ".." + std::to_string(o.port + o.workers - 1) +
+                 " exceed 65535");
+  }
+  return 0;
+}
+
+std::string urlOf(const std::string& host, uint16_t port) {
+  bool v6 = host.find(':') != std::string::npos;
+  return "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+// Binds every worker; returns an error message or "".
+std::string bindAll(const Options& o, Fleet& fleet) {
+  if (o.hosts.empty()) {
+    for (size_t i = 0; i < fleet.size(); ++i) {
+      auto port = static_cast<uint16_t>(o.port == 0 ? 0 : o.port + i);
+      auto r = fleet[i]->listen(o.host, port);
+      if (!r) return r.error().what;
+    }
+    return {};
+  }
+  if (o.port != 0) {
+    for (size_t i = 0; i < fleet.size(); ++i) {
+      auto r = fleet[i]->listen(o.hosts[i], static_cast<uint16_t>(o.port));
+      if (!r) return r.error().what;
+    }
+    return {};
+  }
+  // --port 0 with --hosts: a port free on the first host, then the same port on the others.
+  std::string last_err;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    auto first = fleet[0]->listen(o.hosts[0], 0);
+    if (!first) return first.error().what;
+    bool ok = true;
+    for (size_t i = 1; i < fleet.size() && ok; ++i) {
+      auto r = fleet[i]->listen(o.hosts[i], *first);
+      if (!r) {
+        last_err = r.error().what;
+        ok = false;
+      }
+    }
+    if (ok) return {};
+    for (auto& w : fleet) w->unlisten();
+  }
+  return "no common free port on all hosts: " + last_err;
+}
+
+// Stops every worker and drains the io_context for up to 2 s. True when nothing was left.
+bool shutdown(asio::io_context& io, Fleet& fleet) {
+  for (auto& w : fleet) w->stop();
+  io.stop();
+  io.restart();
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (io.run_one_until(until) != 0) {
+  }
+  return io.stopped();
+}
+
+// Frees the fleet and the io_context after a clean drain; otherwise leaves them (the process is
+// exiting, and pending coroutines still point into the workers).
+void release(asio::io_context* io, Fleet* fleet, bool clean) {
+  if (!clean) return;
+  fleet->clear();
+  delete fleet;
+  delete io;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (int rc = parseArgs(argc, argv, o); rc != 0) return rc == 1 ? 0 : rc;
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto* io = new asio::io_context(1);
+  auto* fleet = new Fleet;
+  for (size_t i = 0; i < o.workers; ++i)
+    fleet->push_back(std::make_unique<Worker>(*io, o.cfg, i, fleet));
+  if (std::string err = bindAll(o, *fleet); !err.empty()) {
+    std::cerr << "kvgate sim: " << err << "\n";
+    release(io, fleet, shutdown(*io, *fleet));
+    return 1;
+  }
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (auto& w : *fleet) {
+    if (auto r = w->applyInitialFaults(); !r) {
+      std::cerr << "kvgate sim: " << r.error().what << "\n";
+      release(io, fleet, shutdown(*io, *fleet));
+      return 1;
+    }
+    list.push_back({{"host", w->host()}, {"port", w->port()}, {"url", urlOf(w->host(), w->port())}});
+  }
+  nlohmann::ordered_json ready = {{"event", "ready"}, {"engine", o.cfg.engine}, {"workers", list}};
+  std::cout << ready.dump() << "\n";
+  std::cout.flush();
+  log::info("sim", "ready: " + std::to_string(fleet->size()) + " " + o.cfg.engine + " worker(s)");
+
+  {
+    asio::signal_set signals(*io, SIGINT, SIGTERM);
+    signals.async_wait([io](const error_code& ec, int sig) {
+      if (ec) return;
+      log::info("sim", "signal " + std::to_string(sig) + ": stopping");
+      io->stop();
+    });
+    io->run();
+  }  // the signal_set goes before the io_context can be freed
+  bool clean = shutdown(*io, *fleet);
+  if (!clean) log::warn("sim", "requests still pending after 2 s; exiting anyway");
+  release(io, fleet, clean);
+  return 0;
+}
+
+}  // namespace kvgate::sim

@@ -1,0 +1,75 @@
+#include "sim/tokenizer.h"
+
+#include <xxhash.h>
+
+namespace kvgate::sim {
+namespace {
+bool isWordByte(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+}  // namespace
+
+uint32_t SimpleTokenizer::pieceId(std::string_view piece) {
+  return static_cast<uint32_t>(XXH3_64bits(piece.data(), piece.size()) % kVocab) + kFirstId;
+}
+
+std::vector<uint32_t> SimpleTokenizer::encode(std::string_view text) const {
+  std::vector<uint32_t> ids;
+  ids.reserve(text.size() / 4 + 1);
+  size_t i = 0;
+  const size_t n = text.size();
+  while (i < n) {
+    size_t start = i;
+    auto c = static_cast<unsigned char>(text[i]);
+    if (c == ' ' && i + 1 < n && isWordByte(static_cast<unsigned char>(text[i + 1]))) ++i;
+    if (isWordByte(static_cast<unsigned char>(text[i]))) {
+      while (i < n && isWordByte(static_cast<unsigned char>(text[i]))) ++i;
+    } else {
+      ++i;  // one other byte
+    }
+    std::string_view piece = text.substr(start, i - start);
+    for (size_t off = 0; off < piece.size(); off += kMaxPieceBytes)
+      ids.push_back(pieceId(piece.substr(off, kMaxPieceBytes)));
+  }
+  return ids;
+}
+
+std::string contentText(const nlohmann::json& content) {
+  if (content.is_string()) return content.get<std::string>();
+  std::string out;
+  if (!content.is_array()) return out;
+  for (const auto& part : content) {
+    if (!part.is_object()) continue;
+    auto type = part.find("type");
+    auto text = part.find("text");
+    if (type != part.end() && type->is_string() && *type == "text" && text != part.end() &&
+        text->is_string())
+      out += text->get_ref<const std::string&>();
+  }
+  return out;
+}
+
+std::string SimpleTokenizer::renderChat(const nlohmann::json& messages,
+                                        bool add_generation_prompt) const {
+  std::string out;
+  if (messages.is_array()) {
+    for (const auto& m : messages) {
+      if (!m.is_object()) continue;
+      std::string role = "user";
+      auto r = m.find("role");
+      if (r != m.end() && r->is_string()) role = r->get<std::string>();
+      out += "<|" + role + "|>\n";
+      auto c = m.find("content");
+      if (c != m.end()) out += contentText(*c);
+      out += '\n';
+    }
+  }
+  if (add_generation_prompt) out += "<|assistant|>\n";
+  return out;
+}
+
+std::unique_ptr<Tokenizer> makeTokenizer(const std::string& /*model*/) {
+  return std::make_unique<SimpleTokenizer>();
+}
+
+}  // namespace kvgate::sim

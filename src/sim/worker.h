@@ -1,0 +1,145 @@
+// One simulated vLLM worker: an OpenAI-compatible HTTP server with vLLM's response shapes,
+// error JSON, Prometheus metrics, a vLLM-style prefix cache and fault injection.
+//
+// Timing model (every delay is divided by --speedup; waits use asio::steady_timer, the thread
+// never blocks):
+//   1. stall        : stall_ms fault only, before anything is sent.
+//   2. queue        : wait FIFO for one of --max-concurrency slots (the wait is
+//                     vllm:num_requests_waiting; slot holders are vllm:num_requests_running).
+//   3. prefill      : prefill_base_ms + uncached_prompt_tokens * prefill_us_per_token / 1000 ms,
+//                     where uncached = prompt_tokens - cached_tokens from the prefix cache (its
+//                     blocks are referenced from here until the request ends).
+//   4. decode       : the first token is emitted right after prefill; each further token after
+//                     itl_ms (+ event_delay_ms between stream events). Every request generates
+//                     exactly max_tokens tokens (finish_reason "length").
+//   TTFT = queue + (prefill_base_ms + uncached * prefill_us_per_token / 1000) / speedup
+//   E2E  = TTFT + (max_tokens - 1) * itl_ms / speedup
+// Streaming responses send their headers before the queue wait (as vLLM does); non-streaming
+// ones send everything when generation is done.
+//
+// Output is deterministic: the words come from a fixed list, drawn by splitmix64 seeded with
+// (--seed, XXH3 of the prompt token ids); each word is one token.
+//
+// A client that goes away is detected by a failed write or, while the request is queued or in
+// prefill, by watching the socket for EOF. The request then stops, releases its slot and cache
+// blocks, and counts in kvgate_sim_requests_aborted_total.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "http/server.h"
+#include "sim/prefix_cache.h"
+#include "sim/tokenizer.h"
+
+namespace kvgate::sim {
+
+// Fault knobs of one worker (also settable with POST /sim/fault).
+struct FaultState {
+  int64_t fail_requests = 0;            // next N inference requests fail with fail_status
+  int fail_status = 500;                // 400..599
+  bool refuse_connections = false;      // listening socket closed
+  int64_t stall_ms = 0;                 // sleep before response headers
+  int64_t close_mid_stream_after = -1;  // < 0 disabled; close after K stream events
+  int64_t event_delay_ms = 0;           // extra delay between stream events
+};
+
+// Applies the fault fields of a JSON object to `f` ("reset":true first clears it; "worker" is
+// ignored here). Returns an error message, or "" on success; `f` is untouched on error.
+std::string applyFaultJson(const nlohmann::json& j, FaultState& f);
+
+struct SimConfig {
+  std::string engine = "vllm";
+  std::vector<std::string> models{"sim-model"};  // first = default
+  uint64_t seed = 1;
+  double speedup = 1.0;
+  size_t block_size = 16;
+  size_t num_blocks = 4096;
+  double prefill_us_per_token = 100;
+  double prefill_base_ms = 5;
+  double itl_ms = 10;
+  size_t max_concurrency = 64;
+  int64_t default_max_tokens = 16;
+  int64_t max_model_len = 32768;
+  FaultState faults;  // initial faults
+};
+
+class Worker;
+// All workers of one `kvgate sim` process; /sim/fault {"worker":i} on any of them targets i.
+using Fleet = std::vector<std::unique_ptr<Worker>>;
+
+class Worker {
+ public:
+  Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const Fleet* fleet);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  Result<uint16_t> listen(const std::string& host, uint16_t port);
+  void unlisten();  // closes the listener (used to retry another port)
+  // Applies refuse_connections from the initial fault state; call after listen().
+  Result<void> applyInitialFaults();
+  // Stops accepting, closes connections and wakes every waiting request so it ends.
+  void stop();
+
+  const std::string& host() const { return host_; }
+  uint16_t port() const { return port_; }
+  size_t index() const { return index_; }
+
+ private:
+  struct RequestCtx;
+  struct Inference;
+
+  asio::awaitable<void> handle(http::Request& req, http::ResponseWriter& w);
+  asio::awaitable<void> handleInference(http::Request& req, http::ResponseWriter& w, bool chat,
+                                        const http::HeaderList& hdrs);
+  asio::awaitable<void> handleEmbeddings(http::Request& req, http::ResponseWriter& w,
+                                         const http::HeaderList& hdrs);
+  asio::awaitable<void> handleFault(http::Request& req, http::ResponseWriter& w);
+  std::string metricsText() const;
+  std::string modelsJson() const;
+  nlohmann::ordered_json faultJson() const;
+  Result<void> setFaults(const FaultState& next);
+  Result<Inference> parseInference(const std::string& body, bool chat) const;
+
+  // Fault preamble of an inference request (fail_requests, stall_ms); false = already answered.
+  asio::awaitable<bool> faultPreamble(RequestCtx& c, http::ResponseWriter& w,
+                                      const http::HeaderList& hdrs);
+  void abortRequest(http::ResponseWriter& w);  // client gone or stopping: count, hang up
+  asio::awaitable<bool> sleepFor(RequestCtx& c, double ms);
+  asio::awaitable<bool> acquireSlot(RequestCtx& c);
+  void releaseSlot();
+
+  asio::io_context& io_;
+  SimConfig cfg_;
+  size_t index_;
+  const Fleet* fleet_;
+  http::Server server_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  PrefixCache cache_;
+  FaultState faults_;
+  std::string host_;
+  uint16_t port_ = 0;
+  bool stopping_ = false;
+  int64_t created_ = 0;  // unix time the worker started (for /v1/models)
+
+  size_t running_ = 0;                // concurrency slots held
+  std::deque<RequestCtx*> waiters_;  // FIFO for a slot
+  std::set<RequestCtx*> active_;     // every in-flight inference request
+
+  uint64_t requests_total_ = 0;
+  uint64_t requests_aborted_ = 0;
+  uint64_t faults_injected_ = 0;
+  uint64_t prefix_queries_ = 0;
+  uint64_t prefix_hits_ = 0;
+  uint64_t prompt_tokens_ = 0;
+  uint64_t generation_tokens_ = 0;
+  uint64_t request_success_ = 0;
+};
+
+}  // namespace kvgate::sim
