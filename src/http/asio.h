@@ -72,4 +72,30 @@ class Deadline {
   std::shared_ptr<State> s_;
 };
 
+// Closes a connection after an error response without losing that response: shuts down the
+// sending side, then reads and discards what the client is still sending (bounded in time and
+// bytes) so the kernel does not answer the client's unread data with a reset.
+inline asio::awaitable<void> lingeringClose(tcp::socket& s,
+                                            std::chrono::milliseconds max_wait =
+                                                std::chrono::milliseconds(2000),
+                                            size_t max_bytes = 64 * 1024 * 1024) {
+  error_code ec;
+  s.shutdown(tcp::socket::shutdown_send, ec);
+  Deadline d(s.get_executor());
+  d.start([&s] {
+    error_code e;
+    s.close(e);
+  });
+  d.expireAfter(max_wait);
+  char buf[16384];
+  size_t total = 0;
+  while (s.is_open() && total < max_bytes) {
+    size_t n = co_await s.async_read_some(asio::buffer(buf), useEc(ec));
+    if (ec || n == 0) break;
+    total += n;
+  }
+  d.stop();
+  s.close(ec);
+}
+
 }  // namespace kvgate

@@ -387,9 +387,7 @@ asio::awaitable<void> Server::serveConnection(tcp::socket sock) {
     keep_going = w.keepAlive() && !w.failed() && sock.is_open();
   }
   deadline.stop();
-  error_code ec;
-  sock.shutdown(tcp::socket::shutdown_both, ec);
-  sock.close(ec);
+  if (sock.is_open()) co_await lingeringClose(sock);
   state->connections.erase(&sock);
 }
 

@@ -401,6 +401,7 @@ done:
   deadline_.stop();
   co_await stopWatch();
   closeUpstream();
+  if (client_.is_open() && !client_gone_) co_await lingeringClose(client_);
   closeClient();
 }
 

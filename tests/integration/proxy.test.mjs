@@ -34,8 +34,8 @@ describe('fullproxy data plane', () => {
       const res = await fetch(`${url}/v1/completions`, {
         method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
       });
-      assert.equal(res.status, 200, await res.text());
-      await res.arrayBuffer();
+      const text = await res.text();
+      assert.equal(res.status, 200, text);
     }
   }
 
@@ -218,8 +218,9 @@ describe('fullproxy data plane', () => {
     // Header timeout (gateway started with --header-timeout-ms 1000): partial head -> 408.
     assert.match(await rawRequest(svc.port, 'GET / HTTP/1.1\r\nHost: a\r\n', { waitMs: 3000 }), /^HTTP\/1.1 408/);
     // A chunked request body is forwarded with a Content-Length.
+    const parts = ['{"model":"sim-mo', 'del","prompt":"x","max_tokens":1}'];
     const chunked = await send1('POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n' +
-      '10\r\n{"model":"sim-mo\r\n1f\r\ndel","prompt":"x","max_tokens":1}\r\n0\r\n\r\n');
+      parts.map((p) => `${p.length.toString(16)}\r\n${p}\r\n`).join('') + '0\r\n\r\n');
     assert.match(chunked, /^HTTP\/1.1 200/);
     await svc.remove();
   });
