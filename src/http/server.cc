@@ -149,7 +149,7 @@ static std::string headLine(int status, std::string_view ct, const HeaderList& e
 }
 
 asio::awaitable<bool> ResponseWriter::send(int status, std::string_view ct, std::string_view body,
-                                           const HeaderList& extra) {
+                                           HeaderList extra) {
   started_ = true;
   std::string h = headLine(status, ct, extra, keep_alive_);
   h.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n\r\n");
@@ -162,7 +162,7 @@ asio::awaitable<bool> ResponseWriter::send(int status, std::string_view ct, std:
 }
 
 asio::awaitable<bool> ResponseWriter::beginStream(int status, std::string_view ct,
-                                                  const HeaderList& extra) {
+                                                  HeaderList extra) {
   started_ = true;
   std::string h = headLine(status, ct, extra, keep_alive_);
   h.append("Transfer-Encoding: chunked\r\n\r\n");

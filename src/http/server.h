@@ -36,9 +36,9 @@ class ResponseWriter {
  public:
   ResponseWriter(tcp::socket& sock, bool keep_alive) : sock_(sock), keep_alive_(keep_alive) {}
   asio::awaitable<bool> send(int status, std::string_view content_type, std::string_view body,
-                             const HeaderList& extra = {});
+                             HeaderList extra = {});
   asio::awaitable<bool> beginStream(int status, std::string_view content_type,
-                                    const HeaderList& extra = {});
+                                    HeaderList extra = {});
   asio::awaitable<bool> writeChunk(std::string_view data);
   asio::awaitable<bool> endStream();
   // Raw bytes straight to the socket (fault injection: truncated streams).

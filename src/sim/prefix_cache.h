@@ -29,8 +29,8 @@ class PrefixCache {
   static constexpr uint64_t kRootKey = 0x6b76676174652d31ULL;  // "kvgate-1"
 
   struct Allocation {
-    size_t cached_tokens = 0;     // tokens of the leading blocks that were already present
-    std::vector<uint64_t> keys;   // blocks this allocation references, in prompt order
+    size_t cached_tokens = 0;    // tokens of the leading blocks that were already present
+    std::vector<uint64_t> keys;  // blocks this allocation references, in prompt order
   };
 
   PrefixCache(size_t block_size, size_t capacity_blocks);
@@ -40,8 +40,8 @@ class PrefixCache {
   // Drops every unreferenced block; returns how many were dropped.
   size_t clearUnreferenced();
 
-  size_t usedBlocks() const { return used_; }               // blocks with references
-  size_t cachedBlocks() const { return blocks_.size(); }    // all blocks present
+  size_t usedBlocks() const { return used_; }             // blocks with references
+  size_t cachedBlocks() const { return blocks_.size(); }  // all blocks present
   size_t capacity() const { return capacity_; }
   size_t blockSize() const { return block_size_; }
   bool contains(uint64_t key) const { return blocks_.count(key) != 0; }

@@ -57,6 +57,7 @@ Faults (also settable at runtime with POST /sim/fault):
   --stall-ms MS                 sleep before sending response headers (default 0)
   --close-mid-stream-after K    cut streams after K events, without the final chunk
   --event-delay-ms MS           extra delay between stream events (default 0)
+  --log-level L                 debug, info, warn, error (default info; logs go to stderr)
   -h, --help                    show this help
 )";
 
@@ -172,16 +173,13 @@ int parseArgs(int argc, char** argv, Options& o) {
       return true;
     };
     if (flag.rfind("--", 0) != 0) return usage("unexpected argument '" + flag + "'");
-    static const char* const kKnown[] = {
-        "--engine",         "--workers",          "--host",
-        "--port",           "--hosts",            "--model",
-        "--seed",           "--speedup",          "--block-size",
-        "--num-blocks",     "--prefill-us-per-token", "--prefill-base-ms",
-        "--itl-ms",         "--max-concurrency",  "--default-max-tokens",
-        "--max-model-len",  "--fail-requests",    "--fail-status",
-        "--stall-ms",       "--close-mid-stream-after", "--event-delay-ms"};
-    bool known = false;
-    for (const char* k : kKnown) known = known || flag == k;
+    static const std::string kKnown =
+        " --engine --workers --host --port --hosts --model --seed --speedup --block-size"
+        " --num-blocks --prefill-us-per-token --prefill-base-ms --itl-ms --max-concurrency"
+        " --default-max-tokens --max-model-len --fail-requests --fail-status --stall-ms"
+        " --close-mid-stream-after --event-delay-ms --log-level ";
+    bool known =
+        flag.find(' ') == std::string::npos && kKnown.find(" " + flag + " ") != std::string::npos;
     if (!known) return usage("unknown flag '" + flag + "'");
     if (!need()) return usage(flag + " needs a value");
     constexpr uint64_t kBig = uint64_t{1} << 40;
@@ -234,6 +232,17 @@ int parseArgs(int argc, char** argv, Options& o) {
       ok = intArg(0, kBig, f.stall_ms);
     } else if (flag == "--close-mid-stream-after") {
       ok = intArg(0, kBig, f.close_mid_stream_after);
+    } else if (flag == "--log-level") {
+      static const std::pair<const char*, log::Level> kLevels[] = {{"debug", log::Level::kDebug},
+                                                                   {"info", log::Level::kInfo},
+                                                                   {"warn", log::Level::kWarn},
+                                                                   {"error", log::Level::kError}};
+      ok = false;
+      for (const auto& [name, level] : kLevels)
+        if (value == name) {
+          log::setLevel(level);
+          ok = true;
+        }
     } else if (flag == "--event-delay-ms") {
       ok = intArg(0, kBig, f.event_delay_ms);
     }
@@ -335,7 +344,8 @@ int main(int argc, char** argv) {
       release(io, fleet, shutdown(*io, *fleet));
       return 1;
     }
-    list.push_back({{"host", w->host()}, {"port", w->port()}, {"url", urlOf(w->host(), w->port())}});
+    list.push_back(
+        {{"host", w->host()}, {"port", w->port()}, {"url", urlOf(w->host(), w->port())}});
   }
   nlohmann::ordered_json ready = {{"event", "ready"}, {"engine", o.cfg.engine}, {"workers", list}};
   std::cout << ready.dump() << "\n";

@@ -38,8 +38,7 @@ class SimpleTokenizer : public Tokenizer {
   static constexpr uint32_t kFirstId = 256;
 
   std::vector<uint32_t> encode(std::string_view text) const override;
-  std::string renderChat(const nlohmann::json& messages,
-                         bool add_generation_prompt) const override;
+  std::string renderChat(const nlohmann::json& messages, bool add_generation_prompt) const override;
   static uint32_t pieceId(std::string_view piece);
 };
 

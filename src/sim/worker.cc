@@ -20,14 +20,14 @@ using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
 constexpr std::array<const char*, 64> kWords = {
-    "the",    "a",      "model",  "token",   "cache",  "block",  "prefix", "router",
+    "the",     "a",      "model",  "token",   "cache",  "block",  "prefix", "router",
     "gateway", "engine", "worker", "request", "stream", "batch",  "prompt", "reply",
-    "fast",   "slow",   "warm",   "cold",    "quiet",  "bright", "simple", "steady",
-    "river",  "stone",  "cloud",  "forest",  "garden", "bridge", "harbor", "meadow",
-    "is",     "was",    "will",   "can",     "moves",  "holds",  "keeps",  "finds",
-    "and",    "or",     "but",    "so",      "then",   "while",  "after",  "before",
-    "one",    "two",    "three",  "four",    "many",   "few",    "every",  "some",
-    "of",     "to",     "in",     "on",      "with",   "from",   "over",   "under"};
+    "fast",    "slow",   "warm",   "cold",    "quiet",  "bright", "simple", "steady",
+    "river",   "stone",  "cloud",  "forest",  "garden", "bridge", "harbor", "meadow",
+    "is",      "was",    "will",   "can",     "moves",  "holds",  "keeps",  "finds",
+    "and",     "or",     "but",    "so",      "then",   "while",  "after",  "before",
+    "one",     "two",    "three",  "four",    "many",   "few",    "every",  "some",
+    "of",      "to",     "in",     "on",      "with",   "from",   "over",   "under"};
 
 struct SplitMix64 {
   uint64_t state;
@@ -39,14 +39,20 @@ struct SplitMix64 {
   }
 };
 
-std::string dumpJson(const ojson& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string dumpJson(const ojson& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string errorType(int status) {
   switch (status) {
-    case 400: return "BadRequestError";
-    case 404: return "NotFoundError";
-    case 500: return "InternalServerError";
-    default: break;
+    case 400:
+      return "BadRequestError";
+    case 404:
+      return "NotFoundError";
+    case 500:
+      return "InternalServerError";
+    default:
+      break;
   }
   std::string t;
   for (const char* p = http::statusReason(status); *p; ++p)
@@ -406,9 +412,10 @@ Result<Worker::Inference> Worker::parseInference(const std::string& body, bool c
       in.prompt = tokenizer_->encode(one->get_ref<const std::string&>());
     } else if (one->is_array() && tokenList(*one, in.prompt)) {
     } else if (p->is_array() && p->size() > 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
-      return fail(400, "", "Batched prompts (" + std::to_string(p->size()) +
-                               " prompts) are not supported by the simulator; send one prompt "
-                               "per request.");
+      return fail(400, "",
+                  "Batched prompts (" + std::to_string(p->size()) +
+                      " prompts) are not supported by the simulator; send one prompt "
+                      "per request.");
     } else {
       return fail(400, "",
                   "'prompt' must be a string, a list of token ids, or a list with one prompt.");
@@ -422,21 +429,23 @@ Result<Worker::Inference> Worker::parseInference(const std::string& body, bool c
     if (v == j.end() || v->is_null()) continue;
     int64_t x = 0;
     if (!getInt(*v, 1, cfg_.max_model_len, x))
-      return fail(400, key, std::string(key) + " must be an integer in 1.." +
-                                std::to_string(cfg_.max_model_len) + ".");
+      return fail(400, key,
+                  std::string(key) + " must be an integer in 1.." +
+                      std::to_string(cfg_.max_model_len) + ".");
     in.max_tokens = x;  // max_completion_tokens (read last) wins, as in vLLM
   }
   auto plen = static_cast<int64_t>(in.prompt.size());
   if (in.max_tokens < 0)
-    in.max_tokens = std::max<int64_t>(1, std::min(cfg_.default_max_tokens, cfg_.max_model_len - plen));
+    in.max_tokens =
+        std::max<int64_t>(1, std::min(cfg_.default_max_tokens, cfg_.max_model_len - plen));
   if (plen + in.max_tokens > cfg_.max_model_len) {
-    return fail(400, "", "This model's maximum context length is " +
-                             std::to_string(cfg_.max_model_len) + " tokens. However, you requested " +
-                             std::to_string(plen + in.max_tokens) + " tokens (" +
-                             std::to_string(plen) + " in the messages, " +
-                             std::to_string(in.max_tokens) +
-                             " in the completion). Please reduce the length of the messages or "
-                             "completion.");
+    return fail(400, "",
+                "This model's maximum context length is " + std::to_string(cfg_.max_model_len) +
+                    " tokens. However, you requested " + std::to_string(plen + in.max_tokens) +
+                    " tokens (" + std::to_string(plen) + " in the messages, " +
+                    std::to_string(in.max_tokens) +
+                    " in the completion). Please reduce the length of the messages or "
+                    "completion.");
   }
   if (auto n = j.find("n"); n != j.end() && !n->is_null() && *n != 1)
     return fail(400, "n", "The simulator supports only n=1.");
@@ -446,8 +455,7 @@ Result<Worker::Inference> Worker::parseInference(const std::string& body, bool c
   }
   if (auto so = j.find("stream_options"); so != j.end() && !so->is_null()) {
     if (!in.stream)
-      return fail(400, "stream_options",
-                  "Stream options can only be defined when `stream=True`.");
+      return fail(400, "stream_options", "Stream options can only be defined when `stream=True`.");
     if (!so->is_object()) return fail(400, "stream_options", "'stream_options' must be an object.");
     if (auto iu = so->find("include_usage"); iu != so->end() && iu->is_boolean())
       in.include_usage = iu->get<bool>();
@@ -508,11 +516,11 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
     co_return;
   }
   prompt_tokens_ += static_cast<uint64_t>(plen);
-  const std::string usage = "{\"prompt_tokens\":" + std::to_string(plen) +
-                            ",\"completion_tokens\":" + std::to_string(ntok) +
-                            ",\"total_tokens\":" + std::to_string(plen + ntok) +
-                            ",\"prompt_tokens_details\":{\"cached_tokens\":" +
-                            std::to_string(cached) + "}}";
+  const std::string usage =
+      "{\"prompt_tokens\":" + std::to_string(plen) +
+      ",\"completion_tokens\":" + std::to_string(ntok) +
+      ",\"total_tokens\":" + std::to_string(plen + ntok) +
+      ",\"prompt_tokens_details\":{\"cached_tokens\":" + std::to_string(cached) + "}}";
 
   if (!in.stream) {
     std::string text;
@@ -616,7 +624,8 @@ asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::Respons
   RequestCtx ctx(*this, w.socket());
   if (!co_await faultPreamble(ctx, w, hdrs)) co_return;
   // A coroutine so the error body lives in its frame until the write completes.
-  auto bad = [&](int status, std::string msg, const char* param = nullptr) -> asio::awaitable<void> {
+  auto bad = [&](int status, std::string msg,
+                 const char* param = nullptr) -> asio::awaitable<void> {
     std::string body = vllmError(status, msg, param);
     co_await w.send(status, "application/json", body, hdrs);
   };
@@ -627,11 +636,11 @@ asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::Respons
   }
   std::string model = cfg_.models.front();
   if (auto m = j.find("model"); m != j.end() && !m->is_null()) {
-    if (!m->is_string() ||
-        std::find(cfg_.models.begin(), cfg_.models.end(), m->get<std::string>()) ==
-            cfg_.models.end()) {
-      co_await bad(404, "The model `" + (m->is_string() ? m->get<std::string>() : m->dump()) +
-                            "` does not exist.",
+    if (!m->is_string() || std::find(cfg_.models.begin(), cfg_.models.end(),
+                                     m->get<std::string>()) == cfg_.models.end()) {
+      co_await bad(404,
+                   "The model `" + (m->is_string() ? m->get<std::string>() : m->dump()) +
+                       "` does not exist.",
                    "model");
       co_return;
     }
@@ -663,8 +672,8 @@ asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::Respons
   }
   uint64_t ntok = 0;
   for (const auto& t : inputs) ntok += t.size();
-  if (!co_await sleepFor(ctx, cfg_.prefill_base_ms + static_cast<double>(ntok) *
-                                                         cfg_.prefill_us_per_token / 1e3)) {
+  if (!co_await sleepFor(ctx, cfg_.prefill_base_ms +
+                                  static_cast<double>(ntok) * cfg_.prefill_us_per_token / 1e3)) {
     abortRequest(w);
     co_return;
   }
@@ -685,8 +694,11 @@ asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::Respons
     if (b64) emb = base64(reinterpret_cast<const unsigned char*>(v.data()), sizeof v);
     data.push_back({{"index", i}, {"object", "embedding"}, {"embedding", emb}});
   }
-  ojson resp = {{"id", "embd-" + newRequestId()}, {"object", "list"},    {"created", unixNow()},
-                {"model", model},                 {"data", data}};
+  ojson resp = {{"id", "embd-" + newRequestId()},
+                {"object", "list"},
+                {"created", unixNow()},
+                {"model", model},
+                {"data", data}};
   resp["usage"] = {{"prompt_tokens", ntok},
                    {"total_tokens", ntok},
                    {"completion_tokens", 0},
@@ -741,8 +753,7 @@ std::string Worker::metricsText() const {
   addMetric(out, "kvgate_sim_requests_total", "counter",
             "Inference requests received by the simulated worker.", labels, d(requests_total_));
   addMetric(out, "kvgate_sim_requests_aborted_total", "counter",
-            "Requests whose client disconnected before completion.", labels,
-            d(requests_aborted_));
+            "Requests whose client disconnected before completion.", labels, d(requests_aborted_));
   addMetric(out, "kvgate_sim_faults_injected_total", "counter",
             "Faults injected (failed, stalled, cut or delayed requests).", labels,
             d(faults_injected_));

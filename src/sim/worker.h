@@ -128,7 +128,7 @@ class Worker {
   bool stopping_ = false;
   int64_t created_ = 0;  // unix time the worker started (for /v1/models)
 
-  size_t running_ = 0;                // concurrency slots held
+  size_t running_ = 0;               // concurrency slots held
   std::deque<RequestCtx*> waiters_;  // FIFO for a slot
   std::set<RequestCtx*> active_;     // every in-flight inference request
 
