@@ -1,6 +1,7 @@
 # kvgate: two commands for newcomers (`make demo`, `make test`); the rest for developers.
 BUILD_DIR ?= build
 JOBS ?= 2
+MAKEFLAGS += --no-print-directory
 
 .PHONY: setup build test unit demo lint clean
 

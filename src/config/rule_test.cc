@@ -57,6 +57,8 @@ struct BadCase {
   const char* field;    // expected in the error's source
 };
 
+void PrintTo(const BadCase& b, std::ostream* os) { *os << b.name; }
+
 class RuleRejects : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(RuleRejects, With400NamingTheField) {

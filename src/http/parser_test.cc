@@ -55,6 +55,8 @@ struct Bad {
   int status;
 };
 
+void PrintTo(const Bad& b, std::ostream* os) { *os << b.name; }
+
 class Smuggling : public ::testing::TestWithParam<Bad> {};
 
 TEST_P(Smuggling, IsRejected) {

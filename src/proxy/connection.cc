@@ -482,7 +482,11 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
       co_await asio::async_write(upstream_, bufs, useEc(ec));
       if (ec) {
         closeUpstream();
-        if (reused) continue;  // stale pooled connection: once more on a fresh one
+        if (reused) {  // stale pooled connection: once more on a fresh one
+          log::debug("proxy", "pooled connection to " + ep.state->label +
+                                  " failed on send; resending on a fresh one");
+          continue;
+        }
         last_error = "send to " + ep.state->label + " failed: " + ec.message();
         fail_status = 502;
         break;
@@ -522,7 +526,11 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
                              std::string("malformed response from upstream: ") + perr.reason);
           co_return true;
         }
-        if (reused && !got_bytes) continue;  // closed while idle: send again on a fresh one
+        if (reused && !got_bytes) {  // closed while idle: send again on a fresh one
+          log::debug("proxy", "pooled connection to " + ep.state->label +
+                                  " closed before answering; resending on a fresh one");
+          continue;
+        }
         co_await sendError(502, "upstream_closed",
                            "upstream " + ep.state->label + " closed the connection");
         co_return true;

@@ -4,6 +4,8 @@
 
 #include <cerrno>
 
+#include "common/log.h"
+
 namespace kvgate::proxy {
 namespace {
 // True when the peer has not closed the idle connection and sent nothing unexpected.
@@ -27,6 +29,7 @@ bool UpstreamPool::take(const std::string& key, tcp::socket& out) {
       out = std::move(c.sock);
       return true;
     }
+    log::debug("pool", "discarding idle connection to " + key + " (closed by the peer or too old)");
     error_code ec;
     c.sock.close(ec);
   }

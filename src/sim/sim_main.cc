@@ -46,6 +46,7 @@ Timing (all delays are divided by --speedup):
   --prefill-base-ms B           fixed prefill cost per request (default 5)
   --prefill-us-per-token U      prefill cost per UNCACHED prompt token (default 100)
   --itl-ms T                    delay between generated tokens (default 10)
+  --keepalive-timeout-ms MS     close idle keep-alive connections after MS (default 5000)
   --max-concurrency C           running requests; the rest wait FIFO (default 64)
 KV cache:
   --block-size N                tokens per KV block (default 16)
@@ -175,7 +176,7 @@ int parseArgs(int argc, char** argv, Options& o) {
     if (flag.rfind("--", 0) != 0) return usage("unexpected argument '" + flag + "'");
     static const std::string kKnown =
         " --engine --workers --host --port --hosts --model --seed --speedup --block-size"
-        " --num-blocks --prefill-us-per-token --prefill-base-ms --itl-ms --max-concurrency"
+        " --num-blocks --prefill-us-per-token --prefill-base-ms --itl-ms --keepalive-timeout-ms --max-concurrency"
         " --default-max-tokens --max-model-len --fail-requests --fail-status --stall-ms"
         " --close-mid-stream-after --event-delay-ms --log-level ";
     bool known =
@@ -216,6 +217,8 @@ int parseArgs(int argc, char** argv, Options& o) {
       ok = realArg(o.cfg.prefill_us_per_token, false);
     } else if (flag == "--prefill-base-ms") {
       ok = realArg(o.cfg.prefill_base_ms, false);
+    } else if (flag == "--keepalive-timeout-ms") {
+      ok = uintArg(1, 86400000, o.cfg.keepalive_timeout_ms);
     } else if (flag == "--itl-ms") {
       ok = realArg(o.cfg.itl_ms, false);
     } else if (flag == "--max-concurrency") {

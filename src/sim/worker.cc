@@ -239,12 +239,19 @@ struct Worker::RequestCtx {
   PrefixCache::Allocation alloc;
 };
 
+static http::ServerOptions serverOptions(const SimConfig& cfg) {
+  http::ServerOptions o;
+  o.idle_timeout = std::chrono::milliseconds(cfg.keepalive_timeout_ms);
+  return o;
+}
+
 Worker::Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const Fleet* fleet)
     : io_(io),
       cfg_(cfg),
       index_(index),
       fleet_(fleet),
-      server_(io, [this](http::Request& r, http::ResponseWriter& w) { return handle(r, w); }),
+      server_(io, [this](http::Request& r, http::ResponseWriter& w) { return handle(r, w); },
+              serverOptions(cfg)),
       tokenizer_(makeTokenizer(cfg.models.empty() ? std::string() : cfg.models.front())),
       cache_(cfg.block_size, cfg.num_blocks),
       faults_(cfg.faults),

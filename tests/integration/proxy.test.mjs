@@ -245,4 +245,28 @@ describe('fullproxy data plane', () => {
     await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
     await faulty.stop();
   });
+
+  test('no request is lost when the upstream closes pooled connections while idle', async () => {
+    // Workers close idle keep-alive connections after 150 ms; requests arrive around that age so
+    // the gateway keeps meeting connections closed while idle (and some closing as it sends).
+    const sim2 = await startSim(['--workers', '2', '--port', '0', '--keepalive-timeout-ms', '150', '--itl-ms', '0']);
+    const port = await freePort();
+    assert.equal((await api(gw.api, 'POST', BASE, rule({ port, workers: sim2.workers }))).status, 200);
+    const url = `http://127.0.0.1:${port}/v1/completions`;
+    const body = '{"model":"sim-model","prompt":"a","max_tokens":1}';
+    let ok = 0;
+    const delays = [0, 140, 150, 155, 160, 200, 145, 152, 148, 300];
+    for (let round = 0; round < 3; round++) {
+      for (const d of delays) {
+        await sleep(d);
+        const burst = await Promise.all(Array.from({ length: 4 }, () =>
+          fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body })
+            .then(async (r) => { await r.arrayBuffer(); return r.status; })));
+        ok += burst.filter((s) => s === 200).length;
+      }
+    }
+    assert.equal(ok, 3 * delays.length * 4);
+    await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
+    await sim2.stop();
+  });
 });
