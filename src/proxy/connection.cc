@@ -425,6 +425,8 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
     out.append(h.name).append(": ").append(h.value).append("\r\n");
   }
   out.append("X-Request-Id: ").append(request_id).append("\r\n");
+  const bool add_host = head.host.empty();  // an HTTP/1.0 client sent none; HTTP/1.1 needs one
+  const size_t host_at = out.size();
   if (head.body_kind == http::BodyKind::kChunked)
     out.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n");
   out.append("\r\n");
@@ -448,6 +450,12 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
     const auto& ep = route.endpoints[static_cast<size_t>(idx)];
     const auto& addr = route.addresses[static_cast<size_t>(idx)];
     outcome_.endpoint = ep.state->label;
+    if (add_host) {
+      static constexpr std::string_view kHostName = "Host: ";
+      if (out.compare(host_at, kHostName.size(), kHostName) == 0)
+        out.erase(host_at, out.find("\r\n", host_at) + 2 - host_at);
+      out.insert(host_at, std::string(kHostName) + ep.state->label + "\r\n");
+    }
     // Up to two sends on this endpoint: a reused connection that turns out dead before any
     // response byte is replaced by a fresh one (nothing reached the engine).
     for (int send_try = 0; send_try < 2; ++send_try) {

@@ -1,0 +1,144 @@
+// Rule matching on one VIP:port (host, path prefix, model pools), protocol corner cases
+// (pipelining, HTTP/1.0), the stream wall-clock cap, the simulator's own input checks and ctl.
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import {
+  BIN, api, freePort, rawRequest, rule, simMetrics, startGateway, startSim, tempDir,
+} from './lib.mjs';
+
+const BASE = '/netlox/v1/config/loadbalancer';
+
+describe('rule matching and protocol corners', () => {
+  let sim; let gw; let tmp;
+  before(async () => {
+    tmp = tempDir();
+    sim = await startSim(['--workers', '3', '--port', '0', '--itl-ms', '0', '--prefill-us-per-token', '0']);
+    gw = await startGateway({ stateDir: tmp.dir });
+  });
+  after(async () => { await gw.stop(); await sim.stop(); tmp.remove(); });
+
+  const counts = () => Promise.all(sim.workers.map(async (w) => (await simMetrics(w)).kvgate_sim_requests_total || 0));
+  const delta = (a, b) => b.map((x, i) => x - a[i]);
+  const body = '{"model":"sim-model","prompt":"a","max_tokens":1}';
+  const post = (port, headers = {}, p = '/v1/completions') => rawRequest(port,
+    `POST ${p} HTTP/1.1\r\nHost: ${headers.host || '127.0.0.1'}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);
+
+  test('host (without port) and path prefix select among rules on one VIP:port', async () => {
+    const port = await freePort();
+    const mk = (extraArgs, w) => rule({ port, workers: [w], extraArgs });
+    assert.equal((await api(gw.api, 'POST', BASE, mk({ host: 'a.example' }, sim.workers[0]))).status, 200);
+    assert.equal((await api(gw.api, 'POST', BASE, mk({ host: 'b.example' }, sim.workers[1]))).status, 200);
+    assert.equal((await api(gw.api, 'POST', BASE, mk({ path_prefix: '/v1/chat', path_match_mode: 'prefix' }, sim.workers[2]))).status, 200);
+    const c0 = await counts();
+    assert.match(await post(port, { host: 'a.example:8080' }), /^HTTP\/1.1 200/);
+    assert.match(await post(port, { host: 'B.EXAMPLE' }), /^HTTP\/1.1 200/);
+    assert.deepEqual(delta(c0, await counts()), [1, 1, 0]);
+    // Unknown host and a path outside the prefix rule: no rule -> 404.
+    assert.match(await post(port, { host: 'c.example' }), /^HTTP\/1.1 404/);
+    const c1 = await counts();
+    const cbody = '{"model":"sim-model","messages":[{"role":"user","content":"x"}],"max_tokens":1}';
+    const chat = await rawRequest(port, `POST /v1/chat/completions HTTP/1.1\r\nHost: c.example\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: ${cbody.length}\r\n\r\n${cbody}`);
+    assert.match(chat, /^HTTP\/1.1 200/);
+    assert.deepEqual(delta(c1, await counts()), [0, 0, 1]);
+    assert.equal((await api(gw.api, 'GET', `${BASE}/all`)).json.lbAttr.length, 3);
+    assert.equal((await api(gw.api, 'DELETE', `${BASE}/hosturl/a.example/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`)).status, 200);
+    assert.match(await post(port, { host: 'a.example' }), /^HTTP\/1.1 404/);
+    await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
+    // The listener is gone with its last rule.
+    await assert.rejects(fetch(`http://127.0.0.1:${port}/v1/models`));
+  });
+
+  test('pipelined requests get their responses in order; HTTP/1.0 gets a de-chunked body', async () => {
+    const port = await freePort();
+    assert.equal((await api(gw.api, 'POST', BASE, rule({ port, workers: sim.workers }))).status, 200);
+    const one = `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nX-Request-Id: req-ID\r\n\r\n${body}`;
+    const out = await rawRequest(port, one.replace('ID', '1') + one.replace('ID', '2') + one.replace('ID', '3'));
+    const ids = [...out.matchAll(/X-Request-Id: (req-\d)/gi)].map((m) => m[1]);
+    assert.deepEqual(ids, ['req-1', 'req-2', 'req-3']);
+    assert.equal(out.match(/HTTP\/1.1 200/g).length, 3);
+    // HTTP/1.0 client, streaming response (chunked upstream): body arrives de-chunked, then close.
+    const sbody = '{"model":"sim-model","prompt":"a","max_tokens":3,"stream":true}';
+    const r10 = await rawRequest(port, `POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: ${sbody.length}\r\n\r\n${sbody}`);
+    assert.match(r10, /^HTTP\/1.1 200/);
+    assert.doesNotMatch(r10, /Transfer-Encoding/i);
+    assert.match(r10, /\r\n\r\ndata: \{/);
+    assert.match(r10, /data: \[DONE\]\n\n$/);
+    await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
+  });
+
+  test('max_stream_duration_sec cuts a stream at its wall-clock cap', async () => {
+    const slow = await startSim(['--workers', '1', '--port', '0', '--event-delay-ms', '200']);
+    const port = await freePort();
+    assert.equal((await api(gw.api, 'POST', BASE, rule({ port, workers: slow.workers, extraArgs: { sse_mode: true, max_stream_duration_sec: 1 } }))).status, 200);
+    const t0 = Date.now();
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: 'x', max_tokens: 50, stream: true }),
+    });
+    let text = '';
+    await assert.rejects(async () => {
+      const reader = res.body.getReader();
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += new TextDecoder().decode(value);
+      }
+    });  // the chunked stream is cut, so the client sees a terminated body
+    const took = Date.now() - t0;
+    assert.ok(took >= 900 && took < 3000, `cut after ${took} ms`);
+    assert.ok(text.includes('data: '));
+    assert.ok(!text.includes('[DONE]'));
+    await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
+    await slow.stop();
+  });
+
+  test('the simulator rejects malformed and hostile requests clearly', async () => {
+    const w = sim.workers[0];
+    const call = (b, p = '/v1/completions') => fetch(`${w.url}${p}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: b });
+    for (const b of ['{', '[]', '{"model":"sim-model"}', '{"model":"sim-model","prompt":[[1],[2]]}',
+      '{"model":"sim-model","prompt":"a","max_tokens":-1}', '{"model":"sim-model","prompt":"a","max_tokens":"x"}']) {
+      const r = await call(b);
+      assert.equal(r.status, 400, b);
+      const j = await r.json();
+      assert.equal(j.code, 400);
+      assert.ok(j.message.length > 0);
+    }
+    const r404 = await call('{"model":"nope","prompt":"a"}');
+    assert.equal(r404.status, 404);
+    assert.equal((await call('{"model":"sim-model","messages":"x"}', '/v1/chat/completions')).status, 400);
+    assert.equal((await call('{"bogus_fault":1}', '/sim/fault')).status, 400);
+    assert.match(await rawRequest(w.port, 'POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n'), /^HTTP\/1.1 400/);
+    assert.match(await rawRequest(w.port, 'POST /v1/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 999999999\r\n\r\n'), /^HTTP\/1.1 413/);
+  });
+
+  test('kvgate ctl creates, lists and deletes rules and passes API errors through', async () => {
+    const port = await freePort();
+    const file = path.join(tmp.dir, 'rule.json');
+    writeFileSync(file, JSON.stringify(rule({ port, workers: sim.workers, extraArgs: { name: 'ctl-rule' } })));
+    const ctl = (...args) => spawnSync(BIN, ['ctl', '--api', gw.api, ...args], { encoding: 'utf8' });
+    let r = ctl('apply', '-f', file);
+    assert.equal(r.status, 0, r.stderr);
+    r = ctl('get');
+    assert.equal(r.status, 0);
+    assert.match(r.stdout, new RegExp(`127\\.0\\.0\\.1\\s+${port}\\s+0\\s+\\*\\s+ctl-rule`));
+    r = ctl('--json', 'get');
+    assert.equal(JSON.parse(r.stdout).lbAttr.find((x) => x.serviceArguments.name === 'ctl-rule').serviceArguments.port, port);
+    r = ctl('apply', '-f', file);  // identical: 409 passed through
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /error 409/);
+    writeFileSync(file, '{"serviceArguments":{"port":1}}');
+    r = ctl('apply', '-f', file);
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /error 400.*externalIP/);
+    r = ctl('delete', '--name', 'ctl-rule');
+    assert.equal(r.status, 0, r.stderr);
+    r = ctl('delete', '--name', 'ctl-rule');
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /error 404/);
+    assert.equal(ctl('bogus').status, 2);
+    assert.match(execFileSync(BIN, ['ctl', '--help']).toString(), /usage: kvgate ctl/);
+  });
+});
