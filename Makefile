@@ -23,7 +23,8 @@ demo: build
 
 lint:
 	@find src -name '*.cc' -o -name '*.h' | xargs clang-format --dry-run --Werror
-	@find src -name '*.cc' -not -name '*_test.cc' | xargs clang-tidy -p $(BUILD_DIR) --quiet
+	@find src -name '*.cc' -not -name '*_test.cc' | xargs clang-tidy -p $(BUILD_DIR) --quiet \
+	  --extra-arg=-DBOOST_ASIO_HAS_CO_AWAIT=1 --extra-arg=-DBOOST_ASIO_HAS_STD_COROUTINE=1
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -84,11 +84,16 @@ int serveMain(int argc, char** argv) {
       opts.access_log = true;
     } else if (a == "--log-level") {
       std::string l = next();
-      if (l == "debug") log::setLevel(log::Level::kDebug);
-      else if (l == "info") log::setLevel(log::Level::kInfo);
-      else if (l == "warn") log::setLevel(log::Level::kWarn);
-      else if (l == "error") log::setLevel(log::Level::kError);
-      else ok = false;
+      if (l == "debug")
+        log::setLevel(log::Level::kDebug);
+      else if (l == "info")
+        log::setLevel(log::Level::kInfo);
+      else if (l == "warn")
+        log::setLevel(log::Level::kWarn);
+      else if (l == "error")
+        log::setLevel(log::Level::kError);
+      else
+        ok = false;
     } else {
       std::fprintf(stderr, "kvgate serve: unknown flag '%s' (see --help)\n", a.c_str());
       return 2;

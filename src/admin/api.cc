@@ -28,15 +28,24 @@ std::vector<std::string> splitPath(std::string_view p) {
 
 const char* classMessage(int status) {
   switch (status) {
-    case 400: return "Malformed arguments for API call";
-    case 401: return "Invalid authorization";
-    case 403: return "Capacity insufficient";
-    case 404: return "Resource not found";
-    case 405: return "Method not allowed";
-    case 409: return "Resource conflict";
-    case 413: return "Request body too large";
-    case 503: return "Maintenance mode";
-    default: return "Internal server error";
+    case 400:
+      return "Malformed arguments for API call";
+    case 401:
+      return "Invalid authorization";
+    case 403:
+      return "Capacity insufficient";
+    case 404:
+      return "Resource not found";
+    case 405:
+      return "Method not allowed";
+    case 409:
+      return "Resource conflict";
+    case 413:
+      return "Request body too large";
+    case 503:
+      return "Maintenance mode";
+    default:
+      return "Internal server error";
   }
 }
 
@@ -52,8 +61,9 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
     co_await w.send(200, "application/json", R"({"result":"Success"})");
   };
   auto err = [&](int status, const std::string& detail) -> asio::awaitable<void> {
-    if (status >= 400) log::info("api", req.method + " " + req.path + " -> " +
-                                            std::to_string(status) + ": " + detail);
+    if (status >= 400)
+      log::info("api",
+                req.method + " " + req.path + " -> " + std::to_string(status) + ": " + detail);
     co_await w.send(status, "application/json", apiErrorBody(status, detail));
   };
 
@@ -130,8 +140,10 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
     std::string name = parts[1];
     auto r = store_.removeIf([&](const config::RuleSpec& s) { return s.name == name; },
                              "name '" + name + "'");
-    if (!r) co_await err(r.error().code, r.error().what);
-    else co_await ok();
+    if (!r)
+      co_await err(r.error().code, r.error().what);
+    else
+      co_await ok();
     co_return;
   }
 
@@ -172,14 +184,18 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
                        (model ? " model_name '" + *model + "'" : "");
     if (req.method == "DELETE") {
       auto r = store_.removeIf(pred, what);
-      if (!r) co_await err(r.error().code, r.error().what);
-      else co_await ok();
+      if (!r)
+        co_await err(r.error().code, r.error().what);
+      else
+        co_await ok();
     } else if (req.method == "GET") {
       nlohmann::json out = {{"lbAttr", nlohmann::json::array()}};
       for (auto& r : store_.rules())
         if (pred(r)) out["lbAttr"].push_back(r.toJson());
-      if (out["lbAttr"].empty()) co_await err(404, "no-rule error: no rule matches " + what);
-      else co_await w.send(200, "application/json", out.dump());
+      if (out["lbAttr"].empty())
+        co_await err(404, "no-rule error: no rule matches " + what);
+      else
+        co_await w.send(200, "application/json", out.dump());
     } else {
       co_await err(405, "use GET or DELETE on a rule path");
     }

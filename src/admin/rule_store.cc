@@ -47,8 +47,10 @@ Result<void> mkdirs(const std::string& dir) {
 nlohmann::json storedJson(const config::RuleSpec& r) {
   nlohmann::json sa = nlohmann::json::object(), out = nlohmann::json::object();
   for (auto& [k, v] : r.service_args.items()) {
-    if (k.starts_with("_")) out[k.substr(1)] = v;
-    else sa[k] = v;
+    if (k.starts_with("_"))
+      out[k.substr(1)] = v;
+    else
+      sa[k] = v;
   }
   nlohmann::json eps = nlohmann::json::array();
   for (auto& e : r.endpoints) eps.push_back(e.json);
@@ -70,8 +72,8 @@ Result<size_t> RuleStore::load() {
   for (auto& rj : j["rules"]) {
     auto r = config::parseRule(rj);
     if (!r)
-      return fail(500, "state", "state file " + statePath() + " holds an invalid rule: " +
-                                    r.error().what);
+      return fail(500, "state",
+                  "state file " + statePath() + " holds an invalid rule: " + r.error().what);
     rules.push_back(std::move(*r));
   }
   if (auto a = dp_.apply(rules); !a) return tl::unexpected(a.error());
@@ -125,8 +127,9 @@ Result<void> RuleStore::post(config::RuleSpec rule) {
     auto& old = next[i].service_args;
     for (const char* k : {"security", "egress", "mode", "kvEngineType"}) {
       if (old.value(k, nlohmann::json()) != rule.service_args.value(k, nlohmann::json()))
-        return fail(409, std::string("serviceArguments.") + k,
-                    std::string("lbrule cant modify ") + k + " of an existing rule; delete it first");
+        return fail(
+            409, std::string("serviceArguments.") + k,
+            std::string("lbrule cant modify ") + k + " of an existing rule; delete it first");
     }
     // Keep the rule's identity.
     std::string id = old.value("id", "");
@@ -146,8 +149,10 @@ Result<size_t> RuleStore::removeIf(const std::function<bool(const config::RuleSp
   std::vector<config::RuleSpec> next;
   size_t removed = 0;
   for (auto& r : rules_) {
-    if (pred(r)) ++removed;
-    else next.push_back(r);
+    if (pred(r))
+      ++removed;
+    else
+      next.push_back(r);
   }
   if (removed == 0) return fail(404, "rule", "no-rule error: no rule matches " + what);
   if (auto c = commit(std::move(next)); !c) return tl::unexpected(c.error());

@@ -46,7 +46,7 @@ std::string newRequestId() {
 std::string newUuidV4() {
   char h[32];
   newRequestId(h);
-  h[12] = '4';                          // version 4
+  h[12] = '4';                           // version 4
   h[16] = kHex[8 + (t_rng.next() & 3)];  // variant 10xx
   std::string s;
   s.append(h, 8).append("-").append(h + 8, 4).append("-").append(h + 12, 4).append("-");

@@ -10,17 +10,23 @@ namespace {
 std::atomic<int> g_level{static_cast<int>(Level::kInfo)};
 const char* levelName(Level l) {
   switch (l) {
-    case Level::kDebug: return "DEBUG";
-    case Level::kInfo: return "INFO";
-    case Level::kWarn: return "WARN";
-    case Level::kError: return "ERROR";
+    case Level::kDebug:
+      return "DEBUG";
+    case Level::kInfo:
+      return "INFO";
+    case Level::kWarn:
+      return "WARN";
+    case Level::kError:
+      return "ERROR";
   }
   return "?";
 }
 }  // namespace
 
 void setLevel(Level level) { g_level.store(static_cast<int>(level)); }
-bool enabled(Level level) { return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed); }
+bool enabled(Level level) {
+  return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed);
+}
 
 void write(Level level, std::string_view component, std::string_view message) {
   if (!enabled(level)) return;

@@ -71,7 +71,10 @@ const std::vector<FieldSpec>& serviceFields() {
       // KV-exact.
       {"kvExactMode", T::kInt, 0, 3},
       {"kvBlockSize", T::kInt, 1, 4096},
-      {"kvHashAlgo", T::kEnum, 0, 0,
+      {"kvHashAlgo",
+       T::kEnum,
+       0,
+       0,
        {"sha256_cbor", "xxhash_cbor", "sha256_sglang", "blockhash_trtllm", "xxh3_fingerprint"}},
       {"kvZmqPort", T::kInt, 1, 65535},
       {"kvWarmupSec", T::kInt, 0, 86400},

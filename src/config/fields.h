@@ -9,7 +9,17 @@
 
 namespace kvgate::config {
 
-enum class FieldType { kBool, kInt, kString, kEnum, kIp, kObject, kStringArray, kStringMap, kArray };
+enum class FieldType {
+  kBool,
+  kInt,
+  kString,
+  kEnum,
+  kIp,
+  kObject,
+  kStringArray,
+  kStringMap,
+  kArray
+};
 
 struct FieldSpec {
   std::string_view name;

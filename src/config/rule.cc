@@ -54,7 +54,8 @@ Result<void> checkField(const FieldSpec& f, const std::string& path, const json&
       if (v.dump().size() > 64 * 1024) return bad(path, "too large");
       break;
     case FieldType::kStringArray:
-      if (!v.is_array() || v.size() > 64) return bad(path, "must be an array of at most 64 strings");
+      if (!v.is_array() || v.size() > 64)
+        return bad(path, "must be an array of at most 64 strings");
       for (auto& e : v)
         if (!e.is_string() || e.get_ref<const std::string&>().size() > 256)
           return bad(path, "must be an array of strings");
@@ -81,8 +82,8 @@ T getOr(const json& o, const char* k, T def) {
 
 bool validHost(const std::string& h) {
   for (unsigned char c : h)
-    if (!(std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == ':' || c == '[' ||
-          c == ']' || c == '*'))
+    if (!(std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == ':' || c == '[' || c == ']' ||
+          c == '*'))
       return false;
   return true;
 }
@@ -100,7 +101,7 @@ bool isZero(const json& v) {
 }  // namespace
 
 const char* selectorName(int sel) {
-  static const char* k[] = {"rr", "hash", "wrr", "persist", "lc", "n2",
+  static const char* k[] = {"rr", "hash",     "wrr",   "persist",  "lc",      "n2",
                             "n3", "reserved", "chwbl", "gpuaware", "wrr_hash"};
   return sel >= 0 && sel <= 10 ? k[sel] : "";
 }
@@ -108,9 +109,9 @@ const char* selectorName(int sel) {
 Result<RuleSpec> parseRule(const json& body) {
   if (!body.is_object()) return fail(400, "body", "malformed request: body must be a JSON object");
   for (auto& [k, v] : body.items()) {
-    static const std::set<std::string> top = {"serviceArguments", "endpoints", "secondaryIPs",
-                                              "secondaryVIPs", "allowedSources", "offload_state",
-                                              "hw_pkts", "hw_bytes"};
+    static const std::set<std::string> top = {"serviceArguments", "endpoints",      "secondaryIPs",
+                                              "secondaryVIPs",    "allowedSources", "offload_state",
+                                              "hw_pkts",          "hw_bytes"};
     if (!top.count(k)) return bad(k, "unknown field");
   }
   auto sa_it = body.find("serviceArguments");
@@ -188,8 +189,8 @@ Result<RuleSpec> parseRule(const json& body) {
               (engine == "sglang" && algo == "sha256_sglang") ||
               (engine == "trtllm" && algo == "blockhash_trtllm");
     if (!ok)
-      return bad("serviceArguments.kvHashAlgo", "'" + algo + "' does not match kvEngineType '" +
-                                                    engine + "'");
+      return bad("serviceArguments.kvHashAlgo",
+                 "'" + algo + "' does not match kvEngineType '" + engine + "'");
   }
   std::string auth = getOr<std::string>(stored, "api_key_auth", "");
   if (stored.contains("jwt_auth_profile") && auth != "jwt" && auth != "apikey-or-jwt")
@@ -223,10 +224,11 @@ Result<RuleSpec> parseRule(const json& body) {
       es.port = static_cast<uint16_t>(ej["targetPort"].get<int>());
       es.weight = static_cast<uint8_t>(ej["weight"].get<int>());
       es.role = getOr<int>(ej, "ep_role", 0);
-      if (es.role != 0 && !pd) return bad(p + ".ep_role", "prefill/decode roles need pd_disagg_mode");
+      if (es.role != 0 && !pd)
+        return bad(p + ".ep_role", "prefill/decode roles need pd_disagg_mode");
       std::string id = es.ip + "|" + std::to_string(es.port);
-      if (!seen.insert(id).second) return bad(p, "duplicate endpoint " + es.ip + ":" +
-                                                     std::to_string(es.port));
+      if (!seen.insert(id).second)
+        return bad(p, "duplicate endpoint " + es.ip + ":" + std::to_string(es.port));
       es.json = std::move(ej);
       r.endpoints.push_back(std::move(es));
     }

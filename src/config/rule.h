@@ -4,8 +4,8 @@
 // half-applied. The validated serviceArguments are kept as JSON too, so GET returns what was
 // stored (with Go-style omitempty, as the upstream gateway serialises it).
 #pragma once
-#include <nlohmann/json.hpp>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -17,7 +17,7 @@ struct EndpointSpec {
   std::string ip;
   uint16_t port = 0;
   uint8_t weight = 1;
-  int role = 0;  // 0 normal, 1 prefill, 2 decode
+  int role = 0;         // 0 normal, 1 prefill, 2 decode
   nlohmann::json json;  // validated endpoint object as stored
 };
 
@@ -47,9 +47,9 @@ struct RuleSpec {
   std::vector<EndpointSpec> endpoints;
   nlohmann::json service_args;  // validated serviceArguments as stored (defaults filled)
 
-  std::string key() const;         // upstream ruleKey order: host|path|match|model|vip:port/proto
-  std::string listenKey() const;   // vip:port
-  nlohmann::json toJson() const;   // LoadbalanceEntry as GET /all returns it
+  std::string key() const;        // upstream ruleKey order: host|path|match|model|vip:port/proto
+  std::string listenKey() const;  // vip:port
+  nlohmann::json toJson() const;  // LoadbalanceEntry as GET /all returns it
   bool sameDefinition(const RuleSpec& o) const;  // identical serviceArguments and endpoints
 };
 

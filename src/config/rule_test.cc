@@ -54,7 +54,7 @@ struct BadCase {
   const char* name;
   const char* pointer;  // JSON pointer to set
   json value;
-  const char* field;    // expected in the error's source
+  const char* field;  // expected in the error's source
 };
 
 void PrintTo(const BadCase& b, std::ostream* os) { *os << b.name; }
@@ -90,11 +90,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"vip_number", "/serviceArguments/externalIP", 5, "externalIP"},
         BadCase{"unknown_field", "/serviceArguments/selx", 1, "selx"},
         BadCase{"sse_not_bool", "/serviceArguments/sse_mode", "yes", "sse_mode"},
-        BadCase{"threshold_range", "/serviceArguments/pd_cache_threshold", 101, "pd_cache_threshold"},
-        BadCase{"chwbl_factor", "/serviceArguments/chwbl_mean_load_factor", 99, "chwbl_mean_load_factor"},
+        BadCase{"threshold_range", "/serviceArguments/pd_cache_threshold", 101,
+                "pd_cache_threshold"},
+        BadCase{"chwbl_factor", "/serviceArguments/chwbl_mean_load_factor", 99,
+                "chwbl_mean_load_factor"},
         BadCase{"kv_mode_2", "/serviceArguments/kvExactMode", 2, "kvExactMode"},
         BadCase{"kv_mode_1_no_pd", "/serviceArguments/kvExactMode", 1, "kvExactMode"},
-        BadCase{"cache_aware_no_pd", "/serviceArguments/pd_cache_aware_mode", true, "pd_cache_aware_mode"},
+        BadCase{"cache_aware_no_pd", "/serviceArguments/pd_cache_aware_mode", true,
+                "pd_cache_aware_mode"},
         BadCase{"hash_algo", "/serviceArguments/kvHashAlgo", "sha256_sglang", "kvHashAlgo"},
         BadCase{"engine", "/serviceArguments/kvEngineType", "tgi", "kvEngineType"},
         BadCase{"api_key_auth", "/serviceArguments/api_key_auth", "maybe", "api_key_auth"},
@@ -106,9 +109,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"ep_weight", "/endpoints/0/weight", 256, "endpoints[0].weight"},
         BadCase{"ep_role_no_pd", "/endpoints/0/ep_role", 1, "endpoints[0].ep_role"},
         BadCase{"ep_unknown", "/endpoints/0/bogus", 1, "endpoints[0].bogus"},
-        BadCase{"ep_dup", "/endpoints/1", json::parse(R"({"endpointIP":"127.0.0.1","targetPort":9000,"weight":1})"), "endpoints[1]"},
+        BadCase{"ep_dup", "/endpoints/1",
+                json::parse(R"({"endpointIP":"127.0.0.1","targetPort":9000,"weight":1})"),
+                "endpoints[1]"},
         BadCase{"endpoints_obj", "/endpoints", json::object(), "endpoints"},
-        BadCase{"annotations", "/serviceArguments/annotations", json::parse(R"({"a":1})"), "annotations"}),
+        BadCase{"annotations", "/serviceArguments/annotations", json::parse(R"({"a":1})"),
+                "annotations"}),
     [](const ::testing::TestParamInfo<BadCase>& i) { return std::string(i.param.name); });
 
 TEST(RuleParse, MissingRequiredAndWrongShapes) {

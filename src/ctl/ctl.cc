@@ -36,8 +36,10 @@ int report(const Result<http::ClientResponse>& r, bool json_out) {
       std::fprintf(stderr, "error %d: %s\n", r->status, r->body.c_str());
     return 1;
   }
-  if (json_out) std::printf("%s\n", r->body.c_str());
-  else std::printf("ok\n");
+  if (json_out)
+    std::printf("%s\n", r->body.c_str());
+  else
+    std::printf("ok\n");
   return 0;
 }
 
@@ -67,12 +69,15 @@ int main(int argc, char** argv) {
   int i = 1;
   for (; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--api" && i + 1 < argc) api = argv[++i];
-    else if (a == "--json") json_out = true;
+    if (a == "--api" && i + 1 < argc)
+      api = argv[++i];
+    else if (a == "--json")
+      json_out = true;
     else if (a == "--help" || a == "-h") {
       std::fputs(kHelp, stdout);
       return 0;
-    } else break;
+    } else
+      break;
   }
   if (i >= argc) {
     std::fputs(kHelp, stderr);
@@ -117,22 +122,29 @@ int main(int argc, char** argv) {
     for (; i < argc; ++i) {
       std::string a = argv[i];
       auto val = [&]() { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-      if (a == "--vip") vip = val();
-      else if (a == "--port") port = val();
-      else if (a == "--proto") proto = val();
+      if (a == "--vip")
+        vip = val();
+      else if (a == "--port")
+        port = val();
+      else if (a == "--proto")
+        proto = val();
       else if (a == "--model") {
         model = val();
         has_model = true;
-      } else if (a == "--name") name = val();
-      else if (a == "--all") all = true;
+      } else if (a == "--name")
+        name = val();
+      else if (a == "--all")
+        all = true;
       else {
         std::fprintf(stderr, "kvgate ctl delete: unknown flag %s\n", a.c_str());
         return 2;
       }
     }
     std::string target;
-    if (all) target = base + "/all";
-    else if (!name.empty()) target = base + "/name/" + name;
+    if (all)
+      target = base + "/all";
+    else if (!name.empty())
+      target = base + "/name/" + name;
     else if (!vip.empty() && !port.empty()) {
       target = base + "/externalipaddress/" + vip + "/port/" + port + "/protocol/" + proto;
       if (has_model) target += "?model_name=" + model;

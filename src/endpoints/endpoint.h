@@ -12,15 +12,16 @@ namespace kvgate::endpoints {
 
 struct EndpointState {
   EndpointState(std::string ip_, uint16_t port_)
-      : ip(std::move(ip_)), port(port_),
+      : ip(std::move(ip_)),
+        port(port_),
         label(ip.find(':') != std::string::npos ? "[" + ip + "]:" + std::to_string(port)
                                                 : ip + ":" + std::to_string(port)) {}
   const std::string ip;
   const uint16_t port;
   const std::string label;  // "ip:port" for logs and metrics
 
-  std::atomic<int64_t> active{0};          // requests in flight through this gateway
-  std::atomic<uint64_t> requests{0};       // requests sent
+  std::atomic<int64_t> active{0};     // requests in flight through this gateway
+  std::atomic<uint64_t> requests{0};  // requests sent
   std::atomic<uint64_t> connect_failures{0};
 };
 

@@ -1,10 +1,9 @@
 // The one place that includes Asio for kvgate: coroutine helpers and the connection deadline.
 #pragma once
-#include <utility>  // Boost 1.74 asio/awaitable.hpp misses it under GCC 12
-
 #include <boost/asio.hpp>
 #include <chrono>
 #include <memory>
+#include <utility>  // Boost 1.74 asio/awaitable.hpp misses it under GCC 12
 
 namespace kvgate {
 namespace asio = boost::asio;
@@ -56,9 +55,8 @@ class Deadline {
   static asio::awaitable<void> run(std::shared_ptr<State> s, F on_expire) {
     while (!s->stopped) {
       auto target = s->deadline;
-      s->timer.expires_at(target == Clock::time_point::max()
-                              ? Clock::now() + std::chrono::hours(24)
-                              : target);
+      s->timer.expires_at(target == Clock::time_point::max() ? Clock::now() + std::chrono::hours(24)
+                                                             : target);
       error_code ec;
       co_await s->timer.async_wait(useEc(ec));
       if (s->stopped) break;
@@ -75,10 +73,9 @@ class Deadline {
 // Closes a connection after an error response without losing that response: shuts down the
 // sending side, then reads and discards what the client is still sending (bounded in time and
 // bytes) so the kernel does not answer the client's unread data with a reset.
-inline asio::awaitable<void> lingeringClose(tcp::socket& s,
-                                            std::chrono::milliseconds max_wait =
-                                                std::chrono::milliseconds(2000),
-                                            size_t max_bytes = 64 * 1024 * 1024) {
+inline asio::awaitable<void> lingeringClose(
+    tcp::socket& s, std::chrono::milliseconds max_wait = std::chrono::milliseconds(2000),
+    size_t max_bytes = 64 * 1024 * 1024) {
   error_code ec;
   s.shutdown(tcp::socket::shutdown_send, ec);
   Deadline d(s.get_executor());

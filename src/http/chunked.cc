@@ -46,8 +46,10 @@ ChunkedScanner::Step ChunkedScanner::feed(const char* data, size_t len, std::str
         break;
       }
       case State::kExt:
-        if (c == '\r') state_ = State::kSizeLf;
-        else if (c == '\n' || ++line_len_ > kMaxSizeLine) return error();
+        if (c == '\r')
+          state_ = State::kSizeLf;
+        else if (c == '\n' || ++line_len_ > kMaxSizeLine)
+          return error();
         ++i;
         break;
       case State::kSizeLf:
@@ -86,8 +88,10 @@ ChunkedScanner::Step ChunkedScanner::feed(const char* data, size_t len, std::str
         ++i;
         break;
       case State::kTrailer:
-        if (c == '\r') state_ = State::kTrailerLf;
-        else if (c == '\n' || ++line_len_ > kMaxTrailer) return error();
+        if (c == '\r')
+          state_ = State::kTrailerLf;
+        else if (c == '\n' || ++line_len_ > kMaxTrailer)
+          return error();
         ++i;
         break;
       case State::kTrailerLf:

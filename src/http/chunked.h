@@ -23,8 +23,19 @@ class ChunkedScanner {
   uint64_t payloadBytes() const { return payload_; }
 
  private:
-  enum class State { kSize, kSizeLf, kExt, kData, kDataCr, kDataLf, kTrailerStart, kTrailer,
-                     kTrailerLf, kFinalLf, kDone };
+  enum class State {
+    kSize,
+    kSizeLf,
+    kExt,
+    kData,
+    kDataCr,
+    kDataLf,
+    kTrailerStart,
+    kTrailer,
+    kTrailerLf,
+    kFinalLf,
+    kDone
+  };
   State state_ = State::kSize;
   uint64_t remaining_ = 0;
   uint64_t payload_ = 0;

@@ -6,7 +6,8 @@ namespace kvgate::http {
 namespace {
 
 TEST(Chunked, DecodesWholeMessageWithExtensionsAndTrailers) {
-  std::string msg = "4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-T: 1\r\n\r\nNEXT";
+  std::string msg =
+      "4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-T: 1\r\n\r\nNEXT";
   ChunkedScanner sc;
   std::string out;
   auto st = sc.feed(msg.data(), msg.size(), &out);
@@ -34,9 +35,9 @@ TEST(Chunked, ByteAtATimeGivesTheSameResult) {
 }
 
 TEST(Chunked, RejectsHostileInput) {
-  for (std::string bad : {std::string("zz\r\n"), std::string("4\r\nabcdX\r\n"),
-                          std::string("1234567890abcdef0\r\n"), std::string("\r\n"),
-                          std::string("4\nabcd\r\n"), std::string("-1\r\n")}) {
+  for (std::string bad :
+       {std::string("zz\r\n"), std::string("4\r\nabcdX\r\n"), std::string("1234567890abcdef0\r\n"),
+        std::string("\r\n"), std::string("4\nabcd\r\n"), std::string("-1\r\n")}) {
     ChunkedScanner sc;
     auto st = sc.feed(bad.data(), bad.size());
     EXPECT_TRUE(st.error) << bad;

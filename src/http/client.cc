@@ -30,7 +30,7 @@ Result<ClientResponse> fetch(const std::string& url, const std::string& method,
   tcp::socket sock(io);
   asio::connect(sock, eps, ec);
   if (ec) return fail(503, "connect", "cannot connect to " + hostport + ": " + ec.message());
-  struct timeval tv{};
+  struct timeval tv {};
   tv.tv_sec = static_cast<long>(timeout.count() / 1000);
   tv.tv_usec = static_cast<long>((timeout.count() % 1000) * 1000);
   ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);

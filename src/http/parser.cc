@@ -54,8 +54,7 @@ bool parseVersion(std::string_view v, int& minor) {
 }
 
 // Parses header lines in [p, end) where end points at the final "\r\n" of the head.
-int parseHeaders(const char* p, const char* end, HeadCommon& h, ParseError& err,
-                 bool is_request) {
+int parseHeaders(const char* p, const char* end, HeadCommon& h, ParseError& err, bool is_request) {
   h.num_headers = 0;
   bool seen_cl = false, seen_te = false;
   while (p < end) {
@@ -66,7 +65,8 @@ int parseHeaders(const char* p, const char* end, HeadCommon& h, ParseError& err,
     if (line.empty()) return fail(err, 400, "malformed header block");
     if (line.front() == ' ' || line.front() == '\t') return fail(err, 400, "obs-fold header line");
     size_t colon = line.find(':');
-    if (colon == std::string_view::npos || colon == 0) return fail(err, 400, "malformed header line");
+    if (colon == std::string_view::npos || colon == 0)
+      return fail(err, 400, "malformed header line");
     std::string_view name = line.substr(0, colon);
     for (unsigned char c : name)
       if (!kTchar[c]) return fail(err, 400, "invalid header name");
@@ -231,8 +231,8 @@ int parseResponseHead(const char* data, size_t len, size_t max_head_bytes,
     err.status = 502;
     return -1;
   }
-  bool no_body = (status >= 100 && status < 200) || status == 204 || status == 304 ||
-                 request_method == "HEAD";
+  bool no_body =
+      (status >= 100 && status < 200) || status == 204 || status == 304 || request_method == "HEAD";
   if (no_body) {
     out.body_kind = BodyKind::kNone;
   } else if (out.body_kind == BodyKind::kNone && !out.has("content-length")) {

@@ -69,17 +69,29 @@ TEST_P(Smuggling, IsRejected) {
 INSTANTIATE_TEST_SUITE_P(
     Http, Smuggling,
     ::testing::Values(
-        Bad{"cl_and_te", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
-        Bad{"te_and_cl", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n", 400},
-        Bad{"two_cl_differ", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400},
-        Bad{"two_cl_same", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 400},
+        Bad{"cl_and_te",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            400},
+        Bad{"te_and_cl",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+            400},
+        Bad{"two_cl_differ",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400},
+        Bad{"two_cl_same",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", 400},
         Bad{"cl_sign", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400},
         Bad{"cl_hex", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x5\r\n\r\n", 400},
         Bad{"cl_list", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", 400},
-        Bad{"cl_huge", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", 400},
-        Bad{"te_gzip_chunked", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
-        Bad{"te_identity", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n", 501},
-        Bad{"te_twice", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
+        Bad{"cl_huge", "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n",
+            400},
+        Bad{"te_gzip_chunked",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
+        Bad{"te_identity", "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: identity\r\n\r\n",
+            501},
+        Bad{"te_twice",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: "
+            "chunked\r\n\r\n",
+            400},
         Bad{"te_http10", "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400},
         Bad{"obs_fold", "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\r\n c\r\n\r\n", 400},
         Bad{"space_before_colon", "GET / HTTP/1.1\r\nHost: a\r\nContent-Length : 5\r\n\r\n", 400},
@@ -129,8 +141,9 @@ TEST(RequestParser, ChunkedAndExpect) {
 TEST(ResponseParser, FramingRules) {
   ResponseHead r;
   ParseError e;
-  std::string s = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
-                  "Transfer-Encoding: chunked\r\n\r\n";
+  std::string s =
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n";
   ASSERT_GT(parseResponseHead(s.data(), s.size(), 65536, "POST", r, e), 0);
   EXPECT_EQ(r.status, 200);
   EXPECT_TRUE(r.event_stream);

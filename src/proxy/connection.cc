@@ -73,8 +73,12 @@ class Buffer {
 class ClientConn : public std::enable_shared_from_this<ClientConn> {
  public:
   ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s)
-      : w_(w), l_(std::move(l)), client_(std::move(s)), upstream_(w.io),
-        deadline_(client_.get_executor()), watch_done_(client_.get_executor()) {}
+      : w_(w),
+        l_(std::move(l)),
+        client_(std::move(s)),
+        upstream_(w.io),
+        deadline_(client_.get_executor()),
+        watch_done_(client_.get_executor()) {}
 
   asio::awaitable<void> run();
 
@@ -116,8 +120,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   Deadline deadline_;
   Phase phase_ = Phase::kIdle;
   bool timed_out_ = false;
-  Buffer in_;   // client bytes
-  Buffer up_;   // upstream bytes
+  Buffer in_;              // client bytes
+  Buffer up_;              // upstream bytes
   std::string pipelined_;  // client bytes read by the watcher during a response
   bool client_keep_alive_ = true;
   int client_minor_ = 1;
@@ -174,9 +178,10 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
                                             std::string_view param, bool close) {
   if (close) client_keep_alive_ = false;
   std::string body = openAiError(status, code, msg, param);
-  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
-                  "\r\nContent-Type: application/json\r\nContent-Length: " +
-                  std::to_string(body.size()) + "\r\n";
+  std::string h =
+      "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n";
   if (!client_keep_alive_) h += "Connection: close\r\n";
   h += "\r\n";
   outcome_.status = status;
@@ -345,8 +350,9 @@ asio::awaitable<void> ClientConn::run() {
                "\",\"object\":\"model\",\"created\":0,\"owned_by\":\"kvgate\"}";
         }
         b += "]}";
-        std::string h = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " +
-                        request_id + "\r\nContent-Length: " + std::to_string(b.size()) + "\r\n";
+        std::string h =
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " + request_id +
+            "\r\nContent-Length: " + std::to_string(b.size()) + "\r\n";
         if (!client_keep_alive_) h += "Connection: close\r\n";
         h += "\r\n";
         outcome_.status = 200;
@@ -359,8 +365,8 @@ asio::awaitable<void> ClientConn::run() {
       const Route* route = cfg->find(host, path, model, host_path_matched);
       if (!route) {
         if (host_path_matched)
-          co_await sendError(503, "model_unavailable",
-                             "model '" + model + "' is not served here", "model");
+          co_await sendError(503, "model_unavailable", "model '" + model + "' is not served here",
+                             "model");
         else
           co_await sendError(404, "no_route", "no service for this host and path");
       } else if (!route->rule.inactive_capability.empty()) {
@@ -381,8 +387,8 @@ asio::awaitable<void> ClientConn::run() {
         if (opts.access_log) {
           std::string line = "access";
           log::appendField(line, "id", request_id);
-          log::appendField(line, "rule", route->rule.name.empty() ? route->rule.key()
-                                                                  : route->rule.name);
+          log::appendField(line, "rule",
+                           route->rule.name.empty() ? route->rule.key() : route->rule.name);
           log::appendField(line, "model", model);
           log::appendField(line, "endpoint", outcome_.endpoint);
           log::appendField(line, "selector", config::selectorName(route->rule.sel));
@@ -436,9 +442,8 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
     co_await sendError(503, "no_healthy_upstream", "service has no endpoints");
     co_return true;
   }
-  auto connect_timeout = std::chrono::milliseconds(rule.timeout_connect_ms > 0
-                                                       ? rule.timeout_connect_ms
-                                                       : 500);
+  auto connect_timeout =
+      std::chrono::milliseconds(rule.timeout_connect_ms > 0 ? rule.timeout_connect_ms : 500);
   auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
                                                : w_.opts.upstream_data_timeout;
   std::vector<bool> excluded(n, false);
@@ -471,8 +476,8 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
         deadline_.clear();
         if (ec || !upstream_.is_open()) {
           ep.state->connect_failures.fetch_add(1, std::memory_order_relaxed);
-          last_error = "connect to " + ep.state->label + " failed: " +
-                       (timed_out_ ? std::string("timeout") : ec.message());
+          last_error = "connect to " + ep.state->label +
+                       " failed: " + (timed_out_ ? std::string("timeout") : ec.message());
           log::warn("proxy", last_error);
           fail_status = 502;
           closeUpstream();
@@ -485,8 +490,8 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
       timed_out_ = false;
       deadline_.expireAfter(data_timeout);
       error_code ec;
-      std::array<asio::const_buffer, 2> bufs{asio::buffer(out), asio::buffer(body.data(),
-                                                                             body.size())};
+      std::array<asio::const_buffer, 2> bufs{asio::buffer(out),
+                                             asio::buffer(body.data(), body.size())};
       co_await asio::async_write(upstream_, bufs, useEc(ec));
       if (ec) {
         closeUpstream();
@@ -549,8 +554,8 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
     }
     excluded[static_cast<size_t>(idx)] = true;
   }
-  co_await sendError(fail_status, fail_status == 502 ? "upstream_connect_failed"
-                                                     : "no_healthy_upstream",
+  co_await sendError(fail_status,
+                     fail_status == 502 ? "upstream_connect_failed" : "no_healthy_upstream",
                      last_error);
   co_return true;
 }
@@ -573,7 +578,8 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     if (http::iequals(x.name, "x-request-id")) has_rid = true;
     h.append(x.name).append(": ").append(x.value).append("\r\n");
   }
-  if (rh.body_kind == http::BodyKind::kChunked && !dechunk) h.append("Transfer-Encoding: chunked\r\n");
+  if (rh.body_kind == http::BodyKind::kChunked && !dechunk)
+    h.append("Transfer-Encoding: chunked\r\n");
   if (!has_rid) h.append("X-Request-Id: ").append(request_id).append("\r\n");
   if (!client_keep_alive_) h.append("Connection: close\r\n");
   h.append("\r\n");

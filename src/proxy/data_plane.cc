@@ -110,8 +110,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   for (auto& l : opened) listeners_[l->key] = l;
   for (auto& [key, l] : listeners_) {
     auto it = configs.find(key);
-    if (it != configs.end())
-      l->config.store(std::shared_ptr<const VipConfig>(it->second));
+    if (it != configs.end()) l->config.store(std::shared_ptr<const VipConfig>(it->second));
   }
   for (auto& l : opened)
     for (size_t i = 0; i < workers_.size(); ++i) {

@@ -23,11 +23,11 @@
 namespace kvgate::proxy {
 
 struct ProxyOptions {
-  int workers = 0;                          // 0 = one per core
-  size_t max_head_bytes = 16 * 1024;        // larger request heads get 431
-  size_t max_body_bytes = 32 * 1024 * 1024; // larger bodies get 413
-  std::chrono::milliseconds header_timeout{10000};       // head must arrive within (408)
-  std::chrono::milliseconds client_idle_timeout{60000};  // keep-alive idle (inactiveTimeOut)
+  int workers = 0;                                          // 0 = one per core
+  size_t max_head_bytes = 16 * 1024;                        // larger request heads get 431
+  size_t max_body_bytes = 32 * 1024 * 1024;                 // larger bodies get 413
+  std::chrono::milliseconds header_timeout{10000};          // head must arrive within (408)
+  std::chrono::milliseconds client_idle_timeout{60000};     // keep-alive idle (inactiveTimeOut)
   std::chrono::milliseconds upstream_data_timeout{600000};  // default timeoutMemberData (504)
   std::chrono::milliseconds upstream_idle_timeout{30000};   // pooled connection max idle age
   size_t max_idle_per_endpoint = 256;

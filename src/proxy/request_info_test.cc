@@ -12,7 +12,9 @@ TEST(ExtractModel, ReadsTopLevelModel) {
   EXPECT_EQ(m, "llama-3");
   m.clear();
   EXPECT_EQ(extractModel(R"({"model":"a\u00e9b"})", m), BodyParse::kOk);
-  EXPECT_EQ(m, "a\xc3\xa9" "b");  // escapes decoded
+  EXPECT_EQ(m,
+            "a\xc3\xa9"
+            "b");  // escapes decoded
 }
 
 TEST(ExtractModel, NestedModelKeysAreNotTheModel) {

@@ -176,7 +176,8 @@ int parseArgs(int argc, char** argv, Options& o) {
     if (flag.rfind("--", 0) != 0) return usage("unexpected argument '" + flag + "'");
     static const std::string kKnown =
         " --engine --workers --host --port --hosts --model --seed --speedup --block-size"
-        " --num-blocks --prefill-us-per-token --prefill-base-ms --itl-ms --keepalive-timeout-ms --max-concurrency"
+        " --num-blocks --prefill-us-per-token --prefill-base-ms --itl-ms --keepalive-timeout-ms "
+        "--max-concurrency"
         " --default-max-tokens --max-model-len --fail-requests --fail-status --stall-ms"
         " --close-mid-stream-after --event-delay-ms --log-level ";
     bool known =

@@ -250,8 +250,9 @@ Worker::Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const F
       cfg_(cfg),
       index_(index),
       fleet_(fleet),
-      server_(io, [this](http::Request& r, http::ResponseWriter& w) { return handle(r, w); },
-              serverOptions(cfg)),
+      server_(
+          io, [this](http::Request& r, http::ResponseWriter& w) { return handle(r, w); },
+          serverOptions(cfg)),
       tokenizer_(makeTokenizer(cfg.models.empty() ? std::string() : cfg.models.front())),
       cache_(cfg.block_size, cfg.num_blocks),
       faults_(cfg.faults),

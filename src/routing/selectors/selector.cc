@@ -93,10 +93,14 @@ std::vector<int> smoothWrrSchedule(const std::vector<int>& weights) {
 
 std::unique_ptr<Selector> Selector::create(int sel, const std::vector<PoolEndpoint>& eps) {
   switch (sel) {
-    case 0: return std::make_unique<RoundRobin>();
-    case 2: return std::make_unique<WeightedRoundRobin>(eps);
-    case 4: return std::make_unique<LeastConnections>();
-    default: return nullptr;
+    case 0:
+      return std::make_unique<RoundRobin>();
+    case 2:
+      return std::make_unique<WeightedRoundRobin>(eps);
+    case 4:
+      return std::make_unique<LeastConnections>();
+    default:
+      return nullptr;
   }
 }
 
