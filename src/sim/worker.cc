@@ -514,7 +514,11 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
   }
   ctx.alloc = cache_.acquire(in.prompt);
   ctx.has_alloc = true;
-  const auto cached = static_cast<int64_t>(ctx.alloc.cached_tokens);
+  // vLLM caps a hit at num_tokens - 1 (the last prompt token is always recomputed to produce
+  // logits), rounded down to whole blocks: a fully cached 32-token prompt reports 16 cached.
+  const auto bs = static_cast<int64_t>(cfg_.block_size);
+  const int64_t max_hit = plen > 0 ? ((plen - 1) / bs) * bs : 0;
+  const auto cached = std::min(static_cast<int64_t>(ctx.alloc.cached_tokens), max_hit);
   prefix_queries_ += static_cast<uint64_t>(plen);
   prefix_hits_ += static_cast<uint64_t>(cached);
   double prefill_ms =

@@ -269,4 +269,19 @@ describe('fullproxy data plane', () => {
     await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
     await sim2.stop();
   });
+
+  test('an active stream is not reaped by the data timeout (only by the stream cap)', async () => {
+    const slow = await startSim(['--workers', '1', '--port', '0', '--event-delay-ms', '400', '--itl-ms', '0']);
+    const port = await freePort();
+    assert.equal((await api(gw.api, 'POST', BASE, rule({ port, workers: slow.workers, extraArgs: { sse_mode: true, timeoutMemberData: 250 } }))).status, 200);
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: 'x', max_tokens: 4, stream: true }),
+    });
+    const text = await res.text();
+    assert.ok(text.endsWith('data: [DONE]\n\n'), text);
+    assert.equal(text.split('\n\n').filter((e) => e.startsWith('data: {')).length, 4);
+    await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
+    await slow.stop();
+  });
 });

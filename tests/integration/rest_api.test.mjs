@@ -188,4 +188,33 @@ describe('persistence', () => {
       tmp.remove();
     }
   });
+
+  test('kill -9 in the middle of a burst of changes loses no acknowledged rule', async () => {
+    const tmp = tempDir();
+    let totalAcked = 0;
+    try {
+      for (const killAfterMs of [5, 25, 60]) {
+        let gw = await startGateway({ stateDir: tmp.dir });
+        const acked = [];
+        const ports = await Promise.all(Array.from({ length: 40 }, () => freePort()));
+        const posts = ports.map((port, i) => api(gw.api, 'POST', BASE, {
+          serviceArguments: { externalIP: '127.0.0.1', port, protocol: 'tcp', mode: 4, name: `k${killAfterMs}-${i}` },
+          endpoints: [{ endpointIP: '127.0.0.1', targetPort: 9, weight: 1 }],
+        }).then((r) => { if (r.status === 200) acked.push(`k${killAfterMs}-${i}`); }).catch(() => {}));
+        await new Promise((r) => setTimeout(r, killAfterMs));
+        await gw.stop('SIGKILL');
+        await Promise.all(posts);
+        gw = await startGateway({ stateDir: tmp.dir });
+        const names = new Set((await api(gw.api, 'GET', `${BASE}/all`)).json.lbAttr.map((r) => r.serviceArguments.name));
+        for (const n of acked) assert.ok(names.has(n), `acknowledged rule ${n} lost (kill after ${killAfterMs} ms)`);
+        totalAcked += acked.length;
+        console.log(`kill after ${killAfterMs} ms: ${acked.length} acknowledged, ${names.size} restored`);
+        assert.equal((await api(gw.api, 'DELETE', `${BASE}/all`)).status, 200);
+        await gw.stop();
+      }
+      assert.ok(totalAcked > 0, 'the burst acknowledged some rules before the kill');
+    } finally {
+      tmp.remove();
+    }
+  });
 });
