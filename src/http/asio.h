@@ -14,7 +14,8 @@ using boost::system::error_code;
 inline auto useEc(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
 
 // One deadline per connection: a single timer that runs `on_expire` when the current phase
-// overruns. Moving the deadline later is a field write; moving it earlier re-arms the timer.
+// overruns. Moving the deadline is a field write; only a deadline earlier than the timer's
+// next wake-up (at most kTick ahead) re-arms it.
 // The watchdog coroutine owns the shared state, so destroying the Deadline is always safe.
 class Deadline {
  public:
@@ -30,10 +31,9 @@ class Deadline {
   }
   void expireAfter(Clock::duration d) { set(Clock::now() + d); }
   void set(Clock::time_point when) {
-    bool earlier = when < s_->deadline;
     s_->deadline = when;
     s_->expired = false;
-    if (earlier) s_->timer.cancel();
+    if (when < s_->armed) s_->timer.cancel();  // rare: phases under a second (connect)
   }
   void clear() { s_->deadline = Clock::time_point::max(); }
   void stop() {
@@ -48,15 +48,18 @@ class Deadline {
     explicit State(const asio::any_io_executor& ex) : timer(ex) {}
     asio::steady_timer timer;
     Clock::time_point deadline = Clock::time_point::max();
+    Clock::time_point armed = Clock::time_point::max();  // when the timer fires next
     bool stopped = false;
     bool expired = false;
   };
   template <typename F>
   static asio::awaitable<void> run(std::shared_ptr<State> s, F on_expire) {
     while (!s->stopped) {
-      auto target = s->deadline;
-      s->timer.expires_at(target == Clock::time_point::max() ? Clock::now() + std::chrono::hours(24)
-                                                             : target);
+      // Wake at the deadline or within kTick, whichever is first: moving the deadline later, or
+      // between the multi-second timeouts of the request phases, then never touches the timer
+      // (re-arming a timer costs a timerfd_settime syscall whenever it becomes the earliest).
+      s->armed = std::min(s->deadline, Clock::now() + kTick);
+      s->timer.expires_at(s->armed);
       error_code ec;
       co_await s->timer.async_wait(useEc(ec));
       if (s->stopped) break;
@@ -67,6 +70,7 @@ class Deadline {
       }
     }
   }
+  static constexpr std::chrono::seconds kTick{1};
   std::shared_ptr<State> s_;
 };
 

@@ -46,6 +46,7 @@ class Buffer {
     start_ += n;
     if (start_ == end_) start_ = end_ = 0;
   }
+  void clear() { start_ = end_ = 0; }  // keeps the allocation for the next message
   // Writable space of at least `n` bytes (may move the data: invalidates views).
   asio::mutable_buffer prepare(size_t n) {
     if (buf_.size() - end_ < n) {
@@ -77,8 +78,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
         l_(std::move(l)),
         client_(std::move(s)),
         upstream_(w.io),
-        deadline_(client_.get_executor()),
-        watch_done_(client_.get_executor()) {}
+        deadline_(client_.get_executor()) {}
 
   asio::awaitable<void> run();
 
@@ -93,6 +93,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
 
   void onDeadline();
   asio::awaitable<bool> readMore(Buffer& b, tcp::socket& s);
+  asio::awaitable<bool> readUpstream();
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
                                   std::string_view param = {}, bool close = false);
   asio::awaitable<bool> writeClient(std::string_view a, std::string_view b = {});
@@ -101,8 +102,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   asio::awaitable<bool> relayResponse(const http::ResponseHead& rh, const Route& route,
                                       std::string_view request_id, bool head_request);
   void startWatch();
-  asio::awaitable<void> stopWatch();
-  asio::awaitable<void> watchClient(std::shared_ptr<ClientConn> self);
+  void stopWatch();
+  asio::awaitable<void> watchClient(std::shared_ptr<ClientConn> self, uint64_t gen);
   void closeUpstream() {
     error_code ec;
     upstream_.close(ec);
@@ -122,7 +123,6 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   bool timed_out_ = false;
   Buffer in_;              // client bytes
   Buffer up_;              // upstream bytes
-  std::string pipelined_;  // client bytes read by the watcher during a response
   bool client_keep_alive_ = true;
   int client_minor_ = 1;
   std::chrono::milliseconds idle_timeout_{0};
@@ -130,7 +130,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   bool watching_ = false;
   bool watch_running_ = false;
   bool client_gone_ = false;
-  asio::steady_timer watch_done_;
+  uint64_t watch_gen_ = 0;
   Outcome outcome_;
 };
 
@@ -166,6 +166,25 @@ asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
   co_return true;
 }
 
+asio::awaitable<bool> ClientConn::readUpstream() {
+  // One non-blocking recv; only when the upstream makes us wait do we watch the client (so a
+  // fast response costs no extra syscalls) and wait for readiness without a second try.
+  for (;;) {
+    auto buf = up_.prepare(kReadChunk);
+    ssize_t n = ::recv(upstream_.native_handle(), buf.data(), buf.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      up_.commit(static_cast<size_t>(n));
+      co_return true;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) co_return false;
+    if (errno == EINTR) continue;
+    if (!watch_running_ && !client_gone_) startWatch();
+    error_code ec;
+    co_await upstream_.async_wait(tcp::socket::wait_read, useEc(ec));
+    if (ec || !upstream_.is_open()) co_return false;
+  }
+}
+
 asio::awaitable<bool> ClientConn::writeClient(std::string_view a, std::string_view b) {
   error_code ec;
   std::array<asio::const_buffer, 2> bufs{asio::buffer(a.data(), a.size()),
@@ -191,41 +210,40 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
 void ClientConn::startWatch() {
   watching_ = true;
   watch_running_ = true;
-  asio::co_spawn(client_.get_executor(), watchClient(shared_from_this()), asio::detached);
+  asio::co_spawn(client_.get_executor(), watchClient(shared_from_this(), ++watch_gen_),
+                 asio::detached);
 }
 
-asio::awaitable<void> ClientConn::watchClient(std::shared_ptr<ClientConn> self) {
-  char buf[4096];
-  while (watching_) {
+// Watches the client socket while the upstream makes us wait: EOF or an error means the client
+// went away, so the upstream connection is closed and the engine aborts the request. Pipelined
+// bytes stay in the socket. A watcher that was stopped (generation moved on) touches nothing.
+asio::awaitable<void> ClientConn::watchClient(std::shared_ptr<ClientConn> self, uint64_t gen) {
+  for (;;) {
     error_code ec;
-    size_t n = co_await client_.async_read_some(asio::buffer(buf), useEc(ec));
-    if (!watching_) {
-      if (!ec && n > 0) pipelined_.append(buf, n);
-      break;
+    co_await client_.async_wait(tcp::socket::wait_read, useEc(ec));
+    if (gen != watch_gen_ || !watching_ || ec == asio::error::operation_aborted) co_return;
+    char c;
+    ssize_t n = ec ? -1 : ::recv(client_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !ec) continue;
+    if (n <= 0) {
+      client_gone_ = true;  // EOF or error: the client went away
+      closeUpstream();      // the engine sees the disconnect and aborts the request
     }
-    if (ec || n == 0) {
-      client_gone_ = true;
-      closeUpstream();  // the engine sees the disconnect and aborts the request
-      break;
-    }
-    pipelined_.append(buf, n);  // a pipelined request: keep it, stop watching
-    if (pipelined_.size() > 64 * 1024) break;
+    break;  // n > 0: a pipelined request, read after this response
   }
   watch_running_ = false;
-  watch_done_.cancel();
 }
 
-asio::awaitable<void> ClientConn::stopWatch() {
-  if (!watch_running_) {
-    watching_ = false;
-    co_return;
-  }
+// Stops the watcher without waiting for it: its cancelled wait completes later and, seeing a
+// newer generation, returns without touching the connection.
+void ClientConn::stopWatch() {
+  if (!watching_) return;
   watching_ = false;
-  error_code ec;
-  client_.cancel(ec);
-  while (watch_running_) {
-    watch_done_.expires_at(Clock::time_point::max());
-    co_await watch_done_.async_wait(useEc(ec));
+  ++watch_gen_;
+  if (watch_running_) {
+    watch_running_ = false;
+    error_code ec;
+    client_.cancel(ec);
   }
 }
 
@@ -236,10 +254,6 @@ asio::awaitable<void> ClientConn::run() {
   const auto& opts = w_.opts;
 
   while (client_.is_open()) {
-    if (!pipelined_.empty()) {
-      in_.append(pipelined_.data(), pipelined_.size());
-      pipelined_.clear();
-    }
     // ---- request head
     phase_ = in_.empty() ? Phase::kIdle : Phase::kHead;
     deadline_.expireAfter(in_.empty() ? idle_timeout_ : opts.header_timeout);
@@ -405,7 +419,7 @@ asio::awaitable<void> ClientConn::run() {
   }
 done:
   deadline_.stop();
-  co_await stopWatch();
+  stopWatch();
   closeUpstream();
   if (client_.is_open() && !client_gone_) co_await lingeringClose(client_);
   closeClient();
@@ -506,26 +520,25 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
       }
       ep.state->active.fetch_add(1, std::memory_order_relaxed);
       ep.state->requests.fetch_add(1, std::memory_order_relaxed);
-      startWatch();
       // Read the response head.
-      up_ = Buffer();
+      up_.clear();
       http::ResponseHead rh;
       http::ParseError perr;
       int hn = 0;
       bool got_bytes = false;
       while ((hn = http::parseResponseHead(up_.data(), up_.size(), 64 * 1024, head.method, rh,
                                            perr)) == 0) {
-        if (!co_await readMore(up_, upstream_)) break;
+        if (!co_await readUpstream()) break;
         got_bytes = true;
       }
       if (hn > 0 && rh.status == 100) {  // interim 100 Continue from upstream: skip it
         up_.consume(static_cast<size_t>(hn));
         while ((hn = http::parseResponseHead(up_.data(), up_.size(), 64 * 1024, head.method, rh,
                                              perr)) == 0)
-          if (!co_await readMore(up_, upstream_)) break;
+          if (!co_await readUpstream()) break;
       }
       if (hn <= 0) {
-        co_await stopWatch();
+        stopWatch();
         ep.state->active.fetch_sub(1, std::memory_order_relaxed);
         closeUpstream();
         if (client_gone_) co_return false;
@@ -622,7 +635,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
           if (st.error) {
             log::warn("proxy", "malformed chunked response from " + outcome_.endpoint);
             if (first) co_await writeClient(h);  // then cut the stream: the client sees it
-            co_await stopWatch();
+            stopWatch();
             closeUpstream();
             co_return false;
           }
@@ -647,7 +660,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       if (!ok) {
         closeUpstream();  // client gone: abort the upstream request
         client_gone_ = true;
-        co_await stopWatch();
+        stopWatch();
         co_return false;
       }
     }
@@ -656,7 +669,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       up_.consume(chunk.size());
     if (complete) break;
     if (!stream) deadline_.expireAfter(data_timeout);
-    if (!co_await readMore(up_, upstream_)) {
+    if (!co_await readUpstream()) {
       if (rh.body_kind == http::BodyKind::kUntilClose && !client_gone_ && !timed_out_) {
         complete = true;
         upstream_reusable = false;
@@ -665,13 +678,13 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       // Truncated by the upstream, the deadline or a client disconnect: cut the client stream.
       if (timed_out_ && stream)
         log::warn("proxy", "stream " + std::string(request_id) + " hit max_stream_duration_sec");
-      co_await stopWatch();
+      stopWatch();
       closeUpstream();
       co_return false;
     }
   }
   deadline_.clear();
-  co_await stopWatch();
+  stopWatch();
   if (client_gone_) {
     closeUpstream();
     co_return false;

@@ -17,6 +17,8 @@ bool stillUsable(tcp::socket& s) {
 }
 }  // namespace
 
+constexpr std::chrono::milliseconds kPeekAfter{50};
+
 bool UpstreamPool::take(const std::string& key, tcp::socket& out) {
   auto it = idle_.find(key);
   if (it == idle_.end()) return false;
@@ -25,7 +27,10 @@ bool UpstreamPool::take(const std::string& key, tcp::socket& out) {
   while (!v.empty()) {
     PooledConn c = std::move(v.back());
     v.pop_back();
-    if (now - c.idle_since < idle_timeout_ && stillUsable(c.sock)) {
+    // A connection idle for under kPeekAfter is reused without the MSG_PEEK syscall: a peer
+    // close that recent is caught by the caller's resend-on-fresh-connection rule instead.
+    auto idle = now - c.idle_since;
+    if (idle < idle_timeout_ && (idle < kPeekAfter || stillUsable(c.sock))) {
       out = std::move(c.sock);
       return true;
     }

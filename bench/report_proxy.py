@@ -1,0 +1,44 @@
+#!/usr/bin/python3
+"""Summarises bench/proxy_bench.sh results: per-round ratios to nginx and their medians."""
+import csv
+import statistics
+import sys
+from collections import defaultdict
+
+rows = list(csv.DictReader(open(sys.argv[1])))
+by = defaultdict(dict)
+for r in rows:
+    by[r['arm']][int(r['round'])] = r
+rounds = sorted(by['nginx'])
+
+print('### Throughput (64 connections, ~200-byte JSON POST, ~300-byte JSON response)\n')
+print('| round | direct rps | kvgate rps | nginx rps | haproxy rps | kvgate/nginx | haproxy/nginx |')
+print('|---|---|---|---|---|---|---|')
+ratios, hratios = [], []
+for n in rounds:
+    g = lambda a: float(by[a][n]['rps'])
+    ratio = g('kvgate') / g('nginx'); hr = g('haproxy') / g('nginx')
+    ratios.append(ratio); hratios.append(hr)
+    print(f"| {n} | {g('direct'):.0f} | {g('kvgate'):.0f} | {g('nginx'):.0f} | {g('haproxy'):.0f} | {ratio:.3f} | {hr:.3f} |")
+print(f"\n**median kvgate/nginx requests/s: {statistics.median(ratios):.3f}** "
+      f"(haproxy/nginx {statistics.median(hratios):.3f})\n")
+
+print('| arm | p50 us (median of rounds) | p99 us (median) | proxy CPU us/request (median) |')
+print('|---|---|---|---|')
+for a in ['direct', 'kvgate', 'nginx', 'haproxy']:
+    med = lambda k: statistics.median(float(by[a][n][k]) for n in rounds)
+    cpu = med('cpu_us_per_req')
+    print(f"| {a} | {med('p50_us'):.0f} | {med('p99_us'):.0f} | {cpu:.2f} |" if a != 'direct' else
+          f"| {a} | {med('p50_us'):.0f} | {med('p99_us'):.0f} | n/a |")
+
+if 'direct-c1' in by:
+    print('\n### Latency at one connection (added over direct)\n')
+    print('| arm | p50 us | p99 us | added p50 us | added p99 us |')
+    print('|---|---|---|---|---|')
+    rr = sorted(by['direct-c1'])
+    d50 = statistics.median(float(by['direct-c1'][n]['p50_us']) for n in rr)
+    d99 = statistics.median(float(by['direct-c1'][n]['p99_us']) for n in rr)
+    for a in ['direct-c1', 'kvgate-c1', 'nginx-c1']:
+        p50 = statistics.median(float(by[a][n]['p50_us']) for n in rr)
+        p99 = statistics.median(float(by[a][n]['p99_us']) for n in rr)
+        print(f"| {a[:-3]} | {p50:.0f} | {p99:.0f} | {p50 - d50:+.0f} | {p99 - d99:+.0f} |")
