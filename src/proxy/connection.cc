@@ -131,6 +131,11 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   bool watch_running_ = false;
   bool client_gone_ = false;
   uint64_t watch_gen_ = 0;
+  // Per-request scratch kept across requests so a warm connection allocates nothing for them.
+  std::string request_id_;
+  std::string up_head_;
+  std::string down_head_;
+  std::vector<bool> excluded_;
   Outcome outcome_;
 };
 
@@ -282,6 +287,7 @@ asio::awaitable<void> ClientConn::run() {
     }
     // ---- request body
     phase_ = Phase::kBody;
+    const char* head_base = in_.data();
     size_t head_bytes = static_cast<size_t>(hn);
     std::string dechunked;
     bool chunked = head.body_kind == http::BodyKind::kChunked;
@@ -326,8 +332,9 @@ asio::awaitable<void> ClientConn::run() {
       while (in_.size() < head_bytes + body_len)
         if (!co_await readMore(in_, client_)) goto done;
     }
-    // The buffer may have moved while reading the body: parse the head again (cheap).
-    http::parseRequestHead(in_.data(), in_.size(), opts.max_head_bytes, head, perr);
+    // The buffer may have moved while reading the body: then parse the head again (cheap).
+    if (in_.data() != head_base)
+      http::parseRequestHead(in_.data(), in_.size(), opts.max_head_bytes, head, perr);
     std::string_view body =
         chunked ? std::string_view(dechunked) : std::string_view(in_.data() + head_bytes, body_len);
     deadline_.clear();
@@ -339,7 +346,8 @@ asio::awaitable<void> ClientConn::run() {
       newRequestId(rid_buf);
       rid = std::string_view(rid_buf, 32);
     }
-    std::string request_id(rid);
+    request_id_.assign(rid);
+    const std::string& request_id = request_id_;
 
     // ---- routing
     auto cfg = l_->config.load();
@@ -430,8 +438,8 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
   const auto& rule = route.rule;
   const size_t n = route.endpoints.size();
   // Upstream request head: the client's, minus hop-by-hop headers, with our X-Request-Id.
-  std::string out;
-  out.reserve(head.head_bytes + 96);
+  std::string& out = up_head_;  // reused across requests: no allocation once warm
+  out.clear();
   out.append(head.method).append(" ").append(head.target).append(" HTTP/1.1\r\n");
   std::string_view conn_tokens = head.get("connection");
   for (size_t i = 0; i < head.num_headers; ++i) {
@@ -460,7 +468,8 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
       std::chrono::milliseconds(rule.timeout_connect_ms > 0 ? rule.timeout_connect_ms : 500);
   auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
                                                : w_.opts.upstream_data_timeout;
-  std::vector<bool> excluded(n, false);
+  std::vector<bool>& excluded = excluded_;
+  excluded.assign(n, false);
   std::string last_error = "no endpoint available";
   int fail_status = 503;
   for (size_t attempt = 0; attempt < n; ++attempt) {
@@ -579,8 +588,8 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   // Decide the framing towards the client.
   bool dechunk = rh.body_kind == http::BodyKind::kChunked && client_minor_ == 0;
   if (rh.body_kind == http::BodyKind::kUntilClose || dechunk) client_keep_alive_ = false;
-  std::string h;
-  h.reserve(rh.head_bytes + 64);
+  std::string& h = down_head_;
+  h.clear();
   h.append("HTTP/1.1 ").append(std::to_string(rh.status)).append(" ");
   h.append(rh.reason.empty() ? std::string_view(http::statusReason(rh.status)) : rh.reason);
   h.append("\r\n");
