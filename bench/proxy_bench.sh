@@ -105,9 +105,18 @@ echo "throughput: $ROUNDS rounds x 4 arms, ${DURATION}s each, $CONNS connections
 for r in $(seq 1 "$ROUNDS"); do
   for arm in direct kvgate nginx haproxy; do run_arm "$arm" "$arm" "$r" "$CONNS" 1 "$DURATION"; done
 done
-echo "latency: 1 connection, ${DURATION}s per arm, $ROUNDS rounds" >&2
+echo "latency: 1 connection, ${DURATION}s per arm, $ROUNDS rounds, split layout (proxy CPU 0)" >&2
 for r in $(seq 1 "$ROUNDS"); do
   for arm in direct kvgate nginx; do run_arm "$arm-c1" "$arm" "$r" 1 1 "$DURATION"; done
+done
+# Same-core layout: every process on CPU 1, so a request crosses no CPU (no idle-CPU wake-ups):
+# the added latency is then the proxy's own work plus one more loopback hop each way.
+for p in $(pgrep -f "nginx -p $W/ng") $(pgrep -f "haproxy -f $W") $KVPID; do
+  for t in $p $(pgrep -P "$p"); do taskset -a -p -c 1 "$t" >/dev/null; done
+done
+echo "latency: 1 connection, same-core layout (all on CPU 1)" >&2
+for r in $(seq 1 "$ROUNDS"); do
+  for arm in direct kvgate nginx; do run_arm "$arm-c1same" "$arm" "$r" 1 1 "$DURATION"; done
 done
 /usr/bin/python3 bench/report_proxy.py "$W/results.csv"
 cp "$W/results.csv" "${BENCH_OUT:-/tmp/proxy_bench_results.csv}"

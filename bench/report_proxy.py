@@ -31,14 +31,16 @@ for a in ['direct', 'kvgate', 'nginx', 'haproxy']:
     print(f"| {a} | {med('p50_us'):.0f} | {med('p99_us'):.0f} | {cpu:.2f} |" if a != 'direct' else
           f"| {a} | {med('p50_us'):.0f} | {med('p99_us'):.0f} | n/a |")
 
-if 'direct-c1' in by:
-    print('\n### Latency at one connection (added over direct)\n')
+for suffix, title in (('-c1', 'split layout: proxy on CPU 0, wrk and upstream on CPU 1'),
+                      ('-c1same', 'same-core layout: everything on CPU 1')):
+    if 'direct' + suffix not in by:
+        continue
+    print(f'\n### Latency at one connection, {title} (added over direct)\n')
     print('| arm | p50 us | p99 us | added p50 us | added p99 us |')
     print('|---|---|---|---|---|')
-    rr = sorted(by['direct-c1'])
-    d50 = statistics.median(float(by['direct-c1'][n]['p50_us']) for n in rr)
-    d99 = statistics.median(float(by['direct-c1'][n]['p99_us']) for n in rr)
-    for a in ['direct-c1', 'kvgate-c1', 'nginx-c1']:
-        p50 = statistics.median(float(by[a][n]['p50_us']) for n in rr)
-        p99 = statistics.median(float(by[a][n]['p99_us']) for n in rr)
-        print(f"| {a[:-3]} | {p50:.0f} | {p99:.0f} | {p50 - d50:+.0f} | {p99 - d99:+.0f} |")
+    rr = sorted(by['direct' + suffix])
+    med = lambda a, k: statistics.median(float(by[a][n][k]) for n in rr)
+    d50, d99 = med('direct' + suffix, 'p50_us'), med('direct' + suffix, 'p99_us')
+    for a in ['direct', 'kvgate', 'nginx']:
+        p50, p99 = med(a + suffix, 'p50_us'), med(a + suffix, 'p99_us')
+        print(f"| {a} | {p50:.0f} | {p99:.0f} | {p50 - d50:+.0f} | {p99 - d99:+.0f} |")

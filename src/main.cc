@@ -11,6 +11,9 @@ int main(int argc, char** argv);
 namespace ctl {
 int main(int argc, char** argv);
 }
+namespace bench {
+int main(int argc, char** argv);
+}
 }  // namespace kvgate
 
 static void usage(FILE* out) {
@@ -20,7 +23,8 @@ static void usage(FILE* out) {
                "commands:\n"
                "  serve   run the gateway (data plane + management API)\n"
                "  sim     run a simulated engine fleet (vLLM dialect)\n"
-               "  ctl     manage a running gateway over its REST API\n\n"
+               "  ctl     manage a running gateway over its REST API\n"
+               "  bench   load generators (bench sse: concurrent SSE streams, relay delay)\n\n"
                "Run 'kvgate <command> --help' for the flags of each command.\n");
 }
 
@@ -33,6 +37,7 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return kvgate::serveMain(argc - 1, argv + 1);
   if (cmd == "sim") return kvgate::sim::main(argc - 1, argv + 1);
   if (cmd == "ctl") return kvgate::ctl::main(argc - 1, argv + 1);
+  if (cmd == "bench") return kvgate::bench::main(argc - 1, argv + 1);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     usage(stdout);
     return 0;

@@ -22,7 +22,7 @@ namespace kvgate::proxy {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kReadChunk = 16 * 1024;
 
 std::string openAiError(int status, std::string_view code, std::string_view message,
                         std::string_view param = {}) {
@@ -34,11 +34,12 @@ std::string openAiError(int status, std::string_view code, std::string_view mess
   return b;
 }
 
-// A growable byte buffer with a read cursor; views into it stay valid until the next grow().
+// A growable byte buffer with a read cursor; views into it stay valid until the next prepare().
+// Storage is not zero-filled, so an idle or streaming connection only holds the pages it used.
 class Buffer {
  public:
-  char* data() { return buf_.data() + start_; }
-  const char* data() const { return buf_.data() + start_; }
+  char* data() { return buf_.get() + start_; }
+  const char* data() const { return buf_.get() + start_; }
   size_t size() const { return end_ - start_; }
   bool empty() const { return end_ == start_; }
   std::string_view view() const { return {data(), size()}; }
@@ -49,26 +50,32 @@ class Buffer {
   void clear() { start_ = end_ = 0; }  // keeps the allocation for the next message
   // Writable space of at least `n` bytes (may move the data: invalidates views).
   asio::mutable_buffer prepare(size_t n) {
-    if (buf_.size() - end_ < n) {
+    if (cap_ - end_ < n) {
       if (start_ > 0) {
-        std::memmove(buf_.data(), buf_.data() + start_, end_ - start_);
+        std::memmove(buf_.get(), buf_.get() + start_, end_ - start_);
         end_ -= start_;
         start_ = 0;
       }
-      if (buf_.size() - end_ < n) buf_.resize(end_ + n);
+      if (cap_ - end_ < n) {
+        size_t cap = std::max(end_ + n, cap_ * 2);
+        std::unique_ptr<char[]> next(new char[cap]);
+        if (end_ > 0) std::memcpy(next.get(), buf_.get(), end_);
+        buf_ = std::move(next);
+        cap_ = cap;
+      }
     }
-    return asio::buffer(buf_.data() + end_, buf_.size() - end_);
+    return asio::buffer(buf_.get() + end_, cap_ - end_);
   }
   void commit(size_t n) { end_ += n; }
   void append(const char* p, size_t n) {
     prepare(n);
-    std::memcpy(buf_.data() + end_, p, n);
+    std::memcpy(buf_.get() + end_, p, n);
     end_ += n;
   }
 
  private:
-  std::vector<char> buf_;
-  size_t start_ = 0, end_ = 0;
+  std::unique_ptr<char[]> buf_;
+  size_t cap_ = 0, start_ = 0, end_ = 0;
 };
 
 class ClientConn : public std::enable_shared_from_this<ClientConn> {
@@ -102,7 +109,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   asio::awaitable<bool> relayResponse(const http::ResponseHead& rh, const Route& route,
                                       std::string_view request_id, bool head_request);
   void startWatch();
-  void stopWatch();
+  asio::awaitable<void> stopWatch();
   asio::awaitable<void> watchClient(std::shared_ptr<ClientConn> self, uint64_t gen);
   void closeUpstream() {
     error_code ec;
@@ -131,6 +138,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   bool watch_running_ = false;
   bool client_gone_ = false;
   uint64_t watch_gen_ = 0;
+  std::string pipelined_;          // client bytes the watcher read during a response
+  bool upstream_waited_ = false;   // the last upstream read had to wait (streaming)
   // Per-request scratch kept across requests so a warm connection allocates nothing for them.
   std::string request_id_;
   std::string up_head_;
@@ -172,22 +181,22 @@ asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
 }
 
 asio::awaitable<bool> ClientConn::readUpstream() {
-  // One non-blocking recv; only when the upstream makes us wait do we watch the client (so a
-  // fast response costs no extra syscalls) and wait for readiness without a second try.
-  for (;;) {
+  // Fast path: one non-blocking recv. When the upstream makes us wait, watch the client and let
+  // the reactor read (its edge-triggered read op cannot miss data that arrives meanwhile, which
+  // a readiness wait could). After a wait, the next read goes straight to the reactor: a stream
+  // keeps waiting, so the extra try would only cost a syscall.
+  if (!upstream_waited_) {
     auto buf = up_.prepare(kReadChunk);
     ssize_t n = ::recv(upstream_.native_handle(), buf.data(), buf.size(), MSG_DONTWAIT);
     if (n > 0) {
       up_.commit(static_cast<size_t>(n));
       co_return true;
     }
-    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) co_return false;
-    if (errno == EINTR) continue;
-    if (!watch_running_ && !client_gone_) startWatch();
-    error_code ec;
-    co_await upstream_.async_wait(tcp::socket::wait_read, useEc(ec));
-    if (ec || !upstream_.is_open()) co_return false;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) co_return false;
   }
+  upstream_waited_ = true;
+  if (!watch_running_ && !client_gone_) startWatch();
+  co_return co_await readMore(up_, upstream_);
 }
 
 asio::awaitable<bool> ClientConn::writeClient(std::string_view a, std::string_view b) {
@@ -220,36 +229,34 @@ void ClientConn::startWatch() {
 }
 
 // Watches the client socket while the upstream makes us wait: EOF or an error means the client
-// went away, so the upstream connection is closed and the engine aborts the request. Pipelined
-// bytes stay in the socket. A watcher that was stopped (generation moved on) touches nothing.
+// went away, so the upstream connection is closed and the engine aborts the request. Bytes of a
+// pipelined request are kept for the next request. A stopped watcher (older generation) returns
+// without touching the connection.
 asio::awaitable<void> ClientConn::watchClient(std::shared_ptr<ClientConn> self, uint64_t gen) {
-  for (;;) {
-    error_code ec;
-    co_await client_.async_wait(tcp::socket::wait_read, useEc(ec));
-    if (gen != watch_gen_ || !watching_ || ec == asio::error::operation_aborted) co_return;
-    char c;
-    ssize_t n = ec ? -1 : ::recv(client_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !ec) continue;
-    if (n <= 0) {
-      client_gone_ = true;  // EOF or error: the client went away
-      closeUpstream();      // the engine sees the disconnect and aborts the request
-    }
-    break;  // n > 0: a pipelined request, read after this response
+  char buf[4096];
+  error_code ec;
+  size_t n = co_await client_.async_read_some(asio::buffer(buf), useEc(ec));
+  if (n > 0) pipelined_.append(buf, n);  // kept even if we were stopped meanwhile
+  if (gen != watch_gen_ || !watching_) co_return;
+  if (ec || n == 0) {
+    client_gone_ = true;  // EOF or error: the client went away
+    closeUpstream();      // the engine sees the disconnect and aborts the request
   }
   watch_running_ = false;
 }
 
-// Stops the watcher without waiting for it: its cancelled wait completes later and, seeing a
-// newer generation, returns without touching the connection.
-void ClientConn::stopWatch() {
-  if (!watching_) return;
+// Stops the watcher: cancels its read, then yields once so that its completion (cancelled, or
+// holding pipelined bytes) runs before the connection reads the client again. Costs nothing when
+// no watcher was started (the fast path).
+asio::awaitable<void> ClientConn::stopWatch() {
+  if (!watching_) co_return;
   watching_ = false;
   ++watch_gen_;
-  if (watch_running_) {
-    watch_running_ = false;
-    error_code ec;
-    client_.cancel(ec);
-  }
+  if (!watch_running_) co_return;
+  watch_running_ = false;
+  error_code ec;
+  client_.cancel(ec);
+  co_await asio::post(client_.get_executor(), asio::use_awaitable);
 }
 
 asio::awaitable<void> ClientConn::run() {
@@ -259,6 +266,10 @@ asio::awaitable<void> ClientConn::run() {
   const auto& opts = w_.opts;
 
   while (client_.is_open()) {
+    if (!pipelined_.empty()) {
+      in_.append(pipelined_.data(), pipelined_.size());
+      pipelined_.clear();
+    }
     // ---- request head
     phase_ = in_.empty() ? Phase::kIdle : Phase::kHead;
     deadline_.expireAfter(in_.empty() ? idle_timeout_ : opts.header_timeout);
@@ -427,7 +438,7 @@ asio::awaitable<void> ClientConn::run() {
   }
 done:
   deadline_.stop();
-  stopWatch();
+  co_await stopWatch();
   closeUpstream();
   if (client_.is_open() && !client_gone_) co_await lingeringClose(client_);
   closeClient();
@@ -531,6 +542,7 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
       ep.state->requests.fetch_add(1, std::memory_order_relaxed);
       // Read the response head.
       up_.clear();
+      upstream_waited_ = false;
       http::ResponseHead rh;
       http::ParseError perr;
       int hn = 0;
@@ -547,7 +559,7 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
           if (!co_await readUpstream()) break;
       }
       if (hn <= 0) {
-        stopWatch();
+        co_await stopWatch();
         ep.state->active.fetch_sub(1, std::memory_order_relaxed);
         closeUpstream();
         if (client_gone_) co_return false;
@@ -644,7 +656,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
           if (st.error) {
             log::warn("proxy", "malformed chunked response from " + outcome_.endpoint);
             if (first) co_await writeClient(h);  // then cut the stream: the client sees it
-            stopWatch();
+            co_await stopWatch();
             closeUpstream();
             co_return false;
           }
@@ -669,7 +681,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       if (!ok) {
         closeUpstream();  // client gone: abort the upstream request
         client_gone_ = true;
-        stopWatch();
+        co_await stopWatch();
         co_return false;
       }
     }
@@ -687,13 +699,13 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       // Truncated by the upstream, the deadline or a client disconnect: cut the client stream.
       if (timed_out_ && stream)
         log::warn("proxy", "stream " + std::string(request_id) + " hit max_stream_duration_sec");
-      stopWatch();
+      co_await stopWatch();
       closeUpstream();
       co_return false;
     }
   }
   deadline_.clear();
-  stopWatch();
+  co_await stopWatch();
   if (client_gone_) {
     closeUpstream();
     co_return false;

@@ -47,6 +47,8 @@ Timing (all delays are divided by --speedup):
   --prefill-us-per-token U      prefill cost per UNCACHED prompt token (default 100)
   --itl-ms T                    delay between generated tokens (default 10)
   --keepalive-timeout-ms MS     close idle keep-alive connections after MS (default 5000)
+  --stamp-events                add "kvgate_sent_us" (wall-clock send time) to each token event,
+                                for measuring relay delay (bench/sse_bench.sh)
   --max-concurrency C           running requests; the rest wait FIFO (default 64)
 KV cache:
   --block-size N                tokens per KV block (default 16)
@@ -142,6 +144,10 @@ int parseArgs(int argc, char** argv, Options& o) {
       value = flag.substr(eq + 1);
       flag.resize(eq);
       has_inline = true;
+    }
+    if (flag == "--stamp-events") {
+      o.cfg.stamp_events = true;
+      continue;
     }
     if (flag == "--refuse-connections") {
       if (has_inline && value != "true" && value != "false")

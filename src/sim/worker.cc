@@ -611,7 +611,14 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       ev += chat ? "\"}" : "\"";
       ev += ",\"logprobs\":null,\"finish_reason\":";
       ev += tok == ntok - 1 ? "\"length\"" : "null";
-      ev += "}]" + usage_null + "}";
+      ev += "}]" + usage_null;
+      if (cfg_.stamp_events) {  // benchmark aid: wall-clock send time for relay-delay figures
+        ev += ",\"kvgate_sent_us\":";
+        ev += std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count());
+      }
+      ev += "}";
     } else if (tok == ntok && in.include_usage) {
       ev += head + "],\"usage\":" + usage + "}";
     } else {

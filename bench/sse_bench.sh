@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Streaming at scale: STREAMS concurrent SSE streams of EVENTS events spaced ITL ms, from the
+# simulator, measured direct and through kvgate in the same run. Per-event relay delay comes from
+# the simulator's send stamps (sim --stamp-events); kvgate's memory per open stream is its RSS
+# at the peak minus its idle RSS, divided by the streams open.
+# Usage: bench/sse_bench.sh [STREAMS=1000] [EVENTS=200] [ITL_MS=20] [ROUNDS=2]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STREAMS=${1:-1000}; EVENTS=${2:-200}; ITL=${3:-20}; ROUNDS=${4:-2}
+BIN=${KVGATE_BIN:-build/kvgate}
+W=$(mktemp -d /tmp/kvgate-sse.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
+trap cleanup EXIT
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+"$BIN" sim --workers 1 --port 0 --stamp-events --itl-ms "$ITL" --prefill-base-ms 0 \
+  --prefill-us-per-token 0 --max-concurrency 100000 >"$W/sim.out" 2>"$W/sim.err" & pids+=($!)
+"$BIN" serve --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
+KVPID=$!
+for _ in $(seq 1 50); do grep -q ready "$W/kv.out" 2>/dev/null && grep -q ready "$W/sim.out" 2>/dev/null && break; sleep 0.1; done
+SIMPORT=$(sed -E 's/.*"port":([0-9]+).*/\1/' "$W/sim.out" | head -1)
+API=$(sed -E 's/.*"api":"([^"]+)".*/\1/' "$W/kv.out")
+VIP=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "{\"serviceArguments\":{\"externalIP\":\"127.0.0.1\",\"port\":$VIP,\"protocol\":\"tcp\",\"mode\":4,\"sse_mode\":true},\"endpoints\":[{\"endpointIP\":\"127.0.0.1\",\"targetPort\":$SIMPORT,\"weight\":1}]}" >/dev/null
+rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+sleep 0.5
+echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | kvgate peak RSS - idle (KiB) |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
+for r in $(seq 1 "$ROUNDS"); do
+  for arm in direct kvgate; do
+    port=$SIMPORT; [ "$arm" = kvgate ] && port=$VIP
+    idle=$(rss_kb "$KVPID"); peak=$idle
+    "$BIN" bench sse --target "127.0.0.1:$port" --streams "$STREAMS" --events "$EVENTS" --ramp-ms 2000 >"$W/res.json" &
+    bp=$!
+    while kill -0 $bp 2>/dev/null; do r2=$(rss_kb "$KVPID"); [ "$r2" -gt "$peak" ] && peak=$r2; sleep 0.2; done
+    wait $bp || true
+    /usr/bin/python3 - "$W/res.json" "$r" "$arm" "$((peak - idle))" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1])); d = j['delay_us']
+mem = sys.argv[4] if sys.argv[3] == 'kvgate' else 'n/a'
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {j['completed']}/{j['streams']} | {j['errors']} | {j['events']} | {d['p50']} | {d['p90']} | {d['p99']} | {d['p999']} | {d['max']} | {mem} |")
+PY
+  done
+done

@@ -1,0 +1,170 @@
+// `kvgate bench sse`: N concurrent SSE streams against an OpenAI-compatible endpoint, measuring
+// per-event relay delay from the simulator's "kvgate_sent_us" stamps (sim --stamp-events).
+//
+// Each stream POSTs /v1/completions with stream:true and max_tokens E, reads the (chunked) SSE
+// body, and for every event that carries "kvgate_sent_us":T records now_us - T (same machine,
+// same clock). Streams start spread over --ramp-ms. Prints one JSON line: streams completed,
+// errors, events, and delay percentiles in microseconds. One thread, one io_context.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/net.h"
+#include "http/asio.h"
+
+namespace kvgate::bench {
+namespace {
+
+struct Options {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  int streams = 100;
+  int events = 200;
+  int ramp_ms = 2000;
+  std::string model = "sim-model";
+};
+
+struct Stats {
+  std::vector<int64_t> delays_us;
+  int completed = 0;
+  int errors = 0;
+};
+
+int64_t nowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
+  auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer t(ex);
+  t.expires_after(std::chrono::microseconds(int64_t{o.ramp_ms} * 1000 * index /
+                                            std::max(1, o.streams)));
+  error_code ec;
+  co_await t.async_wait(useEc(ec));
+  tcp::socket s(ex);
+  co_await s.async_connect(tcp::endpoint(asio::ip::make_address(o.host), o.port), useEc(ec));
+  if (ec) {
+    ++st.errors;
+    co_return;
+  }
+  std::string body = "{\"model\":\"" + o.model + "\",\"prompt\":\"stream " + std::to_string(index) +
+                     "\",\"max_tokens\":" + std::to_string(o.events) + ",\"stream\":true}";
+  std::string req = "POST /v1/completions HTTP/1.1\r\nHost: " + o.host +
+                    "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n" + body;
+  co_await asio::async_write(s, asio::buffer(req), useEc(ec));
+  if (ec) {
+    ++st.errors;
+    co_return;
+  }
+  static constexpr std::string_view kStamp = "\"kvgate_sent_us\":";
+  std::string buf;
+  char tmp[16384];
+  bool done = false;
+  for (;;) {
+    size_t n = co_await s.async_read_some(asio::buffer(tmp), useEc(ec));
+    if (ec || n == 0) break;
+    int64_t now = nowUs();
+    buf.append(tmp, n);
+    size_t pos = 0;
+    size_t keep_from = std::string::npos;
+    for (;;) {
+      size_t at = buf.find(kStamp, pos);
+      if (at == std::string::npos) break;
+      size_t v = at + kStamp.size();
+      size_t end = buf.find_first_not_of("0123456789", v);
+      if (end == std::string::npos) {  // number split across reads: keep it for the next one
+        keep_from = at;
+        break;
+      }
+      st.delays_us.push_back(now - std::stoll(buf.substr(v, end - v)));
+      pos = end;
+    }
+    if (buf.find("data: [DONE]") != std::string::npos) done = true;
+    // Drop what was scanned; keep a partial marker (or the last bytes, which may start one).
+    if (keep_from == std::string::npos)
+      keep_from = std::max(pos, buf.size() > kStamp.size() ? buf.size() - kStamp.size() : 0);
+    buf.erase(0, keep_from);
+  }
+  if (done) ++st.completed;
+  else ++st.errors;
+}
+
+int64_t pct(std::vector<int64_t>& v, double p) {
+  if (v.empty()) return 0;
+  size_t i = std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size())));
+  return v[i];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) != "sse") {
+    std::fprintf(stderr,
+                 "usage: kvgate bench sse --target HOST:PORT [--streams N] [--events E] "
+                 "[--ramp-ms MS] [--model NAME]\n"
+                 "Runs N concurrent SSE streams of E events; needs `kvgate sim --stamp-events` "
+                 "upstream. Prints one JSON line of results.\n");
+    return 2;
+  }
+  Options o;
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string v = i + 1 < argc ? argv[i + 1] : "";
+    uint64_t x = 0;
+    bool ok = true;
+    if (a == "--target") {
+      auto hp = net::parseHostPort(v);
+      ok = hp.has_value();
+      if (ok) {
+        o.host = hp->host;
+        o.port = hp->port;
+      }
+    } else if (a == "--streams") {
+      ok = net::parseUint(v, 100000, x) && x > 0;
+      o.streams = static_cast<int>(x);
+    } else if (a == "--events") {
+      ok = net::parseUint(v, 100000, x) && x > 0;
+      o.events = static_cast<int>(x);
+    } else if (a == "--ramp-ms") {
+      ok = net::parseUint(v, 600000, x);
+      o.ramp_ms = static_cast<int>(x);
+    } else if (a == "--model") {
+      o.model = v;
+    } else {
+      std::fprintf(stderr, "kvgate bench sse: unknown flag %s\n", a.c_str());
+      return 2;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "kvgate bench sse: bad value for %s\n", a.c_str());
+      return 2;
+    }
+    ++i;
+  }
+  if (o.port == 0) {
+    std::fprintf(stderr, "kvgate bench sse: --target HOST:PORT is required\n");
+    return 2;
+  }
+  asio::io_context io(1);
+  Stats st;
+  st.delays_us.reserve(static_cast<size_t>(o.streams) * static_cast<size_t>(o.events));
+  for (int i = 0; i < o.streams; ++i) asio::co_spawn(io, oneStream(o, i, st), asio::detached);
+  auto t0 = std::chrono::steady_clock::now();
+  io.run();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::sort(st.delays_us.begin(), st.delays_us.end());
+  std::printf(
+      "{\"streams\":%d,\"completed\":%d,\"errors\":%d,\"events\":%zu,\"seconds\":%.2f,"
+      "\"delay_us\":{\"p50\":%lld,\"p90\":%lld,\"p99\":%lld,\"p999\":%lld,\"max\":%lld}}\n",
+      o.streams, st.completed, st.errors, st.delays_us.size(), secs,
+      static_cast<long long>(pct(st.delays_us, 50)), static_cast<long long>(pct(st.delays_us, 90)),
+      static_cast<long long>(pct(st.delays_us, 99)), static_cast<long long>(pct(st.delays_us, 99.9)),
+      static_cast<long long>(st.delays_us.empty() ? 0 : st.delays_us.back()));
+  return st.errors == 0 ? 0 : 1;
+}
+
+}  // namespace kvgate::bench
