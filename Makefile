@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= 2
 MAKEFLAGS += --no-print-directory
 
-.PHONY: setup build test unit demo lint clean
+.PHONY: setup build test unit demo lint bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -20,6 +20,11 @@ unit: build
 
 demo: build
 	@bash scripts/demo.sh
+
+# Side-by-side benchmarks (kvgate vs direct vs nginx vs HAProxy); figures go to docs/benchmarks.md.
+bench: build
+	@bash scripts/setup.sh --bench
+	@bash bench/run_all.sh
 
 lint:
 	@find src -name '*.cc' -o -name '*.h' | xargs clang-format --dry-run --Werror

@@ -22,13 +22,30 @@ SIMPORT=$(sed -E 's/.*"port":([0-9]+).*/\1/' "$W/sim.out" | head -1)
 API=$(sed -E 's/.*"api":"([^"]+)".*/\1/' "$W/kv.out")
 VIP=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "{\"serviceArguments\":{\"externalIP\":\"127.0.0.1\",\"port\":$VIP,\"protocol\":\"tcp\",\"mode\":4,\"sse_mode\":true},\"endpoints\":[{\"endpointIP\":\"127.0.0.1\",\"targetPort\":$SIMPORT,\"weight\":1}]}" >/dev/null
+# nginx as a reference relay for the same streams (proxy_buffering off, as for SSE), if present.
+NGX=""
+if command -v nginx >/dev/null; then
+  NGX=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  mkdir -p "$W/ng"
+  cat >"$W/ng/nginx.conf" <<NGXC
+worker_processes 1; pid $W/ng/nginx.pid; error_log $W/ng/error.log warn; daemon off;
+events { worker_connections 20000; }
+http { access_log off;
+  upstream up { server 127.0.0.1:$SIMPORT; keepalive 256; }
+  server { listen 127.0.0.1:$NGX backlog=4096;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection "";
+                 proxy_buffering off; proxy_read_timeout 300s; } } }
+NGXC
+  nginx -p "$W/ng" -c "$W/ng/nginx.conf" & pids+=($!)
+  sleep 0.3
+fi
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 sleep 0.5
 echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | kvgate peak RSS - idle (KiB) |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
-  for arm in direct kvgate; do
-    port=$SIMPORT; [ "$arm" = kvgate ] && port=$VIP
+  for arm in direct kvgate ${NGX:+nginx}; do
+    port=$SIMPORT; [ "$arm" = kvgate ] && port=$VIP; [ "$arm" = nginx ] && port=$NGX
     idle=$(rss_kb "$KVPID"); peak=$idle
     "$BIN" bench sse --target "127.0.0.1:$port" --streams "$STREAMS" --events "$EVENTS" --ramp-ms 2000 >"$W/res.json" &
     bp=$!

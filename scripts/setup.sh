@@ -16,6 +16,11 @@ APT_PACKAGES=(
   clang-format clang-tidy # make lint
 )
 
+# Benchmark anchors and tools, only for `make bench` (scripts/setup.sh --bench).
+if [ "${1:-}" = "--bench" ]; then
+  APT_PACKAGES+=(nginx-light haproxy wrk util-linux linux-perf)
+fi
+
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# `make bench`: every side-by-side benchmark in one run; prints Markdown for docs/benchmarks.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+echo "## Run of $(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs))"
+echo
+echo "### Proxy overhead: bench/proxy_bench.sh ${PROXY_ROUNDS:-3} ${PROXY_SECONDS:-10} 64"
+echo
+bash bench/proxy_bench.sh "${PROXY_ROUNDS:-3}" "${PROXY_SECONDS:-10}" 64 2>/dev/null
+echo
+echo "### Streaming: bench/sse_bench.sh 1000 200 20 ${SSE_ROUNDS:-2}"
+echo
+bash bench/sse_bench.sh 1000 200 20 "${SSE_ROUNDS:-2}" 2>/dev/null
