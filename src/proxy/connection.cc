@@ -95,7 +95,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   struct Outcome {
     int status = 0;
     uint64_t bytes = 0;
-    std::string endpoint;
+    const std::string* endpoint = nullptr;  // label of the chosen endpoint (owned by the route)
   };
 
   void onDeadline();
@@ -423,7 +423,7 @@ asio::awaitable<void> ClientConn::run() {
           log::appendField(line, "rule",
                            route->rule.name.empty() ? route->rule.key() : route->rule.name);
           log::appendField(line, "model", model);
-          log::appendField(line, "endpoint", outcome_.endpoint);
+          log::appendField(line, "endpoint", outcome_.endpoint ? *outcome_.endpoint : "");
           log::appendField(line, "selector", config::selectorName(route->rule.sel));
           log::appendField(line, "status", std::to_string(outcome_.status));
           log::appendField(line, "bytes", std::to_string(outcome_.bytes));
@@ -488,7 +488,7 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
     if (idx < 0) break;
     const auto& ep = route.endpoints[static_cast<size_t>(idx)];
     const auto& addr = route.addresses[static_cast<size_t>(idx)];
-    outcome_.endpoint = ep.state->label;
+    outcome_.endpoint = &ep.state->label;
     if (add_host) {
       static constexpr std::string_view kHostName = "Host: ";
       if (out.compare(host_at, kHostName.size(), kHostName) == 0)
@@ -654,7 +654,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
           decoded.clear();
           auto st = sc.feed(up_.data(), up_.size(), dechunk ? &decoded : nullptr);
           if (st.error) {
-            log::warn("proxy", "malformed chunked response from " + outcome_.endpoint);
+            log::warn("proxy", "malformed chunked response from " + *outcome_.endpoint);
             if (first) co_await writeClient(h);  // then cut the stream: the client sees it
             co_await stopWatch();
             closeUpstream();
@@ -711,7 +711,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     co_return false;
   }
   if (upstream_reusable && up_.empty() && upstream_.is_open())
-    w_.pool.put(outcome_.endpoint, std::move(upstream_));
+    w_.pool.put(*outcome_.endpoint, std::move(upstream_));
   else
     closeUpstream();
   upstream_ = tcp::socket(w_.io);
