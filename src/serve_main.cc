@@ -28,6 +28,7 @@ const char* kServeHelp =
     "  --upstream-timeout-ms N    default upstream data timeout, else 504 (default 600000;\n"
     "                             a rule's timeoutMemberData overrides it)\n"
     "  --upstream-idle-ms N       max idle age of a pooled upstream connection (default 30000)\n"
+    "  --prefix-key-bytes K       rendered-prompt bytes in the CHWBL prefix key (default 1024)\n"
     "  --access-log               one structured log line per proxied request\n"
     "  --log-level LEVEL          debug | info | warn | error (default info)\n\n"
     "Prints one JSON line {\"event\":\"ready\",\"api\":URL} on stdout once serving.\n";
@@ -80,6 +81,9 @@ int serveMain(int argc, char** argv) {
       ok = parseMs(next(), opts.upstream_data_timeout);
     } else if (a == "--upstream-idle-ms") {
       ok = parseMs(next(), opts.upstream_idle_timeout);
+    } else if (a == "--prefix-key-bytes") {
+      ok = net::parseUint(next(), 1 << 20, x) && x > 0;
+      opts.prefix_key_bytes = x;
     } else if (a == "--access-log") {
       opts.access_log = true;
     } else if (a == "--log-level") {

@@ -88,8 +88,6 @@ bool validHost(const std::string& h) {
   return true;
 }
 
-// Selectors this build implements. The others validate and store, then answer 501 not_active.
-bool selectorActive(int sel) { return sel == 0 || sel == 2 || sel == 4; }
 
 // Go-style omitempty for GET: zero values are dropped.
 bool isZero(const json& v) {
@@ -198,6 +196,18 @@ Result<RuleSpec> parseRule(const json& body) {
   if (auth == "jwt" && getOr<std::string>(stored, "jwt_auth_profile", "").empty())
     return bad("serviceArguments.jwt_auth_profile", "is required when api_key_auth is jwt");
   r.strip_api_key = auth == "disabled";
+  r.session_header_name = getOr<std::string>(stored, "session_header_name", "");
+  if (r.session_header_name.starts_with("cookie:") || r.session_header_name.starts_with("query:")) {
+    if (r.session_header_name.size() == r.session_header_name.find(':') + 1)
+      return bad("serviceArguments.session_header_name", "cookie: and query: need a name");
+  } else if (r.session_header_name == "basic-auth") {
+    // the user name of an Authorization: Basic header
+  } else {
+    for (unsigned char c : r.session_header_name)
+      if (!(std::isalnum(c) || c == '-' || c == '_'))
+        return bad("serviceArguments.session_header_name",
+                   "must be a header name, cookie:NAME, query:NAME or basic-auth");
+  }
 
   // Endpoints.
   auto ep_it = body.find("endpoints");
@@ -249,8 +259,6 @@ Result<RuleSpec> parseRule(const json& body) {
   };
   need(pd, "pd_disagg");
   need(kv_mode != 0, "kv_exact");
-  if (!selectorActive(r.sel) && r.inactive_capability.empty())
-    r.inactive_capability = std::string("selector_") + selectorName(r.sel);
   need(getOr<int>(stored, "security", 0) != 0 || stored.contains("mtls_frontend") ||
            stored.contains("mtls_backend"),
        "tls");

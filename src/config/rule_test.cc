@@ -37,7 +37,7 @@ TEST(RuleParse, SeedExamplesAreAcceptedAndMarkInactiveCapabilities) {
   EXPECT_EQ(pd->endpoints[0].role, 1);
   auto ch = parseRule(seedChwbl());
   ASSERT_TRUE(ch) << ch.error().what;
-  EXPECT_EQ(ch->inactive_capability, "selector_chwbl");
+  EXPECT_TRUE(ch->inactive_capability.empty());  // CHWBL serves traffic
   EXPECT_EQ(ch->sel, 8);
 }
 
@@ -114,7 +114,13 @@ INSTANTIATE_TEST_SUITE_P(
                 "endpoints[1]"},
         BadCase{"endpoints_obj", "/endpoints", json::object(), "endpoints"},
         BadCase{"annotations", "/serviceArguments/annotations", json::parse(R"({"a":1})"),
-                "annotations"}),
+                "annotations"},
+        BadCase{"session_query_empty", "/serviceArguments/session_header_name", "query:",
+                "session_header_name"},
+        BadCase{"session_cookie_empty", "/serviceArguments/session_header_name", "cookie:",
+                "session_header_name"},
+        BadCase{"session_bad_chars", "/serviceArguments/session_header_name", "a b",
+                "session_header_name"}),
     [](const ::testing::TestParamInfo<BadCase>& i) { return std::string(i.param.name); });
 
 TEST(RuleParse, MissingRequiredAndWrongShapes) {
@@ -156,6 +162,17 @@ TEST(RuleJson, OmitEmptyLikeTheUpstreamGateway) {
   auto r2 = parseRule(s);
   ASSERT_TRUE(r2);
   EXPECT_FALSE(r2->toJson()["serviceArguments"].contains("chwbl_replication"));
+}
+
+TEST(RuleParse, SessionHeaderForms) {
+  for (const char* ok : {"x-session", "cookie:sid", "query:s", "basic-auth", ""}) {
+    json j = simple();
+    j["serviceArguments"]["sel"] = 3;
+    j["serviceArguments"]["session_header_name"] = ok;
+    auto r = parseRule(j);
+    ASSERT_TRUE(r) << ok << ": " << r.error().what;
+    EXPECT_EQ(r->session_header_name, ok);
+  }
 }
 
 TEST(RuleParse, SameDefinitionIgnoresId) {

@@ -16,6 +16,8 @@
 #include "http/parser.h"
 #include "http/server.h"
 #include "proxy/request_info.h"
+#include "routing/prefix_key.h"
+#include "routing/selectors/hash_ring.h"
 #include "proxy/worker.h"
 
 namespace kvgate::proxy {
@@ -96,11 +98,15 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
     int status = 0;
     uint64_t bytes = 0;
     const std::string* endpoint = nullptr;  // label of the chosen endpoint (owned by the route)
+    const char* key = "";                    // which key the selector used
+    bool spilled = false;
   };
 
   void onDeadline();
   asio::awaitable<bool> readMore(Buffer& b, tcp::socket& s);
   asio::awaitable<bool> readUpstream();
+  routing::RequestContext requestContext(const http::RequestHead& head, std::string_view body,
+                                         const Route& route);
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
                                   std::string_view param = {}, bool close = false);
   asio::awaitable<bool> writeClient(std::string_view a, std::string_view b = {});
@@ -138,6 +144,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   bool watch_running_ = false;
   bool client_gone_ = false;
   uint64_t watch_gen_ = 0;
+  uint64_t source_key_ = 0;  // hash of the client's address (sel 1, persist fallback)
   std::string pipelined_;          // client bytes the watcher read during a response
   bool upstream_waited_ = false;   // the last upstream read had to wait (streaming)
   // Per-request scratch kept across requests so a warm connection allocates nothing for them.
@@ -259,9 +266,72 @@ asio::awaitable<void> ClientConn::stopWatch() {
   co_await asio::post(client_.get_executor(), asio::use_awaitable);
 }
 
+// Keys for the rule's selector, computed only for the selectors that read them.
+routing::RequestContext ClientConn::requestContext(const http::RequestHead& head,
+                                                   std::string_view body, const Route& route) {
+  routing::RequestContext ctx;
+  ctx.source_key = source_key_;
+  const auto& rule = route.rule;
+  auto hashOf = [](std::string_view v) { return routing::hashBytes(v.data(), v.size()); };
+  if (route.needs_body_keys) {
+    std::string_view conv = head.get("x-conversation-id");
+    auto keys = routing::computeBodyKeys(body, w_.opts.prefix_key_bytes);
+    ctx.prefix_key = keys.prefix_key;
+    if (!conv.empty()) ctx.conversation_key = hashOf(conv);
+    else if (keys.user) ctx.conversation_key = hashOf(*keys.user);
+  } else if (rule.sel == 3 && !rule.session_header_name.empty()) {
+    const std::string& name = rule.session_header_name;
+    std::string_view value;
+    if (name.starts_with("cookie:")) {
+      std::string_view want = std::string_view(name).substr(7);
+      std::string_view cookies = head.get("cookie");
+      while (!cookies.empty()) {
+        size_t semi = cookies.find(';');
+        std::string_view item = cookies.substr(0, semi);
+        while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+        size_t eq = item.find('=');
+        if (eq != std::string_view::npos && item.substr(0, eq) == want) {
+          value = item.substr(eq + 1);
+          break;
+        }
+        if (semi == std::string_view::npos) break;
+        cookies.remove_prefix(semi + 1);
+      }
+    } else if (name.starts_with("query:")) {
+      std::string_view want = std::string_view(name).substr(6);
+      std::string_view t = head.target;
+      size_t q = t.find('?');
+      std::string_view query = q == std::string_view::npos ? std::string_view() : t.substr(q + 1);
+      while (!query.empty()) {
+        size_t amp = query.find('&');
+        std::string_view item = query.substr(0, amp);
+        size_t eq = item.find('=');
+        if (item.substr(0, eq) == want) {
+          value = eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1);
+          break;
+        }
+        if (amp == std::string_view::npos) break;
+        query.remove_prefix(amp + 1);
+      }
+    } else if (name == "basic-auth") {
+      value = head.get("authorization");  // the whole credential identifies the user
+    } else {
+      value = head.get(name);
+    }
+    if (!value.empty()) ctx.session_key = hashOf(value);
+  }
+  return ctx;
+}
+
 asio::awaitable<void> ClientConn::run() {
   auto self = shared_from_this();
   deadline_.start([self] { self->onDeadline(); });
+  {
+    error_code ec;
+    auto ep = client_.remote_endpoint(ec);
+    std::string ip = ec ? std::string() : ep.address().to_string();
+    source_key_ = routing::hashBytes(ip.data(), ip.size());
+  }
   idle_timeout_ = w_.opts.client_idle_timeout;
   const auto& opts = w_.opts;
 
@@ -425,6 +495,8 @@ asio::awaitable<void> ClientConn::run() {
           log::appendField(line, "model", model);
           log::appendField(line, "endpoint", outcome_.endpoint ? *outcome_.endpoint : "");
           log::appendField(line, "selector", config::selectorName(route->rule.sel));
+          log::appendField(line, "key", outcome_.key);
+          if (outcome_.spilled) log::appendField(line, "spill", "1");
           log::appendField(line, "status", std::to_string(outcome_.status));
           log::appendField(line, "bytes", std::to_string(outcome_.bytes));
           log::info("proxy", line);
@@ -479,13 +551,20 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
       std::chrono::milliseconds(rule.timeout_connect_ms > 0 ? rule.timeout_connect_ms : 500);
   auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
                                                : w_.opts.upstream_data_timeout;
+  routing::RequestContext rctx = requestContext(head, body, route);
   std::vector<bool>& excluded = excluded_;
   excluded.assign(n, false);
   std::string last_error = "no endpoint available";
   int fail_status = 503;
   for (size_t attempt = 0; attempt < n; ++attempt) {
-    int idx = route.selector ? route.selector->pick(route.endpoints, excluded) : -1;
+    routing::PickInfo info;
+    int idx = route.selector ? route.selector->pick(route.endpoints, excluded, rctx, info) : -1;
     if (idx < 0) break;
+    outcome_.key = info.key;
+    if (info.spilled) {
+      outcome_.spilled = true;
+      route.spills.fetch_add(1, std::memory_order_relaxed);
+    }
     const auto& ep = route.endpoints[static_cast<size_t>(idx)];
     const auto& addr = route.addresses[static_cast<size_t>(idx)];
     outcome_.endpoint = &ep.state->label;

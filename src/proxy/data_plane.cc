@@ -69,6 +69,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
       route->addresses.emplace_back(asio::ip::make_address(e.ip), e.port);
     }
     route->selector = routing::Selector::create(rule.sel, route->endpoints);
+    route->needs_body_keys = rule.sel == 8 || rule.sel == 9 || rule.sel == 10;
     auto& cfg = configs[rule.listenKey()];
     if (!cfg) cfg = std::make_shared<VipConfig>();
     cfg->has_model_pools |= !rule.model_name.empty();

@@ -32,6 +32,7 @@ struct ProxyOptions {
   std::chrono::milliseconds upstream_idle_timeout{30000};   // pooled connection max idle age
   size_t max_idle_per_endpoint = 256;
   bool access_log = false;
+  size_t prefix_key_bytes = 1024;  // K: rendered-prompt bytes in the CHWBL prefix key
 };
 
 class Worker;

@@ -3,6 +3,7 @@
 // The control thread builds a new VipConfig on every change and publishes it atomically; a
 // request keeps the snapshot it started with (shared_ptr), so updates never disturb it.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,6 +20,8 @@ struct Route {
   std::vector<routing::PoolEndpoint> endpoints;
   std::vector<tcp::endpoint> addresses;         // one per endpoint, same order
   std::unique_ptr<routing::Selector> selector;  // null when the rule's selector is inactive
+  bool needs_body_keys = false;  // sel 8, 9, 10 read the prefix key / conversation id
+  mutable std::atomic<uint64_t> spills{0};  // bounded-load moves off the key's home endpoint
 };
 
 struct VipConfig {

@@ -57,9 +57,10 @@ describe('management REST API', () => {
     const e = await pdTraffic.json();
     assert.equal(e.error.code, 'not_active');
     assert.equal(e.error.param, 'pd_disagg');
-    const chTraffic = await fetch(`http://127.0.0.1:${p2}/v1/models`, { headers: { host: '127.0.0.1' } });
-    assert.equal(chTraffic.status, 501);
-    assert.equal((await chTraffic.json()).error.param, 'selector_chwbl');
+    // CHWBL is active: the request is routed (no worker listens on the seed's ports: 502).
+    const chTraffic = await fetch(`http://127.0.0.1:${p2}/v1/models`);
+    assert.equal(chTraffic.status, 502);
+    assert.equal((await chTraffic.json()).error.code, 'upstream_connect_failed');
     // Identical re-post: 409; delete both.
     const again = await api(gw.api, 'POST', BASE, chwbl);
     assert.equal(again.status, 409);

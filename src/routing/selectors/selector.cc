@@ -1,11 +1,14 @@
 #include "routing/selectors/selector.h"
 
+#include "routing/selectors/key_selectors.h"
+
 namespace kvgate::routing {
 namespace {
 
 class RoundRobin : public Selector {
  public:
-  int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded) override {
+  int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded,
+           const RequestContext&, PickInfo&) override {
     size_t n = eps.size();
     if (n == 0) return -1;
     uint64_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
@@ -27,7 +30,8 @@ class WeightedRoundRobin : public Selector {
     for (auto& e : eps) w.push_back(e.weight);
     schedule_ = smoothWrrSchedule(w);
   }
-  int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded) override {
+  int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded,
+           const RequestContext&, PickInfo&) override {
     if (schedule_.empty()) return -1;
     uint64_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
     for (size_t i = 0; i < schedule_.size(); ++i) {
@@ -44,7 +48,8 @@ class WeightedRoundRobin : public Selector {
 
 class LeastConnections : public Selector {
  public:
-  int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded) override {
+  int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded,
+           const RequestContext&, PickInfo&) override {
     size_t n = eps.size();
     if (n == 0) return -1;
     uint64_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
@@ -99,6 +104,16 @@ std::unique_ptr<Selector> Selector::create(int sel, const std::vector<PoolEndpoi
       return std::make_unique<WeightedRoundRobin>(eps);
     case 4:
       return std::make_unique<LeastConnections>();
+    case 1:
+      return makeSourceHash();
+    case 3:
+      return makePersist(eps);
+    case 8:
+      return makeChwbl(eps, /*weighted=*/false);
+    case 9:
+      return makeGpuAware();
+    case 10:
+      return makeChwbl(eps, /*weighted=*/true);
     default:
       return nullptr;
   }

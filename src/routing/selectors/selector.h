@@ -6,14 +6,15 @@
 //          every weight is 0 (then all count as 1).
 //   4 lc   least connections: the lowest in-flight count (this gateway's view), ties broken
 //          round-robin so equal endpoints share the load.
-// Knobs: none beyond the endpoint weights. The cache-affinity selectors (1, 3, 8, 9, 10) come
-// with their own stage files.
+// Knobs: none beyond the endpoint weights. The key-based selectors (1 hash, 3 persist, 8 chwbl,
+// 9 gpuaware, 10 wrr-hash) have their own files, each opening with its algorithm and knobs.
 #pragma once
 #include <atomic>
 #include <memory>
 #include <vector>
 
 #include "endpoints/endpoint.h"
+#include "routing/request_context.h"
 
 namespace kvgate::routing {
 
@@ -28,7 +29,12 @@ class Selector {
   virtual ~Selector() = default;
   // Index of the chosen endpoint, or -1 when every endpoint is excluded. `excluded` has one
   // entry per endpoint (true = skip: failed this request already, or unhealthy).
-  virtual int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded) = 0;
+  virtual int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded,
+                   const RequestContext& ctx, PickInfo& info) = 0;
+  int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded) {
+    PickInfo info;
+    return pick(eps, excluded, RequestContext{}, info);
+  }
   // Selector for a rule's `sel`; nullptr for selectors this build does not implement.
   static std::unique_ptr<Selector> create(int sel, const std::vector<PoolEndpoint>& eps);
 };

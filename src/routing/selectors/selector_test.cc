@@ -72,10 +72,128 @@ TEST(LeastConnections, PicksLowestInFlightAndRotatesTies) {
   EXPECT_EQ(n[2], 10);
 }
 
-TEST(Selector, InactiveSelectorsHaveNoImplementationYet) {
-  auto eps = pool({1});
-  EXPECT_EQ(Selector::create(8, eps), nullptr);
-  EXPECT_NE(Selector::create(0, eps), nullptr);
+int pickWith(Selector& s, const std::vector<PoolEndpoint>& eps, const std::vector<bool>& ex,
+             RequestContext ctx, PickInfo* out = nullptr) {
+  PickInfo info;
+  int i = s.pick(eps, ex, ctx, info);
+  if (out) *out = info;
+  return i;
+}
+
+TEST(Chwbl, SamePrefixKeyStaysOnItsHomeEndpoint) {
+  auto eps = pool({1, 1, 1});
+  auto s = Selector::create(8, eps);
+  std::vector<bool> none(3, false);
+  RequestContext ctx;
+  ctx.prefix_key = 0x1234567890abcdefULL;
+  PickInfo info;
+  int home = pickWith(*s, eps, none, ctx, &info);
+  ASSERT_GE(home, 0);
+  EXPECT_STREQ(info.key, "prefix");
+  EXPECT_FALSE(info.spilled);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(pickWith(*s, eps, none, ctx), home);
+  // Different keys spread over the pool (256 vnodes each): 300 keys reach every endpoint.
+  std::map<int, int> seen;
+  for (uint64_t k = 0; k < 300; ++k) {
+    RequestContext c;
+    c.prefix_key = k * 0x9E3779B97F4A7C15ULL;
+    seen[pickWith(*s, eps, none, c)]++;
+  }
+  EXPECT_EQ(seen.size(), 3u);
+  for (auto& [i, n] : seen) EXPECT_GT(n, 50) << i;  // roughly a third each
+}
+
+TEST(Chwbl, SpillsOnlyAboveTheBoundedLoadCap) {
+  auto eps = pool({1, 1, 1});
+  auto s = Selector::create(8, eps);
+  std::vector<bool> none(3, false);
+  RequestContext ctx;
+  ctx.prefix_key = 42;
+  int home = pickWith(*s, eps, none, ctx);
+  // Home carries 1 of 1 in flight: cap = ceil(1.75 * (1 + 1) / 3) = 2 > 1, so it stays.
+  eps[home].state->active = 1;
+  PickInfo info;
+  EXPECT_EQ(pickWith(*s, eps, none, ctx, &info), home);
+  EXPECT_FALSE(info.spilled);
+  // Home carries 4 of 4: cap = ceil(1.75 * 5 / 3) = 3 <= 4, so the request spills.
+  eps[home].state->active = 4;
+  int other = pickWith(*s, eps, none, ctx, &info);
+  EXPECT_NE(other, home);
+  EXPECT_TRUE(info.spilled);
+  // An excluded home is not a spill: the next endpoint on the ring is the key's home now.
+  eps[home].state->active = 0;
+  std::vector<bool> ex(3, false);
+  ex[static_cast<size_t>(home)] = true;
+  int next = pickWith(*s, eps, ex, ctx, &info);
+  EXPECT_NE(next, home);
+  EXPECT_FALSE(info.spilled);
+}
+
+TEST(Chwbl, FallsBackToConversationThenRoundRobin) {
+  auto eps = pool({1, 1});
+  auto s = Selector::create(8, eps);
+  std::vector<bool> none(2, false);
+  RequestContext conv;
+  conv.conversation_key = 7;
+  PickInfo info;
+  int a = pickWith(*s, eps, none, conv, &info);
+  EXPECT_STREQ(info.key, "conversation");
+  EXPECT_EQ(pickWith(*s, eps, none, conv), a);
+  std::map<int, int> seen;
+  for (int i = 0; i < 40; ++i) seen[pickWith(*s, eps, none, RequestContext{}, &info)]++;
+  EXPECT_STREQ(info.key, "rr");
+  EXPECT_EQ(seen.size(), 2u);
+}
+
+TEST(WrrHash, WeightZeroNeverServesAndWeightsShapeTheSpread) {
+  auto eps = pool({3, 1, 0});
+  auto s = Selector::create(10, eps);
+  std::vector<bool> none(3, false);
+  std::map<int, int> seen;
+  for (uint64_t k = 0; k < 2000; ++k) {
+    RequestContext c;
+    c.prefix_key = k * 0x9E3779B97F4A7C15ULL;
+    seen[pickWith(*s, eps, none, c)]++;
+  }
+  EXPECT_EQ(seen[2], 0);
+  // 768 vs 256 ring points: about 3:1 (allow hashing noise).
+  EXPECT_GT(seen[0], 2 * seen[1]);
+}
+
+TEST(GpuAware, PrefixKeyModuloPoolSize) {
+  auto eps = pool({1, 1, 1});
+  auto s = Selector::create(9, eps);
+  RequestContext c;
+  c.prefix_key = 10;  // 10 % 3 = 1
+  EXPECT_EQ(pickWith(*s, eps, {false, false, false}, c), 1);
+  EXPECT_EQ(pickWith(*s, eps, {false, true, false}, c), 2);  // excluded: next index
+}
+
+TEST(SourceHash, SourceKeyModuloPoolSize) {
+  auto eps = pool({1, 1, 1, 1});
+  auto s = Selector::create(1, eps);
+  RequestContext c;
+  c.source_key = 7;  // 7 % 4 = 3
+  EXPECT_EQ(pickWith(*s, eps, {false, false, false, false}, c), 3);
+  EXPECT_EQ(pickWith(*s, eps, {false, false, false, true}, c), 0);
+}
+
+TEST(Persist, SessionSticksAndReturnsAfterAnOutage) {
+  auto eps = pool({1, 1, 1});
+  auto s = Selector::create(3, eps);
+  RequestContext c;
+  c.session_key = 99;
+  std::vector<bool> none(3, false);
+  int a = pickWith(*s, eps, none, c);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(pickWith(*s, eps, none, c), a);
+  std::vector<bool> ex(3, false);
+  ex[static_cast<size_t>(a)] = true;
+  int b = pickWith(*s, eps, ex, c);
+  EXPECT_NE(b, a);
+  EXPECT_EQ(pickWith(*s, eps, none, c), a);
+  PickInfo info;
+  pickWith(*s, eps, none, RequestContext{}, &info);
+  EXPECT_STREQ(info.key, "source");
 }
 
 }  // namespace
