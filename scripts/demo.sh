@@ -23,36 +23,63 @@ wait_ready() {  # file -> prints the ready JSON line
   return 1
 }
 
-echo "== starting a simulated fleet: 4 vLLM workers on 127.0.0.10-13"
+echo "== starting a simulated fleet: 4 vLLM workers on 127.0.0.10-13 (600 KV blocks each)"
 "$BIN" sim --engine vllm --hosts 127.0.0.10-13 --port 0 --model demo-model \
-  --num-blocks 2048 --prefill-us-per-token 150 --itl-ms 5 >"$WORK/sim.out" 2>"$WORK/sim.err" &
+  --num-blocks 600 --prefill-us-per-token 150 --itl-ms 5 >"$WORK/sim.out" 2>"$WORK/sim.err" &
 pids+=($!)
 SIM=$(wait_ready "$WORK/sim.out")
 echo "$SIM"
 
+start_gateway() {  # name api_port extra-flags... -> prints the API URL
+  local name=$1 port=$2; shift 2
+  "$BIN" serve --api-listen 127.0.0.1:$port --state-dir "$WORK/state-$name" "$@" \
+    >"$WORK/gw-$name.out" 2>"$WORK/gw-$name.err" &
+  pids+=($!)
+  wait_ready "$WORK/gw-$name.out" | sed -E 's/.*"api":"([^"]+)".*/\1/'
+}
 echo "== starting kvgate (management API on 127.0.0.1:11111 if free)"
 API_PORT=11111
 if (exec 3<>/dev/tcp/127.0.0.1/$API_PORT) 2>/dev/null; then API_PORT=0; fi
-"$BIN" serve --api-listen 127.0.0.1:$API_PORT --state-dir "$WORK/state" >"$WORK/gw.out" 2>"$WORK/gw.err" &
-pids+=($!)
-API=$(wait_ready "$WORK/gw.out" | sed -E 's/.*"api":"([^"]+)".*/\1/')
+API=$(start_gateway main $API_PORT)
 echo "management API: $API"
+# Two more gateways with other prefix-key lengths K, to show what K trades.
+API_K64=$(start_gateway k64 0 --prefix-key-bytes 64)
+API_KBIG=$(start_gateway k64k 0 --prefix-key-bytes 65536)
 
-VIP_PORT=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+freeport() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 ENDPOINTS=$(echo "$SIM" | /usr/bin/python3 -c '
 import json,sys
 w=json.load(sys.stdin)["workers"]
 print(",".join(json.dumps({"endpointIP":x["host"],"targetPort":x["port"],"weight":1}) for x in w))')
-
-echo "== creating a service through the REST API"
-set -x
-curl -s -X POST "$API/netlox/v1/config/loadbalancer" -H "Content-Type: application/json" -d "{
-  \"serviceArguments\": {\"externalIP\": \"127.0.0.1\", \"port\": $VIP_PORT, \"protocol\": \"tcp\",
-    \"sel\": 0, \"mode\": 4, \"sse_mode\": true, \"name\": \"demo\"},
+create() {  # api port sel name
+  curl -s -X POST "$1/netlox/v1/config/loadbalancer" -H "Content-Type: application/json" -d "{
+  \"serviceArguments\": {\"externalIP\": \"127.0.0.1\", \"port\": $2, \"protocol\": \"tcp\",
+    \"sel\": $3, \"mode\": 4, \"sse_mode\": true, \"name\": \"$4\"},
   \"endpoints\": [$ENDPOINTS]}"
+  echo
+}
+RR_PORT=$(freeport); CH_PORT=$(freeport); K64_PORT=$(freeport); KBIG_PORT=$(freeport)
+echo "== creating services through the REST API (round-robin and CHWBL on one fleet)"
+set -x
+create "$API" "$RR_PORT" 0 demo-rr
+create "$API" "$CH_PORT" 8 demo-chwbl
 { set +x; } 2>/dev/null
-echo
+create "$API_K64" "$K64_PORT" 8 demo-chwbl-k64 >/dev/null
+create "$API_KBIG" "$KBIG_PORT" 8 demo-chwbl-k64k >/dev/null
 "$BIN" ctl --api "$API" get
 
-echo "== sending a shared-prefix workload with the openai client"
-node scripts/demo_workload.mjs "http://127.0.0.1:$VIP_PORT/v1" "$SIM"
+echo
+echo "== 64 streamed chat requests per arm (8 groups x 8 questions, ~1,600-token system prompts"
+echo "   behind a 61-byte preamble common to all groups; 8 at a time; caches reset per arm)"
+echo
+echo "| arm                                    | requests per worker | hit rate | TTFT p50 ms | p90 | p99 |"
+echo "|----------------------------------------|-----|-------|-------|-------|-------|"
+node scripts/demo_workload.mjs "http://127.0.0.1:$RR_PORT/v1" "$SIM" "round-robin (sel 0)"
+node scripts/demo_workload.mjs "http://127.0.0.1:$CH_PORT/v1" "$SIM" "CHWBL (sel 8), K = 1024 bytes"
+node scripts/demo_workload.mjs "http://127.0.0.1:$K64_PORT/v1" "$SIM" "CHWBL, K = 64 (preamble only: herds)"
+node scripts/demo_workload.mjs "http://127.0.0.1:$KBIG_PORT/v1" "$SIM" "CHWBL, K = 64 KiB (whole prompt)"
+echo
+echo "Round-robin sends every group to every worker, so the 600-block caches thrash; CHWBL keeps a"
+echo "group on one worker (bounded at 1.75x the mean load). K = 64 keys only the shared preamble:"
+echo "every group hashes alike and the bounded load decides alone. K = 64 KiB keys the unique"
+echo "question too: no two requests share a key, which scatters groups like round-robin."
