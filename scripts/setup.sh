@@ -14,6 +14,7 @@ APT_PACKAGES=(
   libxxhash-dev           # XXH3 (request ids, prefix keys, fingerprints)
   libgtest-dev libgmock-dev
   clang-format clang-tidy # make lint
+  prometheus              # promtool checks the /metrics exposition in the tests
 )
 
 # Benchmark anchors and tools, only for `make bench` (scripts/setup.sh --bench).

@@ -127,7 +127,7 @@ int serveMain(int argc, char** argv) {
   log::info("serve", "restored " + std::to_string(*loaded) + " rule(s) from " + store.statePath());
 
   asio::io_context control(1);
-  admin::Api api(store);
+  admin::Api api(store, [&dp] { return dp.renderMetrics(); });
   http::ServerOptions sopts;
   sopts.max_body_bytes = 4 * 1024 * 1024;
   http::Server server(

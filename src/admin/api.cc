@@ -68,6 +68,16 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
   };
 
   std::string_view path = req.path;
+  if (path == "/metrics" || path == "/netlox/v1/metrics") {
+    if (req.method != "GET") {
+      co_await err(405, "use GET on /metrics");
+      co_return;
+    }
+    // A named local: GCC 12 double-destroys a conditional's temporary inside co_await.
+    std::string text = metrics_ ? metrics_() : std::string();
+    co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", text);
+    co_return;
+  }
   if (path == "/healthz" || path == "/netlox/v1/status") {
     co_await w.send(200, "application/json", R"({"status":"ok"})");
     co_return;

@@ -2,6 +2,9 @@
 // gateway: responses {"result":"Success"}, errors {"code","message","result"} with the same HTTP
 // status. See docs/rest-api.md.
 #pragma once
+#include <functional>
+#include <string>
+
 #include "admin/rule_store.h"
 #include "http/server.h"
 
@@ -9,11 +12,13 @@ namespace kvgate::admin {
 
 class Api {
  public:
-  explicit Api(RuleStore& store) : store_(store) {}
+  using MetricsFn = std::function<std::string()>;
+  Api(RuleStore& store, MetricsFn metrics) : store_(store), metrics_(std::move(metrics)) {}
   asio::awaitable<void> handle(http::Request& req, http::ResponseWriter& w);
 
  private:
   RuleStore& store_;
+  MetricsFn metrics_;
 };
 
 // {"code":N,"message":<class message>,"result":<detail>} for an error status.

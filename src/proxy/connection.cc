@@ -100,11 +100,14 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
     const std::string* endpoint = nullptr;  // label of the chosen endpoint (owned by the route)
     const char* key = "";                    // which key the selector used
     bool spilled = false;
+    const Route* route = nullptr;  // set once the request's rule is known
+    int ep_index = -1;             // set once an endpoint is chosen
   };
 
   void onDeadline();
   asio::awaitable<bool> readMore(Buffer& b, tcp::socket& s);
   asio::awaitable<bool> readUpstream();
+  void countResponse(int status);
   routing::RequestContext requestContext(const http::RequestHead& head, std::string_view body,
                                          const Route& route);
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
@@ -144,7 +147,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   bool watch_running_ = false;
   bool client_gone_ = false;
   uint64_t watch_gen_ = 0;
-  uint64_t source_key_ = 0;  // hash of the client's address (sel 1, persist fallback)
+  uint64_t source_key_ = 0;
+  std::chrono::steady_clock::time_point started_at_;  // when the current request's head arrived  // hash of the client's address (sel 1, persist fallback)
   std::string pipelined_;          // client bytes the watcher read during a response
   bool upstream_waited_ = false;   // the last upstream read had to wait (streaming)
   // Per-request scratch kept across requests so a warm connection allocates nothing for them.
@@ -166,6 +170,7 @@ void ClientConn::onDeadline() {
           "not received in time\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":"
           "\"timeout\"}}";
       ::send(client_.native_handle(), k408, sizeof(k408) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      l_->unrouted.inc(408);
       closeClient();
       break;
     }
@@ -225,7 +230,19 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
   if (!client_keep_alive_) h += "Connection: close\r\n";
   h += "\r\n";
   outcome_.status = status;
+  countResponse(status);
   co_await writeClient(h, body);
+}
+
+// Counts the response once, under the most specific owner known: the endpoint, else the rule,
+// else the listener (answers before routing).
+void ClientConn::countResponse(int status) {
+  if (outcome_.route && outcome_.ep_index >= 0)
+    outcome_.route->ep_counters[static_cast<size_t>(outcome_.ep_index)]->inc(status);
+  else if (outcome_.route)
+    outcome_.route->stats->no_endpoint.inc(status);
+  else
+    l_->unrouted.inc(status);
 }
 
 void ClientConn::startWatch() {
@@ -326,6 +343,7 @@ routing::RequestContext ClientConn::requestContext(const http::RequestHead& head
 asio::awaitable<void> ClientConn::run() {
   auto self = shared_from_this();
   deadline_.start([self] { self->onDeadline(); });
+  w_.stats.active_connections.fetch_add(1, std::memory_order_relaxed);
   {
     error_code ec;
     auto ep = client_.remote_endpoint(ec);
@@ -356,6 +374,7 @@ asio::awaitable<void> ClientConn::run() {
       }
     }
     outcome_ = Outcome{};
+    started_at_ = std::chrono::steady_clock::now();
     if (hn < 0) {
       co_await sendError(perr.status, "bad_request", perr.reason, {}, true);
       break;
@@ -459,6 +478,7 @@ asio::awaitable<void> ClientConn::run() {
         if (!client_keep_alive_) h += "Connection: close\r\n";
         h += "\r\n";
         outcome_.status = 200;
+        countResponse(200);
         co_await writeClient(h, b);
         keep = false;
       }
@@ -466,6 +486,7 @@ asio::awaitable<void> ClientConn::run() {
     if (keep) {
       bool host_path_matched = false;
       const Route* route = cfg->find(host, path, model, host_path_matched);
+      outcome_.route = route;
       if (!route) {
         if (host_path_matched)
           co_await sendError(503, "model_unavailable", "model '" + model + "' is not served here",
@@ -509,6 +530,7 @@ asio::awaitable<void> ClientConn::run() {
     if (!client_keep_alive_) break;
   }
 done:
+  w_.stats.active_connections.fetch_sub(1, std::memory_order_relaxed);
   deadline_.stop();
   co_await stopWatch();
   closeUpstream();
@@ -561,9 +583,13 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
     int idx = route.selector ? route.selector->pick(route.endpoints, excluded, rctx, info) : -1;
     if (idx < 0) break;
     outcome_.key = info.key;
+    outcome_.ep_index = idx;
+    for (size_t k = 0; k < kDecisionKeys.size(); ++k)
+      if (std::string_view(kDecisionKeys[k]) == info.key)
+        route.stats->decisions[k].fetch_add(1, std::memory_order_relaxed);
     if (info.spilled) {
       outcome_.spilled = true;
-      route.spills.fetch_add(1, std::memory_order_relaxed);
+      route.stats->spills.fetch_add(1, std::memory_order_relaxed);
     }
     const auto& ep = route.endpoints[static_cast<size_t>(idx)];
     const auto& addr = route.addresses[static_cast<size_t>(idx)];
@@ -606,6 +632,7 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
       std::array<asio::const_buffer, 2> bufs{asio::buffer(out),
                                              asio::buffer(body.data(), body.size())};
       co_await asio::async_write(upstream_, bufs, useEc(ec));
+      const auto sent_at = std::chrono::steady_clock::now();
       if (ec) {
         closeUpstream();
         if (reused) {  // stale pooled connection: once more on a fresh one
@@ -661,6 +688,8 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
                            "upstream " + ep.state->label + " closed the connection");
         co_return true;
       }
+      route.stats->upstream_latency.observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at).count());
       bool ok = co_await relayResponse(rh, route, request_id, head_request);
       ep.state->active.fetch_sub(1, std::memory_order_relaxed);
       co_return ok;
@@ -697,10 +726,20 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   if (!client_keep_alive_) h.append("Connection: close\r\n");
   h.append("\r\n");
   outcome_.status = rh.status;
+  countResponse(rh.status);
   up_.consume(rh.head_bytes);
 
   // Deadline: a stream gets a wall-clock cap and no idle reaping; other bodies a per-read timeout.
   const bool stream = rh.event_stream;
+  struct StreamGauge {  // kvgate_active_streams while this response is a stream
+    DataPlaneStats& s;
+    bool on;
+    ~StreamGauge() {
+      if (on) s.active_streams.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } stream_gauge{w_.stats, stream};
+  if (stream) w_.stats.active_streams.fetch_add(1, std::memory_order_relaxed);
+  bool ttft_pending = stream;
   auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
                                                : w_.opts.upstream_data_timeout;
   if (stream) {
@@ -755,6 +794,11 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     }
     if (first || !chunk.empty()) {
       bool ok = co_await writeClient(first ? std::string_view(h) : std::string_view(), chunk);
+      if (ttft_pending && !chunk.empty()) {
+        ttft_pending = false;
+        route.stats->stream_ttft.observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
+      }
       outcome_.bytes += chunk.size();
       first = false;
       if (!ok) {

@@ -11,7 +11,7 @@ DataPlane::DataPlane(ProxyOptions opts) : opts_(opts) {
   int n = opts_.workers > 0 ? opts_.workers : static_cast<int>(std::thread::hardware_concurrency());
   if (n <= 0) n = 1;
   opts_.workers = n;
-  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(opts_));
+  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(opts_, stats_));
 }
 
 DataPlane::~DataPlane() { stop(); }
@@ -70,6 +70,17 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
     }
     route->selector = routing::Selector::create(rule.sel, route->endpoints);
     route->needs_body_keys = rule.sel == 8 || rule.sel == 9 || rule.sel == 10;
+    auto& stats = rule_stats_[rule.key()];
+    if (!stats) stats = std::make_shared<RuleStats>();
+    stats->rule = rule.name.empty() ? rule.key() : rule.name;
+    stats->model = rule.model_name;
+    stats->selector = config::selectorName(rule.sel);
+    for (const auto& e : route->endpoints) {
+      auto& c = stats->per_endpoint[e.state->label];
+      if (!c) c = std::make_unique<StatusCounters>();
+      route->ep_counters.push_back(c.get());
+    }
+    route->stats = stats;
     auto& cfg = configs[rule.listenKey()];
     if (!cfg) cfg = std::make_shared<VipConfig>();
     cfg->has_model_pools |= !rule.model_name.empty();
@@ -136,7 +147,12 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
     log::info("proxy", "stopped listening on " + l->key);
     it = listeners_.erase(it);
   }
-  // Forget endpoint states no snapshot refers to any more.
+  // Forget the stats of deleted rules and the endpoint states no snapshot refers to any more.
+  std::set<std::string> live_keys;
+  for (const auto& rule : rules) live_keys.insert(rule.key());
+  for (auto it = rule_stats_.begin(); it != rule_stats_.end();)
+    it = live_keys.count(it->first) ? std::next(it) : rule_stats_.erase(it);
+  rule_count_ = rules.size();
   for (auto it = endpoint_states_.begin(); it != endpoint_states_.end();)
     it = it->second.use_count() == 1 ? endpoint_states_.erase(it) : std::next(it);
   return {};

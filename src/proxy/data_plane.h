@@ -19,6 +19,7 @@
 #include "endpoints/endpoint.h"
 #include "http/asio.h"
 #include "proxy/route_table.h"
+#include "proxy/rule_stats.h"
 
 namespace kvgate::proxy {
 
@@ -47,6 +48,8 @@ class DataPlane {
   // Installs the complete rule set (control thread only).
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
   const ProxyOptions& options() const { return opts_; }
+  // Prometheus text for every data-plane family (control thread only, like apply()).
+  std::string renderMetrics() const;
 
  private:
   std::shared_ptr<endpoints::EndpointState> endpointState(const std::string& ip, uint16_t port);
@@ -54,6 +57,9 @@ class DataPlane {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::map<std::string, std::shared_ptr<Listener>> listeners_;  // by vip:port
   std::map<std::string, std::shared_ptr<endpoints::EndpointState>> endpoint_states_;
+  std::map<std::string, std::shared_ptr<RuleStats>> rule_stats_;  // by rule key
+  DataPlaneStats stats_;
+  size_t rule_count_ = 0;
   bool started_ = false;
 };
 

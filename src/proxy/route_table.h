@@ -11,6 +11,7 @@
 
 #include "config/rule.h"
 #include "http/asio.h"
+#include "proxy/rule_stats.h"
 #include "routing/selectors/selector.h"
 
 namespace kvgate::proxy {
@@ -21,7 +22,8 @@ struct Route {
   std::vector<tcp::endpoint> addresses;         // one per endpoint, same order
   std::unique_ptr<routing::Selector> selector;  // null when the rule's selector is inactive
   bool needs_body_keys = false;  // sel 8, 9, 10 read the prefix key / conversation id
-  mutable std::atomic<uint64_t> spills{0};  // bounded-load moves off the key's home endpoint
+  std::shared_ptr<RuleStats> stats;            // survives snapshots (kept by rule key)
+  std::vector<StatusCounters*> ep_counters;    // stats per endpoint, same order as endpoints
 };
 
 struct VipConfig {

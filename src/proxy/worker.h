@@ -15,11 +15,13 @@ namespace kvgate::proxy {
 
 class Worker {
  public:
-  explicit Worker(const ProxyOptions& opts)
+  Worker(const ProxyOptions& opts, DataPlaneStats& stats)
       : opts(opts),
+        stats(stats),
         work(asio::make_work_guard(io)),
         pool(opts.max_idle_per_endpoint, opts.upstream_idle_timeout) {}
   const ProxyOptions& opts;
+  DataPlaneStats& stats;  // shared by all workers (atomics)
   asio::io_context io{1};
   asio::executor_work_guard<asio::io_context::executor_type> work;
   UpstreamPool pool;  // touched only on this worker's thread
@@ -32,6 +34,7 @@ struct Listener {
   std::atomic<std::shared_ptr<const VipConfig>> config;
   std::vector<std::shared_ptr<tcp::acceptor>> acceptors;  // one per worker, same index
   std::atomic<bool> closed{false};  // rules removed: open connections close after their request
+  StatusCounters unrouted;          // answers given before an endpoint was chosen
 };
 
 // Accept loop of one worker for one listener; each connection runs serveClient().

@@ -46,7 +46,7 @@ describe('key-based selectors', () => {
   test('chwbl: a hot prefix spills past its bounded-load cap under concurrency', async () => {
     const slow = await startSim(['--workers', '3', '--port', '0', '--itl-ms', '50']);
     const port = await freePort();
-    assert.equal((await api(gw.api, 'POST', BASE, rule({ port, sel: 8, workers: slow.workers }))).status, 200);
+    assert.equal((await api(gw.api, 'POST', BASE, rule({ port, sel: 8, workers: slow.workers, extraArgs: { name: 'hot' } }))).status, 200);
     const before = await Promise.all(slow.workers.map(async (w) => (await simMetrics(w)).kvgate_sim_requests_total || 0));
     // 12 concurrent requests with one prefix, each in flight ~0.5 s: the home endpoint takes
     // requests while it is under ceil(1.75 * (in_flight + 1) / 3); the rest spill.
@@ -66,6 +66,10 @@ describe('key-based selectors', () => {
     // it goes home while home < cap, else to the ring's next endpoint (never full here):
     // home takes r1,2,4,6,7,9,11 = 7, the next endpoint r3,5,8,10,12 = 5, the third none.
     assert.deepEqual([...d].sort((a, b) => a - b), [0, 5, 7], `distribution ${d}`);
+    // The 5 requests that left the home endpoint are counted as spills.
+    const m = await (await fetch(`${gw.api}/metrics`)).text();
+    assert.match(m, /^kvgate_selector_spills_total\{rule="hot"\} 5$/m);
+    assert.match(m, /^kvgate_selector_decisions_total\{rule="hot",selector="chwbl",key="prefix"\} 12$/m);
     await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
     await slow.stop();
   });

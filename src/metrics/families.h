@@ -1,0 +1,60 @@
+// Every metric family kvgate exports, declared in one list (name, type, help, labels).
+//
+// Hot-path counters live in atomics owned by the objects they describe (rule stats, endpoint
+// state); the exposition in exposition.cc walks them on the control thread at scrape time.
+#pragma once
+#include <string_view>
+#include <vector>
+
+namespace kvgate::metrics {
+
+enum class Type { kCounter, kGauge, kHistogram };
+
+struct Family {
+  std::string_view name;
+  Type type;
+  std::string_view help;
+  std::vector<std::string_view> labels;
+};
+
+// clang-format off
+inline const Family kRequests{"kvgate_requests_total", Type::kCounter,
+    "Proxied requests by rule, model pool, endpoint and HTTP status sent to the client.",
+    {"rule", "model", "endpoint", "status"}};
+inline const Family kUnrouted{"kvgate_requests_unrouted_total", Type::kCounter,
+    "Requests answered by the gateway before an endpoint was chosen (bad input, no route, "
+    "model_unavailable, not_active, no endpoint), by listener and status.",
+    {"listener", "status"}};
+inline const Family kUpstreamLatency{"kvgate_upstream_response_seconds", Type::kHistogram,
+    "Time from sending a request upstream to receiving the response head.", {"rule"}};
+inline const Family kStreamTtft{"kvgate_stream_ttft_seconds", Type::kHistogram,
+    "Streams (text/event-stream): time from the request's arrival to its first event byte.",
+    {"rule"}};
+inline const Family kSelectorDecisions{"kvgate_selector_decisions_total", Type::kCounter,
+    "Endpoint choices by rule, selector and the key that decided (prefix, conversation, "
+    "session, source, rr).", {"rule", "selector", "key"}};
+inline const Family kSpills{"kvgate_selector_spills_total", Type::kCounter,
+    "Bounded-load selectors (chwbl, wrr_hash) moving a request off its key's home endpoint.",
+    {"rule"}};
+inline const Family kActiveConnections{"kvgate_active_client_connections", Type::kGauge,
+    "Open client connections on the data plane.", {}};
+inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,
+    "Responses being relayed as text/event-stream right now.", {}};
+inline const Family kEndpointInflight{"kvgate_endpoint_inflight_requests", Type::kGauge,
+    "Requests in flight to an endpoint through this gateway.", {"endpoint"}};
+inline const Family kEndpointConnectFailures{"kvgate_endpoint_connect_failures_total",
+    Type::kCounter, "Failed connection attempts to an endpoint.", {"endpoint"}};
+inline const Family kRules{"kvgate_rules", Type::kGauge, "Rules configured.", {}};
+inline const Family kBuildInfo{"kvgate_build_info", Type::kGauge, "Build information.",
+    {"version"}};
+// clang-format on
+
+inline const std::vector<const Family*>& allFamilies() {
+  static const std::vector<const Family*> k = {
+      &kRequests,          &kUnrouted,         &kUpstreamLatency,         &kStreamTtft,
+      &kSelectorDecisions, &kSpills,           &kActiveConnections,       &kActiveStreams,
+      &kEndpointInflight,  &kEndpointConnectFailures, &kRules,            &kBuildInfo};
+  return k;
+}
+
+}  // namespace kvgate::metrics

@@ -1,0 +1,63 @@
+// DataPlane::renderMetrics: walks the rule stats, listeners and endpoint states (control thread)
+// and writes every family of metrics/families.h, in that list's order.
+#include "metrics/text.h"
+#include "proxy/data_plane.h"
+#include "proxy/worker.h"
+
+namespace kvgate::proxy {
+
+std::string DataPlane::renderMetrics() const {
+  using namespace metrics;
+  TextWriter w;
+  w.header(kRequests);
+  for (auto& [key, st] : rule_stats_) {
+    for (auto& [ep, c] : st->per_endpoint)
+      for (int s = 0; s < 600; ++s)
+        if (uint64_t v = c->by_status[static_cast<size_t>(s)].load())
+          w.sample(kRequests, {{"rule", st->rule}, {"model", st->model}, {"endpoint", ep},
+                               {"status", std::to_string(s)}}, static_cast<double>(v));
+    for (int s = 0; s < 600; ++s)
+      if (uint64_t v = st->no_endpoint.by_status[static_cast<size_t>(s)].load())
+        w.sample(kRequests, {{"rule", st->rule}, {"model", st->model}, {"endpoint", ""},
+                             {"status", std::to_string(s)}}, static_cast<double>(v));
+  }
+  w.header(kUnrouted);
+  for (auto& [key, l] : listeners_)
+    for (int s = 0; s < 600; ++s)
+      if (uint64_t v = l->unrouted.by_status[static_cast<size_t>(s)].load())
+        w.sample(kUnrouted, {{"listener", key}, {"status", std::to_string(s)}},
+                 static_cast<double>(v));
+  w.header(kUpstreamLatency);
+  for (auto& [key, st] : rule_stats_)
+    w.histogram(kUpstreamLatency, {{"rule", st->rule}}, st->upstream_latency);
+  w.header(kStreamTtft);
+  for (auto& [key, st] : rule_stats_) w.histogram(kStreamTtft, {{"rule", st->rule}}, st->stream_ttft);
+  w.header(kSelectorDecisions);
+  for (auto& [key, st] : rule_stats_)
+    for (size_t i = 0; i < kDecisionKeys.size(); ++i)
+      if (uint64_t v = st->decisions[i].load())
+        w.sample(kSelectorDecisions,
+                 {{"rule", st->rule}, {"selector", st->selector}, {"key", kDecisionKeys[i]}},
+                 static_cast<double>(v));
+  w.header(kSpills);
+  for (auto& [key, st] : rule_stats_)
+    w.sample(kSpills, {{"rule", st->rule}}, static_cast<double>(st->spills.load()));
+  w.header(kActiveConnections);
+  w.sample(kActiveConnections, {}, static_cast<double>(stats_.active_connections.load()));
+  w.header(kActiveStreams);
+  w.sample(kActiveStreams, {}, static_cast<double>(stats_.active_streams.load()));
+  w.header(kEndpointInflight);
+  for (auto& [key, e] : endpoint_states_)
+    w.sample(kEndpointInflight, {{"endpoint", e->label}}, static_cast<double>(e->active.load()));
+  w.header(kEndpointConnectFailures);
+  for (auto& [key, e] : endpoint_states_)
+    w.sample(kEndpointConnectFailures, {{"endpoint", e->label}},
+             static_cast<double>(e->connect_failures.load()));
+  w.header(kRules);
+  w.sample(kRules, {}, static_cast<double>(rule_count_));
+  w.header(kBuildInfo);
+  w.sample(kBuildInfo, {{"version", "0.1.0"}}, 1);
+  return w.str();
+}
+
+}  // namespace kvgate::proxy

@@ -1,0 +1,59 @@
+// /metrics on the management port: Prometheus text that promtool accepts, with the counts of what
+// was sent (requests by endpoint and status, answers before routing, histograms, gauges).
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { after, before, describe, test } from 'node:test';
+import { api, freePort, rawRequest, rule, startGateway, startSim, tempDir } from './lib.mjs';
+
+const BASE = '/netlox/v1/config/loadbalancer';
+
+describe('metrics', () => {
+  let sim; let gw; let tmp;
+  before(async () => {
+    tmp = tempDir();
+    sim = await startSim(['--workers', '2', '--port', '0', '--itl-ms', '0']);
+    gw = await startGateway({ stateDir: tmp.dir });
+  });
+  after(async () => { await gw.stop(); await sim.stop(); tmp.remove(); });
+
+  test('exposition is promtool-clean and counts what happened', async () => {
+    const port = await freePort();
+    const r = await api(gw.api, 'POST', BASE, rule({ port, workers: sim.workers, model: 'sim-model', extraArgs: { name: 'm1' } }));
+    assert.equal(r.status, 200);
+    const url = `http://127.0.0.1:${port}`;
+    for (let i = 0; i < 6; i++) {
+      const res = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"sim-model","prompt":"a","max_tokens":1}' });
+      assert.equal(res.status, 200);
+      await res.arrayBuffer();
+    }
+    const stream = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"sim-model","prompt":"a","max_tokens":2,"stream":true}' });
+    await stream.text();
+    const unknown = await fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"nope","prompt":"a"}' });
+    assert.equal(unknown.status, 503);
+    assert.match(await rawRequest(port, 'GET / HTTP/1.1\r\nHost: a\r\nA: b\r\n c\r\n\r\n'), /^HTTP\/1.1 400/);
+
+    const res = await fetch(`${gw.api}/metrics`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type'), /^text\/plain; version=0.0.4/);
+    const text = await res.text();
+    const check = spawnSync('promtool', ['check', 'metrics'], { input: text, encoding: 'utf8' });
+    assert.equal(check.status, 0, `promtool: ${check.stdout}${check.stderr}`);
+    const total = (re) => [...text.matchAll(re)].reduce((a, m) => a + Number(m[1]), 0);
+    // 6 + 1 stream answered 200 by the two endpoints of rule m1 (round-robin: 4 and 3).
+    assert.equal(total(/^kvgate_requests_total\{rule="m1",model="sim-model",endpoint="[^"]+",status="200"\} (\d+)$/gm), 7);
+    const perEp = [...text.matchAll(/^kvgate_requests_total\{rule="m1",model="sim-model",endpoint="[^"]+",status="200"\} (\d+)$/gm)].map((m) => Number(m[1])).sort();
+    assert.deepEqual(perEp, [3, 4]);
+    assert.match(text, new RegExp(`^kvgate_requests_unrouted_total\\{listener="127.0.0.1:${port}",status="503"\\} 1$`, 'm'));
+    assert.match(text, new RegExp(`^kvgate_requests_unrouted_total\\{listener="127.0.0.1:${port}",status="400"\\} 1$`, 'm'));
+    assert.match(text, /^kvgate_upstream_response_seconds_count\{rule="m1"\} 7$/m);
+    assert.match(text, /^kvgate_stream_ttft_seconds_count\{rule="m1"\} 1$/m);
+    assert.match(text, /^kvgate_selector_decisions_total\{rule="m1",selector="rr",key="rr"\} 7$/m);
+    assert.match(text, /^kvgate_active_streams 0$/m);
+    assert.match(text, /^kvgate_rules 1$/m);
+    // Every family is declared once with HELP and TYPE.
+    for (const fam of ['kvgate_requests_total', 'kvgate_selector_spills_total', 'kvgate_endpoint_inflight_requests']) {
+      assert.equal(text.split('\n').filter((l) => l.startsWith(`# TYPE ${fam} `)).length, 1, fam);
+    }
+    assert.equal((await fetch(`${gw.api}/metrics`, { method: 'POST' })).status, 405);
+  });
+});
