@@ -8,7 +8,7 @@ BIN=build/kvgate
 WORK=$(mktemp -d /tmp/kvgate-demo.XXXXXX)
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}" $(cat "$WORK/pids" 2>/dev/null); do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   rm -rf "$WORK"
 }
@@ -34,7 +34,7 @@ start_gateway() {  # name api_port extra-flags... -> prints the API URL
   local name=$1 port=$2; shift 2
   "$BIN" serve --api-listen 127.0.0.1:$port --state-dir "$WORK/state-$name" "$@" \
     >"$WORK/gw-$name.out" 2>"$WORK/gw-$name.err" &
-  pids+=($!)
+  echo $! >>"$WORK/pids"  # called in a command substitution (a subshell): pids+=() would be lost
   wait_ready "$WORK/gw-$name.out" | sed -E 's/.*"api":"([^"]+)".*/\1/'
 }
 echo "== starting kvgate (management API on 127.0.0.1:11111 if free)"

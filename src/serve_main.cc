@@ -1,5 +1,6 @@
 // `kvgate serve`: the gateway process (data plane workers + management API on the control thread).
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -29,6 +30,13 @@ const char* kServeHelp =
     "                             a rule's timeoutMemberData overrides it)\n"
     "  --upstream-idle-ms N       max idle age of a pooled upstream connection (default 30000)\n"
     "  --prefix-key-bytes K       rendered-prompt bytes in the CHWBL prefix key (default 1024)\n"
+    "  --probe-interval-ms N      active health probe period (default 5000)\n"
+    "  --probe-timeout-ms N       probe timeout unless the rule sets probeTimeout (default 2000)\n"
+    "  --cb-failures N            consecutive connect failures that open a breaker (default 5)\n"
+    "  --cb-open-ms N             how long an open breaker excludes its endpoint (default 30000)\n"
+    "  --passive-failures N       consecutive connect failures that mark an endpoint down\n"
+    "                             (default 3), for --passive-hold-ms (default 5000)\n"
+    "  env LLB_PD_ORIGIN_ERR_THRESHOLD: consecutive 5xx that open a breaker (default 3, 0 = off)\n"
     "  --access-log               one structured log line per proxied request\n"
     "  --log-level LEVEL          debug | info | warn | error (default info)\n\n"
     "Prints one JSON line {\"event\":\"ready\",\"api\":URL} on stdout once serving.\n";
@@ -84,6 +92,20 @@ int serveMain(int argc, char** argv) {
     } else if (a == "--prefix-key-bytes") {
       ok = net::parseUint(next(), 1 << 20, x) && x > 0;
       opts.prefix_key_bytes = x;
+    } else if (a == "--probe-interval-ms") {
+      ok = parseMs(next(), opts.probe_interval) && opts.probe_interval.count() > 0;
+    } else if (a == "--probe-timeout-ms") {
+      ok = parseMs(next(), opts.probe_timeout) && opts.probe_timeout.count() > 0;
+    } else if (a == "--cb-failures") {
+      ok = net::parseUint(next(), 1000, x) && x > 0;
+      opts.health.cb_failures = static_cast<int>(x);
+    } else if (a == "--cb-open-ms") {
+      ok = parseMs(next(), opts.health.cb_open);
+    } else if (a == "--passive-failures") {
+      ok = net::parseUint(next(), 1000, x) && x > 0;
+      opts.health.passive_failures = static_cast<int>(x);
+    } else if (a == "--passive-hold-ms") {
+      ok = parseMs(next(), opts.health.passive_hold);
     } else if (a == "--access-log") {
       opts.access_log = true;
     } else if (a == "--log-level") {
@@ -112,6 +134,15 @@ int serveMain(int argc, char** argv) {
     std::fprintf(stderr, "kvgate serve: --api-listen must be ADDR:PORT, got '%s'\n",
                  api_listen.c_str());
     return 2;
+  }
+  if (const char* v = std::getenv("LLB_PD_ORIGIN_ERR_THRESHOLD")) {
+    uint64_t x = 0;
+    if (net::parseUint(v, 1000, x)) {
+      opts.health.origin_5xx = static_cast<int>(x);
+    } else {
+      log::warn("serve", std::string("ignoring LLB_PD_ORIGIN_ERR_THRESHOLD='") + v +
+                             "' (not a number 0..1000); using 3");
+    }
   }
   std::signal(SIGPIPE, SIG_IGN);
 

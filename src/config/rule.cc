@@ -196,6 +196,7 @@ Result<RuleSpec> parseRule(const json& body) {
   if (auth == "jwt" && getOr<std::string>(stored, "jwt_auth_profile", "").empty())
     return bad("serviceArguments.jwt_auth_profile", "is required when api_key_auth is jwt");
   r.strip_api_key = auth == "disabled";
+  r.cb_enable = getOr<bool>(stored, "cb_enable", false) || pd;
   r.session_header_name = getOr<std::string>(stored, "session_header_name", "");
   if (r.session_header_name.starts_with("cookie:") || r.session_header_name.starts_with("query:")) {
     if (r.session_header_name.size() == r.session_header_name.find(':') + 1)

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <string>
 
+#include "endpoints/health.h"
+
 namespace kvgate::endpoints {
 
 struct EndpointState {
@@ -23,6 +25,7 @@ struct EndpointState {
   std::atomic<int64_t> active{0};     // requests in flight through this gateway
   std::atomic<uint64_t> requests{0};  // requests sent
   std::atomic<uint64_t> connect_failures{0};
+  Health health;  // probe result, passive detection, circuit breaker
 };
 
 }  // namespace kvgate::endpoints

@@ -44,6 +44,13 @@ inline const Family kEndpointInflight{"kvgate_endpoint_inflight_requests", Type:
     "Requests in flight to an endpoint through this gateway.", {"endpoint"}};
 inline const Family kEndpointConnectFailures{"kvgate_endpoint_connect_failures_total",
     Type::kCounter, "Failed connection attempts to an endpoint.", {"endpoint"}};
+inline const Family kEndpointUp{"kvgate_endpoint_up", Type::kGauge,
+    "1 when the endpoint passes its health checks (active probe and passive detection).",
+    {"endpoint"}};
+inline const Family kBreakerState{"kvgate_endpoint_breaker_state", Type::kGauge,
+    "Circuit breaker state: 0 closed, 1 open, 2 half-open.", {"endpoint"}};
+inline const Family kBreakerTransitions{"kvgate_endpoint_breaker_transitions_total",
+    Type::kCounter, "Circuit breaker transitions by target state.", {"endpoint", "to"}};
 inline const Family kRules{"kvgate_rules", Type::kGauge, "Rules configured.", {}};
 inline const Family kBuildInfo{"kvgate_build_info", Type::kGauge, "Build information.",
     {"version"}};
@@ -53,7 +60,8 @@ inline const std::vector<const Family*>& allFamilies() {
   static const std::vector<const Family*> k = {
       &kRequests,          &kUnrouted,         &kUpstreamLatency,         &kStreamTtft,
       &kSelectorDecisions, &kSpills,           &kActiveConnections,       &kActiveStreams,
-      &kEndpointInflight,  &kEndpointConnectFailures, &kRules,            &kBuildInfo};
+      &kEndpointInflight,  &kEndpointConnectFailures, &kEndpointUp,       &kBreakerState,
+      &kBreakerTransitions, &kRules,           &kBuildInfo};
   return k;
 }
 

@@ -576,12 +576,25 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
   routing::RequestContext rctx = requestContext(head, body, route);
   std::vector<bool>& excluded = excluded_;
   excluded.assign(n, false);
-  std::string last_error = "no endpoint available";
+  // Health pre-filter: endpoints probed down, passively marked down or behind an open breaker
+  // leave every selector at once.
+  const bool cb = rule.cb_enable;
+  const auto& hopts = w_.opts.health;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& h = route.endpoints[i].state->health;
+    excluded[i] = !h.up() || (cb && h.breaker() == endpoints::BreakerState::kOpen);
+  }
+  std::string last_error = "no healthy endpoint";
   int fail_status = 503;
-  for (size_t attempt = 0; attempt < n; ++attempt) {
+  for (size_t attempt = 0; attempt < 2 * n; ++attempt) {
     routing::PickInfo info;
     int idx = route.selector ? route.selector->pick(route.endpoints, excluded, rctx, info) : -1;
     if (idx < 0) break;
+    bool trial = false;  // a half-open breaker's single trial request
+    if (!route.endpoints[static_cast<size_t>(idx)].state->health.admits(cb, trial)) {
+      excluded[static_cast<size_t>(idx)] = true;  // half-open with its trial already out
+      continue;
+    }
     outcome_.key = info.key;
     outcome_.ep_index = idx;
     for (size_t k = 0; k < kDecisionKeys.size(); ++k)
@@ -615,6 +628,7 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
         deadline_.clear();
         if (ec || !upstream_.is_open()) {
           ep.state->connect_failures.fetch_add(1, std::memory_order_relaxed);
+          ep.state->health.onConnectFailure(hopts, cb);
           last_error = "connect to " + ep.state->label +
                        " failed: " + (timed_out_ ? std::string("timeout") : ec.message());
           log::warn("proxy", last_error);
@@ -668,7 +682,14 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
         co_await stopWatch();
         ep.state->active.fetch_sub(1, std::memory_order_relaxed);
         closeUpstream();
-        if (client_gone_) co_return false;
+        if (client_gone_) {
+          if (trial) ep.state->health.onTrialAbandoned();
+          co_return false;
+        }
+        if (!(reused && !got_bytes && !timed_out_ && hn == 0))
+          ep.state->health.onResponse(hopts, cb, timed_out_ ? 504 : 502, trial);
+        else if (trial)
+          ep.state->health.onTrialAbandoned();
         if (timed_out_) {
           co_await sendError(504, "upstream_timeout",
                              "upstream " + ep.state->label + " did not answer in time");
@@ -688,6 +709,7 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
                            "upstream " + ep.state->label + " closed the connection");
         co_return true;
       }
+      ep.state->health.onResponse(hopts, cb, rh.status, trial);
       route.stats->upstream_latency.observe(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at).count());
       bool ok = co_await relayResponse(rh, route, request_id, head_request);

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "proxy/prober.h"
 #include "proxy/worker.h"
 
 namespace kvgate::proxy {
@@ -12,6 +13,7 @@ DataPlane::DataPlane(ProxyOptions opts) : opts_(opts) {
   if (n <= 0) n = 1;
   opts_.workers = n;
   for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(opts_, stats_));
+  prober_ = std::make_unique<Prober>(workers_[0]->io, opts_.probe_interval);
 }
 
 DataPlane::~DataPlane() { stop(); }
@@ -37,6 +39,7 @@ void DataPlane::stop() {
       });
     }
   listeners_.clear();
+  asio::post(workers_[0]->io, [p = prober_.get()] { p->stop(); });
   for (auto& w : workers_) {
     w->work.reset();
     w->io.stop();
@@ -153,6 +156,12 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   for (auto it = rule_stats_.begin(); it != rule_stats_.end();)
     it = live_keys.count(it->first) ? std::next(it) : rule_stats_.erase(it);
   rule_count_ = rules.size();
+  // Active probes for the new rule set (run on worker 0; the update is posted there).
+  std::vector<std::shared_ptr<endpoints::EndpointState>> states;
+  for (auto& [k, st] : endpoint_states_) states.push_back(st);
+  auto specs = std::make_shared<std::vector<ProbeSpec>>(
+      probeSpecs(rules, states, opts_.probe_timeout));
+  asio::post(workers_[0]->io, [p = prober_.get(), specs] { p->update(std::move(*specs)); });
   for (auto it = endpoint_states_.begin(); it != endpoint_states_.end();)
     it = it->second.use_count() == 1 ? endpoint_states_.erase(it) : std::next(it);
   return {};

@@ -34,6 +34,9 @@ struct ProxyOptions {
   size_t max_idle_per_endpoint = 256;
   bool access_log = false;
   size_t prefix_key_bytes = 1024;  // K: rendered-prompt bytes in the CHWBL prefix key
+  std::chrono::milliseconds probe_interval{5000};  // active health probe period
+  std::chrono::milliseconds probe_timeout{2000};   // unless the rule sets probeTimeout
+  endpoints::HealthOptions health;                 // breaker and passive detection
 };
 
 class Worker;
@@ -59,6 +62,7 @@ class DataPlane {
   std::map<std::string, std::shared_ptr<endpoints::EndpointState>> endpoint_states_;
   std::map<std::string, std::shared_ptr<RuleStats>> rule_stats_;  // by rule key
   DataPlaneStats stats_;
+  std::unique_ptr<class Prober> prober_;
   size_t rule_count_ = 0;
   bool started_ = false;
 };

@@ -53,6 +53,22 @@ std::string DataPlane::renderMetrics() const {
   for (auto& [key, e] : endpoint_states_)
     w.sample(kEndpointConnectFailures, {{"endpoint", e->label}},
              static_cast<double>(e->connect_failures.load()));
+  w.header(kEndpointUp);
+  for (auto& [key, e] : endpoint_states_)
+    w.sample(kEndpointUp, {{"endpoint", e->label}}, e->health.up() ? 1 : 0);
+  w.header(kBreakerState);
+  for (auto& [key, e] : endpoint_states_)
+    w.sample(kBreakerState, {{"endpoint", e->label}},
+             static_cast<double>(static_cast<int>(e->health.breaker())));
+  w.header(kBreakerTransitions);
+  for (auto& [key, e] : endpoint_states_) {
+    using endpoints::BreakerState;
+    for (auto [st, name] : {std::pair{BreakerState::kOpen, "open"},
+                            std::pair{BreakerState::kHalfOpen, "half_open"},
+                            std::pair{BreakerState::kClosed, "closed"}})
+      w.sample(kBreakerTransitions, {{"endpoint", e->label}, {"to", name}},
+               static_cast<double>(e->health.transitions(st)));
+  }
   w.header(kRules);
   w.sample(kRules, {}, static_cast<double>(rule_count_));
   w.header(kBuildInfo);

@@ -188,21 +188,35 @@ describe('fullproxy data plane', () => {
     await slow.stop();
   });
 
-  test('connect failure retries another endpoint; nothing listening gives 502', async () => {
+  test('connect failure retries another endpoint; passive detection; nothing healthy gives 503', async () => {
     const dead = { host: '127.0.0.1', port: await freePort() };
     const svc = await service({ sel: 0, workers: [dead, sim.workers[0]] });
-    for (let i = 0; i < 4; i++) {
+    for (let i = 0; i < 6; i++) {
       const res = await fetch(`${svc.url}/v1/completions`, {
         method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"sim-model","prompt":"a","max_tokens":1}',
       });
       assert.equal(res.status, 200);
       await res.arrayBuffer();
     }
+    // 3 consecutive connect failures marked the dead endpoint down (passive detection, 5 s):
+    // round-robin tried it on requests 1, 3 and 5 only.
+    let m = await (await fetch(`${gw.api}/metrics`)).text();
+    assert.match(m, new RegExp(`^kvgate_endpoint_connect_failures_total\\{endpoint="127.0.0.1:${dead.port}"\\} 3$`, 'm'));
+    assert.match(m, new RegExp(`^kvgate_endpoint_up\\{endpoint="127.0.0.1:${dead.port}"\\} 0$`, 'm'));
     await svc.remove();
-    const none = await service({ sel: 0, workers: [dead] });
-    const res = await fetch(`${none.url}/v1/completions`, { method: 'POST', body: '{}' });
-    assert.equal(res.status, 502);
-    assert.equal((await res.json()).error.code, 'upstream_connect_failed');
+    // A fresh dead endpoint alone: 502 while it is still trusted...
+    const dead2 = { host: '127.0.0.1', port: await freePort() };
+    const none = await service({ sel: 0, workers: [dead2] });
+    const send = () => fetch(`${none.url}/v1/completions`, { method: 'POST', body: '{}' });
+    for (let i = 0; i < 3; i++) {
+      const res = await send();
+      assert.equal(res.status, 502);
+      assert.equal((await res.json()).error.code, 'upstream_connect_failed');
+    }
+    // ...then 503: nothing healthy is left to rescue the request.
+    const res = await send();
+    assert.equal(res.status, 503);
+    assert.equal((await res.json()).error.code, 'no_healthy_upstream');
     await none.remove();
   });
 

@@ -1,0 +1,151 @@
+#include "proxy/prober.h"
+
+#include <set>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "http/parser.h"
+
+namespace kvgate::proxy {
+namespace {
+
+std::vector<std::pair<int, int>> parseCodes(const std::string& s) {
+  std::vector<std::pair<int, int>> out;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t comma = s.find(',', pos);
+    std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t dash = item.find('-');
+    uint64_t a = 0, b = 0;
+    if (dash == std::string::npos) {
+      if (net::parseUint(item, 599, a)) out.emplace_back(static_cast<int>(a), static_cast<int>(a));
+    } else if (net::parseUint(item.substr(0, dash), 599, a) &&
+               net::parseUint(item.substr(dash + 1), 599, b) && a <= b) {
+      out.emplace_back(static_cast<int>(a), static_cast<int>(b));
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (out.empty()) out.emplace_back(200, 200);
+  return out;
+}
+
+}  // namespace
+
+std::vector<ProbeSpec> probeSpecs(const std::vector<config::RuleSpec>& rules,
+                                  const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps,
+                                  std::chrono::milliseconds default_timeout) {
+  std::vector<ProbeSpec> out;
+  std::set<const endpoints::EndpointState*> seen;
+  for (const auto& r : rules) {
+    std::string type = r.service_args.value("probetype", "");
+    if (type.empty() || type == "none") continue;
+    if (type != "http" && type != "https" && type != "tcp") continue;  // udp/sctp/ping: L4 only
+    for (const auto& e : r.endpoints) {
+      std::shared_ptr<endpoints::EndpointState> st;
+      for (auto& s : eps)
+        if (s->ip == e.ip && s->port == e.port) st = s;
+      if (!st || !seen.insert(st.get()).second) continue;
+      ProbeSpec p;
+      p.ep = st;
+      p.http = type != "tcp";
+      int pp = r.service_args.value("probeport", 0);
+      p.port = pp > 0 ? static_cast<uint16_t>(pp) : e.port;
+      p.method = e.json.value("httpMethod", "");
+      if (p.method.empty()) p.method = "GET";
+      std::string path = e.json.value("urlPath", "");
+      if (path.empty()) path = r.service_args.value("probereq", "");
+      if (!path.empty() && path.front() == '/') p.path = path;
+      p.expected = parseCodes(e.json.value("expectedCodes", "200"));
+      int t = r.service_args.value("probeTimeout", 0);
+      p.timeout = t > 0 ? std::chrono::milliseconds(t * 1000) : default_timeout;
+      int retries = r.service_args.value("probeRetries", 0);
+      p.retries = retries > 0 ? retries : 2;
+      out.push_back(std::move(p));
+    }
+  }
+  return out;
+}
+
+void Prober::update(std::vector<ProbeSpec> specs) {
+  std::set<endpoints::EndpointState*> probed;
+  for (auto& s : specs) probed.insert(s.ep.get());
+  for (auto& t : tasks_) {
+    t->stopped.store(true);
+    if (!probed.count(t->spec.ep.get())) t->spec.ep->health.setProbeUp(true);
+  }
+  tasks_.clear();
+  for (auto& s : specs) {
+    auto t = std::make_shared<Task>();
+    t->spec = std::move(s);
+    tasks_.push_back(t);
+    asio::co_spawn(io_, run(t, interval_), asio::detached);
+  }
+}
+
+void Prober::stop() {
+  for (auto& t : tasks_) t->stopped.store(true);
+  tasks_.clear();
+}
+
+asio::awaitable<bool> Prober::probeOnce(const ProbeSpec& s) {
+  auto ex = co_await asio::this_coro::executor;
+  tcp::socket sock(ex);
+  bool timed_out = false;
+  Deadline d(ex);
+  d.start([&sock, &timed_out] {
+    timed_out = true;
+    error_code ec;
+    sock.close(ec);
+  });
+  d.expireAfter(s.timeout);
+  error_code ec;
+  co_await sock.async_connect(tcp::endpoint(asio::ip::make_address(s.ep->ip, ec), s.port),
+                              useEc(ec));
+  if (ec || !s.http) {
+    d.stop();
+    co_return !ec && !timed_out;
+  }
+  std::string req = s.method + " " + s.path + " HTTP/1.1\r\nHost: " + s.ep->label +
+                    "\r\nUser-Agent: kvgate-probe\r\nConnection: close\r\n\r\n";
+  co_await asio::async_write(sock, asio::buffer(req), useEc(ec));
+  std::string buf;
+  char tmp[4096];
+  http::ResponseHead rh;
+  http::ParseError perr;
+  int hn = 0;
+  while (!ec && (hn = http::parseResponseHead(buf.data(), buf.size(), 16384, s.method, rh, perr)) == 0) {
+    size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+    buf.append(tmp, n);
+  }
+  d.stop();
+  if (hn <= 0) co_return false;
+  for (auto [lo, hi] : s.expected)
+    if (rh.status >= lo && rh.status <= hi) co_return true;
+  co_return false;
+}
+
+asio::awaitable<void> Prober::run(std::shared_ptr<Task> t, std::chrono::milliseconds interval) {
+  auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer timer(ex);
+  int failures = 0;
+  while (!t->stopped.load()) {
+    bool ok = co_await probeOnce(t->spec);
+    if (t->stopped.load()) break;
+    auto& h = t->spec.ep->health;
+    if (ok) {
+      failures = 0;
+      if (!h.probeUp()) log::info("health", t->spec.ep->label + " is up (probe passed)");
+      h.setProbeUp(true);
+    } else if (++failures >= t->spec.retries && h.probeUp()) {
+      log::warn("health", t->spec.ep->label + " is down (" + std::to_string(failures) +
+                              " probes failed)");
+      h.setProbeUp(false);
+    }
+    timer.expires_after(interval);
+    error_code ec;
+    co_await timer.async_wait(useEc(ec));
+  }
+}
+
+}  // namespace kvgate::proxy

@@ -1,0 +1,60 @@
+// Active health probes: one coroutine per probed endpoint on worker 0's event loop.
+//
+// A rule's `probetype` http (or https, probed as plain HTTP until TLS lands) sends
+// `<httpMethod or GET> <urlPath, else probereq, else /health>` to `probeport` (0 = the endpoint's
+// port) and expects one of the endpoint's `expectedCodes` ("200", "200,202", "200-204"; default
+// 200); tcp only connects; none or absent disables active probing. `probeRetries` consecutive
+// failures (default 2) mark the endpoint down, one success brings it back. Every
+// `--probe-interval-ms` (default 5000); timeout `probeTimeout` seconds, else
+// `--probe-timeout-ms` (default 2000). An endpoint probed by several rules uses the first rule's
+// settings.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/rule.h"
+#include "endpoints/endpoint.h"
+#include "http/asio.h"
+
+namespace kvgate::proxy {
+
+struct ProbeSpec {
+  std::shared_ptr<endpoints::EndpointState> ep;
+  bool http = true;
+  uint16_t port = 0;
+  std::string method = "GET";
+  std::string path = "/health";
+  std::vector<std::pair<int, int>> expected{{200, 200}};
+  std::chrono::milliseconds timeout{2000};
+  int retries = 2;
+};
+
+// Probe specs for every endpoint of `rules` that asks for active probing.
+std::vector<ProbeSpec> probeSpecs(const std::vector<config::RuleSpec>& rules,
+                                  const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps,
+                                  std::chrono::milliseconds default_timeout);
+
+class Prober {
+ public:
+  Prober(asio::io_context& io, std::chrono::milliseconds interval) : io_(io), interval_(interval) {}
+  ~Prober() { stop(); }
+  // Replaces the probe set (control thread); endpoints no longer probed count as up.
+  void update(std::vector<ProbeSpec> specs);
+  void stop();
+
+ private:
+  struct Task {
+    ProbeSpec spec;
+    std::atomic<bool> stopped{false};
+  };
+  static asio::awaitable<void> run(std::shared_ptr<Task> t, std::chrono::milliseconds interval);
+  static asio::awaitable<bool> probeOnce(const ProbeSpec& s);
+  asio::io_context& io_;
+  std::chrono::milliseconds interval_;
+  std::vector<std::shared_ptr<Task>> tasks_;
+};
+
+}  // namespace kvgate::proxy
