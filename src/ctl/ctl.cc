@@ -1,5 +1,6 @@
 // `kvgate ctl`: manage a running gateway over its REST API (list, apply, delete).
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,8 @@ const char* kHelp =
     "commands:\n"
     "  get                                  list rules\n"
     "  apply -f FILE|-                      create or update a rule from a JSON file\n"
+    "  create --vip IP --port P --endpoint IP:PORT[:WEIGHT] [--endpoint ...]\n"
+    "         [--sel N] [--model NAME] [--name NAME] [--sse]   create a rule from flags\n"
     "  delete --vip IP --port P [--proto tcp] [--model NAME]\n"
     "  delete --name NAME\n"
     "  delete --all\n\n"
@@ -115,6 +118,55 @@ int main(int argc, char** argv) {
       ss << in.rdbuf();
     }
     return report(http::fetch(api, "POST", base, ss.str()), json_out);
+  }
+  if (cmd == "create") {
+    nlohmann::json sa = {{"protocol", "tcp"}, {"mode", 4}};
+    nlohmann::json eps = nlohmann::json::array();
+    for (; i < argc; ++i) {
+      std::string a = argv[i];
+      auto val = [&]() -> std::string {
+        if (i + 1 >= argc) {
+          std::fprintf(stderr, "kvgate ctl create: %s needs a value\n", a.c_str());
+          std::exit(2);
+        }
+        return argv[++i];
+      };
+      auto num = [&](const std::string& v) -> long {
+        char* end = nullptr;
+        long x = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end) {
+          std::fprintf(stderr, "kvgate ctl create: %s: '%s' is not a number\n", a.c_str(),
+                       v.c_str());
+          std::exit(2);
+        }
+        return x;
+      };
+      if (a == "--vip") sa["externalIP"] = val();
+      else if (a == "--port") sa["port"] = num(val());
+      else if (a == "--sel") sa["sel"] = num(val());
+      else if (a == "--model") sa["model_name"] = val();
+      else if (a == "--name") sa["name"] = val();
+      else if (a == "--sse") sa["sse_mode"] = true;
+      else if (a == "--endpoint") {
+        std::string e = val();  // IP:PORT[:WEIGHT]
+        size_t c1 = e.find(':'), c2 = e.find(':', c1 == std::string::npos ? c1 : c1 + 1);
+        if (c1 == std::string::npos) {
+          std::fprintf(stderr, "kvgate ctl create: --endpoint takes IP:PORT[:WEIGHT]\n");
+          return 2;
+        }
+        nlohmann::json ep = {{"endpointIP", e.substr(0, c1)},
+                             {"targetPort", num(e.substr(c1 + 1, c2 == std::string::npos
+                                                                      ? std::string::npos
+                                                                      : c2 - c1 - 1))},
+                             {"weight", c2 == std::string::npos ? 1 : num(e.substr(c2 + 1))}};
+        eps.push_back(ep);
+      } else {
+        std::fprintf(stderr, "kvgate ctl create: unknown flag %s\n", a.c_str());
+        return 2;
+      }
+    }
+    nlohmann::json body = {{"serviceArguments", sa}, {"endpoints", eps}};
+    return report(http::fetch(api, "POST", base, body.dump()), json_out);
   }
   if (cmd == "delete") {
     std::string vip, port, proto = "tcp", model, name;

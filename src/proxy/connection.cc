@@ -102,12 +102,14 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
     bool spilled = false;
     const Route* route = nullptr;  // set once the request's rule is known
     int ep_index = -1;             // set once an endpoint is chosen
+    double ttfb_ms = -1;           // first response byte to the client (stream: first event)
   };
 
   void onDeadline();
   asio::awaitable<bool> readMore(Buffer& b, tcp::socket& s);
   asio::awaitable<bool> readUpstream();
   void countResponse(int status);
+  void logAccess(std::string_view request_id, std::string_view model);
   routing::RequestContext requestContext(const http::RequestHead& head, std::string_view body,
                                          const Route& route);
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
@@ -283,6 +285,32 @@ asio::awaitable<void> ClientConn::stopWatch() {
   co_await asio::post(client_.get_executor(), asio::use_awaitable);
 }
 
+// One structured access-log line for the request just answered (--access-log).
+void ClientConn::logAccess(std::string_view request_id, std::string_view model) {
+  const Route* route = outcome_.route;
+  std::string line = "access";
+  log::appendField(line, "id", request_id);
+  log::appendField(line, "listener", l_->key);
+  log::appendField(line, "rule",
+                   !route ? "" : route->rule.name.empty() ? route->rule.key() : route->rule.name);
+  log::appendField(line, "model", model);
+  log::appendField(line, "endpoint", outcome_.endpoint ? *outcome_.endpoint : "");
+  log::appendField(line, "selector", route ? config::selectorName(route->rule.sel) : "");
+  log::appendField(line, "key", outcome_.key);
+  if (outcome_.spilled) log::appendField(line, "spill", "1");
+  log::appendField(line, "status", std::to_string(outcome_.status));
+  log::appendField(line, "bytes", std::to_string(outcome_.bytes));
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.3f", outcome_.ttfb_ms < 0 ? 0.0 : outcome_.ttfb_ms);
+  log::appendField(line, "ttfb_ms", ms);
+  std::snprintf(
+      ms, sizeof ms, "%.3f",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_at_)
+          .count());
+  log::appendField(line, "dur_ms", ms);
+  log::info("proxy", line);
+}
+
 // Keys for the rule's selector, computed only for the selectors that read them.
 routing::RequestContext ClientConn::requestContext(const http::RequestHead& head,
                                                    std::string_view body, const Route& route) {
@@ -377,6 +405,7 @@ asio::awaitable<void> ClientConn::run() {
     started_at_ = std::chrono::steady_clock::now();
     if (hn < 0) {
       co_await sendError(perr.status, "bad_request", perr.reason, {}, true);
+      if (opts.access_log) logAccess("", "");
       break;
     }
     client_minor_ = head.version_minor;
@@ -508,24 +537,12 @@ asio::awaitable<void> ClientConn::run() {
         if (ok) in_.consume(std::min(consumed, in_.size()));
         keep = false;
         if (!ok) client_keep_alive_ = false;
-        if (opts.access_log) {
-          std::string line = "access";
-          log::appendField(line, "id", request_id);
-          log::appendField(line, "rule",
-                           route->rule.name.empty() ? route->rule.key() : route->rule.name);
-          log::appendField(line, "model", model);
-          log::appendField(line, "endpoint", outcome_.endpoint ? *outcome_.endpoint : "");
-          log::appendField(line, "selector", config::selectorName(route->rule.sel));
-          log::appendField(line, "key", outcome_.key);
-          if (outcome_.spilled) log::appendField(line, "spill", "1");
-          log::appendField(line, "status", std::to_string(outcome_.status));
-          log::appendField(line, "bytes", std::to_string(outcome_.bytes));
-          log::info("proxy", line);
-        }
+        if (opts.access_log) logAccess(request_id, model);
         if (!client_keep_alive_ || client_gone_) break;
         continue;
       }
     }
+    if (opts.access_log) logAccess(request_id, model);
     in_.consume(std::min(head_bytes + body_len, in_.size()));
     if (!client_keep_alive_) break;
   }
@@ -816,10 +833,13 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     }
     if (first || !chunk.empty()) {
       bool ok = co_await writeClient(first ? std::string_view(h) : std::string_view(), chunk);
+      if (outcome_.ttfb_ms < 0 || (ttft_pending && !chunk.empty()))
+        outcome_.ttfb_ms = std::chrono::duration<double, std::milli>(
+                               std::chrono::steady_clock::now() - started_at_)
+                               .count();
       if (ttft_pending && !chunk.empty()) {
         ttft_pending = false;
-        route.stats->stream_ttft.observe(
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started_at_).count());
+        route.stats->stream_ttft.observe(outcome_.ttfb_ms / 1000.0);
       }
       outcome_.bytes += chunk.size();
       first = false;

@@ -12,7 +12,7 @@ describe('metrics', () => {
   before(async () => {
     tmp = tempDir();
     sim = await startSim(['--workers', '2', '--port', '0', '--itl-ms', '0']);
-    gw = await startGateway({ stateDir: tmp.dir });
+    gw = await startGateway({ stateDir: tmp.dir, extra: ['--access-log'] });
   });
   after(async () => { await gw.stop(); await sim.stop(); tmp.remove(); });
 
@@ -55,5 +55,10 @@ describe('metrics', () => {
       assert.equal(text.split('\n').filter((l) => l.startsWith(`# TYPE ${fam} `)).length, 1, fam);
     }
     assert.equal((await fetch(`${gw.api}/metrics`, { method: 'POST' })).status, 405);
+    // One structured access-log line per proxied request.
+    const lines = gw.proc.stderrText.split('\n').filter((l) => l.includes(' access ') && l.includes(`listener=127.0.0.1:${port}`));
+    assert.equal(lines.length, 9);  // 7 answered 200, the 503 for the unknown model, the 400
+    assert.ok(lines.some((l) => /status=503/.test(l) && /model=nope/.test(l)));
+    assert.match(lines[0], /id=[0-9a-f]{32} listener=127\.0\.0\.1:\d+ rule=m1 model=sim-model endpoint=127\.0\.0\.1:\d+ selector=rr key=rr status=200 bytes=\d+ ttfb_ms=[\d.]+ dur_ms=[\d.]+/);
   });
 });

@@ -138,6 +138,20 @@ describe('rule matching and protocol corners', () => {
     r = ctl('delete', '--name', 'ctl-rule');
     assert.equal(r.status, 1);
     assert.match(r.stderr, /error 404/);
+    const port2 = await freePort();
+    r = ctl('create', '--vip', '127.0.0.1', '--port', String(port2), '--sel', '2', '--name', 'flags',
+      '--endpoint', `${sim.workers[0].host}:${sim.workers[0].port}:3`, '--endpoint', `${sim.workers[1].host}:${sim.workers[1].port}`);
+    assert.equal(r.status, 0, r.stderr);
+    const made = JSON.parse(ctl('--json', 'get').stdout).lbAttr.find((x) => x.serviceArguments.name === 'flags');
+    assert.equal(made.serviceArguments.sel, 2);
+    assert.deepEqual(made.endpoints.map((e) => e.weight), [3, 1]);
+    assert.equal((await fetch(`http://127.0.0.1:${port2}/v1/models`)).status, 200);
+    r = ctl('create', '--vip', '127.0.0.1', '--port', 'x');
+    assert.equal(r.status, 2);
+    r = ctl('create', '--vip', '127.0.0.1', '--port', String(port2), '--sel', '6', '--endpoint', '127.0.0.1:9');
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /error 400.*sel/);
+    assert.equal(ctl('delete', '--name', 'flags').status, 0);
     assert.equal(ctl('bogus').status, 2);
     assert.match(execFileSync(BIN, ['ctl', '--help']).toString(), /usage: kvgate ctl/);
   });

@@ -74,6 +74,15 @@ describe('key-based selectors', () => {
     await slow.stop();
   });
 
+  test('hash (sel 1): one client address always reaches the same worker', async () => {
+    const svc = await service({ sel: 1 });
+    const c0 = await counts();
+    for (let i = 0; i < 9; i++) await chat(svc.url, `p${i}`, 'q');
+    const d = delta(c0, await counts());
+    assert.equal(Math.max(...d), 9, `source hash split: ${d}`);
+    await svc.remove();
+  });
+
   test('gpuaware and wrr-hash keep a prefix on one worker; wrr-hash honours weight 0', async () => {
     for (const [sel, weights] of [[9, undefined], [10, [1, 1, 0]]]) {
       const svc = await service({ sel, weights });
