@@ -9,12 +9,14 @@ int64_t Health::nowNs() {
 }
 
 bool Health::up() const {
-  return probe_up_.load(std::memory_order_relaxed) &&
-         nowNs() >= passive_down_until_ns_.load(std::memory_order_relaxed);
+  if (!probe_up_.load(std::memory_order_relaxed)) return false;
+  int64_t until = passive_down_until_ns_.load(std::memory_order_relaxed);
+  return until == 0 || nowNs() >= until;  // no clock read on the common path
 }
 
 BreakerState Health::breaker() const {
   int s = state_.load(std::memory_order_relaxed);
+  if (s == static_cast<int>(BreakerState::kClosed)) return BreakerState::kClosed;
   if (s == static_cast<int>(BreakerState::kOpen) &&
       nowNs() >= open_until_ns_.load(std::memory_order_relaxed))
     return BreakerState::kHalfOpen;  // the open window has passed: next request is the trial
@@ -64,7 +66,8 @@ void Health::onConnectFailure(const HealthOptions& o, bool breaker) {
 }
 
 void Health::onResponse(const HealthOptions& o, bool breaker, int status, bool trial) {
-  connect_failures_.store(0);
+  // Plain loads before stores: the common path (2xx, nothing to reset) writes no shared line.
+  if (connect_failures_.load(std::memory_order_relaxed) != 0) connect_failures_.store(0);
   if (status >= 500) {
     int n = origin_5xx_streak_.fetch_add(1) + 1;
     if (breaker && (trial || (o.origin_5xx > 0 && n >= o.origin_5xx))) open(o);
@@ -75,7 +78,7 @@ void Health::onResponse(const HealthOptions& o, bool breaker, int status, bool t
     if (trial && breaker) close();
     return;
   }
-  origin_5xx_streak_.store(0);
+  if (origin_5xx_streak_.load(std::memory_order_relaxed) != 0) origin_5xx_streak_.store(0);
   if (breaker && state_.load() != 0) close();
 }
 
