@@ -1,5 +1,6 @@
 // Typed facts about one request that the routing decisions read, filled once by the data plane.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <optional>
 
@@ -21,5 +22,21 @@ struct PickInfo {
   const char* key = "rr";  // which key decided: prefix, conversation, session, source, rr
   bool spilled = false;    // a bounded-load selector moved off the key's home endpoint
 };
+
+// The affinity key of the prefix-keyed selectors (chwbl, gpuaware, wrr-hash): the prefix key,
+// else the conversation key, else the next value of a round-robin cursor advanced by `rr_step`.
+inline uint64_t affinityKey(const RequestContext& ctx, std::atomic<uint64_t>& cursor,
+                            uint64_t rr_step, PickInfo& info) {
+  if (ctx.prefix_key) {
+    info.key = "prefix";
+    return *ctx.prefix_key;
+  }
+  if (ctx.conversation_key) {
+    info.key = "conversation";
+    return *ctx.conversation_key;
+  }
+  info.key = "rr";
+  return cursor.fetch_add(rr_step, std::memory_order_relaxed);
+}
 
 }  // namespace kvgate::routing

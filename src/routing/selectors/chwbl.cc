@@ -47,18 +47,8 @@ class Chwbl : public Selector {
   int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded,
            const RequestContext& ctx, PickInfo& info) override {
     if (ring_.size() == 0) return -1;
-    uint64_t key;
-    if (ctx.prefix_key) {
-      key = *ctx.prefix_key;
-      info.key = "prefix";
-    } else if (ctx.conversation_key) {
-      key = *ctx.conversation_key;
-      info.key = "conversation";
-    } else {
-      // No key: round-robin over the ring's points keeps the spread even.
-      key = cursor_.fetch_add(0x9E3779B97F4A7C15ULL, std::memory_order_relaxed);
-      info.key = "rr";
-    }
+    // No key: a golden-ratio step around the ring keeps the round-robin spread even.
+    uint64_t key = affinityKey(ctx, cursor_, 0x9E3779B97F4A7C15ULL, info);
     // Fair shares over the endpoints that may serve this request.
     int64_t total = 0;
     double weight_sum = 0;

@@ -16,17 +16,7 @@ class GpuAware : public Selector {
            const RequestContext& ctx, PickInfo& info) override {
     size_t n = eps.size();
     if (n == 0) return -1;
-    uint64_t key;
-    if (ctx.prefix_key) {
-      key = *ctx.prefix_key;
-      info.key = "prefix";
-    } else if (ctx.conversation_key) {
-      key = *ctx.conversation_key;
-      info.key = "conversation";
-    } else {
-      key = cursor_.fetch_add(1, std::memory_order_relaxed);
-      info.key = "rr";
-    }
+    uint64_t key = affinityKey(ctx, cursor_, 1, info);
     for (size_t step = 0; step < n; ++step) {
       size_t i = (key % n + step) % n;
       if (!excluded[i]) return static_cast<int>(i);
