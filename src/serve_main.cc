@@ -1,7 +1,7 @@
 // `kvgate serve`: the gateway process (data plane workers + management API on the control thread).
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 

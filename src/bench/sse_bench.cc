@@ -41,8 +41,8 @@ int64_t nowUs() {
 asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
   auto ex = co_await asio::this_coro::executor;
   asio::steady_timer t(ex);
-  t.expires_after(std::chrono::microseconds(int64_t{o.ramp_ms} * 1000 * index /
-                                            std::max(1, o.streams)));
+  t.expires_after(
+      std::chrono::microseconds(int64_t{o.ramp_ms} * 1000 * index / std::max(1, o.streams)));
   error_code ec;
   co_await t.async_wait(useEc(ec));
   tcp::socket s(ex);
@@ -90,8 +90,10 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
       keep_from = std::max(pos, buf.size() > kStamp.size() ? buf.size() - kStamp.size() : 0);
     buf.erase(0, keep_from);
   }
-  if (done) ++st.completed;
-  else ++st.errors;
+  if (done)
+    ++st.completed;
+  else
+    ++st.errors;
 }
 
 int64_t pct(std::vector<int64_t>& v, double p) {
@@ -162,7 +164,8 @@ int main(int argc, char** argv) {
       "\"delay_us\":{\"p50\":%lld,\"p90\":%lld,\"p99\":%lld,\"p999\":%lld,\"max\":%lld}}\n",
       o.streams, st.completed, st.errors, st.delays_us.size(), secs,
       static_cast<long long>(pct(st.delays_us, 50)), static_cast<long long>(pct(st.delays_us, 90)),
-      static_cast<long long>(pct(st.delays_us, 99)), static_cast<long long>(pct(st.delays_us, 99.9)),
+      static_cast<long long>(pct(st.delays_us, 99)),
+      static_cast<long long>(pct(st.delays_us, 99.9)),
       static_cast<long long>(st.delays_us.empty() ? 0 : st.delays_us.back()));
   return st.errors == 0 ? 0 : 1;
 }

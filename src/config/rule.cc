@@ -88,7 +88,6 @@ bool validHost(const std::string& h) {
   return true;
 }
 
-
 // Go-style omitempty for GET: zero values are dropped.
 bool isZero(const json& v) {
   return v.is_null() || (v.is_boolean() && !v.get<bool>()) ||

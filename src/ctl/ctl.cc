@@ -141,12 +141,18 @@ int main(int argc, char** argv) {
         }
         return x;
       };
-      if (a == "--vip") sa["externalIP"] = val();
-      else if (a == "--port") sa["port"] = num(val());
-      else if (a == "--sel") sa["sel"] = num(val());
-      else if (a == "--model") sa["model_name"] = val();
-      else if (a == "--name") sa["name"] = val();
-      else if (a == "--sse") sa["sse_mode"] = true;
+      if (a == "--vip")
+        sa["externalIP"] = val();
+      else if (a == "--port")
+        sa["port"] = num(val());
+      else if (a == "--sel")
+        sa["sel"] = num(val());
+      else if (a == "--model")
+        sa["model_name"] = val();
+      else if (a == "--name")
+        sa["name"] = val();
+      else if (a == "--sse")
+        sa["sse_mode"] = true;
       else if (a == "--endpoint") {
         std::string e = val();  // IP:PORT[:WEIGHT]
         size_t c1 = e.find(':'), c2 = e.find(':', c1 == std::string::npos ? c1 : c1 + 1);
@@ -154,11 +160,11 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "kvgate ctl create: --endpoint takes IP:PORT[:WEIGHT]\n");
           return 2;
         }
-        nlohmann::json ep = {{"endpointIP", e.substr(0, c1)},
-                             {"targetPort", num(e.substr(c1 + 1, c2 == std::string::npos
-                                                                      ? std::string::npos
-                                                                      : c2 - c1 - 1))},
-                             {"weight", c2 == std::string::npos ? 1 : num(e.substr(c2 + 1))}};
+        nlohmann::json ep = {
+            {"endpointIP", e.substr(0, c1)},
+            {"targetPort",
+             num(e.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1))},
+            {"weight", c2 == std::string::npos ? 1 : num(e.substr(c2 + 1))}};
         eps.push_back(ep);
       } else {
         std::fprintf(stderr, "kvgate ctl create: unknown flag %s\n", a.c_str());

@@ -42,7 +42,8 @@ bool Health::admits(bool breaker, bool& trial) {
 }
 
 void Health::open(const HealthOptions& o) {
-  open_until_ns_.store(nowNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(o.cb_open).count());
+  open_until_ns_.store(nowNs() +
+                       std::chrono::duration_cast<std::chrono::nanoseconds>(o.cb_open).count());
   state_.store(static_cast<int>(BreakerState::kOpen));
   transitions_[static_cast<int>(BreakerState::kOpen)].fetch_add(1);
   trial_in_flight_.store(false);
@@ -70,8 +71,10 @@ void Health::onResponse(const HealthOptions& o, bool breaker, int status, bool t
   if (connect_failures_.load(std::memory_order_relaxed) != 0) connect_failures_.store(0);
   if (status >= 500) {
     int n = origin_5xx_streak_.fetch_add(1) + 1;
-    if (breaker && (trial || (o.origin_5xx > 0 && n >= o.origin_5xx))) open(o);
-    else if (trial) trial_in_flight_.store(false);
+    if (breaker && (trial || (o.origin_5xx > 0 && n >= o.origin_5xx)))
+      open(o);
+    else if (trial)
+      trial_in_flight_.store(false);
     return;
   }
   if (status >= 400) {  // a 4xx neither advances nor resets the origin streak

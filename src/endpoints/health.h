@@ -30,7 +30,8 @@ enum class BreakerState : int { kClosed = 0, kOpen = 1, kHalfOpen = 2 };
 class Health {
  public:
   // May a request be sent to this endpoint now? `breaker` applies the circuit breaker (the
-  // rule's cb_enable). A half-open endpoint admits one trial: `trial` is set when this call took it.
+  // rule's cb_enable). A half-open endpoint admits one trial: `trial` is set when this call took
+  // it.
   bool admits(bool breaker, bool& trial);
   void onConnectFailure(const HealthOptions& o, bool breaker);
   // The upstream answered with `status` (after a trial, too).

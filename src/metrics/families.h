@@ -57,11 +57,14 @@ inline const Family kBuildInfo{"kvgate_build_info", Type::kGauge, "Build informa
 // clang-format on
 
 inline const std::vector<const Family*>& allFamilies() {
-  static const std::vector<const Family*> k = {
-      &kRequests,          &kUnrouted,         &kUpstreamLatency,         &kStreamTtft,
-      &kSelectorDecisions, &kSpills,           &kActiveConnections,       &kActiveStreams,
-      &kEndpointInflight,  &kEndpointConnectFailures, &kEndpointUp,       &kBreakerState,
-      &kBreakerTransitions, &kRules,           &kBuildInfo};
+  static const std::vector<const Family*> k = {&kRequests,           &kUnrouted,
+                                               &kUpstreamLatency,    &kStreamTtft,
+                                               &kSelectorDecisions,  &kSpills,
+                                               &kActiveConnections,  &kActiveStreams,
+                                               &kEndpointInflight,   &kEndpointConnectFailures,
+                                               &kEndpointUp,         &kBreakerState,
+                                               &kBreakerTransitions, &kRules,
+                                               &kBuildInfo};
   return k;
 }
 

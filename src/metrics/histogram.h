@@ -10,7 +10,7 @@ class Histogram {
  public:
   // Upper bounds in seconds: 1 ms .. 60 s, roughly x2.5 apart.
   static constexpr std::array<double, 14> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                                     0.25,  0.5,    1,     2.5,  5,     15,  60};
+                                                     0.25,  0.5,    1,     2.5,  5,     15,   60};
   void observe(double seconds) {
     size_t i = 0;
     while (i < kBounds.size() && seconds > kBounds[i]) ++i;

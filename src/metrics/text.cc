@@ -8,8 +8,10 @@ namespace {
 std::string number(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   char buf[64];
-  if (v == std::floor(v) && std::fabs(v) < 1e15) std::snprintf(buf, sizeof buf, "%.0f", v);
-  else std::snprintf(buf, sizeof buf, "%.9g", v);
+  if (v == std::floor(v) && std::fabs(v) < 1e15)
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  else
+    std::snprintf(buf, sizeof buf, "%.9g", v);
   return buf;
 }
 }  // namespace
@@ -18,10 +20,14 @@ std::string escapeLabel(std::string_view v) {
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out.push_back(c);
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out.push_back(c);
   }
   return out;
 }
@@ -29,7 +35,9 @@ std::string escapeLabel(std::string_view v) {
 void TextWriter::header(const Family& f) {
   out_.append("# HELP ").append(f.name).append(" ").append(f.help).append("\n");
   out_.append("# TYPE ").append(f.name).append(" ");
-  out_.append(f.type == Type::kCounter ? "counter" : f.type == Type::kGauge ? "gauge" : "histogram");
+  out_.append(f.type == Type::kCounter ? "counter"
+              : f.type == Type::kGauge ? "gauge"
+                                       : "histogram");
   out_.append("\n");
 }
 

@@ -16,9 +16,9 @@
 #include "http/parser.h"
 #include "http/server.h"
 #include "proxy/request_info.h"
+#include "proxy/worker.h"
 #include "routing/prefix_key.h"
 #include "routing/selectors/hash_ring.h"
-#include "proxy/worker.h"
 
 namespace kvgate::proxy {
 namespace {
@@ -98,7 +98,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
     int status = 0;
     uint64_t bytes = 0;
     const std::string* endpoint = nullptr;  // label of the chosen endpoint (owned by the route)
-    const char* key = "";                    // which key the selector used
+    const char* key = "";                   // which key the selector used
     bool spilled = false;
     const Route* route = nullptr;  // set once the request's rule is known
     int ep_index = -1;             // set once an endpoint is chosen
@@ -139,8 +139,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   Deadline deadline_;
   Phase phase_ = Phase::kIdle;
   bool timed_out_ = false;
-  Buffer in_;              // client bytes
-  Buffer up_;              // upstream bytes
+  Buffer in_;  // client bytes
+  Buffer up_;  // upstream bytes
   bool client_keep_alive_ = true;
   int client_minor_ = 1;
   std::chrono::milliseconds idle_timeout_{0};
@@ -150,9 +150,11 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   bool client_gone_ = false;
   uint64_t watch_gen_ = 0;
   uint64_t source_key_ = 0;
-  std::chrono::steady_clock::time_point started_at_;  // when the current request's head arrived  // hash of the client's address (sel 1, persist fallback)
-  std::string pipelined_;          // client bytes the watcher read during a response
-  bool upstream_waited_ = false;   // the last upstream read had to wait (streaming)
+  std::chrono::steady_clock::time_point
+      started_at_;  // when the current request's head arrived  // hash of the client's address (sel
+                    // 1, persist fallback)
+  std::string pipelined_;         // client bytes the watcher read during a response
+  bool upstream_waited_ = false;  // the last upstream read had to wait (streaming)
   // Per-request scratch kept across requests so a warm connection allocates nothing for them.
   std::string request_id_;
   std::string up_head_;
@@ -292,7 +294,9 @@ void ClientConn::logAccess(std::string_view request_id, std::string_view model) 
   log::appendField(line, "id", request_id);
   log::appendField(line, "listener", l_->key);
   log::appendField(line, "rule",
-                   !route ? "" : route->rule.name.empty() ? route->rule.key() : route->rule.name);
+                   !route                     ? ""
+                   : route->rule.name.empty() ? route->rule.key()
+                                              : route->rule.name);
   log::appendField(line, "model", model);
   log::appendField(line, "endpoint", outcome_.endpoint ? *outcome_.endpoint : "");
   log::appendField(line, "selector", route ? config::selectorName(route->rule.sel) : "");
@@ -322,8 +326,10 @@ routing::RequestContext ClientConn::requestContext(const http::RequestHead& head
     std::string_view conv = head.get("x-conversation-id");
     auto keys = routing::computeBodyKeys(body, w_.opts.prefix_key_bytes);
     ctx.prefix_key = keys.prefix_key;
-    if (!conv.empty()) ctx.conversation_key = hashOf(conv);
-    else if (keys.user) ctx.conversation_key = hashOf(*keys.user);
+    if (!conv.empty())
+      ctx.conversation_key = hashOf(conv);
+    else if (keys.user)
+      ctx.conversation_key = hashOf(*keys.user);
   } else if (rule.sel == 3 && !rule.session_header_name.empty()) {
     const std::string& name = rule.session_header_name;
     std::string_view value;

@@ -159,8 +159,8 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   // Active probes for the new rule set (run on worker 0; the update is posted there).
   std::vector<std::shared_ptr<endpoints::EndpointState>> states;
   for (auto& [k, st] : endpoint_states_) states.push_back(st);
-  auto specs = std::make_shared<std::vector<ProbeSpec>>(
-      probeSpecs(rules, states, opts_.probe_timeout));
+  auto specs =
+      std::make_shared<std::vector<ProbeSpec>>(probeSpecs(rules, states, opts_.probe_timeout));
   asio::post(workers_[0]->io, [p = prober_.get(), specs] { p->update(std::move(*specs)); });
   for (auto it = endpoint_states_.begin(); it != endpoint_states_.end();)
     it = it->second.use_count() == 1 ? endpoint_states_.erase(it) : std::next(it);

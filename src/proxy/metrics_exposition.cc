@@ -14,12 +14,20 @@ std::string DataPlane::renderMetrics() const {
     for (auto& [ep, c] : st->per_endpoint)
       for (int s = 0; s < 600; ++s)
         if (uint64_t v = c->by_status[static_cast<size_t>(s)].load())
-          w.sample(kRequests, {{"rule", st->rule}, {"model", st->model}, {"endpoint", ep},
-                               {"status", std::to_string(s)}}, static_cast<double>(v));
+          w.sample(kRequests,
+                   {{"rule", st->rule},
+                    {"model", st->model},
+                    {"endpoint", ep},
+                    {"status", std::to_string(s)}},
+                   static_cast<double>(v));
     for (int s = 0; s < 600; ++s)
       if (uint64_t v = st->no_endpoint.by_status[static_cast<size_t>(s)].load())
-        w.sample(kRequests, {{"rule", st->rule}, {"model", st->model}, {"endpoint", ""},
-                             {"status", std::to_string(s)}}, static_cast<double>(v));
+        w.sample(kRequests,
+                 {{"rule", st->rule},
+                  {"model", st->model},
+                  {"endpoint", ""},
+                  {"status", std::to_string(s)}},
+                 static_cast<double>(v));
   }
   w.header(kUnrouted);
   for (auto& [key, l] : listeners_)
@@ -31,7 +39,8 @@ std::string DataPlane::renderMetrics() const {
   for (auto& [key, st] : rule_stats_)
     w.histogram(kUpstreamLatency, {{"rule", st->rule}}, st->upstream_latency);
   w.header(kStreamTtft);
-  for (auto& [key, st] : rule_stats_) w.histogram(kStreamTtft, {{"rule", st->rule}}, st->stream_ttft);
+  for (auto& [key, st] : rule_stats_)
+    w.histogram(kStreamTtft, {{"rule", st->rule}}, st->stream_ttft);
   w.header(kSelectorDecisions);
   for (auto& [key, st] : rule_stats_)
     for (size_t i = 0; i < kDecisionKeys.size(); ++i)
@@ -63,9 +72,9 @@ std::string DataPlane::renderMetrics() const {
   w.header(kBreakerTransitions);
   for (auto& [key, e] : endpoint_states_) {
     using endpoints::BreakerState;
-    for (auto [st, name] : {std::pair{BreakerState::kOpen, "open"},
-                            std::pair{BreakerState::kHalfOpen, "half_open"},
-                            std::pair{BreakerState::kClosed, "closed"}})
+    for (auto [st, name] :
+         {std::pair{BreakerState::kOpen, "open"}, std::pair{BreakerState::kHalfOpen, "half_open"},
+          std::pair{BreakerState::kClosed, "closed"}})
       w.sample(kBreakerTransitions, {{"endpoint", e->label}, {"to", name}},
                static_cast<double>(e->health.transitions(st)));
   }

@@ -114,7 +114,8 @@ asio::awaitable<bool> Prober::probeOnce(const ProbeSpec& s) {
   http::ResponseHead rh;
   http::ParseError perr;
   int hn = 0;
-  while (!ec && (hn = http::parseResponseHead(buf.data(), buf.size(), 16384, s.method, rh, perr)) == 0) {
+  while (!ec &&
+         (hn = http::parseResponseHead(buf.data(), buf.size(), 16384, s.method, rh, perr)) == 0) {
     size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
     buf.append(tmp, n);
   }
@@ -138,8 +139,8 @@ asio::awaitable<void> Prober::run(std::shared_ptr<Task> t, std::chrono::millisec
       if (!h.probeUp()) log::info("health", t->spec.ep->label + " is up (probe passed)");
       h.setProbeUp(true);
     } else if (++failures >= t->spec.retries && h.probeUp()) {
-      log::warn("health", t->spec.ep->label + " is down (" + std::to_string(failures) +
-                              " probes failed)");
+      log::warn("health",
+                t->spec.ep->label + " is down (" + std::to_string(failures) + " probes failed)");
       h.setProbeUp(false);
     }
     timer.expires_after(interval);

@@ -21,9 +21,9 @@ struct Route {
   std::vector<routing::PoolEndpoint> endpoints;
   std::vector<tcp::endpoint> addresses;         // one per endpoint, same order
   std::unique_ptr<routing::Selector> selector;  // null when the rule's selector is inactive
-  bool needs_body_keys = false;  // sel 8, 9, 10 read the prefix key / conversation id
-  std::shared_ptr<RuleStats> stats;            // survives snapshots (kept by rule key)
-  std::vector<StatusCounters*> ep_counters;    // stats per endpoint, same order as endpoints
+  bool needs_body_keys = false;              // sel 8, 9, 10 read the prefix key / conversation id
+  std::shared_ptr<RuleStats> stats;          // survives snapshots (kept by rule key)
+  std::vector<StatusCounters*> ep_counters;  // stats per endpoint, same order as endpoints
 };
 
 struct VipConfig {

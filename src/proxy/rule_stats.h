@@ -17,7 +17,8 @@ namespace kvgate::proxy {
 struct StatusCounters {
   std::array<std::atomic<uint64_t>, 600> by_status{};
   void inc(int status) {
-    if (status >= 0 && status < 600) by_status[static_cast<size_t>(status)].fetch_add(1, std::memory_order_relaxed);
+    if (status >= 0 && status < 600)
+      by_status[static_cast<size_t>(status)].fetch_add(1, std::memory_order_relaxed);
   }
 };
 

@@ -22,7 +22,9 @@ TEST(PrefixKey, ChatRenderingByHand) {
       1024);
   ASSERT_TRUE(k.json_ok);
   ASSERT_TRUE(k.prefix_key);
-  EXPECT_EQ(*k.prefix_key, expected("m", "", "system\x1f" "Be brief.\x1euser\x1fHi there\x1e"));
+  EXPECT_EQ(*k.prefix_key, expected("m", "",
+                                    "system\x1f"
+                                    "Be brief.\x1euser\x1fHi there\x1e"));
 }
 
 TEST(PrefixKey, OnlyTheFirstKBytesCount) {

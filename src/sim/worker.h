@@ -67,8 +67,8 @@ struct SimConfig {
   int64_t default_max_tokens = 16;
   int64_t max_model_len = 32768;
   uint64_t keepalive_timeout_ms = 5000;  // idle keep-alive connections closed (uvicorn: 5 s)
-  bool stamp_events = false;  // add "kvgate_sent_us" (send time) to each token event
-  FaultState faults;  // initial faults
+  bool stamp_events = false;             // add "kvgate_sent_us" (send time) to each token event
+  FaultState faults;                     // initial faults
 };
 
 class Worker;

@@ -7,9 +7,9 @@
 
 namespace kvgate::routing {
 
-std::unique_ptr<Selector> makeSourceHash();  // sel 1, hash.cc
+std::unique_ptr<Selector> makeSourceHash();                                   // sel 1, hash.cc
 std::unique_ptr<Selector> makePersist(const std::vector<PoolEndpoint>& eps);  // sel 3
 std::unique_ptr<Selector> makeChwbl(const std::vector<PoolEndpoint>& eps, bool weighted);  // 8, 10
-std::unique_ptr<Selector> makeGpuAware();    // sel 9, gpuaware.cc
+std::unique_ptr<Selector> makeGpuAware();  // sel 9, gpuaware.cc
 
 }  // namespace kvgate::routing
