@@ -55,7 +55,7 @@ TEST(Breaker, HalfOpenAdmitsOneTrialThenClosesOrReopens) {
   EXPECT_TRUE(trial);
   bool second = false;
   EXPECT_FALSE(h.admits(true, second));  // only one trial at a time
-  h.onResponse(o, true, 500, true);       // the trial failed: open again
+  h.onResponse(o, true, 500, true);      // the trial failed: open again
   EXPECT_EQ(h.breaker(), BreakerState::kOpen);
   std::this_thread::sleep_for(std::chrono::milliseconds(40));
   ASSERT_TRUE(h.admits(true, trial));
