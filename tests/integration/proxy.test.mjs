@@ -298,4 +298,36 @@ describe('fullproxy data plane', () => {
     await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
     await slow.stop();
   });
+
+  test('rule updates and other rules coming and going under traffic lose no request', async () => {
+    const port = await freePort();
+    const mk = (ws) => rule({ port, sel: 8, workers: ws, extraArgs: { cb_enable: true } });
+    assert.equal((await api(gw.api, 'POST', BASE, mk(sim.workers.slice(0, 2)))).status, 200);
+    const url = `http://127.0.0.1:${port}/v1/chat/completions`;
+    let stop = false; let ok = 0; const bad = [];
+    const loop = async (c) => {
+      for (let i = 0; !stop; i++) {
+        const r = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'sim-model', max_tokens: 1, messages: [{ role: 'user', content: `client ${c} turn ${i % 7}` }] }) });
+        await r.arrayBuffer();
+        if (r.status === 200) ok++; else bad.push(r.status);
+      }
+    };
+    const loops = Array.from({ length: 8 }, (_, c) => loop(c));
+    const others = await Promise.all(Array.from({ length: 3 }, () => freePort()));
+    for (let i = 0; i < 30; i++) {
+      const ws = i % 2 ? sim.workers.slice(0, 2) : sim.workers;  // add and remove an endpoint
+      assert.equal((await api(gw.api, 'POST', BASE, mk(ws))).status, 200);
+      const o = others[i % 3];
+      await api(gw.api, 'POST', BASE, rule({ port: o, workers: [sim.workers[0]] }));
+      await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${others[(i + 1) % 3]}/protocol/tcp`);
+      await sleep(30);
+    }
+    stop = true;
+    await Promise.all(loops);
+    assert.deepEqual(bad, []);
+    assert.ok(ok > 200, `only ${ok} requests completed`);
+    await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
+    for (const o of others) await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${o}/protocol/tcp`);
+  });
 });
