@@ -15,7 +15,9 @@
 #include "http/chunked.h"
 #include "http/parser.h"
 #include "http/server.h"
+#include "proxy/buffer.h"
 #include "proxy/request_info.h"
+#include "proxy/request_keys.h"
 #include "proxy/worker.h"
 #include "routing/prefix_key.h"
 #include "routing/selectors/hash_ring.h"
@@ -35,50 +37,6 @@ std::string openAiError(int status, std::string_view code, std::string_view mess
   b += ",\"code\":\"" + http::jsonEscape(code) + "\"}}";
   return b;
 }
-
-// A growable byte buffer with a read cursor; views into it stay valid until the next prepare().
-// Storage is not zero-filled, so an idle or streaming connection only holds the pages it used.
-class Buffer {
- public:
-  char* data() { return buf_.get() + start_; }
-  const char* data() const { return buf_.get() + start_; }
-  size_t size() const { return end_ - start_; }
-  bool empty() const { return end_ == start_; }
-  std::string_view view() const { return {data(), size()}; }
-  void consume(size_t n) {
-    start_ += n;
-    if (start_ == end_) start_ = end_ = 0;
-  }
-  void clear() { start_ = end_ = 0; }  // keeps the allocation for the next message
-  // Writable space of at least `n` bytes (may move the data: invalidates views).
-  asio::mutable_buffer prepare(size_t n) {
-    if (cap_ - end_ < n) {
-      if (start_ > 0) {
-        std::memmove(buf_.get(), buf_.get() + start_, end_ - start_);
-        end_ -= start_;
-        start_ = 0;
-      }
-      if (cap_ - end_ < n) {
-        size_t cap = std::max(end_ + n, cap_ * 2);
-        std::unique_ptr<char[]> next(new char[cap]);
-        if (end_ > 0) std::memcpy(next.get(), buf_.get(), end_);
-        buf_ = std::move(next);
-        cap_ = cap;
-      }
-    }
-    return asio::buffer(buf_.get() + end_, cap_ - end_);
-  }
-  void commit(size_t n) { end_ += n; }
-  void append(const char* p, size_t n) {
-    prepare(n);
-    std::memcpy(buf_.get() + end_, p, n);
-    end_ += n;
-  }
-
- private:
-  std::unique_ptr<char[]> buf_;
-  size_t cap_ = 0, start_ = 0, end_ = 0;
-};
 
 class ClientConn : public std::enable_shared_from_this<ClientConn> {
  public:
@@ -110,8 +68,6 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   asio::awaitable<bool> readUpstream();
   void countResponse(int status);
   void logAccess(std::string_view request_id, std::string_view model);
-  routing::RequestContext requestContext(const http::RequestHead& head, std::string_view body,
-                                         const Route& route);
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
                                   std::string_view param = {}, bool close = false);
   asio::awaitable<bool> writeClient(std::string_view a, std::string_view b = {});
@@ -150,6 +106,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   bool client_gone_ = false;
   uint64_t watch_gen_ = 0;
   uint64_t source_key_ = 0;
+  std::optional<routing::BodyKeys> body_keys_;  // this request's parsed body keys, if parsed
   std::chrono::steady_clock::time_point
       started_at_;  // when the current request's head arrived  // hash of the client's address (sel
                     // 1, persist fallback)
@@ -315,65 +272,6 @@ void ClientConn::logAccess(std::string_view request_id, std::string_view model) 
   log::info("proxy", line);
 }
 
-// Keys for the rule's selector, computed only for the selectors that read them.
-routing::RequestContext ClientConn::requestContext(const http::RequestHead& head,
-                                                   std::string_view body, const Route& route) {
-  routing::RequestContext ctx;
-  ctx.source_key = source_key_;
-  const auto& rule = route.rule;
-  auto hashOf = [](std::string_view v) { return routing::hashBytes(v.data(), v.size()); };
-  if (route.needs_body_keys) {
-    std::string_view conv = head.get("x-conversation-id");
-    auto keys = routing::computeBodyKeys(body, w_.opts.prefix_key_bytes);
-    ctx.prefix_key = keys.prefix_key;
-    if (!conv.empty())
-      ctx.conversation_key = hashOf(conv);
-    else if (keys.user)
-      ctx.conversation_key = hashOf(*keys.user);
-  } else if (rule.sel == 3 && !rule.session_header_name.empty()) {
-    const std::string& name = rule.session_header_name;
-    std::string_view value;
-    if (name.starts_with("cookie:")) {
-      std::string_view want = std::string_view(name).substr(7);
-      std::string_view cookies = head.get("cookie");
-      while (!cookies.empty()) {
-        size_t semi = cookies.find(';');
-        std::string_view item = cookies.substr(0, semi);
-        while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
-        size_t eq = item.find('=');
-        if (eq != std::string_view::npos && item.substr(0, eq) == want) {
-          value = item.substr(eq + 1);
-          break;
-        }
-        if (semi == std::string_view::npos) break;
-        cookies.remove_prefix(semi + 1);
-      }
-    } else if (name.starts_with("query:")) {
-      std::string_view want = std::string_view(name).substr(6);
-      std::string_view t = head.target;
-      size_t q = t.find('?');
-      std::string_view query = q == std::string_view::npos ? std::string_view() : t.substr(q + 1);
-      while (!query.empty()) {
-        size_t amp = query.find('&');
-        std::string_view item = query.substr(0, amp);
-        size_t eq = item.find('=');
-        if (item.substr(0, eq) == want) {
-          value = eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1);
-          break;
-        }
-        if (amp == std::string_view::npos) break;
-        query.remove_prefix(amp + 1);
-      }
-    } else if (name == "basic-auth") {
-      value = head.get("authorization");  // the whole credential identifies the user
-    } else {
-      value = head.get(name);
-    }
-    if (!value.empty()) ctx.session_key = hashOf(value);
-  }
-  return ctx;
-}
-
 asio::awaitable<void> ClientConn::run() {
   auto self = shared_from_this();
   deadline_.start([self] { self->onDeadline(); });
@@ -491,7 +389,16 @@ asio::awaitable<void> ClientConn::run() {
     std::string_view host = hostWithoutPort(head.host);
     std::string model(head.get("x-model"));
     bool keep = true;
-    if (model.empty() && cfg->has_model_pools && !body.empty()) {
+    body_keys_.reset();
+    if (model.empty() && cfg->has_model_pools && !body.empty() && cfg->has_key_routes) {
+      // Key-based rules parse the body anyway: once, for the model and the keys together.
+      body_keys_ = routing::computeBodyKeys(body, opts.prefix_key_bytes);
+      model = body_keys_->model;
+      if (!body_keys_->json_ok) {
+        co_await sendError(400, "invalid_json", "request body is not valid JSON");
+        keep = false;
+      }
+    } else if (model.empty() && cfg->has_model_pools && !body.empty()) {
       if (extractModel(body, model) == BodyParse::kNotJson) {
         co_await sendError(400, "invalid_json", "request body is not valid JSON");
         keep = false;
@@ -596,7 +503,9 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
       std::chrono::milliseconds(rule.timeout_connect_ms > 0 ? rule.timeout_connect_ms : 500);
   auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
                                                : w_.opts.upstream_data_timeout;
-  routing::RequestContext rctx = requestContext(head, body, route);
+  routing::RequestContext rctx =
+      requestContext(head, body, route, source_key_, w_.opts.prefix_key_bytes,
+                     body_keys_ ? &*body_keys_ : nullptr);
   std::vector<bool>& excluded = excluded_;
   excluded.assign(n, false);
   // Health pre-filter: endpoints probed down, passively marked down or behind an open breaker

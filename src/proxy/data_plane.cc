@@ -87,6 +87,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
     auto& cfg = configs[rule.listenKey()];
     if (!cfg) cfg = std::make_shared<VipConfig>();
     cfg->has_model_pools |= !rule.model_name.empty();
+    cfg->has_key_routes |= route->needs_body_keys;
     cfg->routes.push_back(std::move(route));
     binds[rule.listenKey()] = tcp::endpoint(asio::ip::make_address(rule.vip), rule.port);
   }

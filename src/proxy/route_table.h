@@ -29,6 +29,7 @@ struct Route {
 struct VipConfig {
   std::vector<std::shared_ptr<const Route>> routes;
   bool has_model_pools = false;  // any route with a non-empty model_name
+  bool has_key_routes = false;   // any route whose selector reads the body keys (sel 8, 9, 10)
 
   // The route for (host without port, path, model); nullptr when none. `host_path_matched`
   // tells "no rule for this host/path" (404) from "no pool for this model" (503).

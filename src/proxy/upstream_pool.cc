@@ -51,10 +51,4 @@ void UpstreamPool::put(const std::string& key, tcp::socket sock) {
   v.push_back(PooledConn{std::move(sock), std::chrono::steady_clock::now()});
 }
 
-size_t UpstreamPool::idleCount() const {
-  size_t n = 0;
-  for (auto& [k, v] : idle_) n += v.size();
-  return n;
-}
-
 }  // namespace kvgate::proxy

@@ -26,7 +26,6 @@ class UpstreamPool {
   // A live idle connection to `key`, if any.
   bool take(const std::string& key, tcp::socket& out);
   void put(const std::string& key, tcp::socket sock);
-  size_t idleCount() const;
 
  private:
   size_t max_idle_;

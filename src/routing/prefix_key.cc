@@ -60,7 +60,8 @@ BodyKeys computeBodyKeys(std::string_view body, size_t prefix_bytes) {
   if (parser.iterate(padded).get(doc)) return keys;
   simdjson::ondemand::object obj;
   if (doc.get_object().get(obj)) return keys;
-  std::string model, salt;
+  std::string& model = keys.model;
+  std::string salt;
   Renderer r{{}, prefix_bytes};
   bool have_prompt = false;
   for (auto field : obj) {

@@ -19,6 +19,7 @@ namespace kvgate::routing {
 
 struct BodyKeys {
   bool json_ok = false;
+  std::string model;  // the body's "model" (used to find the pool)
   std::optional<uint64_t> prefix_key;
   std::optional<std::string> user;  // the body's "user" field (conversation id fallback)
 };

@@ -74,6 +74,20 @@ describe('key-based selectors', () => {
     await slow.stop();
   });
 
+  test('chwbl behind a model pool parses the body once for the model and the prefix key', async () => {
+    const svc = await service({ sel: 8, model: 'sim-model' });
+    const c0 = await counts();
+    for (let i = 0; i < 6; i++) await chat(svc.url, SYSTEM, `q${i}`);
+    const d = delta(c0, await counts());
+    assert.equal(Math.max(...d), 6, `same prefix split: ${d}`);
+    const unknown = await fetch(`${svc.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"other","messages":[]}' });
+    assert.equal(unknown.status, 503);
+    const broken = await fetch(`${svc.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"sim-model","messages":[' });
+    assert.equal(broken.status, 400);
+    assert.equal((await broken.json()).error.code, 'invalid_json');
+    await svc.remove();
+  });
+
   test('hash (sel 1): one client address always reaches the same worker', async () => {
     const svc = await service({ sel: 1 });
     const c0 = await counts();

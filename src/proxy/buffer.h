@@ -1,0 +1,56 @@
+// A growable byte buffer with a read cursor, for the data plane's client and upstream bytes.
+#pragma once
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string_view>
+
+#include "http/asio.h"
+
+namespace kvgate::proxy {
+
+// A growable byte buffer with a read cursor; views into it stay valid until the next prepare().
+// Storage is not zero-filled, so an idle or streaming connection only holds the pages it used.
+class Buffer {
+ public:
+  char* data() { return buf_.get() + start_; }
+  const char* data() const { return buf_.get() + start_; }
+  size_t size() const { return end_ - start_; }
+  bool empty() const { return end_ == start_; }
+  std::string_view view() const { return {data(), size()}; }
+  void consume(size_t n) {
+    start_ += n;
+    if (start_ == end_) start_ = end_ = 0;
+  }
+  void clear() { start_ = end_ = 0; }  // keeps the allocation for the next message
+  // Writable space of at least `n` bytes (may move the data: invalidates views).
+  asio::mutable_buffer prepare(size_t n) {
+    if (cap_ - end_ < n) {
+      if (start_ > 0) {
+        std::memmove(buf_.get(), buf_.get() + start_, end_ - start_);
+        end_ -= start_;
+        start_ = 0;
+      }
+      if (cap_ - end_ < n) {
+        size_t cap = std::max(end_ + n, cap_ * 2);
+        std::unique_ptr<char[]> next(new char[cap]);
+        if (end_ > 0) std::memcpy(next.get(), buf_.get(), end_);
+        buf_ = std::move(next);
+        cap_ = cap;
+      }
+    }
+    return asio::buffer(buf_.get() + end_, cap_ - end_);
+  }
+  void commit(size_t n) { end_ += n; }
+  void append(const char* p, size_t n) {
+    prepare(n);
+    std::memcpy(buf_.get() + end_, p, n);
+    end_ += n;
+  }
+
+ private:
+  std::unique_ptr<char[]> buf_;
+  size_t cap_ = 0, start_ = 0, end_ = 0;
+};
+
+}  // namespace kvgate::proxy
