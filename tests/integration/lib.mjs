@@ -116,6 +116,12 @@ export async function simMetrics(worker) {
   return out;
 }
 
+// Requests each simulated worker has received (kvgate_sim_requests_total), in worker order.
+export function requestCounts(workers) {
+  return Promise.all(workers.map(async (w) => (await simMetrics(w)).kvgate_sim_requests_total || 0));
+}
+export const delta = (before, after) => after.map((x, i) => x - before[i]);
+
 // Raw HTTP/1.1 exchange over a TCP socket: sends `data`, returns everything read until the peer
 // closes or `waitMs` of silence.
 export function rawRequest(port, data, { host = '127.0.0.1', waitMs = 1500 } = {}) {

@@ -5,8 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
 import {
-  api, freePort, rawRequest, rule, simMetrics, sleep, startGateway, startSim, tempDir,
-} from './lib.mjs';
+  api, freePort, rawRequest, rule, simMetrics, sleep, startGateway, startSim, tempDir, requestCounts } from './lib.mjs';
 
 const BASE = '/netlox/v1/config/loadbalancer';
 
@@ -26,9 +25,7 @@ describe('fullproxy data plane', () => {
     assert.equal(r.status, 200, r.text);
     return { port, url: `http://127.0.0.1:${port}`, remove: () => api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`) };
   }
-  async function requestCounts() {
-    return Promise.all(sim.workers.map(async (w) => (await simMetrics(w)).kvgate_sim_requests_total || 0));
-  }
+  const fleetCounts = () => requestCounts(sim.workers);
   async function send(url, n, body = { model: 'sim-model', prompt: 'hello world', max_tokens: 2 }) {
     for (let i = 0; i < n; i++) {
       const res = await fetch(`${url}/v1/completions`, {
@@ -41,23 +38,23 @@ describe('fullproxy data plane', () => {
 
   test('round-robin spreads evenly; wrr follows weights; lc balances', async () => {
     const rr = await service({ sel: 0 });
-    let before = await requestCounts();
+    let before = await fleetCounts();
     await send(rr.url, 30);
-    let after = await requestCounts();
+    let after = await fleetCounts();
     assert.deepEqual(after.map((x, i) => x - before[i]), [10, 10, 10]);
     await rr.remove();
 
     const wrr = await service({ sel: 2, weights: [3, 1, 0] });
-    before = await requestCounts();
+    before = await fleetCounts();
     await send(wrr.url, 40);
-    after = await requestCounts();
+    after = await fleetCounts();
     assert.deepEqual(after.map((x, i) => x - before[i]), [30, 10, 0]);
     await wrr.remove();
 
     const lc = await service({ sel: 4 });
-    before = await requestCounts();
+    before = await fleetCounts();
     await send(lc.url, 30);  // sequential: all idle, ties rotate
-    after = await requestCounts();
+    after = await fleetCounts();
     assert.deepEqual(after.map((x, i) => x - before[i]), [10, 10, 10]);
     await lc.remove();
   });
@@ -104,10 +101,10 @@ describe('fullproxy data plane', () => {
     assert.equal((await api(gw.api, 'POST', BASE, mk('other', [sim.workers[1]]))).status, 200);
     const models = await (await fetch(`${url}/v1/models`)).json();
     assert.deepEqual(models.data.map((m) => m.id).sort(), ['other', 'sim-model']);
-    let before = await requestCounts();
+    let before = await fleetCounts();
     await send(url, 2, { model: 'sim-model', prompt: 'a', max_tokens: 1 });
     await send(url, 3, { model: 'other', prompt: 'a', max_tokens: 1 });
-    let after = await requestCounts();
+    let after = await fleetCounts();
     assert.deepEqual(after.map((x, i) => x - before[i]), [2, 3, 0]);
     // X-Model header overrides the body.
     before = after;
@@ -116,7 +113,7 @@ describe('fullproxy data plane', () => {
       body: JSON.stringify({ model: 'sim-model', prompt: 'a', max_tokens: 1 }),
     });
     await res.arrayBuffer();
-    after = await requestCounts();
+    after = await fleetCounts();
     assert.deepEqual(after.map((x, i) => x - before[i]), [0, 1, 0]);
     // Unknown model, no catch-all.
     const unk = await fetch(`${url}/v1/completions`, {
@@ -130,9 +127,9 @@ describe('fullproxy data plane', () => {
     assert.equal(badJson.status, 400);
     // Catch-all pool takes unknown models.
     assert.equal((await api(gw.api, 'POST', BASE, mk('', [sim.workers[2]]))).status, 200);
-    before = await requestCounts();
+    before = await fleetCounts();
     await send(url, 1, { model: 'sim-model-x', prompt: 'a', max_tokens: 1 }).catch(() => {});
-    after = await requestCounts();
+    after = await fleetCounts();
     assert.deepEqual(after.map((x, i) => x - before[i]), [0, 0, 1]);
     await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
   });

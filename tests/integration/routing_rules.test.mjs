@@ -6,8 +6,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  BIN, api, freePort, rawRequest, rule, simMetrics, startGateway, startSim, tempDir,
-} from './lib.mjs';
+  BIN, api, freePort, rawRequest, rule, simMetrics, startGateway, startSim, tempDir, requestCounts, delta } from './lib.mjs';
 
 const BASE = '/netlox/v1/config/loadbalancer';
 
@@ -20,8 +19,7 @@ describe('rule matching and protocol corners', () => {
   });
   after(async () => { await gw.stop(); await sim.stop(); tmp.remove(); });
 
-  const counts = () => Promise.all(sim.workers.map(async (w) => (await simMetrics(w)).kvgate_sim_requests_total || 0));
-  const delta = (a, b) => b.map((x, i) => x - a[i]);
+  const counts = () => requestCounts(sim.workers);
   const body = '{"model":"sim-model","prompt":"a","max_tokens":1}';
   const post = (port, headers = {}, p = '/v1/completions') => rawRequest(port,
     `POST ${p} HTTP/1.1\r\nHost: ${headers.host || '127.0.0.1'}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);

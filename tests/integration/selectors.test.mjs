@@ -2,7 +2,7 @@
 // wrr-hash weights, persist stickiness by header/cookie/query, source hash.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { api, freePort, rule, simMetrics, startGateway, startSim, tempDir } from './lib.mjs';
+import { api, freePort, rule, simMetrics, startGateway, startSim, tempDir, requestCounts, delta } from './lib.mjs';
 
 const BASE = '/netlox/v1/config/loadbalancer';
 const SYSTEM = 'You are a meticulous assistant. '.repeat(50);  // > 1 KiB: the whole prefix key
@@ -16,8 +16,7 @@ describe('key-based selectors', () => {
   });
   after(async () => { await gw.stop(); await sim.stop(); tmp.remove(); });
 
-  const counts = () => Promise.all(sim.workers.map(async (w) => (await simMetrics(w)).kvgate_sim_requests_total || 0));
-  const delta = (a, b) => b.map((x, i) => x - a[i]);
+  const counts = () => requestCounts(sim.workers);
   async function service(opts) {
     const port = await freePort();
     const created = await api(gw.api, 'POST', BASE, rule({ port, workers: sim.workers, ...opts }));
@@ -47,7 +46,7 @@ describe('key-based selectors', () => {
     const slow = await startSim(['--workers', '3', '--port', '0', '--itl-ms', '50']);
     const port = await freePort();
     assert.equal((await api(gw.api, 'POST', BASE, rule({ port, sel: 8, workers: slow.workers, extraArgs: { name: 'hot' } }))).status, 200);
-    const before = await Promise.all(slow.workers.map(async (w) => (await simMetrics(w)).kvgate_sim_requests_total || 0));
+    const before = await requestCounts(slow.workers);
     // 12 concurrent requests with one prefix, each in flight ~0.5 s: the home endpoint takes
     // requests while it is under ceil(1.75 * (in_flight + 1) / 3); the rest spill.
     const reqs = [];
@@ -59,7 +58,7 @@ describe('key-based selectors', () => {
       await new Promise((r) => setTimeout(r, 20));
     }
     await Promise.all(reqs);
-    const after = await Promise.all(slow.workers.map(async (w) => (await simMetrics(w)).kvgate_sim_requests_total || 0));
+    const after = await requestCounts(slow.workers);
     const d = delta(before, after);
     // Hand calculation, all 12 in flight together (arrivals 20 ms apart, each lasts ~0.5 s):
     // request r sees T = r - 1 in flight and cap = ceil(1.75 * (T + 1) / 3) = 1,2,2,3,3,4,5,5,6,6,7,7;
