@@ -12,9 +12,11 @@ APT_PACKAGES=(
   libsimdjson-dev         # hot-path request body parsing
   libexpected-dev         # tl::expected for Result<T>
   libxxhash-dev           # XXH3 (request ids, prefix keys, fingerprints)
+  libicu-dev              # Unicode normalization (NFC) for tokenizers
   libgtest-dev libgmock-dev
   clang-format clang-tidy # make lint
   prometheus              # promtool checks the /metrics exposition in the tests
+  python3-jinja2          # second chat-template oracle (tests/tokenizer/jinja2_check.py): real Jinja2
 )
 
 # Benchmark anchors and tools, only for `make bench` (scripts/setup.sh --bench).

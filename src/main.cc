@@ -14,6 +14,9 @@ int main(int argc, char** argv);
 namespace bench {
 int main(int argc, char** argv);
 }
+namespace tok {
+int tokenizeMain(int argc, char** argv);
+}
 }  // namespace kvgate
 
 static void usage(FILE* out) {
@@ -24,7 +27,8 @@ static void usage(FILE* out) {
                "  serve   run the gateway (data plane + management API)\n"
                "  sim     run a simulated engine fleet (vLLM dialect)\n"
                "  ctl     manage a running gateway over its REST API\n"
-               "  bench   load generators (bench sse: concurrent SSE streams, relay delay)\n\n"
+               "  bench   load generators (bench sse: concurrent SSE streams, relay delay)\n"
+               "  tokenize  print a prompt's token ids as the gateway computes them\n\n"
                "Run 'kvgate <command> --help' for the flags of each command.\n");
 }
 
@@ -38,6 +42,7 @@ int main(int argc, char** argv) {
   if (cmd == "sim") return kvgate::sim::main(argc - 1, argv + 1);
   if (cmd == "ctl") return kvgate::ctl::main(argc - 1, argv + 1);
   if (cmd == "bench") return kvgate::bench::main(argc - 1, argv + 1);
+  if (cmd == "tokenize") return kvgate::tok::tokenizeMain(argc - 1, argv + 1);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     usage(stdout);
     return 0;

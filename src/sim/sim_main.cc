@@ -41,6 +41,9 @@ Model:
   --seed S                      seed of the deterministic output (default 1)
   --max-model-len N             context length reported and enforced (default 32768)
   --default-max-tokens N        max_tokens when a request gives none (default 16)
+  --models-dir DIR              tokenizer folders <DIR>/<model>/ (tokenizer.json, ...): a model
+                                found there is tokenized exactly as vLLM would (real tokenizer
+                                and chat template); others use the stand-in tokenizer
 Timing (all delays are divided by --speedup):
   --speedup F                   time compression factor (default 1.0)
   --prefill-base-ms B           fixed prefill cost per request (default 5)
@@ -185,7 +188,7 @@ int parseArgs(int argc, char** argv, Options& o) {
         " --num-blocks --prefill-us-per-token --prefill-base-ms --itl-ms --keepalive-timeout-ms "
         "--max-concurrency"
         " --default-max-tokens --max-model-len --fail-requests --fail-status --stall-ms"
-        " --close-mid-stream-after --event-delay-ms --log-level ";
+        " --close-mid-stream-after --event-delay-ms --log-level --models-dir ";
     bool known =
         flag.find(' ') == std::string::npos && kKnown.find(" " + flag + " ") != std::string::npos;
     if (!known) return usage("unknown flag '" + flag + "'");
@@ -212,6 +215,9 @@ int parseArgs(int argc, char** argv, Options& o) {
       if (!o.models_set) o.cfg.models.clear();
       o.models_set = true;
       o.cfg.models.push_back(value);
+    } else if (flag == "--models-dir") {
+      if (value.empty()) return usage("--models-dir needs a directory");
+      o.cfg.models_dir = value;
     } else if (flag == "--seed") {
       ok = uintArg(0, UINT64_MAX, o.cfg.seed);
     } else if (flag == "--speedup") {
@@ -337,6 +343,17 @@ int main(int argc, char** argv) {
   Options o;
   if (int rc = parseArgs(argc, argv, o); rc != 0) return rc == 1 ? 0 : rc;
   std::signal(SIGPIPE, SIG_IGN);
+  // Tokenizers: the real one for each model whose files are in --models-dir, else the stand-in.
+  nlohmann::ordered_json tokenizers = nlohmann::ordered_json::object();
+  for (const auto& m : o.cfg.models) {
+    auto t = makeTokenizer(m, o.cfg.models_dir);
+    if (!t) {
+      std::cerr << "kvgate sim: tokenizer for model " << m << ": " << t.error().what << "\n";
+      return 2;
+    }
+    o.cfg.tokenizers[m] = *t;
+    tokenizers[m] = (*t)->kind();
+  }
 
   auto* io = new asio::io_context(1);
   auto* fleet = new Fleet;
@@ -357,7 +374,8 @@ int main(int argc, char** argv) {
     list.push_back(
         {{"host", w->host()}, {"port", w->port()}, {"url", urlOf(w->host(), w->port())}});
   }
-  nlohmann::ordered_json ready = {{"event", "ready"}, {"engine", o.cfg.engine}, {"workers", list}};
+  nlohmann::ordered_json ready = {
+      {"event", "ready"}, {"engine", o.cfg.engine}, {"workers", list}, {"tokenizers", tokenizers}};
   std::cout << ready.dump() << "\n";
   std::cout.flush();
   log::info("sim", "ready: " + std::to_string(fleet->size()) + " " + o.cfg.engine + " worker(s)");

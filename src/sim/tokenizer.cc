@@ -2,6 +2,12 @@
 
 #include <xxhash.h>
 
+#include <map>
+#include <mutex>
+
+#include "tokenizer/chat.h"
+#include "tokenizer/registry.h"
+
 namespace kvgate::sim {
 namespace {
 bool isWordByte(unsigned char c) {
@@ -68,8 +74,53 @@ std::string SimpleTokenizer::renderChat(const nlohmann::json& messages,
   return out;
 }
 
-std::unique_ptr<Tokenizer> makeTokenizer(const std::string& /*model*/) {
-  return std::make_unique<SimpleTokenizer>();
+Result<std::vector<uint32_t>> SimpleTokenizer::encodeChat(std::string_view /*raw*/,
+                                                          const nlohmann::json& body) const {
+  bool add_gen = true;
+  if (auto a = body.find("add_generation_prompt"); a != body.end() && a->is_boolean())
+    add_gen = a->get<bool>();
+  return encode(renderChat(body.value("messages", nlohmann::json::array()), add_gen));
+}
+
+namespace {
+
+class HfTokenizer : public Tokenizer {
+ public:
+  explicit HfTokenizer(std::shared_ptr<const tok::Tokenizer> t) : t_(std::move(t)) {}
+  std::vector<uint32_t> encode(std::string_view text) const override {
+    return t_->encode(text, true);
+  }
+  Result<std::vector<uint32_t>> encodeChat(std::string_view raw,
+                                           const nlohmann::json&) const override {
+    auto body = nlohmann::ordered_json::parse(raw, nullptr, false);
+    if (body.is_discarded()) return fail(400, "", "Request body is not valid JSON.");
+    return tok::encodeChat(*t_, body);
+  }
+  const char* kind() const override { return "hf"; }
+
+ private:
+  std::shared_ptr<const tok::Tokenizer> t_;
+};
+
+// One registry per models directory for the whole process, so workers share loaded files.
+tok::TokenizerRegistry& registryFor(const std::string& dir) {
+  static std::mutex mu;
+  static std::map<std::string, std::unique_ptr<tok::TokenizerRegistry>> regs;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& r = regs[dir];
+  if (!r) r = std::make_unique<tok::TokenizerRegistry>(dir);
+  return *r;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Tokenizer>> makeTokenizer(const std::string& model,
+                                                       const std::string& models_dir) {
+  if (models_dir.empty()) return std::make_shared<SimpleTokenizer>();
+  auto t = registryFor(models_dir).get(model);
+  if (t) return std::make_shared<HfTokenizer>(*t);
+  if (t.error().code == 404) return std::make_shared<SimpleTokenizer>();
+  return tl::unexpected(t.error());
 }
 
 }  // namespace kvgate::sim

