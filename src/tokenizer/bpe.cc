@@ -38,6 +38,9 @@ bool decodeByteLevel(std::string_view s, const std::unordered_map<uint32_t, uint
 
 std::atomic<uint64_t> g_next_uid{1};
 
+constexpr std::string_view kMeta = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+constexpr size_t kMaxCrossing = 64;
+
 struct CacheSlot {
   uint64_t hash = 0;
   std::string key;
@@ -45,7 +48,7 @@ struct CacheSlot {
   bool used = false;
 };
 struct PieceCache {
-  static constexpr size_t kSlots = 1 << 14;
+  static constexpr size_t kSlots = 1 << 16;
   std::vector<CacheSlot> slots{kSlots};
 };
 
@@ -157,7 +160,13 @@ Result<BpeModel> BpeModel::fromJson(const nlohmann::json& m, bool byte_level) {
                   "merge #" + std::to_string(rank) +
                       " uses a token missing from the vocab: " + left + " " + right);
     b.merges_.insert(a, c, Merge{static_cast<uint32_t>(rank), ab});
+    if (!byte_level && !b.ignore_merges_ && b.crossing_.size() <= kMaxCrossing &&
+        right.compare(0, kMeta.size(), kMeta) == 0 &&
+        !(left.size() >= kMeta.size() && left.compare(left.size() - kMeta.size(), kMeta.size(), kMeta) == 0))
+      b.crossing_.emplace_back(left, right);
   }
+  b.split_at_meta_ = !byte_level && !b.ignore_merges_ && b.crossing_.size() <= kMaxCrossing &&
+                     b.vocab_.find(kMeta) != FlatStrMap::kNone;
   return b;
 }
 
@@ -294,7 +303,37 @@ void BpeModel::encodeUncached(std::string_view piece, std::vector<uint32_t>& out
   out.insert(out.end(), syms.begin(), syms.end());
 }
 
+bool BpeModel::safeBoundary(std::string_view piece, size_t p) const {
+  for (const auto& [l, r] : crossing_)
+    if (p >= l.size() && piece.compare(p - l.size(), l.size(), l) == 0 &&
+        piece.compare(p, r.size(), r) == 0)
+      return false;
+  return true;
+}
+
 void BpeModel::encodePiece(std::string_view piece, std::vector<uint32_t>& out) const {
+  if (split_at_meta_ && piece.size() > kMeta.size()) {
+    // Cut before each "▁" that follows a non-"▁" character, unless a crossing merge fits there.
+    size_t start = 0, p = piece.find(kMeta, 1);
+    bool cut = false;
+    while (p != std::string_view::npos) {
+      bool after_meta = p >= kMeta.size() && piece.compare(p - kMeta.size(), kMeta.size(), kMeta) == 0;
+      if (!after_meta && p > start && safeBoundary(piece, p)) {
+        encodeCached(piece.substr(start, p - start), out);
+        start = p;
+        cut = true;
+      }
+      p = piece.find(kMeta, p + 1);
+    }
+    if (cut) {
+      encodeCached(piece.substr(start), out);
+      return;
+    }
+  }
+  encodeCached(piece, out);
+}
+
+void BpeModel::encodeCached(std::string_view piece, std::vector<uint32_t>& out) const {
   if (piece.size() > kCacheMaxBytes) {
     encodeUncached(piece, out);
     return;

@@ -23,7 +23,7 @@ namespace kvgate::tok {
 class BpeModel {
  public:
   static constexpr size_t kShortPiece = 48;
-  static constexpr size_t kCacheMaxBytes = 64;
+  static constexpr size_t kCacheMaxBytes = 256;
 
   // `byte_level`: the vocabulary is in bytes_to_unicode form (a ByteLevel pre-tokenizer is used).
   static Result<BpeModel> fromJson(const nlohmann::json& model, bool byte_level);
@@ -43,6 +43,7 @@ class BpeModel {
   void mergeShort(std::vector<uint32_t>& syms) const;
   void mergeLong(std::vector<uint32_t>& syms) const;
   void encodeUncached(std::string_view piece, std::vector<uint32_t>& out) const;
+  void encodeCached(std::string_view piece, std::vector<uint32_t>& out) const;
 
   bool byte_level_ = false;
   bool ignore_merges_ = false;
@@ -57,6 +58,14 @@ class BpeModel {
   bool has_fallback_ = false;
   std::vector<uint32_t> ascii_id_;  // char mode: id of each ASCII character (or kNone)
   PairMap merges_;
+  // SentencePiece-style models have no pre-tokenizer, so a whole segment is one BPE word. A merge
+  // joins symbols across a position p (where "▁" follows a non-"▁" character) only through a
+  // "crossing" merge (left ends with a non-"▁", right starts with "▁"). When a model has few of
+  // them, the word is cut at every such p where no crossing merge's strings surround p; the
+  // parts merge exactly as the whole would, and each part hits the cache.
+  bool split_at_meta_ = false;
+  std::vector<std::pair<std::string, std::string>> crossing_;
+  bool safeBoundary(std::string_view piece, size_t p) const;
 };
 
 }  // namespace kvgate::tok
