@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <string>
 
 #include "admin/api.h"
@@ -11,6 +13,7 @@
 #include "common/net.h"
 #include "http/server.h"
 #include "proxy/data_plane.h"
+#include "tokenizer/registry.h"
 
 namespace kvgate {
 namespace {
@@ -37,6 +40,8 @@ const char* kServeHelp =
     "  --passive-failures N       consecutive connect failures that mark an endpoint down\n"
     "                             (default 3), for --passive-hold-ms (default 5000)\n"
     "  env LLB_PD_ORIGIN_ERR_THRESHOLD: consecutive 5xx that open a breaker (default 3, 0 = off)\n"
+    "  --models-dir DIR           tokenizer folders <DIR>/<model>/ (tokenizer.json,\n"
+    "                             tokenizer_config.json); enables POST /kvgate/v1/tokenize\n"
     "  --access-log               one structured log line per proxied request\n"
     "  --log-level LEVEL          debug | info | warn | error (default info)\n\n"
     "Prints one JSON line {\"event\":\"ready\",\"api\":URL} on stdout once serving.\n";
@@ -53,6 +58,7 @@ bool parseMs(const char* v, std::chrono::milliseconds& out) {
 int serveMain(int argc, char** argv) {
   std::string api_listen = "0.0.0.0:11111";
   std::string state_dir = "kvgate-state";
+  std::string models_dir;
   proxy::ProxyOptions opts;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -106,6 +112,8 @@ int serveMain(int argc, char** argv) {
       opts.health.passive_failures = static_cast<int>(x);
     } else if (a == "--passive-hold-ms") {
       ok = parseMs(next(), opts.health.passive_hold);
+    } else if (a == "--models-dir") {
+      models_dir = next();
     } else if (a == "--access-log") {
       opts.access_log = true;
     } else if (a == "--log-level") {
@@ -145,6 +153,16 @@ int serveMain(int argc, char** argv) {
     }
   }
   std::signal(SIGPIPE, SIG_IGN);
+  std::unique_ptr<tok::TokenizerRegistry> tokenizers;
+  if (!models_dir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(models_dir, ec)) {
+      std::fprintf(stderr, "kvgate serve: --models-dir %s is not a directory\n",
+                   models_dir.c_str());
+      return 2;
+    }
+    tokenizers = std::make_unique<tok::TokenizerRegistry>(models_dir);
+  }
 
   proxy::DataPlane dp(opts);
   dp.start();
@@ -158,7 +176,8 @@ int serveMain(int argc, char** argv) {
   log::info("serve", "restored " + std::to_string(*loaded) + " rule(s) from " + store.statePath());
 
   asio::io_context control(1);
-  admin::Api api(store, [&dp] { return dp.renderMetrics(); });
+  admin::Api api(
+      store, [&dp] { return dp.renderMetrics(); }, tokenizers.get());
   http::ServerOptions sopts;
   sopts.max_body_bytes = 4 * 1024 * 1024;
   http::Server server(

@@ -4,6 +4,8 @@
 
 #include "common/log.h"
 #include "common/net.h"
+#include "metrics/text.h"
+#include "tokenizer/chat.h"
 
 namespace kvgate::admin {
 namespace {
@@ -56,6 +58,97 @@ std::string apiErrorBody(int status, const std::string& detail) {
   return j.dump();
 }
 
+std::string Api::tokenizerMetrics() const {
+  metrics::TextWriter m;
+  m.header(metrics::kTokenizers);
+  for (const auto& [model, state] : tokenizer_state_)
+    m.sample(metrics::kTokenizers, {{"model", model}, {"state", state}}, 1);
+  m.header(metrics::kTokenizeRequests);
+  for (const char* o : {"ok", "bad_request", "no_tokenizer", "error"}) {
+    auto it = tokenize_outcomes_.find(o);
+    m.sample(metrics::kTokenizeRequests, {{"outcome", o}},
+             static_cast<double>(it == tokenize_outcomes_.end() ? 0 : it->second));
+  }
+  return m.str();
+}
+
+// Body: {"model": M, "prompt": "text", "add_special_tokens"?: bool (default true)} or
+//       {"model": M, "messages": [...], ...chat request fields} (template applied as vLLM does).
+// Answer: {"model", "count", "tokens", "prompt"?: rendered chat prompt}. Errors: 400 bad body,
+// 404 no tokenizer files for the model, 422 broken files, 503 serve runs without --models-dir.
+asio::awaitable<void> Api::tokenize(http::Request& req, http::ResponseWriter& w) {
+  auto reply = [&](int status, const std::string& outcome,
+                   std::string body) -> asio::awaitable<void> {
+    ++tokenize_outcomes_[outcome];
+    if (status >= 400) {
+      log::info("api", "POST /kvgate/v1/tokenize -> " + std::to_string(status) + ": " + body);
+      body = apiErrorBody(status, body);
+    }
+    co_await w.send(status, "application/json", body);
+  };
+  if (req.method != "POST") {
+    co_await reply(405, "bad_request", "use POST on /kvgate/v1/tokenize");
+    co_return;
+  }
+  if (!tokenizers_) {
+    co_await reply(503, "no_tokenizer", "tokenization needs kvgate serve --models-dir DIR");
+    co_return;
+  }
+  if (req.body.size() > kMaxApiBody) {
+    co_await reply(413, "bad_request", "request body too large");
+    co_return;
+  }
+  auto j = nlohmann::ordered_json::parse(req.body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("model") || !j["model"].is_string()) {
+    co_await reply(400, "bad_request", "body must be a JSON object with a string 'model'");
+    co_return;
+  }
+  std::string model = j["model"];
+  auto t = tokenizers_->get(model);
+  if (!t) {
+    int code = t.error().code;
+    if (code == 404)
+      tokenizer_state_[model] = "missing";
+    else if (code == 422)
+      tokenizer_state_[model] = "error";
+    co_await reply(code,
+                   code == 400   ? "bad_request"
+                   : code == 404 ? "no_tokenizer"
+                                 : "error",
+                   t.error().what);
+    co_return;
+  }
+  tokenizer_state_[model] = "loaded";
+  nlohmann::ordered_json out = {{"model", model}};
+  std::vector<uint32_t> ids;
+  if (j.contains("messages")) {
+    std::string rendered;
+    auto r = tok::encodeChat(**t, j, &rendered);
+    if (!r) {
+      co_await reply(400, "bad_request", r.error().what);
+      co_return;
+    }
+    ids = std::move(*r);
+    out["prompt"] = rendered;
+  } else if (j.contains("prompt") && j["prompt"].is_string()) {
+    bool special = true;
+    if (j.contains("add_special_tokens")) {
+      if (!j["add_special_tokens"].is_boolean()) {
+        co_await reply(400, "bad_request", "add_special_tokens must be a boolean");
+        co_return;
+      }
+      special = j["add_special_tokens"].get<bool>();
+    }
+    ids = (*t)->encode(j["prompt"].get<std::string>(), special);
+  } else {
+    co_await reply(400, "bad_request", "give a string 'prompt' or a 'messages' array");
+    co_return;
+  }
+  out["count"] = ids.size();
+  out["tokens"] = ids;
+  co_await reply(200, "ok", out.dump());
+}
+
 asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
   auto ok = [&]() -> asio::awaitable<void> {
     co_await w.send(200, "application/json", R"({"result":"Success"})");
@@ -75,11 +168,16 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
     }
     // A named local: GCC 12 double-destroys a conditional's temporary inside co_await.
     std::string text = metrics_ ? metrics_() : std::string();
+    text += tokenizerMetrics();
     co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", text);
     co_return;
   }
   if (path == "/healthz" || path == "/netlox/v1/status") {
     co_await w.send(200, "application/json", R"({"status":"ok"})");
+    co_return;
+  }
+  if (path == "/kvgate/v1/tokenize") {
+    co_await tokenize(req, w);
     co_return;
   }
   if (!path.starts_with(kBase)) {

@@ -54,6 +54,13 @@ inline const Family kBreakerTransitions{"kvgate_endpoint_breaker_transitions_tot
 inline const Family kRules{"kvgate_rules", Type::kGauge, "Rules configured.", {}};
 inline const Family kBuildInfo{"kvgate_build_info", Type::kGauge, "Build information.",
     {"version"}};
+inline const Family kTokenizers{"kvgate_tokenizers", Type::kGauge,
+    "Tokenizers looked up in --models-dir, by model and state (1 per model): loaded, "
+    "missing (no files: routing that needs token ids falls back), or error (broken files).",
+    {"model", "state"}};
+inline const Family kTokenizeRequests{"kvgate_tokenize_requests_total", Type::kCounter,
+    "POST /kvgate/v1/tokenize calls on the management API, by outcome (ok, bad_request, "
+    "no_tokenizer, error).", {"outcome"}};
 // clang-format on
 
 inline const std::vector<const Family*>& allFamilies() {
@@ -64,7 +71,8 @@ inline const std::vector<const Family*>& allFamilies() {
                                                &kEndpointInflight,   &kEndpointConnectFailures,
                                                &kEndpointUp,         &kBreakerState,
                                                &kBreakerTransitions, &kRules,
-                                               &kBuildInfo};
+                                               &kBuildInfo,          &kTokenizers,
+                                               &kTokenizeRequests};
   return k;
 }
 

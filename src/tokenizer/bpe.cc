@@ -162,7 +162,8 @@ Result<BpeModel> BpeModel::fromJson(const nlohmann::json& m, bool byte_level) {
     b.merges_.insert(a, c, Merge{static_cast<uint32_t>(rank), ab});
     if (!byte_level && !b.ignore_merges_ && b.crossing_.size() <= kMaxCrossing &&
         right.compare(0, kMeta.size(), kMeta) == 0 &&
-        !(left.size() >= kMeta.size() && left.compare(left.size() - kMeta.size(), kMeta.size(), kMeta) == 0))
+        !(left.size() >= kMeta.size() &&
+          left.compare(left.size() - kMeta.size(), kMeta.size(), kMeta) == 0))
       b.crossing_.emplace_back(left, right);
   }
   b.split_at_meta_ = !byte_level && !b.ignore_merges_ && b.crossing_.size() <= kMaxCrossing &&
@@ -317,7 +318,8 @@ void BpeModel::encodePiece(std::string_view piece, std::vector<uint32_t>& out) c
     size_t start = 0, p = piece.find(kMeta, 1);
     bool cut = false;
     while (p != std::string_view::npos) {
-      bool after_meta = p >= kMeta.size() && piece.compare(p - kMeta.size(), kMeta.size(), kMeta) == 0;
+      bool after_meta =
+          p >= kMeta.size() && piece.compare(p - kMeta.size(), kMeta.size(), kMeta) == 0;
       if (!after_meta && p > start && safeBoundary(piece, p)) {
         encodeCached(piece.substr(start, p - start), out);
         start = p;

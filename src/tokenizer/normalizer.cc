@@ -3,7 +3,6 @@
 #include "tokenizer/normalizer.h"
 
 #include <unicode/bytestream.h>
-#include <unicode/locid.h>
 #include <unicode/normalizer2.h>
 #include <unicode/stringpiece.h>
 #include <unicode/uniset.h>
@@ -36,8 +35,6 @@ Result<void> parse(const nlohmann::json& j, std::vector<Normalizer::Step>& out) 
     out.push_back({S::kNfkc, "", ""});
   else if (t == "NFKD")
     out.push_back({S::kNfkd, "", ""});
-  else if (t == "Lowercase")
-    out.push_back({S::kLowercase, "", ""});
   else if (t == "Prepend") {
     if (!j.contains("prepend") || !j["prepend"].is_string())
       return fail(400, "normalizer", "Prepend without a string 'prepend'");
@@ -113,18 +110,6 @@ void unicodeForm(Normalizer::Step::Kind k, std::string& s) {
   if (U_SUCCESS(e)) s = std::move(out);
 }
 
-void lowercase(std::string& s) {
-  if (isAscii(s)) {
-    for (char& c : s)
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-    return;
-  }
-  icu::UnicodeString u = icu::UnicodeString::fromUTF8(s);
-  u.toLower(icu::Locale::getRoot());
-  s.clear();
-  u.toUTF8String(s);
-}
-
 }  // namespace
 
 Result<Normalizer> Normalizer::fromJson(const nlohmann::json& j) {
@@ -158,9 +143,6 @@ void Normalizer::apply(std::string_view in, std::string& out) const {
         out = std::move(r);
         break;
       }
-      case Step::kLowercase:
-        lowercase(out);
-        break;
       default:
         unicodeForm(st.kind, out);
     }

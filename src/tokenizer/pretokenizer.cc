@@ -228,15 +228,16 @@ void applyStep(const Step& st, std::string_view piece, bool first, PreTokScratch
       return;
     }
     case Step::kMetaspace: {
+      // HF: replace spaces first, then prepend unless the result already starts with it.
       std::string s;
-      bool prepend = st.prepend_scheme == "always" || (st.prepend_scheme == "first" && first);
-      if (prepend && piece.substr(0, st.literal.size()) != st.literal) s = st.literal;
       for (char c : piece) {
         if (c == ' ')
           s += st.literal;
         else
           s += c;
       }
+      bool prepend = st.prepend_scheme == "always" || (st.prepend_scheme == "first" && first);
+      if (prepend && s.compare(0, st.literal.size(), st.literal) != 0) s.insert(0, st.literal);
       sc.owned.push_back(std::move(s));
       std::string_view p = sc.owned.back();
       if (!st.meta_split) {

@@ -57,7 +57,7 @@ export async function stop(proc, signal = 'SIGTERM') {
 
 export async function startSim(extra = []) {
   const { proc, ready } = await startKvgate(['sim', '--engine', 'vllm', ...extra]);
-  return { proc, workers: ready.workers, stop: () => stop(proc) };
+  return { proc, ready, workers: ready.workers, stop: () => stop(proc) };
 }
 
 export function tempDir() {

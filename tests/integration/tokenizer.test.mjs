@@ -179,6 +179,48 @@ describe('kvgate tokenize: parity with HF tokenizers + vLLM chat rendering', () 
     });
   });
 
+  // Pre-tokenizers and normalizers no shipped model uses, checked on synthetic pipelines built from
+  // real vocabularies: the reference runs the same modified tokenizer.json.
+  const SYNTHETIC = {
+    // Mistral's SentencePiece vocabulary behind a Metaspace pre-tokenizer instead of the normalizer.
+    'synthetic/metaspace-first': ['mistralai/Mistral-7B-v0.1', (j) => {
+      j.normalizer = null;
+      j.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: true };
+    }],
+    'synthetic/metaspace-always-nosplit': ['mistralai/Mistral-7B-v0.1', (j) => {
+      j.normalizer = null;
+      j.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'always', split: false };
+    }],
+    // Llama-3 with individual digits split first, and an NFC normalizer.
+    'synthetic/llama3-digits-nfc': ['meta-llama/Meta-Llama-3-8B-Instruct', (j) => {
+      j.normalizer = { type: 'Sequence', normalizers: [{ type: 'NFC' }] };
+      j.pre_tokenizer.pretokenizers.unshift({ type: 'Digits', individual_digits: true });
+    }],
+    // GPT-2 style ByteLevel splitting (use_regex) on Qwen's vocabulary, prefix space on.
+    'synthetic/qwen-bytelevel-regex': ['Qwen/Qwen3-8B', (j) => {
+      j.pre_tokenizer = { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true };
+    }],
+  };
+  for (const [name, [base, edit]] of Object.entries(SYNTHETIC)) {
+    test(`synthetic pipeline parity (corpus + 500 fuzz): ${name}`, { timeout: TIMEOUT }, async () => {
+      const src = path.join(modelsDir, ...base.split('/'));
+      const dst = path.join(modelsDir, ...name.split('/'));
+      fs.mkdirSync(dst, { recursive: true });
+      const j = JSON.parse(fs.readFileSync(path.join(src, 'tokenizer.json'), 'utf8'));
+      edit(j);
+      fs.writeFileSync(path.join(dst, 'tokenizer.json'), JSON.stringify(j));
+      fs.writeFileSync(path.join(dst, 'tokenizer_config.json'), '{}');
+      const ref = await loadRef(modelsDir, name);
+      const fz = fuzz(77, 500);
+      const inputs = [...corpusInputs.filter((t) => t.length < 20000), ...fz];
+      const names = inputs.map((_, i) => `#${i}`);
+      const body = inputs.map((t) => JSON.stringify(t)).join('\n') + '\n';
+      const r = await runTokenize(['--models-dir', modelsDir, '--model', name, '--jsonl', '--no-special-tokens'], body);
+      assert.equal(r.code, 0, `exit ${r.code}; stderr:\n${r.stderr}`);
+      assertNoFailures(compareLines(name, inputs, names, await ref.encodeBatch(inputs, false), r.stdout));
+    });
+  }
+
   describe('model files', () => {
     let broken;
     before(() => {
