@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_depth.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "metrics/text.h"
@@ -96,6 +97,10 @@ asio::awaitable<void> Api::tokenize(http::Request& req, http::ResponseWriter& w)
   }
   if (req.body.size() > kMaxApiBody) {
     co_await reply(413, "bad_request", "request body too large");
+    co_return;
+  }
+  if (!jsonDepthWithin(req.body)) {
+    co_await reply(400, "bad_request", "JSON body nested too deeply");
     co_return;
   }
   auto j = nlohmann::ordered_json::parse(req.body, nullptr, false);
@@ -193,6 +198,10 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
     }
     if (req.body.size() > kMaxApiBody) {
       co_await err(413, "request body too large");
+      co_return;
+    }
+    if (!jsonDepthWithin(req.body)) {
+      co_await err(400, "JSON body nested too deeply");
       co_return;
     }
     auto j = nlohmann::json::parse(req.body, nullptr, false);

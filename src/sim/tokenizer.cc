@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "common/json_depth.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/registry.h"
 
@@ -92,6 +93,7 @@ class HfTokenizer : public Tokenizer {
   }
   Result<std::vector<uint32_t>> encodeChat(std::string_view raw,
                                            const nlohmann::json&) const override {
+    if (!jsonDepthWithin(raw)) return fail(400, "", "Request body is nested too deeply.");
     auto body = nlohmann::ordered_json::parse(raw, nullptr, false);
     if (body.is_discarded()) return fail(400, "", "Request body is not valid JSON.");
     return tok::encodeChat(*t_, body);

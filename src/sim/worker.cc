@@ -12,6 +12,7 @@
 #include <ctime>
 
 #include "common/ids.h"
+#include "common/json_depth.h"
 #include "common/log.h"
 
 namespace kvgate::sim {
@@ -387,6 +388,7 @@ asio::awaitable<bool> Worker::faultPreamble(RequestCtx& c, http::ResponseWriter&
 }
 
 Result<Worker::Inference> Worker::parseInference(const std::string& body, bool chat) const {
+  if (!jsonDepthWithin(body)) return fail(400, "", "Request body is nested too deeply.");
   json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) return fail(400, "", "Request body is not valid JSON.");
   if (!j.is_object()) return fail(400, "", "Request body must be a JSON object.");
@@ -652,7 +654,7 @@ asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::Respons
     std::string body = vllmError(status, msg, param);
     co_await w.send(status, "application/json", body, hdrs);
   };
-  json j = json::parse(req.body, nullptr, false);
+  json j = jsonDepthWithin(req.body) ? json::parse(req.body, nullptr, false) : json();
   if (j.is_discarded() || !j.is_object()) {
     co_await bad(400, "Request body must be a JSON object.");
     co_return;
@@ -791,7 +793,7 @@ asio::awaitable<void> Worker::handleFault(http::Request& req, http::ResponseWrit
   Worker* target = this;
   json j = json::object();
   if (req.method == "POST" && !req.body.empty()) {
-    j = json::parse(req.body, nullptr, false);
+    j = jsonDepthWithin(req.body) ? json::parse(req.body, nullptr, false) : json();
     if (j.is_discarded() || !j.is_object()) {
       co_await reply(400, vllmError(400, "fault body must be a JSON object"));
       co_return;

@@ -7,6 +7,7 @@
 #include <iterator>
 #include <string>
 
+#include "common/json_depth.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/registry.h"
 
@@ -42,6 +43,10 @@ std::string idsJson(const std::vector<uint32_t>& ids) {
 // One input -> one output line (JSON). Returns false on a per-input error.
 bool handle(const Tokenizer& tok, const std::string& input, bool jsonl, bool chat, bool special,
             bool render, std::string& out) {
+  if ((jsonl || chat) && !jsonDepthWithin(input)) {
+    out = nlohmann::json({{"error", "input JSON nested deeper than 128 levels"}}).dump();
+    return false;
+  }
   try {
     if (!chat) {
       std::string text = input;

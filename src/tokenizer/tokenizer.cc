@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/json_depth.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/utf8.h"
 
@@ -76,6 +77,10 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::filesystem::
     tmpl = std::move(*t);
   }
   nlohmann::json j, cfg;
+  if (!jsonDepthWithin(*tj))
+    return fail(422, tj_path.string(), tj_path.string() + " is nested too deeply");
+  if (!jsonDepthWithin(cfg_text))
+    return fail(422, cfg_path.string(), cfg_path.string() + " is nested too deeply");
   try {
     j = nlohmann::json::parse(*tj);
   } catch (const std::exception& e) {
@@ -105,6 +110,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::fromStrings(std::string_view
                                                                 std::string_view config_json,
                                                                 std::string_view name) {
   nlohmann::json j, cfg;
+  if (!jsonDepthWithin(tokenizer_json) || !jsonDepthWithin(config_json))
+    return fail(422, std::string(name), std::string(name) + " is nested too deeply");
   try {
     j = nlohmann::json::parse(tokenizer_json);
     cfg = config_json.empty() ? nlohmann::json::object() : nlohmann::json::parse(config_json);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/json_depth.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/registry.h"
 
@@ -276,6 +277,14 @@ TEST(Chat, RequestMappingErrors) {
   EXPECT_EQ(
       tools->tools.dump(),
       R"([{"type":"function","function":{"name":"f","description":null,"parameters":null,"strict":true}}])");
+}
+
+TEST(JsonDepth, RejectsDeepNestingOutsideStrings) {
+  EXPECT_TRUE(jsonDepthWithin(R"({"a": [[1], {"b": 2}]})", 3));
+  EXPECT_FALSE(jsonDepthWithin(R"({"a": [[1], {"b": 2}]})", 2));
+  // Brackets inside strings (with escaped quotes) do not count.
+  EXPECT_TRUE(jsonDepthWithin(R"({"a": "[[[[\"[[[[", "b": 1})", 1));
+  EXPECT_FALSE(jsonDepthWithin(std::string(200000, '[') + std::string(200000, ']')));
 }
 
 TEST(Chat, ContentFormatDetection) {

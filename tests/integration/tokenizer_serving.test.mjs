@@ -81,6 +81,27 @@ describe('kvgate sim --models-dir', () => {
   });
 });
 
+test('hostile bodies: 200k-deep JSON is a 400 on the sim and on /kvgate/v1/tokenize, and both keep serving', async () => {
+  const deep = (n) => `{"model":"${QWEN}","messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"a":${'['.repeat(n)}${']'.repeat(n)}}}`;
+  const sim = await startSim(['--models-dir', modelsDir, '--model', QWEN]);
+  const state = tempDir();
+  const gw = await startGateway({ stateDir: state.dir, extra: ['--models-dir', modelsDir] });
+  try {
+    for (const url of [`${sim.workers[0].url}/v1/chat/completions`, `${gw.api}/kvgate/v1/tokenize`]) {
+      const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: deep(200000) });
+      assert.equal(res.status, 400, url);
+      assert.match(await res.text(), /nested too deeply/);
+      // 100 levels is within the limit and works.
+      const ok = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: deep(100) });
+      assert.equal(ok.status, 200, url);
+    }
+  } finally {
+    await sim.stop();
+    await gw.stop();
+    state.remove();
+  }
+});
+
 test('kvgate sim refuses to start when a model folder has a broken tokenizer.json', () => {
   const bad = path.join(tmp, 'bad-models');
   fs.mkdirSync(path.join(bad, 'org', 'broken'), { recursive: true });
