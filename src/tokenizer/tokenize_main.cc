@@ -9,6 +9,7 @@
 
 #include "common/json_depth.h"
 #include "tokenizer/chat.h"
+#include "tokenizer/incremental.h"
 #include "tokenizer/registry.h"
 
 namespace kvgate::tok {
@@ -25,7 +26,9 @@ void usage(FILE* out) {
                "               and the prompt encoded without special tokens (vLLM's default)\n"
                "  --render     with --chat: print the rendered prompt (a JSON string), not ids\n"
                "  --jsonl      one JSON input per line (a string, or a chat request with --chat);\n"
-               "               one output line each: the ids, or {\"error\": \"...\"}\n\n"
+               "               one output line each: the ids, or {\"error\": \"...\"}\n"
+               "  --incremental  with --jsonl: reuse the ids of earlier lines that the next one\n"
+               "               extends (multi-turn chats); same ids, less work\n\n"
                "exit status: 0 ok, 1 bad input (text mode), 2 usage or broken tokenizer files,\n"
                "             3 no tokenizer files for the model\n");
 }
@@ -42,7 +45,7 @@ std::string idsJson(const std::vector<uint32_t>& ids) {
 
 // One input -> one output line (JSON). Returns false on a per-input error.
 bool handle(const Tokenizer& tok, const std::string& input, bool jsonl, bool chat, bool special,
-            bool render, std::string& out) {
+            bool render, IncrementalEncoder* inc, std::string& out) {
   if ((jsonl || chat) && !jsonDepthWithin(input)) {
     out = nlohmann::json({{"error", "input JSON nested deeper than 128 levels"}}).dump();
     return false;
@@ -58,17 +61,24 @@ bool handle(const Tokenizer& tok, const std::string& input, bool jsonl, bool cha
         }
         text = j.get<std::string>();
       }
-      out = idsJson(tok.encode(text, special));
+      out = idsJson(inc ? inc->encode(text, special) : tok.encode(text, special));
       return true;
     }
     auto body = nlohmann::ordered_json::parse(input);
-    std::string rendered;
-    auto ids = encodeChat(tok, body, &rendered);
-    if (!ids) {
-      out = nlohmann::json({{"error", ids.error().what}}).dump();
+    auto in = chatInputFromRequest(
+        body, tok.templateWantsContentParts() ? ContentFormat::kOpenAI : ContentFormat::kString);
+    Result<std::string> rendered =
+        in ? renderChat(tok, *in) : Result<std::string>(tl::unexpected(in.error()));
+    if (!rendered) {
+      out = nlohmann::json({{"error", rendered.error().what}}).dump();
       return false;
     }
-    out = render ? nlohmann::json(rendered).dump() : idsJson(*ids);
+    if (render) {
+      out = nlohmann::json(*rendered).dump();
+      return true;
+    }
+    out = idsJson(inc ? inc->encode(*rendered, in->add_special_tokens)
+                      : tok.encode(*rendered, in->add_special_tokens));
     return true;
   } catch (const std::exception& e) {
     out = nlohmann::json({{"error", std::string("invalid JSON: ") + e.what()}}).dump();
@@ -80,7 +90,7 @@ bool handle(const Tokenizer& tok, const std::string& input, bool jsonl, bool cha
 
 int tokenizeMain(int argc, char** argv) {
   std::string dir, model;
-  bool chat = false, jsonl = false, special = true, render = false;
+  bool chat = false, jsonl = false, special = true, render = false, incremental = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](std::string& dst) {
@@ -100,6 +110,8 @@ int tokenizeMain(int argc, char** argv) {
       special = false;
     } else if (a == "--render") {
       render = true;
+    } else if (a == "--incremental") {
+      incremental = true;
     } else if (a == "--help" || a == "-h") {
       usage(stdout);
       return 0;
@@ -123,19 +135,24 @@ int tokenizeMain(int argc, char** argv) {
   std::string out;
   if (!jsonl) {
     std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    bool ok = handle(**tok, input, false, chat, special, render, out);
+    bool ok = handle(**tok, input, false, chat, special, render, nullptr, out);
     std::fwrite(out.data(), 1, out.size(), ok ? stdout : stderr);
     std::fputc('\n', ok ? stdout : stderr);
     return ok ? 0 : 1;
   }
   std::string line;
+  IncrementalEncoder inc(**tok);
   while (std::getline(std::cin, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    handle(**tok, line, true, chat, special, render, out);
+    handle(**tok, line, true, chat, special, render, incremental ? &inc : nullptr, out);
     out += '\n';
     std::fwrite(out.data(), 1, out.size(), stdout);
   }
   std::fflush(stdout);
+  if (incremental)
+    std::fprintf(stderr, "kvgate tokenize: incremental: %llu bytes reused, %llu bytes encoded\n",
+                 static_cast<unsigned long long>(inc.reusedBytes()),
+                 static_cast<unsigned long long>(inc.encodedBytes()));
   return 0;
 }
 

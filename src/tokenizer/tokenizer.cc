@@ -2,6 +2,7 @@
 // pipeline; see tokenizer.h.
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -164,6 +165,7 @@ Result<void> Tokenizer::init(const nlohmann::json& tj, const nlohmann::json& cfg
       if (!repairUtf8(t.content, &fixed))
         return fail(422, "added_tokens", "added token content is not valid UTF-8");
       added_.push_back(t);
+      if (!t.normalized) max_added_bytes_ = std::max(max_added_bytes_, t.content.size());
       (t.normalized ? normalized_added_ : raw_added_).add(t);
     }
   }
@@ -340,20 +342,28 @@ void Tokenizer::encodeText(std::string_view text, bool first, std::vector<uint32
   }
 }
 
+void Tokenizer::encodeSegments(std::string_view s, size_t offset, std::vector<uint32_t>& out,
+                               std::vector<Boundary>* bounds) const {
+  std::vector<Segment> segs;
+  raw_added_.split(s, segs);
+  for (const Segment& seg : segs) {
+    if (seg.id != Segment::kText) {
+      out.push_back(seg.id);
+      if (bounds)
+        bounds->push_back({static_cast<uint32_t>(offset + seg.end), static_cast<uint32_t>(out.size())});
+    } else {
+      encodeText(s.substr(seg.begin, seg.end - seg.begin), offset + seg.begin == 0, out);
+    }
+  }
+}
+
 void Tokenizer::encodeInto(std::string_view text, bool add_special_tokens,
                            std::vector<uint32_t>& out) const {
   std::string fixed;
   std::string_view s = text;
   if (!repairUtf8(text, &fixed)) s = fixed;
   if (add_special_tokens) out.insert(out.end(), prefix_ids_.begin(), prefix_ids_.end());
-  std::vector<Segment> segs;
-  raw_added_.split(s, segs);
-  for (const Segment& seg : segs) {
-    if (seg.id != Segment::kText)
-      out.push_back(seg.id);
-    else
-      encodeText(s.substr(seg.begin, seg.end - seg.begin), seg.begin == 0, out);
-  }
+  encodeSegments(s, 0, out, nullptr);
   if (add_special_tokens) out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
 }
 

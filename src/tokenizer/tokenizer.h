@@ -55,6 +55,18 @@ class Tokenizer {
   std::optional<uint32_t> tokenId(std::string_view content) const;
   size_t vocabSize() const { return model_->vocabSize(); }
 
+  // For incremental encoding (incremental.h): ids of valid UTF-8 `s` without post-processing,
+  // where `s` starts at byte `offset` of the full text; records, after each raw added token, the
+  // byte offset where it ends and the number of ids so far (text after it encodes independently).
+  struct Boundary {
+    uint32_t byte, ids;
+  };
+  void encodeSegments(std::string_view s, size_t offset, std::vector<uint32_t>& out,
+                      std::vector<Boundary>* bounds) const;
+  size_t maxAddedTokenBytes() const { return max_added_bytes_; }
+  const std::vector<uint32_t>& prefixIds() const { return prefix_ids_; }
+  const std::vector<uint32_t>& suffixIds() const { return suffix_ids_; }
+
  private:
   Tokenizer() = default;
   Result<void> init(const nlohmann::json& tj, const nlohmann::json& cfg,
@@ -67,6 +79,7 @@ class Tokenizer {
   AddedTokenMatcher raw_added_, normalized_added_;
   std::vector<AddedToken> added_;
   std::vector<uint32_t> prefix_ids_, suffix_ids_;  // post-processor, add_special_tokens=true
+  size_t max_added_bytes_ = 0;                      // longest raw (normalized=false) added token
   std::optional<jinja::Template> chat_template_;
   std::string chat_template_source_;
   bool content_parts_ = false;

@@ -179,6 +179,45 @@ describe('kvgate tokenize: parity with HF tokenizers + vLLM chat rendering', () 
     });
   });
 
+  // --incremental: lines that extend earlier ones reuse their ids; the ids must still be exactly
+  // the reference's. Text: a prompt growing by pieces with special-token text and fuzz; chat: a
+  // conversation growing turn by turn.
+  const SPECIALS = ['<|im_start|>', '<|im_end|>', '<|eot_id|>', '<s>', '</s>', '<start_of_turn>', '<end_of_turn>',
+    '<｜end▁of▁sentence｜>', '<|start_header_id|>', '<|end|>', '\n'];
+  MODEL_NAMES.forEach((model, mi) => {
+    test(`incremental parity (growing prompts and conversations): ${model}`, { timeout: TIMEOUT }, async () => {
+      const ref = refs[model];
+      const fz = fuzz(5000 + mi, 60);
+      const texts = []; let acc = '';
+      fz.forEach((f, i) => { acc += SPECIALS[i % SPECIALS.length] + f; texts.push(acc); });
+      const body = texts.map((t) => JSON.stringify(t)).join('\n') + '\n';
+      const r = await runTokenize(['--models-dir', modelsDir, '--model', model, '--jsonl', '--incremental'], body);
+      assert.equal(r.code, 0, r.stderr);
+      const reused = Number((r.stderr.match(/(\d+) bytes reused/) || [])[1]);
+      assert.ok(reused > 0, `incremental reuse engaged: ${r.stderr}`);
+      const failures = compareLines(`${model} incremental text`, texts, texts.map((_, i) => `prefix#${i}`),
+        await ref.encodeBatch(texts, true), r.stdout);
+      if (ref.hasChatTemplate) {
+        const msgs = [{ role: 'system', content: 'You are a careful assistant. ' + fz[0] }];
+        const reqs = [];
+        for (let turn = 0; turn < 12; turn++) {
+          msgs.push({ role: 'user', content: `Question ${turn}: ${fz[turn + 1]}` });
+          reqs.push({ model, messages: msgs.map((m) => ({ ...m })) });
+          msgs.push({ role: 'assistant', content: `Answer ${turn}. ${fz[turn + 20]}` });
+        }
+        const expected = [];
+        for (const q of reqs) {
+          try { expected.push((await ref.chat(q)).ids); } catch (e) { expected.push({ error: true, message: e.message }); }
+        }
+        const rc = await runTokenize(['--models-dir', modelsDir, '--model', model, '--jsonl', '--chat', '--incremental'],
+          reqs.map((q) => JSON.stringify(q)).join('\n') + '\n');
+        assert.equal(rc.code, 0, rc.stderr);
+        failures.push(...compareLines(`${model} incremental chat`, reqs, reqs.map((_, i) => `turn#${i}`), expected, rc.stdout));
+      }
+      assertNoFailures(failures);
+    });
+  });
+
   // Pre-tokenizers and normalizers no shipped model uses, checked on synthetic pipelines built from
   // real vocabularies: the reference runs the same modified tokenizer.json.
   const SYNTHETIC = {
