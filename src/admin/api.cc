@@ -56,7 +56,8 @@ const char* classMessage(int status) {
 
 std::string apiErrorBody(int status, const std::string& detail) {
   nlohmann::json j = {{"code", status}, {"message", classMessage(status)}, {"result", detail}};
-  return j.dump();
+  return j.dump(-1, ' ', false,
+                nlohmann::json::error_handler_t::replace);  // details may quote raw bytes
 }
 
 std::string Api::tokenizerMetrics() const {
@@ -112,10 +113,10 @@ asio::awaitable<void> Api::tokenize(http::Request& req, http::ResponseWriter& w)
   auto t = tokenizers_->get(model);
   if (!t) {
     int code = t.error().code;
-    if (code == 404)
-      tokenizer_state_[model] = "missing";
-    else if (code == 422)
-      tokenizer_state_[model] = "error";
+    // Bounded: at most 256 distinct models are labelled (names come from clients).
+    if ((code == 404 || code == 422) &&
+        (tokenizer_state_.size() < 256 || tokenizer_state_.count(model)))
+      tokenizer_state_[model] = code == 404 ? "missing" : "error";
     co_await reply(code,
                    code == 400   ? "bad_request"
                    : code == 404 ? "no_tokenizer"
@@ -123,7 +124,8 @@ asio::awaitable<void> Api::tokenize(http::Request& req, http::ResponseWriter& w)
                    t.error().what);
     co_return;
   }
-  tokenizer_state_[model] = "loaded";
+  if (tokenizer_state_.size() < 256 || tokenizer_state_.count(model))
+    tokenizer_state_[model] = "loaded";
   nlohmann::ordered_json out = {{"model", model}};
   std::vector<uint32_t> ids;
   if (j.contains("messages")) {
@@ -151,7 +153,8 @@ asio::awaitable<void> Api::tokenize(http::Request& req, http::ResponseWriter& w)
   }
   out["count"] = ids.size();
   out["tokens"] = ids;
-  co_await reply(200, "ok", out.dump());
+  co_await reply(200, "ok",
+                 out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
 }
 
 asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {

@@ -45,7 +45,19 @@ std::vector<std::string> chunks(const std::string& s, size_t size) {
 
 }  // namespace
 
+int tokenizeBenchImpl(int argc, char** argv);
+
+// Bad numbers or JSON in the bench's own inputs end in a message, not an abort.
 int tokenizeBench(int argc, char** argv) {
+  try {
+    return tokenizeBenchImpl(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvgate bench tokenize: %s\n", e.what());
+    return 2;
+  }
+}
+
+int tokenizeBenchImpl(int argc, char** argv) {
   std::string dir, model, file, chat_file;
   size_t chunk = 4096;
   double seconds = 3;
@@ -88,6 +100,11 @@ int tokenizeBench(int argc, char** argv) {
     std::stringstream ss;
     ss << f.rdbuf();
     std::string text = ss.str();
+    if (!f || text.empty() || chunk == 0) {
+      std::fprintf(stderr, "kvgate bench tokenize: cannot read %s (or it is empty, or --chunk 0)\n",
+                   file.c_str());
+      return 2;
+    }
     if (once) {  // best of 3 whole-file encodes
       double best = 1e9;
       size_t n = 0;
@@ -130,7 +147,8 @@ int tokenizeBench(int argc, char** argv) {
   std::vector<double> us;
   size_t tokens = 0;
   tok::IncrementalEncoder inc(tk);
-  auto fmt = tk.templateWantsContentParts() ? tok::ContentFormat::kOpenAI : tok::ContentFormat::kString;
+  auto fmt =
+      tk.templateWantsContentParts() ? tok::ContentFormat::kOpenAI : tok::ContentFormat::kString;
   auto t0 = Clock::now();
   while (secondsSince(t0) < seconds || us.size() < 20) {
     for (const auto& r : reqs) {
@@ -150,8 +168,9 @@ int tokenizeBench(int argc, char** argv) {
   double sum = 0;
   for (double x : us) sum += x;
   std::sort(us.begin(), us.end());
-  std::printf("{\"requests\":%zu,\"tokens\":%zu,\"p50_us\":%.1f,\"p99_us\":%.1f,\"mean_us\":%.1f}\n",
-              us.size(), tokens, us[us.size() / 2], us[us.size() * 99 / 100], sum / us.size());
+  std::printf(
+      "{\"requests\":%zu,\"tokens\":%zu,\"p50_us\":%.1f,\"p99_us\":%.1f,\"mean_us\":%.1f}\n",
+      us.size(), tokens, us[us.size() / 2], us[us.size() * 99 / 100], sum / us.size());
   return 0;
 }
 

@@ -96,6 +96,8 @@ Result<BpeModel> BpeModel::fromJson(const nlohmann::json& m, bool byte_level) {
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_unsigned())
       return fail(400, "model", "vocab id of '" + it.key() + "' is not a non-negative integer");
+    if (it.value().get<uint64_t>() >= (1ull << 31))
+      return fail(400, "model", "vocab id of '" + it.key() + "' is out of range");
     uint32_t id = it.value().get<uint32_t>();
     b.vocab_.insert(it.key(), id);
     if (!byte_level) {
@@ -120,12 +122,11 @@ Result<BpeModel> BpeModel::fromJson(const nlohmann::json& m, bool byte_level) {
     for (uint32_t c = 0; c < 128; ++c) b.ascii_id_[c] = b.vocab_.find(std::string(1, char(c)));
   }
   if (b.byte_fallback_) {
-    b.has_fallback_ = true;
+    b.has_fallback_ = true;  // per character: used when every byte of it has a <0xXX> token
     for (uint32_t x = 0; x < 256; ++x) {
       char name[8];
       std::snprintf(name, sizeof name, "<0x%02X>", x);
       b.fallback_id_[x] = b.vocab_.find(name);
-      if (b.fallback_id_[x] == FlatStrMap::kNone) b.has_fallback_ = false;
     }
   }
   if (m.contains("unk_token") && m["unk_token"].is_string()) {
@@ -166,7 +167,18 @@ Result<BpeModel> BpeModel::fromJson(const nlohmann::json& m, bool byte_level) {
           left.compare(left.size() - kMeta.size(), kMeta.size(), kMeta) == 0))
       b.crossing_.emplace_back(left, right);
   }
-  b.split_at_meta_ = !byte_level && !b.ignore_merges_ && b.crossing_.size() <= kMaxCrossing &&
+  // The textual boundary check assumes a token's string is the text it covers: not true for
+  // <0xXX> byte-fallback tokens or unk, so a crossing merge involving them disables the cut.
+  bool textual = true;
+  std::string unk_text = m.contains("unk_token") && m["unk_token"].is_string()
+                             ? m["unk_token"].get<std::string>()
+                             : "";
+  for (const auto& [l, r] : b.crossing_)
+    if (l.find("<0x") != std::string::npos ||
+        (!unk_text.empty() && l.find(unk_text) != std::string::npos))
+      textual = false;
+  b.split_at_meta_ = !byte_level && !b.ignore_merges_ && textual &&
+                     b.crossing_.size() <= kMaxCrossing &&
                      b.vocab_.find(kMeta) != FlatStrMap::kNone;
   return b;
 }
@@ -195,7 +207,10 @@ void BpeModel::initialSymbols(std::string_view piece, std::vector<uint32_t>& sym
       last_unk = false;
       continue;
     }
-    if (has_fallback_) {
+    bool all_bytes = has_fallback_;
+    for (size_t k = start; all_bytes && k < i; ++k)
+      all_bytes = fallback_id_[static_cast<unsigned char>(piece[k])] != FlatStrMap::kNone;
+    if (all_bytes) {
       for (size_t k = start; k < i; ++k)
         syms.push_back(fallback_id_[static_cast<unsigned char>(piece[k])]);
       last_unk = false;
@@ -227,8 +242,8 @@ void BpeModel::mergeShort(std::vector<uint32_t>& syms) const {
       }
     if (best == UINT32_MAX) break;
     syms[pos] = ids[pos];
-    for (size_t k = pos + 1; k + 1 < n; ++k) {
-      syms[k] = syms[k + 1];
+    for (size_t k = pos + 1; k + 1 < n; ++k) syms[k] = syms[k + 1];
+    for (size_t k = pos + 1; k + 2 < n; ++k) {  // pair k is (k, k+1): n-1 pairs before the merge
       ranks[k] = ranks[k + 1];
       ids[k] = ids[k + 1];
     }

@@ -2,8 +2,9 @@
 // written down (with sources) in docs/chat-templates.md; section numbers below refer to it.
 #include "tokenizer/chat.h"
 
-#include <regex>
+#include <cctype>
 
+#include "common/json_depth.h"
 #include "tokenizer/jinja/text.h"
 
 namespace kvgate::tok {
@@ -14,10 +15,50 @@ ContentFormat detectContentFormat(std::string_view src) {
   // §2a: vLLM walks the template AST for a for-loop over a message's content. We look for that
   // construct in the source: `for <x> in <msg>['content']` / `<msg>.content`, optionally through
   // a filter or slice. Verified on the shipped templates (Gemma-3 is "openai", the rest "string").
-  static const std::regex loop(
-      R"(for\s+\w+\s+in\s+\(?\s*\w+(\[\s*['"]content['"]\s*\]|\.content\b))");
-  std::string s(src);
-  return std::regex_search(s, loop) ? ContentFormat::kOpenAI : ContentFormat::kString;
+  // A hand-written scan (std::regex recurses per character and could overflow on a hostile
+  // template): `for` WS NAME WS `in` WS [`(` WS] NAME (`[` WS QUOTE content QUOTE WS `]` |
+  // `.content`).
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  const size_t n = src.size();
+  for (size_t at = src.find("for"); at != std::string_view::npos; at = src.find("for", at + 1)) {
+    if (at > 0 && word(src[at - 1])) continue;
+    size_t i = at + 3;
+    auto skipSpaces = [&](bool need) {
+      size_t b = i;
+      while (i < n && space(src[i])) ++i;
+      return !need || i > b;
+    };
+    auto name = [&] {
+      size_t b = i;
+      while (i < n && word(src[i])) ++i;
+      return i > b;
+    };
+    if (!skipSpaces(true) || !name() || !skipSpaces(true)) continue;
+    if (src.compare(i, 2, "in") != 0) continue;
+    i += 2;
+    if (!skipSpaces(true)) continue;
+    if (i < n && src[i] == '(') {
+      ++i;
+      skipSpaces(false);
+    }
+    if (!name()) continue;
+    if (src.compare(i, 8, ".content") == 0 && (i + 8 >= n || !word(src[i + 8])))
+      return ContentFormat::kOpenAI;
+    if (i < n && src[i] == '[') {
+      ++i;
+      skipSpaces(false);
+      if (i < n && (src[i] == '\'' || src[i] == '"')) {
+        char q = src[i++];
+        if (src.compare(i, 7, "content") == 0 && i + 7 < n && src[i + 7] == q) {
+          i += 8;
+          skipSpaces(false);
+          if (i < n && src[i] == ']') return ContentFormat::kOpenAI;
+        }
+      }
+    }
+  }
+  return ContentFormat::kString;
 }
 
 namespace {
@@ -59,6 +100,13 @@ Result<J> mapContent(const J& content, ContentFormat f, const std::string& where
       if (media)
         return tl::unexpected(
             bad(where, "media content parts need a multimodal model; this model is text-only"));
+      if (type.empty() && p.contains("tool_reference")) {  // vLLM: a bare tool_reference part
+        if (f == ContentFormat::kString)
+          addText(p["tool_reference"]);
+        else
+          parts.push_back(J{{"type", "tool_reference"}, {"name", p["tool_reference"]}});
+        continue;
+      }
       if (type.empty())
         return tl::unexpected(bad(where, "Missing 'type' field in multimodal part."));
       const char* key = nullptr;
@@ -69,17 +117,20 @@ Result<J> mapContent(const J& content, ContentFormat f, const std::string& where
       else if (type == "thinking")
         key = "thinking";
       if (key) {
-        if (!p.contains(key) || p[key].is_null()) continue;  // skipped, as vLLM does
+        if (!p.contains(key) || p[key].is_null()) {
+          // vLLM skips a text/refusal part without a value; the other kinds are an error.
+          if (type == "text" || type == "refusal") continue;
+          return tl::unexpected(bad(where, "content part of type '" + type + "' has no text"));
+        }
         if (!p[key].is_string())
           return tl::unexpected(bad(where, std::string("'") + key + "' must be a string"));
         addText(p[key]);
       } else if (type == "tool_reference") {
-        if (!p.contains("name") || !p["name"].is_string())
-          return tl::unexpected(bad(where, "a tool_reference part needs a string name"));
+        J name = p.contains("name") ? p["name"] : J();
         if (f == ContentFormat::kString)
-          addText(p["name"]);
+          addText(name);
         else
-          parts.push_back(J{{"type", "tool_reference"}, {"name", p["name"]}});
+          parts.push_back(J{{"type", "tool_reference"}, {"name", name}});
       } else {
         return tl::unexpected(bad(where, "Unsupported chat content part type '" + type + "'"));
       }
@@ -96,11 +147,15 @@ Result<J> mapContent(const J& content, ContentFormat f, const std::string& where
   return J(joined);
 }
 
-// §2.8: function.arguments as a string is parsed (Python json.loads); bad or scalar -> {}.
-J normalizeArguments(const J& a) {
+// §2.8: function.arguments as a string is parsed (Python json.loads); bad, absent or scalar ->
+// {}. A string nested deeper than the request limit is a 400 (vLLM fails on it too), since the
+// parsed value is copied recursively afterwards.
+Result<J> normalizeArguments(const J& a, const std::string& where) {
   if (a.is_object() || a.is_array()) return a;
   if (a.is_string()) {
-    J v = J::parse(a.get<std::string>(), nullptr, false);
+    const std::string& text = a.get_ref<const std::string&>();
+    if (!jsonDepthWithin(text)) return tl::unexpected(bad(where, "arguments nested too deeply"));
+    J v = J::parse(text, nullptr, false);
     if (!v.is_discarded()) return v;
   }
   return J::object();
@@ -160,10 +215,16 @@ Result<ChatInput> chatInputFromRequest(const J& body, ContentFormat f) {
           return fail(400, where + ".tool_calls", where + ".tool_calls must be an array");
         J calls = m["tool_calls"];
         if (!calls.empty()) {
-          for (auto& call : calls)
-            if (call.is_object() && call.contains("function") && call["function"].is_object() &&
-                call["function"].contains("arguments"))
-              call["function"]["arguments"] = normalizeArguments(call["function"]["arguments"]);
+          for (auto& call : calls) {
+            if (!call.is_object() || !call.contains("function") || !call["function"].is_object())
+              return fail(400, where + ".tool_calls",
+                          where + ".tool_calls: a tool call needs a 'function' object");
+            auto args = normalizeArguments(
+                call["function"].contains("arguments") ? call["function"]["arguments"] : J(),
+                where + ".tool_calls");
+            if (!args) return tl::unexpected(args.error());
+            call["function"]["arguments"] = std::move(*args);
+          }
           out["tool_calls"] = std::move(calls);
         }
       }
@@ -220,7 +281,7 @@ Result<ChatInput> chatInputFromRequest(const J& body, ContentFormat f) {
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     if (!body["chat_template_kwargs"].is_object())
       return fail(400, "chat_template_kwargs", "chat_template_kwargs must be an object");
-    for (const char* k : {"chat_template", "tokenize"})
+    for (const char* k : {"chat_template", "tokenize", "messages"})
       if (body["chat_template_kwargs"].contains(k))
         return fail(400, "chat_template_kwargs",
                     std::string("chat_template_kwargs may not set '") + k + "'");

@@ -32,7 +32,7 @@ ContentFormat detectContentFormat(std::string_view chat_template_source);
 // Maps a request body (already parsed) to template input. Errors are 400 with the field named.
 Result<ChatInput> chatInputFromRequest(const nlohmann::ordered_json& body, ContentFormat format);
 
-// Renders the model's chat template. 400 on template errors; 404 when the model has no template.
+// Renders the model's chat template. 400 on template errors and when the model has no template.
 Result<std::string> renderChat(const Tokenizer& tok, const ChatInput& in,
                                const jinja::RenderOptions& opts = {});
 

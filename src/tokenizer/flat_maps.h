@@ -91,7 +91,7 @@ class PairMap {
     vals_.assign(cap, Merge{});
     mask_ = cap - 1;
   }
-  // Keeps the lowest rank when a pair is listed twice.
+  // A pair listed twice keeps its last listing, as HF does.
   void insert(uint32_t a, uint32_t b, Merge m) {
     uint64_t k = key(a, b);
     for (size_t i = hash(k) & mask_;; i = (i + 1) & mask_) {
@@ -101,7 +101,7 @@ class PairMap {
         return;
       }
       if (keys_[i] == k) {
-        if (m.rank < vals_[i].rank) vals_[i] = m;
+        vals_[i] = m;  // HF builds its merge map with collect(): the last listing wins
         return;
       }
     }

@@ -37,7 +37,8 @@ std::vector<uint32_t> IncrementalEncoder::encode(std::string_view text, bool add
       if (it->byte + need <= best_len && it->byte <= best_len) {
         start = it->byte;
         fresh.ids.assign(best->ids.begin(), best->ids.begin() + it->ids);
-        fresh.bounds.assign(best->bounds.begin(), best->bounds.begin() + (best->bounds.rend() - it));
+        fresh.bounds.assign(best->bounds.begin(),
+                            best->bounds.begin() + (best->bounds.rend() - it));
         break;
       }
     }
@@ -57,8 +58,9 @@ std::vector<uint32_t> IncrementalEncoder::encode(std::string_view text, bool add
   } else if (entries_.size() < kEntries) {
     entries_.push_back(std::move(fresh));
   } else {
-    auto oldest = std::min_element(entries_.begin(), entries_.end(),
-                                   [](const Entry& a, const Entry& b) { return a.stamp < b.stamp; });
+    auto oldest =
+        std::min_element(entries_.begin(), entries_.end(),
+                         [](const Entry& a, const Entry& b) { return a.stamp < b.stamp; });
     *oldest = std::move(fresh);
   }
   return out;

@@ -6,6 +6,7 @@
 #include "tokenizer/pretokenizer.h"
 
 #include "tokenizer/split_patterns.h"
+#include "tokenizer/utf8.h"
 
 namespace kvgate::tok {
 
@@ -79,6 +80,11 @@ Result<void> parseStep(const nlohmann::json& j, std::vector<std::shared_ptr<cons
   } else if (type == "Metaspace") {
     step->kind = Step::kMetaspace;
     step->literal = j.value("replacement", std::string("\xE2\x96\x81"));
+    size_t at = 0;
+    std::string fixed;
+    if (step->literal.empty() || !repairUtf8(step->literal, &fixed) ||
+        (nextCodePoint(step->literal, at), at != step->literal.size()))
+      return fail(400, "pre_tokenizer", "Metaspace replacement must be exactly one character");
     step->prepend_scheme = j.value("prepend_scheme", std::string());
     if (step->prepend_scheme.empty())
       step->prepend_scheme = j.value("add_prefix_space", true) ? "always" : "never";
@@ -120,9 +126,8 @@ void combine(std::string_view piece, std::vector<Span>& spans, Behavior beh, boo
     case Behavior::kContiguous: {
       size_t i = 0;
       while (i < spans.size()) {
-        size_t j = i + 1;
-        if (spans[i].match)
-          while (j < spans.size() && spans[j].match) ++j;
+        size_t j = i + 1;  // HF: runs of spans with the same match flag (after invert) merge
+        while (j < spans.size() && spans[j].match == spans[i].match) ++j;
         emit(spans[i].b, spans[j - 1].e);
         i = j;
       }
@@ -258,6 +263,11 @@ Result<PreTokenizer> PreTokenizer::fromJson(const nlohmann::json& j) {
   if (j.is_null()) return p;
   auto r = parseStep(j, p.steps_);
   if (!r) return tl::unexpected(r.error());
+  // HF's ByteLevel maps bytes to GPT-2 characters inside the pre-tokenizer; we map them in the
+  // model instead, which is only equivalent when ByteLevel is the last step.
+  for (size_t k = 0; k + 1 < p.steps_.size(); ++k)
+    if (p.steps_[k]->kind == Step::kByteLevel)
+      return fail(400, "pre_tokenizer", "a pre-tokenizer after ByteLevel is not supported");
   return p;
 }
 

@@ -42,7 +42,9 @@ Result<std::shared_ptr<const Tokenizer>> TokenizerRegistry::get(std::string_view
     e.source = "tokenize";
     r = tl::unexpected(e);
   }
-  cache_.emplace(std::string(model), r);
+  // Loaded tokenizers and broken files are remembered; "no files" is not (a stat per call), so
+  // files added later are found and unknown names cannot grow the cache.
+  if (r || r.error().code != 404) cache_.emplace(std::string(model), r);
   return r;
 }
 

@@ -1,8 +1,9 @@
 // The models directory: `<models-dir>/<model name as in requests>/` holds tokenizer.json and
 // tokenizer_config.json (a name with `/`, e.g. "Qwen/Qwen3-8B", maps to nested folders).
-// Tokenizers load on first use and are kept; failures are remembered too, so a missing model is
-// looked up once. get() takes a mutex only to find the entry: hot paths resolve a model once
-// and keep the returned shared_ptr (Tokenizer itself is immutable and lock-free).
+// Tokenizers load on first use and are kept; broken files are remembered too (restart after
+// fixing them), a model without files is looked up again on each call. get() takes a mutex only to
+// find the entry: hot paths resolve a model once and keep the returned shared_ptr (Tokenizer itself
+// is immutable and lock-free).
 #pragma once
 #include <filesystem>
 #include <map>

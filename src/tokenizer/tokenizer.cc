@@ -36,7 +36,8 @@ std::optional<std::string> tokenContent(const nlohmann::json& cfg, const char* k
 
 bool rebuildsPostProcessor(std::string cls) {
   if (cls.size() > 4 && cls.compare(cls.size() - 4, 4, "Fast") == 0) cls.resize(cls.size() - 4);
-  return cls == "LlamaTokenizer" || cls == "CodeLlamaTokenizer" || cls == "GemmaTokenizer";
+  return cls == "LlamaTokenizer" || cls == "CodeLlamaTokenizer" || cls == "GemmaTokenizer" ||
+         cls == "CohereTokenizer";
 }
 
 bool hasByteLevel(const nlohmann::json& pre) {
@@ -56,7 +57,10 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::filesystem::
   if (!std::filesystem::exists(tj_path, ec)) {
     // An empty folder is a model without tokenizer files (callers fall back); a folder with
     // other files but no tokenizer.json is a broken installation.
-    bool empty = std::filesystem::is_empty(dir, ec) || ec;
+    bool empty = std::filesystem::is_empty(dir, ec);
+    if (ec)
+      return fail(422, dir.string(),
+                  "cannot read the folder " + dir.string() + ": " + ec.message());
     return fail(empty ? 404 : 422, tj_path.string(),
                 (empty ? "no tokenizer files: " : "missing tokenizer file: ") + tj_path.string() +
                     " does not exist");
@@ -98,6 +102,8 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::filesystem::
     Error e = r.error();
     if (e.source == "tokenizer_config.json")
       e.source = cfg_path.string();
+    else if (e.source == "chat_template.jinja")
+      e.source = jinja_path.string();
     else
       e.source = tj_path.string();
     e.what = e.source + ": " + e.what;
@@ -132,6 +138,19 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::fromStrings(std::string_view
 
 Result<void> Tokenizer::init(const nlohmann::json& tj, const nlohmann::json& cfg,
                              const std::string& cfg_name, const std::string& template_override) {
+  // Any value of an unexpected JSON type (e.g. "add_bos_token": "yes") is a load error naming
+  // the file being read at the time, never an exception escaping to the caller.
+  try {
+    return initImpl(tj, cfg, cfg_name, template_override);
+  } catch (const std::exception& e) {
+    return fail(422, phase_, std::string("unexpected value: ") + e.what());
+  }
+}
+
+Result<void> Tokenizer::initImpl(const nlohmann::json& tj, const nlohmann::json& cfg,
+                                 const std::string& cfg_name,
+                                 const std::string& template_override) {
+  phase_ = "tokenizer.json";
   if (!tj.is_object()) return fail(422, "tokenizer.json", "top level is not an object");
   if (!cfg.is_object()) return fail(422, "tokenizer_config.json", "top level is not an object");
   auto nz = Normalizer::fromJson(tj.value("normalizer", nlohmann::json()));
@@ -154,6 +173,8 @@ Result<void> Tokenizer::init(const nlohmann::json& tj, const nlohmann::json& cfg
           !a.contains("content") || !a["content"].is_string())
         return fail(422, "added_tokens", "an added token lacks an integer id or a string content");
       AddedToken t;
+      if (a["id"].get<uint64_t>() >= (1ull << 31))
+        return fail(422, "added_tokens", "added token id " + a["id"].dump() + " is out of range");
       t.id = a["id"].get<uint32_t>();
       t.content = a["content"];
       t.special = a.value("special", false);
@@ -161,9 +182,12 @@ Result<void> Tokenizer::init(const nlohmann::json& tj, const nlohmann::json& cfg
       t.rstrip = a.value("rstrip", false);
       t.single_word = a.value("single_word", false);
       t.normalized = a.value("normalized", !t.special);
-      std::string fixed;
-      if (!repairUtf8(t.content, &fixed))
-        return fail(422, "added_tokens", "added token content is not valid UTF-8");
+      // HF matches a normalized token by its normalized content (e.g. "▁<x>" after Prepend).
+      if (t.normalized && !normalizer_->identity()) {
+        std::string norm;
+        normalizer_->apply(t.content, norm);
+        t.content = std::move(norm);
+      }
       added_.push_back(t);
       if (!t.normalized) max_added_bytes_ = std::max(max_added_bytes_, t.content.size());
       (t.normalized ? normalized_added_ : raw_added_).add(t);
@@ -202,6 +226,9 @@ Result<void> Tokenizer::init(const nlohmann::json& tj, const nlohmann::json& cfg
       return {};
     }
     if (type == "RobertaProcessing" || type == "BertProcessing") {
+      for (const char* k : {"cls", "sep"})
+        if (!p.contains(k) || !p[k].is_array() || p[k].size() != 2 || !p[k][1].is_number_unsigned())
+          return fail(422, "post_processor", type + "." + k + " must be [token, id]");
       prefix_ids_.push_back(p["cls"][1].get<uint32_t>());
       suffix_ids_.push_back(p["sep"][1].get<uint32_t>());
       return {};
@@ -215,6 +242,7 @@ Result<void> Tokenizer::init(const nlohmann::json& tj, const nlohmann::json& cfg
     return fail(422, "post_processor", std::string("malformed post_processor: ") + e.what());
   }
 
+  phase_ = "tokenizer_config.json";
   // Special tokens as transformers 4.x exposes them to chat templates (special_tokens_map):
   // the config's values (an AddedToken contributes its content; null removes a default), the
   // tokenizer class's defaults for keys the config omits, additional_special_tokens when
@@ -265,10 +293,14 @@ Result<void> Tokenizer::init(const nlohmann::json& tj, const nlohmann::json& cfg
     prefix_ids_.clear();
     suffix_ids_.clear();
     auto idOf = [&](const char* key) -> Result<uint32_t> {
-      auto c = tokenContent(cfg, key);
+      // special_map_ holds the config's value or the class default (e.g. "<s>").
+      std::optional<std::string> c;
+      if (special_map_.contains(key) && special_map_[key].is_string())
+        c = special_map_[key].get<std::string>();
       auto id = c ? tokenId(*c) : std::nullopt;
       if (!id)
-        return fail(422, "tokenizer_config.json", std::string(key) + " is not a known token");
+        return fail(422, "tokenizer_config.json",
+                    std::string(key) + " '" + c.value_or("") + "' is not a known token");
       return *id;
     };
     if (cfg.value("add_bos_token", true)) {
@@ -297,7 +329,9 @@ Result<void> Tokenizer::init(const nlohmann::json& tj, const nlohmann::json& cfg
   }
   if (!tmpl.empty()) {
     auto t = jinja::Template::compile(tmpl);
-    if (!t) return fail(422, "tokenizer_config.json", "chat_template: " + t.error().what);
+    if (!t)
+      return fail(422, template_override.empty() ? "tokenizer_config.json" : "chat_template.jinja",
+                  "chat_template: " + t.error().what);
     chat_template_ = std::move(*t);
     chat_template_source_ = tmpl;
     content_parts_ = detectContentFormat(tmpl) == ContentFormat::kOpenAI;
@@ -340,6 +374,11 @@ void Tokenizer::encodeText(std::string_view text, bool first, std::vector<uint32
                    pieces);
     for (std::string_view p : pieces) model_->encodePiece(p, out);
   }
+  // Per-thread scratch keeps its peak size; give back what a huge prompt made it grow to.
+  constexpr size_t kKeep = 1 << 20;
+  if (norm.capacity() > kKeep) std::string().swap(norm);
+  if (scratch.cps.cp.capacity() > kKeep / 4) scratch.cps = CpText();
+  if (pieces.capacity() > kKeep / 16) std::vector<std::string_view>().swap(pieces);
 }
 
 void Tokenizer::encodeSegments(std::string_view s, size_t offset, std::vector<uint32_t>& out,
@@ -350,7 +389,8 @@ void Tokenizer::encodeSegments(std::string_view s, size_t offset, std::vector<ui
     if (seg.id != Segment::kText) {
       out.push_back(seg.id);
       if (bounds)
-        bounds->push_back({static_cast<uint32_t>(offset + seg.end), static_cast<uint32_t>(out.size())});
+        bounds->push_back(
+            {static_cast<uint32_t>(offset + seg.end), static_cast<uint32_t>(out.size())});
     } else {
       encodeText(s.substr(seg.begin, seg.end - seg.begin), offset + seg.begin == 0, out);
     }

@@ -71,7 +71,10 @@ class Tokenizer {
   Tokenizer() = default;
   Result<void> init(const nlohmann::json& tj, const nlohmann::json& cfg,
                     const std::string& cfg_name, const std::string& template_override);
+  Result<void> initImpl(const nlohmann::json& tj, const nlohmann::json& cfg,
+                        const std::string& cfg_name, const std::string& template_override);
   void encodeText(std::string_view text, bool first, std::vector<uint32_t>& out) const;
+  const char* phase_ = "tokenizer.json";  // which file init() is reading (error attribution)
 
   std::optional<Normalizer> normalizer_;
   std::optional<PreTokenizer> pretok_;
@@ -79,7 +82,7 @@ class Tokenizer {
   AddedTokenMatcher raw_added_, normalized_added_;
   std::vector<AddedToken> added_;
   std::vector<uint32_t> prefix_ids_, suffix_ids_;  // post-processor, add_special_tokens=true
-  size_t max_added_bytes_ = 0;                      // longest raw (normalized=false) added token
+  size_t max_added_bytes_ = 0;                     // longest raw (normalized=false) added token
   std::optional<jinja::Template> chat_template_;
   std::string chat_template_source_;
   bool content_parts_ = false;

@@ -9,6 +9,7 @@
 
 #include "common/json_depth.h"
 #include "tokenizer/chat.h"
+#include "tokenizer/pretokenizer.h"
 #include "tokenizer/registry.h"
 
 namespace kvgate::tok {
@@ -128,8 +129,9 @@ TEST(AddedTokens, LeftmostLongestAndFlags) {
 }
 
 TEST(AddedTokens, NormalizedTokensMatchAfterNormalization) {
-  // Prepend "▁" and Replace " " -> "▁" (Llama-2 style); the normalized token "▁a" only exists
-  // after normalization. Every text segment gets the prefix.
+  // Prepend "▁" and Replace " " -> "▁" (Llama-2 style). HF normalizes a normalized token's
+  // content too, so the token "a" is matched as "▁a" in normalized text. Every text segment gets
+  // the prefix.
   nlohmann::json tj = {
       {"normalizer",
        {{"type", "Sequence"},
@@ -137,12 +139,7 @@ TEST(AddedTokens, NormalizedTokensMatchAfterNormalization) {
          {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
           {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}}},
       {"added_tokens",
-       {{{"id", 20},
-         {"content",
-          "\xE2\x96\x81"
-          "a"},
-         {"special", false},
-         {"normalized", true}},
+       {{{"id", 20}, {"content", "a"}, {"special", false}, {"normalized", true}},
         {{"id", 21}, {"content", "<s>"}, {"special", true}, {"normalized", false}}}},
       {"model", charModel({{"\xE2\x96\x81", 0}, {"a", 1}, {"b", 2}}, nlohmann::json::array())}};
   auto t = make(tj);
@@ -277,6 +274,104 @@ TEST(Chat, RequestMappingErrors) {
   EXPECT_EQ(
       tools->tools.dump(),
       R"([{"type":"function","function":{"name":"f","description":null,"parameters":null,"strict":true}}])");
+}
+
+TEST(Loading, HostileFilesAreErrorsNotCrashes) {
+  auto loadErr = [](nlohmann::json tj, nlohmann::json cfg = nlohmann::json::object()) {
+    auto t = Tokenizer::fromStrings(tj.dump(), cfg.dump(), "x");
+    EXPECT_FALSE(t.has_value());
+    return t ? std::string() : t.error().what;
+  };
+  nlohmann::json base = tinyWithAdded(nlohmann::json::array());
+  auto tj = base;
+  tj["post_processor"] = {{"type", "RobertaProcessing"}, {"sep", {"</s>", 2}}};  // no cls
+  EXPECT_NE(loadErr(tj).find("cls must be [token, id]"), std::string::npos);
+  tj["post_processor"] = {{"type", "RobertaProcessing"}, {"sep", {"</s>"}}, {"cls", {"<s>", 0}}};
+  EXPECT_NE(loadErr(tj).find("sep must be"), std::string::npos);
+  // Wrong JSON types in the config: a 422, not an exception.
+  EXPECT_NE(loadErr(base, {{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", "yes"}})
+                .find("unexpected value"),
+            std::string::npos);
+  EXPECT_NE(loadErr(base, {{"tokenizer_class", nullptr}}).find("unexpected value"),
+            std::string::npos);
+  tj = base;
+  tj["model"]["dropout"] = "0";
+  EXPECT_FALSE(loadErr(tj).empty());
+  tj = base;
+  tj["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", ""}};
+  EXPECT_NE(loadErr(tj).find("exactly one character"), std::string::npos);
+  tj["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers", {{{"type", "ByteLevel"}, {"use_regex", false}}, {{"type", "Digits"}}}}};
+  EXPECT_NE(loadErr(tj).find("after ByteLevel"), std::string::npos);
+  tj = base;
+  tj["model"]["vocab"]["big"] = 4294967295ull;
+  EXPECT_NE(loadErr(tj).find("out of range"), std::string::npos);
+}
+
+TEST(Bpe, DuplicateMergeKeepsTheLastListingAsHfDoes) {
+  // "a b" listed at ranks 0 and 2: HF's map keeps rank 2, so "b c" (rank 1) merges first.
+  auto t = make({{"model", charModel({{"a", 0}, {"b", 1}, {"c", 2}, {"ab", 3}, {"bc", 4}},
+                                     {"a b", "b c", "a b"})}});
+  EXPECT_EQ(t->encode("abc", false), (Ids{0, 4}));
+}
+
+TEST(Bpe, ByteFallbackIsDecidedPerCharacter) {
+  // Only <0xC3> and <0xA9> exist: "é" (C3 A9) falls back to bytes, "ü" (C3 BC) becomes unk.
+  nlohmann::json m =
+      charModel({{"<unk>", 0}, {"a", 1}, {"<0xC3>", 2}, {"<0xA9>", 3}}, nlohmann::json::array());
+  m["unk_token"] = "<unk>";
+  m["byte_fallback"] = true;
+  EXPECT_EQ(make({{"model", m}})
+                ->encode("\xC3\xA9\xC3\xBC"
+                         "a",
+                         false),
+            (Ids{2, 3, 0, 1}));
+}
+
+TEST(SplitBehavior, ContiguousWithInvertMergesEqualRuns) {
+  nlohmann::json j = {{"type", "Split"},
+                      {"pattern", {{"String", "a"}}},
+                      {"behavior", "Contiguous"},
+                      {"invert", true}};
+  auto p = PreTokenizer::fromJson(j);
+  ASSERT_TRUE(p.has_value());
+  PreTokScratch sc;
+  std::vector<std::string_view> out;
+  p->split("aab", true, sc, out);
+  EXPECT_EQ(std::vector<std::string>(out.begin(), out.end()),
+            (std::vector<std::string>{"aa", "b"}));
+}
+
+TEST(Chat, HostileRequests) {
+  using J = nlohmann::ordered_json;
+  // Deeply nested arguments inside a string: a 400, not a stack overflow when copied later.
+  std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  J body = {{"messages",
+             {{{"role", "assistant"},
+               {"content", ""},
+               {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", deep}}}}}}}}}};
+  auto r = chatInputFromRequest(body, ContentFormat::kString);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().what.find("nested too deeply"), std::string::npos);
+  // chat_template_kwargs may not replace the conversation; a tool call needs a function.
+  EXPECT_FALSE(chatInputFromRequest(
+                   J::parse(R"({"messages": [], "chat_template_kwargs": {"messages": []}})"),
+                   ContentFormat::kString)
+                   .has_value());
+  EXPECT_FALSE(
+      chatInputFromRequest(
+          J::parse(R"({"messages": [{"role": "assistant", "tool_calls": [{"id": "x"}]}]})"),
+          ContentFormat::kString)
+          .has_value());
+  // Absent arguments become {} (vLLM), a bare tool_reference part is its name.
+  auto ok = chatInputFromRequest(
+      J::parse(R"({"messages": [{"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]},
+                                {"role": "user", "content": [{"tool_reference": "search"}]}]})"),
+      ContentFormat::kString);
+  ASSERT_TRUE(ok.has_value());
+  EXPECT_EQ(ok->messages[0]["tool_calls"][0]["function"]["arguments"], J::object());
+  EXPECT_EQ(ok->messages[1]["content"], "search");
 }
 
 TEST(JsonDepth, RejectsDeepNestingOutsideStrings) {
