@@ -11,3 +11,7 @@ echo
 echo "### Streaming: bench/sse_bench.sh 1000 200 20 ${SSE_ROUNDS:-2}"
 echo
 bash bench/sse_bench.sh 1000 200 20 "${SSE_ROUNDS:-2}" 2>/dev/null
+echo
+echo "### Tokenizer: node bench/tokenizer_bench.mjs --seconds 3 --rounds 3"
+echo
+node bench/tokenizer_bench.mjs --kvgate build/kvgate --seconds 3 --rounds 3 2>/dev/null

@@ -7,8 +7,9 @@
 //   english  /usr/share/common-licenses/{GPL-3,Apache-2.0,GFDL-1.3} (base-files)
 //   code     this repository's src/**/*.{cc,h}
 //   cjk      Chinese prose lines from manpages-zh (installed by scripts/setup.sh --bench)
-// Also: worst cases (100 KB and 200 KB of one letter / of spaces: linear time?) and p50/p99 of
-// chat template + tokenize for an ~8k-token chat request.
+// Also: worst cases (100/200/400 KB of one letter / spaces / digits: linear time?), p50/p99 of
+// chat template + tokenize for an ~8k-token chat request, and multi-turn chats with and without
+// incremental encoding.
 //
 // Usage: node bench/tokenizer_bench.mjs [--kvgate build/kvgate] [--seconds 3] [--rounds 2]
 //        [--out build/bench/tokenizer.json]
@@ -165,6 +166,33 @@ for (const m of ['meta-llama/Meta-Llama-3-8B-Instruct', 'Qwen/Qwen3-8B']) {
     hf_p50_us: lat[Math.floor(lat.length / 2)], hf_p99_us: lat[Math.floor(lat.length * 0.99)] };
   results.chat.push(row);
   console.log(`chat ${m.padEnd(38)} ${kv.tokens} tokens: kvgate p50 ${row.kvgate_p50_us.toFixed(0)} us p99 ${row.kvgate_p99_us.toFixed(0)} us | HF+jinja p50 ${row.hf_p50_us.toFixed(0)} us p99 ${row.hf_p99_us.toFixed(0)} us`);
+}
+
+// Incremental mode: 40 conversations of 12 turns (each turn adds a ~1.5 KB user message and a
+// ~1 KB answer; distinct system prompts, so conversations never share a cache key), every turn's
+// request templated and tokenized in order, full re-encode vs IncrementalEncoder.
+{
+  const lines = [];
+  for (let c = 0; c < 40; c++) {
+    const msgs = [{ role: 'system', content: `Conversation ${c}. You answer questions about the text the user pastes.` }];
+    for (let turn = 0; turn < 12; turn++) {
+      const off = ((c * 12 + turn) * 2600) % (eng.length - 3000);
+      msgs.push({ role: 'user', content: eng.slice(off, off + 1500) });
+      lines.push(JSON.stringify({ model: 'x', messages: msgs.map((m) => ({ ...m })) }));
+      msgs.push({ role: 'assistant', content: eng.slice(off + 1500, off + 2500) });
+    }
+  }
+  const file = path.join(tmp, 'multiturn.jsonl'); fs.writeFileSync(file, lines.join('\n') + '\n');
+  for (const m of ['meta-llama/Meta-Llama-3-8B-Instruct', 'Qwen/Qwen3-8B']) {
+    const run = (extra) => JSON.parse(execFileSync(KVGATE, ['bench', 'tokenize', '--models-dir', modelsDir, '--model', m,
+      '--chat-file', file, '--seconds', String(SECONDS), ...extra]).toString());
+    const full = run([]); const inc = run(['--incremental']);
+    const row = { model: m, turns: 12, conversations: 40, max_tokens: full.tokens,
+      full_mean_us: full.mean_us, full_p50_us: full.p50_us, full_p99_us: full.p99_us,
+      incremental_mean_us: inc.mean_us, incremental_p50_us: inc.p50_us, incremental_p99_us: inc.p99_us };
+    (results.incremental ??= []).push(row);
+    console.log(`multi-turn ${m.padEnd(38)} up to ${full.tokens} tokens: full mean ${full.mean_us.toFixed(0)} us p99 ${full.p99_us.toFixed(0)} us | incremental mean ${inc.mean_us.toFixed(0)} us p99 ${inc.p99_us.toFixed(0)} us`);
+  }
 }
 
 fs.mkdirSync(path.dirname(OUT), { recursive: true });
