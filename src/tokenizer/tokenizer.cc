@@ -407,6 +407,15 @@ void Tokenizer::encodeInto(std::string_view text, bool add_special_tokens,
   if (add_special_tokens) out.insert(out.end(), suffix_ids_.begin(), suffix_ids_.end());
 }
 
+size_t Tokenizer::count(std::string_view text, bool add_special_tokens) const {
+  thread_local std::vector<uint32_t> ids;
+  ids.clear();
+  encodeInto(text, add_special_tokens, ids);
+  size_t n = ids.size();
+  if (ids.capacity() > (1u << 20)) std::vector<uint32_t>().swap(ids);
+  return n;
+}
+
 std::vector<uint32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
   std::vector<uint32_t> out;
   out.reserve(text.size() / 3 + 4);

@@ -39,6 +39,8 @@ class Tokenizer {
                                                               std::string_view name);
 
   std::vector<uint32_t> encode(std::string_view text, bool add_special_tokens) const;
+  // The number of ids encode() would return, without allocating a result per call.
+  size_t count(std::string_view text, bool add_special_tokens) const;
   void encodeInto(std::string_view text, bool add_special_tokens, std::vector<uint32_t>& out) const;
 
   // Chat template, compiled at load (nullptr when the model ships none).

@@ -50,6 +50,7 @@ TEST(Bpe, TiesGoLeftmostShortAndLong) {
   EXPECT_EQ(t->encode(std::string(101, 'a'), false), want);
   // 7 letters (short path): aa aa aa a -> aaaa aa a.
   EXPECT_EQ(t->encode("aaaaaaa", false), (Ids{2, 1, 0}));
+  EXPECT_EQ(t->count("aaaaaaa", false), 3u);
 }
 
 TEST(Bpe, IgnoreMergesEmitsWholeVocabEntries) {
