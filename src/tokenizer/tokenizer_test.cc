@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "common/json_depth.h"
 #include "tokenizer/chat.h"
@@ -51,6 +53,22 @@ TEST(Bpe, TiesGoLeftmostShortAndLong) {
   // 7 letters (short path): aa aa aa a -> aaaa aa a.
   EXPECT_EQ(t->encode("aaaaaaa", false), (Ids{2, 1, 0}));
   EXPECT_EQ(t->count("aaaaaaa", false), 3u);
+}
+
+TEST(Bpe, ConcurrentEncodesAgree) {
+  // Per-thread caches and scratch: 8 threads encoding the same inputs get the hand-computed ids.
+  auto t = make({{"model", charModel({{"a", 0}, {"aa", 1}, {"aaaa", 2}}, {"a a", "aa aa"})}});
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int k = 0; k < 8; ++k)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 2000; ++i) {
+        if (t->encode("aaa", false) != Ids{1, 0}) ++bad;
+        if (t->encode("aaaaaaa", false) != Ids{2, 1, 0}) ++bad;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
 }
 
 TEST(Bpe, IgnoreMergesEmitsWholeVocabEntries) {
