@@ -156,6 +156,9 @@ describe('kvgate serve --models-dir: POST /kvgate/v1/tokenize', () => {
     assert.match((await missing.json()).result, /no tokenizer files for model nobody\/none/);
     assert.equal((await post({ model: '../etc', prompt: 'x' })).status, 400);
     assert.equal((await fetch(`${gw.api}/kvgate/v1/tokenize`)).status, 405);
+    // Oversized: a 5 MiB prompt is over the management API's 4 MiB body limit.
+    const big = await post({ model: LLAMA, prompt: 'x'.repeat(5 << 20) });
+    assert.equal(big.status, 413);
   });
 
   test('/metrics reports tokenizer states and tokenize outcomes', async () => {
