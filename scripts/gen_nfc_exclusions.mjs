@@ -4,7 +4,8 @@
 // compare the reference's NFC with Node's (ICU) NFC; every code point where they differ is
 // listed. The C++ normalizer leaves these characters untouched (an ICU FilteredNormalizer2),
 // which is what the reference does. Writes src/tokenizer/nfc_exclusions.inc.
-// Usage: node scripts/gen_nfc_exclusions.mjs   (from the repository root)
+// Usage: node scripts/gen_nfc_exclusions.mjs [OUT]   (from the repository root; default OUT is
+// src/tokenizer/nfc_exclusions.inc)
 import fs from 'node:fs';
 import tk from 'tokenizers';
 
@@ -37,5 +38,6 @@ const out = [
   ...runs.map(([a, b]) => `{${hex(a)}, ${hex(b)}},`),
   '',
 ].join('\n');
-fs.writeFileSync('src/tokenizer/nfc_exclusions.inc', out);
-console.log(`nfc exclusions: ${excluded.length} code points, ${runs.length} runs`);
+const target = process.argv[2] || 'src/tokenizer/nfc_exclusions.inc';
+fs.writeFileSync(target, out);
+console.log(`nfc exclusions: ${excluded.length} code points, ${runs.length} runs -> ${target}`);

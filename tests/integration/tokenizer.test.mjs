@@ -260,6 +260,28 @@ describe('kvgate tokenize: parity with HF tokenizers + vLLM chat rendering', () 
     });
   }
 
+  // The committed tables must be what the generators derive from the pinned reference today
+  // (only the generation date and the Node/ICU line may differ).
+  // The NFC list compares the reference with Node's own ICU, so it is re-derived only when this
+  // Node knows at least the Unicode version the committed list was made with.
+  test('committed Unicode tables equal a fresh derivation from the reference', { timeout: TIMEOUT }, (t) => {
+    const stable = (text) => text.split('\n').filter((l) => !/Generated \d{4}-|compared with Node/.test(l)).join('\n');
+    const pairs = [['scripts/gen_unicode_table.mjs', 'src/tokenizer/unicode_classes.inc']];
+    const made = fs.readFileSync('src/tokenizer/nfc_exclusions.inc', 'utf8').match(/Unicode (\d+)\.(\d+)/);
+    const [maj, min] = process.versions.unicode.split('.').map(Number);
+    if (made && (maj > Number(made[1]) || (maj === Number(made[1]) && min >= Number(made[2])))) {
+      pairs.push(['scripts/gen_nfc_exclusions.mjs', 'src/tokenizer/nfc_exclusions.inc']);
+    } else {
+      t.diagnostic(`nfc_exclusions.inc not re-derived: Node's Unicode ${process.versions.unicode} is older than the list's`);
+    }
+    for (const [script, file] of pairs) {
+      const out = path.join(tmp.dir, path.basename(file));
+      const r = spawnSync(process.execPath, [script, out], { encoding: 'utf8', timeout: 120_000 });
+      assert.equal(r.status, 0, r.stderr);
+      assert.equal(stable(fs.readFileSync(out, 'utf8')), stable(fs.readFileSync(file, 'utf8')), `${file} is stale`);
+    }
+  });
+
   describe('model files', () => {
     let broken;
     before(() => {
