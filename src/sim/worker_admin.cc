@@ -1,0 +1,267 @@
+// The simulator's auxiliary endpoints: runtime faults (/sim/fault and the flags' JSON form),
+// /v1/models, /metrics (vLLM names) and /v1/embeddings.
+#include <xxhash.h>
+
+#include <cmath>
+
+#include "common/ids.h"
+#include "common/json_depth.h"
+#include "common/log.h"
+#include "sim/request_ctx.h"
+#include "sim/wire.h"
+
+namespace kvgate::sim {
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+std::string applyFaultJson(const json& j, FaultState& f) {
+  if (!j.is_object()) return "fault body must be a JSON object";
+  FaultState n = f;
+  if (auto r = j.find("reset"); r != j.end()) {
+    if (!r->is_boolean()) return "'reset' must be a boolean";
+    if (r->get<bool>()) n = FaultState{};
+  }
+  constexpr int64_t kMax = int64_t{1} << 40;
+  for (const auto& [key, v] : j.items()) {
+    int64_t x = 0;
+    if (key == "reset" || key == "worker") continue;
+    if (key == "fail_requests") {
+      if (!getInt(v, 0, kMax, x)) return "'fail_requests' must be an integer >= 0";
+      n.fail_requests = x;
+    } else if (key == "fail_status") {
+      if (!getInt(v, 400, 599, x)) return "'fail_status' must be an integer in 400..599";
+      n.fail_status = static_cast<int>(x);
+    } else if (key == "refuse_connections") {
+      if (!v.is_boolean()) return "'refuse_connections' must be a boolean";
+      n.refuse_connections = v.get<bool>();
+    } else if (key == "stall_ms") {
+      if (!getInt(v, 0, kMax, x)) return "'stall_ms' must be an integer >= 0";
+      n.stall_ms = x;
+    } else if (key == "close_mid_stream_after") {
+      if (v.is_null()) {
+        n.close_mid_stream_after = -1;
+      } else {
+        if (!getInt(v, -kMax, kMax, x)) return "'close_mid_stream_after' must be an integer";
+        n.close_mid_stream_after = x < 0 ? -1 : x;
+      }
+    } else if (key == "event_delay_ms") {
+      if (!getInt(v, 0, kMax, x)) return "'event_delay_ms' must be an integer >= 0";
+      n.event_delay_ms = x;
+    } else {
+      return "unknown fault field '" + key + "'";
+    }
+  }
+  f = n;
+  return {};
+}
+
+Result<void> Worker::setFaults(const FaultState& next) {
+  if (next.refuse_connections && !faults_.refuse_connections) {
+    server_.pauseAccepting();
+  } else if (!next.refuse_connections && faults_.refuse_connections) {
+    auto r = server_.resumeAccepting();
+    if (!r) return tl::unexpected(r.error());
+  }
+  faults_ = next;
+  return {};
+}
+
+nlohmann::ordered_json Worker::faultJson() const {
+  ojson j = {{"worker", index_},
+             {"fail_requests", faults_.fail_requests},
+             {"fail_status", faults_.fail_status},
+             {"refuse_connections", faults_.refuse_connections},
+             {"stall_ms", faults_.stall_ms}};
+  j["close_mid_stream_after"] =
+      faults_.close_mid_stream_after < 0 ? ojson(nullptr) : ojson(faults_.close_mid_stream_after);
+  j["event_delay_ms"] = faults_.event_delay_ms;
+  j["faults_injected_total"] = faults_injected_;
+  return j;
+}
+
+asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::ResponseWriter& w,
+                                               const http::HeaderList& hdrs) {
+  ++requests_total_;
+  RequestCtx ctx(*this, w.socket());
+  if (!co_await faultPreamble(ctx, w, hdrs)) co_return;
+  // A coroutine so the error body lives in its frame until the write completes.
+  auto bad = [&](int status, std::string msg,
+                 const char* param = nullptr) -> asio::awaitable<void> {
+    std::string body = vllmError(status, msg, param);
+    co_await w.send(status, "application/json", body, hdrs);
+  };
+  json j = jsonDepthWithin(req.body) ? json::parse(req.body, nullptr, false) : json();
+  if (j.is_discarded() || !j.is_object()) {
+    co_await bad(400, "Request body must be a JSON object.");
+    co_return;
+  }
+  std::string model = cfg_.models.front();
+  if (auto m = j.find("model"); m != j.end() && !m->is_null()) {
+    if (!m->is_string() || std::find(cfg_.models.begin(), cfg_.models.end(),
+                                     m->get<std::string>()) == cfg_.models.end()) {
+      co_await bad(404,
+                   "The model `" + (m->is_string() ? m->get<std::string>() : m->dump()) +
+                       "` does not exist.",
+                   "model");
+      co_return;
+    }
+    model = m->get<std::string>();
+  }
+  bool b64 = false;
+  if (auto f = j.find("encoding_format"); f != j.end() && f->is_string())
+    b64 = f->get<std::string>() == "base64";
+  std::vector<std::vector<uint32_t>> inputs;
+  auto input = j.find("input");
+  bool ok = input != j.end() && (input->is_string() || (input->is_array() && !input->empty()));
+  if (ok && input->is_string()) {
+    inputs.push_back(tokenizerFor(model).encode(input->get_ref<const std::string&>()));
+  } else if (ok && (*input)[0].is_number()) {
+    inputs.emplace_back();
+    ok = tokenList(*input, inputs.back());
+  } else if (ok) {
+    for (const auto& item : *input) {
+      inputs.emplace_back();
+      if (item.is_string())
+        inputs.back() = tokenizerFor(model).encode(item.get_ref<const std::string&>());
+      else if (!item.is_array() || !tokenList(item, inputs.back()))
+        ok = false;
+    }
+  }
+  if (!ok) {
+    co_await bad(400, "'input' must be a string, a list of strings, or token id lists.", "input");
+    co_return;
+  }
+  uint64_t ntok = 0;
+  for (const auto& t : inputs) ntok += t.size();
+  if (!co_await sleepFor(ctx, cfg_.prefill_base_ms +
+                                  static_cast<double>(ntok) * cfg_.prefill_us_per_token / 1e3)) {
+    abortRequest(w);
+    co_return;
+  }
+  prompt_tokens_ += ntok;
+  ojson data = ojson::array();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    SplitMix64 rng{cfg_.seed ^ XXH3_64bits(inputs[i].data(), inputs[i].size() * 4)};
+    std::array<float, 8> v{};
+    double norm = 0;
+    for (float& x : v) {
+      x = static_cast<float>(static_cast<double>(rng.next() >> 11) / 9007199254740992.0 * 2 - 1);
+      norm += static_cast<double>(x) * x;
+    }
+    norm = norm > 0 ? std::sqrt(norm) : 1;
+    for (float& x : v) x = static_cast<float>(x / norm);
+    ojson emb = ojson::array();
+    for (float x : v) emb.push_back(x);
+    if (b64) emb = base64(reinterpret_cast<const unsigned char*>(v.data()), sizeof v);
+    data.push_back({{"index", i}, {"object", "embedding"}, {"embedding", emb}});
+  }
+  ojson resp = {{"id", "embd-" + newRequestId()},
+                {"object", "list"},
+                {"created", unixNow()},
+                {"model", model},
+                {"data", data}};
+  resp["usage"] = {{"prompt_tokens", ntok},
+                   {"total_tokens", ntok},
+                   {"completion_tokens", 0},
+                   {"prompt_tokens_details", nullptr}};
+  if (co_await w.send(200, "application/json", dumpJson(resp), hdrs)) ++request_success_;
+}
+
+std::string Worker::modelsJson() const {
+  ojson data = ojson::array();
+  for (const auto& m : cfg_.models) {
+    data.push_back({{"id", m},
+                    {"object", "model"},
+                    {"created", created_},
+                    {"owned_by", "vllm"},
+                    {"root", m},
+                    {"parent", nullptr},
+                    {"max_model_len", cfg_.max_model_len}});
+  }
+  return dumpJson(ojson{{"object", "list"}, {"data", data}});
+}
+
+std::string Worker::metricsText() const {
+  std::string out;
+  out.reserve(4096);
+  const std::string labels =
+      "model_name=\"" + http::jsonEscape(cfg_.models.front()) + "\",engine=\"0\"";
+  auto d = [](uint64_t v) { return static_cast<double>(v); };
+  addMetric(out, "vllm:num_requests_running", "gauge",
+            "Number of requests in model execution batches.", labels, d(running_));
+  addMetric(out, "vllm:num_requests_waiting", "gauge",
+            "Number of requests waiting to be processed.", labels, d(waiters_.size()));
+  double usage = cache_.capacity() ? d(cache_.usedBlocks()) / d(cache_.capacity()) : 0.0;
+  addMetric(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
+            labels, usage);
+  addMetric(out, "vllm:prefix_cache_queries_total", "counter",
+            "Prefix cache queries, in terms of number of queried tokens.", labels,
+            d(prefix_queries_));
+  addMetric(out, "vllm:prefix_cache_hits_total", "counter",
+            "Prefix cache hits, in terms of number of cached tokens.", labels, d(prefix_hits_));
+  addMetric(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+            labels, d(prompt_tokens_));
+  addMetric(out, "vllm:generation_tokens_total", "counter",
+            "Number of generation tokens processed.", labels, d(generation_tokens_));
+  addMetric(out, "vllm:request_success_total", "counter",
+            "Count of successfully processed requests.", labels + ",finished_reason=\"length\"",
+            d(request_success_));
+  addMetric(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
+            "block_size=\"" + std::to_string(cache_.blockSize()) +
+                "\",enable_prefix_caching=\"True\",engine=\"0\",num_gpu_blocks=\"" +
+                std::to_string(cache_.capacity()) + "\"",
+            1.0);
+  addMetric(out, "kvgate_sim_requests_total", "counter",
+            "Inference requests received by the simulated worker.", labels, d(requests_total_));
+  addMetric(out, "kvgate_sim_requests_aborted_total", "counter",
+            "Requests whose client disconnected before completion.", labels, d(requests_aborted_));
+  addMetric(out, "kvgate_sim_faults_injected_total", "counter",
+            "Faults injected (failed, stalled, cut or delayed requests).", labels,
+            d(faults_injected_));
+  return out;
+}
+
+asio::awaitable<void> Worker::handleFault(http::Request& req, http::ResponseWriter& w) {
+  // `body` is the caller's temporary, alive until the end of its co_await expression.
+  auto reply = [&](int status, const std::string& body) {
+    return w.send(status, "application/json", body);
+  };
+  Worker* target = this;
+  json j = json::object();
+  if (req.method == "POST" && !req.body.empty()) {
+    j = jsonDepthWithin(req.body) ? json::parse(req.body, nullptr, false) : json();
+    if (j.is_discarded() || !j.is_object()) {
+      co_await reply(400, vllmError(400, "fault body must be a JSON object"));
+      co_return;
+    }
+  }
+  std::optional<json> which;
+  if (auto it = j.find("worker"); it != j.end()) which = *it;
+  if (auto q = req.queryParam("worker")) which = json::parse(*q, nullptr, false);
+  if (which) {
+    int64_t i = 0;
+    size_t n = fleet_ ? fleet_->size() : 0;
+    if (!getInt(*which, 0, static_cast<int64_t>(n) - 1, i) || !(*fleet_)[i]) {
+      co_await reply(400, vllmError(400, "'worker' must be an index in 0.." +
+                                             std::to_string(n == 0 ? 0 : n - 1)));
+      co_return;
+    }
+    target = (*fleet_)[static_cast<size_t>(i)].get();
+  }
+  if (req.method == "POST") {
+    FaultState next = target->faults_;
+    std::string err = applyFaultJson(j, next);
+    if (!err.empty()) {
+      co_await reply(400, vllmError(400, err));
+      co_return;
+    }
+    auto r = target->setFaults(next);
+    if (!r) {
+      co_await reply(500, vllmError(500, r.error().what));
+      co_return;
+    }
+  }
+  co_await reply(200, dumpJson(target->faultJson()));
+}
+
+}  // namespace kvgate::sim
