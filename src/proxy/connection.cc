@@ -16,6 +16,7 @@
 #include "http/parser.h"
 #include "http/server.h"
 #include "proxy/buffer.h"
+#include "proxy/client_conn.h"
 #include "proxy/request_info.h"
 #include "proxy/request_keys.h"
 #include "proxy/worker.h"
@@ -23,13 +24,9 @@
 #include "routing/selectors/hash_ring.h"
 
 namespace kvgate::proxy {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-constexpr size_t kReadChunk = 16 * 1024;
 
 std::string openAiError(int status, std::string_view code, std::string_view message,
-                        std::string_view param = {}) {
+                        std::string_view param) {
   std::string b = "{\"error\":{\"message\":\"" + http::jsonEscape(message) + "\",\"type\":\"";
   b += status >= 500 ? (status == 501 ? "not_active" : "server_error") : "invalid_request_error";
   b += "\",\"param\":";
@@ -37,88 +34,6 @@ std::string openAiError(int status, std::string_view code, std::string_view mess
   b += ",\"code\":\"" + http::jsonEscape(code) + "\"}}";
   return b;
 }
-
-class ClientConn : public std::enable_shared_from_this<ClientConn> {
- public:
-  ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s)
-      : w_(w),
-        l_(std::move(l)),
-        client_(std::move(s)),
-        upstream_(w.io),
-        deadline_(client_.get_executor()) {}
-
-  asio::awaitable<void> run();
-
- private:
-  enum class Phase { kIdle, kHead, kBody, kConnect, kAwaitResponse, kRelay, kStream };
-
-  struct Outcome {
-    int status = 0;
-    uint64_t bytes = 0;
-    const std::string* endpoint = nullptr;  // label of the chosen endpoint (owned by the route)
-    const char* key = "";                   // which key the selector used
-    bool spilled = false;
-    const Route* route = nullptr;  // set once the request's rule is known
-    int ep_index = -1;             // set once an endpoint is chosen
-    double ttfb_ms = -1;           // first response byte to the client (stream: first event)
-  };
-
-  void onDeadline();
-  asio::awaitable<bool> readMore(Buffer& b, tcp::socket& s);
-  asio::awaitable<bool> readUpstream();
-  void countResponse(int status);
-  void logAccess(std::string_view request_id, std::string_view model);
-  asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
-                                  std::string_view param = {}, bool close = false);
-  asio::awaitable<bool> writeClient(std::string_view a, std::string_view b = {});
-  asio::awaitable<bool> proxyRequest(const http::RequestHead& head, std::string_view body,
-                                     const Route& route, std::string_view request_id);
-  asio::awaitable<bool> relayResponse(const http::ResponseHead& rh, const Route& route,
-                                      std::string_view request_id, bool head_request);
-  void startWatch();
-  asio::awaitable<void> stopWatch();
-  asio::awaitable<void> watchClient(std::shared_ptr<ClientConn> self, uint64_t gen);
-  void closeUpstream() {
-    error_code ec;
-    upstream_.close(ec);
-  }
-  void closeClient() {
-    error_code ec;
-    client_.shutdown(tcp::socket::shutdown_both, ec);
-    client_.close(ec);
-  }
-
-  Worker& w_;
-  std::shared_ptr<Listener> l_;
-  tcp::socket client_;
-  tcp::socket upstream_;
-  Deadline deadline_;
-  Phase phase_ = Phase::kIdle;
-  bool timed_out_ = false;
-  Buffer in_;  // client bytes
-  Buffer up_;  // upstream bytes
-  bool client_keep_alive_ = true;
-  int client_minor_ = 1;
-  std::chrono::milliseconds idle_timeout_{0};
-  // Client-disconnect watcher state.
-  bool watching_ = false;
-  bool watch_running_ = false;
-  bool client_gone_ = false;
-  uint64_t watch_gen_ = 0;
-  uint64_t source_key_ = 0;
-  std::optional<routing::BodyKeys> body_keys_;  // this request's parsed body keys, if parsed
-  std::chrono::steady_clock::time_point
-      started_at_;  // when the current request's head arrived  // hash of the client's address (sel
-                    // 1, persist fallback)
-  std::string pipelined_;         // client bytes the watcher read during a response
-  bool upstream_waited_ = false;  // the last upstream read had to wait (streaming)
-  // Per-request scratch kept across requests so a warm connection allocates nothing for them.
-  std::string request_id_;
-  std::string up_head_;
-  std::string down_head_;
-  std::vector<bool> excluded_;
-  Outcome outcome_;
-};
 
 void ClientConn::onDeadline() {
   timed_out_ = true;
@@ -655,150 +570,6 @@ asio::awaitable<bool> ClientConn::proxyRequest(const http::RequestHead& head, st
                      last_error);
   co_return true;
 }
-
-asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, const Route& route,
-                                                std::string_view request_id, bool head_request) {
-  const auto& rule = route.rule;
-  // Decide the framing towards the client.
-  bool dechunk = rh.body_kind == http::BodyKind::kChunked && client_minor_ == 0;
-  if (rh.body_kind == http::BodyKind::kUntilClose || dechunk) client_keep_alive_ = false;
-  std::string& h = down_head_;
-  h.clear();
-  h.append("HTTP/1.1 ").append(std::to_string(rh.status)).append(" ");
-  h.append(rh.reason.empty() ? std::string_view(http::statusReason(rh.status)) : rh.reason);
-  h.append("\r\n");
-  bool has_rid = false;
-  for (size_t i = 0; i < rh.num_headers; ++i) {
-    auto& x = rh.headers[i];
-    if (http::isHopByHop(x.name)) continue;
-    if (http::iequals(x.name, "x-request-id")) has_rid = true;
-    h.append(x.name).append(": ").append(x.value).append("\r\n");
-  }
-  if (rh.body_kind == http::BodyKind::kChunked && !dechunk)
-    h.append("Transfer-Encoding: chunked\r\n");
-  if (!has_rid) h.append("X-Request-Id: ").append(request_id).append("\r\n");
-  if (!client_keep_alive_) h.append("Connection: close\r\n");
-  h.append("\r\n");
-  outcome_.status = rh.status;
-  countResponse(rh.status);
-  up_.consume(rh.head_bytes);
-
-  // Deadline: a stream gets a wall-clock cap and no idle reaping; other bodies a per-read timeout.
-  const bool stream = rh.event_stream;
-  struct StreamGauge {  // kvgate_active_streams while this response is a stream
-    DataPlaneStats& s;
-    bool on;
-    ~StreamGauge() {
-      if (on) s.active_streams.fetch_sub(1, std::memory_order_relaxed);
-    }
-  } stream_gauge{w_.stats, stream};
-  if (stream) w_.stats.active_streams.fetch_add(1, std::memory_order_relaxed);
-  bool ttft_pending = stream;
-  auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
-                                               : w_.opts.upstream_data_timeout;
-  if (stream) {
-    int64_t cap = rule.max_stream_duration_sec > 0 ? rule.max_stream_duration_sec : 86400;
-    phase_ = Phase::kStream;
-    deadline_.expireAfter(std::chrono::seconds(cap));
-  } else {
-    phase_ = Phase::kRelay;
-  }
-
-  http::ChunkedScanner sc;
-  uint64_t remaining = rh.body_kind == http::BodyKind::kLength ? rh.content_length : 0;
-  bool complete = rh.body_kind == http::BodyKind::kNone || head_request;
-  bool upstream_reusable = rh.keep_alive;
-  std::string decoded;
-  bool first = true;
-  for (;;) {
-    // Forward what we have.
-    std::string_view chunk;
-    if (!complete && !up_.empty()) {
-      switch (rh.body_kind) {
-        case http::BodyKind::kLength: {
-          size_t take = static_cast<size_t>(std::min<uint64_t>(remaining, up_.size()));
-          chunk = std::string_view(up_.data(), take);
-          remaining -= take;
-          complete = remaining == 0;
-          break;
-        }
-        case http::BodyKind::kChunked: {
-          decoded.clear();
-          auto st = sc.feed(up_.data(), up_.size(), dechunk ? &decoded : nullptr);
-          if (st.error) {
-            log::warn("proxy", "malformed chunked response from " + *outcome_.endpoint);
-            if (first) co_await writeClient(h);  // then cut the stream: the client sees it
-            co_await stopWatch();
-            closeUpstream();
-            co_return false;
-          }
-          chunk = dechunk ? std::string_view(decoded) : std::string_view(up_.data(), st.consumed);
-          complete = st.done;
-          if (st.done && st.consumed != up_.size()) upstream_reusable = false;
-          // Released now; `chunk` still points at the bytes until the next read.
-          up_.consume(st.consumed);
-          break;
-        }
-        case http::BodyKind::kUntilClose:
-          chunk = up_.view();
-          break;
-        case http::BodyKind::kNone:
-          break;
-      }
-    }
-    if (first || !chunk.empty()) {
-      bool ok = co_await writeClient(first ? std::string_view(h) : std::string_view(), chunk);
-      if (outcome_.ttfb_ms < 0 || (ttft_pending && !chunk.empty()))
-        outcome_.ttfb_ms = std::chrono::duration<double, std::milli>(
-                               std::chrono::steady_clock::now() - started_at_)
-                               .count();
-      if (ttft_pending && !chunk.empty()) {
-        ttft_pending = false;
-        route.stats->stream_ttft.observe(outcome_.ttfb_ms / 1000.0);
-      }
-      outcome_.bytes += chunk.size();
-      first = false;
-      if (!ok) {
-        closeUpstream();  // client gone: abort the upstream request
-        client_gone_ = true;
-        co_await stopWatch();
-        co_return false;
-      }
-    }
-    // Release what was forwarded (chunked consumed it already).
-    if (rh.body_kind == http::BodyKind::kLength || rh.body_kind == http::BodyKind::kUntilClose)
-      up_.consume(chunk.size());
-    if (complete) break;
-    if (!stream) deadline_.expireAfter(data_timeout);
-    if (!co_await readUpstream()) {
-      if (rh.body_kind == http::BodyKind::kUntilClose && !client_gone_ && !timed_out_) {
-        complete = true;
-        upstream_reusable = false;
-        break;
-      }
-      // Truncated by the upstream, the deadline or a client disconnect: cut the client stream.
-      if (timed_out_ && stream)
-        log::warn("proxy", "stream " + std::string(request_id) + " hit max_stream_duration_sec");
-      co_await stopWatch();
-      closeUpstream();
-      co_return false;
-    }
-  }
-  deadline_.clear();
-  co_await stopWatch();
-  if (client_gone_) {
-    closeUpstream();
-    co_return false;
-  }
-  if (upstream_reusable && up_.empty() && upstream_.is_open())
-    w_.pool.put(*outcome_.endpoint, std::move(upstream_));
-  else
-    closeUpstream();
-  upstream_ = tcp::socket(w_.io);
-  co_return true;
-}
-
-}  // namespace
 
 asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::socket sock) {
   auto conn = std::make_shared<ClientConn>(w, std::move(l), std::move(sock));
