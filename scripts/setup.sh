@@ -13,6 +13,7 @@ APT_PACKAGES=(
   libexpected-dev         # tl::expected for Result<T>
   libxxhash-dev           # XXH3 (request ids, prefix keys, fingerprints)
   libicu-dev              # Unicode normalization (NFC) for tokenizers
+  libonig-dev             # Oniguruma: tokenizer Split regexes without a hand-written matcher
   libgtest-dev libgmock-dev
   clang-format clang-tidy # make lint
   prometheus              # promtool checks the /metrics exposition in the tests

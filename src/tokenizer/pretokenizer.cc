@@ -6,6 +6,7 @@
 #include "tokenizer/pretokenizer.h"
 
 #include "tokenizer/split_patterns.h"
+#include "tokenizer/split_regex.h"
 #include "tokenizer/utf8.h"
 
 namespace kvgate::tok {
@@ -15,7 +16,8 @@ enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext,
 struct PreTokenizer::Step {
   enum Kind { kRegex, kString, kByteLevel, kMetaspace, kDigits } kind = kRegex;
   SplitMatcher matcher = nullptr;
-  std::string literal;  // kString pattern; kMetaspace replacement
+  std::shared_ptr<const OnigRegex> onig;  // kRegex without a hand-written matcher
+  std::string literal;                    // kString pattern; kMetaspace replacement
   Behavior behavior = Behavior::kIsolated;
   bool invert = false;
   bool add_prefix_space = false;   // kByteLevel
@@ -62,10 +64,11 @@ Result<void> parseStep(const nlohmann::json& j, std::vector<std::shared_ptr<cons
     if (pat.contains("Regex") && pat["Regex"].is_string()) {
       step->kind = Step::kRegex;
       step->matcher = knownSplitMatcher(pat["Regex"].get<std::string>());
-      if (!step->matcher)
-        return fail(400, "pre_tokenizer",
-                    "unsupported Split regex (not one of the known model patterns): " +
-                        pat["Regex"].get<std::string>());
+      if (!step->matcher) {  // not a known model pattern: Oniguruma, as the reference
+        auto re = OnigRegex::compile(pat["Regex"].get<std::string>());
+        if (!re) return tl::unexpected(re.error());
+        step->onig = std::move(*re);
+      }
     } else if (pat.contains("String") && pat["String"].is_string() &&
                !pat["String"].get<std::string>().empty()) {
       step->kind = Step::kString;
@@ -182,6 +185,19 @@ void splitMatcher(std::string_view piece, SplitMatcher m, CpText& t, std::vector
   if (gap < n) spans.push_back({t.off[gap], t.off[n], false});
 }
 
+void splitOnig(std::string_view piece, const OnigRegex& re, std::vector<Span>& spans) {
+  thread_local std::vector<std::pair<size_t, size_t>> m;
+  m.clear();
+  re.matches(piece, m);
+  size_t pos = 0;
+  for (auto [b, e] : m) {
+    if (b > pos) spans.push_back({pos, b, false});
+    spans.push_back({b, e, true});
+    pos = e;
+  }
+  if (pos < piece.size()) spans.push_back({pos, piece.size(), false});
+}
+
 void splitLiteral(std::string_view piece, std::string_view lit, std::vector<Span>& spans) {
   size_t pos = 0;
   while (pos < piece.size()) {
@@ -207,7 +223,10 @@ void applyStep(const Step& st, std::string_view piece, bool first, PreTokScratch
   spans.clear();
   switch (st.kind) {
     case Step::kRegex:
-      splitMatcher(piece, st.matcher, sc.cps, spans);
+      if (st.onig)
+        splitOnig(piece, *st.onig, spans);
+      else
+        splitMatcher(piece, st.matcher, sc.cps, spans);
       combine(piece, spans, st.behavior, st.invert, out);
       return;
     case Step::kString:

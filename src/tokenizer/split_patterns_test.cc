@@ -63,12 +63,19 @@ TEST(SplitPatterns, O200kCaseRuns) {
   EXPECT_EQ(pieces(kO200k, "a //b"), (V{"a", " //", "b"}));
 }
 
-TEST(SplitPatterns, UnknownPatternIsALoadError) {
+TEST(SplitPatterns, OtherPatternsRunOnOniguruma) {
+  // Not a known model pattern: compiled with Oniguruma. Leftmost-first alternation: at "a",
+  // "[a-z]+" wins and stops at the digit; at "1" only "[a-z0-9]+" matches and takes "12cd".
+  EXPECT_EQ(pieces("[a-z]+|[a-z0-9]+", "ab12cd"), (V{"ab", "12cd"}));
+  // Unmatched text between matches is kept as its own piece (Isolated).
+  EXPECT_EQ(pieces("[0-9]+", "ab12cd"), (V{"ab", "12", "cd"}));
+  EXPECT_EQ(pieces(R"(\p{N}+)", "x١٢y"), (V{"x", "١٢", "y"}));
+  // An invalid regex is a load error naming the problem.
   nlohmann::json j = {
-      {"type", "Split"}, {"pattern", {{"Regex", "[a-z]+"}}}, {"behavior", "Isolated"}};
+      {"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   auto p = PreTokenizer::fromJson(j);
   ASSERT_FALSE(p.has_value());
-  EXPECT_NE(p.error().what.find("unsupported Split regex"), std::string::npos);
+  EXPECT_NE(p.error().what.find("invalid Split regex"), std::string::npos);
 }
 
 TEST(SplitPatterns, StringSplitBehaviors) {

@@ -235,6 +235,11 @@ describe('kvgate tokenize: parity with HF tokenizers + vLLM chat rendering', () 
       j.normalizer = { type: 'Sequence', normalizers: [{ type: 'NFC' }] };
       j.pre_tokenizer.pretokenizers.unshift({ type: 'Digits', individual_digits: true });
     }],
+    // A Split regex with no hand-written matcher (Oniguruma, like the reference), ASCII classes
+    // so that the Unicode version of the system's libonig does not matter.
+    'synthetic/llama3-onig-split': ['meta-llama/Meta-Llama-3-8B-Instruct', (j) => {
+      j.pre_tokenizer.pretokenizers[0].pattern.Regex = "[0-9]{1,3}| ?[A-Za-z]+|'[a-z]{1,2}|\\s+(?!\\S)|\\s+|[^\\sA-Za-z0-9]+";
+    }],
     // GPT-2 style ByteLevel splitting (use_regex) on Qwen's vocabulary, prefix space on.
     'synthetic/qwen-bytelevel-regex': ['Qwen/Qwen3-8B', (j) => {
       j.pre_tokenizer = { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true };
