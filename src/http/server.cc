@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "common/json_escape.h"
 #include "common/log.h"
 #include "http/chunked.h"
 #include "http/parser.h"
@@ -118,33 +119,7 @@ const char* statusReason(int s) {
 std::string jsonEscape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          char b[8];
-          std::snprintf(b, sizeof b, "\\u%04x", c);
-          out += b;
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
+  appendJsonEscaped(out, s);
   return out;
 }
 

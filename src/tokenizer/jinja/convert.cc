@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/json_escape.h"
 #include "tokenizer/jinja/text.h"
 
 namespace kvgate::jinja {
@@ -214,63 +215,8 @@ Result<std::string> jsString(const Value& v, int depth) {
 }
 
 static void jsonString(std::string& out, std::string_view s, bool ensure_ascii) {
-  static const char* kHex = "0123456789abcdef";
   out += '"';
-  for (size_t pos = 0; pos < s.size();) {
-    auto c = static_cast<unsigned char>(s[pos]);
-    if (c < 0x80) {
-      ++pos;
-      switch (c) {
-        case '"':
-          out += "\\\"";
-          break;
-        case '\\':
-          out += "\\\\";
-          break;
-        case '\b':
-          out += "\\b";
-          break;
-        case '\f':
-          out += "\\f";
-          break;
-        case '\n':
-          out += "\\n";
-          break;
-        case '\r':
-          out += "\\r";
-          break;
-        case '\t':
-          out += "\\t";
-          break;
-        default:
-          if (c < 0x20 || (ensure_ascii && c == 0x7f)) {
-            out += "\\u00";
-            out += kHex[c >> 4];
-            out += kHex[c & 15];
-          } else {
-            out += static_cast<char>(c);
-          }
-      }
-      continue;
-    }
-    size_t len = 0;
-    char32_t cp = text::decode(s, pos, len);
-    if (!ensure_ascii) {
-      out.append(s.substr(pos, len));
-    } else {
-      auto unit = [&](unsigned u) {
-        out += "\\u";
-        for (int sh = 12; sh >= 0; sh -= 4) out += kHex[(u >> sh) & 15];
-      };
-      if (cp > 0xFFFF) {
-        unit(0xD800 + ((cp - 0x10000) >> 10));
-        unit(0xDC00 + ((cp - 0x10000) & 0x3FF));
-      } else {
-        unit(static_cast<unsigned>(cp));
-      }
-    }
-    pos += len;
-  }
+  appendJsonEscaped(out, s, ensure_ascii);
   out += '"';
 }
 
