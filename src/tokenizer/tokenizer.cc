@@ -97,7 +97,7 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::load(const std::filesystem::
     return fail(422, cfg_path.string(), cfg_path.string() + " is not valid JSON: " + e.what());
   }
   std::shared_ptr<Tokenizer> t(new Tokenizer());
-  auto r = t->init(j, cfg, cfg_path.string(), tmpl);
+  auto r = t->init(j, cfg, tmpl);
   if (!r) {
     Error e = r.error();
     if (e.source == "tokenizer_config.json")
@@ -126,7 +126,7 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::fromStrings(std::string_view
     return fail(422, std::string(name), std::string(name) + " is not valid JSON: " + e.what());
   }
   std::shared_ptr<Tokenizer> t(new Tokenizer());
-  auto r = t->init(j, cfg, "tokenizer_config.json", "");
+  auto r = t->init(j, cfg, "");
   if (!r) {
     Error e = r.error();
     e.what = std::string(name) + ": " + e.what;
@@ -137,18 +137,17 @@ Result<std::shared_ptr<const Tokenizer>> Tokenizer::fromStrings(std::string_view
 }
 
 Result<void> Tokenizer::init(const nlohmann::json& tj, const nlohmann::json& cfg,
-                             const std::string& cfg_name, const std::string& template_override) {
+                             const std::string& template_override) {
   // Any value of an unexpected JSON type (e.g. "add_bos_token": "yes") is a load error naming
   // the file being read at the time, never an exception escaping to the caller.
   try {
-    return initImpl(tj, cfg, cfg_name, template_override);
+    return initImpl(tj, cfg, template_override);
   } catch (const std::exception& e) {
     return fail(422, phase_, std::string("unexpected value: ") + e.what());
   }
 }
 
 Result<void> Tokenizer::initImpl(const nlohmann::json& tj, const nlohmann::json& cfg,
-                                 const std::string& cfg_name,
                                  const std::string& template_override) {
   phase_ = "tokenizer.json";
   if (!tj.is_object()) return fail(422, "tokenizer.json", "top level is not an object");
@@ -336,7 +335,6 @@ Result<void> Tokenizer::initImpl(const nlohmann::json& tj, const nlohmann::json&
     chat_template_source_ = tmpl;
     content_parts_ = detectContentFormat(tmpl) == ContentFormat::kOpenAI;
   }
-  (void)cfg_name;
   return {};
 }
 

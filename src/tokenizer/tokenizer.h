@@ -72,9 +72,9 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   Result<void> init(const nlohmann::json& tj, const nlohmann::json& cfg,
-                    const std::string& cfg_name, const std::string& template_override);
+                    const std::string& template_override);
   Result<void> initImpl(const nlohmann::json& tj, const nlohmann::json& cfg,
-                        const std::string& cfg_name, const std::string& template_override);
+                        const std::string& template_override);
   void encodeText(std::string_view text, bool first, std::vector<uint32_t>& out) const;
   const char* phase_ = "tokenizer.json";  // which file init() is reading (error attribution)
 
