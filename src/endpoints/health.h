@@ -29,6 +29,10 @@ enum class BreakerState : int { kClosed = 0, kOpen = 1, kHalfOpen = 2 };
 
 class Health {
  public:
+  // Tests only: a manual clock (nanoseconds, any origin) for every Health in the process;
+  // negative restores the steady clock.
+  static void setTestClockNs(int64_t ns);
+
   // May a request be sent to this endpoint now? `breaker` applies the circuit breaker (the
   // rule's cb_enable). A half-open endpoint admits one trial: `trial` is set when this call took
   // it.

@@ -2,10 +2,21 @@
 
 #include <gtest/gtest.h>
 
-#include <thread>
-
 namespace kvgate::endpoints {
 namespace {
+
+// A manual clock for the whole test: time moves only when a test advances it.
+struct ManualClock : ::testing::Test {
+  int64_t now = 1'000'000'000;
+  void SetUp() override { Health::setTestClockNs(now); }
+  void TearDown() override { Health::setTestClockNs(-1); }
+  void advanceMs(int64_t ms) {
+    now += ms * 1'000'000;
+    Health::setTestClockNs(now);
+  }
+};
+using Breaker = ManualClock;
+using Passive = ManualClock;
 
 HealthOptions fast() {
   HealthOptions o;
@@ -17,7 +28,7 @@ HealthOptions fast() {
   return o;
 }
 
-TEST(Breaker, OpensAfterOriginStreakAndFourXxNeitherAdvancesNorResets) {
+TEST_F(Breaker, OpensAfterOriginStreakAndFourXxNeitherAdvancesNorResets) {
   Health h;
   auto o = fast();
   bool trial;
@@ -31,7 +42,7 @@ TEST(Breaker, OpensAfterOriginStreakAndFourXxNeitherAdvancesNorResets) {
   EXPECT_TRUE(h.admits(false, trial));  // rules without cb_enable ignore the breaker
 }
 
-TEST(Breaker, SuccessResetsTheStreak) {
+TEST_F(Breaker, SuccessResetsTheStreak) {
   Health h;
   auto o = fast();
   h.onResponse(o, true, 503, false);
@@ -42,13 +53,15 @@ TEST(Breaker, SuccessResetsTheStreak) {
   EXPECT_EQ(h.breaker(), BreakerState::kClosed);
 }
 
-TEST(Breaker, HalfOpenAdmitsOneTrialThenClosesOrReopens) {
+TEST_F(Breaker, HalfOpenAdmitsOneTrialThenClosesOrReopens) {
   Health h;
   auto o = fast();
   bool trial = false;
   for (int i = 0; i < 5; ++i) h.onConnectFailure(o, true);  // cb_failures = 5
   EXPECT_EQ(h.breaker(), BreakerState::kOpen);
-  std::this_thread::sleep_for(std::chrono::milliseconds(40));  // open window (30 ms) passed
+  advanceMs(29);  // still inside the 30 ms open window
+  EXPECT_EQ(h.breaker(), BreakerState::kOpen);
+  advanceMs(1);  // the window has passed
   EXPECT_EQ(h.breaker(), BreakerState::kHalfOpen);
   // Passive detection (3 failures, 30 ms hold) has expired too.
   ASSERT_TRUE(h.admits(true, trial));
@@ -57,7 +70,7 @@ TEST(Breaker, HalfOpenAdmitsOneTrialThenClosesOrReopens) {
   EXPECT_FALSE(h.admits(true, second));  // only one trial at a time
   h.onResponse(o, true, 500, true);      // the trial failed: open again
   EXPECT_EQ(h.breaker(), BreakerState::kOpen);
-  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  advanceMs(30);
   ASSERT_TRUE(h.admits(true, trial));
   h.onResponse(o, true, 200, true);  // the trial succeeded: closed
   EXPECT_EQ(h.breaker(), BreakerState::kClosed);
@@ -66,7 +79,7 @@ TEST(Breaker, HalfOpenAdmitsOneTrialThenClosesOrReopens) {
   EXPECT_EQ(h.transitions(BreakerState::kClosed), 1u);
 }
 
-TEST(Passive, ConsecutiveConnectFailuresMarkDownUntilHoldOrProbe) {
+TEST_F(Passive, ConsecutiveConnectFailuresMarkDownUntilHoldOrProbe) {
   Health h;
   auto o = fast();
   o.passive_hold = std::chrono::seconds(60);
@@ -81,7 +94,19 @@ TEST(Passive, ConsecutiveConnectFailuresMarkDownUntilHoldOrProbe) {
   EXPECT_FALSE(h.up());
 }
 
-TEST(Breaker, ZeroOriginThresholdDisablesFiveXxDemotion) {
+TEST_F(Passive, TheHoldEndsOnTime) {
+  Health h;
+  auto o = fast();
+  o.passive_hold = std::chrono::seconds(5);
+  for (int i = 0; i < 3; ++i) h.onConnectFailure(o, false);
+  EXPECT_FALSE(h.up());
+  advanceMs(4999);
+  EXPECT_FALSE(h.up());
+  advanceMs(1);  // exactly 5 s later
+  EXPECT_TRUE(h.up());
+}
+
+TEST_F(Breaker, ZeroOriginThresholdDisablesFiveXxDemotion) {
   Health h;
   auto o = fast();
   o.origin_5xx = 0;
