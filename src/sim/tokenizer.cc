@@ -20,7 +20,8 @@ uint32_t SimpleTokenizer::pieceId(std::string_view piece) {
   return static_cast<uint32_t>(XXH3_64bits(piece.data(), piece.size()) % kVocab) + kFirstId;
 }
 
-std::vector<uint32_t> SimpleTokenizer::encode(std::string_view text) const {
+std::vector<uint32_t> SimpleTokenizer::encode(std::string_view text,
+                                              bool /*add_special_tokens*/) const {
   std::vector<uint32_t> ids;
   ids.reserve(text.size() / 4 + 1);
   size_t i = 0;
@@ -88,8 +89,8 @@ namespace {
 class HfTokenizer : public Tokenizer {
  public:
   explicit HfTokenizer(std::shared_ptr<const tok::Tokenizer> t) : t_(std::move(t)) {}
-  std::vector<uint32_t> encode(std::string_view text) const override {
-    return t_->encode(text, true);
+  std::vector<uint32_t> encode(std::string_view text, bool add_special_tokens) const override {
+    return t_->encode(text, add_special_tokens);
   }
   Result<std::vector<uint32_t>> encodeChat(std::string_view raw,
                                            const nlohmann::json&) const override {

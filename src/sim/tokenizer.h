@@ -28,8 +28,9 @@ namespace kvgate::sim {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  // A completion prompt (vLLM: add_special_tokens=true).
-  virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
+  // A completion prompt (vLLM: add_special_tokens defaults to true; the stand-in has none).
+  virtual std::vector<uint32_t> encode(std::string_view text,
+                                       bool add_special_tokens = true) const = 0;
   // A chat request: `raw` is the request body as received (key order matters to templates),
   // `body` the same parsed. Errors are 400 (bad messages, template errors).
   virtual Result<std::vector<uint32_t>> encodeChat(std::string_view raw,
@@ -43,7 +44,8 @@ class SimpleTokenizer : public Tokenizer {
   static constexpr uint32_t kVocab = 50000;
   static constexpr uint32_t kFirstId = 256;
 
-  std::vector<uint32_t> encode(std::string_view text) const override;
+  std::vector<uint32_t> encode(std::string_view text,
+                               bool add_special_tokens = true) const override;
   Result<std::vector<uint32_t>> encodeChat(std::string_view raw,
                                            const nlohmann::json& body) const override;
   const char* kind() const override { return "stand-in"; }

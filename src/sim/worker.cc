@@ -202,9 +202,15 @@ Result<Worker::Inference> Worker::parseInference(const std::string& body, bool c
     if (p == j.end() || p->is_null()) return fail(400, "", "'prompt' is required.");
     const json* one = &*p;
     if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array()))
-      one = &(*p)[0];  // a batch of one prompt
+      one = &(*p)[0];     // a batch of one prompt
+    bool special = true;  // vLLM CompletionRequest.add_special_tokens
+    if (auto a = j.find("add_special_tokens"); a != j.end() && !a->is_null()) {
+      if (!a->is_boolean())
+        return fail(400, "add_special_tokens", "'add_special_tokens' must be a boolean.");
+      special = a->get<bool>();
+    }
     if (one->is_string()) {
-      in.prompt = tokenizerFor(in.model).encode(one->get_ref<const std::string&>());
+      in.prompt = tokenizerFor(in.model).encode(one->get_ref<const std::string&>(), special);
     } else if (one->is_array() && tokenList(*one, in.prompt)) {
     } else if (p->is_array() && p->size() > 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
       return fail(400, "",

@@ -52,6 +52,17 @@ describe('kvgate sim --models-dir', () => {
       assert.equal(res.status, 200);
       const j = await res.json();
       assert.equal(j.usage.prompt_tokens, (await ref.encode(prompt, true)).length);
+      // vLLM's add_special_tokens: false drops the BOS of Llama-3 (Qwen has none).
+      const res2 = await fetch(`${sim.workers[0].url}/v1/completions`, {
+        method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model, prompt, max_tokens: 2, add_special_tokens: false }),
+      });
+      assert.equal((await res2.json()).usage.prompt_tokens, (await ref.encode(prompt, false)).length);
+      const bad = await fetch(`${sim.workers[0].url}/v1/completions`, {
+        method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model, prompt, add_special_tokens: 'no' }),
+      });
+      assert.equal(bad.status, 400);
     });
 
     test(`chat: prompt_tokens is the reference count of the rendered template (${model})`, async () => {
