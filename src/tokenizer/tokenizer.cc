@@ -381,9 +381,10 @@ void Tokenizer::encodeText(std::string_view text, bool first, std::vector<uint32
 
 void Tokenizer::encodeSegments(std::string_view s, size_t offset, std::vector<uint32_t>& out,
                                std::vector<Boundary>* bounds) const {
-  std::vector<Segment> segs;
-  raw_added_.split(s, segs);
-  for (const Segment& seg : segs) {
+  thread_local std::vector<Segment> raw_segs;  // no allocation per call once warm
+  raw_segs.clear();
+  raw_added_.split(s, raw_segs);
+  for (const Segment& seg : raw_segs) {
     if (seg.id != Segment::kText) {
       out.push_back(seg.id);
       if (bounds)
