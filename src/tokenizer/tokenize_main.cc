@@ -18,7 +18,7 @@ namespace {
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: kvgate tokenize --models-dir DIR --model NAME [--chat] [--jsonl]\n"
-               "                       [--no-special-tokens] [--render]\n\n"
+               "                       [--no-special-tokens] [--render] [--incremental]\n\n"
                "  text mode    stdin is the raw text; prints the ids as one JSON array\n"
                "               (add_special_tokens=true, as /v1/completions, unless\n"
                "               --no-special-tokens)\n"
