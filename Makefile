@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= 2
 MAKEFLAGS += --no-print-directory
 
-.PHONY: setup build test unit demo lint bench clean
+.PHONY: setup build test unit demo lint bench fuzz clean
 
 setup:
 	@bash scripts/setup.sh
@@ -25,6 +25,13 @@ demo: build
 bench: build
 	@bash scripts/setup.sh --bench
 	@bash bench/run_all.sh
+
+# libFuzzer runs (clang + ASan/UBSan) of the fuzz targets; FUZZ_SECONDS each (default 60). New
+# inputs that add coverage are merged into tests/fuzz/corpus (replayed by `make test`).
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	@bash scripts/setup.sh --fuzz
+	@bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 lint:
 	@find src -name '*.cc' -o -name '*.h' | xargs clang-format --dry-run --Werror

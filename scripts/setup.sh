@@ -20,6 +20,11 @@ APT_PACKAGES=(
   python3-jinja2          # second chat-template oracle (tests/tokenizer/jinja2_check.py): real Jinja2
 )
 
+# clang's libFuzzer and sanitizers, only for `make fuzz` (scripts/setup.sh --fuzz).
+if [ "${1:-}" = "--fuzz" ]; then
+  APT_PACKAGES+=(clang libclang-rt-14-dev)
+fi
+
 # Benchmark anchors and tools, only for `make bench` (scripts/setup.sh --bench).
 if [ "${1:-}" = "--bench" ]; then
   APT_PACKAGES+=(nginx-light haproxy wrk util-linux linux-perf)

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -20,8 +21,9 @@ namespace {
 
 const char* kServeHelp =
     "usage: kvgate serve [flags]\n\n"
-    "  --api-listen ADDR:PORT     management REST API address (default 0.0.0.0:11111;\n"
-    "                             port 0 picks a free port, printed in the ready line)\n"
+    "  --api-listen ADDR:PORT     management REST API address (default 127.0.0.1:11111;\n"
+    "                             port 0 picks a free port, printed in the ready line). The API\n"
+    "                             has no authentication yet: bind other addresses deliberately\n"
     "  --state-dir DIR            where the rule set persists (default ./kvgate-state)\n"
     "  --workers N                data-plane worker threads (default: one per core)\n"
     "  --max-header-bytes N       request head limit, larger gets 431 (default 16384)\n"
@@ -42,6 +44,9 @@ const char* kServeHelp =
     "  env LLB_PD_ORIGIN_ERR_THRESHOLD: consecutive 5xx that open a breaker (default 3, 0 = off)\n"
     "  --models-dir DIR           tokenizer folders <DIR>/<model>/ (tokenizer.json,\n"
     "                             tokenizer_config.json); enables POST /kvgate/v1/tokenize\n"
+    "  --drain-timeout-ms N       on SIGTERM: stop accepting, let in-flight requests and\n"
+    "                             streams finish for up to N ms, then exit (default 30000);\n"
+    "                             a second SIGTERM exits at once\n"
     "  --access-log               one structured log line per proxied request\n"
     "  --log-level LEVEL          debug | info | warn | error (default info)\n\n"
     "Prints one JSON line {\"event\":\"ready\",\"api\":URL} on stdout once serving.\n";
@@ -53,10 +58,16 @@ bool parseMs(const char* v, std::chrono::milliseconds& out) {
   return true;
 }
 
+bool isLoopback(const std::string& host) {
+  error_code ec;
+  auto a = asio::ip::make_address(host, ec);
+  return !ec && a.is_loopback();
+}
+
 }  // namespace
 
 int serveMain(int argc, char** argv) {
-  std::string api_listen = "0.0.0.0:11111";
+  std::string api_listen = "127.0.0.1:11111";
   std::string state_dir = "kvgate-state";
   std::string models_dir;
   proxy::ProxyOptions opts;
@@ -112,6 +123,8 @@ int serveMain(int argc, char** argv) {
       opts.health.passive_failures = static_cast<int>(x);
     } else if (a == "--passive-hold-ms") {
       ok = parseMs(next(), opts.health.passive_hold);
+    } else if (a == "--drain-timeout-ms") {
+      ok = parseMs(next(), opts.drain_timeout);
     } else if (a == "--models-dir") {
       models_dir = next();
     } else if (a == "--access-log") {
@@ -153,6 +166,10 @@ int serveMain(int argc, char** argv) {
     }
   }
   std::signal(SIGPIPE, SIG_IGN);
+  if (!isLoopback(hp->host))
+    log::warn("serve", "the management API listens on " + hp->host +
+                           " and has no authentication: anyone who reaches it can change the "
+                           "rules (bind 127.0.0.1 unless this is intended)");
   std::unique_ptr<tok::TokenizerRegistry> tokenizers;
   if (!models_dir.empty()) {
     std::error_code ec;
@@ -196,14 +213,42 @@ int serveMain(int argc, char** argv) {
   log::info("serve", "management API on " + hp->host + ":" + std::to_string(*port) + ", " +
                          std::to_string(dp.options().workers) + " data-plane worker(s)");
 
+  // Shutdown: the first SIGTERM/SIGINT drains (no new connections; requests and streams in
+  // flight finish, up to --drain-timeout-ms); a second one exits at once.
   asio::signal_set signals(control, SIGINT, SIGTERM);
-  signals.async_wait([&](const error_code&, int sig) {
-    log::info("serve", "signal " + std::to_string(sig) + ": shutting down");
+  asio::steady_timer drain_timer(control);
+  auto drain_deadline = std::chrono::steady_clock::now();
+  std::function<void()> poll_drain = [&] {
+    if (dp.idle() || std::chrono::steady_clock::now() >= drain_deadline) {
+      if (!dp.idle()) log::warn("serve", "drain timeout: closing the connections still open");
+      control.stop();
+      return;
+    }
+    drain_timer.expires_after(std::chrono::milliseconds(50));
+    drain_timer.async_wait([&](const error_code& ec) {
+      if (!ec) poll_drain();
+    });
+  };
+  std::function<void(const error_code&, int)> on_signal = [&](const error_code& ec, int sig) {
+    if (ec) return;
+    if (dp.draining()) {
+      log::info("serve", "signal " + std::to_string(sig) + " again: exiting now");
+      control.stop();
+      return;
+    }
+    log::info("serve", "signal " + std::to_string(sig) + ": draining (up to " +
+                           std::to_string(opts.drain_timeout.count()) + " ms)");
     server.stop();
-    control.stop();
-  });
+    dp.drain();
+    drain_deadline = std::chrono::steady_clock::now() + opts.drain_timeout;
+    signals.async_wait(on_signal);
+    poll_drain();
+  };
+  signals.async_wait(on_signal);
   control.run();
   dp.stop();
+  log::info("serve", "stopped");
+  log::flush();
   return 0;
 }
 

@@ -78,83 +78,89 @@ std::string Api::tokenizerMetrics() const {
 //       {"model": M, "messages": [...], ...chat request fields} (template applied as vLLM does).
 // Answer: {"model", "count", "tokens", "prompt"?: rendered chat prompt}. Errors: 400 bad body,
 // 404 no tokenizer files for the model, 422 broken files, 503 serve runs without --models-dir.
-asio::awaitable<void> Api::tokenize(http::Request& req, http::ResponseWriter& w) {
-  auto reply = [&](int status, const std::string& outcome,
-                   std::string body) -> asio::awaitable<void> {
-    ++tokenize_outcomes_[outcome];
-    if (status >= 400) {
-      log::info("api", "POST /kvgate/v1/tokenize -> " + std::to_string(status) + ": " + body);
-      body = apiErrorBody(status, body);
-    }
-    co_await w.send(status, "application/json", body);
+Api::TokenizeResult Api::computeTokenize(const std::string& body) const {
+  TokenizeResult res;
+  auto bad = [&](int status, const char* outcome, std::string detail) {
+    res.status = status;
+    res.outcome = outcome;
+    res.body = std::move(detail);
+    return res;
   };
-  if (req.method != "POST") {
-    co_await reply(405, "bad_request", "use POST on /kvgate/v1/tokenize");
-    co_return;
-  }
-  if (!tokenizers_) {
-    co_await reply(503, "no_tokenizer", "tokenization needs kvgate serve --models-dir DIR");
-    co_return;
-  }
-  if (req.body.size() > kMaxApiBody) {
-    co_await reply(413, "bad_request", "request body too large");
-    co_return;
-  }
-  if (!jsonDepthWithin(req.body)) {
-    co_await reply(400, "bad_request", "JSON body nested too deeply");
-    co_return;
-  }
-  auto j = nlohmann::ordered_json::parse(req.body, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("model") || !j["model"].is_string()) {
-    co_await reply(400, "bad_request", "body must be a JSON object with a string 'model'");
-    co_return;
-  }
-  std::string model = j["model"];
-  auto t = tokenizers_->get(model);
+  if (!jsonDepthWithin(body)) return bad(400, "bad_request", "JSON body nested too deeply");
+  auto j = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("model") || !j["model"].is_string())
+    return bad(400, "bad_request", "body must be a JSON object with a string 'model'");
+  res.model = j["model"];
+  auto t = tokenizers_->get(res.model);
   if (!t) {
     int code = t.error().code;
-    // Bounded: at most 256 distinct models are labelled (names come from clients).
-    if ((code == 404 || code == 422) &&
-        (tokenizer_state_.size() < 256 || tokenizer_state_.count(model)))
-      tokenizer_state_[model] = code == 404 ? "missing" : "error";
-    co_await reply(code,
-                   code == 400   ? "bad_request"
-                   : code == 404 ? "no_tokenizer"
-                                 : "error",
-                   t.error().what);
-    co_return;
+    if (code == 404 || code == 422) res.state = code == 404 ? "missing" : "error";
+    return bad(code, code == 400 ? "bad_request" : code == 404 ? "no_tokenizer" : "error",
+               t.error().what);
   }
-  if (tokenizer_state_.size() < 256 || tokenizer_state_.count(model))
-    tokenizer_state_[model] = "loaded";
-  nlohmann::ordered_json out = {{"model", model}};
+  res.state = "loaded";
+  nlohmann::ordered_json out = {{"model", res.model}};
   std::vector<uint32_t> ids;
   if (j.contains("messages")) {
     std::string rendered;
     auto r = tok::encodeChat(**t, j, &rendered);
-    if (!r) {
-      co_await reply(400, "bad_request", r.error().what);
-      co_return;
-    }
+    if (!r) return bad(400, "bad_request", r.error().what);
     ids = std::move(*r);
     out["prompt"] = rendered;
   } else if (j.contains("prompt") && j["prompt"].is_string()) {
     bool special = true;
     if (j.contains("add_special_tokens")) {
-      if (!j["add_special_tokens"].is_boolean()) {
-        co_await reply(400, "bad_request", "add_special_tokens must be a boolean");
-        co_return;
-      }
+      if (!j["add_special_tokens"].is_boolean())
+        return bad(400, "bad_request", "add_special_tokens must be a boolean");
       special = j["add_special_tokens"].get<bool>();
     }
     ids = (*t)->encode(j["prompt"].get<std::string>(), special);
   } else {
-    co_await reply(400, "bad_request", "give a string 'prompt' or a 'messages' array");
-    co_return;
+    return bad(400, "bad_request", "give a string 'prompt' or a 'messages' array");
   }
   out["count"] = ids.size();
   out["tokens"] = ids;
-  co_await reply(200, "ok",
-                 out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  res.outcome = "ok";
+  res.body = out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  return res;
+}
+
+// Body: {"model": M, "prompt": "text", "add_special_tokens"?: bool (default true)} or
+//       {"model": M, "messages": [...], ...chat request fields} (template applied as vLLM does).
+// Answer: {"model", "count", "tokens", "prompt"?: rendered chat prompt}. Errors: 400 bad body,
+// 404 no tokenizer files for the model, 422 broken files, 503 serve runs without --models-dir
+// or too many tokenize calls at once.
+asio::awaitable<void> Api::tokenize(http::Request& req, http::ResponseWriter& w) {
+  TokenizeResult res;
+  if (req.method != "POST") {
+    res = {405, "bad_request", "use POST on /kvgate/v1/tokenize", {}, {}};
+  } else if (!tokenizers_) {
+    res = {503, "no_tokenizer", "tokenization needs kvgate serve --models-dir DIR", {}, {}};
+  } else if (req.body.size() > kMaxApiBody) {
+    res = {413, "bad_request", "request body too large", {}, {}};
+  } else if (tokenize_in_flight_ >= kMaxTokenizeInFlight) {
+    res = {503, "error", "too many tokenize calls in progress; retry", {}, {}};
+  } else {
+    ++tokenize_in_flight_;
+    struct Done {  // released on every path, exceptions included
+      int& n;
+      ~Done() { --n; }
+    } done{tokenize_in_flight_};
+    // Runs on the tokenize thread; the result comes back to this (control) thread.
+    res = co_await asio::co_spawn(
+        tokenize_pool_.get_executor(),
+        [this, &req]() -> asio::awaitable<TokenizeResult> { co_return computeTokenize(req.body); },
+        asio::use_awaitable);
+  }
+  ++tokenize_outcomes_[res.outcome];
+  // Bounded: at most 256 distinct models are labelled (names come from clients).
+  if (!res.state.empty() && (tokenizer_state_.size() < 256 || tokenizer_state_.count(res.model)))
+    tokenizer_state_[res.model] = res.state;
+  if (res.status >= 400) {
+    log::info("api", "POST /kvgate/v1/tokenize -> " + std::to_string(res.status) + ": " + res.body);
+    res.body = apiErrorBody(res.status, res.body);
+  }
+  co_await w.send(res.status, "application/json", res.body);
 }
 
 asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {

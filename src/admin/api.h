@@ -18,11 +18,26 @@ class Api {
   // `tokenizers` may be null (serve without --models-dir): /kvgate/v1/tokenize then answers 503.
   Api(RuleStore& store, MetricsFn metrics, tok::TokenizerRegistry* tokenizers = nullptr)
       : store_(store), metrics_(std::move(metrics)), tokenizers_(tokenizers) {}
+  ~Api() { tokenize_pool_.join(); }
   asio::awaitable<void> handle(http::Request& req, http::ResponseWriter& w);
 
+  // Tokenize calls queued or running at once; more get 503 (retriable).
+  static constexpr int kMaxTokenizeInFlight = 16;
+
  private:
-  // POST /kvgate/v1/tokenize: the ids kvgate computes for a prompt or chat request.
+  // The outcome of one tokenize call, computed off the control thread.
+  struct TokenizeResult {
+    int status = 200;
+    std::string outcome;  // ok, bad_request, no_tokenizer, error
+    std::string body;     // the answer (200) or the error detail
+    std::string model;
+    std::string state;  // the model's tokenizer state to record ("" = none)
+  };
+  // POST /kvgate/v1/tokenize: the ids kvgate computes for a prompt or chat request. Parsing,
+  // loading and encoding run on a worker thread (tokenize_pool_), never on the control thread,
+  // so a large prompt or a first load does not stall rule changes.
   asio::awaitable<void> tokenize(http::Request& req, http::ResponseWriter& w);
+  TokenizeResult computeTokenize(const std::string& body) const;
   std::string tokenizerMetrics() const;
 
   RuleStore& store_;
@@ -30,6 +45,8 @@ class Api {
   tok::TokenizerRegistry* tokenizers_;
   std::map<std::string, std::string> tokenizer_state_;  // model -> loaded | missing | error
   std::map<std::string, uint64_t> tokenize_outcomes_;   // control thread only
+  int tokenize_in_flight_ = 0;                           // control thread only
+  asio::thread_pool tokenize_pool_{1};
 };
 
 // {"code":N,"message":<class message>,"result":<detail>} for an error status.

@@ -2,22 +2,30 @@
 //
 // Shared mutable state (documented as ARCHITECTURE.md asks): the counters below are atomics
 // written by the worker threads on the request path and read by selectors and metrics. The
-// same EndpointState object survives rule updates as long as the endpoint (ip:port) stays.
+// same EndpointState object survives rule updates as long as the endpoint (ip:port) stays in some
+// rule; endpoints/endpoint_table.h owns them and gives each a stable EndpointId.
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <string>
 
+#include "common/clock.h"
 #include "endpoints/health.h"
 
 namespace kvgate::endpoints {
 
+// Stable identity of one upstream endpoint (never reused within a process; 0 = none).
+using EndpointId = uint32_t;
+
 struct EndpointState {
-  EndpointState(std::string ip_, uint16_t port_)
-      : ip(std::move(ip_)),
+  EndpointState(EndpointId id_, std::string ip_, uint16_t port_, const common::Clock& clock)
+      : id(id_),
+        ip(std::move(ip_)),
         port(port_),
         label(ip.find(':') != std::string::npos ? "[" + ip + "]:" + std::to_string(port)
-                                                : ip + ":" + std::to_string(port)) {}
+                                                : ip + ":" + std::to_string(port)),
+        health(clock) {}
+  const EndpointId id;
   const std::string ip;
   const uint16_t port;
   const std::string label;  // "ip:port" for logs and metrics

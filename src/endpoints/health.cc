@@ -2,19 +2,6 @@
 
 namespace kvgate::endpoints {
 
-namespace {
-std::atomic<int64_t> g_test_clock_ns{-1};
-}  // namespace
-
-void Health::setTestClockNs(int64_t ns) { g_test_clock_ns.store(ns, std::memory_order_relaxed); }
-
-int64_t Health::nowNs() {
-  if (int64_t t = g_test_clock_ns.load(std::memory_order_relaxed); t >= 0) return t;
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 bool Health::up() const {
   if (!probe_up_.load(std::memory_order_relaxed)) return false;
   int64_t until = passive_down_until_ns_.load(std::memory_order_relaxed);

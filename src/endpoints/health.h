@@ -15,6 +15,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "common/clock.h"
+
 namespace kvgate::endpoints {
 
 struct HealthOptions {
@@ -29,9 +31,8 @@ enum class BreakerState : int { kClosed = 0, kOpen = 1, kHalfOpen = 2 };
 
 class Health {
  public:
-  // Tests only: a manual clock (nanoseconds, any origin) for every Health in the process;
-  // negative restores the steady clock.
-  static void setTestClockNs(int64_t ns);
+  // Time for the hold and open windows comes from `clock` (tests pass a ManualClock).
+  explicit Health(const common::Clock& clock) : clock_(clock) {}
 
   // May a request be sent to this endpoint now? `breaker` applies the circuit breaker (the
   // rule's cb_enable). A half-open endpoint admits one trial: `trial` is set when this call took
@@ -50,7 +51,8 @@ class Health {
   }
 
  private:
-  static int64_t nowNs();
+  int64_t nowNs() const { return clock_.nowNs(); }
+  const common::Clock& clock_;
   void open(const HealthOptions& o);
   void close();
   std::atomic<bool> probe_up_{true};

@@ -5,15 +5,10 @@
 namespace kvgate::endpoints {
 namespace {
 
-// A manual clock for the whole test: time moves only when a test advances it.
+// An injected manual clock: time moves only when a test advances it.
 struct ManualClock : ::testing::Test {
-  int64_t now = 1'000'000'000;
-  void SetUp() override { Health::setTestClockNs(now); }
-  void TearDown() override { Health::setTestClockNs(-1); }
-  void advanceMs(int64_t ms) {
-    now += ms * 1'000'000;
-    Health::setTestClockNs(now);
-  }
+  common::ManualClock clock;
+  void advanceMs(int64_t ms) { clock.advance(std::chrono::milliseconds(ms)); }
 };
 using Breaker = ManualClock;
 using Passive = ManualClock;
@@ -29,7 +24,7 @@ HealthOptions fast() {
 }
 
 TEST_F(Breaker, OpensAfterOriginStreakAndFourXxNeitherAdvancesNorResets) {
-  Health h;
+  Health h{clock};
   auto o = fast();
   bool trial;
   h.onResponse(o, true, 503, false);
@@ -43,7 +38,7 @@ TEST_F(Breaker, OpensAfterOriginStreakAndFourXxNeitherAdvancesNorResets) {
 }
 
 TEST_F(Breaker, SuccessResetsTheStreak) {
-  Health h;
+  Health h{clock};
   auto o = fast();
   h.onResponse(o, true, 503, false);
   h.onResponse(o, true, 503, false);
@@ -54,7 +49,7 @@ TEST_F(Breaker, SuccessResetsTheStreak) {
 }
 
 TEST_F(Breaker, HalfOpenAdmitsOneTrialThenClosesOrReopens) {
-  Health h;
+  Health h{clock};
   auto o = fast();
   bool trial = false;
   for (int i = 0; i < 5; ++i) h.onConnectFailure(o, true);  // cb_failures = 5
@@ -80,7 +75,7 @@ TEST_F(Breaker, HalfOpenAdmitsOneTrialThenClosesOrReopens) {
 }
 
 TEST_F(Passive, ConsecutiveConnectFailuresMarkDownUntilHoldOrProbe) {
-  Health h;
+  Health h{clock};
   auto o = fast();
   o.passive_hold = std::chrono::seconds(60);
   h.onConnectFailure(o, false);
@@ -95,7 +90,7 @@ TEST_F(Passive, ConsecutiveConnectFailuresMarkDownUntilHoldOrProbe) {
 }
 
 TEST_F(Passive, TheHoldEndsOnTime) {
-  Health h;
+  Health h{clock};
   auto o = fast();
   o.passive_hold = std::chrono::seconds(5);
   for (int i = 0; i < 3; ++i) h.onConnectFailure(o, false);
@@ -107,7 +102,7 @@ TEST_F(Passive, TheHoldEndsOnTime) {
 }
 
 TEST_F(Breaker, ZeroOriginThresholdDisablesFiveXxDemotion) {
-  Health h;
+  Health h{clock};
   auto o = fast();
   o.origin_5xx = 0;
   for (int i = 0; i < 10; ++i) h.onResponse(o, true, 503, false);

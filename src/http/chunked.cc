@@ -11,7 +11,8 @@ int hexValue(char c) {
   return -1;
 }
 constexpr size_t kMaxSizeLine = 4096;
-constexpr size_t kMaxTrailer = 8192;
+constexpr size_t kMaxTrailer = 8192;        // one trailer line
+constexpr size_t kMaxTrailerTotal = 16384;  // the whole trailer section
 }  // namespace
 
 ChunkedScanner::Step ChunkedScanner::feed(const char* data, size_t len, std::string* decoded) {
@@ -84,13 +85,14 @@ ChunkedScanner::Step ChunkedScanner::feed(const char* data, size_t len, std::str
         } else {
           state_ = State::kTrailer;
           line_len_ = 1;
+          if (++trailer_total_ > kMaxTrailerTotal) return error();
         }
         ++i;
         break;
       case State::kTrailer:
         if (c == '\r')
           state_ = State::kTrailerLf;
-        else if (c == '\n' || ++line_len_ > kMaxTrailer)
+        else if (c == '\n' || ++line_len_ > kMaxTrailer || ++trailer_total_ > kMaxTrailerTotal)
           return error();
         ++i;
         break;

@@ -3,7 +3,8 @@
 // Feed bytes as they arrive; it reports how many belong to the message and when the last chunk
 // and trailers are complete. The proxy relays the bytes unchanged (no decoding needed); the
 // servers that must see the body pass `decoded` to collect the payload. Limits: chunk-size line
-// (with extensions) at most 4 KiB, trailers at most 8 KiB, size at most 2^60.
+// (with extensions) at most 4 KiB, a trailer line at most 8 KiB and the whole trailer section
+// at most 16 KiB (a peer cannot stream trailers forever), size at most 2^60.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -41,6 +42,7 @@ class ChunkedScanner {
   uint64_t payload_ = 0;
   size_t line_len_ = 0;
   int size_digits_ = 0;
+  size_t trailer_total_ = 0;  // trailer bytes so far (bounded in total)
 };
 
 }  // namespace kvgate::http

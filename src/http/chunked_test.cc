@@ -47,5 +47,24 @@ TEST(Chunked, RejectsHostileInput) {
   EXPECT_TRUE(sc.feed(ext.data(), ext.size()).error);
 }
 
+// Issue 9, bug 4: trailers are bounded in total, not only per line (2,000 lines of 100 bytes).
+TEST(Chunked, TrailerSectionIsBoundedInTotal) {
+  std::string many = "0\r\n";
+  for (int i = 0; i < 2000; ++i) many += "X-T" + std::to_string(i) + ": " + std::string(90, 'v') + "\r\n";
+  many += "\r\n";
+  ChunkedScanner sc;
+  EXPECT_TRUE(sc.feed(many.data(), many.size()).error);
+  // Fed a byte at a time the bound holds as well.
+  ChunkedScanner sc2;
+  bool err = false;
+  for (size_t i = 0; i < many.size() && !err; ++i) err = sc2.feed(many.data() + i, 1).error;
+  EXPECT_TRUE(err);
+  std::string few = "0\r\nX-Checksum: abc\r\nX-Other: d\r\n\r\n";
+  ChunkedScanner ok;
+  auto st = ok.feed(few.data(), few.size());
+  EXPECT_TRUE(st.done);
+  EXPECT_FALSE(st.error);
+}
+
 }  // namespace
 }  // namespace kvgate::http

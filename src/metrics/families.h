@@ -31,11 +31,17 @@ inline const Family kStreamTtft{"kvgate_stream_ttft_seconds", Type::kHistogram,
     "Streams (text/event-stream): time from the request's arrival to its first event byte.",
     {"rule"}};
 inline const Family kSelectorDecisions{"kvgate_selector_decisions_total", Type::kCounter,
-    "Endpoint choices by rule, selector and the key that decided (prefix, conversation, "
+    "Endpoint choices by rule, the routing stage that decided (selector label: rr, hash, wrr, "
+    "persist, lc, chwbl, gpuaware, wrr_hash) and the key that decided (prefix, conversation, "
     "session, source, rr).", {"rule", "selector", "key"}};
 inline const Family kSpills{"kvgate_selector_spills_total", Type::kCounter,
     "Bounded-load selectors (chwbl, wrr_hash) moving a request off its key's home endpoint.",
     {"rule"}};
+inline const Family kStageFallthrough{"kvgate_routing_fallthrough_total", Type::kCounter,
+    "Routing stages that did not decide, by rule, stage and reason (all_excluded, empty_pool, "
+    "no_key); stage \"none\" counts requests no stage could place.", {"rule", "stage", "reason"}};
+inline const Family kDecisionSeconds{"kvgate_routing_decision_seconds", Type::kHistogram,
+    "Time the routing pipeline took to decide, per rule (buckets 1 us .. 60 ms).", {"rule"}};
 inline const Family kActiveConnections{"kvgate_active_client_connections", Type::kGauge,
     "Open client connections on the data plane.", {}};
 inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,
@@ -51,6 +57,17 @@ inline const Family kBreakerState{"kvgate_endpoint_breaker_state", Type::kGauge,
     "Circuit breaker state: 0 closed, 1 open, 2 half-open.", {"endpoint"}};
 inline const Family kBreakerTransitions{"kvgate_endpoint_breaker_transitions_total",
     Type::kCounter, "Circuit breaker transitions by target state.", {"endpoint", "to"}};
+inline const Family kIdleUpstream{"kvgate_upstream_idle_connections", Type::kGauge,
+    "Keep-alive upstream connections idle in the workers' pools.", {}};
+inline const Family kReapedUpstream{"kvgate_upstream_reaped_total", Type::kCounter,
+    "Pooled upstream connections closed while idle: closed by the peer, older than "
+    "--upstream-idle-ms, or their endpoint removed.", {}};
+inline const Family kDraining{"kvgate_draining", Type::kGauge,
+    "1 while the gateway drains on shutdown (no new connections, in-flight requests finish).",
+    {}};
+inline const Family kLogDropped{"kvgate_log_dropped_total", Type::kCounter,
+    "Log lines dropped because a thread's bounded log buffer was full (the log writer fell "
+    "behind).", {}};
 inline const Family kRules{"kvgate_rules", Type::kGauge, "Rules configured.", {}};
 inline const Family kBuildInfo{"kvgate_build_info", Type::kGauge, "Build information.",
     {"version"}};
@@ -67,10 +84,13 @@ inline const std::vector<const Family*>& allFamilies() {
   static const std::vector<const Family*> k = {&kRequests,           &kUnrouted,
                                                &kUpstreamLatency,    &kStreamTtft,
                                                &kSelectorDecisions,  &kSpills,
+                                               &kStageFallthrough,   &kDecisionSeconds,
                                                &kActiveConnections,  &kActiveStreams,
                                                &kEndpointInflight,   &kEndpointConnectFailures,
                                                &kEndpointUp,         &kBreakerState,
-                                               &kBreakerTransitions, &kRules,
+                                               &kBreakerTransitions, &kIdleUpstream,
+                                               &kReapedUpstream,     &kDraining,
+                                               &kLogDropped,         &kRules,
                                                &kBuildInfo,          &kTokenizers,
                                                &kTokenizeRequests};
   return k;

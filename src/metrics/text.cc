@@ -67,7 +67,7 @@ void TextWriter::histogram(const Family& f, Labels labels, const Histogram& h) {
   uint64_t cumulative = 0;
   for (size_t i = 0; i <= Histogram::kBounds.size(); ++i) {
     cumulative += h.bucket(i);
-    std::string le = i < Histogram::kBounds.size() ? number(Histogram::kBounds[i]) : "+Inf";
+    std::string le = i < Histogram::kBounds.size() ? number(h.bound(i)) : "+Inf";
     out_.append(f.name).append("_bucket");
     labelSet(labels, "le", le);
     out_.append(" ").append(number(static_cast<double>(cumulative))).append("\n");

@@ -11,8 +11,15 @@ namespace kvgate::proxy {
 
 // A growable byte buffer with a read cursor; views into it stay valid until the next prepare().
 // Storage is not zero-filled, so an idle or streaming connection only holds the pages it used.
+// Every allocation has kTailPad readable bytes past its capacity, so a JSON parser that reads
+// ahead (simdjson's padding) can parse a body in place.
 class Buffer {
  public:
+  static constexpr size_t kTailPad = 64;
+  // Readable bytes from `p` (a pointer into the buffer) to the end of the allocation.
+  size_t readableFrom(const char* p) const {
+    return static_cast<size_t>(buf_.get() + cap_ + kTailPad - p);
+  }
   char* data() { return buf_.get() + start_; }
   const char* data() const { return buf_.get() + start_; }
   size_t size() const { return end_ - start_; }
@@ -23,6 +30,14 @@ class Buffer {
     if (start_ == end_) start_ = end_ = 0;
   }
   void clear() { start_ = end_ = 0; }  // keeps the allocation for the next message
+  // Frees an empty buffer's allocation when it grew past `keep` bytes (one huge message must
+  // not pin its size for the connection's life).
+  void shrinkIfEmpty(size_t keep) {
+    if (empty() && cap_ > keep) {
+      buf_.reset();
+      cap_ = start_ = end_ = 0;
+    }
+  }
   // Writable space of at least `n` bytes (may move the data: invalidates views).
   asio::mutable_buffer prepare(size_t n) {
     if (cap_ - end_ < n) {
@@ -33,7 +48,7 @@ class Buffer {
       }
       if (cap_ - end_ < n) {
         size_t cap = std::max(end_ + n, cap_ * 2);
-        std::unique_ptr<char[]> next(new char[cap]);
+        std::unique_ptr<char[]> next(new char[cap + kTailPad]);
         if (end_ > 0) std::memcpy(next.get(), buf_.get(), end_);
         buf_ = std::move(next);
         cap_ = cap;

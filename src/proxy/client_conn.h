@@ -1,5 +1,9 @@
-// ClientConn: one client connection of the mode-4 fullproxy (internal to src/proxy). The request
-// path is in connection.cc, the response relay in relay.cc; see connection.cc for the phases.
+// ClientConn: one client connection of the mode-4 fullproxy (internal to src/proxy).
+//
+// Files: connection.cc (the request loop: head, body, drain), dispatch.cc (request facts, pool
+// lookup, the gateway's own answers), forward.cc (routing pipeline and upstream legs),
+// relay.cc (the response relay, SSE), conn_io.cc (deadline, client writes, errors, the
+// client-disconnect watcher, access log).
 #pragma once
 #include <chrono>
 #include <memory>
@@ -8,79 +12,130 @@
 #include <string_view>
 #include <vector>
 
+#include "endpoints/lease.h"
+#include "http/chunked.h"
 #include "http/parser.h"
 #include "proxy/buffer.h"
+#include "proxy/upstream_leg.h"
 #include "proxy/worker.h"
-#include "routing/prefix_key.h"
+#include "routing/request_facts.h"
 
 namespace kvgate::proxy {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kReadChunk = 16 * 1024;
+// Client bytes the watcher may hold while a response is relayed (a pipelined next request);
+// beyond it the watcher stops reading and TCP pushes back on the client.
+constexpr size_t kMaxPipelinedBytes = 64 * 1024;
+// Buffer capacity a connection keeps between requests; larger allocations are freed.
+constexpr size_t kKeepBufferBytes = 256 * 1024;
 
 // An OpenAI-style error body: {"error":{"message","type","param","code"}}.
 std::string openAiError(int status, std::string_view code, std::string_view message,
                         std::string_view param = {});
 
-class ClientConn : public std::enable_shared_from_this<ClientConn> {
+class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegObserver {
  public:
   ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s)
       : w_(w),
         l_(std::move(l)),
         client_(std::move(s)),
-        upstream_(w.io),
+        leg_(w.io, w.pool, *this),
         deadline_(client_.get_executor()) {}
 
   asio::awaitable<void> run();
+  // Shutdown (worker thread): a connection idle between requests closes now; one with a request
+  // in flight closes after answering it.
+  void onDrain();
 
  private:
   enum class Phase { kIdle, kHead, kBody, kConnect, kAwaitResponse, kRelay, kStream };
+
+  // The request being served: head, body bytes and what the gateway decided about it.
+  struct Request {
+    http::RequestHead head;
+    size_t head_bytes = 0;
+    size_t raw_body_bytes = 0;  // body bytes on the wire (chunked framing included)
+    std::string_view body;      // the payload (de-chunked when chunked)
+    size_t body_capacity = 0;   // readable bytes from body.data() (parser padding)
+  };
 
   struct Outcome {
     int status = 0;
     uint64_t bytes = 0;
     const std::string* endpoint = nullptr;  // label of the chosen endpoint (owned by the route)
-    const char* key = "";                   // which key the selector used
+    const char* key = "";                   // which key decided
+    const char* stage = "";                 // which pipeline stage decided (access-log tier)
     bool spilled = false;
     const Route* route = nullptr;  // set once the request's rule is known
     int ep_index = -1;             // set once an endpoint is chosen
     double ttfb_ms = -1;           // first response byte to the client (stream: first event)
+    std::string_view model;        // the model the pool lookup used
   };
 
+  // connection.cc
+  asio::awaitable<int> readHead(http::RequestHead& head);  // >0 head bytes, 0 closed, <0 answered
+  asio::awaitable<bool> readBody(Request& req);
+  asio::awaitable<bool> readChunkedBody(Request& req);
+  void reparseHeadIfMoved(Request& req, const char* head_base);
+  // dispatch.cc
+  asio::awaitable<bool> dispatch(Request& req);
+  asio::awaitable<bool> answerModels(const VipConfig& cfg, std::string_view host,
+                                     std::string_view path);
+  asio::awaitable<bool> answerUnroutable(const Route* route, bool host_path_matched,
+                                         std::string_view model);
+  // forward.cc
+  asio::awaitable<bool> forward(const Request& req, const Route& route);
+  void buildUpstreamHead(const Request& req, const Route& route);
+  void setUpstreamHost(std::string_view label);
+  asio::awaitable<bool> exchange(const Request& req, const Route& route, size_t idx,
+                                 endpoints::EndpointLease& lease, bool& next_endpoint);
+  asio::awaitable<bool> failExchange(const UpstreamLeg::Result& r, const Route& route,
+                                     size_t idx, endpoints::EndpointLease& lease);
+  asio::awaitable<UpstreamLeg::Result> readFinalHead(std::string_view method,
+                                                     http::ResponseHead& rh);
+  // relay.cc
+  struct RelayFraming {  // the response body's framing and progress
+    http::BodyKind kind = http::BodyKind::kNone;
+    bool dechunk = false;  // chunked upstream, HTTP/1.0 client: relay the payload only
+    uint64_t remaining = 0;
+    bool complete = false;
+    bool reusable = false;  // the upstream connection may be pooled afterwards
+    http::ChunkedScanner sc;
+    std::string decoded;
+  };
+  asio::awaitable<bool> relayResponse(const http::ResponseHead& rh, const Route& route,
+                                      bool head_request);
+  void buildDownstreamHead(const http::ResponseHead& rh, bool dechunk);
+  bool nextChunk(RelayFraming& f, std::string_view& chunk);
+  void noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload);
+  asio::awaitable<bool> abandonRelay();
+  // conn_io.cc
   void onDeadline();
+  void onUpstreamWait() override;
   asio::awaitable<bool> readMore(Buffer& b, tcp::socket& s);
-  asio::awaitable<bool> readUpstream();
   void countResponse(int status);
-  void logAccess(std::string_view request_id, std::string_view model);
+  void logAccess();
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
                                   std::string_view param = {}, bool close = false);
   asio::awaitable<bool> writeClient(std::string_view a, std::string_view b = {});
-  asio::awaitable<bool> proxyRequest(const http::RequestHead& head, std::string_view body,
-                                     const Route& route, std::string_view request_id);
-  asio::awaitable<bool> relayResponse(const http::ResponseHead& rh, const Route& route,
-                                      std::string_view request_id, bool head_request);
   void startWatch();
   asio::awaitable<void> stopWatch();
   asio::awaitable<void> watchClient(std::shared_ptr<ClientConn> self, uint64_t gen);
-  void closeUpstream() {
-    error_code ec;
-    upstream_.close(ec);
-  }
   void closeClient() {
     error_code ec;
     client_.shutdown(tcp::socket::shutdown_both, ec);
     client_.close(ec);
   }
+  bool keepAliveAfter() const { return client_keep_alive_ && !w_.draining && !l_->closed.load(); }
 
   Worker& w_;
   std::shared_ptr<Listener> l_;
   tcp::socket client_;
-  tcp::socket upstream_;
+  UpstreamLeg leg_;
   Deadline deadline_;
   Phase phase_ = Phase::kIdle;
-  bool timed_out_ = false;
   Buffer in_;  // client bytes
-  Buffer up_;  // upstream bytes
   bool client_keep_alive_ = true;
   int client_minor_ = 1;
   std::chrono::milliseconds idle_timeout_{0};
@@ -89,16 +144,19 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   bool watch_running_ = false;
   bool client_gone_ = false;
   uint64_t watch_gen_ = 0;
-  uint64_t source_key_ = 0;  // hash of the client's address (sel 1, persist fallback)
-  std::optional<routing::BodyKeys> body_keys_;        // this request's parsed body keys, if parsed
+  uint64_t source_key_ = 0;  // hash of the client's address (hash, persist fallback)
   std::chrono::steady_clock::time_point started_at_;  // when the current request's head arrived
-  std::string pipelined_;         // client bytes the watcher read during a response
-  bool upstream_waited_ = false;  // the last upstream read had to wait (streaming)
+  std::string pipelined_;  // client bytes the watcher read during a response (bounded)
   // Per-request scratch kept across requests so a warm connection allocates nothing for them.
+  routing::RequestFacts facts_;
+  bool facts_parsed_ = false;
+  std::string dechunked_;
   std::string request_id_;
   std::string up_head_;
+  size_t up_host_at_ = std::string::npos;  // where an added Host header goes (HTTP/1.0 clients)
   std::string down_head_;
   std::vector<bool> excluded_;
+  std::string last_error_;  // why the last endpoint tried could not serve (502 message)
   Outcome outcome_;
 };
 

@@ -3,12 +3,34 @@
 #include <set>
 
 #include "common/log.h"
+#include "proxy/client_conn.h"
 #include "proxy/prober.h"
 #include "proxy/worker.h"
+#include "routing/stage_registry.h"
 
 namespace kvgate::proxy {
+namespace {
 
-DataPlane::DataPlane(ProxyOptions opts) : opts_(opts) {
+const common::Clock& clockOf(const ProxyOptions& o) {
+  return o.clock ? *o.clock : common::SteadyClock::instance();
+}
+
+// The pipeline of a rule: today its selector stage (`sel`); null when this build lacks it.
+std::unique_ptr<routing::Pipeline> buildPipeline(const Route& route, const common::Clock& clock) {
+  const routing::StageInfo* info = routing::stageForSel(route.rule.sel);
+  if (!info) return nullptr;
+  routing::StageServices services{clock, route.rule, route.endpoints};
+  auto p = routing::Pipeline::build({std::string(info->name)}, services, route.stats->pipeline);
+  if (!p) {
+    log::error("proxy", "rule " + route.rule.key() + ": " + p.error().what);
+    return nullptr;
+  }
+  return std::move(*p);
+}
+
+}  // namespace
+
+DataPlane::DataPlane(ProxyOptions opts) : opts_(opts), endpoints_(clockOf(opts)) {
   int n = opts_.workers > 0 ? opts_.workers : static_cast<int>(std::thread::hardware_concurrency());
   if (n <= 0) n = 1;
   opts_.workers = n;
@@ -23,8 +45,25 @@ void DataPlane::start() {
   started_ = true;
   for (auto& w : workers_) {
     Worker* wp = w.get();
+    asio::co_spawn(w->io, poolSweeper(*wp), asio::detached);
     w->thread = std::thread([wp] { wp->io.run(); });
   }
+}
+
+void DataPlane::drain() {
+  stats_.draining.store(true);
+  for (auto& [k, l] : listeners_) {
+    l->closed.store(true);
+    for (size_t i = 0; i < l->acceptors.size(); ++i)
+      asio::post(workers_[i]->io, [acc = l->acceptors[i]] {
+        error_code ec;
+        acc->close(ec);
+      });
+  }
+  for (auto& w : workers_) asio::post(w->io, [wp = w.get()] { drainWorker(*wp); });
+  log::info("proxy", "draining: no new connections; " +
+                         std::to_string(stats_.active_connections.load()) +
+                         " client connection(s) open");
 }
 
 void DataPlane::stop() {
@@ -48,79 +87,70 @@ void DataPlane::stop() {
     if (w->thread.joinable()) w->thread.join();
 }
 
-std::shared_ptr<endpoints::EndpointState> DataPlane::endpointState(const std::string& ip,
-                                                                   uint16_t port) {
-  std::string k = ip + "|" + std::to_string(port);
-  auto& slot = endpoint_states_[k];
-  if (!slot) slot = std::make_shared<endpoints::EndpointState>(ip, port);
-  return slot;
+// One rule's snapshot: its pool (endpoints from the table, stable ids), its counters (kept by
+// rule key across snapshots; endpoints that left the rule are dropped) and its pipeline.
+std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
+                                             const common::Clock& clock,
+                                             std::set<std::string>& live_endpoints) {
+  auto route = std::make_shared<Route>();
+  route->rule = rule;
+  for (const auto& e : rule.endpoints) {
+    routing::PoolEndpoint pe;
+    pe.state = endpoints_.acquire(e.ip, e.port);
+    pe.weight = e.weight;
+    pe.role = e.role;
+    route->endpoints.push_back(pe);
+    route->addresses.emplace_back(asio::ip::make_address(e.ip), e.port);
+    live_endpoints.insert(endpoints::EndpointTable::key(e.ip, e.port));
+  }
+  auto& stats = rule_stats_[rule.key()];
+  if (!stats) stats = std::make_shared<RuleStats>();
+  stats->rule = rule.name.empty() ? rule.key() : rule.name;
+  stats->model = rule.model_name;
+  stats->selector = config::selectorName(rule.sel);
+  std::map<std::string, std::shared_ptr<StatusCounters>> counters;
+  for (const auto& e : route->endpoints) {
+    auto& c = stats->per_endpoint[e.state->label];
+    if (!c) c = std::make_shared<StatusCounters>();
+    counters[e.state->label] = c;
+    route->ep_counters.push_back(c);
+  }
+  stats->per_endpoint = std::move(counters);
+  route->stats = stats;
+  route->pipeline = buildPipeline(*route, clock);
+  route->needs = route->pipeline ? route->pipeline->needs() : 0;
+  return route;
 }
 
 Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
-  // 1. Build the new snapshots.
-  std::map<std::string, std::shared_ptr<VipConfig>> configs;
+  // 1. Bind listeners for new VIP:ports first; on failure close what was opened and change
+  // nothing (no snapshot, endpoint or counter is touched before this succeeds).
   std::map<std::string, tcp::endpoint> binds;
-  for (const auto& rule : rules) {
-    auto route = std::make_shared<Route>();
-    route->rule = rule;
-    for (const auto& e : rule.endpoints) {
-      routing::PoolEndpoint pe;
-      pe.state = endpointState(e.ip, e.port);
-      pe.weight = e.weight;
-      pe.role = e.role;
-      route->endpoints.push_back(pe);
-      route->addresses.emplace_back(asio::ip::make_address(e.ip), e.port);
-    }
-    route->selector = routing::Selector::create(rule.sel, route->endpoints);
-    route->needs_body_keys = rule.sel == 8 || rule.sel == 9 || rule.sel == 10;
-    auto& stats = rule_stats_[rule.key()];
-    if (!stats) stats = std::make_shared<RuleStats>();
-    stats->rule = rule.name.empty() ? rule.key() : rule.name;
-    stats->model = rule.model_name;
-    stats->selector = config::selectorName(rule.sel);
-    for (const auto& e : route->endpoints) {
-      auto& c = stats->per_endpoint[e.state->label];
-      if (!c) c = std::make_unique<StatusCounters>();
-      route->ep_counters.push_back(c.get());
-    }
-    route->stats = stats;
-    auto& cfg = configs[rule.listenKey()];
-    if (!cfg) cfg = std::make_shared<VipConfig>();
-    cfg->has_model_pools |= !rule.model_name.empty();
-    cfg->has_key_routes |= route->needs_body_keys;
-    cfg->routes.push_back(std::move(route));
+  for (const auto& rule : rules)
     binds[rule.listenKey()] = tcp::endpoint(asio::ip::make_address(rule.vip), rule.port);
-  }
-  // 2. Bind listeners for new VIP:ports; on failure close what was opened and change nothing.
   std::vector<std::shared_ptr<Listener>> opened;
   for (auto& [key, ep] : binds) {
     if (listeners_.count(key)) continue;
-    auto l = std::make_shared<Listener>();
-    l->key = key;
-    l->endpoint = ep;
-    for (auto& w : workers_) {
-      auto acc = std::make_shared<tcp::acceptor>(w->io);
+    auto l = bindListener(key, ep);
+    if (!l) {
       error_code ec;
-      acc->open(ep.protocol(), ec);
-      if (!ec) acc->set_option(asio::socket_base::reuse_address(true), ec);
-      if (!ec) {
-        int one = 1;
-        if (::setsockopt(acc->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
-          ec = error_code(errno, boost::system::system_category());
-      }
-      if (!ec) acc->bind(ep, ec);
-      if (!ec) acc->listen(4096, ec);
-      if (ec) {
-        for (auto& o : opened)
-          for (auto& a : o->acceptors) a->close(ec);
-        for (auto& a : l->acceptors) a->close(ec);
-        return fail(503, "listen",
-                    "cannot listen on " + key + ": " + ec.message() +
-                        " (is the address local and the port free?)");
-      }
-      l->acceptors.push_back(acc);
+      for (auto& o : opened)
+        for (auto& a : o->acceptors) a->close(ec);
+      return tl::unexpected(l.error());
     }
-    opened.push_back(l);
+    opened.push_back(*l);
+  }
+  // 2. Build the new snapshots.
+  const common::Clock& clock = clockOf(opts_);
+  std::map<std::string, std::shared_ptr<VipConfig>> configs;
+  std::set<std::string> live_endpoints;
+  for (const auto& rule : rules) {
+    auto route = buildRoute(rule, clock, live_endpoints);
+    auto& cfg = configs[rule.listenKey()];
+    if (!cfg) cfg = std::make_shared<VipConfig>();
+    cfg->has_model_pools |= !rule.model_name.empty();
+    cfg->body_needs |= route->needs & routing::kBodyNeeds;
+    cfg->routes.push_back(std::move(route));
   }
   // 3. Publish: new snapshots for every VIP:port, start new listeners, close removed ones.
   for (auto& l : opened) listeners_[l->key] = l;
@@ -139,33 +169,66 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
       ++it;
       continue;
     }
-    auto l = it->second;
-    l->closed.store(true);
-    for (size_t i = 0; i < l->acceptors.size(); ++i) {
-      auto acc = l->acceptors[i];
-      asio::post(workers_[i]->io, [acc] {
-        error_code ec;
-        acc->close(ec);
-      });
-    }
-    log::info("proxy", "stopped listening on " + l->key);
+    closeListener(*it->second);
     it = listeners_.erase(it);
   }
-  // Forget the stats of deleted rules and the endpoint states no snapshot refers to any more.
+  // 4. Forget deleted rules' stats and removed endpoints (metrics, prober, pools; a re-added
+  // endpoint starts fresh). In-flight requests keep what they hold until they finish.
   std::set<std::string> live_keys;
   for (const auto& rule : rules) live_keys.insert(rule.key());
   for (auto it = rule_stats_.begin(); it != rule_stats_.end();)
     it = live_keys.count(it->first) ? std::next(it) : rule_stats_.erase(it);
   rule_count_ = rules.size();
-  // Active probes for the new rule set (run on worker 0; the update is posted there).
+  auto dropped = endpoints_.retainOnly(live_endpoints);
+  if (!dropped.empty())
+    for (auto& w : workers_)
+      asio::post(w->io, [wp = w.get(), dropped] { wp->pool.drop(dropped); });
   std::vector<std::shared_ptr<endpoints::EndpointState>> states;
-  for (auto& [k, st] : endpoint_states_) states.push_back(st);
+  for (auto& [k, st] : endpoints_.all()) states.push_back(st);
   auto specs =
       std::make_shared<std::vector<ProbeSpec>>(probeSpecs(rules, states, opts_.probe_timeout));
   asio::post(workers_[0]->io, [p = prober_.get(), specs] { p->update(std::move(*specs)); });
-  for (auto it = endpoint_states_.begin(); it != endpoint_states_.end();)
-    it = it->second.use_count() == 1 ? endpoint_states_.erase(it) : std::next(it);
   return {};
+}
+
+Result<std::shared_ptr<Listener>> DataPlane::bindListener(const std::string& key,
+                                                          const tcp::endpoint& ep) {
+  auto l = std::make_shared<Listener>();
+  l->key = key;
+  l->endpoint = ep;
+  for (auto& w : workers_) {
+    auto acc = std::make_shared<tcp::acceptor>(w->io);
+    error_code ec;
+    acc->open(ep.protocol(), ec);
+    if (!ec) acc->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) {
+      int one = 1;
+      if (::setsockopt(acc->native_handle(), SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0)
+        ec = error_code(errno, boost::system::system_category());
+    }
+    if (!ec) acc->bind(ep, ec);
+    if (!ec) acc->listen(4096, ec);
+    if (ec) {
+      for (auto& a : l->acceptors) a->close(ec);
+      return fail(503, "listen",
+                  "cannot listen on " + key + ": " + ec.message() +
+                      " (is the address local and the port free?)");
+    }
+    l->acceptors.push_back(acc);
+  }
+  return l;
+}
+
+void DataPlane::closeListener(Listener& l) {
+  l.closed.store(true);
+  for (size_t i = 0; i < l.acceptors.size(); ++i) {
+    auto acc = l.acceptors[i];
+    asio::post(workers_[i]->io, [acc] {
+      error_code ec;
+      acc->close(ec);
+    });
+  }
+  log::info("proxy", "stopped listening on " + l.key);
 }
 
 }  // namespace kvgate::proxy

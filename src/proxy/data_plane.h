@@ -10,13 +10,15 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/result.h"
 #include "config/rule.h"
-#include "endpoints/endpoint.h"
+#include "common/clock.h"
+#include "endpoints/endpoint_table.h"
 #include "http/asio.h"
 #include "proxy/route_table.h"
 #include "proxy/rule_stats.h"
@@ -37,6 +39,8 @@ struct ProxyOptions {
   std::chrono::milliseconds probe_interval{5000};  // active health probe period
   std::chrono::milliseconds probe_timeout{2000};   // unless the rule sets probeTimeout
   endpoints::HealthOptions health;                 // breaker and passive detection
+  std::chrono::milliseconds drain_timeout{30000};  // SIGTERM: finish in-flight requests within
+  const common::Clock* clock = nullptr;  // time for health and breaker rules (null = steady)
 };
 
 class Worker;
@@ -53,14 +57,22 @@ class DataPlane {
   const ProxyOptions& options() const { return opts_; }
   // Prometheus text for every data-plane family (control thread only, like apply()).
   std::string renderMetrics() const;
+  // Graceful shutdown, step 1 (control thread): stop accepting, close idle client connections;
+  // requests in flight finish. Poll idle() until true or the drain timeout, then stop().
+  void drain();
+  bool idle() const { return stats_.active_connections.load() == 0; }
+  bool draining() const { return stats_.draining.load(); }
 
  private:
-  std::shared_ptr<endpoints::EndpointState> endpointState(const std::string& ip, uint16_t port);
   ProxyOptions opts_;
+  endpoints::EndpointTable endpoints_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::map<std::string, std::shared_ptr<Listener>> listeners_;  // by vip:port
-  std::map<std::string, std::shared_ptr<endpoints::EndpointState>> endpoint_states_;
   std::map<std::string, std::shared_ptr<RuleStats>> rule_stats_;  // by rule key
+  std::shared_ptr<Route> buildRoute(const config::RuleSpec& rule, const common::Clock& clock,
+                                    std::set<std::string>& live_endpoints);
+  Result<std::shared_ptr<Listener>> bindListener(const std::string& key, const tcp::endpoint& ep);
+  void closeListener(Listener& l);
   DataPlaneStats stats_;
   std::unique_ptr<class Prober> prober_;
   size_t rule_count_ = 0;

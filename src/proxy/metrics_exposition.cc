@@ -1,5 +1,6 @@
 // DataPlane::renderMetrics: walks the rule stats, listeners and endpoint states (control thread)
 // and writes every family of metrics/families.h, in that list's order.
+#include "common/log.h"
 #include "metrics/text.h"
 #include "proxy/data_plane.h"
 #include "proxy/worker.h"
@@ -42,35 +43,58 @@ std::string DataPlane::renderMetrics() const {
   for (auto& [key, st] : rule_stats_)
     w.histogram(kStreamTtft, {{"rule", st->rule}}, st->stream_ttft);
   w.header(kSelectorDecisions);
-  for (auto& [key, st] : rule_stats_)
-    for (size_t i = 0; i < kDecisionKeys.size(); ++i)
-      if (uint64_t v = st->decisions[i].load())
-        w.sample(kSelectorDecisions,
-                 {{"rule", st->rule}, {"selector", st->selector}, {"key", kDecisionKeys[i]}},
-                 static_cast<double>(v));
+  for (auto& [key, st] : rule_stats_) {
+    const auto& p = *st->pipeline;
+    for (size_t s = 0; s < p.stage_count; ++s)
+      for (size_t k = 0; k < static_cast<size_t>(routing::DecisionKey::kCount); ++k)
+        if (uint64_t v = p.decided[s][k].load())
+          w.sample(kSelectorDecisions,
+                   {{"rule", st->rule},
+                    {"selector", p.stage_names[s]},
+                    {"key", routing::kDecisionKeyNames[k]}},
+                   static_cast<double>(v));
+  }
   w.header(kSpills);
   for (auto& [key, st] : rule_stats_)
-    w.sample(kSpills, {{"rule", st->rule}}, static_cast<double>(st->spills.load()));
+    w.sample(kSpills, {{"rule", st->rule}}, static_cast<double>(st->pipeline->spills.load()));
+  w.header(kStageFallthrough);
+  for (auto& [key, st] : rule_stats_) {
+    const auto& p = *st->pipeline;
+    for (size_t s = 0; s < p.stage_count; ++s)
+      for (size_t r = 0; r < static_cast<size_t>(routing::FallReason::kCount); ++r)
+        if (uint64_t v = p.fallthrough[s][r].load())
+          w.sample(kStageFallthrough,
+                   {{"rule", st->rule},
+                    {"stage", p.stage_names[s]},
+                    {"reason", routing::kFallReasonNames[r]}},
+                   static_cast<double>(v));
+    if (uint64_t v = p.no_pick.load())
+      w.sample(kStageFallthrough, {{"rule", st->rule}, {"stage", "none"}, {"reason", "no_pick"}},
+               static_cast<double>(v));
+  }
+  w.header(kDecisionSeconds);
+  for (auto& [key, st] : rule_stats_)
+    w.histogram(kDecisionSeconds, {{"rule", st->rule}}, st->pipeline->decision_seconds);
   w.header(kActiveConnections);
   w.sample(kActiveConnections, {}, static_cast<double>(stats_.active_connections.load()));
   w.header(kActiveStreams);
   w.sample(kActiveStreams, {}, static_cast<double>(stats_.active_streams.load()));
   w.header(kEndpointInflight);
-  for (auto& [key, e] : endpoint_states_)
+  for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointInflight, {{"endpoint", e->label}}, static_cast<double>(e->active.load()));
   w.header(kEndpointConnectFailures);
-  for (auto& [key, e] : endpoint_states_)
+  for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointConnectFailures, {{"endpoint", e->label}},
              static_cast<double>(e->connect_failures.load()));
   w.header(kEndpointUp);
-  for (auto& [key, e] : endpoint_states_)
+  for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointUp, {{"endpoint", e->label}}, e->health.up() ? 1 : 0);
   w.header(kBreakerState);
-  for (auto& [key, e] : endpoint_states_)
+  for (auto& [key, e] : endpoints_.all())
     w.sample(kBreakerState, {{"endpoint", e->label}},
              static_cast<double>(static_cast<int>(e->health.breaker())));
   w.header(kBreakerTransitions);
-  for (auto& [key, e] : endpoint_states_) {
+  for (auto& [key, e] : endpoints_.all()) {
     using endpoints::BreakerState;
     for (auto [st, name] :
          {std::pair{BreakerState::kOpen, "open"}, std::pair{BreakerState::kHalfOpen, "half_open"},
@@ -78,6 +102,14 @@ std::string DataPlane::renderMetrics() const {
       w.sample(kBreakerTransitions, {{"endpoint", e->label}, {"to", name}},
                static_cast<double>(e->health.transitions(st)));
   }
+  w.header(kIdleUpstream);
+  w.sample(kIdleUpstream, {}, static_cast<double>(stats_.idle_upstream.load()));
+  w.header(kReapedUpstream);
+  w.sample(kReapedUpstream, {}, static_cast<double>(stats_.reaped_upstream.load()));
+  w.header(kDraining);
+  w.sample(kDraining, {}, stats_.draining.load() ? 1 : 0);
+  w.header(kLogDropped);
+  w.sample(kLogDropped, {}, static_cast<double>(log::droppedLines()));
   w.header(kRules);
   w.sample(kRules, {}, static_cast<double>(rule_count_));
   w.header(kBuildInfo);

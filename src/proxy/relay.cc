@@ -1,8 +1,8 @@
 // The response relay of ClientConn: forwards the upstream's response head (hop-by-hop headers
 // removed) and body as it arrives: Content-Length, chunked (scanned, relayed unchanged) or
 // until-close; text/event-stream events are flushed one by one with no idle timeout, only the
-// wall-clock cap max_stream_duration_sec. The upstream connection goes back to the pool when the
-// response ended cleanly.
+// wall-clock cap max_stream_duration_sec. The upstream connection goes back to the pool only when
+// the response ended cleanly and no byte beyond it arrived.
 #include "common/log.h"
 #include "http/chunked.h"
 #include "http/server.h"
@@ -10,12 +10,7 @@
 
 namespace kvgate::proxy {
 
-asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, const Route& route,
-                                                std::string_view request_id, bool head_request) {
-  const auto& rule = route.rule;
-  // Decide the framing towards the client.
-  bool dechunk = rh.body_kind == http::BodyKind::kChunked && client_minor_ == 0;
-  if (rh.body_kind == http::BodyKind::kUntilClose || dechunk) client_keep_alive_ = false;
+void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk) {
   std::string& h = down_head_;
   h.clear();
   h.append("HTTP/1.1 ").append(std::to_string(rh.status)).append(" ");
@@ -30,12 +25,77 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   }
   if (rh.body_kind == http::BodyKind::kChunked && !dechunk)
     h.append("Transfer-Encoding: chunked\r\n");
-  if (!has_rid) h.append("X-Request-Id: ").append(request_id).append("\r\n");
-  if (!client_keep_alive_) h.append("Connection: close\r\n");
+  if (!has_rid) h.append("X-Request-Id: ").append(request_id_).append("\r\n");
+  if (!keepAliveAfter()) h.append("Connection: close\r\n");
   h.append("\r\n");
+}
+
+// Splits the next piece of the response body off the leg's buffer, by the upstream's framing.
+// False when a chunked body is malformed.
+bool ClientConn::nextChunk(RelayFraming& f, std::string_view& chunk) {
+  Buffer& up = leg_.buf();
+  chunk = {};
+  if (f.complete || up.empty()) return true;
+  switch (f.kind) {
+    case http::BodyKind::kLength: {
+      size_t take = static_cast<size_t>(std::min<uint64_t>(f.remaining, up.size()));
+      chunk = std::string_view(up.data(), take);
+      f.remaining -= take;
+      f.complete = f.remaining == 0;
+      break;
+    }
+    case http::BodyKind::kChunked: {
+      f.decoded.clear();
+      auto st = f.sc.feed(up.data(), up.size(), f.dechunk ? &f.decoded : nullptr);
+      if (st.error) return false;
+      chunk = f.dechunk ? std::string_view(f.decoded) : std::string_view(up.data(), st.consumed);
+      f.complete = st.done;
+      if (st.done && st.consumed != up.size()) f.reusable = false;  // bytes beyond the response
+      up.consume(st.consumed);  // released now; `chunk` still points at the bytes until a read
+      break;
+    }
+    case http::BodyKind::kUntilClose:
+      chunk = up.view();
+      break;
+    case http::BodyKind::kNone:
+      break;
+  }
+  return true;
+}
+
+// Time to first byte (and, for a stream, to its first event) of the response being relayed.
+void ClientConn::noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload) {
+  if (outcome_.ttfb_ms >= 0 && !(ttft_pending && had_payload)) return;
+  outcome_.ttfb_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_at_)
+          .count();
+  if (ttft_pending && had_payload) {
+    ttft_pending = false;
+    route.stats->stream_ttft.observe(outcome_.ttfb_ms / 1000.0);
+  }
+}
+
+// Ends a relay that cannot complete: the upstream connection is closed, never pooled.
+asio::awaitable<bool> ClientConn::abandonRelay() {
+  co_await stopWatch();
+  leg_.release(false);
+  co_return false;
+}
+
+asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, const Route& route,
+                                                bool head_request) {
+  const auto& rule = route.rule;
+  RelayFraming f;
+  f.kind = rh.body_kind;
+  f.dechunk = rh.body_kind == http::BodyKind::kChunked && client_minor_ == 0;
+  f.remaining = rh.body_kind == http::BodyKind::kLength ? rh.content_length : 0;
+  f.complete = rh.body_kind == http::BodyKind::kNone || head_request;
+  f.reusable = rh.keep_alive;
+  if (rh.body_kind == http::BodyKind::kUntilClose || f.dechunk) client_keep_alive_ = false;
+  buildDownstreamHead(rh, f.dechunk);
   outcome_.status = rh.status;
   countResponse(rh.status);
-  up_.consume(rh.head_bytes);
+  leg_.consumeHead(rh);
 
   // Deadline: a stream gets a wall-clock cap and no idle reaping; other bodies a per-read timeout.
   const bool stream = rh.event_stream;
@@ -50,105 +110,52 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   bool ttft_pending = stream;
   auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
                                                : w_.opts.upstream_data_timeout;
-  if (stream) {
-    int64_t cap = rule.max_stream_duration_sec > 0 ? rule.max_stream_duration_sec : 86400;
-    phase_ = Phase::kStream;
-    deadline_.expireAfter(std::chrono::seconds(cap));
-  } else {
-    phase_ = Phase::kRelay;
-  }
+  phase_ = stream ? Phase::kStream : Phase::kRelay;
+  if (stream)
+    deadline_.expireAfter(std::chrono::seconds(
+        rule.max_stream_duration_sec > 0 ? rule.max_stream_duration_sec : 86400));
 
-  http::ChunkedScanner sc;
-  uint64_t remaining = rh.body_kind == http::BodyKind::kLength ? rh.content_length : 0;
-  bool complete = rh.body_kind == http::BodyKind::kNone || head_request;
-  bool upstream_reusable = rh.keep_alive;
-  std::string decoded;
-  bool first = true;
-  for (;;) {
-    // Forward what we have.
+  for (bool first = true;; first = false) {
     std::string_view chunk;
-    if (!complete && !up_.empty()) {
-      switch (rh.body_kind) {
-        case http::BodyKind::kLength: {
-          size_t take = static_cast<size_t>(std::min<uint64_t>(remaining, up_.size()));
-          chunk = std::string_view(up_.data(), take);
-          remaining -= take;
-          complete = remaining == 0;
-          break;
-        }
-        case http::BodyKind::kChunked: {
-          decoded.clear();
-          auto st = sc.feed(up_.data(), up_.size(), dechunk ? &decoded : nullptr);
-          if (st.error) {
-            log::warn("proxy", "malformed chunked response from " + *outcome_.endpoint);
-            if (first) co_await writeClient(h);  // then cut the stream: the client sees it
-            co_await stopWatch();
-            closeUpstream();
-            co_return false;
-          }
-          chunk = dechunk ? std::string_view(decoded) : std::string_view(up_.data(), st.consumed);
-          complete = st.done;
-          if (st.done && st.consumed != up_.size()) upstream_reusable = false;
-          // Released now; `chunk` still points at the bytes until the next read.
-          up_.consume(st.consumed);
-          break;
-        }
-        case http::BodyKind::kUntilClose:
-          chunk = up_.view();
-          break;
-        case http::BodyKind::kNone:
-          break;
-      }
+    if (!nextChunk(f, chunk)) {
+      log::warn("proxy", "malformed chunked response from " + *outcome_.endpoint);
+      if (first) co_await writeClient(down_head_);  // then cut the stream: the client sees it
+      co_return co_await abandonRelay();
     }
     if (first || !chunk.empty()) {
-      bool ok = co_await writeClient(first ? std::string_view(h) : std::string_view(), chunk);
-      if (outcome_.ttfb_ms < 0 || (ttft_pending && !chunk.empty()))
-        outcome_.ttfb_ms = std::chrono::duration<double, std::milli>(
-                               std::chrono::steady_clock::now() - started_at_)
-                               .count();
-      if (ttft_pending && !chunk.empty()) {
-        ttft_pending = false;
-        route.stats->stream_ttft.observe(outcome_.ttfb_ms / 1000.0);
-      }
+      bool ok = co_await writeClient(first ? std::string_view(down_head_) : std::string_view(),
+                                     chunk);
+      noteFirstBytes(route, ttft_pending, !chunk.empty());
       outcome_.bytes += chunk.size();
-      first = false;
       if (!ok) {
-        closeUpstream();  // client gone: abort the upstream request
-        client_gone_ = true;
-        co_await stopWatch();
-        co_return false;
+        client_gone_ = true;  // client gone: abort the upstream request
+        co_return co_await abandonRelay();
       }
     }
     // Release what was forwarded (chunked consumed it already).
-    if (rh.body_kind == http::BodyKind::kLength || rh.body_kind == http::BodyKind::kUntilClose)
-      up_.consume(chunk.size());
-    if (complete) break;
+    if (f.kind == http::BodyKind::kLength || f.kind == http::BodyKind::kUntilClose)
+      leg_.buf().consume(chunk.size());
+    if (f.complete) break;
     if (!stream) deadline_.expireAfter(data_timeout);
-    if (!co_await readUpstream()) {
-      if (rh.body_kind == http::BodyKind::kUntilClose && !client_gone_ && !timed_out_) {
-        complete = true;
-        upstream_reusable = false;
+    if (!co_await leg_.readBody()) {
+      if (f.kind == http::BodyKind::kUntilClose && !client_gone_ && !leg_.timedOut()) {
+        f.reusable = false;  // the close ended the body: complete
         break;
       }
       // Truncated by the upstream, the deadline or a client disconnect: cut the client stream.
-      if (timed_out_ && stream)
-        log::warn("proxy", "stream " + std::string(request_id) + " hit max_stream_duration_sec");
-      co_await stopWatch();
-      closeUpstream();
-      co_return false;
+      if (leg_.timedOut() && stream)
+        log::warn("proxy", "stream " + request_id_ + " hit max_stream_duration_sec");
+      co_return co_await abandonRelay();
     }
   }
   deadline_.clear();
   co_await stopWatch();
   if (client_gone_) {
-    closeUpstream();
+    leg_.release(false);
     co_return false;
   }
-  if (upstream_reusable && up_.empty() && upstream_.is_open())
-    w_.pool.put(*outcome_.endpoint, std::move(upstream_));
-  else
-    closeUpstream();
-  upstream_ = tcp::socket(w_.io);
+  // Pooled only when the exchange is complete and nothing else arrived (the leg checks).
+  leg_.release(f.reusable);
   co_return true;
 }
 

@@ -1,5 +1,6 @@
 #include "proxy/request_keys.h"
 
+#include "routing/prefix_key.h"
 #include "routing/selectors/hash_ring.h"
 
 namespace kvgate::proxy {
@@ -18,26 +19,25 @@ std::string_view listParam(std::string_view list, char sep, std::string_view key
   return {};
 }
 
-routing::RequestContext requestContext(const http::RequestHead& head, std::string_view body,
-                                       const Route& route, uint64_t source_key, size_t prefix_bytes,
-                                       const routing::BodyKeys* parsed) {
+routing::RequestContext requestContext(const http::RequestHead& head,
+                                       const routing::RequestFacts* facts, const Route& route,
+                                       uint64_t source_key) {
   routing::RequestContext ctx;
+  ctx.facts = facts;
   ctx.source_key = source_key;
   const auto& rule = route.rule;
   auto hashOf = [](std::string_view v) { return routing::hashBytes(v.data(), v.size()); };
-  if (route.needs_body_keys) {
-    routing::BodyKeys own;
-    if (!parsed) {
-      own = routing::computeBodyKeys(body, prefix_bytes);
-      parsed = &own;
-    }
-    ctx.prefix_key = parsed->prefix_key;
+  if (route.needs & routing::kNeedPromptPrefix) {
+    if (facts) ctx.prefix_key = routing::prefixKey(*facts);
+  }
+  if (route.needs & routing::kNeedUser) {
     std::string_view conv = head.get("x-conversation-id");
     if (!conv.empty())
       ctx.conversation_key = hashOf(conv);
-    else if (parsed->user)
-      ctx.conversation_key = hashOf(*parsed->user);
-  } else if (rule.sel == 3 && !rule.session_header_name.empty()) {
+    else if (facts && facts->user)
+      ctx.conversation_key = hashOf(*facts->user);
+  }
+  if ((route.needs & routing::kNeedSession) && !rule.session_header_name.empty()) {
     std::string_view name = rule.session_header_name;
     std::string_view value;
     if (name.starts_with("cookie:")) {

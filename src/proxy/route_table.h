@@ -12,7 +12,7 @@
 #include "config/rule.h"
 #include "http/asio.h"
 #include "proxy/rule_stats.h"
-#include "routing/selectors/selector.h"
+#include "routing/pipeline.h"
 
 namespace kvgate::proxy {
 
@@ -20,16 +20,16 @@ struct Route {
   config::RuleSpec rule;
   std::vector<routing::PoolEndpoint> endpoints;
   std::vector<tcp::endpoint> addresses;         // one per endpoint, same order
-  std::unique_ptr<routing::Selector> selector;  // null when the rule's selector is inactive
-  bool needs_body_keys = false;              // sel 8, 9, 10 read the prefix key / conversation id
-  std::shared_ptr<RuleStats> stats;          // survives snapshots (kept by rule key)
-  std::vector<StatusCounters*> ep_counters;  // stats per endpoint, same order as endpoints
+  std::unique_ptr<routing::Pipeline> pipeline;  // null when the rule's selector is inactive
+  uint32_t needs = 0;                           // FactNeeds of the pipeline's stages
+  std::shared_ptr<RuleStats> stats;             // survives snapshots (kept by rule key)
+  std::vector<std::shared_ptr<StatusCounters>> ep_counters;  // per endpoint, same order
 };
 
 struct VipConfig {
   std::vector<std::shared_ptr<const Route>> routes;
   bool has_model_pools = false;  // any route with a non-empty model_name
-  bool has_key_routes = false;   // any route whose selector reads the body keys (sel 8, 9, 10)
+  uint32_t body_needs = 0;  // union of the routes' body FactNeeds (parsed before the route is known)
 
   // The route for (host without port, path, model); nullptr when none. `host_path_matched`
   // tells "no rule for this host/path" (404) from "no pool for this model" (503).

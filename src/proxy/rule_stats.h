@@ -10,6 +10,7 @@
 #include <string>
 
 #include "metrics/histogram.h"
+#include "routing/pipeline.h"
 
 namespace kvgate::proxy {
 
@@ -22,25 +23,27 @@ struct StatusCounters {
   }
 };
 
-// Which key decided a selection (routing::PickInfo::key), as an index.
-inline constexpr std::array<const char*, 5> kDecisionKeys = {"prefix", "conversation", "session",
-                                                             "source", "rr"};
-
 struct RuleStats {
   std::string rule;      // rule name, else its key
   std::string model;     // model_name ("" = catch-all)
   std::string selector;  // selector name
-  std::map<std::string, std::unique_ptr<StatusCounters>> per_endpoint;  // by endpoint label
+  // By endpoint label; shared with the snapshots' routes so a request that outlives a rule
+  // change still counts safely; entries of endpoints that left the rule are dropped.
+  std::map<std::string, std::shared_ptr<StatusCounters>> per_endpoint;
   StatusCounters no_endpoint;  // answered by the gateway after routing (no endpoint reachable)
   metrics::Histogram upstream_latency;
   metrics::Histogram stream_ttft;
-  std::array<std::atomic<uint64_t>, kDecisionKeys.size()> decisions{};
-  std::atomic<uint64_t> spills{0};
+  // Which stage decided, fall-through reasons, decision time (recorded by the pipeline).
+  std::shared_ptr<routing::PipelineStats> pipeline =
+      std::make_shared<routing::PipelineStats>();
 };
 
 struct DataPlaneStats {
   std::atomic<int64_t> active_connections{0};
   std::atomic<int64_t> active_streams{0};
+  std::atomic<int64_t> idle_upstream{0};     // pooled keep-alive connections, all workers
+  std::atomic<uint64_t> reaped_upstream{0};  // pooled connections closed: peer closed, too old
+  std::atomic<bool> draining{false};         // SIGTERM: finishing in-flight requests
 };
 
 }  // namespace kvgate::proxy

@@ -4,8 +4,6 @@
 
 #include <cerrno>
 
-#include "common/log.h"
-
 namespace kvgate::proxy {
 namespace {
 // True when the peer has not closed the idle connection and sent nothing unexpected.
@@ -15,12 +13,20 @@ bool stillUsable(tcp::socket& s) {
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
   return false;  // 0: EOF (closed while idle); >0: unsolicited bytes; <0: error
 }
+constexpr std::chrono::milliseconds kPeekAfter{50};
 }  // namespace
 
-constexpr std::chrono::milliseconds kPeekAfter{50};
+UpstreamPool::~UpstreamPool() { clear(); }
 
-bool UpstreamPool::take(const std::string& key, tcp::socket& out) {
-  auto it = idle_.find(key);
+void UpstreamPool::discard(PooledConn& c) {
+  error_code ec;
+  c.sock.close(ec);
+  stats_.idle_upstream.fetch_sub(1, std::memory_order_relaxed);
+  stats_.reaped_upstream.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool UpstreamPool::take(endpoints::EndpointId id, tcp::socket& out) {
+  auto it = idle_.find(id);
   if (it == idle_.end()) return false;
   auto now = std::chrono::steady_clock::now();
   auto& v = it->second;
@@ -32,23 +38,61 @@ bool UpstreamPool::take(const std::string& key, tcp::socket& out) {
     auto idle = now - c.idle_since;
     if (idle < idle_timeout_ && (idle < kPeekAfter || stillUsable(c.sock))) {
       out = std::move(c.sock);
+      stats_.idle_upstream.fetch_sub(1, std::memory_order_relaxed);
       return true;
     }
-    log::debug("pool", "discarding idle connection to " + key + " (closed by the peer or too old)");
-    error_code ec;
-    c.sock.close(ec);
+    discard(c);
   }
   return false;
 }
 
-void UpstreamPool::put(const std::string& key, tcp::socket sock) {
-  auto& v = idle_[key];
+void UpstreamPool::put(endpoints::EndpointId id, tcp::socket sock) {
+  auto& v = idle_[id];
   if (v.size() >= max_idle_) {
     error_code ec;
     sock.close(ec);
     return;
   }
   v.push_back(PooledConn{std::move(sock), std::chrono::steady_clock::now()});
+  stats_.idle_upstream.fetch_add(1, std::memory_order_relaxed);
+}
+
+void UpstreamPool::sweep(std::chrono::steady_clock::time_point now) {
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    auto& v = it->second;
+    size_t keep = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (now - v[i].idle_since < idle_timeout_ && stillUsable(v[i].sock)) {
+        if (keep != i) v[keep] = std::move(v[i]);
+        ++keep;
+      } else {
+        discard(v[i]);
+      }
+    }
+    v.erase(v.begin() + static_cast<std::ptrdiff_t>(keep), v.end());
+    it = v.empty() ? idle_.erase(it) : std::next(it);
+  }
+}
+
+void UpstreamPool::drop(const std::vector<endpoints::EndpointId>& ids) {
+  for (auto id : ids) {
+    auto it = idle_.find(id);
+    if (it == idle_.end()) continue;
+    for (auto& c : it->second) discard(c);
+    idle_.erase(it);
+  }
+}
+
+void UpstreamPool::clear() {
+  for (auto& [id, v] : idle_)
+    for (auto& c : v) discard(c);
+  idle_.clear();
+}
+
+size_t UpstreamPool::idleCount() const {
+  size_t n = 0;
+  for (auto& [id, v] : idle_) n += v.size();
+  return n;
 }
 
 }  // namespace kvgate::proxy

@@ -1,16 +1,23 @@
-// Per-worker keep-alive pool of upstream connections (one pool per worker thread, no locks).
+// Per-worker keep-alive pool of upstream connections (one pool per worker thread, no locks),
+// keyed by EndpointId.
 //
-// An idle connection the worker closed is detected before reuse with a non-blocking MSG_PEEK
-// (EOF or stray bytes mean "discard"); connections idle longer than `idle_timeout` are dropped.
-// A request that still fails on a reused connection before any response byte arrives is sent
-// again on a fresh connection by the caller (see connection.cc), so pool staleness loses nothing.
+// Reuse: a connection idle for under 50 ms is reused as is; an older one is checked with a
+// non-blocking MSG_PEEK first (EOF or stray bytes mean "discard"). A request that still fails on
+// a reused connection before any response byte arrives is sent again on a fresh connection by
+// the caller (UpstreamLeg's retry_safe), so pool staleness loses nothing.
+// Reaping: sweep() (every second, from the worker) closes connections the upstream closed while
+// idle (no CLOSE_WAIT sockets left behind) and those idle longer than `idle_timeout`; drop()
+// frees the pools of endpoints removed from every rule.
+// Knobs: --upstream-idle-ms (idle_timeout, default 30000), max idle per endpoint (256).
 #pragma once
 #include <chrono>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "endpoints/endpoint.h"
 #include "http/asio.h"
+#include "proxy/rule_stats.h"
 
 namespace kvgate::proxy {
 
@@ -21,16 +28,26 @@ struct PooledConn {
 
 class UpstreamPool {
  public:
-  UpstreamPool(size_t max_idle_per_endpoint, std::chrono::milliseconds idle_timeout)
-      : max_idle_(max_idle_per_endpoint), idle_timeout_(idle_timeout) {}
-  // A live idle connection to `key`, if any.
-  bool take(const std::string& key, tcp::socket& out);
-  void put(const std::string& key, tcp::socket sock);
+  UpstreamPool(size_t max_idle_per_endpoint, std::chrono::milliseconds idle_timeout,
+               DataPlaneStats& stats)
+      : max_idle_(max_idle_per_endpoint), idle_timeout_(idle_timeout), stats_(stats) {}
+  ~UpstreamPool();
+  // A live idle connection to `id`, if any.
+  bool take(endpoints::EndpointId id, tcp::socket& out);
+  void put(endpoints::EndpointId id, tcp::socket sock);
+  // Closes idle connections that the peer closed or that are older than the idle timeout.
+  void sweep(std::chrono::steady_clock::time_point now);
+  // Closes and forgets every idle connection to these endpoints.
+  void drop(const std::vector<endpoints::EndpointId>& ids);
+  void clear();
+  size_t idleCount() const;
 
  private:
+  void discard(PooledConn& c);
   size_t max_idle_;
   std::chrono::milliseconds idle_timeout_;
-  std::unordered_map<std::string, std::vector<PooledConn>> idle_;
+  DataPlaneStats& stats_;
+  std::unordered_map<endpoints::EndpointId, std::vector<PooledConn>> idle_;
 };
 
 }  // namespace kvgate::proxy

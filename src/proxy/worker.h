@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include "http/asio.h"
@@ -13,19 +14,24 @@
 
 namespace kvgate::proxy {
 
+class ClientConn;
+
 class Worker {
  public:
   Worker(const ProxyOptions& opts, DataPlaneStats& stats)
       : opts(opts),
         stats(stats),
         work(asio::make_work_guard(io)),
-        pool(opts.max_idle_per_endpoint, opts.upstream_idle_timeout) {}
+        pool(opts.max_idle_per_endpoint, opts.upstream_idle_timeout, stats) {}
   const ProxyOptions& opts;
   DataPlaneStats& stats;  // shared by all workers (atomics)
   asio::io_context io{1};
   asio::executor_work_guard<asio::io_context::executor_type> work;
   UpstreamPool pool;  // touched only on this worker's thread
   std::thread thread;
+  // Live client connections of this worker (this thread only), for draining on shutdown.
+  std::unordered_set<ClientConn*> conns;
+  bool draining = false;  // this thread only: set by DataPlane::drain()
 };
 
 struct Listener {
@@ -41,5 +47,9 @@ struct Listener {
 asio::awaitable<void> acceptLoop(Worker& w, std::shared_ptr<Listener> l,
                                  std::shared_ptr<tcp::acceptor> acc);
 asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::socket sock);
+// Every second: reap the worker's idle upstream connections.
+asio::awaitable<void> poolSweeper(Worker& w);
+// On the worker's thread: stop taking new requests, close idle client connections.
+void drainWorker(Worker& w);
 
 }  // namespace kvgate::proxy

@@ -1,41 +1,49 @@
-// Typed facts about one request that the routing decisions read, filled once by the data plane.
+// RequestContext: the typed facts and keys the routing stages read, filled once per request by
+// the data plane (proxy/request_keys.cc) from the RequestFacts, the request head and the client
+// address. Plain data: no JSON, no sockets.
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <optional>
 
+#include "routing/request_facts.h"
+
 namespace kvgate::routing {
 
 struct RequestContext {
-  // XXH3 of model, cache_salt and the first K bytes of the rendered prompt (sel 8, 9, 10).
+  const RequestFacts* facts = nullptr;  // null when nothing was parsed
+  // XXH3 of model, cache_salt and the first K bytes of the rendered prompt (chwbl, gpuaware,
+  // wrr_hash).
   std::optional<uint64_t> prefix_key;
   // Hash of the conversation id (X-Conversation-Id header, else the body's "user").
   std::optional<uint64_t> conversation_key;
-  // Hash of the persist selector's session value (header, cookie:X or query:X); sel 3.
+  // Hash of the persist stage's session value (header, cookie:X or query:X).
   std::optional<uint64_t> session_key;
-  // Hash of the client's source address (sel 1; sel 3 without a session value).
+  // Hash of the client's source address (hash; persist without a session value).
   uint64_t source_key = 0;
 };
 
-// What a selector decided, for metrics and the access log.
-struct PickInfo {
-  const char* key = "rr";  // which key decided: prefix, conversation, session, source, rr
-  bool spilled = false;    // a bounded-load selector moved off the key's home endpoint
-};
+// Which key decided a pick (metrics label `key`, access-log field `key`).
+enum class DecisionKey : uint8_t { kPrefix, kConversation, kSession, kSource, kRr, kCount };
+inline constexpr const char* kDecisionKeyNames[] = {"prefix", "conversation", "session", "source",
+                                                    "rr"};
+inline const char* decisionKeyName(DecisionKey k) {
+  return kDecisionKeyNames[static_cast<int>(k)];
+}
 
-// The affinity key of the prefix-keyed selectors (chwbl, gpuaware, wrr-hash): the prefix key,
-// else the conversation key, else the next value of a round-robin cursor advanced by `rr_step`.
+// The affinity key of the prefix-keyed stages (chwbl, gpuaware, wrr_hash): the prefix key, else
+// the conversation key, else the next value of a round-robin cursor advanced by `rr_step`.
 inline uint64_t affinityKey(const RequestContext& ctx, std::atomic<uint64_t>& cursor,
-                            uint64_t rr_step, PickInfo& info) {
+                            uint64_t rr_step, DecisionKey& key) {
   if (ctx.prefix_key) {
-    info.key = "prefix";
+    key = DecisionKey::kPrefix;
     return *ctx.prefix_key;
   }
   if (ctx.conversation_key) {
-    info.key = "conversation";
+    key = DecisionKey::kConversation;
     return *ctx.conversation_key;
   }
-  info.key = "rr";
+  key = DecisionKey::kRr;
   return cursor.fetch_add(rr_step, std::memory_order_relaxed);
 }
 

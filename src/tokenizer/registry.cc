@@ -22,12 +22,7 @@ std::string invalidModelName(std::string_view model) {
   return "";
 }
 
-Result<std::shared_ptr<const Tokenizer>> TokenizerRegistry::get(std::string_view model) {
-  if (std::string bad = invalidModelName(model); !bad.empty())
-    return fail(400, "model", bad + ": '" + std::string(model.substr(0, 100)) + "'");
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = cache_.find(model);
-  if (it != cache_.end()) return it->second;
+Result<std::shared_ptr<const Tokenizer>> TokenizerRegistry::load(std::string_view model) const {
   std::filesystem::path dir = dir_ / std::filesystem::path(std::string(model));
   std::error_code ec;
   Result<std::shared_ptr<const Tokenizer>> r =
@@ -42,10 +37,28 @@ Result<std::shared_ptr<const Tokenizer>> TokenizerRegistry::get(std::string_view
     e.source = "tokenize";
     r = tl::unexpected(e);
   }
+  return r;
+}
+
+Result<std::shared_ptr<const Tokenizer>> TokenizerRegistry::get(std::string_view model) {
+  if (std::string bad = invalidModelName(model); !bad.empty())
+    return fail(400, "model", bad + ": '" + std::string(model.substr(0, 100)) + "'");
+  std::shared_ptr<Entry> e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(model);
+    if (it == cache_.end()) it = cache_.emplace(std::string(model), std::make_shared<Entry>()).first;
+    e = it->second;
+  }
+  std::call_once(e->once, [&] { e->result = load(model); });
   // Loaded tokenizers and broken files are remembered; "no files" is not (a stat per call), so
   // files added later are found and unknown names cannot grow the cache.
-  if (r || r.error().code != 404) cache_.emplace(std::string(model), r);
-  return r;
+  if (!e->result && e->result.error().code == 404) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(model);
+    if (it != cache_.end() && it->second == e) cache_.erase(it);
+  }
+  return e->result;
 }
 
 }  // namespace kvgate::tok

@@ -139,3 +139,66 @@ export function rawRequest(port, data, { host = '127.0.0.1', waitMs = 1500 } = {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Prometheus text exposition -> [{name, labels: {k: v}, value}] (comments and blank lines skipped).
+export function parseMetrics(text) {
+  const out = [];
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const m = line.match(/^([^\s{]+)(?:\{(.*)\})?\s+(\S+)/);
+    if (!m) continue;
+    const labels = {};
+    for (const l of (m[2] || '').matchAll(/([^=,\s]+)="((?:[^"\\]|\\.)*)"/g))
+      labels[l[1]] = l[2].replace(/\\(.)/g, (_, c) => (c === 'n' ? '\n' : c));
+    out.push({ name: m[1], labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+// The samples of GET /metrics on a gateway's management API.
+export async function scrapeMetrics(apiBase) {
+  return parseMetrics(await (await fetch(`${apiBase}/metrics`)).text());
+}
+
+// (import declarations are hoisted: this one serves the helpers below)
+import { readdirSync as procReaddir, readFileSync as procRead, readlinkSync as procReadlink } from 'node:fs';
+
+// Resident set size of a process in kB (VmRSS of /proc/<pid>/status); NaN once it is gone.
+export function rssKb(pid) {
+  try {
+    const m = procRead(`/proc/${pid}/status`, 'utf8').match(/^VmRSS:\s+(\d+)\s+kB/m);
+    return m ? Number(m[1]) : NaN;
+  } catch { return NaN; }
+}
+
+// TCP sockets owned by process `pid` (its fds matched against /proc/<pid>/net/tcp{,6} inodes):
+// [{localPort, remotePort, state}] with the kernel's state names (ESTABLISHED, CLOSE_WAIT, ...).
+const TCP_STATES = { '01': 'ESTABLISHED', '02': 'SYN_SENT', '03': 'SYN_RECV', '04': 'FIN_WAIT1',
+  '05': 'FIN_WAIT2', '06': 'TIME_WAIT', '07': 'CLOSE', '08': 'CLOSE_WAIT', '09': 'LAST_ACK',
+  '0A': 'LISTEN', '0B': 'CLOSING' };
+export function tcpSocketsOf(pid) {
+  const inodes = new Set();
+  let fds = [];
+  try { fds = procReaddir(`/proc/${pid}/fd`); } catch { return []; }
+  for (const fd of fds) {
+    try {
+      const m = procReadlink(`/proc/${pid}/fd/${fd}`).match(/^socket:\[(\d+)\]$/);
+      if (m) inodes.add(m[1]);
+    } catch { /* closed meanwhile */ }
+  }
+  const out = [];
+  for (const f of ['tcp', 'tcp6']) {
+    let text = '';
+    try { text = procRead(`/proc/${pid}/net/${f}`, 'utf8'); } catch { continue; }
+    for (const line of text.split('\n').slice(1)) {
+      const p = line.trim().split(/\s+/);
+      if (p.length < 10 || !inodes.has(p[9])) continue;
+      out.push({
+        localPort: parseInt(p[1].split(':')[1], 16),
+        remotePort: parseInt(p[2].split(':')[1], 16),
+        state: TCP_STATES[p[3].toUpperCase()] || p[3],
+      });
+    }
+  }
+  return out;
+}

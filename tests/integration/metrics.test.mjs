@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
-import { api, freePort, rawRequest, rule, startGateway, startSim, tempDir } from './lib.mjs';
+import { api, freePort, rawRequest, rule, sleep, startGateway, startSim, tempDir } from './lib.mjs';
 
 const BASE = '/netlox/v1/config/loadbalancer';
 
@@ -55,10 +55,12 @@ describe('metrics', () => {
       assert.equal(text.split('\n').filter((l) => l.startsWith(`# TYPE ${fam} `)).length, 1, fam);
     }
     assert.equal((await fetch(`${gw.api}/metrics`, { method: 'POST' })).status, 405);
-    // One structured access-log line per proxied request.
-    const lines = gw.proc.stderrText.split('\n').filter((l) => l.includes(' access ') && l.includes(`listener=127.0.0.1:${port}`));
+    // One structured access-log line per proxied request (written off the event loop: poll).
+    const accessLines = () => gw.proc.stderrText.split('\n').filter((l) => l.includes(' access ') && l.includes(`listener=127.0.0.1:${port}`));
+    for (let i = 0; i < 100 && accessLines().length < 9; ++i) await sleep(50);
+    const lines = accessLines();
     assert.equal(lines.length, 9);  // 7 answered 200, the 503 for the unknown model, the 400
     assert.ok(lines.some((l) => /status=503/.test(l) && /model=nope/.test(l)));
-    assert.match(lines[0], /id=[0-9a-f]{32} listener=127\.0\.0\.1:\d+ rule=m1 model=sim-model endpoint=127\.0\.0\.1:\d+ selector=rr key=rr status=200 bytes=\d+ ttfb_ms=[\d.]+ dur_ms=[\d.]+/);
+    assert.match(lines[0], /id=[0-9a-f]{32} listener=127\.0\.0\.1:\d+ rule=m1 model=sim-model endpoint=127\.0\.0\.1:\d+ selector=rr tier=rr key=rr status=200 bytes=\d+ ttfb_ms=[\d.]+ dur_ms=[\d.]+/);
   });
 });

@@ -1,4 +1,4 @@
-// sel 8 chwbl and sel 10 wrr-hash: consistent hashing with bounded loads.
+// chwbl (sel 8) and wrr_hash (sel 10): consistent hashing with bounded loads.
 //
 // Algorithm: the request's key (prefix key, else conversation key, else round-robin) is placed on
 // a hash ring with kVnodes points per endpoint (wrr-hash: points proportional to the weight,
@@ -14,7 +14,7 @@
 #include <cmath>
 
 #include "routing/selectors/hash_ring.h"
-#include "routing/selectors/key_selectors.h"
+#include "routing/selectors/selectors.h"
 
 namespace kvgate::routing {
 namespace {
@@ -39,16 +39,19 @@ std::vector<int> vnodeCounts(const std::vector<PoolEndpoint>& eps, bool weighted
   return v;
 }
 
-class Chwbl : public Selector {
+class ChwblStage : public Stage {
  public:
-  Chwbl(const std::vector<PoolEndpoint>& eps, bool weighted)
+  ChwblStage(const std::vector<PoolEndpoint>& eps, bool weighted)
       : weighted_(weighted), ring_(eps, vnodeCounts(eps, weighted)) {}
+  uint32_t needs() const override { return kNeedPromptPrefix | kNeedUser; }
 
-  int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded,
-           const RequestContext& ctx, PickInfo& info) override {
-    if (ring_.size() == 0) return -1;
+  StageResult evaluate(const RequestContext& ctx, CandidateSet& c) override {
+    if (ring_.size() == 0) return StageResult::fall(FallReason::kEmptyPool);
+    const auto& eps = c.endpoints;
+    const auto& excluded = c.excluded;
     // No key: a golden-ratio step around the ring keeps the round-robin spread even.
-    uint64_t key = affinityKey(ctx, cursor_, 0x9E3779B97F4A7C15ULL, info);
+    DecisionKey k;
+    uint64_t key = affinityKey(ctx, cursor_, 0x9E3779B97F4A7C15ULL, k);
     // Fair shares over the endpoints that may serve this request.
     int64_t total = 0;
     double weight_sum = 0;
@@ -57,7 +60,7 @@ class Chwbl : public Selector {
       total += eps[i].state->active.load(std::memory_order_relaxed);
       weight_sum += weighted_ ? eps[i].weight : 1.0;
     }
-    if (weight_sum == 0) return -1;
+    if (weight_sum == 0) return StageResult::fall(FallReason::kAllExcluded);
     size_t start = ring_.lowerBound(key);
     int home = -1;
     int least = -1;
@@ -74,13 +77,11 @@ class Chwbl : public Selector {
       double share = (weighted_ ? eps[static_cast<size_t>(i)].weight : 1.0) / weight_sum;
       auto cap = static_cast<int64_t>(
           std::ceil(kLoadFactor / 100.0 * static_cast<double>(total + 1) * share));
-      if (load < cap) {
-        info.spilled = i != home;
-        return i;
-      }
+      if (load < cap) return StageResult::pick(i, k, i != home);
     }
-    info.spilled = least != home;  // every endpoint at its cap: the least loaded one
-    return least;
+    // Every endpoint at its cap: the least loaded one.
+    if (least < 0) return StageResult::fall(FallReason::kAllExcluded);
+    return StageResult::pick(least, k, least != home);
   }
 
  private:
@@ -91,8 +92,11 @@ class Chwbl : public Selector {
 
 }  // namespace
 
-std::unique_ptr<Selector> makeChwbl(const std::vector<PoolEndpoint>& eps, bool weighted) {
-  return std::make_unique<Chwbl>(eps, weighted);
+std::unique_ptr<Stage> makeChwbl(const StageServices& s) {
+  return std::make_unique<ChwblStage>(s.endpoints, /*weighted=*/false);
+}
+std::unique_ptr<Stage> makeWrrHash(const StageServices& s) {
+  return std::make_unique<ChwblStage>(s.endpoints, /*weighted=*/true);
 }
 
 }  // namespace kvgate::routing

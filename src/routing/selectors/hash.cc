@@ -1,29 +1,28 @@
-// sel 1 hash: the client's source address picks the endpoint.
+// hash (sel 1): the client's source address picks the endpoint.
 //
 // Algorithm: hash(source IP) modulo the pool size; an excluded endpoint passes the request to the
 // next index. No load bound and no knobs: the L4 "hash" selector of the upstream gateway, applied
 // per request.
-#include "routing/selectors/key_selectors.h"
+#include "routing/selectors/selectors.h"
 
 namespace kvgate::routing {
 namespace {
 
-class SourceHash : public Selector {
+class HashStage : public Stage {
  public:
-  int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded,
-           const RequestContext& ctx, PickInfo& info) override {
-    size_t n = eps.size();
-    info.key = "source";
+  uint32_t needs() const override { return kNeedSource; }
+  StageResult evaluate(const RequestContext& ctx, CandidateSet& c) override {
+    size_t n = c.size();
     for (size_t step = 0; step < n; ++step) {
       size_t i = (ctx.source_key + step) % n;
-      if (!excluded[i]) return static_cast<int>(i);
+      if (!c.excluded[i]) return StageResult::pick(static_cast<int>(i), DecisionKey::kSource);
     }
-    return -1;
+    return StageResult::fall(FallReason::kAllExcluded);
   }
 };
 
 }  // namespace
 
-std::unique_ptr<Selector> makeSourceHash() { return std::make_unique<SourceHash>(); }
+std::unique_ptr<Stage> makeSourceHash(const StageServices&) { return std::make_unique<HashStage>(); }
 
 }  // namespace kvgate::routing

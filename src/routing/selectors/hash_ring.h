@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "routing/selectors/selector.h"
+#include "routing/stage.h"
 
 namespace kvgate::routing {
 

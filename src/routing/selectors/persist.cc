@@ -1,4 +1,4 @@
-// sel 3 persist: session stickiness on a consistent-hash ring.
+// persist (sel 3): session stickiness on a consistent-hash ring.
 //
 // Algorithm: the session value named by `session_header_name` (a header name, `cookie:NAME` or
 // `query:NAME`; the source IP when it is empty or the request lacks the value) is hashed onto a
@@ -6,26 +6,26 @@
 // No load bound: stickiness wins over balance. A pool change moves only the sessions of the
 // endpoints that changed. Knob: session_header_name.
 #include "routing/selectors/hash_ring.h"
-#include "routing/selectors/key_selectors.h"
+#include "routing/selectors/selectors.h"
 
 namespace kvgate::routing {
 namespace {
 
-class Persist : public Selector {
+class PersistStage : public Stage {
  public:
-  explicit Persist(const std::vector<PoolEndpoint>& eps)
+  explicit PersistStage(const std::vector<PoolEndpoint>& eps)
       : ring_(eps, std::vector<int>(eps.size(), 256)) {}
-  int pick(const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded,
-           const RequestContext& ctx, PickInfo& info) override {
-    if (ring_.size() == 0) return -1;
+  uint32_t needs() const override { return kNeedSession | kNeedSource; }
+  StageResult evaluate(const RequestContext& ctx, CandidateSet& c) override {
+    if (ring_.size() == 0) return StageResult::fall(FallReason::kEmptyPool);
     uint64_t key = ctx.session_key ? *ctx.session_key : ctx.source_key;
-    info.key = ctx.session_key ? "session" : "source";
+    DecisionKey k = ctx.session_key ? DecisionKey::kSession : DecisionKey::kSource;
     size_t start = ring_.lowerBound(key);
     for (size_t step = 0; step < ring_.size(); ++step) {
       int i = ring_.endpointAt(start + step);
-      if (!excluded[static_cast<size_t>(i)]) return i;
+      if (!c.excluded[static_cast<size_t>(i)]) return StageResult::pick(i, k);
     }
-    return -1;
+    return StageResult::fall(FallReason::kAllExcluded);
   }
 
  private:
@@ -34,8 +34,8 @@ class Persist : public Selector {
 
 }  // namespace
 
-std::unique_ptr<Selector> makePersist(const std::vector<PoolEndpoint>& eps) {
-  return std::make_unique<Persist>(eps);
+std::unique_ptr<Stage> makePersist(const StageServices& s) {
+  return std::make_unique<PersistStage>(s.endpoints);
 }
 
 }  // namespace kvgate::routing

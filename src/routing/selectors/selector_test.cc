@@ -1,21 +1,70 @@
-#include "routing/selectors/selector.h"
+// The selector stages (sel 0..10) on plain data, through the stage registry.
+#include "routing/selectors/selectors.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
+#include "routing/stage_registry.h"
+
 namespace kvgate::routing {
 namespace {
+
+common::ManualClock g_clock;
+config::RuleSpec g_rule;
 
 std::vector<PoolEndpoint> pool(std::vector<int> weights) {
   std::vector<PoolEndpoint> eps;
   for (size_t i = 0; i < weights.size(); ++i) {
     PoolEndpoint p;
-    p.state = std::make_shared<endpoints::EndpointState>("127.0.0." + std::to_string(i + 1), 80);
+    p.state = std::make_shared<endpoints::EndpointState>(
+        static_cast<endpoints::EndpointId>(i + 1), "127.0.0." + std::to_string(i + 1), 80, g_clock);
     p.weight = static_cast<uint8_t>(weights[i]);
     eps.push_back(p);
   }
   return eps;
+}
+
+// What a pick decided, in the shape the assertions below read.
+struct PickInfo {
+  const char* key = "rr";
+  bool spilled = false;
+};
+
+// A stage looked up by its `sel` alias, picking with a copy of the exclusion mask.
+class Sel {
+ public:
+  explicit Sel(std::unique_ptr<Stage> s) : s_(std::move(s)) {}
+  int pick(const std::vector<PoolEndpoint>& eps, std::vector<bool> excluded,
+           const RequestContext& ctx, PickInfo& info) {
+    CandidateSet c{eps, excluded};
+    StageResult r = s_->evaluate(ctx, c);
+    info.key = decisionKeyName(r.key);
+    info.spilled = r.spilled;
+    return r.index;
+  }
+  int pick(const std::vector<PoolEndpoint>& eps, std::vector<bool> excluded) {
+    PickInfo info;
+    return pick(eps, std::move(excluded), RequestContext{}, info);
+  }
+
+ private:
+  std::unique_ptr<Stage> s_;
+};
+
+std::unique_ptr<Sel> create(int sel, const std::vector<PoolEndpoint>& eps) {
+  const StageInfo* info = findStage(std::to_string(sel));
+  EXPECT_NE(info, nullptr) << sel;
+  return std::make_unique<Sel>(info->make(StageServices{g_clock, g_rule, eps}));
+}
+
+TEST(StageRegistry, NamesAndSelAliases) {
+  EXPECT_EQ(findStage("chwbl"), stageForSel(8));
+  EXPECT_EQ(findStage("10")->name, "wrr_hash");
+  EXPECT_EQ(findStage("rr")->sel, 0);
+  EXPECT_EQ(findStage("nope"), nullptr);
+  EXPECT_EQ(findStage("5"), nullptr);  // sel 5 is not implemented
+  EXPECT_EQ(findStage("8x"), nullptr);
 }
 
 TEST(SmoothWrr, MatchesNginxSequenceForFiveOneOne) {
@@ -27,7 +76,7 @@ TEST(SmoothWrr, MatchesNginxSequenceForFiveOneOne) {
 
 TEST(RoundRobin, CyclesAndSkipsExcluded) {
   auto eps = pool({1, 1, 1});
-  auto s = Selector::create(0, eps);
+  auto s = create(0, eps);
   std::vector<bool> none(3, false);
   EXPECT_EQ(s->pick(eps, none), 0);
   EXPECT_EQ(s->pick(eps, none), 1);
@@ -43,7 +92,7 @@ TEST(RoundRobin, CyclesAndSkipsExcluded) {
 
 TEST(WeightedRoundRobin, DistributesByWeight) {
   auto eps = pool({3, 1, 0});
-  auto s = Selector::create(2, eps);
+  auto s = create(2, eps);
   std::map<int, int> n;
   std::vector<bool> none(3, false);
   for (int i = 0; i < 400; ++i) n[s->pick(eps, none)]++;
@@ -55,7 +104,7 @@ TEST(WeightedRoundRobin, DistributesByWeight) {
 
 TEST(LeastConnections, PicksLowestInFlightAndRotatesTies) {
   auto eps = pool({1, 1, 1});
-  auto s = Selector::create(4, eps);
+  auto s = create(4, eps);
   eps[0].state->active = 5;
   eps[1].state->active = 2;
   eps[2].state->active = 7;
@@ -72,7 +121,7 @@ TEST(LeastConnections, PicksLowestInFlightAndRotatesTies) {
   EXPECT_EQ(n[2], 10);
 }
 
-int pickWith(Selector& s, const std::vector<PoolEndpoint>& eps, const std::vector<bool>& ex,
+int pickWith(Sel& s, const std::vector<PoolEndpoint>& eps, const std::vector<bool>& ex,
              RequestContext ctx, PickInfo* out = nullptr) {
   PickInfo info;
   int i = s.pick(eps, ex, ctx, info);
@@ -82,7 +131,7 @@ int pickWith(Selector& s, const std::vector<PoolEndpoint>& eps, const std::vecto
 
 TEST(Chwbl, SamePrefixKeyStaysOnItsHomeEndpoint) {
   auto eps = pool({1, 1, 1});
-  auto s = Selector::create(8, eps);
+  auto s = create(8, eps);
   std::vector<bool> none(3, false);
   RequestContext ctx;
   ctx.prefix_key = 0x1234567890abcdefULL;
@@ -105,7 +154,7 @@ TEST(Chwbl, SamePrefixKeyStaysOnItsHomeEndpoint) {
 
 TEST(Chwbl, SpillsOnlyAboveTheBoundedLoadCap) {
   auto eps = pool({1, 1, 1});
-  auto s = Selector::create(8, eps);
+  auto s = create(8, eps);
   std::vector<bool> none(3, false);
   RequestContext ctx;
   ctx.prefix_key = 42;
@@ -131,7 +180,7 @@ TEST(Chwbl, SpillsOnlyAboveTheBoundedLoadCap) {
 
 TEST(Chwbl, FallsBackToConversationThenRoundRobin) {
   auto eps = pool({1, 1});
-  auto s = Selector::create(8, eps);
+  auto s = create(8, eps);
   std::vector<bool> none(2, false);
   RequestContext conv;
   conv.conversation_key = 7;
@@ -147,7 +196,7 @@ TEST(Chwbl, FallsBackToConversationThenRoundRobin) {
 
 TEST(WrrHash, WeightZeroNeverServesAndWeightsShapeTheSpread) {
   auto eps = pool({3, 1, 0});
-  auto s = Selector::create(10, eps);
+  auto s = create(10, eps);
   std::vector<bool> none(3, false);
   std::map<int, int> seen;
   for (uint64_t k = 0; k < 2000; ++k) {
@@ -162,7 +211,7 @@ TEST(WrrHash, WeightZeroNeverServesAndWeightsShapeTheSpread) {
 
 TEST(GpuAware, PrefixKeyModuloPoolSize) {
   auto eps = pool({1, 1, 1});
-  auto s = Selector::create(9, eps);
+  auto s = create(9, eps);
   RequestContext c;
   c.prefix_key = 10;  // 10 % 3 = 1
   EXPECT_EQ(pickWith(*s, eps, {false, false, false}, c), 1);
@@ -171,7 +220,7 @@ TEST(GpuAware, PrefixKeyModuloPoolSize) {
 
 TEST(SourceHash, SourceKeyModuloPoolSize) {
   auto eps = pool({1, 1, 1, 1});
-  auto s = Selector::create(1, eps);
+  auto s = create(1, eps);
   RequestContext c;
   c.source_key = 7;  // 7 % 4 = 3
   EXPECT_EQ(pickWith(*s, eps, {false, false, false, false}, c), 3);
@@ -180,7 +229,7 @@ TEST(SourceHash, SourceKeyModuloPoolSize) {
 
 TEST(Persist, SessionSticksAndReturnsAfterAnOutage) {
   auto eps = pool({1, 1, 1});
-  auto s = Selector::create(3, eps);
+  auto s = create(3, eps);
   RequestContext c;
   c.session_key = 99;
   std::vector<bool> none(3, false);

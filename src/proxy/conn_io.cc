@@ -1,0 +1,162 @@
+// ClientConn plumbing: the deadline's actions, client reads and writes, the gateway's error
+// answers, response counting, the client-disconnect watcher and the access log.
+#include <sys/socket.h>
+
+#include "common/log.h"
+#include "http/server.h"
+#include "proxy/client_conn.h"
+
+namespace kvgate::proxy {
+
+std::string openAiError(int status, std::string_view code, std::string_view message,
+                        std::string_view param) {
+  std::string b = "{\"error\":{\"message\":\"" + http::jsonEscape(message) + "\",\"type\":\"";
+  b += status >= 500 ? (status == 501 ? "not_active" : "server_error") : "invalid_request_error";
+  b += "\",\"param\":";
+  b += param.empty() ? std::string("null") : "\"" + http::jsonEscape(param) + "\"";
+  b += ",\"code\":\"" + http::jsonEscape(code) + "\"}}";
+  return b;
+}
+
+void ClientConn::onDeadline() {
+  switch (phase_) {
+    case Phase::kHead:
+    case Phase::kBody: {
+      static const char k408[] =
+          "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: "
+          "close\r\nContent-Length: 116\r\n\r\n{\"error\":{\"message\":\"request header or body "
+          "not received in time\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":"
+          "\"timeout\"}}";
+      ::send(client_.native_handle(), k408, sizeof(k408) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      l_->unrouted.inc(408);
+      closeClient();
+      break;
+    }
+    case Phase::kConnect:
+    case Phase::kAwaitResponse:
+      leg_.abort(true);
+      break;
+    default:
+      leg_.abort(true);
+      closeClient();
+  }
+}
+
+asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
+  error_code ec;
+  size_t n = co_await s.async_read_some(b.prepare(kReadChunk), useEc(ec));
+  if (ec || n == 0) co_return false;
+  b.commit(n);
+  co_return true;
+}
+
+asio::awaitable<bool> ClientConn::writeClient(std::string_view a, std::string_view b) {
+  error_code ec;
+  std::array<asio::const_buffer, 2> bufs{asio::buffer(a.data(), a.size()),
+                                         asio::buffer(b.data(), b.size())};
+  co_await asio::async_write(client_, bufs, useEc(ec));
+  co_return !ec;
+}
+
+asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, std::string_view msg,
+                                            std::string_view param, bool close) {
+  if (close) client_keep_alive_ = false;
+  std::string body = openAiError(status, code, msg, param);
+  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
+                  "\r\nContent-Type: application/json\r\nContent-Length: " +
+                  std::to_string(body.size()) + "\r\n";
+  if (!keepAliveAfter()) h += "Connection: close\r\n";
+  h += "\r\n";
+  outcome_.status = status;
+  countResponse(status);
+  co_await writeClient(h, body);
+}
+
+// Counts the response once, under the most specific owner known: the endpoint, else the rule,
+// else the listener (answers before routing).
+void ClientConn::countResponse(int status) {
+  if (outcome_.route && outcome_.ep_index >= 0)
+    outcome_.route->ep_counters[static_cast<size_t>(outcome_.ep_index)]->inc(status);
+  else if (outcome_.route)
+    outcome_.route->stats->no_endpoint.inc(status);
+  else
+    l_->unrouted.inc(status);
+}
+
+// The leg had to wait for the upstream: watch the client meanwhile (it may go away), unless the
+// watcher already holds the bound of pipelined bytes (then TCP pushes back on the client).
+void ClientConn::onUpstreamWait() {
+  if (watch_running_ || client_gone_ || pipelined_.size() >= kMaxPipelinedBytes) return;
+  watching_ = true;
+  startWatch();
+}
+
+void ClientConn::startWatch() {
+  watch_running_ = true;
+  asio::co_spawn(client_.get_executor(), watchClient(shared_from_this(), ++watch_gen_),
+                 asio::detached);
+}
+
+// Watches the client socket while the upstream makes us wait: EOF or an error means the client
+// went away, so the upstream connection is closed and the engine aborts the request. Bytes of a
+// pipelined request are kept (at most kMaxPipelinedBytes) for the next request. A stopped watcher
+// (older generation) returns without touching the connection.
+asio::awaitable<void> ClientConn::watchClient(std::shared_ptr<ClientConn> self, uint64_t gen) {
+  char buf[4096];
+  size_t room = std::min(sizeof buf, kMaxPipelinedBytes - pipelined_.size());
+  error_code ec;
+  size_t n = co_await client_.async_read_some(asio::buffer(buf, room), useEc(ec));
+  if (n > 0) pipelined_.append(buf, n);  // kept even if we were stopped meanwhile
+  if (gen != watch_gen_ || !watching_) co_return;
+  if (ec || n == 0) {
+    client_gone_ = true;  // EOF or error: the client went away
+    leg_.abort(false);    // the engine sees the disconnect and aborts the request
+  }
+  watch_running_ = false;
+}
+
+// Stops the watcher: cancels its read, then yields once so that its completion (cancelled, or
+// holding pipelined bytes) runs before the connection reads the client again. Costs nothing when
+// no watcher was started (the fast path).
+asio::awaitable<void> ClientConn::stopWatch() {
+  if (!watching_) co_return;
+  watching_ = false;
+  ++watch_gen_;
+  if (!watch_running_) co_return;
+  watch_running_ = false;
+  error_code ec;
+  client_.cancel(ec);
+  co_await asio::post(client_.get_executor(), asio::use_awaitable);
+}
+
+// One structured access-log line for the request just answered (--access-log). Every field is
+// escaped by log::appendField, so client-controlled values cannot forge lines.
+void ClientConn::logAccess() {
+  const Route* route = outcome_.route;
+  std::string line = "access";
+  log::appendField(line, "id", request_id_);
+  log::appendField(line, "listener", l_->key);
+  log::appendField(line, "rule",
+                   !route                     ? ""
+                   : route->rule.name.empty() ? route->rule.key()
+                                              : route->rule.name);
+  log::appendField(line, "model", outcome_.model);
+  log::appendField(line, "endpoint", outcome_.endpoint ? *outcome_.endpoint : "");
+  log::appendField(line, "selector", route ? config::selectorName(route->rule.sel) : "");
+  log::appendField(line, "tier", outcome_.stage);
+  log::appendField(line, "key", outcome_.key);
+  if (outcome_.spilled) log::appendField(line, "spill", "1");
+  log::appendField(line, "status", std::to_string(outcome_.status));
+  log::appendField(line, "bytes", std::to_string(outcome_.bytes));
+  char ms[32];
+  std::snprintf(ms, sizeof ms, "%.3f", outcome_.ttfb_ms < 0 ? 0.0 : outcome_.ttfb_ms);
+  log::appendField(line, "ttfb_ms", ms);
+  std::snprintf(
+      ms, sizeof ms, "%.3f",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_at_)
+          .count());
+  log::appendField(line, "dur_ms", ms);
+  log::info("proxy", line);
+}
+
+}  // namespace kvgate::proxy

@@ -1,0 +1,103 @@
+// Dispatch of one request: request id, request facts (one parse of the body, only for the facts
+// someone needs), the model pool lookup, and the answers the gateway gives itself
+// (GET /v1/models, 400 invalid_json, 404 no_route, 503 model_unavailable, 501 not_active,
+// 503 service_down) before handing the request to forward().
+#include "common/ids.h"
+#include "http/server.h"
+#include "proxy/client_conn.h"
+#include "proxy/facts_parser.h"
+
+namespace kvgate::proxy {
+
+asio::awaitable<bool> ClientConn::answerModels(const VipConfig& cfg, std::string_view host,
+                                               std::string_view path) {
+  auto names = cfg.models(host, path);
+  std::string b = "{\"object\":\"list\",\"data\":[";
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i) b += ",";
+    b += "{\"id\":\"" + http::jsonEscape(names[i]) +
+         "\",\"object\":\"model\",\"created\":0,\"owned_by\":\"kvgate\"}";
+  }
+  b += "]}";
+  std::string h = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " +
+                  request_id_ + "\r\nContent-Length: " + std::to_string(b.size()) + "\r\n";
+  if (!keepAliveAfter()) h += "Connection: close\r\n";
+  h += "\r\n";
+  outcome_.status = 200;
+  countResponse(200);
+  co_return co_await writeClient(h, b);
+}
+
+asio::awaitable<bool> ClientConn::answerUnroutable(const Route* route, bool host_path_matched,
+                                                   std::string_view model) {
+  if (!route) {
+    if (host_path_matched)
+      co_await sendError(503, "model_unavailable",
+                         "model '" + std::string(model) + "' is not served here", "model");
+    else
+      co_await sendError(404, "no_route", "no service for this host and path");
+  } else if (!route->rule.inactive_capability.empty()) {
+    co_await sendError(501, "not_active",
+                       "capability '" + route->rule.inactive_capability +
+                           "' is configured on this service but not active in this build",
+                       route->rule.inactive_capability);
+  } else {
+    co_await sendError(503, "service_down", "service is administratively down");
+  }
+  co_return true;
+}
+
+// Returns false when the connection must close (the client is gone or the exchange broke).
+asio::awaitable<bool> ClientConn::dispatch(Request& req) {
+  const auto& head = req.head;
+  char rid_buf[32];
+  std::string_view rid = head.get("x-request-id");
+  if (!isAcceptableRequestId(rid)) {
+    newRequestId(rid_buf);
+    rid = std::string_view(rid_buf, 32);
+  }
+  request_id_.assign(rid);
+
+  auto cfg = l_->config.load();
+  std::string_view path = head.target.substr(0, head.target.find('?'));
+  std::string_view host = hostWithoutPort(head.host);
+  std::string_view model = head.get("x-model");
+  bool host_path_matched = false;
+  const Route* route = nullptr;
+  // One parse of the body, for the facts someone needs. When the model must come from the body,
+  // the route is not known yet: parse for the union of the listener's routes' needs.
+  const bool model_from_body = model.empty() && cfg->has_model_pools;
+  uint32_t needs = 0;
+  if (model_from_body) {
+    needs = routing::kNeedModel | cfg->body_needs;
+  } else {
+    route = cfg->find(host, path, model, host_path_matched);
+    if (route) needs = route->needs & routing::kBodyNeeds;
+  }
+  facts_parsed_ = false;
+  if (needs && !req.body.empty()) {
+    auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity, needs,
+                         w_.opts.prefix_key_bytes, facts_);
+    if (st == FactsStatus::kInvalidJson) {
+      co_await sendError(400, "invalid_json", "request body is not valid JSON");
+      co_return !client_gone_;
+    }
+    facts_parsed_ = st == FactsStatus::kOk;
+    if (model_from_body && facts_.has_model) model = facts_.model;
+  }
+  outcome_.model = model;
+  if (head.method == "GET" && (path == "/v1/models" || path == "/models") &&
+      !cfg->models(host, path).empty())
+    co_return co_await answerModels(*cfg, host, path);
+  if (model_from_body) route = cfg->find(host, path, model, host_path_matched);
+  outcome_.route = route;
+  if (!route || !route->rule.inactive_capability.empty() || !route->rule.admin_up)
+    co_return co_await answerUnroutable(route, host_path_matched, model) && !client_gone_;
+  if (route->rule.inactive_timeout_sec > 0)
+    idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
+  bool ok = co_await forward(req, *route);
+  if (!ok) client_keep_alive_ = false;
+  co_return ok;
+}
+
+}  // namespace kvgate::proxy

@@ -1,0 +1,297 @@
+#include "proxy/facts_parser.h"
+
+#include <simdjson.h>
+
+#include <charconv>
+#include <memory>
+#include <string>
+
+namespace kvgate::proxy {
+namespace {
+
+static_assert(kFactsPadding == simdjson::SIMDJSON_PADDING);
+using simdjson::ondemand::value;
+using simdjson::ondemand::json_type;
+
+simdjson::ondemand::parser& threadParser() {
+  thread_local simdjson::ondemand::parser parser(kMaxParseBytes);
+  return parser;
+}
+
+// Appends up to the remaining budget of K bytes.
+struct Renderer {
+  std::string& out;
+  size_t limit;
+  bool full() const { return out.size() >= limit; }
+  void add(std::string_view s) {
+    if (!full()) out.append(s.substr(0, limit - out.size()));
+  }
+  void add(char c) {
+    if (!full()) out.push_back(c);
+  }
+};
+
+// Status of a walk over a JSON value: kFatal means the iterator hit a syntax or structure error
+// (the whole body is then checked with the validating parser); kShape means "valid, but not the
+// shape we key on".
+enum class Walk { kOk, kShape, kFatal };
+
+bool fatal(simdjson::error_code e) {
+  return e != simdjson::SUCCESS && e != simdjson::INCORRECT_TYPE && e != simdjson::NUMBER_ERROR &&
+         e != simdjson::NUMBER_OUT_OF_RANGE;
+}
+
+// Content of one message: a string, or the "text" of its parts; null and other types add nothing.
+Walk renderContent(value v, Renderer& r) {
+  json_type t;
+  if (auto e = v.type().get(t)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+  if (t == json_type::string) {
+    std::string_view s;
+    if (auto e = v.get_string().get(s)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+    r.add(s);
+    return Walk::kOk;
+  }
+  if (t != json_type::array) return t == json_type::null ? Walk::kOk : Walk::kShape;
+  simdjson::ondemand::array parts;
+  if (auto e = v.get_array().get(parts)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+  for (auto part : parts) {
+    simdjson::ondemand::object po;
+    if (auto e = part.get_object().get(po)) {
+      if (fatal(e)) return Walk::kFatal;
+      continue;  // non-object parts carry no text
+    }
+    for (auto f : po) {
+      std::string_view k;
+      if (f.unescaped_key().get(k)) return Walk::kFatal;
+      if (k != "text") continue;
+      std::string_view s;
+      auto e = f.value().get_string().get(s);
+      if (e == simdjson::SUCCESS)
+        r.add(s);
+      else if (fatal(e))
+        return Walk::kFatal;
+    }
+  }
+  return Walk::kOk;
+}
+
+Walk renderMessages(value v, Renderer& r) {
+  simdjson::ondemand::array msgs;
+  if (auto e = v.get_array().get(msgs)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+  Walk result = Walk::kOk;
+  std::string role, content;
+  for (auto m : msgs) {
+    simdjson::ondemand::object mo;
+    if (auto e = m.get_object().get(mo)) {
+      if (fatal(e)) return Walk::kFatal;
+      result = Walk::kShape;  // a non-object message: the prompt cannot be keyed
+      continue;
+    }
+    role.clear();
+    content.clear();
+    Renderer c{content, r.limit};
+    for (auto mf : mo) {
+      std::string_view mk;
+      if (mf.unescaped_key().get(mk)) return Walk::kFatal;
+      value mv;
+      if (mf.value().get(mv)) return Walk::kFatal;
+      if (mk == "role") {
+        std::string_view rs;
+        auto e = mv.get_string().get(rs);
+        if (e == simdjson::SUCCESS) role.assign(rs);
+        if (fatal(e)) return Walk::kFatal;
+      } else if (mk == "content") {
+        Walk w = renderContent(mv, c);
+        if (w == Walk::kFatal) return w;
+        if (w == Walk::kShape) result = Walk::kShape;
+      }
+    }
+    r.add(role);
+    r.add('\x1f');
+    r.add(content);
+    r.add('\x1e');
+  }
+  return result;
+}
+
+// "prompt": a string, or an array of token ids (rendered as "id," each); anything else (a
+// number, a batch of prompts) is a shape the key does not cover.
+Walk renderPrompt(value v, Renderer& r, routing::RequestFacts& f, uint32_t needs) {
+  json_type t;
+  if (auto e = v.type().get(t)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+  if (t == json_type::string) {
+    std::string_view s;
+    if (auto e = v.get_string().get(s)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+    r.add(s);
+    if (needs & routing::kNeedPromptText) f.prompt_text.assign(s);
+    return Walk::kOk;
+  }
+  if (t != json_type::array) return Walk::kShape;
+  simdjson::ondemand::array ids;
+  if (auto e = v.get_array().get(ids)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+  char num[24];
+  for (auto id : ids) {
+    int64_t x = 0;
+    if (auto e = id.get_int64().get(x)) {
+      if (fatal(e)) return Walk::kFatal;
+      f.prompt_token_ids.clear();
+      return Walk::kShape;  // a batch of prompts or a non-integer: key what was rendered
+    }
+    if (needs & routing::kNeedPromptText) f.prompt_token_ids.push_back(x);
+    if (!r.full()) {
+      auto [end, ec] = std::to_chars(num, num + sizeof num, x);
+      r.add(std::string_view(num, static_cast<size_t>(end - num)));
+      r.add(',');
+    }
+  }
+  return Walk::kOk;
+}
+
+// Optional request-shape facts: stream, stream_options.include_usage, max_tokens, lora_path.
+Walk readShape(std::string_view key, value v, routing::RequestFacts& f) {
+  simdjson::error_code e = simdjson::SUCCESS;
+  if (key == "stream") {
+    bool b;
+    if (!(e = v.get_bool().get(b))) f.stream = b;
+  } else if (key == "max_tokens" || (key == "max_completion_tokens" && !f.max_tokens)) {
+    int64_t n;
+    if (!(e = v.get_int64().get(n))) f.max_tokens = n;
+  } else if (key == "lora_path") {
+    std::string_view s;
+    if (!(e = v.get_string().get(s))) f.lora_adapter.assign(s);
+  } else if (key == "stream_options") {
+    simdjson::ondemand::object o;
+    if ((e = v.get_object().get(o))) return fatal(e) ? Walk::kFatal : Walk::kShape;
+    for (auto sf : o) {
+      std::string_view k;
+      if (sf.unescaped_key().get(k)) return Walk::kFatal;
+      bool b;
+      if (k == "include_usage" && !(e = sf.value().get_bool().get(b))) f.include_usage = b;
+      if (fatal(e)) return Walk::kFatal;
+    }
+    return Walk::kOk;
+  }
+  return fatal(e) ? Walk::kFatal : Walk::kOk;
+}
+
+// Walks the top-level object once, extracting the facts in `needs`.
+Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
+                routing::RequestFacts& f) {
+  for (auto field : obj) {
+    std::string_view key;
+    if (field.unescaped_key().get(key)) return Walk::kFatal;
+    value v;
+    if (field.value().get(v)) return Walk::kFatal;
+    std::string_view s;
+    simdjson::error_code e = simdjson::SUCCESS;
+    if (key == "model") {  // a repeated key: the last wins, as in Python's json (the engine's view)
+      if (!(e = v.get_string().get(s))) {
+        f.model.assign(s);
+        f.has_model = true;
+      }
+    } else if (key == "cache_salt") {
+      if (!(e = v.get_string().get(s))) f.cache_salt.assign(s);
+    } else if (key == "user" && (needs & routing::kNeedUser)) {
+      if (!(e = v.get_string().get(s))) f.user = std::string(s);
+    } else if (key == "messages" &&
+               (needs & (routing::kNeedPromptPrefix | routing::kNeedMessages))) {
+      f.prompt_prefix.clear();
+      f.has_prompt = true;
+      if (needs & routing::kNeedMessages) {
+        simdjson::ondemand::array a;
+        if ((e = v.get_array().get(a))) {
+          f.has_prompt = false;
+        } else {
+          if (a.raw_json().get(s)) return Walk::kFatal;  // (consumes the array)
+          f.messages_json.assign(s);
+        }
+      } else {
+        Walk w = renderMessages(v, r);
+        if (w == Walk::kFatal) return w;
+        if (w == Walk::kShape) f.has_prompt = false;
+      }
+    } else if (key == "prompt" && (needs & (routing::kNeedPromptPrefix | routing::kNeedPromptText))) {
+      f.prompt_prefix.clear();
+      f.has_prompt = true;
+      Walk w = renderPrompt(v, r, f, needs);
+      if (w == Walk::kFatal) return w;
+      if (w == Walk::kShape) f.has_prompt = false;
+    } else if (needs & routing::kNeedRequestShape) {
+      if (readShape(key, v, f) == Walk::kFatal) return Walk::kFatal;
+    }
+    if (fatal(e)) return Walk::kFatal;
+  }
+  return Walk::kOk;
+}
+
+// The validating parser decides when the streaming walk stopped on an error: is the body JSON?
+bool isValidJson(const char* data, size_t len) {
+  simdjson::dom::parser p(kMaxParseBytes);  // local: freed at once (this path is rare)
+  simdjson::padded_string copy(data, len);
+  simdjson::dom::element doc;
+  auto e = p.parse(copy).get(doc);
+  return e == simdjson::SUCCESS || e == simdjson::DEPTH_ERROR;  // too deep is still JSON
+}
+
+}  // namespace
+
+size_t factsParserCapacity() { return threadParser().capacity(); }
+
+FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t needs,
+                       size_t prefix_bytes, routing::RequestFacts& out) {
+  out.clear();
+  if (len > kMaxParseBytes) return FactsStatus::kInvalidJson;
+  std::unique_ptr<simdjson::padded_string> copy;
+  if (capacity < len + kFactsPadding) {  // no padding reserved by the caller: copy (rare)
+    copy = std::make_unique<simdjson::padded_string>(data, len);
+    data = copy->data();
+    capacity = len + kFactsPadding;
+  }
+  auto& parser = threadParser();
+  FactsStatus status = FactsStatus::kOk;
+  Renderer r{out.prompt_prefix, prefix_bytes};
+  {
+    simdjson::ondemand::document doc;
+    simdjson::ondemand::object obj;
+    Walk w = Walk::kOk;
+    if (parser.iterate(data, len, capacity).get(doc)) {
+      w = Walk::kFatal;
+    } else if (doc.get_object().get(obj)) {
+      w = Walk::kFatal;  // not an object: the validator tells JSON of another type from junk
+      status = FactsStatus::kNotObject;
+    } else {
+      w = walkObject(obj, needs, r, out);
+      const char* rest = nullptr;
+      if (w == Walk::kOk && doc.current_location().get(rest) == simdjson::SUCCESS)
+        w = Walk::kFatal;  // bytes after the object: let the validator judge
+
+    }
+    if (w == Walk::kFatal) {
+      bool valid = isValidJson(data, len);
+      status = !valid ? FactsStatus::kInvalidJson
+               : status == FactsStatus::kNotObject ? FactsStatus::kNotObject
+                                                   : FactsStatus::kOk;
+      out.has_prompt = false;  // the walk stopped part-way: no prompt key
+    }
+  }
+  if (status == FactsStatus::kOk && !out.messages_json.empty() &&
+      (needs & routing::kNeedPromptPrefix)) {
+    // Messages were captured raw: render the prefix from that copy (the outer parse is done).
+    simdjson::padded_string msgs(out.messages_json);
+    simdjson::ondemand::document mdoc;
+    value mv;
+    if (!parser.iterate(msgs).get(mdoc) && !mdoc.get_value().get(mv) &&
+        renderMessages(mv, r) != Walk::kOk)
+      out.has_prompt = false;
+  }
+  out.parsed = status == FactsStatus::kOk;
+  if (!out.parsed) out.has_prompt = false;
+  if (out.prompt_prefix.empty()) out.has_prompt = false;
+  if (parser.capacity() > kKeepParserBytes) {  // do not pin ~6x the largest body ever seen
+    auto e = parser.allocate(kKeepParserBytes, parser.max_depth());
+    (void)e;  // on failure the next iterate() allocates again
+  }
+  return status;
+}
+
+}  // namespace kvgate::proxy

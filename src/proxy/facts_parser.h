@@ -1,0 +1,34 @@
+// The one parser of request bodies on the data plane: JSON bytes -> routing::RequestFacts.
+//
+// simdjson on-demand over the receive buffer itself (the caller reserves SIMDJSON_PADDING
+// readable bytes past the body: no copy). Only the facts in `needs` are extracted; other fields
+// are skipped. Memory: each worker thread keeps one parser whose capacity is capped at
+// kKeepParserBytes; a larger body is parsed and the parser then shrinks back, so one huge
+// request does not pin ~6x its size for the life of the process.
+//
+// Outcomes: kOk (a JSON object; facts filled as far as their shapes allow), kNotObject (valid
+// JSON, not an object: no facts), kInvalidJson (not JSON: the only case the gateway answers 400
+// invalid_json). A body whose fields have unexpected shapes is still kOk, without those facts.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "routing/request_facts.h"
+
+namespace kvgate::proxy {
+
+enum class FactsStatus { kOk, kNotObject, kInvalidJson };
+
+constexpr size_t kFactsPadding = 64;                // == SIMDJSON_PADDING (checked in the .cc)
+constexpr size_t kKeepParserBytes = 1024 * 1024;    // parser capacity kept between requests
+constexpr size_t kMaxParseBytes = 64 * 1024 * 1024;  // hard cap (serve's body limit is lower)
+
+// `capacity`: readable bytes from `data` (at least len + kFactsPadding; else the body is copied).
+// `prefix_bytes`: K, the rendered-prompt budget of the prompt prefix.
+FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t needs,
+                       size_t prefix_bytes, routing::RequestFacts& out);
+
+// Bytes the calling thread's parser holds now (tests and the parser-memory bound).
+size_t factsParserCapacity();
+
+}  // namespace kvgate::proxy

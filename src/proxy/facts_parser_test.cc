@@ -1,0 +1,161 @@
+// RequestFacts parsing and the prefix key. Expected keys are computed here by hand from the
+// documented rendering (XXH3 over model NUL salt NUL rendered), not by the code under test.
+#include "proxy/facts_parser.h"
+
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include "routing/prefix_key.h"
+
+namespace kvgate::proxy {
+namespace {
+
+using routing::RequestFacts;
+constexpr uint32_t kKeyNeeds = routing::kNeedModel | routing::kNeedPromptPrefix | routing::kNeedUser;
+
+uint64_t expected(std::string_view model, std::string_view salt, std::string_view rendered) {
+  std::string m(model);
+  m.push_back('\0');
+  m += salt;
+  m.push_back('\0');
+  m += rendered;
+  return XXH3_64bits(m.data(), m.size());
+}
+
+FactsStatus parse(std::string_view body, RequestFacts& f, uint32_t needs = kKeyNeeds,
+                  size_t k = 1024) {
+  return parseFacts(body.data(), body.size(), 0, needs, k, f);  // capacity 0: the parser copies
+}
+
+std::optional<uint64_t> keyOf(std::string_view body, size_t k = 1024) {
+  RequestFacts f;
+  parse(body, f, kKeyNeeds, k);
+  return routing::prefixKey(f);
+}
+
+TEST(PrefixKey, ChatRenderingByHand) {
+  auto k = keyOf(
+      R"({"model":"m","messages":[{"role":"system","content":"Be brief."},)"
+      R"({"role":"user","content":[{"type":"text","text":"Hi"},{"type":"text","text":" there"}]}]})");
+  ASSERT_TRUE(k);
+  EXPECT_EQ(*k, expected("m", "",
+                         "system\x1f"
+                         "Be brief.\x1euser\x1fHi there\x1e"));
+}
+
+TEST(PrefixKey, OnlyTheFirstKBytesCount) {
+  std::string a = R"({"model":"m","prompt":"SHAREDPREFIX-one"})";
+  std::string b = R"({"model":"m","prompt":"SHAREDPREFIX-two"})";
+  EXPECT_EQ(*keyOf(a, 12), *keyOf(b, 12));
+  EXPECT_EQ(*keyOf(a, 12), expected("m", "", "SHAREDPREFIX"));
+  EXPECT_NE(*keyOf(a), *keyOf(b));
+}
+
+TEST(PrefixKey, ModelAndCacheSaltSeparateKeys) {
+  EXPECT_NE(*keyOf(R"({"model":"m","prompt":"x"})"), *keyOf(R"({"model":"n","prompt":"x"})"));
+  EXPECT_EQ(*keyOf(R"({"model":"m","prompt":"x","cache_salt":"tenant-a"})"),
+            expected("m", "tenant-a", "x"));
+}
+
+TEST(PrefixKey, TokenIdPromptsAndUser) {
+  RequestFacts f;
+  ASSERT_EQ(parse(R"({"model":"m","prompt":[1,22,333],"user":"alice"})", f), FactsStatus::kOk);
+  EXPECT_EQ(*routing::prefixKey(f), expected("m", "", "1,22,333,"));
+  EXPECT_EQ(*f.user, "alice");
+}
+
+TEST(Facts, ReadsTopLevelModelOnlyAndLastDuplicateWins) {
+  RequestFacts f;
+  EXPECT_EQ(parse(R"({"messages":[{"role":"user","content":"hi"}],"model":"llama-3"})", f),
+            FactsStatus::kOk);
+  EXPECT_EQ(f.model, "llama-3");
+  EXPECT_EQ(parse(R"({"model":"a\u00e9b"})", f), FactsStatus::kOk);
+  EXPECT_EQ(f.model, "a\xc3\xa9" "b");  // escapes decoded
+  EXPECT_EQ(parse(R"({"tools":[{"model":"x"}],"metadata":{"model":"y"}})", f), FactsStatus::kOk);
+  EXPECT_FALSE(f.has_model);
+  EXPECT_EQ(parse(R"({"model":"a","model":"b"})", f), FactsStatus::kOk);
+  EXPECT_EQ(f.model, "b");  // as Python's json (the engine's view)
+}
+
+// Bug 6 of issue 9: valid JSON of an unexpected shape is routed without a key, never invalid_json.
+TEST(Facts, ValidJsonOfOtherShapesIsNotInvalid) {
+  for (std::string_view body :
+       {R"({"model":"m","messages":"hi"})", R"({"model":"m","prompt":5})",
+        R"({"model":"m","messages":[1,"x",null]})",
+        R"({"model":"m","messages":[{"role":"user","content":7}]})",
+        R"({"model":"m","prompt":[[1,2],[3]]})", R"({"model":"m","prompt":[1e400]})",
+        R"({"model":"m","prompt":[99999999999999999999999]})"}) {
+    RequestFacts f;
+    EXPECT_EQ(parse(body, f), FactsStatus::kOk) << body;
+    EXPECT_FALSE(routing::prefixKey(f)) << body;
+  }
+  RequestFacts f;
+  EXPECT_EQ(parse(R"({"model":5,"prompt":"x"})", f), FactsStatus::kOk);
+  EXPECT_FALSE(f.has_model);  // no model for the pool lookup, but the prompt still keys
+  EXPECT_EQ(*routing::prefixKey(f), expected("", "", "x"));
+  EXPECT_EQ(parse("[1,2]", f), FactsStatus::kNotObject);
+  EXPECT_EQ(parse("\"hi\"", f), FactsStatus::kNotObject);
+  std::string deep = "{\"model\":\"m\",\"x\":" + std::string(5000, '[') + std::string(5000, ']') + "}";
+  EXPECT_EQ(parse(deep, f), FactsStatus::kOk);  // too deep to walk, but JSON
+}
+
+TEST(Facts, InvalidJsonIsInvalid) {
+  for (std::string_view body :
+       {"", "not json", R"({"model":"a")", R"({"model":"m",)", R"({"model":"m"} x)",
+        "{\"model\":\"\xff\xfe\"}", R"({"model":"m","prompt":"x)"}) {
+    RequestFacts f;
+    EXPECT_EQ(parse(body, f), FactsStatus::kInvalidJson) << body;
+    EXPECT_FALSE(routing::prefixKey(f));
+  }
+  RequestFacts f;
+  std::string deep = "{\"prompt\":" + std::string(50000, '[');
+  EXPECT_EQ(parse(deep, f), FactsStatus::kInvalidJson);
+}
+
+TEST(Facts, NothingNeededBeyondTheModelIsNotExtracted) {
+  RequestFacts f;
+  ASSERT_EQ(parse(R"({"model":"m","prompt":"x","user":"u"})", f, routing::kNeedModel),
+            FactsStatus::kOk);
+  EXPECT_EQ(f.model, "m");
+  EXPECT_FALSE(f.user);
+  EXPECT_FALSE(f.has_prompt);
+}
+
+TEST(Facts, RequestShapeAndRawMessages) {
+  RequestFacts f;
+  ASSERT_EQ(parse(R"({"model":"m","stream":true,"stream_options":{"include_usage":true},)"
+                  R"("max_completion_tokens":7,"lora_path":"ad1",)"
+                  R"("messages":[{"role":"user","content":"hi"}]})",
+                  f,
+                  routing::kNeedModel | routing::kNeedRequestShape | routing::kNeedMessages |
+                      routing::kNeedPromptPrefix),
+            FactsStatus::kOk);
+  EXPECT_EQ(f.stream, true);
+  EXPECT_TRUE(f.include_usage);
+  EXPECT_EQ(f.max_tokens, 7);
+  EXPECT_EQ(f.lora_adapter, "ad1");
+  EXPECT_EQ(f.messages_json, R"([{"role":"user","content":"hi"}])");
+  EXPECT_EQ(f.prompt_prefix, "user\x1fhi\x1e");  // rendered from the raw copy
+}
+
+TEST(Facts, PromptTextAndTokenIdsWhenNeeded) {
+  RequestFacts f;
+  ASSERT_EQ(parse(R"({"prompt":[5,6,7]})", f, routing::kNeedPromptText), FactsStatus::kOk);
+  EXPECT_EQ(f.prompt_token_ids, (std::vector<int64_t>{5, 6, 7}));
+  ASSERT_EQ(parse(R"({"prompt":"abc\ndef"})", f, routing::kNeedPromptText), FactsStatus::kOk);
+  EXPECT_EQ(f.prompt_text, "abc\ndef");
+}
+
+// Bug 5 of issue 9: a huge body does not leave the worker's parser holding ~6x its size.
+TEST(Facts, ParserShrinksAfterAHugeBody) {
+  std::string body = "{\"model\":\"m\",\"prompt\":\"" + std::string(8 << 20, 'x') + "\"}";
+  body.reserve(body.size() + kFactsPadding);
+  RequestFacts f;
+  ASSERT_EQ(parseFacts(body.data(), body.size(), body.capacity(), kKeyNeeds, 1024, f),
+            FactsStatus::kOk);
+  EXPECT_TRUE(routing::prefixKey(f));
+  EXPECT_LE(factsParserCapacity(), kKeepParserBytes);
+}
+
+}  // namespace
+}  // namespace kvgate::proxy

@@ -1,0 +1,200 @@
+// Forwarding one request: the rule's routing pipeline picks an endpoint, an UpstreamLeg carries
+// the exchange, and failures move on as the rules below say.
+//
+// Candidates: endpoints probed down, passively marked down or behind an open breaker are masked
+// before any stage runs; a half-open breaker admits one trial (EndpointLease carries it). The
+// pick takes an EndpointLease at once: the endpoint's in-flight count rises from the moment of
+// the pick (during connect too) and falls on every path.
+// Failures: a connect failure moves to the next endpoint (the stage runs again without it); a
+// reused pooled connection that fails or closes before any response byte is replaced by a fresh
+// connection and the request sent again (nothing reached the engine); any other failure is
+// answered 502/504 and teaches the breaker. Interim 1xx answers (not 101) are relayed to
+// HTTP/1.1 clients and dropped for HTTP/1.0 clients; the final response follows.
+#include "common/log.h"
+#include "proxy/client_conn.h"
+#include "proxy/request_keys.h"
+
+namespace kvgate::proxy {
+
+void ClientConn::buildUpstreamHead(const Request& req, const Route& route) {
+  const auto& head = req.head;
+  std::string& out = up_head_;  // reused across requests: no allocation once warm
+  out.clear();
+  out.append(head.method).append(" ").append(head.target).append(" HTTP/1.1\r\n");
+  std::string_view conn_tokens = head.get("connection");
+  const bool chunked = head.body_kind == http::BodyKind::kChunked;
+  for (size_t i = 0; i < head.num_headers; ++i) {
+    auto& h = head.headers[i];
+    if (http::isHopByHop(h.name) || http::iequals(h.name, "x-request-id") ||
+        http::iequals(h.name, "expect") || (chunked && http::iequals(h.name, "content-length")) ||
+        (route.rule.strip_api_key && http::iequals(h.name, "x-api-key")) ||
+        (!conn_tokens.empty() && http::headerHasToken(conn_tokens, h.name)))
+      continue;
+    out.append(h.name).append(": ").append(h.value).append("\r\n");
+  }
+  out.append("X-Request-Id: ").append(request_id_).append("\r\n");
+  // An HTTP/1.0 client may send no Host; HTTP/1.1 upstreams need one (setUpstreamHost).
+  up_host_at_ = head.host.empty() ? out.size() : std::string::npos;
+  if (chunked) out.append("Content-Length: ").append(std::to_string(req.body.size())).append("\r\n");
+  out.append("\r\n");
+}
+
+void ClientConn::setUpstreamHost(std::string_view label) {
+  if (up_host_at_ == std::string::npos) return;
+  static constexpr std::string_view kHostName = "Host: ";
+  if (up_head_.compare(up_host_at_, kHostName.size(), kHostName) == 0)
+    up_head_.erase(up_host_at_, up_head_.find("\r\n", up_host_at_) + 2 - up_host_at_);
+  up_head_.insert(up_host_at_, std::string(kHostName).append(label).append("\r\n"));
+}
+
+// Reads the final response head, relaying interim 1xx answers to HTTP/1.1 clients.
+asio::awaitable<UpstreamLeg::Result> ClientConn::readFinalHead(std::string_view method,
+                                                               http::ResponseHead& rh) {
+  for (;;) {
+    UpstreamLeg::Result r = co_await leg_.readHead(method, rh);
+    if (!r.ok() || !r.interim) co_return r;
+    // 100 Continue answered our own Expect handling (we strip Expect): not the client's.
+    if (client_minor_ >= 1 && rh.status != 100) {
+      if (!co_await writeClient(std::string_view(leg_.buf().data(), rh.head_bytes))) {
+        client_gone_ = true;
+        leg_.abort(false);
+        r.outcome = UpstreamLeg::Outcome::kClosed;
+        r.retry_safe = false;
+        r.error = "client went away";
+        co_return r;
+      }
+    }
+    leg_.consumeHead(rh);
+  }
+}
+
+// The gateway's answer when an exchange failed after the request may have reached the engine.
+asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, const Route& route,
+                                               size_t idx, endpoints::EndpointLease& lease) {
+  co_await stopWatch();
+  leg_.release(false);
+  if (client_gone_) co_return false;  // the lease releases an unsettled trial
+  const bool cb = route.rule.cb_enable;
+  const auto& label = route.endpoints[idx].state->label;
+  using O = UpstreamLeg::Outcome;
+  if (r.outcome == O::kTimeout) {
+    lease.settle(w_.opts.health, cb, 504);
+    co_await sendError(504, "upstream_timeout", "upstream " + label + " did not answer in time");
+  } else if (r.outcome == O::kBadResponse) {
+    lease.settle(w_.opts.health, cb, 502);
+    co_await sendError(502, "bad_upstream_response", r.error);
+  } else {
+    lease.settle(w_.opts.health, cb, 502);
+    co_await sendError(502, "upstream_closed", "upstream " + label + " closed the connection");
+  }
+  co_return true;
+}
+
+// One endpoint: up to two sends (a stale pooled connection is replaced once by a fresh one).
+// `next_endpoint` is set when the caller should try another endpoint.
+asio::awaitable<bool> ClientConn::exchange(const Request& req, const Route& route, size_t idx,
+                                           endpoints::EndpointLease& lease, bool& next_endpoint) {
+  const auto& rule = route.rule;
+  const auto& ep = route.endpoints[idx];
+  const bool cb = rule.cb_enable;
+  auto connect_timeout =
+      std::chrono::milliseconds(rule.timeout_connect_ms > 0 ? rule.timeout_connect_ms : 500);
+  auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
+                                               : w_.opts.upstream_data_timeout;
+  next_endpoint = false;
+  for (int send_try = 0; send_try < 2; ++send_try) {
+    phase_ = Phase::kConnect;
+    deadline_.expireAfter(connect_timeout);
+    auto r = co_await leg_.open(ep.state->id, route.addresses[idx], ep.state->label, send_try == 0);
+    deadline_.clear();
+    if (!r.ok()) {
+      lease.connectFailed(w_.opts.health, cb);
+      log::warn("proxy", r.error);
+      last_error_ = r.error;
+      next_endpoint = true;
+      co_return true;
+    }
+    phase_ = Phase::kAwaitResponse;
+    deadline_.expireAfter(data_timeout);
+    r = co_await leg_.send(up_head_, req.body);
+    const auto sent_at = std::chrono::steady_clock::now();
+    if (r.ok()) {
+      ep.state->requests.fetch_add(1, std::memory_order_relaxed);
+      http::ResponseHead rh;
+      r = co_await readFinalHead(req.head.method, rh);
+      if (r.ok()) {
+        lease.settle(w_.opts.health, cb, rh.status);
+        route.stats->upstream_latency.observe(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at).count());
+        co_return co_await relayResponse(rh, route, req.head.method == "HEAD");
+      }
+    }
+    if (r.retry_safe && !client_gone_) {  // stale pooled connection: once more on a fresh one
+      log::debug("proxy", "pooled connection to " + ep.state->label +
+                              " failed before answering; resending on a fresh one");
+      leg_.release(false);
+      continue;
+    }
+    if (r.outcome == UpstreamLeg::Outcome::kSendFailed && !client_gone_) {
+      last_error_ = "send to " + ep.state->label + " failed: " + r.error;
+      log::warn("proxy", last_error_);
+      lease.settle(w_.opts.health, cb, 502);
+      leg_.release(false);
+      next_endpoint = true;
+      co_return true;
+    }
+    co_return co_await failExchange(r, route, idx, lease);
+  }
+  next_endpoint = true;
+  co_return true;
+}
+
+asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route) {
+  const size_t n = route.endpoints.size();
+  buildUpstreamHead(req, route);
+  if (n == 0 || !route.pipeline) {
+    co_await sendError(503, "no_healthy_upstream", "service has no endpoints");
+    co_return true;
+  }
+  routing::RequestContext rctx =
+      requestContext(req.head, facts_parsed_ ? &facts_ : nullptr, route, source_key_);
+  excluded_.assign(n, false);
+  const bool cb = route.rule.cb_enable;
+  for (size_t i = 0; i < n; ++i) {  // the health mask every stage honours
+    const auto& h = route.endpoints[i].state->health;
+    excluded_[i] = !h.up() || (cb && h.breaker() == endpoints::BreakerState::kOpen);
+  }
+  routing::CandidateSet cands{route.endpoints, excluded_};
+  last_error_.clear();
+  for (size_t attempt = 0; attempt < 2 * n; ++attempt) {
+    routing::Decision d = route.pipeline->run(rctx, cands);
+    if (d.index < 0) break;
+    const size_t idx = static_cast<size_t>(d.index);
+    auto& state = *route.endpoints[idx].state;
+    bool trial = false;  // a half-open breaker's single trial request
+    if (!state.health.admits(cb, trial)) {
+      excluded_[idx] = true;  // half-open with its trial already out
+      continue;
+    }
+    endpoints::EndpointLease lease(state, trial);  // in flight from the pick on
+    outcome_.ep_index = d.index;
+    outcome_.endpoint = &state.label;
+    outcome_.key = routing::decisionKeyName(d.key);
+    outcome_.stage = route.pipeline->stageName(d.stage).c_str();
+    outcome_.spilled = d.spilled;
+    setUpstreamHost(state.label);
+    bool next_endpoint = false;
+    bool ok = co_await exchange(req, route, idx, lease, next_endpoint);
+    if (!next_endpoint) co_return ok;
+    excluded_[idx] = true;
+  }
+  outcome_.ep_index = -1;
+  // Named locals: GCC 12 double-destroys a conditional's temporary inside co_await.
+  const bool tried = !last_error_.empty();
+  const std::string message = tried ? last_error_ : std::string("no healthy endpoint");
+  const char* code = tried ? "upstream_connect_failed" : "no_healthy_upstream";
+  co_await sendError(tried ? 502 : 503, code, message);
+  co_return true;
+}
+
+}  // namespace kvgate::proxy

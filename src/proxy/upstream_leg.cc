@@ -1,0 +1,125 @@
+#include "proxy/upstream_leg.h"
+
+#include <sys/socket.h>
+
+#include <cerrno>
+
+namespace kvgate::proxy {
+
+constexpr size_t kLegReadChunk = 16 * 1024;
+
+asio::awaitable<UpstreamLeg::Result> UpstreamLeg::open(endpoints::EndpointId id,
+                                                       const tcp::endpoint& addr,
+                                                       std::string_view label, bool allow_pool) {
+  close();
+  buf_.clear();
+  id_ = id;
+  timed_out_ = false;
+  waited_ = false;
+  reused_ = allow_pool && pool_.take(id, sock_);
+  if (reused_) co_return Result{};
+  sock_ = tcp::socket(io_);
+  error_code ec;
+  co_await sock_.async_connect(addr, useEc(ec));
+  if (ec || !sock_.is_open()) {
+    close();
+    Result r{Outcome::kConnectFailed, true, false, {}};
+    r.error = "connect to " + std::string(label) +
+              " failed: " + (timed_out_ ? std::string("timeout") : ec.message());
+    co_return r;
+  }
+  sock_.set_option(tcp::no_delay(true), ec);
+  co_return Result{};
+}
+
+asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
+                                                       std::string_view body) {
+  error_code ec;
+  std::array<asio::const_buffer, 2> bufs{asio::buffer(head.data(), head.size()),
+                                         asio::buffer(body.data(), body.size())};
+  co_await asio::async_write(sock_, bufs, useEc(ec));
+  if (!ec) co_return Result{};
+  close();
+  Result r{timed_out_ ? Outcome::kTimeout : Outcome::kSendFailed, reused_ && !timed_out_, false,
+           ec.message()};
+  co_return r;
+}
+
+asio::awaitable<bool> UpstreamLeg::readSome() {
+  // Fast path: one non-blocking recv. When the upstream makes us wait, tell the owner (it starts
+  // watching the client) and let the reactor read: its edge-triggered read op cannot miss data
+  // that arrives meanwhile, which a readiness wait could. After a wait, reads go straight to the
+  // reactor: a stream keeps waiting, so the extra try would only cost a syscall.
+  if (!sock_.is_open()) co_return false;
+  if (!waited_) {
+    auto b = buf_.prepare(kLegReadChunk);
+    ssize_t n = ::recv(sock_.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      buf_.commit(static_cast<size_t>(n));
+      co_return true;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) co_return false;
+    waited_ = true;
+  }
+  observer_.onUpstreamWait();
+  error_code ec;
+  size_t n = co_await sock_.async_read_some(buf_.prepare(kLegReadChunk), useEc(ec));
+  if (ec || n == 0) co_return false;
+  buf_.commit(n);
+  co_return true;
+}
+
+asio::awaitable<UpstreamLeg::Result> UpstreamLeg::readHead(std::string_view method,
+                                                           http::ResponseHead& rh) {
+  http::ParseError perr;
+  bool got_bytes = !buf_.empty();
+  int hn;
+  while ((hn = http::parseResponseHead(buf_.data(), buf_.size(), kMaxResponseHead, method, rh,
+                                       perr)) == 0) {
+    if (!co_await readSome()) break;
+    got_bytes = true;
+  }
+  Result r;
+  if (hn > 0) {
+    if (rh.status == 101) {  // we never ask for an upgrade (Upgrade is hop-by-hop)
+      r.outcome = Outcome::kBadResponse;
+      r.error = "upstream switched protocols (101) without an upgrade request";
+    } else if (rh.status >= 100 && rh.status < 200) {
+      if (++interim_count_ > kMaxInterim) {
+        r.outcome = Outcome::kBadResponse;
+        r.error = "more than " + std::to_string(kMaxInterim) + " interim responses";
+      } else {
+        r.interim = true;
+        co_return r;
+      }
+    } else {
+      interim_count_ = 0;
+      co_return r;
+    }
+  } else if (hn < 0) {
+    r.outcome = Outcome::kBadResponse;
+    r.error = std::string("malformed response from upstream: ") + perr.reason;
+  } else if (timed_out_) {
+    r.outcome = Outcome::kTimeout;
+    r.error = "upstream did not answer in time";
+  } else {
+    r.outcome = Outcome::kClosed;
+    r.retry_safe = reused_ && !got_bytes && interim_count_ == 0;
+    r.error = "upstream closed the connection";
+  }
+  interim_count_ = 0;
+  close();
+  co_return r;
+}
+
+void UpstreamLeg::release(bool complete) {
+  if (complete && buf_.empty() && sock_.is_open() && !timed_out_)
+    pool_.put(id_, std::move(sock_));
+  else
+    close();
+  sock_ = tcp::socket(io_);
+  buf_.clear();
+  buf_.shrinkIfEmpty(256 * 1024);
+}
+
+}  // namespace kvgate::proxy

@@ -1,0 +1,96 @@
+// UpstreamLeg: one exchange with one upstream endpoint.
+//
+// open() takes a pooled keep-alive connection to the endpoint or connects a new one; send()
+// writes the request; readHead() reads the response head, reporting each interim 1xx (other
+// than 101) separately so the caller can relay it and read on; readBody() brings more response
+// bytes into buf(); release() ends the exchange: the connection goes back to the worker's pool
+// only when the caller says the response was read completely and nothing else is buffered,
+// otherwise it is closed (never pool a connection with a response outstanding).
+//
+// Every failure comes back as a Result whose `retry_safe` says whether the request may be sent
+// again (nothing reached the engine: a connect failure, or a reused connection that failed or
+// closed before any response byte). Timeouts are the owner's: its deadline calls abort(true).
+// A single-pool request runs one leg; a P/D request runs two (prefill, decode).
+#pragma once
+#include <string>
+#include <string_view>
+
+#include "endpoints/endpoint.h"
+#include "http/asio.h"
+#include "http/parser.h"
+#include "proxy/buffer.h"
+#include "proxy/upstream_pool.h"
+
+namespace kvgate::proxy {
+
+// The leg's owner learns when an upstream read has to wait (the client watcher starts then).
+class LegObserver {
+ public:
+  virtual void onUpstreamWait() = 0;
+
+ protected:
+  ~LegObserver() = default;
+};
+
+class UpstreamLeg {
+ public:
+  enum class Outcome : uint8_t {
+    kOk,
+    kConnectFailed,  // no connection (retry elsewhere is safe)
+    kSendFailed,     // the write failed
+    kTimeout,        // the owner's deadline expired during this step
+    kBadResponse,    // malformed response head, or a 101 nobody asked for
+    kClosed,         // the upstream closed (or errored) before a complete head
+  };
+  struct Result {
+    Outcome outcome = Outcome::kOk;
+    bool retry_safe = false;
+    bool interim = false;  // readHead: a 1xx (not 101); relay it, consumeHead(), read again
+    std::string error;     // what failed, for logs and the client's error body
+    bool ok() const { return outcome == Outcome::kOk; }
+  };
+  static constexpr size_t kMaxResponseHead = 64 * 1024;
+  static constexpr int kMaxInterim = 16;  // more 1xx than this before a final answer: 502
+
+  UpstreamLeg(asio::io_context& io, UpstreamPool& pool, LegObserver& observer)
+      : io_(io), pool_(pool), observer_(observer), sock_(io) {}
+
+  // A pooled connection to `id` when `allow_pool`, else a new one to `addr`.
+  asio::awaitable<Result> open(endpoints::EndpointId id, const tcp::endpoint& addr,
+                               std::string_view label, bool allow_pool);
+  asio::awaitable<Result> send(std::string_view head, std::string_view body);
+  asio::awaitable<Result> readHead(std::string_view method, http::ResponseHead& rh);
+  void consumeHead(const http::ResponseHead& rh) { buf_.consume(rh.head_bytes); }
+  // More response bytes into buf(); false on EOF, error or abort.
+  asio::awaitable<bool> readBody() { return readSome(); }
+  Buffer& buf() { return buf_; }
+  // Ends the exchange; `complete`: the whole response was read and the upstream allows reuse.
+  void release(bool complete);
+  // Closes the connection (deadline, client gone); a pending operation completes with an error.
+  void abort(bool timeout) {
+    timed_out_ |= timeout;
+    close();
+  }
+  bool reused() const { return reused_; }
+  bool timedOut() const { return timed_out_; }
+  bool isOpen() const { return sock_.is_open(); }
+
+ private:
+  asio::awaitable<bool> readSome();
+  void close() {
+    error_code ec;
+    sock_.close(ec);
+  }
+  asio::io_context& io_;
+  UpstreamPool& pool_;
+  LegObserver& observer_;
+  tcp::socket sock_;
+  Buffer buf_;
+  endpoints::EndpointId id_ = 0;
+  bool reused_ = false;
+  bool timed_out_ = false;
+  int interim_count_ = 0;  // 1xx responses seen in this exchange
+  bool waited_ = false;  // a read of this exchange had to wait: later reads go to the reactor
+};
+
+}  // namespace kvgate::proxy

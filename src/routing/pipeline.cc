@@ -1,0 +1,64 @@
+#include "routing/pipeline.h"
+
+#include "routing/stage_registry.h"
+
+namespace kvgate::routing {
+
+Result<std::unique_ptr<Pipeline>> Pipeline::build(const std::vector<std::string>& names,
+                                                  const StageServices& services,
+                                                  std::shared_ptr<PipelineStats> stats) {
+  if (names.empty()) return fail(400, "stages", "a pipeline needs at least one stage");
+  if (names.size() > kMaxStages)
+    return fail(400, "stages", "at most " + std::to_string(kMaxStages) + " stages per rule");
+  std::vector<std::unique_ptr<Stage>> stages;
+  std::vector<std::string> stage_names;
+  for (const auto& n : names) {
+    const StageInfo* info = findStage(n);
+    if (!info) return fail(400, "stages", "unknown routing stage '" + n + "'");
+    stages.push_back(info->make(services));
+    stage_names.emplace_back(info->name);
+  }
+  return make(std::move(stages), std::move(stage_names), services.clock, std::move(stats));
+}
+
+std::unique_ptr<Pipeline> Pipeline::make(std::vector<std::unique_ptr<Stage>> stages,
+                                         std::vector<std::string> names,
+                                         const common::Clock& clock,
+                                         std::shared_ptr<PipelineStats> stats) {
+  std::unique_ptr<Pipeline> p(new Pipeline(clock, std::move(stats)));
+  p->stages_ = std::move(stages);
+  p->names_ = std::move(names);
+  p->stages_.resize(std::min(p->stages_.size(), kMaxStages));
+  p->names_.resize(p->stages_.size());
+  for (auto& s : p->stages_) p->needs_ |= s->needs();
+  auto& st = *p->stats_;
+  st.stage_count = p->names_.size();
+  for (size_t i = 0; i < p->names_.size(); ++i) st.stage_names[i] = p->names_[i];
+  return p;
+}
+
+Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c) const {
+  const int64_t t0 = clock_.nowNs();
+  Decision d;
+  auto& st = *stats_;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    StageResult r = c.size() == 0 ? StageResult::fall(FallReason::kEmptyPool)
+                                  : stages_[i]->evaluate(ctx, c);
+    if (r.index >= 0 && static_cast<size_t>(r.index) < c.size() &&
+        !c.excluded[static_cast<size_t>(r.index)]) {
+      d.index = r.index;
+      d.stage = static_cast<int>(i);
+      d.key = r.key;
+      d.spilled = r.spilled;
+      st.decided[i][static_cast<size_t>(r.key)].fetch_add(1, std::memory_order_relaxed);
+      if (r.spilled) st.spills.fetch_add(1, std::memory_order_relaxed);
+      break;
+    }
+    st.fallthrough[i][static_cast<size_t>(r.reason)].fetch_add(1, std::memory_order_relaxed);
+  }
+  if (d.index < 0) st.no_pick.fetch_add(1, std::memory_order_relaxed);
+  st.decision_seconds.observe(static_cast<double>(clock_.nowNs() - t0) / 1e9);
+  return d;
+}
+
+}  // namespace kvgate::routing

@@ -1,0 +1,73 @@
+// RequestFacts: what one parse of an OpenAI-style request body tells every later stage.
+//
+// The data plane parses a body at most once per request (proxy/facts_parser.cc, simdjson over the
+// receive buffer) and only for the facts some stage of the chosen rule, or the model-pool lookup,
+// declares it needs (FactNeeds). Routing reads these plain fields and never sees JSON.
+//
+// A body that is valid JSON but not of the expected shape ("messages":"hi", "prompt":5, a
+// non-object message) yields facts without the unusable parts (no prompt key, say): the request
+// is routed without that key and the engine answers it. Only bytes that are not JSON at all are
+// the gateway's 400 invalid_json.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kvgate::routing {
+
+// Facts a stage (or the pool lookup) needs; the union over a rule's stages decides what is parsed.
+enum FactNeeds : uint32_t {
+  kNeedNothing = 0,
+  kNeedModel = 1u << 0,         // body "model" (model pools)
+  kNeedPromptPrefix = 1u << 1,  // rendered prompt, first K bytes, plus model and cache_salt
+  kNeedUser = 1u << 2,          // body "user" (conversation id fallback)
+  kNeedPromptText = 1u << 3,    // the whole prompt string (completions) / token ids
+  kNeedMessages = 1u << 4,      // the raw JSON of "messages" (chat-template rendering)
+  kNeedRequestShape = 1u << 5,  // stream, stream_options, max_tokens, adapter
+  // Header and connection facts (no body parse): session value (persist), source address (hash).
+  kNeedSession = 1u << 16,
+  kNeedSource = 1u << 17,
+};
+constexpr uint32_t kBodyNeeds = 0xffffu;  // the bits above that require parsing the body
+
+struct RequestFacts {
+  bool parsed = false;      // the body was parsed and is a JSON object
+  bool has_model = false;   // "model" was a string
+  std::string model;        // body "model"
+  std::string cache_salt;   // vLLM "cache_salt": requests with different salts never share keys
+  std::optional<std::string> user;  // body "user" (a string)
+  // Rendered prompt, at most K bytes: chat = per message: role, 0x1F, its text (a string, or
+  // the concatenated "text" of its parts), 0x1E; completions = the prompt string, or token ids as
+  // decimal numbers each followed by ','. Empty with has_prompt false when the body has no
+  // usable prompt.
+  bool has_prompt = false;
+  std::string prompt_prefix;
+  // Filled only for kNeedPromptText: the whole completions prompt, or its token ids.
+  std::string prompt_text;
+  std::vector<int64_t> prompt_token_ids;
+  // Filled only for kNeedMessages: the raw JSON text of "messages" (an array).
+  std::string messages_json;
+  // Filled only for kNeedRequestShape.
+  std::optional<bool> stream;
+  bool include_usage = false;         // stream_options.include_usage
+  std::optional<int64_t> max_tokens;  // max_tokens, else max_completion_tokens
+  std::string lora_adapter;           // SGLang "lora_path" (vLLM selects adapters by "model")
+
+  // Resets every fact, keeping the strings' capacity (facts are reused per connection).
+  void clear() {
+    parsed = has_model = has_prompt = include_usage = false;
+    model.clear();
+    cache_salt.clear();
+    user.reset();
+    prompt_prefix.clear();
+    prompt_text.clear();
+    prompt_token_ids.clear();
+    messages_json.clear();
+    stream.reset();
+    max_tokens.reset();
+    lora_adapter.clear();
+  }
+};
+
+}  // namespace kvgate::routing

@@ -1,0 +1,81 @@
+// A routing stage: one step of a rule's pipeline (routing/pipeline.h).
+//
+// A stage looks at the request's context and the candidate endpoints, and either picks one or
+// falls through with a reason; it may also exclude candidates, and every later stage honours
+// that. Stages are pure decisions over plain data (no sockets, no JSON, no globals): whatever
+// they need (clock, the rule's pool, later the KV index and the session table) is handed to
+// their factory as StageServices. Each stage file opens with its algorithm and knobs.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "common/clock.h"
+#include "config/rule.h"
+#include "endpoints/endpoint.h"
+#include "routing/request_context.h"
+
+namespace kvgate::routing {
+
+// One endpoint of a rule's pool, as the stages see it.
+struct PoolEndpoint {
+  std::shared_ptr<endpoints::EndpointState> state;  // stable identity: state->id
+  uint8_t weight = 1;
+  int role = 0;
+};
+
+// The endpoints a stage may choose from: `excluded[i]` true means endpoint i must not be picked
+// (down, breaker open, already failed for this request, or excluded by an earlier stage).
+struct CandidateSet {
+  const std::vector<PoolEndpoint>& endpoints;
+  std::vector<bool>& excluded;
+  size_t size() const { return endpoints.size(); }
+  bool anyLeft() const {
+    for (bool x : excluded)
+      if (!x) return true;
+    return false;
+  }
+};
+
+// Why a stage did not decide (metrics label `reason`).
+enum class FallReason : uint8_t { kAllExcluded, kEmptyPool, kNoKey, kCount };
+inline constexpr const char* kFallReasonNames[] = {"all_excluded", "empty_pool", "no_key"};
+
+struct StageResult {
+  int index = -1;  // the chosen endpoint, or -1: fall through
+  DecisionKey key = DecisionKey::kRr;
+  bool spilled = false;  // a bounded-load stage moved off the key's home endpoint
+  FallReason reason = FallReason::kAllExcluded;
+
+  static StageResult pick(int i, DecisionKey k = DecisionKey::kRr, bool spilled = false) {
+    StageResult r;
+    r.index = i;
+    r.key = k;
+    r.spilled = spilled;
+    return r;
+  }
+  static StageResult fall(FallReason why) {
+    StageResult r;
+    r.reason = why;
+    return r;
+  }
+};
+
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  virtual StageResult evaluate(const RequestContext& ctx, CandidateSet& c) = 0;
+  // The request facts this stage reads (routing/request_facts.h FactNeeds bits).
+  virtual uint32_t needs() const { return kNeedNothing; }
+};
+
+// What a stage factory receives. References stay valid for the stage's life (the Route owns
+// the pool and the rule; the clock outlives the data plane).
+struct StageServices {
+  const common::Clock& clock;
+  const config::RuleSpec& rule;
+  const std::vector<PoolEndpoint>& endpoints;
+};
+
+}  // namespace kvgate::routing

@@ -1,0 +1,39 @@
+#include "routing/stage_registry.h"
+
+#include <array>
+#include <charconv>
+
+#include "routing/selectors/selectors.h"
+
+namespace kvgate::routing {
+namespace {
+
+constexpr std::array<StageInfo, 8> kStages = {{
+    {"rr", 0, &makeRoundRobin},
+    {"hash", 1, &makeSourceHash},
+    {"wrr", 2, &makeWeightedRoundRobin},
+    {"persist", 3, &makePersist},
+    {"lc", 4, &makeLeastConnections},
+    {"chwbl", 8, &makeChwbl},
+    {"gpuaware", 9, &makeGpuAware},
+    {"wrr_hash", 10, &makeWrrHash},
+}};
+
+}  // namespace
+
+const StageInfo* findStage(std::string_view name) {
+  for (const auto& s : kStages)
+    if (s.name == name) return &s;
+  int sel = -1;
+  auto [p, ec] = std::from_chars(name.data(), name.data() + name.size(), sel);
+  if (ec == std::errc() && p == name.data() + name.size()) return stageForSel(sel);
+  return nullptr;
+}
+
+const StageInfo* stageForSel(int sel) {
+  for (const auto& s : kStages)
+    if (s.sel == sel) return &s;
+  return nullptr;
+}
+
+}  // namespace kvgate::routing

@@ -1,0 +1,28 @@
+// The name-keyed registry of routing stages.
+//
+// Every stage has one name (`chwbl` <-> ChwblStage <-> stage_registry entry "chwbl"); the
+// selectors of the upstream gateway's `sel` numbers are aliases: 0 rr, 1 hash, 2 wrr, 3 persist,
+// 4 lc, 8 chwbl, 9 gpuaware, 10 wrr_hash. A factory receives StageServices, never globals.
+#pragma once
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "routing/stage.h"
+
+namespace kvgate::routing {
+
+using StageFactory = std::unique_ptr<Stage> (*)(const StageServices&);
+
+struct StageInfo {
+  std::string_view name;
+  int sel;  // the seed's selector number, -1 when the stage has none
+  StageFactory make;
+};
+
+// The stage registered under `name` (or a decimal `sel` alias such as "8"); null when unknown.
+const StageInfo* findStage(std::string_view name);
+// The stage of a rule's `sel`; null for selectors this build does not implement.
+const StageInfo* stageForSel(int sel);
+
+}  // namespace kvgate::routing
