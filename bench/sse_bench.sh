@@ -37,24 +37,27 @@ http { access_log off;
                  proxy_buffering off; proxy_read_timeout 300s; } } }
 NGXC
   nginx -p "$W/ng" -c "$W/ng/nginx.conf" & pids+=($!)
+  NGPID=$!
   sleep 0.3
 fi
-rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+# RSS of a process and its children, KiB.
+rss_kb() { local t=0 p; for p in $1 $(pgrep -P "$1" || true); do t=$((t + $(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo $t; }
 sleep 0.5
-echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | kvgate peak RSS - idle (KiB) |"
+echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | relay peak RSS - idle (KiB) |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
   for arm in direct kvgate ${NGX:+nginx}; do
     port=$SIMPORT; [ "$arm" = kvgate ] && port=$VIP; [ "$arm" = nginx ] && port=$NGX
-    idle=$(rss_kb "$KVPID"); peak=$idle
+    RELAY=$KVPID; [ "$arm" = nginx ] && RELAY=$NGPID
+    idle=$(rss_kb "$RELAY"); peak=$idle
     "$BIN" bench sse --target "127.0.0.1:$port" --streams "$STREAMS" --events "$EVENTS" --ramp-ms 2000 >"$W/res.json" &
     bp=$!
-    while kill -0 $bp 2>/dev/null; do r2=$(rss_kb "$KVPID"); [ "$r2" -gt "$peak" ] && peak=$r2; sleep 0.2; done
+    while kill -0 $bp 2>/dev/null; do r2=$(rss_kb "$RELAY"); [ "$r2" -gt "$peak" ] && peak=$r2; sleep 0.2; done
     wait $bp || true
     /usr/bin/python3 - "$W/res.json" "$r" "$arm" "$((peak - idle))" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); d = j['delay_us']
-mem = sys.argv[4] if sys.argv[3] == 'kvgate' else 'n/a'
+mem = sys.argv[4] if sys.argv[3] != 'direct' else 'n/a'
 print(f"| {sys.argv[2]} | {sys.argv[3]} | {j['completed']}/{j['streams']} | {j['errors']} | {j['events']} | {d['p50']} | {d['p90']} | {d['p99']} | {d['p999']} | {d['max']} | {mem} |")
 PY
   done

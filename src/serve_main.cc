@@ -192,9 +192,10 @@ int serveMain(int argc, char** argv) {
   }
   log::info("serve", "restored " + std::to_string(*loaded) + " rule(s) from " + store.statePath());
 
-  asio::io_context control(1);
+  // api before control: control's destructor destroys suspended handler frames that use api.
   admin::Api api(
       store, [&dp] { return dp.renderMetrics(); }, tokenizers.get());
+  asio::io_context control(1);
   http::ServerOptions sopts;
   sopts.max_body_bytes = 4 * 1024 * 1024;
   http::Server server(
@@ -238,14 +239,15 @@ int serveMain(int argc, char** argv) {
     }
     log::info("serve", "signal " + std::to_string(sig) + ": draining (up to " +
                            std::to_string(opts.drain_timeout.count()) + " ms)");
-    server.stop();
-    dp.drain();
+    dp.drain();  // the API keeps serving (metrics show kvgate_draining 1; rule changes get 503)
     drain_deadline = std::chrono::steady_clock::now() + opts.drain_timeout;
     signals.async_wait(on_signal);
     poll_drain();
   };
   signals.async_wait(on_signal);
   control.run();
+  server.stop();
+  api.stopTokenizer();  // before the control loop's frames are destroyed (they point into api)
   dp.stop();
   log::info("serve", "stopped");
   log::flush();

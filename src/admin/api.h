@@ -18,7 +18,12 @@ class Api {
   // `tokenizers` may be null (serve without --models-dir): /kvgate/v1/tokenize then answers 503.
   Api(RuleStore& store, MetricsFn metrics, tok::TokenizerRegistry* tokenizers = nullptr)
       : store_(store), metrics_(std::move(metrics)), tokenizers_(tokenizers) {}
-  ~Api() { tokenize_pool_.join(); }
+  ~Api() { stopTokenizer(); }
+  // Abandons queued tokenize work and waits for the running call (shutdown).
+  void stopTokenizer() {
+    tokenize_pool_.stop();
+    tokenize_pool_.join();
+  }
   asio::awaitable<void> handle(http::Request& req, http::ResponseWriter& w);
 
   // Tokenize calls queued or running at once; more get 503 (retriable).

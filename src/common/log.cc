@@ -60,8 +60,9 @@ class Sink {
       was_empty = b.pending.empty();
       b.pending.append(line);
     }
-    if (was_empty && idle_.load(std::memory_order_acquire)) {
+    if (was_empty && idle_.load(std::memory_order_seq_cst)) {
       std::lock_guard<std::mutex> g(mu_);
+      wake_ = true;
       cv_.notify_one();
     }
   }
@@ -108,31 +109,35 @@ class Sink {
     bufs_.push_back(b);
     return b;
   }
+  bool anyPending() {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& b : bufs_) {
+      std::lock_guard<std::mutex> bg(b->mu);
+      if (!b->pending.empty()) return true;
+    }
+    return false;
+  }
   // Drains, then sleeps a batching window; waits on the condition variable only when a drain
-  // found nothing, so busy writers do not pay a wake-up per line.
+  // found nothing, so busy writers do not pay a wake-up per line. `idle_` is raised before the
+  // last look at the buffers: a line appended after that look sees it and wakes us.
   void run() {
     for (;;) {
       drainAll();
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      bool any = false;
-      {
-        std::lock_guard<std::mutex> g(mu_);
-        for (auto& b : bufs_) {
-          std::lock_guard<std::mutex> bg(b->mu);
-          any |= !b->pending.empty();
-        }
+      idle_.store(true, std::memory_order_seq_cst);
+      if (!anyPending()) {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait_for(lk, std::chrono::seconds(1), [this] { return wake_; });
+        wake_ = false;
       }
-      if (any) continue;
-      std::unique_lock<std::mutex> lk(mu_);
-      idle_.store(true, std::memory_order_release);
-      cv_.wait_for(lk, std::chrono::seconds(1));
-      idle_.store(false, std::memory_order_release);
+      idle_.store(false, std::memory_order_seq_cst);
     }
   }
   std::mutex mu_;  // bufs_, cv_
   std::condition_variable cv_;
   std::vector<std::shared_ptr<ThreadBuf>> bufs_;
   std::atomic<bool> idle_{false};
+  bool wake_ = false;  // guarded by mu_
   std::atomic<uint64_t> dropped_{0};
   std::mutex write_mu_;
   std::string scratch_;  // guarded by write_mu_

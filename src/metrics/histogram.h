@@ -19,14 +19,16 @@ class Histogram {
     size_t i = 0;
     while (i < kBounds.size() && seconds > kBounds[i] * scale_) ++i;
     buckets_[i].fetch_add(1, std::memory_order_relaxed);
-    sum_ns_.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
+    // Sum in units of 1 us x scale (1 us for latencies, 1 ns for decisions): enough resolution
+    // for the bucket range, and room for centuries of observations in 64 bits.
+    sum_units_.fetch_add(static_cast<uint64_t>(seconds * 1e6 / scale_), std::memory_order_relaxed);
   }
   uint64_t bucket(size_t i) const { return buckets_[i].load(std::memory_order_relaxed); }
-  double sumSeconds() const { return static_cast<double>(sum_ns_.load()) / 1e9; }
+  double sumSeconds() const { return static_cast<double>(sum_units_.load()) * scale_ / 1e6; }
 
  private:
   std::array<std::atomic<uint64_t>, kBounds.size() + 1> buckets_{};  // last = +Inf
-  std::atomic<uint64_t> sum_ns_{0};
+  std::atomic<uint64_t> sum_units_{0};
   double scale_;
 };
 

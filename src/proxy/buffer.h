@@ -30,6 +30,12 @@ class Buffer {
     if (start_ == end_) start_ = end_ = 0;
   }
   void clear() { start_ = end_ = 0; }  // keeps the allocation for the next message
+  // Removes `n` bytes at offset `pos` from the unread data (the bytes after them move down).
+  void erase(size_t pos, size_t n) {
+    char* p = buf_.get() + start_ + pos;
+    std::memmove(p, p + n, size() - pos - n);
+    end_ -= n;
+  }
   // Frees an empty buffer's allocation when it grew past `keep` bytes (one huge message must
   // not pin its size for the connection's life).
   void shrinkIfEmpty(size_t keep) {

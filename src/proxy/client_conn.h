@@ -23,7 +23,9 @@
 namespace kvgate::proxy {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kReadChunk = 16 * 1024;
+// Client reads ask for at least this much room; a buffer that fills doubles (bodies), so small
+// requests and idle streams keep one page per connection.
+constexpr size_t kReadChunk = 4 * 1024;
 // Client bytes the watcher may hold while a response is relayed (a pipelined next request);
 // beyond it the watcher stops reading and TCP pushes back on the client.
 constexpr size_t kMaxPipelinedBytes = 64 * 1024;
@@ -55,7 +57,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   struct Request {
     http::RequestHead head;
     size_t head_bytes = 0;
-    size_t raw_body_bytes = 0;  // body bytes on the wire (chunked framing included)
+    size_t raw_body_bytes = 0;  // body bytes still in in_ (chunked bodies: dropped as scanned)
     std::string_view body;      // the payload (de-chunked when chunked)
     size_t body_capacity = 0;   // readable bytes from body.data() (parser padding)
   };
@@ -148,6 +150,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::chrono::steady_clock::time_point started_at_;  // when the current request's head arrived
   std::string pipelined_;  // client bytes the watcher read during a response (bounded)
   // Per-request scratch kept across requests so a warm connection allocates nothing for them.
+  std::shared_ptr<const VipConfig> cfg_;  // the snapshot this request was routed with
   routing::RequestFacts facts_;
   bool facts_parsed_ = false;
   std::string dechunked_;

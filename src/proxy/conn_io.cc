@@ -51,11 +51,7 @@ asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
 }
 
 asio::awaitable<bool> ClientConn::writeClient(std::string_view a, std::string_view b) {
-  error_code ec;
-  std::array<asio::const_buffer, 2> bufs{asio::buffer(a.data(), a.size()),
-                                         asio::buffer(b.data(), b.size())};
-  co_await asio::async_write(client_, bufs, useEc(ec));
-  co_return !ec;
+  co_return !(co_await writeTwo(client_, a, b));
 }
 
 asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, std::string_view msg,
@@ -140,7 +136,7 @@ void ClientConn::logAccess() {
                    !route                     ? ""
                    : route->rule.name.empty() ? route->rule.key()
                                               : route->rule.name);
-  log::appendField(line, "model", outcome_.model);
+  log::appendField(line, "model", outcome_.model.substr(0, 256));  // client-chosen: bounded
   log::appendField(line, "endpoint", outcome_.endpoint ? *outcome_.endpoint : "");
   log::appendField(line, "selector", route ? config::selectorName(route->rule.sel) : "");
   log::appendField(line, "tier", outcome_.stage);

@@ -30,7 +30,6 @@ asio::awaitable<int> ClientConn::readHead(http::RequestHead& head) {
   int hn;
   while ((hn = http::parseRequestHead(in_.data(), in_.size(), opts.max_head_bytes, head, perr)) ==
          0) {
-    if (w_.draining && in_.empty()) co_return 0;
     bool was_empty = in_.empty();
     if (!co_await readMore(in_, client_)) co_return 0;
     if (was_empty) {
@@ -49,13 +48,15 @@ asio::awaitable<int> ClientConn::readHead(http::RequestHead& head) {
   co_return hn;
 }
 
+// The payload is copied out as it is scanned and the scanned framing is dropped from in_ at once,
+// so the raw bytes held never exceed one read: a body of tiny chunks, or of chunk-size lines full
+// of extensions, costs no more memory than its payload (bounded by --max-body-bytes).
 asio::awaitable<bool> ClientConn::readChunkedBody(Request& req) {
   http::ChunkedScanner sc;
-  size_t scanned = req.head_bytes;
   dechunked_.clear();
   for (;;) {
-    auto st = sc.feed(in_.data() + scanned, in_.size() - scanned, &dechunked_);
-    scanned += st.consumed;
+    auto st = sc.feed(in_.data() + req.head_bytes, in_.size() - req.head_bytes, &dechunked_);
+    in_.erase(req.head_bytes, st.consumed);
     if (st.error) {
       co_await sendError(400, "bad_request", "malformed chunked request body", {}, true);
       co_return false;
@@ -67,7 +68,7 @@ asio::awaitable<bool> ClientConn::readChunkedBody(Request& req) {
     if (st.done) break;
     if (!co_await readMore(in_, client_)) co_return false;
   }
-  req.raw_body_bytes = scanned - req.head_bytes;
+  req.raw_body_bytes = 0;  // already dropped from in_
   dechunked_.reserve(dechunked_.size() + kFactsPadding);  // the facts parser reads in place
   req.body = dechunked_;
   req.body_capacity = dechunked_.capacity();
@@ -110,14 +111,30 @@ asio::awaitable<bool> ClientConn::readBody(Request& req) {
 }
 
 void ClientConn::onDrain() {
-  if (phase_ == Phase::kIdle) closeClient();  // waiting for a next request that may never come
+  if (phase_ != Phase::kIdle) return;  // a request in progress is answered, then the conn closes
+  // Idle between requests: close now, unless request bytes already wait in the kernel (a
+  // connection accepted just before the drain): those are read and answered first.
+  char c;
+  ssize_t n = ::recv(client_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n <= 0) closeClient();
 }
 
 asio::awaitable<void> ClientConn::run() {
   auto self = shared_from_this();
   deadline_.start([self] { self->onDeadline(); });
-  w_.stats.active_connections.fetch_add(1, std::memory_order_relaxed);
-  w_.conns.insert(this);
+  // Counted and registered for draining until the socket is closed, on every path.
+  struct Registration {
+    Worker& w;
+    ClientConn* c;
+    Registration(Worker& w_, ClientConn* c_) : w(w_), c(c_) {
+      w.stats.active_connections.fetch_add(1, std::memory_order_relaxed);
+      w.conns.insert(c);
+    }
+    ~Registration() {
+      w.conns.erase(c);
+      w.stats.active_connections.fetch_sub(1, std::memory_order_relaxed);
+    }
+  } registration(w_, this);
   {
     error_code ec;
     auto ep = client_.remote_endpoint(ec);
@@ -141,15 +158,16 @@ asio::awaitable<void> ClientConn::run() {
     }
     if (!co_await readBody(req)) break;
     bool ok = co_await dispatch(req);
+    co_await stopWatch();  // no watcher outlives its request (it would read the next one)
     if (w_.opts.access_log) logAccess();
+    cfg_.reset();
+    facts_.shrink(kKeepBufferBytes);
     if (!ok || client_gone_) break;
     in_.consume(std::min(req.head_bytes + req.raw_body_bytes, in_.size()));
     in_.shrinkIfEmpty(kKeepBufferBytes);  // one huge body does not pin its size per connection
     if (dechunked_.capacity() > kKeepBufferBytes) std::string().swap(dechunked_);
     if (!keepAliveAfter()) break;
   }
-  w_.conns.erase(this);
-  w_.stats.active_connections.fetch_sub(1, std::memory_order_relaxed);
   deadline_.stop();
   co_await stopWatch();
   leg_.abort(false);
@@ -173,6 +191,7 @@ asio::awaitable<void> acceptLoop(Worker& w, std::shared_ptr<Listener> l,
     }
     if (w.draining) break;
     s.set_option(tcp::no_delay(true), ec);
+    s.non_blocking(true, ec);  // for the non-blocking first write (writeTwo)
     asio::co_spawn(w.io, serveClient(w, l, std::move(s)), asio::detached);
   }
 }

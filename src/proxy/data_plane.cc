@@ -53,7 +53,6 @@ void DataPlane::start() {
 void DataPlane::drain() {
   stats_.draining.store(true);
   for (auto& [k, l] : listeners_) {
-    l->closed.store(true);
     for (size_t i = 0; i < l->acceptors.size(); ++i)
       asio::post(workers_[i]->io, [acc = l->acceptors[i]] {
         error_code ec;
@@ -105,6 +104,8 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   }
   auto& stats = rule_stats_[rule.key()];
   if (!stats) stats = std::make_shared<RuleStats>();
+  if (stats->selector != config::selectorName(rule.sel))  // other stages: counts start over
+    stats->pipeline = std::make_shared<routing::PipelineStats>();
   stats->rule = rule.name.empty() ? rule.key() : rule.name;
   stats->model = rule.model_name;
   stats->selector = config::selectorName(rule.sel);
@@ -123,6 +124,8 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
 }
 
 Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
+  if (stats_.draining.load())
+    return fail(503, "draining", "the gateway is shutting down; rule changes are refused", true);
   // 1. Bind listeners for new VIP:ports first; on failure close what was opened and change
   // nothing (no snapshot, endpoint or counter is touched before this succeeds).
   std::map<std::string, tcp::endpoint> binds;

@@ -65,6 +65,7 @@ class DataPlane {
 
  private:
   ProxyOptions opts_;
+  DataPlaneStats stats_;  // before workers_: their pools and frames write it while destroyed
   endpoints::EndpointTable endpoints_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::map<std::string, std::shared_ptr<Listener>> listeners_;  // by vip:port
@@ -73,7 +74,6 @@ class DataPlane {
                                     std::set<std::string>& live_endpoints);
   Result<std::shared_ptr<Listener>> bindListener(const std::string& key, const tcp::endpoint& ep);
   void closeListener(Listener& l);
-  DataPlaneStats stats_;
   std::unique_ptr<class Prober> prober_;
   size_t rule_count_ = 0;
   bool started_ = false;

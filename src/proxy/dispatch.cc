@@ -58,7 +58,8 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   }
   request_id_.assign(rid);
 
-  auto cfg = l_->config.load();
+  cfg_ = l_->config.load();  // kept until the request is logged (outcome_ points into it)
+  const auto& cfg = cfg_;
   std::string_view path = head.target.substr(0, head.target.find('?'));
   std::string_view host = hostWithoutPort(head.host);
   std::string_view model = head.get("x-model");

@@ -38,22 +38,31 @@ enum class Walk { kOk, kShape, kFatal };
 
 bool fatal(simdjson::error_code e) {
   return e != simdjson::SUCCESS && e != simdjson::INCORRECT_TYPE && e != simdjson::NUMBER_ERROR &&
-         e != simdjson::NUMBER_OUT_OF_RANGE;
+         e != simdjson::NUMBER_OUT_OF_RANGE && e != simdjson::STRING_ERROR;
+}
+
+Walk walkOf(simdjson::error_code e) { return fatal(e) ? Walk::kFatal : Walk::kShape; }
+
+// A value's JSON type, and when it is a string, the string (unescaped) in `s`.
+Walk typeAndString(value& v, json_type& t, std::string_view& s) {
+  if (auto e = v.type().get(t)) return walkOf(e);
+  if (t != json_type::string) return Walk::kOk;
+  if (auto e = v.get_string().get(s)) return walkOf(e);
+  return Walk::kOk;
 }
 
 // Content of one message: a string, or the "text" of its parts; null and other types add nothing.
 Walk renderContent(value v, Renderer& r) {
   json_type t;
-  if (auto e = v.type().get(t)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+  std::string_view s;
+  if (Walk w = typeAndString(v, t, s); w != Walk::kOk) return w;
   if (t == json_type::string) {
-    std::string_view s;
-    if (auto e = v.get_string().get(s)) return fatal(e) ? Walk::kFatal : Walk::kShape;
     r.add(s);
     return Walk::kOk;
   }
   if (t != json_type::array) return t == json_type::null ? Walk::kOk : Walk::kShape;
   simdjson::ondemand::array parts;
-  if (auto e = v.get_array().get(parts)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+  if (auto e = v.get_array().get(parts)) return walkOf(e);
   for (auto part : parts) {
     simdjson::ondemand::object po;
     if (auto e = part.get_object().get(po)) {
@@ -77,7 +86,7 @@ Walk renderContent(value v, Renderer& r) {
 
 Walk renderMessages(value v, Renderer& r) {
   simdjson::ondemand::array msgs;
-  if (auto e = v.get_array().get(msgs)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+  if (auto e = v.get_array().get(msgs)) return walkOf(e);
   Walk result = Walk::kOk;
   std::string role, content;
   for (auto m : msgs) {
@@ -118,24 +127,23 @@ Walk renderMessages(value v, Renderer& r) {
 // number, a batch of prompts) is a shape the key does not cover.
 Walk renderPrompt(value v, Renderer& r, routing::RequestFacts& f, uint32_t needs) {
   json_type t;
-  if (auto e = v.type().get(t)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+  std::string_view s;
+  if (Walk w = typeAndString(v, t, s); w != Walk::kOk) return w;
   if (t == json_type::string) {
-    std::string_view s;
-    if (auto e = v.get_string().get(s)) return fatal(e) ? Walk::kFatal : Walk::kShape;
     r.add(s);
     if (needs & routing::kNeedPromptText) f.prompt_text.assign(s);
     return Walk::kOk;
   }
   if (t != json_type::array) return Walk::kShape;
   simdjson::ondemand::array ids;
-  if (auto e = v.get_array().get(ids)) return fatal(e) ? Walk::kFatal : Walk::kShape;
+  if (auto e = v.get_array().get(ids)) return walkOf(e);
   char num[24];
   for (auto id : ids) {
     int64_t x = 0;
     if (auto e = id.get_int64().get(x)) {
       if (fatal(e)) return Walk::kFatal;
       f.prompt_token_ids.clear();
-      return Walk::kShape;  // a batch of prompts or a non-integer: key what was rendered
+      return Walk::kShape;  // a batch of prompts or a non-integer: no prompt key
     }
     if (needs & routing::kNeedPromptText) f.prompt_token_ids.push_back(x);
     if (!r.full()) {
@@ -161,7 +169,7 @@ Walk readShape(std::string_view key, value v, routing::RequestFacts& f) {
     if (!(e = v.get_string().get(s))) f.lora_adapter.assign(s);
   } else if (key == "stream_options") {
     simdjson::ondemand::object o;
-    if ((e = v.get_object().get(o))) return fatal(e) ? Walk::kFatal : Walk::kShape;
+    if ((e = v.get_object().get(o))) return walkOf(e);
     for (auto sf : o) {
       std::string_view k;
       if (sf.unescaped_key().get(k)) return Walk::kFatal;
@@ -185,14 +193,18 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
     std::string_view s;
     simdjson::error_code e = simdjson::SUCCESS;
     if (key == "model") {  // a repeated key: the last wins, as in Python's json (the engine's view)
-      if (!(e = v.get_string().get(s))) {
+      f.has_model = false;
+      f.model.clear();
+      if (!(e = v.get_string().get(s)) && s.size() <= kMaxFactString) {
         f.model.assign(s);
         f.has_model = true;
       }
     } else if (key == "cache_salt") {
-      if (!(e = v.get_string().get(s))) f.cache_salt.assign(s);
+      f.cache_salt.clear();
+      if (!(e = v.get_string().get(s)) && s.size() <= kMaxFactString) f.cache_salt.assign(s);
     } else if (key == "user" && (needs & routing::kNeedUser)) {
-      if (!(e = v.get_string().get(s))) f.user = std::string(s);
+      f.user.reset();
+      if (!(e = v.get_string().get(s)) && s.size() <= kMaxFactString) f.user = std::string(s);
     } else if (key == "messages" &&
                (needs & (routing::kNeedPromptPrefix | routing::kNeedMessages))) {
       f.prompt_prefix.clear();
@@ -230,7 +242,8 @@ bool isValidJson(const char* data, size_t len) {
   simdjson::padded_string copy(data, len);
   simdjson::dom::element doc;
   auto e = p.parse(copy).get(doc);
-  return e == simdjson::SUCCESS || e == simdjson::DEPTH_ERROR;  // too deep is still JSON
+  // Too deep is still JSON; so is a lone surrogate escape (simdjson rejects it, Python accepts).
+  return e == simdjson::SUCCESS || e == simdjson::DEPTH_ERROR || e == simdjson::STRING_ERROR;
 }
 
 }  // namespace
@@ -240,7 +253,7 @@ size_t factsParserCapacity() { return threadParser().capacity(); }
 FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t needs,
                        size_t prefix_bytes, routing::RequestFacts& out) {
   out.clear();
-  if (len > kMaxParseBytes) return FactsStatus::kInvalidJson;
+  if (len > kMaxParseBytes) return FactsStatus::kTooLarge;
   std::unique_ptr<simdjson::padded_string> copy;
   if (capacity < len + kFactsPadding) {  // no padding reserved by the caller: copy (rare)
     copy = std::make_unique<simdjson::padded_string>(data, len);

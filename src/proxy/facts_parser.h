@@ -8,7 +8,10 @@
 //
 // Outcomes: kOk (a JSON object; facts filled as far as their shapes allow), kNotObject (valid
 // JSON, not an object: no facts), kInvalidJson (not JSON: the only case the gateway answers 400
-// invalid_json). A body whose fields have unexpected shapes is still kOk, without those facts.
+// invalid_json), kTooLarge (over kMaxParseBytes: not parsed, routed without facts). A body whose
+// fields have unexpected shapes is still kOk, without those facts; so is a string the validator
+// rejects only for its escapes (a lone UTF-16 surrogate, which Python's json accepts: the engine
+// decides). "model", "cache_salt" and "user" longer than kMaxFactString are not facts.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,11 +20,12 @@
 
 namespace kvgate::proxy {
 
-enum class FactsStatus { kOk, kNotObject, kInvalidJson };
+enum class FactsStatus { kOk, kNotObject, kInvalidJson, kTooLarge };
 
 constexpr size_t kFactsPadding = 64;                // == SIMDJSON_PADDING (checked in the .cc)
 constexpr size_t kKeepParserBytes = 1024 * 1024;    // parser capacity kept between requests
-constexpr size_t kMaxParseBytes = 64 * 1024 * 1024;  // hard cap (serve's body limit is lower)
+constexpr size_t kMaxParseBytes = 64 * 1024 * 1024;  // larger bodies are not parsed
+constexpr size_t kMaxFactString = 4096;              // longest model / cache_salt / user kept
 
 // `capacity`: readable bytes from `data` (at least len + kFactsPadding; else the body is copied).
 // `prefix_bytes`: K, the rendered-prompt budget of the prompt prefix.

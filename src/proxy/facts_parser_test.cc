@@ -99,6 +99,31 @@ TEST(Facts, ValidJsonOfOtherShapesIsNotInvalid) {
   EXPECT_EQ(parse(deep, f), FactsStatus::kOk);  // too deep to walk, but JSON
 }
 
+// Python's json (the engines' parser) accepts lone surrogate escapes; simdjson does not. Such a
+// body is routed (without the unusable string) and the engine decides.
+TEST(Facts, LoneSurrogatesAreNotInvalidJson) {
+  RequestFacts f;
+  EXPECT_EQ(parse(R"({"model":"m","prompt":"abc\ud83d"})", f), FactsStatus::kOk);
+  EXPECT_EQ(f.model, "m");
+  EXPECT_FALSE(routing::prefixKey(f));
+  EXPECT_EQ(parse(R"({"model":"m","messages":[{"role":"user","content":"x\udc00"}]})", f),
+            FactsStatus::kOk);
+}
+
+TEST(Facts, OverlongStringsAreNotFacts) {
+  RequestFacts f;
+  std::string big(kMaxFactString + 1, 'm');
+  ASSERT_EQ(parse("{\"model\":\"" + big + "\",\"user\":\"" + big + "\",\"prompt\":\"x\"}", f),
+            FactsStatus::kOk);
+  EXPECT_FALSE(f.has_model);
+  EXPECT_TRUE(f.model.empty());
+  EXPECT_FALSE(f.user);
+  EXPECT_TRUE(routing::prefixKey(f));  // the prompt still keys
+  f.model.reserve(1 << 20);
+  f.shrink(4096);
+  EXPECT_LT(f.model.capacity(), 4096u);
+}
+
 TEST(Facts, InvalidJsonIsInvalid) {
   for (std::string_view body :
        {"", "not json", R"({"model":"a")", R"({"model":"m",)", R"({"model":"m"} x)",

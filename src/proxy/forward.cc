@@ -107,6 +107,10 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, const Route& rout
     deadline_.expireAfter(connect_timeout);
     auto r = co_await leg_.open(ep.state->id, route.addresses[idx], ep.state->label, send_try == 0);
     deadline_.clear();
+    if (client_gone_) {  // the watcher saw the client leave (and aborted the connect)
+      leg_.release(false);
+      co_return false;
+    }
     if (!r.ok()) {
       lease.connectFailed(w_.opts.health, cb);
       log::warn("proxy", r.error);
@@ -186,8 +190,10 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     bool next_endpoint = false;
     bool ok = co_await exchange(req, route, idx, lease, next_endpoint);
     if (!next_endpoint) co_return ok;
+    if (client_gone_) co_return false;
     excluded_[idx] = true;
   }
+  co_await stopWatch();
   outcome_.ep_index = -1;
   // Named locals: GCC 12 double-destroys a conditional's temporary inside co_await.
   const bool tried = !last_error_.empty();

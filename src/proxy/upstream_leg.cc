@@ -3,10 +3,14 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstring>
 
 namespace kvgate::proxy {
 
-constexpr size_t kLegReadChunk = 16 * 1024;
+// Upstream reads start with 4 KiB of room (an SSE event fits; an open stream keeps one page) and
+// double, up to 64 KiB, while reads fill the room they were given (large bodies).
+constexpr size_t kLegReadMin = 4 * 1024;
+constexpr size_t kLegReadMax = 64 * 1024;
 
 asio::awaitable<UpstreamLeg::Result> UpstreamLeg::open(endpoints::EndpointId id,
                                                        const tcp::endpoint& addr,
@@ -16,6 +20,8 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::open(endpoints::EndpointId id,
   id_ = id;
   timed_out_ = false;
   waited_ = false;
+  interim_count_ = 0;
+  read_room_ = kLegReadMin;
   reused_ = allow_pool && pool_.take(id, sock_);
   if (reused_) co_return Result{};
   sock_ = tcp::socket(io_);
@@ -29,15 +35,13 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::open(endpoints::EndpointId id,
     co_return r;
   }
   sock_.set_option(tcp::no_delay(true), ec);
+  sock_.non_blocking(true, ec);  // for the non-blocking first write (writeTwo)
   co_return Result{};
 }
 
 asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
                                                        std::string_view body) {
-  error_code ec;
-  std::array<asio::const_buffer, 2> bufs{asio::buffer(head.data(), head.size()),
-                                         asio::buffer(body.data(), body.size())};
-  co_await asio::async_write(sock_, bufs, useEc(ec));
+  error_code ec = co_await writeTwo(sock_, head, body);
   if (!ec) co_return Result{};
   close();
   Result r{timed_out_ ? Outcome::kTimeout : Outcome::kSendFailed, reused_ && !timed_out_, false,
@@ -52,10 +56,11 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
   // reactor: a stream keeps waiting, so the extra try would only cost a syscall.
   if (!sock_.is_open()) co_return false;
   if (!waited_) {
-    auto b = buf_.prepare(kLegReadChunk);
+    auto b = buf_.prepare(read_room_);
     ssize_t n = ::recv(sock_.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
     if (n > 0) {
       buf_.commit(static_cast<size_t>(n));
+      if (static_cast<size_t>(n) == b.size() && read_room_ < kLegReadMax) read_room_ *= 2;
       co_return true;
     }
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) co_return false;
@@ -63,9 +68,11 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
   }
   observer_.onUpstreamWait();
   error_code ec;
-  size_t n = co_await sock_.async_read_some(buf_.prepare(kLegReadChunk), useEc(ec));
+  auto b = buf_.prepare(read_room_);
+  size_t n = co_await sock_.async_read_some(b, useEc(ec));
   if (ec || n == 0) co_return false;
   buf_.commit(n);
+  if (n == b.size() && read_room_ < kLegReadMax) read_room_ *= 2;
   co_return true;
 }
 

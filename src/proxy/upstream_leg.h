@@ -89,6 +89,7 @@ class UpstreamLeg {
   endpoints::EndpointId id_ = 0;
   bool reused_ = false;
   bool timed_out_ = false;
+  size_t read_room_ = 4096;  // room asked for by the next read (grows for large bodies)
   int interim_count_ = 0;  // 1xx responses seen in this exchange
   bool waited_ = false;  // a read of this exchange had to wait: later reads go to the reactor
 };

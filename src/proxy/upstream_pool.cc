@@ -13,7 +13,6 @@ bool stillUsable(tcp::socket& s) {
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
   return false;  // 0: EOF (closed while idle); >0: unsolicited bytes; <0: error
 }
-constexpr std::chrono::milliseconds kPeekAfter{50};
 }  // namespace
 
 UpstreamPool::~UpstreamPool() { clear(); }
@@ -33,10 +32,11 @@ bool UpstreamPool::take(endpoints::EndpointId id, tcp::socket& out) {
   while (!v.empty()) {
     PooledConn c = std::move(v.back());
     v.pop_back();
-    // A connection idle for under kPeekAfter is reused without the MSG_PEEK syscall: a peer
-    // close that recent is caught by the caller's resend-on-fresh-connection rule instead.
+    // Every reuse is checked with MSG_PEEK: a peer close is caught here (else by the caller's
+    // resend-on-fresh-connection rule), and stray bytes a misbehaving upstream sent after its
+    // response (they would be read as the next client's response) discard the connection.
     auto idle = now - c.idle_since;
-    if (idle < idle_timeout_ && (idle < kPeekAfter || stillUsable(c.sock))) {
+    if (idle < idle_timeout_ && stillUsable(c.sock)) {
       out = std::move(c.sock);
       stats_.idle_upstream.fetch_sub(1, std::memory_order_relaxed);
       return true;

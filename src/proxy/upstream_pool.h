@@ -1,8 +1,9 @@
 // Per-worker keep-alive pool of upstream connections (one pool per worker thread, no locks),
 // keyed by EndpointId.
 //
-// Reuse: a connection idle for under 50 ms is reused as is; an older one is checked with a
-// non-blocking MSG_PEEK first (EOF or stray bytes mean "discard"). A request that still fails on
+// Reuse: every pooled connection is checked with a non-blocking MSG_PEEK first (EOF or stray
+// bytes mean "discard": bytes an upstream sent after its response must never reach the next
+// client). A request that still fails on
 // a reused connection before any response byte arrives is sent again on a fresh connection by
 // the caller (UpstreamLeg's retry_safe), so pool staleness loses nothing.
 // Reaping: sweep() (every second, from the worker) closes connections the upstream closed while

@@ -68,6 +68,15 @@ struct RequestFacts {
     max_tokens.reset();
     lora_adapter.clear();
   }
+  // Frees strings that grew past `keep` bytes (one huge request must not pin its size for the
+  // connection's life).
+  void shrink(size_t keep) {
+    for (std::string* s :
+         {&model, &cache_salt, &prompt_prefix, &prompt_text, &messages_json, &lora_adapter})
+      if (s->capacity() > keep) std::string().swap(*s);
+    if (prompt_token_ids.capacity() * sizeof(int64_t) > keep)
+      std::vector<int64_t>().swap(prompt_token_ids);
+  }
 };
 
 }  // namespace kvgate::routing

@@ -202,3 +202,62 @@ export function tcpSocketsOf(pid) {
   }
   return out;
 }
+
+// ---- per-test gateways and waiting (t: the node:test context)
+
+// (import declarations are hoisted: this one serves the helpers below)
+import assert from 'node:assert/strict';
+
+// The management API's path of the load-balancer rules.
+export const LB_BASE = '/netlox/v1/config/loadbalancer';
+
+// A gateway for one test (startGateway on a fresh state dir, `extra` more arguments of serve),
+// stopped with `stopSignal` (stop() kills it after 5 s) and its state dir removed when the test ends.
+export async function gateway(t, extra = [], { stopSignal = 'SIGTERM' } = {}) {
+  const tmp = tempDir();
+  let gw;
+  try {
+    gw = await startGateway({ stateDir: tmp.dir, extra });
+  } catch (e) {
+    tmp.remove();
+    throw e;
+  }
+  t.after(async () => { await gw.stop(stopSignal); tmp.remove(); });
+  return gw;
+}
+
+// Creates (or replaces) the rule rule({port, ...opts}) on a fresh VIP port, or on `opts.port` when
+// given; asserts the API took it; returns the port.
+export async function service(gw, opts) {
+  const port = opts.port ?? await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, ...opts }));
+  assert.equal(r.status, 200, r.text);
+  return port;
+}
+
+// Deletes the rule of VIP 127.0.0.1:`port`; resolves with api()'s answer.
+export const deleteService = (gw, port) =>
+  api(gw.api, 'DELETE', `${LB_BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
+
+// Polls `fn` (may be async) until it returns a truthy value or `ms` pass; returns the last value.
+export async function waitFor(fn, ms = 5000, every = 50) {
+  const end = Date.now() + ms;
+  let v;
+  while (!(v = await fn()) && Date.now() < end) await sleep(every);
+  return v;
+}
+
+// Resolves with {code, signal, at} (at: Date.now() then) when the process exits (at once if it
+// already has).
+export function exitOf(proc) {
+  if (proc.exitCode !== null || proc.signalCode !== null)
+    return Promise.resolve({ code: proc.exitCode, signal: proc.signalCode, at: Date.now() });
+  return new Promise((r) => proc.once('exit', (code, signal) => r({ code, signal, at: Date.now() })));
+}
+
+// `p`'s value, or null when `ms` pass first (the timer does not outlive the race).
+export function within(p, ms) {
+  let timer;
+  const timeout = new Promise((r) => { timer = setTimeout(() => r(null), ms); });
+  return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}

@@ -10,53 +10,14 @@ import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import {
-  api, freePort, rawRequest, rssKb, rule, simMetrics, sleep, startGateway, startSim, tcpSocketsOf,
-  tempDir } from './lib.mjs';
+  LB_BASE as BASE, api, deleteService, exitOf, gateway as testGateway, rawRequest, rssKb, service,
+  simMetrics, sleep, startSim, tcpSocketsOf, waitFor, within } from './lib.mjs';
+import { rawUpstream, reply } from './fake_upstream.mjs';
 import { buildModelsDir } from '../../scripts/models_dir.mjs';
 
-const BASE = '/netlox/v1/config/loadbalancer';
 const MB = 1024;  // in kB, the unit of rssKb
 
 // ---- helpers local to these tests
-
-// A fake upstream speaking raw HTTP/1.1: reads each request (head + Content-Length body, counting
-// body bytes without keeping them) and calls onRequest(sock, {head, bodyLength, body?}).
-// keepBody: keep the body text (small bodies only).
-async function fakeUpstream(onRequest, { keepBody = false } = {}) {
-  const sockets = new Set();
-  const server = net.createServer((sock) => {
-    sockets.add(sock);
-    sock.on('close', () => sockets.delete(sock));
-    sock.on('error', () => {});
-    let head = null; let buf = Buffer.alloc(0); let need = 0; let got = 0; let body = [];
-    sock.on('data', (d) => {
-      if (head === null) {
-        buf = Buffer.concat([buf, d]);
-        const i = buf.indexOf('\r\n\r\n');
-        if (i < 0) return;
-        head = buf.subarray(0, i).toString('latin1');
-        const m = head.match(/\r\ncontent-length:\s*(\d+)/i);
-        need = m ? Number(m[1]) : 0;
-        d = buf.subarray(i + 4);
-        buf = Buffer.alloc(0);
-        got = 0; body = [];
-      }
-      got += d.length;
-      if (keepBody) body.push(d);
-      if (got >= need) {
-        const req = { head, bodyLength: got, body: keepBody ? Buffer.concat(body).toString() : undefined };
-        head = null;
-        onRequest(sock, req);
-      }
-    });
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  return {
-    port: server.address().port,
-    host: '127.0.0.1',
-    close: () => new Promise((r) => { for (const s of sockets) s.destroy(); server.close(() => r()); }),
-  };
-}
 
 // One HTTP request on its own connection (no keep-alive agent): {status, text}.
 function httpReq(port, { method = 'POST', path: p = '/v1/completions', headers = {}, body } = {}) {
@@ -113,25 +74,6 @@ function openStream(port, body) {
   return s;
 }
 
-// Resolves with {code, signal, at} when the process exits (at once if it already has).
-function exitOf(proc) {
-  if (proc.exitCode !== null || proc.signalCode !== null)
-    return Promise.resolve({ code: proc.exitCode, signal: proc.signalCode, at: Date.now() });
-  return new Promise((r) => proc.once('exit', (code, signal) => r({ code, signal, at: Date.now() })));
-}
-
-const within = (p, ms) => Promise.race([p, sleep(ms).then(() => null)]);
-
-async function waitFor(cond, timeoutMs, stepMs = 100) {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await cond();
-    if (v) return v;
-    if (Date.now() > end) return v;
-    await sleep(stepMs);
-  }
-}
-
 // One request on a fresh connection to the VIP: 'served' when a 2xx answer came back, else
 // 'refused' / 'closed' / 'error' / 'no answer' / the status line.
 function probeVip(port, waitMs = 1500) {
@@ -156,29 +98,14 @@ function probeVip(port, waitMs = 1500) {
   });
 }
 
-// Starts a gateway (+ state dir) and registers its cleanup on the test.
-async function gateway(t, extra = []) {
-  const state = tempDir();
-  let gw;
-  try {
-    gw = await startGateway({ stateDir: state.dir, extra });
-  } catch (e) {
-    state.remove();
-    throw e;
-  }
-  t.after(async () => { await gw.stop('SIGKILL'); state.remove(); });
-  return gw;
-}
+// A gateway for one test, killed (SIGKILL) when the test ends: several tests signal the gateway
+// themselves, and none needs a graceful end.
+const gateway = (t, extra) => testGateway(t, extra, { stopSignal: 'SIGKILL' });
 
 async function sim(t, args) {
   const s = await startSim(['--port', '0', ...args]);
   t.after(() => s.stop());
   return s;
-}
-
-async function addRule(gw, r) {
-  const res = await api(gw.api, 'POST', BASE, r);
-  assert.equal(res.status, 200, res.text);
 }
 
 // ---- bug 4a: unbounded client buffer while the upstream makes us wait
@@ -191,28 +118,29 @@ test('bug 4a: junk written by a client during a slow response does not grow the 
   // read for the gateway (the old code read up to 4 KiB of client bytes per upstream read).
   const STREAM_MS = 10000;
   const timers = new Set();
-  const up = await fakeUpstream((sock) => {
-    sock.setNoDelay(true);
-    sock.write('HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n' +
-      'Connection: close\r\n\r\n');
-    const end = Date.now() + STREAM_MS;
-    let n = 0;
-    const tick = () => {
-      timers.delete(tm);
-      if (sock.destroyed) return;
-      if (Date.now() > end) { sock.end('data: [DONE]\n\n'); return; }
-      // One small event per event-loop turn, only while the gateway keeps up.
-      if (sock.writableLength < 512) sock.write(`data: {"n":${n++}}\n\n`);
-      tm = setImmediate(tick);
+  const up = await rawUpstream({
+    onRequest: (req, sock) => {
+      sock.setNoDelay(true);
+      sock.write('HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n' +
+        'Connection: close\r\n\r\n');
+      const end = Date.now() + STREAM_MS;
+      let n = 0;
+      const tick = () => {
+        timers.delete(tm);
+        if (sock.destroyed) return;
+        if (Date.now() > end) { sock.end('data: [DONE]\n\n'); return; }
+        // One small event per event-loop turn, only while the gateway keeps up.
+        if (sock.writableLength < 512) sock.write(`data: {"n":${n++}}\n\n`);
+        tm = setImmediate(tick);
+        timers.add(tm);
+      };
+      let tm = setImmediate(tick);
       timers.add(tm);
-    };
-    let tm = setImmediate(tick);
-    timers.add(tm);
+    },
   });
   t.after(async () => { for (const x of timers) clearImmediate(x); await up.close(); });
   const gw = await gateway(t, ['--workers', '1']);
-  const port = await freePort();
-  await addRule(gw, rule({ port, workers: [up] }));
+  const port = await service(gw, { workers: [up] });
 
   const base = rssKb(gw.proc.pid);
   let peak = base;
@@ -259,8 +187,7 @@ test('bug 4a: junk written by a client during a slow response does not grow the 
 test('bug 4b: a chunked request with a huge trailer section is rejected; a small trailer is fine', async (t) => {
   const s = await sim(t, ['--workers', '1', '--itl-ms', '0']);
   const gw = await gateway(t);
-  const port = await freePort();
-  await addRule(gw, rule({ port, workers: s.workers }));
+  const port = await service(gw, { workers: s.workers });
   const body = JSON.stringify({ model: 'sim-model', prompt: 'hi', max_tokens: 1 });
   const chunked = (trailers) => 'POST /v1/completions HTTP/1.1\r\nHost: x\r\n' +
     'Content-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n' +
@@ -295,15 +222,15 @@ test('bug 4b: a chunked request with a huge trailer section is rejected; a small
 // sits between the two: it allows that glibc residue with room to spare, and the old gateway
 // exceeds it by >50 MiB.
 test('bug 5: parsing huge bodies for their model does not keep a multiple of their size resident', async (t) => {
-  const up = await fakeUpstream((sock) => {
-    const b = '{"ok":true}';
-    sock.write(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${b.length}\r\n\r\n${b}`);
+  const up = await rawUpstream({
+    keepBody: false,  // the ~24 MB bodies are counted, not kept
+    onRequest: (req, sock) => reply(sock, 200, '{"ok":true}',
+      { reason: 'OK', headers: { 'Content-Type': 'application/json' } }),
   });
   t.after(() => up.close());
   const gw = await gateway(t, ['--workers', '1']);
-  const port = await freePort();
-  await addRule(gw, rule({ port, model: 'm', workers: [up] }));
-  await addRule(gw, rule({ port, model: '', workers: [up] }));
+  const port = await service(gw, { model: 'm', workers: [up] });
+  await service(gw, { port, model: '', workers: [up] });
   // Warm the path with a small body, then take the baseline.
   for (let i = 0; i < 3; i++) {
     const r = await httpReq(port, { body: JSON.stringify({ model: 'm', prompt: [1, 2, 3] }) });
@@ -333,10 +260,9 @@ test('bug 5: parsing huge bodies for their model does not keep a multiple of the
 test('bug 8: a newline in a logged field cannot forge an access-log line', async (t) => {
   const s = await sim(t, ['--workers', '1', '--itl-ms', '0']);
   const gw = await gateway(t, ['--access-log']);
-  const port = await freePort();
   // Model pools make the gateway read "model" from the body; the catch-all routes unknown models.
-  await addRule(gw, rule({ port, model: 'sim-model', workers: s.workers }));
-  await addRule(gw, rule({ port, model: '', workers: s.workers }));
+  const port = await service(gw, { model: 'sim-model', workers: s.workers });
+  await service(gw, { port, model: '', workers: s.workers });
   const FORGED = '2026-01-01T00:00:00.000Z INFO proxy access id=forged';
   const res = await httpReq(port, {
     headers: { 'x-request-id': 'regress-log-8' },
@@ -344,7 +270,7 @@ test('bug 8: a newline in a logged field cannot forge an access-log line', async
   });
   assert.ok(res.status > 0);
   // The access line of this request (the log may be written asynchronously).
-  const logged = await waitFor(() => gw.proc.stderrText.includes('regress-log-8'), 5000);
+  const logged = await waitFor(() => gw.proc.stderrText.includes('regress-log-8'), 5000, 100);
   assert.ok(logged, `no access-log line for the request; stderr:\n${gw.proc.stderrText.slice(-2000)}`);
   await sleep(200);
   const lines = gw.proc.stderrText.split(/\r?\n|\r/);
@@ -365,8 +291,7 @@ test('bug 8: /metrics exposes kvgate_log_dropped_total', async (t) => {
 test('bug 9: pooled connections the upstream closed while idle do not linger in CLOSE_WAIT', async (t) => {
   const s = await sim(t, ['--workers', '1', '--itl-ms', '30', '--keepalive-timeout-ms', '300']);
   const gw = await gateway(t);
-  const port = await freePort();
-  await addRule(gw, rule({ port, workers: s.workers }));
+  const port = await service(gw, { workers: s.workers });
   const before = (await simMetrics(s.workers[0])).kvgate_sim_requests_total || 0;
   const burst = await Promise.all(Array.from({ length: 20 }, () => httpReq(port, {
     body: JSON.stringify({ model: 'sim-model', prompt: 'burst', max_tokens: 10 }) })));
@@ -386,8 +311,7 @@ test('bug 9: pooled connections the upstream closed while idle do not linger in 
 test('bug 9: after a rule is deleted the gateway holds no idle connection to its upstream', async (t) => {
   const s = await sim(t, ['--workers', '1', '--itl-ms', '30', '--keepalive-timeout-ms', '600000']);
   const gw = await gateway(t, ['--upstream-idle-ms', '600000']);
-  const port = await freePort();
-  await addRule(gw, rule({ port, workers: s.workers }));
+  const port = await service(gw, { workers: s.workers });
   const burst = await Promise.all(Array.from({ length: 10 }, () => httpReq(port, {
     body: JSON.stringify({ model: 'sim-model', prompt: 'burst', max_tokens: 5 }) })));
   for (const r of burst) assert.equal(r.status, 200, r.text);
@@ -395,7 +319,7 @@ test('bug 9: after a rule is deleted the gateway holds no idle connection to its
   const established = () => tcpSocketsOf(gw.proc.pid)
     .filter((x) => x.remotePort === upPort && x.state === 'ESTABLISHED').length;
   assert.ok(established() > 0, 'the burst left pooled keep-alive connections (precondition)');
-  const del = await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
+  const del = await deleteService(gw, port);
   assert.equal(del.status, 200, del.text);
   const left = await waitFor(() => established() === 0, 5000, 200) ? 0 : established();
   assert.equal(left, 0, `${left} idle connections to the deleted rule's upstream remain`);
@@ -410,8 +334,7 @@ const slowStream = (tokens) => ({ model: 'sim-model', prompt: 'stream slowly', m
 test('bug 10: SIGTERM lets an in-flight stream finish, refuses new connections, then exits', async (t) => {
   const s = await sim(t, ['--workers', '1', '--itl-ms', '100']);
   const gw = await gateway(t);  // default --drain-timeout-ms (30 s)
-  const port = await freePort();
-  await addRule(gw, rule({ port, workers: s.workers }));
+  const port = await service(gw, { workers: s.workers });
   assert.equal(await probeVip(port), 'served', 'the VIP serves before the signal');
   const exited = exitOf(gw.proc);
   const st = openStream(port, slowStream(30));  // ~3 s
@@ -433,8 +356,7 @@ test('bug 10: SIGTERM lets an in-flight stream finish, refuses new connections, 
 test('bug 10: a second SIGTERM exits at once and cuts the stream', async (t) => {
   const s = await sim(t, ['--workers', '1', '--itl-ms', '100']);
   const gw = await gateway(t);
-  const port = await freePort();
-  await addRule(gw, rule({ port, workers: s.workers }));
+  const port = await service(gw, { workers: s.workers });
   const exited = exitOf(gw.proc);
   const st = openStream(port, slowStream(150));  // ~15 s
   t.after(() => st.destroy());
@@ -459,8 +381,7 @@ test('bug 10: a second SIGTERM exits at once and cuts the stream', async (t) => 
 test('bug 10: --drain-timeout-ms 500 bounds the drain; the long stream is cut', async (t) => {
   const s = await sim(t, ['--workers', '1', '--itl-ms', '100']);
   const gw = await gateway(t, ['--drain-timeout-ms', '500']);
-  const port = await freePort();
-  await addRule(gw, rule({ port, workers: s.workers }));
+  const port = await service(gw, { workers: s.workers });
   const exited = exitOf(gw.proc);
   const st = openStream(port, slowStream(100));  // ~10 s
   t.after(() => st.destroy());

@@ -2,251 +2,19 @@
 // after it. Fake upstreams are raw TCP servers that write HTTP/1.1 by hand, so every byte, every
 // pause and every reset is under the test's control.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import { test } from 'node:test';
 import {
-  api, freePort, rawRequest, rule, scrapeMetrics, sleep, startGateway, startKvgate, stop, tempDir,
+  api, deleteService, gateway, rawRequest, scrapeMetrics, service, sleep, startKvgate, stop, tempDir,
+  waitFor,
 } from './lib.mjs';
-
-const BASE = '/netlox/v1/config/loadbalancer';
-
-// ---- shared helpers
-
-// A gateway for one test, stopped (and its state dir removed) when the test ends.
-async function gateway(t, extra = []) {
-  const tmp = tempDir();
-  let gw;
-  try {
-    gw = await startGateway({ stateDir: tmp.dir, extra });
-  } catch (e) {
-    tmp.remove();
-    throw e;
-  }
-  t.after(async () => { await gw.stop(); tmp.remove(); });
-  return gw;
-}
-
-// Creates (or replaces) a rule on a fresh VIP port, or on `port` when given; returns the port.
-async function service(gw, opts) {
-  const port = opts.port ?? await freePort();
-  const r = await api(gw.api, 'POST', BASE, rule({ port, ...opts }));
-  assert.equal(r.status, 200, r.text);
-  return port;
-}
-const deleteService = (gw, port) =>
-  api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
-
-// POST on a fresh client connection (Connection: close, so no keep-alive connection outlives a
-// rule change); resolves {status, text} with text the response body.
-async function post(port, path, body, { waitMs = 10000 } = {}) {
-  const raw = await rawRequest(port, `POST ${path} HTTP/1.1\r\nHost: kvgate.test\r\n` +
-    `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n` +
-    `Connection: close\r\n\r\n${body}`, { waitMs });
-  const end = raw.indexOf('\r\n\r\n');
-  return { status: Number(raw.split(' ')[1]) || 0, text: end < 0 ? raw : raw.slice(end + 4) };
-}
-
-// Polls `fn` until it returns a truthy value or `ms` pass; returns the last value.
-async function waitFor(fn, ms = 5000, every = 50) {
-  const end = Date.now() + ms;
-  let v;
-  while (!(v = await fn()) && Date.now() < end) await sleep(every);
-  return v;
-}
+import { echoUpstream, hangingEndpoint, oneShot, RawClient, rawUpstream, reply } from './fake_upstream.mjs';
 
 // The value of one endpoint-labelled metric, or undefined when the series is absent.
 async function endpointMetric(gw, name, label) {
   const s = (await scrapeMetrics(gw.api)).find((x) => x.name === name && x.labels.endpoint === label);
   return s?.value;
-}
-
-// A raw HTTP/1.1 upstream on 127.0.0.1 (port 0). Each request (head plus Content-Length body) is
-// handed to `onRequest(req, sock)`, which writes the answer itself; when it returns a promise, the
-// next request on that connection waits for it (pipelined requests are answered in order, as an
-// HTTP/1.1 server must). `onConnection(sock)` runs
-// before any byte is read and may take the connection over by returning true (the socket is then
-// never read). Records connections and requests; close() destroys every socket.
-async function rawUpstream({ onRequest, onConnection } = {}) {
-  const sockets = new Set();
-  const seen = { connections: 0, requests: [] };
-  const server = net.createServer({ pauseOnConnect: true }, (sock) => {
-    sockets.add(sock);
-    seen.connections++;
-    sock.on('close', () => sockets.delete(sock));
-    sock.on('error', () => {});
-    if (onConnection && onConnection(sock)) return;
-    let buf = Buffer.alloc(0);
-    let queue = Promise.resolve();
-    sock.on('data', (d) => {
-      buf = Buffer.concat([buf, d]);
-      for (;;) {
-        const end = buf.indexOf('\r\n\r\n');
-        if (end < 0) return;
-        const lines = buf.subarray(0, end).toString('latin1').split('\r\n');
-        const [method, path] = lines[0].split(' ');
-        const headers = {};
-        for (const l of lines.slice(1)) {
-          const i = l.indexOf(':');
-          headers[l.slice(0, i).trim().toLowerCase()] = l.slice(i + 1).trim();
-        }
-        const len = Number(headers['content-length'] || 0);
-        if (buf.length < end + 4 + len) return;
-        const req = { method, path, headers, body: buf.subarray(end + 4, end + 4 + len).toString() };
-        buf = buf.subarray(end + 4 + len);
-        seen.requests.push(req);
-        queue = queue.then(() => onRequest(req, sock));
-      }
-    });
-    sock.resume();
-  });
-  await new Promise((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address();
-  return {
-    host: '127.0.0.1',
-    port,
-    label: `127.0.0.1:${port}`,
-    seen,
-    close: () => new Promise((r) => {
-      for (const s of sockets) s.destroy();
-      server.close(() => r());
-    }),
-  };
-}
-
-// Writes a complete HTTP/1.1 response with a Content-Length body.
-function reply(sock, status, body, { reason = 'X', headers = {}, close = false } = {}) {
-  if (sock.destroyed) return;
-  let h = `HTTP/1.1 ${status} ${reason}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`;
-  for (const [k, v] of Object.entries(headers)) h += `${k}: ${v}\r\n`;
-  if (close) h += 'Connection: close\r\n';
-  sock.write(`${h}\r\n${body}`);
-  if (close) sock.end();
-}
-
-// A client connection that speaks HTTP/1.1 by hand and reads responses strictly: interim 1xx
-// heads (other than 101) are collected, then the final head and its body (Content-Length, else
-// until the connection closes).
-class RawClient {
-  static async open(port) {
-    const c = new RawClient();
-    c.sock = net.connect(port, '127.0.0.1');
-    c.buf = '';
-    c.transcript = '';  // every byte received, for failure messages
-    c.closed = false;
-    c.wake = null;
-    c.sock.on('data', (d) => {
-      c.buf += d.toString('latin1');
-      c.transcript += d.toString('latin1');
-      c.wake?.();
-    });
-    c.sock.on('close', () => { c.closed = true; c.wake?.(); });
-    c.sock.on('error', () => {});
-    await new Promise((resolve, reject) => { c.sock.once('connect', resolve); c.sock.once('error', reject); });
-    return c;
-  }
-
-  close() { this.sock.destroy(); }
-
-  send(path) {
-    this.mark = this.transcript.length;
-    this.sock.write(`GET ${path} HTTP/1.1\r\nHost: kvgate.test\r\n\r\n`);
-  }
-
-  async get(path) {
-    this.send(path);
-    return this.readResponse();
-  }
-
-  // Waits until what arrived since the last send() matches `re`.
-  async waitFor(re, what, timeoutMs = 5000) {
-    const deadline = Date.now() + timeoutMs;
-    while (!re.test(this.transcript.slice(this.mark))) await this.more(deadline, what);
-  }
-
-  // Waits for more bytes (or the close) until `deadline`.
-  async more(deadline, what) {
-    const got = () => JSON.stringify(this.transcript.slice(-600));
-    if (this.closed) throw new Error(`connection closed while waiting for ${what}; received: ${got()}`);
-    const left = deadline - Date.now();
-    let timer;
-    const ok = await new Promise((resolve) => {
-      this.wake = () => resolve(true);
-      timer = setTimeout(() => resolve(false), Math.max(left, 0));
-    });
-    clearTimeout(timer);
-    this.wake = null;
-    if (!ok) throw new Error(`no ${what} within the timeout; received: ${got()}`);
-  }
-
-  async readResponse(timeoutMs = 5000) {
-    const deadline = Date.now() + timeoutMs;
-    const interims = [];
-    let raw = '';
-    for (;;) {
-      const end = this.buf.indexOf('\r\n\r\n');
-      if (end < 0) {
-        await this.more(deadline, 'final response');
-        continue;
-      }
-      const head = this.buf.slice(0, end);
-      raw += this.buf.slice(0, end + 4);
-      this.buf = this.buf.slice(end + 4);
-      const [statusLine, ...lines] = head.split('\r\n');
-      const status = Number(statusLine.split(' ')[1]);
-      const headers = {};
-      for (const l of lines) {
-        const i = l.indexOf(':');
-        headers[l.slice(0, i).trim().toLowerCase()] = l.slice(i + 1).trim();
-      }
-      if (status >= 100 && status < 200 && status !== 101) {
-        interims.push({ status, headers });
-        continue;
-      }
-      if (headers['content-length'] !== undefined) {
-        const len = Number(headers['content-length']);
-        while (this.buf.length < len) await this.more(deadline, 'response body');
-        const body = this.buf.slice(0, len);
-        this.buf = this.buf.slice(len);
-        return { interims, status, headers, body, raw: raw + body };
-      }
-      while (!this.closed) await this.more(deadline, 'end of an until-close body');
-      const body = this.buf;
-      this.buf = '';
-      return { interims, status, headers, body, raw: raw + body };
-    }
-  }
-}
-
-// An endpoint whose TCP connect hangs: a listening socket with backlog 0 that never accepts,
-// its accept queue filled by the script itself, so further SYNs are dropped.
-const HANG_PY = `
-import socket, sys, time
-srv = socket.socket(); srv.bind(('127.0.0.1', 0)); srv.listen(0)
-port = srv.getsockname()[1]
-fill = []
-for i in range(3):
-    c = socket.socket(); c.setblocking(False)
-    try: c.connect(('127.0.0.1', port))
-    except BlockingIOError: pass
-    fill.append(c)
-time.sleep(0.3)
-print(port, flush=True)
-sys.stdin.read()  # lives until the test closes our stdin or kills us
-`;
-async function hangingEndpoint() {
-  const py = spawn('/usr/bin/python3', ['-c', HANG_PY], { stdio: ['pipe', 'pipe', 'inherit'] });
-  const port = await new Promise((resolve, reject) => {
-    py.stdout.once('data', (d) => resolve(Number(String(d).trim())));
-    py.once('exit', (code) => reject(new Error(`hanging endpoint script exited with ${code}`)));
-  });
-  return {
-    host: '127.0.0.1',
-    port,
-    label: `127.0.0.1:${port}`,
-    close: () => { if (py.exitCode === null && py.signalCode === null) py.kill('SIGKILL'); },
-  };
 }
 
 // ---- bug 1: interim 1xx responses
@@ -341,7 +109,7 @@ test('bug 2: a half-open trial that fails at send releases the trial; the endpoi
   t.after(up.close);
   const gw = await gateway(t, ['--cb-open-ms', '300']);
   const port = await service(gw, { sel: 0, workers: [up], extraArgs: { cb_enable: true } });
-  const send = (body = '{"model":"x","prompt":"a"}') => post(port, '/v1/completions', body);
+  const send = (body = '{"model":"x","prompt":"a"}') => oneShot(port, '/v1/completions', body);
 
   // Three origin 500s open the breaker.
   for (let i = 0; i < 3; i++) assert.equal((await send()).status, 500);
@@ -353,9 +121,9 @@ test('bug 2: a half-open trial that fails at send releases the trial; the endpoi
   await sleep(600);
   mode = 'reset';
   const trial = await send(`{"model":"x","prompt":"${'a'.repeat(16 * 1024 * 1024)}"}`);
-  assert.ok(trial.status >= 500, `trial answered ${trial.status}: ${trial.text}`);
+  assert.ok(trial.status >= 500, `trial answered ${trial.status}: ${trial.body}`);
   assert.ok(resets >= 1, 'the upstream never reset the trial connection');
-  t.diagnostic(`failed trial answered ${trial.status}: ${trial.text}`);
+  t.diagnostic(`failed trial answered ${trial.status}: ${trial.body}`);
 
   // The upstream recovers: after another open window, traffic must flow again.
   mode = 'ok';
@@ -384,7 +152,7 @@ test('bug 3: removed endpoints leave /metrics; a re-added endpoint starts with a
   const endpointSeries = async (label) => (await scrapeMetrics(gw.api))
     .filter((s) => s.name.startsWith('kvgate_endpoint_') && s.labels.endpoint === label)
     .map((s) => s.name);
-  const send = (port) => post(port, '/v1/completions', '{}');
+  const send = (port) => oneShot(port, '/v1/completions', '{}');
 
   const spec = { sel: 0, extraArgs: { cb_enable: true } };
   const port = await service(gw, { ...spec, workers: [e1, e2] });
@@ -407,7 +175,7 @@ test('bug 3: removed endpoints leave /metrics; a re-added endpoint starts with a
   failing = false;
   await service(gw, { ...spec, port, workers: [e1] });
   const r = await send(port);
-  assert.equal(r.status, 200, `first request after re-adding the endpoint: ${r.status} ${r.text}`);
+  assert.equal(r.status, 200, `first request after re-adding the endpoint: ${r.status} ${r.body}`);
   assert.equal(await endpointMetric(gw, 'kvgate_endpoint_breaker_state', e1.label), 0);
 });
 
@@ -415,14 +183,10 @@ test('bug 3: removed endpoints leave /metrics; a re-added endpoint starts with a
 
 test('bug 6: valid JSON of an unexpected shape reaches the engine; only invalid JSON gets invalid_json', async (t) => {
   // The engine echoes the body it received.
-  const up = await rawUpstream({
-    onRequest: (req, sock) => reply(sock, 200, JSON.stringify({ echo: req.body }),
-      { reason: 'OK', headers: { 'Content-Type': 'application/json' } }),
-  });
-  t.after(up.close);
+  const up = await echoUpstream(t);
   const gw = await gateway(t);
   const port = await service(gw, { sel: 8, model: 'm', workers: [up] });
-  const send = (body) => post(port, '/v1/chat/completions', body);
+  const send = (body) => oneShot(port, '/v1/chat/completions', body);
 
   const odd = [
     '{"model":"m","messages":"hi"}',
@@ -434,15 +198,15 @@ test('bug 6: valid JSON of an unexpected shape reaches the engine; only invalid 
   for (const body of odd) {
     const r = await send(body);
     let echoed = null;
-    try { echoed = JSON.parse(r.text).echo; } catch { /* not the engine's answer */ }
-    if (r.status !== 200 || echoed !== body) wrong.push(`${body} -> ${r.status} ${r.text}`);
+    try { echoed = JSON.parse(r.body).echo; } catch { /* not the engine's answer */ }
+    if (r.status !== 200 || echoed !== body) wrong.push(`${body} -> ${r.status} ${r.body}`);
   }
   assert.deepEqual(wrong, [], 'valid JSON bodies not forwarded to the engine');
 
   const before = up.seen.requests.length;
   const r = await send('{"model":"m",');
-  assert.equal(r.status, 400, r.text);
-  assert.equal(JSON.parse(r.text).error.code, 'invalid_json');
+  assert.equal(r.status, 400, r.body);
+  assert.equal(JSON.parse(r.body).error.code, 'invalid_json');
   assert.equal(up.seen.requests.length, before, 'invalid JSON reached the upstream');
 });
 
@@ -457,7 +221,7 @@ test('bug 7: endpoint in-flight rises when the endpoint is picked, while still c
   assert.equal(await inflight(), 0);
 
   let done = false;
-  const pending = post(port, '/v1/completions', '{}').finally(() => { done = true; });
+  const pending = oneShot(port, '/v1/completions', '{}').finally(() => { done = true; });
   // The connect hangs for 4 s; look well inside that window, while the request is pending.
   let seen = 0;
   await waitFor(async () => {
@@ -467,9 +231,9 @@ test('bug 7: endpoint in-flight rises when the endpoint is picked, while still c
   }, 2500);
   const stillPending = !done;
   const res = await pending;
-  assert.ok(stillPending, `the request ended before in-flight was seen: ${res.status} ${res.text}`);
+  assert.ok(stillPending, `the request ended before in-flight was seen: ${res.status} ${res.body}`);
   assert.equal(seen, 1, 'in-flight while connecting to the picked endpoint');
-  assert.ok([502, 503].includes(res.status), `${res.status} ${res.text}`);
+  assert.ok([502, 503].includes(res.status), `${res.status} ${res.body}`);
   assert.ok(await waitFor(async () => (await inflight()) === 0, 3000), 'in-flight did not return to 0');
 });
 
