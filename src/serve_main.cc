@@ -64,13 +64,19 @@ bool isLoopback(const std::string& host) {
   return !ec && a.is_loopback();
 }
 
-}  // namespace
-
-int serveMain(int argc, char** argv) {
+struct ServeFlags {
   std::string api_listen = "127.0.0.1:11111";
   std::string state_dir = "kvgate-state";
   std::string models_dir;
   proxy::ProxyOptions opts;
+};
+
+// Parses the flags; returns -1 to go on, else the exit code (0 after --help, 2 on an error).
+int parseServeFlags(int argc, char** argv, ServeFlags& f) {
+  std::string& api_listen = f.api_listen;
+  std::string& state_dir = f.state_dir;
+  std::string& models_dir = f.models_dir;
+  proxy::ProxyOptions& opts = f.opts;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* {
@@ -150,12 +156,59 @@ int serveMain(int argc, char** argv) {
       return 2;
     }
   }
-  auto hp = net::parseHostPort(api_listen);
-  if (!hp) {
-    std::fprintf(stderr, "kvgate serve: --api-listen must be ADDR:PORT, got '%s'\n",
-                 api_listen.c_str());
-    return 2;
+  return -1;
+}
+
+// The first SIGTERM/SIGINT drains (no new connections; requests and streams in flight finish,
+// up to --drain-timeout-ms; the API keeps serving); a second one exits at once.
+class Shutdown {
+ public:
+  Shutdown(asio::io_context& control, proxy::DataPlane& dp, std::chrono::milliseconds timeout)
+      : control_(control), dp_(dp), timeout_(timeout), signals_(control, SIGINT, SIGTERM),
+        timer_(control) {
+    wait();
   }
+
+ private:
+  void wait() {
+    signals_.async_wait([this](const error_code& ec, int sig) {
+      if (!ec) onSignal(sig);
+    });
+  }
+  void onSignal(int sig) {
+    if (dp_.draining()) {
+      log::info("serve", "signal " + std::to_string(sig) + " again: exiting now");
+      control_.stop();
+      return;
+    }
+    log::info("serve", "signal " + std::to_string(sig) + ": draining (up to " +
+                           std::to_string(timeout_.count()) + " ms)");
+    dp_.drain();  // the API keeps serving (metrics show kvgate_draining 1; rule changes get 503)
+    deadline_ = std::chrono::steady_clock::now() + timeout_;
+    wait();
+    poll();
+  }
+  void poll() {
+    if (dp_.idle() || std::chrono::steady_clock::now() >= deadline_) {
+      if (!dp_.idle()) log::warn("serve", "drain timeout: closing the connections still open");
+      control_.stop();
+      return;
+    }
+    timer_.expires_after(std::chrono::milliseconds(50));
+    timer_.async_wait([this](const error_code& ec) {
+      if (!ec) poll();
+    });
+  }
+  asio::io_context& control_;
+  proxy::DataPlane& dp_;
+  std::chrono::milliseconds timeout_;
+  asio::signal_set signals_;
+  asio::steady_timer timer_;
+  std::chrono::steady_clock::time_point deadline_;
+};
+
+// Environment knobs and the API-address warning.
+void applyEnvironment(proxy::ProxyOptions& opts, const std::string& api_host) {
   if (const char* v = std::getenv("LLB_PD_ORIGIN_ERR_THRESHOLD")) {
     uint64_t x = 0;
     if (net::parseUint(v, 1000, x)) {
@@ -165,11 +218,28 @@ int serveMain(int argc, char** argv) {
                              "' (not a number 0..1000); using 3");
     }
   }
-  std::signal(SIGPIPE, SIG_IGN);
-  if (!isLoopback(hp->host))
-    log::warn("serve", "the management API listens on " + hp->host +
+  if (!isLoopback(api_host))
+    log::warn("serve", "the management API listens on " + api_host +
                            " and has no authentication: anyone who reaches it can change the "
                            "rules (bind 127.0.0.1 unless this is intended)");
+}
+
+}  // namespace
+
+int serveMain(int argc, char** argv) {
+  ServeFlags flags;
+  if (int rc = parseServeFlags(argc, argv, flags); rc >= 0) return rc;
+  const std::string& api_listen = flags.api_listen;
+  const std::string& models_dir = flags.models_dir;
+  proxy::ProxyOptions& opts = flags.opts;
+  auto hp = net::parseHostPort(api_listen);
+  if (!hp) {
+    std::fprintf(stderr, "kvgate serve: --api-listen must be ADDR:PORT, got '%s'\n",
+                 api_listen.c_str());
+    return 2;
+  }
+  std::signal(SIGPIPE, SIG_IGN);
+  applyEnvironment(opts, hp->host);
   std::unique_ptr<tok::TokenizerRegistry> tokenizers;
   if (!models_dir.empty()) {
     std::error_code ec;
@@ -183,7 +253,7 @@ int serveMain(int argc, char** argv) {
 
   proxy::DataPlane dp(opts);
   dp.start();
-  admin::RuleStore store(state_dir, dp);
+  admin::RuleStore store(flags.state_dir, dp);
   auto loaded = store.load();
   if (!loaded) {
     log::error("serve", loaded.error().what);
@@ -214,37 +284,7 @@ int serveMain(int argc, char** argv) {
   log::info("serve", "management API on " + hp->host + ":" + std::to_string(*port) + ", " +
                          std::to_string(dp.options().workers) + " data-plane worker(s)");
 
-  // Shutdown: the first SIGTERM/SIGINT drains (no new connections; requests and streams in
-  // flight finish, up to --drain-timeout-ms); a second one exits at once.
-  asio::signal_set signals(control, SIGINT, SIGTERM);
-  asio::steady_timer drain_timer(control);
-  auto drain_deadline = std::chrono::steady_clock::now();
-  std::function<void()> poll_drain = [&] {
-    if (dp.idle() || std::chrono::steady_clock::now() >= drain_deadline) {
-      if (!dp.idle()) log::warn("serve", "drain timeout: closing the connections still open");
-      control.stop();
-      return;
-    }
-    drain_timer.expires_after(std::chrono::milliseconds(50));
-    drain_timer.async_wait([&](const error_code& ec) {
-      if (!ec) poll_drain();
-    });
-  };
-  std::function<void(const error_code&, int)> on_signal = [&](const error_code& ec, int sig) {
-    if (ec) return;
-    if (dp.draining()) {
-      log::info("serve", "signal " + std::to_string(sig) + " again: exiting now");
-      control.stop();
-      return;
-    }
-    log::info("serve", "signal " + std::to_string(sig) + ": draining (up to " +
-                           std::to_string(opts.drain_timeout.count()) + " ms)");
-    dp.drain();  // the API keeps serving (metrics show kvgate_draining 1; rule changes get 503)
-    drain_deadline = std::chrono::steady_clock::now() + opts.drain_timeout;
-    signals.async_wait(on_signal);
-    poll_drain();
-  };
-  signals.async_wait(on_signal);
+  Shutdown shutdown(control, dp, opts.drain_timeout);
   control.run();
   server.stop();
   api.stopTokenizer();  // before the control loop's frames are destroyed (they point into api)

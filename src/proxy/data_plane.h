@@ -21,6 +21,7 @@
 #include "endpoints/endpoint_table.h"
 #include "http/asio.h"
 #include "proxy/route_table.h"
+#include "metrics/text.h"
 #include "proxy/rule_stats.h"
 
 namespace kvgate::proxy {
@@ -70,6 +71,9 @@ class DataPlane {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::map<std::string, std::shared_ptr<Listener>> listeners_;  // by vip:port
   std::map<std::string, std::shared_ptr<RuleStats>> rule_stats_;  // by rule key
+  void renderRequestMetrics(metrics::TextWriter& w) const;
+  void renderRoutingMetrics(metrics::TextWriter& w) const;
+  void renderEndpointMetrics(metrics::TextWriter& w) const;
   std::shared_ptr<Route> buildRoute(const config::RuleSpec& rule, const common::Clock& clock,
                                     std::set<std::string>& live_endpoints);
   Result<std::shared_ptr<Listener>> bindListener(const std::string& key, const tcp::endpoint& ep);

@@ -7,9 +7,9 @@
 
 namespace kvgate::proxy {
 
-std::string DataPlane::renderMetrics() const {
+// Requests by rule/endpoint/status, unrouted answers, latency histograms.
+void DataPlane::renderRequestMetrics(metrics::TextWriter& w) const {
   using namespace metrics;
-  TextWriter w;
   w.header(kRequests);
   for (auto& [key, st] : rule_stats_) {
     for (auto& [ep, c] : st->per_endpoint)
@@ -42,6 +42,11 @@ std::string DataPlane::renderMetrics() const {
   w.header(kStreamTtft);
   for (auto& [key, st] : rule_stats_)
     w.histogram(kStreamTtft, {{"rule", st->rule}}, st->stream_ttft);
+}
+
+// The pipelines: deciding stage and key, spills, fall-throughs, decision time.
+void DataPlane::renderRoutingMetrics(metrics::TextWriter& w) const {
+  using namespace metrics;
   w.header(kSelectorDecisions);
   for (auto& [key, st] : rule_stats_) {
     const auto& p = *st->pipeline;
@@ -75,6 +80,11 @@ std::string DataPlane::renderMetrics() const {
   w.header(kDecisionSeconds);
   for (auto& [key, st] : rule_stats_)
     w.histogram(kDecisionSeconds, {{"rule", st->rule}}, st->pipeline->decision_seconds);
+}
+
+// Connections and streams, then per endpoint: in flight, failures, health, breaker.
+void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
+  using namespace metrics;
   w.header(kActiveConnections);
   w.sample(kActiveConnections, {}, static_cast<double>(stats_.active_connections.load()));
   w.header(kActiveStreams);
@@ -102,6 +112,14 @@ std::string DataPlane::renderMetrics() const {
       w.sample(kBreakerTransitions, {{"endpoint", e->label}, {"to", name}},
                static_cast<double>(e->health.transitions(st)));
   }
+}
+
+std::string DataPlane::renderMetrics() const {
+  metrics::TextWriter w;
+  renderRequestMetrics(w);
+  renderRoutingMetrics(w);
+  renderEndpointMetrics(w);
+  using namespace metrics;
   w.header(kIdleUpstream);
   w.sample(kIdleUpstream, {}, static_cast<double>(stats_.idle_upstream.load()));
   w.header(kReapedUpstream);
