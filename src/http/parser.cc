@@ -56,6 +56,7 @@ bool parseVersion(std::string_view v, int& minor) {
 // Parses header lines in [p, end) where end points at the final "\r\n" of the head.
 int parseHeaders(const char* p, const char* end, HeadCommon& h, ParseError& err, bool is_request) {
   h.num_headers = 0;
+  h.headers.count = 0;
   bool seen_cl = false, seen_te = false;
   while (p < end) {
     const char* eol = static_cast<const char*>(std::memchr(p, '\r', static_cast<size_t>(end - p)));
@@ -74,7 +75,8 @@ int parseHeaders(const char* p, const char* end, HeadCommon& h, ParseError& err,
     for (unsigned char c : value)
       if ((c < 0x20 && c != '\t') || c == 0x7f) return fail(err, 400, "invalid header value");
     if (h.num_headers == kMaxHeaders) return fail(err, 431, "too many headers");
-    h.headers[h.num_headers++] = Header{name, value};
+    h.headers.set(h.num_headers++, Header{name, value});
+    h.headers.count = h.num_headers;
 
     if (iequals(name, "content-length")) {
       uint64_t v = 0;

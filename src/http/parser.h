@@ -9,7 +9,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <new>
 #include <string_view>
+#include <type_traits>
 
 namespace kvgate::http {
 
@@ -27,9 +30,36 @@ struct ParseError {
   const char* reason = "";
 };
 
+// Room for kMaxHeaders headers that is left uninitialised until the parser fills an entry: a head
+// object (one per open request and response, in coroutine frames) then only touches the memory
+// of the headers it holds, not 3.2 KB (memory per open stream).
+class HeaderArray {
+ public:
+  HeaderArray() {}  // NOLINT: deliberately leaves raw_ uninitialised
+  HeaderArray(const HeaderArray& o) { copyFrom(o); }
+  HeaderArray& operator=(const HeaderArray& o) {
+    copyFrom(o);
+    return *this;
+  }
+  Header& operator[](size_t i) { return *std::launder(reinterpret_cast<Header*>(raw_) + i); }
+  const Header& operator[](size_t i) const {
+    return *std::launder(reinterpret_cast<const Header*>(raw_) + i);
+  }
+  void set(size_t i, Header h) { new (raw_ + i * sizeof(Header)) Header(h); }
+  size_t count = 0;  // entries set (the parser keeps it equal to num_headers)
+
+ private:
+  void copyFrom(const HeaderArray& o) {
+    count = o.count;
+    std::memcpy(raw_, o.raw_, count * sizeof(Header));
+  }
+  alignas(Header) unsigned char raw_[kMaxHeaders * sizeof(Header)];
+};
+static_assert(std::is_trivially_copyable_v<Header> && std::is_trivially_destructible_v<Header>);
+
 struct HeadCommon {
   int version_minor = 1;
-  Header headers[kMaxHeaders];
+  HeaderArray headers;
   size_t num_headers = 0;
   size_t head_bytes = 0;  // bytes of the head including the blank line
   BodyKind body_kind = BodyKind::kNone;

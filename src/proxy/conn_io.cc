@@ -98,7 +98,9 @@ void ClientConn::startWatch() {
 // pipelined request are kept (at most kMaxPipelinedBytes) for the next request. A stopped watcher
 // (older generation) returns without touching the connection.
 asio::awaitable<void> ClientConn::watchClient(std::shared_ptr<ClientConn> self, uint64_t gen) {
-  char buf[4096];
+  // A small buffer: the watcher exists to see a disconnect; pipelined bytes it does not take
+  // wait in the kernel for the next request's read (and an open stream's frame stays small).
+  char buf[512];
   size_t room = std::min(sizeof buf, kMaxPipelinedBytes - pipelined_.size());
   error_code ec;
   size_t n = co_await client_.async_read_some(asio::buffer(buf, room), useEc(ec));

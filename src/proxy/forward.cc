@@ -103,13 +103,18 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, const Route& rout
                                                : w_.opts.upstream_data_timeout;
   next_endpoint = false;
   for (int send_try = 0; send_try < 2; ++send_try) {
-    phase_ = Phase::kConnect;
-    deadline_.expireAfter(connect_timeout);
-    auto r = co_await leg_.open(ep.state->id, route.addresses[idx], ep.state->label, send_try == 0);
-    deadline_.clear();
-    if (client_gone_) {  // the watcher saw the client leave (and aborted the connect)
-      leg_.release(false);
-      co_return false;
+    UpstreamLeg::Result r;
+    if (send_try > 0 || !leg_.takePooled(ep.state->id)) {
+      // Only a new connection arms the connect deadline: moving the deadline earlier re-arms
+      // the timer, which a pooled reuse (the common case) must not pay.
+      phase_ = Phase::kConnect;
+      deadline_.expireAfter(connect_timeout);
+      r = co_await leg_.connect(ep.state->id, route.addresses[idx], ep.state->label);
+      deadline_.clear();
+      if (client_gone_) {  // the watcher saw the client leave (and aborted the connect)
+        leg_.release(false);
+        co_return false;
+      }
     }
     if (!r.ok()) {
       lease.connectFailed(w_.opts.health, cb);

@@ -12,9 +12,7 @@ namespace kvgate::proxy {
 constexpr size_t kLegReadMin = 4 * 1024;
 constexpr size_t kLegReadMax = 64 * 1024;
 
-asio::awaitable<UpstreamLeg::Result> UpstreamLeg::open(endpoints::EndpointId id,
-                                                       const tcp::endpoint& addr,
-                                                       std::string_view label, bool allow_pool) {
+void UpstreamLeg::begin(endpoints::EndpointId id) {
   close();
   buf_.clear();
   id_ = id;
@@ -22,8 +20,19 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::open(endpoints::EndpointId id,
   waited_ = false;
   interim_count_ = 0;
   read_room_ = kLegReadMin;
-  reused_ = allow_pool && pool_.take(id, sock_);
-  if (reused_) co_return Result{};
+  reused_ = false;
+}
+
+bool UpstreamLeg::takePooled(endpoints::EndpointId id) {
+  begin(id);
+  reused_ = pool_.take(id, sock_);
+  return reused_;
+}
+
+asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId id,
+                                                          const tcp::endpoint& addr,
+                                                          std::string_view label) {
+  begin(id);
   sock_ = tcp::socket(io_);
   error_code ec;
   co_await sock_.async_connect(addr, useEc(ec));

@@ -1,6 +1,6 @@
 // UpstreamLeg: one exchange with one upstream endpoint.
 //
-// open() takes a pooled keep-alive connection to the endpoint or connects a new one; send()
+// takePooled() takes a pooled keep-alive connection to the endpoint, else connect() opens one; send()
 // writes the request; readHead() reads the response head, reporting each interim 1xx (other
 // than 101) separately so the caller can relay it and read on; readBody() brings more response
 // bytes into buf(); release() ends the exchange: the connection goes back to the worker's pool
@@ -55,9 +55,13 @@ class UpstreamLeg {
   UpstreamLeg(asio::io_context& io, UpstreamPool& pool, LegObserver& observer)
       : io_(io), pool_(pool), observer_(observer), sock_(io) {}
 
-  // A pooled connection to `id` when `allow_pool`, else a new one to `addr`.
-  asio::awaitable<Result> open(endpoints::EndpointId id, const tcp::endpoint& addr,
-                               std::string_view label, bool allow_pool);
+  // Starts an exchange with endpoint `id` on a pooled keep-alive connection; false when the pool
+  // has none (then connect()).
+  bool takePooled(endpoints::EndpointId id);
+  // Starts an exchange with endpoint `id` on a new connection to `addr` (the owner's deadline
+  // bounds the connect).
+  asio::awaitable<Result> connect(endpoints::EndpointId id, const tcp::endpoint& addr,
+                                  std::string_view label);
   asio::awaitable<Result> send(std::string_view head, std::string_view body);
   asio::awaitable<Result> readHead(std::string_view method, http::ResponseHead& rh);
   void consumeHead(const http::ResponseHead& rh) { buf_.consume(rh.head_bytes); }
@@ -77,6 +81,7 @@ class UpstreamLeg {
 
  private:
   asio::awaitable<bool> readSome();
+  void begin(endpoints::EndpointId id);
   void close() {
     error_code ec;
     sock_.close(ec);
