@@ -40,25 +40,30 @@ NGXC
   NGPID=$!
   sleep 0.3
 fi
+# CPU ticks (utime+stime, 1/100 s) of a process and its children.
+cpu_ticks() { local t=0 p; for p in $1 $(pgrep -P "$1" || true); do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
 # RSS of a process and its children, KiB.
 rss_kb() { local t=0 p; for p in $1 $(pgrep -P "$1" || true); do t=$((t + $(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo $t; }
 sleep 0.5
-echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | relay peak RSS - idle (KiB) |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | relay peak RSS - idle (KiB) | relay CPU us/event |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
   for arm in direct kvgate ${NGX:+nginx}; do
     port=$SIMPORT; [ "$arm" = kvgate ] && port=$VIP; [ "$arm" = nginx ] && port=$NGX
     RELAY=$KVPID; [ "$arm" = nginx ] && RELAY=$NGPID
-    idle=$(rss_kb "$RELAY"); peak=$idle
+    idle=$(rss_kb "$RELAY"); peak=$idle; c0=$(cpu_ticks "$RELAY")
     "$BIN" bench sse --target "127.0.0.1:$port" --streams "$STREAMS" --events "$EVENTS" --ramp-ms 2000 >"$W/res.json" &
     bp=$!
     while kill -0 $bp 2>/dev/null; do r2=$(rss_kb "$RELAY"); [ "$r2" -gt "$peak" ] && peak=$r2; sleep 0.2; done
     wait $bp || true
-    /usr/bin/python3 - "$W/res.json" "$r" "$arm" "$((peak - idle))" <<'PY'
+    c1=$(cpu_ticks "$RELAY")
+    /usr/bin/python3 - "$W/res.json" "$r" "$arm" "$((peak - idle))" "$((c1 - c0))" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); d = j['delay_us']
-mem = sys.argv[4] if sys.argv[3] != 'direct' else 'n/a'
-print(f"| {sys.argv[2]} | {sys.argv[3]} | {j['completed']}/{j['streams']} | {j['errors']} | {j['events']} | {d['p50']} | {d['p90']} | {d['p99']} | {d['p999']} | {d['max']} | {mem} |")
+relay = sys.argv[3] != 'direct'
+mem = sys.argv[4] if relay else 'n/a'
+cpu = f"{int(sys.argv[5]) * 10000 / max(1, j['events']):.1f}" if relay else 'n/a'
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {j['completed']}/{j['streams']} | {j['errors']} | {j['events']} | {d['p50']} | {d['p90']} | {d['p99']} | {d['p999']} | {d['max']} | {mem} | {cpu} |")
 PY
   done
 done

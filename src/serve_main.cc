@@ -164,7 +164,10 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
 class Shutdown {
  public:
   Shutdown(asio::io_context& control, proxy::DataPlane& dp, std::chrono::milliseconds timeout)
-      : control_(control), dp_(dp), timeout_(timeout), signals_(control, SIGINT, SIGTERM),
+      : control_(control),
+        dp_(dp),
+        timeout_(timeout),
+        signals_(control, SIGINT, SIGTERM),
         timer_(control) {
     wait();
   }

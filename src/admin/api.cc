@@ -95,7 +95,10 @@ Api::TokenizeResult Api::computeTokenize(const std::string& body) const {
   if (!t) {
     int code = t.error().code;
     if (code == 404 || code == 422) res.state = code == 404 ? "missing" : "error";
-    return bad(code, code == 400 ? "bad_request" : code == 404 ? "no_tokenizer" : "error",
+    return bad(code,
+               code == 400   ? "bad_request"
+               : code == 404 ? "no_tokenizer"
+                             : "error",
                t.error().what);
   }
   res.state = "loaded";

@@ -50,7 +50,7 @@ class Api {
   tok::TokenizerRegistry* tokenizers_;
   std::map<std::string, std::string> tokenizer_state_;  // model -> loaded | missing | error
   std::map<std::string, uint64_t> tokenize_outcomes_;   // control thread only
-  int tokenize_in_flight_ = 0;                           // control thread only
+  int tokenize_in_flight_ = 0;                          // control thread only
   asio::thread_pool tokenize_pool_{1};
 };
 

@@ -1,7 +1,7 @@
 // The one place that includes Asio for kvgate: coroutine helpers and the connection deadline.
 #pragma once
-#include <boost/asio.hpp>
 #include <array>
+#include <boost/asio.hpp>
 #include <chrono>
 #include <memory>
 #include <string_view>
@@ -80,24 +80,44 @@ class Deadline {
 // non-blocking mode); only what the kernel did not take goes through the reactor. A write that
 // completes at once then costs one syscall and no trip through the scheduler (most responses
 // and SSE events). Returns the error, if any.
-inline asio::awaitable<error_code> writeTwo(tcp::socket& s, std::string_view a,
-                                            std::string_view b) {
+// The first half of writeTwo without a coroutine frame: one non-blocking gather write. Returns
+// true when everything was written (or an error happened: `ec` set); false when the rest, after
+// `n` bytes, must go through writeRest().
+inline bool writeNow(tcp::socket& s, std::string_view a, std::string_view b, size_t& n,
+                     error_code& ec) {
   std::array<asio::const_buffer, 2> bufs{asio::buffer(a.data(), a.size()),
                                          asio::buffer(b.data(), b.size())};
   const size_t total = a.size() + b.size();
+  n = total == 0 ? 0 : s.write_some(bufs, ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    ec = {};
+    n = 0;
+  }
+  return ec || n == total;
+}
+
+// The bytes of `a` then `b` after the first `n`, through the reactor.
+inline asio::awaitable<error_code> writeRest(tcp::socket& s, std::string_view a, std::string_view b,
+                                             size_t n) {
+  std::array<asio::const_buffer, 2> bufs{asio::buffer(a.data(), a.size()),
+                                         asio::buffer(b.data(), b.size())};
   error_code ec;
-  size_t n = total == 0 ? 0 : s.write_some(bufs, ec);
-  if (ec && ec != asio::error::would_block && ec != asio::error::try_again) co_return ec;
-  if (n == total) co_return error_code();
   if (n < a.size()) {
     bufs[0] = asio::buffer(a.data() + n, a.size() - n);
   } else {
     bufs[0] = asio::buffer(b.data() + (n - a.size()), b.size() - (n - a.size()));
     bufs[1] = asio::const_buffer();
   }
-  ec = {};
   co_await asio::async_write(s, bufs, useEc(ec));
   co_return ec;
+}
+
+inline asio::awaitable<error_code> writeTwo(tcp::socket& s, std::string_view a,
+                                            std::string_view b) {
+  size_t n = 0;
+  error_code ec;
+  if (writeNow(s, a, b, n, ec)) co_return ec;
+  co_return co_await writeRest(s, a, b, n);
 }
 
 // Closes a connection after an error response without losing that response: shuts down the

@@ -50,7 +50,8 @@ TEST(Chunked, RejectsHostileInput) {
 // Issue 9, bug 4: trailers are bounded in total, not only per line (2,000 lines of 100 bytes).
 TEST(Chunked, TrailerSectionIsBoundedInTotal) {
   std::string many = "0\r\n";
-  for (int i = 0; i < 2000; ++i) many += "X-T" + std::to_string(i) + ": " + std::string(90, 'v') + "\r\n";
+  for (int i = 0; i < 2000; ++i)
+    many += "X-T" + std::to_string(i) + ": " + std::string(90, 'v') + "\r\n";
   many += "\r\n";
   ChunkedScanner sc;
   EXPECT_TRUE(sc.feed(many.data(), many.size()).error);

@@ -93,7 +93,11 @@ int parseRequestHead(const char* data, size_t len, size_t max_head_bytes, Reques
 int parseResponseHead(const char* data, size_t len, size_t max_head_bytes,
                       std::string_view request_method, ResponseHead& out, ParseError& err);
 
-bool iequals(std::string_view a, std::string_view b);
+bool iequalsSameSize(std::string_view a, std::string_view b);
+// ASCII case-insensitive equality; inline so the common size mismatch costs one compare.
+inline bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && iequalsSameSize(a, b);
+}
 // True when the comma-separated header value contains `token` (case-insensitive).
 bool headerHasToken(std::string_view value, std::string_view token);
 // True for headers a proxy must not forward (RFC 9110 §7.6.1 hop-by-hop set).

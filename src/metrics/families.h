@@ -81,18 +81,13 @@ inline const Family kTokenizeRequests{"kvgate_tokenize_requests_total", Type::kC
 // clang-format on
 
 inline const std::vector<const Family*>& allFamilies() {
-  static const std::vector<const Family*> k = {&kRequests,           &kUnrouted,
-                                               &kUpstreamLatency,    &kStreamTtft,
-                                               &kSelectorDecisions,  &kSpills,
-                                               &kStageFallthrough,   &kDecisionSeconds,
-                                               &kActiveConnections,  &kActiveStreams,
-                                               &kEndpointInflight,   &kEndpointConnectFailures,
-                                               &kEndpointUp,         &kBreakerState,
-                                               &kBreakerTransitions, &kIdleUpstream,
-                                               &kReapedUpstream,     &kDraining,
-                                               &kLogDropped,         &kRules,
-                                               &kBuildInfo,          &kTokenizers,
-                                               &kTokenizeRequests};
+  static const std::vector<const Family*> k = {
+      &kRequests,          &kUnrouted,      &kUpstreamLatency,    &kStreamTtft,
+      &kSelectorDecisions, &kSpills,        &kStageFallthrough,   &kDecisionSeconds,
+      &kActiveConnections, &kActiveStreams, &kEndpointInflight,   &kEndpointConnectFailures,
+      &kEndpointUp,        &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
+      &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules,
+      &kBuildInfo,         &kTokenizers,    &kTokenizeRequests};
   return k;
 }
 

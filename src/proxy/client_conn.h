@@ -92,8 +92,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   void setUpstreamHost(std::string_view label);
   asio::awaitable<bool> exchange(const Request& req, const Route& route, size_t idx,
                                  endpoints::EndpointLease& lease, bool& next_endpoint);
-  asio::awaitable<bool> failExchange(const UpstreamLeg::Result& r, const Route& route,
-                                     size_t idx, endpoints::EndpointLease& lease);
+  asio::awaitable<bool> failExchange(const UpstreamLeg::Result& r, const Route& route, size_t idx,
+                                     endpoints::EndpointLease& lease);
   asio::awaitable<UpstreamLeg::Result> readFinalHead(std::string_view method,
                                                      http::ResponseHead& rh);
   // relay.cc
@@ -158,6 +158,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string up_head_;
   size_t up_host_at_ = std::string::npos;  // where an added Host header goes (HTTP/1.0 clients)
   std::string down_head_;
+  http::ResponseHead resp_head_;  // the current response's head (views into the leg's buffer)
   std::vector<bool> excluded_;
   std::string last_error_;  // why the last endpoint tried could not serve (502 message)
   Outcome outcome_;

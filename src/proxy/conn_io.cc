@@ -58,9 +58,10 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
                                             std::string_view param, bool close) {
   if (close) client_keep_alive_ = false;
   std::string body = openAiError(status, code, msg, param);
-  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
-                  "\r\nContent-Type: application/json\r\nContent-Length: " +
-                  std::to_string(body.size()) + "\r\n";
+  std::string h =
+      "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n";
   if (!keepAliveAfter()) h += "Connection: close\r\n";
   h += "\r\n";
   outcome_.status = status;
@@ -114,8 +115,8 @@ asio::awaitable<void> ClientConn::watchClient(std::shared_ptr<ClientConn> self, 
 }
 
 // Stops the watcher: cancels its read, then yields once so that its completion (cancelled, or
-// holding pipelined bytes) runs before the connection reads the client again. Costs nothing when
-// no watcher was started (the fast path).
+// holding pipelined bytes) runs before the connection reads the client again. Callers test
+// watching_ first, so the fast path (no watcher started) does not even create this frame.
 asio::awaitable<void> ClientConn::stopWatch() {
   if (!watching_) co_return;
   watching_ = false;

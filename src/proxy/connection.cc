@@ -68,7 +68,7 @@ asio::awaitable<bool> ClientConn::readChunkedBody(Request& req) {
     if (st.done) break;
     if (!co_await readMore(in_, client_)) co_return false;
   }
-  req.raw_body_bytes = 0;  // already dropped from in_
+  req.raw_body_bytes = 0;                                 // already dropped from in_
   dechunked_.reserve(dechunked_.size() + kFactsPadding);  // the facts parser reads in place
   req.body = dechunked_;
   req.body_capacity = dechunked_.capacity();
@@ -158,7 +158,8 @@ asio::awaitable<void> ClientConn::run() {
     }
     if (!co_await readBody(req)) break;
     bool ok = co_await dispatch(req);
-    co_await stopWatch();  // no watcher outlives its request (it would read the next one)
+    if (watching_)
+      co_await stopWatch();  // no watcher outlives its request (it would read the next one)
     if (w_.opts.access_log) logAccess();
     cfg_.reset();
     facts_.shrink(kKeepBufferBytes);
@@ -169,7 +170,7 @@ asio::awaitable<void> ClientConn::run() {
     if (!keepAliveAfter()) break;
   }
   deadline_.stop();
-  co_await stopWatch();
+  if (watching_) co_await stopWatch();
   leg_.abort(false);
   if (client_.is_open() && !client_gone_) co_await lingeringClose(client_);
   closeClient();

@@ -184,8 +184,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   rule_count_ = rules.size();
   auto dropped = endpoints_.retainOnly(live_endpoints);
   if (!dropped.empty())
-    for (auto& w : workers_)
-      asio::post(w->io, [wp = w.get(), dropped] { wp->pool.drop(dropped); });
+    for (auto& w : workers_) asio::post(w->io, [wp = w.get(), dropped] { wp->pool.drop(dropped); });
   std::vector<std::shared_ptr<endpoints::EndpointState>> states;
   for (auto& [k, st] : endpoints_.all()) states.push_back(st);
   auto specs =

@@ -15,13 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/result.h"
 #include "config/rule.h"
-#include "common/clock.h"
 #include "endpoints/endpoint_table.h"
 #include "http/asio.h"
-#include "proxy/route_table.h"
 #include "metrics/text.h"
+#include "proxy/route_table.h"
 #include "proxy/rule_stats.h"
 
 namespace kvgate::proxy {
@@ -69,7 +69,7 @@ class DataPlane {
   DataPlaneStats stats_;  // before workers_: their pools and frames write it while destroyed
   endpoints::EndpointTable endpoints_;
   std::vector<std::unique_ptr<Worker>> workers_;
-  std::map<std::string, std::shared_ptr<Listener>> listeners_;  // by vip:port
+  std::map<std::string, std::shared_ptr<Listener>> listeners_;    // by vip:port
   std::map<std::string, std::shared_ptr<RuleStats>> rule_stats_;  // by rule key
   void renderRequestMetrics(metrics::TextWriter& w) const;
   void renderRoutingMetrics(metrics::TextWriter& w) const;

@@ -19,8 +19,9 @@ asio::awaitable<bool> ClientConn::answerModels(const VipConfig& cfg, std::string
          "\",\"object\":\"model\",\"created\":0,\"owned_by\":\"kvgate\"}";
   }
   b += "]}";
-  std::string h = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " +
-                  request_id_ + "\r\nContent-Length: " + std::to_string(b.size()) + "\r\n";
+  std::string h =
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " + request_id_ +
+      "\r\nContent-Length: " + std::to_string(b.size()) + "\r\n";
   if (!keepAliveAfter()) h += "Connection: close\r\n";
   h += "\r\n";
   outcome_.status = 200;

@@ -10,8 +10,8 @@ namespace kvgate::proxy {
 namespace {
 
 static_assert(kFactsPadding == simdjson::SIMDJSON_PADDING);
-using simdjson::ondemand::value;
 using simdjson::ondemand::json_type;
+using simdjson::ondemand::value;
 
 simdjson::ondemand::parser& threadParser() {
   thread_local simdjson::ondemand::parser parser(kMaxParseBytes);
@@ -222,7 +222,8 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
         if (w == Walk::kFatal) return w;
         if (w == Walk::kShape) f.has_prompt = false;
       }
-    } else if (key == "prompt" && (needs & (routing::kNeedPromptPrefix | routing::kNeedPromptText))) {
+    } else if (key == "prompt" &&
+               (needs & (routing::kNeedPromptPrefix | routing::kNeedPromptText))) {
       f.prompt_prefix.clear();
       f.has_prompt = true;
       Walk w = renderPrompt(v, r, f, needs);
@@ -277,11 +278,10 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
       const char* rest = nullptr;
       if (w == Walk::kOk && doc.current_location().get(rest) == simdjson::SUCCESS)
         w = Walk::kFatal;  // bytes after the object: let the validator judge
-
     }
     if (w == Walk::kFatal) {
       bool valid = isValidJson(data, len);
-      status = !valid ? FactsStatus::kInvalidJson
+      status = !valid                              ? FactsStatus::kInvalidJson
                : status == FactsStatus::kNotObject ? FactsStatus::kNotObject
                                                    : FactsStatus::kOk;
       out.has_prompt = false;  // the walk stopped part-way: no prompt key

@@ -22,8 +22,8 @@ namespace kvgate::proxy {
 
 enum class FactsStatus { kOk, kNotObject, kInvalidJson, kTooLarge };
 
-constexpr size_t kFactsPadding = 64;                // == SIMDJSON_PADDING (checked in the .cc)
-constexpr size_t kKeepParserBytes = 1024 * 1024;    // parser capacity kept between requests
+constexpr size_t kFactsPadding = 64;                 // == SIMDJSON_PADDING (checked in the .cc)
+constexpr size_t kKeepParserBytes = 1024 * 1024;     // parser capacity kept between requests
 constexpr size_t kMaxParseBytes = 64 * 1024 * 1024;  // larger bodies are not parsed
 constexpr size_t kMaxFactString = 4096;              // longest model / cache_salt / user kept
 

@@ -11,7 +11,8 @@ namespace kvgate::proxy {
 namespace {
 
 using routing::RequestFacts;
-constexpr uint32_t kKeyNeeds = routing::kNeedModel | routing::kNeedPromptPrefix | routing::kNeedUser;
+constexpr uint32_t kKeyNeeds =
+    routing::kNeedModel | routing::kNeedPromptPrefix | routing::kNeedUser;
 
 uint64_t expected(std::string_view model, std::string_view salt, std::string_view rendered) {
   std::string m(model);
@@ -70,7 +71,9 @@ TEST(Facts, ReadsTopLevelModelOnlyAndLastDuplicateWins) {
             FactsStatus::kOk);
   EXPECT_EQ(f.model, "llama-3");
   EXPECT_EQ(parse(R"({"model":"a\u00e9b"})", f), FactsStatus::kOk);
-  EXPECT_EQ(f.model, "a\xc3\xa9" "b");  // escapes decoded
+  EXPECT_EQ(f.model,
+            "a\xc3\xa9"
+            "b");  // escapes decoded
   EXPECT_EQ(parse(R"({"tools":[{"model":"x"}],"metadata":{"model":"y"}})", f), FactsStatus::kOk);
   EXPECT_FALSE(f.has_model);
   EXPECT_EQ(parse(R"({"model":"a","model":"b"})", f), FactsStatus::kOk);
@@ -95,7 +98,8 @@ TEST(Facts, ValidJsonOfOtherShapesIsNotInvalid) {
   EXPECT_EQ(*routing::prefixKey(f), expected("", "", "x"));
   EXPECT_EQ(parse("[1,2]", f), FactsStatus::kNotObject);
   EXPECT_EQ(parse("\"hi\"", f), FactsStatus::kNotObject);
-  std::string deep = "{\"model\":\"m\",\"x\":" + std::string(5000, '[') + std::string(5000, ']') + "}";
+  std::string deep =
+      "{\"model\":\"m\",\"x\":" + std::string(5000, '[') + std::string(5000, ']') + "}";
   EXPECT_EQ(parse(deep, f), FactsStatus::kOk);  // too deep to walk, but JSON
 }
 

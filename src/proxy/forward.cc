@@ -35,7 +35,8 @@ void ClientConn::buildUpstreamHead(const Request& req, const Route& route) {
   out.append("X-Request-Id: ").append(request_id_).append("\r\n");
   // An HTTP/1.0 client may send no Host; HTTP/1.1 upstreams need one (setUpstreamHost).
   up_host_at_ = head.host.empty() ? out.size() : std::string::npos;
-  if (chunked) out.append("Content-Length: ").append(std::to_string(req.body.size())).append("\r\n");
+  if (chunked)
+    out.append("Content-Length: ").append(std::to_string(req.body.size())).append("\r\n");
   out.append("\r\n");
 }
 
@@ -71,7 +72,7 @@ asio::awaitable<UpstreamLeg::Result> ClientConn::readFinalHead(std::string_view 
 // The gateway's answer when an exchange failed after the request may have reached the engine.
 asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, const Route& route,
                                                size_t idx, endpoints::EndpointLease& lease) {
-  co_await stopWatch();
+  if (watching_) co_await stopWatch();
   leg_.release(false);
   if (client_gone_) co_return false;  // the lease releases an unsettled trial
   const bool cb = route.rule.cb_enable;
@@ -129,7 +130,7 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, const Route& rout
     const auto sent_at = std::chrono::steady_clock::now();
     if (r.ok()) {
       ep.state->requests.fetch_add(1, std::memory_order_relaxed);
-      http::ResponseHead rh;
+      http::ResponseHead& rh = resp_head_;  // a member: a 3 KB frame per request costs a malloc
       r = co_await readFinalHead(req.head.method, rh);
       if (r.ok()) {
         lease.settle(w_.opts.health, cb, rh.status);
@@ -198,7 +199,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     if (client_gone_) co_return false;
     excluded_[idx] = true;
   }
-  co_await stopWatch();
+  if (watching_) co_await stopWatch();
   outcome_.ep_index = -1;
   // Named locals: GCC 12 double-destroys a conditional's temporary inside co_await.
   const bool tried = !last_error_.empty();

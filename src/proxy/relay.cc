@@ -77,7 +77,7 @@ void ClientConn::noteFirstBytes(const Route& route, bool& ttft_pending, bool had
 
 // Ends a relay that cannot complete: the upstream connection is closed, never pooled.
 asio::awaitable<bool> ClientConn::abandonRelay() {
-  co_await stopWatch();
+  if (watching_) co_await stopWatch();
   leg_.release(false);
   co_return false;
 }
@@ -123,8 +123,14 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       co_return co_await abandonRelay();
     }
     if (first || !chunk.empty()) {
-      bool ok = co_await writeClient(first ? std::string_view(down_head_) : std::string_view(),
-                                     chunk);
+      // Written on the spot when the socket takes it all (no coroutine frame): this runs once per
+      // relayed read, i.e. for every SSE event.
+      const std::string_view head = first ? std::string_view(down_head_) : std::string_view();
+      size_t written = 0;
+      error_code wec;
+      if (!writeNow(client_, head, chunk, written, wec))
+        wec = co_await writeRest(client_, head, chunk, written);
+      bool ok = !wec;
       noteFirstBytes(route, ttft_pending, !chunk.empty());
       outcome_.bytes += chunk.size();
       if (!ok) {
@@ -149,7 +155,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     }
   }
   deadline_.clear();
-  co_await stopWatch();
+  if (watching_) co_await stopWatch();
   if (client_gone_) {
     leg_.release(false);
     co_return false;

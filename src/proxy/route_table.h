@@ -29,7 +29,8 @@ struct Route {
 struct VipConfig {
   std::vector<std::shared_ptr<const Route>> routes;
   bool has_model_pools = false;  // any route with a non-empty model_name
-  uint32_t body_needs = 0;  // union of the routes' body FactNeeds (parsed before the route is known)
+  uint32_t body_needs =
+      0;  // union of the routes' body FactNeeds (parsed before the route is known)
 
   // The route for (host without port, path, model); nullptr when none. `host_path_matched`
   // tells "no rule for this host/path" (404) from "no pool for this model" (503).

@@ -34,8 +34,7 @@ struct RuleStats {
   metrics::Histogram upstream_latency;
   metrics::Histogram stream_ttft;
   // Which stage decided, fall-through reasons, decision time (recorded by the pipeline).
-  std::shared_ptr<routing::PipelineStats> pipeline =
-      std::make_shared<routing::PipelineStats>();
+  std::shared_ptr<routing::PipelineStats> pipeline = std::make_shared<routing::PipelineStats>();
 };
 
 struct DataPlaneStats {

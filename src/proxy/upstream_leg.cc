@@ -50,7 +50,9 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId 
 
 asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
                                                        std::string_view body) {
-  error_code ec = co_await writeTwo(sock_, head, body);
+  size_t n = 0;
+  error_code ec;
+  if (!writeNow(sock_, head, body, n, ec)) ec = co_await writeRest(sock_, head, body, n);
   if (!ec) co_return Result{};
   close();
   Result r{timed_out_ ? Outcome::kTimeout : Outcome::kSendFailed, reused_ && !timed_out_, false,

@@ -1,7 +1,7 @@
 // UpstreamLeg: one exchange with one upstream endpoint.
 //
-// takePooled() takes a pooled keep-alive connection to the endpoint, else connect() opens one; send()
-// writes the request; readHead() reads the response head, reporting each interim 1xx (other
+// takePooled() takes a pooled keep-alive connection to the endpoint, else connect() opens one;
+// send() writes the request; readHead() reads the response head, reporting each interim 1xx (other
 // than 101) separately so the caller can relay it and read on; readBody() brings more response
 // bytes into buf(); release() ends the exchange: the connection goes back to the worker's pool
 // only when the caller says the response was read completely and nothing else is buffered,
@@ -95,8 +95,8 @@ class UpstreamLeg {
   bool reused_ = false;
   bool timed_out_ = false;
   size_t read_room_ = 4096;  // room asked for by the next read (grows for large bodies)
-  int interim_count_ = 0;  // 1xx responses seen in this exchange
-  bool waited_ = false;  // a read of this exchange had to wait: later reads go to the reactor
+  int interim_count_ = 0;    // 1xx responses seen in this exchange
+  bool waited_ = false;      // a read of this exchange had to wait: later reads go to the reactor
 };
 
 }  // namespace kvgate::proxy

@@ -22,8 +22,7 @@ Result<std::unique_ptr<Pipeline>> Pipeline::build(const std::vector<std::string>
 }
 
 std::unique_ptr<Pipeline> Pipeline::make(std::vector<std::unique_ptr<Stage>> stages,
-                                         std::vector<std::string> names,
-                                         const common::Clock& clock,
+                                         std::vector<std::string> names, const common::Clock& clock,
                                          std::shared_ptr<PipelineStats> stats) {
   std::unique_ptr<Pipeline> p(new Pipeline(clock, std::move(stats)));
   p->stages_ = std::move(stages);
@@ -42,8 +41,8 @@ Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c) const {
   Decision d;
   auto& st = *stats_;
   for (size_t i = 0; i < stages_.size(); ++i) {
-    StageResult r = c.size() == 0 ? StageResult::fall(FallReason::kEmptyPool)
-                                  : stages_[i]->evaluate(ctx, c);
+    StageResult r =
+        c.size() == 0 ? StageResult::fall(FallReason::kEmptyPool) : stages_[i]->evaluate(ctx, c);
     if (r.index >= 0 && static_cast<size_t>(r.index) < c.size() &&
         !c.excluded[static_cast<size_t>(r.index)]) {
       d.index = r.index;

@@ -33,11 +33,10 @@ struct PipelineStats {
              kMaxStages>
       decided{};
   // fallthrough[stage][reason]
-  std::array<std::array<std::atomic<uint64_t>, static_cast<size_t>(FallReason::kCount)>,
-             kMaxStages>
+  std::array<std::array<std::atomic<uint64_t>, static_cast<size_t>(FallReason::kCount)>, kMaxStages>
       fallthrough{};
   std::atomic<uint64_t> spills{0};
-  std::atomic<uint64_t> no_pick{0};  // every stage fell through
+  std::atomic<uint64_t> no_pick{0};           // every stage fell through
   metrics::Histogram decision_seconds{1e-3};  // buckets 1 us .. 60 ms
 };
 
@@ -58,8 +57,7 @@ class Pipeline {
 
   // A pipeline over given stages (names label them in metrics); build() uses it, tests too.
   static std::unique_ptr<Pipeline> make(std::vector<std::unique_ptr<Stage>> stages,
-                                        std::vector<std::string> names,
-                                        const common::Clock& clock,
+                                        std::vector<std::string> names, const common::Clock& clock,
                                         std::shared_ptr<PipelineStats> stats);
 
   // Runs the stages in order and records the outcome in stats(); `c.excluded` keeps the

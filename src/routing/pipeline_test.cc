@@ -81,8 +81,8 @@ TEST(Pipeline, AnExclusionIsHonouredByTheNextStage) {
   std::vector<std::unique_ptr<Stage>> st;
   st.push_back(std::make_unique<Scripted>(log, 1, -1, FallReason::kAllExcluded, /*exclude=*/0));
   st.push_back(std::make_unique<FirstFree>());
-  auto p = Pipeline::make(std::move(st), {"mask", "first"}, g_clock,
-                          std::make_shared<PipelineStats>());
+  auto p =
+      Pipeline::make(std::move(st), {"mask", "first"}, g_clock, std::make_shared<PipelineStats>());
   auto eps = pool(2);
   std::vector<bool> ex(2, false);
   CandidateSet c{eps, ex};

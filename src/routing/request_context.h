@@ -27,9 +27,7 @@ struct RequestContext {
 enum class DecisionKey : uint8_t { kPrefix, kConversation, kSession, kSource, kRr, kCount };
 inline constexpr const char* kDecisionKeyNames[] = {"prefix", "conversation", "session", "source",
                                                     "rr"};
-inline const char* decisionKeyName(DecisionKey k) {
-  return kDecisionKeyNames[static_cast<int>(k)];
-}
+inline const char* decisionKeyName(DecisionKey k) { return kDecisionKeyNames[static_cast<int>(k)]; }
 
 // The affinity key of the prefix-keyed stages (chwbl, gpuaware, wrr_hash): the prefix key, else
 // the conversation key, else the next value of a round-robin cursor advanced by `rr_step`.

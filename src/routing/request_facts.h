@@ -32,10 +32,10 @@ enum FactNeeds : uint32_t {
 constexpr uint32_t kBodyNeeds = 0xffffu;  // the bits above that require parsing the body
 
 struct RequestFacts {
-  bool parsed = false;      // the body was parsed and is a JSON object
-  bool has_model = false;   // "model" was a string
-  std::string model;        // body "model"
-  std::string cache_salt;   // vLLM "cache_salt": requests with different salts never share keys
+  bool parsed = false;     // the body was parsed and is a JSON object
+  bool has_model = false;  // "model" was a string
+  std::string model;       // body "model"
+  std::string cache_salt;  // vLLM "cache_salt": requests with different salts never share keys
   std::optional<std::string> user;  // body "user" (a string)
   // Rendered prompt, at most K bytes: chat = per message: role, 0x1F, its text (a string, or
   // the concatenated "text" of its parts), 0x1E; completions = the prompt string, or token ids as

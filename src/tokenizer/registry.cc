@@ -47,7 +47,8 @@ Result<std::shared_ptr<const Tokenizer>> TokenizerRegistry::get(std::string_view
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(model);
-    if (it == cache_.end()) it = cache_.emplace(std::string(model), std::make_shared<Entry>()).first;
+    if (it == cache_.end())
+      it = cache_.emplace(std::string(model), std::make_shared<Entry>()).first;
     e = it->second;
   }
   std::call_once(e->once, [&] { e->result = load(model); });

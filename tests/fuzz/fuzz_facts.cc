@@ -20,8 +20,8 @@ void check(bool ok) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace kvgate;
-  constexpr uint32_t kAll = routing::kNeedModel | routing::kNeedPromptPrefix |
-                            routing::kNeedUser | routing::kNeedRequestShape;
+  constexpr uint32_t kAll = routing::kNeedModel | routing::kNeedPromptPrefix | routing::kNeedUser |
+                            routing::kNeedRequestShape;
   constexpr size_t kK = 64;
   std::string body(reinterpret_cast<const char*>(data), size);
   std::string padded = body;

@@ -23,6 +23,8 @@ class HashStage : public Stage {
 
 }  // namespace
 
-std::unique_ptr<Stage> makeSourceHash(const StageServices&) { return std::make_unique<HashStage>(); }
+std::unique_ptr<Stage> makeSourceHash(const StageServices&) {
+  return std::make_unique<HashStage>();
+}
 
 }  // namespace kvgate::routing

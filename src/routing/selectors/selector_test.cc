@@ -1,10 +1,9 @@
 // The selector stages (sel 0..10) on plain data, through the stage registry.
-#include "routing/selectors/selectors.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
 
+#include "routing/selectors/selectors.h"
 #include "routing/stage_registry.h"
 
 namespace kvgate::routing {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# User-space instructions per proxied request, counted by callgrind (repeatable whatever else the
+# machine does, unlike wall time): kvgate serve --workers 1 under valgrind, a rule with one
+# endpoint (nginx returning a fixed JSON), wrk -c8 for 10 s; the worker thread's instructions
+# divided by the requests completed. Give several binaries to compare them in one run.
+# Usage: bench/proxy_instructions.sh BIN [BIN...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for t in nginx wrk valgrind callgrind_annotate; do command -v $t >/dev/null || { echo "missing $t: run scripts/setup.sh --bench and install valgrind" >&2; exit 1; }; done
+W=$(mktemp -d /tmp/kvgate-cg.XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
+trap cleanup EXIT
+freeport() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+UP=$(freeport)
+mkdir -p "$W/up"
+cat >"$W/up/nginx.conf" <<NGX
+worker_processes 1; pid $W/up/nginx.pid; error_log $W/up/error.log warn; daemon off;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  server { listen 127.0.0.1:$UP; location / { default_type application/json; return 200 '{"ok":1}'; } } }
+NGX
+nginx -p "$W/up" -c "$W/up/nginx.conf" & pids+=($!)
+sleep 0.3
+echo "| binary | requests | worker instructions | per request |"
+echo "|---|---|---|---|"
+i=0
+for BIN in "$@"; do
+  i=$((i + 1)); VIP=$(freeport)
+  valgrind --tool=callgrind --callgrind-out-file="$W/cg$i.out" "$BIN" serve --workers 1 \
+    --api-listen 127.0.0.1:0 --state-dir "$W/st$i" >"$W/out$i" 2>"$W/err$i" &
+  vp=$!
+  for _ in $(seq 1 120); do grep -q ready "$W/out$i" 2>/dev/null && break; sleep 0.5; done
+  API=$(sed -E 's/.*"api":"([^"]+)".*/\1/' "$W/out$i")
+  curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "{\"serviceArguments\":{\"externalIP\":\"127.0.0.1\",\"port\":$VIP,\"protocol\":\"tcp\",\"sel\":0,\"mode\":4},\"endpoints\":[{\"endpointIP\":\"127.0.0.1\",\"targetPort\":$UP,\"weight\":1}]}" >/dev/null
+  N=$(wrk -t1 -c8 -d10 -s bench/post.lua "http://127.0.0.1:$VIP/v1/chat/completions" | awk '/requests in/ {print $1}')
+  kill -TERM "$vp"; wait "$vp" 2>/dev/null || true
+  INS=$(callgrind_annotate --inclusive=yes "$W/cg$i.out" 2>/dev/null | grep -m1 'DataPlane::start()::{lambda()#1}> > >::_M_run' | awk '{gsub(",","",$1); print $1}')
+  echo "| $BIN | $N | $INS | $((INS / N)) |"
+done
