@@ -35,6 +35,7 @@ for BIN in "$@"; do
   curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "{\"serviceArguments\":{\"externalIP\":\"127.0.0.1\",\"port\":$VIP,\"protocol\":\"tcp\",\"sel\":0,\"mode\":4},\"endpoints\":[{\"endpointIP\":\"127.0.0.1\",\"targetPort\":$UP,\"weight\":1}]}" >/dev/null
   N=$(wrk -t1 -c8 -d10 -s bench/post.lua "http://127.0.0.1:$VIP/v1/chat/completions" | awk '/requests in/ {print $1}')
   kill -TERM "$vp"; wait "$vp" 2>/dev/null || true
-  INS=$(callgrind_annotate --inclusive=yes "$W/cg$i.out" 2>/dev/null | grep -m1 'DataPlane::start()::{lambda()#1}> > >::_M_run' | awk '{gsub(",","",$1); print $1}')
+  INS=$(callgrind_annotate --inclusive=yes "$W/cg$i.out" 2>/dev/null |
+    awk '/DataPlane::start\(\)::\{lambda\(\)#1\}> > >::_M_run/ && !done {gsub(",","",$1); print $1; done=1}')
   echo "| $BIN | $N | $INS | $((INS / N)) |"
 done

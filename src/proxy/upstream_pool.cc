@@ -1,6 +1,20 @@
 #include "proxy/upstream_pool.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 namespace kvgate::proxy {
+namespace {
+// True when the peer has not closed the idle connection and sent nothing unexpected.
+bool stillUsable(tcp::socket& s) {
+  char c;
+  ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+  return false;  // 0: EOF (closed while idle); >0: unsolicited bytes; <0: error
+}
+}  // namespace
+
 UpstreamPool::~UpstreamPool() { clear(); }
 
 void UpstreamPool::discard(PooledConn& c) {
@@ -18,11 +32,11 @@ bool UpstreamPool::take(endpoints::EndpointId id, tcp::socket& out) {
   while (!v.empty()) {
     PooledConn c = std::move(v.back());
     v.pop_back();
-    error_code ec;
-    c.sock.cancel(ec);  // its idle watch ends (the handler sees operation_aborted)
-    // A peer close that raced with this take is caught by the caller's resend-on-a-fresh-
-    // connection rule (nothing reached the engine).
-    if (now - c.idle_since < idle_timeout_ && c.sock.is_open()) {
+    // Every reuse is checked with MSG_PEEK: a peer close is caught here (else by the caller's
+    // resend-on-fresh-connection rule), and stray bytes a misbehaving upstream sent after its
+    // response (they would be read as the next client's response) discard the connection.
+    auto idle = now - c.idle_since;
+    if (idle < idle_timeout_ && stillUsable(c.sock)) {
       out = std::move(c.sock);
       stats_.idle_upstream.fetch_sub(1, std::memory_order_relaxed);
       return true;
@@ -39,26 +53,8 @@ void UpstreamPool::put(endpoints::EndpointId id, tcp::socket sock) {
     sock.close(ec);
     return;
   }
-  const uint64_t tag = ++next_tag_;
-  v.push_back(PooledConn{std::move(sock), std::chrono::steady_clock::now(), tag});
+  v.push_back(PooledConn{std::move(sock), std::chrono::steady_clock::now()});
   stats_.idle_upstream.fetch_add(1, std::memory_order_relaxed);
-  v.back().sock.async_wait(tcp::socket::wait_read, [this, id, tag](const error_code& ec) {
-    if (ec != asio::error::operation_aborted) onIdleReadable(id, tag);
-  });
-}
-
-// An idle connection became readable: the upstream closed it or sent bytes nobody asked for.
-void UpstreamPool::onIdleReadable(endpoints::EndpointId id, uint64_t tag) {
-  auto it = idle_.find(id);
-  if (it == idle_.end()) return;
-  auto& v = it->second;
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (v[i].tag != tag) continue;
-    discard(v[i]);
-    v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
-    if (v.empty()) idle_.erase(it);
-    return;
-  }
 }
 
 void UpstreamPool::sweep(std::chrono::steady_clock::time_point now) {
@@ -66,7 +62,7 @@ void UpstreamPool::sweep(std::chrono::steady_clock::time_point now) {
     auto& v = it->second;
     size_t keep = 0;
     for (size_t i = 0; i < v.size(); ++i) {
-      if (now - v[i].idle_since < idle_timeout_ && v[i].sock.is_open()) {
+      if (now - v[i].idle_since < idle_timeout_ && stillUsable(v[i].sock)) {
         if (keep != i) v[keep] = std::move(v[i]);
         ++keep;
       } else {

@@ -1,16 +1,15 @@
 // Per-worker keep-alive pool of upstream connections (one pool per worker thread, no locks),
 // keyed by EndpointId.
 //
-// Watch: a pooled connection waits for readability while idle (no syscall: the reactor already
-// watches the socket). If the upstream closes it or sends anything (bytes after its response
-// must never reach the next client), the wait fires and the connection is closed and forgotten
-// at once, as nginx's keepalive close handler does. take() cancels the wait. A request that still
-// fails on a reused connection before any response byte arrives is sent again on a fresh connection
-// by the caller (UpstreamLeg's retry_safe), so pool staleness loses nothing. Reaping: sweep()
-// (every second, from the worker) closes connections the upstream closed while idle (no CLOSE_WAIT
-// sockets left behind) and those idle longer than `idle_timeout`; drop() frees the pools of
-// endpoints removed from every rule. Knobs: --upstream-idle-ms (idle_timeout, default 30000), max
-// idle per endpoint (256).
+// Reuse: every pooled connection is checked with a non-blocking MSG_PEEK first (EOF or stray
+// bytes mean "discard": bytes an upstream sent after its response must never reach the next
+// client). A request that still fails on
+// a reused connection before any response byte arrives is sent again on a fresh connection by
+// the caller (UpstreamLeg's retry_safe), so pool staleness loses nothing.
+// Reaping: sweep() (every second, from the worker) closes connections the upstream closed while
+// idle (no CLOSE_WAIT sockets left behind) and those idle longer than `idle_timeout`; drop()
+// frees the pools of endpoints removed from every rule.
+// Knobs: --upstream-idle-ms (idle_timeout, default 30000), max idle per endpoint (256).
 #pragma once
 #include <chrono>
 #include <string>
@@ -26,7 +25,6 @@ namespace kvgate::proxy {
 struct PooledConn {
   tcp::socket sock;
   std::chrono::steady_clock::time_point idle_since;
-  uint64_t tag = 0;  // identifies the connection to its idle watch
 };
 
 class UpstreamPool {
@@ -47,8 +45,6 @@ class UpstreamPool {
 
  private:
   void discard(PooledConn& c);
-  void onIdleReadable(endpoints::EndpointId id, uint64_t tag);
-  uint64_t next_tag_ = 0;
   size_t max_idle_;
   std::chrono::milliseconds idle_timeout_;
   DataPlaneStats& stats_;
