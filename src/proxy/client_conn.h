@@ -112,6 +112,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   bool nextChunk(RelayFraming& f, std::string_view& chunk);
   void noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload);
   asio::awaitable<bool> abandonRelay();
+  void releaseRequestBytes();
   // conn_io.cc
   void onDeadline();
   void onUpstreamWait() override;
@@ -151,6 +152,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string pipelined_;  // client bytes the watcher read during a response (bounded)
   // Per-request scratch kept across requests so a warm connection allocates nothing for them.
   std::shared_ptr<const VipConfig> cfg_;  // the snapshot this request was routed with
+  size_t request_bytes_ = 0;  // bytes of the current request in in_ (head + raw body)
+  std::string model_copy_;    // outcome_.model when the request bytes were released
   routing::RequestFacts facts_;
   bool facts_parsed_ = false;
   std::string dechunked_;

@@ -157,6 +157,7 @@ asio::awaitable<void> ClientConn::run() {
       break;
     }
     if (!co_await readBody(req)) break;
+    request_bytes_ = req.head_bytes + req.raw_body_bytes;
     bool ok = co_await dispatch(req);
     if (watching_)
       co_await stopWatch();  // no watcher outlives its request (it would read the next one)

@@ -75,6 +75,17 @@ void ClientConn::noteFirstBytes(const Route& route, bool& ttft_pending, bool had
   }
 }
 
+// A stream can last minutes: once its request was sent, the client buffer is freed when it holds
+// nothing but that request (memory per open stream). The only view into it still read later, the
+// model for the access log, is copied first; run() then consumes nothing.
+void ClientConn::releaseRequestBytes() {
+  if (in_.size() != request_bytes_) return;  // pipelined bytes follow: keep them
+  model_copy_.assign(outcome_.model);
+  outcome_.model = model_copy_;
+  in_.clear();
+  in_.shrinkIfEmpty(0);
+}
+
 // Ends a relay that cannot complete: the upstream connection is closed, never pooled.
 asio::awaitable<bool> ClientConn::abandonRelay() {
   if (watching_) co_await stopWatch();
@@ -111,9 +122,11 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
                                                : w_.opts.upstream_data_timeout;
   phase_ = stream ? Phase::kStream : Phase::kRelay;
-  if (stream)
+  if (stream) {
     deadline_.expireAfter(std::chrono::seconds(
         rule.max_stream_duration_sec > 0 ? rule.max_stream_duration_sec : 86400));
+    releaseRequestBytes();
+  }
 
   for (bool first = true;; first = false) {
     std::string_view chunk;
