@@ -152,8 +152,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string pipelined_;  // client bytes the watcher read during a response (bounded)
   // Per-request scratch kept across requests so a warm connection allocates nothing for them.
   std::shared_ptr<const VipConfig> cfg_;  // the snapshot this request was routed with
-  size_t request_bytes_ = 0;  // bytes of the current request in in_ (head + raw body)
-  std::string model_copy_;    // outcome_.model when the request bytes were released
+  size_t request_bytes_ = 0;              // bytes of the current request in in_ (head + raw body)
+  std::string model_copy_;                // outcome_.model when the request bytes were released
   routing::RequestFacts facts_;
   bool facts_parsed_ = false;
   std::string dechunked_;
