@@ -43,6 +43,4 @@ class ManualClock final : public Clock {
   std::atomic<int64_t> now_;
 };
 
-inline int64_t toNs(std::chrono::nanoseconds d) { return d.count(); }
-
 }  // namespace kvgate::common

@@ -53,8 +53,6 @@ class EndpointLease {
     s_ = nullptr;
     trial_ = false;
   }
-  bool trial() const { return trial_; }
-  explicit operator bool() const { return s_ != nullptr; }
 
  private:
   EndpointState* s_ = nullptr;

@@ -75,9 +75,7 @@ class UpstreamLeg {
     timed_out_ |= timeout;
     close();
   }
-  bool reused() const { return reused_; }
   bool timedOut() const { return timed_out_; }
-  bool isOpen() const { return sock_.is_open(); }
 
  private:
   asio::awaitable<bool> readSome();

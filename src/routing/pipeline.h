@@ -66,8 +66,6 @@ class Pipeline {
 
   uint32_t needs() const { return needs_; }  // union of the stages' FactNeeds
   const std::string& stageName(int i) const { return names_[static_cast<size_t>(i)]; }
-  size_t size() const { return stages_.size(); }
-  PipelineStats& stats() const { return *stats_; }
 
  private:
   Pipeline(const common::Clock& clock, std::shared_ptr<PipelineStats> stats)
