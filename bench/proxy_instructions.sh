@@ -2,8 +2,11 @@
 # User-space instructions per proxied request, counted by callgrind (repeatable whatever else the
 # machine does, unlike wall time): kvgate serve --workers 1 under valgrind, a rule with one
 # endpoint (nginx returning a fixed JSON), wrk -c8 for 10 s; the worker thread's instructions
-# divided by the requests completed. Give several binaries to compare them in one run.
-# Usage: bench/proxy_instructions.sh BIN [BIN...]
+# divided by the requests completed. Give several binaries to compare them in one run; the word
+# `nginx` adds nginx as a reverse proxy (proxy_pass, upstream keepalive, one process: master off)
+# under callgrind the same way: its whole process's instructions, less those of a start and stop
+# with no traffic, divided by the requests.
+# Usage: bench/proxy_instructions.sh BIN|nginx [BIN|nginx...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for t in nginx wrk valgrind callgrind_annotate; do command -v $t >/dev/null || { echo "missing $t: run scripts/setup.sh --bench and install valgrind" >&2; exit 1; }; done
@@ -25,8 +28,34 @@ sleep 0.3
 echo "| binary | requests | worker instructions | per request |"
 echo "|---|---|---|---|"
 i=0
+ngx_total() {  # $1 = callgrind output: the program's total instructions
+  callgrind_annotate "$1" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1; exit}'
+}
+ngx_run() {  # $1 = index, $2 = seconds of traffic (0: start and stop only); prints "requests instructions"
+  local j=$1 d=$2 port; port=$(freeport); mkdir -p "$W/ng$j"
+  cat >"$W/ng$j/nginx.conf" <<NGX
+master_process off; worker_processes 1; pid $W/ng$j/nginx.pid; error_log $W/ng$j/error.log warn; daemon off;
+events { worker_connections 1024; }
+http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  upstream up { server 127.0.0.1:$UP; keepalive 64; keepalive_requests 10000000; }
+  server { listen 127.0.0.1:$port;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+NGX
+  valgrind --tool=callgrind --callgrind-out-file="$W/ng$j.out" nginx -p "$W/ng$j" -c "$W/ng$j/nginx.conf" 2>"$W/ng$j.err" &
+  local vp=$! n=0
+  for _ in $(seq 1 120); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.5; done
+  [ "$d" -gt 0 ] && n=$(wrk -t1 -c8 -d"$d" -s bench/post.lua "http://127.0.0.1:$port/v1/chat/completions" | awk '/requests in/ {print $1}')
+  kill -QUIT "$vp"; wait "$vp" 2>/dev/null || true
+  echo "$n $(ngx_total "$W/ng$j.out")"
+}
 for BIN in "$@"; do
   i=$((i + 1)); VIP=$(freeport)
+  if [ "$BIN" = nginx ]; then
+    read -r _ base < <(ngx_run "${i}idle" 0)
+    read -r N INS < <(ngx_run "$i" 10)
+    echo "| nginx $(nginx -v 2>&1 | sed 's/.*\///') (proxy) | $N | $((INS - base)) | $(((INS - base) / N)) |"
+    continue
+  fi
   valgrind --tool=callgrind --callgrind-out-file="$W/cg$i.out" "$BIN" serve --workers 1 \
     --api-listen 127.0.0.1:0 --state-dir "$W/st$i" >"$W/out$i" 2>"$W/err$i" &
   vp=$!

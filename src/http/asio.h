@@ -17,7 +17,8 @@ inline auto useEc(error_code& ec) { return asio::redirect_error(asio::use_awaita
 
 // One deadline per connection: a single timer that runs `on_expire` when the current phase
 // overruns. Moving the deadline is a field write; only a deadline earlier than the timer's
-// next wake-up (at most kTick ahead) re-arms it.
+// next wake-up (at most kTick ahead) re-arms it. The timer wakes at least every kTick; an
+// optional `on_tick` runs on each wake-up that is not an expiry (work that may wait a second).
 // The watchdog coroutine owns the shared state, so destroying the Deadline is always safe.
 class Deadline {
  public:
@@ -27,9 +28,12 @@ class Deadline {
   Deadline(const Deadline&) = delete;
   Deadline& operator=(const Deadline&) = delete;
   // Starts the watchdog; `on_expire` runs (once per expiry) on the connection's executor.
-  template <typename F>
-  void start(F on_expire) {
-    asio::co_spawn(s_->timer.get_executor(), run(s_, std::move(on_expire)), asio::detached);
+  static constexpr std::chrono::seconds kTick{1};
+  template <typename F, typename G = void (*)()>
+  void start(
+      F on_expire, G on_tick = [] {}) {
+    asio::co_spawn(s_->timer.get_executor(), run(s_, std::move(on_expire), std::move(on_tick)),
+                   asio::detached);
   }
   void expireAfter(Clock::duration d) { set(Clock::now() + d); }
   void set(Clock::time_point when) {
@@ -54,8 +58,8 @@ class Deadline {
     bool stopped = false;
     bool expired = false;
   };
-  template <typename F>
-  static asio::awaitable<void> run(std::shared_ptr<State> s, F on_expire) {
+  template <typename F, typename G>
+  static asio::awaitable<void> run(std::shared_ptr<State> s, F on_expire, G on_tick) {
     while (!s->stopped) {
       // Wake at the deadline or within kTick, whichever is first: moving the deadline later, or
       // between the multi-second timeouts of the request phases, then never touches the timer
@@ -69,10 +73,11 @@ class Deadline {
         s->expired = true;
         s->deadline = Clock::time_point::max();
         on_expire();
+      } else {
+        on_tick();
       }
     }
   }
-  static constexpr std::chrono::seconds kTick{1};
   std::shared_ptr<State> s_;
 };
 

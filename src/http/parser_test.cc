@@ -127,6 +127,37 @@ TEST(RequestParser, TooManyHeadersIs431) {
   EXPECT_EQ(e.status, 431);
 }
 
+// Heads keep their first headers inline and move to a heap array past that; every header stays
+// readable, at the limit and after the head object is reset and reused for a smaller head.
+TEST(RequestParser, ManyHeadersUpToTheLimitStayReadable) {
+  std::string many = "GET / HTTP/1.1\r\nHost: a\r\n";
+  for (size_t i = 1; i < kMaxHeaders; ++i)  // Host + 99 = exactly kMaxHeaders
+    many += "X-H" + std::to_string(i) + ": v" + std::to_string(i) + "\r\n";
+  many += "\r\n";
+  RequestHead h;
+  ParseError e;
+  ASSERT_GT(parseReq(many, h, e, 1 << 20), 0);
+  ASSERT_EQ(h.num_headers, kMaxHeaders);
+  EXPECT_EQ(h.host, "a");
+  for (size_t i = 1; i < kMaxHeaders; ++i)
+    EXPECT_EQ(h.get("x-h" + std::to_string(i)), "v" + std::to_string(i)) << i;
+  RequestHead copy = h;  // a copy reads the same headers
+  EXPECT_EQ(copy.get("x-h99"), "v99");
+  EXPECT_EQ(copy.get("x-h5"), "v5");
+  // The same object reused for a small head (the connection's next request).
+  std::string small = "GET /b HTTP/1.1\r\nHost: b\r\nX-One: 1\r\n\r\n";
+  ASSERT_GT(parseReq(small, h, e), 0);
+  EXPECT_EQ(h.num_headers, 2u);
+  EXPECT_EQ(h.get("x-one"), "1");
+  EXPECT_EQ(h.get("x-h5"), "");
+  // And a small head copied onto one that spilled, then a large one parsed again.
+  copy = h;
+  EXPECT_EQ(copy.get("x-one"), "1");
+  EXPECT_EQ(copy.get("x-h99"), "");
+  ASSERT_GT(parseReq(many, copy, e, 1 << 20), 0);
+  EXPECT_EQ(copy.get("x-h99"), "v99");
+}
+
 TEST(RequestParser, ChunkedAndExpect) {
   RequestHead h;
   ParseError e;

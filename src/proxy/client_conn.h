@@ -116,6 +116,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   // conn_io.cc
   void onDeadline();
   void onUpstreamWait() override;
+  void onTick();
   asio::awaitable<bool> readMore(Buffer& b, tcp::socket& s);
   void countResponse(int status);
   void logAccess();
@@ -143,6 +144,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   int client_minor_ = 1;
   std::chrono::milliseconds idle_timeout_{0};
   // Client-disconnect watcher state.
+  bool watch_wanted_ = false;  // the upstream made the current request wait
   bool watching_ = false;
   bool watch_running_ = false;
   bool client_gone_ = false;

@@ -80,10 +80,21 @@ void ClientConn::countResponse(int status) {
     l_->unrouted.inc(status);
 }
 
-// The leg had to wait for the upstream: watch the client meanwhile (it may go away), unless the
-// watcher already holds the bound of pipelined bytes (then TCP pushes back on the client).
-void ClientConn::onUpstreamWait() {
-  if (watch_running_ || client_gone_ || pipelined_.size() >= kMaxPipelinedBytes) return;
+// The leg had to wait for the upstream. The client is watched only once a wait has lasted into
+// the deadline's next tick (at most Deadline::kTick later, see onTick): most requests are answered
+// well within that, and starting a watcher costs a coroutine, a queued read, a cancel and a
+// scheduler round trip per request. A client that leaves during a long prefill or stream is
+// still seen within about a second, and the engine's request aborted.
+void ClientConn::onUpstreamWait() { watch_wanted_ = true; }
+
+// Deadline tick (no expiry): start the watcher if a request still waits on its upstream, unless
+// the watcher already holds the bound of pipelined bytes (then TCP pushes back on the client).
+void ClientConn::onTick() {
+  if (!watch_wanted_ || watch_running_ || client_gone_ || pipelined_.size() >= kMaxPipelinedBytes)
+    return;
+  if (phase_ != Phase::kConnect && phase_ != Phase::kAwaitResponse && phase_ != Phase::kRelay &&
+      phase_ != Phase::kStream)
+    return;
   watching_ = true;
   startWatch();
 }

@@ -121,7 +121,7 @@ void ClientConn::onDrain() {
 
 asio::awaitable<void> ClientConn::run() {
   auto self = shared_from_this();
-  deadline_.start([self] { self->onDeadline(); });
+  deadline_.start([self] { self->onDeadline(); }, [self] { self->onTick(); });
   // Counted and registered for draining until the socket is closed, on every path.
   struct Registration {
     Worker& w;
@@ -159,6 +159,7 @@ asio::awaitable<void> ClientConn::run() {
     if (!co_await readBody(req)) break;
     request_bytes_ = req.head_bytes + req.raw_body_bytes;
     bool ok = co_await dispatch(req);
+    watch_wanted_ = false;
     if (watching_)
       co_await stopWatch();  // no watcher outlives its request (it would read the next one)
     if (w_.opts.access_log) logAccess();

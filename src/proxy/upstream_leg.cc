@@ -17,7 +17,7 @@ void UpstreamLeg::begin(endpoints::EndpointId id) {
   buf_.clear();
   id_ = id;
   timed_out_ = false;
-  waited_ = false;
+  maybe_more_ = false;
   interim_count_ = 0;
   read_room_ = kLegReadMin;
   reused_ = false;
@@ -61,30 +61,35 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
 }
 
 asio::awaitable<bool> UpstreamLeg::readSome() {
-  // Fast path: one non-blocking recv. When the upstream makes us wait, tell the owner (it starts
-  // watching the client) and let the reactor read: its edge-triggered read op cannot miss data
-  // that arrives meanwhile, which a readiness wait could. After a wait, reads go straight to the
-  // reactor: a stream keeps waiting, so the extra try would only cost a syscall.
+  // A read that filled the room it was given likely left more bytes in the kernel: take them with
+  // one non-blocking recv on the spot (no trip through the scheduler). Otherwise (the first read
+  // after a send above all: the engine has not answered yet) go straight to the reactor: a recv
+  // there would almost always fail with EAGAIN, a wasted syscall per request. The reactor's
+  // edge-triggered read op cannot miss bytes that arrive meanwhile. When a read has to wait, the
+  // owner is told (it watches the client if the wait lasts).
   if (!sock_.is_open()) co_return false;
-  if (!waited_) {
+  if (maybe_more_) {
     auto b = buf_.prepare(read_room_);
     ssize_t n = ::recv(sock_.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
     if (n > 0) {
-      buf_.commit(static_cast<size_t>(n));
-      if (static_cast<size_t>(n) == b.size() && read_room_ < kLegReadMax) read_room_ *= 2;
+      noteRead(static_cast<size_t>(n), b.size());
       co_return true;
     }
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) co_return false;
-    waited_ = true;
   }
   observer_.onUpstreamWait();
   error_code ec;
   auto b = buf_.prepare(read_room_);
   size_t n = co_await sock_.async_read_some(b, useEc(ec));
   if (ec || n == 0) co_return false;
-  buf_.commit(n);
-  if (n == b.size() && read_room_ < kLegReadMax) read_room_ *= 2;
+  noteRead(n, b.size());
   co_return true;
+}
+
+void UpstreamLeg::noteRead(size_t n, size_t room) {
+  buf_.commit(n);
+  maybe_more_ = n == room;
+  if (maybe_more_ && read_room_ < kLegReadMax) read_room_ *= 2;
 }
 
 asio::awaitable<UpstreamLeg::Result> UpstreamLeg::readHead(std::string_view method,

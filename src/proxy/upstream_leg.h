@@ -79,6 +79,7 @@ class UpstreamLeg {
 
  private:
   asio::awaitable<bool> readSome();
+  void noteRead(size_t n, size_t room);
   void begin(endpoints::EndpointId id);
   void close() {
     error_code ec;
@@ -94,7 +95,7 @@ class UpstreamLeg {
   bool timed_out_ = false;
   size_t read_room_ = 4096;  // room asked for by the next read (grows for large bodies)
   int interim_count_ = 0;    // 1xx responses seen in this exchange
-  bool waited_ = false;      // a read of this exchange had to wait: later reads go to the reactor
+  bool maybe_more_ = false;  // the last read filled its room: more bytes may wait in the kernel
 };
 
 }  // namespace kvgate::proxy

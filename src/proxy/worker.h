@@ -25,7 +25,10 @@ class Worker {
         pool(opts.max_idle_per_endpoint, opts.upstream_idle_timeout, stats) {}
   const ProxyOptions& opts;
   DataPlaneStats& stats;  // shared by all workers (atomics)
-  asio::io_context io{1};
+  // One thread runs this context, and only it starts, performs or cancels I/O on the worker's
+  // sockets (other threads post to it): the reactor's per-socket locking is off (UNSAFE_IO), the
+  // scheduler's stays on for those posts.
+  asio::io_context io{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   asio::executor_work_guard<asio::io_context::executor_type> work;
   UpstreamPool pool;  // touched only on this worker's thread
   std::thread thread;

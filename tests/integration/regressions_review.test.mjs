@@ -47,15 +47,15 @@ async function expectComplete(c) {
 // before answering (connection.cc, forward.cc).
 test('finding 1: the client watcher does not outlive its request (stale pooled conn, then connect refused)', async (t) => {
   // Request 1 on an upstream connection is answered (the connection is pooled); request 2 on the
-  // same connection waits 100 ms (the gateway's read would block: it starts watching the client),
-  // then the upstream stops listening and closes that connection without answering.
+  // same connection waits 1.5 s (longer than the gateway's 1 s tick, so it starts watching the
+  // client), then the upstream stops listening and closes that connection without answering.
   const up = await rawUpstream({
     onRequest: async (req, sock) => {
       if (req.seq === 1) {
         reply(sock, 200, '{"ok":1}', { reason: 'OK', headers: { 'Content-Type': 'application/json' } });
         return;
       }
-      await sleep(100);
+      await sleep(1500);
       up.stopListening();  // a fresh connect is refused from now on
       sock.destroy();
     },
@@ -95,6 +95,33 @@ test('finding 1: the client watcher does not outlive its request (stale pooled c
   const r4 = await c.readResponse(5000);
   assert.ok([502, 503].includes(r4.status), `request 4: ${r4.head}\n${r4.body}`);
   assert.equal(up.seen.requests.length, 2, 'requests 3 and 4 cannot have reached the closed upstream');
+});
+
+// The client watcher starts only once a wait on the upstream lasts into the connection's next
+// 1 s tick (starting one for every request cost a coroutine, a read, a cancel and a scheduler round
+// trip each). A client that leaves while the engine is silent (a long prefill, a slow
+// non-streaming answer) must still be seen, and the upstream connection closed so the engine
+// aborts the request: within a few seconds, not when the engine finally answers.
+test('a client that leaves while the upstream is silent gets its upstream request closed', async (t) => {
+  let upstreamClosedAt = 0;
+  const up = await rawUpstream({
+    onRequest: async (req, sock) => {
+      sock.on('close', () => { upstreamClosedAt = Date.now(); });
+      // never answers
+    },
+  });
+  t.after(up.close);
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await service(gw, { sel: 0, workers: [up] });
+  const c = await RawClient.open(port);
+  c.write(post('/v1/completions', '{"model":"m","prompt":"slow"}'));
+  assert.ok(await waitFor(() => up.seen.requests.length === 1, 5000), 'the request did not reach the upstream');
+  await sleep(300);
+  const leftAt = Date.now();
+  c.close();
+  assert.ok(await waitFor(() => upstreamClosedAt > 0, 8000), 'the gateway did not close the upstream connection');
+  // One-sided: the tick is 1 s; 6 s leaves room for a busy machine.
+  assert.ok(upstreamClosedAt - leftAt < 6000, `closed ${upstreamClosedAt - leftAt} ms after the client left`);
 });
 
 // ---- finding 2: the access log read a freed config snapshot
