@@ -111,7 +111,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   void buildDownstreamHead(const http::ResponseHead& rh, bool dechunk);
   bool nextChunk(RelayFraming& f, std::string_view& chunk);
   void noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload);
-  asio::awaitable<bool> abandonRelay();
+  bool abandonRelay();
   void releaseRequestBytes();
   // conn_io.cc
   void onDeadline();
@@ -124,8 +124,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
                                   std::string_view param = {}, bool close = false);
   asio::awaitable<bool> writeClient(std::string_view a, std::string_view b = {});
   void startWatch();
-  asio::awaitable<void> stopWatch();
-  asio::awaitable<void> watchClient(std::shared_ptr<ClientConn> self, uint64_t gen);
+  void armWatch(uint64_t gen);
+  void stopWatch();
   void closeClient() {
     error_code ec;
     client_.shutdown(tcp::socket::shutdown_both, ec);

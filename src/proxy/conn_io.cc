@@ -2,6 +2,8 @@
 // answers, response counting, the client-disconnect watcher and the access log.
 #include <sys/socket.h>
 
+#include <cerrno>
+
 #include "common/log.h"
 #include "http/server.h"
 #include "proxy/client_conn.h"
@@ -101,42 +103,54 @@ void ClientConn::onTick() {
 
 void ClientConn::startWatch() {
   watch_running_ = true;
-  asio::co_spawn(client_.get_executor(), watchClient(shared_from_this(), ++watch_gen_),
-                 asio::detached);
+  armWatch(++watch_gen_);
 }
 
 // Watches the client socket while the upstream makes us wait: EOF or an error means the client
 // went away, so the upstream connection is closed and the engine aborts the request. Bytes of a
-// pipelined request are kept (at most kMaxPipelinedBytes) for the next request. A stopped watcher
-// (older generation) returns without touching the connection.
-asio::awaitable<void> ClientConn::watchClient(std::shared_ptr<ClientConn> self, uint64_t gen) {
-  // A small buffer: the watcher exists to see a disconnect; pipelined bytes it does not take
-  // wait in the kernel for the next request's read (and an open stream's frame stays small).
-  char buf[512];
-  size_t room = std::min(sizeof buf, kMaxPipelinedBytes - pipelined_.size());
-  error_code ec;
-  size_t n = co_await client_.async_read_some(asio::buffer(buf, room), useEc(ec));
-  if (n > 0) pipelined_.append(buf, n);  // kept even if we were stopped meanwhile
-  if (gen != watch_gen_ || !watching_) co_return;
-  if (ec || n == 0) {
+// pipelined request are kept (at most kMaxPipelinedBytes; then the watcher stops and TCP pushes
+// back) for the next request. No coroutine and no buffer while it waits: a readiness wait whose
+// handler holds the connection and the watch's generation (an open stream costs one small
+// reactor op). The socket is read on the spot first: bytes or a close that came before the wait
+// was armed raise no new edge for it.
+void ClientConn::armWatch(uint64_t gen) {
+  for (;;) {
+    if (pipelined_.size() >= kMaxPipelinedBytes) {
+      watch_running_ = false;
+      return;
+    }
+    char buf[4096];
+    size_t room = std::min(sizeof buf, kMaxPipelinedBytes - pipelined_.size());
+    ssize_t n = ::recv(client_.native_handle(), buf, room, MSG_DONTWAIT);
+    if (n > 0) {
+      pipelined_.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     client_gone_ = true;  // EOF or error: the client went away
-    leg_.abort(false);    // the engine sees the disconnect and aborts the request
+    watch_running_ = false;
+    leg_.abort(false);  // the engine sees the disconnect and aborts the request
+    return;
   }
-  watch_running_ = false;
+  client_.async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](const error_code&) {
+    // A stopped watch (cancelled, or an older generation) leaves the connection alone.
+    if (gen != self->watch_gen_ || !self->watching_ || !self->watch_running_) return;
+    self->armWatch(gen);  // readable (or closed): read it
+  });
 }
 
-// Stops the watcher: cancels its read, then yields once so that its completion (cancelled, or
-// holding pipelined bytes) runs before the connection reads the client again. Callers test
-// watching_ first, so the fast path (no watcher started) does not even create this frame.
-asio::awaitable<void> ClientConn::stopWatch() {
-  if (!watching_) co_return;
+// Stops the watcher: its pending wait is cancelled and its completion, when it runs, sees a newer
+// generation and does nothing. The wait reads nothing, so the connection may read the client
+// again at once.
+void ClientConn::stopWatch() {
+  if (!watching_) return;
   watching_ = false;
   ++watch_gen_;
-  if (!watch_running_) co_return;
+  if (!watch_running_) return;
   watch_running_ = false;
   error_code ec;
   client_.cancel(ec);
-  co_await asio::post(client_.get_executor(), asio::use_awaitable);
 }
 
 // One structured access-log line for the request just answered (--access-log). Every field is

@@ -160,8 +160,7 @@ asio::awaitable<void> ClientConn::run() {
     request_bytes_ = req.head_bytes + req.raw_body_bytes;
     bool ok = co_await dispatch(req);
     watch_wanted_ = false;
-    if (watching_)
-      co_await stopWatch();  // no watcher outlives its request (it would read the next one)
+    stopWatch();  // no watcher outlives its request (it would read the next one)
     if (w_.opts.access_log) logAccess();
     cfg_.reset();
     facts_.shrink(kKeepBufferBytes);
@@ -172,7 +171,7 @@ asio::awaitable<void> ClientConn::run() {
     if (!keepAliveAfter()) break;
   }
   deadline_.stop();
-  if (watching_) co_await stopWatch();
+  stopWatch();
   leg_.abort(false);
   if (client_.is_open() && !client_gone_) co_await lingeringClose(client_);
   closeClient();

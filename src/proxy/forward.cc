@@ -72,7 +72,7 @@ asio::awaitable<UpstreamLeg::Result> ClientConn::readFinalHead(std::string_view 
 // The gateway's answer when an exchange failed after the request may have reached the engine.
 asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, const Route& route,
                                                size_t idx, endpoints::EndpointLease& lease) {
-  if (watching_) co_await stopWatch();
+  stopWatch();
   leg_.release(false);
   if (client_gone_) co_return false;  // the lease releases an unsettled trial
   const bool cb = route.rule.cb_enable;
@@ -199,7 +199,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     if (client_gone_) co_return false;
     excluded_[idx] = true;
   }
-  if (watching_) co_await stopWatch();
+  stopWatch();
   outcome_.ep_index = -1;
   // Named locals: GCC 12 double-destroys a conditional's temporary inside co_await.
   const bool tried = !last_error_.empty();

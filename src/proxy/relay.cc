@@ -87,10 +87,10 @@ void ClientConn::releaseRequestBytes() {
 }
 
 // Ends a relay that cannot complete: the upstream connection is closed, never pooled.
-asio::awaitable<bool> ClientConn::abandonRelay() {
-  if (watching_) co_await stopWatch();
+bool ClientConn::abandonRelay() {
+  stopWatch();
   leg_.release(false);
-  co_return false;
+  return false;
 }
 
 asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, const Route& route,
@@ -133,7 +133,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     if (!nextChunk(f, chunk)) {
       log::warn("proxy", "malformed chunked response from " + *outcome_.endpoint);
       if (first) co_await writeClient(down_head_);  // then cut the stream: the client sees it
-      co_return co_await abandonRelay();
+      co_return abandonRelay();
     }
     if (first || !chunk.empty()) {
       // Written on the spot when the socket takes it all (no coroutine frame): this runs once per
@@ -148,7 +148,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       outcome_.bytes += chunk.size();
       if (!ok) {
         client_gone_ = true;  // client gone: abort the upstream request
-        co_return co_await abandonRelay();
+        co_return abandonRelay();
       }
     }
     // Release what was forwarded (chunked consumed it already).
@@ -164,11 +164,11 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       // Truncated by the upstream, the deadline or a client disconnect: cut the client stream.
       if (leg_.timedOut() && stream)
         log::warn("proxy", "stream " + request_id_ + " hit max_stream_duration_sec");
-      co_return co_await abandonRelay();
+      co_return abandonRelay();
     }
   }
   deadline_.clear();
-  if (watching_) co_await stopWatch();
+  stopWatch();
   if (client_gone_) {
     leg_.release(false);
     co_return false;

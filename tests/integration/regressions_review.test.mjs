@@ -124,6 +124,35 @@ test('a client that leaves while the upstream is silent gets its upstream reques
   assert.ok(upstreamClosedAt - leftAt < 6000, `closed ${upstreamClosedAt - leftAt} ms after the client left`);
 });
 
+// Pipelined requests while the first one waits past the tick: the watcher takes the bytes that
+// were already there when it started (no readiness edge would announce them) and the bytes that
+// arrive while it waits, and the request loop answers them after the first, in order.
+test('pipelined requests sent before and during a long upstream wait are answered in order', async (t) => {
+  const up = await rawUpstream({
+    onRequest: async (req, sock) => {
+      if (req.seq === 1) await sleep(1800);
+      reply(sock, 200, JSON.stringify({ seq: req.seq, prompt: JSON.parse(req.body).prompt }), {
+        reason: 'OK', headers: { 'Content-Type': 'application/json' } });
+    },
+  });
+  t.after(up.close);
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await service(gw, { sel: 0, workers: [up] });
+  const c = await RawClient.open(port);
+  t.after(() => c.close());
+  c.write(post('/v1/completions', '{"model":"m","prompt":"one"}') +
+    post('/v1/completions', '{"model":"m","prompt":"two"}'));
+  await sleep(1300);  // the watcher has started (1 s tick); request 1 is still waiting
+  c.write(post('/v1/completions', '{"model":"m","prompt":"three"}'));
+  const got = [];
+  for (let i = 0; i < 3; i++) {
+    const r = await c.readResponse(10000);
+    assert.equal(r.status, 200, r.head);
+    got.push(r.json.prompt);
+  }
+  assert.deepEqual(got, ['one', 'two', 'three']);
+});
+
 // ---- finding 2: the access log read a freed config snapshot
 
 // Finding: dispatch() held the listener's config snapshot in a local, but the request's outcome
