@@ -11,6 +11,10 @@ namespace kvgate::proxy {
 // double, up to 64 KiB, while reads fill the room they were given (large bodies).
 constexpr size_t kLegReadMin = 4 * 1024;
 constexpr size_t kLegReadMax = 64 * 1024;
+// A read asks for the room that brings the buffer to read_room_ bytes, and at least this much: a
+// partial SSE event left in a 4 KiB buffer is completed in place instead of doubling the buffer
+// (a stream would otherwise keep 8 KiB from its first split event on).
+constexpr size_t kLegReadFloor = 1024;
 
 void UpstreamLeg::begin(endpoints::EndpointId id) {
   close();
@@ -18,6 +22,7 @@ void UpstreamLeg::begin(endpoints::EndpointId id) {
   id_ = id;
   timed_out_ = false;
   maybe_more_ = false;
+  sent_now_ = false;
   interim_count_ = 0;
   read_room_ = kLegReadMin;
   reused_ = false;
@@ -52,7 +57,8 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
                                                        std::string_view body) {
   size_t n = 0;
   error_code ec;
-  if (!writeNow(sock_, head, body, n, ec)) ec = co_await writeRest(sock_, head, body, n);
+  sent_now_ = writeNow(sock_, head, body, n, ec);
+  if (!sent_now_) ec = co_await writeRest(sock_, head, body, n);
   if (!ec) co_return Result{};
   close();
   Result r{timed_out_ ? Outcome::kTimeout : Outcome::kSendFailed, reused_ && !timed_out_, false,
@@ -62,28 +68,54 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
 
 asio::awaitable<bool> UpstreamLeg::readSome() {
   // A read that filled the room it was given likely left more bytes in the kernel: take them with
-  // one non-blocking recv on the spot (no trip through the scheduler). Otherwise (the first read
-  // after a send above all: the engine has not answered yet) go straight to the reactor: a recv
-  // there would almost always fail with EAGAIN, a wasted syscall per request. The reactor's
-  // edge-triggered read op cannot miss bytes that arrive meanwhile. When a read has to wait, the
-  // owner is told (it watches the client if the wait lasts).
+  // one non-blocking recv on the spot (no trip through the scheduler). Otherwise go to the reactor
+  // (a recv now would almost always fail with EAGAIN, a wasted syscall per request); its
+  // edge-triggered read op cannot miss bytes that arrive meanwhile, as it reads at once when an
+  // edge came while no op was queued. The first read after a send that completed on the spot
+  // waits for readiness instead and only then takes buffer memory: a request waiting for its
+  // first token (a long prefill) holds no upstream buffer, as in nginx. No edge can have been
+  // consumed in between (the send and the wait run in one handler; the pooled connection was
+  // checked empty). When a read has to wait, the owner is told (it watches the client if the
+  // wait lasts).
   if (!sock_.is_open()) co_return false;
   if (maybe_more_) {
-    auto b = buf_.prepare(read_room_);
-    ssize_t n = ::recv(sock_.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
-    if (n > 0) {
-      noteRead(static_cast<size_t>(n), b.size());
-      co_return true;
-    }
-    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) co_return false;
+    int r = recvNow();
+    if (r >= 0) co_return r > 0;
   }
   observer_.onUpstreamWait();
   error_code ec;
-  auto b = buf_.prepare(read_room_);
+  if (sent_now_ && buf_.empty()) {
+    sent_now_ = false;
+    co_await sock_.async_wait(tcp::socket::wait_read, useEc(ec));
+    if (ec || !sock_.is_open()) co_return false;
+    int r = recvNow();
+    if (r >= 0) co_return r > 0;
+    // A spurious wake-up: read through the reactor.
+  }
+  sent_now_ = false;
+  auto b = buf_.prepare(readRoom());
   size_t n = co_await sock_.async_read_some(b, useEc(ec));
   if (ec || n == 0) co_return false;
   noteRead(n, b.size());
   co_return true;
+}
+
+int UpstreamLeg::recvNow() {
+  for (;;) {
+    auto b = buf_.prepare(readRoom());
+    ssize_t n = ::recv(sock_.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      noteRead(static_cast<size_t>(n), b.size());
+      return 1;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return -1;
+    return 0;  // closed or failed
+  }
+}
+
+size_t UpstreamLeg::readRoom() const {
+  return read_room_ > buf_.size() + kLegReadFloor ? read_room_ - buf_.size() : kLegReadFloor;
 }
 
 void UpstreamLeg::noteRead(size_t n, size_t room) {

@@ -80,6 +80,8 @@ class UpstreamLeg {
  private:
   asio::awaitable<bool> readSome();
   void noteRead(size_t n, size_t room);
+  size_t readRoom() const;
+  int recvNow();  // one non-blocking recv into buf_: 1 bytes, 0 closed or failed, -1 none yet
   void begin(endpoints::EndpointId id);
   void close() {
     error_code ec;
@@ -96,6 +98,7 @@ class UpstreamLeg {
   size_t read_room_ = 4096;  // room asked for by the next read (grows for large bodies)
   int interim_count_ = 0;    // 1xx responses seen in this exchange
   bool maybe_more_ = false;  // the last read filled its room: more bytes may wait in the kernel
+  bool sent_now_ = false;    // the request was written on the spot and nothing read since
 };
 
 }  // namespace kvgate::proxy
