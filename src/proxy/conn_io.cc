@@ -89,7 +89,8 @@ void ClientConn::countResponse(int status) {
 // still seen within about a second, and the engine's request aborted.
 void ClientConn::onUpstreamWait() { watch_wanted_ = true; }
 
-// Deadline tick (no expiry): start the watcher if a request still waits on its upstream, unless
+// Deadline tick (no expiry; also a wake-up because the deadline moved earlier): start the
+// watcher if a request still waits on its upstream, unless
 // the watcher already holds the bound of pipelined bytes (then TCP pushes back on the client).
 void ClientConn::onTick() {
   if (!watch_wanted_ || watch_running_ || client_gone_ || pipelined_.size() >= kMaxPipelinedBytes)
@@ -144,6 +145,7 @@ void ClientConn::armWatch(uint64_t gen) {
 // generation and does nothing. The wait reads nothing, so the connection may read the client
 // again at once.
 void ClientConn::stopWatch() {
+  watch_wanted_ = false;  // the wait is over: the tick must not start a watcher now
   if (!watching_) return;
   watching_ = false;
   ++watch_gen_;

@@ -23,6 +23,7 @@ asio::awaitable<int> ClientConn::readHead(http::RequestHead& head) {
   if (!pipelined_.empty()) {
     in_.append(pipelined_.data(), pipelined_.size());
     pipelined_.clear();
+    if (pipelined_.capacity() > kReadChunk) std::string().swap(pipelined_);
   }
   phase_ = in_.empty() ? Phase::kIdle : Phase::kHead;
   deadline_.expireAfter(in_.empty() ? idle_timeout_ : opts.header_timeout);
@@ -159,7 +160,6 @@ asio::awaitable<void> ClientConn::run() {
     if (!co_await readBody(req)) break;
     request_bytes_ = req.head_bytes + req.raw_body_bytes;
     bool ok = co_await dispatch(req);
-    watch_wanted_ = false;
     stopWatch();  // no watcher outlives its request (it would read the next one)
     if (w_.opts.access_log) logAccess();
     cfg_.reset();

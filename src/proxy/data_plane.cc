@@ -136,9 +136,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
     if (listeners_.count(key)) continue;
     auto l = bindListener(key, ep);
     if (!l) {
-      error_code ec;
-      for (auto& o : opened)
-        for (auto& a : o->acceptors) a->close(ec);
+      for (auto& o : opened) closeAcceptors(o->acceptors);
       return tl::unexpected(l.error());
     }
     opened.push_back(*l);
@@ -211,7 +209,9 @@ Result<std::shared_ptr<Listener>> DataPlane::bindListener(const std::string& key
     if (!ec) acc->bind(ep, ec);
     if (!ec) acc->listen(4096, ec);
     if (ec) {
-      for (auto& a : l->acceptors) a->close(ec);
+      error_code close_ec;
+      acc->close(close_ec);  // not listening: no event for it can be pending
+      closeAcceptors(l->acceptors);
       return fail(503, "listen",
                   "cannot listen on " + key + ": " + ec.message() +
                       " (is the address local and the port free?)");
@@ -221,15 +221,20 @@ Result<std::shared_ptr<Listener>> DataPlane::bindListener(const std::string& key
   return l;
 }
 
-void DataPlane::closeListener(Listener& l) {
-  l.closed.store(true);
-  for (size_t i = 0; i < l.acceptors.size(); ++i) {
-    auto acc = l.acceptors[i];
-    asio::post(workers_[i]->io, [acc] {
+// Acceptor i belongs to worker i; a listening acceptor may have an event pending in its worker's
+// reactor, which runs without per-socket locks (worker.h): only that worker may close it.
+void DataPlane::closeAcceptors(const std::vector<std::shared_ptr<tcp::acceptor>>& accs) {
+  for (size_t i = 0; i < accs.size(); ++i) {
+    asio::post(workers_[i]->io, [acc = accs[i]] {
       error_code ec;
       acc->close(ec);
     });
   }
+}
+
+void DataPlane::closeListener(Listener& l) {
+  l.closed.store(true);
+  closeAcceptors(l.acceptors);
   log::info("proxy", "stopped listening on " + l.key);
 }
 

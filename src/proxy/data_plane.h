@@ -77,6 +77,7 @@ class DataPlane {
   std::shared_ptr<Route> buildRoute(const config::RuleSpec& rule, const common::Clock& clock,
                                     std::set<std::string>& live_endpoints);
   Result<std::shared_ptr<Listener>> bindListener(const std::string& key, const tcp::endpoint& ep);
+  void closeAcceptors(const std::vector<std::shared_ptr<tcp::acceptor>>& accs);
   void closeListener(Listener& l);
   std::unique_ptr<class Prober> prober_;
   size_t rule_count_ = 0;

@@ -126,6 +126,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     deadline_.expireAfter(std::chrono::seconds(
         rule.max_stream_duration_sec > 0 ? rule.max_stream_duration_sec : 86400));
     releaseRequestBytes();
+    leg_.keepReadRoomSmall();
   }
 
   for (bool first = true;; first = false) {

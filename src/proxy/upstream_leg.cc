@@ -12,8 +12,7 @@ namespace kvgate::proxy {
 constexpr size_t kLegReadMin = 4 * 1024;
 constexpr size_t kLegReadMax = 64 * 1024;
 // A read asks for the room that brings the buffer to read_room_ bytes, and at least this much: a
-// partial SSE event left in a 4 KiB buffer is completed in place instead of doubling the buffer
-// (a stream would otherwise keep 8 KiB from its first split event on).
+// partial response head left in the buffer is completed in place instead of doubling it.
 constexpr size_t kLegReadFloor = 1024;
 
 void UpstreamLeg::begin(endpoints::EndpointId id) {
@@ -22,7 +21,7 @@ void UpstreamLeg::begin(endpoints::EndpointId id) {
   id_ = id;
   timed_out_ = false;
   maybe_more_ = false;
-  sent_now_ = false;
+  grow_room_ = true;
   interim_count_ = 0;
   read_room_ = kLegReadMin;
   reused_ = false;
@@ -57,8 +56,7 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
                                                        std::string_view body) {
   size_t n = 0;
   error_code ec;
-  sent_now_ = writeNow(sock_, head, body, n, ec);
-  if (!sent_now_) ec = co_await writeRest(sock_, head, body, n);
+  if (!writeNow(sock_, head, body, n, ec)) ec = co_await writeRest(sock_, head, body, n);
   if (!ec) co_return Result{};
   close();
   Result r{timed_out_ ? Outcome::kTimeout : Outcome::kSendFailed, reused_ && !timed_out_, false,
@@ -71,12 +69,10 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
   // one non-blocking recv on the spot (no trip through the scheduler). Otherwise go to the reactor
   // (a recv now would almost always fail with EAGAIN, a wasted syscall per request); its
   // edge-triggered read op cannot miss bytes that arrive meanwhile, as it reads at once when an
-  // edge came while no op was queued. The first read after a send that completed on the spot
-  // waits for readiness instead and only then takes buffer memory: a request waiting for its
-  // first token (a long prefill) holds no upstream buffer, as in nginx. No edge can have been
-  // consumed in between (the send and the wait run in one handler; the pooled connection was
-  // checked empty). When a read has to wait, the owner is told (it watches the client if the
-  // wait lasts).
+  // edge came while no op was queued. (A readiness wait before taking buffer memory was measured
+  // and dropped: Asio re-arms epoll with an epoll_ctl for every such wait, one more syscall per
+  // request.) When a read has to wait, the owner is told (it watches the client if the wait
+  // lasts).
   if (!sock_.is_open()) co_return false;
   if (maybe_more_) {
     int r = recvNow();
@@ -84,15 +80,6 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
   }
   observer_.onUpstreamWait();
   error_code ec;
-  if (sent_now_ && buf_.empty()) {
-    sent_now_ = false;
-    co_await sock_.async_wait(tcp::socket::wait_read, useEc(ec));
-    if (ec || !sock_.is_open()) co_return false;
-    int r = recvNow();
-    if (r >= 0) co_return r > 0;
-    // A spurious wake-up: read through the reactor.
-  }
-  sent_now_ = false;
   auto b = buf_.prepare(readRoom());
   size_t n = co_await sock_.async_read_some(b, useEc(ec));
   if (ec || n == 0) co_return false;
@@ -114,6 +101,11 @@ int UpstreamLeg::recvNow() {
   }
 }
 
+void UpstreamLeg::keepReadRoomSmall() {
+  grow_room_ = false;
+  read_room_ = kLegReadMin;
+}
+
 size_t UpstreamLeg::readRoom() const {
   return read_room_ > buf_.size() + kLegReadFloor ? read_room_ - buf_.size() : kLegReadFloor;
 }
@@ -121,7 +113,7 @@ size_t UpstreamLeg::readRoom() const {
 void UpstreamLeg::noteRead(size_t n, size_t room) {
   buf_.commit(n);
   maybe_more_ = n == room;
-  if (maybe_more_ && read_room_ < kLegReadMax) read_room_ *= 2;
+  if (maybe_more_ && grow_room_ && read_room_ < kLegReadMax) read_room_ *= 2;
 }
 
 asio::awaitable<UpstreamLeg::Result> UpstreamLeg::readHead(std::string_view method,

@@ -68,6 +68,9 @@ class UpstreamLeg {
   // More response bytes into buf(); false on EOF, error or abort.
   asio::awaitable<bool> readBody() { return readSome(); }
   Buffer& buf() { return buf_; }
+  // An event stream: its reads keep 4 KiB of room (events are small; an open stream holds one
+  // page, as nginx's proxy buffer) instead of doubling when a burst fills a read.
+  void keepReadRoomSmall();
   // Ends the exchange; `complete`: the whole response was read and the upstream allows reuse.
   void release(bool complete);
   // Closes the connection (deadline, client gone); a pending operation completes with an error.
@@ -98,7 +101,7 @@ class UpstreamLeg {
   size_t read_room_ = 4096;  // room asked for by the next read (grows for large bodies)
   int interim_count_ = 0;    // 1xx responses seen in this exchange
   bool maybe_more_ = false;  // the last read filled its room: more bytes may wait in the kernel
-  bool sent_now_ = false;    // the request was written on the spot and nothing read since
+  bool grow_room_ = true;    // reads that fill their room double it (large bodies)
 };
 
 }  // namespace kvgate::proxy

@@ -1,0 +1,198 @@
+#include "kv/kv_index.h"
+
+#include <bit>
+
+#include "kv/fingerprint.h"
+
+namespace kvgate::kv {
+
+using engines::KvEvent;
+
+bool keepsMedium(const KvEvent& e) {
+  const bool gpu = e.medium.empty() || e.medium == "GPU" || e.medium == "gpu";
+  const bool full_attention =
+      e.spec_kind.empty() ? e.group_idx == 0 : e.spec_kind == "full_attention";
+  return gpu && full_attention;
+}
+
+KvIndex::KvIndex(size_t max_blocks_per_worker)
+    : max_blocks_(max_blocks_per_worker), table_(std::make_shared<BlockTable>(1024)) {
+  published_.store(table_, std::memory_order_release);
+  updateBytes();
+}
+
+int KvIndex::addWorker() {
+  for (size_t i = 0; i < kMaxWorkers; ++i)
+    if (!inv_[i].used) {
+      inv_[i].used = true;
+      return static_cast<int>(i);
+    }
+  return -1;
+}
+
+void KvIndex::removeWorker(int w) {
+  ApplyStats st;
+  clear(w, st);
+  inv_[static_cast<size_t>(w)].used = false;
+}
+
+void KvIndex::setBits(uint64_t fp, uint64_t bits) {
+  if (table_->needsRebuild() || !table_->setBits(fp, bits)) {
+    std::shared_ptr<BlockTable> next = table_->rebuilt(1);
+    next->setBits(fp, bits);
+    table_ = std::move(next);
+    published_.store(table_, std::memory_order_release);
+  }
+}
+
+void KvIndex::apply(int w, const engines::KvEventBatch& batch, ApplyStats& st) {
+  for (const KvEvent& e : batch.events) {
+    switch (e.kind) {
+      case KvEvent::Kind::kStored:
+        storeEvent(w, e, st);
+        break;
+      case KvEvent::Kind::kRemoved:
+        removeEvent(w, e, st);
+        break;
+      case KvEvent::Kind::kCleared:
+        clear(w, st);
+        break;
+    }
+  }
+  updateBytes();
+}
+
+void KvIndex::storeEvent(int w, const KvEvent& e, ApplyStats& st) {
+  Worker& inv = inv_[static_cast<size_t>(w)];
+  const size_t n = e.block_hashes.size();
+  if (!keepsMedium(e) || (e.token_ids.empty() && n > 0)) {
+    ++st.skipped_events;
+    return;
+  }
+  if (e.block_size == 0 || e.token_ids.size() != n * e.block_size) {
+    ++st.misfit_events;
+    return;
+  }
+  std::optional<uint64_t> prev;
+  if (e.has_parent) {
+    const uint64_t* p = inv.engine_to_fp.find(e.parent);
+    if (!p) {
+      ++st.orphan_events;
+      return;
+    }
+    prev = *p;
+  } else {
+    prev = partitionRoot(e.lora_name, e.cache_salt);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t c = contentHash(e.token_ids.data() + i * e.block_size, e.block_size);
+    if (i < e.extras.size()) c = mixContent(c, e.extras[i].content_mix);
+    const uint64_t fp = prev ? chainHash(*prev, c) : c;
+    prev = fp;
+    addBlock(w, e.block_hashes[i], fp, st);
+  }
+}
+
+void KvIndex::addBlock(int w, uint64_t engine_hash, uint64_t fp, ApplyStats& st) {
+  Worker& inv = inv_[static_cast<size_t>(w)];
+  if (uint64_t* old = inv.engine_to_fp.find(engine_hash)) {
+    if (*old == fp) {
+      ++st.duplicate_blocks;  // vLLM re-sends stored blocks: idempotent
+      return;
+    }
+    dropEngineHash(w, engine_hash);  // the engine reused a hash for other content
+  }
+  inv.engine_to_fp.insert(engine_hash, fp);
+  inv.fifo.push_back(engine_hash);
+  auto [refs, inserted] = inv.fp_refs.insert(fp, 0);
+  if ((*refs)++ == 0) {
+    setBits(fp, uint64_t{1} << w);
+    inv.blocks.store(inv.fp_refs.size(), std::memory_order_relaxed);
+  }
+  ++st.stored_blocks;
+  while (inv.fp_refs.size() > max_blocks_ && !inv.fifo.empty()) {
+    const uint64_t oldest = inv.fifo.front();
+    inv.fifo.pop_front();
+    if (dropEngineHash(w, oldest)) ++st.evicted_blocks;
+  }
+  if (inv.fifo.size() > 2 * inv.engine_to_fp.size() + 1024) compactFifo(inv);
+}
+
+bool KvIndex::dropEngineHash(int w, uint64_t engine_hash) {
+  Worker& inv = inv_[static_cast<size_t>(w)];
+  uint64_t* p = inv.engine_to_fp.find(engine_hash);
+  if (!p) return false;
+  const uint64_t fp = *p;
+  inv.engine_to_fp.erase(engine_hash);
+  uint64_t* refs = inv.fp_refs.find(fp);
+  if (refs && --*refs == 0) {
+    inv.fp_refs.erase(fp);
+    table_->clearBits(fp, uint64_t{1} << w);
+    inv.blocks.store(inv.fp_refs.size(), std::memory_order_relaxed);
+  }
+  return true;
+}
+
+void KvIndex::removeEvent(int w, const KvEvent& e, ApplyStats& st) {
+  if (!keepsMedium(e)) {
+    ++st.skipped_events;
+    return;
+  }
+  for (uint64_t h : e.block_hashes) {
+    if (dropEngineHash(w, h))
+      ++st.removed_blocks;
+    else
+      ++st.unknown_removals;
+  }
+}
+
+void KvIndex::clear(int w, ApplyStats& st) {
+  Worker& inv = inv_[static_cast<size_t>(w)];
+  const uint64_t bit = uint64_t{1} << w;
+  inv.fp_refs.forEach([&](uint64_t fp, uint64_t) { table_->clearBits(fp, bit); });
+  inv.engine_to_fp.clear();
+  inv.fp_refs.clear();
+  std::deque<uint64_t>().swap(inv.fifo);
+  inv.blocks.store(0, std::memory_order_relaxed);
+  ++st.clears;
+  if (table_->needsRebuild()) {
+    table_ = table_->rebuilt();
+    published_.store(table_, std::memory_order_release);
+  }
+  updateBytes();
+}
+
+// Drops fifo entries whose engine hash is gone, keeping the order of the rest.
+void KvIndex::compactFifo(Worker& inv) {
+  std::deque<uint64_t> kept;
+  U64Map seen;
+  for (uint64_t h : inv.fifo)
+    if (inv.engine_to_fp.find(h) && seen.insert(h, 0).second) kept.push_back(h);
+  inv.fifo.swap(kept);
+}
+
+void KvIndex::updateBytes() {
+  size_t b = table_->bytes();
+  for (const Worker& inv : inv_)
+    if (inv.used)
+      b += inv.engine_to_fp.bytes() + inv.fp_refs.bytes() + inv.fifo.size() * sizeof(uint64_t);
+  bytes_.store(b, std::memory_order_relaxed);
+}
+
+size_t KvIndex::score(const uint64_t* chain, size_t n, uint64_t candidates,
+                      std::array<uint32_t, kMaxWorkers>& overlap) const {
+  std::shared_ptr<const BlockTable> t = published_.load(std::memory_order_acquire);
+  uint64_t alive = candidates;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t held = t->lookup(chain[i]) & alive;
+    for (uint64_t dropped = alive & ~held; dropped != 0; dropped &= dropped - 1)
+      overlap[static_cast<size_t>(std::countr_zero(dropped))] = static_cast<uint32_t>(i);
+    alive = held;
+    if (alive == 0) return i;
+  }
+  for (uint64_t rest = alive; rest != 0; rest &= rest - 1)
+    overlap[static_cast<size_t>(std::countr_zero(rest))] = static_cast<uint32_t>(n);
+  return alive ? n : 0;
+}
+
+}  // namespace kvgate::kv

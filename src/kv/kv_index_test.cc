@@ -1,0 +1,244 @@
+// KvIndex: events in, overlap out. Expected fingerprints come from the golden chain
+// (xxh3_fingerprint.json, tokens 0..63, block size 16) and overlaps are counted by hand.
+#include "kv/kv_index.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kv/fingerprint.h"
+
+namespace kvgate::kv {
+namespace {
+
+using engines::KvEvent;
+using engines::KvEventBatch;
+
+// The golden prefix chain of tokens 0..63 (4 blocks of 16), read from the golden file.
+std::vector<uint64_t> goldenChain0to63() {
+  std::ifstream in(std::string(KVGATE_GOLDEN_DIR) + "/xxh3_fingerprint.json");
+  auto g = nlohmann::json::parse(in);
+  for (const auto& v : g.at("vectors"))
+    if (v.at("name") == "tokens_0_63") {
+      std::vector<uint64_t> out;
+      for (const auto& h : v.at("prefix_hashes")) out.push_back(std::stoull(h.at("dec").get<std::string>()));
+      return out;
+    }
+  return {};
+}
+
+std::vector<uint32_t> iota(uint32_t from, uint32_t n) {
+  std::vector<uint32_t> v(n);
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+KvEvent stored(std::vector<uint64_t> hashes, std::vector<uint32_t> tokens, bool has_parent = false,
+               uint64_t parent = 0) {
+  KvEvent e;
+  e.kind = KvEvent::Kind::kStored;
+  e.block_hashes = std::move(hashes);
+  e.token_ids = std::move(tokens);
+  e.block_size = 16;
+  e.has_parent = has_parent;
+  e.parent = parent;
+  e.medium = "GPU";
+  return e;
+}
+
+KvEvent removed(std::vector<uint64_t> hashes) {
+  KvEvent e;
+  e.kind = KvEvent::Kind::kRemoved;
+  e.block_hashes = std::move(hashes);
+  return e;
+}
+
+KvEventBatch batch(std::vector<KvEvent> events) {
+  KvEventBatch b;
+  b.events = std::move(events);
+  return b;
+}
+
+struct Scored {
+  size_t best;
+  std::array<uint32_t, kMaxWorkers> overlap;
+};
+Scored score(const KvIndex& idx, const std::vector<uint64_t>& chain, uint64_t candidates) {
+  Scored s{};
+  s.overlap.fill(999);
+  s.best = idx.score(chain.data(), chain.size(), candidates, s.overlap);
+  return s;
+}
+
+TEST(KvIndex, StoredBlocksScoreByLongestLeadingRun) {
+  const auto chain = goldenChain0to63();
+  ASSERT_EQ(chain.size(), 4u);
+  KvIndex idx;
+  int a = idx.addWorker(), b = idx.addWorker(), c = idx.addWorker();
+  ApplyStats st;
+  // a holds blocks 0-2 (stored in two events, the second chained on engine hash 11);
+  // b holds blocks 0-3; c holds only block 1 and 2 of a different root (an orphan: skipped).
+  idx.apply(a, batch({stored({10, 11}, iota(0, 32)), stored({12}, iota(32, 16), true, 11)}), st);
+  idx.apply(b, batch({stored({20, 21, 22, 23}, iota(0, 64))}), st);
+  idx.apply(c, batch({stored({31, 32}, iota(16, 32), true, 99)}), st);
+  EXPECT_EQ(st.stored_blocks, 7u);
+  EXPECT_EQ(st.orphan_events, 1u);
+  EXPECT_EQ(idx.blocks(a), 3u);
+  EXPECT_EQ(idx.blocks(b), 4u);
+  EXPECT_EQ(idx.blocks(c), 0u);
+  const uint64_t all = (1u << a) | (1u << b) | (1u << c);
+  Scored s = score(idx, chain, all);
+  EXPECT_EQ(s.best, 4u);
+  EXPECT_EQ(s.overlap[a], 3u);
+  EXPECT_EQ(s.overlap[b], 4u);
+  EXPECT_EQ(s.overlap[c], 0u);
+  // Only the candidates asked about are scored.
+  s = score(idx, chain, 1u << a);
+  EXPECT_EQ(s.best, 3u);
+  EXPECT_EQ(s.overlap[b], 999u);
+}
+
+TEST(KvIndex, RemovalsDuplicatesAndClears) {
+  const auto chain = goldenChain0to63();
+  KvIndex idx;
+  int a = idx.addWorker();
+  ApplyStats st;
+  idx.apply(a, batch({stored({1, 2, 3, 4}, iota(0, 64))}), st);
+  // vLLM re-sends stored blocks from block 0: idempotent.
+  idx.apply(a, batch({stored({1, 2}, iota(0, 32))}), st);
+  EXPECT_EQ(st.duplicate_blocks, 2u);
+  EXPECT_EQ(idx.blocks(a), 4u);
+  // Evicting block 1 (engine hash 2) cuts the leading run to 1 block.
+  idx.apply(a, batch({removed({2, 77})}), st);
+  EXPECT_EQ(st.removed_blocks, 1u);
+  EXPECT_EQ(st.unknown_removals, 1u);
+  EXPECT_EQ(score(idx, chain, 1).overlap[a], 1u);
+  KvEvent clear;
+  clear.kind = KvEvent::Kind::kCleared;
+  idx.apply(a, batch({clear}), st);
+  EXPECT_EQ(idx.blocks(a), 0u);
+  EXPECT_EQ(score(idx, chain, 1).best, 0u);
+}
+
+TEST(KvIndex, OtherMediaGroupsAndMisfitsAreSkipped) {
+  KvIndex idx;
+  int a = idx.addWorker();
+  ApplyStats st;
+  KvEvent cpu = stored({1}, iota(0, 16));
+  cpu.medium = "CPU";
+  KvEvent swa = stored({2}, iota(0, 16));
+  swa.spec_kind = "sliding_window";
+  KvEvent g1 = stored({3}, iota(0, 16));
+  g1.group_idx = 1;  // no spec kind: only group 0 is taken as full attention
+  KvEvent misfit = stored({4, 5}, iota(0, 20));
+  KvEvent tokenless = stored({6}, {});
+  idx.apply(a, batch({cpu, swa, g1, misfit, tokenless}), st);
+  EXPECT_EQ(st.skipped_events, 4u);
+  EXPECT_EQ(st.misfit_events, 1u);
+  EXPECT_EQ(idx.blocks(a), 0u);
+}
+
+TEST(KvIndex, LoraAndSaltPartitionsAndMultimodalNeverMatchPlainText) {
+  const auto chain = goldenChain0to63();
+  KvIndex idx;
+  int lora = idx.addWorker(), salted = idx.addWorker(), mm = idx.addWorker();
+  ApplyStats st;
+  KvEvent l = stored({1, 2}, iota(0, 32));
+  l.lora_name = "adapter";
+  KvEvent s = stored({1, 2}, iota(0, 32));
+  s.cache_salt = "tenant-a";
+  KvEvent m = stored({1, 2}, iota(0, 32));
+  m.extras.resize(2);
+  m.extras[0].content_mix = 42;  // an image in block 0
+  idx.apply(lora, batch({l}), st);
+  idx.apply(salted, batch({s}), st);
+  idx.apply(mm, batch({m}), st);
+  const uint64_t all = 7;
+  EXPECT_EQ(score(idx, chain, all).best, 0u);
+  // The same prompt under the adapter's partition matches the adapter's worker only.
+  auto tokens = iota(0, 64);
+  std::vector<uint64_t> lchain(4);
+  prefixChain(tokens.data(), tokens.size(), 16, partitionRoot("adapter", ""), lchain.data(), 4);
+  Scored sc = score(idx, lchain, all);
+  EXPECT_EQ(sc.overlap[lora], 2u);
+  EXPECT_EQ(sc.overlap[salted], 0u);
+  EXPECT_EQ(sc.overlap[mm], 0u);
+}
+
+TEST(KvIndex, MemoryCapEvictsOldestFirst) {
+  KvIndex idx(/*max_blocks_per_worker=*/3);
+  int a = idx.addWorker();
+  ApplyStats st;
+  // Five unrelated single-block prompts: the two oldest go.
+  for (uint32_t i = 0; i < 5; ++i) idx.apply(a, batch({stored({100 + i}, iota(1000 * i, 16))}), st);
+  EXPECT_EQ(idx.blocks(a), 3u);
+  EXPECT_EQ(st.evicted_blocks, 2u);
+  for (uint32_t i = 0; i < 5; ++i) {
+    auto t = iota(1000 * i, 16);
+    std::vector<uint64_t> ch(1);
+    prefixChain(t.data(), t.size(), 16, std::nullopt, ch.data(), 1);
+    EXPECT_EQ(score(idx, ch, 1).best, i >= 2 ? 1u : 0u) << i;
+  }
+}
+
+TEST(KvIndex, ManyBlocksRebuildTheTableAndWorkersComeAndGo) {
+  KvIndex idx;
+  int a = idx.addWorker(), b = idx.addWorker();
+  ApplyStats st;
+  // 5000 blocks of one long prompt on a (forces several table rebuilds), the first 100 on b.
+  auto tokens = iota(0, 5000 * 16);
+  std::vector<uint64_t> hashes(5000);
+  std::iota(hashes.begin(), hashes.end(), 1);
+  idx.apply(a, batch({stored(hashes, tokens)}), st);
+  idx.apply(b, batch({stored({hashes.begin(), hashes.begin() + 100}, iota(0, 1600))}), st);
+  std::vector<uint64_t> chain(5000);
+  ASSERT_EQ(prefixChain(tokens.data(), tokens.size(), 16, std::nullopt, chain.data(), 5000), 5000u);
+  Scored s = score(idx, chain, 3);
+  EXPECT_EQ(s.overlap[a], 5000u);
+  EXPECT_EQ(s.overlap[b], 100u);
+  idx.removeWorker(a);
+  s = score(idx, chain, 3);
+  EXPECT_EQ(s.overlap[a], 0u);
+  EXPECT_EQ(s.overlap[b], 100u);
+  EXPECT_EQ(idx.addWorker(), a);  // the slot is reused, empty
+  EXPECT_EQ(idx.blocks(a), 0u);
+  EXPECT_GT(idx.bytes(), 0u);
+}
+
+// Readers score while the writer stores and removes: every score is one a consistent index
+// could give (a prefix of the blocks a worker held at some moment), never garbage.
+TEST(KvIndex, ReadersRunConcurrentlyWithTheWriter) {
+  KvIndex idx;
+  int a = idx.addWorker();
+  auto tokens = iota(0, 200 * 16);
+  std::vector<uint64_t> chain(200);
+  prefixChain(tokens.data(), tokens.size(), 16, std::nullopt, chain.data(), 200);
+  std::atomic<bool> stop{false};
+  std::atomic<size_t> bad{0};
+  std::thread reader([&] {
+    std::array<uint32_t, kMaxWorkers> ov{};
+    while (!stop.load()) {
+      size_t best = idx.score(chain.data(), chain.size(), 1, ov);
+      if (best > 200 || ov[static_cast<size_t>(a)] != best) bad.fetch_add(1);
+    }
+  });
+  ApplyStats st;
+  for (int round = 0; round < 200; ++round) {
+    std::vector<uint64_t> hashes(200);
+    std::iota(hashes.begin(), hashes.end(), 1 + round * 1000);
+    idx.apply(a, batch({stored(hashes, tokens)}), st);
+    idx.apply(a, batch({removed(hashes)}), st);
+  }
+  stop.store(true);
+  reader.join();
+  EXPECT_EQ(bad.load(), 0u);
+  EXPECT_EQ(idx.blocks(a), 0u);
+}
+
+}  // namespace
+}  // namespace kvgate::kv
