@@ -25,20 +25,20 @@ struct KvEvent {
   Kind kind = Kind::kStored;
   std::vector<uint64_t> block_hashes;  // engine hashes, folded to 64 bits
   bool has_parent = false;
-  uint64_t parent = 0;                // engine hash of the block before the first (has_parent)
-  std::vector<uint32_t> token_ids;    // kStored: the blocks' tokens (may be empty: offload tiers)
-  uint32_t block_size = 0;            // kStored
-  std::string medium;                 // "" when absent or nil (the engine's default: GPU)
-  std::string lora_name;              // kStored: "" when none
-  std::string cache_salt;             // kStored: the salt of block 0's extra keys, "" when none
-  std::vector<BlockExtra> extras;     // kStored: one per block when extra_keys was given
-  int64_t group_idx = 0;              // KV-cache group (hybrid models); 0 when absent
-  std::string spec_kind;              // e.g. "full_attention"; "" when absent
+  uint64_t parent = 0;              // engine hash of the block before the first (has_parent)
+  std::vector<uint32_t> token_ids;  // kStored: the blocks' tokens (may be empty: offload tiers)
+  uint32_t block_size = 0;          // kStored
+  std::string medium;               // "" when absent or nil (the engine's default: GPU)
+  std::string lora_name;            // kStored: "" when none
+  std::string cache_salt;           // kStored: the salt of block 0's extra keys, "" when none
+  std::vector<BlockExtra> extras;   // kStored: one per block when extra_keys was given
+  int64_t group_idx = 0;            // KV-cache group (hybrid models); 0 when absent
+  std::string spec_kind;            // e.g. "full_attention"; "" when absent
 };
 
 struct KvEventBatch {
-  double ts = 0;              // publisher wall clock, unix seconds
-  int64_t dp_rank = -1;       // data-parallel rank; -1 when absent
+  double ts = 0;         // publisher wall clock, unix seconds
+  int64_t dp_rank = -1;  // data-parallel rank; -1 when absent
   std::vector<KvEvent> events;
   size_t unknown_events = 0;  // events with a tag this decoder does not know (skipped)
   // Keeps allocations for the next batch (one batch object per subscriber).

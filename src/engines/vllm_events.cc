@@ -31,10 +31,9 @@ enum class Field : uint8_t {
 };
 
 // Positional field order after the tag (engines.md §1.5; fields are only ever appended).
-constexpr Field kStoredOrder[] = {Field::kHashes,    Field::kParent,   Field::kTokens,
-                                  Field::kBlockSize, Field::kLoraId,   Field::kMedium,
-                                  Field::kLoraName,  Field::kExtraKeys, Field::kGroupIdx,
-                                  Field::kSpecKind};
+constexpr Field kStoredOrder[] = {
+    Field::kHashes, Field::kParent,   Field::kTokens,    Field::kBlockSize, Field::kLoraId,
+    Field::kMedium, Field::kLoraName, Field::kExtraKeys, Field::kGroupIdx,  Field::kSpecKind};
 constexpr Field kRemovedOrder[] = {Field::kHashes, Field::kMedium, Field::kGroupIdx};
 
 Field fieldByName(std::string_view k) {
@@ -67,8 +66,7 @@ class Decoder {
 
   bool run() {
     out_.clear();
-    if (!(r_.peek() == MsgpackReader::Type::kArray ? envelopeArray() : envelopeMap()))
-      return false;
+    if (!(r_.peek() == MsgpackReader::Type::kArray ? envelopeArray() : envelopeMap())) return false;
     if (!r_.atEnd()) return bad("bytes after the batch");
     return true;
   }
@@ -264,7 +262,8 @@ class Decoder {
     out.resize(n);
     for (uint32_t i = 0; i < n; ++i) {
       uint64_t v;
-      if (!r_.readUint(v) || v > UINT32_MAX) return bad("token id is not a 32-bit unsigned integer");
+      if (!r_.readUint(v) || v > UINT32_MAX)
+        return bad("token id is not a 32-bit unsigned integer");
       out[i] = static_cast<uint32_t>(v);
     }
     return true;
@@ -308,8 +307,8 @@ class Decoder {
         if (x.peek() == MsgpackReader::Type::kStr) {
           std::string_view s;
           x.readStr(s);
-          const bool is_lora = e.lora_name.empty() ? (lora_id_set_ && first_string)
-                                                   : s == e.lora_name;
+          const bool is_lora =
+              e.lora_name.empty() ? (lora_id_set_ && first_string) : s == e.lora_name;
           first_string = false;
           if (is_lora) {
             if (e.lora_name.empty()) e.lora_name.assign(s);

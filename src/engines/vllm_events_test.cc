@@ -102,8 +102,9 @@ TEST(VllmEvents, EveryTruncationFails) {
 }
 
 TEST(VllmEvents, HashFoldingTakesTheLastEightBytesBigEndian) {
-  EXPECT_EQ(foldHashBytes(unhex("d830de3d42c00f25a2949b5d12d98642664a44872c1614c5b0147556276afc9c")),
-            12687895063098490012ull);  // engines.md §2.4: the published int of this digest
+  EXPECT_EQ(
+      foldHashBytes(unhex("d830de3d42c00f25a2949b5d12d98642664a44872c1614c5b0147556276afc9c")),
+      12687895063098490012ull);  // engines.md §2.4: the published int of this digest
   EXPECT_EQ(foldHashBytes(unhex("0102")), 0x0102u);
   EXPECT_EQ(foldHashBytes(""), 0u);
 }
@@ -113,12 +114,20 @@ TEST(VllmEvents, UnknownTagsKeysAndExtraFieldsAreIgnored) {
   // [1.0, [["Future", 1], {"type":"BlockRemoved","block_hashes":[5],"new_key":[1,2]},
   //        ["BlockRemoved", [-2], "GPU", 0, "extra"]], 3]
   std::string p = unhex(
-      "93" "cb3ff0000000000000"
       "93"
-      "92a6467574757265" "01"
-      "83a474797065ac426c6f636b52656d6f766564ac626c6f636b5f686173686573" "9105"
-      "a76e65775f6b6579" "920102"
-      "95ac426c6f636b52656d6f766564" "91fe" "a3475055" "00" "a56578747261"
+      "cb3ff0000000000000"
+      "93"
+      "92a6467574757265"
+      "01"
+      "83a474797065ac426c6f636b52656d6f766564ac626c6f636b5f686173686573"
+      "9105"
+      "a76e65775f6b6579"
+      "920102"
+      "95ac426c6f636b52656d6f766564"
+      "91fe"
+      "a3475055"
+      "00"
+      "a56578747261"
       "03");
   KvEventBatch b;
   std::string err;
@@ -146,9 +155,17 @@ TEST(VllmEvents, ExtraKeysSplitIntoPartitionAndContent) {
   // ["BlockStored", [1, 2], nil, [0 x 4], 2, nil, "GPU", "lora-a",
   //   [["lora-a", "salt-1"], ["lora-a", ["mm-1", -1]]]]
   std::string ev = unhex(
-      "99ab426c6f636b53746f726564" "920102" "c0" "9400000000" "02" "c0" "a3475055"
+      "99ab426c6f636b53746f726564"
+      "920102"
+      "c0"
+      "9400000000"
+      "02"
+      "c0"
+      "a3475055"
       "a66c6f72612d61"
-      "92" "92a66c6f72612d61a673616c742d31" "92a66c6f72612d6192a46d6d2d31ff");
+      "92"
+      "92a66c6f72612d61a673616c742d31"
+      "92a66c6f72612d6192a46d6d2d31ff");
   std::string p = unhex("92cb3ff000000000000091") + ev;
   KvEventBatch b;
   std::string err;
@@ -164,18 +181,19 @@ TEST(VllmEvents, ExtraKeysSplitIntoPartitionAndContent) {
 
 TEST(VllmEvents, HostilePayloadsFailCleanly) {
   const char* cases[] = {
-      "",                              // empty
-      "c1",                            // reserved byte
-      "dd ffffffff",                   // array of 4 billion with nothing after it
+      "",                                // empty
+      "c1",                              // reserved byte
+      "dd ffffffff",                     // array of 4 billion with nothing after it
       "92cb3ff0000000000000dd7fffffff",  // events: huge declared count
       "92cb3ff000000000000091 92ab426c6f636b53746f726564 dbffffffff",  // huge string length
-      "92cb3ff000000000000091 92ab426c6f636b53746f726564 01",  // block_hashes not an array
-      "92cb3ff000000000000091 94ab426c6f636b53746f726564 9101 c0 91cf0000000100000000",  // token > u32
+      "92cb3ff000000000000091 92ab426c6f636b53746f726564 01",          // block_hashes not an array
+      "92cb3ff000000000000091 94ab426c6f636b53746f726564 9101 c0 91cf0000000100000000",  // token >
+                                                                                         // u32
       "92cb3ff000000000000091 91ab426c6f636b53746f726564",  // BlockStored without hashes
-      "92cb3ff000000000000091 81a474797065",  // map event, type without value
-      "92cb3ff000000000000090 00",  // bytes after the batch
-      "92a1789100",                // ts not a number
-      "91cb3ff0000000000000",      // envelope too short
+      "92cb3ff000000000000091 81a474797065",                // map event, type without value
+      "92cb3ff000000000000090 00",                          // bytes after the batch
+      "92a1789100",                                         // ts not a number
+      "91cb3ff0000000000000",                               // envelope too short
   };
   for (const char* c : cases) {
     std::string hex;
@@ -224,7 +242,7 @@ TEST(Msgpack, IntegerWidthsAndRanges) {
   ASSERT_TRUE(s("e0", i));
   EXPECT_EQ(i, -32);
   EXPECT_FALSE(s("cf8000000000000000", i));  // above INT64_MAX
-  EXPECT_FALSE(s("d1ff", i));               // truncated
+  EXPECT_FALSE(s("d1ff", i));                // truncated
 }
 
 }  // namespace

@@ -3,8 +3,8 @@
 // The XXH3-64 seed-1337 chain of shared/golden/xxh3_fingerprint.json, computed from token ids, so
 // it works whatever hash algorithm and seed the engines run:
 //   content[i] = XXH3_64(seed 1337, block i's token ids as little-endian u32)
-//   prefix[0]  = content[0] without a parent, else XXH3_64(seed 1337, LE64(parent) || LE64(content[0]))
-//   prefix[i]  = XXH3_64(seed 1337, LE64(prefix[i-1]) || LE64(content[i]))
+//   prefix[0]  = content[0] without a parent, else XXH3_64(seed 1337, LE64(parent) ||
+//   LE64(content[0])) prefix[i]  = XXH3_64(seed 1337, LE64(prefix[i-1]) || LE64(content[i]))
 // Only full blocks count. Requests that differ in LoRA adapter or cache salt must never share a
 // block: their chains start from a partition root (partitionRoot) used as block 0's parent, so
 // the default partition (no adapter, no salt) is exactly the golden chain.

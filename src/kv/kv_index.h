@@ -59,7 +59,9 @@ class KvIndex {
   void clear(int w, ApplyStats& st);
 
   // Reader side (any thread).
-  size_t blocks(int w) const { return inv_[static_cast<size_t>(w)].blocks.load(std::memory_order_relaxed); }
+  size_t blocks(int w) const {
+    return inv_[static_cast<size_t>(w)].blocks.load(std::memory_order_relaxed);
+  }
   // For each worker bit in `candidates`, the length of the longest leading run of `chain` that
   // worker holds (the seed's overlap count), written to overlap[bit]. Stops as soon as no
   // candidate holds the next block. Returns the longest run. No allocation.
@@ -71,9 +73,9 @@ class KvIndex {
  private:
   struct Worker {
     bool used = false;
-    U64Map engine_to_fp;       // engine hash -> fingerprint
-    U64Map fp_refs;            // fingerprint -> engine hashes of this worker that map to it
-    std::deque<uint64_t> fifo; // engine hashes in store order (eviction; may hold stale ones)
+    U64Map engine_to_fp;        // engine hash -> fingerprint
+    U64Map fp_refs;             // fingerprint -> engine hashes of this worker that map to it
+    std::deque<uint64_t> fifo;  // engine hashes in store order (eviction; may hold stale ones)
     std::atomic<size_t> blocks{0};
   };
   void storeEvent(int w, const engines::KvEvent& e, ApplyStats& st);
@@ -86,7 +88,7 @@ class KvIndex {
 
   size_t max_blocks_;
   std::array<Worker, kMaxWorkers> inv_;
-  std::shared_ptr<BlockTable> table_;                // the writer's handle
+  std::shared_ptr<BlockTable> table_;  // the writer's handle
   std::atomic<std::shared_ptr<const BlockTable>> published_;
   std::atomic<size_t> bytes_{0};
 };

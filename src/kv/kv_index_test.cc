@@ -26,7 +26,8 @@ std::vector<uint64_t> goldenChain0to63() {
   for (const auto& v : g.at("vectors"))
     if (v.at("name") == "tokens_0_63") {
       std::vector<uint64_t> out;
-      for (const auto& h : v.at("prefix_hashes")) out.push_back(std::stoull(h.at("dec").get<std::string>()));
+      for (const auto& h : v.at("prefix_hashes"))
+        out.push_back(std::stoull(h.at("dec").get<std::string>()));
       return out;
     }
   return {};
