@@ -16,6 +16,7 @@ APT_PACKAGES=(
   libonig-dev             # Oniguruma: tokenizer Split regexes without a hand-written matcher
   libgtest-dev libgmock-dev
   libbenchmark-dev        # Google Benchmark: micro-benchmarks under bench/ (built with the rest)
+  libzmq3-dev cppzmq-dev  # KV events: ZMQ SUB (gateway) and PUB (simulator)
   clang-format clang-tidy # make lint
   prometheus              # promtool checks the /metrics exposition in the tests
   python3-jinja2          # second chat-template oracle (tests/tokenizer/jinja2_check.py): real Jinja2

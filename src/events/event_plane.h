@@ -1,0 +1,99 @@
+// EventPlane: the KV-event subscribers of the gateway, on one thread that owns every ZMQ socket
+// and is the KV index's only writer.
+//
+// One source per worker event address (`host:port`, the inventory key shared by every rule that
+// names it), one ZMQ SUB per data-parallel rank at port + rank (engines.md §1.2), subscribed to
+// the rule's topic prefix. Each message must be three frames [topic, seq (8 bytes big-endian),
+// msgpack batch]; anything else is counted as malformed and dropped. Batches go through the
+// source's SequenceTracker (events/sequence.h) and the vLLM decoder; a batch that does not decode
+// changes nothing. ZMQ reconnects by itself with backoff (100 ms doubling to 5 s); a message is
+// at most max_message_bytes (ZMQ_MAXMSGSIZE: a larger one drops the connection) and at most
+// rcv_hwm messages wait per socket (ZMQ_RCVHWM: beyond, ZMQ drops, and the sequence gap shows it).
+// Replay (DEALER to the replay port) is not built yet: a gap is handled as "no replay socket".
+//
+// Threads: setSources() and the readers (slotOf, stats) run on any thread; the event thread applies
+// source changes at its next poll (at most poll_ms later).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kv/kv_index.h"
+
+namespace zmq {
+class context_t;
+}
+
+namespace kvgate::events {
+
+struct SourceSpec {
+  std::string host;      // the worker's event address
+  uint16_t port = 5557;  // kvZmqPort; rank r publishes on port + r
+  int dp_ranks = 1;      // kvDpRankCount
+  std::string topic;     // SUB prefix filter ("" = everything)
+  std::string key() const { return host + ":" + std::to_string(port); }
+  bool operator==(const SourceSpec&) const = default;
+};
+
+struct EventPlaneOptions {
+  int poll_ms = 50;
+  int64_t max_message_bytes = 64 << 20;
+  int rcv_hwm = 100000;
+};
+
+// Counters of one source (all ranks), monotonic.
+struct SourceStats {
+  uint64_t batches = 0;         // applied
+  uint64_t duplicate_batches = 0;
+  uint64_t lost_batches = 0;    // sequence gaps
+  uint64_t restarts = 0;        // sequence went back
+  uint64_t clears = 0;          // inventory cleared (restart, large gap, AllBlocksCleared)
+  uint64_t malformed = 0;       // wrong frame count or seq size
+  uint64_t decode_errors = 0;   // payloads that failed to decode (not applied)
+  uint64_t unknown_events = 0;  // events with unknown tags (skipped)
+  kv::ApplyStats apply;
+};
+
+class EventPlane {
+ public:
+  EventPlane(kv::KvIndex& index, EventPlaneOptions opts = {});
+  ~EventPlane();
+  EventPlane(const EventPlane&) = delete;
+  EventPlane& operator=(const EventPlane&) = delete;
+
+  void start();
+  void stop();
+  // The sources to follow from now on (sources no longer named are closed and their inventory
+  // freed; a source named again starts empty).
+  void setSources(std::vector<SourceSpec> specs);
+  // The index slot (worker bit) of a source key, when the event thread has opened it.
+  std::optional<int> slotOf(const std::string& key) const;
+  std::optional<SourceStats> stats(const std::string& key) const;
+
+ private:
+  struct Source;
+  void run();
+  void applySpecs();
+  bool onMessage(Source& src, size_t rank);  // false when no message was waiting
+  void publishStats(const Source& src);
+
+  kv::KvIndex& index_;
+  EventPlaneOptions opts_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;  // guards pending_, slots_, stats_ (never held across I/O)
+  std::optional<std::vector<SourceSpec>> pending_;
+  std::map<std::string, int> slots_;
+  std::map<std::string, SourceStats> stats_;
+  // Event thread only.
+  std::unique_ptr<zmq::context_t> ctx_;
+  std::map<std::string, std::unique_ptr<Source>> sources_;
+};
+
+}  // namespace kvgate::events
