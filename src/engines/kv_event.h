@@ -41,11 +41,13 @@ struct KvEventBatch {
   int64_t dp_rank = -1;  // data-parallel rank; -1 when absent
   std::vector<KvEvent> events;
   size_t unknown_events = 0;  // events with a tag this decoder does not know (skipped)
-  // Keeps allocations for the next batch (one batch object per subscriber).
+  // Empties the batch for the next one (one batch object per subscriber); the event vector's
+  // capacity is kept unless an unusually large batch grew it.
   void clear() {
     ts = 0;
     dp_rank = -1;
     events.clear();
+    if (events.capacity() > 4096) std::vector<KvEvent>().swap(events);
     unknown_events = 0;
   }
 };

@@ -2,6 +2,8 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+
 #include "engines/msgpack.h"
 
 namespace kvgate::engines {
@@ -99,6 +101,7 @@ class Decoder {
       if (k == "ts") {
         if (!r_.readFloat(out_.ts)) return bad("batch ts is not a number");
       } else if (k == "events") {
+        if (got_events) return bad("batch map has two \"events\"");
         if (!events()) return false;
         got_events = true;
       } else if (k == "data_parallel_rank") {
@@ -113,7 +116,8 @@ class Decoder {
   bool events() {
     uint32_t n;
     if (!r_.readArrayHeader(n)) return bad("events is not an array");
-    out_.events.reserve(n);
+    // No reserve from the declared count: an element may take one byte on the wire and a
+    // KvEvent hundreds in memory. Events grow as they decode.
     for (uint32_t i = 0; i < n; ++i)
       if (!event()) return false;
     return true;
@@ -143,7 +147,7 @@ class Decoder {
       }
     } else if (r_.peek() == MsgpackReader::Type::kMap) {
       uint32_t m;
-      r_.readMapHeader(m);
+      if (!r_.readMapHeader(m)) return bad("truncated event map");
       bool has_tag = false;
       tag = Tag::kUnknown;
       for (uint32_t i = 0; i < m; ++i) {
@@ -154,6 +158,10 @@ class Decoder {
           if (!r_.readStr(t)) return bad("event type is not a string");
           tag = tagByName(t);
           has_tag = true;
+        } else if (has_tag && tag == Tag::kUnknown) {
+          // An event type we do not know (msgspec writes "type" first): its fields may reuse our
+          // names with other types, so they are skipped, not decoded.
+          if (!r_.skip()) return bad("truncated event field");
         } else if (!field(fieldByName(k), e)) {
           return false;
         }
@@ -177,6 +185,7 @@ class Decoder {
         e.kind = KvEvent::Kind::kStored;
         if (!seen_hashes_) return bad("BlockStored without block_hashes");
         if (!extras(e)) return false;
+        loraFromId(e);
         break;
     }
     out_.events.push_back(std::move(e));
@@ -204,7 +213,7 @@ class Decoder {
       case Field::kLoraId:
         if (r_.readNil()) return true;
         lora_id_set_ = true;
-        return r_.skip() || bad("truncated lora_id");
+        return r_.readInt(lora_id_) || bad("lora_id is not an integer");
       case Field::kMedium:
         return optStr(e.medium, "medium");
       case Field::kLoraName:
@@ -295,7 +304,7 @@ class Decoder {
     if (x.readNil()) return true;
     uint32_t nb;
     if (!x.readArrayHeader(nb)) return bad("extra_keys is not an array");
-    e.extras.resize(nb);
+    e.extras.resize(std::min<size_t>(nb, e.block_hashes.size()));
     for (uint32_t b = 0; b < nb; ++b) {
       if (x.readNil()) continue;
       uint32_t m;
@@ -323,9 +332,15 @@ class Decoder {
         }
         mix = XXH3_64bits_withSeed(start, static_cast<size_t>(x.position() - start), mix ^ 1337);
       }
-      e.extras[b].content_mix = mix == 0 ? 0 : (mix | 1);
+      if (b < e.extras.size()) e.extras[b].content_mix = mix == 0 ? 0 : (mix | 1);
     }
     return x.atEnd() || bad("bytes after extra_keys");
+  }
+
+  // A LoRA adapter known only by its integer id (SGLang; vLLM before lora_name): a partition of
+  // its own, so its blocks never match base-model prompts (nor, for now, any request).
+  void loraFromId(KvEvent& e) {
+    if (lora_id_set_ && e.lora_name.empty()) e.lora_name = "#lora_id:" + std::to_string(lora_id_);
   }
 
   MsgpackReader r_;
@@ -333,6 +348,7 @@ class Decoder {
   std::string& error_;
   std::string_view extra_keys_;  // raw bytes of the current event's extra_keys
   bool lora_id_set_ = false;
+  int64_t lora_id_ = 0;
   bool seen_hashes_ = false;
 };
 

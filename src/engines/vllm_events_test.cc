@@ -206,6 +206,38 @@ TEST(VllmEvents, HostilePayloadsFailCleanly) {
   }
 }
 
+// A declared event count is never trusted for memory: a million one-byte nil "events" cost the
+// decoder one failed event, not a million reserved KvEvents (each hundreds of bytes).
+TEST(VllmEvents, DeclaredCountsDoNotReserveMemory) {
+  std::string p = unhex("92cb3ff0000000000000dd000f4240") + std::string(1000000, '\xc0');
+  KvEventBatch b;
+  std::string err;
+  EXPECT_FALSE(decodeVllmBatch(p, b, err));  // nil is not an event
+  EXPECT_LT(b.events.capacity(), 16u);
+}
+
+// Events of a type we do not know are skipped whole, even when they reuse our field names with
+// other types; a LoRA known only by its id gets a partition of its own.
+TEST(VllmEvents, UnknownTypesAreSkippedAndLoraIdsPartition) {
+  // [1.0, [{"type":"Future","medium":7}, ["BlockStored",[1],nil,[0],1,3]]]
+  std::string p = unhex(
+      "92cb3ff0000000000000"
+      "92"
+      "82a474797065a6467574757265a66d656469756d07"
+      "96ab426c6f636b53746f726564"
+      "9101"
+      "c0"
+      "9100"
+      "01"
+      "03");
+  KvEventBatch b;
+  std::string err;
+  ASSERT_TRUE(decodeVllmBatch(p, b, err)) << err;
+  EXPECT_EQ(b.unknown_events, 1u);
+  ASSERT_EQ(b.events.size(), 1u);
+  EXPECT_EQ(b.events[0].lora_name, "#lora_id:3");
+}
+
 TEST(Msgpack, SkipHandlesDeepNestingWithoutRecursion) {
   std::string deep(100000, '\x91');  // 100k nested arrays of one element
   deep.push_back('\x00');

@@ -1,5 +1,9 @@
 #include "events/event_plane.h"
 
+#include <pthread.h>
+#include <signal.h>
+
+#include <stdexcept>
 #include <zmq.hpp>
 
 #include "common/log.h"
@@ -10,12 +14,13 @@ namespace kvgate::events {
 
 struct EventPlane::Source {
   SourceSpec spec;
-  int slot = -1;
-  std::vector<zmq::socket_t> subs;       // one per DP rank
-  std::vector<SequenceTracker> seq;      // one per DP rank (each rank numbers its own batches)
+  std::vector<int> slots;            // one index worker per DP rank
+  std::vector<zmq::socket_t> subs;   // one per DP rank
+  std::vector<SequenceTracker> seq;  // one per DP rank (each rank numbers its own batches)
   SourceStats st;
-  engines::KvEventBatch batch;           // reused between batches
+  engines::KvEventBatch batch;  // reused between batches
   std::string error;
+  uint64_t logged_errors = 0;  // decode errors logged (the first, then every 1000th)
 };
 
 EventPlane::EventPlane(kv::KvIndex& index, EventPlaneOptions opts)
@@ -32,7 +37,8 @@ void EventPlane::start() {
 void EventPlane::stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
-  sources_.clear();  // closes the sockets (linger 0)
+  // The thread is gone: this thread may close the sockets and free the inventories now.
+  while (!sources_.empty()) closeSource(sources_.begin());
 }
 
 void EventPlane::setSources(std::vector<SourceSpec> specs) {
@@ -40,7 +46,7 @@ void EventPlane::setSources(std::vector<SourceSpec> specs) {
   pending_ = std::move(specs);
 }
 
-std::optional<int> EventPlane::slotOf(const std::string& key) const {
+std::optional<uint64_t> EventPlane::slotsOf(const std::string& key) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = slots_.find(key);
   if (it == slots_.end()) return std::nullopt;
@@ -61,44 +67,38 @@ std::string zmqAddress(const std::string& host, int port) {
 }
 }  // namespace
 
-// Event thread: opens new sources, closes removed ones (their inventory freed).
-void EventPlane::applySpecs() {
-  std::optional<std::vector<SourceSpec>> next;
+void EventPlane::closeSource(std::map<std::string, std::unique_ptr<Source>>::iterator it) {
+  for (int slot : it->second->slots) index_.removeWorker(slot);
   {
     std::lock_guard<std::mutex> g(mu_);
-    next.swap(pending_);
+    slots_.erase(it->first);
+    stats_.erase(it->first);
   }
-  if (!next) return;
-  std::map<std::string, SourceSpec> want;
-  for (auto& s : *next) want.emplace(s.key(), s);
-  for (auto it = sources_.begin(); it != sources_.end();) {
-    auto w = want.find(it->first);
-    if (w != want.end() && w->second == it->second->spec) {
-      ++it;
-      continue;
-    }
-    index_.removeWorker(it->second->slot);
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      slots_.erase(it->first);
-      stats_.erase(it->first);
-    }
-    log::info("events", "stopped following KV events of " + it->first);
-    it = sources_.erase(it);
+  log::info("events", "stopped following KV events of " + it->first);
+  sources_.erase(it);
+}
+
+void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
+  const int ranks = spec.dp_ranks < 1 ? 1 : spec.dp_ranks;
+  if (spec.host.empty() || ranks > kMaxRanks || int{spec.port} + ranks - 1 > 65535 ||
+      spec.port == 0) {
+    log::warn("events", "not following KV events of " + key +
+                            ": host must be set, port 1-65535 "
+                            "and port + dp ranks - 1 <= 65535, at most " +
+                            std::to_string(kMaxRanks) + " ranks");
+    return;
   }
-  for (auto& [key, spec] : want) {
-    if (sources_.count(key)) continue;
-    int slot = index_.addWorker();
-    if (slot < 0) {
-      log::warn("events", "KV index full (" + std::to_string(kv::kMaxWorkers) +
-                              " workers): not following " + key);
-      continue;
-    }
-    auto src = std::make_unique<Source>();
-    src->spec = spec;
-    src->slot = slot;
-    const int ranks = spec.dp_ranks < 1 ? 1 : spec.dp_ranks;
+  auto src = std::make_unique<Source>();
+  src->spec = spec;
+  uint64_t mask = 0;
+  try {
     for (int r = 0; r < ranks; ++r) {
+      int slot = index_.addWorker();
+      if (slot < 0)
+        throw std::runtime_error("the KV index is full (" + std::to_string(kv::kMaxWorkers) +
+                                 " workers)");
+      src->slots.push_back(slot);
+      mask |= uint64_t{1} << slot;
       zmq::socket_t s(*ctx_, zmq::socket_type::sub);
       s.set(zmq::sockopt::linger, 0);
       s.set(zmq::sockopt::rcvhwm, opts_.rcv_hwm);
@@ -110,18 +110,58 @@ void EventPlane::applySpecs() {
       src->subs.push_back(std::move(s));
       src->seq.emplace_back();
     }
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      slots_[key] = slot;
-      stats_[key] = SourceStats{};
-    }
-    log::info("events", "following KV events of " + key + " (" + std::to_string(ranks) +
-                            " rank(s), topic \"" + spec.topic + "\")");
-    sources_.emplace(key, std::move(src));
+  } catch (const std::exception& e) {
+    for (int slot : src->slots) index_.removeWorker(slot);
+    log::warn("events", "not following KV events of " + key + ": " + e.what());
+    return;
   }
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    slots_[key] = mask;
+    stats_[key] = SourceStats{};
+  }
+  log::info("events", "following KV events of " + key + " (" + std::to_string(ranks) +
+                          " rank(s), topic \"" + spec.topic + "\")");
+  sources_.emplace(key, std::move(src));
+}
+
+// Event thread: opens new sources, closes removed or changed ones (their inventory freed).
+void EventPlane::applySpecs() {
+  std::optional<std::vector<SourceSpec>> next;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    next.swap(pending_);
+  }
+  if (!next) return;
+  std::map<std::string, SourceSpec> want;
+  for (auto& s : *next) want.emplace(s.key(), s);
+  for (auto it = sources_.begin(); it != sources_.end();) {
+    auto w = want.find(it->first);
+    auto cur = it++;
+    if (w == want.end() || !(w->second == cur->second->spec)) closeSource(cur);
+  }
+  for (auto& [key, spec] : want)
+    if (!sources_.count(key)) openSource(key, spec);
 }
 
 void EventPlane::run() {
+  // Signals are the main thread's (SIGTERM drains the gateway): never delivered here, where they
+  // would interrupt zmq_poll.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  while (!stop_.load()) {
+    try {
+      loop();
+    } catch (const std::exception& e) {  // zmq::error_t, bad_alloc: survive, count, go on
+      std::lock_guard<std::mutex> g(mu_);
+      for (auto& [key, st] : stats_) ++st.errors;
+      log::warn("events", std::string("event plane error: ") + e.what());
+    }
+  }
+}
+
+void EventPlane::loop() {
   std::vector<zmq::pollitem_t> items;
   std::vector<std::pair<Source*, size_t>> owners;
   while (!stop_.load()) {
@@ -171,9 +211,12 @@ bool EventPlane::onMessage(Source& src, size_t rank) {
   std::string_view payload(static_cast<const char*>(frames[2].data()), frames[2].size());
   if (!engines::decodeVllmBatch(payload, src.batch, src.error)) {
     ++src.st.decode_errors;  // not applied, and not counted as seen: the next batch shows a gap
-    log::warn("events", "bad KV-event batch from " + src.spec.key() + ": " + src.error);
+    if (src.logged_errors++ % 1000 == 0)
+      log::warn("events", "bad KV-event batch from " + src.spec.key() + " (" +
+                              std::to_string(src.st.decode_errors) + " so far): " + src.error);
     return true;
   }
+  const int slot = src.slots[rank];
   SequenceTracker::Decision d = src.seq[rank].onBatch(seq, /*can_replay=*/false);
   if (!d.apply) {
     ++src.st.duplicate_batches;
@@ -182,10 +225,10 @@ bool EventPlane::onMessage(Source& src, size_t rank) {
   src.st.lost_batches += d.lost;
   if (d.restart) ++src.st.restarts;
   if (d.clear) {
-    index_.clear(src.slot, src.st.apply);
+    index_.clear(slot, src.st.apply);
     ++src.st.clears;
   }
-  index_.apply(src.slot, src.batch, src.st.apply);
+  index_.apply(slot, src.batch, src.st.apply);
   ++src.st.batches;
   src.st.unknown_events += src.batch.unknown_events;
   return true;

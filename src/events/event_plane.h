@@ -1,15 +1,19 @@
 // EventPlane: the KV-event subscribers of the gateway, on one thread that owns every ZMQ socket
 // and is the KV index's only writer.
 //
-// One source per worker event address (`host:port`, the inventory key shared by every rule that
-// names it), one ZMQ SUB per data-parallel rank at port + rank (engines.md §1.2), subscribed to
-// the rule's topic prefix. Each message must be three frames [topic, seq (8 bytes big-endian),
-// msgpack batch]; anything else is counted as malformed and dropped. Batches go through the
-// source's SequenceTracker (events/sequence.h) and the vLLM decoder; a batch that does not decode
-// changes nothing. ZMQ reconnects by itself with backoff (100 ms doubling to 5 s); a message is
-// at most max_message_bytes (ZMQ_MAXMSGSIZE: a larger one drops the connection) and at most
-// rcv_hwm messages wait per socket (ZMQ_RCVHWM: beyond, ZMQ drops, and the sequence gap shows it).
-// Replay (DEALER to the replay port) is not built yet: a gap is handled as "no replay socket".
+// One source per worker event address (`host:port`, the key shared by every rule that names it),
+// one ZMQ SUB per data-parallel rank at port + rank (engines.md §1.2), subscribed to the rule's
+// topic prefix. Each rank is its own inventory in the index (its own sequence, clears and
+// restarts: ranks are separate engines); slotsOf() gives the source's worker bits, and a
+// worker's overlap is the best of its ranks'. A spec with an empty host, a port range past 65535
+// or more than kMaxRanks ranks is refused (logged) and not followed. Each message must be three
+// frames [topic, seq (8 bytes big-endian), msgpack batch]; anything else is counted as malformed
+// and dropped. Batches go through the source's SequenceTracker (events/sequence.h) and the vLLM
+// decoder; a batch that does not decode changes nothing. ZMQ reconnects by itself with backoff (100
+// ms doubling to 5 s); a message is at most max_message_bytes (ZMQ_MAXMSGSIZE: a larger one drops
+// the connection) and at most rcv_hwm messages wait per socket (ZMQ_RCVHWM: beyond, ZMQ drops, and
+// the sequence gap shows it). Replay (DEALER to the replay port) is not built yet: a gap is handled
+// as "no replay socket".
 //
 // Threads: setSources() and the readers (slotOf, stats) run on any thread; the event thread applies
 // source changes at its next poll (at most poll_ms later).
@@ -32,6 +36,8 @@ class context_t;
 
 namespace kvgate::events {
 
+constexpr int kMaxRanks = 16;
+
 struct SourceSpec {
   std::string host;      // the worker's event address
   uint16_t port = 5557;  // kvZmqPort; rank r publishes on port + r
@@ -49,12 +55,13 @@ struct EventPlaneOptions {
 
 // Counters of one source (all ranks), monotonic.
 struct SourceStats {
-  uint64_t batches = 0;         // applied
+  uint64_t batches = 0;  // applied
   uint64_t duplicate_batches = 0;
   uint64_t lost_batches = 0;    // sequence gaps
   uint64_t restarts = 0;        // sequence went back
   uint64_t clears = 0;          // inventory cleared (restart, large gap, AllBlocksCleared)
   uint64_t malformed = 0;       // wrong frame count or seq size
+  uint64_t errors = 0;          // ZMQ or allocation errors on the event thread (survived)
   uint64_t decode_errors = 0;   // payloads that failed to decode (not applied)
   uint64_t unknown_events = 0;  // events with unknown tags (skipped)
   kv::ApplyStats apply;
@@ -72,16 +79,19 @@ class EventPlane {
   // The sources to follow from now on (sources no longer named are closed and their inventory
   // freed; a source named again starts empty).
   void setSources(std::vector<SourceSpec> specs);
-  // The index slot (worker bit) of a source key, when the event thread has opened it.
-  std::optional<int> slotOf(const std::string& key) const;
+  // The index worker bits of a source key (one per rank), when the event thread has opened it.
+  std::optional<uint64_t> slotsOf(const std::string& key) const;
   std::optional<SourceStats> stats(const std::string& key) const;
 
  private:
   struct Source;
   void run();
+  void loop();  // until stop_; throws on ZMQ or allocation errors (run() survives them)
   void applySpecs();
   bool onMessage(Source& src, size_t rank);  // false when no message was waiting
   void publishStats(const Source& src);
+  void openSource(const std::string& key, const SourceSpec& spec);
+  void closeSource(std::map<std::string, std::unique_ptr<Source>>::iterator it);
 
   kv::KvIndex& index_;
   EventPlaneOptions opts_;
@@ -89,7 +99,7 @@ class EventPlane {
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;  // guards pending_, slots_, stats_ (never held across I/O)
   std::optional<std::vector<SourceSpec>> pending_;
-  std::map<std::string, int> slots_;
+  std::map<std::string, uint64_t> slots_;
   std::map<std::string, SourceStats> stats_;
   // Event thread only.
   std::unique_ptr<zmq::context_t> ctx_;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -81,8 +82,8 @@ TEST(EventPlane, FollowsARealPublisher) {
   plane.start();
   SourceSpec spec{"127.0.0.1", eng.port, 1, "kv"};
   plane.setSources({spec});
-  ASSERT_TRUE(waitUntil([&] { return plane.slotOf(spec.key()).has_value(); }));
-  const int slot = *plane.slotOf(spec.key());
+  ASSERT_TRUE(waitUntil([&] { return plane.slotsOf(spec.key()).has_value(); }));
+  const int slot = std::countr_zero(*plane.slotsOf(spec.key()));
   const std::string stored = goldenBatch("v_post42892_bytes_hashes");  // stores blocks 0-1
   // PUB/SUB joins asynchronously: send seq 0 until it lands (repeats are duplicates).
   ASSERT_TRUE(waitUntil([&] {
@@ -92,7 +93,7 @@ TEST(EventPlane, FollowsARealPublisher) {
   // Another topic is filtered out; malformed and undecodable messages change nothing.
   eng.send("other", seqFrame(1), goldenBatch("v0_9_positional_minimal"));
   eng.pub.send(zmq::buffer(std::string("kv")), zmq::send_flags::none);  // one frame
-  eng.send("kv", seqFrame(1), "\xc1");                                   // not msgpack
+  eng.send("kv", seqFrame(1), "\xc1");                                  // not msgpack
   // seq 1: positional v0.9 batch: stores the same two blocks under int hashes and removes block
   // 1. An int hash is the last 8 digest bytes, exactly what the bytes hashes of seq 0 fold to
   // (engines.md §1.5), so the stores are duplicates and the removal drops block 1: 1 block left.
@@ -120,12 +121,80 @@ TEST(EventPlane, FollowsARealPublisher) {
   EXPECT_EQ(overlap(idx, slot), 2u);
   auto st = *plane.stats(spec.key());
   EXPECT_EQ(st.apply.unknown_removals, 0u);
-  EXPECT_GE(st.duplicate_batches, 0u);
+  EXPECT_EQ(st.errors, 0u);
   // Dropping the source frees its worker.
   plane.setSources({});
-  ASSERT_TRUE(waitUntil([&] { return !plane.slotOf(spec.key()).has_value(); }));
+  ASSERT_TRUE(waitUntil([&] { return !plane.slotsOf(spec.key()).has_value(); }));
   EXPECT_EQ(idx.blocks(slot), 0u);
   plane.stop();
+}
+
+// Two DP ranks publish on port and port + 1; each rank is its own inventory, so a restart of rank 1
+// does not clear what rank 0 holds.
+TEST(EventPlane, DataParallelRanksAreSeparateInventories) {
+  std::unique_ptr<Engine> r0;
+  zmq::socket_t* r1 = nullptr;
+  std::unique_ptr<zmq::socket_t> r1_owner;
+  for (int attempt = 0; attempt < 20 && !r1; ++attempt) {
+    r0 = std::make_unique<Engine>();
+    auto s = std::make_unique<zmq::socket_t>(r0->ctx, zmq::socket_type::pub);
+    s->set(zmq::sockopt::linger, 0);
+    try {
+      s->bind("tcp://127.0.0.1:" + std::to_string(r0->port + 1));
+      r1_owner = std::move(s);
+      r1 = r1_owner.get();
+    } catch (const zmq::error_t&) {  // port + 1 taken: try another pair
+    }
+  }
+  ASSERT_NE(r1, nullptr);
+  kv::KvIndex idx;
+  EventPlane plane(idx, EventPlaneOptions{10, 1 << 20, 1000});
+  plane.start();
+  SourceSpec spec{"127.0.0.1", r0->port, 2, ""};
+  plane.setSources({spec});
+  ASSERT_TRUE(waitUntil([&] { return plane.slotsOf(spec.key()).has_value(); }));
+  const uint64_t mask = *plane.slotsOf(spec.key());
+  ASSERT_EQ(std::popcount(mask), 2);
+  const int slot0 = std::countr_zero(mask), slot1 = 63 - std::countl_zero(mask);
+  const std::string stored = goldenBatch("v_post42892_bytes_hashes");
+  auto send1 = [&](uint64_t seq, const std::string& payload) {
+    r1->send(zmq::buffer(std::string()), zmq::send_flags::sndmore);
+    r1->send(zmq::buffer(seqFrame(seq)), zmq::send_flags::sndmore);
+    r1->send(zmq::buffer(payload), zmq::send_flags::none);
+  };
+  ASSERT_TRUE(waitUntil([&] {
+    r0->send("", seqFrame(0), stored);
+    return overlap(idx, slot0) == 2;
+  }));
+  ASSERT_TRUE(waitUntil([&] {
+    send1(7, stored);
+    return overlap(idx, slot1) == 2;
+  }));
+  send1(0, goldenBatch("v_pre42892_positional_full"));  // rank 1 restarted: clears rank 1 only
+  ASSERT_TRUE(waitUntil([&] { return plane.stats(spec.key())->restarts == 1; }));
+  EXPECT_EQ(overlap(idx, slot1), 0u);
+  EXPECT_EQ(overlap(idx, slot0), 2u);
+  plane.stop();  // frees both inventories
+  EXPECT_EQ(idx.blocks(slot0), 0u);
+  EXPECT_FALSE(plane.slotsOf(spec.key()).has_value());
+}
+
+// Specs the event plane cannot follow are refused without touching the index.
+TEST(EventPlane, InvalidSpecsAreRefused) {
+  kv::KvIndex idx;
+  EventPlane plane(idx, EventPlaneOptions{10, 1 << 20, 1000});
+  plane.start();
+  SourceSpec ok{"127.0.0.1", 1, 1, ""};
+  plane.setSources({SourceSpec{"", 5557, 1, ""}, SourceSpec{"127.0.0.1", 65535, 2, ""},
+                    SourceSpec{"127.0.0.1", 6000, kMaxRanks + 1, ""}, ok});
+  ASSERT_TRUE(waitUntil([&] { return plane.slotsOf(ok.key()).has_value(); }));
+  EXPECT_FALSE(plane.slotsOf(":5557").has_value());
+  EXPECT_FALSE(plane.slotsOf("127.0.0.1:65535").has_value());
+  EXPECT_FALSE(plane.slotsOf("127.0.0.1:6000").has_value());
+  EXPECT_EQ(*plane.slotsOf(ok.key()), 1u);  // the valid source has worker 0
+  plane.stop();
+  EXPECT_EQ(idx.addWorker(), 0);  // stop() freed it, and the refused specs took none
+  EXPECT_EQ(idx.addWorker(), 1);
 }
 
 }  // namespace

@@ -23,13 +23,13 @@ class SequenceTracker {
   static constexpr uint64_t kMaxKeptGap = 64;
 
   struct Decision {
-    bool apply = false;          // apply the batch (after the replay, when there is one)
-    bool clear = false;          // clear the worker's inventory first
-    bool replay = false;         // replay batches [replay_from, replay_to] first
+    bool apply = false;   // apply the batch (after the replay, when there is one)
+    bool clear = false;   // clear the worker's inventory first
+    bool replay = false;  // replay batches [replay_from, replay_to] first
     uint64_t replay_from = 0;
     uint64_t replay_to = 0;
-    bool restart = false;        // the publisher restarted (for metrics)
-    uint64_t lost = 0;           // batches missing before this one (for metrics)
+    bool restart = false;  // the publisher restarted (for metrics)
+    uint64_t lost = 0;     // batches missing before this one (for metrics)
   };
 
   // A live batch with sequence `seq`. `can_replay`: the publisher has a replay socket.

@@ -27,11 +27,13 @@ uint64_t chainHash(uint64_t parent, uint64_t content) {
 
 std::optional<uint64_t> partitionRoot(std::string_view lora, std::string_view cache_salt) {
   if (lora.empty() && cache_salt.empty()) return std::nullopt;
+  // Length-prefixed fields: ("a\0b", "") and ("a", "b\0") must differ.
   std::string m = "kvgate-partition";
-  m.push_back('\0');
-  m.append(lora);
-  m.push_back('\0');
-  m.append(cache_salt);
+  for (std::string_view f : {lora, cache_salt}) {
+    const uint64_t n = f.size();
+    m.append(reinterpret_cast<const char*>(&n), sizeof n);
+    m.append(f);
+  }
   return XXH3_64bits_withSeed(m.data(), m.size(), kFingerprintSeed);
 }
 

@@ -8,11 +8,27 @@ namespace kvgate::kv {
 
 using engines::KvEvent;
 
-bool keepsMedium(const KvEvent& e) {
-  const bool gpu = e.medium.empty() || e.medium == "GPU" || e.medium == "gpu";
-  const bool full_attention =
-      e.spec_kind.empty() ? e.group_idx == 0 : e.spec_kind == "full_attention";
-  return gpu && full_attention;
+// True when an event of this medium and KV-cache group belongs in the index. Stores teach the
+// worker which group numbers are full attention; removals (which carry only the number) follow.
+bool KvIndex::keeps(Worker& inv, const KvEvent& e) {
+  if (!(e.medium.empty() || e.medium == "GPU" || e.medium == "gpu")) return false;
+  if (e.group_idx < 0 || e.group_idx >= 64) return false;
+  const uint64_t bit = uint64_t{1} << e.group_idx;
+  if (e.kind == KvEvent::Kind::kStored && e.spec_kind == "full_attention")
+    inv.full_attention_groups |= bit;
+  if (!e.spec_kind.empty()) return e.spec_kind == "full_attention";
+  // No kind given: a learned full-attention group, or group 0 while nothing was learned.
+  return inv.full_attention_groups ? (inv.full_attention_groups & bit) != 0 : e.group_idx == 0;
+}
+
+void KvIndex::publish(std::shared_ptr<BlockTable> next) {
+  retired_.push_back(std::move(table_));
+  table_ = std::move(next);
+  published_.store(table_, std::memory_order_release);
+}
+
+void KvIndex::freeRetired() {
+  std::erase_if(retired_, [](const std::shared_ptr<BlockTable>& t) { return t.use_count() == 1; });
 }
 
 KvIndex::KvIndex(size_t max_blocks_per_worker)
@@ -34,14 +50,14 @@ void KvIndex::removeWorker(int w) {
   ApplyStats st;
   clear(w, st);
   inv_[static_cast<size_t>(w)].used = false;
+  inv_[static_cast<size_t>(w)].full_attention_groups = 0;
 }
 
 void KvIndex::setBits(uint64_t fp, uint64_t bits) {
   if (table_->needsRebuild() || !table_->setBits(fp, bits)) {
     std::shared_ptr<BlockTable> next = table_->rebuilt(1);
     next->setBits(fp, bits);
-    table_ = std::move(next);
-    published_.store(table_, std::memory_order_release);
+    publish(std::move(next));
   }
 }
 
@@ -59,13 +75,14 @@ void KvIndex::apply(int w, const engines::KvEventBatch& batch, ApplyStats& st) {
         break;
     }
   }
+  freeRetired();
   updateBytes();
 }
 
 void KvIndex::storeEvent(int w, const KvEvent& e, ApplyStats& st) {
   Worker& inv = inv_[static_cast<size_t>(w)];
   const size_t n = e.block_hashes.size();
-  if (!keepsMedium(e) || (e.token_ids.empty() && n > 0)) {
+  if (!keeps(inv, e) || (e.token_ids.empty() && n > 0)) {
     ++st.skipped_events;
     return;
   }
@@ -110,7 +127,9 @@ void KvIndex::addBlock(int w, uint64_t engine_hash, uint64_t fp, ApplyStats& st)
     inv.blocks.store(inv.fp_refs.size(), std::memory_order_relaxed);
   }
   ++st.stored_blocks;
-  while (inv.fp_refs.size() > max_blocks_ && !inv.fifo.empty()) {
+  // The cap bounds both maps: many engine hashes may name one fingerprint.
+  while ((inv.fp_refs.size() > max_blocks_ || inv.engine_to_fp.size() > max_blocks_) &&
+         !inv.fifo.empty()) {
     const uint64_t oldest = inv.fifo.front();
     inv.fifo.pop_front();
     if (dropEngineHash(w, oldest)) ++st.evicted_blocks;
@@ -134,7 +153,7 @@ bool KvIndex::dropEngineHash(int w, uint64_t engine_hash) {
 }
 
 void KvIndex::removeEvent(int w, const KvEvent& e, ApplyStats& st) {
-  if (!keepsMedium(e)) {
+  if (!keeps(inv_[static_cast<size_t>(w)], e)) {
     ++st.skipped_events;
     return;
   }
@@ -155,10 +174,8 @@ void KvIndex::clear(int w, ApplyStats& st) {
   std::deque<uint64_t>().swap(inv.fifo);
   inv.blocks.store(0, std::memory_order_relaxed);
   ++st.clears;
-  if (table_->needsRebuild()) {
-    table_ = table_->rebuilt();
-    published_.store(table_, std::memory_order_release);
-  }
+  if (table_->needsRebuild()) publish(table_->rebuilt());
+  freeRetired();
   updateBytes();
 }
 

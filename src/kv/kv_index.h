@@ -8,15 +8,18 @@
 // cap evicts oldest first).
 //
 // Threads: one writer (the event plane) calls apply/clear/addWorker/removeWorker; any number of
-// readers call score/blocks concurrently without locks. Readers load the current BlockTable
-// through an atomic shared_ptr (a table the writer replaced stays alive until its last reader
-// drops it) and read its slots with acquire loads (see block_table.h).
+// readers call score/blocks concurrently. A reader loads the current BlockTable through an
+// std::atomic<shared_ptr> (libstdc++ 12 guards that pointer with a brief internal spinlock: one
+// load per decision) and reads its slots with plain acquire loads, no lock (see block_table.h). A
+// table the writer replaced stays alive until its last reader drops it; the writer frees it.
 //
 // Rules for events (shared/reference/engines.md §1.6, §0b): only the GPU medium (absent medium
-// counts as GPU) and the full-attention group (kv_cache_spec_kind "full_attention", or absent with
-// group 0) are kept; stores are idempotent (vLLM re-sends stored blocks from block 0); a store
-// whose parent is unknown (an orphan) or whose token_ids do not fit block_hashes x block_size is
-// counted and skipped; a removal of an unknown hash is counted and ignored.
+// counts as GPU) and the full-attention KV-cache group are kept: a store names its group's kind
+// ("full_attention"; absent means group 0 is it), and the worker learns which group numbers are
+// full attention, because removals carry only the number; stores are idempotent (vLLM re-sends
+// stored blocks from block 0); a store whose parent is unknown (an orphan) or whose token_ids do
+// not fit block_hashes x block_size is counted and skipped; a removal of an unknown hash is counted
+// and ignored.
 #pragma once
 #include <array>
 #include <atomic>
@@ -73,7 +76,8 @@ class KvIndex {
  private:
   struct Worker {
     bool used = false;
-    U64Map engine_to_fp;        // engine hash -> fingerprint
+    uint64_t full_attention_groups = 0;  // group numbers (< 64) seen with kind full_attention
+    U64Map engine_to_fp;                 // engine hash -> fingerprint
     U64Map fp_refs;             // fingerprint -> engine hashes of this worker that map to it
     std::deque<uint64_t> fifo;  // engine hashes in store order (eviction; may hold stale ones)
     std::atomic<size_t> blocks{0};
@@ -85,15 +89,18 @@ class KvIndex {
   void setBits(uint64_t fp, uint64_t bits);
   void compactFifo(Worker& inv);
   void updateBytes();
+  void publish(std::shared_ptr<BlockTable> next);
+  void freeRetired();
+  bool keeps(Worker& inv, const engines::KvEvent& e);
 
   size_t max_blocks_;
   std::array<Worker, kMaxWorkers> inv_;
   std::shared_ptr<BlockTable> table_;  // the writer's handle
+  // Tables replaced while readers may still hold them: freed by the writer once it holds the
+  // last reference (a reader never frees a table of hundreds of MiB on the request path).
+  std::vector<std::shared_ptr<BlockTable>> retired_;
   std::atomic<std::shared_ptr<const BlockTable>> published_;
   std::atomic<size_t> bytes_{0};
 };
-
-// True when an event of this medium and KV-cache group belongs in the index.
-bool keepsMedium(const engines::KvEvent& e);
 
 }  // namespace kvgate::kv

@@ -211,6 +211,50 @@ TEST(KvIndex, ManyBlocksRebuildTheTableAndWorkersComeAndGo) {
   EXPECT_GT(idx.bytes(), 0u);
 }
 
+// Hybrid models: removals carry only the group number. Full attention in group 1: its removals
+// apply, group 0's (sliding window) never touch the full-attention blocks.
+TEST(KvIndex, RemovalsFollowTheLearnedFullAttentionGroup) {
+  const auto chain = goldenChain0to63();
+  KvIndex idx;
+  int a = idx.addWorker();
+  ApplyStats st;
+  KvEvent full = stored({1, 2}, iota(0, 32));
+  full.group_idx = 1;
+  full.spec_kind = "full_attention";
+  KvEvent swa = stored({1, 2}, iota(0, 32));  // the same hashes in the sliding-window group
+  swa.group_idx = 0;
+  swa.spec_kind = "sliding_window";
+  idx.apply(a, batch({full, swa}), st);
+  EXPECT_EQ(idx.blocks(a), 2u);
+  KvEvent rm_swa = removed({2});
+  rm_swa.group_idx = 0;
+  idx.apply(a, batch({rm_swa}), st);
+  EXPECT_EQ(score(idx, chain, 1).overlap[a], 2u);  // group 0's eviction is not ours
+  KvEvent rm_full = removed({2});
+  rm_full.group_idx = 1;
+  idx.apply(a, batch({rm_full}), st);
+  EXPECT_EQ(score(idx, chain, 1).overlap[a], 1u);
+}
+
+// An engine hash stored again for other content moves to the new block; two engine hashes naming
+// one block keep it until both are removed.
+TEST(KvIndex, EngineHashesAndFingerprintsAreCountedNotAssumedOneToOne) {
+  const auto chain = goldenChain0to63();
+  KvIndex idx;
+  int a = idx.addWorker();
+  ApplyStats st;
+  idx.apply(a, batch({stored({7}, iota(0, 16))}), st);    // hash 7 = block 0 of the chain
+  idx.apply(a, batch({stored({7}, iota(500, 16))}), st);  // hash 7 reused: other content
+  EXPECT_EQ(score(idx, chain, 1).overlap[a], 0u);
+  EXPECT_EQ(idx.blocks(a), 1u);
+  idx.apply(a, batch({stored({8}, iota(0, 16)), stored({9}, iota(0, 16))}), st);  // 8, 9: block 0
+  EXPECT_EQ(idx.blocks(a), 2u);
+  idx.apply(a, batch({removed({8})}), st);
+  EXPECT_EQ(score(idx, chain, 1).overlap[a], 1u);  // still held under 9
+  idx.apply(a, batch({removed({9})}), st);
+  EXPECT_EQ(score(idx, chain, 1).overlap[a], 0u);
+}
+
 // Readers score while the writer stores and removes: every score is one a consistent index
 // could give (a prefix of the blocks a worker held at some moment), never garbage.
 TEST(KvIndex, ReadersRunConcurrentlyWithTheWriter) {
@@ -229,11 +273,18 @@ TEST(KvIndex, ReadersRunConcurrentlyWithTheWriter) {
     }
   });
   ApplyStats st;
+  // The scored prompt is stored and removed over and over, and between, 2,000 other blocks per
+  // round pile up (then are cleared), so the table is rebuilt and republished under the reader.
+  int b = idx.addWorker();
   for (int round = 0; round < 200; ++round) {
     std::vector<uint64_t> hashes(200);
     std::iota(hashes.begin(), hashes.end(), 1 + round * 1000);
     idx.apply(a, batch({stored(hashes, tokens)}), st);
+    std::vector<uint64_t> other(2000);
+    std::iota(other.begin(), other.end(), uint64_t{1} << 40 | static_cast<uint64_t>(round) << 20);
+    idx.apply(b, batch({stored(other, iota(static_cast<uint32_t>(round) * 40000, 32000))}), st);
     idx.apply(a, batch({removed(hashes)}), st);
+    if (round % 10 == 9) idx.clear(b, st);
   }
   stop.store(true);
   reader.join();
