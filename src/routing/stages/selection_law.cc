@@ -1,0 +1,131 @@
+#include "routing/stages/selection_law.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kvgate::routing {
+
+std::optional<LawMode> parseLawMode(std::string_view s) {
+  if (s == "off") return LawMode::kOff;
+  if (s == "hard") return LawMode::kHard;
+  if (s == "soft") return LawMode::kSoft;
+  if (s == "adaptive") return LawMode::kAdaptive;
+  if (s == "adaptive-soft") return LawMode::kAdaptiveSoft;
+  return std::nullopt;
+}
+
+std::string_view lawModeName(LawMode m) {
+  switch (m) {
+    case LawMode::kOff:
+      return "off";
+    case LawMode::kHard:
+      return "hard";
+    case LawMode::kSoft:
+      return "soft";
+    case LawMode::kAdaptive:
+      return "adaptive";
+    case LawMode::kAdaptiveSoft:
+      return "adaptive-soft";
+  }
+  return "hard";
+}
+
+namespace {
+
+// a is better than b: higher overlap, then less load, then lower index.
+bool moreAffine(std::span<const LawCandidate> c, size_t a, size_t b) {
+  if (c[a].overlap != c[b].overlap) return c[a].overlap > c[b].overlap;
+  if (c[a].load != c[b].load) return c[a].load < c[b].load;
+  return a < b;
+}
+// a is better than b: less load, then lower index.
+bool lessLoaded(std::span<const LawCandidate> c, size_t a, size_t b) {
+  if (c[a].load != c[b].load) return c[a].load < c[b].load;
+  return a < b;
+}
+
+template <typename Pred, typename Better>
+int best(std::span<const LawCandidate> c, Pred in, Better better) {
+  int b = -1;
+  for (size_t i = 0; i < c.size(); ++i)
+    if (in(i) && (b < 0 || better(c, i, static_cast<size_t>(b)))) b = static_cast<int>(i);
+  return b;
+}
+
+double clampd(double v, double lo, double hi) { return std::min(hi, std::max(lo, v)); }
+
+}  // namespace
+
+LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p) {
+  LawResult r;
+  if (c.empty()) return r;
+  auto all = [](size_t) { return true; };
+  const int argmax = best(c, all, moreAffine);
+  // Total load, the request being routed included; capacities (unknown = mean of known, or 1).
+  double load_total = 1, cap_known = 0;
+  size_t known = 0;
+  for (const auto& x : c) {
+    load_total += x.load;
+    if (x.capacity > 0) {
+      cap_known += x.capacity;
+      ++known;
+    }
+  }
+  const double cap_default = known ? cap_known / static_cast<double>(known) : 1.0;
+  auto capacity = [&](size_t i) { return c[i].capacity > 0 ? c[i].capacity : cap_default; };
+  double cap_total = 0;
+  for (size_t i = 0; i < c.size(); ++i) cap_total += capacity(i);
+
+  switch (p.mode) {
+    case LawMode::kOff:
+      r.index = argmax;
+      return r;
+    case LawMode::kSoft:
+    case LawMode::kAdaptiveSoft: {
+      r.lambda = p.mode == LawMode::kSoft ? p.soft_lambda
+                                          : clampd(50000 + 5000 * (load_total - 16), 50000, 100000);
+      int b = -1;
+      double bcost = 0;
+      for (size_t i = 0; i < c.size(); ++i) {
+        const double uncached =
+            p.prompt_blocks > c[i].overlap ? double(p.prompt_blocks - c[i].overlap) : 0.0;
+        const double cost = uncached * 1000 + r.lambda * c[i].load / capacity(i);
+        if (b < 0 || cost < bcost || (cost == bcost && lessLoaded(c, i, static_cast<size_t>(b)))) {
+          b = static_cast<int>(i);
+          bcost = cost;
+        }
+      }
+      r.index = b;
+      r.spilled = b != argmax && c[static_cast<size_t>(argmax)].overlap > 0;
+      return r;
+    }
+    case LawMode::kHard:
+    case LawMode::kAdaptive:
+      break;
+  }
+  r.factor = p.mode == LawMode::kHard
+                 ? p.mean_load_factor_pct / 100.0
+                 : clampd(175 + 125 * (load_total - 16) / 10, 175, 300) / 100.0;
+  auto cap = [&](size_t i) { return std::ceil(r.factor * load_total * capacity(i) / cap_total); };
+  auto under = [&](size_t i) { return c[i].load < cap(i); };
+  if (c[static_cast<size_t>(argmax)].overlap == 0) {  // negligible overlap: no affinity at all
+    int b = best(c, under, lessLoaded);
+    r.index = b >= 0 ? b : best(c, all, lessLoaded);
+    return r;
+  }
+  auto affine = [&](size_t i) { return c[i].overlap > 0; };
+  int b = best(
+      c, [&](size_t i) { return affine(i) && under(i); }, moreAffine);
+  if (b < 0) {  // saturated: every affinity member is at or over its cap
+    b = best(c, affine, lessLoaded);
+    if (p.spill_relief) {
+      int relief = best(c, under, lessLoaded);
+      if (relief >= 0) b = relief;
+    }
+  }
+  r.index = b;
+  r.spilled = b != argmax;
+  return r;
+}
+
+}  // namespace kvgate::routing

@@ -1,0 +1,66 @@
+// The unified selection law of Tier 1.5 (seed 000, "The unified selection law"): choose among a
+// rule's healthy endpoints from each one's cache overlap with the prompt, its load and its KV
+// capacity. Pure: no clock, no index, no endpoint state; the KV-exact stage gathers the inputs.
+//
+// Modes (kvLbMode on the rule, else LOXILB_KV_LB_MODE, else hard; see parseLawMode):
+//  - off: overlap argmax.
+//  - hard (default): capacity-weighted bounded load. cap_i = ceil(f * L * capacity_i / C) with
+//    f = mean_load_factor_pct / 100 (default 175 = 1.75, i.e. epsilon 0.75), L the total load and
+//    C the total capacity over the candidates. The affinity set is the candidates with positive
+//    overlap; among its members under their cap (load_i < cap_i) the highest overlap wins.
+//    Saturated (every affinity member at or over its cap): the least-loaded affinity member.
+//    Negligible overlap (no candidate overlaps at all): the least-loaded under-cap candidate.
+//  - soft: argmin of cost_i = (prompt_blocks - overlap_i) * 1000 + lambda * load_i / capacity_i,
+//    lambda 32 by default; at zero load this is the overlap argmax.
+//  - adaptive: hard with the factor f_eff(L) = clamp(175 + 125 * (L - 16) / 10, 175, 300) / 100.
+//  - adaptive-soft: soft with lambda_eff(L) = clamp(50000 + 5000 * (L - 16), 50000, 100000).
+// Ties everywhere: least load, then lowest index.
+// Spill relief (on by default for single-pool rules): when the pick is over its cap (the
+// saturated case), move to the least-loaded under-cap candidate of the whole set, zero-overlap
+// ones included. A pick that is not the overlap argmax is a spill.
+//
+// Decisions the seed leaves open, made here: the request being routed counts in the total load L
+// (otherwise every cap is 0 at zero load and affinity is lost); load is this gateway's in-flight
+// count per endpoint; capacity is in KV blocks (an endpoint with unknown capacity counts as the
+// mean of the known ones, or 1 when none is known); soft's lambda of 32 and adaptive-soft's floor
+// of 50,000 disagree at the anchor: both are implemented as stated (the fleet benchmark shows
+// what each does).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace kvgate::routing {
+
+enum class LawMode : uint8_t { kOff, kHard, kSoft, kAdaptive, kAdaptiveSoft };
+
+// "off" | "hard" | "soft" | "adaptive" | "adaptive-soft"; nullopt for anything else.
+std::optional<LawMode> parseLawMode(std::string_view s);
+std::string_view lawModeName(LawMode m);
+
+struct LawCandidate {
+  uint32_t overlap = 0;  // leading blocks of the prompt the endpoint holds
+  uint32_t load = 0;     // in-flight requests (this gateway's count)
+  double capacity = 0;   // KV blocks; 0 = unknown
+};
+
+struct LawParams {
+  LawMode mode = LawMode::kHard;
+  uint32_t mean_load_factor_pct = 175;  // hard: (1 + epsilon) * 100
+  double soft_lambda = 32;
+  uint32_t prompt_blocks = 0;  // soft: blocks of the prompt
+  bool spill_relief = true;
+};
+
+struct LawResult {
+  int index = -1;        // the pick (-1: no candidates)
+  bool spilled = false;  // the pick is not the overlap argmax
+  double factor = 0;     // the cap factor used (hard, adaptive)
+  double lambda = 0;     // the lambda used (soft, adaptive-soft)
+};
+
+LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p);
+
+}  // namespace kvgate::routing

@@ -1,0 +1,122 @@
+// The selection law, one example of each mode worked by hand (numbers in the comments).
+#include "routing/stages/selection_law.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace kvgate::routing {
+namespace {
+
+LawResult run(std::vector<LawCandidate> c, LawParams p) { return applyLaw(c, p); }
+
+TEST(SelectionLaw, OffIsOverlapArgmax) {
+  // Overlaps 10, 6, 0: endpoint 0 whatever the load.
+  auto r = run({{10, 40, 1000}, {6, 0, 1000}, {0, 0, 2000}}, {LawMode::kOff});
+  EXPECT_EQ(r.index, 0);
+  EXPECT_FALSE(r.spilled);
+  // Tie on overlap: less load wins, then the lower index.
+  EXPECT_EQ(run({{5, 3, 1}, {5, 2, 1}, {5, 2, 1}}, {LawMode::kOff}).index, 1);
+}
+
+TEST(SelectionLaw, HardCapsByCapacityShare) {
+  // Capacities 1000, 1000, 2000 (C = 4000); loads 4, 1, 2 plus this request: L = 8.
+  // cap = ceil(1.75 * 8 * cap_i / 4000) = ceil(3.5), ceil(3.5), ceil(7.0) = 4, 4, 7.
+  // Endpoint 0 (overlap 10) is at its cap (4 < 4 is false): the under-cap affinity member with
+  // the most overlap is endpoint 1 (overlap 6): a spill.
+  LawParams p{LawMode::kHard};
+  auto r = run({{10, 4, 1000}, {6, 1, 1000}, {0, 2, 2000}}, p);
+  EXPECT_EQ(r.index, 1);
+  EXPECT_TRUE(r.spilled);
+  EXPECT_DOUBLE_EQ(r.factor, 1.75);
+  // Loads 3, 1, 2: L = 7, cap_0 = ceil(1.75 * 7 / 4) = ceil(3.06) = 4 > 3: endpoint 0 keeps it.
+  r = run({{10, 3, 1000}, {6, 1, 1000}, {0, 2, 2000}}, p);
+  EXPECT_EQ(r.index, 0);
+  EXPECT_FALSE(r.spilled);
+}
+
+TEST(SelectionLaw, HardSaturatedWithAndWithoutRelief) {
+  // Loads 4, 4, 0: L = 9; caps ceil(1.75 * 9 / 4) = ceil(3.94) = 4, 4 and ceil(7.88) = 8.
+  // Both affinity members (0, 1) are at their cap: saturated. Without relief, the least-loaded
+  // affinity member (a tie at 4: the lower index, 0). With relief, the least-loaded under-cap
+  // endpoint of the whole set: 2 (overlap 0), a spill.
+  std::vector<LawCandidate> c{{10, 4, 1000}, {6, 4, 1000}, {0, 0, 2000}};
+  LawParams p{LawMode::kHard};
+  p.spill_relief = false;
+  auto r = applyLaw(c, p);
+  EXPECT_EQ(r.index, 0);
+  EXPECT_FALSE(r.spilled);
+  p.spill_relief = true;
+  r = applyLaw(c, p);
+  EXPECT_EQ(r.index, 2);
+  EXPECT_TRUE(r.spilled);
+}
+
+TEST(SelectionLaw, HardNegligibleOverlapTakesTheLeastLoadedUnderCap) {
+  // No overlap anywhere: loads 4, 1, 2 (caps 4, 4, 7 as above): under cap 1 and 2; least loaded 1.
+  auto r = run({{0, 4, 1000}, {0, 1, 1000}, {0, 2, 2000}}, {LawMode::kHard});
+  EXPECT_EQ(r.index, 1);
+  EXPECT_FALSE(r.spilled);
+}
+
+TEST(SelectionLaw, SoftPricesMissesAndQueue) {
+  // lambda 32, prompt 5 blocks, capacities 10: cost = (5 - overlap) * 1000 + 32 * load / 10.
+  // Endpoint 0: 0 + 32 * 400 / 10 = 1280; endpoint 1: 1 * 1000 + 0 = 1000; endpoint 2: 5000.
+  LawParams p{LawMode::kSoft};
+  p.prompt_blocks = 5;
+  auto r = run({{5, 400, 10}, {4, 0, 10}, {0, 0, 10}}, p);
+  EXPECT_EQ(r.index, 1);
+  EXPECT_TRUE(r.spilled);
+  EXPECT_DOUBLE_EQ(r.lambda, 32);
+  // At zero load soft is the overlap argmax.
+  r = run({{5, 0, 10}, {4, 0, 10}, {0, 0, 10}}, p);
+  EXPECT_EQ(r.index, 0);
+}
+
+TEST(SelectionLaw, AdaptiveLoosensTheCapWithLoad) {
+  // Loads 20, 0 (+1): L = 21. hard: cap = ceil(1.75 * 21 / 2) = ceil(18.4) = 19 <= 20: spill to 1.
+  // adaptive: factor = clamp(175 + 125 * (21 - 16) / 10, 175, 300) / 100 = 2.375;
+  // cap = ceil(2.375 * 21 / 2) = ceil(24.9) = 25 > 20: endpoint 0 keeps its affinity.
+  std::vector<LawCandidate> c{{8, 20, 1000}, {2, 0, 1000}};
+  auto hard = applyLaw(c, {LawMode::kHard});
+  EXPECT_EQ(hard.index, 1);
+  auto adaptive = applyLaw(c, {LawMode::kAdaptive});
+  EXPECT_EQ(adaptive.index, 0);
+  EXPECT_DOUBLE_EQ(adaptive.factor, 2.375);
+  // Below the floor anchor (L <= 16) adaptive is hard: factor 1.75.
+  EXPECT_DOUBLE_EQ(applyLaw({{{8, 3, 1000}, {2, 0, 1000}}}, {LawMode::kAdaptive}).factor, 1.75);
+  // Above the saturation anchor the factor stops at 3.00: loads 40, 0 -> L = 41.
+  EXPECT_DOUBLE_EQ(applyLaw({{{8, 40, 1000}, {2, 0, 1000}}}, {LawMode::kAdaptive}).factor, 3.0);
+}
+
+TEST(SelectionLaw, AdaptiveSoftUsesTheLoadKeyedLambda) {
+  // Loads 6, 0 (+1): L = 7: lambda = clamp(50000 + 5000 * (7 - 16), 50000, 100000) = 50000.
+  // Prompt 3 blocks, capacities 100: endpoint 0 costs 0 + 50000 * 6 / 100 = 3000, endpoint 1
+  // costs 2 * 1000 + 0 = 2000: endpoint 1. Plain soft (lambda 32): 1.92 vs 2000: endpoint 0.
+  std::vector<LawCandidate> c{{3, 6, 100}, {1, 0, 100}};
+  LawParams p{LawMode::kAdaptiveSoft};
+  p.prompt_blocks = 3;
+  auto r = applyLaw(c, p);
+  EXPECT_EQ(r.index, 1);
+  EXPECT_DOUBLE_EQ(r.lambda, 50000);
+  p.mode = LawMode::kSoft;
+  EXPECT_EQ(applyLaw(c, p).index, 0);
+  // L = 31: 50000 + 5000 * 15 = 125000, clamped to 100000.
+  p.mode = LawMode::kAdaptiveSoft;
+  EXPECT_DOUBLE_EQ(applyLaw({{{3, 30, 100}, {1, 0, 100}}}, p).lambda, 100000);
+}
+
+TEST(SelectionLaw, UnknownCapacityAndModes) {
+  // Unknown capacities count as the mean of the known ones (here none: 1 each).
+  auto r = run({{10, 4, 0}, {6, 1, 0}}, {LawMode::kHard});
+  // L = 6, caps ceil(1.75 * 6 / 2) = ceil(5.25) = 6 > 4: endpoint 0.
+  EXPECT_EQ(r.index, 0);
+  EXPECT_EQ(run({}, {LawMode::kHard}).index, -1);
+  EXPECT_EQ(parseLawMode("adaptive-soft"), LawMode::kAdaptiveSoft);
+  EXPECT_EQ(parseLawMode("Hard"), std::nullopt);
+  EXPECT_EQ(parseLawMode(""), std::nullopt);
+  EXPECT_EQ(lawModeName(LawMode::kAdaptive), "adaptive");
+}
+
+}  // namespace
+}  // namespace kvgate::routing
