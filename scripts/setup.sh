@@ -17,6 +17,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev
   libbenchmark-dev        # Google Benchmark: micro-benchmarks under bench/ (built with the rest)
   libzmq3-dev cppzmq-dev  # KV events: ZMQ SUB (gateway) and PUB (simulator)
+  libssl-dev              # SHA-256 for vLLM's sha256_cbor block hashes (simulator, hash contract)
   clang-format clang-tidy # make lint
   prometheus              # promtool checks the /metrics exposition in the tests
   python3-jinja2          # second chat-template oracle (tests/tokenizer/jinja2_check.py): real Jinja2
