@@ -29,6 +29,7 @@ bool PrefixCache::makeRoom() {
   if (lru_.empty()) return false;
   uint64_t victim = lru_.front();
   lru_.pop_front();
+  if (on_evict_) on_evict_(victim);
   blocks_.erase(victim);
   return true;
 }
@@ -74,7 +75,10 @@ void PrefixCache::release(const Allocation& alloc) {
 
 size_t PrefixCache::clearUnreferenced() {
   size_t n = lru_.size();
-  for (uint64_t k : lru_) blocks_.erase(k);
+  for (uint64_t k : lru_) {
+    if (on_evict_) on_evict_(k);
+    blocks_.erase(k);
+  }
   lru_.clear();
   return n;
 }

@@ -18,6 +18,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <unordered_map>
 #include <vector>
@@ -39,6 +40,8 @@ class PrefixCache {
   void release(const Allocation& alloc);
   // Drops every unreferenced block; returns how many were dropped.
   size_t clearUnreferenced();
+  // Called with the key of every block that leaves the cache (eviction or clear), before it goes.
+  void onEvict(std::function<void(uint64_t)> f) { on_evict_ = std::move(f); }
 
   size_t usedBlocks() const { return used_; }             // blocks with references
   size_t cachedBlocks() const { return blocks_.size(); }  // all blocks present
@@ -64,6 +67,7 @@ class PrefixCache {
   size_t used_ = 0;
   std::unordered_map<uint64_t, Block> blocks_;
   std::list<uint64_t> lru_;  // unreferenced blocks, front = evicted first
+  std::function<void(uint64_t)> on_evict_;
 };
 
 }  // namespace kvgate::sim

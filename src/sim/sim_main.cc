@@ -50,6 +50,15 @@ Timing (all delays are divided by --speedup):
   --prefill-us-per-token U      prefill cost per UNCACHED prompt token (default 100)
   --itl-ms T                    delay between generated tokens (default 10)
   --keepalive-timeout-ms MS     close idle keep-alive connections after MS (default 5000)
+  --kv-events                   publish vLLM KV events over ZMQ PUB (see docs/simulator.md): one
+                                [topic, seq, msgpack batch] per admitted request (evictions,
+                                then the prompt's new blocks); the ready line gives each worker's
+                                "kv_events_port". Any --kv-events-* flag turns it on.
+  --kv-events-port P            worker i publishes on P + i (default 0: a free port each)
+  --kv-events-topic T           first frame of every message (default empty)
+  --kv-events-encoding E        map (vLLM after PR #42892, default) or positional
+  --kv-events-hash-algo A       sha256_cbor (default) or xxhash_cbor
+  --kv-events-hash-seed S       PYTHONHASHSEED of the block hashes (default: random per process)
   --stamp-events                add "kvgate_sent_us" (wall-clock send time) to each token event,
                                 for measuring relay delay (bench/sse_bench.sh)
   --max-concurrency C           running requests; the rest wait FIFO (default 64)
@@ -152,6 +161,10 @@ int parseArgs(int argc, char** argv, Options& o) {
       o.cfg.stamp_events = true;
       continue;
     }
+    if (flag == "--kv-events") {
+      o.cfg.kv_events.enabled = true;
+      continue;
+    }
     if (flag == "--refuse-connections") {
       if (has_inline && value != "true" && value != "false")
         return usage("--refuse-connections takes no value (or =true/=false)");
@@ -188,7 +201,9 @@ int parseArgs(int argc, char** argv, Options& o) {
         " --num-blocks --prefill-us-per-token --prefill-base-ms --itl-ms --keepalive-timeout-ms "
         "--max-concurrency"
         " --default-max-tokens --max-model-len --fail-requests --fail-status --stall-ms"
-        " --close-mid-stream-after --event-delay-ms --log-level --models-dir ";
+        " --close-mid-stream-after --event-delay-ms --log-level --models-dir"
+        " --kv-events-port --kv-events-topic --kv-events-encoding --kv-events-hash-algo"
+        " --kv-events-hash-seed ";
     bool known =
         flag.find(' ') == std::string::npos && kKnown.find(" " + flag + " ") != std::string::npos;
     if (!known) return usage("unknown flag '" + flag + "'");
@@ -261,6 +276,25 @@ int parseArgs(int argc, char** argv, Options& o) {
         }
     } else if (flag == "--event-delay-ms") {
       ok = intArg(0, kBig, f.event_delay_ms);
+    } else if (flag == "--kv-events-port") {
+      ok = intArg(0, 65535, o.cfg.kv_events.port);
+      o.cfg.kv_events.enabled = true;
+    } else if (flag == "--kv-events-topic") {
+      o.cfg.kv_events.topic = value;
+      o.cfg.kv_events.enabled = true;
+    } else if (flag == "--kv-events-encoding") {
+      ok = value == "map" || value == "positional";
+      o.cfg.kv_events.encoding = value == "positional" ? engines::VllmEventEncoding::kPositional
+                                                       : engines::VllmEventEncoding::kMap;
+      o.cfg.kv_events.enabled = true;
+    } else if (flag == "--kv-events-hash-algo") {
+      auto a = engines::parseVllmHashAlgo(value);
+      ok = a.has_value();
+      if (a) o.cfg.kv_events.algo = *a;
+      o.cfg.kv_events.enabled = true;
+    } else if (flag == "--kv-events-hash-seed") {
+      o.cfg.kv_events.hash_seed = value;
+      o.cfg.kv_events.enabled = true;
     }
     if (!ok) return usage("bad value '" + value + "' for " + flag);
   }
@@ -355,6 +389,8 @@ int main(int argc, char** argv) {
     tokenizers[m] = (*t)->kind();
   }
 
+  o.cfg.kv_hash_seed =
+      o.cfg.kv_events.hash_seed.empty() ? randomHashSeed() : o.cfg.kv_events.hash_seed;
   auto* io = new asio::io_context(1);
   auto* fleet = new Fleet;
   for (size_t i = 0; i < o.workers; ++i)
@@ -371,8 +407,10 @@ int main(int argc, char** argv) {
       release(io, fleet, shutdown(*io, *fleet));
       return 1;
     }
-    list.push_back(
-        {{"host", w->host()}, {"port", w->port()}, {"url", urlOf(w->host(), w->port())}});
+    nlohmann::ordered_json entry = {
+        {"host", w->host()}, {"port", w->port()}, {"url", urlOf(w->host(), w->port())}};
+    if (w->kvEventsPort()) entry["kv_events_port"] = w->kvEventsPort();
+    list.push_back(entry);
   }
   nlohmann::ordered_json ready = {
       {"event", "ready"}, {"engine", o.cfg.engine}, {"workers", list}, {"tokenizers", tokenizers}};

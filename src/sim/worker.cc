@@ -65,7 +65,13 @@ Worker::Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const F
   if (cfg_.models.empty()) cfg_.models.push_back("sim-model");
   if (cfg_.speedup <= 0) cfg_.speedup = 1.0;
   if (cfg_.max_concurrency == 0) cfg_.max_concurrency = 1;
+  if (cfg_.kv_events.enabled) {
+    kv_pub_ = std::make_unique<KvPublisher>(cfg_.kv_events, cfg_.block_size, cfg_.kv_hash_seed);
+    cache_.onEvict([this](uint64_t key) { kv_pub_->evicted(key); });
+  }
 }
+
+uint16_t Worker::kvEventsPort() const { return kv_pub_ ? kv_pub_->port() : 0; }
 
 Worker::~Worker() = default;
 
@@ -80,6 +86,11 @@ Result<uint16_t> Worker::listen(const std::string& host, uint16_t port) {
   if (r) {
     host_ = host;
     port_ = *r;
+    if (kv_pub_ && kv_pub_->port() == 0) {
+      const uint16_t kv_port =
+          cfg_.kv_events.port ? static_cast<uint16_t>(cfg_.kv_events.port + index_) : 0;
+      if (auto b = kv_pub_->bind(host, kv_port); !b) return tl::unexpected(b.error());
+    }
   }
   return r;
 }
@@ -307,6 +318,12 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
   }
   ctx.alloc = cache_.acquire(in.prompt);
   ctx.has_alloc = true;
+  if (kv_pub_) {  // one batch per admitted request: evictions (collected above), then the store
+    const size_t first = ctx.alloc.cached_tokens / cfg_.block_size;
+    kv_pub_->stored(in.prompt, ctx.alloc.keys, first,
+                    ctx.alloc.keys.size() > first ? ctx.alloc.keys.size() - first : 0);
+    kv_pub_->flush();
+  }
   // vLLM caps a hit at num_tokens - 1 (the last prompt token is always recomputed to produce
   // logits), rounded down to whole blocks: a fully cached 32-token prompt reports 16 cached.
   const auto bs = static_cast<int64_t>(cfg_.block_size);
@@ -470,6 +487,10 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
   } else if (p == "/reset_prefix_cache") {
     if (post) {
       cache_.clearUnreferenced();
+      if (kv_pub_) {  // AllBlocksCleared only when the cache really emptied
+        if (cache_.cachedBlocks() == 0) kv_pub_->cleared();
+        kv_pub_->flush();
+      }
       co_await w.send(200, "", "", hdrs);
       co_return;
     }

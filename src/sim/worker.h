@@ -35,6 +35,7 @@
 
 #include "common/result.h"
 #include "http/server.h"
+#include "sim/kv_publisher.h"
 #include "sim/prefix_cache.h"
 #include "sim/tokenizer.h"
 
@@ -69,6 +70,8 @@ struct SimConfig {
   int64_t max_model_len = 32768;
   uint64_t keepalive_timeout_ms = 5000;  // idle keep-alive connections closed (uvicorn: 5 s)
   bool stamp_events = false;             // add "kvgate_sent_us" (send time) to each token event
+  KvEventsConfig kv_events;              // --kv-events*: publish vLLM KV events over ZMQ
+  std::string kv_hash_seed;              // the process's PYTHONHASHSEED for block hashes
   FaultState faults;                     // initial faults
   std::string models_dir;                // --models-dir: real tokenizers for models found there
   // Per served model (filled by sim_main from models_dir); a model absent here uses the
@@ -95,6 +98,7 @@ class Worker {
   void stop();
 
   const std::string& host() const { return host_; }
+  uint16_t kvEventsPort() const;  // 0 when not publishing
   uint16_t port() const { return port_; }
   size_t index() const { return index_; }
 
@@ -129,6 +133,7 @@ class Worker {
   http::Server server_;
   const Tokenizer& tokenizerFor(const std::string& model) const;
   PrefixCache cache_;
+  std::unique_ptr<KvPublisher> kv_pub_;  // set when cfg.kv_events.enabled
   FaultState faults_;
   std::string host_;
   uint16_t port_ = 0;

@@ -1,0 +1,104 @@
+#include "sim/kv_publisher.h"
+
+#include <chrono>
+#include <random>
+#include <zmq.hpp>
+
+namespace kvgate::sim {
+
+std::string randomHashSeed() {
+  std::random_device rd;
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < 32; ++i) s.push_back(d[rd() & 15]);
+  return s;
+}
+
+KvPublisher::KvPublisher(const KvEventsConfig& cfg, size_t block_size, std::string seed)
+    : cfg_(cfg),
+      block_size_(block_size),
+      none_hash_(engines::vllmNoneHash(cfg.algo, seed)),
+      ctx_(std::make_unique<zmq::context_t>(1)) {}
+
+KvPublisher::~KvPublisher() {
+  pub_.reset();
+  ctx_.reset();
+}
+
+Result<uint16_t> KvPublisher::bind(const std::string& host, uint16_t port) {
+  try {
+    auto s = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::pub);
+    s->set(zmq::sockopt::linger, 0);
+    s->set(zmq::sockopt::sndhwm, 100000);  // vLLM's default hwm
+    const bool v6 = host.find(':') != std::string::npos;
+    s->bind("tcp://" + (v6 ? "[" + host + "]" : host) + ":" +
+            (port == 0 ? std::string("*") : std::to_string(port)));
+    std::string ep = s->get(zmq::sockopt::last_endpoint);
+    port_ = static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)));
+    pub_ = std::move(s);
+    return port_;
+  } catch (const zmq::error_t& e) {
+    return fail(503, "kv-events",
+                "cannot bind the KV-event publisher on " + host + ":" + std::to_string(port) +
+                    ": " + e.what());
+  }
+}
+
+void KvPublisher::stored(const std::vector<uint32_t>& prompt, const std::vector<uint64_t>& keys,
+                         size_t first, size_t count) {
+  if (count == 0) return;
+  // vLLM's hashes of the prompt's blocks up to the last stored one (a chain from block 0).
+  std::vector<uint32_t> head(prompt.begin(),
+                             prompt.begin() + static_cast<long>((first + count) * block_size_));
+  auto hashes =
+      engines::vllmBlockHashes(cfg_.algo, none_hash_, head, static_cast<uint32_t>(block_size_), {});
+  engines::VllmEventOut e;
+  e.kind = engines::VllmEventOut::Kind::kStored;
+  e.block_size = static_cast<uint32_t>(block_size_);
+  if (first > 0) e.parent = hashes[first - 1].event_hash;
+  for (size_t i = first; i < first + count && i < hashes.size(); ++i) {
+    e.block_hashes.push_back(hashes[i].event_hash);
+    engine_hash_[keys[i]] = hashes[i].event_hash;
+  }
+  e.token_ids.assign(head.begin() + static_cast<long>(first * block_size_), head.end());
+  pending_.push_back(std::move(e));
+}
+
+void KvPublisher::evicted(uint64_t key) {
+  auto it = engine_hash_.find(key);
+  if (it == engine_hash_.end()) return;
+  // Consecutive evictions go into one BlockRemoved.
+  if (pending_.empty() || pending_.back().kind != engines::VllmEventOut::Kind::kRemoved) {
+    engines::VllmEventOut e;
+    e.kind = engines::VllmEventOut::Kind::kRemoved;
+    pending_.push_back(std::move(e));
+  }
+  pending_.back().block_hashes.push_back(it->second);
+  engine_hash_.erase(it);
+}
+
+void KvPublisher::cleared() {
+  engine_hash_.clear();
+  pending_.clear();  // removals collected for the emptied cache say nothing more
+  engines::VllmEventOut e;
+  e.kind = engines::VllmEventOut::Kind::kCleared;
+  pending_.push_back(std::move(e));
+}
+
+void KvPublisher::flush() {
+  if (pending_.empty() || !pub_) return;
+  const double ts =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::string payload = engines::encodeVllmBatch(ts, pending_, 0, cfg_.encoding);
+  pending_.clear();
+  std::string seq(8, '\0');
+  for (int i = 7, v = 0; i >= 0; --i, ++v)
+    seq[static_cast<size_t>(i)] = static_cast<char>(seq_ >> (8 * v));
+  ++seq_;
+  // Non-blocking: beyond the high-water mark ZMQ drops the message (a gap for the subscriber).
+  pub_->send(zmq::buffer(cfg_.topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+  pub_->send(zmq::buffer(seq), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+  pub_->send(zmq::buffer(payload), zmq::send_flags::dontwait);
+}
+
+}  // namespace kvgate::sim
