@@ -12,6 +12,8 @@
 #include "admin/rule_store.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "events/event_plane.h"
+#include "events/kv_sources.h"
 #include "http/server.h"
 #include "proxy/data_plane.h"
 #include "tokenizer/registry.h"
@@ -227,6 +229,18 @@ void applyEnvironment(proxy::ProxyOptions& opts, const std::string& api_host) {
                            "rules (bind 127.0.0.1 unless this is intended)");
 }
 
+// LOXILB_KV_MAX_BLOCKS: the KV index's cap per worker inventory (default 1,000,000).
+size_t kvMaxBlocks() {
+  constexpr uint64_t kDefault = 1'000'000;
+  const char* v = std::getenv("LOXILB_KV_MAX_BLOCKS");
+  if (!v) return kDefault;
+  uint64_t x = 0;
+  if (net::parseUint(v, uint64_t{1} << 32, x) && x > 0) return static_cast<size_t>(x);
+  log::warn("serve", std::string("ignoring LOXILB_KV_MAX_BLOCKS='") + v +
+                         "' (not a number 1..2^32); using 1000000");
+  return kDefault;
+}
+
 }  // namespace
 
 int serveMain(int argc, char** argv) {
@@ -256,7 +270,20 @@ int serveMain(int argc, char** argv) {
 
   proxy::DataPlane dp(opts);
   dp.start();
+  // The KV event plane: follows the publishers that kvExactMode rules name (docs/kv_index.md).
+  kv::KvIndex kv_index(kvMaxBlocks());
+  events::EventPlane kv_plane(kv_index);
+  kv_plane.start();
   admin::RuleStore store(flags.state_dir, dp);
+  store.setListener(
+      [](const std::vector<config::RuleSpec>& rules) -> Result<void> {
+        auto s = events::kvSources(rules);
+        if (!s) return tl::unexpected(s.error());
+        return {};
+      },
+      [&kv_plane](const std::vector<config::RuleSpec>& rules) {
+        if (auto s = events::kvSources(rules)) kv_plane.setSources(std::move(*s));
+      });
   auto loaded = store.load();
   if (!loaded) {
     log::error("serve", loaded.error().what);
@@ -267,7 +294,8 @@ int serveMain(int argc, char** argv) {
 
   // api before control: control's destructor destroys suspended handler frames that use api.
   admin::Api api(
-      store, [&dp] { return dp.renderMetrics(); }, tokenizers.get());
+      store, [&dp, &kv_plane] { return dp.renderMetrics() + kv_plane.renderMetrics(); },
+      tokenizers.get());
   asio::io_context control(1);
   http::ServerOptions sopts;
   sopts.max_body_bytes = 4 * 1024 * 1024;
@@ -291,6 +319,7 @@ int serveMain(int argc, char** argv) {
   control.run();
   server.stop();
   api.stopTokenizer();  // before the control loop's frames are destroyed (they point into api)
+  kv_plane.stop();
   dp.stop();
   log::info("serve", "stopped");
   log::flush();

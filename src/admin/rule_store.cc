@@ -76,8 +76,12 @@ Result<size_t> RuleStore::load() {
                   "state file " + statePath() + " holds an invalid rule: " + r.error().what);
     rules.push_back(std::move(*r));
   }
+  if (check_)
+    if (auto c = check_(rules); !c)
+      return fail(500, "state", "state file " + statePath() + ": " + c.error().what);
   if (auto a = dp_.apply(rules); !a) return tl::unexpected(a.error());
   rules_ = std::move(rules);
+  if (applied_) applied_(rules_);
   return rules_.size();
 }
 
@@ -104,12 +108,15 @@ Result<void> RuleStore::persist(const std::vector<config::RuleSpec>& rules) {
 }
 
 Result<void> RuleStore::commit(std::vector<config::RuleSpec> next) {
+  if (check_)
+    if (auto c = check_(next); !c) return c;
   if (auto a = dp_.apply(next); !a) return a;
   if (auto p = persist(next); !p) {
     dp_.apply(rules_);  // roll the data plane back: the change is not acknowledged
     return p;
   }
   rules_ = std::move(next);
+  if (applied_) applied_(rules_);
   return {};
 }
 

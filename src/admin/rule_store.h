@@ -26,6 +26,14 @@ class RuleStore {
   Result<size_t> removeIf(const std::function<bool(const config::RuleSpec&)>& pred,
                           const std::string& what);
   const std::vector<config::RuleSpec>& rules() const { return rules_; }
+  // Another consumer of the rule set (the KV event plane): `check` may refuse a set before
+  // anything changes (its error is the API's answer); `applied` learns each set that took effect.
+  using Check = std::function<Result<void>(const std::vector<config::RuleSpec>&)>;
+  using Applied = std::function<void(const std::vector<config::RuleSpec>&)>;
+  void setListener(Check check, Applied applied) {
+    check_ = std::move(check);
+    applied_ = std::move(applied);
+  }
   std::string statePath() const { return dir_ + "/rules.json"; }
 
  private:
@@ -34,6 +42,8 @@ class RuleStore {
   std::string dir_;
   proxy::DataPlane& dp_;
   std::vector<config::RuleSpec> rules_;
+  Check check_;
+  Applied applied_;
 };
 
 // The JSON form a rule is saved in (what POST accepts, every stored field kept).

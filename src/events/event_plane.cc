@@ -3,12 +3,14 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <bit>
 #include <stdexcept>
 #include <zmq.hpp>
 
 #include "common/log.h"
 #include "engines/vllm_events.h"
 #include "events/sequence.h"
+#include "metrics/text.h"
 
 namespace kvgate::events {
 
@@ -58,6 +60,59 @@ std::optional<SourceStats> EventPlane::stats(const std::string& key) const {
   auto it = stats_.find(key);
   if (it == stats_.end()) return std::nullopt;
   return it->second;
+}
+
+std::vector<std::string> EventPlane::sourceKeys() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<std::string> keys;
+  for (auto& [k, v] : slots_) keys.push_back(k);
+  return keys;
+}
+
+std::string EventPlane::renderMetrics() const {
+  using namespace metrics;
+  TextWriter w;
+  std::map<std::string, std::pair<uint64_t, SourceStats>> snap;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [k, mask] : slots_) {
+      uint64_t blocks = 0;
+      for (uint64_t m = mask; m; m &= m - 1) blocks += index_.blocks(std::countr_zero(m));
+      auto st = stats_.find(k);
+      snap[k] = {blocks, st == stats_.end() ? SourceStats{} : st->second};
+    }
+  }
+  auto each = [&](const Family& f, auto value) {
+    w.header(f);
+    for (auto& [k, v] : snap) w.sample(f, {{"source", k}}, static_cast<double>(value(v)));
+  };
+  using V = std::pair<uint64_t, SourceStats>;
+  each(kKvBlocks, [](const V& v) { return v.first; });
+  each(kKvBatches, [](const V& v) { return v.second.batches; });
+  each(kKvLostBatches, [](const V& v) { return v.second.lost_batches; });
+  each(kKvRestarts, [](const V& v) { return v.second.restarts; });
+  each(kKvClears, [](const V& v) { return v.second.clears + v.second.apply.clears; });
+  w.header(kKvRejected);
+  for (auto& [k, v] : snap) {
+    w.sample(kKvRejected, {{"source", k}, {"reason", "malformed"}},
+             static_cast<double>(v.second.malformed));
+    w.sample(kKvRejected, {{"source", k}, {"reason", "decode"}},
+             static_cast<double>(v.second.decode_errors));
+  }
+  w.header(kKvSkipped);
+  for (auto& [k, v] : snap) {
+    const auto& a = v.second.apply;
+    const std::pair<const char*, uint64_t> rows[] = {{"orphan", a.orphan_events},
+                                                     {"misfit", a.misfit_events},
+                                                     {"other_medium", a.skipped_events},
+                                                     {"unknown_removal", a.unknown_removals},
+                                                     {"unknown_event", v.second.unknown_events}};
+    for (auto& [reason, n] : rows)
+      w.sample(kKvSkipped, {{"source", k}, {"reason", reason}}, static_cast<double>(n));
+  }
+  w.header(kKvIndexBytes);
+  w.sample(kKvIndexBytes, {}, static_cast<double>(index_.bytes()));
+  return w.str();
 }
 
 namespace {

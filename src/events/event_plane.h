@@ -82,6 +82,9 @@ class EventPlane {
   // The index worker bits of a source key (one per rank), when the event thread has opened it.
   std::optional<uint64_t> slotsOf(const std::string& key) const;
   std::optional<SourceStats> stats(const std::string& key) const;
+  std::vector<std::string> sourceKeys() const;
+  // Prometheus text of the kvgate_kv_* families (any thread).
+  std::string renderMetrics() const;
 
  private:
   struct Source;

@@ -65,6 +65,27 @@ inline const Family kReapedUpstream{"kvgate_upstream_reaped_total", Type::kCount
 inline const Family kDraining{"kvgate_draining", Type::kGauge,
     "1 while the gateway drains on shutdown (no new connections, in-flight requests finish).",
     {}};
+inline const Family kKvBlocks{"kvgate_kv_blocks", Type::kGauge,
+    "KV blocks the gateway's index holds for a worker's event publisher (all DP ranks), as "
+    "mirrored from its KV events.", {"source"}};
+inline const Family kKvBatches{"kvgate_kv_batches_total", Type::kCounter,
+    "KV-event batches applied, by publisher.", {"source"}};
+inline const Family kKvLostBatches{"kvgate_kv_lost_batches_total", Type::kCounter,
+    "KV-event batches missing from a publisher's sequence (gaps).", {"source"}};
+inline const Family kKvRestarts{"kvgate_kv_restarts_total", Type::kCounter,
+    "Publisher restarts seen (sequence going back): that rank's inventory was cleared.",
+    {"source"}};
+inline const Family kKvClears{"kvgate_kv_clears_total", Type::kCounter,
+    "Inventory clears (AllBlocksCleared, restarts, gaps too large to keep).", {"source"}};
+inline const Family kKvRejected{"kvgate_kv_rejected_total", Type::kCounter,
+    "KV-event messages rejected, nothing applied: reason malformed (frames) or decode (payload).",
+    {"source", "reason"}};
+inline const Family kKvSkipped{"kvgate_kv_skipped_total", Type::kCounter,
+    "KV events or blocks not applied: orphan (unknown parent), misfit (token count), "
+    "other_medium (not GPU or not full attention), unknown_removal, unknown_event (tag).",
+    {"source", "reason"}};
+inline const Family kKvIndexBytes{"kvgate_kv_index_bytes", Type::kGauge,
+    "Bytes held by the KV index (fingerprint table and per-worker maps).", {}};
 inline const Family kLogDropped{"kvgate_log_dropped_total", Type::kCounter,
     "Log lines dropped because a thread's bounded log buffer was full (the log writer fell "
     "behind).", {}};

@@ -1,0 +1,55 @@
+#include "events/kv_sources.h"
+
+#include <map>
+
+namespace kvgate::events {
+
+namespace {
+template <typename T>
+T argOr(const nlohmann::json& sa, const char* k, T dflt) {
+  auto it = sa.find(k);
+  if (it == sa.end() || it->is_null()) return dflt;
+  try {
+    return it->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    return dflt;
+  }
+}
+}  // namespace
+
+Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& rules) {
+  struct Seen {
+    SourceSpec spec;
+    std::string engine;
+    int block_size;
+    std::string rule;
+  };
+  std::map<std::string, Seen> seen;
+  for (const auto& r : rules) {
+    const int mode = argOr<int>(r.service_args, "kvExactMode", 0);
+    if (mode != 1 && mode != 3) continue;
+    const auto port = argOr<int>(r.service_args, "kvZmqPort", 5557);
+    const auto ranks = argOr<int>(r.service_args, "kvDpRankCount", 1);
+    const auto engine = argOr<std::string>(r.service_args, "kvEngineType", "vllm");
+    const auto block_size = argOr<int>(r.service_args, "kvBlockSize", 16);
+    for (const auto& ep : r.endpoints) {
+      if (mode == 1 && ep.role != 1) continue;  // P/D: only prefill endpoints publish and score
+      SourceSpec s{ep.ip, static_cast<uint16_t>(port), ranks, ""};
+      auto [it, fresh] = seen.emplace(s.key(), Seen{s, engine, block_size, r.key()});
+      if (fresh) continue;
+      const Seen& o = it->second;
+      if (o.engine != engine || o.block_size != block_size || o.spec.dp_ranks != ranks)
+        return fail(400, "kvZmqPort",
+                    "KV events of " + s.key() + " are named by rule " + o.rule + " (" + o.engine +
+                        ", block size " + std::to_string(o.block_size) + ", " +
+                        std::to_string(o.spec.dp_ranks) + " rank(s)) and by rule " + r.key() +
+                        " (" + engine + ", block size " + std::to_string(block_size) + ", " +
+                        std::to_string(ranks) + " rank(s)): one inventory cannot be both");
+    }
+  }
+  std::vector<SourceSpec> out;
+  for (auto& [k, s] : seen) out.push_back(s.spec);
+  return out;
+}
+
+}  // namespace kvgate::events

@@ -1,0 +1,19 @@
+// Which KV-event publishers the gateway follows, derived from the rule set.
+//
+// A rule with kvExactMode 3 (single pool: every endpoint) or 1 (P/D: the prefill endpoints,
+// ep_role 1) names one publisher per endpoint at endpointIP:kvZmqPort (default 5557), with
+// kvDpRankCount ranks (default 1). The inventory is keyed by that address and shared by every
+// rule naming it; two rules that name one address with a different kvEngineType, kvBlockSize or
+// kvDpRankCount conflict (400, naming both rules), since one inventory cannot be two things.
+#pragma once
+#include <vector>
+
+#include "common/result.h"
+#include "config/rule.h"
+#include "events/event_plane.h"
+
+namespace kvgate::events {
+
+Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& rules);
+
+}  // namespace kvgate::events

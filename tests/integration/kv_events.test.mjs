@@ -1,0 +1,67 @@
+// The gateway's KV event plane against the simulator's real ZMQ publisher: a kvExactMode 3 rule
+// makes the gateway follow each endpoint's KV events at endpointIP:kvZmqPort; the /metrics
+// families kvgate_kv_* show what its index mirrors. Rules that would make one inventory two
+// things are refused. (Routing by the index, Tier 1.5, is not active yet: such rules still answer
+// 501 not_active.) Loopback only, free ports, everything stopped at the end.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, startSim, waitFor } from './lib.mjs';
+
+const kvSample = (samples, name, source, extra = {}) => samples.find((s) => s.name === name &&
+  s.labels.source === source && Object.entries(extra).every(([k, v]) => s.labels[k] === v));
+
+async function complete(worker, first, n) {
+  const prompt = Array.from({ length: n }, (_, i) => first + i);
+  const res = await fetch(`${worker.url}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', prompt, max_tokens: 1 }),
+  });
+  assert.equal(res.status, 200);
+  await res.arrayBuffer();
+}
+
+test('a kvExactMode 3 rule follows its endpoints\' KV events; conflicting rules are refused', async (t) => {
+  const sim = await startSim(['--workers', '1', '--port', '0', '--kv-events']);
+  t.after(() => sim.stop());
+  const w = sim.workers[0];
+  assert.ok(w.kv_events_port > 0, JSON.stringify(w));
+  const source = `${w.host}:${w.kv_events_port}`;
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE,
+    rule({ port, workers: [w], extraArgs: { kvExactMode: 3, kvZmqPort: w.kv_events_port } }));
+  assert.equal(r.status, 200, r.text);
+
+  // PUB/SUB joins asynchronously: throwaway prompts until the gateway has applied a batch.
+  let k = 1;
+  const joined = await waitFor(async () => {
+    await complete(w, 100000 * k++, 16);
+    const b = kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_batches_total', source);
+    return b && b.value > 0;
+  }, 15000, 100);
+  assert.ok(joined, 'the gateway never applied a KV-event batch');
+  const before = kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', source).value;
+  await complete(w, 0, 64);  // four new blocks
+  assert.ok(await waitFor(async () =>
+    kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', source).value === before + 4, 10000),
+    'the four blocks of the prompt did not reach the gateway');
+  const m = await scrapeMetrics(gw.api);
+  assert.equal(kvSample(m, 'kvgate_kv_rejected_total', source, { reason: 'decode' }).value, 0);
+  assert.equal(kvSample(m, 'kvgate_kv_skipped_total', source, { reason: 'orphan' }).value, 0);
+  assert.ok(m.find((s) => s.name === 'kvgate_kv_index_bytes').value > 0);
+
+  // Another rule naming the same publisher with another block size: refused, nothing changes.
+  const port2 = await freePort();
+  const bad = await api(gw.api, 'POST', LB_BASE, rule({ port: port2, workers: [w],
+    extraArgs: { kvExactMode: 3, kvZmqPort: w.kv_events_port, kvBlockSize: 32 } }));
+  assert.equal(bad.status, 400, bad.text);
+  assert.match(bad.text, /one inventory/);
+  const all = await api(gw.api, 'GET', `${LB_BASE}/all`);
+  assert.equal(all.json.lbAttr.length, 1);
+
+  // Deleting the rule stops following the publisher: its series go.
+  const del = await api(gw.api, 'DELETE', `${LB_BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
+  assert.equal(del.status, 200, del.text);
+  assert.ok(await waitFor(async () =>
+    !kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', source), 5000));
+});
