@@ -28,7 +28,10 @@ namespace kvgate::sim {
 
 struct KvEventsConfig {
   bool enabled = false;
-  uint16_t port = 0;  // first worker's port (worker i: port + i); 0 = a free port each
+  // First worker's port (worker i: port + i; with --hosts every worker on its own address uses
+  // the same port, as one vLLM per host does); 0 = a free port each.
+  uint16_t port = 0;
+  bool same_port = false;  // --hosts: every worker publishes on `port`
   std::string topic;
   engines::VllmEventEncoding encoding = engines::VllmEventEncoding::kMap;
   engines::VllmHashAlgo algo = engines::VllmHashAlgo::kSha256Cbor;

@@ -54,7 +54,8 @@ Timing (all delays are divided by --speedup):
                                 [topic, seq, msgpack batch] per admitted request (evictions,
                                 then the prompt's new blocks); the ready line gives each worker's
                                 "kv_events_port". Any --kv-events-* flag turns it on.
-  --kv-events-port P            worker i publishes on P + i (default 0: a free port each)
+  --kv-events-port P            worker i publishes on P + i; with --hosts every worker on P
+                                (default 0: a free port each)
   --kv-events-topic T           first frame of every message (default empty)
   --kv-events-encoding E        map (vLLM after PR #42892, default) or positional
   --kv-events-hash-algo A       sha256_cbor (default) or xxhash_cbor
@@ -389,6 +390,7 @@ int main(int argc, char** argv) {
     tokenizers[m] = (*t)->kind();
   }
 
+  o.cfg.kv_events.same_port = !o.hosts.empty();
   o.cfg.kv_hash_seed =
       o.cfg.kv_events.hash_seed.empty() ? randomHashSeed() : o.cfg.kv_events.hash_seed;
   auto* io = new asio::io_context(1);

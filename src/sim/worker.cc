@@ -87,8 +87,10 @@ Result<uint16_t> Worker::listen(const std::string& host, uint16_t port) {
     host_ = host;
     port_ = *r;
     if (kv_pub_ && kv_pub_->port() == 0) {
-      const uint16_t kv_port =
-          cfg_.kv_events.port ? static_cast<uint16_t>(cfg_.kv_events.port + index_) : 0;
+      const uint16_t kv_port = cfg_.kv_events.port == 0 ? uint16_t{0}
+                               : cfg_.kv_events.same_port
+                                   ? cfg_.kv_events.port
+                                   : static_cast<uint16_t>(cfg_.kv_events.port + index_);
       if (auto b = kv_pub_->bind(host, kv_port); !b) return tl::unexpected(b.error());
     }
   }
