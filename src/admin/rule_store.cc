@@ -76,9 +76,11 @@ Result<size_t> RuleStore::load() {
                   "state file " + statePath() + " holds an invalid rule: " + r.error().what);
     rules.push_back(std::move(*r));
   }
+  // A saved set the listener refuses (rules stored before it existed) still starts the gateway:
+  // the listener just does not follow it until the rules are fixed.
   if (check_)
     if (auto c = check_(rules); !c)
-      return fail(500, "state", "state file " + statePath() + ": " + c.error().what);
+      log::warn("state", "restored rules: " + c.error().what + " (not followed until fixed)");
   if (auto a = dp_.apply(rules); !a) return tl::unexpected(a.error());
   rules_ = std::move(rules);
   if (applied_) applied_(rules_);

@@ -156,6 +156,7 @@ void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
       mask |= uint64_t{1} << slot;
       zmq::socket_t s(*ctx_, zmq::socket_type::sub);
       s.set(zmq::sockopt::linger, 0);
+      s.set(zmq::sockopt::ipv6, 1);  // IPv6 endpoint addresses too
       s.set(zmq::sockopt::rcvhwm, opts_.rcv_hwm);
       s.set(zmq::sockopt::maxmsgsize, opts_.max_message_bytes);
       s.set(zmq::sockopt::reconnect_ivl, 100);
@@ -280,7 +281,8 @@ bool EventPlane::onMessage(Source& src, size_t rank) {
   src.st.lost_batches += d.lost;
   if (d.restart) ++src.st.restarts;
   if (d.clear) {
-    index_.clear(slot, src.st.apply);
+    kv::ApplyStats scratch;  // counted once, below (apply.clears counts AllBlocksCleared)
+    index_.clear(slot, scratch);
     ++src.st.clears;
   }
   index_.apply(slot, src.batch, src.st.apply);

@@ -59,7 +59,8 @@ struct SourceStats {
   uint64_t duplicate_batches = 0;
   uint64_t lost_batches = 0;    // sequence gaps
   uint64_t restarts = 0;        // sequence went back
-  uint64_t clears = 0;          // inventory cleared (restart, large gap, AllBlocksCleared)
+  uint64_t clears = 0;          // inventory cleared by the sequence rules (restart, large gap);
+                                // AllBlocksCleared events are apply.clears
   uint64_t malformed = 0;       // wrong frame count or seq size
   uint64_t errors = 0;          // ZMQ or allocation errors on the event thread (survived)
   uint64_t decode_errors = 0;   // payloads that failed to decode (not applied)

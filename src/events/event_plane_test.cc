@@ -120,6 +120,8 @@ TEST(EventPlane, FollowsARealPublisher) {
   }));
   EXPECT_EQ(overlap(idx, slot), 2u);
   auto st = *plane.stats(spec.key());
+  EXPECT_EQ(st.clears, 1u);        // the restart
+  EXPECT_EQ(st.apply.clears, 1u);  // the AllBlocksCleared inside the full positional batch
   EXPECT_EQ(st.apply.unknown_removals, 0u);
   EXPECT_EQ(st.errors, 0u);
   // Dropping the source frees its worker.

@@ -32,6 +32,13 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
     const auto ranks = argOr<int>(r.service_args, "kvDpRankCount", 1);
     const auto engine = argOr<std::string>(r.service_args, "kvEngineType", "vllm");
     const auto block_size = argOr<int>(r.service_args, "kvBlockSize", 16);
+    // Only vLLM's ZMQ events are decoded so far: SGLang and TensorRT-LLM (HTTP drain) rules are
+    // stored but not followed; llama.cpp publishes no events.
+    if (engine != "vllm") continue;
+    if (port + ranks - 1 > 65535)
+      return fail(400, "kvDpRankCount",
+                  "rule " + r.key() + ": kvZmqPort " + std::to_string(port) + " + " +
+                      std::to_string(ranks) + " DP ranks runs past port 65535");
     for (const auto& ep : r.endpoints) {
       if (mode == 1 && ep.role != 1) continue;  // P/D: only prefill endpoints publish and score
       SourceSpec s{ep.ip, static_cast<uint16_t>(port), ranks, ""};
@@ -48,7 +55,17 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
     }
   }
   std::vector<SourceSpec> out;
-  for (auto& [k, s] : seen) out.push_back(s.spec);
+  size_t slots = 0;
+  for (auto& [k, s] : seen) {
+    out.push_back(s.spec);
+    slots += static_cast<size_t>(s.spec.dp_ranks);
+  }
+  if (slots > kv::kMaxWorkers)
+    return fail(400, "kvExactMode",
+                "the rules name " + std::to_string(slots) +
+                    " KV-event publishers (ranks counted); "
+                    "the KV index follows at most " +
+                    std::to_string(kv::kMaxWorkers));
   return out;
 }
 

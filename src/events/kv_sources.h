@@ -2,7 +2,9 @@
 //
 // A rule with kvExactMode 3 (single pool: every endpoint) or 1 (P/D: the prefill endpoints,
 // ep_role 1) names one publisher per endpoint at endpointIP:kvZmqPort (default 5557), with
-// kvDpRankCount ranks (default 1). The inventory is keyed by that address and shared by every
+// kvDpRankCount ranks (default 1); only kvEngineType vllm so far (SGLang and TensorRT-LLM rules
+// are stored, not followed). Ports past 65535 and more than kv::kMaxWorkers ranks in all are
+// refused (400). The inventory is keyed by that address and shared by every
 // rule naming it; two rules that name one address with a different kvEngineType, kvBlockSize or
 // kvDpRankCount conflict (400, naming both rules), since one inventory cannot be two things.
 #pragma once

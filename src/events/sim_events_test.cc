@@ -4,6 +4,7 @@
 // same stream gives the prompt's golden fingerprint chain its full overlap.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -46,7 +47,11 @@ struct Sim {  // a `kvgate sim` child process; stopped (SIGTERM, then waited for
     close(fds[1]);
     std::string line;
     char c;
-    while (line.size() < 65536 && read(fds[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+    pollfd pfd{fds[0], POLLIN, 0};
+    // The ready line within 15 s (one-sided bound), or the test fails on an empty line.
+    while (line.size() < 65536 && ::poll(&pfd, 1, 15000) == 1 && read(fds[0], &c, 1) == 1 &&
+           c != '\n')
+      line.push_back(c);
     close(fds[0]);
     ready = nlohmann::json::parse(line, nullptr, false);
   }

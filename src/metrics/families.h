@@ -108,7 +108,9 @@ inline const std::vector<const Family*>& allFamilies() {
       &kActiveConnections, &kActiveStreams, &kEndpointInflight,   &kEndpointConnectFailures,
       &kEndpointUp,        &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules,
-      &kBuildInfo,         &kTokenizers,    &kTokenizeRequests};
+      &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kKvBlocks,
+      &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
+      &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};
   return k;
 }
 

@@ -29,6 +29,7 @@ Result<uint16_t> KvPublisher::bind(const std::string& host, uint16_t port) {
   try {
     auto s = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::pub);
     s->set(zmq::sockopt::linger, 0);
+    s->set(zmq::sockopt::ipv6, 1);
     s->set(zmq::sockopt::sndhwm, 100000);  // vLLM's default hwm
     const bool v6 = host.find(':') != std::string::npos;
     s->bind("tcp://" + (v6 ? "[" + host + "]" : host) + ":" +

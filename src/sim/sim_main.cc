@@ -163,7 +163,9 @@ int parseArgs(int argc, char** argv, Options& o) {
       continue;
     }
     if (flag == "--kv-events") {
-      o.cfg.kv_events.enabled = true;
+      if (has_inline && value != "true" && value != "false")
+        return usage("--kv-events takes no value (or =true/=false)");
+      o.cfg.kv_events.enabled = !has_inline || value == "true";
       continue;
     }
     if (flag == "--refuse-connections") {
@@ -304,7 +306,13 @@ int parseArgs(int argc, char** argv, Options& o) {
       return usage("--workers " + std::to_string(o.workers) + " conflicts with --hosts (" +
                    std::to_string(o.hosts.size()) + " addresses)");
     o.workers = o.hosts.size();
-  } else if (o.port != 0 && o.port + o.workers - 1 > 65535) {
+  }
+  if (o.hosts.empty() && o.cfg.kv_events.port != 0 &&
+      o.cfg.kv_events.port + o.workers - 1 > 65535) {
+    return usage("KV-event ports " + std::to_string(o.cfg.kv_events.port) + ".." +
+                 std::to_string(o.cfg.kv_events.port + o.workers - 1) + " exceed 65535");
+  }
+  if (o.hosts.empty() && o.port != 0 && o.port + o.workers - 1 > 65535) {
     return usage("ports " + std::to_string(o.port) + ".." + std::to_string(o.port + o.workers - 1) +
                  " exceed 65535");
   }

@@ -61,16 +61,18 @@ LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p) {
   if (c.empty()) return r;
   auto all = [](size_t) { return true; };
   const int argmax = best(c, all, moreAffine);
-  // Total load, the request being routed included; capacities (unknown = mean of known, or 1).
-  double load_total = 1, cap_known = 0;
+  // Load: the seed's L (sum of the candidates' loads) keys the adaptive laws; the caps count the
+  // request being routed too. Capacities: unknown = mean of the known ones, or 1.
+  double load_sum = 0, cap_known = 0;
   size_t known = 0;
   for (const auto& x : c) {
-    load_total += x.load;
+    load_sum += x.load;
     if (x.capacity > 0) {
       cap_known += x.capacity;
       ++known;
     }
   }
+  const double load_total = load_sum + 1;
   const double cap_default = known ? cap_known / static_cast<double>(known) : 1.0;
   auto capacity = [&](size_t i) { return c[i].capacity > 0 ? c[i].capacity : cap_default; };
   double cap_total = 0;
@@ -83,7 +85,7 @@ LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p) {
     case LawMode::kSoft:
     case LawMode::kAdaptiveSoft: {
       r.lambda = p.mode == LawMode::kSoft ? p.soft_lambda
-                                          : clampd(50000 + 5000 * (load_total - 16), 50000, 100000);
+                                          : clampd(50000 + 5000 * (load_sum - 16), 50000, 100000);
       int b = -1;
       double bcost = 0;
       for (size_t i = 0; i < c.size(); ++i) {
@@ -103,10 +105,12 @@ LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p) {
     case LawMode::kAdaptive:
       break;
   }
-  r.factor = p.mode == LawMode::kHard
-                 ? p.mean_load_factor_pct / 100.0
-                 : clampd(175 + 125 * (load_total - 16) / 10, 175, 300) / 100.0;
-  auto cap = [&](size_t i) { return std::ceil(r.factor * load_total * capacity(i) / cap_total); };
+  r.factor = p.mode == LawMode::kHard ? p.mean_load_factor_pct / 100.0
+                                      : clampd(175 + 125 * (load_sum - 16) / 10, 175, 300) / 100.0;
+  // ceil of a product that is an integer in exact arithmetic must not round up a float error.
+  auto cap = [&](size_t i) {
+    return std::ceil(r.factor * load_total * capacity(i) / cap_total - 1e-9);
+  };
   auto under = [&](size_t i) { return c[i].load < cap(i); };
   if (c[static_cast<size_t>(argmax)].overlap == 0) {  // negligible overlap: no affinity at all
     int b = best(c, under, lessLoaded);

@@ -19,12 +19,16 @@
 // saturated case), move to the least-loaded under-cap candidate of the whole set, zero-overlap
 // ones included. A pick that is not the overlap argmax is a spill.
 //
-// Decisions the seed leaves open, made here: the request being routed counts in the total load L
-// (otherwise every cap is 0 at zero load and affinity is lost); load is this gateway's in-flight
-// count per endpoint; capacity is in KV blocks (an endpoint with unknown capacity counts as the
-// mean of the known ones, or 1 when none is known); soft's lambda of 32 and adaptive-soft's floor
-// of 50,000 disagree at the anchor: both are implemented as stated (the fleet benchmark shows
-// what each does).
+// Decisions the seed leaves open, made here: the request being routed counts in the caps' total
+// load (otherwise every cap is 0 at zero load and affinity is lost), while the adaptive laws
+// keep the seed's L = sum of loads (so L <= 16 is exactly static hard/soft); the negligible-overlap
+// refinement applies when no candidate overlaps at all (with positive overlaps the affinity set
+// decides, and only spill relief leaves it: P/D rules, relief off by default, stay on their
+// affinity members); cold-start seeding is the caller's (it runs after the law); load is this
+// gateway's in-flight count per endpoint; capacity is in KV blocks (an endpoint with unknown
+// capacity counts as the mean of the known ones, or 1 when none is known); soft's lambda of 32 and
+// adaptive-soft's floor of 50,000 disagree at the anchor: both are implemented as stated (the fleet
+// benchmark shows what each does).
 #pragma once
 #include <cstddef>
 #include <cstdint>

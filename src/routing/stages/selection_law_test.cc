@@ -74,23 +74,38 @@ TEST(SelectionLaw, SoftPricesMissesAndQueue) {
 }
 
 TEST(SelectionLaw, AdaptiveLoosensTheCapWithLoad) {
-  // Loads 20, 0 (+1): L = 21. hard: cap = ceil(1.75 * 21 / 2) = ceil(18.4) = 19 <= 20: spill to 1.
-  // adaptive: factor = clamp(175 + 125 * (21 - 16) / 10, 175, 300) / 100 = 2.375;
-  // cap = ceil(2.375 * 21 / 2) = ceil(24.9) = 25 > 20: endpoint 0 keeps its affinity.
+  // Loads 20, 0: L = 20 (the caps count this request: 21).
+  // hard: cap = ceil(1.75 * 21 / 2) = ceil(18.4) = 19 <= 20: spill to endpoint 1.
+  // adaptive: factor = clamp(175 + 125 * (20 - 16) / 10, 175, 300) / 100 = 2.25;
+  // cap = ceil(2.25 * 21 / 2) = ceil(23.6) = 24 > 20: endpoint 0 keeps its affinity.
   std::vector<LawCandidate> c{{8, 20, 1000}, {2, 0, 1000}};
   auto hard = applyLaw(c, {LawMode::kHard});
   EXPECT_EQ(hard.index, 1);
   auto adaptive = applyLaw(c, {LawMode::kAdaptive});
   EXPECT_EQ(adaptive.index, 0);
-  EXPECT_DOUBLE_EQ(adaptive.factor, 2.375);
-  // Below the floor anchor (L <= 16) adaptive is hard: factor 1.75.
-  EXPECT_DOUBLE_EQ(applyLaw({{{8, 3, 1000}, {2, 0, 1000}}}, {LawMode::kAdaptive}).factor, 1.75);
-  // Above the saturation anchor the factor stops at 3.00: loads 40, 0 -> L = 41.
+  EXPECT_DOUBLE_EQ(adaptive.factor, 2.25);
+  // The floor anchor: L = 16 is static hard (1.75); L = 17 loosens: 175 + 12.5 = 187.5.
+  EXPECT_DOUBLE_EQ(applyLaw({{{8, 16, 1000}, {2, 0, 1000}}}, {LawMode::kAdaptive}).factor, 1.75);
+  EXPECT_DOUBLE_EQ(applyLaw({{{8, 17, 1000}, {2, 0, 1000}}}, {LawMode::kAdaptive}).factor, 1.875);
+  // Above the saturation anchor (L >= 26) the factor stops at 3.00: loads 40, 0.
   EXPECT_DOUBLE_EQ(applyLaw({{{8, 40, 1000}, {2, 0, 1000}}}, {LawMode::kAdaptive}).factor, 3.0);
 }
 
+TEST(SelectionLaw, CapsAreExactWhereTheProductIsAnInteger) {
+  // factor 2.20, five equal capacities, loads 4 x 5 + 4 (this request: +1) = 25: cap =
+  // 2.2 * 25 / 5 = 11 exactly (in floating point 11.000000000000002): endpoint 0 at load 11 is
+  // at its cap and spills; at load 10 it keeps the request.
+  LawParams p{LawMode::kHard};
+  p.mean_load_factor_pct = 220;
+  std::vector<LawCandidate> c{{9, 11, 1}, {1, 3, 1}, {1, 3, 1}, {1, 3, 1}, {1, 4, 1}};
+  EXPECT_EQ(applyLaw(c, p).index, 1);
+  c[0].load = 10;
+  c[4].load = 5;
+  EXPECT_EQ(applyLaw(c, p).index, 0);
+}
+
 TEST(SelectionLaw, AdaptiveSoftUsesTheLoadKeyedLambda) {
-  // Loads 6, 0 (+1): L = 7: lambda = clamp(50000 + 5000 * (7 - 16), 50000, 100000) = 50000.
+  // Loads 6, 0: L = 6: lambda = clamp(50000 + 5000 * (6 - 16), 50000, 100000) = 50000.
   // Prompt 3 blocks, capacities 100: endpoint 0 costs 0 + 50000 * 6 / 100 = 3000, endpoint 1
   // costs 2 * 1000 + 0 = 2000: endpoint 1. Plain soft (lambda 32): 1.92 vs 2000: endpoint 0.
   std::vector<LawCandidate> c{{3, 6, 100}, {1, 0, 100}};
@@ -101,7 +116,7 @@ TEST(SelectionLaw, AdaptiveSoftUsesTheLoadKeyedLambda) {
   EXPECT_DOUBLE_EQ(r.lambda, 50000);
   p.mode = LawMode::kSoft;
   EXPECT_EQ(applyLaw(c, p).index, 0);
-  // L = 31: 50000 + 5000 * 15 = 125000, clamped to 100000.
+  // L = 30: 50000 + 5000 * 14 = 120000, clamped to 100000.
   p.mode = LawMode::kAdaptiveSoft;
   EXPECT_DOUBLE_EQ(applyLaw({{{3, 30, 100}, {1, 0, 100}}}, p).lambda, 100000);
 }

@@ -1,0 +1,69 @@
+// Which publishers the rules name (kvSources): rules built through the API's own parser.
+#include "events/kv_sources.h"
+
+#include <gtest/gtest.h>
+
+namespace kvgate::events {
+namespace {
+
+config::RuleSpec ruleOf(int vip_port, nlohmann::json args, nlohmann::json endpoints) {
+  nlohmann::json sa = {{"externalIP", "127.0.0.1"},
+                       {"port", vip_port},
+                       {"protocol", "tcp"},
+                       {"mode", 4},
+                       {"sel", 0}};
+  if (args.is_object()) sa.update(args);
+  auto r = config::parseRule({{"serviceArguments", sa}, {"endpoints", endpoints}});
+  EXPECT_TRUE(r.has_value()) << (r ? "" : r.error().what);
+  return r ? *r : config::RuleSpec{};
+}
+
+nlohmann::json ep(const char* ip, int port, int role = 0) {
+  nlohmann::json e = {{"endpointIP", ip}, {"targetPort", port}, {"weight", 1}};
+  if (role) e["ep_role"] = role;
+  return e;
+}
+
+TEST(KvSources, ModesRolesDefaultsAndEngines) {
+  std::vector<config::RuleSpec> rules = {
+      ruleOf(8001, {{"kvExactMode", 3}}, {ep("10.0.0.1", 8000), ep("10.0.0.2", 8000)}),
+      ruleOf(
+          8002,
+          {{"kvExactMode", 1}, {"pd_disagg_mode", true}, {"kvZmqPort", 6000}, {"kvDpRankCount", 2}},
+          {ep("10.0.1.1", 8000, 1), ep("10.0.1.2", 8000, 2)}),  // decode: not followed
+      ruleOf(8003, {}, {ep("10.0.2.1", 8000)}),                 // kvExactMode 0
+      ruleOf(8004, {{"kvExactMode", 3}, {"kvEngineType", "sglang"}}, {ep("10.0.3.1", 8000)}),
+  };
+  auto s = kvSources(rules);
+  ASSERT_TRUE(s.has_value()) << s.error().what;
+  ASSERT_EQ(s->size(), 3u);
+  EXPECT_EQ((*s)[0].key(), "10.0.0.1:5557");
+  EXPECT_EQ((*s)[1].key(), "10.0.0.2:5557");
+  EXPECT_EQ((*s)[2].key(), "10.0.1.1:6000");
+  EXPECT_EQ((*s)[2].dp_ranks, 2);
+}
+
+TEST(KvSources, ConflictsAndLimitsAreRefused) {
+  auto a = ruleOf(8001, {{"kvExactMode", 3}}, {ep("10.0.0.1", 8000)});
+  auto b = ruleOf(8002, {{"kvExactMode", 3}, {"kvBlockSize", 32}}, {ep("10.0.0.1", 8001)});
+  auto r = kvSources({a, b});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, 400);
+  EXPECT_NE(r.error().what.find("one inventory"), std::string::npos);
+  // The same publisher named twice the same way is one source.
+  auto same = ruleOf(8003, {{"kvExactMode", 3}}, {ep("10.0.0.1", 8002)});
+  ASSERT_TRUE(kvSources({a, same}).has_value());
+  EXPECT_EQ(kvSources({a, same})->size(), 1u);
+  // kvZmqPort 65535 with 2 ranks runs past the port range.
+  auto wide = ruleOf(8004, {{"kvExactMode", 3}, {"kvZmqPort", 65535}, {"kvDpRankCount", 2}},
+                     {ep("10.0.0.9", 8000)});
+  EXPECT_FALSE(kvSources({wide}).has_value());
+  // 9 endpoints x 8 ranks = 72 publishers: more than the index follows.
+  nlohmann::json eps = nlohmann::json::array();
+  for (int i = 1; i <= 9; ++i) eps.push_back(ep(("10.0.5." + std::to_string(i)).c_str(), 8000));
+  auto many = ruleOf(8005, {{"kvExactMode", 3}, {"kvDpRankCount", 8}}, eps);
+  EXPECT_FALSE(kvSources({many}).has_value());
+}
+
+}  // namespace
+}  // namespace kvgate::events
