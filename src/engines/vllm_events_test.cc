@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../../tests/support/test_util.h"
 #include "engines/msgpack.h"
 
 namespace kvgate::engines {
@@ -19,12 +20,7 @@ nlohmann::json golden() {
   return nlohmann::json::parse(in);
 }
 
-std::string unhex(const std::string& h) {
-  std::string out;
-  for (size_t i = 0; i + 1 < h.size(); i += 2)
-    out.push_back(static_cast<char>(std::stoi(h.substr(i, 2), nullptr, 16)));
-  return out;
-}
+using kvgate::testing::unhex;
 
 // The expected 64-bit hash of a decoded golden value: an integer, or {"$bin_hex": digest}.
 uint64_t expectedHash(const nlohmann::json& v) {

@@ -8,18 +8,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../../tests/support/test_util.h"
+
 namespace kvgate::engines {
 namespace {
 
-std::string hex(const std::string& b) {
-  static const char* d = "0123456789abcdef";
-  std::string h;
-  for (unsigned char c : b) {
-    h.push_back(d[c >> 4]);
-    h.push_back(d[c & 15]);
-  }
-  return h;
-}
+using kvgate::testing::hex;
 
 TEST(VllmHash, EveryCborGoldenVector) {
   std::ifstream in(std::string(KVGATE_GOLDEN_DIR) + "/engine_vectors.json");

@@ -13,6 +13,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "../../tests/support/test_util.h"
 #include "kv/fingerprint.h"
 
 namespace kvgate::events {
@@ -65,15 +66,7 @@ uint32_t overlap(const kv::KvIndex& idx, int slot) {
   return ov[static_cast<size_t>(slot)];
 }
 
-template <typename F>
-bool waitUntil(F f, int ms = 10000) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (std::chrono::steady_clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return f();
-}
+using kvgate::testing::waitUntil;
 
 TEST(EventPlane, FollowsARealPublisher) {
   Engine eng;

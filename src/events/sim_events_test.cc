@@ -17,6 +17,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "../../tests/support/test_util.h"
 #include "engines/vllm_events.h"
 #include "events/event_plane.h"
 #include "http/client.h"
@@ -63,15 +64,7 @@ struct Sim {  // a `kvgate sim` child process; stopped (SIGTERM, then waited for
   }
 };
 
-template <typename F>
-bool waitUntil(F f, int ms = 15000) {
-  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-  while (std::chrono::steady_clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return f();
-}
+using kvgate::testing::waitUntil;
 
 std::string complete(const std::string& url, uint32_t first, uint32_t n) {
   nlohmann::json prompt = nlohmann::json::array();
@@ -115,10 +108,9 @@ TEST(SimKvEvents, PublishedStreamMatchesVllmAndFillsTheIndex) {
   while (sub.recv(m, zmq::recv_flags::dontwait)) {
   }
 
-  // Tokens 0..63: four new blocks, stored in one batch.
-  ASSERT_EQ(complete(url, 0, 64), "200");
+  // The frames of the next whole message on `sub`, into `frames`.
   std::vector<zmq::message_t> frames;
-  ASSERT_TRUE(waitUntil([&] {
+  auto nextMessage = [&] {
     zmq::message_t f;
     while (sub.recv(f, zmq::recv_flags::dontwait)) {
       const bool more = f.more();
@@ -126,7 +118,10 @@ TEST(SimKvEvents, PublishedStreamMatchesVllmAndFillsTheIndex) {
       if (!more) return true;
     }
     return false;
-  }));
+  };
+  // Tokens 0..63: four new blocks, stored in one batch.
+  ASSERT_EQ(complete(url, 0, 64), "200");
+  ASSERT_TRUE(waitUntil(nextMessage));
   ASSERT_EQ(frames.size(), 3u);
   EXPECT_EQ(frames[0].to_string(), "kv");
   ASSERT_EQ(frames[1].size(), 8u);
@@ -156,15 +151,7 @@ TEST(SimKvEvents, PublishedStreamMatchesVllmAndFillsTheIndex) {
   // Extending the prompt stores only the new block, chained on block 3's hash.
   ASSERT_EQ(complete(url, 0, 80), "200");
   frames.clear();
-  ASSERT_TRUE(waitUntil([&] {
-    zmq::message_t f;
-    while (sub.recv(f, zmq::recv_flags::dontwait)) {
-      const bool more = f.more();
-      frames.push_back(std::move(f));
-      if (!more) return true;
-    }
-    return false;
-  }));
+  ASSERT_TRUE(waitUntil(nextMessage));
   ASSERT_TRUE(engines::decodeVllmBatch(frames.back().to_string_view(), batch, err)) << err;
   ASSERT_EQ(batch.events.size(), 1u);
   EXPECT_TRUE(batch.events[0].has_parent);
