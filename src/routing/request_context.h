@@ -24,9 +24,17 @@ struct RequestContext {
 };
 
 // Which key decided a pick (metrics label `key`, access-log field `key`).
-enum class DecisionKey : uint8_t { kPrefix, kConversation, kSession, kSource, kRr, kCount };
-inline constexpr const char* kDecisionKeyNames[] = {"prefix", "conversation", "session", "source",
-                                                    "rr"};
+enum class DecisionKey : uint8_t {
+  kPrefix,
+  kConversation,
+  kSession,
+  kSource,
+  kRr,
+  kKvOverlap,
+  kCount
+};
+inline constexpr const char* kDecisionKeyNames[] = {"prefix", "conversation", "session",
+                                                    "source", "rr",           "kv_overlap"};
 inline const char* decisionKeyName(DecisionKey k) { return kDecisionKeyNames[static_cast<int>(k)]; }
 
 // The affinity key of the prefix-keyed stages (chwbl, gpuaware, wrr_hash): the prefix key, else

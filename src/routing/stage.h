@@ -7,6 +7,7 @@
 // their factory as StageServices. Each stage file opens with its algorithm and knobs.
 #pragma once
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -39,8 +40,18 @@ struct CandidateSet {
 };
 
 // Why a stage did not decide (metrics label `reason`).
-enum class FallReason : uint8_t { kAllExcluded, kEmptyPool, kNoKey, kCount };
-inline constexpr const char* kFallReasonNames[] = {"all_excluded", "empty_pool", "no_key"};
+enum class FallReason : uint8_t {
+  kAllExcluded,
+  kEmptyPool,
+  kNoKey,
+  kTokenize,  // kv_exact: no token ids for the prompt
+  kNoWorker,  // kv_exact: no candidate's KV events are followed
+  kShallow,   // kv_exact: the best overlap is under the minimum matched tokens
+  kCount
+};
+inline constexpr const char* kFallReasonNames[] = {"all_excluded", "empty_pool", "no_key",
+                                                   "tokenize",     "no_worker",  "shallow"};
+static_assert(std::size(kFallReasonNames) == static_cast<size_t>(FallReason::kCount));
 
 struct StageResult {
   int index = -1;  // the chosen endpoint, or -1: fall through

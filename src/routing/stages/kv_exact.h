@@ -1,0 +1,35 @@
+// kv_exact (Tier 1.5, seed 000): route to the endpoint whose real KV cache best overlaps the
+// prompt, bounded by load through the unified selection law (stages/selection_law.h).
+//
+// Algorithm, per request: the prompt's token ids (token-id prompts; text prompts are not tokenized
+// yet) -> the fingerprint chain of its full blocks (kv/fingerprint.h, block size kvBlockSize,
+// the cache salt's partition) -> for each endpoint, the index workers of its publisher
+// (endpointIP:kvZmqPort, every DP rank) and its overlap = the longest leading run any of them holds
+// -> the law over the endpoints not excluded (load = in-flight requests, capacity unknown for now)
+// -> the pick. Guards (a miss falls through to the rule's selector stage, counted by reason):
+// `tokenize` (no token ids), `no_worker` (no candidate's events are followed), `shallow` (the best
+// overlap covers fewer than min_match_tokens tokens; LLB_KV_MIN_MATCH_TOKENS, default 16, 0 off),
+// `all_excluded`. Knobs: kvBlockSize, kvZmqPort, the law's mode and factors.
+// Not yet: text and chat prompts through the tokenizer, capacity from worker metrics, cold-start
+// seeding, speculative insert, warm-up.
+#pragma once
+#include <memory>
+
+#include "kv/kv_index.h"
+#include "kv/worker_lookup.h"
+#include "routing/stage.h"
+#include "routing/stages/selection_law.h"
+
+namespace kvgate::routing {
+
+struct KvExactOptions {
+  uint32_t block_size = 16;
+  uint16_t zmq_port = 5557;
+  uint32_t min_match_tokens = 16;
+  LawParams law;
+};
+
+std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& index,
+                                   const kv::WorkerLookup& lookup, KvExactOptions opts);
+
+}  // namespace kvgate::routing

@@ -1,0 +1,136 @@
+// kv_exact over a real KvIndex: the golden chain of tokens 0..63 (4 blocks of 16), three
+// endpoints 10.0.0.1-3 whose publishers hold 4, 2 and 0 leading blocks; overlaps and picks
+// worked by hand.
+#include "routing/stages/kv_exact.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <numeric>
+
+#include "config/rule.h"
+
+namespace kvgate::routing {
+namespace {
+
+common::ManualClock g_clock;
+
+struct Lookup : kv::WorkerLookup {
+  std::map<std::string, uint64_t> m;
+  uint64_t workersOf(const std::string& k) const override {
+    auto it = m.find(k);
+    return it == m.end() ? 0 : it->second;
+  }
+};
+
+std::vector<uint32_t> iota(uint32_t from, uint32_t n) {
+  std::vector<uint32_t> v(n);
+  std::iota(v.begin(), v.end(), from);
+  return v;
+}
+
+struct Fixture {
+  kv::KvIndex index;
+  Lookup lookup;
+  std::vector<PoolEndpoint> eps;
+  config::RuleSpec rule;
+  std::vector<bool> excluded;
+  RequestFacts facts;
+  std::unique_ptr<Stage> stage;
+  Fixture(KvExactOptions opts = {}) {
+    kv::ApplyStats st;
+    const uint32_t held[] = {4, 2, 0};
+    for (int i = 0; i < 3; ++i) {
+      PoolEndpoint p;
+      p.state = std::make_shared<endpoints::EndpointState>(
+          static_cast<endpoints::EndpointId>(i + 1), "10.0.0." + std::to_string(i + 1), 8000,
+          g_clock);
+      eps.push_back(p);
+      int w = index.addWorker();
+      lookup.m["10.0.0." + std::to_string(i + 1) + ":5557"] = uint64_t{1} << w;
+      if (held[i] == 0) continue;
+      engines::KvEventBatch b;
+      engines::KvEvent e;
+      e.block_size = 16;
+      for (uint32_t k = 0; k < held[i]; ++k) e.block_hashes.push_back(100 * (i + 1) + k);
+      e.token_ids = iota(0, 16 * held[i]);
+      b.events.push_back(e);
+      index.apply(w, b, st);
+    }
+    excluded.assign(3, false);
+    for (int t = 0; t < 64; ++t) facts.prompt_token_ids.push_back(t);
+    facts.parsed = true;
+    StageServices s{g_clock, rule, eps};
+    stage = makeKvExact(s, index, lookup, opts);
+  }
+  StageResult run() {
+    RequestContext ctx;
+    ctx.facts = &facts;
+    CandidateSet c{eps, excluded};
+    return stage->evaluate(ctx, c);
+  }
+};
+
+TEST(KvExact, TheWarmestEndpointWins) {
+  Fixture f;
+  auto r = f.run();
+  EXPECT_EQ(r.index, 0);  // overlaps 4, 2, 0 at zero load
+  EXPECT_EQ(r.key, DecisionKey::kKvOverlap);
+  EXPECT_FALSE(r.spilled);
+}
+
+TEST(KvExact, AnExcludedWinnerFallsToTheNextBestOverlap) {
+  Fixture f;
+  f.excluded[0] = true;  // down or breaker-open: masked before the stage
+  EXPECT_EQ(f.run().index, 1);
+}
+
+TEST(KvExact, ALoadedWinnerSpillsUnderTheHardLaw) {
+  Fixture f;
+  // Loads 3, 0, 0: L = 3 + 1 = 4, equal capacities: cap = ceil(1.75 * 4 / 3) = ceil(2.33) = 3;
+  // endpoint 0 (load 3) is at its cap, endpoint 1 (overlap 2) is under: a spill to 1.
+  f.eps[0].state->active.store(3);
+  auto r = f.run();
+  EXPECT_EQ(r.index, 1);
+  EXPECT_TRUE(r.spilled);
+}
+
+TEST(KvExact, GuardsFallThroughWithTheirReasons) {
+  {
+    Fixture f;
+    f.facts.prompt_token_ids.clear();  // a text prompt (not tokenized yet) or none
+    auto r = f.run();
+    EXPECT_EQ(r.index, -1);
+    EXPECT_EQ(r.reason, FallReason::kTokenize);
+  }
+  {
+    Fixture f;
+    f.lookup.m.clear();  // no publisher followed
+    EXPECT_EQ(f.run().reason, FallReason::kNoWorker);
+  }
+  {
+    KvExactOptions o;
+    o.min_match_tokens = 80;  // best overlap 4 blocks = 64 tokens < 80
+    Fixture f(o);
+    EXPECT_EQ(f.run().reason, FallReason::kShallow);
+  }
+  {
+    Fixture f;
+    f.facts.prompt_token_ids = {5, 6, 7};  // shorter than a block: no overlap anywhere
+    EXPECT_EQ(f.run().reason, FallReason::kShallow);
+  }
+  {
+    Fixture f;
+    f.excluded.assign(3, true);
+    EXPECT_EQ(f.run().reason, FallReason::kNoWorker);  // nothing left to look up
+  }
+}
+
+TEST(KvExact, CacheSaltsArePartitions) {
+  Fixture f;
+  f.facts.cache_salt = "tenant-a";  // the cached blocks were stored without a salt
+  EXPECT_EQ(f.run().reason, FallReason::kShallow);
+}
+
+}  // namespace
+}  // namespace kvgate::routing
