@@ -274,6 +274,7 @@ int serveMain(int argc, char** argv) {
   kv::KvIndex kv_index(kvMaxBlocks());
   events::EventPlane kv_plane(kv_index);
   kv_plane.start();
+  dp.setKv(&kv_index, &kv_plane);  // Tier 1.5 (kvExactMode 3 rules) reads both
   admin::RuleStore store(flags.state_dir, dp);
   store.setListener(
       [](const std::vector<config::RuleSpec>& rules) -> Result<void> {

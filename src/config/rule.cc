@@ -258,7 +258,7 @@ Result<RuleSpec> parseRule(const json& body) {
     if (cond && r.inactive_capability.empty()) r.inactive_capability = cap;
   };
   need(pd, "pd_disagg");
-  need(kv_mode != 0, "kv_exact");
+  need(kv_mode == 1, "kv_exact");  // mode 3 (single pool) routes by Tier 1.5
   need(getOr<int>(stored, "security", 0) != 0 || stored.contains("mtls_frontend") ||
            stored.contains("mtls_backend"),
        "tls");

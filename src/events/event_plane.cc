@@ -62,6 +62,17 @@ std::optional<SourceStats> EventPlane::stats(const std::string& key) const {
   return it->second;
 }
 
+uint64_t EventPlane::workersOf(const std::string& key) const {
+  auto m = lookup_.load(std::memory_order_acquire);
+  auto it = m->find(key);
+  return it == m->end() ? 0 : it->second;
+}
+
+void EventPlane::publishLookup() {
+  lookup_.store(std::make_shared<const std::map<std::string, uint64_t>>(slots_),
+                std::memory_order_release);
+}
+
 std::vector<std::string> EventPlane::sourceKeys() const {
   std::lock_guard<std::mutex> g(mu_);
   std::vector<std::string> keys;
@@ -128,6 +139,7 @@ void EventPlane::closeSource(std::map<std::string, std::unique_ptr<Source>>::ite
     std::lock_guard<std::mutex> g(mu_);
     slots_.erase(it->first);
     stats_.erase(it->first);
+    publishLookup();
   }
   log::info("events", "stopped following KV events of " + it->first);
   sources_.erase(it);
@@ -175,6 +187,7 @@ void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
     std::lock_guard<std::mutex> g(mu_);
     slots_[key] = mask;
     stats_[key] = SourceStats{};
+    publishLookup();
   }
   log::info("events", "following KV events of " + key + " (" + std::to_string(ranks) +
                           " rank(s), topic \"" + spec.topic + "\")");

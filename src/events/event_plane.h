@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "kv/kv_index.h"
+#include "kv/worker_lookup.h"
 
 namespace zmq {
 class context_t;
@@ -68,7 +69,7 @@ struct SourceStats {
   kv::ApplyStats apply;
 };
 
-class EventPlane {
+class EventPlane : public kv::WorkerLookup {
  public:
   EventPlane(kv::KvIndex& index, EventPlaneOptions opts = {});
   ~EventPlane();
@@ -82,6 +83,8 @@ class EventPlane {
   void setSources(std::vector<SourceSpec> specs);
   // The index worker bits of a source key (one per rank), when the event thread has opened it.
   std::optional<uint64_t> slotsOf(const std::string& key) const;
+  // kv::WorkerLookup, for the request path: a lock-free read of a published snapshot.
+  uint64_t workersOf(const std::string& key) const override;
   std::optional<SourceStats> stats(const std::string& key) const;
   std::vector<std::string> sourceKeys() const;
   // Prometheus text of the kvgate_kv_* families (any thread).
@@ -104,6 +107,9 @@ class EventPlane {
   mutable std::mutex mu_;  // guards pending_, slots_, stats_ (never held across I/O)
   std::optional<std::vector<SourceSpec>> pending_;
   std::map<std::string, uint64_t> slots_;
+  std::atomic<std::shared_ptr<const std::map<std::string, uint64_t>>> lookup_{
+      std::make_shared<const std::map<std::string, uint64_t>>()};
+  void publishLookup();  // with mu_ held: slots_ -> lookup_
   std::map<std::string, SourceStats> stats_;
   // Event thread only.
   std::unique_ptr<zmq::context_t> ctx_;

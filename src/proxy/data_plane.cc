@@ -15,12 +15,24 @@ const common::Clock& clockOf(const ProxyOptions& o) {
   return o.clock ? *o.clock : common::SteadyClock::instance();
 }
 
-// The pipeline of a rule: today its selector stage (`sel`); null when this build lacks it.
-std::unique_ptr<routing::Pipeline> buildPipeline(const Route& route, const common::Clock& clock) {
-  const routing::StageInfo* info = routing::stageForSel(route.rule.sel);
-  if (!info) return nullptr;
-  routing::StageServices services{clock, route.rule, route.endpoints};
-  auto p = routing::Pipeline::build({std::string(info->name)}, services, route.stats->pipeline);
+// The stage names of a rule's pipeline: Tier 1.5 (kv_exact) first for kvExactMode 3, then its
+// selector stage (`sel`); empty when this build lacks the selector.
+std::vector<std::string> stageNames(const config::RuleSpec& rule) {
+  const routing::StageInfo* info = routing::stageForSel(rule.sel);
+  if (!info) return {};
+  std::vector<std::string> names;
+  if (rule.service_args.value("kvExactMode", 0) == 3) names.push_back("kv_exact");
+  names.emplace_back(info->name);
+  return names;
+}
+
+std::unique_ptr<routing::Pipeline> buildPipeline(const Route& route, const common::Clock& clock,
+                                                 const kv::KvIndex* kv_index,
+                                                 const kv::WorkerLookup* kv_lookup) {
+  auto names = stageNames(route.rule);
+  if (names.empty()) return nullptr;
+  routing::StageServices services{clock, route.rule, route.endpoints, kv_index, kv_lookup};
+  auto p = routing::Pipeline::build(names, services, route.stats->pipeline);
   if (!p) {
     log::error("proxy", "rule " + route.rule.key() + ": " + p.error().what);
     return nullptr;
@@ -104,8 +116,11 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   }
   auto& stats = rule_stats_[rule.key()];
   if (!stats) stats = std::make_shared<RuleStats>();
-  if (stats->selector != config::selectorName(rule.sel))  // other stages: counts start over
+  std::string stages;
+  for (const auto& n : stageNames(rule)) stages += n + ",";
+  if (stats->stages != stages)  // other stages: counts start over
     stats->pipeline = std::make_shared<routing::PipelineStats>();
+  stats->stages = stages;
   stats->rule = rule.name.empty() ? rule.key() : rule.name;
   stats->model = rule.model_name;
   stats->selector = config::selectorName(rule.sel);
@@ -118,7 +133,7 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   }
   stats->per_endpoint = std::move(counters);
   route->stats = stats;
-  route->pipeline = buildPipeline(*route, clock);
+  route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
   return route;
 }

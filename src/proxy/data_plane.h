@@ -55,6 +55,12 @@ class DataPlane {
   void stop();
   // Installs the complete rule set (control thread only).
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
+  // The KV index and publisher lookup Tier 1.5 stages read (kvExactMode 3 rules); set before the
+  // first apply(). Both must outlive the data plane.
+  void setKv(const kv::KvIndex* index, const kv::WorkerLookup* lookup) {
+    kv_index_ = index;
+    kv_lookup_ = lookup;
+  }
   const ProxyOptions& options() const { return opts_; }
   // Prometheus text for every data-plane family (control thread only, like apply()).
   std::string renderMetrics() const;
@@ -66,6 +72,8 @@ class DataPlane {
 
  private:
   ProxyOptions opts_;
+  const kv::KvIndex* kv_index_ = nullptr;
+  const kv::WorkerLookup* kv_lookup_ = nullptr;
   DataPlaneStats stats_;  // before workers_: their pools and frames write it while destroyed
   endpoints::EndpointTable endpoints_;
   std::vector<std::unique_ptr<Worker>> workers_;

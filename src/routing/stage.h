@@ -17,6 +17,11 @@
 #include "endpoints/endpoint.h"
 #include "routing/request_context.h"
 
+namespace kvgate::kv {
+class KvIndex;
+class WorkerLookup;
+}  // namespace kvgate::kv
+
 namespace kvgate::routing {
 
 // One endpoint of a rule's pool, as the stages see it.
@@ -87,6 +92,9 @@ struct StageServices {
   const common::Clock& clock;
   const config::RuleSpec& rule;
   const std::vector<PoolEndpoint>& endpoints;
+  // The KV index and its publisher lookup (Tier 1.5); null when the gateway has no event plane.
+  const kv::KvIndex* kv_index = nullptr;
+  const kv::WorkerLookup* kv_lookup = nullptr;
 };
 
 }  // namespace kvgate::routing

@@ -4,11 +4,13 @@
 #include <charconv>
 
 #include "routing/selectors/selectors.h"
+#include "routing/stages/kv_exact.h"
 
 namespace kvgate::routing {
 namespace {
 
-constexpr std::array<StageInfo, 8> kStages = {{
+constexpr std::array<StageInfo, 9> kStages = {{
+    {"kv_exact", -1, &makeKvExactFromServices},
     {"rr", 0, &makeRoundRobin},
     {"hash", 1, &makeSourceHash},
     {"wrr", 2, &makeWeightedRoundRobin},

@@ -1,8 +1,8 @@
 // The gateway's KV event plane against the simulator's real ZMQ publisher: a kvExactMode 3 rule
 // makes the gateway follow each endpoint's KV events at endpointIP:kvZmqPort; the /metrics
 // families kvgate_kv_* show what its index mirrors. Rules that would make one inventory two
-// things are refused. (Routing by the index, Tier 1.5, is not active yet: such rules still answer
-// 501 not_active.) Loopback only, free ports, everything stopped at the end.
+// things are refused; Tier 1.5 routes by what the index holds. Loopback only, free ports,
+// everything stopped at the end.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, startSim, waitFor } from './lib.mjs';
@@ -64,4 +64,52 @@ test('a kvExactMode 3 rule follows its endpoints\' KV events; conflicting rules 
   assert.equal(del.status, 200, del.text);
   assert.ok(await waitFor(async () =>
     !kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', source), 5000));
+});
+
+// Tier 1.5 end to end: two simulated vLLM workers on their own addresses publish KV events; the
+// gateway's kvExactMode 3 rule (fallback round-robin) sends prompts that one worker has cached to
+// that worker, and counts the decisions under the kv_exact stage.
+test('Tier 1.5: requests go to the worker that holds their prefix', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.10-11', '--port', '0', '--kv-events-port', String(kvPort)]);
+  t.after(() => sim.stop());
+  const [a, b] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE,
+    rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort } }));
+  assert.equal(r.status, 200, r.text);
+  // Join both subscriptions: throwaway prompts to each worker until each has a batch applied.
+  let k = 1;
+  for (const w of [a, b]) {
+    const source = `${w.host}:${kvPort}`;
+    assert.ok(await waitFor(async () => {
+      await complete(w, 200000 * k++, 16);
+      const s = kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_batches_total', source);
+      return s && s.value > 0;
+    }, 15000, 100), `no KV batch from ${source}`);
+  }
+  // Warm worker b with a 4-block prompt (tokens 0..63), directly.
+  const bBlocks = () => scrapeMetrics(gw.api).then((m) => kvSample(m, 'kvgate_kv_blocks', `${b.host}:${kvPort}`).value);
+  const before = await bBlocks();
+  await complete(b, 0, 64);
+  assert.ok(await waitFor(async () => (await bBlocks()) >= before + 4, 10000), 'b\'s blocks did not arrive');
+  // Through the gateway: the same prompt plus a different tail each time: all to b.
+  const served = { [a.url]: 0, [b.url]: 0 };
+  for (let i = 0; i < 6; i++) {
+    const prompt = Array.from({ length: 64 }, (_, j) => j).concat([90000 + i, 90100 + i]);
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt, max_tokens: 1 }),
+    });
+    assert.equal(res.status, 200, await res.text());
+  }
+  const m = await scrapeMetrics(gw.api);
+  const kvDecisions = m.filter((s) => s.name === 'kvgate_selector_decisions_total' && s.labels.selector === 'kv_exact')
+    .reduce((x, s) => x + s.value, 0);
+  assert.equal(kvDecisions, 6, JSON.stringify(m.filter((s) => s.name.startsWith('kvgate_selector_decisions') || s.name.startsWith('kvgate_routing_fallthrough'))));
+  const toB = m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${b.host}:${b.port}`)
+    .reduce((x, s) => x + s.value, 0);
+  assert.equal(toB, 6, 'not every request went to the warm worker');
+  void served;
 });

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <vector>
 
+#include "common/log.h"
 #include "kv/fingerprint.h"
 
 namespace kvgate::routing {
@@ -80,7 +82,54 @@ class KvExactStage : public Stage {
   std::vector<std::string> keys_;  // per endpoint: its publisher's key
 };
 
+class NoKvStage : public Stage {
+ public:
+  StageResult evaluate(const RequestContext&, CandidateSet&) override {
+    return StageResult::fall(FallReason::kNoWorker);
+  }
+};
+
+int64_t envInt(const char* name, int64_t lo, int64_t hi, int64_t dflt) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return dflt;
+  char* end = nullptr;
+  long long x = std::strtoll(v, &end, 10);
+  if (*end != '\0' || x < lo || x > hi) {
+    log::warn("routing", std::string("ignoring ") + name + "='" + v + "' (not " +
+                             std::to_string(lo) + ".." + std::to_string(hi) + "); using " +
+                             std::to_string(dflt));
+    return dflt;
+  }
+  return x;
+}
+
 }  // namespace
+
+KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
+  KvExactOptions o;
+  const auto& sa = rule.service_args;
+  o.block_size = static_cast<uint32_t>(sa.value("kvBlockSize", 16));
+  o.zmq_port = static_cast<uint16_t>(sa.value("kvZmqPort", 5557));
+  o.min_match_tokens = static_cast<uint32_t>(envInt("LLB_KV_MIN_MATCH_TOKENS", 0, 4096, 16));
+  o.law.mean_load_factor_pct =
+      static_cast<uint32_t>(envInt("LOXILB_KV_MEAN_LOAD_FACTOR", 100, 300, 175));
+  if (const char* m = std::getenv("LOXILB_KV_LB_MODE"); m && *m) {
+    if (auto mode = parseLawMode(m))
+      o.law.mode = *mode;
+    else
+      log::warn("routing", std::string("LOXILB_KV_LB_MODE='") + m +
+                               "' is not off, hard, soft, "
+                               "adaptive or adaptive-soft: using hard");
+  }
+  if (const char* r = std::getenv("LOXILB_KV_SPILL_RELIEF"); r && *r)
+    o.law.spill_relief = std::string_view(r) != "off" && std::string_view(r) != "0";
+  return o;
+}
+
+std::unique_ptr<Stage> makeKvExactFromServices(const StageServices& s) {
+  if (!s.kv_index || !s.kv_lookup) return std::make_unique<NoKvStage>();
+  return makeKvExact(s, *s.kv_index, *s.kv_lookup, kvExactOptions(s.rule));
+}
 
 std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& index,
                                    const kv::WorkerLookup& lookup, KvExactOptions opts) {

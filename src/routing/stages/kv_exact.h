@@ -31,5 +31,13 @@ struct KvExactOptions {
 
 std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& index,
                                    const kv::WorkerLookup& lookup, KvExactOptions opts);
+// The registry's factory ("kv_exact"): options from the rule (kvBlockSize, kvZmqPort) and the
+// environment (LOXILB_KV_LB_MODE: off|hard|soft|adaptive|adaptive-soft, default hard, garbage
+// warns and means hard; LOXILB_KV_MEAN_LOAD_FACTOR: 100-300, default 175;
+// LLB_KV_MIN_MATCH_TOKENS: 0-4096, default 16; LOXILB_KV_SPILL_RELIEF: on|off, default on for
+// single-pool rules). Without KV services every request falls through (no_worker).
+std::unique_ptr<Stage> makeKvExactFromServices(const StageServices& s);
+// The options makeKvExactFromServices uses for a rule (exposed for tests and docs).
+KvExactOptions kvExactOptions(const config::RuleSpec& rule);
 
 }  // namespace kvgate::routing
