@@ -83,7 +83,8 @@ class EventPlane : public kv::WorkerLookup {
   void setSources(std::vector<SourceSpec> specs);
   // The index worker bits of a source key (one per rank), when the event thread has opened it.
   std::optional<uint64_t> slotsOf(const std::string& key) const;
-  // kv::WorkerLookup, for the request path: a lock-free read of a published snapshot.
+  // kv::WorkerLookup, for the request path: no mutex, one std::atomic<shared_ptr> load of a
+  // snapshot the event thread publishes whenever its sources change.
   uint64_t workersOf(const std::string& key) const override;
   std::optional<SourceStats> stats(const std::string& key) const;
   std::vector<std::string> sourceKeys() const;
