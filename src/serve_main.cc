@@ -268,11 +268,12 @@ int serveMain(int argc, char** argv) {
     tokenizers = std::make_unique<tok::TokenizerRegistry>(models_dir);
   }
 
-  proxy::DataPlane dp(opts);
-  dp.start();
   // The KV event plane: follows the publishers that kvExactMode rules name (docs/kv_index.md).
+  // Declared before the data plane, whose routes' Tier 1.5 stages refer to both.
   kv::KvIndex kv_index(kvMaxBlocks());
   events::EventPlane kv_plane(kv_index);
+  proxy::DataPlane dp(opts);
+  dp.start();
   kv_plane.start();
   dp.setKv(&kv_index, &kv_plane);  // Tier 1.5 (kvExactMode 3 rules) reads both
   admin::RuleStore store(flags.state_dir, dp);

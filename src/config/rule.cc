@@ -258,7 +258,10 @@ Result<RuleSpec> parseRule(const json& body) {
     if (cond && r.inactive_capability.empty()) r.inactive_capability = cap;
   };
   need(pd, "pd_disagg");
-  need(kv_mode == 1, "kv_exact");  // mode 3 (single pool) routes by Tier 1.5
+  // Mode 3 (single pool) routes by Tier 1.5, for vLLM event publishers (the ones followed).
+  need(kv_mode == 1 ||
+           (kv_mode == 3 && getOr<std::string>(stored, "kvEngineType", "vllm") != "vllm"),
+       "kv_exact");
   need(getOr<int>(stored, "security", 0) != 0 || stored.contains("mtls_frontend") ||
            stored.contains("mtls_backend"),
        "tls");

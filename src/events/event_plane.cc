@@ -134,13 +134,13 @@ std::string zmqAddress(const std::string& host, int port) {
 }  // namespace
 
 void EventPlane::closeSource(std::map<std::string, std::unique_ptr<Source>>::iterator it) {
-  for (int slot : it->second->slots) index_.removeWorker(slot);
-  {
+  {  // readers stop seeing the source before its slots are freed (and maybe reused)
     std::lock_guard<std::mutex> g(mu_);
     slots_.erase(it->first);
     stats_.erase(it->first);
     publishLookup();
   }
+  for (int slot : it->second->slots) index_.removeWorker(slot);
   log::info("events", "stopped following KV events of " + it->first);
   sources_.erase(it);
 }

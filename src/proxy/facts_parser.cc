@@ -225,6 +225,8 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
     } else if (key == "prompt" &&
                (needs & (routing::kNeedPromptPrefix | routing::kNeedPromptText))) {
       f.prompt_prefix.clear();
+      f.prompt_text.clear();  // a repeated "prompt": the last one counts (as the engine reads it)
+      f.prompt_token_ids.clear();
       f.has_prompt = true;
       Walk w = renderPrompt(v, r, f, needs);
       if (w == Walk::kFatal) return w;

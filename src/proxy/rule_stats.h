@@ -27,7 +27,7 @@ struct RuleStats {
   std::string rule;      // rule name, else its key
   std::string model;     // model_name ("" = catch-all)
   std::string selector;  // selector name
-  std::string stages;    // the pipeline\'s stage names (stage counters restart when they change)
+  std::string stages;    // the pipeline's stage names (stage counters restart when they change)
   // By endpoint label; shared with the snapshots' routes so a request that outlives a rule
   // change still counts safely; entries of endpoints that left the rule are dropped.
   std::map<std::string, std::shared_ptr<StatusCounters>> per_endpoint;

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 #include <optional>
 
 #include "routing/request_facts.h"
@@ -35,6 +36,7 @@ enum class DecisionKey : uint8_t {
 };
 inline constexpr const char* kDecisionKeyNames[] = {"prefix", "conversation", "session",
                                                     "source", "rr",           "kv_overlap"};
+static_assert(std::size(kDecisionKeyNames) == static_cast<size_t>(DecisionKey::kCount));
 inline const char* decisionKeyName(DecisionKey k) { return kDecisionKeyNames[static_cast<int>(k)]; }
 
 // The affinity key of the prefix-keyed stages (chwbl, gpuaware, wrr_hash): the prefix key, else

@@ -33,6 +33,7 @@ const StageInfo* findStage(std::string_view name) {
 }
 
 const StageInfo* stageForSel(int sel) {
+  if (sel < 0) return nullptr;  // stages without a sel number (kv_exact) have no alias
   for (const auto& s : kStages)
     if (s.sel == sel) return &s;
   return nullptr;

@@ -95,7 +95,6 @@ test('Tier 1.5: requests go to the worker that holds their prefix', async (t) =>
   await complete(b, 0, 64);
   assert.ok(await waitFor(async () => (await bBlocks()) >= before + 4, 10000), 'b\'s blocks did not arrive');
   // Through the gateway: the same prompt plus a different tail each time: all to b.
-  const served = { [a.url]: 0, [b.url]: 0 };
   for (let i = 0; i < 6; i++) {
     const prompt = Array.from({ length: 64 }, (_, j) => j).concat([90000 + i, 90100 + i]);
     const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
@@ -108,8 +107,33 @@ test('Tier 1.5: requests go to the worker that holds their prefix', async (t) =>
   const kvDecisions = m.filter((s) => s.name === 'kvgate_selector_decisions_total' && s.labels.selector === 'kv_exact')
     .reduce((x, s) => x + s.value, 0);
   assert.equal(kvDecisions, 6, JSON.stringify(m.filter((s) => s.name.startsWith('kvgate_selector_decisions') || s.name.startsWith('kvgate_routing_fallthrough'))));
-  const toB = m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${b.host}:${b.port}`)
-    .reduce((x, s) => x + s.value, 0);
-  assert.equal(toB, 6, 'not every request went to the warm worker');
-  void served;
+  const sent = (metrics, w) => metrics.filter((s) => s.name === 'kvgate_requests_total' &&
+    s.labels.endpoint === `${w.host}:${w.port}`).reduce((x, s) => x + s.value, 0);
+  assert.equal(sent(m, b), 6, 'not every request went to the warm worker');
+  // The other way round: a different prefix cached on a (the first endpoint) goes to a.
+  const aBlocks = () => scrapeMetrics(gw.api).then((mm) => kvSample(mm, 'kvgate_kv_blocks', `${a.host}:${kvPort}`).value);
+  const aBefore = await aBlocks();
+  await complete(a, 5000, 64);
+  assert.ok(await waitFor(async () => (await aBlocks()) >= aBefore + 4, 10000), 'a\'s blocks did not arrive');
+  for (let i = 0; i < 4; i++) {
+    const prompt = Array.from({ length: 64 }, (_, j) => 5000 + j).concat([91000 + i]);
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt, max_tokens: 1 }),
+    });
+    assert.equal(res.status, 200);
+    await res.arrayBuffer();
+  }
+  const m2 = await scrapeMetrics(gw.api);
+  assert.equal(sent(m2, a), 4);
+  // A prompt nobody holds is a miss: counted as shallow, then the rule's round-robin decides.
+  const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 64 }, (_, j) => 70000 + j), max_tokens: 1 }),
+  });
+  assert.equal(res.status, 200);
+  await res.arrayBuffer();
+  const shallow = (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_routing_fallthrough_total' &&
+    s.labels.stage === 'kv_exact' && s.labels.reason === 'shallow');
+  assert.equal(shallow?.value, 1);
 });

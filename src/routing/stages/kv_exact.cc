@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
+#include <map>
 #include <vector>
 
 #include "common/log.h"
@@ -11,6 +12,10 @@
 namespace kvgate::routing {
 namespace {
 
+// Blocks of a prompt that are scored (128k tokens at block size 16); the rest is not looked at.
+constexpr size_t kMaxBlocks = 8192;
+constexpr size_t kKeepScratch = 64 * 1024;  // scratch elements kept per thread between requests
+
 class KvExactStage : public Stage {
  public:
   KvExactStage(const StageServices& s, const kv::KvIndex& index, const kv::WorkerLookup& lookup,
@@ -18,39 +23,53 @@ class KvExactStage : public Stage {
       : index_(index), lookup_(lookup), opts_(opts) {
     for (const auto& ep : s.endpoints)
       keys_.push_back(ep.state->ip + ":" + std::to_string(opts_.zmq_port));
+    // Endpoints sharing one address share one publisher key: their caches cannot be told apart,
+    // so none of them is scored (empty key: not followed).
+    std::map<std::string, int> seen;
+    for (const auto& k : keys_) ++seen[k];
+    for (auto& k : keys_)
+      if (seen[k] > 1) k.clear();
   }
 
   uint32_t needs() const override { return kNeedPromptText | kNeedPromptPrefix; }
 
   StageResult evaluate(const RequestContext& ctx, CandidateSet& c) override {
+    if (!c.anyLeft()) return StageResult::fall(FallReason::kAllExcluded);
     const RequestFacts* f = ctx.facts;
     if (!f || f->prompt_token_ids.empty() || opts_.block_size == 0)
       return StageResult::fall(FallReason::kTokenize);
-    // Per-thread scratch: no allocation per request once warm.
-    thread_local std::vector<uint32_t> tokens;
-    thread_local std::vector<uint64_t> chain;
-    thread_local std::vector<LawCandidate> cands;
-    thread_local std::vector<int> index_of;
-    tokens.clear();
-    for (int64_t t : f->prompt_token_ids) {
-      if (t < 0 || t > UINT32_MAX) return StageResult::fall(FallReason::kTokenize);
-      tokens.push_back(static_cast<uint32_t>(t));
-    }
-    const size_t blocks = tokens.size() / opts_.block_size;
-    chain.resize(blocks);
-    const size_t n = kv::prefixChain(tokens.data(), tokens.size(), opts_.block_size,
-                                     kv::partitionRoot("", f->cache_salt), chain.data(), blocks);
-    uint64_t all = 0;
+    // Which candidates' caches are known: before any hashing, so a rule whose publishers are
+    // not (yet) followed costs no per-prompt work.
     thread_local std::vector<uint64_t> masks;
     masks.assign(c.size(), 0);
+    uint64_t all = 0;
     for (size_t i = 0; i < c.size(); ++i) {
-      if (c.excluded[i]) continue;
+      if (c.excluded[i] || keys_[i].empty()) continue;
       masks[i] = lookup_.workersOf(keys_[i]);
       all |= masks[i];
     }
     if (all == 0) return StageResult::fall(FallReason::kNoWorker);
+    // The chain of at most kMaxBlocks leading blocks (a huge prompt costs a bounded walk), in
+    // per-thread scratch that is released when a huge prompt grew it.
+    thread_local std::vector<uint32_t> tokens;
+    thread_local std::vector<uint64_t> chain;
+    const size_t blocks =
+        std::min<size_t>(f->prompt_token_ids.size() / opts_.block_size, kMaxBlocks);
+    tokens.clear();
+    for (size_t i = 0; i < blocks * opts_.block_size; ++i) {
+      const int64_t t = f->prompt_token_ids[i];
+      if (t < 0 || t > UINT32_MAX) return StageResult::fall(FallReason::kTokenize);
+      tokens.push_back(static_cast<uint32_t>(t));
+    }
+    chain.resize(blocks);
+    const size_t n = kv::prefixChain(tokens.data(), tokens.size(), opts_.block_size,
+                                     kv::partitionRoot("", f->cache_salt), chain.data(), blocks);
     std::array<uint32_t, kv::kMaxWorkers> overlap{};
     index_.score(chain.data(), n, all, overlap);
+    if (tokens.capacity() > kKeepScratch) std::vector<uint32_t>().swap(tokens);
+    if (chain.capacity() > kKeepScratch) std::vector<uint64_t>().swap(chain);
+    thread_local std::vector<LawCandidate> cands;
+    thread_local std::vector<int> index_of;
     cands.clear();
     index_of.clear();
     uint32_t best = 0;
@@ -64,8 +83,8 @@ class KvExactStage : public Stage {
       cands.push_back({ov, static_cast<uint32_t>(std::max<int64_t>(0, load)), 0});
       index_of.push_back(static_cast<int>(i));
     }
-    if (cands.empty()) return StageResult::fall(FallReason::kAllExcluded);
-    if (static_cast<uint64_t>(best) * opts_.block_size < opts_.min_match_tokens)
+    // No overlap at all, or less than the minimum: a miss, the rule's selector decides.
+    if (best == 0 || static_cast<uint64_t>(best) * opts_.block_size < opts_.min_match_tokens)
       return StageResult::fall(FallReason::kShallow);
     LawParams p = opts_.law;
     p.prompt_blocks = static_cast<uint32_t>(n);
@@ -121,8 +140,16 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
                                "' is not off, hard, soft, "
                                "adaptive or adaptive-soft: using hard");
   }
-  if (const char* r = std::getenv("LOXILB_KV_SPILL_RELIEF"); r && *r)
-    o.law.spill_relief = std::string_view(r) != "off" && std::string_view(r) != "0";
+  if (const char* r = std::getenv("LOXILB_KV_SPILL_RELIEF"); r && *r) {
+    const std::string_view v(r);
+    if (v == "off" || v == "0" || v == "false")
+      o.law.spill_relief = false;
+    else if (v == "on" || v == "1" || v == "true")
+      o.law.spill_relief = true;
+    else
+      log::warn("routing", "LOXILB_KV_SPILL_RELIEF='" + std::string(v) +
+                               "' is not on/off/1/0/true/false: spill relief stays on");
+  }
   return o;
 }
 

@@ -7,11 +7,15 @@
 // (endpointIP:kvZmqPort, every DP rank) and its overlap = the longest leading run any of them holds
 // -> the law over the endpoints not excluded (load = in-flight requests, capacity unknown for now)
 // -> the pick. Guards (a miss falls through to the rule's selector stage, counted by reason):
-// `tokenize` (no token ids), `no_worker` (no candidate's events are followed), `shallow` (the best
-// overlap covers fewer than min_match_tokens tokens; LLB_KV_MIN_MATCH_TOKENS, default 16, 0 off),
-// `all_excluded`. Knobs: kvBlockSize, kvZmqPort, the law's mode and factors.
-// Not yet: text and chat prompts through the tokenizer, capacity from worker metrics, cold-start
-// seeding, speculative insert, warm-up.
+// `all_excluded` (no candidate left), `tokenize` (no token ids), `no_worker` (no candidate's events
+// are followed), `shallow` (no overlap at all, or fewer than min_match_tokens tokens;
+// LLB_KV_MIN_MATCH_TOKENS, default 16, 0 keeps only the no-overlap miss). Knobs: kvBlockSize,
+// kvZmqPort, the law's mode and factors. Bounds: at most 8192 leading blocks are hashed and scored;
+// no hashing before a candidate's publisher is known. Endpoints sharing one address (one publisher
+// key) are not scored. Not yet: text and chat prompts through the tokenizer; LoRA adapters
+// (requests are scored in the base model's partition, so an adapter's own cached blocks are not
+// seen); capacity from worker metrics; cold-start seeding; speculative insert; warm-up;
+// kvExactApiMode.
 #pragma once
 #include <memory>
 

@@ -122,8 +122,26 @@ TEST(KvExact, GuardsFallThroughWithTheirReasons) {
   {
     Fixture f;
     f.excluded.assign(3, true);
-    EXPECT_EQ(f.run().reason, FallReason::kNoWorker);  // nothing left to look up
+    EXPECT_EQ(f.run().reason, FallReason::kAllExcluded);
   }
+  {
+    KvExactOptions o;
+    o.min_match_tokens = 0;  // the minimum off: a prompt nobody holds is still a miss
+    Fixture f(o);
+    f.facts.prompt_token_ids.assign(64, 77);
+    EXPECT_EQ(f.run().reason, FallReason::kShallow);
+  }
+}
+
+// Two endpoints on one address share a publisher key: their caches cannot be told apart, so
+// neither is scored (here the only followed one was 10.0.0.1; with both at 10.0.0.1, nothing).
+TEST(KvExact, EndpointsSharingAnAddressAreNotScored) {
+  Fixture f;
+  f.eps[1].state = std::make_shared<endpoints::EndpointState>(9, "10.0.0.1", 8001, g_clock);
+  f.lookup.m.erase("10.0.0.3:5557");
+  StageServices s{g_clock, f.rule, f.eps};
+  f.stage = makeKvExact(s, f.index, f.lookup, {});
+  EXPECT_EQ(f.run().reason, FallReason::kNoWorker);
 }
 
 TEST(KvExact, CacheSaltsArePartitions) {
