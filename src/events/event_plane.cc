@@ -62,15 +62,12 @@ std::optional<SourceStats> EventPlane::stats(const std::string& key) const {
   return it->second;
 }
 
-uint64_t EventPlane::workersOf(const std::string& key) const {
-  auto m = lookup_.load(std::memory_order_acquire);
-  auto it = m->find(key);
-  return it == m->end() ? 0 : it->second;
+std::shared_ptr<const kv::WorkerMap> EventPlane::snapshot() const {
+  return lookup_.load(std::memory_order_acquire);
 }
 
 void EventPlane::publishLookup() {
-  lookup_.store(std::make_shared<const std::map<std::string, uint64_t>>(slots_),
-                std::memory_order_release);
+  lookup_.store(std::make_shared<const kv::WorkerMap>(slots_), std::memory_order_release);
 }
 
 std::vector<std::string> EventPlane::sourceKeys() const {

@@ -85,7 +85,7 @@ class EventPlane : public kv::WorkerLookup {
   std::optional<uint64_t> slotsOf(const std::string& key) const;
   // kv::WorkerLookup, for the request path: no mutex, one std::atomic<shared_ptr> load of a
   // snapshot the event thread publishes whenever its sources change.
-  uint64_t workersOf(const std::string& key) const override;
+  std::shared_ptr<const kv::WorkerMap> snapshot() const override;
   std::optional<SourceStats> stats(const std::string& key) const;
   std::vector<std::string> sourceKeys() const;
   // Prometheus text of the kvgate_kv_* families (any thread).
@@ -108,8 +108,8 @@ class EventPlane : public kv::WorkerLookup {
   mutable std::mutex mu_;  // guards pending_, slots_, stats_ (never held across I/O)
   std::optional<std::vector<SourceSpec>> pending_;
   std::map<std::string, uint64_t> slots_;
-  std::atomic<std::shared_ptr<const std::map<std::string, uint64_t>>> lookup_{
-      std::make_shared<const std::map<std::string, uint64_t>>()};
+  std::atomic<std::shared_ptr<const kv::WorkerMap>> lookup_{
+      std::make_shared<const kv::WorkerMap>()};
   void publishLookup();  // with mu_ held: slots_ -> lookup_
   std::map<std::string, SourceStats> stats_;
   // Event thread only.

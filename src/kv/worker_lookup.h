@@ -1,16 +1,20 @@
-// WorkerLookup: the index workers (bits) holding the inventory of a KV-event publisher key
-// ("host:port"). The event plane implements it; Tier 1.5 reads it on the request path, so an
-// implementation must be cheap and safe to call from any thread.
+// WorkerLookup: the index workers (bits) holding the inventory of each KV-event publisher key
+// ("host:port"). The event plane implements it; Tier 1.5 takes one snapshot per decision on the
+// request path, so snapshot() must be cheap and safe to call from any thread.
 #pragma once
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 
 namespace kvgate::kv {
 
+using WorkerMap = std::map<std::string, uint64_t>;  // publisher key -> worker bits
+
 class WorkerLookup {
  public:
   virtual ~WorkerLookup() = default;
-  virtual uint64_t workersOf(const std::string& source_key) const = 0;  // 0 = not followed
+  virtual std::shared_ptr<const WorkerMap> snapshot() const = 0;  // never null
 };
 
 }  // namespace kvgate::kv

@@ -145,7 +145,8 @@ Walk renderPrompt(value v, Renderer& r, routing::RequestFacts& f, uint32_t needs
       f.prompt_token_ids.clear();
       return Walk::kShape;  // a batch of prompts or a non-integer: no prompt key
     }
-    if (needs & routing::kNeedPromptText) f.prompt_token_ids.push_back(x);
+    if (needs & (routing::kNeedPromptText | routing::kNeedPromptTokenIds))
+      f.prompt_token_ids.push_back(x);
     if (!r.full()) {
       auto [end, ec] = std::to_chars(num, num + sizeof num, x);
       r.add(std::string_view(num, static_cast<size_t>(end - num)));
@@ -222,8 +223,8 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
         if (w == Walk::kFatal) return w;
         if (w == Walk::kShape) f.has_prompt = false;
       }
-    } else if (key == "prompt" &&
-               (needs & (routing::kNeedPromptPrefix | routing::kNeedPromptText))) {
+    } else if (key == "prompt" && (needs & (routing::kNeedPromptPrefix | routing::kNeedPromptText |
+                                            routing::kNeedPromptTokenIds))) {
       f.prompt_prefix.clear();
       f.prompt_text.clear();  // a repeated "prompt": the last one counts (as the engine reads it)
       f.prompt_token_ids.clear();

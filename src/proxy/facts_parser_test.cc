@@ -175,6 +175,20 @@ TEST(Facts, PromptTextAndTokenIdsWhenNeeded) {
   EXPECT_EQ(f.prompt_text, "abc\ndef");
 }
 
+// Tier 1.5 asks for token ids only: a text prompt is not copied, and a repeated "prompt" key
+// keeps the last one (as the engine reads it).
+TEST(Facts, TokenIdsOnlyWhenThatIsAllThatIsNeeded) {
+  RequestFacts f;
+  ASSERT_EQ(parse(R"({"prompt":[5,6,7]})", f, routing::kNeedPromptTokenIds), FactsStatus::kOk);
+  EXPECT_EQ(f.prompt_token_ids, (std::vector<int64_t>{5, 6, 7}));
+  ASSERT_EQ(parse(R"({"prompt":"abc"})", f, routing::kNeedPromptTokenIds), FactsStatus::kOk);
+  EXPECT_TRUE(f.prompt_text.empty());
+  EXPECT_TRUE(f.prompt_token_ids.empty());
+  ASSERT_EQ(parse(R"({"prompt":[1,2],"prompt":[9]})", f, routing::kNeedPromptTokenIds),
+            FactsStatus::kOk);
+  EXPECT_EQ(f.prompt_token_ids, (std::vector<int64_t>{9}));
+}
+
 // Bug 5 of issue 9: a huge body does not leave the worker's parser holding ~6x its size.
 TEST(Facts, ParserShrinksAfterAHugeBody) {
   std::string body = "{\"model\":\"m\",\"prompt\":\"" + std::string(8 << 20, 'x') + "\"}";

@@ -19,12 +19,13 @@ namespace kvgate::routing {
 // Facts a stage (or the pool lookup) needs; the union over a rule's stages decides what is parsed.
 enum FactNeeds : uint32_t {
   kNeedNothing = 0,
-  kNeedModel = 1u << 0,         // body "model" (model pools)
-  kNeedPromptPrefix = 1u << 1,  // rendered prompt, first K bytes, plus model and cache_salt
-  kNeedUser = 1u << 2,          // body "user" (conversation id fallback)
-  kNeedPromptText = 1u << 3,    // the whole prompt string (completions) / token ids
-  kNeedMessages = 1u << 4,      // the raw JSON of "messages" (chat-template rendering)
-  kNeedRequestShape = 1u << 5,  // stream, stream_options, max_tokens, adapter
+  kNeedModel = 1u << 0,           // body "model" (model pools)
+  kNeedPromptPrefix = 1u << 1,    // rendered prompt, first K bytes, plus model and cache_salt
+  kNeedUser = 1u << 2,            // body "user" (conversation id fallback)
+  kNeedPromptText = 1u << 3,      // the whole prompt string (completions) / token ids
+  kNeedMessages = 1u << 4,        // the raw JSON of "messages" (chat-template rendering)
+  kNeedRequestShape = 1u << 5,    // stream, stream_options, max_tokens, adapter
+  kNeedPromptTokenIds = 1u << 6,  // a token-id prompt's ids only (Tier 1.5), no text copy
   // Header and connection facts (no body parse): session value (persist), source address (hash).
   kNeedSession = 1u << 16,
   kNeedSource = 1u << 17,
@@ -43,7 +44,8 @@ struct RequestFacts {
   // usable prompt.
   bool has_prompt = false;
   std::string prompt_prefix;
-  // Filled only for kNeedPromptText: the whole completions prompt, or its token ids.
+  // Filled only for kNeedPromptText: the whole completions prompt, or its token ids (the ids also
+  // for kNeedPromptTokenIds).
   std::string prompt_text;
   std::vector<int64_t> prompt_token_ids;
   // Filled only for kNeedMessages: the raw JSON text of "messages" (an array).

@@ -31,7 +31,7 @@ class KvExactStage : public Stage {
       if (seen[k] > 1) k.clear();
   }
 
-  uint32_t needs() const override { return kNeedPromptText | kNeedPromptPrefix; }
+  uint32_t needs() const override { return kNeedPromptTokenIds; }
 
   StageResult evaluate(const RequestContext& ctx, CandidateSet& c) override {
     if (!c.anyLeft()) return StageResult::fall(FallReason::kAllExcluded);
@@ -43,9 +43,11 @@ class KvExactStage : public Stage {
     thread_local std::vector<uint64_t> masks;
     masks.assign(c.size(), 0);
     uint64_t all = 0;
+    const std::shared_ptr<const kv::WorkerMap> workers = lookup_.snapshot();  // one per decision
     for (size_t i = 0; i < c.size(); ++i) {
       if (c.excluded[i] || keys_[i].empty()) continue;
-      masks[i] = lookup_.workersOf(keys_[i]);
+      auto it = workers->find(keys_[i]);
+      masks[i] = it == workers->end() ? 0 : it->second;
       all |= masks[i];
     }
     if (all == 0) return StageResult::fall(FallReason::kNoWorker);

@@ -16,10 +16,9 @@ namespace {
 common::ManualClock g_clock;
 
 struct Lookup : kv::WorkerLookup {
-  std::map<std::string, uint64_t> m;
-  uint64_t workersOf(const std::string& k) const override {
-    auto it = m.find(k);
-    return it == m.end() ? 0 : it->second;
+  kv::WorkerMap m;
+  std::shared_ptr<const kv::WorkerMap> snapshot() const override {
+    return std::make_shared<const kv::WorkerMap>(m);
   }
 };
 
