@@ -17,6 +17,7 @@
 #include "http/server.h"
 #include "proxy/data_plane.h"
 #include "tokenizer/registry.h"
+#include "tokenizer/request_tokenizer.h"
 
 namespace kvgate {
 namespace {
@@ -272,10 +273,15 @@ int serveMain(int argc, char** argv) {
   // Declared before the data plane, whose routes' Tier 1.5 stages refer to both.
   kv::KvIndex kv_index(kvMaxBlocks());
   events::EventPlane kv_plane(kv_index);
+  // Text and chat prompts -> token ids for Tier 1.5 (tokenizers load on their own thread).
+  std::unique_ptr<tok::RequestTokenizer> prompt_tokens;
+  if (tokenizers)
+    prompt_tokens = std::make_unique<tok::RequestTokenizer>(*tokenizers,
+                                                            tok::RequestTokenizer::optionsFromEnv());
   proxy::DataPlane dp(opts);
   dp.start();
   kv_plane.start();
-  dp.setKv(&kv_index, &kv_plane);  // Tier 1.5 (kvExactMode 3 rules) reads both
+  dp.setKv(&kv_index, &kv_plane, prompt_tokens.get());  // Tier 1.5 (kvExactMode 3 rules)
   admin::RuleStore store(flags.state_dir, dp);
   store.setListener(
       [](const std::vector<config::RuleSpec>& rules) -> Result<void> {

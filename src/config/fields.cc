@@ -82,6 +82,7 @@ const std::vector<FieldSpec>& serviceFields() {
       {"kvDpRankCount", T::kInt, 1, 8},
       {"pdBootstrapPort", T::kInt, 0, 65535},
       {"kvExactApiMode", T::kEnum, 0, 0, {"completions", "chat", "both"}},
+      {"kvLbMode", T::kEnum, 0, 0, {"off", "hard", "soft", "adaptive", "adaptive-soft"}},
       {"kvModelProfile", T::kString, 0, 256},
       // TLS.
       {"mtls_frontend", T::kObject},

@@ -37,6 +37,20 @@ inline const Family kSelectorDecisions{"kvgate_selector_decisions_total", Type::
 inline const Family kSpills{"kvgate_selector_spills_total", Type::kCounter,
     "Bounded-load selectors (chwbl, wrr_hash) moving a request off its key's home endpoint.",
     {"rule"}};
+// Tier 1.5 (the kv_exact stage) under the names of seed 000 and the upstream gateway; `service`
+// is the rule's name (else its key).
+inline const Family kTier15Hits{"loxilb_pd_kv_tier15_hits_total", Type::kCounter,
+    "Requests Tier 1.5 (KV-exact) routed by cache overlap, by rule.", {"service"}};
+inline const Family kTier15Spills{"loxilb_pd_kv_tier15_spills_total", Type::kCounter,
+    "Tier 1.5 picks that left the overlap winner (over its load cap), by rule.", {"service"}};
+inline const Family kTier15ColdSeeds{"loxilb_pd_kv_tier15_cold_seeds_total", Type::kCounter,
+    "Tier 1.5 hits diverted to a cold endpoint (cold-start seeding), by rule.", {"service"}};
+inline const Family kTier15MissReason{"loxilb_pd_kv_tier15_miss_reason_total", Type::kCounter,
+    "Tier 1.5 misses by guard: all_excluded, api_mode, text_empty, model_empty, tokenize, "
+    "hashes, no_worker, excluded, shallow.", {"service", "reason"}};
+inline const Family kTier15Fallthrough{"loxilb_pd_kv_tier15_fallthrough_total", Type::kCounter,
+    "Tier 1.5 misses handed to the rule's selector (the sum over reasons), by rule.",
+    {"service"}};
 inline const Family kStageFallthrough{"kvgate_routing_fallthrough_total", Type::kCounter,
     "Routing stages that did not decide, by rule, stage and reason (all_excluded, empty_pool, "
     "no_key); stage \"none\" counts requests no stage could place.", {"rule", "stage", "reason"}};
@@ -104,7 +118,9 @@ inline const Family kTokenizeRequests{"kvgate_tokenize_requests_total", Type::kC
 inline const std::vector<const Family*>& allFamilies() {
   static const std::vector<const Family*> k = {
       &kRequests,          &kUnrouted,      &kUpstreamLatency,    &kStreamTtft,
-      &kSelectorDecisions, &kSpills,        &kStageFallthrough,   &kDecisionSeconds,
+      &kSelectorDecisions, &kSpills,        &kTier15Hits,         &kTier15Spills,
+      &kTier15ColdSeeds,   &kTier15MissReason, &kTier15Fallthrough, &kStageFallthrough,
+      &kDecisionSeconds,
       &kActiveConnections, &kActiveStreams, &kEndpointInflight,   &kEndpointConnectFailures,
       &kEndpointUp,        &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules,

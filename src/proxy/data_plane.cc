@@ -28,10 +28,12 @@ std::vector<std::string> stageNames(const config::RuleSpec& rule) {
 
 std::unique_ptr<routing::Pipeline> buildPipeline(const Route& route, const common::Clock& clock,
                                                  const kv::KvIndex* kv_index,
-                                                 const kv::WorkerLookup* kv_lookup) {
+                                                 const kv::WorkerLookup* kv_lookup,
+                                                 const routing::PromptTokens* tokens) {
   auto names = stageNames(route.rule);
   if (names.empty()) return nullptr;
-  routing::StageServices services{clock, route.rule, route.endpoints, kv_index, kv_lookup};
+  routing::StageServices services{clock,    route.rule, route.endpoints,
+                                  kv_index, kv_lookup,  tokens};
   auto p = routing::Pipeline::build(names, services, route.stats->pipeline);
   if (!p) {
     log::error("proxy", "rule " + route.rule.key() + ": " + p.error().what);
@@ -133,7 +135,7 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   }
   stats->per_endpoint = std::move(counters);
   route->stats = stats;
-  route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_);
+  route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
   return route;
 }

@@ -57,9 +57,12 @@ class DataPlane {
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
   // The KV index and publisher lookup Tier 1.5 stages read (kvExactMode 3 rules); set before the
   // first apply(). Both must outlive the data plane.
-  void setKv(const kv::KvIndex* index, const kv::WorkerLookup* lookup) {
+  // `tokens` (may be null: no --models-dir) turns text and chat prompts into token ids.
+  void setKv(const kv::KvIndex* index, const kv::WorkerLookup* lookup,
+             const routing::PromptTokens* tokens = nullptr) {
     kv_index_ = index;
     kv_lookup_ = lookup;
+    prompt_tokens_ = tokens;
   }
   const ProxyOptions& options() const { return opts_; }
   // Prometheus text for every data-plane family (control thread only, like apply()).
@@ -74,12 +77,14 @@ class DataPlane {
   ProxyOptions opts_;
   const kv::KvIndex* kv_index_ = nullptr;
   const kv::WorkerLookup* kv_lookup_ = nullptr;
+  const routing::PromptTokens* prompt_tokens_ = nullptr;
   DataPlaneStats stats_;  // before workers_: their pools and frames write it while destroyed
   endpoints::EndpointTable endpoints_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::map<std::string, std::shared_ptr<Listener>> listeners_;    // by vip:port
   std::map<std::string, std::shared_ptr<RuleStats>> rule_stats_;  // by rule key
   void renderRequestMetrics(metrics::TextWriter& w) const;
+  void renderTier15Metrics(metrics::TextWriter& w) const;
   void renderRoutingMetrics(metrics::TextWriter& w) const;
   void renderEndpointMetrics(metrics::TextWriter& w) const;
   std::shared_ptr<Route> buildRoute(const config::RuleSpec& rule, const common::Clock& clock,

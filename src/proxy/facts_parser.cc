@@ -183,6 +183,44 @@ Walk readShape(std::string_view key, value v, routing::RequestFacts& f) {
   return fatal(e) ? Walk::kFatal : Walk::kOk;
 }
 
+// The members a chat template reads besides "messages" (tok::chatInputFromRequest).
+bool isChatExtra(std::string_view key) {
+  return key == "tools" || key == "documents" || key == "add_generation_prompt" ||
+         key == "continue_final_message" || key == "add_special_tokens" ||
+         key == "chat_template_kwargs";
+}
+
+// Appends `"key":<raw JSON of v>` to the chat extras (consumes v).
+Walk addChatExtra(std::string_view key, value v, routing::RequestFacts& f) {
+  json_type t;
+  if (auto e = v.type().get(t)) return walkOf(e);
+  std::string_view raw;
+  simdjson::error_code e = simdjson::SUCCESS;
+  if (t == json_type::array) {
+    simdjson::ondemand::array a;
+    if (!(e = v.get_array().get(a))) e = a.raw_json().get(raw);
+  } else if (t == json_type::object) {
+    simdjson::ondemand::object o;
+    if (!(e = v.get_object().get(o))) e = o.raw_json().get(raw);
+  } else {
+    if (t == json_type::boolean && key == "add_special_tokens") {
+      bool b = false;
+      if (!v.get_bool().get(b)) f.add_special_tokens = b;
+    }
+    raw = v.raw_json_token();
+  }
+  if (e) return walkOf(e);
+  while (!raw.empty() && (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' ||
+                          raw.back() == '\t'))
+    raw.remove_suffix(1);
+  if (!f.chat_extras_json.empty()) f.chat_extras_json.push_back(',');
+  f.chat_extras_json.push_back('"');
+  f.chat_extras_json.append(key);  // one of the fixed names above: no escaping needed
+  f.chat_extras_json.append("\":");
+  f.chat_extras_json.append(raw);
+  return Walk::kOk;
+}
+
 // Walks the top-level object once, extracting the facts in `needs`.
 Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
                 routing::RequestFacts& f) {
@@ -232,6 +270,8 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
       Walk w = renderPrompt(v, r, f, needs);
       if (w == Walk::kFatal) return w;
       if (w == Walk::kShape) f.has_prompt = false;
+    } else if ((needs & routing::kNeedChatInput) && isChatExtra(key)) {
+      if (addChatExtra(key, v, f) == Walk::kFatal) return Walk::kFatal;
     } else if (needs & routing::kNeedRequestShape) {
       if (readShape(key, v, f) == Walk::kFatal) return Walk::kFatal;
     }

@@ -190,6 +190,38 @@ TEST(Facts, TokenIdsOnlyWhenThatIsAllThatIsNeeded) {
 }
 
 // Bug 5 of issue 9: a huge body does not leave the worker's parser holding ~6x its size.
+TEST(Facts, ChatTemplateFieldsAreCapturedRaw) {
+  RequestFacts f;
+  const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput;
+  ASSERT_EQ(parse(R"({"model":"m","tools":[{"type":"function","function":{"name":"f"}}],)"
+                  R"("messages":[{"role":"user","content":"hi"}],"temperature":0.5,)"
+                  R"("add_generation_prompt" : false ,"documents":null,"add_special_tokens":true,)"
+                  R"("chat_template_kwargs":{"enable_thinking":false},"continue_final_message":"x"})",
+                  f, needs),
+            FactsStatus::kOk);
+  EXPECT_EQ(f.messages_json, R"([{"role":"user","content":"hi"}])");
+  // Members in body order, whitespace after a value trimmed, other members left out; the
+  // wrong-typed continue_final_message is kept (the template input check reports it).
+  EXPECT_EQ(f.chat_extras_json,
+            R"("tools":[{"type":"function","function":{"name":"f"}}],)"
+            R"("add_generation_prompt":false,"documents":null,"add_special_tokens":true,)"
+            R"("chat_template_kwargs":{"enable_thinking":false},"continue_final_message":"x")");
+  EXPECT_EQ(f.add_special_tokens, std::optional<bool>(true));
+  // Without the need nothing is captured.
+  RequestFacts g;
+  ASSERT_EQ(parse(R"({"model":"m","add_special_tokens":false,"tools":[]})", g,
+                  routing::kNeedModel),
+            FactsStatus::kOk);
+  EXPECT_TRUE(g.chat_extras_json.empty());
+  EXPECT_FALSE(g.add_special_tokens.has_value());
+  // A completions request's add_special_tokens; a non-boolean one is not a fact.
+  ASSERT_EQ(parse(R"({"prompt":"x","add_special_tokens":false})", g, needs), FactsStatus::kOk);
+  EXPECT_EQ(g.add_special_tokens, std::optional<bool>(false));
+  ASSERT_EQ(parse(R"({"prompt":"x","add_special_tokens":1})", g, needs), FactsStatus::kOk);
+  EXPECT_FALSE(g.add_special_tokens.has_value());
+  EXPECT_EQ(g.chat_extras_json, R"("add_special_tokens":1)");
+}
+
 TEST(Facts, ParserShrinksAfterAHugeBody) {
   std::string body = "{\"model\":\"m\",\"prompt\":\"" + std::string(8 << 20, 'x') + "\"}";
   body.reserve(body.size() + kFactsPadding);

@@ -44,6 +44,47 @@ void DataPlane::renderRequestMetrics(metrics::TextWriter& w) const {
     w.histogram(kStreamTtft, {{"rule", st->rule}}, st->stream_ttft);
 }
 
+// Tier 1.5: the kv_exact stage's hits, spills, cold seeds and misses, under upstream's names.
+void DataPlane::renderTier15Metrics(metrics::TextWriter& w) const {
+  using namespace metrics;
+  struct Kv {
+    const RuleStats* st;
+    size_t stage;
+  };
+  std::vector<Kv> rules;
+  for (auto& [key, st] : rule_stats_) {
+    const auto& p = *st->pipeline;
+    for (size_t s = 0; s < p.stage_count; ++s)
+      if (p.stage_names[s] == "kv_exact") rules.push_back({st.get(), s});
+  }
+  auto per_rule = [&](const Family& f, auto value) {
+    w.header(f);
+    for (auto& r : rules)
+      w.sample(f, {{"service", r.st->rule}}, static_cast<double>(value(*r.st->pipeline, r.stage)));
+  };
+  per_rule(kTier15Hits, [](const routing::PipelineStats& p, size_t s) {
+    return p.decided[s][static_cast<size_t>(routing::DecisionKey::kKvOverlap)].load();
+  });
+  per_rule(kTier15Spills,
+           [](const routing::PipelineStats& p, size_t s) { return p.stage_spills[s].load(); });
+  per_rule(kTier15ColdSeeds,
+           [](const routing::PipelineStats& p, size_t s) { return p.stage_seeds[s].load(); });
+  w.header(kTier15MissReason);
+  for (auto& r : rules)
+    for (size_t k = 0; k < static_cast<size_t>(routing::FallReason::kCount); ++k) {
+      const auto reason = static_cast<routing::FallReason>(k);
+      if (reason == routing::FallReason::kEmptyPool || reason == routing::FallReason::kNoKey)
+        continue;  // not kv_exact's reasons
+      w.sample(kTier15MissReason, {{"service", r.st->rule}, {"reason", routing::kFallReasonNames[k]}},
+               static_cast<double>(r.st->pipeline->fallthrough[r.stage][k].load()));
+    }
+  per_rule(kTier15Fallthrough, [](const routing::PipelineStats& p, size_t s) {
+    uint64_t n = 0;
+    for (auto& x : p.fallthrough[s]) n += x.load();
+    return n;
+  });
+}
+
 // The pipelines: deciding stage and key, spills, fall-throughs, decision time.
 void DataPlane::renderRoutingMetrics(metrics::TextWriter& w) const {
   using namespace metrics;
@@ -62,6 +103,7 @@ void DataPlane::renderRoutingMetrics(metrics::TextWriter& w) const {
   w.header(kSpills);
   for (auto& [key, st] : rule_stats_)
     w.sample(kSpills, {{"rule", st->rule}}, static_cast<double>(st->pipeline->spills.load()));
+  renderTier15Metrics(w);
   w.header(kStageFallthrough);
   for (auto& [key, st] : rule_stats_) {
     const auto& p = *st->pipeline;

@@ -50,7 +50,11 @@ Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c) const {
       d.key = r.key;
       d.spilled = r.spilled;
       st.decided[i][static_cast<size_t>(r.key)].fetch_add(1, std::memory_order_relaxed);
-      if (r.spilled) st.spills.fetch_add(1, std::memory_order_relaxed);
+      if (r.spilled) {
+        st.spills.fetch_add(1, std::memory_order_relaxed);
+        st.stage_spills[i].fetch_add(1, std::memory_order_relaxed);
+      }
+      if (r.seeded) st.stage_seeds[i].fetch_add(1, std::memory_order_relaxed);
       break;
     }
     st.fallthrough[i][static_cast<size_t>(r.reason)].fetch_add(1, std::memory_order_relaxed);

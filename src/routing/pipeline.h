@@ -35,7 +35,9 @@ struct PipelineStats {
   // fallthrough[stage][reason]
   std::array<std::array<std::atomic<uint64_t>, static_cast<size_t>(FallReason::kCount)>, kMaxStages>
       fallthrough{};
-  std::atomic<uint64_t> spills{0};
+  std::atomic<uint64_t> spills{0};                            // all stages
+  std::array<std::atomic<uint64_t>, kMaxStages> stage_spills{};  // by stage
+  std::array<std::atomic<uint64_t>, kMaxStages> stage_seeds{};   // cold-start seeds, by stage
   std::atomic<uint64_t> no_pick{0};           // every stage fell through
   metrics::Histogram decision_seconds{1e-3};  // buckets 1 us .. 60 ms
 };

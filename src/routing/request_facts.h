@@ -26,6 +26,7 @@ enum FactNeeds : uint32_t {
   kNeedMessages = 1u << 4,        // the raw JSON of "messages" (chat-template rendering)
   kNeedRequestShape = 1u << 5,    // stream, stream_options, max_tokens, adapter
   kNeedPromptTokenIds = 1u << 6,  // a token-id prompt's ids only (Tier 1.5), no text copy
+  kNeedChatInput = 1u << 7,  // the chat-template fields besides messages, and add_special_tokens
   // Header and connection facts (no body parse): session value (persist), source address (hash).
   kNeedSession = 1u << 16,
   kNeedSource = 1u << 17,
@@ -50,6 +51,12 @@ struct RequestFacts {
   std::vector<int64_t> prompt_token_ids;
   // Filled only for kNeedMessages: the raw JSON text of "messages" (an array).
   std::string messages_json;
+  // Filled only for kNeedChatInput: the members a chat template reads besides "messages"
+  // (tools, documents, add_generation_prompt, continue_final_message, add_special_tokens,
+  // chat_template_kwargs) as raw JSON object members `"key":value` joined by ','; and
+  // add_special_tokens when it is a boolean (completions tokenization).
+  std::string chat_extras_json;
+  std::optional<bool> add_special_tokens;
   // Filled only for kNeedRequestShape.
   std::optional<bool> stream;
   bool include_usage = false;         // stream_options.include_usage
@@ -66,6 +73,8 @@ struct RequestFacts {
     prompt_text.clear();
     prompt_token_ids.clear();
     messages_json.clear();
+    chat_extras_json.clear();
+    add_special_tokens.reset();
     stream.reset();
     max_tokens.reset();
     lora_adapter.clear();
@@ -74,7 +83,8 @@ struct RequestFacts {
   // connection's life).
   void shrink(size_t keep) {
     for (std::string* s :
-         {&model, &cache_salt, &prompt_prefix, &prompt_text, &messages_json, &lora_adapter})
+         {&model, &cache_salt, &prompt_prefix, &prompt_text, &messages_json, &chat_extras_json,
+          &lora_adapter})
       if (s->capacity() > keep) std::string().swap(*s);
     if (prompt_token_ids.capacity() * sizeof(int64_t) > keep)
       std::vector<int64_t>().swap(prompt_token_ids);

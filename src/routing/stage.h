@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "config/rule.h"
 #include "endpoints/endpoint.h"
+#include "routing/prompt_tokens.h"
 #include "routing/request_context.h"
 
 namespace kvgate::kv {
@@ -49,19 +50,27 @@ enum class FallReason : uint8_t {
   kAllExcluded,
   kEmptyPool,
   kNoKey,
-  kTokenize,  // kv_exact: no token ids for the prompt
-  kNoWorker,  // kv_exact: no candidate's KV events are followed
-  kShallow,   // kv_exact: the best overlap is under the minimum matched tokens
+  // kv_exact (Tier 1.5) guards, in ladder order (stages/kv_exact.h):
+  kApiMode,    // the request's API (chat or completions) is not the rule's kvExactApiMode
+  kTextEmpty,  // no prompt: neither token ids, nor text, nor messages
+  kModelEmpty,  // a text prompt without a model (no tokenizer to choose)
+  kTokenize,    // tokenizer not loaded (yet), missing or failing for the request
+  kHashes,      // token ids out of range: no block hashes
+  kNoWorker,    // no candidate's cache holds any leading block of the prompt (or none is followed)
+  kExcluded,    // only excluded candidates (down, breaker open, failed) hold the prompt's blocks
+  kShallow,     // the best overlap is under the minimum matched tokens, or under one block
   kCount
 };
-inline constexpr const char* kFallReasonNames[] = {"all_excluded", "empty_pool", "no_key",
-                                                   "tokenize",     "no_worker",  "shallow"};
+inline constexpr const char* kFallReasonNames[] = {
+    "all_excluded", "empty_pool", "no_key",    "api_mode", "text_empty", "model_empty",
+    "tokenize",     "hashes",     "no_worker", "excluded", "shallow"};
 static_assert(std::size(kFallReasonNames) == static_cast<size_t>(FallReason::kCount));
 
 struct StageResult {
   int index = -1;  // the chosen endpoint, or -1: fall through
   DecisionKey key = DecisionKey::kRr;
   bool spilled = false;  // a bounded-load stage moved off the key's home endpoint
+  bool seeded = false;   // kv_exact diverted the pick to a cold endpoint (cold-start seeding)
   FallReason reason = FallReason::kAllExcluded;
 
   static StageResult pick(int i, DecisionKey k = DecisionKey::kRr, bool spilled = false) {
@@ -95,6 +104,8 @@ struct StageServices {
   // The KV index and its publisher lookup (Tier 1.5); null when the gateway has no event plane.
   const kv::KvIndex* kv_index = nullptr;
   const kv::WorkerLookup* kv_lookup = nullptr;
+  // Token ids of text and chat prompts (Tier 1.5); null when serve runs without --models-dir.
+  const PromptTokens* prompt_tokens = nullptr;
 };
 
 }  // namespace kvgate::routing

@@ -4,8 +4,12 @@
 // things are refused; Tier 1.5 routes by what the index holds. Loopback only, free ports,
 // everything stopped at the end.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { test } from 'node:test';
 import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, startSim, waitFor } from './lib.mjs';
+import { buildModelsDir } from '../../scripts/models_dir.mjs';
 
 const kvSample = (samples, name, source, extra = {}) => samples.find((s) => s.name === name &&
   s.labels.source === source && Object.entries(extra).every(([k, v]) => s.labels[k] === v));
@@ -126,7 +130,7 @@ test('Tier 1.5: requests go to the worker that holds their prefix', async (t) =>
   }
   const m2 = await scrapeMetrics(gw.api);
   assert.equal(sent(m2, a), 4);
-  // A prompt nobody holds is a miss: counted as shallow, then the rule's round-robin decides.
+  // A prompt nobody holds is a miss: counted as no_worker, then the rule's round-robin decides.
   const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 64 }, (_, j) => 70000 + j), max_tokens: 1 }),
@@ -134,6 +138,90 @@ test('Tier 1.5: requests go to the worker that holds their prefix', async (t) =>
   assert.equal(res.status, 200);
   await res.arrayBuffer();
   const shallow = (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_routing_fallthrough_total' &&
-    s.labels.stage === 'kv_exact' && s.labels.reason === 'shallow');
+    s.labels.stage === 'kv_exact' && s.labels.reason === 'no_worker');
   assert.equal(shallow?.value, 1);
+  // The same under upstream's Tier 1.5 names.
+  const m3 = await scrapeMetrics(gw.api);
+  const t15 = (name, labels = {}) => m3.find((s) => s.name === name &&
+    Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
+  assert.equal(t15('loxilb_pd_kv_tier15_hits_total'), 10);
+  assert.equal(t15('loxilb_pd_kv_tier15_miss_reason_total', { reason: 'no_worker' }), 1);
+  assert.equal(t15('loxilb_pd_kv_tier15_fallthrough_total'), 1);
+  assert.equal(t15('loxilb_pd_kv_tier15_spills_total'), 0);
+  assert.equal(t15('loxilb_pd_kv_tier15_cold_seeds_total'), 0);
+});
+
+// Text and chat prompts: the simulated engines tokenize with the model's real tokenizer and chat
+// template (as vLLM does) and publish those token ids; the gateway tokenizes the same way, so a
+// chat that shares a long system prompt with what a worker cached lands there.
+test('Tier 1.5: chat and text prompts are tokenized and routed by the cache', async (t) => {
+  const MODEL = 'Qwen/Qwen3-8B';
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvgate-kv-models-'));
+  t.after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+  const dir = path.join(tmp, 'models');
+  await buildModelsDir(dir);
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.12-13', '--port', '0', '--kv-events-port', String(kvPort),
+    '--model', MODEL, '--models-dir', dir]);
+  t.after(() => sim.stop());
+  const [a, b] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1', '--models-dir', dir]);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE,
+    rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort } }));
+  assert.equal(r.status, 200, r.text);
+  const post = (url, p, body) => fetch(`${url}${p}`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+  }).then(async (res) => ({ status: res.status, text: await res.text() }));
+  const blocks = async (w) => kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${w.host}:${kvPort}`)?.value ?? 0;
+  // Join both subscriptions (throwaway prompts until each has a batch applied).
+  let k = 0;
+  for (const w of [a, b]) {
+    assert.ok(await waitFor(async () => {
+      await post(w.url, '/v1/completions', { model: MODEL, prompt: `warm-up number ${k++} `.repeat(20), max_tokens: 1 });
+      return (await blocks(w)) > 0;
+    }, 15000, 100), `no KV batch from ${w.host}`);
+  }
+  // A long system prompt cached on b, directly.
+  const system = Array.from({ length: 60 }, (_, i) => `Rule ${i}: answer politely and cite sources.`).join(' ');
+  const chat = (q) => ({ model: MODEL, max_tokens: 1, messages: [{ role: 'system', content: system }, { role: 'user', content: q }] });
+  const before = await blocks(b);
+  assert.equal((await post(b.url, '/v1/chat/completions', chat('first question'))).status, 200);
+  assert.ok(await waitFor(async () => (await blocks(b)) >= before + 20, 10000), 'b\'s blocks did not arrive');
+  // The tokenizer loads off the request path: the first request may miss with reason tokenize.
+  const fall = async (reason) => (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_routing_fallthrough_total' &&
+    s.labels.stage === 'kv_exact' && s.labels.reason === reason)?.value ?? 0;
+  // Warm it with a prompt under one block (cached nowhere): once loaded, the miss is `shallow`.
+  assert.ok(await waitFor(async () => {
+    await post(`http://127.0.0.1:${port}`, '/v1/completions', { model: MODEL, prompt: 'hi', max_tokens: 1 });
+    return (await fall('shallow')) > 0;
+  }, 15000, 100), 'the gateway never loaded the tokenizer');
+  const sent = (metrics, w) => metrics.filter((s) => s.name === 'kvgate_requests_total' &&
+    s.labels.endpoint === `${w.host}:${w.port}`).reduce((x, s) => x + s.value, 0);
+  const m0 = await scrapeMetrics(gw.api);
+  for (let i = 0; i < 5; i++) {
+    const res = await post(`http://127.0.0.1:${port}`, '/v1/chat/completions', chat(`question ${i}?`));
+    assert.equal(res.status, 200, res.text);
+  }
+  const m1 = await scrapeMetrics(gw.api);
+  assert.equal(sent(m1, b) - sent(m0, b), 5, 'every chat sharing the system prompt goes to b');
+  // A completions text prompt cached on a goes to a.
+  const text = Array.from({ length: 80 }, (_, i) => `line ${i} of the shared document`).join('\n');
+  const aBefore = await blocks(a);
+  assert.equal((await post(a.url, '/v1/completions', { model: MODEL, prompt: text, max_tokens: 1 })).status, 200);
+  assert.ok(await waitFor(async () => (await blocks(a)) >= aBefore + 20, 10000), 'a\'s blocks did not arrive');
+  for (let i = 0; i < 3; i++) {
+    const res = await post(`http://127.0.0.1:${port}`, '/v1/completions', { model: MODEL, prompt: `${text}\nand then ${i}`, max_tokens: 1 });
+    assert.equal(res.status, 200, res.text);
+  }
+  const m2 = await scrapeMetrics(gw.api);
+  assert.equal(sent(m2, a) - sent(m1, a), 3, 'every text prompt sharing the document goes to a');
+  // Misses by reason: no model named; a model without tokenizer files.
+  const modelEmpty = await fall('model_empty');
+  assert.equal((await post(`http://127.0.0.1:${port}`, '/v1/completions', { prompt: text, max_tokens: 1 })).status, 200);
+  assert.equal(await fall('model_empty'), modelEmpty + 1);
+  const tokenize = await fall('tokenize');
+  const res = await post(`http://127.0.0.1:${port}`, '/v1/completions', { model: 'no/such-model', prompt: text, max_tokens: 1 });
+  assert.ok(res.status === 200 || res.status === 404, res.text);  // the engine answers an unknown model
+  assert.equal(await fall('tokenize'), tokenize + 1);
 });

@@ -1,6 +1,7 @@
 #include "routing/stages/kv_exact.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdlib>
 #include <map>
@@ -20,7 +21,7 @@ class KvExactStage : public Stage {
  public:
   KvExactStage(const StageServices& s, const kv::KvIndex& index, const kv::WorkerLookup& lookup,
                KvExactOptions opts)
-      : index_(index), lookup_(lookup), opts_(opts) {
+      : index_(index), lookup_(lookup), tokens_(s.prompt_tokens), opts_(opts) {
     for (const auto& ep : s.endpoints)
       keys_.push_back(ep.state->ip + ":" + std::to_string(opts_.zmq_port));
     // Endpoints sharing one address share one publisher key: their caches cannot be told apart,
@@ -31,21 +32,33 @@ class KvExactStage : public Stage {
       if (seen[k] > 1) k.clear();
   }
 
-  uint32_t needs() const override { return kNeedPromptTokenIds; }
+  uint32_t needs() const override {
+    return kNeedPromptTokenIds | kNeedMessages | (tokens_ ? tokens_->needs() : 0);
+  }
 
   StageResult evaluate(const RequestContext& ctx, CandidateSet& c) override {
     if (!c.anyLeft()) return StageResult::fall(FallReason::kAllExcluded);
     const RequestFacts* f = ctx.facts;
-    if (!f || f->prompt_token_ids.empty() || opts_.block_size == 0)
-      return StageResult::fall(FallReason::kTokenize);
-    // Which candidates' caches are known: before any hashing, so a rule whose publishers are
-    // not (yet) followed costs no per-prompt work.
+    if (!f || !f->parsed) return StageResult::fall(FallReason::kTextEmpty);
+    const bool chat = !f->messages_json.empty();
+    if ((opts_.api_mode == ApiMode::kCompletions && chat) ||
+        (opts_.api_mode == ApiMode::kChat && !chat))
+      return StageResult::fall(FallReason::kApiMode);
+    const bool ids_given = !chat && !f->prompt_token_ids.empty();
+    if (!ids_given) {
+      if (!tokens_) return StageResult::fall(FallReason::kTokenize);  // no --models-dir
+      if (!chat && f->prompt_text.empty()) return StageResult::fall(FallReason::kTextEmpty);
+      if (!f->has_model || f->model.empty()) return StageResult::fall(FallReason::kModelEmpty);
+    }
+    if (opts_.block_size == 0) return StageResult::fall(FallReason::kHashes);
+    // Which candidates' caches are known (excluded ones too: the `excluded` reason): before any
+    // tokenizing or hashing, so a rule whose publishers are not (yet) followed costs no work.
     thread_local std::vector<uint64_t> masks;
     masks.assign(c.size(), 0);
     uint64_t all = 0;
     const std::shared_ptr<const kv::WorkerMap> workers = lookup_.snapshot();  // one per decision
     for (size_t i = 0; i < c.size(); ++i) {
-      if (c.excluded[i] || keys_[i].empty()) continue;
+      if (keys_[i].empty()) continue;
       auto it = workers->find(keys_[i]);
       masks[i] = it == workers->end() ? 0 : it->second;
       all |= masks[i];
@@ -55,16 +68,21 @@ class KvExactStage : public Stage {
     // per-thread scratch that is released when a huge prompt grew it.
     thread_local std::vector<uint32_t> tokens;
     thread_local std::vector<uint64_t> chain;
-    const size_t blocks =
-        std::min<size_t>(f->prompt_token_ids.size() / opts_.block_size, kMaxBlocks);
     tokens.clear();
-    for (size_t i = 0; i < blocks * opts_.block_size; ++i) {
-      const int64_t t = f->prompt_token_ids[i];
-      if (t < 0 || t > UINT32_MAX) return StageResult::fall(FallReason::kTokenize);
-      tokens.push_back(static_cast<uint32_t>(t));
+    if (ids_given) {
+      const size_t take = std::min(f->prompt_token_ids.size(), kMaxBlocks * opts_.block_size);
+      for (size_t i = 0; i < take; ++i) {
+        const int64_t t = f->prompt_token_ids[i];
+        if (t < 0 || t > UINT32_MAX) return StageResult::fall(FallReason::kHashes);
+        tokens.push_back(static_cast<uint32_t>(t));
+      }
+    } else {
+      if (!tokens_ || tokens_->tokens(*f, tokens) != TokensStatus::kOk)
+        return StageResult::fall(FallReason::kTokenize);
     }
+    const size_t blocks = std::min<size_t>(tokens.size() / opts_.block_size, kMaxBlocks);
     chain.resize(blocks);
-    const size_t n = kv::prefixChain(tokens.data(), tokens.size(), opts_.block_size,
+    const size_t n = kv::prefixChain(tokens.data(), blocks * opts_.block_size, opts_.block_size,
                                      kv::partitionRoot("", f->cache_salt), chain.data(), blocks);
     std::array<uint32_t, kv::kMaxWorkers> overlap{};
     index_.score(chain.data(), n, all, overlap);
@@ -74,32 +92,58 @@ class KvExactStage : public Stage {
     thread_local std::vector<int> index_of;
     cands.clear();
     index_of.clear();
-    uint32_t best = 0;
+    uint32_t best = 0, best_excluded = 0;
     for (size_t i = 0; i < c.size(); ++i) {
-      if (c.excluded[i]) continue;
       uint32_t ov = 0;
       for (uint64_t m = masks[i]; m; m &= m - 1)
         ov = std::max(ov, overlap[static_cast<size_t>(std::countr_zero(m))]);
+      if (c.excluded[i]) {
+        best_excluded = std::max(best_excluded, ov);
+        continue;
+      }
       best = std::max(best, ov);
       const auto load = c.endpoints[i].state->active.load(std::memory_order_relaxed);
       cands.push_back({ov, static_cast<uint32_t>(std::max<int64_t>(0, load)), 0});
       index_of.push_back(static_cast<int>(i));
     }
-    // No overlap at all, or less than the minimum: a miss, the rule's selector decides.
-    if (best == 0 || static_cast<uint64_t>(best) * opts_.block_size < opts_.min_match_tokens)
+    if (n == 0) return StageResult::fall(FallReason::kShallow);  // under one block
+    // Nobody holds a leading block; or only excluded endpoints do (an excluded winner already
+    // fell to the next-best overlap above: the law only sees candidates left).
+    if (best == 0)
+      return StageResult::fall(best_excluded > 0 ? FallReason::kExcluded : FallReason::kNoWorker);
+    if (static_cast<uint64_t>(best) * opts_.block_size < opts_.min_match_tokens)
       return StageResult::fall(FallReason::kShallow);
     LawParams p = opts_.law;
     p.prompt_blocks = static_cast<uint32_t>(n);
     LawResult r = applyLaw(cands, p);
     if (r.index < 0) return StageResult::fall(FallReason::kAllExcluded);
-    return StageResult::pick(index_of[static_cast<size_t>(r.index)], DecisionKey::kKvOverlap,
-                             r.spilled);
+    StageResult res = StageResult::pick(index_of[static_cast<size_t>(r.index)],
+                                        DecisionKey::kKvOverlap, r.spilled);
+    // Cold-start seeding, after the law (and its spill relief), on every Nth hit.
+    const uint64_t hit = hits_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (opts_.coldstart_seed_nth > 0 && hit % opts_.coldstart_seed_nth == 0) {
+      for (size_t i = 0; i < c.size(); ++i) {
+        if (c.excluded[i] || masks[i] == 0) continue;
+        size_t held = 0;
+        for (uint64_t m = masks[i]; m; m &= m - 1)
+          held += index_.blocks(std::countr_zero(m));
+        if (held >= opts_.coldstart_min_blocks) continue;
+        if (static_cast<int>(i) != res.index) {
+          res.index = static_cast<int>(i);
+          res.seeded = true;
+        }
+        break;
+      }
+    }
+    return res;
   }
 
  private:
   const kv::KvIndex& index_;
   const kv::WorkerLookup& lookup_;
+  const PromptTokens* tokens_;
   KvExactOptions opts_;
+  std::atomic<uint64_t> hits_{0};  // decisions so far (cold-start seeding's counter)
   std::vector<std::string> keys_;  // per endpoint: its publisher's key
 };
 
@@ -128,13 +172,25 @@ int64_t envInt(const char* name, int64_t lo, int64_t hi, int64_t dflt) {
 
 KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
   KvExactOptions o;
-  const auto& sa = rule.service_args;
+  static const nlohmann::json kNone = nlohmann::json::object();
+  const auto& sa = rule.service_args.is_object() ? rule.service_args : kNone;
   o.block_size = static_cast<uint32_t>(sa.value("kvBlockSize", 16));
   o.zmq_port = static_cast<uint16_t>(sa.value("kvZmqPort", 5557));
   o.min_match_tokens = static_cast<uint32_t>(envInt("LLB_KV_MIN_MATCH_TOKENS", 0, 4096, 16));
+  o.coldstart_min_blocks =
+      static_cast<uint32_t>(envInt("LOXILB_KV_COLDSTART_MIN_BLOCKS", 0, 1'000'000'000, 16));
+  o.coldstart_seed_nth =
+      static_cast<uint32_t>(envInt("LOXILB_KV_COLDSTART_SEED_Nth", 0, 1'000'000, 16));
+  const std::string api = sa.value("kvExactApiMode", std::string("both"));
+  o.api_mode = api == "completions" ? ApiMode::kCompletions
+               : api == "chat"      ? ApiMode::kChat
+                                    : ApiMode::kBoth;
   o.law.mean_load_factor_pct =
       static_cast<uint32_t>(envInt("LOXILB_KV_MEAN_LOAD_FACTOR", 100, 300, 175));
-  if (const char* m = std::getenv("LOXILB_KV_LB_MODE"); m && *m) {
+  if (auto m = sa.find("kvLbMode"); m != sa.end() && m->is_string()) {
+    // The rule's field beats the environment (validated when the rule was stored).
+    if (auto mode = parseLawMode(m->get<std::string>())) o.law.mode = *mode;
+  } else if (const char* m = std::getenv("LOXILB_KV_LB_MODE"); m && *m) {
     if (auto mode = parseLawMode(m))
       o.law.mode = *mode;
     else

@@ -1,21 +1,36 @@
 // kv_exact (Tier 1.5, seed 000): route to the endpoint whose real KV cache best overlaps the
 // prompt, bounded by load through the unified selection law (stages/selection_law.h).
 //
-// Algorithm, per request: the prompt's token ids (token-id prompts; text prompts are not tokenized
-// yet) -> the fingerprint chain of its full blocks (kv/fingerprint.h, block size kvBlockSize,
-// the cache salt's partition) -> for each endpoint, the index workers of its publisher
-// (endpointIP:kvZmqPort, every DP rank) and its overlap = the longest leading run any of them holds
-// -> the law over the endpoints not excluded (load = in-flight requests, capacity unknown for now)
-// -> the pick. Guards (a miss falls through to the rule's selector stage, counted by reason):
-// `all_excluded` (no candidate left), `tokenize` (no token ids), `no_worker` (no candidate's events
-// are followed), `shallow` (no overlap at all, or fewer than min_match_tokens tokens;
-// LLB_KV_MIN_MATCH_TOKENS, default 16, 0 keeps only the no-overlap miss). Knobs: kvBlockSize,
-// kvZmqPort, the law's mode and factors. Bounds: at most 8192 leading blocks are hashed and scored;
-// no hashing before a candidate's publisher is known. Endpoints sharing one address (one publisher
-// key) are not scored. Not yet: text and chat prompts through the tokenizer; LoRA adapters
-// (requests are scored in the base model's partition, so an adapter's own cached blocks are not
-// seen); capacity from worker metrics; cold-start seeding; speculative insert; warm-up;
-// kvExactApiMode.
+// Algorithm, per request: the prompt's token ids (a token-id prompt as given; a text prompt or
+// a chat request through StageServices::prompt_tokens, i.e. the model's tokenizer and chat
+// template) -> the fingerprint chain of its full blocks (kv/fingerprint.h, block size
+// kvBlockSize, the cache salt's partition) -> for each endpoint, the index workers of its
+// publisher (endpointIP:kvZmqPort, every DP rank) and its overlap = the longest leading run any
+// of them holds (the seed's overlap count) -> the law over the endpoints not excluded (load =
+// in-flight requests, capacity unknown for now) -> the pick. An excluded endpoint is never
+// picked: the law sees only the others, so an excluded winner falls to the next-best overlap.
+//
+// Guard ladder (a miss falls through to the rule's selector stage, counted by reason, in this
+// order): `all_excluded` (no candidate left), `api_mode` (kvExactApiMode: completions | chat |
+// both, default both), `text_empty` (no prompt), `tokenize` (without --models-dir every text
+// prompt), `model_empty` (a text prompt without "model"), `no_worker` (no candidate's events are
+// followed; checked before tokenizing so unfollowed rules cost nothing), `tokenize` (tokenizer
+// loading, missing, or the chat request cannot be rendered), `hashes` (token ids outside
+// 0..2^32-1), `shallow` (shorter than one block), `no_worker` (nobody holds a leading block),
+// `excluded` (only excluded endpoints hold some), `shallow` (best overlap under
+// LLB_KV_MIN_MATCH_TOKENS, default 16, 0 disables). Upstream's `mode_off` needs no guard here
+// (mode 0 rules have no kv_exact stage); `warmup` and `hash_contract` are not implemented yet.
+//
+// Knobs: kvBlockSize, kvZmqPort, kvExactApiMode, kvLbMode (rule) > LOXILB_KV_LB_MODE (env) >
+// hard; LOXILB_KV_MEAN_LOAD_FACTOR, LOXILB_KV_SPILL_RELIEF, LLB_KV_MIN_MATCH_TOKENS; the text
+// bound LOXILB_KV_TOKENIZE_MAX_BYTES (tokenizer/request_tokenizer.h). Bounds: at most 8192
+// leading blocks are hashed and scored. Endpoints sharing one address (one publisher key) are
+// not scored. Cold-start seeding (after the law, the seed's flowchart order): while a followed,
+// non-excluded endpoint holds fewer than LOXILB_KV_COLDSTART_MIN_BLOCKS blocks (default 16; the
+// sum over its DP ranks), every LOXILB_KV_COLDSTART_SEED_Nth hit (default 16, 0 disables) goes
+// to the lowest-index such endpoint instead (counted as a cold seed when that moves the pick).
+// Not yet: LoRA adapters (requests are scored in the base model's partition); capacity from
+// worker metrics; speculative insert; warm-up.
 #pragma once
 #include <memory>
 
@@ -26,18 +41,27 @@
 
 namespace kvgate::routing {
 
+// kvExactApiMode: which requests Tier 1.5 keys (chat = a "messages" body, completions = a
+// "prompt" body); the others fall through with reason api_mode.
+enum class ApiMode : uint8_t { kBoth, kCompletions, kChat };
+
 struct KvExactOptions {
+  ApiMode api_mode = ApiMode::kBoth;
   uint32_t block_size = 16;
   uint16_t zmq_port = 5557;
   uint32_t min_match_tokens = 16;
+  // Cold-start seeding: every seed_nth-th hit (0 = off) goes to the lowest-index followed,
+  // non-excluded endpoint holding fewer than min_blocks blocks, if any.
+  uint32_t coldstart_min_blocks = 16;
+  uint32_t coldstart_seed_nth = 16;
   LawParams law;
 };
 
 std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& index,
                                    const kv::WorkerLookup& lookup, KvExactOptions opts);
-// The registry's factory ("kv_exact"): options from the rule (kvBlockSize, kvZmqPort) and the
-// environment (LOXILB_KV_LB_MODE: off|hard|soft|adaptive|adaptive-soft, default hard, garbage
-// warns and means hard; LOXILB_KV_MEAN_LOAD_FACTOR: 100-300, default 175;
+// The registry's factory ("kv_exact"): options from the rule (kvBlockSize, kvZmqPort,
+// kvExactApiMode, kvLbMode) and the environment (LOXILB_KV_LB_MODE when the rule has no kvLbMode:
+// off|hard|soft|adaptive|adaptive-soft, default hard, garbage warns and means hard; LOXILB_KV_MEAN_LOAD_FACTOR: 100-300, default 175;
 // LLB_KV_MIN_MATCH_TOKENS: 0-4096, default 16; LOXILB_KV_SPILL_RELIEF: on|off, default on for
 // single-pool rules). Without KV services every request falls through (no_worker).
 std::unique_ptr<Stage> makeKvExactFromServices(const StageServices& s);

@@ -9,6 +9,11 @@
 #include <numeric>
 
 #include "config/rule.h"
+#include "tokenizer/request_tokenizer.h"
+#include "../../../tests/support/test_util.h"
+#include "../../../tests/support/tiny_tokenizer.h"
+
+#include <unistd.h>
 
 namespace kvgate::routing {
 namespace {
@@ -128,7 +133,7 @@ TEST(KvExact, GuardsFallThroughWithTheirReasons) {
     o.min_match_tokens = 0;  // the minimum off: a prompt nobody holds is still a miss
     Fixture f(o);
     f.facts.prompt_token_ids.assign(64, 77);
-    EXPECT_EQ(f.run().reason, FallReason::kShallow);
+    EXPECT_EQ(f.run().reason, FallReason::kNoWorker);
   }
 }
 
@@ -146,7 +151,121 @@ TEST(KvExact, EndpointsSharingAnAddressAreNotScored) {
 TEST(KvExact, CacheSaltsArePartitions) {
   Fixture f;
   f.facts.cache_salt = "tenant-a";  // the cached blocks were stored without a salt
-  EXPECT_EQ(f.run().reason, FallReason::kShallow);
+  EXPECT_EQ(f.run().reason, FallReason::kNoWorker);
+}
+
+// Endpoints hold 4, 2 and 0 blocks. With min_blocks 3, endpoints 1 and 2 are cold; every 2nd
+// hit goes to the lowest-index cold one (1); the others follow the law (0, the warmest).
+TEST(KvExact, ColdStartSeedingDivertsEveryNthHit) {
+  KvExactOptions o;
+  o.coldstart_min_blocks = 3;
+  o.coldstart_seed_nth = 2;
+  Fixture f(o);
+  std::vector<int> picks;
+  std::vector<bool> seeded;
+  for (int i = 0; i < 4; ++i) {
+    auto r = f.run();
+    picks.push_back(r.index);
+    seeded.push_back(r.seeded);
+  }
+  EXPECT_EQ(picks, (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(seeded, (std::vector<bool>{false, true, false, true}));
+  // Endpoint 1 excluded: the next cold one (2) is seeded instead.
+  f.excluded[1] = true;
+  EXPECT_EQ(f.run().index, 0);
+  auto r = f.run();
+  EXPECT_EQ(r.index, 2);
+  EXPECT_TRUE(r.seeded);
+  // Nobody cold (min 0 blocks) or seeding off: never diverted.
+  KvExactOptions off = o;
+  off.coldstart_seed_nth = 0;
+  Fixture g(off);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(g.run().index, 0);
+  KvExactOptions warm = o;
+  warm.coldstart_min_blocks = 0;
+  Fixture h(warm);
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(h.run().seeded);
+}
+
+TEST(KvExact, OnlyExcludedHoldersIsTheExcludedReason) {
+  Fixture f;
+  f.excluded[0] = f.excluded[1] = true;  // the holders of 4 and 2 blocks; 10.0.0.3 holds none
+  EXPECT_EQ(f.run().reason, FallReason::kExcluded);
+}
+
+TEST(KvExact, TokenIdsOutOfRangeHaveNoHashes) {
+  Fixture f;
+  f.facts.prompt_token_ids[3] = -1;
+  EXPECT_EQ(f.run().reason, FallReason::kHashes);
+  f.facts.prompt_token_ids[3] = int64_t{1} << 32;
+  EXPECT_EQ(f.run().reason, FallReason::kHashes);
+}
+
+TEST(KvExact, ApiModeGatesChatAndCompletions) {
+  KvExactOptions o;
+  o.api_mode = ApiMode::kChat;
+  Fixture f(o);
+  EXPECT_EQ(f.run().reason, FallReason::kApiMode);  // a completions request
+  KvExactOptions c;
+  c.api_mode = ApiMode::kCompletions;
+  Fixture g(c);
+  EXPECT_EQ(g.run().index, 0);
+  g.facts.messages_json = R"([{"role":"user","content":"x"}])";
+  EXPECT_EQ(g.run().reason, FallReason::kApiMode);
+}
+
+TEST(KvExact, RuleFieldsChooseApiModeAndLawMode) {
+  config::RuleSpec r;
+  r.service_args = {{"kvExactApiMode", "chat"}, {"kvLbMode", "soft"}};
+  auto o = kvExactOptions(r);
+  EXPECT_EQ(o.api_mode, ApiMode::kChat);
+  EXPECT_EQ(o.law.mode, LawMode::kSoft);
+  ::setenv("LOXILB_KV_LB_MODE", "off", 1);
+  EXPECT_EQ(kvExactOptions(r).law.mode, LawMode::kSoft);  // the rule beats the environment
+  r.service_args.erase("kvLbMode");
+  EXPECT_EQ(kvExactOptions(r).law.mode, LawMode::kOff);  // then the environment
+  ::unsetenv("LOXILB_KV_LB_MODE");
+  EXPECT_EQ(kvExactOptions(r).law.mode, LawMode::kHard);  // then hard
+  EXPECT_EQ(kvExactOptions(config::RuleSpec{}).api_mode, ApiMode::kBoth);
+}
+
+// Text and chat prompts through a real tokenizer (the tiny one: character i of the alphabet is
+// id i), so the text of ids 0..63 is the fixture's cached prompt.
+TEST(KvExact, TextAndChatPromptsAreTokenized) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("kvgate_kvexact_tok_" + std::to_string(::getpid()));
+  testing::writeTinyTokenizer(dir, "m");
+  {
+    tok::TokenizerRegistry reg(dir);
+    tok::RequestTokenizer rt(reg);
+    Fixture f;
+    StageServices s{g_clock, f.rule, f.eps, nullptr, nullptr, &rt};
+    f.stage = makeKvExact(s, f.index, f.lookup, {});
+    EXPECT_NE(f.stage->needs() & kNeedPromptText, 0u);
+    EXPECT_NE(f.stage->needs() & kNeedChatInput, 0u);
+    f.facts.prompt_token_ids.clear();
+    f.facts.prompt_text = testing::tinyText(iota(0, 64));
+    EXPECT_EQ(f.run().reason, FallReason::kModelEmpty);
+    f.facts.model = "m";
+    f.facts.has_model = true;
+    EXPECT_EQ(f.run().reason, FallReason::kTokenize);  // the first request only starts the load
+    ASSERT_TRUE(testing::waitUntil([&] { return rt.find("m") != nullptr; }));
+    auto r = f.run();
+    EXPECT_EQ(r.index, 0);  // holds all 4 blocks
+    EXPECT_EQ(r.key, DecisionKey::kKvOverlap);
+    // The same text as a chat message (the template concatenates contents).
+    f.facts.prompt_text.clear();
+    f.facts.messages_json =
+        R"([{"role":"user","content":")" + testing::tinyText(iota(0, 64)) + R"("}])";
+    EXPECT_EQ(f.run().index, 0);
+    // Only the first two blocks' text: endpoints 0 and 1 tie at 2 blocks, the lower index wins.
+    f.facts.messages_json =
+        R"([{"role":"user","content":")" + testing::tinyText(iota(0, 40)) + R"("}])";
+    EXPECT_EQ(f.run().index, 0);
+    f.facts.messages_json = "";
+    EXPECT_EQ(f.run().reason, FallReason::kTextEmpty);
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace
