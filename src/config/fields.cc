@@ -77,6 +77,7 @@ const std::vector<FieldSpec>& serviceFields() {
        0,
        {"sha256_cbor", "xxhash_cbor", "sha256_sglang", "blockhash_trtllm", "xxh3_fingerprint"}},
       {"kvZmqPort", T::kInt, 1, 65535},
+      {"kvReplayPort", T::kInt, 0, 65535},
       {"kvWarmupSec", T::kInt, 0, 86400},
       {"kvEngineType", T::kEnum, 0, 0, {"vllm", "sglang", "trtllm", "llamacpp"}},
       {"kvDpRankCount", T::kInt, 1, 8},

@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <bit>
+#include <chrono>
+#include <deque>
 #include <stdexcept>
 #include <zmq.hpp>
 
@@ -14,8 +16,23 @@
 
 namespace kvgate::events {
 
+namespace {
+// One rank's replay: the DEALER to the engine's ROUTER and the replay in progress.
+struct Replay {
+  std::unique_ptr<zmq::socket_t> dealer;  // null without a replay port
+  bool active = false;
+  uint64_t from = 0, to = 0;  // the missing batches
+  uint64_t next = 0;          // the next batch of the gap to apply
+  bool lost = false;          // history was lost (the engine no longer had the gap): cleared
+  std::chrono::steady_clock::time_point deadline;
+  std::deque<std::pair<uint64_t, std::string>> held;  // live batches received meanwhile
+  size_t held_bytes = 0;
+};
+}  // namespace
+
 struct EventPlane::Source {
   SourceSpec spec;
+  std::vector<Replay> replay;        // one per DP rank
   std::vector<int> slots;            // one index worker per DP rank
   std::vector<zmq::socket_t> subs;   // one per DP rank
   std::vector<SequenceTracker> seq;  // one per DP rank (each rank numbers its own batches)
@@ -100,6 +117,18 @@ std::string EventPlane::renderMetrics() const {
   each(kKvLostBatches, [](const V& v) { return v.second.lost_batches; });
   each(kKvRestarts, [](const V& v) { return v.second.restarts; });
   each(kKvClears, [](const V& v) { return v.second.clears + v.second.apply.clears; });
+  w.header(kKvReplays);
+  for (auto& [k, v] : snap) {
+    const auto& st = v.second;
+    const std::pair<const char*, uint64_t> rows[] = {{"ok", st.replays_ok},
+                                                     {"partial", st.replays_partial},
+                                                     {"timeout", st.replays_timeout},
+                                                     {"overflow", st.replays_overflow},
+                                                     {"busy", st.replays_busy}};
+    for (auto& [outcome, n] : rows)
+      w.sample(kKvReplays, {{"source", k}, {"outcome", outcome}}, static_cast<double>(n));
+  }
+  each(kKvReplayedBatches, [](const V& v) { return v.second.replayed_batches; });
   w.header(kKvRejected);
   for (auto& [k, v] : snap) {
     w.sample(kKvRejected, {{"source", k}, {"reason", "malformed"}},
@@ -130,7 +159,26 @@ std::string zmqAddress(const std::string& host, int port) {
 }
 }  // namespace
 
+// (Re)opens a rank's DEALER to its replay port (no-op without one). ZMQ connects in the
+// background and reconnects with backoff.
+void EventPlane::openDealer(Source& src, size_t rank) {
+  Replay& rp = src.replay[rank];
+  rp.dealer.reset();
+  if (src.spec.replay_port == 0) return;
+  auto d = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::dealer);
+  d->set(zmq::sockopt::linger, 0);
+  d->set(zmq::sockopt::ipv6, 1);
+  d->set(zmq::sockopt::rcvhwm, static_cast<int>(kMaxHeldBatches) + 16);
+  d->set(zmq::sockopt::maxmsgsize, opts_.max_message_bytes);
+  d->set(zmq::sockopt::reconnect_ivl, 100);
+  d->set(zmq::sockopt::reconnect_ivl_max, 5000);
+  d->connect(zmqAddress(src.spec.host, src.spec.replay_port + static_cast<int>(rank)));
+  rp.dealer = std::move(d);
+}
+
 void EventPlane::closeSource(std::map<std::string, std::unique_ptr<Source>>::iterator it) {
+  for (auto& rp : it->second->replay)
+    if (rp.active) --replays_running_;
   {  // readers stop seeing the source before its slots are freed (and maybe reused)
     std::lock_guard<std::mutex> g(mu_);
     slots_.erase(it->first);
@@ -145,7 +193,7 @@ void EventPlane::closeSource(std::map<std::string, std::unique_ptr<Source>>::ite
 void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
   const int ranks = spec.dp_ranks < 1 ? 1 : spec.dp_ranks;
   if (spec.host.empty() || ranks > kMaxRanks || int{spec.port} + ranks - 1 > 65535 ||
-      spec.port == 0) {
+      spec.port == 0 || int{spec.replay_port} + ranks - 1 > 65535) {
     log::warn("events", "not following KV events of " + key +
                             ": host must be set, port 1-65535 "
                             "and port + dp ranks - 1 <= 65535, at most " +
@@ -174,12 +222,14 @@ void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
       s.connect(zmqAddress(spec.host, spec.port + r));
       src->subs.push_back(std::move(s));
       src->seq.emplace_back();
+      src->replay.emplace_back();
     }
   } catch (const std::exception& e) {
     for (int slot : src->slots) index_.removeWorker(slot);
     log::warn("events", "not following KV events of " + key + ": " + e.what());
     return;
   }
+  for (size_t r = 0; r < src->replay.size(); ++r) openDealer(*src, r);
   {
     std::lock_guard<std::mutex> g(mu_);
     slots_[key] = mask;
@@ -234,10 +284,16 @@ void EventPlane::loop() {
     applySpecs();
     items.clear();
     owners.clear();
+    checkReplayTimeouts();
+    // Owners: (source, rank) for SUBs, (source, kDealer + rank) for replay DEALERs.
     for (auto& [key, src] : sources_)
       for (size_t r = 0; r < src->subs.size(); ++r) {
         items.push_back({src->subs[r].handle(), 0, ZMQ_POLLIN, 0});
         owners.emplace_back(src.get(), r);
+        if (src->replay[r].active && src->replay[r].dealer) {
+          items.push_back({src->replay[r].dealer->handle(), 0, ZMQ_POLLIN, 0});
+          owners.emplace_back(src.get(), kDealer + r);
+        }
       }
     if (items.empty()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(opts_.poll_ms));
@@ -247,7 +303,15 @@ void EventPlane::loop() {
     for (size_t i = 0; i < items.size(); ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
       // At most 256 messages per socket per round, so one busy publisher cannot starve others.
-      for (int n = 0; n < 256 && onMessage(*owners[i].first, owners[i].second); ++n) {
+      auto [src, r] = owners[i];
+      if (r >= kDealer) {
+        for (int n = 0; n < 256 && src->replay[r - kDealer].active &&
+                        onReplayMessage(*src, r - kDealer);
+             ++n) {
+        }
+      } else {
+        for (int n = 0; n < 256 && onMessage(*src, r); ++n) {
+        }
       }
       publishStats(*owners[i].first);
     }
@@ -275,30 +339,177 @@ bool EventPlane::onMessage(Source& src, size_t rank) {
   const auto* b = static_cast<const unsigned char*>(frames[1].data());
   for (int i = 0; i < 8; ++i) seq = (seq << 8) | b[i];
   std::string_view payload(static_cast<const char*>(frames[2].data()), frames[2].size());
+  Replay& rp = src.replay[rank];
+  if (rp.active) {  // hold it until the replay is done, within bounds
+    if (rp.held.size() < kMaxHeldBatches && rp.held_bytes + payload.size() <= kMaxHeldBytes) {
+      rp.held.emplace_back(seq, std::string(payload));
+      rp.held_bytes += payload.size();
+      return true;
+    }
+    finishReplay(src, rank, "overflow");  // processes what was held, then this one below
+    if (rp.active) {  // a held batch started another replay: this one waits for it
+      rp.held_bytes += payload.size();
+      rp.held.emplace_back(seq, std::string(payload));
+      return true;
+    }
+  }
+  processLive(src, rank, seq, payload);
+  return true;
+}
+
+// Decodes and applies one batch to the rank's inventory; false (counted) when it does not decode.
+bool EventPlane::applyPayload(Source& src, size_t rank, std::string_view payload) {
   if (!engines::decodeVllmBatch(payload, src.batch, src.error)) {
-    ++src.st.decode_errors;  // not applied, and not counted as seen: the next batch shows a gap
+    ++src.st.decode_errors;  // not applied
     if (src.logged_errors++ % 1000 == 0)
       log::warn("events", "bad KV-event batch from " + src.spec.key() + " (" +
                               std::to_string(src.st.decode_errors) + " so far): " + src.error);
-    return true;
+    return false;
   }
-  const int slot = src.slots[rank];
-  SequenceTracker::Decision d = src.seq[rank].onBatch(seq, /*can_replay=*/false);
-  if (!d.apply) {
-    ++src.st.duplicate_batches;
-    return true;
-  }
-  src.st.lost_batches += d.lost;
-  if (d.restart) ++src.st.restarts;
-  if (d.clear) {
-    kv::ApplyStats scratch;  // counted once, below (apply.clears counts AllBlocksCleared)
-    index_.clear(slot, scratch);
-    ++src.st.clears;
-  }
-  index_.apply(slot, src.batch, src.st.apply);
+  index_.apply(src.slots[rank], src.batch, src.st.apply);
   ++src.st.batches;
   src.st.unknown_events += src.batch.unknown_events;
   return true;
+}
+
+void EventPlane::clearRank(Source& src, size_t rank) {
+  kv::ApplyStats scratch;  // counted once, here (apply.clears counts AllBlocksCleared)
+  index_.clear(src.slots[rank], scratch);
+  ++src.st.clears;
+}
+
+// A live batch, through the rank's sequence rules.
+void EventPlane::processLive(Source& src, size_t rank, uint64_t seq, std::string_view payload) {
+  // A batch that does not decode is not applied and not counted as seen: the next shows a gap.
+  if (!engines::decodeVllmBatch(payload, src.batch, src.error)) {
+    applyPayload(src, rank, payload);  // counts and logs the error
+    return;
+  }
+  Replay& rp = src.replay[rank];
+  const bool can_replay = rp.dealer != nullptr && replays_running_ < opts_.max_replays;
+  SequenceTracker::Decision d = src.seq[rank].onBatch(seq, can_replay);
+  if (!d.apply) {
+    ++src.st.duplicate_batches;
+    return;
+  }
+  src.st.lost_batches += d.lost;
+  if (d.restart) ++src.st.restarts;
+  if (rp.dealer && !can_replay && (d.lost > 0 || (d.restart && seq > 0))) ++src.st.replays_busy;
+  if (d.clear) clearRank(src, rank);
+  if (d.replay) {
+    // Ask for [from, ...]; this batch waits with the live ones that follow.
+    std::string start(8, '\0');
+    for (int i = 7, v = 0; i >= 0; --i, ++v)
+      start[static_cast<size_t>(i)] = static_cast<char>(d.replay_from >> (8 * v));
+    rp.dealer->send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    rp.dealer->send(zmq::buffer(start), zmq::send_flags::dontwait);
+    rp.active = true;
+    rp.from = rp.next = d.replay_from;
+    rp.to = d.replay_to;
+    rp.lost = false;
+    rp.deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.replay_timeout_ms);
+    rp.held.emplace_back(seq, std::string(payload));
+    rp.held_bytes = payload.size();
+    ++replays_running_;
+    return;
+  }
+  index_.apply(src.slots[rank], src.batch, src.st.apply);
+  ++src.st.batches;
+  src.st.unknown_events += src.batch.unknown_events;
+}
+
+// One replay message: ["", topic?, seq, payload], or the end marker (last frame empty).
+bool EventPlane::onReplayMessage(Source& src, size_t rank) {
+  Replay& rp = src.replay[rank];
+  std::vector<zmq::message_t> frames;
+  bool more = true;
+  while (more) {
+    zmq::message_t m;
+    if (!rp.dealer->recv(m, zmq::recv_flags::dontwait)) {
+      if (frames.empty()) return false;
+      break;
+    }
+    more = m.more();
+    if (frames.size() < 5) frames.push_back(std::move(m));  // extra frames dropped
+  }
+  size_t first = !frames.empty() && frames.front().size() == 0 ? 1 : 0;  // the delimiter
+  const size_t n = frames.size() - first;
+  if (n >= 1 && frames.back().size() == 0) {
+    finishReplay(src, rank, "end");
+    return true;
+  }
+  if (n < 2 || n > 3 || frames[frames.size() - 2].size() != 8) {
+    ++src.st.malformed;
+    return true;
+  }
+  uint64_t seq = 0;
+  const auto* b = static_cast<const unsigned char*>(frames[frames.size() - 2].data());
+  for (int i = 0; i < 8; ++i) seq = (seq << 8) | b[i];
+  if (seq < rp.next || seq > rp.to) return true;  // before the gap (or seen), or held live
+  if (seq > rp.next && !rp.lost) {
+    // The engine no longer has the first missing batch(es): history is lost.
+    clearRank(src, rank);
+    rp.lost = true;
+  }
+  std::string_view payload(static_cast<const char*>(frames.back().data()), frames.back().size());
+  if (applyPayload(src, rank, payload)) ++src.st.replayed_batches;
+  rp.next = seq + 1;
+  return true;
+}
+
+// Ends the rank's replay ("end", "timeout" or "overflow") and processes the held live batches.
+void EventPlane::finishReplay(Source& src, size_t rank, const char* outcome) {
+  Replay& rp = src.replay[rank];
+  if (!rp.active) return;
+  rp.active = false;
+  --replays_running_;
+  const std::string_view why(outcome);
+  const bool covered = rp.next > rp.to;
+  if (!covered && !rp.lost) {  // the gap was not (fully) replayed: what is left may be stale
+    clearRank(src, rank);
+    rp.lost = true;
+  }
+  if (why == "timeout") {
+    ++src.st.replays_timeout;
+    openDealer(src, rank);  // a late answer must not be taken for the next replay's
+  } else if (why == "overflow") {
+    ++src.st.replays_overflow;
+    openDealer(src, rank);
+  } else if (rp.lost) {
+    ++src.st.replays_partial;
+  } else {
+    ++src.st.replays_ok;
+  }
+  if (why != "end" || rp.lost)
+    log::info("events", "KV-event replay of " + src.spec.key() + " rank " + std::to_string(rank) +
+                            " batches " + std::to_string(rp.from) + ".." + std::to_string(rp.to) +
+                            ": " + std::string(why) +
+                            (rp.lost ? " (history lost: inventory cleared)" : ""));
+  src.seq[rank].resumeAfter(rp.to);
+  std::deque<std::pair<uint64_t, std::string>> held;
+  held.swap(rp.held);
+  rp.held_bytes = 0;
+  while (!held.empty()) {
+    auto [seq, payload] = std::move(held.front());
+    held.pop_front();
+    if (rp.active) {  // a held batch started another replay: the rest waits for that one
+      rp.held_bytes += payload.size();
+      rp.held.emplace_back(seq, std::move(payload));
+      continue;
+    }
+    processLive(src, rank, seq, payload);
+  }
+}
+
+void EventPlane::checkReplayTimeouts() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [key, src] : sources_)
+    for (size_t r = 0; r < src->replay.size(); ++r)
+      if (src->replay[r].active && now >= src->replay[r].deadline) {
+        finishReplay(*src, r, "timeout");
+        publishStats(*src);
+      }
 }
 
 void EventPlane::publishStats(const Source& src) {

@@ -12,8 +12,18 @@
 // decoder; a batch that does not decode changes nothing. ZMQ reconnects by itself with backoff (100
 // ms doubling to 5 s); a message is at most max_message_bytes (ZMQ_MAXMSGSIZE: a larger one drops
 // the connection) and at most rcv_hwm messages wait per socket (ZMQ_RCVHWM: beyond, ZMQ drops, and
-// the sequence gap shows it). Replay (DEALER to the replay port) is not built yet: a gap is handled
-// as "no replay socket".
+// the sequence gap shows it).
+//
+// Replay (engines.md §1.4), when the source has a replay port (kvReplayPort; rank r at port + r):
+// each rank keeps a DEALER connected to the engine's ROUTER. A gap (or a restart whose first batch
+// is not 0) sends ["", first missing seq (8 bytes BE)]; while the replay runs, live batches of
+// that rank are held (at most kMaxHeldBatches / kMaxHeldBytes, else the replay is abandoned as
+// "overflow"); replayed batches inside the gap are applied in order, others ignored; the end
+// marker (last frame empty) finishes it, and the held live batches are then processed in order.
+// The inventory is cleared only when the replay cannot cover the gap: its first batch is past the
+// first missing one ("partial"), it ends short, or it times out (replay_timeout_ms; the DEALER is
+// then closed and reopened so a late answer cannot be taken for the next one). At most
+// max_replays run at once; a gap meanwhile follows the no-replay rule (SequenceTracker).
 //
 // Threads: setSources() and the readers (slotOf, stats) run on any thread; the event thread applies
 // source changes at its next poll (at most poll_ms later).
@@ -44,6 +54,7 @@ struct SourceSpec {
   uint16_t port = 5557;  // kvZmqPort; rank r publishes on port + r
   int dp_ranks = 1;      // kvDpRankCount
   std::string topic;     // SUB prefix filter ("" = everything)
+  uint16_t replay_port = 0;  // kvReplayPort: the engine's replay ROUTER (rank r: + r); 0 = none
   std::string key() const { return host + ":" + std::to_string(port); }
   bool operator==(const SourceSpec&) const = default;
 };
@@ -52,7 +63,12 @@ struct EventPlaneOptions {
   int poll_ms = 50;
   int64_t max_message_bytes = 64 << 20;
   int rcv_hwm = 100000;
+  int replay_timeout_ms = 5000;  // a replay must end within this
+  int max_replays = 4;           // replays running at once (all sources)
 };
+
+constexpr size_t kMaxHeldBatches = 4096;        // live batches held per rank during a replay
+constexpr size_t kMaxHeldBytes = 64 << 20;      // and their bytes
 
 // Counters of one source (all ranks), monotonic.
 struct SourceStats {
@@ -66,6 +82,11 @@ struct SourceStats {
   uint64_t errors = 0;          // ZMQ or allocation errors on the event thread (survived)
   uint64_t decode_errors = 0;   // payloads that failed to decode (not applied)
   uint64_t unknown_events = 0;  // events with unknown tags (skipped)
+  // Replays by outcome: ok (the gap covered), partial (history lost: cleared), timeout, overflow
+  // (too many live batches held meanwhile), busy (max_replays running: the no-replay rule).
+  uint64_t replays_ok = 0, replays_partial = 0, replays_timeout = 0, replays_overflow = 0,
+           replays_busy = 0;
+  uint64_t replayed_batches = 0;  // batches applied from replays
   kv::ApplyStats apply;
 };
 
@@ -97,6 +118,14 @@ class EventPlane : public kv::WorkerLookup {
   void loop();  // until stop_; throws on ZMQ or allocation errors (run() survives them)
   void applySpecs();
   bool onMessage(Source& src, size_t rank);  // false when no message was waiting
+  void processLive(Source& src, size_t rank, uint64_t seq, std::string_view payload);
+  bool onReplayMessage(Source& src, size_t rank);  // false when no message was waiting
+  void finishReplay(Source& src, size_t rank, const char* outcome);
+  void checkReplayTimeouts();
+  bool applyPayload(Source& src, size_t rank, std::string_view payload);
+  void clearRank(Source& src, size_t rank);
+  void openDealer(Source& src, size_t rank);
+  static constexpr size_t kDealer = 1000;  // poll owners: rank + kDealer = that rank's DEALER
   void publishStats(const Source& src);
   void openSource(const std::string& key, const SourceSpec& spec);
   void closeSource(std::map<std::string, std::unique_ptr<Source>>::iterator it);
@@ -115,6 +144,7 @@ class EventPlane : public kv::WorkerLookup {
   // Event thread only.
   std::unique_ptr<zmq::context_t> ctx_;
   std::map<std::string, std::unique_ptr<Source>> sources_;
+  int replays_running_ = 0;
 };
 
 }  // namespace kvgate::events

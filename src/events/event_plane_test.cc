@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <bit>
+#include <map>
+#include <mutex>
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -14,6 +17,7 @@
 #include <zmq.hpp>
 
 #include "../../tests/support/test_util.h"
+#include "engines/vllm_event_encoder.h"
 #include "kv/fingerprint.h"
 
 namespace kvgate::events {
@@ -44,6 +48,7 @@ struct Engine {  // a PUB socket bound to a free loopback port
   uint16_t port = 0;
   Engine() {
     pub.set(zmq::sockopt::linger, 0);
+    pub.set(zmq::sockopt::sndhwm, 100000);  // bursts of thousands of batches are not dropped
     pub.bind("tcp://127.0.0.1:*");
     std::string ep = pub.get(zmq::sockopt::last_endpoint);
     port = static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)));
@@ -172,6 +177,197 @@ TEST(EventPlane, DataParallelRanksAreSeparateInventories) {
   plane.stop();  // frees both inventories
   EXPECT_EQ(idx.blocks(slot0), 0u);
   EXPECT_FALSE(plane.slotsOf(spec.key()).has_value());
+}
+
+// A batch storing one root block: tokens first..first+15 under engine hash `first` + 1.
+std::string rootBlockBatch(uint32_t first) {
+  engines::VllmEventOut e;
+  e.block_hashes = {uint64_t{first} + 1};
+  e.token_ids.resize(16);
+  std::iota(e.token_ids.begin(), e.token_ids.end(), first);
+  return engines::encodeVllmBatch(0, {e}, 0, engines::VllmEventEncoding::kMap);
+}
+
+// Whether the worker holds the root block of tokens first..first+15.
+bool holds(const kv::KvIndex& idx, int slot, uint32_t first) {
+  std::vector<uint32_t> t(16);
+  std::iota(t.begin(), t.end(), first);
+  uint64_t chain[1];
+  kv::prefixChain(t.data(), t.size(), 16, std::nullopt, chain, 1);
+  std::array<uint32_t, kv::kMaxWorkers> ov{};
+  idx.score(chain, 1, uint64_t{1} << slot, ov);
+  return ov[static_cast<size_t>(slot)] == 1;
+}
+
+// An engine with a replay ROUTER (engines.md §1.4, v0.26+ framing), answered on a thread from
+// `history` (seq -> payload) unless `mute`.
+struct ReplayEngine : Engine {
+  zmq::socket_t router{ctx, zmq::socket_type::router};
+  uint16_t replay_port = 0;
+  std::mutex mu;
+  std::map<uint64_t, std::string> history;
+  std::vector<uint64_t> requests;  // start seqs asked for
+  std::atomic<bool> mute{false}, stop{false};
+  std::thread thread;
+  ReplayEngine() {
+    router.set(zmq::sockopt::linger, 0);
+    router.bind("tcp://127.0.0.1:*");
+    std::string ep = router.get(zmq::sockopt::last_endpoint);
+    replay_port = static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)));
+    thread = std::thread([this] { serve(); });
+  }
+  ~ReplayEngine() {
+    stop = true;
+    thread.join();
+  }
+  void serve() {
+    while (!stop) {
+      zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(20));
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> f;
+      bool more = true;
+      while (more) {
+        zmq::message_t m;
+        (void)router.recv(m);
+        more = m.more();
+        f.push_back(std::move(m));
+      }
+      if (f.size() != 3 || f[1].size() != 0 || f[2].size() != 8) continue;  // [id, "", seq]
+      uint64_t start = 0;
+      for (int i = 0; i < 8; ++i) start = (start << 8) | static_cast<const uint8_t*>(f[2].data())[i];
+      std::map<uint64_t, std::string> h;
+      {
+        std::lock_guard<std::mutex> g(mu);
+        requests.push_back(start);
+        h = history;
+      }
+      if (mute) continue;
+      const std::string id(static_cast<const char*>(f[0].data()), f[0].size());
+      auto reply = [&](const std::string& seq, const std::string& payload) {
+        router.send(zmq::buffer(id), zmq::send_flags::sndmore);
+        router.send(zmq::message_t(), zmq::send_flags::sndmore);
+        router.send(zmq::buffer(std::string("kv")), zmq::send_flags::sndmore);
+        router.send(zmq::buffer(seq), zmq::send_flags::sndmore);
+        router.send(zmq::buffer(payload), zmq::send_flags::none);
+      };
+      for (auto& [seq, payload] : h)
+        if (seq >= start) reply(seqFrame(seq), payload);
+      reply(std::string(8, '\xff'), "");
+    }
+  }
+  void keep(uint64_t seq, const std::string& payload) {
+    std::lock_guard<std::mutex> g(mu);
+    history[seq] = payload;
+  }
+  std::vector<uint64_t> asked() {
+    std::lock_guard<std::mutex> g(mu);
+    return requests;
+  }
+};
+
+// Gaps are replayed from the engine's ROUTER: covered (nothing cleared), history lost (cleared,
+// then what the replay had), a replay that never ends (timeout: cleared), and a restart replayed
+// from 0. Block "first=100*k" marks batch k.
+TEST(EventPlane, GapsAndRestartsAreReplayed) {
+  ReplayEngine eng;
+  kv::KvIndex idx;
+  EventPlaneOptions o{10, 1 << 20, 1000};
+  o.replay_timeout_ms = 500;
+  EventPlane plane(idx, o);
+  plane.start();
+  SourceSpec spec{"127.0.0.1", eng.port, 1, "kv", eng.replay_port};
+  plane.setSources({spec});
+  ASSERT_TRUE(waitUntil([&] { return plane.slotsOf(spec.key()).has_value(); }));
+  const int slot = std::countr_zero(*plane.slotsOf(spec.key()));
+  auto stats = [&] { return *plane.stats(spec.key()); };
+  auto batch = [&](uint64_t seq) {
+    std::string b = rootBlockBatch(static_cast<uint32_t>(100 * seq));
+    eng.keep(seq, b);
+    return b;
+  };
+  ASSERT_TRUE(waitUntil([&] {
+    eng.send("kv", seqFrame(0), batch(0));
+    return holds(idx, slot, 0);
+  }));
+  // 1 and 2 are lost on the live stream; 3 arrives: 1..2 replayed, then 3.
+  batch(1);
+  batch(2);
+  eng.send("kv", seqFrame(3), batch(3));
+  ASSERT_TRUE(waitUntil([&] { return stats().replays_ok == 1 && holds(idx, slot, 300); }));
+  EXPECT_TRUE(holds(idx, slot, 0));
+  EXPECT_TRUE(holds(idx, slot, 100));
+  EXPECT_TRUE(holds(idx, slot, 200));
+  EXPECT_EQ(stats().replayed_batches, 2u);
+  EXPECT_EQ(stats().lost_batches, 2u);
+  EXPECT_EQ(stats().clears, 0u);
+  EXPECT_EQ(eng.asked(), (std::vector<uint64_t>{1}));
+  // 4 is gone from the engine's buffer too, 5 is there: history lost, the inventory cleared,
+  // then 5 and 6 applied.
+  batch(5);
+  eng.send("kv", seqFrame(6), batch(6));
+  ASSERT_TRUE(waitUntil([&] { return stats().replays_partial == 1 && holds(idx, slot, 600); }));
+  EXPECT_FALSE(holds(idx, slot, 0));
+  EXPECT_TRUE(holds(idx, slot, 500));
+  EXPECT_EQ(stats().clears, 1u);
+  // A replay that never answers times out: cleared, then the live batch applied.
+  eng.mute = true;
+  eng.send("kv", seqFrame(9), batch(9));
+  ASSERT_TRUE(waitUntil([&] { return stats().replays_timeout == 1 && holds(idx, slot, 900); }));
+  EXPECT_FALSE(holds(idx, slot, 600));
+  EXPECT_EQ(stats().clears, 2u);
+  // Live batches keep flowing after it.
+  eng.send("kv", seqFrame(10), batch(10));
+  ASSERT_TRUE(waitUntil([&] { return holds(idx, slot, 1000); }));
+  // The engine restarts: its new batches 0 and 1 were missed, 2 arrives (back from 10): cleared,
+  // 0..1 replayed from the new process, then 2.
+  eng.mute = false;
+  {
+    std::lock_guard<std::mutex> g(eng.mu);
+    eng.history.clear();
+  }
+  eng.keep(0, rootBlockBatch(5000));
+  eng.keep(1, rootBlockBatch(5100));
+  eng.send("kv", seqFrame(2), rootBlockBatch(5200));
+  ASSERT_TRUE(waitUntil([&] { return stats().restarts == 1 && holds(idx, slot, 5200); }));
+  EXPECT_TRUE(holds(idx, slot, 5000));
+  EXPECT_TRUE(holds(idx, slot, 5100));
+  EXPECT_FALSE(holds(idx, slot, 1000));
+  EXPECT_EQ(stats().replays_ok, 2u);
+  EXPECT_EQ(eng.asked().back(), 0u);
+  EXPECT_EQ(stats().errors, 0u);
+  plane.stop();
+}
+
+// While a replay runs, live batches are held up to kMaxHeldBatches; one more abandons the replay
+// (cleared: the gap was not replayed) and every held batch is applied in order.
+TEST(EventPlane, TooManyHeldBatchesAbandonTheReplay) {
+  ReplayEngine eng;
+  eng.mute = true;
+  kv::KvIndex idx;
+  EventPlaneOptions o{10, 1 << 20, 100000};
+  o.replay_timeout_ms = 600000;  // never: only the overflow ends this replay
+  EventPlane plane(idx, o);
+  plane.start();
+  SourceSpec spec{"127.0.0.1", eng.port, 1, "kv", eng.replay_port};
+  plane.setSources({spec});
+  ASSERT_TRUE(waitUntil([&] { return plane.slotsOf(spec.key()).has_value(); }));
+  const int slot = std::countr_zero(*plane.slotsOf(spec.key()));
+  auto stats = [&] { return *plane.stats(spec.key()); };
+  ASSERT_TRUE(waitUntil([&] {
+    eng.send("kv", seqFrame(0), rootBlockBatch(0));
+    return holds(idx, slot, 0);
+  }));
+  const uint64_t last = 2 + kMaxHeldBatches;  // batch 1 lost; 2..last live (one past the bound)
+  for (uint64_t seq = 2; seq <= last; ++seq)
+    eng.send("kv", seqFrame(seq), rootBlockBatch(static_cast<uint32_t>(16 * seq)));
+  ASSERT_TRUE(waitUntil([&] { return stats().replays_overflow == 1; }, 30000));
+  ASSERT_TRUE(waitUntil([&] { return holds(idx, slot, static_cast<uint32_t>(16 * last)); }));
+  EXPECT_FALSE(holds(idx, slot, 0));  // cleared: batch 1 was never replayed
+  EXPECT_TRUE(holds(idx, slot, 32));  // batch 2, the first held
+  EXPECT_EQ(stats().batches, 1 + (last - 1));
+  EXPECT_EQ(stats().lost_batches, 1u);
+  plane.stop();
 }
 
 // Specs the event plane cannot follow are refused without touching the index.

@@ -32,6 +32,7 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
     const auto ranks = argOr<int>(r.service_args, "kvDpRankCount", 1);
     const auto engine = argOr<std::string>(r.service_args, "kvEngineType", "vllm");
     const auto block_size = argOr<int>(r.service_args, "kvBlockSize", 16);
+    const auto replay = argOr<int>(r.service_args, "kvReplayPort", 0);
     // Only vLLM's ZMQ events are decoded so far: SGLang and TensorRT-LLM (HTTP drain) rules are
     // stored but not followed; llama.cpp publishes no events.
     if (engine != "vllm") continue;
@@ -39,19 +40,31 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
       return fail(400, "kvDpRankCount",
                   "rule " + r.key() + ": kvZmqPort " + std::to_string(port) + " + " +
                       std::to_string(ranks) + " DP ranks runs past port 65535");
+    if (replay > 0 && replay + ranks - 1 > 65535)
+      return fail(400, "kvReplayPort",
+                  "rule " + r.key() + ": kvReplayPort " + std::to_string(replay) + " + " +
+                      std::to_string(ranks) + " DP ranks runs past port 65535");
+    if (replay > 0 && replay < port + ranks && port < replay + ranks)
+      return fail(400, "kvReplayPort",
+                  "rule " + r.key() + ": the replay ports " + std::to_string(replay) + ".." +
+                      std::to_string(replay + ranks - 1) + " overlap the event ports " +
+                      std::to_string(port) + ".." + std::to_string(port + ranks - 1));
     for (const auto& ep : r.endpoints) {
       if (mode == 1 && ep.role != 1) continue;  // P/D: only prefill endpoints publish and score
-      SourceSpec s{ep.ip, static_cast<uint16_t>(port), ranks, ""};
+      SourceSpec s{ep.ip, static_cast<uint16_t>(port), ranks, "", static_cast<uint16_t>(replay)};
       auto [it, fresh] = seen.emplace(s.key(), Seen{s, engine, block_size, r.key()});
       if (fresh) continue;
       const Seen& o = it->second;
-      if (o.engine != engine || o.block_size != block_size || o.spec.dp_ranks != ranks)
+      if (o.engine != engine || o.block_size != block_size || o.spec.dp_ranks != ranks ||
+          o.spec.replay_port != s.replay_port)
         return fail(400, "kvZmqPort",
                     "KV events of " + s.key() + " are named by rule " + o.rule + " (" + o.engine +
                         ", block size " + std::to_string(o.block_size) + ", " +
-                        std::to_string(o.spec.dp_ranks) + " rank(s)) and by rule " + r.key() +
-                        " (" + engine + ", block size " + std::to_string(block_size) + ", " +
-                        std::to_string(ranks) + " rank(s)): one inventory cannot be both");
+                        std::to_string(o.spec.dp_ranks) + " rank(s), replay port " +
+                        std::to_string(o.spec.replay_port) + ") and by rule " + r.key() + " (" +
+                        engine + ", block size " + std::to_string(block_size) + ", " +
+                        std::to_string(ranks) + " rank(s), replay port " +
+                        std::to_string(replay) + "): one inventory cannot be both");
     }
   }
   std::vector<SourceSpec> out;

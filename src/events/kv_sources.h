@@ -5,8 +5,9 @@
 // kvDpRankCount ranks (default 1); only kvEngineType vllm so far (SGLang and TensorRT-LLM rules
 // are stored, not followed). Ports past 65535 and more than kv::kMaxWorkers ranks in all are
 // refused (400). The inventory is keyed by that address and shared by every
-// rule naming it; two rules that name one address with a different kvEngineType, kvBlockSize or
-// kvDpRankCount conflict (400, naming both rules), since one inventory cannot be two things.
+// rule naming it; two rules that name one address with a different kvEngineType, kvBlockSize,
+// kvDpRankCount or kvReplayPort conflict (400, naming both rules), since one inventory cannot be
+// two things. kvReplayPort (0 = none) must not overlap the event ports nor run past 65535.
 #pragma once
 #include <vector>
 

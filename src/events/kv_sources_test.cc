@@ -65,5 +65,27 @@ TEST(KvSources, ConflictsAndLimitsAreRefused) {
   EXPECT_FALSE(kvSources({many}).has_value());
 }
 
+TEST(KvSources, ReplayPorts) {
+  auto a = ruleOf(8001, {{"kvExactMode", 3}, {"kvReplayPort", 5600}, {"kvDpRankCount", 2}},
+                  {ep("10.0.0.1", 8000)});
+  auto s = kvSources({a});
+  ASSERT_TRUE(s.has_value()) << s.error().what;
+  EXPECT_EQ((*s)[0].replay_port, 5600);
+  // Replay ports overlapping the event ports (5557..5558 vs 5558..5559), or past 65535.
+  auto overlap = ruleOf(8002, {{"kvExactMode", 3}, {"kvReplayPort", 5558}, {"kvDpRankCount", 2}},
+                        {ep("10.0.0.2", 8000)});
+  auto r = kvSources({overlap});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().what.find("overlap"), std::string::npos);
+  auto wide = ruleOf(8003, {{"kvExactMode", 3}, {"kvReplayPort", 65535}, {"kvDpRankCount", 2}},
+                     {ep("10.0.0.3", 8000)});
+  EXPECT_FALSE(kvSources({wide}).has_value());
+  // One publisher named with two different replay ports: a conflict.
+  auto other = ruleOf(8004, {{"kvExactMode", 3}, {"kvDpRankCount", 2}}, {ep("10.0.0.1", 8001)});
+  r = kvSources({a, other});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().what.find("replay port"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvgate::events

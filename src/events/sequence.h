@@ -77,6 +77,12 @@ class SequenceTracker {
   // applying what the replay returned.
   static bool replayCovers(uint64_t from, uint64_t oldest) { return oldest <= from; }
 
+  // After a replay of [from, to]: the publisher's batches up to `to` are accounted for (applied,
+  // or given up with the inventory cleared); the live batches held meanwhile go through onBatch.
+  void resumeAfter(uint64_t to) {
+    started_ = true;
+    last_ = to;
+  }
   // Forget the publisher (reconnect to a possibly restarted engine): the next batch is a baseline.
   void reset() { started_ = false; }
   bool started() const { return started_; }

@@ -91,6 +91,12 @@ inline const Family kKvRestarts{"kvgate_kv_restarts_total", Type::kCounter,
     {"source"}};
 inline const Family kKvClears{"kvgate_kv_clears_total", Type::kCounter,
     "Inventory clears (AllBlocksCleared, restarts, gaps too large to keep).", {"source"}};
+inline const Family kKvReplays{"kvgate_kv_replays_total", Type::kCounter,
+    "KV-event replays (kvReplayPort) by outcome: ok (gap covered), partial (history lost: "
+    "cleared), timeout, overflow (too many live batches held), busy (too many replays: the "
+    "no-replay rule applied).", {"source", "outcome"}};
+inline const Family kKvReplayedBatches{"kvgate_kv_replayed_batches_total", Type::kCounter,
+    "Batches applied from replays.", {"source"}};
 inline const Family kKvRejected{"kvgate_kv_rejected_total", Type::kCounter,
     "KV-event messages rejected, nothing applied: reason malformed (frames) or decode (payload).",
     {"source", "reason"}};
@@ -126,7 +132,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
-      &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};
+      &kKvReplays,         &kKvReplayedBatches, &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};
   return k;
 }
 

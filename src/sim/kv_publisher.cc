@@ -21,8 +21,95 @@ KvPublisher::KvPublisher(const KvEventsConfig& cfg, size_t block_size, std::stri
       ctx_(std::make_unique<zmq::context_t>(1)) {}
 
 KvPublisher::~KvPublisher() {
+  stop_.store(true);
+  if (replay_thread_.joinable()) replay_thread_.join();
+  router_.reset();
   pub_.reset();
   ctx_.reset();
+}
+
+namespace {
+std::string tcpAddress(const std::string& host, uint16_t port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return "tcp://" + (v6 ? "[" + host + "]" : host) + ":" +
+         (port == 0 ? std::string("*") : std::to_string(port));
+}
+std::string seqBytes(uint64_t v) {
+  std::string b(8, '\0');
+  for (int i = 7; i >= 0; --i, v >>= 8) b[static_cast<size_t>(i)] = static_cast<char>(v & 0xff);
+  return b;
+}
+}  // namespace
+
+Result<uint16_t> KvPublisher::bindReplay(const std::string& host, uint16_t port) {
+  try {
+    auto s = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::router);
+    s->set(zmq::sockopt::linger, 0);
+    s->set(zmq::sockopt::ipv6, 1);
+    s->set(zmq::sockopt::sndhwm, static_cast<int>(cfg_.replay_buffer) + 16);
+    s->bind(tcpAddress(host, port));
+    std::string ep = s->get(zmq::sockopt::last_endpoint);
+    replay_port_ = static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)));
+    router_ = std::move(s);
+  } catch (const zmq::error_t& e) {
+    return fail(503, "kv-events",
+                "cannot bind the KV-event replay socket on " + host + ":" + std::to_string(port) +
+                    ": " + e.what());
+  }
+  replay_thread_ = std::thread([this] { serveReplay(); });
+  return replay_port_;
+}
+
+// The ROUTER's thread: each request [id, "", start_seq] gets the buffered batches from start_seq
+// on, then the end marker. Malformed requests are ignored.
+void KvPublisher::serveReplay() {
+  while (!stop_.load()) {
+    zmq::pollitem_t item{router_->handle(), 0, ZMQ_POLLIN, 0};
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(50));
+      if (!(item.revents & ZMQ_POLLIN)) continue;
+      std::vector<zmq::message_t> frames;
+      bool more = true;
+      while (more) {
+        zmq::message_t m;
+        if (!router_->recv(m, zmq::recv_flags::dontwait)) break;
+        more = m.more();
+        if (frames.size() < 4) frames.push_back(std::move(m));
+      }
+      if (frames.size() < 2 || frames.back().size() != 8) continue;
+      uint64_t start = 0;
+      const auto* b = static_cast<const unsigned char*>(frames.back().data());
+      for (int i = 0; i < 8; ++i) start = (start << 8) | b[i];
+      std::vector<std::pair<uint64_t, std::string>> out;
+      {
+        std::lock_guard<std::mutex> g(buf_mu_);
+        for (auto& [seq, payload] : buffer_)
+          if (seq >= start) out.emplace_back(seq, payload);
+      }
+      const std::string id(static_cast<const char*>(frames[0].data()), frames[0].size());
+      auto send = [&](const std::string& seq, const std::string& payload) {
+        router_->send(zmq::buffer(id), zmq::send_flags::sndmore);
+        router_->send(zmq::message_t(), zmq::send_flags::sndmore);
+        router_->send(zmq::buffer(cfg_.topic), zmq::send_flags::sndmore);
+        router_->send(zmq::buffer(seq), zmq::send_flags::sndmore);
+        router_->send(zmq::buffer(payload), zmq::send_flags::none);
+      };
+      for (auto& [seq, payload] : out) send(seqBytes(seq), payload);
+      send(std::string(8, '\xff'), std::string());
+    } catch (const zmq::error_t&) {
+      // a peer gone mid-answer: nothing to do
+    }
+  }
+}
+
+void KvPublisher::dropNext(uint64_t n) { drop_next_ += n; }
+
+void KvPublisher::restart() {
+  std::lock_guard<std::mutex> g(buf_mu_);
+  seq_ = 0;
+  buffer_.clear();
+  engine_hash_.clear();
+  pending_.clear();
 }
 
 Result<uint16_t> KvPublisher::bind(const std::string& host, uint16_t port) {
@@ -31,9 +118,7 @@ Result<uint16_t> KvPublisher::bind(const std::string& host, uint16_t port) {
     s->set(zmq::sockopt::linger, 0);
     s->set(zmq::sockopt::ipv6, 1);
     s->set(zmq::sockopt::sndhwm, 100000);  // vLLM's default hwm
-    const bool v6 = host.find(':') != std::string::npos;
-    s->bind("tcp://" + (v6 ? "[" + host + "]" : host) + ":" +
-            (port == 0 ? std::string("*") : std::to_string(port)));
+    s->bind(tcpAddress(host, port));
     std::string ep = s->get(zmq::sockopt::last_endpoint);
     port_ = static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)));
     pub_ = std::move(s);
@@ -92,10 +177,17 @@ void KvPublisher::flush() {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::string payload = engines::encodeVllmBatch(ts, pending_, 0, cfg_.encoding);
   pending_.clear();
-  std::string seq(8, '\0');
-  for (int i = 7, v = 0; i >= 0; --i, ++v)
-    seq[static_cast<size_t>(i)] = static_cast<char>(seq_ >> (8 * v));
+  const std::string seq = seqBytes(seq_);
+  if (router_) {
+    std::lock_guard<std::mutex> g(buf_mu_);
+    buffer_.emplace_back(seq_, payload);
+    while (buffer_.size() > cfg_.replay_buffer) buffer_.pop_front();
+  }
   ++seq_;
+  if (drop_next_ > 0) {  // fault: lost on the live stream (still replayable)
+    --drop_next_;
+    return;
+  }
   // Non-blocking: beyond the high-water mark ZMQ drops the message (a gap for the subscriber).
   pub_->send(zmq::buffer(cfg_.topic), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
   pub_->send(zmq::buffer(seq), zmq::send_flags::sndmore | zmq::send_flags::dontwait);

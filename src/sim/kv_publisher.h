@@ -7,10 +7,21 @@
 // stored() when a request's prompt blocks enter the cache, evicted() when one leaves; flush()
 // sends what was collected as one batch (one per admitted request, like one scheduler step).
 // Sends never block: beyond the high-water mark ZMQ drops, and the subscriber sees the gap.
-// Not simulated yet: blocks completed during decode, the replay socket, DP ranks.
+// Replay (engines.md §1.4, vLLM v0.26+ framing): with a replay port, a ROUTER bound there answers
+// ["", start_seq (8 bytes BE)] with ["", topic, seq, payload] for every buffered batch with
+// seq >= start_seq, then the end marker ["", topic, ff x 8, ""]; the buffer keeps the last
+// replay_buffer batches (vLLM's buffer_steps). The ROUTER runs on its own thread; the buffer is
+// shared under a mutex. Faults: dropNext(n) keeps the next n batches off the live stream (they
+// stay in the replay buffer: a gap the subscriber can replay); restart() is an engine restart:
+// numbering from 0 again, replay buffer and published hashes forgotten.
+// Not simulated yet: blocks completed during decode, DP ranks.
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -36,6 +47,9 @@ struct KvEventsConfig {
   engines::VllmEventEncoding encoding = engines::VllmEventEncoding::kMap;
   engines::VllmHashAlgo algo = engines::VllmHashAlgo::kSha256Cbor;
   std::string hash_seed;  // PYTHONHASHSEED; "" = random per process
+  uint16_t replay_port = 0;      // first worker's replay ROUTER port (like `port`); 0 = no replay
+  bool replay = false;           // --kv-events-replay-port given
+  size_t replay_buffer = 10000;  // batches kept for replay
 };
 
 class KvPublisher {
@@ -44,6 +58,11 @@ class KvPublisher {
   ~KvPublisher();
   Result<uint16_t> bind(const std::string& host, uint16_t port);
   uint16_t port() const { return port_; }
+  // Binds the replay ROUTER (port 0: a free one) and starts its thread.
+  Result<uint16_t> bindReplay(const std::string& host, uint16_t port);
+  uint16_t replayPort() const { return replay_port_; }
+  void dropNext(uint64_t n);  // fault: the next n batches are not sent live
+  void restart();             // fault: a publisher restart (sequence from 0, buffer emptied)
 
   // The prompt's blocks [first, first + count) (sim cache keys `keys`) entered the cache.
   void stored(const std::vector<uint32_t>& prompt, const std::vector<uint64_t>& keys, size_t first,
@@ -54,6 +73,7 @@ class KvPublisher {
   uint64_t batchesSent() const { return seq_; }
 
  private:
+  void serveReplay();
   KvEventsConfig cfg_;
   size_t block_size_;
   std::string none_hash_;
@@ -63,6 +83,14 @@ class KvPublisher {
   uint64_t seq_ = 0;
   std::vector<engines::VllmEventOut> pending_;
   std::unordered_map<uint64_t, uint64_t> engine_hash_;  // sim key -> published hash
+  uint64_t drop_next_ = 0;
+  // Replay: the ROUTER (its thread only) and the buffer (under buf_mu_).
+  std::unique_ptr<zmq::socket_t> router_;
+  uint16_t replay_port_ = 0;
+  std::mutex buf_mu_;
+  std::deque<std::pair<uint64_t, std::string>> buffer_;  // (seq, payload)
+  std::atomic<bool> stop_{false};
+  std::thread replay_thread_;
 };
 
 // A random PYTHONHASHSEED-like string for this process (32 hex digits).

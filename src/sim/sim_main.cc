@@ -60,6 +60,10 @@ Timing (all delays are divided by --speedup):
   --kv-events-encoding E        map (vLLM after PR #42892, default) or positional
   --kv-events-hash-algo A       sha256_cbor (default) or xxhash_cbor
   --kv-events-hash-seed S       PYTHONHASHSEED of the block hashes (default: random per process)
+  --kv-events-replay-port P     serve replay on a ROUTER (worker i on P + i, with --hosts every
+                                worker on P; 0 = a free port each); the ready line gives
+                                "kv_replay_port"
+  --kv-events-replay-buffer N   batches kept for replay (default 10000)
   --stamp-events                add "kvgate_sent_us" (wall-clock send time) to each token event,
                                 for measuring relay delay (bench/sse_bench.sh)
   --max-concurrency C           running requests; the rest wait FIFO (default 64)
@@ -73,6 +77,8 @@ Faults (also settable at runtime with POST /sim/fault):
   --stall-ms MS                 sleep before sending response headers (default 0)
   --close-mid-stream-after K    cut streams after K events, without the final chunk
   --event-delay-ms MS           extra delay between stream events (default 0)
+  (runtime only) kv_drop_batches N: the next N KV-event batches are kept off the live stream
+                                (still replayable); kv_restart true: a publisher restart
   --log-level L                 debug, info, warn, error (default info; logs go to stderr)
   -h, --help                    show this help
 )";
@@ -206,7 +212,7 @@ int parseArgs(int argc, char** argv, Options& o) {
         " --default-max-tokens --max-model-len --fail-requests --fail-status --stall-ms"
         " --close-mid-stream-after --event-delay-ms --log-level --models-dir"
         " --kv-events-port --kv-events-topic --kv-events-encoding --kv-events-hash-algo"
-        " --kv-events-hash-seed ";
+        " --kv-events-hash-seed --kv-events-replay-port --kv-events-replay-buffer ";
     bool known =
         flag.find(' ') == std::string::npos && kKnown.find(" " + flag + " ") != std::string::npos;
     if (!known) return usage("unknown flag '" + flag + "'");
@@ -294,6 +300,13 @@ int parseArgs(int argc, char** argv, Options& o) {
       auto a = engines::parseVllmHashAlgo(value);
       ok = a.has_value();
       if (a) o.cfg.kv_events.algo = *a;
+      o.cfg.kv_events.enabled = true;
+    } else if (flag == "--kv-events-replay-port") {
+      ok = intArg(0, 65535, o.cfg.kv_events.replay_port);
+      o.cfg.kv_events.replay = true;
+      o.cfg.kv_events.enabled = true;
+    } else if (flag == "--kv-events-replay-buffer") {
+      ok = intArg(1, 1000000, o.cfg.kv_events.replay_buffer);
       o.cfg.kv_events.enabled = true;
     } else if (flag == "--kv-events-hash-seed") {
       o.cfg.kv_events.hash_seed = value;
@@ -420,6 +433,7 @@ int main(int argc, char** argv) {
     nlohmann::ordered_json entry = {
         {"host", w->host()}, {"port", w->port()}, {"url", urlOf(w->host(), w->port())}};
     if (w->kvEventsPort()) entry["kv_events_port"] = w->kvEventsPort();
+    if (w->kvReplayPort()) entry["kv_replay_port"] = w->kvReplayPort();
     list.push_back(entry);
   }
   nlohmann::ordered_json ready = {

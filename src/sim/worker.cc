@@ -72,6 +72,7 @@ Worker::Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const F
 }
 
 uint16_t Worker::kvEventsPort() const { return kv_pub_ ? kv_pub_->port() : 0; }
+uint16_t Worker::kvReplayPort() const { return kv_pub_ ? kv_pub_->replayPort() : 0; }
 
 Worker::~Worker() = default;
 
@@ -92,6 +93,13 @@ Result<uint16_t> Worker::listen(const std::string& host, uint16_t port) {
                                    ? cfg_.kv_events.port
                                    : static_cast<uint16_t>(cfg_.kv_events.port + index_);
       if (auto b = kv_pub_->bind(host, kv_port); !b) return tl::unexpected(b.error());
+      if (cfg_.kv_events.replay) {
+        const uint16_t rp = cfg_.kv_events.replay_port == 0 ? uint16_t{0}
+                            : cfg_.kv_events.same_port
+                                ? cfg_.kv_events.replay_port
+                                : static_cast<uint16_t>(cfg_.kv_events.replay_port + index_);
+        if (auto b = kv_pub_->bindReplay(host, rp); !b) return tl::unexpected(b.error());
+      }
     }
   }
   return r;

@@ -49,6 +49,10 @@ struct FaultState {
   int64_t stall_ms = 0;                 // sleep before response headers
   int64_t close_mid_stream_after = -1;  // < 0 disabled; close after K stream events
   int64_t event_delay_ms = 0;           // extra delay between stream events
+  // KV-event faults, actions taken once when set: the next N batches are kept off the live stream
+  // (still replayable); a publisher restart (sequence from 0, replay buffer and cache emptied).
+  int64_t kv_drop_batches = 0;
+  bool kv_restart = false;
 };
 
 // Applies the fault fields of a JSON object to `f` ("reset":true first clears it; "worker" is
@@ -98,7 +102,8 @@ class Worker {
   void stop();
 
   const std::string& host() const { return host_; }
-  uint16_t kvEventsPort() const;  // 0 when not publishing
+  uint16_t kvEventsPort() const;
+  uint16_t kvReplayPort() const;  // 0 without --kv-events-replay-port  // 0 when not publishing
   uint16_t port() const { return port_; }
   size_t index() const { return index_; }
 

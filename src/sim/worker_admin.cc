@@ -44,6 +44,12 @@ std::string applyFaultJson(const json& j, FaultState& f) {
         if (!getInt(v, -kMax, kMax, x)) return "'close_mid_stream_after' must be an integer";
         n.close_mid_stream_after = x < 0 ? -1 : x;
       }
+    } else if (key == "kv_drop_batches") {
+      if (!getInt(v, 0, kMax, x)) return "'kv_drop_batches' must be an integer >= 0";
+      n.kv_drop_batches = x;
+    } else if (key == "kv_restart") {
+      if (!v.is_boolean()) return "'kv_restart' must be a boolean";
+      n.kv_restart = v.get<bool>();
     } else if (key == "event_delay_ms") {
       if (!getInt(v, 0, kMax, x)) return "'event_delay_ms' must be an integer >= 0";
       n.event_delay_ms = x;
@@ -62,7 +68,18 @@ Result<void> Worker::setFaults(const FaultState& next) {
     auto r = server_.resumeAccepting();
     if (!r) return tl::unexpected(r.error());
   }
+  if ((next.kv_drop_batches > 0 || next.kv_restart) && !kv_pub_)
+    return fail(400, "fault", "kv_drop_batches and kv_restart need --kv-events");
   faults_ = next;
+  if (kv_pub_) {  // actions, taken now
+    if (next.kv_drop_batches > 0) kv_pub_->dropNext(static_cast<uint64_t>(next.kv_drop_batches));
+    if (next.kv_restart) {
+      cache_.clearUnreferenced();  // a restarted engine starts with an empty cache
+      kv_pub_->restart();
+    }
+  }
+  faults_.kv_drop_batches = 0;
+  faults_.kv_restart = false;
   return {};
 }
 

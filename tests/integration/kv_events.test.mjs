@@ -225,3 +225,55 @@ test('Tier 1.5: chat and text prompts are tokenized and routed by the cache', as
   assert.ok(res.status === 200 || res.status === 404, res.text);  // the engine answers an unknown model
   assert.equal(await fall('tokenize'), tokenize + 1);
 });
+
+// Lost events are replayed from the engine's replay socket; a restarted engine's inventory is
+// cleared. The simulator keeps a replay buffer behind a ROUTER and has faults that drop batches
+// from the live stream (still replayable) and restart the publisher.
+test('KV events: a gap is replayed, a restart clears the worker', async (t) => {
+  const kvPort = await freePort();
+  const replayPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.14', '--port', '0', '--kv-events-port', String(kvPort),
+    '--kv-events-replay-port', String(replayPort)]);
+  t.after(() => sim.stop());
+  const [w] = sim.workers;
+  assert.equal(w.kv_replay_port, replayPort);
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE,
+    rule({ port, workers: [w], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort, kvReplayPort: replayPort } }));
+  assert.equal(r.status, 200, r.text);
+  const source = `${w.host}:${kvPort}`;
+  const metric = async (name, extra = {}) => kvSample(await scrapeMetrics(gw.api), name, source, extra)?.value ?? 0;
+  let k = 1;
+  assert.ok(await waitFor(async () => {
+    await complete(w, 300000 * k++, 16);
+    return (await metric('kvgate_kv_batches_total')) > 0;
+  }, 15000, 100), 'no KV batch');
+  const fault = (body) => fetch(`${w.url}/sim/fault`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+  }).then(async (res) => { assert.equal(res.status, 200, await res.text()); });
+  // The next two batches (4 blocks, then 2) never reach the gateway live; the third does.
+  const blocks0 = await metric('kvgate_kv_blocks');
+  await fault({ kv_drop_batches: 2 });
+  await complete(w, 0, 64);
+  await complete(w, 1000, 32);
+  assert.equal(await metric('kvgate_kv_blocks'), blocks0, 'dropped batches arrived live');
+  await complete(w, 2000, 16);
+  assert.ok(await waitFor(async () => (await metric('kvgate_kv_replays_total', { outcome: 'ok' })) === 1, 10000),
+    'the gap was not replayed');
+  assert.ok(await waitFor(async () => (await metric('kvgate_kv_blocks')) === blocks0 + 7, 10000));
+  assert.equal(await metric('kvgate_kv_replayed_batches_total'), 2);
+  assert.equal(await metric('kvgate_kv_lost_batches_total'), 2);
+  assert.equal(await metric('kvgate_kv_clears_total'), 0);
+  // A restart: the engine's cache is empty and it numbers from 0 again.
+  await fault({ kv_restart: true });
+  await complete(w, 4000, 48);  // batch 0 of the new process: 3 blocks
+  assert.ok(await waitFor(async () => (await metric('kvgate_kv_restarts_total')) === 1, 10000), 'no restart seen');
+  assert.ok(await waitFor(async () => (await metric('kvgate_kv_blocks')) === 3, 10000),
+    'the restarted worker\'s old blocks were not cleared');
+  assert.equal(await metric('kvgate_kv_clears_total'), 1);
+  // Bad fault values are refused.
+  const bad = await fetch(`${w.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ kv_drop_batches: -1 }) });
+  assert.equal(bad.status, 400);
+  await bad.arrayBuffer();
+});
