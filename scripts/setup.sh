@@ -21,6 +21,7 @@ APT_PACKAGES=(
   clang-format clang-tidy # make lint
   prometheus              # promtool checks the /metrics exposition in the tests
   python3-jinja2          # second chat-template oracle (tests/tokenizer/jinja2_check.py): real Jinja2
+  python3-zmq python3-msgpack python3-cbor2  # independent vLLM KV-event publisher (interop test)
 )
 
 # clang's libFuzzer and sanitizers, only for `make fuzz` (scripts/setup.sh --fuzz).

@@ -7,6 +7,8 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, startSim, waitFor } from './lib.mjs';
 import { buildModelsDir } from '../../scripts/models_dir.mjs';
@@ -276,4 +278,50 @@ test('KV events: a gap is replayed, a restart clears the worker', async (t) => {
   const bad = await fetch(`${w.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ kv_drop_batches: -1 }) });
   assert.equal(bad.status, 400);
   await bad.arrayBuffer();
+});
+
+// Interop: an independent publisher (tests/interop/vllm_kv_publisher.py, Python written from
+// shared/reference/engines.md with Debian's zmq, msgpack and cbor2, a random root seed) plays the
+// KV events of the second worker; a token-id prompt sharing its blocks is routed there.
+test('interop: events from an independent Python publisher route requests', async (t) => {
+  const kvPort = await freePort('127.0.0.19');
+  const sim = await startSim(['--hosts', '127.0.0.18-19', '--port', '0']);
+  t.after(() => sim.stop());
+  const [a, b] = sim.workers;
+  const script = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../interop/vllm_kv_publisher.py');
+  const py = spawn('/usr/bin/python3', [script, '--host', b.host, '--port', String(kvPort),
+    '--first-token', '7000', '--blocks', '4', '--seconds', '120'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  t.after(() => py.kill('SIGKILL'));
+  const ready = await new Promise((resolve, reject) => {
+    let out = '';
+    py.stdout.on('data', (d) => {
+      out += d;
+      if (out.includes('\n')) resolve(JSON.parse(out.split('\n')[0]));
+    });
+    py.on('exit', (c) => reject(new Error(`publisher exited ${c}`)));
+  });
+  assert.equal(ready.hashes.length, 4);
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE,
+    rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort } }));
+  assert.equal(r.status, 200, r.text);
+  assert.ok(await waitFor(async () => (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${b.host}:${kvPort}`)?.value ?? 0) === 4,
+    15000, 100), 'the publisher\'s 4 blocks did not arrive');
+  const m0 = await scrapeMetrics(gw.api);
+  const sent = (m, w) => m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${w.host}:${w.port}`)
+    .reduce((x, s) => x + s.value, 0);
+  for (let i = 0; i < 6; i++) {
+    const prompt = Array.from({ length: 64 }, (_, j) => 7000 + j).concat([i]);
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt, max_tokens: 1 }),
+    });
+    assert.equal(res.status, 200);
+    await res.arrayBuffer();
+  }
+  const m1 = await scrapeMetrics(gw.api);
+  assert.equal(sent(m1, b) - sent(m0, b), 6, 'requests sharing the published blocks go to b');
+  const st = kvSample(m1, 'kvgate_kv_rejected_total', `${b.host}:${kvPort}`, { reason: 'decode' });
+  assert.equal(st?.value ?? 0, 0, 'the independent publisher\'s batches all decoded');
 });
