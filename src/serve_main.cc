@@ -304,6 +304,12 @@ int serveMain(int argc, char** argv) {
   admin::Api api(
       store, [&dp, &kv_plane] { return dp.renderMetrics() + kv_plane.renderMetrics(); },
       tokenizers.get());
+  api.setInventory([&kv_plane](const std::string& key, int rank, size_t offset, size_t limit)
+                       -> Result<admin::Api::KvInventory> {
+    auto inv = kv_plane.inventory(key, rank, offset, limit);
+    if (!inv) return tl::unexpected(inv.error());
+    return admin::Api::KvInventory{std::move(inv->hashes), inv->total};
+  });
   asio::io_context control(1);
   http::ServerOptions sopts;
   sopts.max_body_bytes = 4 * 1024 * 1024;

@@ -166,6 +166,116 @@ asio::awaitable<void> Api::tokenize(http::Request& req, http::ResponseWriter& w)
   co_await w.send(res.status, "application/json", res.body);
 }
 
+namespace {
+// A non-negative integer query parameter within [lo, hi]; nullopt when present but invalid.
+std::optional<size_t> queryInt(const http::Request& req, const char* name, size_t dflt, size_t lo,
+                               size_t hi) {
+  auto v = req.queryParam(name);
+  if (!v) return dflt;
+  if (v->empty() || v->size() > 12) return std::nullopt;
+  size_t x = 0;
+  for (char c : *v) {
+    if (c < '0' || c > '9') return std::nullopt;
+    x = x * 10 + static_cast<size_t>(c - '0');
+  }
+  if (x < lo || x > hi) return std::nullopt;
+  return x;
+}
+}  // namespace
+
+asio::awaitable<void> Api::kvInventory(http::Request& req, http::ResponseWriter& w) {
+  int status = 200;
+  std::string body;
+  auto fail_with = [&](int s, std::string detail) {
+    status = s;
+    body = std::move(detail);
+  };
+  const auto service = req.queryParam("service_id");
+  const auto ep_idx = queryInt(req, "ep_idx", SIZE_MAX, 0, 4095);
+  const auto rank = queryInt(req, "dp_rank", 0, 0, 15);
+  const auto offset = queryInt(req, "offset", 0, 0, 100'000'000);
+  const auto limit = queryInt(req, "limit", 1000, 1, 100'000);
+  const config::RuleSpec* rule = nullptr;
+  if (req.method != "GET") {
+    fail_with(405, "use GET on /netlox/v1/config/ai/kv/inventory");
+  } else if (!service || service->empty() || !ep_idx || *ep_idx == SIZE_MAX) {
+    fail_with(400, "service_id (a rule's name or key) and ep_idx (0..4095) are required");
+  } else if (!rank || !offset || !limit) {
+    fail_with(400, "invalid dp_rank (0..15), offset (0..100000000) or limit (1..100000)");
+  } else if (!inventory_) {
+    fail_with(503, "the KV event plane is not running");
+  } else {
+    for (const auto& r : store_.rules())
+      if (r.name == *service || r.key() == *service) rule = &r;
+    if (!rule) fail_with(404, "no rule named " + *service);
+  }
+  std::string key, algo;
+  int rank_count = 1;
+  if (rule) {
+    const auto& sa = rule->service_args;
+    const int mode = sa.value("kvExactMode", 0);
+    const std::string engine = sa.value("kvEngineType", std::string("vllm"));
+    rank_count = sa.value("kvDpRankCount", 1);
+    algo = sa.value("kvHashAlgo", std::string(engine == "sglang"   ? "sha256_sglang"
+                                              : engine == "trtllm" ? "blockhash_trtllm"
+                                                                   : "sha256_cbor"));
+    if (*ep_idx >= rule->endpoints.size()) {
+      fail_with(404, "rule " + *service + " has " + std::to_string(rule->endpoints.size()) +
+                         " endpoint(s); no ep_idx " + std::to_string(*ep_idx));
+    } else if (mode != 1 && mode != 3) {
+      fail_with(404, "rule " + *service + " does not follow KV events (kvExactMode 0)");
+    } else if (mode == 1 && rule->endpoints[*ep_idx].role != 1) {
+      fail_with(404, "endpoint " + std::to_string(*ep_idx) +
+                         " is not a prefill endpoint: its KV events are not followed");
+    } else if (static_cast<int>(*rank) >= rank_count) {
+      fail_with(404, "the rule has " + std::to_string(rank_count) + " DP rank(s)");
+    } else {
+      key = rule->endpoints[*ep_idx].ip + ":" + std::to_string(sa.value("kvZmqPort", 5557));
+    }
+  }
+  if (!key.empty() && inventory_in_flight_ >= 4) {
+    fail_with(503, "too many inventory requests in progress; retry");
+    key.clear();
+  }
+  if (!key.empty()) {
+    ++inventory_in_flight_;
+    struct Done {  // released on every path, exceptions included
+      int& n;
+      ~Done() { --n; }
+    } done{inventory_in_flight_};
+    const int r = static_cast<int>(*rank);
+    const size_t off = *offset, lim = *limit;
+    // The wait for the event thread runs on inventory_pool_, never on the control thread.
+    Result<KvInventory> inv = co_await asio::co_spawn(
+        inventory_pool_.get_executor(),
+        [this, key, r, off, lim]() -> asio::awaitable<Result<KvInventory>> {
+          co_return inventory_(key, r, off, lim);
+        },
+        asio::use_awaitable);
+    if (!inv) {
+      fail_with(inv.error().code, inv.error().what);
+    } else {
+      nlohmann::ordered_json j = {{"service_id", *service},
+                                  {"ep_idx", *ep_idx},
+                                  {"dp_rank", r},
+                                  {"hash_algo", algo},
+                                  {"offset", off},
+                                  {"total", inv->total}};
+      nlohmann::ordered_json blocks = nlohmann::ordered_json::array();
+      for (size_t i = 0; i < inv->hashes.size(); ++i)
+        blocks.push_back({{"block_idx", off + i}, {"hash_uint64", inv->hashes[i]}});
+      j["blocks"] = std::move(blocks);
+      body = j.dump();
+    }
+  }
+  if (status >= 400) {
+    log::info("api", "GET /netlox/v1/config/ai/kv/inventory -> " + std::to_string(status) + ": " +
+                         body);
+    body = apiErrorBody(status, body);
+  }
+  co_await w.send(status, "application/json", body);
+}
+
 asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
   auto ok = [&]() -> asio::awaitable<void> {
     co_await w.send(200, "application/json", R"({"result":"Success"})");
@@ -195,6 +305,10 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
   }
   if (path == "/kvgate/v1/tokenize") {
     co_await tokenize(req, w);
+    co_return;
+  }
+  if (path == "/netlox/v1/config/ai/kv/inventory") {
+    co_await kvInventory(req, w);
     co_return;
   }
   if (!path.starts_with(kBase)) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "admin/rule_store.h"
 #include "http/server.h"
@@ -15,6 +16,15 @@ namespace kvgate::admin {
 class Api {
  public:
   using MetricsFn = std::function<std::string()>;
+  // The engine block hashes the KV index holds for one publisher rank (key "host:port"), in store
+  // order, [offset, offset + limit) of the total; may block for a while (called off the control
+  // thread). Null: serve has no event plane (the inventory route answers 503).
+  struct KvInventory {
+    std::vector<uint64_t> hashes;
+    size_t total = 0;
+  };
+  using InventoryFn = std::function<Result<KvInventory>(const std::string& key, int rank,
+                                                        size_t offset, size_t limit)>;
   // `tokenizers` may be null (serve without --models-dir): /kvgate/v1/tokenize then answers 503.
   Api(RuleStore& store, MetricsFn metrics, tok::TokenizerRegistry* tokenizers = nullptr)
       : store_(store), metrics_(std::move(metrics)), tokenizers_(tokenizers) {}
@@ -23,8 +33,11 @@ class Api {
   void stopTokenizer() {
     tokenize_pool_.stop();
     tokenize_pool_.join();
+    inventory_pool_.stop();
+    inventory_pool_.join();
   }
   asio::awaitable<void> handle(http::Request& req, http::ResponseWriter& w);
+  void setInventory(InventoryFn fn) { inventory_ = std::move(fn); }
 
   // Tokenize calls queued or running at once; more get 503 (retriable).
   static constexpr int kMaxTokenizeInFlight = 16;
@@ -43,6 +56,8 @@ class Api {
   // so a large prompt or a first load does not stall rule changes.
   asio::awaitable<void> tokenize(http::Request& req, http::ResponseWriter& w);
   TokenizeResult computeTokenize(const std::string& body) const;
+  // GET /netlox/v1/config/ai/kv/inventory?service_id=&ep_idx=[&dp_rank=&offset=&limit=]
+  asio::awaitable<void> kvInventory(http::Request& req, http::ResponseWriter& w);
   std::string tokenizerMetrics() const;
 
   RuleStore& store_;
@@ -52,6 +67,9 @@ class Api {
   std::map<std::string, uint64_t> tokenize_outcomes_;   // control thread only
   int tokenize_in_flight_ = 0;                          // control thread only
   asio::thread_pool tokenize_pool_{1};
+  InventoryFn inventory_;
+  int inventory_in_flight_ = 0;  // control thread only
+  asio::thread_pool inventory_pool_{1};  // waits for the KV event thread's answers
 };
 
 // {"code":N,"message":<class message>,"result":<detail>} for an error status.

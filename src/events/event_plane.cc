@@ -6,6 +6,7 @@
 #include <bit>
 #include <chrono>
 #include <deque>
+#include <future>
 #include <stdexcept>
 #include <zmq.hpp>
 
@@ -42,6 +43,13 @@ struct EventPlane::Source {
   uint64_t logged_errors = 0;  // decode errors logged (the first, then every 1000th)
 };
 
+struct EventPlane::InventoryRequest {
+  std::string key;
+  int rank = 0;
+  size_t offset = 0, limit = 0;
+  std::promise<Result<Inventory>> answer;
+};
+
 EventPlane::EventPlane(kv::KvIndex& index, EventPlaneOptions opts)
     : index_(index), opts_(opts), ctx_(std::make_unique<zmq::context_t>(1)) {}
 
@@ -56,6 +64,12 @@ void EventPlane::start() {
 void EventPlane::stop() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
+  {  // nobody will answer these now
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& r : inventory_requests_)
+      r->answer.set_value(fail(503, "kv_inventory", "the KV event plane is stopping"));
+    inventory_requests_.clear();
+  }
   // The thread is gone: this thread may close the sockets and free the inventories now.
   while (!sources_.empty()) closeSource(sources_.begin());
 }
@@ -282,6 +296,7 @@ void EventPlane::loop() {
   std::vector<std::pair<Source*, size_t>> owners;
   while (!stop_.load()) {
     applySpecs();
+    serveInventoryRequests();
     items.clear();
     owners.clear();
     checkReplayTimeouts();
@@ -510,6 +525,49 @@ void EventPlane::checkReplayTimeouts() {
         finishReplay(*src, r, "timeout");
         publishStats(*src);
       }
+}
+
+Result<EventPlane::Inventory> EventPlane::inventory(const std::string& key, int rank,
+                                                    size_t offset, size_t limit,
+                                                    std::chrono::milliseconds wait) {
+  auto req = std::make_shared<InventoryRequest>();
+  req->key = key;
+  req->rank = rank;
+  req->offset = offset;
+  req->limit = limit;
+  auto fut = req->answer.get_future();
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (inventory_requests_.size() >= 16)
+      return fail(503, "kv_inventory", "too many inventory requests waiting; retry");
+    inventory_requests_.push_back(req);
+  }
+  if (fut.wait_for(wait) != std::future_status::ready)
+    return fail(503, "kv_inventory", "the KV event thread did not answer in time; retry");
+  return fut.get();
+}
+
+// Event thread: answers the waiting inventory requests from the index (its only writer).
+void EventPlane::serveInventoryRequests() {
+  std::deque<std::shared_ptr<InventoryRequest>> reqs;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    reqs.swap(inventory_requests_);
+  }
+  for (auto& r : reqs) {
+    auto it = sources_.find(r->key);
+    if (it == sources_.end() || r->rank < 0 ||
+        static_cast<size_t>(r->rank) >= it->second->slots.size()) {
+      r->answer.set_value(
+          fail(404, "kv_inventory", "KV events of " + r->key + " rank " +
+                                        std::to_string(r->rank) + " are not followed"));
+      continue;
+    }
+    Inventory inv;
+    inv.total = index_.engineHashes(it->second->slots[static_cast<size_t>(r->rank)], r->offset,
+                                    r->limit, inv.hashes);
+    r->answer.set_value(std::move(inv));
+  }
 }
 
 void EventPlane::publishStats(const Source& src) {

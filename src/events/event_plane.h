@@ -29,7 +29,9 @@
 // source changes at its next poll (at most poll_ms later).
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/result.h"
 #include "kv/kv_index.h"
 #include "kv/worker_lookup.h"
 
@@ -111,6 +114,16 @@ class EventPlane : public kv::WorkerLookup {
   std::vector<std::string> sourceKeys() const;
   // Prometheus text of the kvgate_kv_* families (any thread).
   std::string renderMetrics() const;
+  // The engine block hashes one rank of a source holds, in store order ([offset, offset+limit)
+  // of `total`). Asked of the event thread (the index's writer) and waited for up to `wait`:
+  // call it off any event loop. Errors: 404 the source is not followed, 503 the event thread did
+  // not answer in time or too many requests are waiting.
+  struct Inventory {
+    std::vector<uint64_t> hashes;
+    size_t total = 0;
+  };
+  Result<Inventory> inventory(const std::string& key, int rank, size_t offset, size_t limit,
+                              std::chrono::milliseconds wait = std::chrono::milliseconds(5000));
 
  private:
   struct Source;
@@ -145,6 +158,9 @@ class EventPlane : public kv::WorkerLookup {
   std::unique_ptr<zmq::context_t> ctx_;
   std::map<std::string, std::unique_ptr<Source>> sources_;
   int replays_running_ = 0;
+  struct InventoryRequest;
+  std::deque<std::shared_ptr<InventoryRequest>> inventory_requests_;  // under mu_
+  void serveInventoryRequests();
 };
 
 }  // namespace kvgate::events

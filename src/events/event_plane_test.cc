@@ -335,6 +335,13 @@ TEST(EventPlane, GapsAndRestartsAreReplayed) {
   EXPECT_FALSE(holds(idx, slot, 1000));
   EXPECT_EQ(stats().replays_ok, 2u);
   EXPECT_EQ(eng.asked().back(), 0u);
+  // The inventory (asked of the event thread): the engine hashes in store order.
+  auto inv = plane.inventory(spec.key(), 0, 0, 10);
+  ASSERT_TRUE(inv.has_value()) << inv.error().what;
+  EXPECT_EQ(inv->total, 3u);
+  EXPECT_EQ(inv->hashes, (std::vector<uint64_t>{5001, 5101, 5201}));
+  EXPECT_EQ(plane.inventory(spec.key(), 1, 0, 10).error().code, 404);  // one rank only
+  EXPECT_EQ(plane.inventory("127.0.0.1:1", 0, 0, 10).error().code, 404);
   EXPECT_EQ(stats().errors, 0u);
   plane.stop();
 }

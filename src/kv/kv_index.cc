@@ -180,6 +180,19 @@ void KvIndex::clear(int w, ApplyStats& st) {
 }
 
 // Drops fifo entries whose engine hash is gone, keeping the order of the rest.
+size_t KvIndex::engineHashes(int w, size_t offset, size_t limit,
+                             std::vector<uint64_t>& out) const {
+  const Worker& inv = inv_[static_cast<size_t>(w)];
+  U64Map seen;  // the store-order list may hold removed and repeated hashes
+  size_t n = 0;
+  for (uint64_t h : inv.fifo) {
+    if (!inv.engine_to_fp.contains(h) || !seen.insert(h, 0).second) continue;
+    if (n >= offset && out.size() < limit) out.push_back(h);
+    ++n;
+  }
+  return n;
+}
+
 void KvIndex::compactFifo(Worker& inv) {
   std::deque<uint64_t> kept;
   U64Map seen;

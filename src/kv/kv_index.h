@@ -60,6 +60,9 @@ class KvIndex {
   void removeWorker(int w);  // frees the slot and the worker's blocks
   void apply(int w, const engines::KvEventBatch& batch, ApplyStats& st);
   void clear(int w, ApplyStats& st);
+  // The worker's engine block hashes in store order, entries [offset, offset + limit) into `out`;
+  // returns how many it holds. Writer thread only (the inventory REST route asks the writer).
+  size_t engineHashes(int w, size_t offset, size_t limit, std::vector<uint64_t>& out) const;
 
   // Reader side (any thread).
   size_t blocks(int w) const {

@@ -126,6 +126,26 @@ TEST(KvIndex, RemovalsDuplicatesAndClears) {
   EXPECT_EQ(score(idx, chain, 1).best, 0u);
 }
 
+// The inventory lists engine hashes once each, in store order, without removed ones.
+TEST(KvIndex, EngineHashesInStoreOrder) {
+  KvIndex idx;
+  ApplyStats st;
+  const int a = idx.addWorker();
+  idx.apply(a, batch({stored({1, 2, 3, 4}, iota(0, 64))}), st);
+  idx.apply(a, batch({stored({1, 2}, iota(0, 32)), removed({3}), stored({9}, iota(500, 16))}), st);
+  std::vector<uint64_t> out;
+  EXPECT_EQ(idx.engineHashes(a, 0, 100, out), 4u);
+  EXPECT_EQ(out, (std::vector<uint64_t>{1, 2, 4, 9}));
+  out.clear();
+  EXPECT_EQ(idx.engineHashes(a, 1, 2, out), 4u);  // a page: entries 1 and 2
+  EXPECT_EQ(out, (std::vector<uint64_t>{2, 4}));
+  out.clear();
+  EXPECT_EQ(idx.engineHashes(a, 10, 5, out), 4u);  // past the end: nothing
+  EXPECT_TRUE(out.empty());
+  idx.clear(a, st);
+  EXPECT_EQ(idx.engineHashes(a, 0, 100, out), 0u);
+}
+
 TEST(KvIndex, OtherMediaGroupsAndMisfitsAreSkipped) {
   KvIndex idx;
   int a = idx.addWorker();

@@ -16,6 +16,7 @@ class U64Map {
   // Bytes held by the table (for the index's memory metric).
   size_t bytes() const { return cap_ * sizeof(Entry); }
 
+  bool contains(uint64_t k) const { return const_cast<U64Map*>(this)->find(k) != nullptr; }
   uint64_t* find(uint64_t k) {
     if (k == 0) return has_zero_ ? &zero_value_ : nullptr;
     if (cap_ == 0) return nullptr;

@@ -304,7 +304,7 @@ test('interop: events from an independent Python publisher route requests', asyn
   const gw = await gateway(t, ['--workers', '1']);
   const port = await freePort();
   const r = await api(gw.api, 'POST', LB_BASE,
-    rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort } }));
+    rule({ port, workers: [a, b], extraArgs: { name: 'interop', kvExactMode: 3, kvZmqPort: kvPort } }));
   assert.equal(r.status, 200, r.text);
   assert.ok(await waitFor(async () => (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${b.host}:${kvPort}`)?.value ?? 0) === 4,
     15000, 100), 'the publisher\'s 4 blocks did not arrive');
@@ -324,4 +324,26 @@ test('interop: events from an independent Python publisher route requests', asyn
   assert.equal(sent(m1, b) - sent(m0, b), 6, 'requests sharing the published blocks go to b');
   const st = kvSample(m1, 'kvgate_kv_rejected_total', `${b.host}:${kvPort}`, { reason: 'decode' });
   assert.equal(st?.value ?? 0, 0, 'the independent publisher\'s batches all decoded');
+  // The inventory route lists the publisher's own hashes (compared as text: they exceed 2^53).
+  const INV = '/netlox/v1/config/ai/kv/inventory';
+  const inv = await fetch(`${gw.api}${INV}?service_id=interop&ep_idx=1`);
+  assert.equal(inv.status, 200);
+  const text = await inv.text();
+  const body = JSON.parse(text);
+  assert.equal(body.total, 4);
+  assert.equal(body.hash_algo, 'sha256_cbor');
+  assert.deepEqual(body.blocks.map((x) => x.block_idx), [0, 1, 2, 3]);
+  assert.deepEqual([...text.matchAll(/"hash_uint64":(\d+)/g)].map((m) => m[1]), ready.hashes);
+  const page = await (await fetch(`${gw.api}${INV}?service_id=interop&ep_idx=1&offset=2&limit=1`)).text();
+  assert.deepEqual([...page.matchAll(/"hash_uint64":(\d+)/g)].map((m) => m[1]), [ready.hashes[2]]);
+  const empty = await (await fetch(`${gw.api}${INV}?service_id=interop&ep_idx=0`)).json();
+  assert.equal(empty.total, 0);  // followed, nothing published
+  for (const [q, status] of [['', 400], ['?service_id=interop', 400], ['?service_id=nope&ep_idx=0', 404],
+    ['?service_id=interop&ep_idx=2', 404], ['?service_id=interop&ep_idx=1&limit=0', 400],
+    ['?service_id=interop&ep_idx=1&dp_rank=1', 404], ['?service_id=interop&ep_idx=x', 400]]) {
+    const res = await fetch(`${gw.api}${INV}${q}`);
+    assert.equal(res.status, status, q);
+    const e = await res.json();
+    assert.equal(e.code, status);
+  }
 });
