@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <stdexcept>
@@ -34,6 +35,9 @@ struct Replay {
 struct EventPlane::Source {
   SourceSpec spec;
   std::vector<Replay> replay;        // one per DP rank
+  std::vector<std::unique_ptr<zmq::socket_t>> monitors;  // per rank: its SUB's socket monitor
+  std::vector<uint8_t> up;           // per rank: connected now
+  std::vector<uint64_t> connects;    // per rank: connections made
   std::vector<int> slots;            // one index worker per DP rank
   std::vector<zmq::socket_t> subs;   // one per DP rank
   std::vector<SequenceTracker> seq;  // one per DP rank (each rank numbers its own batches)
@@ -50,8 +54,8 @@ struct EventPlane::InventoryRequest {
   std::promise<Result<Inventory>> answer;
 };
 
-EventPlane::EventPlane(kv::KvIndex& index, EventPlaneOptions opts)
-    : index_(index), opts_(opts), ctx_(std::make_unique<zmq::context_t>(1)) {}
+EventPlane::EventPlane(kv::KvIndex& index, EventPlaneOptions opts, const common::Clock& clock)
+    : index_(index), opts_(opts), clock_(clock), ctx_(std::make_unique<zmq::context_t>(1)) {}
 
 EventPlane::~EventPlane() { stop(); }
 
@@ -83,7 +87,7 @@ std::optional<uint64_t> EventPlane::slotsOf(const std::string& key) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = slots_.find(key);
   if (it == slots_.end()) return std::nullopt;
-  return it->second;
+  return it->second.bits;
 }
 
 std::optional<SourceStats> EventPlane::stats(const std::string& key) const {
@@ -114,7 +118,8 @@ std::string EventPlane::renderMetrics() const {
   std::map<std::string, std::pair<uint64_t, SourceStats>> snap;
   {
     std::lock_guard<std::mutex> g(mu_);
-    for (auto& [k, mask] : slots_) {
+    for (auto& [k, pub] : slots_) {
+      const uint64_t mask = pub.bits;
       uint64_t blocks = 0;
       for (uint64_t m = mask; m; m &= m - 1) blocks += index_.blocks(std::countr_zero(m));
       auto st = stats_.find(k);
@@ -143,6 +148,8 @@ std::string EventPlane::renderMetrics() const {
       w.sample(kKvReplays, {{"source", k}, {"outcome", outcome}}, static_cast<double>(n));
   }
   each(kKvReplayedBatches, [](const V& v) { return v.second.replayed_batches; });
+  each(kKvSubscriberConnected, [](const V& v) { return v.second.connected ? 1 : 0; });
+  each(kKvSubscriberReconnects, [](const V& v) { return v.second.reconnects; });
   w.header(kKvRejected);
   for (auto& [k, v] : snap) {
     w.sample(kKvRejected, {{"source", k}, {"reason", "malformed"}},
@@ -233,6 +240,18 @@ void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
       s.set(zmq::sockopt::reconnect_ivl, 100);
       s.set(zmq::sockopt::reconnect_ivl_max, 5000);
       s.set(zmq::sockopt::subscribe, spec.topic);
+      // Connection state through a socket monitor (before connecting: no event is missed).
+      static std::atomic<uint64_t> monitor_ids{0};
+      const std::string mon_addr = "inproc://kvgate-kv-monitor-" + std::to_string(monitor_ids++);
+      if (zmq_socket_monitor(s.handle(), mon_addr.c_str(),
+                             ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) != 0)
+        throw zmq::error_t();
+      auto mon = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::pair);
+      mon->set(zmq::sockopt::linger, 0);
+      mon->connect(mon_addr);
+      src->monitors.push_back(std::move(mon));
+      src->up.push_back(0);
+      src->connects.push_back(0);
       s.connect(zmqAddress(spec.host, spec.port + r));
       src->subs.push_back(std::move(s));
       src->seq.emplace_back();
@@ -246,7 +265,7 @@ void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
   for (size_t r = 0; r < src->replay.size(); ++r) openDealer(*src, r);
   {
     std::lock_guard<std::mutex> g(mu_);
-    slots_[key] = mask;
+    slots_[key] = kv::Publisher{mask, -1};
     stats_[key] = SourceStats{};
     publishLookup();
   }
@@ -305,6 +324,8 @@ void EventPlane::loop() {
       for (size_t r = 0; r < src->subs.size(); ++r) {
         items.push_back({src->subs[r].handle(), 0, ZMQ_POLLIN, 0});
         owners.emplace_back(src.get(), r);
+        items.push_back({src->monitors[r]->handle(), 0, ZMQ_POLLIN, 0});
+        owners.emplace_back(src.get(), kMonitor + r);
         if (src->replay[r].active && src->replay[r].dealer) {
           items.push_back({src->replay[r].dealer->handle(), 0, ZMQ_POLLIN, 0});
           owners.emplace_back(src.get(), kDealer + r);
@@ -319,7 +340,10 @@ void EventPlane::loop() {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
       // At most 256 messages per socket per round, so one busy publisher cannot starve others.
       auto [src, r] = owners[i];
-      if (r >= kDealer) {
+      if (r >= kMonitor) {
+        for (int n = 0; n < 64 && onMonitorEvent(*src, r - kMonitor); ++n) {
+        }
+      } else if (r >= kDealer) {
         for (int n = 0; n < 256 && src->replay[r - kDealer].active &&
                         onReplayMessage(*src, r - kDealer);
              ++n) {
@@ -515,6 +539,38 @@ void EventPlane::finishReplay(Source& src, size_t rank, const char* outcome) {
     }
     processLive(src, rank, seq, payload);
   }
+}
+
+// A socket-monitor event of a rank's SUB: [event id u16 + value u32, endpoint address].
+bool EventPlane::onMonitorEvent(Source& src, size_t rank) {
+  zmq::message_t ev, addr;
+  if (!src.monitors[rank]->recv(ev, zmq::recv_flags::dontwait)) return false;
+  if (ev.more()) (void)src.monitors[rank]->recv(addr, zmq::recv_flags::dontwait);
+  if (ev.size() < 6) return true;
+  uint16_t id = 0;
+  std::memcpy(&id, ev.data(), sizeof id);
+  const bool was_connected = src.st.connected;
+  if (id == ZMQ_EVENT_CONNECTED) {
+    if (src.connects[rank]++ > 0) ++src.st.reconnects;
+    src.up[rank] = 1;
+  } else if (id == ZMQ_EVENT_DISCONNECTED) {
+    src.up[rank] = 0;
+  }
+  bool all = true;
+  for (uint8_t u : src.up) all = all && u;
+  src.st.connected = all;
+  if (all != was_connected) {
+    log::info("events", "KV events of " + src.spec.key() +
+                            (all ? ": subscriber connected" : ": subscriber disconnected"));
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = slots_.find(src.spec.key());
+    if (it != slots_.end()) {
+      it->second.connected_ns = all ? clock_.nowNs() : -1;
+      publishLookup();
+    }
+  }
+  publishStats(src);
+  return true;
 }
 
 void EventPlane::checkReplayTimeouts() {

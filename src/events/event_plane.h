@@ -40,6 +40,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/result.h"
 #include "kv/kv_index.h"
 #include "kv/worker_lookup.h"
@@ -90,12 +91,17 @@ struct SourceStats {
   uint64_t replays_ok = 0, replays_partial = 0, replays_timeout = 0, replays_overflow = 0,
            replays_busy = 0;
   uint64_t replayed_batches = 0;  // batches applied from replays
+  bool connected = false;         // every rank's subscriber is connected (ZMQ socket monitor)
+  uint64_t reconnects = 0;        // connections made after a rank's first
   kv::ApplyStats apply;
 };
 
 class EventPlane : public kv::WorkerLookup {
  public:
-  EventPlane(kv::KvIndex& index, EventPlaneOptions opts = {});
+  // `clock` stamps when subscribers connect (kv::Publisher::connected_ns): the routing stages
+  // compare it with their own clock, so both must be the same clock.
+  EventPlane(kv::KvIndex& index, EventPlaneOptions opts = {},
+             const common::Clock& clock = common::SteadyClock::instance());
   ~EventPlane();
   EventPlane(const EventPlane&) = delete;
   EventPlane& operator=(const EventPlane&) = delete;
@@ -139,17 +145,20 @@ class EventPlane : public kv::WorkerLookup {
   void clearRank(Source& src, size_t rank);
   void openDealer(Source& src, size_t rank);
   static constexpr size_t kDealer = 1000;  // poll owners: rank + kDealer = that rank's DEALER
+  static constexpr size_t kMonitor = 2000;  // rank + kMonitor = that rank's socket monitor
+  bool onMonitorEvent(Source& src, size_t rank);  // false when no event was waiting
   void publishStats(const Source& src);
   void openSource(const std::string& key, const SourceSpec& spec);
   void closeSource(std::map<std::string, std::unique_ptr<Source>>::iterator it);
 
   kv::KvIndex& index_;
   EventPlaneOptions opts_;
+  const common::Clock& clock_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;  // guards pending_, slots_, stats_ (never held across I/O)
   std::optional<std::vector<SourceSpec>> pending_;
-  std::map<std::string, uint64_t> slots_;
+  kv::WorkerMap slots_;  // key -> workers and connection time (published as lookup_)
   std::atomic<std::shared_ptr<const kv::WorkerMap>> lookup_{
       std::make_shared<const kv::WorkerMap>()};
   void publishLookup();  // with mu_ held: slots_ -> lookup_

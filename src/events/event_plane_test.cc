@@ -377,6 +377,42 @@ TEST(EventPlane, TooManyHeldBatchesAbandonTheReplay) {
   plane.stop();
 }
 
+// The subscriber's connection state (ZMQ socket monitor): connected once the SUB reaches the
+// engine, disconnected when the engine goes away, a reconnection counted when it is back, and the
+// lookup's connected_ns stamped with the plane's clock.
+TEST(EventPlane, SubscriberConnectionsAreTracked) {
+  auto eng = std::make_unique<Engine>();
+  const uint16_t port = eng->port;
+  kv::KvIndex idx;
+  common::ManualClock clock(5'000'000'000);
+  EventPlane plane(idx, EventPlaneOptions{10, 1 << 20, 1000}, clock);
+  plane.start();
+  SourceSpec spec{"127.0.0.1", port, 1, ""};
+  plane.setSources({spec});
+  auto connected = [&] {
+    auto st = plane.stats(spec.key());
+    return st && st->connected;
+  };
+  ASSERT_TRUE(waitUntil(connected));
+  EXPECT_EQ(plane.snapshot()->at(spec.key()).connected_ns, 5'000'000'000);
+  EXPECT_NE(plane.renderMetrics().find("loxilb_kv_subscriber_connected{source=\"127.0.0.1:" +
+                                       std::to_string(port) + "\"} 1"),
+            std::string::npos);
+  eng.reset();  // the engine goes away
+  ASSERT_TRUE(waitUntil([&] { return !connected(); }));
+  EXPECT_EQ(plane.snapshot()->at(spec.key()).connected_ns, -1);
+  clock.advance(std::chrono::seconds(3));
+  // Back on the same port: ZMQ reconnects by itself (100 ms backoff, doubling).
+  zmq::context_t ctx(1);
+  zmq::socket_t pub(ctx, zmq::socket_type::pub);
+  pub.set(zmq::sockopt::linger, 0);
+  pub.bind("tcp://127.0.0.1:" + std::to_string(port));
+  ASSERT_TRUE(waitUntil(connected, 20000));
+  EXPECT_EQ(plane.stats(spec.key())->reconnects, 1u);
+  EXPECT_EQ(plane.snapshot()->at(spec.key()).connected_ns, 8'000'000'000);
+  plane.stop();
+}
+
 // Specs the event plane cannot follow are refused without touching the index.
 TEST(EventPlane, InvalidSpecsAreRefused) {
   kv::KvIndex idx;

@@ -9,7 +9,13 @@
 
 namespace kvgate::kv {
 
-using WorkerMap = std::map<std::string, uint64_t>;  // publisher key -> worker bits
+// One publisher (all its DP ranks) as the request path sees it.
+struct Publisher {
+  uint64_t bits = 0;           // its index workers, one per rank
+  int64_t connected_ns = -1;   // when every rank's subscriber was last connected (the event
+                               // plane's clock); -1 while some rank is not connected
+};
+using WorkerMap = std::map<std::string, Publisher>;  // publisher key -> its workers
 
 class WorkerLookup {
  public:

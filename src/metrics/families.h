@@ -46,8 +46,8 @@ inline const Family kTier15Spills{"loxilb_pd_kv_tier15_spills_total", Type::kCou
 inline const Family kTier15ColdSeeds{"loxilb_pd_kv_tier15_cold_seeds_total", Type::kCounter,
     "Tier 1.5 hits diverted to a cold endpoint (cold-start seeding), by rule.", {"service"}};
 inline const Family kTier15MissReason{"loxilb_pd_kv_tier15_miss_reason_total", Type::kCounter,
-    "Tier 1.5 misses by guard: all_excluded, api_mode, text_empty, model_empty, tokenize, "
-    "hashes, no_worker, excluded, shallow.", {"service", "reason"}};
+    "Tier 1.5 misses by guard: all_excluded, api_mode, warmup, text_empty, model_empty, "
+    "tokenize, hashes, no_worker, excluded, shallow.", {"service", "reason"}};
 inline const Family kTier15Fallthrough{"loxilb_pd_kv_tier15_fallthrough_total", Type::kCounter,
     "Tier 1.5 misses handed to the rule's selector (the sum over reasons), by rule.",
     {"service"}};
@@ -97,6 +97,11 @@ inline const Family kKvReplays{"kvgate_kv_replays_total", Type::kCounter,
     "no-replay rule applied).", {"source", "outcome"}};
 inline const Family kKvReplayedBatches{"kvgate_kv_replayed_batches_total", Type::kCounter,
     "Batches applied from replays.", {"source"}};
+inline const Family kKvSubscriberConnected{"loxilb_kv_subscriber_connected", Type::kGauge,
+    "1 while every DP rank's KV-event subscriber of the source is connected (ZMQ socket "
+    "monitor), else 0.", {"source"}};
+inline const Family kKvSubscriberReconnects{"loxilb_kv_subscriber_reconnect_total",
+    Type::kCounter, "KV-event subscriber connections made after a rank's first.", {"source"}};
 inline const Family kKvRejected{"kvgate_kv_rejected_total", Type::kCounter,
     "KV-event messages rejected, nothing applied: reason malformed (frames) or decode (payload).",
     {"source", "reason"}};
@@ -132,7 +137,8 @@ inline const std::vector<const Family*>& allFamilies() {
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
-      &kKvReplays,         &kKvReplayedBatches, &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};
+      &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,
+      &kKvSubscriberReconnects, &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};
   return k;
 }
 

@@ -52,6 +52,7 @@ enum class FallReason : uint8_t {
   kNoKey,
   // kv_exact (Tier 1.5) guards, in ladder order (stages/kv_exact.h):
   kApiMode,    // the request's API (chat or completions) is not the rule's kvExactApiMode
+  kWarmup,     // no candidate's subscriber has been connected for kvWarmupSec yet
   kTextEmpty,  // no prompt: neither token ids, nor text, nor messages
   kModelEmpty,  // a text prompt without a model (no tokenizer to choose)
   kTokenize,    // tokenizer not loaded (yet), missing or failing for the request
@@ -62,7 +63,7 @@ enum class FallReason : uint8_t {
   kCount
 };
 inline constexpr const char* kFallReasonNames[] = {
-    "all_excluded", "empty_pool", "no_key",    "api_mode", "text_empty", "model_empty",
+    "all_excluded", "empty_pool", "no_key",    "api_mode", "warmup", "text_empty", "model_empty",
     "tokenize",     "hashes",     "no_worker", "excluded", "shallow"};
 static_assert(std::size(kFallReasonNames) == static_cast<size_t>(FallReason::kCount));
 

@@ -251,6 +251,8 @@ test('KV events: a gap is replayed, a restart clears the worker', async (t) => {
     await complete(w, 300000 * k++, 16);
     return (await metric('kvgate_kv_batches_total')) > 0;
   }, 15000, 100), 'no KV batch');
+  assert.equal(await metric('loxilb_kv_subscriber_connected'), 1);
+  assert.equal(await metric('loxilb_kv_subscriber_reconnect_total'), 0);
   const fault = (body) => fetch(`${w.url}/sim/fault`, {
     method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
   }).then(async (res) => { assert.equal(res.status, 200, await res.text()); });

@@ -21,7 +21,7 @@ class KvExactStage : public Stage {
  public:
   KvExactStage(const StageServices& s, const kv::KvIndex& index, const kv::WorkerLookup& lookup,
                KvExactOptions opts)
-      : index_(index), lookup_(lookup), tokens_(s.prompt_tokens), opts_(opts) {
+      : index_(index), lookup_(lookup), tokens_(s.prompt_tokens), clock_(s.clock), opts_(opts) {
     for (const auto& ep : s.endpoints)
       keys_.push_back(ep.state->ip + ":" + std::to_string(opts_.zmq_port));
     // Endpoints sharing one address share one publisher key: their caches cannot be told apart,
@@ -56,14 +56,20 @@ class KvExactStage : public Stage {
     thread_local std::vector<uint64_t> masks;
     masks.assign(c.size(), 0);
     uint64_t all = 0;
+    bool warm = opts_.warmup_sec == 0;
+    const int64_t warm_before = clock_.nowNs() - int64_t{opts_.warmup_sec} * 1'000'000'000;
     const std::shared_ptr<const kv::WorkerMap> workers = lookup_.snapshot();  // one per decision
     for (size_t i = 0; i < c.size(); ++i) {
       if (keys_[i].empty()) continue;
       auto it = workers->find(keys_[i]);
-      masks[i] = it == workers->end() ? 0 : it->second;
+      if (it == workers->end()) continue;
+      masks[i] = it->second.bits;
       all |= masks[i];
+      if (!c.excluded[i] && it->second.connected_ns >= 0 && it->second.connected_ns <= warm_before)
+        warm = true;
     }
     if (all == 0) return StageResult::fall(FallReason::kNoWorker);
+    if (!warm) return StageResult::fall(FallReason::kWarmup);
     // The chain of at most kMaxBlocks leading blocks (a huge prompt costs a bounded walk), in
     // per-thread scratch that is released when a huge prompt grew it.
     thread_local std::vector<uint32_t> tokens;
@@ -142,6 +148,7 @@ class KvExactStage : public Stage {
   const kv::KvIndex& index_;
   const kv::WorkerLookup& lookup_;
   const PromptTokens* tokens_;
+  const common::Clock& clock_;
   KvExactOptions opts_;
   std::atomic<uint64_t> hits_{0};  // decisions so far (cold-start seeding's counter)
   std::vector<std::string> keys_;  // per endpoint: its publisher's key
@@ -176,6 +183,7 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
   const auto& sa = rule.service_args.is_object() ? rule.service_args : kNone;
   o.block_size = static_cast<uint32_t>(sa.value("kvBlockSize", 16));
   o.zmq_port = static_cast<uint16_t>(sa.value("kvZmqPort", 5557));
+  o.warmup_sec = static_cast<uint32_t>(sa.value("kvWarmupSec", 0));
   o.min_match_tokens = static_cast<uint32_t>(envInt("LLB_KV_MIN_MATCH_TOKENS", 0, 4096, 16));
   o.coldstart_min_blocks =
       static_cast<uint32_t>(envInt("LOXILB_KV_COLDSTART_MIN_BLOCKS", 0, 1'000'000'000, 16));

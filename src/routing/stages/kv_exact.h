@@ -14,12 +14,14 @@
 // order): `all_excluded` (no candidate left), `api_mode` (kvExactApiMode: completions | chat |
 // both, default both), `text_empty` (no prompt), `tokenize` (without --models-dir every text
 // prompt), `model_empty` (a text prompt without "model"), `no_worker` (no candidate's events are
-// followed; checked before tokenizing so unfollowed rules cost nothing), `tokenize` (tokenizer
+// followed; checked before tokenizing so unfollowed rules cost nothing), `warmup` (kvWarmupSec,
+// default 0 = off: no followed candidate's subscriber has been connected that long; those still
+// warming are scored with the others once one is warm), `tokenize` (tokenizer
 // loading, missing, or the chat request cannot be rendered), `hashes` (token ids outside
 // 0..2^32-1), `shallow` (shorter than one block), `no_worker` (nobody holds a leading block),
 // `excluded` (only excluded endpoints hold some), `shallow` (best overlap under
 // LLB_KV_MIN_MATCH_TOKENS, default 16, 0 disables). Upstream's `mode_off` needs no guard here
-// (mode 0 rules have no kv_exact stage); `warmup` and `hash_contract` are not implemented yet.
+// (mode 0 rules have no kv_exact stage); `hash_contract` is not implemented yet.
 //
 // Knobs: kvBlockSize, kvZmqPort, kvExactApiMode, kvLbMode (rule) > LOXILB_KV_LB_MODE (env) >
 // hard; LOXILB_KV_MEAN_LOAD_FACTOR, LOXILB_KV_SPILL_RELIEF, LLB_KV_MIN_MATCH_TOKENS; the text
@@ -30,7 +32,7 @@
 // sum over its DP ranks), every LOXILB_KV_COLDSTART_SEED_Nth hit (default 16, 0 disables) goes
 // to the lowest-index such endpoint instead (counted as a cold seed when that moves the pick).
 // Not yet: LoRA adapters (requests are scored in the base model's partition); capacity from
-// worker metrics; speculative insert; warm-up.
+// worker metrics; speculative insert.
 #pragma once
 #include <memory>
 
@@ -50,6 +52,7 @@ struct KvExactOptions {
   uint32_t block_size = 16;
   uint16_t zmq_port = 5557;
   uint32_t min_match_tokens = 16;
+  uint32_t warmup_sec = 0;  // kvWarmupSec
   // Cold-start seeding: every seed_nth-th hit (0 = off) goes to the lowest-index followed,
   // non-excluded endpoint holding fewer than min_blocks blocks, if any.
   uint32_t coldstart_min_blocks = 16;

@@ -51,7 +51,7 @@ struct Fixture {
           g_clock);
       eps.push_back(p);
       int w = index.addWorker();
-      lookup.m["10.0.0." + std::to_string(i + 1) + ":5557"] = uint64_t{1} << w;
+      lookup.m["10.0.0." + std::to_string(i + 1) + ":5557"] = {uint64_t{1} << w, 0};
       if (held[i] == 0) continue;
       engines::KvEventBatch b;
       engines::KvEvent e;
@@ -185,6 +185,27 @@ TEST(KvExact, ColdStartSeedingDivertsEveryNthHit) {
   warm.coldstart_min_blocks = 0;
   Fixture h(warm);
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(h.run().seeded);
+}
+
+// kvWarmupSec: until some followed candidate's subscriber has been connected that long, the
+// stage misses with `warmup` (the fixture's publishers connected at t = 0).
+TEST(KvExact, WarmupWaitsForAConnectedSubscriber) {
+  Fixture f;
+  common::ManualClock clock(1'000'000'000);  // t = 1 s
+  KvExactOptions o;
+  o.warmup_sec = 2;
+  StageServices s{clock, f.rule, f.eps};
+  f.stage = makeKvExact(s, f.index, f.lookup, o);
+  EXPECT_EQ(f.run().reason, FallReason::kWarmup);
+  clock.advance(std::chrono::seconds(1));  // t = 2 s: connected 2 s ago
+  EXPECT_EQ(f.run().index, 0);
+  // Not connected (-1) does not count as warm; one warm candidate is enough.
+  for (auto& [k, p] : f.lookup.m) p.connected_ns = -1;
+  EXPECT_EQ(f.run().reason, FallReason::kWarmup);
+  f.lookup.m["10.0.0.3:5557"].connected_ns = 0;
+  EXPECT_EQ(f.run().index, 0);  // 10.0.0.3 is warm; 10.0.0.1 still wins on overlap
+  f.excluded[2] = true;         // an excluded warm candidate does not count
+  EXPECT_EQ(f.run().reason, FallReason::kWarmup);
 }
 
 TEST(KvExact, OnlyExcludedHoldersIsTheExcludedReason) {
