@@ -272,7 +272,22 @@ int serveMain(int argc, char** argv) {
   // The KV event plane: follows the publishers that kvExactMode rules name (docs/kv_index.md).
   // Declared before the data plane, whose routes' Tier 1.5 stages refer to both.
   kv::KvIndex kv_index(kvMaxBlocks());
-  events::EventPlane kv_plane(kv_index);
+  events::EventPlaneOptions kv_opts;
+  if (const char* seed = std::getenv("LLB_KV_NONE_HASH_SEED"); seed) {
+    // The declared hash contract: the engines' PYTHONHASHSEED (upstream: non-empty, <= 23 bytes).
+    const size_t n = std::strlen(seed);
+    if (n == 0 || n > 23) {
+      std::fprintf(stderr,
+                   "kvgate serve: LLB_KV_NONE_HASH_SEED must be 1-23 bytes (the engines' "
+                   "PYTHONHASHSEED), got %zu bytes\n",
+                   n);
+      return 2;
+    }
+    kv_opts.none_hash_seed = seed;
+    log::info("serve", "hash contract declared: KV-event block hashes are checked against "
+                       "LLB_KV_NONE_HASH_SEED for rules with kvHashAlgo sha256_cbor/xxhash_cbor");
+  }
+  events::EventPlane kv_plane(kv_index, kv_opts);
   // Text and chat prompts -> token ids for Tier 1.5 (tokenizers load on their own thread).
   std::unique_ptr<tok::RequestTokenizer> prompt_tokens;
   if (tokenizers)

@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "engines/vllm_events.h"
+#include "events/hash_contract.h"
 #include "events/sequence.h"
 #include "metrics/text.h"
 
@@ -38,6 +39,7 @@ struct EventPlane::Source {
   std::vector<std::unique_ptr<zmq::socket_t>> monitors;  // per rank: its SUB's socket monitor
   std::vector<uint8_t> up;           // per rank: connected now
   std::vector<uint64_t> connects;    // per rank: connections made
+  std::vector<std::unique_ptr<HashContract>> contracts;  // per rank; null: no declared contract
   std::vector<int> slots;            // one index worker per DP rank
   std::vector<zmq::socket_t> subs;   // one per DP rank
   std::vector<SequenceTracker> seq;  // one per DP rank (each rank numbers its own batches)
@@ -150,6 +152,15 @@ std::string EventPlane::renderMetrics() const {
   each(kKvReplayedBatches, [](const V& v) { return v.second.replayed_batches; });
   each(kKvSubscriberConnected, [](const V& v) { return v.second.connected ? 1 : 0; });
   each(kKvSubscriberReconnects, [](const V& v) { return v.second.reconnects; });
+  w.header(kKvHashChecks);
+  for (auto& [k, v] : snap) {
+    const auto& st = v.second;
+    for (auto [result, n] : {std::pair<const char*, uint64_t>{"ok", st.hash_ok},
+                             {"mismatch", st.hash_mismatch},
+                             {"unverifiable", st.hash_unverifiable}})
+      w.sample(kKvHashChecks, {{"source", k}, {"result", result}}, static_cast<double>(n));
+  }
+  each(kKvHashContractBroken, [](const V& v) { return v.second.contract_broken ? 1 : 0; });
   w.header(kKvRejected);
   for (auto& [k, v] : snap) {
     w.sample(kKvRejected, {{"source", k}, {"reason", "malformed"}},
@@ -252,6 +263,10 @@ void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
       src->monitors.push_back(std::move(mon));
       src->up.push_back(0);
       src->connects.push_back(0);
+      auto algo = engines::parseVllmHashAlgo(spec.hash_algo);
+      src->contracts.push_back(!opts_.none_hash_seed.empty() && algo
+                                   ? std::make_unique<HashContract>(*algo, opts_.none_hash_seed)
+                                   : nullptr);
       s.connect(zmqAddress(spec.host, spec.port + r));
       src->subs.push_back(std::move(s));
       src->seq.emplace_back();
@@ -405,15 +420,42 @@ bool EventPlane::applyPayload(Source& src, size_t rank, std::string_view payload
                               std::to_string(src.st.decode_errors) + " so far): " + src.error);
     return false;
   }
+  checkContract(src, rank);
   index_.apply(src.slots[rank], src.batch, src.st.apply);
   ++src.st.batches;
   src.st.unknown_events += src.batch.unknown_events;
   return true;
 }
 
+void EventPlane::checkContract(Source& src, size_t rank) {
+  HashContract* c = src.contracts[rank].get();
+  if (!c) return;
+  const HashContract::Result r = c->check(src.batch);
+  src.st.hash_ok += r.ok;
+  src.st.hash_mismatch += r.mismatch;
+  src.st.hash_unverifiable += r.unverifiable;
+  if (r.ok == 0 && r.mismatch == 0) return;  // no verdict from this batch
+  const bool broken = r.mismatch > 0;
+  src.st.contract_checked = true;
+  if (broken == src.st.contract_broken) return;
+  src.st.contract_broken = broken;
+  log::warn("events", "KV events of " + src.spec.key() +
+                          (broken ? ": block hashes break the declared contract (kvHashAlgo " +
+                                        src.spec.hash_algo + ", LLB_KV_NONE_HASH_SEED): " +
+                                        "Tier 1.5 stops trusting this publisher"
+                                  : ": block hashes match the declared contract again"));
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = slots_.find(src.spec.key());
+  if (it != slots_.end()) {
+    it->second.contract_broken = broken;
+    publishLookup();
+  }
+}
+
 void EventPlane::clearRank(Source& src, size_t rank) {
   kv::ApplyStats scratch;  // counted once, here (apply.clears counts AllBlocksCleared)
   index_.clear(src.slots[rank], scratch);
+  if (src.contracts[rank]) src.contracts[rank]->clear();
   ++src.st.clears;
 }
 
@@ -453,6 +495,7 @@ void EventPlane::processLive(Source& src, size_t rank, uint64_t seq, std::string
     ++replays_running_;
     return;
   }
+  checkContract(src, rank);
   index_.apply(src.slots[rank], src.batch, src.st.apply);
   ++src.st.batches;
   src.st.unknown_events += src.batch.unknown_events;

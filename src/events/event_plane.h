@@ -59,6 +59,7 @@ struct SourceSpec {
   int dp_ranks = 1;      // kvDpRankCount
   std::string topic;     // SUB prefix filter ("" = everything)
   uint16_t replay_port = 0;  // kvReplayPort: the engine's replay ROUTER (rank r: + r); 0 = none
+  std::string hash_algo = "sha256_cbor";  // kvHashAlgo (the declared hash contract's algorithm)
   std::string key() const { return host + ":" + std::to_string(port); }
   bool operator==(const SourceSpec&) const = default;
 };
@@ -69,6 +70,9 @@ struct EventPlaneOptions {
   int rcv_hwm = 100000;
   int replay_timeout_ms = 5000;  // a replay must end within this
   int max_replays = 4;           // replays running at once (all sources)
+  // LLB_KV_NONE_HASH_SEED: the engines' declared PYTHONHASHSEED; when set, sources whose
+  // hash_algo is sha256_cbor or xxhash_cbor have their block hashes checked (hash_contract.h).
+  std::string none_hash_seed;
 };
 
 constexpr size_t kMaxHeldBatches = 4096;        // live batches held per rank during a replay
@@ -91,6 +95,10 @@ struct SourceStats {
   uint64_t replays_ok = 0, replays_partial = 0, replays_timeout = 0, replays_overflow = 0,
            replays_busy = 0;
   uint64_t replayed_batches = 0;  // batches applied from replays
+  // The declared hash contract (LLB_KV_NONE_HASH_SEED), in blocks: recomputed and equal,
+  // different, or not recomputable; broken = the last verdict was a mismatch.
+  uint64_t hash_ok = 0, hash_mismatch = 0, hash_unverifiable = 0;
+  bool contract_checked = false, contract_broken = false;
   bool connected = false;         // every rank's subscriber is connected (ZMQ socket monitor)
   uint64_t reconnects = 0;        // connections made after a rank's first
   kv::ApplyStats apply;
@@ -143,6 +151,7 @@ class EventPlane : public kv::WorkerLookup {
   void checkReplayTimeouts();
   bool applyPayload(Source& src, size_t rank, std::string_view payload);
   void clearRank(Source& src, size_t rank);
+  void checkContract(Source& src, size_t rank);  // src.batch against the declared contract
   void openDealer(Source& src, size_t rank);
   static constexpr size_t kDealer = 1000;  // poll owners: rank + kDealer = that rank's DEALER
   static constexpr size_t kMonitor = 2000;  // rank + kMonitor = that rank's socket monitor

@@ -33,6 +33,7 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
     const auto engine = argOr<std::string>(r.service_args, "kvEngineType", "vllm");
     const auto block_size = argOr<int>(r.service_args, "kvBlockSize", 16);
     const auto replay = argOr<int>(r.service_args, "kvReplayPort", 0);
+    const auto algo = argOr<std::string>(r.service_args, "kvHashAlgo", "sha256_cbor");
     // Only vLLM's ZMQ events are decoded so far: SGLang and TensorRT-LLM (HTTP drain) rules are
     // stored but not followed; llama.cpp publishes no events.
     if (engine != "vllm") continue;
@@ -51,10 +52,16 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
                       std::to_string(port) + ".." + std::to_string(port + ranks - 1));
     for (const auto& ep : r.endpoints) {
       if (mode == 1 && ep.role != 1) continue;  // P/D: only prefill endpoints publish and score
-      SourceSpec s{ep.ip, static_cast<uint16_t>(port), ranks, "", static_cast<uint16_t>(replay)};
+      SourceSpec s{ep.ip, static_cast<uint16_t>(port), ranks, "", static_cast<uint16_t>(replay),
+                   algo};
       auto [it, fresh] = seen.emplace(s.key(), Seen{s, engine, block_size, r.key()});
       if (fresh) continue;
       const Seen& o = it->second;
+      if (o.spec.hash_algo != algo)
+        return fail(400, "kvHashAlgo",
+                    "KV events of " + s.key() + " are named by rule " + o.rule + " (kvHashAlgo " +
+                        o.spec.hash_algo + ") and by rule " + r.key() + " (kvHashAlgo " + algo +
+                        "): one engine hashes one way");
       if (o.engine != engine || o.block_size != block_size || o.spec.dp_ranks != ranks ||
           o.spec.replay_port != s.replay_port)
         return fail(400, "kvZmqPort",

@@ -14,6 +14,7 @@ struct Publisher {
   uint64_t bits = 0;           // its index workers, one per rank
   int64_t connected_ns = -1;   // when every rank's subscriber was last connected (the event
                                // plane's clock); -1 while some rank is not connected
+  bool contract_broken = false;  // its block hashes break the declared hash contract
 };
 using WorkerMap = std::map<std::string, Publisher>;  // publisher key -> its workers
 

@@ -102,6 +102,13 @@ inline const Family kKvSubscriberConnected{"loxilb_kv_subscriber_connected", Typ
     "monitor), else 0.", {"source"}};
 inline const Family kKvSubscriberReconnects{"loxilb_kv_subscriber_reconnect_total",
     Type::kCounter, "KV-event subscriber connections made after a rank's first.", {"source"}};
+inline const Family kKvHashChecks{"kvgate_kv_hash_checks_total", Type::kCounter,
+    "Stored blocks checked against the declared hash contract (LLB_KV_NONE_HASH_SEED with a "
+    "kvHashAlgo of sha256_cbor or xxhash_cbor), by result: ok, mismatch, unverifiable.",
+    {"source", "result"}};
+inline const Family kKvHashContractBroken{"kvgate_kv_hash_contract_broken", Type::kGauge,
+    "1 when the source's last checked store broke the declared hash contract (Tier 1.5 then "
+    "skips it: reason hash_contract), else 0.", {"source"}};
 inline const Family kKvRejected{"kvgate_kv_rejected_total", Type::kCounter,
     "KV-event messages rejected, nothing applied: reason malformed (frames) or decode (payload).",
     {"source", "reason"}};
@@ -138,7 +145,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,
-      &kKvSubscriberReconnects, &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};
+      &kKvSubscriberReconnects, &kKvHashChecks, &kKvHashContractBroken, &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};
   return k;
 }
 

@@ -57,6 +57,7 @@ enum class FallReason : uint8_t {
   kModelEmpty,  // a text prompt without a model (no tokenizer to choose)
   kTokenize,    // tokenizer not loaded (yet), missing or failing for the request
   kHashes,      // token ids out of range: no block hashes
+  kHashContract,  // every followed candidate's events break the declared hash contract
   kNoWorker,    // no candidate's cache holds any leading block of the prompt (or none is followed)
   kExcluded,    // only excluded candidates (down, breaker open, failed) hold the prompt's blocks
   kShallow,     // the best overlap is under the minimum matched tokens, or under one block
@@ -64,7 +65,7 @@ enum class FallReason : uint8_t {
 };
 inline constexpr const char* kFallReasonNames[] = {
     "all_excluded", "empty_pool", "no_key",    "api_mode", "warmup", "text_empty", "model_empty",
-    "tokenize",     "hashes",     "no_worker", "excluded", "shallow"};
+    "tokenize",     "hashes",     "hash_contract", "no_worker", "excluded", "shallow"};
 static_assert(std::size(kFallReasonNames) == static_cast<size_t>(FallReason::kCount));
 
 struct StageResult {

@@ -349,3 +349,53 @@ test('interop: events from an independent Python publisher route requests', asyn
     assert.equal(e.code, status);
   }
 });
+
+// The declared hash contract (LLB_KV_NONE_HASH_SEED): the simulator hashes as vLLM does with
+// PYTHONHASHSEED "0"; a gateway declaring "0" verifies every stored block, one declaring "1" sees
+// every block mismatch and stops trusting the publisher (Tier 1.5 misses: hash_contract).
+test('KV events: a declared hash contract is checked', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.20', '--port', '0', '--kv-events-port', String(kvPort),
+    '--kv-events-hash-seed', '0']);
+  t.after(() => sim.stop());
+  const [w] = sim.workers;
+  for (const [seed, good] of [['0', true], ['1', false]]) {
+    const gw = await gateway(t, ['--workers', '1'], { env: { LLB_KV_NONE_HASH_SEED: seed } });
+    const port = await freePort();
+    const r = await api(gw.api, 'POST', LB_BASE,
+      rule({ port, workers: [w], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort, kvHashAlgo: 'sha256_cbor' } }));
+    assert.equal(r.status, 200, r.text);
+    const source = `${w.host}:${kvPort}`;
+    const m = async () => scrapeMetrics(gw.api);
+    let k = 1;
+    assert.ok(await waitFor(async () => {
+      await complete(w, 400000 * k++ + (good ? 0 : 50000), 32);
+      return (kvSample(await m(), 'kvgate_kv_batches_total', source)?.value ?? 0) > 0;
+    }, 15000, 100), 'no KV batch');
+    const base = good ? 8000 : 9000;  // a prompt the worker has not cached yet: 4 new blocks
+    await complete(w, base, 64);
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 64 }, (_, j) => base + j), max_tokens: 1 }),
+    });
+    assert.equal(res.status, 200);
+    await res.arrayBuffer();
+    const mm = await m();
+    const checks = (result) => kvSample(mm, 'kvgate_kv_hash_checks_total', source, { result })?.value ?? 0;
+    const miss = mm.find((s) => s.name === 'loxilb_pd_kv_tier15_miss_reason_total' && s.labels.reason === 'hash_contract')?.value ?? 0;
+    if (good) {
+      assert.ok(checks('ok') >= 4, `ok ${checks('ok')}`);
+      assert.equal(checks('mismatch'), 0);
+      assert.equal(kvSample(mm, 'kvgate_kv_hash_contract_broken', source).value, 0);
+      assert.equal(miss, 0);
+    } else {
+      assert.equal(checks('ok'), 0);
+      assert.ok(checks('mismatch') >= 4);
+      assert.equal(kvSample(mm, 'kvgate_kv_hash_contract_broken', source).value, 1);
+      assert.equal(miss, 1);
+    }
+    await gw.stop();
+  }
+  // An invalid declaration is a start error naming the variable.
+  await assert.rejects(gateway(t, [], { env: { LLB_KV_NONE_HASH_SEED: 'x'.repeat(24) } }), /LLB_KV_NONE_HASH_SEED/);
+});

@@ -65,9 +65,9 @@ export function tempDir() {
   return { dir: d, remove: () => rmSync(d, { recursive: true, force: true }) };
 }
 
-export async function startGateway({ stateDir, extra = [] } = {}) {
+export async function startGateway({ stateDir, extra = [], env = {} } = {}) {
   const { proc, ready } = await startKvgate(
-    ['serve', '--api-listen', '127.0.0.1:0', '--state-dir', stateDir, '--workers', '2', ...extra]);
+    ['serve', '--api-listen', '127.0.0.1:0', '--state-dir', stateDir, '--workers', '2', ...extra], { env });
   return { proc, api: ready.api, stop: (sig) => stop(proc, sig) };
 }
 
@@ -213,11 +213,11 @@ export const LB_BASE = '/netlox/v1/config/loadbalancer';
 
 // A gateway for one test (startGateway on a fresh state dir, `extra` more arguments of serve),
 // stopped with `stopSignal` (stop() kills it after 5 s) and its state dir removed when the test ends.
-export async function gateway(t, extra = [], { stopSignal = 'SIGTERM' } = {}) {
+export async function gateway(t, extra = [], { stopSignal = 'SIGTERM', env = {} } = {}) {
   const tmp = tempDir();
   let gw;
   try {
-    gw = await startGateway({ stateDir: tmp.dir, extra });
+    gw = await startGateway({ stateDir: tmp.dir, extra, env });
   } catch (e) {
     tmp.remove();
     throw e;

@@ -56,19 +56,24 @@ class KvExactStage : public Stage {
     thread_local std::vector<uint64_t> masks;
     masks.assign(c.size(), 0);
     uint64_t all = 0;
-    bool warm = opts_.warmup_sec == 0;
+    bool warm = opts_.warmup_sec == 0, broken = false;
     const int64_t warm_before = clock_.nowNs() - int64_t{opts_.warmup_sec} * 1'000'000'000;
     const std::shared_ptr<const kv::WorkerMap> workers = lookup_.snapshot();  // one per decision
     for (size_t i = 0; i < c.size(); ++i) {
       if (keys_[i].empty()) continue;
       auto it = workers->find(keys_[i]);
       if (it == workers->end()) continue;
+      if (it->second.contract_broken) {  // breaks the declared hash contract: not trusted
+        broken = true;
+        continue;
+      }
       masks[i] = it->second.bits;
       all |= masks[i];
       if (!c.excluded[i] && it->second.connected_ns >= 0 && it->second.connected_ns <= warm_before)
         warm = true;
     }
-    if (all == 0) return StageResult::fall(FallReason::kNoWorker);
+    if (all == 0)
+      return StageResult::fall(broken ? FallReason::kHashContract : FallReason::kNoWorker);
     if (!warm) return StageResult::fall(FallReason::kWarmup);
     // The chain of at most kMaxBlocks leading blocks (a huge prompt costs a bounded walk), in
     // per-thread scratch that is released when a huge prompt grew it.

@@ -14,14 +14,16 @@
 // order): `all_excluded` (no candidate left), `api_mode` (kvExactApiMode: completions | chat |
 // both, default both), `text_empty` (no prompt), `tokenize` (without --models-dir every text
 // prompt), `model_empty` (a text prompt without "model"), `no_worker` (no candidate's events are
-// followed; checked before tokenizing so unfollowed rules cost nothing), `warmup` (kvWarmupSec,
+// followed; checked before tokenizing so unfollowed rules cost nothing; `hash_contract` instead
+// when the only followed ones break the declared hash contract), `warmup` (kvWarmupSec,
 // default 0 = off: no followed candidate's subscriber has been connected that long; those still
 // warming are scored with the others once one is warm), `tokenize` (tokenizer
 // loading, missing, or the chat request cannot be rendered), `hashes` (token ids outside
 // 0..2^32-1), `shallow` (shorter than one block), `no_worker` (nobody holds a leading block),
 // `excluded` (only excluded endpoints hold some), `shallow` (best overlap under
 // LLB_KV_MIN_MATCH_TOKENS, default 16, 0 disables). Upstream's `mode_off` needs no guard here
-// (mode 0 rules have no kv_exact stage); `hash_contract` is not implemented yet.
+// (mode 0 rules have no kv_exact stage). Publishers whose events break the declared hash
+// contract (events/hash_contract.h) are not scored.
 //
 // Knobs: kvBlockSize, kvZmqPort, kvExactApiMode, kvLbMode (rule) > LOXILB_KV_LB_MODE (env) >
 // hard; LOXILB_KV_MEAN_LOAD_FACTOR, LOXILB_KV_SPILL_RELIEF, LLB_KV_MIN_MATCH_TOKENS; the text

@@ -208,6 +208,17 @@ TEST(KvExact, WarmupWaitsForAConnectedSubscriber) {
   EXPECT_EQ(f.run().reason, FallReason::kWarmup);
 }
 
+// A publisher breaking the declared hash contract is not scored: the next-best trusted one wins;
+// when no followed candidate is trusted, the miss is `hash_contract`.
+TEST(KvExact, BrokenHashContractsAreNotTrusted) {
+  Fixture f;
+  f.lookup.m["10.0.0.1:5557"].contract_broken = true;
+  EXPECT_EQ(f.run().index, 1);
+  f.lookup.m["10.0.0.2:5557"].contract_broken = true;
+  f.lookup.m["10.0.0.3:5557"].contract_broken = true;
+  EXPECT_EQ(f.run().reason, FallReason::kHashContract);
+}
+
 TEST(KvExact, OnlyExcludedHoldersIsTheExcludedReason) {
   Fixture f;
   f.excluded[0] = f.excluded[1] = true;  // the holders of 4 and 2 blocks; 10.0.0.3 holds none
