@@ -272,6 +272,7 @@ int serveMain(int argc, char** argv) {
   // The KV event plane: follows the publishers that kvExactMode rules name (docs/kv_index.md).
   // Declared before the data plane, whose routes' Tier 1.5 stages refer to both.
   kv::KvIndex kv_index(kvMaxBlocks());
+  kv::SpeculativeOverlay kv_overlay;  // speculative insert, beside the index
   events::EventPlaneOptions kv_opts;
   if (const char* seed = std::getenv("LLB_KV_NONE_HASH_SEED"); seed) {
     // The declared hash contract: the engines' PYTHONHASHSEED (upstream: non-empty, <= 23 bytes).
@@ -296,7 +297,7 @@ int serveMain(int argc, char** argv) {
   proxy::DataPlane dp(opts);
   dp.start();
   kv_plane.start();
-  dp.setKv(&kv_index, &kv_plane, prompt_tokens.get());  // Tier 1.5 (kvExactMode 3 rules)
+  dp.setKv(&kv_index, &kv_plane, prompt_tokens.get(), &kv_overlay);  // Tier 1.5 (kvExactMode 3)
   admin::RuleStore store(flags.state_dir, dp);
   store.setListener(
       [](const std::vector<config::RuleSpec>& rules) -> Result<void> {

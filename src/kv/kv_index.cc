@@ -229,3 +229,29 @@ size_t KvIndex::score(const uint64_t* chain, size_t n, uint64_t candidates,
 }
 
 }  // namespace kvgate::kv
+
+namespace kvgate::kv {
+
+uint64_t KvIndex::scoreWithOverlay(const uint64_t* chain, size_t n, uint64_t candidates,
+                                   const SpeculativeOverlay& overlay, int64_t now_ns,
+                                   std::array<uint32_t, kMaxWorkers>& overlap) const {
+  score(chain, n, candidates, overlap);
+  std::shared_ptr<const BlockTable> t = published_.load(std::memory_order_acquire);
+  uint64_t via_overlay = 0;
+  for (uint64_t m = candidates; m; m &= m - 1) {
+    const int w = std::countr_zero(m);
+    size_t k = overlap[static_cast<size_t>(w)];
+    while (k < n) {
+      if (overlay.credited(chain[k], w, now_ns)) {
+        ++via_overlay;
+      } else if (!((t->lookup(chain[k]) >> w) & 1)) {
+        break;
+      }
+      ++k;
+    }
+    overlap[static_cast<size_t>(w)] = static_cast<uint32_t>(k);
+  }
+  return via_overlay;
+}
+
+}  // namespace kvgate::kv

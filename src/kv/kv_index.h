@@ -31,6 +31,7 @@
 
 #include "engines/kv_event.h"
 #include "kv/block_table.h"
+#include "kv/speculative.h"
 #include "kv/u64_map.h"
 
 namespace kvgate::kv {
@@ -73,6 +74,12 @@ class KvIndex {
   // candidate holds the next block. Returns the longest run. No allocation.
   size_t score(const uint64_t* chain, size_t n, uint64_t candidates,
                std::array<uint32_t, kMaxWorkers>& overlap) const;
+  // score(), then each candidate's run extended over blocks `overlay` credits to it at `now_ns`
+  // (speculative insert) and blocks the index holds after those. Returns the blocks matched
+  // through the overlay only.
+  uint64_t scoreWithOverlay(const uint64_t* chain, size_t n, uint64_t candidates,
+                            const SpeculativeOverlay& overlay, int64_t now_ns,
+                            std::array<uint32_t, kMaxWorkers>& overlap) const;
   // Bytes held by the index (table and per-worker maps), for the memory metric.
   size_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
 

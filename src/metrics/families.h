@@ -51,6 +51,11 @@ inline const Family kTier15MissReason{"loxilb_pd_kv_tier15_miss_reason_total", T
 inline const Family kTier15Fallthrough{"loxilb_pd_kv_tier15_fallthrough_total", Type::kCounter,
     "Tier 1.5 misses handed to the rule's selector (the sum over reasons), by rule.",
     {"service"}};
+inline const Family kKvSpeculativeCredits{"kvgate_kv_speculative_credits_total", Type::kCounter,
+    "Blocks credited to the endpoint a Tier 1.5 request was routed to (speculative insert), "
+    "until its KV events confirm them.", {}};
+inline const Family kKvSpeculativeHits{"kvgate_kv_speculative_hits_total", Type::kCounter,
+    "Prompt blocks Tier 1.5 matched through speculative credits rather than the index.", {}};
 inline const Family kStageFallthrough{"kvgate_routing_fallthrough_total", Type::kCounter,
     "Routing stages that did not decide, by rule, stage and reason (all_excluded, empty_pool, "
     "no_key); stage \"none\" counts requests no stage could place.", {"rule", "stage", "reason"}};
@@ -137,7 +142,8 @@ inline const std::vector<const Family*>& allFamilies() {
   static const std::vector<const Family*> k = {
       &kRequests,          &kUnrouted,      &kUpstreamLatency,    &kStreamTtft,
       &kSelectorDecisions, &kSpills,        &kTier15Hits,         &kTier15Spills,
-      &kTier15ColdSeeds,   &kTier15MissReason, &kTier15Fallthrough, &kStageFallthrough,
+      &kTier15ColdSeeds,   &kTier15MissReason, &kTier15Fallthrough, &kKvSpeculativeCredits,
+      &kKvSpeculativeHits, &kStageFallthrough,
       &kDecisionSeconds,
       &kActiveConnections, &kActiveStreams, &kEndpointInflight,   &kEndpointConnectFailures,
       &kEndpointUp,        &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,

@@ -29,11 +29,12 @@ std::vector<std::string> stageNames(const config::RuleSpec& rule) {
 std::unique_ptr<routing::Pipeline> buildPipeline(const Route& route, const common::Clock& clock,
                                                  const kv::KvIndex* kv_index,
                                                  const kv::WorkerLookup* kv_lookup,
-                                                 const routing::PromptTokens* tokens) {
+                                                 const routing::PromptTokens* tokens,
+                                                 kv::SpeculativeOverlay* overlay) {
   auto names = stageNames(route.rule);
   if (names.empty()) return nullptr;
   routing::StageServices services{clock,    route.rule, route.endpoints,
-                                  kv_index, kv_lookup,  tokens};
+                                  kv_index, kv_lookup,  tokens,          overlay};
   auto p = routing::Pipeline::build(names, services, route.stats->pipeline);
   if (!p) {
     log::error("proxy", "rule " + route.rule.key() + ": " + p.error().what);
@@ -135,7 +136,8 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   }
   stats->per_endpoint = std::move(counters);
   route->stats = stats;
-  route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_);
+  route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_,
+                                  kv_overlay_);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
   return route;
 }

@@ -58,11 +58,14 @@ class DataPlane {
   // The KV index and publisher lookup Tier 1.5 stages read (kvExactMode 3 rules); set before the
   // first apply(). Both must outlive the data plane.
   // `tokens` (may be null: no --models-dir) turns text and chat prompts into token ids.
+  // `overlay` (may be null: speculative insert off) is written by the Tier 1.5 stages.
   void setKv(const kv::KvIndex* index, const kv::WorkerLookup* lookup,
-             const routing::PromptTokens* tokens = nullptr) {
+             const routing::PromptTokens* tokens = nullptr,
+             kv::SpeculativeOverlay* overlay = nullptr) {
     kv_index_ = index;
     kv_lookup_ = lookup;
     prompt_tokens_ = tokens;
+    kv_overlay_ = overlay;
   }
   const ProxyOptions& options() const { return opts_; }
   // Prometheus text for every data-plane family (control thread only, like apply()).
@@ -78,6 +81,7 @@ class DataPlane {
   const kv::KvIndex* kv_index_ = nullptr;
   const kv::WorkerLookup* kv_lookup_ = nullptr;
   const routing::PromptTokens* prompt_tokens_ = nullptr;
+  kv::SpeculativeOverlay* kv_overlay_ = nullptr;
   DataPlaneStats stats_;  // before workers_: their pools and frames write it while destroyed
   endpoints::EndpointTable endpoints_;
   std::vector<std::unique_ptr<Worker>> workers_;

@@ -2,6 +2,7 @@
 // and writes every family of metrics/families.h, in that list's order.
 #include "common/log.h"
 #include "metrics/text.h"
+#include "kv/speculative.h"
 #include "proxy/data_plane.h"
 #include "proxy/worker.h"
 
@@ -83,6 +84,11 @@ void DataPlane::renderTier15Metrics(metrics::TextWriter& w) const {
     for (auto& x : p.fallthrough[s]) n += x.load();
     return n;
   });
+  w.header(kKvSpeculativeCredits);
+  w.sample(kKvSpeculativeCredits, {},
+           static_cast<double>(kv_overlay_ ? kv_overlay_->credits() : 0));
+  w.header(kKvSpeculativeHits);
+  w.sample(kKvSpeculativeHits, {}, static_cast<double>(kv_overlay_ ? kv_overlay_->hits() : 0));
 }
 
 // The pipelines: deciding stage and key, spills, fall-throughs, decision time.

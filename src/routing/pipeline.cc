@@ -59,7 +59,11 @@ Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c) const {
     }
     st.fallthrough[i][static_cast<size_t>(r.reason)].fetch_add(1, std::memory_order_relaxed);
   }
-  if (d.index < 0) st.no_pick.fetch_add(1, std::memory_order_relaxed);
+  if (d.index < 0) {
+    st.no_pick.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    for (const auto& s : stages_) s->observe(ctx, d.index);
+  }
   st.decision_seconds.observe(static_cast<double>(clock_.nowNs() - t0) / 1e9);
   return d;
 }

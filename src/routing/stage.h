@@ -21,6 +21,7 @@
 namespace kvgate::kv {
 class KvIndex;
 class WorkerLookup;
+class SpeculativeOverlay;
 }  // namespace kvgate::kv
 
 namespace kvgate::routing {
@@ -95,6 +96,9 @@ class Stage {
   virtual StageResult evaluate(const RequestContext& ctx, CandidateSet& c) = 0;
   // The request facts this stage reads (routing/request_facts.h FactNeeds bits).
   virtual uint32_t needs() const { return kNeedNothing; }
+  // After the pipeline decided (by any stage) on endpoint `chosen`, on the same thread, right
+  // after this request's evaluate calls (kv_exact credits the prompt's blocks to it).
+  virtual void observe(const RequestContext&, int /*chosen*/) {}
 };
 
 // What a stage factory receives. References stay valid for the stage's life (the Route owns
@@ -108,6 +112,8 @@ struct StageServices {
   const kv::WorkerLookup* kv_lookup = nullptr;
   // Token ids of text and chat prompts (Tier 1.5); null when serve runs without --models-dir.
   const PromptTokens* prompt_tokens = nullptr;
+  // Speculative insert (Tier 1.5): blocks credited to the endpoint just chosen; null = off.
+  kv::SpeculativeOverlay* kv_overlay = nullptr;
 };
 
 }  // namespace kvgate::routing

@@ -399,3 +399,50 @@ test('KV events: a declared hash contract is checked', async (t) => {
   // An invalid declaration is a start error naming the variable.
   await assert.rejects(gateway(t, [], { env: { LLB_KV_NONE_HASH_SEED: 'x'.repeat(24) } }), /LLB_KV_NONE_HASH_SEED/);
 });
+
+// Speculative insert: a burst of requests sharing a prefix nobody holds yet, sent at once. The
+// first misses and the rule's round-robin picks; its blocks are credited to that worker, so every
+// sibling follows it before any KV event arrives. With LOXILB_KV_SPECULATIVE_TTL_MS=0 (off) the
+// siblings race the first BlockStored (the split is printed, not asserted: it depends on timing).
+test('Tier 1.5: speculative insert keeps a burst of siblings together', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.21-22', '--port', '0', '--kv-events-port', String(kvPort)]);
+  t.after(() => sim.stop());
+  const [a, b] = sim.workers;
+  const splits = {};
+  for (const [arm, env] of [['on', {}], ['off', { LOXILB_KV_SPECULATIVE_TTL_MS: '0' }]]) {
+    const gw = await gateway(t, ['--workers', '1'], { env });
+    const port = await freePort();
+    const r = await api(gw.api, 'POST', LB_BASE,
+      rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort } }));
+    assert.equal(r.status, 200, r.text);
+    let k = 1;
+    for (const w of [a, b]) {
+      assert.ok(await waitFor(async () => {
+        await complete(w, 500000 * k++ + (arm === 'on' ? 0 : 250000), 16);
+        return (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_batches_total', `${w.host}:${kvPort}`)?.value ?? 0) > 0;
+      }, 15000, 100), `no KV batch from ${w.host}`);
+    }
+    const m0 = await scrapeMetrics(gw.api);
+    const base = arm === 'on' ? 20000 : 30000;
+    await Promise.all(Array.from({ length: 8 }, (_, i) => fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 64 }, (_, j) => base + j).concat([i]), max_tokens: 1 }),
+    }).then(async (res) => { assert.equal(res.status, 200); await res.arrayBuffer(); })));
+    const m1 = await scrapeMetrics(gw.api);
+    const sent = (m, w) => m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${w.host}:${w.port}`)
+      .reduce((x, s) => x + s.value, 0);
+    splits[arm] = [sent(m1, a) - sent(m0, a), sent(m1, b) - sent(m0, b)];
+    const tier15 = (m) => m.find((s) => s.name === 'loxilb_pd_kv_tier15_hits_total')?.value ?? 0;
+    splits[arm].push(tier15(m1) - tier15(m0));
+    if (arm === 'on') {
+      // Every sibling is a Tier 1.5 hit; the hard law (cap = ceil(1.75 x (in-flight + 1) / 2))
+      // may spill the last one or two of 8 concurrent requests to the other worker.
+      assert.equal(splits.on[2], 7, `Tier 1.5 hits ${splits.on[2]}`);
+      assert.ok(Math.max(splits.on[0], splits.on[1]) >= 6, `the burst split ${splits.on}`);
+    }
+    splits[arm].push(m1.find((s) => s.name === 'kvgate_kv_speculative_hits_total').value);
+    await gw.stop();
+  }
+  t.diagnostic(`burst of 8 siblings, [worker a, worker b, Tier 1.5 hits, blocks matched via credits]: speculative insert on ${splits.on}, off ${splits.off}`);
+});

@@ -17,11 +17,30 @@ namespace {
 constexpr size_t kMaxBlocks = 8192;
 constexpr size_t kKeepScratch = 64 * 1024;  // scratch elements kept per thread between requests
 
+// Per-thread scratch of one decision (no per-request allocation once warm), and what observe()
+// needs from it: the chain of the request evaluated last on this thread, by which stage.
+struct Scratch {
+  std::vector<uint64_t> masks;
+  std::vector<uint32_t> tokens;
+  std::vector<uint64_t> chain;
+  std::vector<LawCandidate> cands;
+  std::vector<int> index_of;
+  const RequestContext* ctx = nullptr;  // set when `chain` holds ctx's chain
+  const void* stage = nullptr;
+  size_t n = 0;
+};
+thread_local Scratch t_scratch;
+
 class KvExactStage : public Stage {
  public:
   KvExactStage(const StageServices& s, const kv::KvIndex& index, const kv::WorkerLookup& lookup,
                KvExactOptions opts)
-      : index_(index), lookup_(lookup), tokens_(s.prompt_tokens), clock_(s.clock), opts_(opts) {
+      : index_(index),
+        lookup_(lookup),
+        tokens_(s.prompt_tokens),
+        overlay_(s.kv_overlay),
+        clock_(s.clock),
+        opts_(opts) {
     for (const auto& ep : s.endpoints)
       keys_.push_back(ep.state->ip + ":" + std::to_string(opts_.zmq_port));
     // Endpoints sharing one address share one publisher key: their caches cannot be told apart,
@@ -37,6 +56,8 @@ class KvExactStage : public Stage {
   }
 
   StageResult evaluate(const RequestContext& ctx, CandidateSet& c) override {
+    Scratch& sc = t_scratch;
+    sc.ctx = nullptr;
     if (!c.anyLeft()) return StageResult::fall(FallReason::kAllExcluded);
     const RequestFacts* f = ctx.facts;
     if (!f || !f->parsed) return StageResult::fall(FallReason::kTextEmpty);
@@ -53,7 +74,7 @@ class KvExactStage : public Stage {
     if (opts_.block_size == 0) return StageResult::fall(FallReason::kHashes);
     // Which candidates' caches are known (excluded ones too: the `excluded` reason): before any
     // tokenizing or hashing, so a rule whose publishers are not (yet) followed costs no work.
-    thread_local std::vector<uint64_t> masks;
+    std::vector<uint64_t>& masks = sc.masks;
     masks.assign(c.size(), 0);
     uint64_t all = 0;
     bool warm = opts_.warmup_sec == 0, broken = false;
@@ -77,8 +98,8 @@ class KvExactStage : public Stage {
     if (!warm) return StageResult::fall(FallReason::kWarmup);
     // The chain of at most kMaxBlocks leading blocks (a huge prompt costs a bounded walk), in
     // per-thread scratch that is released when a huge prompt grew it.
-    thread_local std::vector<uint32_t> tokens;
-    thread_local std::vector<uint64_t> chain;
+    std::vector<uint32_t>& tokens = sc.tokens;
+    std::vector<uint64_t>& chain = sc.chain;
     tokens.clear();
     if (ids_given) {
       const size_t take = std::min(f->prompt_token_ids.size(), kMaxBlocks * opts_.block_size);
@@ -96,11 +117,19 @@ class KvExactStage : public Stage {
     const size_t n = kv::prefixChain(tokens.data(), blocks * opts_.block_size, opts_.block_size,
                                      kv::partitionRoot("", f->cache_salt), chain.data(), blocks);
     std::array<uint32_t, kv::kMaxWorkers> overlap{};
-    index_.score(chain.data(), n, all, overlap);
+    if (overlay_ && opts_.speculative_ttl_ms > 0) {
+      const uint64_t via = index_.scoreWithOverlay(chain.data(), n, all, *overlay_,
+                                                   clock_.nowNs(), overlap);
+      if (via) overlay_->countHits(via);
+    } else {
+      index_.score(chain.data(), n, all, overlap);
+    }
     if (tokens.capacity() > kKeepScratch) std::vector<uint32_t>().swap(tokens);
-    if (chain.capacity() > kKeepScratch) std::vector<uint64_t>().swap(chain);
-    thread_local std::vector<LawCandidate> cands;
-    thread_local std::vector<int> index_of;
+    sc.ctx = &ctx;  // chain (at most kMaxBlocks entries, never released) is this request's now
+    sc.stage = this;
+    sc.n = n;
+    std::vector<LawCandidate>& cands = sc.cands;
+    std::vector<int>& index_of = sc.index_of;
     cands.clear();
     index_of.clear();
     uint32_t best = 0, best_excluded = 0;
@@ -149,10 +178,24 @@ class KvExactStage : public Stage {
     return res;
   }
 
+  // Speculative insert: the chain just scored is credited to the endpoint the pipeline chose
+  // (whichever stage chose it), for speculative_ttl_ms, if its publisher is followed.
+  void observe(const RequestContext& ctx, int chosen) override {
+    Scratch& sc = t_scratch;
+    if (!overlay_ || opts_.speculative_ttl_ms == 0 || sc.ctx != &ctx || sc.stage != this) return;
+    sc.ctx = nullptr;
+    if (chosen < 0 || static_cast<size_t>(chosen) >= sc.masks.size() || sc.n == 0) return;
+    const uint64_t m = sc.masks[static_cast<size_t>(chosen)];
+    if (m == 0) return;
+    overlay_->credit(sc.chain.data(), sc.n, std::countr_zero(m),
+                     clock_.nowNs() + int64_t{opts_.speculative_ttl_ms} * 1'000'000);
+  }
+
  private:
   const kv::KvIndex& index_;
   const kv::WorkerLookup& lookup_;
   const PromptTokens* tokens_;
+  kv::SpeculativeOverlay* overlay_;
   const common::Clock& clock_;
   KvExactOptions opts_;
   std::atomic<uint64_t> hits_{0};  // decisions so far (cold-start seeding's counter)
@@ -190,6 +233,8 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
   o.zmq_port = static_cast<uint16_t>(sa.value("kvZmqPort", 5557));
   o.warmup_sec = static_cast<uint32_t>(sa.value("kvWarmupSec", 0));
   o.min_match_tokens = static_cast<uint32_t>(envInt("LLB_KV_MIN_MATCH_TOKENS", 0, 4096, 16));
+  o.speculative_ttl_ms =
+      static_cast<uint32_t>(envInt("LOXILB_KV_SPECULATIVE_TTL_MS", 0, 600'000, 2000));
   o.coldstart_min_blocks =
       static_cast<uint32_t>(envInt("LOXILB_KV_COLDSTART_MIN_BLOCKS", 0, 1'000'000'000, 16));
   o.coldstart_seed_nth =

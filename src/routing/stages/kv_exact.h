@@ -33,8 +33,13 @@
 // non-excluded endpoint holds fewer than LOXILB_KV_COLDSTART_MIN_BLOCKS blocks (default 16; the
 // sum over its DP ranks), every LOXILB_KV_COLDSTART_SEED_Nth hit (default 16, 0 disables) goes
 // to the lowest-index such endpoint instead (counted as a cold seed when that moves the pick).
+// Speculative insert (StageServices::kv_overlay, LOXILB_KV_SPECULATIVE_TTL_MS, default 2000, 0
+// disables): once the pipeline has chosen an endpoint (by this stage or a later one), the prompt's
+// chain is credited to that endpoint's publisher for the TTL (kv/speculative.h), and scoring
+// extends each endpoint's run over its credited blocks, so a burst of requests sharing a new prefix
+// follows the first one instead of racing its BlockStored.
 // Not yet: LoRA adapters (requests are scored in the base model's partition); capacity from
-// worker metrics; speculative insert.
+// worker metrics.
 #pragma once
 #include <memory>
 
@@ -55,6 +60,7 @@ struct KvExactOptions {
   uint16_t zmq_port = 5557;
   uint32_t min_match_tokens = 16;
   uint32_t warmup_sec = 0;  // kvWarmupSec
+  uint32_t speculative_ttl_ms = 2000;  // speculative insert's credit lifetime (0 = off)
   // Cold-start seeding: every seed_nth-th hit (0 = off) goes to the lowest-index followed,
   // non-excluded endpoint holding fewer than min_blocks blocks, if any.
   uint32_t coldstart_min_blocks = 16;

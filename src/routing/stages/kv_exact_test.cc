@@ -9,6 +9,8 @@
 #include <numeric>
 
 #include "config/rule.h"
+#include "kv/speculative.h"
+#include "routing/pipeline.h"
 #include "tokenizer/request_tokenizer.h"
 #include "../../../tests/support/test_util.h"
 #include "../../../tests/support/tiny_tokenizer.h"
@@ -217,6 +219,42 @@ TEST(KvExact, BrokenHashContractsAreNotTrusted) {
   f.lookup.m["10.0.0.2:5557"].contract_broken = true;
   f.lookup.m["10.0.0.3:5557"].contract_broken = true;
   EXPECT_EQ(f.run().reason, FallReason::kHashContract);
+}
+
+// Speculative insert through a real pipeline [kv_exact, rr]: a prompt nobody holds misses and rr
+// chooses; the chain is credited to rr's choice, so the next request with that prefix follows it
+// by overlap (before any KV event), until the TTL (2 s, the default) passes.
+TEST(KvExact, SpeculativeInsertLetsSiblingsFollowTheFirstPick) {
+  Fixture f;
+  common::ManualClock clock(1'000'000'000);
+  kv::SpeculativeOverlay overlay;
+  StageServices s{clock, f.rule, f.eps, &f.index, &f.lookup, nullptr, &overlay};
+  auto p = Pipeline::build({"kv_exact", "rr"}, s, std::make_shared<PipelineStats>());
+  ASSERT_TRUE(p.has_value()) << p.error().what;
+  f.facts.prompt_token_ids.clear();
+  for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids.push_back(1000 + t);  // cached nowhere
+  RequestContext ctx;
+  ctx.facts = &f.facts;
+  CandidateSet c{f.eps, f.excluded};
+  Decision first = (*p)->run(ctx, c);
+  ASSERT_GE(first.index, 0);
+  EXPECT_EQ(first.key, DecisionKey::kRr);  // kv_exact missed: no_worker
+  EXPECT_EQ(overlay.credits(), 4u);        // the 4 blocks, to rr's choice
+  for (int i = 0; i < 3; ++i) {
+    Decision d = (*p)->run(ctx, c);
+    EXPECT_EQ(d.index, first.index);  // followed by overlap, not rr's rotation
+    EXPECT_EQ(d.key, DecisionKey::kKvOverlap);
+  }
+  EXPECT_EQ(overlay.hits(), 12u);
+  clock.advance(std::chrono::seconds(3));  // past the TTL: credits of the last pick expired too
+  Decision late = (*p)->run(ctx, c);
+  EXPECT_EQ(late.key, DecisionKey::kRr);
+  // Without an overlay, every sibling misses.
+  StageServices none{clock, f.rule, f.eps, &f.index, &f.lookup};
+  auto q = Pipeline::build({"kv_exact", "rr"}, none, std::make_shared<PipelineStats>());
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ((*q)->run(ctx, c).key, DecisionKey::kRr);
+  EXPECT_EQ((*q)->run(ctx, c).key, DecisionKey::kRr);
 }
 
 TEST(KvExact, OnlyExcludedHoldersIsTheExcludedReason) {
