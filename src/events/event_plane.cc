@@ -103,6 +103,24 @@ std::shared_ptr<const kv::WorkerMap> EventPlane::snapshot() const {
   return lookup_.load(std::memory_order_acquire);
 }
 
+std::shared_ptr<const kv::AdapterSet> EventPlane::adapters() const {
+  return adapters_.load(std::memory_order_acquire);
+}
+
+void EventPlane::noteAdapters(const engines::KvEventBatch& batch) {
+  std::shared_ptr<const kv::AdapterSet> cur;
+  std::shared_ptr<kv::AdapterSet> next;
+  for (const auto& e : batch.events) {
+    if (e.kind != engines::KvEvent::Kind::kStored || e.lora_name.empty()) continue;
+    if (!cur) cur = adapters_.load(std::memory_order_acquire);
+    const kv::AdapterSet& have = next ? *next : *cur;
+    if (have.count(e.lora_name) || have.size() >= kMaxAdapters) continue;
+    if (!next) next = std::make_shared<kv::AdapterSet>(*cur);
+    next->insert(e.lora_name);
+  }
+  if (next) adapters_.store(std::move(next), std::memory_order_release);
+}
+
 void EventPlane::publishLookup() {
   lookup_.store(std::make_shared<const kv::WorkerMap>(slots_), std::memory_order_release);
 }
@@ -428,6 +446,7 @@ bool EventPlane::applyPayload(Source& src, size_t rank, std::string_view payload
 }
 
 void EventPlane::checkContract(Source& src, size_t rank) {
+  noteAdapters(src.batch);  // (called for every batch about to be applied)
   HashContract* c = src.contracts[rank].get();
   if (!c) return;
   const HashContract::Result r = c->check(src.batch);

@@ -124,6 +124,9 @@ class EventPlane : public kv::WorkerLookup {
   // kv::WorkerLookup, for the request path: no mutex, one std::atomic<shared_ptr> load of a
   // snapshot the event thread publishes whenever its sources change.
   std::shared_ptr<const kv::WorkerMap> snapshot() const override;
+  // LoRA names seen in stored events (at most kMaxAdapters), republished when one is new.
+  std::shared_ptr<const kv::AdapterSet> adapters() const override;
+  static constexpr size_t kMaxAdapters = 1024;
   std::optional<SourceStats> stats(const std::string& key) const;
   std::vector<std::string> sourceKeys() const;
   // Prometheus text of the kvgate_kv_* families (any thread).
@@ -171,6 +174,9 @@ class EventPlane : public kv::WorkerLookup {
   std::atomic<std::shared_ptr<const kv::WorkerMap>> lookup_{
       std::make_shared<const kv::WorkerMap>()};
   void publishLookup();  // with mu_ held: slots_ -> lookup_
+  std::atomic<std::shared_ptr<const kv::AdapterSet>> adapters_{
+      std::make_shared<const kv::AdapterSet>()};
+  void noteAdapters(const engines::KvEventBatch& batch);  // event thread
   std::map<std::string, SourceStats> stats_;
   // Event thread only.
   std::unique_ptr<zmq::context_t> ctx_;

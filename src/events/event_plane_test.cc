@@ -413,6 +413,29 @@ TEST(EventPlane, SubscriberConnectionsAreTracked) {
   plane.stop();
 }
 
+// LoRA names seen in stored events are published for the request path (adapters()).
+TEST(EventPlane, AdapterNamesArePublished) {
+  Engine eng;
+  kv::KvIndex idx;
+  EventPlane plane(idx, EventPlaneOptions{10, 1 << 20, 1000});
+  plane.start();
+  SourceSpec spec{"127.0.0.1", eng.port, 1, ""};
+  plane.setSources({spec});
+  ASSERT_TRUE(waitUntil([&] { return plane.slotsOf(spec.key()).has_value(); }));
+  engines::VllmEventOut e;
+  e.block_hashes = {77};
+  e.token_ids.assign(16, 5);
+  e.lora_name = "sql-lora";
+  const std::string b = engines::encodeVllmBatch(0, {e}, 0, engines::VllmEventEncoding::kMap);
+  uint64_t seq = 0;
+  ASSERT_TRUE(waitUntil([&] {
+    eng.send("", seqFrame(seq++), b);
+    return plane.adapters()->count("sql-lora") == 1;
+  }));
+  EXPECT_EQ(plane.adapters()->size(), 1u);
+  plane.stop();
+}
+
 // Specs the event plane cannot follow are refused without touching the index.
 TEST(EventPlane, InvalidSpecsAreRefused) {
   kv::KvIndex idx;

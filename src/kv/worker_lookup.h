@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -18,10 +19,18 @@ struct Publisher {
 };
 using WorkerMap = std::map<std::string, Publisher>;  // publisher key -> its workers
 
+// LoRA adapter names seen in the publishers' BlockStored events (their blocks live in the
+// adapter's partition): a request whose model names one is scored in that partition.
+using AdapterSet = std::set<std::string, std::less<>>;
+
 class WorkerLookup {
  public:
   virtual ~WorkerLookup() = default;
   virtual std::shared_ptr<const WorkerMap> snapshot() const = 0;  // never null
+  virtual std::shared_ptr<const AdapterSet> adapters() const {    // never null
+    static const auto kNone = std::make_shared<const AdapterSet>();
+    return kNone;
+  }
 };
 
 }  // namespace kvgate::kv

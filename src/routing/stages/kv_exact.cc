@@ -52,7 +52,8 @@ class KvExactStage : public Stage {
   }
 
   uint32_t needs() const override {
-    return kNeedPromptTokenIds | kNeedMessages | (tokens_ ? tokens_->needs() : 0);
+    return kNeedModel | kNeedPromptTokenIds | kNeedMessages | kNeedRequestShape |
+           (tokens_ ? tokens_->needs() : 0);
   }
 
   StageResult evaluate(const RequestContext& ctx, CandidateSet& c) override {
@@ -114,8 +115,17 @@ class KvExactStage : public Stage {
     }
     const size_t blocks = std::min<size_t>(tokens.size() / opts_.block_size, kMaxBlocks);
     chain.resize(blocks);
+    // The partition: a LoRA adapter named by the request (SGLang's lora_path, else a "model" that
+    // the publishers' events name as an adapter: vLLM selects adapters by model name) and the
+    // cache salt; the base model's partition otherwise.
+    std::string_view adapter = f->lora_adapter;
+    if (adapter.empty() && f->has_model) {
+      const std::shared_ptr<const kv::AdapterSet> loras = lookup_.adapters();
+      if (!loras->empty() && loras->count(std::string_view(f->model))) adapter = f->model;
+    }
     const size_t n = kv::prefixChain(tokens.data(), blocks * opts_.block_size, opts_.block_size,
-                                     kv::partitionRoot("", f->cache_salt), chain.data(), blocks);
+                                     kv::partitionRoot(adapter, f->cache_salt), chain.data(),
+                                     blocks);
     std::array<uint32_t, kv::kMaxWorkers> overlap{};
     if (overlay_ && opts_.speculative_ttl_ms > 0) {
       const uint64_t via = index_.scoreWithOverlay(chain.data(), n, all, *overlay_,

@@ -38,8 +38,10 @@
 // chain is credited to that endpoint's publisher for the TTL (kv/speculative.h), and scoring
 // extends each endpoint's run over its credited blocks, so a burst of requests sharing a new prefix
 // follows the first one instead of racing its BlockStored.
-// Not yet: LoRA adapters (requests are scored in the base model's partition); capacity from
-// worker metrics.
+// LoRA: a request is scored in its adapter's partition when it names one (SGLang's lora_path, or a
+// "model" that the publishers' BlockStored events carry as lora_name: vLLM routes adapters by
+// model name), so adapter and base-model blocks never match each other.
+// Not yet: capacity from worker metrics.
 #pragma once
 #include <memory>
 

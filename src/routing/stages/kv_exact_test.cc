@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <map>
 #include <numeric>
 
@@ -24,8 +25,12 @@ common::ManualClock g_clock;
 
 struct Lookup : kv::WorkerLookup {
   kv::WorkerMap m;
+  kv::AdapterSet loras;
   std::shared_ptr<const kv::WorkerMap> snapshot() const override {
     return std::make_shared<const kv::WorkerMap>(m);
+  }
+  std::shared_ptr<const kv::AdapterSet> adapters() const override {
+    return std::make_shared<const kv::AdapterSet>(loras);
   }
 };
 
@@ -255,6 +260,33 @@ TEST(KvExact, SpeculativeInsertLetsSiblingsFollowTheFirstPick) {
   ASSERT_TRUE(q.has_value());
   EXPECT_EQ((*q)->run(ctx, c).key, DecisionKey::kRr);
   EXPECT_EQ((*q)->run(ctx, c).key, DecisionKey::kRr);
+}
+
+// LoRA: endpoint 2 (10.0.0.3) holds the prompt's 4 blocks under adapter "sql-lora". A request
+// naming the adapter (as its model, or SGLang's lora_path) is scored in that partition; the base
+// model's request still finds the base blocks of endpoints 0 and 1.
+TEST(KvExact, AdapterRequestsAreScoredInTheAdapterPartition) {
+  Fixture f;
+  engines::KvEventBatch b;
+  engines::KvEvent e;
+  e.block_size = 16;
+  e.block_hashes = {901, 902, 903, 904};
+  e.token_ids = iota(0, 64);
+  e.lora_name = "sql-lora";
+  b.events.push_back(e);
+  kv::ApplyStats st;
+  const int w2 = std::countr_zero(f.lookup.m["10.0.0.3:5557"].bits);
+  f.index.apply(w2, b, st);
+  f.lookup.loras = {"sql-lora"};
+  f.facts.has_model = true;
+  f.facts.model = "sql-lora";
+  EXPECT_EQ(f.run().index, 2);
+  f.facts.model = "base-model";
+  EXPECT_EQ(f.run().index, 0);
+  f.facts.lora_adapter = "sql-lora";  // SGLang names adapters with lora_path
+  EXPECT_EQ(f.run().index, 2);
+  f.facts.lora_adapter = "other-lora";  // an adapter nobody caches: a miss
+  EXPECT_EQ(f.run().reason, FallReason::kNoWorker);
 }
 
 TEST(KvExact, OnlyExcludedHoldersIsTheExcludedReason) {
