@@ -224,6 +224,15 @@ void applyEnvironment(proxy::ProxyOptions& opts, const std::string& api_host) {
                              "' (not a number 0..1000); using 3");
     }
   }
+  if (const char* v = std::getenv("LOXILB_KV_METRICS_INTERVAL_MS")) {
+    uint64_t x = 0;
+    if (net::parseUint(v, 3'600'000, x)) {
+      opts.scrape_interval = std::chrono::milliseconds(x);
+    } else {
+      log::warn("serve", std::string("ignoring LOXILB_KV_METRICS_INTERVAL_MS='") + v +
+                             "' (not a number 0..3600000); using 1000");
+    }
+  }
   if (!isLoopback(api_host))
     log::warn("serve", "the management API listens on " + api_host +
                            " and has no authentication: anyone who reaches it can change the "

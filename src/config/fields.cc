@@ -135,6 +135,9 @@ const std::vector<FieldSpec>& endpointFields() {
       {"expectedCodes", T::kString, 0, 256},
       {"httpVersion", T::kString, 0, 16},
       {"domainName", T::kString, 0, 253},
+      // Extension: the engine's KV capacity in blocks for the Tier 1.5 selection law (overrides
+      // what /metrics reports; 0 = use /metrics).
+      {"kvCapacityBlocks", T::kInt, 0, 1'000'000'000'000},
       // Read-only fields: accepted on input (a GET body posted back) and ignored.
       {"state", T::kString, 0, 64},
       {"counter", T::kString, 0, 128},

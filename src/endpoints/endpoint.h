@@ -34,6 +34,19 @@ struct EndpointState {
   std::atomic<uint64_t> requests{0};  // requests sent
   std::atomic<uint64_t> connect_failures{0};
   Health health;  // probe result, passive detection, circuit breaker
+
+  // Engine load signals (proxy/load_scraper.h: the worker's /metrics, endpoints of kvExactMode
+  // rules). -1 / 0 = unknown.
+  std::atomic<int64_t> kv_capacity_scraped{0};   // vllm:cache_config_info num_gpu_blocks
+  std::atomic<int64_t> kv_capacity_override{0};  // the endpoint's kvCapacityBlocks field
+  std::atomic<int64_t> engine_running{-1}, engine_waiting{-1};
+  std::atomic<int64_t> kv_usage_ppm{-1};  // KV-cache usage, parts per million
+  std::atomic<uint64_t> scrapes_ok{0}, scrapes_failed{0};
+  // KV capacity in blocks for the selection law: the override, else the scraped value, else 0.
+  double kvCapacity() const {
+    const int64_t o = kv_capacity_override.load(std::memory_order_relaxed);
+    return static_cast<double>(o > 0 ? o : kv_capacity_scraped.load(std::memory_order_relaxed));
+  }
 };
 
 }  // namespace kvgate::endpoints

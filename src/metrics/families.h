@@ -72,6 +72,17 @@ inline const Family kEndpointConnectFailures{"kvgate_endpoint_connect_failures_t
 inline const Family kEndpointUp{"kvgate_endpoint_up", Type::kGauge,
     "1 when the endpoint passes its health checks (active probe and passive detection).",
     {"endpoint"}};
+inline const Family kEndpointKvCapacity{"kvgate_endpoint_kv_capacity_blocks", Type::kGauge,
+    "KV capacity (blocks) the Tier 1.5 selection law uses: the endpoint's kvCapacityBlocks, else "
+    "vllm:cache_config_info num_gpu_blocks from its /metrics; 0 = unknown.", {"endpoint"}};
+inline const Family kEndpointEngineRequests{"kvgate_endpoint_engine_requests", Type::kGauge,
+    "Requests the engine reports (its /metrics), by state: running, waiting.",
+    {"endpoint", "state"}};
+inline const Family kEndpointKvUsage{"kvgate_endpoint_kv_usage_ratio", Type::kGauge,
+    "KV-cache usage the engine reports (0-1).", {"endpoint"}};
+inline const Family kEndpointScrapes{"kvgate_endpoint_scrapes_total", Type::kCounter,
+    "GET /metrics scrapes of engines behind kvExactMode rules, by outcome: ok, failed.",
+    {"endpoint", "outcome"}};
 inline const Family kBreakerState{"kvgate_endpoint_breaker_state", Type::kGauge,
     "Circuit breaker state: 0 closed, 1 open, 2 half-open.", {"endpoint"}};
 inline const Family kBreakerTransitions{"kvgate_endpoint_breaker_transitions_total",
@@ -146,7 +157,8 @@ inline const std::vector<const Family*>& allFamilies() {
       &kKvSpeculativeHits, &kStageFallthrough,
       &kDecisionSeconds,
       &kActiveConnections, &kActiveStreams, &kEndpointInflight,   &kEndpointConnectFailures,
-      &kEndpointUp,        &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
+      &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
+      &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,

@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "proxy/client_conn.h"
+#include "proxy/load_scraper.h"
 #include "proxy/prober.h"
 #include "proxy/worker.h"
 #include "routing/stage_registry.h"
@@ -51,6 +52,7 @@ DataPlane::DataPlane(ProxyOptions opts) : opts_(opts), endpoints_(clockOf(opts))
   opts_.workers = n;
   for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(opts_, stats_));
   prober_ = std::make_unique<Prober>(workers_[0]->io, opts_.probe_interval);
+  scraper_ = std::make_unique<LoadScraper>(workers_[0]->io, opts_.scrape_interval);
 }
 
 DataPlane::~DataPlane() { stop(); }
@@ -93,6 +95,7 @@ void DataPlane::stop() {
     }
   listeners_.clear();
   asio::post(workers_[0]->io, [p = prober_.get()] { p->stop(); });
+  asio::post(workers_[0]->io, [p = scraper_.get()] { p->stop(); });
   for (auto& w : workers_) {
     w->work.reset();
     w->io.stop();
@@ -207,6 +210,8 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   auto specs =
       std::make_shared<std::vector<ProbeSpec>>(probeSpecs(rules, states, opts_.probe_timeout));
   asio::post(workers_[0]->io, [p = prober_.get(), specs] { p->update(std::move(*specs)); });
+  auto scrapes = std::make_shared<std::vector<ScrapeSpec>>(scrapeSpecs(rules, states));
+  asio::post(workers_[0]->io, [p = scraper_.get(), scrapes] { p->update(std::move(*scrapes)); });
   return {};
 }
 

@@ -41,10 +41,12 @@ struct ProxyOptions {
   std::chrono::milliseconds probe_timeout{2000};   // unless the rule sets probeTimeout
   endpoints::HealthOptions health;                 // breaker and passive detection
   std::chrono::milliseconds drain_timeout{30000};  // SIGTERM: finish in-flight requests within
+  std::chrono::milliseconds scrape_interval{1000};  // engine /metrics (kvExactMode rules); 0 = off
   const common::Clock* clock = nullptr;  // time for health and breaker rules (null = steady)
 };
 
 class Worker;
+class LoadScraper;
 struct Listener;
 
 class DataPlane {
@@ -97,6 +99,7 @@ class DataPlane {
   void closeAcceptors(const std::vector<std::shared_ptr<tcp::acceptor>>& accs);
   void closeListener(Listener& l);
   std::unique_ptr<class Prober> prober_;
+  std::unique_ptr<LoadScraper> scraper_;
   size_t rule_count_ = 0;
   bool started_ = false;
 };

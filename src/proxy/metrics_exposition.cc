@@ -147,6 +147,27 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   w.header(kEndpointUp);
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointUp, {{"endpoint", e->label}}, e->health.up() ? 1 : 0);
+  w.header(kEndpointKvCapacity);
+  for (auto& [key, e] : endpoints_.all())
+    w.sample(kEndpointKvCapacity, {{"endpoint", e->label}}, e->kvCapacity());
+  w.header(kEndpointEngineRequests);
+  for (auto& [key, e] : endpoints_.all())
+    for (auto [state, v] : {std::pair{"running", e->engine_running.load()},
+                            std::pair{"waiting", e->engine_waiting.load()}})
+      if (v >= 0)
+        w.sample(kEndpointEngineRequests, {{"endpoint", e->label}, {"state", state}},
+                 static_cast<double>(v));
+  w.header(kEndpointKvUsage);
+  for (auto& [key, e] : endpoints_.all())
+    if (const int64_t ppm = e->kv_usage_ppm.load(); ppm >= 0)
+      w.sample(kEndpointKvUsage, {{"endpoint", e->label}}, static_cast<double>(ppm) / 1e6);
+  w.header(kEndpointScrapes);
+  for (auto& [key, e] : endpoints_.all())
+    if (e->scrapes_ok.load() + e->scrapes_failed.load() > 0)
+      for (auto [outcome, v] : {std::pair{"ok", e->scrapes_ok.load()},
+                                std::pair{"failed", e->scrapes_failed.load()}})
+        w.sample(kEndpointScrapes, {{"endpoint", e->label}, {"outcome", outcome}},
+                 static_cast<double>(v));
   w.header(kBreakerState);
   for (auto& [key, e] : endpoints_.all())
     w.sample(kBreakerState, {{"endpoint", e->label}},

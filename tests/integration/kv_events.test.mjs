@@ -446,3 +446,33 @@ test('Tier 1.5: speculative insert keeps a burst of siblings together', async (t
   }
   t.diagnostic(`burst of 8 siblings, [worker a, worker b, Tier 1.5 hits, blocks matched via credits]: speculative insert on ${splits.on}, off ${splits.off}`);
 });
+
+// Engine load: the gateway scrapes the simulated vLLM's /metrics for the endpoints of kvExactMode
+// rules (KV capacity from vllm:cache_config_info, running and waiting requests, KV usage); an
+// endpoint's kvCapacityBlocks overrides the scraped capacity.
+test('engine /metrics feed the selection law\'s capacity', async (t) => {
+  const sim = await startSim(['--hosts', '127.0.0.23-24', '--port', '0', '--num-blocks', '3000']);
+  t.after(() => sim.stop());
+  const [a, b] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1'], { env: { LOXILB_KV_METRICS_INTERVAL_MS: '100' } });
+  const port = await freePort();
+  const body = rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3 } });
+  body.endpoints[1].kvCapacityBlocks = 1234;
+  const r = await api(gw.api, 'POST', LB_BASE, body);
+  assert.equal(r.status, 200, r.text);
+  const cap = (m, w) => m.find((s) => s.name === 'kvgate_endpoint_kv_capacity_blocks' && s.labels.endpoint === `${w.host}:${w.port}`)?.value;
+  let m;
+  assert.ok(await waitFor(async () => {
+    m = await scrapeMetrics(gw.api);
+    return cap(m, a) === 3000;
+  }, 10000, 100), 'the scraped capacity never showed');
+  assert.equal(cap(m, b), 1234);
+  const req = (w, state) => m.find((s) => s.name === 'kvgate_endpoint_engine_requests' &&
+    s.labels.endpoint === `${w.host}:${w.port}` && s.labels.state === state)?.value;
+  assert.equal(req(a, 'running'), 0);
+  assert.equal(req(a, 'waiting'), 0);
+  const usage = m.find((s) => s.name === 'kvgate_endpoint_kv_usage_ratio' && s.labels.endpoint === `${a.host}:${a.port}`);
+  assert.ok(usage && usage.value >= 0 && usage.value <= 1);
+  const ok = m.find((s) => s.name === 'kvgate_endpoint_scrapes_total' && s.labels.endpoint === `${a.host}:${a.port}` && s.labels.outcome === 'ok');
+  assert.ok(ok.value >= 1);
+});

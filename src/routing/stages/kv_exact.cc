@@ -153,7 +153,8 @@ class KvExactStage : public Stage {
       }
       best = std::max(best, ov);
       const auto load = c.endpoints[i].state->active.load(std::memory_order_relaxed);
-      cands.push_back({ov, static_cast<uint32_t>(std::max<int64_t>(0, load)), 0});
+      cands.push_back({ov, static_cast<uint32_t>(std::max<int64_t>(0, load)),
+                       c.endpoints[i].state->kvCapacity()});
       index_of.push_back(static_cast<int>(i));
     }
     if (n == 0) return StageResult::fall(FallReason::kShallow);  // under one block

@@ -7,7 +7,8 @@
 // kvBlockSize, the cache salt's partition) -> for each endpoint, the index workers of its
 // publisher (endpointIP:kvZmqPort, every DP rank) and its overlap = the longest leading run any
 // of them holds (the seed's overlap count) -> the law over the endpoints not excluded (load =
-// in-flight requests, capacity unknown for now) -> the pick. An excluded endpoint is never
+// this gateway's in-flight requests; capacity = KV blocks from the engine's /metrics or the
+// endpoint's kvCapacityBlocks, proxy/load_scraper.h) -> the pick. An excluded endpoint is never
 // picked: the law sees only the others, so an excluded winner falls to the next-best overlap.
 //
 // Guard ladder (a miss falls through to the rule's selector stage, counted by reason, in this
@@ -41,7 +42,7 @@
 // LoRA: a request is scored in its adapter's partition when it names one (SGLang's lora_path, or a
 // "model" that the publishers' BlockStored events carry as lora_name: vLLM routes adapters by
 // model name), so adapter and base-model blocks never match each other.
-// Not yet: capacity from worker metrics.
+
 #pragma once
 #include <memory>
 

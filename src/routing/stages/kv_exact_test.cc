@@ -289,6 +289,25 @@ TEST(KvExact, AdapterRequestsAreScoredInTheAdapterPartition) {
   EXPECT_EQ(f.run().reason, FallReason::kNoWorker);
 }
 
+// Capacity-weighted caps (hard law, factor 1.75): endpoint 0 (overlap 4) carries 1 request.
+// Equal (unknown) capacities: L = 1 + 1 = 2, cap = ceil(1.75 x 2 / 3) = 2 > 1: endpoint 0 keeps it.
+// Capacities 100 / 300 / 100 blocks: cap_0 = ceil(1.75 x 2 x 100 / 500) = ceil(0.7) = 1, not above
+// its load: a spill to endpoint 1 (overlap 2, cap_1 = ceil(2.1) = 3).
+TEST(KvExact, CapacitiesWeightTheHardLawCaps) {
+  Fixture f;
+  f.eps[0].state->active.store(1);
+  EXPECT_EQ(f.run().index, 0);
+  f.eps[0].state->kv_capacity_override.store(100);
+  f.eps[1].state->kv_capacity_scraped.store(300);  // from /metrics
+  f.eps[2].state->kv_capacity_override.store(100);
+  auto r = f.run();
+  EXPECT_EQ(r.index, 1);
+  EXPECT_TRUE(r.spilled);
+  EXPECT_EQ(f.eps[1].state->kvCapacity(), 300.0);
+  f.eps[1].state->kv_capacity_override.store(50);  // the override wins over the scraped value
+  EXPECT_EQ(f.eps[1].state->kvCapacity(), 50.0);
+}
+
 TEST(KvExact, OnlyExcludedHoldersIsTheExcludedReason) {
   Fixture f;
   f.excluded[0] = f.excluded[1] = true;  // the holders of 4 and 2 blocks; 10.0.0.3 holds none

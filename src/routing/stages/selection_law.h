@@ -25,7 +25,8 @@
 // refinement applies when no candidate overlaps at all (with positive overlaps the affinity set
 // decides, and only spill relief leaves it: P/D rules, relief off by default, stay on their
 // affinity members); cold-start seeding is the caller's (it runs after the law); load is this
-// gateway's in-flight count per endpoint; capacity is in KV blocks (an endpoint with unknown
+// gateway's in-flight count per endpoint; capacity is in KV blocks (the engine's num_gpu_blocks
+// from /metrics or the endpoint's kvCapacityBlocks, not scaled by the endpoint weight; unknown
 // capacity counts as the mean of the known ones, or 1 when none is known); soft's lambda of 32 and
 // adaptive-soft's floor of 50,000 disagree at the anchor: both are implemented as stated (the fleet
 // benchmark shows what each does).
