@@ -330,6 +330,16 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
       out.has_prompt = false;  // the walk stopped part-way: no prompt key
     }
   }
+  // Raw captures (messages, chat-template members) were skipped over, not validated: a body is
+  // valid JSON only if they are (simdjson's validating parser; rare bytes, fast).
+  if (status == FactsStatus::kOk &&
+      ((!out.messages_json.empty() &&
+        !isValidJson(out.messages_json.data(), out.messages_json.size())) ||
+       (!out.chat_extras_json.empty() && !isValidJson(("{" + out.chat_extras_json + "}").data(),
+                                                      out.chat_extras_json.size() + 2)))) {
+    status = FactsStatus::kInvalidJson;
+    out.has_prompt = false;
+  }
   if (status == FactsStatus::kOk && !out.messages_json.empty() &&
       (needs & routing::kNeedPromptPrefix)) {
     // Messages were captured raw: render the prefix from that copy (the outer parse is done).

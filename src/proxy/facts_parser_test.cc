@@ -222,6 +222,19 @@ TEST(Facts, ChatTemplateFieldsAreCapturedRaw) {
   EXPECT_EQ(g.chat_extras_json, R"("add_special_tokens":1)");
 }
 
+// Raw-captured members are validated: invalid bytes inside "messages" or a chat-template member
+// make the body invalid JSON under Tier 1.5's needs too.
+TEST(Facts, RawCapturesAreValidated) {
+  RequestFacts f;
+  const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput;
+  EXPECT_EQ(parse(R"({"messages":[{"role":"user","content":"hi"},]})", f, needs),
+            FactsStatus::kInvalidJson);
+  EXPECT_EQ(parse(R"({"messages":[],"add_generation_prompt":tru})", f, needs),
+            FactsStatus::kInvalidJson);
+  EXPECT_EQ(parse(R"({"messages":[],"tools":[{"a":}]})", f, needs), FactsStatus::kInvalidJson);
+  EXPECT_EQ(parse(R"({"messages":[],"tools":[{"a":1}]})", f, needs), FactsStatus::kOk);
+}
+
 TEST(Facts, ParserShrinksAfterAHugeBody) {
   std::string body = "{\"model\":\"m\",\"prompt\":\"" + std::string(8 << 20, 'x') + "\"}";
   body.reserve(body.size() + kFactsPadding);
