@@ -281,10 +281,9 @@ void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
       src->monitors.push_back(std::move(mon));
       src->up.push_back(0);
       src->connects.push_back(0);
-      auto algo = engines::parseVllmHashAlgo(spec.hash_algo);
-      src->contracts.push_back(!opts_.none_hash_seed.empty() && algo
-                                   ? std::make_unique<HashContract>(*algo, opts_.none_hash_seed)
-                                   : nullptr);
+      src->contracts.push_back(opts_.none_hash_seed.empty()
+                                   ? nullptr
+                                   : HashContract::make(spec.hash_algo, opts_.none_hash_seed));
       s.connect(zmqAddress(spec.host, spec.port + r));
       src->subs.push_back(std::move(s));
       src->seq.emplace_back();

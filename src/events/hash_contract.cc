@@ -1,10 +1,20 @@
 // HashContract: see hash_contract.h.
 #include "events/hash_contract.h"
 
+#include "engines/sglang.h"
+
 namespace kvgate::events {
 
 HashContract::HashContract(engines::VllmHashAlgo algo, std::string_view seed)
     : algo_(algo), none_hash_(engines::vllmNoneHash(algo, seed)) {}
+
+HashContract::HashContract() : sglang_(true) {}  // the first page has no parent bytes
+
+std::unique_ptr<HashContract> HashContract::make(std::string_view algo, std::string_view seed) {
+  if (algo == "sha256_sglang") return std::make_unique<HashContract>();
+  if (auto a = engines::parseVllmHashAlgo(algo)) return std::make_unique<HashContract>(*a, seed);
+  return nullptr;
+}
 
 void HashContract::clear() {
   digests_.clear();
@@ -31,18 +41,29 @@ HashContract::Result HashContract::check(const engines::KvEventBatch& batch) {
       r.unverifiable += n;
       continue;
     }
-    engines::VllmBlockRequest req;
-    req.lora_name = e.lora_name;
-    // The salt is part of block 0's extra keys only; a later store's chain already carries it.
-    if (!e.has_parent) req.cache_salt = e.cache_salt;
-    auto hashes = engines::vllmBlockHashes(algo_, *parent, e.token_ids, e.block_size, req);
+    std::vector<std::pair<uint64_t, std::string>> hashes;  // (published value, digest)
+    if (sglang_) {
+      if (!e.lora_name.empty() || !e.cache_salt.empty()) {  // not part of SGLang's page chain
+        r.unverifiable += n;
+        continue;
+      }
+      for (auto& h : engines::sglangPageHashes(*parent, e.token_ids, e.block_size))
+        hashes.emplace_back(static_cast<uint64_t>(h.event_hash), std::move(h.digest));
+    } else {
+      engines::VllmBlockRequest req;
+      req.lora_name = e.lora_name;
+      // The salt is part of block 0's extra keys only; a later store's chain already carries it.
+      if (!e.has_parent) req.cache_salt = e.cache_salt;
+      for (auto& h : engines::vllmBlockHashes(algo_, *parent, e.token_ids, e.block_size, req))
+        hashes.emplace_back(h.event_hash, std::move(h.digest));
+    }
     for (size_t i = 0; i < n && i < hashes.size(); ++i) {
-      if (hashes[i].event_hash != e.block_hashes[i]) {
+      if (hashes[i].first != e.block_hashes[i]) {
         r.mismatch += n - i;  // the rest of the chain cannot match either
         break;
       }
       ++r.ok;
-      if (digests_.emplace(e.block_hashes[i], hashes[i].digest).second) {
+      if (digests_.emplace(e.block_hashes[i], hashes[i].second).second) {
         order_.push_back(e.block_hashes[i]);
         if (order_.size() > kMaxDigests) {
           digests_.erase(order_.front());

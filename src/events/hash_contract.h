@@ -1,8 +1,9 @@
 // HashContract: checks that an engine hashes its KV blocks as the operator declared (issue 10,
 // upstream-gateway.md §2.2 "vLLM hash contract"): with LLB_KV_NONE_HASH_SEED set and a rule's
 // kvHashAlgo naming a reproducible engine algorithm (sha256_cbor, xxhash_cbor), the gateway
-// recomputes the engine's own hash of each stored block (engines/vllm_hash.h) and compares it
-// with the published one.
+// recomputes the engine's own hash of each stored block (engines/vllm_hash.h; SGLang's
+// sha256_sglang with engines/sglang.h, which has no seed: the declaration only turns the check on)
+// and compares it with the published one.
 //
 // A store from block 0 chains from NONE_HASH = H(CBOR(seed)); a later store needs its parent's
 // full digest, kept for blocks verified here (at most kMaxDigests, oldest dropped). Blocks that
@@ -15,6 +16,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <unordered_map>
 
@@ -27,7 +29,12 @@ class HashContract {
  public:
   static constexpr size_t kMaxDigests = 65536;
 
+  // A checker for kvHashAlgo `algo` ("sha256_cbor", "xxhash_cbor": vLLM with root seed `seed`;
+  // "sha256_sglang": SGLang's unseeded page chain, engines/sglang.h), or null for algorithms
+  // that cannot be reproduced here.
+  static std::unique_ptr<HashContract> make(std::string_view algo, std::string_view seed);
   HashContract(engines::VllmHashAlgo algo, std::string_view seed);
+  HashContract();  // SGLang
 
   struct Result {
     uint64_t ok = 0, mismatch = 0, unverifiable = 0;  // blocks
@@ -37,7 +44,8 @@ class HashContract {
   void clear();  // the engine's cache was emptied (AllBlocksCleared, restart)
 
  private:
-  engines::VllmHashAlgo algo_;
+  bool sglang_ = false;
+  engines::VllmHashAlgo algo_ = engines::VllmHashAlgo::kSha256Cbor;
   std::string none_hash_;
   std::unordered_map<uint64_t, std::string> digests_;  // event hash -> full digest (verified)
   std::deque<uint64_t> order_;                          // insertion order, for the bound

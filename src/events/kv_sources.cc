@@ -33,10 +33,11 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
     const auto engine = argOr<std::string>(r.service_args, "kvEngineType", "vllm");
     const auto block_size = argOr<int>(r.service_args, "kvBlockSize", 16);
     const auto replay = argOr<int>(r.service_args, "kvReplayPort", 0);
-    const auto algo = argOr<std::string>(r.service_args, "kvHashAlgo", "sha256_cbor");
-    // Only vLLM's ZMQ events are decoded so far: SGLang and TensorRT-LLM (HTTP drain) rules are
-    // stored but not followed; llama.cpp publishes no events.
-    if (engine != "vllm") continue;
+    const auto algo = argOr<std::string>(r.service_args, "kvHashAlgo",
+                                         engine == "sglang" ? "sha256_sglang" : "sha256_cbor");
+    // vLLM and SGLang publish over ZMQ (SGLang's events are positional vLLM events with signed
+    // hashes: one decoder); TensorRT-LLM's HTTP drain is not followed yet; llama.cpp publishes none.
+    if (engine != "vllm" && engine != "sglang") continue;
     if (port + ranks - 1 > 65535)
       return fail(400, "kvDpRankCount",
                   "rule " + r.key() + ": kvZmqPort " + std::to_string(port) + " + " +

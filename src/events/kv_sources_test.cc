@@ -33,14 +33,18 @@ TEST(KvSources, ModesRolesDefaultsAndEngines) {
           {ep("10.0.1.1", 8000, 1), ep("10.0.1.2", 8000, 2)}),  // decode: not followed
       ruleOf(8003, {}, {ep("10.0.2.1", 8000)}),                 // kvExactMode 0
       ruleOf(8004, {{"kvExactMode", 3}, {"kvEngineType", "sglang"}}, {ep("10.0.3.1", 8000)}),
+      ruleOf(8005, {{"kvExactMode", 3}, {"kvEngineType", "trtllm"}}, {ep("10.0.4.1", 8000)}),
   };
   auto s = kvSources(rules);
   ASSERT_TRUE(s.has_value()) << s.error().what;
-  ASSERT_EQ(s->size(), 3u);
+  ASSERT_EQ(s->size(), 4u);  // TensorRT-LLM's HTTP drain is not followed yet
   EXPECT_EQ((*s)[0].key(), "10.0.0.1:5557");
+  EXPECT_EQ((*s)[0].hash_algo, "sha256_cbor");
   EXPECT_EQ((*s)[1].key(), "10.0.0.2:5557");
   EXPECT_EQ((*s)[2].key(), "10.0.1.1:6000");
   EXPECT_EQ((*s)[2].dp_ranks, 2);
+  EXPECT_EQ((*s)[3].key(), "10.0.3.1:5557");  // SGLang: same ZMQ framing, its own hash default
+  EXPECT_EQ((*s)[3].hash_algo, "sha256_sglang");
 }
 
 TEST(KvSources, ConflictsAndLimitsAreRefused) {

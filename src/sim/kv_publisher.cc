@@ -4,6 +4,8 @@
 #include <random>
 #include <zmq.hpp>
 
+#include "engines/sglang.h"
+
 namespace kvgate::sim {
 
 std::string randomHashSeed() {
@@ -133,9 +135,24 @@ Result<uint16_t> KvPublisher::bind(const std::string& host, uint16_t port) {
 void KvPublisher::stored(const std::vector<uint32_t>& prompt, const std::vector<uint64_t>& keys,
                          size_t first, size_t count) {
   if (count == 0) return;
-  // vLLM's hashes of the prompt's blocks up to the last stored one (a chain from block 0).
   std::vector<uint32_t> head(prompt.begin(),
                              prompt.begin() + static_cast<long>((first + count) * block_size_));
+  if (cfg_.sglang) {  // one event per page, SGLang's page chain from the first page
+    auto pages = engines::sglangPageHashes("", head, static_cast<uint32_t>(block_size_));
+    for (size_t i = first; i < first + count && i < pages.size(); ++i) {
+      engines::VllmEventOut e;
+      e.kind = engines::VllmEventOut::Kind::kStored;
+      e.block_size = static_cast<uint32_t>(block_size_);
+      if (i > 0) e.parent = static_cast<uint64_t>(pages[i - 1].event_hash);
+      e.block_hashes = {static_cast<uint64_t>(pages[i].event_hash)};
+      e.token_ids.assign(head.begin() + static_cast<long>(i * block_size_),
+                         head.begin() + static_cast<long>((i + 1) * block_size_));
+      engine_hash_[keys[i]] = static_cast<uint64_t>(pages[i].event_hash);
+      pending_.push_back(std::move(e));
+    }
+    return;
+  }
+  // vLLM's hashes of the prompt's blocks up to the last stored one (a chain from block 0).
   auto hashes =
       engines::vllmBlockHashes(cfg_.algo, none_hash_, head, static_cast<uint32_t>(block_size_), {});
   engines::VllmEventOut e;
@@ -175,7 +192,24 @@ void KvPublisher::flush() {
   if (pending_.empty() || !pub_) return;
   const double ts =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  std::string payload = engines::encodeVllmBatch(ts, pending_, 0, cfg_.encoding);
+  std::string payload;
+  if (cfg_.sglang) {
+    std::vector<engines::SglangEventOut> sg;
+    for (const auto& e : pending_) {
+      engines::SglangEventOut o;
+      o.kind = e.kind == engines::VllmEventOut::Kind::kStored    ? engines::SglangEventOut::Kind::kStored
+               : e.kind == engines::VllmEventOut::Kind::kRemoved ? engines::SglangEventOut::Kind::kRemoved
+                                                                 : engines::SglangEventOut::Kind::kCleared;
+      for (uint64_t h : e.block_hashes) o.block_hashes.push_back(static_cast<int64_t>(h));
+      if (e.parent) o.parent = static_cast<int64_t>(*e.parent);
+      o.token_ids = e.token_ids;
+      o.block_size = e.block_size;
+      sg.push_back(std::move(o));
+    }
+    payload = engines::encodeSglangBatch(ts, sg, 0);
+  } else {
+    payload = engines::encodeVllmBatch(ts, pending_, 0, cfg_.encoding);
+  }
   pending_.clear();
   const std::string seq = seqBytes(seq_);
   if (router_) {

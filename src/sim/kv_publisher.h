@@ -14,6 +14,8 @@
 // shared under a mutex. Faults: dropNext(n) keeps the next n batches off the live stream (they
 // stay in the replay buffer: a gap the subscriber can replay); restart() is an engine restart:
 // numbering from 0 again, replay buffer and published hashes forgotten.
+// With --engine sglang the events are SGLang's: positional, one BlockStored per page, page hashes
+// SHA-256(parent digest || tokens as u32 LE) published as signed int64 (engines/sglang.h).
 // Not simulated yet: blocks completed during decode, DP ranks.
 #pragma once
 #include <atomic>
@@ -47,6 +49,7 @@ struct KvEventsConfig {
   engines::VllmEventEncoding encoding = engines::VllmEventEncoding::kMap;
   engines::VllmHashAlgo algo = engines::VllmHashAlgo::kSha256Cbor;
   std::string hash_seed;  // PYTHONHASHSEED; "" = random per process
+  bool sglang = false;           // --engine sglang: SGLang's events (engines/sglang.h)
   uint16_t replay_port = 0;      // first worker's replay ROUTER port (like `port`); 0 = no replay
   bool replay = false;           // --kv-events-replay-port given
   size_t replay_buffer = 10000;  // batches kept for replay

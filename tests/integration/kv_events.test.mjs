@@ -476,3 +476,46 @@ test('engine /metrics feed the selection law\'s capacity', async (t) => {
   const ok = m.find((s) => s.name === 'kvgate_endpoint_scrapes_total' && s.labels.endpoint === `${a.host}:${a.port}` && s.labels.outcome === 'ok');
   assert.ok(ok.value >= 1);
 });
+
+// SGLang: the simulator publishes SGLang's events (positional, one event per page, signed page
+// hashes); the gateway follows a kvEngineType sglang rule with the same ZMQ subscriber, routes by
+// them, and with a declared contract verifies SGLang's page chain.
+test('Tier 1.5 with SGLang events', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--engine', 'sglang', '--hosts', '127.0.0.25-26', '--port', '0', '--kv-events-port', String(kvPort)]);
+  t.after(() => sim.stop());
+  assert.equal(sim.ready.engine, 'sglang');
+  const [a, b] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1'], { env: { LLB_KV_NONE_HASH_SEED: 'declared' } });
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE,
+    rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort, kvEngineType: 'sglang' } }));
+  assert.equal(r.status, 200, r.text);
+  let k = 1;
+  for (const w of [a, b]) {
+    assert.ok(await waitFor(async () => {
+      await complete(w, 600000 * k++, 16);
+      return (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_batches_total', `${w.host}:${kvPort}`)?.value ?? 0) > 0;
+    }, 15000, 100), `no KV batch from ${w.host}`);
+  }
+  const blocks = async (w) => kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${w.host}:${kvPort}`).value;
+  const before = await blocks(b);
+  await complete(b, 0, 64);
+  assert.ok(await waitFor(async () => (await blocks(b)) >= before + 4, 10000), 'b\'s pages did not arrive');
+  const m0 = await scrapeMetrics(gw.api);
+  for (let i = 0; i < 4; i++) {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 64 }, (_, j) => j).concat([i]), max_tokens: 1 }),
+    });
+    assert.equal(res.status, 200);
+    await res.arrayBuffer();
+  }
+  const m1 = await scrapeMetrics(gw.api);
+  const sent = (m, w) => m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${w.host}:${w.port}`)
+    .reduce((x, s) => x + s.value, 0);
+  assert.equal(sent(m1, b) - sent(m0, b), 4, 'requests sharing b\'s pages go to b');
+  const checks = (result) => kvSample(m1, 'kvgate_kv_hash_checks_total', `${b.host}:${kvPort}`, { result })?.value ?? 0;
+  assert.ok(checks('ok') >= 4, `SGLang page hashes verified: ${checks('ok')}`);
+  assert.equal(checks('mismatch'), 0);
+});
