@@ -260,8 +260,7 @@ Result<RuleSpec> parseRule(const json& body) {
   need(pd, "pd_disagg");
   // Mode 3 (single pool) routes by Tier 1.5, for the engines whose events are followed.
   const std::string kv_engine = getOr<std::string>(stored, "kvEngineType", "vllm");
-  need(kv_mode == 1 || (kv_mode == 3 && kv_engine != "vllm" && kv_engine != "sglang"),
-       "kv_exact");
+  need(kv_mode == 1 || (kv_mode == 3 && kv_engine == "llamacpp"), "kv_exact");
   need(getOr<int>(stored, "security", 0) != 0 || stored.contains("mtls_frontend") ||
            stored.contains("mtls_backend"),
        "tls");

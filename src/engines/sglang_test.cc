@@ -78,7 +78,7 @@ TEST(Sglang, BatchesDecodeAsEvents) {
   auto r2 = c2->check(b);
   EXPECT_EQ(r2.mismatch, 1u);
   EXPECT_EQ(r2.unverifiable, 1u);  // its parent never verified
-  EXPECT_EQ(events::HashContract::make("blockhash_trtllm", "0"), nullptr);
+  EXPECT_EQ(events::HashContract::make("xxh3_fingerprint", "0"), nullptr);
 }
 
 }  // namespace

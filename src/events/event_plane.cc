@@ -12,7 +12,9 @@
 #include <zmq.hpp>
 
 #include "common/log.h"
+#include "engines/trtllm.h"
 #include "engines/vllm_events.h"
+#include "http/client.h"
 #include "events/hash_contract.h"
 #include "events/sequence.h"
 #include "metrics/text.h"
@@ -65,10 +67,12 @@ void EventPlane::start() {
   if (thread_.joinable()) return;
   stop_.store(false);
   thread_ = std::thread([this] { run(); });
+  drain_thread_ = std::thread([this] { drainLoop(); });
 }
 
 void EventPlane::stop() {
   stop_.store(true);
+  if (drain_thread_.joinable()) drain_thread_.join();
   if (thread_.joinable()) thread_.join();
   {  // nobody will answer these now
     std::lock_guard<std::mutex> g(mu_);
@@ -231,6 +235,7 @@ void EventPlane::closeSource(std::map<std::string, std::unique_ptr<Source>>::ite
     if (rp.active) --replays_running_;
   {  // readers stop seeing the source before its slots are freed (and maybe reused)
     std::lock_guard<std::mutex> g(mu_);
+    drain_specs_.erase(it->first);
     slots_.erase(it->first);
     stats_.erase(it->first);
     publishLookup();
@@ -261,6 +266,14 @@ void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
                                  " workers)");
       src->slots.push_back(slot);
       mask |= uint64_t{1} << slot;
+      src->seq.emplace_back();
+      src->replay.emplace_back();
+      src->up.push_back(0);
+      src->connects.push_back(0);
+      src->contracts.push_back(opts_.none_hash_seed.empty()
+                                   ? nullptr
+                                   : HashContract::make(spec.hash_algo, opts_.none_hash_seed));
+      if (spec.http_drain) continue;  // polled over HTTP by the drain thread: no sockets
       zmq::socket_t s(*ctx_, zmq::socket_type::sub);
       s.set(zmq::sockopt::linger, 0);
       s.set(zmq::sockopt::ipv6, 1);  // IPv6 endpoint addresses too
@@ -279,25 +292,20 @@ void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
       mon->set(zmq::sockopt::linger, 0);
       mon->connect(mon_addr);
       src->monitors.push_back(std::move(mon));
-      src->up.push_back(0);
-      src->connects.push_back(0);
-      src->contracts.push_back(opts_.none_hash_seed.empty()
-                                   ? nullptr
-                                   : HashContract::make(spec.hash_algo, opts_.none_hash_seed));
       s.connect(zmqAddress(spec.host, spec.port + r));
       src->subs.push_back(std::move(s));
-      src->seq.emplace_back();
-      src->replay.emplace_back();
     }
   } catch (const std::exception& e) {
     for (int slot : src->slots) index_.removeWorker(slot);
     log::warn("events", "not following KV events of " + key + ": " + e.what());
     return;
   }
-  for (size_t r = 0; r < src->replay.size(); ++r) openDealer(*src, r);
+  if (!spec.http_drain)
+    for (size_t r = 0; r < src->replay.size(); ++r) openDealer(*src, r);
   {
     std::lock_guard<std::mutex> g(mu_);
     slots_[key] = kv::Publisher{mask, -1};
+    if (spec.http_drain) drain_specs_[key] = spec;
     stats_[key] = SourceStats{};
     publishLookup();
   }
@@ -348,6 +356,7 @@ void EventPlane::loop() {
   while (!stop_.load()) {
     applySpecs();
     serveInventoryRequests();
+    serveDrainResults();
     items.clear();
     owners.clear();
     checkReplayTimeouts();
@@ -684,6 +693,104 @@ void EventPlane::serveInventoryRequests() {
     inv.total = index_.engineHashes(it->second->slots[static_cast<size_t>(r->rank)], r->offset,
                                     r->limit, inv.hashes);
     r->answer.set_value(std::move(inv));
+  }
+}
+
+// The drain thread: POST /kv_cache_events on every HTTP-drain source (TensorRT-LLM) each
+// drain_poll_ms, decoded here (off the event thread), handed over through drain_results_.
+void EventPlane::drainLoop() {
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  while (!stop_.load()) {
+    std::map<std::string, SourceSpec> specs;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      specs = drain_specs_;
+    }
+    for (auto& [key, spec] : specs) {
+      if (stop_.load()) return;
+      DrainResult res;
+      res.key = key;
+      const bool v6 = spec.host.find(':') != std::string::npos;
+      auto r = http::fetch("http://" + (v6 ? "[" + spec.host + "]" : spec.host) + ":" +
+                               std::to_string(spec.port),
+                           "POST", "/kv_cache_events", "", "application/json",
+                           std::chrono::milliseconds(opts_.drain_timeout_ms));
+      if (!r || r->status != 200) {
+        res.reachable = false;
+      } else if (!engines::decodeTrtllmEvents(r->body, res.events, res.error)) {
+        res.decoded = false;
+      }
+      std::lock_guard<std::mutex> g(mu_);
+      if (drain_results_.size() >= kMaxDrainResults) {
+        // The event thread is far behind: these events are lost (the drain already dropped them
+        // at the engine), so the source's inventory can no longer be trusted.
+        res.events.clear();
+        res.lost = true;
+      }
+      drain_results_.push_back(std::move(res));
+    }
+    for (int waited = 0; waited < opts_.drain_poll_ms && !stop_.load(); waited += 10)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+// Event thread: applies what the drain thread fetched, through each rank's sequence rules (by
+// event_id; a drain has no replay).
+void EventPlane::serveDrainResults() {
+  std::deque<DrainResult> results;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    results.swap(drain_results_);
+  }
+  for (auto& res : results) {
+    auto it = sources_.find(res.key);
+    if (it == sources_.end()) continue;  // closed meanwhile
+    Source& src = *it->second;
+    const bool was = src.st.connected;
+    src.st.connected = res.reachable;
+    if (res.reachable && src.connects[0]++ > 0 && !was) ++src.st.reconnects;
+    if (was != src.st.connected) {
+      std::lock_guard<std::mutex> g(mu_);
+      auto s = slots_.find(res.key);
+      if (s != slots_.end()) {
+        s->second.connected_ns = src.st.connected ? clock_.nowNs() : -1;
+        publishLookup();
+      }
+    }
+    if (res.lost) {
+      for (size_t r = 0; r < src.slots.size(); ++r) {
+        clearRank(src, r);
+        src.seq[r].reset();
+      }
+    } else if (!res.decoded) {
+      ++src.st.decode_errors;
+      if (src.logged_errors++ % 1000 == 0)
+        log::warn("events", "bad KV-event drain answer from " + res.key + ": " + res.error);
+    }
+    for (auto& ev : res.events) {
+      if (ev.rank < 0 || static_cast<size_t>(ev.rank) >= src.slots.size()) {
+        ++src.st.malformed;
+        continue;
+      }
+      const size_t rank = static_cast<size_t>(ev.rank);
+      SequenceTracker::Decision d = src.seq[rank].onBatch(ev.event_id, /*can_replay=*/false);
+      if (!d.apply) {
+        ++src.st.duplicate_batches;
+        continue;
+      }
+      src.st.lost_batches += d.lost;
+      if (d.restart) ++src.st.restarts;
+      if (d.clear) clearRank(src, rank);
+      if (!ev.relevant) continue;
+      src.batch.clear();
+      src.batch.events.push_back(std::move(ev.event));
+      checkContract(src, rank);
+      index_.apply(src.slots[rank], src.batch, src.st.apply);
+      ++src.st.batches;
+    }
+    publishStats(src);
   }
 }
 

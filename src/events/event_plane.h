@@ -42,6 +42,7 @@
 
 #include "common/clock.h"
 #include "common/result.h"
+#include "engines/trtllm.h"
 #include "kv/kv_index.h"
 #include "kv/worker_lookup.h"
 
@@ -60,6 +61,9 @@ struct SourceSpec {
   std::string topic;     // SUB prefix filter ("" = everything)
   uint16_t replay_port = 0;  // kvReplayPort: the engine's replay ROUTER (rank r: + r); 0 = none
   std::string hash_algo = "sha256_cbor";  // kvHashAlgo (the declared hash contract's algorithm)
+  // TensorRT-LLM: events drained with POST http://host:port/kv_cache_events (port = the serving
+  // port) instead of a ZMQ SUB; attention_dp_rank selects the rank.
+  bool http_drain = false;
   std::string key() const { return host + ":" + std::to_string(port); }
   bool operator==(const SourceSpec&) const = default;
 };
@@ -73,6 +77,8 @@ struct EventPlaneOptions {
   // LLB_KV_NONE_HASH_SEED: the engines' declared PYTHONHASHSEED; when set, sources whose
   // hash_algo is sha256_cbor or xxhash_cbor have their block hashes checked (hash_contract.h).
   std::string none_hash_seed;
+  int drain_poll_ms = 100;      // HTTP-drain sources (TensorRT-LLM): POST /kv_cache_events period
+  int drain_timeout_ms = 2000;  // and its timeout
 };
 
 constexpr size_t kMaxHeldBatches = 4096;        // live batches held per rank during a replay
@@ -183,6 +189,19 @@ class EventPlane : public kv::WorkerLookup {
   std::map<std::string, std::unique_ptr<Source>> sources_;
   int replays_running_ = 0;
   struct InventoryRequest;
+  // The HTTP drain (TensorRT-LLM): a thread polls, the event thread applies.
+  struct DrainResult {
+    std::string key;
+    bool reachable = true, decoded = true, lost = false;
+    std::vector<engines::TrtllmEvent> events;
+    std::string error;
+  };
+  static constexpr size_t kMaxDrainResults = 256;
+  std::map<std::string, SourceSpec> drain_specs_;  // under mu_
+  std::deque<DrainResult> drain_results_;          // under mu_
+  std::thread drain_thread_;
+  void drainLoop();
+  void serveDrainResults();
   std::deque<std::shared_ptr<InventoryRequest>> inventory_requests_;  // under mu_
   void serveInventoryRequests();
 };

@@ -2,16 +2,18 @@
 #include "events/hash_contract.h"
 
 #include "engines/sglang.h"
+#include "engines/trtllm.h"
 
 namespace kvgate::events {
 
 HashContract::HashContract(engines::VllmHashAlgo algo, std::string_view seed)
     : algo_(algo), none_hash_(engines::vllmNoneHash(algo, seed)) {}
 
-HashContract::HashContract() : sglang_(true) {}  // the first page has no parent bytes
+HashContract::HashContract(Engine e) : engine_(e) {}
 
 std::unique_ptr<HashContract> HashContract::make(std::string_view algo, std::string_view seed) {
-  if (algo == "sha256_sglang") return std::make_unique<HashContract>();
+  if (algo == "sha256_sglang") return std::make_unique<HashContract>(Engine::kSglang);
+  if (algo == "blockhash_trtllm") return std::make_unique<HashContract>(Engine::kTrtllm);
   if (auto a = engines::parseVllmHashAlgo(algo)) return std::make_unique<HashContract>(*a, seed);
   return nullptr;
 }
@@ -32,6 +34,22 @@ HashContract::Result HashContract::check(const engines::KvEventBatch& batch) {
     const size_t n = e.block_hashes.size();
     bool mm = false;
     for (const auto& x : e.extras) mm = mm || x.content_mix != 0;
+    if (engine_ == Engine::kTrtllm) {  // chained on the 64-bit key itself: nothing to remember
+      if (e.block_size == 0 || e.token_ids.size() != n * e.block_size) {
+        r.unverifiable += n;
+        continue;
+      }
+      uint64_t parent = e.has_parent ? e.parent : 0;
+      for (size_t i = 0; i < n; ++i) {
+        parent = engines::trtllmBlockKey(e.token_ids.data() + i * e.block_size, e.block_size, parent);
+        if (parent != e.block_hashes[i]) {
+          r.mismatch += n - i;
+          break;
+        }
+        ++r.ok;
+      }
+      continue;
+    }
     const std::string* parent = &none_hash_;
     if (e.has_parent) {
       auto it = digests_.find(e.parent);
@@ -42,7 +60,7 @@ HashContract::Result HashContract::check(const engines::KvEventBatch& batch) {
       continue;
     }
     std::vector<std::pair<uint64_t, std::string>> hashes;  // (published value, digest)
-    if (sglang_) {
+    if (engine_ == Engine::kSglang) {
       if (!e.lora_name.empty() || !e.cache_salt.empty()) {  // not part of SGLang's page chain
         r.unverifiable += n;
         continue;

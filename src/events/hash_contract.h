@@ -30,11 +30,13 @@ class HashContract {
   static constexpr size_t kMaxDigests = 65536;
 
   // A checker for kvHashAlgo `algo` ("sha256_cbor", "xxhash_cbor": vLLM with root seed `seed`;
-  // "sha256_sglang": SGLang's unseeded page chain, engines/sglang.h), or null for algorithms
-  // that cannot be reproduced here.
+  // "sha256_sglang": SGLang's unseeded page chain, engines/sglang.h; "blockhash_trtllm":
+  // TensorRT-LLM's v1 block keys chained on the 64-bit parent key, engines/trtllm.h), or null for
+  // algorithms that cannot be reproduced here.
   static std::unique_ptr<HashContract> make(std::string_view algo, std::string_view seed);
   HashContract(engines::VllmHashAlgo algo, std::string_view seed);
-  HashContract();  // SGLang
+  enum class Engine : uint8_t { kVllm, kSglang, kTrtllm };
+  explicit HashContract(Engine e);  // SGLang or TensorRT-LLM (no seed)
 
   struct Result {
     uint64_t ok = 0, mismatch = 0, unverifiable = 0;  // blocks
@@ -44,7 +46,7 @@ class HashContract {
   void clear();  // the engine's cache was emptied (AllBlocksCleared, restart)
 
  private:
-  bool sglang_ = false;
+  Engine engine_ = Engine::kVllm;
   engines::VllmHashAlgo algo_ = engines::VllmHashAlgo::kSha256Cbor;
   std::string none_hash_;
   std::unordered_map<uint64_t, std::string> digests_;  // event hash -> full digest (verified)

@@ -34,10 +34,14 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
     const auto block_size = argOr<int>(r.service_args, "kvBlockSize", 16);
     const auto replay = argOr<int>(r.service_args, "kvReplayPort", 0);
     const auto algo = argOr<std::string>(r.service_args, "kvHashAlgo",
-                                         engine == "sglang" ? "sha256_sglang" : "sha256_cbor");
+                                         engine == "sglang"   ? "sha256_sglang"
+                                         : engine == "trtllm" ? "blockhash_trtllm"
+                                                              : "sha256_cbor");
     // vLLM and SGLang publish over ZMQ (SGLang's events are positional vLLM events with signed
-    // hashes: one decoder); TensorRT-LLM's HTTP drain is not followed yet; llama.cpp publishes none.
-    if (engine != "vllm" && engine != "sglang") continue;
+    // hashes: one decoder); TensorRT-LLM is drained over HTTP on its serving port; llama.cpp
+    // publishes none.
+    if (engine != "vllm" && engine != "sglang" && engine != "trtllm") continue;
+    const bool drain = engine == "trtllm";
     if (port + ranks - 1 > 65535)
       return fail(400, "kvDpRankCount",
                   "rule " + r.key() + ": kvZmqPort " + std::to_string(port) + " + " +
@@ -53,8 +57,13 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
                       std::to_string(port) + ".." + std::to_string(port + ranks - 1));
     for (const auto& ep : r.endpoints) {
       if (mode == 1 && ep.role != 1) continue;  // P/D: only prefill endpoints publish and score
-      SourceSpec s{ep.ip, static_cast<uint16_t>(port), ranks, "", static_cast<uint16_t>(replay),
-                   algo};
+      SourceSpec s{ep.ip,
+                   drain ? ep.port : static_cast<uint16_t>(port),
+                   ranks,
+                   "",
+                   drain ? uint16_t{0} : static_cast<uint16_t>(replay),
+                   algo,
+                   drain};
       auto [it, fresh] = seen.emplace(s.key(), Seen{s, engine, block_size, r.key()});
       if (fresh) continue;
       const Seen& o = it->second;

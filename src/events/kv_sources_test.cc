@@ -37,7 +37,7 @@ TEST(KvSources, ModesRolesDefaultsAndEngines) {
   };
   auto s = kvSources(rules);
   ASSERT_TRUE(s.has_value()) << s.error().what;
-  ASSERT_EQ(s->size(), 4u);  // TensorRT-LLM's HTTP drain is not followed yet
+  ASSERT_EQ(s->size(), 5u);
   EXPECT_EQ((*s)[0].key(), "10.0.0.1:5557");
   EXPECT_EQ((*s)[0].hash_algo, "sha256_cbor");
   EXPECT_EQ((*s)[1].key(), "10.0.0.2:5557");
@@ -45,6 +45,10 @@ TEST(KvSources, ModesRolesDefaultsAndEngines) {
   EXPECT_EQ((*s)[2].dp_ranks, 2);
   EXPECT_EQ((*s)[3].key(), "10.0.3.1:5557");  // SGLang: same ZMQ framing, its own hash default
   EXPECT_EQ((*s)[3].hash_algo, "sha256_sglang");
+  EXPECT_EQ((*s)[4].key(), "10.0.4.1:8000");  // TensorRT-LLM: drained on its serving port
+  EXPECT_TRUE((*s)[4].http_drain);
+  EXPECT_EQ((*s)[4].hash_algo, "blockhash_trtllm");
+  EXPECT_FALSE((*s)[0].http_drain);
 }
 
 TEST(KvSources, ConflictsAndLimitsAreRefused) {

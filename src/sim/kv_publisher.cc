@@ -5,6 +5,7 @@
 #include <zmq.hpp>
 
 #include "engines/sglang.h"
+#include "engines/trtllm.h"
 
 namespace kvgate::sim {
 
@@ -109,6 +110,7 @@ void KvPublisher::dropNext(uint64_t n) { drop_next_ += n; }
 void KvPublisher::restart() {
   std::lock_guard<std::mutex> g(buf_mu_);
   seq_ = 0;
+  drain_.clear();
   buffer_.clear();
   engine_hash_.clear();
   pending_.clear();
@@ -137,6 +139,20 @@ void KvPublisher::stored(const std::vector<uint32_t>& prompt, const std::vector<
   if (count == 0) return;
   std::vector<uint32_t> head(prompt.begin(),
                              prompt.begin() + static_cast<long>((first + count) * block_size_));
+  if (cfg_.trtllm) {  // one stored event for the new blocks, keys chained from the root
+    std::vector<uint64_t> all;
+    uint64_t parent = 0;
+    for (size_t i = 0; i < first + count; ++i) {
+      parent = engines::trtllmBlockKey(head.data() + i * block_size_, block_size_, parent);
+      all.push_back(parent);
+    }
+    std::vector<uint64_t> mine(all.begin() + static_cast<long>(first), all.end());
+    for (size_t i = first; i < first + count; ++i) engine_hash_[keys[i]] = all[i];
+    std::vector<uint32_t> toks(head.begin() + static_cast<long>(first * block_size_), head.end());
+    queueDrain(engines::trtllmStoredJson(seq_++, first > 0 ? all[first - 1] : 0, mine, toks,
+                                         static_cast<uint32_t>(block_size_)));
+    return;
+  }
   if (cfg_.sglang) {  // one event per page, SGLang's page chain from the first page
     auto pages = engines::sglangPageHashes("", head, static_cast<uint32_t>(block_size_));
     for (size_t i = first; i < first + count && i < pages.size(); ++i) {
@@ -170,6 +186,11 @@ void KvPublisher::stored(const std::vector<uint32_t>& prompt, const std::vector<
 void KvPublisher::evicted(uint64_t key) {
   auto it = engine_hash_.find(key);
   if (it == engine_hash_.end()) return;
+  if (cfg_.trtllm) {
+    queueDrain(engines::trtllmRemovedJson(seq_++, {it->second}));
+    engine_hash_.erase(it);
+    return;
+  }
   // Consecutive evictions go into one BlockRemoved.
   if (pending_.empty() || pending_.back().kind != engines::VllmEventOut::Kind::kRemoved) {
     engines::VllmEventOut e;
@@ -181,11 +202,34 @@ void KvPublisher::evicted(uint64_t key) {
 }
 
 void KvPublisher::cleared() {
+  if (cfg_.trtllm) {  // TensorRT-LLM has no clear event: the blocks are removed
+    std::vector<uint64_t> all;
+    for (auto& [k, h] : engine_hash_) all.push_back(h);
+    engine_hash_.clear();
+    if (!all.empty()) queueDrain(engines::trtllmRemovedJson(seq_++, all));
+    return;
+  }
   engine_hash_.clear();
   pending_.clear();  // removals collected for the emptied cache say nothing more
   engines::VllmEventOut e;
   e.kind = engines::VllmEventOut::Kind::kCleared;
   pending_.push_back(std::move(e));
+}
+
+void KvPublisher::queueDrain(std::string event) {
+  drain_.push_back(std::move(event));
+  while (drain_.size() > cfg_.replay_buffer) drain_.pop_front();
+}
+
+std::string KvPublisher::drain() {
+  std::string out = "[";
+  for (size_t i = 0; i < drain_.size(); ++i) {
+    if (i) out.push_back(',');
+    out += drain_[i];
+  }
+  out.push_back(']');
+  drain_.clear();
+  return out;
 }
 
 void KvPublisher::flush() {

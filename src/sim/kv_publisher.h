@@ -16,6 +16,9 @@
 // numbering from 0 again, replay buffer and published hashes forgotten.
 // With --engine sglang the events are SGLang's: positional, one BlockStored per page, page hashes
 // SHA-256(parent digest || tokens as u32 LE) published as signed int64 (engines/sglang.h).
+// With --engine trtllm there is no ZMQ: events queue (at most replay_buffer, oldest dropped, as
+// TensorRT-LLM's event_buffer_max_size) until POST /kv_cache_events drains them as TensorRT-LLM's
+// JSON (engines/trtllm.h), block keys v1 chained from the root; a cache reset is sent as removals.
 // Not simulated yet: blocks completed during decode, DP ranks.
 #pragma once
 #include <atomic>
@@ -50,6 +53,7 @@ struct KvEventsConfig {
   engines::VllmHashAlgo algo = engines::VllmHashAlgo::kSha256Cbor;
   std::string hash_seed;  // PYTHONHASHSEED; "" = random per process
   bool sglang = false;           // --engine sglang: SGLang's events (engines/sglang.h)
+  bool trtllm = false;           // --engine trtllm: events drained by POST /kv_cache_events
   uint16_t replay_port = 0;      // first worker's replay ROUTER port (like `port`); 0 = no replay
   bool replay = false;           // --kv-events-replay-port given
   size_t replay_buffer = 10000;  // batches kept for replay
@@ -66,6 +70,8 @@ class KvPublisher {
   uint16_t replayPort() const { return replay_port_; }
   void dropNext(uint64_t n);  // fault: the next n batches are not sent live
   void restart();             // fault: a publisher restart (sequence from 0, buffer emptied)
+  // TensorRT-LLM: the JSON array of the events queued since the last call, which are dropped.
+  std::string drain();
 
   // The prompt's blocks [first, first + count) (sim cache keys `keys`) entered the cache.
   void stored(const std::vector<uint32_t>& prompt, const std::vector<uint64_t>& keys, size_t first,
@@ -77,6 +83,7 @@ class KvPublisher {
 
  private:
   void serveReplay();
+  void queueDrain(std::string event);
   KvEventsConfig cfg_;
   size_t block_size_;
   std::string none_hash_;
@@ -87,6 +94,7 @@ class KvPublisher {
   std::vector<engines::VllmEventOut> pending_;
   std::unordered_map<uint64_t, uint64_t> engine_hash_;  // sim key -> published hash
   uint64_t drop_next_ = 0;
+  std::deque<std::string> drain_;  // TensorRT-LLM: queued events (JSON), at most replay_buffer
   // Replay: the ROUTER (its thread only) and the buffer (under buf_mu_).
   std::unique_ptr<zmq::socket_t> router_;
   uint16_t replay_port_ = 0;

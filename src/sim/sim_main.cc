@@ -29,8 +29,9 @@ worker listens, prints one JSON line to stdout:
 and runs until SIGINT/SIGTERM. See docs/simulator.md.
 
 Fleet:
-  --engine NAME                 vllm (default) or sglang: the KV events' format (the HTTP API is
-                                the same OpenAI-compatible one)
+  --engine NAME                 vllm (default), sglang or trtllm: the KV events' format and
+                                transport (trtllm: POST /kv_cache_events drains them); the HTTP
+                                API is the same OpenAI-compatible one
   --workers N                   number of workers (default 1)
   --host ADDR                   listen address (default 127.0.0.1)
   --port P                      first port; workers use P, P+1, ... (default 8000; 0 = free ports)
@@ -221,10 +222,11 @@ int parseArgs(int argc, char** argv, Options& o) {
     constexpr uint64_t kBig = uint64_t{1} << 40;
     bool ok = true;
     if (flag == "--engine") {
-      if (value != "vllm" && value != "sglang")
-        return usage("engine " + value + " not supported yet (vllm, sglang)");
+      if (value != "vllm" && value != "sglang" && value != "trtllm")
+        return usage("engine " + value + " not supported yet (vllm, sglang, trtllm)");
       o.cfg.engine = value;
       o.cfg.kv_events.sglang = value == "sglang";
+      o.cfg.kv_events.trtllm = value == "trtllm";
     } else if (flag == "--workers") {
       ok = intArg(1, 1024, o.workers);
       o.workers_set = true;

@@ -87,7 +87,7 @@ Result<uint16_t> Worker::listen(const std::string& host, uint16_t port) {
   if (r) {
     host_ = host;
     port_ = *r;
-    if (kv_pub_ && kv_pub_->port() == 0) {
+    if (kv_pub_ && kv_pub_->port() == 0 && !cfg_.kv_events.trtllm) {
       const uint16_t kv_port = cfg_.kv_events.port == 0 ? uint16_t{0}
                                : cfg_.kv_events.same_port
                                    ? cfg_.kv_events.port
@@ -492,6 +492,11 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
   } else if (p == "/metrics") {
     if (get) {
       co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", metricsText(), hdrs);
+      co_return;
+    }
+  } else if (p == "/kv_cache_events" && kv_pub_ && cfg_.kv_events.trtllm) {
+    if (post) {  // TensorRT-LLM's destructive drain
+      co_await w.send(200, "application/json", kv_pub_->drain(), hdrs);
       co_return;
     }
   } else if (p == "/reset_prefix_cache") {

@@ -519,3 +519,51 @@ test('Tier 1.5 with SGLang events', async (t) => {
   assert.ok(checks('ok') >= 4, `SGLang page hashes verified: ${checks('ok')}`);
   assert.equal(checks('mismatch'), 0);
 });
+
+// TensorRT-LLM: the simulator queues TensorRT-LLM's JSON events (v1 block keys) until POST
+// /kv_cache_events drains them; the gateway polls every endpoint of a kvEngineType trtllm rule on
+// its serving port, routes by what it drained and verifies the block keys under a declared
+// contract.
+test('Tier 1.5 with TensorRT-LLM\'s HTTP drain', async (t) => {
+  const sim = await startSim(['--engine', 'trtllm', '--kv-events', '--hosts', '127.0.0.27-28', '--port', '0']);
+  t.after(() => sim.stop());
+  const [a, b] = sim.workers;
+  assert.equal(a.kv_events_port, undefined);
+  // The drain is destructive: a first call takes what is queued, a second finds nothing.
+  await complete(a, 700000, 32);
+  const d1 = await (await fetch(`${a.url}/kv_cache_events`, { method: 'POST' })).json();
+  assert.equal(d1.length, 1);
+  assert.equal(d1[0].data.type, 'stored');
+  assert.equal(d1[0].data.blocks.length, 2);
+  assert.deepEqual(await (await fetch(`${a.url}/kv_cache_events`, { method: 'POST' })).json(), []);
+  const gw = await gateway(t, ['--workers', '1'], { env: { LLB_KV_NONE_HASH_SEED: 'declared' } });
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE,
+    rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvEngineType: 'trtllm', kvBlockSize: 16 } }));
+  assert.equal(r.status, 200, r.text);
+  const src = (w) => `${w.host}:${w.port}`;
+  const blocks = async (w) => kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', src(w))?.value ?? -1;
+  assert.ok(await waitFor(async () => (await blocks(b)) === 0, 10000), 'b is not followed');
+  await complete(b, 0, 64);
+  assert.ok(await waitFor(async () => (await blocks(b)) === 4, 10000), 'b\'s blocks were not drained');
+  const m0 = await scrapeMetrics(gw.api);
+  assert.equal(kvSample(m0, 'loxilb_kv_subscriber_connected', src(b)).value, 1);
+  for (let i = 0; i < 4; i++) {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 64 }, (_, j) => j).concat([i]), max_tokens: 1 }),
+    });
+    assert.equal(res.status, 200);
+    await res.arrayBuffer();
+  }
+  const m1 = await scrapeMetrics(gw.api);
+  const sent = (m, w) => m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === src(w))
+    .reduce((x, s) => x + s.value, 0);
+  assert.equal(sent(m1, b) - sent(m0, b), 4, 'requests sharing b\'s blocks go to b');
+  const checks = (result) => kvSample(m1, 'kvgate_kv_hash_checks_total', src(b), { result })?.value ?? 0;
+  assert.ok(checks('ok') >= 4, `TensorRT-LLM block keys verified: ${checks('ok')}`);
+  assert.equal(checks('mismatch'), 0);
+  // A cache reset is drained as removals.
+  assert.equal((await fetch(`${b.url}/reset_prefix_cache`, { method: 'POST' })).status, 200);
+  assert.ok(await waitFor(async () => (await blocks(b)) === 0, 10000), 'the reset was not drained');
+});

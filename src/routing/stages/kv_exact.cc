@@ -42,7 +42,8 @@ class KvExactStage : public Stage {
         clock_(s.clock),
         opts_(opts) {
     for (const auto& ep : s.endpoints)
-      keys_.push_back(ep.state->ip + ":" + std::to_string(opts_.zmq_port));
+      keys_.push_back(ep.state->ip + ":" +
+                      std::to_string(opts_.serving_port_key ? ep.state->port : opts_.zmq_port));
     // Endpoints sharing one address share one publisher key: their caches cannot be told apart,
     // so none of them is scored (empty key: not followed).
     std::map<std::string, int> seen;
@@ -243,6 +244,7 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
   o.block_size = static_cast<uint32_t>(sa.value("kvBlockSize", 16));
   o.zmq_port = static_cast<uint16_t>(sa.value("kvZmqPort", 5557));
   o.warmup_sec = static_cast<uint32_t>(sa.value("kvWarmupSec", 0));
+  o.serving_port_key = sa.value("kvEngineType", std::string("vllm")) == "trtllm";
   o.min_match_tokens = static_cast<uint32_t>(envInt("LLB_KV_MIN_MATCH_TOKENS", 0, 4096, 16));
   o.speculative_ttl_ms =
       static_cast<uint32_t>(envInt("LOXILB_KV_SPECULATIVE_TTL_MS", 0, 600'000, 2000));

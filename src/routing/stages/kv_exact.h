@@ -61,6 +61,7 @@ struct KvExactOptions {
   ApiMode api_mode = ApiMode::kBoth;
   uint32_t block_size = 16;
   uint16_t zmq_port = 5557;
+  bool serving_port_key = false;  // TensorRT-LLM: the publisher is the endpoint's serving port
   uint32_t min_match_tokens = 16;
   uint32_t warmup_sec = 0;  // kvWarmupSec
   uint32_t speculative_ttl_ms = 2000;  // speculative insert's credit lifetime (0 = off)
