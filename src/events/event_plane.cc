@@ -193,7 +193,8 @@ std::string EventPlane::renderMetrics() const {
   w.header(kKvSkipped);
   for (auto& [k, v] : snap) {
     const auto& a = v.second.apply;
-    const std::pair<const char*, uint64_t> rows[] = {{"orphan", a.orphan_events},
+    const std::pair<const char*, uint64_t> rows[] = {{"duplicate_block", a.duplicate_blocks},
+                                                     {"orphan", a.orphan_events},
                                                      {"misfit", a.misfit_events},
                                                      {"other_medium", a.skipped_events},
                                                      {"unknown_removal", a.unknown_removals},

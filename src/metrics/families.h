@@ -129,7 +129,8 @@ inline const Family kKvRejected{"kvgate_kv_rejected_total", Type::kCounter,
     "KV-event messages rejected, nothing applied: reason malformed (frames) or decode (payload).",
     {"source", "reason"}};
 inline const Family kKvSkipped{"kvgate_kv_skipped_total", Type::kCounter,
-    "KV events or blocks not applied: orphan (unknown parent), misfit (token count), "
+    "KV events or blocks not applied: duplicate_block (a block the worker already holds: "
+    "re-sent stores are idempotent), orphan (unknown parent), misfit (token count), "
     "other_medium (not GPU or not full attention), unknown_removal, unknown_event (tag).",
     {"source", "reason"}};
 inline const Family kKvIndexBytes{"kvgate_kv_index_bytes", Type::kGauge,

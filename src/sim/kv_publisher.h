@@ -54,6 +54,7 @@ struct KvEventsConfig {
   std::string hash_seed;  // PYTHONHASHSEED; "" = random per process
   bool sglang = false;           // --engine sglang: SGLang's events (engines/sglang.h)
   bool trtllm = false;           // --engine trtllm: events drained by POST /kv_cache_events
+  bool full_report = false;      // --kv-events-full-report: stores re-send a prompt's cached blocks
   uint16_t replay_port = 0;      // first worker's replay ROUTER port (like `port`); 0 = no replay
   bool replay = false;           // --kv-events-replay-port given
   size_t replay_buffer = 10000;  // batches kept for replay

@@ -66,6 +66,8 @@ Timing (all delays are divided by --speedup):
                                 worker on P; 0 = a free port each); the ready line gives
                                 "kv_replay_port"
   --kv-events-replay-buffer N   batches kept for replay (default 10000)
+  --kv-events-full-report       every store re-sends the prompt's blocks from block 0, cached ones
+                                included (vLLM's full report mode)
   --stamp-events                add "kvgate_sent_us" (wall-clock send time) to each token event,
                                 for measuring relay delay (bench/sse_bench.sh)
   --max-concurrency C           running requests; the rest wait FIFO (default 64)
@@ -174,6 +176,13 @@ int parseArgs(int argc, char** argv, Options& o) {
       if (has_inline && value != "true" && value != "false")
         return usage("--kv-events takes no value (or =true/=false)");
       o.cfg.kv_events.enabled = !has_inline || value == "true";
+      continue;
+    }
+    if (flag == "--kv-events-full-report") {
+      if (has_inline && value != "true" && value != "false")
+        return usage("--kv-events-full-report takes no value (or =true/=false)");
+      o.cfg.kv_events.full_report = !has_inline || value == "true";
+      o.cfg.kv_events.enabled = true;
       continue;
     }
     if (flag == "--refuse-connections") {

@@ -329,7 +329,9 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
   ctx.alloc = cache_.acquire(in.prompt);
   ctx.has_alloc = true;
   if (kv_pub_) {  // one batch per admitted request: evictions (collected above), then the store
-    const size_t first = ctx.alloc.cached_tokens / cfg_.block_size;
+    // vLLM's full report mode re-sends the blocks a request reuses, from block 0.
+    const size_t first =
+        cfg_.kv_events.full_report ? 0 : ctx.alloc.cached_tokens / cfg_.block_size;
     kv_pub_->stored(in.prompt, ctx.alloc.keys, first,
                     ctx.alloc.keys.size() > first ? ctx.alloc.keys.size() - first : 0);
     kv_pub_->flush();

@@ -567,3 +567,51 @@ test('Tier 1.5 with TensorRT-LLM\'s HTTP drain', async (t) => {
   assert.equal((await fetch(`${b.url}/reset_prefix_cache`, { method: 'POST' })).status, 200);
   assert.ok(await waitFor(async () => (await blocks(b)) === 0, 10000), 'the reset was not drained');
 });
+
+// Duplicate stores (vLLM's full report mode re-sends a request's cached blocks from block 0) and
+// orphans (a store whose parent the gateway never saw: its batch was lost and there is no replay)
+// change nothing they should not: the index keeps one copy of each block and skips orphans,
+// counting both.
+test('KV events: duplicate stores are idempotent, orphans are skipped', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.29-30', '--port', '0', '--kv-events-port', String(kvPort)]);
+  t.after(() => sim.stop());
+  const full = await startSim(['--hosts', '127.0.0.31', '--port', '0', '--kv-events-port', String(kvPort),
+    '--kv-events-full-report']);
+  t.after(() => full.stop());
+  const [w] = full.workers;
+  const [o] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE,
+    rule({ port, workers: [w, o], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort } }));
+  assert.equal(r.status, 200, r.text);
+  const metric = async (x, name, extra = {}) => kvSample(await scrapeMetrics(gw.api), name, `${x.host}:${kvPort}`, extra)?.value ?? 0;
+  let k = 1;
+  for (const x of [w, o]) {
+    assert.ok(await waitFor(async () => {
+      await complete(x, 800000 * k++, 16);
+      return (await metric(x, 'kvgate_kv_batches_total')) > 0;
+    }, 15000, 100), `no KV batch from ${x.host}`);
+  }
+  const base = await metric(w, 'kvgate_kv_blocks');
+  await complete(w, 0, 64);  // 4 new blocks
+  assert.ok(await waitFor(async () => (await metric(w, 'kvgate_kv_blocks')) === base + 4, 10000));
+  const dup0 = await metric(w, 'kvgate_kv_skipped_total', { reason: 'duplicate_block' });
+  await complete(w, 0, 64);  // the same prompt: full report re-sends its 4 blocks
+  assert.ok(await waitFor(async () => (await metric(w, 'kvgate_kv_skipped_total', { reason: 'duplicate_block' })) === dup0 + 4, 10000),
+    'the re-sent blocks were not counted as duplicates');
+  assert.equal(await metric(w, 'kvgate_kv_blocks'), base + 4, 'a duplicate store changed the inventory');
+  // Orphan: the store of a prompt's blocks 0-3 is lost (a gap of 1 without a replay port keeps
+  // the inventory); the prompt extended by 2 blocks stores blocks 4-5 with parent block 3, which
+  // the gateway never saw: skipped and counted, nothing added.
+  const oBase = await metric(o, 'kvgate_kv_blocks');
+  await (await fetch(`${o.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ kv_drop_batches: 1 }) })).arrayBuffer();
+  await complete(o, 5000, 64);
+  await complete(o, 5000, 96);
+  assert.ok(await waitFor(async () => (await metric(o, 'kvgate_kv_skipped_total', { reason: 'orphan' })) === 1, 10000),
+    'the orphan store was not counted');
+  assert.equal(await metric(o, 'kvgate_kv_blocks'), oBase);
+  assert.equal(await metric(o, 'kvgate_kv_lost_batches_total'), 1);
+  assert.equal(await metric(o, 'kvgate_kv_clears_total'), 0);
+});
