@@ -183,6 +183,12 @@ std::optional<size_t> queryInt(const http::Request& req, const char* name, size_
 }
 }  // namespace
 
+asio::awaitable<Result<Api::KvInventory>> Api::askInventory(InventoryFn fn, std::string key,
+                                                            int rank, size_t offset,
+                                                            size_t limit) {
+  co_return fn(key, rank, offset, limit);
+}
+
 asio::awaitable<void> Api::kvInventory(http::Request& req, http::ResponseWriter& w) {
   int status = 200;
   std::string body;
@@ -245,12 +251,11 @@ asio::awaitable<void> Api::kvInventory(http::Request& req, http::ResponseWriter&
     } done{inventory_in_flight_};
     const int r = static_cast<int>(*rank);
     const size_t off = *offset, lim = *limit;
-    // The wait for the event thread runs on inventory_pool_, never on the control thread.
+    // The wait for the event thread runs on inventory_pool_, never on the control thread. (A
+    // coroutine taking its arguments by value, not a lambda with owning captures: GCC 12 frees
+    // such captures twice when the lambda is a temporary inside co_await.)
     Result<KvInventory> inv = co_await asio::co_spawn(
-        inventory_pool_.get_executor(),
-        [this, key, r, off, lim]() -> asio::awaitable<Result<KvInventory>> {
-          co_return inventory_(key, r, off, lim);
-        },
+        inventory_pool_.get_executor(), askInventory(inventory_, key, r, off, lim),
         asio::use_awaitable);
     if (!inv) {
       fail_with(inv.error().code, inv.error().what);

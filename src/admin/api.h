@@ -58,6 +58,8 @@ class Api {
   TokenizeResult computeTokenize(const std::string& body) const;
   // GET /netlox/v1/config/ai/kv/inventory?service_id=&ep_idx=[&dp_rank=&offset=&limit=]
   asio::awaitable<void> kvInventory(http::Request& req, http::ResponseWriter& w);
+  static asio::awaitable<Result<KvInventory>> askInventory(InventoryFn fn, std::string key,
+                                                           int rank, size_t offset, size_t limit);
   std::string tokenizerMetrics() const;
 
   RuleStore& store_;

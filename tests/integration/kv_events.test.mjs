@@ -340,6 +340,13 @@ test('interop: events from an independent Python publisher route requests', asyn
   assert.deepEqual([...page.matchAll(/"hash_uint64":(\d+)/g)].map((m) => m[1]), [ready.hashes[2]]);
   const empty = await (await fetch(`${gw.api}${INV}?service_id=interop&ep_idx=0`)).json();
   assert.equal(empty.total, 0);  // followed, nothing published
+  // Many calls in a row (a GCC 12 coroutine-capture bug freed a string twice on each call and
+  // crashed the gateway within a few calls).
+  for (let i = 0; i < 50; i++) {
+    const res = await fetch(`${gw.api}${INV}?service_id=interop&ep_idx=${i % 2}&limit=2`);
+    assert.equal(res.status, 200);
+    await res.arrayBuffer();
+  }
   for (const [q, status] of [['', 400], ['?service_id=interop', 400], ['?service_id=nope&ep_idx=0', 404],
     ['?service_id=interop&ep_idx=2', 404], ['?service_id=interop&ep_idx=1&limit=0', 400],
     ['?service_id=interop&ep_idx=1&dp_rank=1', 404], ['?service_id=interop&ep_idx=x', 400]]) {
@@ -614,4 +621,82 @@ test('KV events: duplicate stores are idempotent, orphans are skipped', async (t
   assert.equal(await metric(o, 'kvgate_kv_blocks'), oBase);
   assert.equal(await metric(o, 'kvgate_kv_lost_batches_total'), 1);
   assert.equal(await metric(o, 'kvgate_kv_clears_total'), 0);
+});
+
+// The selection law end to end: with LOXILB_KV_MEAN_LOAD_FACTOR=100 (cap = ceil(L x cap_i / C))
+// the warm worker holding one request in flight is at its cap (L = 1 + 1, cap = ceil(2 / 2) = 1),
+// so the next request spills to the cold one; every 4th hit is a cold-start seed
+// (LOXILB_KV_COLDSTART_SEED_Nth=4, MIN_BLOCKS=8); and misses are counted by reason.
+test('Tier 1.5 spills over its cap, seeds cold workers and counts misses', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.32-33', '--port', '0', '--kv-events-port', String(kvPort)]);
+  t.after(() => sim.stop());
+  const [warm, cold] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1'], {
+    env: { LOXILB_KV_MEAN_LOAD_FACTOR: '100', LOXILB_KV_COLDSTART_SEED_Nth: '4', LOXILB_KV_COLDSTART_MIN_BLOCKS: '8',
+      LOXILB_KV_SPECULATIVE_TTL_MS: '0' },
+  });
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE,
+    rule({ port, workers: [warm, cold], extraArgs: { name: 'law', kvExactMode: 3, kvZmqPort: kvPort, kvExactApiMode: 'completions' } }));
+  assert.equal(r.status, 200, r.text);
+  let k = 1;
+  for (const w of [warm, cold]) {
+    assert.ok(await waitFor(async () => {
+      await complete(w, 900000 * k++, 16);
+      return (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_batches_total', `${w.host}:${kvPort}`)?.value ?? 0) > 0;
+    }, 15000, 100), `no KV batch from ${w.host}`);
+  }
+  const blocks = async (w) => kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${w.host}:${kvPort}`).value;
+  const wb = await blocks(warm);
+  await complete(warm, 0, 160);  // 10 blocks: the warm worker is not cold
+  assert.ok(await waitFor(async () => (await blocks(warm)) >= wb + 10, 10000));
+  assert.ok((await blocks(cold)) < 8);
+  const send = (i, first = 0) => fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 64 }, (_, j) => first + j).concat([i]), max_tokens: 1 }),
+  }).then(async (res) => { assert.equal(res.status, 200); await res.arrayBuffer(); });
+  const sent = (m, w) => m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${w.host}:${w.port}`)
+    .reduce((x, s) => x + s.value, 0);
+  const t15 = (m, name, labels = {}) => m.find((s) => s.name === name && s.labels.service === 'law' &&
+    Object.entries(labels).every(([a, b]) => s.labels[a] === b))?.value ?? 0;
+  // Hits 1-3 go to the warm worker, hit 4 is seeded to the cold one.
+  const m0 = await scrapeMetrics(gw.api);
+  for (let i = 0; i < 4; i++) await send(i);
+  const m1 = await scrapeMetrics(gw.api);
+  assert.deepEqual([sent(m1, warm) - sent(m0, warm), sent(m1, cold) - sent(m0, cold)], [3, 1]);
+  assert.equal(t15(m1, 'loxilb_pd_kv_tier15_cold_seeds_total'), 1);
+  assert.equal(t15(m1, 'loxilb_pd_kv_tier15_hits_total'), 4);
+  // Spill: a prefix only the warm worker holds (the seed gave the cold one the first); one request
+  // stalls on the warm worker (stall_ms), the next finds it at its cap.
+  const wb2 = await blocks(warm);
+  await complete(warm, 3000, 64);
+  assert.ok(await waitFor(async () => (await blocks(warm)) >= wb2 + 4, 10000));
+  await (await fetch(`${warm.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 1500 }) })).arrayBuffer();
+  const stalled = send(10, 3000);
+  assert.ok(await waitFor(async () => {
+    const m = await scrapeMetrics(gw.api);
+    return m.find((s) => s.name === 'kvgate_endpoint_inflight_requests' && s.labels.endpoint === `${warm.host}:${warm.port}`)?.value === 1;
+  }, 5000, 20), 'the stalled request is not in flight');
+  await (await fetch(`${warm.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 0 }) })).arrayBuffer();
+  const m2 = await scrapeMetrics(gw.api);
+  await send(11, 3000);
+  const m3 = await scrapeMetrics(gw.api);
+  assert.equal(sent(m3, cold) - sent(m2, cold), 1, 'the request over the cap did not spill');
+  assert.equal(t15(m3, 'loxilb_pd_kv_tier15_spills_total'), 1);
+  await stalled;
+  // Misses by reason: a chat request (kvExactApiMode completions), no prompt, token ids out of
+  // range, a prompt under one block.
+  const miss = async (reason) => t15(await scrapeMetrics(gw.api), 'loxilb_pd_kv_tier15_miss_reason_total', { reason });
+  const before = {};
+  for (const reason of ['api_mode', 'text_empty', 'hashes', 'shallow']) before[reason] = await miss(reason);
+  const post = (path, body) => fetch(`http://127.0.0.1:${port}${path}`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
+  }).then((res) => res.arrayBuffer());
+  await post('/v1/chat/completions', { model: 'sim-model', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] });
+  await post('/v1/completions', { model: 'sim-model', max_tokens: 1 });
+  await post('/v1/completions', { model: 'sim-model', max_tokens: 1, prompt: [1, -2, 3].concat(Array(30).fill(4)) });
+  await post('/v1/completions', { model: 'sim-model', max_tokens: 1, prompt: [1, 2, 3] });
+  for (const reason of ['api_mode', 'text_empty', 'hashes', 'shallow'])
+    assert.equal(await miss(reason), before[reason] + 1, reason);
 });

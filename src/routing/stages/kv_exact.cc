@@ -69,6 +69,9 @@ class KvExactStage : public Stage {
       return StageResult::fall(FallReason::kApiMode);
     const bool ids_given = !chat && !f->prompt_token_ids.empty();
     if (!ids_given) {
+      // No usable "prompt" (has_prompt: the parser saw a string or token ids) and no messages.
+      if (!chat && !f->has_prompt && f->prompt_text.empty())
+        return StageResult::fall(FallReason::kTextEmpty);
       if (!tokens_) return StageResult::fall(FallReason::kTokenize);  // no --models-dir
       if (!chat && f->prompt_text.empty()) return StageResult::fall(FallReason::kTextEmpty);
       if (!f->has_model || f->model.empty()) return StageResult::fall(FallReason::kModelEmpty);

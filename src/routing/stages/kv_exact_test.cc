@@ -109,7 +109,9 @@ TEST(KvExact, ALoadedWinnerSpillsUnderTheHardLaw) {
 TEST(KvExact, GuardsFallThroughWithTheirReasons) {
   {
     Fixture f;
-    f.facts.prompt_token_ids.clear();  // a text prompt (not tokenized yet) or none
+    f.facts.prompt_token_ids.clear();  // no prompt at all
+    EXPECT_EQ(f.run().reason, FallReason::kTextEmpty);
+    f.facts.has_prompt = true;  // a text prompt, and no tokenizer (serve without --models-dir)
     auto r = f.run();
     EXPECT_EQ(r.index, -1);
     EXPECT_EQ(r.reason, FallReason::kTokenize);
