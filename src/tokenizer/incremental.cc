@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "tokenizer/utf8.h"
 
@@ -20,7 +21,12 @@ std::vector<uint32_t> IncrementalEncoder::encode(std::string_view text, bool add
   size_t best_len = 0;
   for (Entry& e : entries_) {
     if (e.key != key) continue;
-    size_t n = std::min(e.text.size(), t.size()), l = 0;
+    const size_t n = std::min(e.text.size(), t.size());
+    size_t l = 0;
+    // Whole 256-byte chunks with memcmp (vectorized), then the last bytes one by one; an entry
+    // that cannot beat the best so far is dropped at its first differing chunk.
+    constexpr size_t kChunk = 256;
+    while (l + kChunk <= n && std::memcmp(e.text.data() + l, t.data() + l, kChunk) == 0) l += kChunk;
     while (l < n && e.text[l] == t[l]) ++l;
     if (l > best_len) {
       best_len = l;
