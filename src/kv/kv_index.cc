@@ -118,6 +118,7 @@ void KvIndex::addBlock(int w, uint64_t engine_hash, uint64_t fp, ApplyStats& st)
       return;
     }
     dropEngineHash(w, engine_hash);  // the engine reused a hash for other content
+    markStale(inv, engine_hash);
   }
   inv.engine_to_fp.insert(engine_hash, fp);
   inv.fifo.push_back(engine_hash);
@@ -132,6 +133,12 @@ void KvIndex::addBlock(int w, uint64_t engine_hash, uint64_t fp, ApplyStats& st)
          !inv.fifo.empty()) {
     const uint64_t oldest = inv.fifo.front();
     inv.fifo.pop_front();
+    // An entry a removal left behind is not the hash's live one (a block removed and stored
+    // again is live at its later entry, so it goes in its new store order).
+    if (uint64_t* n = inv.stale.find(oldest)) {
+      if (--*n == 0) inv.stale.erase(oldest);
+      continue;
+    }
     if (dropEngineHash(w, oldest)) ++st.evicted_blocks;
   }
   if (inv.fifo.size() > 2 * inv.engine_to_fp.size() + 1024) compactFifo(inv);
@@ -158,10 +165,12 @@ void KvIndex::removeEvent(int w, const KvEvent& e, ApplyStats& st) {
     return;
   }
   for (uint64_t h : e.block_hashes) {
-    if (dropEngineHash(w, h))
+    if (dropEngineHash(w, h)) {
+      markStale(inv_[static_cast<size_t>(w)], h);  // its fifo entry stays behind, not live
       ++st.removed_blocks;
-    else
+    } else {
       ++st.unknown_removals;
+    }
   }
 }
 
@@ -172,6 +181,7 @@ void KvIndex::clear(int w, ApplyStats& st) {
   inv.engine_to_fp.clear();
   inv.fp_refs.clear();
   std::deque<uint64_t>().swap(inv.fifo);
+  inv.stale.clear();
   inv.blocks.store(0, std::memory_order_relaxed);
   ++st.clears;
   if (table_->needsRebuild()) publish(table_->rebuilt());
@@ -185,27 +195,40 @@ size_t KvIndex::engineHashes(int w, size_t offset, size_t limit,
   const Worker& inv = inv_[static_cast<size_t>(w)];
   U64Map seen;  // the store-order list may hold removed and repeated hashes
   size_t n = 0;
-  for (uint64_t h : inv.fifo) {
-    if (!inv.engine_to_fp.contains(h) || !seen.insert(h, 0).second) continue;
+  // Newest first, so a re-stored hash is listed at its live (latest) position; then reversed.
+  std::vector<uint64_t> live;
+  for (auto it = inv.fifo.rbegin(); it != inv.fifo.rend(); ++it)
+    if (inv.engine_to_fp.contains(*it) && seen.insert(*it, 0).second) live.push_back(*it);
+  for (auto it = live.rbegin(); it != live.rend(); ++it) {
+    const uint64_t h = *it;
     if (n >= offset && out.size() < limit) out.push_back(h);
     ++n;
   }
   return n;
 }
 
+void KvIndex::markStale(Worker& inv, uint64_t engine_hash) {
+  auto [n, fresh] = inv.stale.insert(engine_hash, 0);
+  ++*n;
+}
+
+// Keeps one entry per live engine hash, its last (the live one), in order; no stale entries are
+// left.
 void KvIndex::compactFifo(Worker& inv) {
   std::deque<uint64_t> kept;
   U64Map seen;
-  for (uint64_t h : inv.fifo)
-    if (inv.engine_to_fp.find(h) && seen.insert(h, 0).second) kept.push_back(h);
+  for (auto it = inv.fifo.rbegin(); it != inv.fifo.rend(); ++it)
+    if (inv.engine_to_fp.find(*it) && seen.insert(*it, 0).second) kept.push_front(*it);
   inv.fifo.swap(kept);
+  inv.stale.clear();
 }
 
 void KvIndex::updateBytes() {
   size_t b = table_->bytes();
   for (const Worker& inv : inv_)
     if (inv.used)
-      b += inv.engine_to_fp.bytes() + inv.fp_refs.bytes() + inv.fifo.size() * sizeof(uint64_t);
+      b += inv.engine_to_fp.bytes() + inv.fp_refs.bytes() + inv.stale.bytes() +
+           inv.fifo.size() * sizeof(uint64_t);
   bytes_.store(b, std::memory_order_relaxed);
 }
 

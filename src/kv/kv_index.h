@@ -90,6 +90,7 @@ class KvIndex {
     U64Map engine_to_fp;                 // engine hash -> fingerprint
     U64Map fp_refs;             // fingerprint -> engine hashes of this worker that map to it
     std::deque<uint64_t> fifo;  // engine hashes in store order (eviction; may hold stale ones)
+    U64Map stale;               // engine hash -> its entries in fifo left by removals (not live)
     std::atomic<size_t> blocks{0};
   };
   void storeEvent(int w, const engines::KvEvent& e, ApplyStats& st);
@@ -98,6 +99,7 @@ class KvIndex {
   bool dropEngineHash(int w, uint64_t engine_hash);
   void setBits(uint64_t fp, uint64_t bits);
   void compactFifo(Worker& inv);
+  void markStale(Worker& inv, uint64_t engine_hash);
   void updateBytes();
   void publish(std::shared_ptr<BlockTable> next);
   void freeRetired();

@@ -207,6 +207,31 @@ TEST(KvIndex, MemoryCapEvictsOldestFirst) {
   }
 }
 
+// A block removed and stored again takes its new place in store order: with a cap of 3, blocks
+// A B C stored, A removed and stored again (order B C A), then D: B (the oldest live) goes, not A.
+TEST(KvIndex, ReStoredBlocksAreEvictedInTheirNewOrder) {
+  KvIndex idx(/*max_blocks_per_worker=*/3);
+  int a = idx.addWorker();
+  ApplyStats st;
+  auto store = [&](uint64_t h, uint32_t first) {
+    idx.apply(a, batch({stored({h}, iota(first, 16))}), st);
+  };
+  store(1, 0);     // A
+  store(2, 1000);  // B
+  store(3, 2000);  // C
+  idx.apply(a, batch({removed({1})}), st);
+  store(1, 0);     // A again: newest now
+  store(4, 3000);  // D: over the cap by one
+  std::vector<uint64_t> held;
+  EXPECT_EQ(idx.engineHashes(a, 0, 10, held), 3u);
+  EXPECT_EQ(held, (std::vector<uint64_t>{3, 1, 4}));  // C, A, D in store order; B evicted
+  store(5, 4000);  // E: C goes next
+  held.clear();
+  idx.engineHashes(a, 0, 10, held);
+  EXPECT_EQ(held, (std::vector<uint64_t>{1, 4, 5}));
+  EXPECT_EQ(st.evicted_blocks, 2u);
+}
+
 TEST(KvIndex, ManyBlocksRebuildTheTableAndWorkersComeAndGo) {
   KvIndex idx;
   int a = idx.addWorker(), b = idx.addWorker();
