@@ -236,7 +236,11 @@ asio::awaitable<void> Api::kvInventory(http::Request& req, http::ResponseWriter&
     } else if (static_cast<int>(*rank) >= rank_count) {
       fail_with(404, "the rule has " + std::to_string(rank_count) + " DP rank(s)");
     } else {
-      key = rule->endpoints[*ep_idx].ip + ":" + std::to_string(sa.value("kvZmqPort", 5557));
+      // The publisher key as the event plane names it (events/kv_sources.cc): the event port,
+      // or for TensorRT-LLM (drained over HTTP) the endpoint's serving port.
+      const auto& ep = rule->endpoints[*ep_idx];
+      key = ep.ip + ":" +
+            std::to_string(engine == "trtllm" ? ep.port : sa.value("kvZmqPort", 5557));
     }
   }
   if (!key.empty() && inventory_in_flight_ >= 4) {

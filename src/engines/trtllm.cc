@@ -50,7 +50,7 @@ bool decodeTrtllmEvents(std::string_view json, std::vector<TrtllmEvent>& out, st
 namespace {
 bool decodeInto(std::string_view json, std::vector<TrtllmEvent>& out, std::string& err) {
   if (json.size() > kMaxTrtllmAnswer) {
-    err = "answer larger than 64 MiB";
+    err = "answer larger than 16 MiB";
     return false;
   }
   if (!jsonDepthWithin(json)) {
@@ -96,6 +96,7 @@ bool decodeInto(std::string_view json, std::vector<TrtllmEvent>& out, std::strin
         err = "a stored event without a blocks array";
         return false;
       }
+      uint64_t extra_mix = 0;  // token_extra_id (multimodal): content the token ids do not show
       for (const J& b : *blocks) {
         uint64_t h = 0;
         if (!b.is_object() || !b.contains("block_hash") || !u64(b["block_hash"], h) ||
@@ -117,7 +118,18 @@ bool decodeInto(std::string_view json, std::vector<TrtllmEvent>& out, std::strin
             return false;
           }
           e.token_ids.push_back(static_cast<uint32_t>(id));
+          uint64_t extra = 0;
+          if (auto x = t.find("token_extra_id"); x != t.end() && !x->is_null()) {
+            if (!u64(*x, extra)) {
+              err = "token_extra_id must be a non-negative integer";
+              return false;
+            }
+          }
+          if (extra != 0) extra_mix = extra_mix * 0x9E3779B97F4A7C15ULL + extra + 1;
         }
+        // A block with extra token ids never equals a text block (nor verifies as text).
+        e.extras.push_back(BlockExtra{extra_mix});
+        extra_mix = 0;
         e.block_hashes.push_back(h);
       }
     } else if (type == "removed") {

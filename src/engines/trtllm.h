@@ -30,7 +30,7 @@ struct TrtllmEvent {
   KvEvent event;
 };
 
-constexpr size_t kMaxTrtllmAnswer = 64 << 20;
+constexpr size_t kMaxTrtllmAnswer = 16 << 20;  // a drain answer (its JSON DOM is several times this)
 
 // Parses one drain answer; false (with `err`) when it is not the documented shape.
 bool decodeTrtllmEvents(std::string_view json, std::vector<TrtllmEvent>& out, std::string& err);

@@ -14,7 +14,7 @@
 #include "common/log.h"
 #include "engines/trtllm.h"
 #include "engines/vllm_events.h"
-#include "http/client.h"
+#include "http/async_fetch.h"
 #include "events/hash_contract.h"
 #include "events/sequence.h"
 #include "metrics/text.h"
@@ -42,6 +42,8 @@ struct EventPlane::Source {
   std::vector<uint8_t> up;           // per rank: connected now
   std::vector<uint64_t> connects;    // per rank: connections made
   std::vector<std::unique_ptr<HashContract>> contracts;  // per rank; null: no declared contract
+  std::vector<uint8_t> broken;       // per rank: its last checked store broke the contract
+  std::set<std::string, std::less<>> adapters;  // LoRA names its stores carried (bounded)
   std::vector<int> slots;            // one index worker per DP rank
   std::vector<zmq::socket_t> subs;   // one per DP rank
   std::vector<SequenceTracker> seq;  // one per DP rank (each rank numbers its own batches)
@@ -111,18 +113,25 @@ std::shared_ptr<const kv::AdapterSet> EventPlane::adapters() const {
   return adapters_.load(std::memory_order_acquire);
 }
 
-void EventPlane::noteAdapters(const engines::KvEventBatch& batch) {
-  std::shared_ptr<const kv::AdapterSet> cur;
-  std::shared_ptr<kv::AdapterSet> next;
-  for (const auto& e : batch.events) {
+void EventPlane::noteAdapters(Source& src) {
+  bool added = false;
+  for (const auto& e : src.batch.events) {
     if (e.kind != engines::KvEvent::Kind::kStored || e.lora_name.empty()) continue;
-    if (!cur) cur = adapters_.load(std::memory_order_acquire);
-    const kv::AdapterSet& have = next ? *next : *cur;
-    if (have.count(e.lora_name) || have.size() >= kMaxAdapters) continue;
-    if (!next) next = std::make_shared<kv::AdapterSet>(*cur);
-    next->insert(e.lora_name);
+    if (src.adapters.count(e.lora_name) || src.adapters.size() >= kMaxAdapters) continue;
+    src.adapters.insert(e.lora_name);
+    added = true;
   }
-  if (next) adapters_.store(std::move(next), std::memory_order_release);
+  if (added) publishAdapters();
+}
+
+// The union of the followed sources' adapter names (at most kMaxAdapters), republished when it
+// changes; a closed source's names go with it.
+void EventPlane::publishAdapters() {
+  auto next = std::make_shared<kv::AdapterSet>();
+  for (const auto& [key, src] : sources_)
+    for (const auto& a : src->adapters)
+      if (next->size() < kMaxAdapters) next->insert(a);
+  adapters_.store(std::move(next), std::memory_order_release);
 }
 
 void EventPlane::publishLookup() {
@@ -243,7 +252,9 @@ void EventPlane::closeSource(std::map<std::string, std::unique_ptr<Source>>::ite
   }
   for (int slot : it->second->slots) index_.removeWorker(slot);
   log::info("events", "stopped following KV events of " + it->first);
+  const bool had_adapters = !it->second->adapters.empty();
   sources_.erase(it);
+  if (had_adapters) publishAdapters();
 }
 
 void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
@@ -274,6 +285,7 @@ void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
       src->contracts.push_back(opts_.none_hash_seed.empty()
                                    ? nullptr
                                    : HashContract::make(spec.hash_algo, opts_.none_hash_seed));
+      src->broken.push_back(0);
       if (spec.http_drain) continue;  // polled over HTTP by the drain thread: no sockets
       zmq::socket_t s(*ctx_, zmq::socket_type::sub);
       s.set(zmq::sockopt::linger, 0);
@@ -368,7 +380,7 @@ void EventPlane::loop() {
         owners.emplace_back(src.get(), r);
         items.push_back({src->monitors[r]->handle(), 0, ZMQ_POLLIN, 0});
         owners.emplace_back(src.get(), kMonitor + r);
-        if (src->replay[r].active && src->replay[r].dealer) {
+        if (src->replay[r].dealer) {  // polled while idle too: stray answers are discarded
           items.push_back({src->replay[r].dealer->handle(), 0, ZMQ_POLLIN, 0});
           owners.emplace_back(src.get(), kDealer + r);
         }
@@ -386,9 +398,7 @@ void EventPlane::loop() {
         for (int n = 0; n < 64 && onMonitorEvent(*src, r - kMonitor); ++n) {
         }
       } else if (r >= kDealer) {
-        for (int n = 0; n < 256 && src->replay[r - kDealer].active &&
-                        onReplayMessage(*src, r - kDealer);
-             ++n) {
+        for (int n = 0; n < 256 && onReplayMessage(*src, r - kDealer); ++n) {
         }
       } else {
         for (int n = 0; n < 256 && onMessage(*src, r); ++n) {
@@ -455,7 +465,7 @@ bool EventPlane::applyPayload(Source& src, size_t rank, std::string_view payload
 }
 
 void EventPlane::checkContract(Source& src, size_t rank) {
-  noteAdapters(src.batch);  // (called for every batch about to be applied)
+  noteAdapters(src);  // (called for every batch about to be applied)
   HashContract* c = src.contracts[rank].get();
   if (!c) return;
   const HashContract::Result r = c->check(src.batch);
@@ -463,8 +473,11 @@ void EventPlane::checkContract(Source& src, size_t rank) {
   src.st.hash_mismatch += r.mismatch;
   src.st.hash_unverifiable += r.unverifiable;
   if (r.ok == 0 && r.mismatch == 0) return;  // no verdict from this batch
-  const bool broken = r.mismatch > 0;
   src.st.contract_checked = true;
+  src.broken[rank] = r.mismatch > 0;
+  // The source breaks the contract while any of its ranks does (each rank is its own engine).
+  bool broken = false;
+  for (uint8_t b : src.broken) broken = broken || b;
   if (broken == src.st.contract_broken) return;
   src.st.contract_broken = broken;
   log::warn("events", "KV events of " + src.spec.key() +
@@ -542,6 +555,10 @@ bool EventPlane::onReplayMessage(Source& src, size_t rank) {
     }
     more = m.more();
     if (frames.size() < 5) frames.push_back(std::move(m));  // extra frames dropped
+  }
+  if (!rp.active) {  // nobody asked: a late or stray answer, discarded
+    ++src.st.malformed;
+    return true;
   }
   size_t first = !frames.empty() && frames.front().size() == 0 ? 1 : 0;  // the delimiter
   const size_t n = frames.size() - first;
@@ -703,34 +720,49 @@ void EventPlane::drainLoop() {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
+  // Every source is drained concurrently on this thread's own event loop; each exchange is
+  // bounded (drain_timeout_ms, kMaxTrtllmAnswer bytes), so a round ends within the timeout and
+  // stop() never waits longer.
+  asio::io_context io(1);
   while (!stop_.load()) {
     std::map<std::string, SourceSpec> specs;
     {
       std::lock_guard<std::mutex> g(mu_);
       specs = drain_specs_;
     }
+    std::vector<DrainResult> round(specs.size());
+    size_t i = 0;
     for (auto& [key, spec] : specs) {
-      if (stop_.load()) return;
-      DrainResult res;
-      res.key = key;
-      const bool v6 = spec.host.find(':') != std::string::npos;
-      auto r = http::fetch("http://" + (v6 ? "[" + spec.host + "]" : spec.host) + ":" +
-                               std::to_string(spec.port),
-                           "POST", "/kv_cache_events", "", "application/json",
-                           std::chrono::milliseconds(opts_.drain_timeout_ms));
-      if (!r || r->status != 200) {
-        res.reachable = false;
-      } else if (!engines::decodeTrtllmEvents(r->body, res.events, res.error)) {
-        res.decoded = false;
-      }
+      DrainResult* res = &round[i++];
+      res->key = key;
+      asio::co_spawn(
+          io,
+          [](SourceSpec sp, DrainResult* out, int timeout_ms) -> asio::awaitable<void> {
+            http::FetchResult r = co_await http::fetchAsync(
+                sp.host, sp.port, "POST", "/kv_cache_events",
+                std::chrono::milliseconds(timeout_ms), engines::kMaxTrtllmAnswer);
+            out->reachable = r.ok && r.status == 200;
+            // Sent but not answered in full: the engine may have dropped events it answered.
+            out->lost = r.sent && !out->reachable;
+            if (out->reachable && !engines::decodeTrtllmEvents(r.body, out->events, out->error))
+              out->decoded = false;
+            if (!r.ok) out->error = r.error;
+          }(spec, res, opts_.drain_timeout_ms),
+          asio::detached);
+    }
+    io.run();
+    io.restart();
+    {
       std::lock_guard<std::mutex> g(mu_);
-      if (drain_results_.size() >= kMaxDrainResults) {
-        // The event thread is far behind: these events are lost (the drain already dropped them
-        // at the engine), so the source's inventory can no longer be trusted.
-        res.events.clear();
-        res.lost = true;
+      for (auto& res : round) {
+        if (drain_results_.size() >= kMaxDrainResults) {
+          // The event thread is far behind: what these answers held is lost (the drain already
+          // dropped it at the engine), so the source's inventory can no longer be trusted.
+          drain_lost_.insert(res.key);
+          continue;
+        }
+        drain_results_.push_back(std::move(res));
       }
-      drain_results_.push_back(std::move(res));
     }
     for (int waited = 0; waited < opts_.drain_poll_ms && !stop_.load(); waited += 10)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -741,9 +773,18 @@ void EventPlane::drainLoop() {
 // event_id; a drain has no replay).
 void EventPlane::serveDrainResults() {
   std::deque<DrainResult> results;
+  std::set<std::string> lost;
   {
     std::lock_guard<std::mutex> g(mu_);
     results.swap(drain_results_);
+    lost.swap(drain_lost_);
+  }
+  for (const auto& key : lost) {
+    DrainResult r;
+    r.key = key;
+    r.reachable = true;
+    r.lost = true;
+    results.push_front(std::move(r));
   }
   for (auto& res : results) {
     auto it = sources_.find(res.key);
@@ -760,15 +801,18 @@ void EventPlane::serveDrainResults() {
         publishLookup();
       }
     }
-    if (res.lost) {
+    if (!res.decoded) {
+      ++src.st.decode_errors;
+      if (src.logged_errors++ % 1000 == 0)
+        log::warn("events", "bad KV-event drain answer from " + res.key + ": " + res.error);
+    }
+    // The drain is destructive: an answer lost after the request was sent, or rejected, took
+    // events the index will never see. Start over from an empty inventory and a new baseline.
+    if (res.lost || !res.decoded) {
       for (size_t r = 0; r < src.slots.size(); ++r) {
         clearRank(src, r);
         src.seq[r].reset();
       }
-    } else if (!res.decoded) {
-      ++src.st.decode_errors;
-      if (src.logged_errors++ % 1000 == 0)
-        log::warn("events", "bad KV-event drain answer from " + res.key + ": " + res.error);
     }
     for (auto& ev : res.events) {
       if (ev.rank < 0 || static_cast<size_t>(ev.rank) >= src.slots.size()) {

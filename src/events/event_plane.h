@@ -36,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,7 +93,7 @@ struct SourceStats {
   uint64_t restarts = 0;        // sequence went back
   uint64_t clears = 0;          // inventory cleared by the sequence rules (restart, large gap);
                                 // AllBlocksCleared events are apply.clears
-  uint64_t malformed = 0;       // wrong frame count or seq size
+  uint64_t malformed = 0;       // wrong frame count or seq size; replay answers nobody asked for
   uint64_t errors = 0;          // ZMQ or allocation errors on the event thread (survived)
   uint64_t decode_errors = 0;   // payloads that failed to decode (not applied)
   uint64_t unknown_events = 0;  // events with unknown tags (skipped)
@@ -182,7 +183,8 @@ class EventPlane : public kv::WorkerLookup {
   void publishLookup();  // with mu_ held: slots_ -> lookup_
   std::atomic<std::shared_ptr<const kv::AdapterSet>> adapters_{
       std::make_shared<const kv::AdapterSet>()};
-  void noteAdapters(const engines::KvEventBatch& batch);  // event thread
+  void noteAdapters(Source& src);  // event thread
+  void publishAdapters();          // event thread
   std::map<std::string, SourceStats> stats_;
   // Event thread only.
   std::unique_ptr<zmq::context_t> ctx_;
@@ -198,7 +200,8 @@ class EventPlane : public kv::WorkerLookup {
   };
   static constexpr size_t kMaxDrainResults = 256;
   std::map<std::string, SourceSpec> drain_specs_;  // under mu_
-  std::deque<DrainResult> drain_results_;          // under mu_
+  std::deque<DrainResult> drain_results_;          // under mu_, at most kMaxDrainResults
+  std::set<std::string> drain_lost_;               // under mu_: sources whose answers were lost
   std::thread drain_thread_;
   void drainLoop();
   void serveDrainResults();

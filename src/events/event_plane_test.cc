@@ -5,7 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <deque>
 #include <bit>
 #include <map>
 #include <mutex>
@@ -17,11 +23,21 @@
 #include <zmq.hpp>
 
 #include "../../tests/support/test_util.h"
+#include "engines/trtllm.h"
 #include "engines/vllm_event_encoder.h"
 #include "kv/fingerprint.h"
 
 namespace kvgate::events {
 namespace {
+
+// Fast polls, 1 MiB messages, the given receive high-water mark.
+EventPlaneOptions testOptions(int rcv_hwm) {
+  EventPlaneOptions o;
+  o.poll_ms = 10;
+  o.max_message_bytes = 1 << 20;
+  o.rcv_hwm = rcv_hwm;
+  return o;
+}
 
 std::string goldenBatch(const std::string& name) {
   std::ifstream in(std::string(KVGATE_GOLDEN_DIR) + "/engine_vectors.json");
@@ -76,7 +92,7 @@ using kvgate::testing::waitUntil;
 TEST(EventPlane, FollowsARealPublisher) {
   Engine eng;
   kv::KvIndex idx;
-  EventPlane plane(idx, EventPlaneOptions{10, 1 << 20, 1000});
+  EventPlane plane(idx, testOptions(1000));
   plane.start();
   SourceSpec spec{"127.0.0.1", eng.port, 1, "kv"};
   plane.setSources({spec});
@@ -148,7 +164,7 @@ TEST(EventPlane, DataParallelRanksAreSeparateInventories) {
   }
   ASSERT_NE(r1, nullptr);
   kv::KvIndex idx;
-  EventPlane plane(idx, EventPlaneOptions{10, 1 << 20, 1000});
+  EventPlane plane(idx, testOptions(1000));
   plane.start();
   SourceSpec spec{"127.0.0.1", r0->port, 2, ""};
   plane.setSources({spec});
@@ -272,7 +288,7 @@ struct ReplayEngine : Engine {
 TEST(EventPlane, GapsAndRestartsAreReplayed) {
   ReplayEngine eng;
   kv::KvIndex idx;
-  EventPlaneOptions o{10, 1 << 20, 1000};
+  EventPlaneOptions o = testOptions(1000);
   o.replay_timeout_ms = 500;
   EventPlane plane(idx, o);
   plane.start();
@@ -352,7 +368,7 @@ TEST(EventPlane, TooManyHeldBatchesAbandonTheReplay) {
   ReplayEngine eng;
   eng.mute = true;
   kv::KvIndex idx;
-  EventPlaneOptions o{10, 1 << 20, 100000};
+  EventPlaneOptions o = testOptions(100000);
   o.replay_timeout_ms = 600000;  // never: only the overflow ends this replay
   EventPlane plane(idx, o);
   plane.start();
@@ -385,7 +401,7 @@ TEST(EventPlane, SubscriberConnectionsAreTracked) {
   const uint16_t port = eng->port;
   kv::KvIndex idx;
   common::ManualClock clock(5'000'000'000);
-  EventPlane plane(idx, EventPlaneOptions{10, 1 << 20, 1000}, clock);
+  EventPlane plane(idx, testOptions(1000), clock);
   plane.start();
   SourceSpec spec{"127.0.0.1", port, 1, ""};
   plane.setSources({spec});
@@ -417,7 +433,7 @@ TEST(EventPlane, SubscriberConnectionsAreTracked) {
 TEST(EventPlane, AdapterNamesArePublished) {
   Engine eng;
   kv::KvIndex idx;
-  EventPlane plane(idx, EventPlaneOptions{10, 1 << 20, 1000});
+  EventPlane plane(idx, testOptions(1000));
   plane.start();
   SourceSpec spec{"127.0.0.1", eng.port, 1, ""};
   plane.setSources({spec});
@@ -433,13 +449,113 @@ TEST(EventPlane, AdapterNamesArePublished) {
     return plane.adapters()->count("sql-lora") == 1;
   }));
   EXPECT_EQ(plane.adapters()->size(), 1u);
+  // The source's names go with it.
+  plane.setSources({});
+  ASSERT_TRUE(waitUntil([&] { return plane.adapters()->empty(); }));
   plane.stop();
+}
+
+// A fake TensorRT-LLM drain: a loopback listener that answers each connection with the next
+// queued body (after reading the request), or, when `silent`, accepts and never answers.
+struct FakeDrain {
+  int fd = -1;
+  uint16_t port = 0;
+  std::mutex mu;
+  std::deque<std::string> bodies;
+  std::atomic<bool> silent{false}, stop{false};
+  std::atomic<int> served{0};
+  std::vector<int> held;  // silent connections kept open
+  std::thread thread;
+  FakeDrain() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    ::listen(fd, 16);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    thread = std::thread([this] { run(); });
+  }
+  ~FakeDrain() {
+    stop = true;
+    ::shutdown(fd, SHUT_RDWR);
+    ::close(fd);
+    thread.join();
+    for (int c : held) ::close(c);
+  }
+  void run() {
+    while (!stop) {
+      int c = ::accept(fd, nullptr, nullptr);
+      if (c < 0) return;
+      if (silent) {
+        held.push_back(c);
+        continue;
+      }
+      char buf[4096];
+      (void)::recv(c, buf, sizeof buf, 0);
+      std::string body = "[]";
+      {
+        std::lock_guard<std::mutex> g(mu);
+        if (!bodies.empty()) {
+          body = bodies.front();
+          bodies.pop_front();
+        }
+      }
+      const std::string resp = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                               std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+      (void)::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
+      ::close(c);
+      ++served;
+    }
+  }
+  void queue(std::string b) {
+    std::lock_guard<std::mutex> g(mu);
+    bodies.push_back(std::move(b));
+  }
+};
+
+// TensorRT-LLM's drain: answers applied by event_id; an answer the gateway cannot decode lost
+// events for good (the drain is destructive), so the inventory is cleared and the next answer is
+// a new baseline; an engine that never answers is cut at the timeout and stop() does not wait on
+// it.
+TEST(EventPlane, TrtllmDrainAppliesClearsAndTimesOut) {
+  FakeDrain eng;
+  kv::KvIndex idx;
+  EventPlaneOptions o = testOptions(1000);
+  o.drain_poll_ms = 20;
+  o.drain_timeout_ms = 300;
+  EventPlane plane(idx, o);
+  plane.start();
+  SourceSpec spec{"127.0.0.1", eng.port, 1, "", 0, "blockhash_trtllm", true};
+  std::vector<uint32_t> t0(16), t1(16);
+  std::iota(t0.begin(), t0.end(), 0);
+  std::iota(t1.begin(), t1.end(), 500);
+  eng.queue("[" + engines::trtllmStoredJson(1, 0, {11}, t0, 16) + "]");
+  plane.setSources({spec});
+  ASSERT_TRUE(waitUntil([&] { return plane.slotsOf(spec.key()).has_value(); }));
+  const int slot = std::countr_zero(*plane.slotsOf(spec.key()));
+  ASSERT_TRUE(waitUntil([&] { return holds(idx, slot, 0); }));
+  EXPECT_TRUE(plane.stats(spec.key())->connected);
+  eng.queue(R"([{"event_id":2,"data":{"type":"removed","block_hashes":[-1]}}])");  // rejected
+  eng.queue("[" + engines::trtllmStoredJson(7, 0, {12}, t1, 16) + "]");
+  ASSERT_TRUE(waitUntil([&] { return holds(idx, slot, 500); }));
+  EXPECT_FALSE(holds(idx, slot, 0));  // cleared with the rejected answer
+  auto st = *plane.stats(spec.key());
+  EXPECT_EQ(st.decode_errors, 1u);
+  EXPECT_EQ(st.clears, 1u);
+  EXPECT_EQ(st.lost_batches, 0u);  // event 7 after the reset is a new baseline, not a gap
+  // Silent engine: every exchange times out; the source reads as disconnected.
+  eng.silent = true;
+  ASSERT_TRUE(waitUntil([&] { return !plane.stats(spec.key())->connected; }));
+  plane.stop();  // returns within a drain timeout (the test would hang otherwise)
 }
 
 // Specs the event plane cannot follow are refused without touching the index.
 TEST(EventPlane, InvalidSpecsAreRefused) {
   kv::KvIndex idx;
-  EventPlane plane(idx, EventPlaneOptions{10, 1 << 20, 1000});
+  EventPlane plane(idx, testOptions(1000));
   plane.start();
   SourceSpec ok{"127.0.0.1", 1, 1, ""};
   plane.setSources({SourceSpec{"", 5557, 1, ""}, SourceSpec{"127.0.0.1", 65535, 2, ""},

@@ -2,8 +2,9 @@
 //
 // A rule with kvExactMode 3 (single pool: every endpoint) or 1 (P/D: the prefill endpoints,
 // ep_role 1) names one publisher per endpoint at endpointIP:kvZmqPort (default 5557), with
-// kvDpRankCount ranks (default 1); only kvEngineType vllm so far (SGLang and TensorRT-LLM rules
-// are stored, not followed). Ports past 65535 and more than kv::kMaxWorkers ranks in all are
+// kvDpRankCount ranks (default 1); kvEngineType vllm and sglang over ZMQ, trtllm drained over HTTP
+// on the endpoint's serving port (the publisher key is then endpointIP:targetPort); llamacpp
+// publishes none.
 // refused (400). The inventory is keyed by that address and shared by every
 // rule naming it; two rules that name one address with a different kvEngineType, kvBlockSize,
 // kvDpRankCount or kvReplayPort conflict (400, naming both rules), since one inventory cannot be

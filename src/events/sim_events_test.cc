@@ -28,6 +28,15 @@ extern char** environ;
 namespace kvgate::events {
 namespace {
 
+// Fast polls, 1 MiB messages, the given receive high-water mark.
+EventPlaneOptions testOptions(int rcv_hwm) {
+  EventPlaneOptions o;
+  o.poll_ms = 10;
+  o.max_message_bytes = 1 << 20;
+  o.rcv_hwm = rcv_hwm;
+  return o;
+}
+
 struct Sim {  // a `kvgate sim` child process; stopped (SIGTERM, then waited for) on destruction
   pid_t pid = -1;
   nlohmann::json ready;
@@ -89,7 +98,7 @@ TEST(SimKvEvents, PublishedStreamMatchesVllmAndFillsTheIndex) {
   sub.set(zmq::sockopt::rcvtimeo, 200);
   sub.connect("tcp://127.0.0.1:" + std::to_string(kv_port));
   kv::KvIndex idx;
-  EventPlane plane(idx, EventPlaneOptions{10, 1 << 20, 1000});
+  EventPlane plane(idx, testOptions(1000));
   plane.start();
   SourceSpec spec{"127.0.0.1", kv_port, 1, "kv"};
   plane.setSources({spec});
@@ -170,7 +179,7 @@ TEST(SimKvEvents, EvictionsAndResetsReachTheIndex) {
   const std::string url = w.at("url").get<std::string>();
   const auto kv_port = w.at("kv_events_port").get<uint16_t>();
   kv::KvIndex idx;
-  EventPlane plane(idx, EventPlaneOptions{10, 1 << 20, 1000});
+  EventPlane plane(idx, testOptions(1000));
   plane.start();
   SourceSpec spec{"127.0.0.1", kv_port, 1, ""};
   plane.setSources({spec});

@@ -265,10 +265,9 @@ uint64_t KvIndex::scoreWithOverlay(const uint64_t* chain, size_t n, uint64_t can
     const int w = std::countr_zero(m);
     size_t k = overlap[static_cast<size_t>(w)];
     while (k < n) {
-      if (overlay.credited(chain[k], w, now_ns)) {
+      if (!((t->lookup(chain[k]) >> w) & 1)) {  // confirmed blocks are not speculative hits
+        if (!overlay.credited(chain[k], w, now_ns)) break;
         ++via_overlay;
-      } else if (!((t->lookup(chain[k]) >> w) & 1)) {
-        break;
       }
       ++k;
     }

@@ -282,7 +282,18 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
 
 // The validating parser decides when the streaming walk stopped on an error: is the body JSON?
 bool isValidJson(const char* data, size_t len) {
-  simdjson::dom::parser p(kMaxParseBytes);  // local: freed at once (this path is rare)
+  // One validating parser per thread (raw captures are checked on every chat request of a
+  // Tier 1.5 rule); it gives back what a large body made it allocate.
+  thread_local simdjson::dom::parser p(kMaxParseBytes);
+  struct Shrink {
+    simdjson::dom::parser& p;
+    ~Shrink() {
+      if (p.capacity() > kKeepParserBytes) {
+        auto e = p.allocate(kKeepParserBytes, p.max_depth());
+        (void)e;  // on failure the next parse allocates again
+      }
+    }
+  } shrink{p};
   simdjson::padded_string copy(data, len);
   simdjson::dom::element doc;
   auto e = p.parse(copy).get(doc);
@@ -330,14 +341,16 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
       out.has_prompt = false;  // the walk stopped part-way: no prompt key
     }
   }
-  // Raw captures (messages, chat-template members) were skipped over, not validated: a body is
-  // valid JSON only if they are (simdjson's validating parser; rare bytes, fast).
+  // Raw captures (messages, chat-template members) were skipped over, not validated. When they
+  // are not JSON to simdjson's validating parser (which also refuses what Python accepts, e.g.
+  // integers past 2^64), they are dropped: no Tier 1.5 key, and the engine judges the body.
   if (status == FactsStatus::kOk &&
       ((!out.messages_json.empty() &&
         !isValidJson(out.messages_json.data(), out.messages_json.size())) ||
        (!out.chat_extras_json.empty() && !isValidJson(("{" + out.chat_extras_json + "}").data(),
                                                       out.chat_extras_json.size() + 2)))) {
-    status = FactsStatus::kInvalidJson;
+    out.messages_json.clear();
+    out.chat_extras_json.clear();
     out.has_prompt = false;
   }
   if (status == FactsStatus::kOk && !out.messages_json.empty() &&

@@ -189,7 +189,7 @@ TEST(Facts, TokenIdsOnlyWhenThatIsAllThatIsNeeded) {
   EXPECT_EQ(f.prompt_token_ids, (std::vector<int64_t>{9}));
 }
 
-// Bug 5 of issue 9: a huge body does not leave the worker's parser holding ~6x its size.
+// Tier 1.5's chat rendering needs the template members besides "messages": captured raw.
 TEST(Facts, ChatTemplateFieldsAreCapturedRaw) {
   RequestFacts f;
   const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput;
@@ -222,19 +222,26 @@ TEST(Facts, ChatTemplateFieldsAreCapturedRaw) {
   EXPECT_EQ(g.chat_extras_json, R"("add_special_tokens":1)");
 }
 
-// Raw-captured members are validated: invalid bytes inside "messages" or a chat-template member
-// make the body invalid JSON under Tier 1.5's needs too.
+// Raw-captured members are validated: when "messages" or a chat-template member is not valid
+// JSON (or holds what simdjson refuses, like an integer past 2^64), the captures are dropped (no
+// Tier 1.5 key) and the body goes to the engine, which judges it.
 TEST(Facts, RawCapturesAreValidated) {
   RequestFacts f;
   const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput;
-  EXPECT_EQ(parse(R"({"messages":[{"role":"user","content":"hi"},]})", f, needs),
-            FactsStatus::kInvalidJson);
-  EXPECT_EQ(parse(R"({"messages":[],"add_generation_prompt":tru})", f, needs),
-            FactsStatus::kInvalidJson);
-  EXPECT_EQ(parse(R"({"messages":[],"tools":[{"a":}]})", f, needs), FactsStatus::kInvalidJson);
+  for (const char* body : {R"({"messages":[{"role":"user","content":"hi"},]})",
+                           R"({"messages":[],"add_generation_prompt":tru})",
+                           R"({"messages":[],"tools":[{"a":}]})",
+                           R"({"messages":[],"tools":[{"maximum":99999999999999999999}]})"}) {
+    EXPECT_EQ(parse(body, f, needs), FactsStatus::kOk) << body;
+    EXPECT_TRUE(f.messages_json.empty() && f.chat_extras_json.empty()) << body;
+    EXPECT_EQ(f.model, "");
+  }
   EXPECT_EQ(parse(R"({"messages":[],"tools":[{"a":1}]})", f, needs), FactsStatus::kOk);
+  EXPECT_EQ(f.messages_json, "[]");
+  EXPECT_EQ(f.chat_extras_json, R"("tools":[{"a":1}])");
 }
 
+// Bug 5 of issue 9: a huge body does not leave the worker's parser holding ~6x its size.
 TEST(Facts, ParserShrinksAfterAHugeBody) {
   std::string body = "{\"model\":\"m\",\"prompt\":\"" + std::string(8 << 20, 'x') + "\"}";
   body.reserve(body.size() + kFactsPadding);

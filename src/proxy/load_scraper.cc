@@ -1,13 +1,13 @@
 // LoadScraper: see load_scraper.h.
 #include "proxy/load_scraper.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
 #include "common/log.h"
 #include "engines/engine_metrics.h"
-#include "http/chunked.h"
-#include "http/parser.h"
+#include "http/async_fetch.h"
 
 namespace kvgate::proxy {
 
@@ -49,62 +49,17 @@ void LoadScraper::update(std::vector<ScrapeSpec> specs) {
 }
 
 asio::awaitable<bool> LoadScraper::scrapeOnce(const ScrapeSpec& s) {
-  auto ex = co_await asio::this_coro::executor;
-  tcp::socket sock(ex);
-  Deadline d(ex);
-  d.start([&sock] {
-    error_code ec;
-    sock.close(ec);
-  });
-  d.expireAfter(s.timeout);
-  error_code ec;
-  co_await sock.async_connect(tcp::endpoint(asio::ip::make_address(s.ep->ip, ec), s.ep->port),
-                              useEc(ec));
-  if (ec) co_return false;
-  const std::string req = "GET /metrics HTTP/1.1\r\nHost: " + s.ep->label +
-                          "\r\nUser-Agent: kvgate-scrape\r\nAccept: text/plain\r\n"
-                          "Connection: close\r\n\r\n";
-  co_await asio::async_write(sock, asio::buffer(req), useEc(ec));
-  std::string buf;
-  char tmp[16384];
-  http::ResponseHead rh;
-  http::ParseError perr;
-  int hn = 0;
-  while (!ec && (hn = http::parseResponseHead(buf.data(), buf.size(), 16384, "GET", rh, perr)) == 0) {
-    size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
-    buf.append(tmp, n);
-  }
-  if (hn <= 0 || rh.status != 200) co_return false;
-  std::string raw = buf.substr(static_cast<size_t>(hn)), body;
-  http::ChunkedScanner chunked;
-  bool done = false;
-  auto take = [&](const char* p, size_t n) {
-    if (rh.body_kind == http::BodyKind::kChunked) {
-      auto st = chunked.feed(p, n, &body);
-      if (st.error) return false;
-      done = st.done;
-    } else {
-      body.append(p, n);
-      done = rh.body_kind == http::BodyKind::kLength && body.size() >= rh.content_length;
-    }
-    return body.size() <= kMaxScrapeBody;
-  };
-  if (rh.body_kind == http::BodyKind::kLength && rh.content_length > kMaxScrapeBody) co_return false;
-  if (!take(raw.data(), raw.size())) co_return false;
-  while (!done) {
-    size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
-    if (n > 0 && !take(tmp, n)) co_return false;
-    if (ec) break;  // EOF ends an until-close body; a short length or chunked body fails below
-  }
-  d.stop();
-  if (!done && rh.body_kind != http::BodyKind::kUntilClose) co_return false;
-  if (rh.body_kind == http::BodyKind::kLength) body.resize(rh.content_length);
-  const engines::EngineLoad load = engines::parseEngineMetrics(body);
+  http::FetchResult r =
+      co_await http::fetchAsync(s.ep->ip, s.ep->port, "GET", "/metrics", s.timeout, kMaxScrapeBody);
+  if (!r.ok || r.status != 200) co_return false;
+  const engines::EngineLoad load = engines::parseEngineMetrics(r.body);
   auto& ep = *s.ep;
+  // Clamped before rounding: a hostile text cannot make a gauge overflow.
+  auto round = [](double v, double hi) { return std::llround(std::clamp(v, 0.0, hi)); };
   if (load.num_gpu_blocks) ep.kv_capacity_scraped.store(*load.num_gpu_blocks);
-  if (load.running) ep.engine_running.store(std::llround(*load.running));
-  if (load.waiting) ep.engine_waiting.store(std::llround(*load.waiting));
-  if (load.kv_usage) ep.kv_usage_ppm.store(std::llround(std::min(*load.kv_usage, 1.0) * 1e6));
+  if (load.running) ep.engine_running.store(round(*load.running, 1e12));
+  if (load.waiting) ep.engine_waiting.store(round(*load.waiting, 1e12));
+  if (load.kv_usage) ep.kv_usage_ppm.store(round(*load.kv_usage * 1e6, 1e6));
   co_return true;
 }
 

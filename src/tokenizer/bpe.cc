@@ -1,6 +1,8 @@
 // BPE model: loading tokenizer.json's vocab/merges and the merge loop. See bpe.h.
 #include "tokenizer/bpe.h"
 
+#include <algorithm>
+
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -52,16 +54,39 @@ struct PieceCache {
   std::vector<CacheSlot> slots{kSlots};
 };
 
+// Per thread, the piece caches of the last kMaxCaches models used (least recently used goes):
+// data-plane threads tokenize for any model a client names, so one cache per model ever seen
+// would grow without bound (each is ~5 MB once full).
 PieceCache& cacheFor(uint64_t uid) {
-  thread_local std::unordered_map<uint64_t, std::unique_ptr<PieceCache>> caches;
+  constexpr size_t kMaxCaches = 4;
+  struct Entry {
+    uint64_t uid = 0;
+    uint64_t used = 0;
+    std::unique_ptr<PieceCache> cache;
+  };
+  thread_local std::vector<Entry> caches;
+  thread_local uint64_t clock = 0;
   thread_local uint64_t last_uid = 0;
   thread_local PieceCache* last = nullptr;
-  if (uid == last_uid) return *last;
-  auto& p = caches[uid];
-  if (!p) p = std::make_unique<PieceCache>();
+  if (uid == last_uid && last) return *last;
+  Entry* e = nullptr;
+  for (auto& c : caches)
+    if (c.uid == uid) e = &c;
+  if (!e) {
+    if (caches.size() < kMaxCaches) {
+      caches.emplace_back();
+      e = &caches.back();
+    } else {
+      e = &*std::min_element(caches.begin(), caches.end(),
+                             [](const Entry& a, const Entry& b) { return a.used < b.used; });
+    }
+    e->uid = uid;
+    e->cache = std::make_unique<PieceCache>();
+  }
+  e->used = ++clock;
   last_uid = uid;
-  last = p.get();
-  return *p;
+  last = e->cache.get();
+  return *last;
 }
 
 }  // namespace

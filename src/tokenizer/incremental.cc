@@ -23,8 +23,8 @@ std::vector<uint32_t> IncrementalEncoder::encode(std::string_view text, bool add
     if (e.key != key) continue;
     const size_t n = std::min(e.text.size(), t.size());
     size_t l = 0;
-    // Whole 256-byte chunks with memcmp (vectorized), then the last bytes one by one; an entry
-    // that cannot beat the best so far is dropped at its first differing chunk.
+    // Whole 256-byte chunks with memcmp (vectorized), then the bytes of the first differing
+    // chunk one by one.
     constexpr size_t kChunk = 256;
     while (l + kChunk <= n && std::memcmp(e.text.data() + l, t.data() + l, kChunk) == 0) l += kChunk;
     while (l < n && e.text[l] == t[l]) ++l;

@@ -80,7 +80,7 @@ void RequestTokenizer::loaderLoop() {
       queue_.pop_front();
     }
     auto r = registry_.get(model);  // file I/O and parsing: on this thread only
-    bool ok = false;
+    bool ok = false, failed = false;
     if (r) {
       std::shared_ptr<const Map> cur = loaded_.load(std::memory_order_acquire);
       if (cur->size() < kMaxModels) {
@@ -95,7 +95,7 @@ void RequestTokenizer::loaderLoop() {
                                    std::to_string(kMaxModels) + " models loaded");
       }
     } else {
-      stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
+      failed = true;
       log::warn("tokenizer", "KV-exact routing cannot tokenize for " + model + ": " +
                                  r.error().what);
     }
@@ -105,6 +105,8 @@ void RequestTokenizer::loaderLoop() {
       if (failed_.size() >= kMaxModels) failed_.clear();  // bounded by client-chosen names
       failed_[model] = std::chrono::steady_clock::now();
     }
+    // Counted once the model is no longer queued: whoever sees the count may ask again at once.
+    if (failed) stats_.load_failures.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -164,6 +166,12 @@ TokensStatus RequestTokenizer::tokens(const routing::RequestFacts& f,
     out = encodeBounded(t, f.prompt_text, f.add_special_tokens.value_or(true), false);
     return TokensStatus::kOk;
   }
+  // Bounded work on the caller's event loop: a chat request larger than twice the text bound, or
+  // with more than kMaxMessages messages, is not rendered (a `tokenize` miss).
+  if (f.messages_json.size() + f.chat_extras_json.size() > 2 * opts_.max_bytes) {
+    stats_.too_large.fetch_add(1, std::memory_order_relaxed);
+    return TokensStatus::kFailed;
+  }
   std::string body;
   body.reserve(f.messages_json.size() + f.chat_extras_json.size() + 16);
   body.append("{\"messages\":").append(f.messages_json);
@@ -172,6 +180,10 @@ TokensStatus RequestTokenizer::tokens(const routing::RequestFacts& f,
   if (!jsonDepthWithin(body)) return TokensStatus::kFailed;
   auto j = nlohmann::ordered_json::parse(body, nullptr, false);
   if (j.is_discarded()) return TokensStatus::kFailed;
+  if (j["messages"].is_array() && j["messages"].size() > kMaxMessages) {
+    stats_.too_large.fetch_add(1, std::memory_order_relaxed);
+    return TokensStatus::kFailed;
+  }
   auto in = chatInputFromRequest(
       j, t->templateWantsContentParts() ? ContentFormat::kOpenAI : ContentFormat::kString);
   if (!in) return TokensStatus::kFailed;

@@ -14,7 +14,9 @@
 // about 32k English tokens, ~1.6 ms at 80 MB/s and ~20 ms for the worst 100 KB inputs measured
 // in docs/benchmarks.md) is tokenized: a longer text is cut at a space or newline near the
 // bound and the last kTailDrop ids are dropped (the cut can change how the final words split),
-// so only leading blocks are keyed. At most kMaxQueued models wait for loading, at most
+// so only leading blocks are keyed. A chat request whose raw messages and template fields exceed
+// twice the bound, or hold more than kMaxMessages messages, is not rendered at all (the render
+// and its JSON parse would otherwise cost the event loop time in proportion to the body). At most kMaxQueued models wait for loading, at most
 // kMaxModels are loaded. Chat texts up to kIncrementalMaxBytes use a per-thread incremental
 // encoder (tokenizer/incremental.h: turn N+1 reuses turn N's ids), at most two models per thread.
 #pragma once
@@ -45,6 +47,7 @@ class RequestTokenizer : public routing::PromptTokens {
   static constexpr size_t kMaxQueued = 64;
   static constexpr size_t kMaxModels = 256;
   static constexpr size_t kIncrementalMaxBytes = 64 * 1024;
+  static constexpr size_t kMaxMessages = 4096;  // chat messages rendered per request
 
   explicit RequestTokenizer(TokenizerRegistry& registry, RequestTokenizerOptions opts = {});
   ~RequestTokenizer() override;
@@ -60,7 +63,7 @@ class RequestTokenizer : public routing::PromptTokens {
   std::shared_ptr<const Tokenizer> find(std::string_view model) const;
 
   struct Stats {
-    std::atomic<uint64_t> loaded{0}, load_failures{0}, truncated{0}, queue_full{0};
+    std::atomic<uint64_t> loaded{0}, load_failures{0}, truncated{0}, queue_full{0}, too_large{0};
   };
   const Stats& stats() const { return stats_; }
   // Options from the environment (LOXILB_KV_TOKENIZE_MAX_BYTES: 1024..67108864).

@@ -21,6 +21,7 @@ constexpr size_t kKeepScratch = 64 * 1024;  // scratch elements kept per thread 
 // needs from it: the chain of the request evaluated last on this thread, by which stage.
 struct Scratch {
   std::vector<uint64_t> masks;
+  std::vector<uint8_t> connected;  // per candidate: its publisher's subscribers are connected
   std::vector<uint32_t> tokens;
   std::vector<uint64_t> chain;
   std::vector<LawCandidate> cands;
@@ -81,6 +82,7 @@ class KvExactStage : public Stage {
     // tokenizing or hashing, so a rule whose publishers are not (yet) followed costs no work.
     std::vector<uint64_t>& masks = sc.masks;
     masks.assign(c.size(), 0);
+    sc.connected.assign(c.size(), 0);
     uint64_t all = 0;
     bool warm = opts_.warmup_sec == 0, broken = false;
     const int64_t warm_before = clock_.nowNs() - int64_t{opts_.warmup_sec} * 1'000'000'000;
@@ -94,6 +96,7 @@ class KvExactStage : public Stage {
         continue;
       }
       masks[i] = it->second.bits;
+      sc.connected[i] = it->second.connected_ns >= 0;
       all |= masks[i];
       if (!c.excluded[i] && it->second.connected_ns >= 0 && it->second.connected_ns <= warm_before)
         warm = true;
@@ -178,7 +181,9 @@ class KvExactStage : public Stage {
     const uint64_t hit = hits_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (opts_.coldstart_seed_nth > 0 && hit % opts_.coldstart_seed_nth == 0) {
       for (size_t i = 0; i < c.size(); ++i) {
-        if (c.excluded[i] || masks[i] == 0) continue;
+        // Only a connected publisher is seeded: one whose events never arrive (a wrong port)
+        // would stay cold, and take every Nth hit, for good.
+        if (c.excluded[i] || masks[i] == 0 || !sc.connected[i]) continue;
         size_t held = 0;
         for (uint64_t m = masks[i]; m; m &= m - 1)
           held += index_.blocks(std::countr_zero(m));

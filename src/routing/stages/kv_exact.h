@@ -31,7 +31,7 @@
 // bound LOXILB_KV_TOKENIZE_MAX_BYTES (tokenizer/request_tokenizer.h). Bounds: at most 8192
 // leading blocks are hashed and scored. Endpoints sharing one address (one publisher key) are
 // not scored. Cold-start seeding (after the law, the seed's flowchart order): while a followed,
-// non-excluded endpoint holds fewer than LOXILB_KV_COLDSTART_MIN_BLOCKS blocks (default 16; the
+// connected, non-excluded endpoint holds fewer than LOXILB_KV_COLDSTART_MIN_BLOCKS blocks (default 16; the
 // sum over its DP ranks), every LOXILB_KV_COLDSTART_SEED_Nth hit (default 16, 0 disables) goes
 // to the lowest-index such endpoint instead (counted as a cold seed when that moves the pick).
 // Speculative insert (StageServices::kv_overlay, LOXILB_KV_SPECULATIVE_TTL_MS, default 2000, 0

@@ -1,0 +1,103 @@
+// fetchAsync: see async_fetch.h.
+#include "http/async_fetch.h"
+
+#include "http/chunked.h"
+#include "http/parser.h"
+
+namespace kvgate::http {
+
+asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::string method,
+                                        std::string target, std::chrono::milliseconds timeout,
+                                        size_t max_body) {
+  FetchResult res;
+  auto ex = co_await asio::this_coro::executor;
+  tcp::socket sock(ex);
+  Deadline d(ex);
+  d.start([&sock] {
+    error_code ec;
+    sock.close(ec);
+  });
+  d.expireAfter(timeout);
+  error_code ec;
+  const auto addr = asio::ip::make_address(host, ec);
+  if (ec) {
+    res.error = "not an IP address: " + host;
+    co_return res;
+  }
+  co_await sock.async_connect(tcp::endpoint(addr, port), useEc(ec));
+  if (ec) {
+    res.error = d.expired() ? "connect timed out" : "connect: " + ec.message();
+    co_return res;
+  }
+  res.connected = true;
+  const bool v6 = host.find(':') != std::string::npos;
+  const std::string req = method + " " + target + " HTTP/1.1\r\nHost: " +
+                          (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) +
+                          "\r\nUser-Agent: kvgate\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  co_await asio::async_write(sock, asio::buffer(req), useEc(ec));
+  if (ec) {
+    res.error = "send: " + ec.message();
+    co_return res;
+  }
+  res.sent = true;
+  std::string buf;
+  char tmp[16384];
+  ResponseHead rh;
+  ParseError perr;
+  int hn = 0;
+  while ((hn = parseResponseHead(buf.data(), buf.size(), 16384, method, rh, perr)) == 0) {
+    size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+    if (ec) {
+      res.error = d.expired() ? "timed out" : "read: " + ec.message();
+      co_return res;
+    }
+    buf.append(tmp, n);
+  }
+  if (hn < 0) {
+    res.error = std::string("bad response head: ") + perr.reason;
+    co_return res;
+  }
+  res.status = rh.status;
+  if (rh.body_kind == BodyKind::kLength && rh.content_length > max_body) {
+    res.error = "answer larger than " + std::to_string(max_body) + " bytes";
+    co_return res;
+  }
+  ChunkedScanner chunked;
+  bool done = rh.body_kind == BodyKind::kNone;
+  auto take = [&](const char* p, size_t n) {
+    if (rh.body_kind == BodyKind::kChunked) {
+      auto st = chunked.feed(p, n, &res.body);
+      if (st.error) return false;
+      done = st.done;
+    } else {
+      res.body.append(p, n);
+      if (rh.body_kind == BodyKind::kLength && res.body.size() >= rh.content_length) {
+        res.body.resize(rh.content_length);
+        done = true;
+      }
+    }
+    return res.body.size() <= max_body;
+  };
+  if (!done && !take(buf.data() + hn, buf.size() - static_cast<size_t>(hn))) {
+    res.error = "bad or oversized body";
+    co_return res;
+  }
+  while (!done) {
+    size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+    if (n > 0 && !take(tmp, n)) {
+      res.error = "bad or oversized body";
+      co_return res;
+    }
+    if (ec == asio::error::eof && rh.body_kind == BodyKind::kUntilClose && !d.expired()) {
+      done = true;  // the peer ended the body by closing
+    } else if (ec) {
+      res.error = d.expired() ? "timed out" : "read: " + ec.message();
+      co_return res;
+    }
+  }
+  d.stop();
+  res.ok = true;
+  co_return res;
+}
+
+}  // namespace kvgate::http
