@@ -193,18 +193,23 @@ void KvIndex::clear(int w, ApplyStats& st) {
 size_t KvIndex::engineHashes(int w, size_t offset, size_t limit,
                              std::vector<uint64_t>& out) const {
   const Worker& inv = inv_[static_cast<size_t>(w)];
-  U64Map seen;  // the store-order list may hold removed and repeated hashes
+  // Forward in store order, stopping once the page is full: a live hash's earlier entries are
+  // the stale ones its removals left (counted in `stale`), its live entry comes after them.
+  U64Map passed;  // live hashes with stale entries: how many of those were passed so far
   size_t n = 0;
-  // Newest first, so a re-stored hash is listed at its live (latest) position; then reversed.
-  std::vector<uint64_t> live;
-  for (auto it = inv.fifo.rbegin(); it != inv.fifo.rend(); ++it)
-    if (inv.engine_to_fp.contains(*it) && seen.insert(*it, 0).second) live.push_back(*it);
-  for (auto it = live.rbegin(); it != live.rend(); ++it) {
-    const uint64_t h = *it;
-    if (n >= offset && out.size() < limit) out.push_back(h);
-    ++n;
+  for (uint64_t h : inv.fifo) {
+    if (out.size() >= limit) break;
+    if (!inv.engine_to_fp.contains(h)) continue;
+    if (const uint64_t stale = inv.stale.valueOr(h, 0)) {
+      uint64_t* p = passed.insert(h, 0).first;
+      if (*p < stale) {
+        ++*p;
+        continue;
+      }
+    }
+    if (n++ >= offset) out.push_back(h);
   }
-  return n;
+  return inv.engine_to_fp.size();
 }
 
 void KvIndex::markStale(Worker& inv, uint64_t engine_hash) {

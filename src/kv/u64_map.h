@@ -17,6 +17,10 @@ class U64Map {
   size_t bytes() const { return cap_ * sizeof(Entry); }
 
   bool contains(uint64_t k) const { return const_cast<U64Map*>(this)->find(k) != nullptr; }
+  uint64_t valueOr(uint64_t k, uint64_t dflt) const {
+    const uint64_t* v = const_cast<U64Map*>(this)->find(k);
+    return v ? *v : dflt;
+  }
   uint64_t* find(uint64_t k) {
     if (k == 0) return has_zero_ ? &zero_value_ : nullptr;
     if (cap_ == 0) return nullptr;
