@@ -22,6 +22,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "../../tests/support/event_plane_options.h"
 #include "../../tests/support/test_util.h"
 #include "engines/trtllm.h"
 #include "engines/vllm_event_encoder.h"
@@ -30,14 +31,7 @@
 namespace kvgate::events {
 namespace {
 
-// Fast polls, 1 MiB messages, the given receive high-water mark.
-EventPlaneOptions testOptions(int rcv_hwm) {
-  EventPlaneOptions o;
-  o.poll_ms = 10;
-  o.max_message_bytes = 1 << 20;
-  o.rcv_hwm = rcv_hwm;
-  return o;
-}
+using kvgate::testing::testOptions;
 
 std::string goldenBatch(const std::string& name) {
   std::ifstream in(std::string(KVGATE_GOLDEN_DIR) + "/engine_vectors.json");

@@ -17,6 +17,7 @@
 #include <thread>
 #include <zmq.hpp>
 
+#include "../../tests/support/event_plane_options.h"
 #include "../../tests/support/test_util.h"
 #include "engines/vllm_events.h"
 #include "events/event_plane.h"
@@ -28,14 +29,7 @@ extern char** environ;
 namespace kvgate::events {
 namespace {
 
-// Fast polls, 1 MiB messages, the given receive high-water mark.
-EventPlaneOptions testOptions(int rcv_hwm) {
-  EventPlaneOptions o;
-  o.poll_ms = 10;
-  o.max_message_bytes = 1 << 20;
-  o.rcv_hwm = rcv_hwm;
-  return o;
-}
+using kvgate::testing::testOptions;
 
 struct Sim {  // a `kvgate sim` child process; stopped (SIGTERM, then waited for) on destruction
   pid_t pid = -1;

@@ -16,6 +16,18 @@ import { buildModelsDir } from '../../scripts/models_dir.mjs';
 const kvSample = (samples, name, source, extra = {}) => samples.find((s) => s.name === name &&
   s.labels.source === source && Object.entries(extra).every(([k, v]) => s.labels[k] === v));
 
+// Throwaway prompts to each worker until the gateway has applied a KV batch from each (PUB/SUB
+// joins asynchronously); `base` keeps different tests' prompts apart.
+async function joinSubscriptions(gw, workers, kvPort, base) {
+  let k = 1;
+  for (const w of workers) {
+    assert.ok(await waitFor(async () => {
+      await complete(w, base * k++, 16);
+      return (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_batches_total', `${w.host}:${kvPort}`)?.value ?? 0) > 0;
+    }, 15000, 100), `no KV batch from ${w.host}`);
+  }
+}
+
 async function complete(worker, first, n) {
   const prompt = Array.from({ length: n }, (_, i) => first + i);
   const res = await fetch(`${worker.url}/v1/completions`, {
@@ -423,13 +435,7 @@ test('Tier 1.5: speculative insert keeps a burst of siblings together', async (t
     const r = await api(gw.api, 'POST', LB_BASE,
       rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort } }));
     assert.equal(r.status, 200, r.text);
-    let k = 1;
-    for (const w of [a, b]) {
-      assert.ok(await waitFor(async () => {
-        await complete(w, 500000 * k++ + (arm === 'on' ? 0 : 250000), 16);
-        return (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_batches_total', `${w.host}:${kvPort}`)?.value ?? 0) > 0;
-      }, 15000, 100), `no KV batch from ${w.host}`);
-    }
+    await joinSubscriptions(gw, [a, b], kvPort, 500000 + (arm === 'on' ? 0 : 250000));
     const m0 = await scrapeMetrics(gw.api);
     const base = arm === 'on' ? 20000 : 30000;
     await Promise.all(Array.from({ length: 8 }, (_, i) => fetch(`http://127.0.0.1:${port}/v1/completions`, {
@@ -498,13 +504,7 @@ test('Tier 1.5 with SGLang events', async (t) => {
   const r = await api(gw.api, 'POST', LB_BASE,
     rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort, kvEngineType: 'sglang' } }));
   assert.equal(r.status, 200, r.text);
-  let k = 1;
-  for (const w of [a, b]) {
-    assert.ok(await waitFor(async () => {
-      await complete(w, 600000 * k++, 16);
-      return (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_batches_total', `${w.host}:${kvPort}`)?.value ?? 0) > 0;
-    }, 15000, 100), `no KV batch from ${w.host}`);
-  }
+  await joinSubscriptions(gw, [a, b], kvPort, 600000);
   const blocks = async (w) => kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${w.host}:${kvPort}`).value;
   const before = await blocks(b);
   await complete(b, 0, 64);
@@ -640,13 +640,7 @@ test('Tier 1.5 spills over its cap, seeds cold workers and counts misses', async
   const r = await api(gw.api, 'POST', LB_BASE,
     rule({ port, workers: [warm, cold], extraArgs: { name: 'law', kvExactMode: 3, kvZmqPort: kvPort, kvExactApiMode: 'completions' } }));
   assert.equal(r.status, 200, r.text);
-  let k = 1;
-  for (const w of [warm, cold]) {
-    assert.ok(await waitFor(async () => {
-      await complete(w, 900000 * k++, 16);
-      return (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_batches_total', `${w.host}:${kvPort}`)?.value ?? 0) > 0;
-    }, 15000, 100), `no KV batch from ${w.host}`);
-  }
+  await joinSubscriptions(gw, [warm, cold], kvPort, 900000);
   const blocks = async (w) => kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${w.host}:${kvPort}`).value;
   const wb = await blocks(warm);
   await complete(warm, 0, 160);  // 10 blocks: the warm worker is not cold

@@ -105,7 +105,9 @@ export function rule({ vip = '127.0.0.1', port, sel = 0, model, workers, extraAr
 }
 
 export async function simMetrics(worker) {
-  const res = await fetch(`${worker.url}/metrics`);
+  // One retry: a simulator with a short --keepalive-timeout-ms may close the pooled keep-alive
+  // connection just as fetch reuses it ("other side closed"); the retry opens a new one.
+  const res = await fetch(`${worker.url}/metrics`).catch(() => fetch(`${worker.url}/metrics`));
   const text = await res.text();
   const out = {};
   for (const line of text.split('\n')) {
