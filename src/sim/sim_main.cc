@@ -74,6 +74,9 @@ Timing (all delays are divided by --speedup):
 KV cache:
   --block-size N                tokens per KV block (default 16)
   --num-blocks N                KV capacity in blocks (default 4096)
+  --kv-cache-decode             blocks completed during decode (prompt + generated tokens) enter
+                                the cache and are published, as in vLLM (off by default: earlier
+                                benchmark figures assume prompt blocks only)
 Faults (also settable at runtime with POST /sim/fault):
   --fail-requests N             the next N inference requests fail (default 0)
   --fail-status S               HTTP status of those failures, 400..599 (default 500)
@@ -170,6 +173,10 @@ int parseArgs(int argc, char** argv, Options& o) {
     }
     if (flag == "--stamp-events") {
       o.cfg.stamp_events = true;
+      continue;
+    }
+    if (flag == "--kv-cache-decode") {
+      o.cfg.cache_decode = true;
       continue;
     }
     if (flag == "--kv-events") {

@@ -148,6 +148,24 @@ asio::awaitable<bool> Worker::acquireSlot(RequestCtx& c) {
   co_return !c.aborted();
 }
 
+void Worker::cacheDecodeBlocks(const std::string& model, const std::vector<uint32_t>& prompt,
+                               std::string_view generated) {
+  if (!cfg_.cache_decode || generated.empty()) return;
+  const size_t bs = cfg_.block_size;
+  std::vector<uint32_t> full = prompt;
+  const std::vector<uint32_t> gen = tokenizerFor(model).encode(generated, false);
+  full.insert(full.end(), gen.begin(), gen.end());
+  if (full.size() / bs <= prompt.size() / bs) return;  // no block completed during decode
+  // The prompt's blocks are still held by the request: only the decode blocks are new.
+  PrefixCache::Allocation ext = cache_.acquire(full);
+  if (kv_pub_) {
+    const size_t first = std::max(prompt.size() / bs, ext.cached_tokens / bs);
+    if (ext.keys.size() > first) kv_pub_->stored(full, ext.keys, first, ext.keys.size() - first);
+    kv_pub_->flush();
+  }
+  cache_.release(ext);
+}
+
 void Worker::releaseSlot() {
   if (waiters_.empty()) {
     if (running_ > 0) --running_;
@@ -366,6 +384,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       ++generation_tokens_;
       text += nextToken(i);
     }
+    cacheDecodeBlocks(in.model, in.prompt, text);
     ojson choice = {{"index", 0}};
     if (chat)
       choice["message"] = {{"role", "assistant"}, {"content", text}};
@@ -405,6 +424,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
                            http::jsonEscape(in.model) + "\",\"choices\":[";
   const int64_t first_tok = chat ? 1 : 0;
   const int64_t total = first_tok + ntok + (in.include_usage ? 1 : 0) + 1;
+  std::string generated;  // for the decode blocks (cfg.cache_decode)
   if (event_delay > 0) ++faults_injected_;
   for (int64_t e = 0; e < total; ++e) {
     const int64_t tok = e - first_tok;
@@ -429,7 +449,9 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
     } else if (is_token) {
       ++generation_tokens_;
       ev += head + (chat ? "{\"index\":0,\"delta\":{\"content\":\"" : "{\"index\":0,\"text\":\"");
-      ev += http::jsonEscape(nextToken(tok));
+      const std::string word = nextToken(tok);
+      if (cfg_.cache_decode) generated += word;
+      ev += http::jsonEscape(word);
       ev += chat ? "\"}" : "\"";
       ev += ",\"logprobs\":null,\"finish_reason\":";
       ev += tok == ntok - 1 ? "\"length\"" : "null";
@@ -452,6 +474,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       co_return;
     }
   }
+  cacheDecodeBlocks(in.model, in.prompt, generated);
   if (!co_await w.endStream()) {
     abortRequest(w);
     co_return;

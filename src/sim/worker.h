@@ -74,6 +74,8 @@ struct SimConfig {
   int64_t max_model_len = 32768;
   uint64_t keepalive_timeout_ms = 5000;  // idle keep-alive connections closed (uvicorn: 5 s)
   bool stamp_events = false;             // add "kvgate_sent_us" (send time) to each token event
+  bool cache_decode = false;             // --kv-cache-decode: blocks completed during decode
+                                         // enter the prefix cache (and KV events), as in vLLM
   KvEventsConfig kv_events;              // --kv-events*: publish vLLM KV events over ZMQ
   std::string kv_hash_seed;              // the process's PYTHONHASHSEED for block hashes
   FaultState faults;                     // initial faults
@@ -130,6 +132,10 @@ class Worker {
   asio::awaitable<bool> sleepFor(RequestCtx& c, double ms);
   asio::awaitable<bool> acquireSlot(RequestCtx& c);
   void releaseSlot();
+  // A finished request's blocks completed during decode (prompt + generated ids), cached and
+  // published like vLLM's (cfg.cache_decode).
+  void cacheDecodeBlocks(const std::string& model, const std::vector<uint32_t>& prompt,
+                         std::string_view generated);
 
   asio::io_context& io_;
   SimConfig cfg_;

@@ -694,3 +694,32 @@ test('Tier 1.5 spills over its cap, seeds cold workers and counts misses', async
   for (const reason of ['api_mode', 'text_empty', 'hashes', 'shallow'])
     assert.equal(await miss(reason), before[reason] + 1, reason);
 });
+
+// Blocks completed during decode (--kv-cache-decode): the prompt's tokens followed by the
+// generated ones fill new blocks, which the simulated engine caches and publishes as vLLM does.
+test('KV events: blocks completed during decode are published', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.34', '--port', '0', '--kv-events-port', String(kvPort), '--kv-cache-decode']);
+  t.after(() => sim.stop());
+  const [w] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort } }));
+  assert.equal(r.status, 200, r.text);
+  const blocks = async () => kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${w.host}:${kvPort}`)?.value ?? 0;
+  let k = 1;
+  assert.ok(await waitFor(async () => {
+    await complete(w, 1000000 * k++, 16);  // max_tokens 1: no block completes during decode
+    return (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_batches_total', `${w.host}:${kvPort}`)?.value ?? 0) > 0;
+  }, 15000, 100), 'no KV batch');
+  const before = await blocks();
+  // A 32-token prompt (2 blocks) and 64 generated tokens: at least 2 more blocks complete.
+  const res = await fetch(`${w.url}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 32 }, (_, j) => 3000000 + j), max_tokens: 64 }),
+  });
+  assert.equal(res.status, 200);
+  await res.arrayBuffer();
+  assert.ok(await waitFor(async () => (await blocks()) >= before + 4, 10000),
+    `decode blocks did not arrive: ${await blocks()} vs ${before} before`);
+});
