@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/json_depth.h"
+#include <simdjson.h>
 
 namespace kvgate::engines {
 
@@ -21,22 +21,26 @@ uint64_t trtllmBlockKey(const uint32_t* tokens, size_t n, uint64_t parent) {
 }
 
 namespace {
-using J = nlohmann::json;
+using J = nlohmann::json;  // (the simulator's encoder below)
+namespace dom = simdjson::dom;
 
-bool u64(const J& j, uint64_t& out) {
-  if (j.is_number_unsigned()) {
-    out = j.get<uint64_t>();
+// An unsigned 64-bit integer, exactly (simdjson reads integers as integers: a float, a negative
+// value or one past 2^64-1 is not accepted).
+bool u64(dom::element e, uint64_t& out) {
+  if (e.type() == dom::element_type::UINT64) return e.get_uint64().get(out) == simdjson::SUCCESS;
+  int64_t v = 0;
+  if (e.type() == dom::element_type::INT64 && e.get_int64().get(v) == simdjson::SUCCESS && v >= 0) {
+    out = static_cast<uint64_t>(v);
     return true;
   }
-  if (j.is_number_integer() && j.get<int64_t>() >= 0) {
-    out = static_cast<uint64_t>(j.get<int64_t>());
-    return true;
-  }
-  return false;  // negative, a float, or not a number
+  return false;
 }
-}  // namespace
 
-namespace {
+dom::parser& threadParser() {
+  thread_local dom::parser p(kMaxTrtllmAnswer);
+  return p;
+}
+
 bool decodeInto(std::string_view json, std::vector<TrtllmEvent>& out, std::string& err);
 }  // namespace
 
@@ -48,100 +52,116 @@ bool decodeTrtllmEvents(std::string_view json, std::vector<TrtllmEvent>& out, st
 }
 
 namespace {
+// simdjson's DOM (a compact tape, validated, depth-limited) rather than a node per value: a 16 MiB
+// answer costs tens of MiB, not hundreds.
 bool decodeInto(std::string_view json, std::vector<TrtllmEvent>& out, std::string& err) {
   if (json.size() > kMaxTrtllmAnswer) {
     err = "answer larger than 16 MiB";
     return false;
   }
-  if (!jsonDepthWithin(json)) {
-    err = "JSON nested too deeply";
-    return false;
-  }
-  J doc = J::parse(json, nullptr, false);
-  if (doc.is_discarded() || !doc.is_array()) {
+  dom::parser& parser = threadParser();
+  struct Shrink {  // the drain thread gives back what a large answer made it allocate
+    dom::parser& p;
+    ~Shrink() {
+      if (p.capacity() > (1u << 20)) {
+        auto e = p.allocate(1u << 20, p.max_depth());
+        (void)e;
+      }
+    }
+  } shrink{parser};
+  dom::element doc;
+  simdjson::padded_string copy(json.data(), json.size());
+  if (parser.parse(copy).get(doc) != simdjson::SUCCESS || !doc.is_array()) {
     err = "not a JSON array";
     return false;
   }
-  out.reserve(doc.size());
-  for (const J& item : doc) {
+  for (dom::element item : dom::array(doc)) {
     TrtllmEvent ev;
-    if (!item.is_object() || !item.contains("event_id") || !u64(item["event_id"], ev.event_id) ||
-        !item.contains("data") || !item["data"].is_object()) {
+    dom::object o;
+    dom::element id, data;
+    if (item.get_object().get(o) || o["event_id"].get(id) || !u64(id, ev.event_id) ||
+        o["data"].get(data) || !data.is_object()) {
       err = "an event without a non-negative integer event_id and a data object";
       return false;
     }
-    if (auto r = item.find("attention_dp_rank"); r != item.end() && !r->is_null()) {
-      uint64_t rank = 0;
-      if (!u64(*r, rank) || rank > 1024) {
+    dom::element rank;
+    if (!o["attention_dp_rank"].get(rank) && !rank.is_null()) {
+      uint64_t r = 0;
+      if (!u64(rank, r) || r > 1024) {
         err = "attention_dp_rank must be an integer 0..1024";
         return false;
       }
-      ev.rank = static_cast<int64_t>(rank);
+      ev.rank = static_cast<int64_t>(r);
     }
-    const J& d = item["data"];
-    const std::string type = d.contains("type") && d["type"].is_string() ? d["type"].get<std::string>() : "";
+    dom::object d = data.get_object().value_unsafe();
+    std::string_view type;
+    if (d["type"].get(type)) type = {};
     if (type == "stored") {
       ev.relevant = true;
       KvEvent& e = ev.event;
       e.kind = KvEvent::Kind::kStored;
-      if (auto p = d.find("parent_hash"); p != d.end() && !p->is_null()) {
-        if (!u64(*p, e.parent)) {
+      dom::element p;
+      if (!d["parent_hash"].get(p) && !p.is_null()) {
+        if (!u64(p, e.parent)) {
           err = "parent_hash must be an unsigned 64-bit integer or null";
           return false;
         }
         e.has_parent = true;
       }
-      auto blocks = d.find("blocks");
-      if (blocks == d.end() || !blocks->is_array()) {
+      dom::array blocks;
+      if (d["blocks"].get(blocks)) {
         err = "a stored event without a blocks array";
         return false;
       }
-      uint64_t extra_mix = 0;  // token_extra_id (multimodal): content the token ids do not show
-      for (const J& b : *blocks) {
+      for (dom::element b : blocks) {
         uint64_t h = 0;
-        if (!b.is_object() || !b.contains("block_hash") || !u64(b["block_hash"], h) ||
-            !b.contains("tokens") || !b["tokens"].is_array()) {
+        dom::object bo;
+        dom::element bh;
+        dom::array toks;
+        if (b.get_object().get(bo) || bo["block_hash"].get(bh) || !u64(bh, h) ||
+            bo["tokens"].get(toks)) {
           err = "a stored block without block_hash and tokens";
           return false;
         }
-        const size_t n = b["tokens"].size();
+        const size_t n = toks.size();
         if (e.block_hashes.empty()) e.block_size = static_cast<uint32_t>(n);
         if (n != e.block_size || n == 0 || n > 1'000'000) {
           err = "stored blocks of different or zero sizes";
           return false;
         }
-        for (const J& t : b["tokens"]) {
-          uint64_t id = 0;
-          if (!t.is_object() || !t.contains("token_id") || !u64(t["token_id"], id) ||
-              id > UINT32_MAX) {
+        uint64_t extra_mix = 0;  // token_extra_id (multimodal): content the token ids do not show
+        for (dom::element t : toks) {
+          dom::object to;
+          dom::element tid;
+          uint64_t tv = 0;
+          if (t.get_object().get(to) || to["token_id"].get(tid) || !u64(tid, tv) ||
+              tv > UINT32_MAX) {
             err = "a token without a token_id in 0..2^32-1";
             return false;
           }
-          e.token_ids.push_back(static_cast<uint32_t>(id));
+          e.token_ids.push_back(static_cast<uint32_t>(tv));
+          dom::element x;
           uint64_t extra = 0;
-          if (auto x = t.find("token_extra_id"); x != t.end() && !x->is_null()) {
-            if (!u64(*x, extra)) {
-              err = "token_extra_id must be a non-negative integer";
-              return false;
-            }
+          if (!to["token_extra_id"].get(x) && !x.is_null() && !u64(x, extra)) {
+            err = "token_extra_id must be a non-negative integer";
+            return false;
           }
           if (extra != 0) extra_mix = extra_mix * 0x9E3779B97F4A7C15ULL + extra + 1;
         }
         // A block with extra token ids never equals a text block (nor verifies as text).
         e.extras.push_back(BlockExtra{extra_mix});
-        extra_mix = 0;
         e.block_hashes.push_back(h);
       }
     } else if (type == "removed") {
       ev.relevant = true;
       KvEvent& e = ev.event;
       e.kind = KvEvent::Kind::kRemoved;
-      auto hs = d.find("block_hashes");
-      if (hs == d.end() || !hs->is_array()) {
+      dom::array hs;
+      if (d["block_hashes"].get(hs)) {
         err = "a removed event without block_hashes";
         return false;
       }
-      for (const J& h : *hs) {
+      for (dom::element h : hs) {
         uint64_t v = 0;
         if (!u64(h, v)) {
           err = "block_hashes must be unsigned 64-bit integers";
