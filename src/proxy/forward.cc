@@ -168,6 +168,9 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
   }
   routing::RequestContext rctx =
       requestContext(req.head, facts_parsed_ ? &facts_ : nullptr, route, source_key_);
+  chain_cache_.ready = false;
+  if (chain_cache_.chain.capacity() > 16384) std::vector<uint64_t>().swap(chain_cache_.chain);
+  rctx.chain_cache = &chain_cache_;
   excluded_.assign(n, false);
   const bool cb = route.rule.cb_enable;
   for (size_t i = 0; i < n; ++i) {  // the health mask every stage honours

@@ -6,13 +6,24 @@
 #include <cstdint>
 #include <iterator>
 #include <optional>
+#include <vector>
 
 #include "routing/request_facts.h"
 
 namespace kvgate::routing {
 
+// What a stage computed for a request on its first attempt and may reuse on a retry (the routing
+// pipeline runs again after an endpoint fails): kv_exact's prompt chain, so a retry does not
+// tokenize and hash again. Owned by the connection (capacity reused across requests).
+struct ChainCache {
+  std::vector<uint64_t> chain;
+  bool ready = false;
+};
+
 struct RequestContext {
   const RequestFacts* facts = nullptr;  // null when nothing was parsed
+  uint64_t run = 0;                     // a per-thread id of this request's routing (never 0)
+  ChainCache* chain_cache = nullptr;    // null: nothing is kept between attempts
   // XXH3 of model, cache_salt and the first K bytes of the rendered prompt (chwbl, gpuaware,
   // wrr_hash).
   std::optional<uint64_t> prefix_key;

@@ -27,6 +27,7 @@ struct Scratch {
   std::vector<LawCandidate> cands;
   std::vector<int> index_of;
   const RequestContext* ctx = nullptr;  // set when `chain` holds ctx's chain
+  uint64_t run = 0;                     // and that request's routing run
   const void* stage = nullptr;
   size_t n = 0;
 };
@@ -105,34 +106,45 @@ class KvExactStage : public Stage {
       return StageResult::fall(broken ? FallReason::kHashContract : FallReason::kNoWorker);
     if (!warm) return StageResult::fall(FallReason::kWarmup);
     // The chain of at most kMaxBlocks leading blocks (a huge prompt costs a bounded walk), in
-    // per-thread scratch that is released when a huge prompt grew it.
+    // per-thread scratch that is released when a huge prompt grew it; a retry of the same request
+    // takes it from the request's chain cache instead of tokenizing and hashing again.
     std::vector<uint32_t>& tokens = sc.tokens;
     std::vector<uint64_t>& chain = sc.chain;
-    tokens.clear();
-    if (ids_given) {
-      const size_t take = std::min(f->prompt_token_ids.size(), kMaxBlocks * opts_.block_size);
-      for (size_t i = 0; i < take; ++i) {
-        const int64_t t = f->prompt_token_ids[i];
-        if (t < 0 || t > UINT32_MAX) return StageResult::fall(FallReason::kHashes);
-        tokens.push_back(static_cast<uint32_t>(t));
-      }
+    size_t n = 0;
+    if (ctx.chain_cache && ctx.chain_cache->ready) {
+      chain = ctx.chain_cache->chain;
+      n = chain.size();
     } else {
-      if (!tokens_ || tokens_->tokens(*f, tokens) != TokensStatus::kOk)
-        return StageResult::fall(FallReason::kTokenize);
+      tokens.clear();
+      if (ids_given) {
+        const size_t take = std::min(f->prompt_token_ids.size(), kMaxBlocks * opts_.block_size);
+        for (size_t i = 0; i < take; ++i) {
+          const int64_t t = f->prompt_token_ids[i];
+          if (t < 0 || t > UINT32_MAX) return StageResult::fall(FallReason::kHashes);
+          tokens.push_back(static_cast<uint32_t>(t));
+        }
+      } else {
+        if (!tokens_ || tokens_->tokens(*f, tokens) != TokensStatus::kOk)
+          return StageResult::fall(FallReason::kTokenize);
+      }
+      const size_t blocks = std::min<size_t>(tokens.size() / opts_.block_size, kMaxBlocks);
+      chain.resize(blocks);
+      // The partition: a LoRA adapter named by the request (SGLang's lora_path, else a "model"
+      // that the publishers' events name as an adapter: vLLM selects adapters by model name) and
+      // the cache salt; the base model's partition otherwise.
+      std::string_view adapter = f->lora_adapter;
+      if (adapter.empty() && f->has_model) {
+        const std::shared_ptr<const kv::AdapterSet> loras = lookup_.adapters();
+        if (!loras->empty() && loras->count(std::string_view(f->model))) adapter = f->model;
+      }
+      n = kv::prefixChain(tokens.data(), blocks * opts_.block_size, opts_.block_size,
+                          kv::partitionRoot(adapter, f->cache_salt), chain.data(), blocks);
+      chain.resize(n);
+      if (ctx.chain_cache) {
+        ctx.chain_cache->chain.assign(chain.begin(), chain.end());
+        ctx.chain_cache->ready = true;
+      }
     }
-    const size_t blocks = std::min<size_t>(tokens.size() / opts_.block_size, kMaxBlocks);
-    chain.resize(blocks);
-    // The partition: a LoRA adapter named by the request (SGLang's lora_path, else a "model" that
-    // the publishers' events name as an adapter: vLLM selects adapters by model name) and the
-    // cache salt; the base model's partition otherwise.
-    std::string_view adapter = f->lora_adapter;
-    if (adapter.empty() && f->has_model) {
-      const std::shared_ptr<const kv::AdapterSet> loras = lookup_.adapters();
-      if (!loras->empty() && loras->count(std::string_view(f->model))) adapter = f->model;
-    }
-    const size_t n = kv::prefixChain(tokens.data(), blocks * opts_.block_size, opts_.block_size,
-                                     kv::partitionRoot(adapter, f->cache_salt), chain.data(),
-                                     blocks);
     std::array<uint32_t, kv::kMaxWorkers> overlap{};
     if (overlay_ && opts_.speculative_ttl_ms > 0) {
       const uint64_t via = index_.scoreWithOverlay(chain.data(), n, all, *overlay_,
@@ -143,6 +155,7 @@ class KvExactStage : public Stage {
     }
     if (tokens.capacity() > kKeepScratch) std::vector<uint32_t>().swap(tokens);
     sc.ctx = &ctx;  // chain (at most kMaxBlocks entries, never released) is this request's now
+    sc.run = ctx.run;
     sc.stage = this;
     sc.n = n;
     std::vector<LawCandidate>& cands = sc.cands;
@@ -202,7 +215,9 @@ class KvExactStage : public Stage {
   // (whichever stage chose it), for speculative_ttl_ms, if its publisher is followed.
   void observe(const RequestContext& ctx, int chosen) override {
     Scratch& sc = t_scratch;
-    if (!overlay_ || opts_.speculative_ttl_ms == 0 || sc.ctx != &ctx || sc.stage != this) return;
+    if (!overlay_ || opts_.speculative_ttl_ms == 0 || sc.ctx != &ctx || sc.run != ctx.run ||
+        sc.stage != this)
+      return;
     sc.ctx = nullptr;
     if (chosen < 0 || static_cast<size_t>(chosen) >= sc.masks.size() || sc.n == 0) return;
     const uint64_t m = sc.masks[static_cast<size_t>(chosen)];

@@ -26,6 +26,8 @@
 // (mode 0 rules have no kv_exact stage). Publishers whose events break the declared hash
 // contract (events/hash_contract.h) are not scored.
 //
+// A retry of the same request (the pipeline runs again after an endpoint failed) reuses the chain
+// its first attempt stored in RequestContext::chain_cache: no second tokenize or hash.
 // Knobs: kvBlockSize, kvZmqPort, kvExactApiMode, kvLbMode (rule) > LOXILB_KV_LB_MODE (env) >
 // hard; LOXILB_KV_MEAN_LOAD_FACTOR, LOXILB_KV_SPILL_RELIEF, LLB_KV_MIN_MATCH_TOKENS; the text
 // bound LOXILB_KV_TOKENIZE_MAX_BYTES (tokenizer/request_tokenizer.h). Bounds: at most 8192

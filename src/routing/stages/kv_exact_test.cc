@@ -310,6 +310,26 @@ TEST(KvExact, CapacitiesWeightTheHardLawCaps) {
   EXPECT_EQ(f.eps[1].state->kvCapacity(), 50.0);
 }
 
+// A retry of the same request reuses the chain its first attempt stored in the request's chain
+// cache (no tokenizing or hashing again): here the cache holds the chain of tokens 0..63 while the
+// facts say 1000..1063, so the pick follows the cache.
+TEST(KvExact, RetriesReuseTheRequestsChain) {
+  Fixture f;
+  ChainCache cache;
+  RequestContext ctx;
+  ctx.facts = &f.facts;
+  ctx.run = 1;
+  ctx.chain_cache = &cache;
+  CandidateSet c{f.eps, f.excluded};
+  EXPECT_EQ(f.stage->evaluate(ctx, c).index, 0);  // first attempt: computes and stores
+  ASSERT_TRUE(cache.ready);
+  EXPECT_EQ(cache.chain.size(), 4u);
+  for (auto& t : f.facts.prompt_token_ids) t += 1000;  // (what a fresh hash would now see)
+  EXPECT_EQ(f.stage->evaluate(ctx, c).index, 0);       // the retry uses the stored chain
+  cache.ready = false;
+  EXPECT_EQ(f.stage->evaluate(ctx, c).reason, FallReason::kNoWorker);  // recomputed: nobody
+}
+
 TEST(KvExact, OnlyExcludedHoldersIsTheExcludedReason) {
   Fixture f;
   f.excluded[0] = f.excluded[1] = true;  // the holders of 4 and 2 blocks; 10.0.0.3 holds none
