@@ -327,7 +327,11 @@ int serveMain(int argc, char** argv) {
 
   // api before control: control's destructor destroys suspended handler frames that use api.
   admin::Api api(
-      store, [&dp, &kv_plane] { return dp.renderMetrics() + kv_plane.renderMetrics(); },
+      store,
+      [&dp, &kv_plane, &prompt_tokens] {
+        return dp.renderMetrics() + kv_plane.renderMetrics() +
+               (prompt_tokens ? prompt_tokens->renderMetrics() : std::string());
+      },
       tokenizers.get());
   api.setInventory([&kv_plane](const std::string& key, int rank, size_t offset, size_t limit)
                        -> Result<admin::Api::KvInventory> {

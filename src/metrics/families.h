@@ -148,6 +148,11 @@ inline const Family kTokenizers{"kvgate_tokenizers", Type::kGauge,
 inline const Family kTokenizeRequests{"kvgate_tokenize_requests_total", Type::kCounter,
     "POST /kvgate/v1/tokenize calls on the management API, by outcome (ok, bad_request, "
     "no_tokenizer, error).", {"outcome"}};
+inline const Family kPromptTokenizer{"kvgate_kv_prompt_tokenizer_total", Type::kCounter,
+    "Tier 1.5's prompt tokenizer (serve --models-dir), by event: loaded (a model's tokenizer), "
+    "load_failed, truncated (a prompt cut at LOXILB_KV_TOKENIZE_MAX_BYTES), too_large (a chat "
+    "not rendered: over twice that bound or 4096 messages), queue_full (a load not queued).",
+    {"event"}};
 // clang-format on
 
 inline const std::vector<const Family*>& allFamilies() {
@@ -161,7 +166,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules,
-      &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kKvBlocks,
+      &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,
       &kKvSubscriberReconnects, &kKvHashChecks, &kKvHashContractBroken, &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};

@@ -7,6 +7,8 @@
 
 #include "common/json_depth.h"
 #include "common/log.h"
+#include "metrics/families.h"
+#include "metrics/text.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/incremental.h"
 
@@ -40,6 +42,18 @@ RequestTokenizerOptions RequestTokenizer::optionsFromEnv() {
                                  "' (not 1024..67108864); using " + std::to_string(o.max_bytes));
   }
   return o;
+}
+
+std::string RequestTokenizer::renderMetrics() const {
+  metrics::TextWriter w;
+  w.header(metrics::kPromptTokenizer);
+  for (auto [event, v] : {std::pair<const char*, uint64_t>{"loaded", stats_.loaded.load()},
+                          {"load_failed", stats_.load_failures.load()},
+                          {"truncated", stats_.truncated.load()},
+                          {"too_large", stats_.too_large.load()},
+                          {"queue_full", stats_.queue_full.load()}})
+    w.sample(metrics::kPromptTokenizer, {{"event", event}}, static_cast<double>(v));
+  return w.str();
 }
 
 uint32_t RequestTokenizer::needs() const {

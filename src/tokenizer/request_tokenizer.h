@@ -66,6 +66,8 @@ class RequestTokenizer : public routing::PromptTokens {
     std::atomic<uint64_t> loaded{0}, load_failures{0}, truncated{0}, queue_full{0}, too_large{0};
   };
   const Stats& stats() const { return stats_; }
+  // Prometheus text of kvgate_kv_prompt_tokenizer_total.
+  std::string renderMetrics() const;
   // Options from the environment (LOXILB_KV_TOKENIZE_MAX_BYTES: 1024..67108864).
   static RequestTokenizerOptions optionsFromEnv();
 

@@ -230,6 +230,9 @@ test('Tier 1.5: chat and text prompts are tokenized and routed by the cache', as
   }
   const m2 = await scrapeMetrics(gw.api);
   assert.equal(sent(m2, a) - sent(m1, a), 3, 'every text prompt sharing the document goes to a');
+  const ptok = (event) => m2.find((s) => s.name === 'kvgate_kv_prompt_tokenizer_total' && s.labels.event === event)?.value;
+  assert.equal(ptok('loaded'), 1);
+  assert.equal(ptok('load_failed'), 0);
   // Misses by reason: no model named; a model without tokenizer files.
   const modelEmpty = await fall('model_empty');
   assert.equal((await post(`http://127.0.0.1:${port}`, '/v1/completions', { prompt: text, max_tokens: 1 })).status, 200);
