@@ -720,53 +720,92 @@ void EventPlane::drainLoop() {
   sigset_t all;
   sigfillset(&all);
   pthread_sigmask(SIG_BLOCK, &all, nullptr);
-  // Every source is drained concurrently on this thread's own event loop; each exchange is
-  // bounded (drain_timeout_ms, kMaxTrtllmAnswer bytes), so a round ends within the timeout and
-  // stop() never waits longer.
+  // One coroutine per source on this thread's own event loop, each polling at its own pace (a
+  // silent engine slows only itself); at most kMaxDrainsInFlight exchanges at once (each may hold
+  // a 16 MiB answer); each exchange is bounded (drain_timeout_ms), so stop() waits at most that.
   asio::io_context io(1);
-  while (!stop_.load()) {
-    std::map<std::string, SourceSpec> specs;
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      specs = drain_specs_;
-    }
-    std::vector<DrainResult> round(specs.size());
-    size_t i = 0;
-    for (auto& [key, spec] : specs) {
-      DrainResult* res = &round[i++];
-      res->key = key;
-      asio::co_spawn(
-          io,
-          [](SourceSpec sp, DrainResult* out, int timeout_ms) -> asio::awaitable<void> {
-            http::FetchResult r = co_await http::fetchAsync(
-                sp.host, sp.port, "POST", "/kv_cache_events",
-                std::chrono::milliseconds(timeout_ms), engines::kMaxTrtllmAnswer);
-            out->reachable = r.ok && r.status == 200;
-            // Sent but not answered in full: the engine may have dropped events it answered.
-            out->lost = r.sent && !out->reachable;
-            if (out->reachable && !engines::decodeTrtllmEvents(r.body, out->events, out->error))
-              out->decoded = false;
-            if (!r.ok) out->error = r.error;
-          }(spec, res, opts_.drain_timeout_ms),
-          asio::detached);
-    }
-    io.run();
-    io.restart();
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      for (auto& res : round) {
-        if (drain_results_.size() >= kMaxDrainResults) {
-          // The event thread is far behind: what these answers held is lost (the drain already
-          // dropped it at the engine), so the source's inventory can no longer be trusted.
-          drain_lost_.insert(res.key);
-          continue;
-        }
-        drain_results_.push_back(std::move(res));
+  std::set<std::string> running;  // keys with a polling coroutine (this thread only)
+  int in_flight = 0;
+  auto poll = [this, &running, &in_flight](std::string key) -> asio::awaitable<void> {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    auto sleepMs = [&timer](int ms) -> asio::awaitable<void> {
+      timer.expires_after(std::chrono::milliseconds(ms));
+      error_code ec;
+      co_await timer.async_wait(useEc(ec));
+    };
+    while (!stop_.load()) {
+      SourceSpec spec;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        auto it = drain_specs_.find(key);
+        if (it == drain_specs_.end()) break;  // no longer followed
+        spec = it->second;
       }
+      while (in_flight >= kMaxDrainsInFlight && !stop_.load()) co_await sleepMs(10);
+      ++in_flight;
+      DrainResult res;
+      res.key = key;
+      // Until proven otherwise (an exception included): unreachable, and events lost.
+      res.reachable = false;
+      res.lost = true;
+      try {
+        http::FetchResult r = co_await http::fetchAsync(
+            spec.host, spec.port, "POST", "/kv_cache_events",
+            std::chrono::milliseconds(opts_.drain_timeout_ms), engines::kMaxTrtllmAnswer);
+        res.reachable = r.ok && r.status == 200;
+        // Sent but not answered in full: the engine may have dropped what it was answering. A
+        // complete non-200 answer delivered (and dropped) nothing.
+        res.lost = r.sent && !r.ok;
+        if (res.reachable && !engines::decodeTrtllmEvents(r.body, res.events, res.error))
+          res.decoded = false;
+        if (!r.ok) res.error = r.error;
+      } catch (const std::exception& e) {
+        res.events.clear();
+        res.decoded = false;
+        res.error = e.what();
+      }
+      --in_flight;
+      size_t bytes = 0;
+      for (const auto& ev : res.events)
+        bytes += ev.event.token_ids.size() * 4 + ev.event.block_hashes.size() * 8 + 64;
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (drain_results_.size() >= kMaxDrainResults ||
+            drain_queued_bytes_ + bytes > kMaxDrainQueuedBytes) {
+          // The event thread is far behind: if this answer took events (the drain already
+          // dropped them at the engine), the source's inventory can no longer be trusted.
+          if (res.lost || !res.events.empty() || !res.decoded) drain_lost_.insert(key);
+        } else {
+          res.bytes = bytes;
+          drain_queued_bytes_ += bytes;
+          drain_results_.push_back(std::move(res));
+        }
+      }
+      co_await sleepMs(opts_.drain_poll_ms);
     }
-    for (int waited = 0; waited < opts_.drain_poll_ms && !stop_.load(); waited += 10)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+    running.erase(key);
+  };
+  // The supervisor: starts a poller for each new drain source, until stop.
+  asio::co_spawn(
+      io,
+      [this, &running, &poll]() -> asio::awaitable<void> {
+        asio::steady_timer timer(co_await asio::this_coro::executor);
+        while (!stop_.load()) {
+          std::vector<std::string> keys;
+          {
+            std::lock_guard<std::mutex> g(mu_);
+            for (auto& [k, s] : drain_specs_) keys.push_back(k);
+          }
+          for (auto& k : keys)
+            if (running.insert(k).second)
+              asio::co_spawn(co_await asio::this_coro::executor, poll(k), asio::detached);
+          timer.expires_after(std::chrono::milliseconds(50));
+          error_code ec;
+          co_await timer.async_wait(useEc(ec));
+        }
+      },
+      asio::detached);
+  io.run();
 }
 
 // Event thread: applies what the drain thread fetched, through each rank's sequence rules (by
@@ -778,13 +817,7 @@ void EventPlane::serveDrainResults() {
     std::lock_guard<std::mutex> g(mu_);
     results.swap(drain_results_);
     lost.swap(drain_lost_);
-  }
-  for (const auto& key : lost) {
-    DrainResult r;
-    r.key = key;
-    r.reachable = true;
-    r.lost = true;
-    results.push_front(std::move(r));
+    drain_queued_bytes_ = 0;
   }
   for (auto& res : results) {
     auto it = sources_.find(res.key);
@@ -834,6 +867,18 @@ void EventPlane::serveDrainResults() {
       checkContract(src, rank);
       index_.apply(src.slots[rank], src.batch, src.st.apply);
       ++src.st.batches;
+    }
+    publishStats(src);
+  }
+  // Answers dropped because this thread fell behind (queued after every answer above, which are
+  // older): what they held is gone, so the source starts over. Connection state is untouched.
+  for (const auto& key : lost) {
+    auto it = sources_.find(key);
+    if (it == sources_.end()) continue;
+    Source& src = *it->second;
+    for (size_t r = 0; r < src.slots.size(); ++r) {
+      clearRank(src, r);
+      src.seq[r].reset();
     }
     publishStats(src);
   }

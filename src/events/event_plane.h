@@ -195,13 +195,17 @@ class EventPlane : public kv::WorkerLookup {
   struct DrainResult {
     std::string key;
     bool reachable = true, decoded = true, lost = false;
+    size_t bytes = 0;  // what its events hold (the queue's byte bound)
     std::vector<engines::TrtllmEvent> events;
     std::string error;
   };
   static constexpr size_t kMaxDrainResults = 256;
+  static constexpr size_t kMaxDrainQueuedBytes = 256u << 20;  // decoded events waiting
+  static constexpr int kMaxDrainsInFlight = 4;                 // exchanges at once
   std::map<std::string, SourceSpec> drain_specs_;  // under mu_
   std::deque<DrainResult> drain_results_;          // under mu_, at most kMaxDrainResults
   std::set<std::string> drain_lost_;               // under mu_: sources whose answers were lost
+  size_t drain_queued_bytes_ = 0;                  // under mu_
   std::thread drain_thread_;
   void drainLoop();
   void serveDrainResults();

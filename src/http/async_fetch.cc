@@ -45,17 +45,22 @@ asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::st
   ResponseHead rh;
   ParseError perr;
   int hn = 0;
-  while ((hn = parseResponseHead(buf.data(), buf.size(), 16384, method, rh, perr)) == 0) {
-    size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
-    if (ec) {
-      res.error = d.expired() ? "timed out" : "read: " + ec.message();
+  for (;;) {  // interim 1xx heads are skipped: the final answer follows
+    while ((hn = parseResponseHead(buf.data(), buf.size(), 16384, method, rh, perr)) == 0) {
+      size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+      if (ec) {
+        res.error = d.expired() ? "timed out" : "read: " + ec.message();
+        co_return res;
+      }
+      buf.append(tmp, n);
+    }
+    if (hn < 0) {
+      res.error = std::string("bad response head: ") + perr.reason;
       co_return res;
     }
-    buf.append(tmp, n);
-  }
-  if (hn < 0) {
-    res.error = std::string("bad response head: ") + perr.reason;
-    co_return res;
+    if (rh.status >= 200) break;
+    buf.erase(0, static_cast<size_t>(hn));
+    rh = ResponseHead{};
   }
   res.status = rh.status;
   if (rh.body_kind == BodyKind::kLength && rh.content_length > max_body) {

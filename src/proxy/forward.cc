@@ -168,8 +168,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
   }
   routing::RequestContext rctx =
       requestContext(req.head, facts_parsed_ ? &facts_ : nullptr, route, source_key_);
-  chain_cache_.ready = false;
-  if (chain_cache_.chain.capacity() > 16384) std::vector<uint64_t>().swap(chain_cache_.chain);
+  chain_cache_.ready = false;  // (at most 8192 entries: kv_exact's block bound)
   rctx.chain_cache = &chain_cache_;
   excluded_.assign(n, false);
   const bool cb = route.rule.cb_enable;

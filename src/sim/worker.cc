@@ -149,7 +149,7 @@ asio::awaitable<bool> Worker::acquireSlot(RequestCtx& c) {
 }
 
 void Worker::cacheDecodeBlocks(const std::string& model, const std::vector<uint32_t>& prompt,
-                               std::string_view generated) {
+                               size_t prompt_blocks_held, std::string_view generated) {
   if (!cfg_.cache_decode || generated.empty()) return;
   const size_t bs = cfg_.block_size;
   std::vector<uint32_t> full = prompt;
@@ -159,7 +159,10 @@ void Worker::cacheDecodeBlocks(const std::string& model, const std::vector<uint3
   // The prompt's blocks are still held by the request: only the decode blocks are new.
   PrefixCache::Allocation ext = cache_.acquire(full);
   if (kv_pub_) {
-    const size_t first = std::max(prompt.size() / bs, ext.cached_tokens / bs);
+    // From the first block the request did not already hold and publish: a prompt whose
+    // allocation stopped early (cache full) gets its remaining blocks published here too, so no
+    // decode block names a parent the subscriber never saw.
+    const size_t first = std::min(prompt_blocks_held, ext.cached_tokens / bs);
     if (ext.keys.size() > first) kv_pub_->stored(full, ext.keys, first, ext.keys.size() - first);
     kv_pub_->flush();
   }
@@ -384,7 +387,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       ++generation_tokens_;
       text += nextToken(i);
     }
-    cacheDecodeBlocks(in.model, in.prompt, text);
+    cacheDecodeBlocks(in.model, in.prompt, ctx.alloc.keys.size(), text);
     ojson choice = {{"index", 0}};
     if (chat)
       choice["message"] = {{"role", "assistant"}, {"content", text}};
@@ -474,7 +477,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       co_return;
     }
   }
-  cacheDecodeBlocks(in.model, in.prompt, generated);
+  cacheDecodeBlocks(in.model, in.prompt, ctx.alloc.keys.size(), generated);
   if (!co_await w.endStream()) {
     abortRequest(w);
     co_return;

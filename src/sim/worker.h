@@ -135,7 +135,7 @@ class Worker {
   // A finished request's blocks completed during decode (prompt + generated ids), cached and
   // published like vLLM's (cfg.cache_decode).
   void cacheDecodeBlocks(const std::string& model, const std::vector<uint32_t>& prompt,
-                         std::string_view generated);
+                         size_t prompt_blocks_held, std::string_view generated);
 
   asio::io_context& io_;
   SimConfig cfg_;

@@ -81,7 +81,11 @@ PieceCache& cacheFor(uint64_t uid) {
                              [](const Entry& a, const Entry& b) { return a.used < b.used; });
     }
     e->uid = uid;
-    e->cache = std::make_unique<PieceCache>();
+    if (e->cache) {  // reuse the evicted model's slots (no 5 MB allocation per model switch)
+      for (auto& slot : e->cache->slots) slot.used = false;
+    } else {
+      e->cache = std::make_unique<PieceCache>();
+    }
   }
   e->used = ++clock;
   last_uid = uid;

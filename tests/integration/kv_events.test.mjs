@@ -22,7 +22,7 @@ async function joinSubscriptions(gw, workers, kvPort, base) {
   let k = 1;
   for (const w of workers) {
     assert.ok(await waitFor(async () => {
-      await complete(w, base * k++, 16);
+      await complete(w, base + 10000000 * k++, 16);
       return (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_batches_total', `${w.host}:${kvPort}`)?.value ?? 0) > 0;
     }, 15000, 100), `no KV batch from ${w.host}`);
   }
