@@ -34,21 +34,22 @@ std::vector<SglangPageHash> sglangPageHashes(std::string_view parent,
   return out;
 }
 
-std::string encodeSglangBatch(double ts, const std::vector<SglangEventOut>& events,
+std::string encodeSglangBatch(double ts, const std::vector<VllmEventOut>& events,
                               int64_t attn_dp_rank) {
+  auto sint = [](uint64_t h) { return static_cast<int64_t>(h); };
   MsgpackWriter w;
   w.array(3);
   w.f64(ts);
   w.array(static_cast<uint32_t>(events.size()));
   for (const auto& e : events) {
     switch (e.kind) {
-      case SglangEventOut::Kind::kStored:
+      case VllmEventOut::Kind::kStored:
         w.array(7);
         w.str("BlockStored");
         w.array(static_cast<uint32_t>(e.block_hashes.size()));
-        for (int64_t h : e.block_hashes) w.sint(h);
+        for (uint64_t h : e.block_hashes) w.sint(sint(h));
         if (e.parent)
-          w.sint(*e.parent);
+          w.sint(sint(*e.parent));
         else
           w.nil();
         w.array(static_cast<uint32_t>(e.token_ids.size()));
@@ -57,14 +58,14 @@ std::string encodeSglangBatch(double ts, const std::vector<SglangEventOut>& even
         w.nil();  // lora_id
         w.str(e.medium);
         break;
-      case SglangEventOut::Kind::kRemoved:
+      case VllmEventOut::Kind::kRemoved:
         w.array(3);
         w.str("BlockRemoved");
         w.array(static_cast<uint32_t>(e.block_hashes.size()));
-        for (int64_t h : e.block_hashes) w.sint(h);
+        for (uint64_t h : e.block_hashes) w.sint(sint(h));
         w.str(e.medium);
         break;
-      case SglangEventOut::Kind::kCleared:
+      case VllmEventOut::Kind::kCleared:
         w.array(1);
         w.str("AllBlocksCleared");
         break;

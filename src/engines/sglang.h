@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engines/vllm_event_encoder.h"
+
 namespace kvgate::engines {
 
 struct SglangPageHash {
@@ -25,17 +27,10 @@ std::vector<SglangPageHash> sglangPageHashes(std::string_view parent,
                                              const std::vector<uint32_t>& tokens,
                                              uint32_t page_size);
 
-struct SglangEventOut {
-  enum class Kind : uint8_t { kStored, kRemoved, kCleared } kind = Kind::kStored;
-  std::vector<int64_t> block_hashes;
-  std::optional<int64_t> parent;
-  std::vector<uint32_t> token_ids;
-  uint32_t block_size = 16;
-  std::string medium = "GPU";
-};
-
-// [ts, [events...], attn_dp_rank], events positional as SGLang sends them.
-std::string encodeSglangBatch(double ts, const std::vector<SglangEventOut>& events,
+// [ts, [events...], attn_dp_rank], events positional as SGLang sends them: the same events as
+// vLLM's (engines/vllm_event_encoder.h), hashes and parents written as signed int64 (their
+// 64-bit two's complement), lora_id nil, no vLLM-only fields.
+std::string encodeSglangBatch(double ts, const std::vector<VllmEventOut>& events,
                               int64_t attn_dp_rank);
 
 }  // namespace kvgate::engines

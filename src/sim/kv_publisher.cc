@@ -238,19 +238,7 @@ void KvPublisher::flush() {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::string payload;
   if (cfg_.sglang) {
-    std::vector<engines::SglangEventOut> sg;
-    for (const auto& e : pending_) {
-      engines::SglangEventOut o;
-      o.kind = e.kind == engines::VllmEventOut::Kind::kStored    ? engines::SglangEventOut::Kind::kStored
-               : e.kind == engines::VllmEventOut::Kind::kRemoved ? engines::SglangEventOut::Kind::kRemoved
-                                                                 : engines::SglangEventOut::Kind::kCleared;
-      for (uint64_t h : e.block_hashes) o.block_hashes.push_back(static_cast<int64_t>(h));
-      if (e.parent) o.parent = static_cast<int64_t>(*e.parent);
-      o.token_ids = e.token_ids;
-      o.block_size = e.block_size;
-      sg.push_back(std::move(o));
-    }
-    payload = engines::encodeSglangBatch(ts, sg, 0);
+    payload = engines::encodeSglangBatch(ts, pending_, 0);
   } else {
     payload = engines::encodeVllmBatch(ts, pending_, 0, cfg_.encoding);
   }
