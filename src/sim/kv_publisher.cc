@@ -17,11 +17,13 @@ std::string randomHashSeed() {
   return s;
 }
 
-KvPublisher::KvPublisher(const KvEventsConfig& cfg, size_t block_size, std::string seed)
+KvPublisher::KvPublisher(const KvEventsConfig& cfg, size_t block_size, std::string seed,
+                         int dp_rank)
     : cfg_(cfg),
       block_size_(block_size),
       none_hash_(engines::vllmNoneHash(cfg.algo, seed)),
-      ctx_(std::make_unique<zmq::context_t>(1)) {}
+      ctx_(std::make_unique<zmq::context_t>(1)),
+      dp_rank_(dp_rank) {}
 
 KvPublisher::~KvPublisher() {
   stop_.store(true);
@@ -238,9 +240,9 @@ void KvPublisher::flush() {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::string payload;
   if (cfg_.sglang) {
-    payload = engines::encodeSglangBatch(ts, pending_, 0);
+    payload = engines::encodeSglangBatch(ts, pending_, dp_rank_);
   } else {
-    payload = engines::encodeVllmBatch(ts, pending_, 0, cfg_.encoding);
+    payload = engines::encodeVllmBatch(ts, pending_, dp_rank_, cfg_.encoding);
   }
   pending_.clear();
   const std::string seq = seqBytes(seq_);

@@ -58,11 +58,13 @@ struct KvEventsConfig {
   uint16_t replay_port = 0;      // first worker's replay ROUTER port (like `port`); 0 = no replay
   bool replay = false;           // --kv-events-replay-port given
   size_t replay_buffer = 10000;  // batches kept for replay
+  int dp_ranks = 1;              // --kv-events-dp-ranks: data-parallel engines per worker
 };
 
 class KvPublisher {
  public:
-  KvPublisher(const KvEventsConfig& cfg, size_t block_size, std::string seed);
+  // `dp_rank`: the data-parallel engine this publisher speaks for (the batches' third element).
+  KvPublisher(const KvEventsConfig& cfg, size_t block_size, std::string seed, int dp_rank = 0);
   ~KvPublisher();
   Result<uint16_t> bind(const std::string& host, uint16_t port);
   uint16_t port() const { return port_; }
@@ -95,6 +97,7 @@ class KvPublisher {
   std::vector<engines::VllmEventOut> pending_;
   std::unordered_map<uint64_t, uint64_t> engine_hash_;  // sim key -> published hash
   uint64_t drop_next_ = 0;
+  int dp_rank_ = 0;
   std::deque<std::string> drain_;  // TensorRT-LLM: queued events (JSON), at most replay_buffer
   // Replay: the ROUTER (its thread only) and the buffer (under buf_mu_).
   std::unique_ptr<zmq::socket_t> router_;

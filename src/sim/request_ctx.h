@@ -55,7 +55,7 @@ struct Worker::RequestCtx {
       if (it != worker.waiters_.end()) worker.waiters_.erase(it);
     }
     if (granted) worker.releaseSlot();
-    if (has_alloc) worker.cache_.release(alloc);
+    if (has_alloc) worker.ranks_[rank]->cache.release(alloc);
     worker.active_.erase(this);
   }
   bool aborted() const { return worker.stopping_ || watch->disconnected; }
@@ -67,6 +67,7 @@ struct Worker::RequestCtx {
   bool queued = false;
   bool granted = false;
   bool has_alloc = false;
+  size_t rank = 0;  // the data-parallel engine serving the request
   PrefixCache::Allocation alloc;
 };
 

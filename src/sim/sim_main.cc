@@ -66,6 +66,9 @@ Timing (all delays are divided by --speedup):
                                 worker on P; 0 = a free port each); the ready line gives
                                 "kv_replay_port"
   --kv-events-replay-buffer N   batches kept for replay (default 10000)
+  --kv-events-dp-ranks N        data-parallel engines per worker (1-16, default 1): each has its
+                                own --num-blocks cache and publisher on the event port + rank
+                                (replay port + rank); requests go to the ranks round-robin
   --kv-events-full-report       every store re-sends the prompt's blocks from block 0, cached ones
                                 included (vLLM's full report mode)
   --stamp-events                add "kvgate_sent_us" (wall-clock send time) to each token event,
@@ -230,7 +233,8 @@ int parseArgs(int argc, char** argv, Options& o) {
         " --default-max-tokens --max-model-len --fail-requests --fail-status --stall-ms"
         " --close-mid-stream-after --event-delay-ms --log-level --models-dir"
         " --kv-events-port --kv-events-topic --kv-events-encoding --kv-events-hash-algo"
-        " --kv-events-hash-seed --kv-events-replay-port --kv-events-replay-buffer ";
+        " --kv-events-hash-seed --kv-events-replay-port --kv-events-replay-buffer"
+        " --kv-events-dp-ranks ";
     bool known =
         flag.find(' ') == std::string::npos && kKnown.find(" " + flag + " ") != std::string::npos;
     if (!known) return usage("unknown flag '" + flag + "'");
@@ -325,6 +329,9 @@ int parseArgs(int argc, char** argv, Options& o) {
     } else if (flag == "--kv-events-replay-port") {
       ok = intArg(0, 65535, o.cfg.kv_events.replay_port);
       o.cfg.kv_events.replay = true;
+      o.cfg.kv_events.enabled = true;
+    } else if (flag == "--kv-events-dp-ranks") {
+      ok = intArg(1, 16, o.cfg.kv_events.dp_ranks);
       o.cfg.kv_events.enabled = true;
     } else if (flag == "--kv-events-replay-buffer") {
       ok = intArg(1, 1000000, o.cfg.kv_events.replay_buffer);

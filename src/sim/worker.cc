@@ -59,20 +59,28 @@ Worker::Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const F
       server_(
           io, [this](http::Request& r, http::ResponseWriter& w) { return handle(r, w); },
           serverOptions(cfg)),
-      cache_(cfg.block_size, cfg.num_blocks),
       faults_(cfg.faults),
       created_(unixNow()) {
   if (cfg_.models.empty()) cfg_.models.push_back("sim-model");
   if (cfg_.speedup <= 0) cfg_.speedup = 1.0;
   if (cfg_.max_concurrency == 0) cfg_.max_concurrency = 1;
-  if (cfg_.kv_events.enabled) {
-    kv_pub_ = std::make_unique<KvPublisher>(cfg_.kv_events, cfg_.block_size, cfg_.kv_hash_seed);
-    cache_.onEvict([this](uint64_t key) { kv_pub_->evicted(key); });
+  const int ranks = std::max(1, cfg_.kv_events.trtllm ? 1 : cfg_.kv_events.dp_ranks);
+  for (int r = 0; r < ranks; ++r) {
+    auto rank = std::make_unique<Rank>(cfg_.block_size, cfg_.num_blocks);
+    if (cfg_.kv_events.enabled) {
+      rank->pub = std::make_unique<KvPublisher>(cfg_.kv_events, cfg_.block_size,
+                                                cfg_.kv_hash_seed, r);
+      KvPublisher* pub = rank->pub.get();
+      rank->cache.onEvict([pub](uint64_t key) { pub->evicted(key); });
+    }
+    ranks_.push_back(std::move(rank));
   }
 }
 
-uint16_t Worker::kvEventsPort() const { return kv_pub_ ? kv_pub_->port() : 0; }
-uint16_t Worker::kvReplayPort() const { return kv_pub_ ? kv_pub_->replayPort() : 0; }
+uint16_t Worker::kvEventsPort() const { return ranks_[0]->pub ? ranks_[0]->pub->port() : 0; }
+uint16_t Worker::kvReplayPort() const {
+  return ranks_[0]->pub ? ranks_[0]->pub->replayPort() : 0;
+}
 
 Worker::~Worker() = default;
 
@@ -87,18 +95,21 @@ Result<uint16_t> Worker::listen(const std::string& host, uint16_t port) {
   if (r) {
     host_ = host;
     port_ = *r;
-    if (kv_pub_ && kv_pub_->port() == 0 && !cfg_.kv_events.trtllm) {
-      const uint16_t kv_port = cfg_.kv_events.port == 0 ? uint16_t{0}
-                               : cfg_.kv_events.same_port
-                                   ? cfg_.kv_events.port
-                                   : static_cast<uint16_t>(cfg_.kv_events.port + index_);
-      if (auto b = kv_pub_->bind(host, kv_port); !b) return tl::unexpected(b.error());
+    // Rank r publishes on the worker's event port + r (replay port + r), as vLLM's DP ranks do;
+    // with several workers on one address (no --hosts), worker i's ports start at port + i * ranks.
+    const size_t n = ranks_.size();
+    for (size_t r = 0; r < n; ++r) {
+      KvPublisher* pub = ranks_[r]->pub.get();
+      if (!pub || pub->port() != 0 || cfg_.kv_events.trtllm) continue;
+      auto portOf = [&](uint16_t base) -> uint16_t {
+        if (base == 0) return 0;
+        return static_cast<uint16_t>(base + (cfg_.kv_events.same_port ? 0 : index_ * n) + r);
+      };
+      if (auto b = pub->bind(host, portOf(cfg_.kv_events.port)); !b)
+        return tl::unexpected(b.error());
       if (cfg_.kv_events.replay) {
-        const uint16_t rp = cfg_.kv_events.replay_port == 0 ? uint16_t{0}
-                            : cfg_.kv_events.same_port
-                                ? cfg_.kv_events.replay_port
-                                : static_cast<uint16_t>(cfg_.kv_events.replay_port + index_);
-        if (auto b = kv_pub_->bindReplay(host, rp); !b) return tl::unexpected(b.error());
+        if (auto b = pub->bindReplay(host, portOf(cfg_.kv_events.replay_port)); !b)
+          return tl::unexpected(b.error());
       }
     }
   }
@@ -148,8 +159,9 @@ asio::awaitable<bool> Worker::acquireSlot(RequestCtx& c) {
   co_return !c.aborted();
 }
 
-void Worker::cacheDecodeBlocks(const std::string& model, const std::vector<uint32_t>& prompt,
-                               size_t prompt_blocks_held, std::string_view generated) {
+void Worker::cacheDecodeBlocks(Rank& rank, const std::string& model,
+                               const std::vector<uint32_t>& prompt, size_t prompt_blocks_held,
+                               std::string_view generated) {
   if (!cfg_.cache_decode || generated.empty()) return;
   const size_t bs = cfg_.block_size;
   std::vector<uint32_t> full = prompt;
@@ -157,8 +169,8 @@ void Worker::cacheDecodeBlocks(const std::string& model, const std::vector<uint3
   full.insert(full.end(), gen.begin(), gen.end());
   if (full.size() / bs <= prompt.size() / bs) return;  // no block completed during decode
   // The prompt's blocks are still held by the request: only the decode blocks are new.
-  PrefixCache::Allocation ext = cache_.acquire(full);
-  if (kv_pub_) {
+  PrefixCache::Allocation ext = rank.cache.acquire(full);
+  if (KvPublisher* kv_pub_ = rank.pub.get()) {
     // From the first block the request did not already hold and publish: a prompt whose
     // allocation stopped early (cache full) gets its remaining blocks published here too, so no
     // decode block names a parent the subscriber never saw.
@@ -166,7 +178,7 @@ void Worker::cacheDecodeBlocks(const std::string& model, const std::vector<uint3
     if (ext.keys.size() > first) kv_pub_->stored(full, ext.keys, first, ext.keys.size() - first);
     kv_pub_->flush();
   }
-  cache_.release(ext);
+  rank.cache.release(ext);
 }
 
 void Worker::releaseSlot() {
@@ -347,9 +359,12 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
     abortRequest(w);
     co_return;
   }
-  ctx.alloc = cache_.acquire(in.prompt);
+  ctx.rank = next_rank_++ % ranks_.size();
+  Rank& rank = *ranks_[ctx.rank];
+  ctx.alloc = rank.cache.acquire(in.prompt);
   ctx.has_alloc = true;
-  if (kv_pub_) {  // one batch per admitted request: evictions (collected above), then the store
+  if (KvPublisher* kv_pub_ = rank.pub.get()) {  // one batch per admitted request: evictions
+                                                // (collected above), then the store
     // vLLM's full report mode re-sends the blocks a request reuses, from block 0.
     const size_t first =
         cfg_.kv_events.full_report ? 0 : ctx.alloc.cached_tokens / cfg_.block_size;
@@ -387,7 +402,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       ++generation_tokens_;
       text += nextToken(i);
     }
-    cacheDecodeBlocks(in.model, in.prompt, ctx.alloc.keys.size(), text);
+    cacheDecodeBlocks(rank, in.model, in.prompt, ctx.alloc.keys.size(), text);
     ojson choice = {{"index", 0}};
     if (chat)
       choice["message"] = {{"role", "assistant"}, {"content", text}};
@@ -477,7 +492,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       co_return;
     }
   }
-  cacheDecodeBlocks(in.model, in.prompt, ctx.alloc.keys.size(), generated);
+  cacheDecodeBlocks(rank, in.model, in.prompt, ctx.alloc.keys.size(), generated);
   if (!co_await w.endStream()) {
     abortRequest(w);
     co_return;
@@ -522,17 +537,19 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
       co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", metricsText(), hdrs);
       co_return;
     }
-  } else if (p == "/kv_cache_events" && kv_pub_ && cfg_.kv_events.trtllm) {
+  } else if (p == "/kv_cache_events" && ranks_[0]->pub && cfg_.kv_events.trtllm) {
     if (post) {  // TensorRT-LLM's destructive drain
-      co_await w.send(200, "application/json", kv_pub_->drain(), hdrs);
+      co_await w.send(200, "application/json", ranks_[0]->pub->drain(), hdrs);
       co_return;
     }
   } else if (p == "/reset_prefix_cache") {
     if (post) {
-      cache_.clearUnreferenced();
-      if (kv_pub_) {  // AllBlocksCleared only when the cache really emptied
-        if (cache_.cachedBlocks() == 0) kv_pub_->cleared();
-        kv_pub_->flush();
+      for (auto& rank : ranks_) {
+        rank->cache.clearUnreferenced();
+        if (rank->pub) {  // AllBlocksCleared only when the cache really emptied
+          if (rank->cache.cachedBlocks() == 0) rank->pub->cleared();
+          rank->pub->flush();
+        }
       }
       co_await w.send(200, "", "", hdrs);
       co_return;

@@ -132,9 +132,16 @@ class Worker {
   asio::awaitable<bool> sleepFor(RequestCtx& c, double ms);
   asio::awaitable<bool> acquireSlot(RequestCtx& c);
   void releaseSlot();
+  // One data-parallel engine: its own prefix cache and KV-event publisher (--kv-events-dp-ranks;
+  // one by default). A request is served by one rank, chosen round-robin.
+  struct Rank {
+    Rank(size_t block_size, size_t blocks) : cache(block_size, blocks) {}
+    PrefixCache cache;
+    std::unique_ptr<KvPublisher> pub;  // set when cfg.kv_events.enabled
+  };
   // A finished request's blocks completed during decode (prompt + generated ids), cached and
   // published like vLLM's (cfg.cache_decode).
-  void cacheDecodeBlocks(const std::string& model, const std::vector<uint32_t>& prompt,
+  void cacheDecodeBlocks(Rank& rank, const std::string& model, const std::vector<uint32_t>& prompt,
                          size_t prompt_blocks_held, std::string_view generated);
 
   asio::io_context& io_;
@@ -143,8 +150,9 @@ class Worker {
   const Fleet* fleet_;
   http::Server server_;
   const Tokenizer& tokenizerFor(const std::string& model) const;
-  PrefixCache cache_;
-  std::unique_ptr<KvPublisher> kv_pub_;  // set when cfg.kv_events.enabled
+  std::vector<std::unique_ptr<Rank>> ranks_;
+  size_t next_rank_ = 0;
+  bool kvEvents() const { return cfg_.kv_events.enabled; }
   FaultState faults_;
   std::string host_;
   uint16_t port_ = 0;

@@ -68,14 +68,15 @@ Result<void> Worker::setFaults(const FaultState& next) {
     auto r = server_.resumeAccepting();
     if (!r) return tl::unexpected(r.error());
   }
-  if ((next.kv_drop_batches > 0 || next.kv_restart) && !kv_pub_)
+  if ((next.kv_drop_batches > 0 || next.kv_restart) && !kvEvents())
     return fail(400, "fault", "kv_drop_batches and kv_restart need --kv-events");
   faults_ = next;
-  if (kv_pub_) {  // actions, taken now
-    if (next.kv_drop_batches > 0) kv_pub_->dropNext(static_cast<uint64_t>(next.kv_drop_batches));
+  for (auto& rank : ranks_) {  // actions, taken now, on every data-parallel engine
+    if (!rank->pub) continue;
+    if (next.kv_drop_batches > 0) rank->pub->dropNext(static_cast<uint64_t>(next.kv_drop_batches));
     if (next.kv_restart) {
-      cache_.clearUnreferenced();  // a restarted engine starts with an empty cache
-      kv_pub_->restart();
+      rank->cache.clearUnreferenced();  // a restarted engine starts with an empty cache
+      rank->pub->restart();
     }
   }
   faults_.kv_drop_batches = 0;
@@ -208,7 +209,12 @@ std::string Worker::metricsText() const {
             "Number of requests in model execution batches.", labels, d(running_));
   addMetric(out, "vllm:num_requests_waiting", "gauge",
             "Number of requests waiting to be processed.", labels, d(waiters_.size()));
-  double usage = cache_.capacity() ? d(cache_.usedBlocks()) / d(cache_.capacity()) : 0.0;
+  size_t used = 0, capacity = 0;
+  for (const auto& rank : ranks_) {
+    used += rank->cache.usedBlocks();
+    capacity += rank->cache.capacity();
+  }
+  double usage = capacity ? d(used) / d(capacity) : 0.0;
   addMetric(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
             labels, usage);
   addMetric(out, "vllm:prefix_cache_queries_total", "counter",
@@ -223,11 +229,16 @@ std::string Worker::metricsText() const {
   addMetric(out, "vllm:request_success_total", "counter",
             "Count of successfully processed requests.", labels + ",finished_reason=\"length\"",
             d(request_success_));
+  // One sample per data-parallel engine under one HELP/TYPE.
   addMetric(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig",
-            "block_size=\"" + std::to_string(cache_.blockSize()) +
+            "block_size=\"" + std::to_string(ranks_[0]->cache.blockSize()) +
                 "\",enable_prefix_caching=\"True\",engine=\"0\",num_gpu_blocks=\"" +
-                std::to_string(cache_.capacity()) + "\"",
+                std::to_string(ranks_[0]->cache.capacity()) + "\"",
             1.0);
+  for (size_t r = 1; r < ranks_.size(); ++r)
+    out += "vllm:cache_config_info{block_size=\"" + std::to_string(ranks_[r]->cache.blockSize()) +
+           "\",enable_prefix_caching=\"True\",engine=\"" + std::to_string(r) +
+           "\",num_gpu_blocks=\"" + std::to_string(ranks_[r]->cache.capacity()) + "\"} 1\n";
   addMetric(out, "kvgate_sim_requests_total", "counter",
             "Inference requests received by the simulated worker.", labels, d(requests_total_));
   addMetric(out, "kvgate_sim_requests_aborted_total", "counter",

@@ -726,3 +726,52 @@ test('KV events: blocks completed during decode are published', async (t) => {
   assert.ok(await waitFor(async () => (await blocks()) >= before + 4, 10000),
     `decode blocks did not arrive: ${await blocks()} vs ${before} before`);
 });
+
+// Data parallelism: a worker with 2 DP engines (--kv-events-dp-ranks 2) publishes each rank's
+// events on the event port + rank; the gateway follows both (kvDpRankCount 2) as separate
+// inventories and scores the worker by its best rank.
+test('KV events: DP ranks publish separately and the worker is scored by its best rank', async (t) => {
+  let kvPort = await freePort('127.0.0.36');
+  if (kvPort > 65000) kvPort = 40000 + (kvPort % 20000);
+  const sim = await startSim(['--hosts', '127.0.0.35-36', '--port', '0', '--kv-events-port', String(kvPort),
+    '--kv-events-dp-ranks', '2']);
+  t.after(() => sim.stop());
+  const [a, b] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE,
+    rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort, kvDpRankCount: 2 } }));
+  assert.equal(r.status, 200, r.text);
+  const source = (w) => `${w.host}:${kvPort}`;
+  const m = async (w, name) => kvSample(await scrapeMetrics(gw.api), name, source(w))?.value ?? 0;
+  // Requests alternate between the ranks: two throwaway prompts reach both.
+  let k = 1;
+  for (const w of [a, b]) {
+    assert.ok(await waitFor(async () => {
+      await complete(w, 4000000 + 1000 * k++, 16);
+      return (await m(w, 'kvgate_kv_batches_total')) >= 2;
+    }, 15000, 100), `no KV batches from both ranks of ${w.host}`);
+  }
+  // Two 4-block prompts on b: one lands on each rank (round-robin), both are mirrored.
+  const before = await m(b, 'kvgate_kv_blocks');
+  await complete(b, 0, 64);
+  await complete(b, 100000, 64);
+  assert.ok(await waitFor(async () => (await m(b, 'kvgate_kv_blocks')) >= before + 8, 10000), 'both ranks\' blocks');
+  // Whichever rank holds each prefix, requests sharing it go to b.
+  const m0 = await scrapeMetrics(gw.api);
+  for (const first of [0, 100000]) {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 64 }, (_, j) => first + j).concat([7]), max_tokens: 1 }),
+    });
+    assert.equal(res.status, 200);
+    await res.arrayBuffer();
+  }
+  const m1 = await scrapeMetrics(gw.api);
+  const sent = (mm, w) => mm.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${w.host}:${w.port}`)
+    .reduce((x, s) => x + s.value, 0);
+  assert.equal(sent(m1, b) - sent(m0, b), 2);
+  // The engine's /metrics reports one cache per rank.
+  const text = await (await fetch(`${b.url}/metrics`)).text();
+  assert.equal((text.match(/^vllm:cache_config_info\{/gm) || []).length, 2);
+});
