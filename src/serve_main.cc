@@ -328,8 +328,9 @@ int serveMain(int argc, char** argv) {
   // api before control: control's destructor destroys suspended handler frames that use api.
   admin::Api api(
       store,
-      [&dp, &kv_plane, &prompt_tokens] {
+      [&dp, &kv_plane, &prompt_tokens, &store] {
         return dp.renderMetrics() + kv_plane.renderMetrics() +
+               kv_plane.renderRuleBlocks(store.rules()) +
                (prompt_tokens ? prompt_tokens->renderMetrics() : std::string());
       },
       tokenizers.get());

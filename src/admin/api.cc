@@ -5,6 +5,7 @@
 #include "common/json_depth.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "events/kv_sources.h"
 #include "metrics/text.h"
 #include "tokenizer/chat.h"
 
@@ -236,11 +237,9 @@ asio::awaitable<void> Api::kvInventory(http::Request& req, http::ResponseWriter&
     } else if (static_cast<int>(*rank) >= rank_count) {
       fail_with(404, "the rule has " + std::to_string(rank_count) + " DP rank(s)");
     } else {
-      // The publisher key as the event plane names it (events/kv_sources.cc): the event port,
-      // or for TensorRT-LLM (drained over HTTP) the endpoint's serving port.
-      const auto& ep = rule->endpoints[*ep_idx];
-      key = ep.ip + ":" +
-            std::to_string(engine == "trtllm" ? ep.port : sa.value("kvZmqPort", 5557));
+      // The publisher key as the event plane names it (events/kv_sources.cc).
+      key = events::publisherKey(*rule, *ep_idx);
+      if (key.empty()) fail_with(404, "the rule's engine publishes no KV events (llamacpp)");
     }
   }
   if (!key.empty() && inventory_in_flight_ >= 4) {

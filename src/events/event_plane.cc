@@ -16,6 +16,7 @@
 #include "engines/vllm_events.h"
 #include "http/async_fetch.h"
 #include "events/hash_contract.h"
+#include "events/kv_sources.h"
 #include "events/sequence.h"
 #include "metrics/text.h"
 
@@ -109,6 +110,25 @@ std::shared_ptr<const kv::WorkerMap> EventPlane::snapshot() const {
   return lookup_.load(std::memory_order_acquire);
 }
 
+std::string EventPlane::renderRuleBlocks(const std::vector<config::RuleSpec>& rules) const {
+  metrics::TextWriter w;
+  w.header(metrics::kPdKvBlocks);
+  std::lock_guard<std::mutex> g(mu_);
+  for (const auto& r : rules)
+    for (size_t i = 0; i < r.endpoints.size(); ++i) {
+      const std::string key = publisherKey(r, i);
+      if (key.empty()) continue;
+      auto it = slots_.find(key);
+      if (it == slots_.end()) continue;
+      uint64_t blocks = 0;
+      for (uint64_t m = it->second.bits; m; m &= m - 1) blocks += index_.blocks(std::countr_zero(m));
+      w.sample(metrics::kPdKvBlocks,
+               {{"service", r.name.empty() ? r.key() : r.name}, {"ep_idx", std::to_string(i)}},
+               static_cast<double>(blocks));
+    }
+  return w.str();
+}
+
 std::shared_ptr<const kv::AdapterSet> EventPlane::adapters() const {
   return adapters_.load(std::memory_order_acquire);
 }
@@ -192,6 +212,9 @@ std::string EventPlane::renderMetrics() const {
       w.sample(kKvHashChecks, {{"source", k}, {"result", result}}, static_cast<double>(n));
   }
   each(kKvHashContractBroken, [](const V& v) { return v.second.contract_broken ? 1 : 0; });
+  each(kKvEvicted, [](const V& v) { return v.second.apply.evicted_blocks; });
+  w.header(kKvLag);
+  for (auto& [k, v] : snap) w.sample(kKvLag, {{"source", k}}, v.second.lag_seconds);
   w.header(kKvRejected);
   for (auto& [k, v] : snap) {
     w.sample(kKvRejected, {{"source", k}, {"reason", "malformed"}},
@@ -466,6 +489,11 @@ bool EventPlane::applyPayload(Source& src, size_t rank, std::string_view payload
 
 void EventPlane::checkContract(Source& src, size_t rank) {
   noteAdapters(src);  // (called for every batch about to be applied)
+  if (src.batch.ts > 0) {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    src.st.lag_seconds = std::max(0.0, now - src.batch.ts);
+  }
   HashContract* c = src.contracts[rank].get();
   if (!c) return;
   const HashContract::Result r = c->check(src.batch);

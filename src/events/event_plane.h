@@ -43,6 +43,7 @@
 
 #include "common/clock.h"
 #include "common/result.h"
+#include "config/rule.h"
 #include "engines/trtllm.h"
 #include "kv/kv_index.h"
 #include "kv/worker_lookup.h"
@@ -108,6 +109,7 @@ struct SourceStats {
   bool contract_checked = false, contract_broken = false;
   bool connected = false;         // every rank's subscriber is connected (ZMQ socket monitor)
   uint64_t reconnects = 0;        // connections made after a rank's first
+  double lag_seconds = 0;         // wall clock minus the last applied batch's timestamp
   kv::ApplyStats apply;
 };
 
@@ -138,6 +140,8 @@ class EventPlane : public kv::WorkerLookup {
   std::vector<std::string> sourceKeys() const;
   // Prometheus text of the kvgate_kv_* families (any thread).
   std::string renderMetrics() const;
+  // loxilb_pd_kv_blocks{service,ep_idx} for the endpoints of `rules` (any thread).
+  std::string renderRuleBlocks(const std::vector<config::RuleSpec>& rules) const;
   // The engine block hashes one rank of a source holds, in store order ([offset, offset+limit)
   // of `total`). Asked of the event thread (the index's writer) and waited for up to `wait`:
   // call it off any event loop. Errors: 404 the source is not followed, 503 the event thread did

@@ -17,6 +17,16 @@ T argOr(const nlohmann::json& sa, const char* k, T dflt) {
 }
 }  // namespace
 
+std::string publisherKey(const config::RuleSpec& r, size_t ep_idx) {
+  const int mode = argOr<int>(r.service_args, "kvExactMode", 0);
+  const auto engine = argOr<std::string>(r.service_args, "kvEngineType", "vllm");
+  if ((mode != 1 && mode != 3) || ep_idx >= r.endpoints.size() || engine == "llamacpp") return "";
+  const auto& ep = r.endpoints[ep_idx];
+  if (mode == 1 && ep.role != 1) return "";
+  const int port = engine == "trtllm" ? ep.port : argOr<int>(r.service_args, "kvZmqPort", 5557);
+  return ep.ip + ":" + std::to_string(port);
+}
+
 Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& rules) {
   struct Seen {
     SourceSpec spec;

@@ -20,4 +20,9 @@ namespace kvgate::events {
 
 Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& rules);
 
+// The publisher key ("host:port") of endpoint `ep_idx` of a kvExactMode rule, as the event plane
+// names its source: endpointIP:kvZmqPort, or endpointIP:targetPort for TensorRT-LLM's drain; ""
+// when the rule follows no events for that endpoint (mode 0, a P/D decode endpoint, llamacpp).
+std::string publisherKey(const config::RuleSpec& rule, size_t ep_idx);
+
 }  // namespace kvgate::events

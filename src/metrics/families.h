@@ -125,6 +125,15 @@ inline const Family kKvHashChecks{"kvgate_kv_hash_checks_total", Type::kCounter,
 inline const Family kKvHashContractBroken{"kvgate_kv_hash_contract_broken", Type::kGauge,
     "1 when the source's last checked store broke the declared hash contract (Tier 1.5 then "
     "skips it: reason hash_contract), else 0.", {"source"}};
+inline const Family kKvEvicted{"kvgate_kv_evicted_blocks_total", Type::kCounter,
+    "Blocks the index dropped for its memory cap (LOXILB_KV_MAX_BLOCKS per worker, oldest first).",
+    {"source"}};
+inline const Family kKvLag{"kvgate_kv_event_lag_seconds", Type::kGauge,
+    "Age of the source's last applied batch when it was applied: the gateway's wall clock minus "
+    "the batch's timestamp (publisher clock; skew shows here), 0 when negative.", {"source"}};
+inline const Family kPdKvBlocks{"loxilb_pd_kv_blocks", Type::kGauge,
+    "KV blocks mirrored for each endpoint of a kvExactMode rule (all its DP ranks), under the "
+    "upstream gateway's name; service is the rule's name, else its key.", {"service", "ep_idx"}};
 inline const Family kKvRejected{"kvgate_kv_rejected_total", Type::kCounter,
     "KV-event messages rejected, nothing applied: reason malformed (frames) or decode (payload).",
     {"source", "reason"}};
@@ -169,7 +178,8 @@ inline const std::vector<const Family*>& allFamilies() {
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,
-      &kKvSubscriberReconnects, &kKvHashChecks, &kKvHashContractBroken, &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};
+      &kKvSubscriberReconnects, &kKvHashChecks, &kKvHashContractBroken, &kKvEvicted, &kKvLag,
+      &kPdKvBlocks, &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};
   return k;
 }
 

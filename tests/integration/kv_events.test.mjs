@@ -163,6 +163,13 @@ test('Tier 1.5: requests go to the worker that holds their prefix', async (t) =>
   assert.equal(t15('loxilb_pd_kv_tier15_fallthrough_total'), 1);
   assert.equal(t15('loxilb_pd_kv_tier15_spills_total'), 0);
   assert.equal(t15('loxilb_pd_kv_tier15_cold_seeds_total'), 0);
+  // Blocks per rule endpoint under upstream's name, memory-cap evictions and event lag.
+  const pd = (ep) => m3.find((s) => s.name === 'loxilb_pd_kv_blocks' && s.labels.ep_idx === ep)?.value;
+  assert.ok(pd('1') >= 4, `b's blocks ${pd('1')}`);
+  assert.equal(pd('1'), kvSample(m3, 'kvgate_kv_blocks', `${b.host}:${kvPort}`).value);
+  assert.equal(kvSample(m3, 'kvgate_kv_evicted_blocks_total', `${b.host}:${kvPort}`).value, 0);
+  const lag = kvSample(m3, 'kvgate_kv_event_lag_seconds', `${b.host}:${kvPort}`).value;
+  assert.ok(lag >= 0 && lag < 60, `lag ${lag}`);
 });
 
 // Text and chat prompts: the simulated engines tokenize with the model's real tokenizer and chat
