@@ -241,7 +241,7 @@ size_t KvIndex::score(const uint64_t* chain, size_t n, uint64_t candidates,
                       std::array<uint32_t, kMaxWorkers>& overlap) const {
   std::shared_ptr<const BlockTable> t = published_.load(std::memory_order_acquire);
   uint64_t alive = candidates;
-  constexpr size_t kAhead = 16;  // lookups in flight
+  constexpr size_t kAhead = 48;  // lookups in flight
   for (size_t i = 0; i < n && i < kAhead; ++i) t->prefetch(chain[i]);
   for (size_t i = 0; i < n; ++i) {
     if (i + kAhead < n) t->prefetch(chain[i + kAhead]);
