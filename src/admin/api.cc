@@ -221,11 +221,8 @@ asio::awaitable<void> Api::kvInventory(http::Request& req, http::ResponseWriter&
   if (rule) {
     const auto& sa = rule->service_args;
     const int mode = sa.value("kvExactMode", 0);
-    const std::string engine = sa.value("kvEngineType", std::string("vllm"));
     rank_count = sa.value("kvDpRankCount", 1);
-    algo = sa.value("kvHashAlgo", std::string(engine == "sglang"   ? "sha256_sglang"
-                                              : engine == "trtllm" ? "blockhash_trtllm"
-                                                                   : "sha256_cbor"));
+    algo = events::hashAlgoOf(*rule);
     if (*ep_idx >= rule->endpoints.size()) {
       fail_with(404, "rule " + *service + " has " + std::to_string(rule->endpoints.size()) +
                          " endpoint(s); no ep_idx " + std::to_string(*ep_idx));

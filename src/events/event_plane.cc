@@ -471,29 +471,40 @@ bool EventPlane::onMessage(Source& src, size_t rank) {
   return true;
 }
 
+// Counts (and logs the first of every 1000) a payload that did not decode: nothing applied.
+void EventPlane::noteDecodeError(Source& src) {
+  ++src.st.decode_errors;
+  if (src.logged_errors++ % 1000 == 0)
+    log::warn("events", "bad KV-event batch from " + src.spec.key() + " (" +
+                            std::to_string(src.st.decode_errors) + " so far): " + src.error);
+}
+
 // Decodes and applies one batch to the rank's inventory; false (counted) when it does not decode.
 bool EventPlane::applyPayload(Source& src, size_t rank, std::string_view payload) {
   if (!engines::decodeVllmBatch(payload, src.batch, src.error)) {
-    ++src.st.decode_errors;  // not applied
-    if (src.logged_errors++ % 1000 == 0)
-      log::warn("events", "bad KV-event batch from " + src.spec.key() + " (" +
-                              std::to_string(src.st.decode_errors) + " so far): " + src.error);
+    noteDecodeError(src);
     return false;
   }
-  checkContract(src, rank);
-  index_.apply(src.slots[rank], src.batch, src.st.apply);
-  ++src.st.batches;
-  src.st.unknown_events += src.batch.unknown_events;
+  applyBatch(src, rank);
   return true;
 }
 
-void EventPlane::checkContract(Source& src, size_t rank) {
-  noteAdapters(src);  // (called for every batch about to be applied)
+// The one way a decoded batch (src.batch) reaches the rank's inventory, whatever its transport:
+// adapter names, lag, the declared hash contract, then the index and the counters.
+void EventPlane::applyBatch(Source& src, size_t rank) {
+  noteAdapters(src);
   if (src.batch.ts > 0) {
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     src.st.lag_seconds = std::max(0.0, now - src.batch.ts);
   }
+  checkContract(src, rank);
+  index_.apply(src.slots[rank], src.batch, src.st.apply);
+  ++src.st.batches;
+  src.st.unknown_events += src.batch.unknown_events;
+}
+
+void EventPlane::checkContract(Source& src, size_t rank) {
   HashContract* c = src.contracts[rank].get();
   if (!c) return;
   const HashContract::Result r = c->check(src.batch);
@@ -532,7 +543,7 @@ void EventPlane::clearRank(Source& src, size_t rank) {
 void EventPlane::processLive(Source& src, size_t rank, uint64_t seq, std::string_view payload) {
   // A batch that does not decode is not applied and not counted as seen: the next shows a gap.
   if (!engines::decodeVllmBatch(payload, src.batch, src.error)) {
-    applyPayload(src, rank, payload);  // counts and logs the error
+    noteDecodeError(src);
     return;
   }
   Replay& rp = src.replay[rank];
@@ -564,10 +575,7 @@ void EventPlane::processLive(Source& src, size_t rank, uint64_t seq, std::string
     ++replays_running_;
     return;
   }
-  checkContract(src, rank);
-  index_.apply(src.slots[rank], src.batch, src.st.apply);
-  ++src.st.batches;
-  src.st.unknown_events += src.batch.unknown_events;
+  applyBatch(src, rank);
 }
 
 // One replay message: ["", topic?, seq, payload], or the end marker (last frame empty).
@@ -863,9 +871,8 @@ void EventPlane::serveDrainResults() {
       }
     }
     if (!res.decoded) {
-      ++src.st.decode_errors;
-      if (src.logged_errors++ % 1000 == 0)
-        log::warn("events", "bad KV-event drain answer from " + res.key + ": " + res.error);
+      src.error = res.error;
+      noteDecodeError(src);
     }
     // The drain is destructive: an answer lost after the request was sent, or rejected, took
     // events the index will never see. Start over from an empty inventory and a new baseline.
@@ -892,9 +899,7 @@ void EventPlane::serveDrainResults() {
       if (!ev.relevant) continue;
       src.batch.clear();
       src.batch.events.push_back(std::move(ev.event));
-      checkContract(src, rank);
-      index_.apply(src.slots[rank], src.batch, src.st.apply);
-      ++src.st.batches;
+      applyBatch(src, rank);
     }
     publishStats(src);
   }

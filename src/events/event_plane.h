@@ -165,6 +165,8 @@ class EventPlane : public kv::WorkerLookup {
   void checkReplayTimeouts();
   bool applyPayload(Source& src, size_t rank, std::string_view payload);
   void clearRank(Source& src, size_t rank);
+  void applyBatch(Source& src, size_t rank);     // src.batch into the rank's inventory
+  void noteDecodeError(Source& src);            // src.error: a payload that did not decode
   void checkContract(Source& src, size_t rank);  // src.batch against the declared contract
   void openDealer(Source& src, size_t rank);
   static constexpr size_t kDealer = 1000;  // poll owners: rank + kDealer = that rank's DEALER

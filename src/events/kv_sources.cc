@@ -27,6 +27,14 @@ std::string publisherKey(const config::RuleSpec& r, size_t ep_idx) {
   return ep.ip + ":" + std::to_string(port);
 }
 
+std::string hashAlgoOf(const config::RuleSpec& r) {
+  const auto engine = argOr<std::string>(r.service_args, "kvEngineType", "vllm");
+  return argOr<std::string>(r.service_args, "kvHashAlgo",
+                            engine == "sglang"   ? "sha256_sglang"
+                            : engine == "trtllm" ? "blockhash_trtllm"
+                                                 : "sha256_cbor");
+}
+
 Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& rules) {
   struct Seen {
     SourceSpec spec;
@@ -43,10 +51,7 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
     const auto engine = argOr<std::string>(r.service_args, "kvEngineType", "vllm");
     const auto block_size = argOr<int>(r.service_args, "kvBlockSize", 16);
     const auto replay = argOr<int>(r.service_args, "kvReplayPort", 0);
-    const auto algo = argOr<std::string>(r.service_args, "kvHashAlgo",
-                                         engine == "sglang"   ? "sha256_sglang"
-                                         : engine == "trtllm" ? "blockhash_trtllm"
-                                                              : "sha256_cbor");
+    const auto algo = hashAlgoOf(r);
     // vLLM and SGLang publish over ZMQ (SGLang's events are positional vLLM events with signed
     // hashes: one decoder); TensorRT-LLM is drained over HTTP on its serving port; llama.cpp
     // publishes none.

@@ -25,4 +25,8 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
 // when the rule follows no events for that endpoint (mode 0, a P/D decode endpoint, llamacpp).
 std::string publisherKey(const config::RuleSpec& rule, size_t ep_idx);
 
+// kvHashAlgo, else the engine's own algorithm (vllm sha256_cbor, sglang sha256_sglang, trtllm
+// blockhash_trtllm), as upstream derives it.
+std::string hashAlgoOf(const config::RuleSpec& rule);
+
 }  // namespace kvgate::events
