@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "common/env.h"
 #include "common/json_depth.h"
 #include "common/log.h"
 #include "metrics/families.h"
@@ -32,15 +33,9 @@ RequestTokenizer::~RequestTokenizer() {
 
 RequestTokenizerOptions RequestTokenizer::optionsFromEnv() {
   RequestTokenizerOptions o;
-  if (const char* v = std::getenv("LOXILB_KV_TOKENIZE_MAX_BYTES"); v && *v) {
-    char* end = nullptr;
-    long long x = std::strtoll(v, &end, 10);
-    if (*end == '\0' && x >= 1024 && x <= 64LL * 1024 * 1024)
-      o.max_bytes = static_cast<size_t>(x);
-    else
-      log::warn("tokenizer", std::string("ignoring LOXILB_KV_TOKENIZE_MAX_BYTES='") + v +
-                                 "' (not 1024..67108864); using " + std::to_string(o.max_bytes));
-  }
+  o.max_bytes = static_cast<size_t>(common::envInt("LOXILB_KV_TOKENIZE_MAX_BYTES", 1024,
+                                                   64LL * 1024 * 1024,
+                                                   static_cast<int64_t>(o.max_bytes)));
   return o;
 }
 

@@ -28,6 +28,10 @@ async function joinSubscriptions(gw, workers, kvPort, base) {
   }
 }
 
+// Requests the gateway answered through worker `w` (kvgate_requests_total, all statuses).
+const sentTo = (metrics, w) => metrics.filter((s) => s.name === 'kvgate_requests_total' &&
+  s.labels.endpoint === `${w.host}:${w.port}`).reduce((x, s) => x + s.value, 0);
+
 async function complete(worker, first, n) {
   const prompt = Array.from({ length: n }, (_, i) => first + i);
   const res = await fetch(`${worker.url}/v1/completions`, {
@@ -125,9 +129,7 @@ test('Tier 1.5: requests go to the worker that holds their prefix', async (t) =>
   const kvDecisions = m.filter((s) => s.name === 'kvgate_selector_decisions_total' && s.labels.selector === 'kv_exact')
     .reduce((x, s) => x + s.value, 0);
   assert.equal(kvDecisions, 6, JSON.stringify(m.filter((s) => s.name.startsWith('kvgate_selector_decisions') || s.name.startsWith('kvgate_routing_fallthrough'))));
-  const sent = (metrics, w) => metrics.filter((s) => s.name === 'kvgate_requests_total' &&
-    s.labels.endpoint === `${w.host}:${w.port}`).reduce((x, s) => x + s.value, 0);
-  assert.equal(sent(m, b), 6, 'not every request went to the warm worker');
+  assert.equal(sentTo(m, b), 6, 'not every request went to the warm worker');
   // The other way round: a different prefix cached on a (the first endpoint) goes to a.
   const aBlocks = () => scrapeMetrics(gw.api).then((mm) => kvSample(mm, 'kvgate_kv_blocks', `${a.host}:${kvPort}`).value);
   const aBefore = await aBlocks();
@@ -143,7 +145,7 @@ test('Tier 1.5: requests go to the worker that holds their prefix', async (t) =>
     await res.arrayBuffer();
   }
   const m2 = await scrapeMetrics(gw.api);
-  assert.equal(sent(m2, a), 4);
+  assert.equal(sentTo(m2, a), 4);
   // A prompt nobody holds is a miss: counted as no_worker, then the rule's round-robin decides.
   const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
@@ -217,15 +219,13 @@ test('Tier 1.5: chat and text prompts are tokenized and routed by the cache', as
     await post(`http://127.0.0.1:${port}`, '/v1/completions', { model: MODEL, prompt: 'hi', max_tokens: 1 });
     return (await fall('shallow')) > 0;
   }, 15000, 100), 'the gateway never loaded the tokenizer');
-  const sent = (metrics, w) => metrics.filter((s) => s.name === 'kvgate_requests_total' &&
-    s.labels.endpoint === `${w.host}:${w.port}`).reduce((x, s) => x + s.value, 0);
   const m0 = await scrapeMetrics(gw.api);
   for (let i = 0; i < 5; i++) {
     const res = await post(`http://127.0.0.1:${port}`, '/v1/chat/completions', chat(`question ${i}?`));
     assert.equal(res.status, 200, res.text);
   }
   const m1 = await scrapeMetrics(gw.api);
-  assert.equal(sent(m1, b) - sent(m0, b), 5, 'every chat sharing the system prompt goes to b');
+  assert.equal(sentTo(m1, b) - sentTo(m0, b), 5, 'every chat sharing the system prompt goes to b');
   // A completions text prompt cached on a goes to a.
   const text = Array.from({ length: 80 }, (_, i) => `line ${i} of the shared document`).join('\n');
   const aBefore = await blocks(a);
@@ -236,7 +236,7 @@ test('Tier 1.5: chat and text prompts are tokenized and routed by the cache', as
     assert.equal(res.status, 200, res.text);
   }
   const m2 = await scrapeMetrics(gw.api);
-  assert.equal(sent(m2, a) - sent(m1, a), 3, 'every text prompt sharing the document goes to a');
+  assert.equal(sentTo(m2, a) - sentTo(m1, a), 3, 'every text prompt sharing the document goes to a');
   const ptok = (event) => m2.find((s) => s.name === 'kvgate_kv_prompt_tokenizer_total' && s.labels.event === event)?.value;
   assert.equal(ptok('loaded'), 1);
   assert.equal(ptok('load_failed'), 0);
@@ -333,8 +333,6 @@ test('interop: events from an independent Python publisher route requests', asyn
   assert.ok(await waitFor(async () => (kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${b.host}:${kvPort}`)?.value ?? 0) === 4,
     15000, 100), 'the publisher\'s 4 blocks did not arrive');
   const m0 = await scrapeMetrics(gw.api);
-  const sent = (m, w) => m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${w.host}:${w.port}`)
-    .reduce((x, s) => x + s.value, 0);
   for (let i = 0; i < 6; i++) {
     const prompt = Array.from({ length: 64 }, (_, j) => 7000 + j).concat([i]);
     const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
@@ -345,7 +343,7 @@ test('interop: events from an independent Python publisher route requests', asyn
     await res.arrayBuffer();
   }
   const m1 = await scrapeMetrics(gw.api);
-  assert.equal(sent(m1, b) - sent(m0, b), 6, 'requests sharing the published blocks go to b');
+  assert.equal(sentTo(m1, b) - sentTo(m0, b), 6, 'requests sharing the published blocks go to b');
   const st = kvSample(m1, 'kvgate_kv_rejected_total', `${b.host}:${kvPort}`, { reason: 'decode' });
   assert.equal(st?.value ?? 0, 0, 'the independent publisher\'s batches all decoded');
   // The inventory route lists the publisher's own hashes (compared as text: they exceed 2^53).
@@ -453,9 +451,7 @@ test('Tier 1.5: speculative insert keeps a burst of siblings together', async (t
       body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 64 }, (_, j) => base + j).concat([i]), max_tokens: 1 }),
     }).then(async (res) => { assert.equal(res.status, 200); await res.arrayBuffer(); })));
     const m1 = await scrapeMetrics(gw.api);
-    const sent = (m, w) => m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${w.host}:${w.port}`)
-      .reduce((x, s) => x + s.value, 0);
-    splits[arm] = [sent(m1, a) - sent(m0, a), sent(m1, b) - sent(m0, b)];
+      splits[arm] = [sentTo(m1, a) - sentTo(m0, a), sentTo(m1, b) - sentTo(m0, b)];
     const tier15 = (m) => m.find((s) => s.name === 'loxilb_pd_kv_tier15_hits_total')?.value ?? 0;
     splits[arm].push(tier15(m1) - tier15(m0));
     if (arm === 'on') {
@@ -529,9 +525,7 @@ test('Tier 1.5 with SGLang events', async (t) => {
     await res.arrayBuffer();
   }
   const m1 = await scrapeMetrics(gw.api);
-  const sent = (m, w) => m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${w.host}:${w.port}`)
-    .reduce((x, s) => x + s.value, 0);
-  assert.equal(sent(m1, b) - sent(m0, b), 4, 'requests sharing b\'s pages go to b');
+  assert.equal(sentTo(m1, b) - sentTo(m0, b), 4, 'requests sharing b\'s pages go to b');
   const checks = (result) => kvSample(m1, 'kvgate_kv_hash_checks_total', `${b.host}:${kvPort}`, { result })?.value ?? 0;
   assert.ok(checks('ok') >= 4, `SGLang page hashes verified: ${checks('ok')}`);
   assert.equal(checks('mismatch'), 0);
@@ -574,9 +568,7 @@ test('Tier 1.5 with TensorRT-LLM\'s HTTP drain', async (t) => {
     await res.arrayBuffer();
   }
   const m1 = await scrapeMetrics(gw.api);
-  const sent = (m, w) => m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === src(w))
-    .reduce((x, s) => x + s.value, 0);
-  assert.equal(sent(m1, b) - sent(m0, b), 4, 'requests sharing b\'s blocks go to b');
+  assert.equal(sentTo(m1, b) - sentTo(m0, b), 4, 'requests sharing b\'s blocks go to b');
   const checks = (result) => kvSample(m1, 'kvgate_kv_hash_checks_total', src(b), { result })?.value ?? 0;
   assert.ok(checks('ok') >= 4, `TensorRT-LLM block keys verified: ${checks('ok')}`);
   assert.equal(checks('mismatch'), 0);
@@ -660,15 +652,13 @@ test('Tier 1.5 spills over its cap, seeds cold workers and counts misses', async
     method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 64 }, (_, j) => first + j).concat([i]), max_tokens: 1 }),
   }).then(async (res) => { assert.equal(res.status, 200); await res.arrayBuffer(); });
-  const sent = (m, w) => m.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${w.host}:${w.port}`)
-    .reduce((x, s) => x + s.value, 0);
   const t15 = (m, name, labels = {}) => m.find((s) => s.name === name && s.labels.service === 'law' &&
     Object.entries(labels).every(([a, b]) => s.labels[a] === b))?.value ?? 0;
   // Hits 1-3 go to the warm worker, hit 4 is seeded to the cold one.
   const m0 = await scrapeMetrics(gw.api);
   for (let i = 0; i < 4; i++) await send(i);
   const m1 = await scrapeMetrics(gw.api);
-  assert.deepEqual([sent(m1, warm) - sent(m0, warm), sent(m1, cold) - sent(m0, cold)], [3, 1]);
+  assert.deepEqual([sentTo(m1, warm) - sentTo(m0, warm), sentTo(m1, cold) - sentTo(m0, cold)], [3, 1]);
   assert.equal(t15(m1, 'loxilb_pd_kv_tier15_cold_seeds_total'), 1);
   assert.equal(t15(m1, 'loxilb_pd_kv_tier15_hits_total'), 4);
   // Spill: a prefix only the warm worker holds (the seed gave the cold one the first); one request
@@ -686,7 +676,7 @@ test('Tier 1.5 spills over its cap, seeds cold workers and counts misses', async
   const m2 = await scrapeMetrics(gw.api);
   await send(11, 3000);
   const m3 = await scrapeMetrics(gw.api);
-  assert.equal(sent(m3, cold) - sent(m2, cold), 1, 'the request over the cap did not spill');
+  assert.equal(sentTo(m3, cold) - sentTo(m2, cold), 1, 'the request over the cap did not spill');
   assert.equal(t15(m3, 'loxilb_pd_kv_tier15_spills_total'), 1);
   await stalled;
   // Misses by reason: a chat request (kvExactApiMode completions), no prompt, token ids out of
@@ -775,9 +765,7 @@ test('KV events: DP ranks publish separately and the worker is scored by its bes
     await res.arrayBuffer();
   }
   const m1 = await scrapeMetrics(gw.api);
-  const sent = (mm, w) => mm.filter((s) => s.name === 'kvgate_requests_total' && s.labels.endpoint === `${w.host}:${w.port}`)
-    .reduce((x, s) => x + s.value, 0);
-  assert.equal(sent(m1, b) - sent(m0, b), 2);
+  assert.equal(sentTo(m1, b) - sentTo(m0, b), 2);
   // The engine's /metrics reports one cache per rank.
   const text = await (await fetch(`${b.url}/metrics`)).text();
   assert.equal((text.match(/^vllm:cache_config_info\{/gm) || []).length, 2);

@@ -7,11 +7,14 @@
 #include <map>
 #include <vector>
 
+#include "common/env.h"
 #include "common/log.h"
 #include "kv/fingerprint.h"
 
 namespace kvgate::routing {
 namespace {
+
+using common::envInt;
 
 // Blocks of a prompt that are scored (128k tokens at block size 16); the rest is not looked at.
 constexpr size_t kMaxBlocks = 8192;
@@ -244,19 +247,6 @@ class NoKvStage : public Stage {
   }
 };
 
-int64_t envInt(const char* name, int64_t lo, int64_t hi, int64_t dflt) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return dflt;
-  char* end = nullptr;
-  long long x = std::strtoll(v, &end, 10);
-  if (*end != '\0' || x < lo || x > hi) {
-    log::warn("routing", std::string("ignoring ") + name + "='" + v + "' (not " +
-                             std::to_string(lo) + ".." + std::to_string(hi) + "); using " +
-                             std::to_string(dflt));
-    return dflt;
-  }
-  return x;
-}
 
 }  // namespace
 
