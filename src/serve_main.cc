@@ -10,6 +10,7 @@
 
 #include "admin/api.h"
 #include "admin/rule_store.h"
+#include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "events/event_plane.h"
@@ -239,18 +240,6 @@ void applyEnvironment(proxy::ProxyOptions& opts, const std::string& api_host) {
                            "rules (bind 127.0.0.1 unless this is intended)");
 }
 
-// LOXILB_KV_MAX_BLOCKS: the KV index's cap per worker inventory (default 1,000,000).
-size_t kvMaxBlocks() {
-  constexpr uint64_t kDefault = 1'000'000;
-  const char* v = std::getenv("LOXILB_KV_MAX_BLOCKS");
-  if (!v) return kDefault;
-  uint64_t x = 0;
-  if (net::parseUint(v, uint64_t{1} << 32, x) && x > 0) return static_cast<size_t>(x);
-  log::warn("serve", std::string("ignoring LOXILB_KV_MAX_BLOCKS='") + v +
-                         "' (not a number 1..2^32); using 1000000");
-  return kDefault;
-}
-
 }  // namespace
 
 int serveMain(int argc, char** argv) {
@@ -280,9 +269,16 @@ int serveMain(int argc, char** argv) {
 
   // The KV event plane: follows the publishers that kvExactMode rules name (docs/kv_index.md).
   // Declared before the data plane, whose routes' Tier 1.5 stages refer to both.
-  kv::KvIndex kv_index(kvMaxBlocks());
+  // LOXILB_KV_MAX_BLOCKS: the KV index's cap per worker inventory.
+  kv::KvIndex kv_index(
+      static_cast<size_t>(common::envInt("LOXILB_KV_MAX_BLOCKS", 1, int64_t{1} << 32, 1'000'000)));
   kv::SpeculativeOverlay kv_overlay;  // speculative insert, beside the index
   events::EventPlaneOptions kv_opts;
+  // What one publisher socket may queue: at most rcv_hwm messages of at most max_message_bytes
+  // (ZMQ counts messages, not bytes: their product is the per-socket worst case).
+  kv_opts.max_message_bytes =
+      common::envInt("LOXILB_KV_MAX_MESSAGE_BYTES", 65536, 256 << 20, 8 << 20);
+  kv_opts.rcv_hwm = static_cast<int>(common::envInt("LOXILB_KV_RCV_HWM", 16, 1000000, 256));
   if (const char* seed = std::getenv("LLB_KV_NONE_HASH_SEED"); seed) {
     // The declared hash contract: the engines' PYTHONHASHSEED (upstream: non-empty, <= 23 bytes).
     const size_t n = std::strlen(seed);
@@ -294,15 +290,16 @@ int serveMain(int argc, char** argv) {
       return 2;
     }
     kv_opts.none_hash_seed = seed;
-    log::info("serve", "hash contract declared: KV-event block hashes are checked against "
-                       "LLB_KV_NONE_HASH_SEED for rules with kvHashAlgo sha256_cbor/xxhash_cbor");
+    log::info("serve",
+              "hash contract declared: KV-event block hashes are checked against "
+              "LLB_KV_NONE_HASH_SEED for rules with kvHashAlgo sha256_cbor/xxhash_cbor");
   }
   events::EventPlane kv_plane(kv_index, kv_opts);
   // Text and chat prompts -> token ids for Tier 1.5 (tokenizers load on their own thread).
   std::unique_ptr<tok::RequestTokenizer> prompt_tokens;
   if (tokenizers)
-    prompt_tokens = std::make_unique<tok::RequestTokenizer>(*tokenizers,
-                                                            tok::RequestTokenizer::optionsFromEnv());
+    prompt_tokens = std::make_unique<tok::RequestTokenizer>(
+        *tokenizers, tok::RequestTokenizer::optionsFromEnv());
   proxy::DataPlane dp(opts);
   dp.start();
   kv_plane.start();
@@ -334,8 +331,8 @@ int serveMain(int argc, char** argv) {
                (prompt_tokens ? prompt_tokens->renderMetrics() : std::string());
       },
       tokenizers.get());
-  api.setInventory([&kv_plane](const std::string& key, int rank, size_t offset, size_t limit)
-                       -> Result<admin::Api::KvInventory> {
+  api.setInventory([&kv_plane](const std::string& key, int rank, size_t offset,
+                               size_t limit) -> Result<admin::Api::KvInventory> {
     auto inv = kv_plane.inventory(key, rank, offset, limit);
     if (!inv) return tl::unexpected(inv.error());
     return admin::Api::KvInventory{std::move(inv->hashes), inv->total};

@@ -14,10 +14,10 @@
 #include "common/log.h"
 #include "engines/trtllm.h"
 #include "engines/vllm_events.h"
-#include "http/async_fetch.h"
 #include "events/hash_contract.h"
 #include "events/kv_sources.h"
 #include "events/sequence.h"
+#include "http/async_fetch.h"
 #include "metrics/text.h"
 
 namespace kvgate::events {
@@ -33,20 +33,24 @@ struct Replay {
   std::chrono::steady_clock::time_point deadline;
   std::deque<std::pair<uint64_t, std::string>> held;  // live batches received meanwhile
   size_t held_bytes = 0;
+  // After a replay that failed (timeout, overflow, lost history, or a request that could not be
+  // sent) gaps follow the no-replay rule until then: a wrong or dead replay port must not turn
+  // every gap into a held stream and a clear.
+  std::chrono::steady_clock::time_point cooldown_until{};
 };
 }  // namespace
 
 struct EventPlane::Source {
   SourceSpec spec;
-  std::vector<Replay> replay;        // one per DP rank
+  std::vector<Replay> replay;                            // one per DP rank
   std::vector<std::unique_ptr<zmq::socket_t>> monitors;  // per rank: its SUB's socket monitor
-  std::vector<uint8_t> up;           // per rank: connected now
-  std::vector<uint64_t> connects;    // per rank: connections made
+  std::vector<uint8_t> up;                               // per rank: connected now
+  std::vector<uint64_t> connects;                        // per rank: connections made
   std::vector<std::unique_ptr<HashContract>> contracts;  // per rank; null: no declared contract
-  std::vector<uint8_t> broken;       // per rank: its last checked store broke the contract
+  std::vector<uint8_t> broken;  // per rank: its last checked store broke the contract
   std::set<std::string, std::less<>> adapters;  // LoRA names its stores carried (bounded)
-  std::vector<int> slots;            // one index worker per DP rank
-  std::vector<zmq::socket_t> subs;   // one per DP rank
+  std::vector<int> slots;                       // one index worker per DP rank
+  std::vector<zmq::socket_t> subs;              // one per DP rank
   std::vector<SequenceTracker> seq;  // one per DP rank (each rank numbers its own batches)
   SourceStats st;
   engines::KvEventBatch batch;  // reused between batches
@@ -121,7 +125,8 @@ std::string EventPlane::renderRuleBlocks(const std::vector<config::RuleSpec>& ru
       auto it = slots_.find(key);
       if (it == slots_.end()) continue;
       uint64_t blocks = 0;
-      for (uint64_t m = it->second.bits; m; m &= m - 1) blocks += index_.blocks(std::countr_zero(m));
+      for (uint64_t m = it->second.bits; m; m &= m - 1)
+        blocks += index_.blocks(std::countr_zero(m));
       w.sample(metrics::kPdKvBlocks,
                {{"service", r.name.empty() ? r.key() : r.name}, {"ep_idx", std::to_string(i)}},
                static_cast<double>(blocks));
@@ -136,7 +141,11 @@ std::shared_ptr<const kv::AdapterSet> EventPlane::adapters() const {
 void EventPlane::noteAdapters(Source& src) {
   bool added = false;
   for (const auto& e : src.batch.events) {
-    if (e.kind != engines::KvEvent::Kind::kStored || e.lora_name.empty()) continue;
+    // Names longer than any adapter name are not remembered (a hostile publisher cannot pin
+    // kMaxAdapters x 8 MiB); their blocks still sit in their own partition.
+    if (e.kind != engines::KvEvent::Kind::kStored || e.lora_name.empty() ||
+        e.lora_name.size() > 256)
+      continue;
     if (src.adapters.count(e.lora_name) || src.adapters.size() >= kMaxAdapters) continue;
     src.adapters.insert(e.lora_name);
     added = true;
@@ -192,11 +201,10 @@ std::string EventPlane::renderMetrics() const {
   w.header(kKvReplays);
   for (auto& [k, v] : snap) {
     const auto& st = v.second;
-    const std::pair<const char*, uint64_t> rows[] = {{"ok", st.replays_ok},
-                                                     {"partial", st.replays_partial},
-                                                     {"timeout", st.replays_timeout},
-                                                     {"overflow", st.replays_overflow},
-                                                     {"busy", st.replays_busy}};
+    const std::pair<const char*, uint64_t> rows[] = {
+        {"ok", st.replays_ok},           {"partial", st.replays_partial},
+        {"timeout", st.replays_timeout}, {"overflow", st.replays_overflow},
+        {"busy", st.replays_busy},       {"unsent", st.replays_unsent}};
     for (auto& [outcome, n] : rows)
       w.sample(kKvReplays, {{"source", k}, {"outcome", outcome}}, static_cast<double>(n));
   }
@@ -230,7 +238,8 @@ std::string EventPlane::renderMetrics() const {
                                                      {"misfit", a.misfit_events},
                                                      {"other_medium", a.skipped_events},
                                                      {"unknown_removal", a.unknown_removals},
-                                                     {"unknown_event", v.second.unknown_events}};
+                                                     {"unknown_event", v.second.unknown_events},
+                                                     {"block_size", v.second.block_size_mismatch}};
     for (auto& [reason, n] : rows)
       w.sample(kKvSkipped, {{"source", k}, {"reason", reason}}, static_cast<double>(n));
   }
@@ -255,8 +264,9 @@ void EventPlane::openDealer(Source& src, size_t rank) {
   auto d = std::make_unique<zmq::socket_t>(*ctx_, zmq::socket_type::dealer);
   d->set(zmq::sockopt::linger, 0);
   d->set(zmq::sockopt::ipv6, 1);
-  d->set(zmq::sockopt::rcvhwm, static_cast<int>(kMaxHeldBatches) + 16);
+  d->set(zmq::sockopt::rcvhwm, opts_.rcv_hwm);
   d->set(zmq::sockopt::maxmsgsize, opts_.max_message_bytes);
+  d->set(zmq::sockopt::immediate, 1);  // no queueing to an engine not connected: a send fails
   d->set(zmq::sockopt::reconnect_ivl, 100);
   d->set(zmq::sockopt::reconnect_ivl_max, 5000);
   d->connect(zmqAddress(src.spec.host, src.spec.replay_port + static_cast<int>(rank)));
@@ -492,6 +502,7 @@ bool EventPlane::applyPayload(Source& src, size_t rank, std::string_view payload
 // The one way a decoded batch (src.batch) reaches the rank's inventory, whatever its transport:
 // adapter names, lag, the declared hash contract, then the index and the counters.
 void EventPlane::applyBatch(Source& src, size_t rank) {
+  skipOtherBlockSizes(src);
   noteAdapters(src);
   if (src.batch.ts > 0) {
     const double now =
@@ -502,6 +513,28 @@ void EventPlane::applyBatch(Source& src, size_t rank) {
   index_.apply(src.slots[rank], src.batch, src.st.apply);
   ++src.st.batches;
   src.st.unknown_events += src.batch.unknown_events;
+}
+
+// Stores of a block size other than the rule's kvBlockSize never match a prompt chain (Tier 1.5
+// cuts prompts by kvBlockSize): skipped and counted, and the first one logged, so a fleet whose
+// engines run another block size (TensorRT-LLM's default is 32) shows why it has no hits.
+void EventPlane::skipOtherBlockSizes(Source& src) {
+  auto& ev = src.batch.events;
+  const uint32_t want = src.spec.block_size;
+  auto other = [want](const engines::KvEvent& e) {
+    return e.kind == engines::KvEvent::Kind::kStored && e.block_size != 0 && e.block_size != want;
+  };
+  auto first = std::find_if(ev.begin(), ev.end(), other);
+  if (first == ev.end()) return;
+  if (src.st.block_size_mismatch == 0)
+    log::warn("events", "KV events of " + src.spec.key() + " store blocks of " +
+                            std::to_string(first->block_size) + " tokens but the rule's " +
+                            "kvBlockSize is " + std::to_string(want) +
+                            ": those stores are skipped (set kvBlockSize to the engine's block "
+                            "size)");
+  for (auto it = first; it != ev.end(); ++it)
+    if (other(*it)) src.st.block_size_mismatch += it->block_hashes.size();
+  ev.erase(std::remove_if(first, ev.end(), other), ev.end());
 }
 
 void EventPlane::checkContract(Source& src, size_t rank) {
@@ -547,7 +580,9 @@ void EventPlane::processLive(Source& src, size_t rank, uint64_t seq, std::string
     return;
   }
   Replay& rp = src.replay[rank];
-  const bool can_replay = rp.dealer != nullptr && replays_running_ < opts_.max_replays;
+  const auto now = std::chrono::steady_clock::now();
+  const bool can_replay =
+      rp.dealer != nullptr && replays_running_ < opts_.max_replays && now >= rp.cooldown_until;
   SequenceTracker::Decision d = src.seq[rank].onBatch(seq, can_replay);
   if (!d.apply) {
     ++src.st.duplicate_batches;
@@ -562,7 +597,16 @@ void EventPlane::processLive(Source& src, size_t rank, uint64_t seq, std::string
     std::string start(8, '\0');
     for (int i = 7, v = 0; i >= 0; --i, ++v)
       start[static_cast<size_t>(i)] = static_cast<char>(d.replay_from >> (8 * v));
-    rp.dealer->send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    // A multipart message is taken whole or not at all: the first frame decides.
+    if (!rp.dealer->send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+      // Not connected to the engine's ROUTER (ZMQ_IMMEDIATE): the no-replay rule, and no replay
+      // tried again for a while.
+      ++src.st.replays_unsent;
+      rp.cooldown_until = now + std::chrono::milliseconds(opts_.replay_cooldown_ms);
+      if (!d.restart && d.lost > SequenceTracker::kMaxKeptGap) clearRank(src, rank);
+      applyBatch(src, rank);
+      return;
+    }
     rp.dealer->send(zmq::buffer(start), zmq::send_flags::dontwait);
     rp.active = true;
     rp.from = rp.next = d.replay_from;
@@ -633,6 +677,9 @@ void EventPlane::finishReplay(Source& src, size_t rank, const char* outcome) {
     clearRank(src, rank);
     rp.lost = true;
   }
+  if (rp.lost)
+    rp.cooldown_until =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.replay_cooldown_ms);
   if (why == "timeout") {
     ++src.st.replays_timeout;
     openDealer(src, rank);  // a late answer must not be taken for the next replay's
@@ -707,9 +754,8 @@ void EventPlane::checkReplayTimeouts() {
       }
 }
 
-Result<EventPlane::Inventory> EventPlane::inventory(const std::string& key, int rank,
-                                                    size_t offset, size_t limit,
-                                                    std::chrono::milliseconds wait) {
+Result<EventPlane::Inventory> EventPlane::inventory(const std::string& key, int rank, size_t offset,
+                                                    size_t limit, std::chrono::milliseconds wait) {
   auto req = std::make_shared<InventoryRequest>();
   req->key = key;
   req->rank = rank;
@@ -738,9 +784,9 @@ void EventPlane::serveInventoryRequests() {
     auto it = sources_.find(r->key);
     if (it == sources_.end() || r->rank < 0 ||
         static_cast<size_t>(r->rank) >= it->second->slots.size()) {
-      r->answer.set_value(
-          fail(404, "kv_inventory", "KV events of " + r->key + " rank " +
-                                        std::to_string(r->rank) + " are not followed"));
+      r->answer.set_value(fail(
+          404, "kv_inventory",
+          "KV events of " + r->key + " rank " + std::to_string(r->rank) + " are not followed"));
       continue;
     }
     Inventory inv;

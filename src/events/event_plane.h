@@ -23,7 +23,10 @@
 // The inventory is cleared only when the replay cannot cover the gap: its first batch is past the
 // first missing one ("partial"), it ends short, or it times out (replay_timeout_ms; the DEALER is
 // then closed and reopened so a late answer cannot be taken for the next one). At most
-// max_replays run at once; a gap meanwhile follows the no-replay rule (SequenceTracker).
+// max_replays run at once; a gap meanwhile follows the no-replay rule (SequenceTracker). A
+// replay request is only queued to a connected ROUTER (ZMQ_IMMEDIATE): when it cannot be sent,
+// or a replay times out, overflows or finds history lost, that rank's gaps follow the no-replay
+// rule for replay_cooldown_ms (30 s), so a wrong or dead replay port costs no held streams.
 //
 // Threads: setSources() and the readers (slotOf, stats) run on any thread; the event thread applies
 // source changes at its next poll (at most poll_ms later).
@@ -57,25 +60,33 @@ namespace kvgate::events {
 constexpr int kMaxRanks = 16;
 
 struct SourceSpec {
-  std::string host;      // the worker's event address
-  uint16_t port = 5557;  // kvZmqPort; rank r publishes on port + r
-  int dp_ranks = 1;      // kvDpRankCount
-  std::string topic;     // SUB prefix filter ("" = everything)
+  std::string host;          // the worker's event address
+  uint16_t port = 5557;      // kvZmqPort; rank r publishes on port + r
+  int dp_ranks = 1;          // kvDpRankCount
+  std::string topic;         // SUB prefix filter ("" = everything)
   uint16_t replay_port = 0;  // kvReplayPort: the engine's replay ROUTER (rank r: + r); 0 = none
   std::string hash_algo = "sha256_cbor";  // kvHashAlgo (the declared hash contract's algorithm)
   // TensorRT-LLM: events drained with POST http://host:port/kv_cache_events (port = the serving
   // port) instead of a ZMQ SUB; attention_dp_rank selects the rank.
   bool http_drain = false;
+  // kvBlockSize: the tokens per block Tier 1.5 cuts prompts into. Stores of another size can
+  // never match a prompt's chain: they are skipped and counted (reason block_size), and logged.
+  uint32_t block_size = 16;
   std::string key() const { return host + ":" + std::to_string(port); }
   bool operator==(const SourceSpec&) const = default;
 };
 
 struct EventPlaneOptions {
   int poll_ms = 50;
-  int64_t max_message_bytes = 64 << 20;
-  int rcv_hwm = 100000;
-  int replay_timeout_ms = 5000;  // a replay must end within this
-  int max_replays = 4;           // replays running at once (all sources)
+  // A subscriber socket queues at most rcv_hwm messages of at most max_message_bytes each
+  // (LOXILB_KV_RCV_HWM, LOXILB_KV_MAX_MESSAGE_BYTES): 2 GiB worst case per socket by default,
+  // reached only when the event thread falls behind a publisher sending maximal batches. A
+  // vLLM batch is one engine step (8k new tokens: ~100 KiB), so 8 MiB leaves a wide margin.
+  int64_t max_message_bytes = 8 << 20;
+  int rcv_hwm = 256;
+  int replay_timeout_ms = 5000;    // a replay must end within this
+  int max_replays = 4;             // replays running at once (all sources)
+  int replay_cooldown_ms = 30000;  // after a failed replay, gaps of that rank are not replayed
   // LLB_KV_NONE_HASH_SEED: the engines' declared PYTHONHASHSEED; when set, sources whose
   // hash_algo is sha256_cbor or xxhash_cbor have their block hashes checked (hash_contract.h).
   std::string none_hash_seed;
@@ -83,8 +94,8 @@ struct EventPlaneOptions {
   int drain_timeout_ms = 2000;  // and its timeout
 };
 
-constexpr size_t kMaxHeldBatches = 4096;        // live batches held per rank during a replay
-constexpr size_t kMaxHeldBytes = 64 << 20;      // and their bytes
+constexpr size_t kMaxHeldBatches = 4096;    // live batches held per rank during a replay
+constexpr size_t kMaxHeldBytes = 64 << 20;  // and their bytes
 
 // Counters of one source (all ranks), monotonic.
 struct SourceStats {
@@ -98,18 +109,21 @@ struct SourceStats {
   uint64_t errors = 0;          // ZMQ or allocation errors on the event thread (survived)
   uint64_t decode_errors = 0;   // payloads that failed to decode (not applied)
   uint64_t unknown_events = 0;  // events with unknown tags (skipped)
+  uint64_t block_size_mismatch = 0;  // stores whose block size is not the rule's kvBlockSize
   // Replays by outcome: ok (the gap covered), partial (history lost: cleared), timeout, overflow
-  // (too many live batches held meanwhile), busy (max_replays running: the no-replay rule).
+  // (too many live batches held meanwhile), busy (max_replays running, or the rank cooling down
+  // after a failed replay: the no-replay rule), unsent (the engine's replay socket is not
+  // connected: the no-replay rule, then a cooldown).
   uint64_t replays_ok = 0, replays_partial = 0, replays_timeout = 0, replays_overflow = 0,
-           replays_busy = 0;
+           replays_busy = 0, replays_unsent = 0;
   uint64_t replayed_batches = 0;  // batches applied from replays
   // The declared hash contract (LLB_KV_NONE_HASH_SEED), in blocks: recomputed and equal,
   // different, or not recomputable; broken = the last verdict was a mismatch.
   uint64_t hash_ok = 0, hash_mismatch = 0, hash_unverifiable = 0;
   bool contract_checked = false, contract_broken = false;
-  bool connected = false;         // every rank's subscriber is connected (ZMQ socket monitor)
-  uint64_t reconnects = 0;        // connections made after a rank's first
-  double lag_seconds = 0;         // wall clock minus the last applied batch's timestamp
+  bool connected = false;   // every rank's subscriber is connected (ZMQ socket monitor)
+  uint64_t reconnects = 0;  // connections made after a rank's first
+  double lag_seconds = 0;   // wall clock minus the last applied batch's timestamp
   kv::ApplyStats apply;
 };
 
@@ -162,14 +176,15 @@ class EventPlane : public kv::WorkerLookup {
   void processLive(Source& src, size_t rank, uint64_t seq, std::string_view payload);
   bool onReplayMessage(Source& src, size_t rank);  // false when no message was waiting
   void finishReplay(Source& src, size_t rank, const char* outcome);
+  void skipOtherBlockSizes(Source& src);
   void checkReplayTimeouts();
   bool applyPayload(Source& src, size_t rank, std::string_view payload);
   void clearRank(Source& src, size_t rank);
   void applyBatch(Source& src, size_t rank);     // src.batch into the rank's inventory
-  void noteDecodeError(Source& src);            // src.error: a payload that did not decode
+  void noteDecodeError(Source& src);             // src.error: a payload that did not decode
   void checkContract(Source& src, size_t rank);  // src.batch against the declared contract
   void openDealer(Source& src, size_t rank);
-  static constexpr size_t kDealer = 1000;  // poll owners: rank + kDealer = that rank's DEALER
+  static constexpr size_t kDealer = 1000;   // poll owners: rank + kDealer = that rank's DEALER
   static constexpr size_t kMonitor = 2000;  // rank + kMonitor = that rank's socket monitor
   bool onMonitorEvent(Source& src, size_t rank);  // false when no event was waiting
   void publishStats(const Source& src);
@@ -207,11 +222,11 @@ class EventPlane : public kv::WorkerLookup {
   };
   static constexpr size_t kMaxDrainResults = 256;
   static constexpr size_t kMaxDrainQueuedBytes = 256u << 20;  // decoded events waiting
-  static constexpr int kMaxDrainsInFlight = 4;                 // exchanges at once
-  std::map<std::string, SourceSpec> drain_specs_;  // under mu_
-  std::deque<DrainResult> drain_results_;          // under mu_, at most kMaxDrainResults
-  std::set<std::string> drain_lost_;               // under mu_: sources whose answers were lost
-  size_t drain_queued_bytes_ = 0;                  // under mu_
+  static constexpr int kMaxDrainsInFlight = 4;                // exchanges at once
+  std::map<std::string, SourceSpec> drain_specs_;             // under mu_
+  std::deque<DrainResult> drain_results_;                     // under mu_, at most kMaxDrainResults
+  std::set<std::string> drain_lost_;  // under mu_: sources whose answers were lost
+  size_t drain_queued_bytes_ = 0;     // under mu_
   std::thread drain_thread_;
   void drainLoop();
   void serveDrainResults();

@@ -3,20 +3,19 @@
 // index's scores show what was applied. Waits are one-sided with wide margins.
 #include "events/event_plane.h"
 
-#include <gtest/gtest.h>
-
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <deque>
 #include <bit>
+#include <chrono>
+#include <deque>
+#include <fstream>
 #include <map>
 #include <mutex>
-#include <chrono>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <thread>
@@ -245,7 +244,8 @@ struct ReplayEngine : Engine {
       }
       if (f.size() != 3 || f[1].size() != 0 || f[2].size() != 8) continue;  // [id, "", seq]
       uint64_t start = 0;
-      for (int i = 0; i < 8; ++i) start = (start << 8) | static_cast<const uint8_t*>(f[2].data())[i];
+      for (int i = 0; i < 8; ++i)
+        start = (start << 8) | static_cast<const uint8_t*>(f[2].data())[i];
       std::map<uint64_t, std::string> h;
       {
         std::lock_guard<std::mutex> g(mu);
@@ -275,6 +275,91 @@ struct ReplayEngine : Engine {
     return requests;
   }
 };
+
+// An engine whose block size is not the rule's kvBlockSize: its stores could never match a
+// prompt chain, so they are skipped and counted (reason block_size), and nothing is indexed.
+TEST(EventPlane, StoresOfAnotherBlockSizeAreSkippedAndCounted) {
+  Engine eng;
+  kv::KvIndex idx;
+  EventPlane plane(idx, testOptions(1000));
+  plane.start();
+  SourceSpec spec{"127.0.0.1", eng.port, 1, "kv"};
+  spec.block_size = 32;  // the golden batch stores 2 blocks of 16 tokens
+  plane.setSources({spec});
+  ASSERT_TRUE(waitUntil([&] { return plane.slotsOf(spec.key()).has_value(); }));
+  const int slot = std::countr_zero(*plane.slotsOf(spec.key()));
+  ASSERT_TRUE(waitUntil([&] {
+    eng.send("kv", seqFrame(0), goldenBatch("v_post42892_bytes_hashes"));
+    auto st = plane.stats(spec.key());
+    return st && st->batches >= 1;
+  }));
+  auto st = *plane.stats(spec.key());
+  EXPECT_EQ(st.block_size_mismatch, 2u);
+  EXPECT_EQ(st.apply.stored_blocks, 0u);
+  EXPECT_EQ(idx.blocks(slot), 0u);
+  EXPECT_NE(plane.renderMetrics().find("reason=\"block_size\"} 2"), std::string::npos);
+  plane.stop();
+}
+
+// A replay port nobody answers on: the request cannot be queued (ZMQ_IMMEDIATE), so the gap
+// follows the no-replay rule at once (a small gap keeps the inventory) and is counted `unsent`.
+// After a failed replay (timeout) the rank cools down: the next gap is not replayed (`busy`).
+TEST(EventPlane, ABrokenReplayPortCostsNoHeldStreams) {
+  ReplayEngine eng;
+  kv::KvIndex idx;
+  EventPlaneOptions o = testOptions(1000);
+  o.replay_timeout_ms = 300;
+  o.replay_cooldown_ms = 60000;
+  EventPlane plane(idx, o);
+  plane.start();
+  // Nothing listens on this port: bind a socket to find a free one, then close it.
+  uint16_t dead_port = 0;
+  {
+    zmq::socket_t probe(eng.ctx, zmq::socket_type::router);
+    probe.set(zmq::sockopt::linger, 0);
+    probe.bind("tcp://127.0.0.1:*");
+    std::string ep = probe.get(zmq::sockopt::last_endpoint);
+    dead_port = static_cast<uint16_t>(std::stoi(ep.substr(ep.rfind(':') + 1)));
+  }
+  SourceSpec dead{"127.0.0.1", eng.port, 1, "kv", dead_port};
+  plane.setSources({dead});
+  ASSERT_TRUE(waitUntil([&] { return plane.slotsOf(dead.key()).has_value(); }));
+  const int slot = std::countr_zero(*plane.slotsOf(dead.key()));
+  auto stats = [&] { return *plane.stats(dead.key()); };
+  ASSERT_TRUE(waitUntil([&] {
+    eng.send("kv", seqFrame(0), rootBlockBatch(0));
+    return holds(idx, slot, 0);
+  }));
+  eng.send("kv", seqFrame(3), rootBlockBatch(300));  // 1..2 lost
+  ASSERT_TRUE(waitUntil([&] { return holds(idx, slot, 300); }));
+  EXPECT_EQ(stats().replays_unsent, 1u);
+  EXPECT_TRUE(holds(idx, slot, 0));  // a gap of 2 keeps the inventory (no-replay rule)
+  EXPECT_EQ(stats().clears, 0u);
+  plane.setSources({});
+  ASSERT_TRUE(waitUntil([&] { return !plane.slotsOf(dead.key()).has_value(); }));
+
+  // A live replay port that never answers: the first gap times out; the next one, within the
+  // cooldown, is not replayed at all.
+  eng.mute = true;
+  SourceSpec mute{"127.0.0.1", eng.port, 1, "kv", eng.replay_port};
+  plane.setSources({mute});
+  ASSERT_TRUE(waitUntil([&] { return plane.slotsOf(mute.key()).has_value(); }));
+  const int slot2 = std::countr_zero(*plane.slotsOf(mute.key()));
+  auto stats2 = [&] { return *plane.stats(mute.key()); };
+  ASSERT_TRUE(waitUntil([&] {
+    eng.send("kv", seqFrame(10), rootBlockBatch(1000));
+    return holds(idx, slot2, 1000);
+  }));
+  eng.send("kv", seqFrame(12), rootBlockBatch(1200));  // 11 lost: a replay is asked for
+  ASSERT_TRUE(waitUntil([&] { return stats2().replays_timeout == 1 && holds(idx, slot2, 1200); }));
+  const size_t asked = eng.asked().size();
+  eng.send("kv", seqFrame(14), rootBlockBatch(1400));  // 13 lost: cooling down, no replay
+  ASSERT_TRUE(waitUntil([&] { return holds(idx, slot2, 1400); }));
+  EXPECT_EQ(stats2().replays_busy, 1u);
+  EXPECT_EQ(eng.asked().size(), asked);
+  EXPECT_TRUE(holds(idx, slot2, 1200));  // kept: the no-replay rule, a gap of 1
+  plane.stop();
+}
 
 // Gaps are replayed from the engine's ROUTER: covered (nothing cleared), history lost (cleared,
 // then what the replay had), a replay that never ends (timeout: cleared), and a restart replayed
@@ -503,8 +588,9 @@ struct FakeDrain {
           bodies.pop_front();
         }
       }
-      const std::string resp = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
-                               std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+      const std::string resp =
+          "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
       (void)::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
       ::close(c);
       ++served;

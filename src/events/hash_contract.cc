@@ -35,13 +35,16 @@ HashContract::Result HashContract::check(const engines::KvEventBatch& batch) {
     bool mm = false;
     for (const auto& x : e.extras) mm = mm || x.content_mix != 0;
     if (engine_ == Engine::kTrtllm) {  // chained on the 64-bit key itself: nothing to remember
-      if (e.block_size == 0 || e.token_ids.size() != n * e.block_size) {
+      // Multimodal blocks (token_extra_id) hash content the drain does not show; LoRA task ids
+      // are not serialised at all (engines.md §5.1), so such blocks read as mismatches.
+      if (mm || e.block_size == 0 || e.token_ids.size() != n * e.block_size) {
         r.unverifiable += n;
         continue;
       }
       uint64_t parent = e.has_parent ? e.parent : 0;
       for (size_t i = 0; i < n; ++i) {
-        parent = engines::trtllmBlockKey(e.token_ids.data() + i * e.block_size, e.block_size, parent);
+        parent =
+            engines::trtllmBlockKey(e.token_ids.data() + i * e.block_size, e.block_size, parent);
         if (parent != e.block_hashes[i]) {
           r.mismatch += n - i;
           break;
@@ -55,7 +58,11 @@ HashContract::Result HashContract::check(const engines::KvEventBatch& batch) {
       auto it = digests_.find(e.parent);
       parent = it == digests_.end() ? nullptr : &it->second;
     }
-    if (mm || !parent || e.block_size == 0 || e.token_ids.size() != n * e.block_size) {
+    // An adapter known only by its integer id (the decoder names it "#lora_id:N") hashes under a
+    // name the events do not carry.
+    const bool lora_by_id = e.lora_name.rfind("#lora_id:", 0) == 0;
+    if (mm || lora_by_id || !parent || e.block_size == 0 ||
+        e.token_ids.size() != n * e.block_size) {
       r.unverifiable += n;
       continue;
     }

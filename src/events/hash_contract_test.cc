@@ -79,5 +79,23 @@ TEST(HashContract, AnotherSeedIsAMismatchAndUnknownsAreUnverifiable) {
   EXPECT_EQ(u.check(batch({stored({kPlain1}, 16, kPlain0)})).unverifiable, 1u);
 }
 
+TEST(HashContract, ContentTheEventsDoNotShowIsUnverifiableNotAMismatch) {
+  // TensorRT-LLM: a block with a multimodal token_extra_id hashes content the drain does not
+  // show; the hash value here is arbitrary because it must not be compared at all.
+  HashContract t(HashContract::Engine::kTrtllm);
+  KvEvent mm = stored({0x1234}, 0, std::nullopt);
+  mm.extras.push_back({7});
+  auto r = t.check(batch({mm}));
+  EXPECT_EQ(r.unverifiable, 1u);
+  EXPECT_EQ(r.mismatch, 0u);
+  // vLLM: an adapter known only by its integer id hashes under a name the events do not carry.
+  HashContract v(engines::VllmHashAlgo::kSha256Cbor, "0");
+  KvEvent byid = stored({kLora0}, 0, std::nullopt);
+  byid.lora_name = "#lora_id:3";
+  r = v.check(batch({byid}));
+  EXPECT_EQ(r.unverifiable, 1u);
+  EXPECT_EQ(r.mismatch, 0u);
+}
+
 }  // namespace
 }  // namespace kvgate::events

@@ -78,7 +78,8 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
                    "",
                    drain ? uint16_t{0} : static_cast<uint16_t>(replay),
                    algo,
-                   drain};
+                   drain,
+                   static_cast<uint32_t>(block_size)};
       auto [it, fresh] = seen.emplace(s.key(), Seen{s, engine, block_size, r.key()});
       if (fresh) continue;
       const Seen& o = it->second;
@@ -95,8 +96,8 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
                         std::to_string(o.spec.dp_ranks) + " rank(s), replay port " +
                         std::to_string(o.spec.replay_port) + ") and by rule " + r.key() + " (" +
                         engine + ", block size " + std::to_string(block_size) + ", " +
-                        std::to_string(ranks) + " rank(s), replay port " +
-                        std::to_string(replay) + "): one inventory cannot be both");
+                        std::to_string(ranks) + " rank(s), replay port " + std::to_string(replay) +
+                        "): one inventory cannot be both");
     }
   }
   std::vector<SourceSpec> out;

@@ -46,8 +46,11 @@ class SequenceTracker {
       d.apply = true;
       return d;
     }
-    if (seq == last_) return d;  // a duplicate: nothing to do
-    if (seq < last_) {           // the publisher restarted: its numbering began again at 0
+    // A duplicate: nothing to do. (A publisher that restarts right after its first batch sends
+    // batch 0 again and is taken for a duplicate: that one batch is lost and the blocks of the
+    // old process's single batch stay until evicted. Telling them apart would need the payload.)
+    if (seq == last_) return d;
+    if (seq < last_) {  // the publisher restarted: its numbering began again at 0
       d.restart = true;
       d.clear = true;
       d.apply = true;

@@ -166,7 +166,8 @@ TEST(SimKvEvents, PublishedStreamMatchesVllmAndFillsTheIndex) {
 // A full cache evicts (BlockRemoved before the new BlockStored, in one batch), and
 // /reset_prefix_cache empties it (AllBlocksCleared): the index follows both.
 TEST(SimKvEvents, EvictionsAndResetsReachTheIndex) {
-  Sim sim({"--workers", "1", "--port", "0", "--num-blocks", "4", "--kv-events-port", "0",
+  // 5 blocks: a 64-token prompt's 4 and the block its first generated token needs.
+  Sim sim({"--workers", "1", "--port", "0", "--num-blocks", "5", "--kv-events-port", "0",
            "--kv-events-encoding", "positional"});
   ASSERT_FALSE(sim.ready.is_discarded());
   const auto& w = sim.ready.at("workers").at(0);
