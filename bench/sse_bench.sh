@@ -13,7 +13,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-"$BIN" sim --workers 1 --port 0 --stamp-events --itl-ms "$ITL" --prefill-base-ms 0 \
+"$BIN" sim --workers 1 --port 0 --timing fixed --stamp-events --itl-ms "$ITL" --prefill-base-ms 0 \
   --prefill-us-per-token 0 --max-concurrency 100000 >"$W/sim.out" 2>"$W/sim.err" & pids+=($!)
 "$BIN" serve --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
 KVPID=$!

@@ -31,7 +31,7 @@ echo "== starting a simulated fleet: 4 vLLM workers on 127.0.0.10-13 (600 KV blo
 echo "   tokenizing $MODEL with its real tokenizer and chat template (--models-dir)"
 KV_PORT=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 "$BIN" sim --engine vllm --hosts 127.0.0.10-13 --port 0 --model "$MODEL" --models-dir "$MODELS_DIR" \
-  --num-blocks 600 --prefill-us-per-token 150 --itl-ms 5 --kv-events-port "$KV_PORT" \
+  --num-blocks 600 --timing fixed --prefill-us-per-token 150 --itl-ms 5 --kv-events-port "$KV_PORT" \
   >"$WORK/sim.out" 2>"$WORK/sim.err" &
 pids+=($!)
 SIM=$(wait_ready "$WORK/sim.out")

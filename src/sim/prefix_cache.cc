@@ -34,9 +34,35 @@ bool PrefixCache::makeRoom() {
   return true;
 }
 
+size_t PrefixCache::blocksNeeded(const std::vector<uint64_t>& keys) const {
+  size_t n = 0;
+  for (uint64_t key : keys) {
+    auto it = blocks_.find(key);
+    if (it == blocks_.end() || it->second.refs == 0) ++n;
+  }
+  return n;
+}
+
+size_t PrefixCache::leadingBlocks(const std::vector<uint64_t>& keys) const {
+  size_t n = 0;
+  while (n < keys.size() && blocks_.count(keys[n]) != 0) ++n;
+  return n;
+}
+
+bool PrefixCache::reserve(size_t n) {
+  if (n > freeBlocks()) return false;
+  while (blocks_.size() + reserved_ + n > capacity_)
+    if (!makeRoom()) return false;  // unreachable: freeBlocks() counted the evictable ones
+  reserved_ += n;
+  return true;
+}
+
 PrefixCache::Allocation PrefixCache::acquire(const std::vector<uint32_t>& tokens) {
+  return acquireKeys(blockKeys(tokens));
+}
+
+PrefixCache::Allocation PrefixCache::acquireKeys(const std::vector<uint64_t>& keys) {
   Allocation a;
-  std::vector<uint64_t> keys = blockKeys(tokens);
   a.keys.reserve(keys.size());
   bool prefix = true;
   for (uint64_t key : keys) {
@@ -45,7 +71,8 @@ PrefixCache::Allocation PrefixCache::acquire(const std::vector<uint32_t>& tokens
       if (prefix) a.cached_tokens += block_size_;
     } else {
       prefix = false;
-      if (blocks_.size() >= capacity_ && !makeRoom()) break;  // all referenced: stop caching
+      if (blocks_.size() + reserved_ >= capacity_ && !makeRoom())
+        break;  // all referenced: stop caching
       it = blocks_.emplace(key, Block{}).first;
     }
     Block& b = it->second;

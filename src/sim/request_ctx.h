@@ -55,6 +55,11 @@ struct Worker::RequestCtx {
       if (it != worker.waiters_.end()) worker.waiters_.erase(it);
     }
     if (granted) worker.releaseSlot();
+    if (seq) {  // the engine drops it at its next step and frees its blocks
+      seq->wake = nullptr;
+      seq->on_admit = nullptr;
+      if (seq->state != Seq::State::kDone) seq->aborted = true;
+    }
     if (has_alloc) worker.ranks_[rank]->cache.release(alloc);
     worker.active_.erase(this);
   }
@@ -69,6 +74,8 @@ struct Worker::RequestCtx {
   bool has_alloc = false;
   size_t rank = 0;  // the data-parallel engine serving the request
   PrefixCache::Allocation alloc;
+  std::shared_ptr<Seq> seq;     // --timing step: the request in its rank's engine
+  bool awaiting_token = false;  // in tokenReady(): the engine's wake cancels the timer
 };
 
 }  // namespace kvgate::sim

@@ -41,13 +41,32 @@ Model:
   --model NAME                  served model name, repeatable; the first is the default
                                 (default sim-model)
   --seed S                      seed of the deterministic output (default 1)
-  --max-model-len N             context length reported and enforced (default 32768)
+  --max-model-len N             context length reported and enforced (default 131072)
   --default-max-tokens N        max_tokens when a request gives none (default 16)
   --models-dir DIR              tokenizer folders <DIR>/<model>/ (tokenizer.json, ...): a model
                                 found there is tokenized exactly as vLLM would (real tokenizer
                                 and chat template); others use the stand-in tokenizer
-Timing (all delays are divided by --speedup):
+Timing (all delays are divided by --speedup; docs/simulator.md):
   --speedup F                   time compression factor (default 1.0)
+  --timing M                    step (default): continuous batching, each step timed by the
+                                model of shared/reference/benchmarks.md §2; fixed: a FIFO of
+                                --max-concurrency slots, fixed prefill cost, constant ITL
+ step model:
+  --profile P                   8b-h100 (default) or 70b-tp4-h100: the parameters below
+  --step-weights-ms W           per-step weight read time (8b-h100: 4.8)
+  --step-kv-ms-per-token K      per context token read in a step (3.9e-5)
+  --step-prefill-ms-per-token P per new token computed (0.027)
+  --step-attn-ms-per-pair A     per attention pair of a prefill chunk (8.5e-7)
+  --step-overhead-ms O          per step (1.0)
+  --step-seq-overhead-ms S      per scheduled sequence (0.05)
+  --prefill-factor F            multiplies the prefill compute terms (default 1; 0.5 and 2 for
+                                sensitivity runs)
+  --max-num-seqs N              sequences per step (default 256)
+  --max-num-batched-tokens N    new tokens per step (default 8192)
+  --api-ms MS                   per-request API overhead before the engine queue (default 0)
+  --step-jitter SD              Gaussian sd of each step's duration, clamped +-70% (default
+                                0.03; 0 = none)
+ fixed model:
   --prefill-base-ms B           fixed prefill cost per request (default 5)
   --prefill-us-per-token U      prefill cost per UNCACHED prompt token (default 100)
   --itl-ms T                    delay between generated tokens (default 10)
@@ -76,7 +95,8 @@ Timing (all delays are divided by --speedup):
   --max-concurrency C           running requests; the rest wait FIFO (default 64)
 KV cache:
   --block-size N                tokens per KV block (default 16)
-  --num-blocks N                KV capacity in blocks (default 4096)
+  --num-blocks N                KV capacity in blocks, per data-parallel rank (default 31250:
+                                ~500k tokens, an 8B model on one H100)
   --kv-cache-decode             blocks completed during decode (prompt + generated tokens) enter
                                 the cache and are published, as in vLLM (off by default: earlier
                                 benchmark figures assume prompt blocks only)
@@ -161,6 +181,7 @@ int parseArgs(int argc, char** argv, Options& o) {
     return 2;
   };
   FaultState& f = o.cfg.faults;
+  std::string fixed_flag, step_flag;  // the last knob given of each timing model
   for (int i = 1; i < argc; ++i) {
     std::string flag = argv[i], value;
     bool has_inline = false;
@@ -234,7 +255,10 @@ int parseArgs(int argc, char** argv, Options& o) {
         " --close-mid-stream-after --event-delay-ms --log-level --models-dir"
         " --kv-events-port --kv-events-topic --kv-events-encoding --kv-events-hash-algo"
         " --kv-events-hash-seed --kv-events-replay-port --kv-events-replay-buffer"
-        " --kv-events-dp-ranks ";
+        " --kv-events-dp-ranks --timing --profile --step-weights-ms --step-kv-ms-per-token"
+        " --step-prefill-ms-per-token --step-attn-ms-per-pair --step-overhead-ms"
+        " --step-seq-overhead-ms --prefill-factor --max-num-seqs --max-num-batched-tokens"
+        " --api-ms --step-jitter ";
     bool known =
         flag.find(' ') == std::string::npos && kKnown.find(" " + flag + " ") != std::string::npos;
     if (!known) return usage("unknown flag '" + flag + "'");
@@ -283,6 +307,38 @@ int parseArgs(int argc, char** argv, Options& o) {
       ok = uintArg(1, 86400000, o.cfg.keepalive_timeout_ms);
     } else if (flag == "--itl-ms") {
       ok = realArg(o.cfg.itl_ms, false);
+    } else if (flag == "--timing") {
+      ok = value == "step" || value == "fixed";
+      o.cfg.fixed_timing = value == "fixed";
+    } else if (flag == "--profile") {
+      auto p = stepProfile(value);
+      ok = p.has_value();
+      if (p) {  // keeps a --prefill-factor given before it
+        p->prefill_factor = o.cfg.step.prefill_factor;
+        o.cfg.step = *p;
+      }
+    } else if (flag == "--step-weights-ms") {
+      ok = realArg(o.cfg.step.w_ms, false);
+    } else if (flag == "--step-kv-ms-per-token") {
+      ok = realArg(o.cfg.step.kv_ms_per_tok, false);
+    } else if (flag == "--step-prefill-ms-per-token") {
+      ok = realArg(o.cfg.step.p_ms_per_tok, false);
+    } else if (flag == "--step-attn-ms-per-pair") {
+      ok = realArg(o.cfg.step.a_ms_per_pair, false);
+    } else if (flag == "--step-overhead-ms") {
+      ok = realArg(o.cfg.step.o_step_ms, false);
+    } else if (flag == "--step-seq-overhead-ms") {
+      ok = realArg(o.cfg.step.o_seq_ms, false);
+    } else if (flag == "--prefill-factor") {
+      ok = realArg(o.cfg.step.prefill_factor, true);
+    } else if (flag == "--max-num-seqs") {
+      ok = intArg(1, 1u << 20, o.cfg.limits.max_num_seqs);
+    } else if (flag == "--max-num-batched-tokens") {
+      ok = intArg(1, 1u << 24, o.cfg.limits.max_batched_tokens);
+    } else if (flag == "--api-ms") {
+      ok = realArg(o.cfg.api_ms, false);
+    } else if (flag == "--step-jitter") {
+      ok = realArg(o.cfg.jitter, false);
     } else if (flag == "--max-concurrency") {
       ok = intArg(1, 1u << 20, o.cfg.max_concurrency);
     } else if (flag == "--default-max-tokens") {
@@ -341,7 +397,20 @@ int parseArgs(int argc, char** argv, Options& o) {
       o.cfg.kv_events.enabled = true;
     }
     if (!ok) return usage("bad value '" + value + "' for " + flag);
+    static const std::string kFixedOnly =
+        " --prefill-us-per-token --prefill-base-ms --itl-ms --max-concurrency ";
+    static const std::string kStepOnly =
+        " --profile --step-weights-ms --step-kv-ms-per-token --step-prefill-ms-per-token"
+        " --step-attn-ms-per-pair --step-overhead-ms --step-seq-overhead-ms --prefill-factor"
+        " --max-num-seqs --max-num-batched-tokens --api-ms --step-jitter ";
+    if (kFixedOnly.find(" " + flag + " ") != std::string::npos) fixed_flag = flag;
+    if (kStepOnly.find(" " + flag + " ") != std::string::npos) step_flag = flag;
   }
+  // A knob of the other timing model would be ignored: say so instead.
+  if (!o.cfg.fixed_timing && !fixed_flag.empty())
+    return usage(fixed_flag + " belongs to --timing fixed (the default is --timing step)");
+  if (o.cfg.fixed_timing && !step_flag.empty())
+    return usage(step_flag + " belongs to --timing step, not --timing fixed");
   if (!o.hosts.empty()) {
     if (o.workers_set && o.workers != o.hosts.size())
       return usage("--workers " + std::to_string(o.workers) + " conflicts with --hosts (" +

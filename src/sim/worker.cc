@@ -66,21 +66,22 @@ Worker::Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const F
   if (cfg_.max_concurrency == 0) cfg_.max_concurrency = 1;
   const int ranks = std::max(1, cfg_.kv_events.trtllm ? 1 : cfg_.kv_events.dp_ranks);
   for (int r = 0; r < ranks; ++r) {
-    auto rank = std::make_unique<Rank>(cfg_.block_size, cfg_.num_blocks);
+    auto rank = std::make_unique<Rank>(
+        io_, cfg_, cfg_.seed * 0x9E3779B97F4A7C15ULL ^ (index_ << 8) ^ static_cast<uint64_t>(r));
     if (cfg_.kv_events.enabled) {
-      rank->pub = std::make_unique<KvPublisher>(cfg_.kv_events, cfg_.block_size,
-                                                cfg_.kv_hash_seed, r);
+      rank->pub =
+          std::make_unique<KvPublisher>(cfg_.kv_events, cfg_.block_size, cfg_.kv_hash_seed, r);
       KvPublisher* pub = rank->pub.get();
       rank->cache.onEvict([pub](uint64_t key) { pub->evicted(key); });
     }
     ranks_.push_back(std::move(rank));
   }
+  if (!cfg_.fixed_timing)
+    for (auto& rank : ranks_) asio::co_spawn(io_, runEngine(*rank), asio::detached);
 }
 
 uint16_t Worker::kvEventsPort() const { return ranks_[0]->pub ? ranks_[0]->pub->port() : 0; }
-uint16_t Worker::kvReplayPort() const {
-  return ranks_[0]->pub ? ranks_[0]->pub->replayPort() : 0;
-}
+uint16_t Worker::kvReplayPort() const { return ranks_[0]->pub ? ranks_[0]->pub->replayPort() : 0; }
 
 Worker::~Worker() = default;
 
@@ -127,6 +128,76 @@ void Worker::stop() {
   stopping_ = true;
   server_.stop();
   for (RequestCtx* c : active_) c->timer.cancel();
+  for (auto& rank : ranks_) rank->timer.cancel();
+}
+
+namespace {
+// A Gaussian factor of standard deviation sd, clamped to [0.3, 1.7] (the llm-d simulator's
+// convention), from two uniform draws (Box-Muller).
+double jitterFactor(SplitMix64& rng, double sd) {
+  if (sd <= 0) return 1.0;
+  const double u1 = (static_cast<double>(rng.next() >> 11) + 0.5) * 0x1.0p-53;
+  const double u2 = static_cast<double>(rng.next() >> 11) * 0x1.0p-53;
+  const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  return std::clamp(1.0 + sd * z, 0.3, 1.7);
+}
+}  // namespace
+
+asio::awaitable<void> Worker::runEngine(Rank& rank) {
+  using Clock = std::chrono::steady_clock;
+  while (!stopping_) {
+    StepPlan plan = rank.engine.plan();
+    error_code ec;
+    if (plan.empty()) {  // nothing runnable: sleep until a request arrives
+      rank.idle = true;
+      rank.timer.expires_at(Clock::time_point::max());
+      co_await rank.timer.async_wait(useEc(ec));
+      rank.idle = false;
+      continue;
+    }
+    const double ms = plan.ms * jitterFactor(rank.rng, cfg_.jitter);
+    const auto deadline =
+        Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(ms * 1e6 / cfg_.speedup));
+    rank.timer.expires_at(deadline);
+    co_await rank.timer.async_wait(useEc(ec));
+    if (stopping_) co_return;
+    // Simulated seconds the step overran (the timer fired late: a busy machine).
+    const double slip =
+        std::max(0.0, std::chrono::duration<double>(Clock::now() - deadline).count()) *
+        cfg_.speedup;
+    slip_sum_s_ += slip;
+    slip_max_s_ = std::max(slip_max_s_, slip);
+    ++steps_;
+    rank.engine.finish(plan);
+  }
+}
+
+void Worker::admitted(Rank& rank, Seq& s) {
+  if (KvPublisher* pub = rank.pub.get()) {  // one batch per admission: evictions, then the store
+    // vLLM's full report mode re-sends the blocks a request reuses, from block 0.
+    const size_t first = cfg_.kv_events.full_report ? 0 : s.alloc.cached_tokens / cfg_.block_size;
+    pub->stored(s.prompt, s.alloc.keys, first,
+                s.alloc.keys.size() > first ? s.alloc.keys.size() - first : 0);
+    pub->flush();
+  }
+  prefix_queries_ += s.prompt.size();
+  prefix_hits_ += s.computed;  // the hit, capped as vLLM caps it
+}
+
+asio::awaitable<bool> Worker::tokenReady(RequestCtx& c, int64_t tok) {
+  if (cfg_.fixed_timing) {
+    if (tok == 0) co_return !c.aborted();  // the first token follows the prefill wait
+    co_return co_await sleepFor(c, cfg_.itl_ms);
+  }
+  while (c.seq->generated <= tok) {
+    if (c.aborted()) co_return false;
+    c.timer.expires_at(asio::steady_timer::time_point::max());
+    error_code ec;
+    c.awaiting_token = true;
+    co_await c.timer.async_wait(useEc(ec));  // the engine cancels it when a token is out
+    c.awaiting_token = false;
+  }
+  co_return !c.aborted();
 }
 
 asio::awaitable<bool> Worker::sleepFor(RequestCtx& c, double ms) {
@@ -355,35 +426,67 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       co_return;
     }
   }
-  if (!co_await acquireSlot(ctx)) {
-    abortRequest(w);
-    co_return;
-  }
+  const auto bs = static_cast<int64_t>(cfg_.block_size);
+  int64_t cached = 0;
   ctx.rank = next_rank_++ % ranks_.size();
   Rank& rank = *ranks_[ctx.rank];
-  ctx.alloc = rank.cache.acquire(in.prompt);
-  ctx.has_alloc = true;
-  if (KvPublisher* kv_pub_ = rank.pub.get()) {  // one batch per admitted request: evictions
-                                                // (collected above), then the store
-    // vLLM's full report mode re-sends the blocks a request reuses, from block 0.
-    const size_t first =
-        cfg_.kv_events.full_report ? 0 : ctx.alloc.cached_tokens / cfg_.block_size;
-    kv_pub_->stored(in.prompt, ctx.alloc.keys, first,
-                    ctx.alloc.keys.size() > first ? ctx.alloc.keys.size() - first : 0);
-    kv_pub_->flush();
-  }
-  // vLLM caps a hit at num_tokens - 1 (the last prompt token is always recomputed to produce
-  // logits), rounded down to whole blocks: a fully cached 32-token prompt reports 16 cached.
-  const auto bs = static_cast<int64_t>(cfg_.block_size);
-  const int64_t max_hit = plen > 0 ? ((plen - 1) / bs) * bs : 0;
-  const auto cached = std::min(static_cast<int64_t>(ctx.alloc.cached_tokens), max_hit);
-  prefix_queries_ += static_cast<uint64_t>(plen);
-  prefix_hits_ += static_cast<uint64_t>(cached);
-  double prefill_ms =
-      cfg_.prefill_base_ms + static_cast<double>(plen - cached) * cfg_.prefill_us_per_token / 1e3;
-  if (!co_await sleepFor(ctx, prefill_ms)) {
-    abortRequest(w);
-    co_return;
+  if (cfg_.fixed_timing) {
+    if (!co_await acquireSlot(ctx)) {
+      abortRequest(w);
+      co_return;
+    }
+    ctx.alloc = rank.cache.acquire(in.prompt);
+    ctx.has_alloc = true;
+    if (KvPublisher* kv_pub_ = rank.pub.get()) {  // one batch per admitted request: evictions
+                                                  // (collected above), then the store
+      // vLLM's full report mode re-sends the blocks a request reuses, from block 0.
+      const size_t first =
+          cfg_.kv_events.full_report ? 0 : ctx.alloc.cached_tokens / cfg_.block_size;
+      kv_pub_->stored(in.prompt, ctx.alloc.keys, first,
+                      ctx.alloc.keys.size() > first ? ctx.alloc.keys.size() - first : 0);
+      kv_pub_->flush();
+    }
+    // vLLM caps a hit at num_tokens - 1 (the last prompt token is always recomputed to produce
+    // logits), rounded down to whole blocks: a fully cached 32-token prompt reports 16 cached.
+    const int64_t max_hit = plen > 0 ? ((plen - 1) / bs) * bs : 0;
+    cached = std::min(static_cast<int64_t>(ctx.alloc.cached_tokens), max_hit);
+    prefix_queries_ += static_cast<uint64_t>(plen);
+    prefix_hits_ += static_cast<uint64_t>(cached);
+    double prefill_ms =
+        cfg_.prefill_base_ms + static_cast<double>(plen - cached) * cfg_.prefill_us_per_token / 1e3;
+    if (!co_await sleepFor(ctx, prefill_ms)) {
+      abortRequest(w);
+      co_return;
+    }
+  } else {
+    if (!co_await sleepFor(ctx, cfg_.api_ms)) {
+      abortRequest(w);
+      co_return;
+    }
+    auto seq = std::make_shared<Seq>();
+    seq->prompt = in.prompt;
+    seq->keys = rank.cache.blockKeys(in.prompt);
+    seq->max_tokens = ntok;
+    RequestCtx* c = &ctx;  // the context clears these before it goes
+    seq->wake = [c] {      // only a token wait is ended: a fault's sleep runs its course
+      if (c->awaiting_token) c->timer.cancel();
+    };
+    seq->on_admit = [this, &rank](Seq& s) { admitted(rank, s); };
+    if (!rank.engine.submit(seq)) {
+      const std::string msg = "The request needs " + std::to_string(plen + ntok) +
+                              " tokens of KV cache but the "
+                              "engine holds " +
+                              std::to_string(rank.cache.capacity() * cfg_.block_size) + ".";
+      co_await w.send(400, "application/json", vllmError(400, msg), hdrs);
+      co_return;
+    }
+    ctx.seq = seq;
+    if (rank.idle) rank.timer.cancel();  // wake the engine
+    if (!co_await tokenReady(ctx, 0)) {
+      abortRequest(w);
+      co_return;
+    }
+    cached = static_cast<int64_t>(seq->cached_tokens);
   }
   prompt_tokens_ += static_cast<uint64_t>(plen);
   const std::string usage =
@@ -395,14 +498,15 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
   if (!in.stream) {
     std::string text;
     for (int64_t i = 0; i < ntok; ++i) {
-      if (i > 0 && !co_await sleepFor(ctx, cfg_.itl_ms)) {
+      if (!co_await tokenReady(ctx, i)) {
         abortRequest(w);
         co_return;
       }
       ++generation_tokens_;
       text += nextToken(i);
     }
-    cacheDecodeBlocks(rank, in.model, in.prompt, ctx.alloc.keys.size(), text);
+    cacheDecodeBlocks(rank, in.model, in.prompt,
+                      ctx.seq ? ctx.seq->keys.size() : ctx.alloc.keys.size(), text);
     ojson choice = {{"index", 0}};
     if (chat)
       choice["message"] = {{"role", "assistant"}, {"content", text}};
@@ -452,9 +556,11 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       hangUp(w);
       co_return;
     }
-    double delay = e > 0 ? event_delay : 0.0;
-    if (is_token && tok > 0) delay += cfg_.itl_ms;
-    if (delay > 0 && !co_await sleepFor(ctx, delay)) {
+    if (e > 0 && event_delay > 0 && !co_await sleepFor(ctx, event_delay)) {
+      abortRequest(w);
+      co_return;
+    }
+    if (is_token && !co_await tokenReady(ctx, tok)) {
       abortRequest(w);
       co_return;
     }
@@ -492,12 +598,57 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       co_return;
     }
   }
-  cacheDecodeBlocks(rank, in.model, in.prompt, ctx.alloc.keys.size(), generated);
+  cacheDecodeBlocks(rank, in.model, in.prompt,
+                    ctx.seq ? ctx.seq->keys.size() : ctx.alloc.keys.size(), generated);
   if (!co_await w.endStream()) {
     abortRequest(w);
     co_return;
   }
   ++request_success_;
+}
+
+asio::awaitable<void> Worker::handleCacheState(http::Request& req, http::ResponseWriter& w) {
+  // The body of a completion or chat request (its prompt is tokenized as for inference); the
+  // answer gives, per worker and data-parallel rank, how many leading full blocks of the prompt
+  // that engine's cache holds right now (the benchmark's oracle reads it).
+  const bool chat = req.body.find("\"messages\"") != std::string::npos;
+  auto parsed = parseInference(req.body, chat);
+  if (!parsed) {
+    const Error& e = parsed.error();
+    co_await w.send(e.code, "application/json",
+                    vllmError(e.code, e.what, e.source.empty() ? nullptr : e.source.c_str()));
+    co_return;
+  }
+  const std::vector<uint64_t> keys = ranks_[0]->cache.blockKeys(parsed->prompt);
+  ojson workers = ojson::array();
+  auto one = [&](const Worker& wk) {
+    ojson ranks = ojson::array();
+    size_t best = 0;
+    for (const auto& rank : wk.ranks_) {
+      const size_t n = rank->cache.leadingBlocks(keys);
+      best = std::max(best, n);
+      ranks.push_back(n);
+    }
+    ojson entry;
+    entry["worker"] = wk.index_;
+    entry["port"] = wk.port_;
+    entry["blocks"] = best;
+    entry["ranks"] = std::move(ranks);
+    workers.push_back(std::move(entry));
+  };
+  if (fleet_) {
+    for (const auto& wk : *fleet_)
+      if (wk) one(*wk);
+  } else {
+    one(*this);
+  }
+  ojson answer;
+  answer["block_size"] = cfg_.block_size;
+  answer["prompt_tokens"] = parsed->prompt.size();
+  answer["prompt_blocks"] = keys.size();
+  answer["workers"] = std::move(workers);
+  const std::string body = dumpJson(answer);
+  co_await w.send(200, "application/json", body);
 }
 
 asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w) {
@@ -552,6 +703,11 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
         }
       }
       co_await w.send(200, "", "", hdrs);
+      co_return;
+    }
+  } else if (p == "/sim/cache_state") {
+    if (post) {
+      co_await handleCacheState(req, w);
       co_return;
     }
   } else if (p == "/sim/fault") {

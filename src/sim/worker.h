@@ -1,27 +1,28 @@
 // One simulated vLLM worker: an OpenAI-compatible HTTP server with vLLM's response shapes,
 // error JSON, Prometheus metrics, a vLLM-style prefix cache and fault injection.
 //
-// Timing model (every delay is divided by --speedup; waits use asio::steady_timer, the thread
-// never blocks):
-//   1. stall        : stall_ms fault only, before anything is sent.
-//   2. queue        : wait FIFO for one of --max-concurrency slots (the wait is
-//                     vllm:num_requests_waiting; slot holders are vllm:num_requests_running).
-//   3. prefill      : prefill_base_ms + uncached_prompt_tokens * prefill_us_per_token / 1000 ms,
-//                     where uncached = prompt_tokens - cached_tokens from the prefix cache (its
-//                     blocks are referenced from here until the request ends).
-//   4. decode       : the first token is emitted right after prefill; each further token after
-//                     itl_ms (+ event_delay_ms between stream events). Every request generates
-//                     exactly max_tokens tokens (finish_reason "length").
-//   TTFT = queue + (prefill_base_ms + uncached * prefill_us_per_token / 1000) / speedup
-//   E2E  = TTFT + (max_tokens - 1) * itl_ms / speedup
-// Streaming responses send their headers before the queue wait (as vLLM does); non-streaming
-// ones send everything when generation is done.
+// Timing (--timing; every delay is divided by --speedup; waits use asio::steady_timer, the
+// thread never blocks):
+//   step (default): each data-parallel rank is a continuous-batching engine (sim/batch_engine.h)
+//     whose steps take the time sim/step_model.h gives them (shared/reference/benchmarks.md §2):
+//     prefill chunks and decodes share steps, cached prefix tokens skip prefill compute but still
+//     cost attention, batches are bounded by --max-num-seqs and --max-num-batched-tokens, KV
+//     blocks are admitted, grown during decode, preempted and evicted LRU. A request first waits
+//     --api-ms (vLLM's per-request API overhead), then joins its rank's queue; each token is sent
+//     when the step producing it ends. The gap between a step's deadline and when its timer
+//     really fired is the timer slip (kvgate_sim_timer_slip_seconds).
+//   fixed: the earlier model, kept for protocol tests and the SSE relay benchmark, whose
+//     point is a steady pace: wait FIFO for one of --max-concurrency slots, then
+//     TTFT = prefill_base_ms + uncached_prompt_tokens * prefill_us_per_token / 1000, and one
+//     token every itl_ms after that.
+// Streaming responses send their headers before any wait (as vLLM does); non-streaming ones send
+// everything when generation is done.
 //
 // Output is deterministic: the words come from a fixed list, drawn by splitmix64 seeded with
 // (--seed, XXH3 of the prompt token ids); each word is one token.
 //
-// A client that goes away is detected by a failed write or, while the request is queued or in
-// prefill, by watching the socket for EOF. The request then stops, releases its slot and cache
+// A client that goes away is detected by a failed write or, while the request waits, by watching
+// the socket for EOF. The request then stops, releases its slot, engine sequence and cache
 // blocks, and counts in kvgate_sim_requests_aborted_total.
 #pragma once
 #include <cstdint>
@@ -35,9 +36,11 @@
 
 #include "common/result.h"
 #include "http/server.h"
+#include "sim/batch_engine.h"
 #include "sim/kv_publisher.h"
 #include "sim/prefix_cache.h"
 #include "sim/tokenizer.h"
+#include "sim/wire.h"
 
 namespace kvgate::sim {
 
@@ -65,13 +68,18 @@ struct SimConfig {
   uint64_t seed = 1;
   double speedup = 1.0;
   size_t block_size = 16;
-  size_t num_blocks = 4096;
+  size_t num_blocks = 31250;  // ~500k tokens: an 8B model's KV on one H100 (benchmarks.md §2)
+  bool fixed_timing = false;  // --timing fixed (else step)
+  StepParams step;            // --timing step: the step model's parameters
+  EngineLimits limits;        // and batch limits
+  double api_ms = 0;          // per-request API overhead before the engine queue
+  double jitter = 0.03;       // Gaussian sd of each step's duration (clamped to +-70%)
   double prefill_us_per_token = 100;
   double prefill_base_ms = 5;
   double itl_ms = 10;
   size_t max_concurrency = 64;
   int64_t default_max_tokens = 16;
-  int64_t max_model_len = 32768;
+  int64_t max_model_len = 131072;
   uint64_t keepalive_timeout_ms = 5000;  // idle keep-alive connections closed (uvicorn: 5 s)
   bool stamp_events = false;             // add "kvgate_sent_us" (send time) to each token event
   bool cache_decode = false;             // --kv-cache-decode: blocks completed during decode
@@ -119,6 +127,8 @@ class Worker {
   asio::awaitable<void> handleEmbeddings(http::Request& req, http::ResponseWriter& w,
                                          const http::HeaderList& hdrs);
   asio::awaitable<void> handleFault(http::Request& req, http::ResponseWriter& w);
+  // POST /sim/cache_state: the true cache state of a prompt on every worker of the fleet.
+  asio::awaitable<void> handleCacheState(http::Request& req, http::ResponseWriter& w);
   std::string metricsText() const;
   std::string modelsJson() const;
   nlohmann::ordered_json faultJson() const;
@@ -135,10 +145,24 @@ class Worker {
   // One data-parallel engine: its own prefix cache and KV-event publisher (--kv-events-dp-ranks;
   // one by default). A request is served by one rank, chosen round-robin.
   struct Rank {
-    Rank(size_t block_size, size_t blocks) : cache(block_size, blocks) {}
+    Rank(asio::io_context& io, const SimConfig& cfg, uint64_t seed)
+        : cache(cfg.block_size, cfg.num_blocks),
+          engine(cache, cfg.limits, cfg.step),
+          timer(io),
+          rng{seed} {}
     PrefixCache cache;
+    BatchEngine engine;                // --timing step
+    asio::steady_timer timer;          // the engine's step (or idle) wait
+    bool idle = true;                  // waiting for work (a submit wakes it)
+    SplitMix64 rng;                    // step jitter
     std::unique_ptr<KvPublisher> pub;  // set when cfg.kv_events.enabled
   };
+  // --timing step: runs the rank's engine, one step per timer wait, until stop().
+  asio::awaitable<void> runEngine(Rank& rank);
+  // Waits until output token `tok` (0-based) exists; false when the request was aborted.
+  asio::awaitable<bool> tokenReady(RequestCtx& c, int64_t tok);
+  // Publishes the blocks of a sequence just admitted (KV events) and counts the prefix query.
+  void admitted(Rank& rank, Seq& s);
   // A finished request's blocks completed during decode (prompt + generated ids), cached and
   // published like vLLM's (cfg.cache_decode).
   void cacheDecodeBlocks(Rank& rank, const std::string& model, const std::vector<uint32_t>& prompt,
@@ -171,6 +195,9 @@ class Worker {
   uint64_t prompt_tokens_ = 0;
   uint64_t generation_tokens_ = 0;
   uint64_t request_success_ = 0;
+  uint64_t steps_ = 0;     // engine steps run (all ranks)
+  double slip_sum_s_ = 0;  // timer slip over those steps, simulated seconds
+  double slip_max_s_ = 0;
 };
 
 }  // namespace kvgate::sim

@@ -205,15 +205,23 @@ std::string Worker::metricsText() const {
   const std::string labels =
       "model_name=\"" + http::jsonEscape(cfg_.models.front()) + "\",engine=\"0\"";
   auto d = [](uint64_t v) { return static_cast<double>(v); };
-  addMetric(out, "vllm:num_requests_running", "gauge",
-            "Number of requests in model execution batches.", labels, d(running_));
-  addMetric(out, "vllm:num_requests_waiting", "gauge",
-            "Number of requests waiting to be processed.", labels, d(waiters_.size()));
-  size_t used = 0, capacity = 0;
+  size_t running = running_, waiting = waiters_.size(), used = 0, capacity = 0;
+  uint64_t preemptions = 0;
   for (const auto& rank : ranks_) {
-    used += rank->cache.usedBlocks();
+    used += rank->cache.usedBlocks() + rank->cache.reservedBlocks();
     capacity += rank->cache.capacity();
+    if (!cfg_.fixed_timing) {
+      running += rank->engine.running();
+      waiting += rank->engine.waiting();
+      preemptions += rank->engine.preemptions();
+    }
   }
+  addMetric(out, "vllm:num_requests_running", "gauge",
+            "Number of requests in model execution batches.", labels, d(running));
+  addMetric(out, "vllm:num_requests_waiting", "gauge",
+            "Number of requests waiting to be processed.", labels, d(waiting));
+  addMetric(out, "vllm:num_preemptions_total", "counter",
+            "Cumulative number of preemption from the engine.", labels, d(preemptions));
   double usage = capacity ? d(used) / d(capacity) : 0.0;
   addMetric(out, "vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.",
             labels, usage);
@@ -246,6 +254,14 @@ std::string Worker::metricsText() const {
   addMetric(out, "kvgate_sim_faults_injected_total", "counter",
             "Faults injected (failed, stalled, cut or delayed requests).", labels,
             d(faults_injected_));
+  addMetric(out, "kvgate_sim_steps_total", "counter",
+            "Engine steps run (--timing step), all data-parallel ranks.", labels, d(steps_));
+  addMetric(out, "kvgate_sim_timer_slip_seconds_total", "counter",
+            "Simulated seconds by which engine steps overran their deadline because the timer "
+            "fired late (a busy machine); divide by kvgate_sim_steps_total for the mean.",
+            labels, slip_sum_s_);
+  addMetric(out, "kvgate_sim_timer_slip_max_seconds", "gauge",
+            "Largest timer slip of one engine step, simulated seconds.", labels, slip_max_s_);
   return out;
 }
 

@@ -21,6 +21,11 @@ export function startKvgate(args, { timeoutMs = 15000, env = {} } = {}) {
   return new Promise((resolve, reject) => {
     const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
     children.add(proc);
+    // A child left running by a failed test must not keep this file's process alive forever:
+    // unreferenced, the process can end, and its 'exit' handler kills what is left.
+    proc.unref();
+    proc.stdout.unref();
+    proc.stderr.unref();
     proc.stderrText = '';
     proc.stderr.on('data', (d) => { proc.stderrText += d.toString(); });
     const timer = setTimeout(() => {

@@ -11,7 +11,7 @@ describe('metrics', () => {
   let sim; let gw; let tmp;
   before(async () => {
     tmp = tempDir();
-    sim = await startSim(['--workers', '2', '--port', '0', '--itl-ms', '0']);
+    sim = await startSim(['--workers', '2', '--port', '0', '--timing', 'fixed', '--itl-ms', '0']);
     gw = await startGateway({ stateDir: tmp.dir, extra: ['--access-log'] });
   });
   after(async () => { await gw.stop(); await sim.stop(); tmp.remove(); });

@@ -14,7 +14,7 @@ describe('fullproxy data plane', () => {
   before(async () => {
     tmp = tempDir();
     sim = await startSim(['--workers', '3', '--port', '0', '--model', 'sim-model', '--model', 'other',
-      '--itl-ms', '1', '--prefill-us-per-token', '1']);
+      '--timing', 'fixed', '--itl-ms', '1', '--prefill-us-per-token', '1']);
     gw = await startGateway({ stateDir: tmp.dir, extra: ['--header-timeout-ms', '1000'] });
   });
   after(async () => { await gw.stop(); await sim.stop(); tmp.remove(); });
@@ -135,7 +135,7 @@ describe('fullproxy data plane', () => {
   });
 
   test('SSE events are relayed as they arrive, not buffered', async () => {
-    const slow = await startSim(['--workers', '1', '--port', '0', '--event-delay-ms', '100', '--itl-ms', '0']);
+    const slow = await startSim(['--workers', '1', '--port', '0', '--event-delay-ms', '100', '--timing', 'fixed', '--itl-ms', '0']);
     const port = await freePort();
     assert.equal((await api(gw.api, 'POST', BASE, rule({ port, workers: slow.workers, extraArgs: { sse_mode: true } }))).status, 200);
     const t0 = Date.now();
@@ -260,7 +260,7 @@ describe('fullproxy data plane', () => {
   test('no request is lost when the upstream closes pooled connections while idle', async () => {
     // Workers close idle keep-alive connections after 150 ms; requests arrive around that age so
     // the gateway keeps meeting connections closed while idle (and some closing as it sends).
-    const sim2 = await startSim(['--workers', '2', '--port', '0', '--keepalive-timeout-ms', '150', '--itl-ms', '0']);
+    const sim2 = await startSim(['--workers', '2', '--port', '0', '--keepalive-timeout-ms', '150', '--timing', 'fixed', '--itl-ms', '0']);
     const port = await freePort();
     assert.equal((await api(gw.api, 'POST', BASE, rule({ port, workers: sim2.workers }))).status, 200);
     const url = `http://127.0.0.1:${port}/v1/completions`;
@@ -282,7 +282,7 @@ describe('fullproxy data plane', () => {
   });
 
   test('an active stream is not reaped by the data timeout (only by the stream cap)', async () => {
-    const slow = await startSim(['--workers', '1', '--port', '0', '--event-delay-ms', '400', '--itl-ms', '0']);
+    const slow = await startSim(['--workers', '1', '--port', '0', '--event-delay-ms', '400', '--timing', 'fixed', '--itl-ms', '0']);
     const port = await freePort();
     assert.equal((await api(gw.api, 'POST', BASE, rule({ port, workers: slow.workers, extraArgs: { sse_mode: true, timeoutMemberData: 250 } }))).status, 200);
     const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {

@@ -185,7 +185,7 @@ test('bug 4a: junk written by a client during a slow response does not grow the 
 // Each trailer line of a chunked request body was limited, but not their total: 2,000 lines of
 // 100 bytes were accepted. Fixed: an oversized trailer section is a 4xx; a small one still works.
 test('bug 4b: a chunked request with a huge trailer section is rejected; a small trailer is fine', async (t) => {
-  const s = await sim(t, ['--workers', '1', '--itl-ms', '0']);
+  const s = await sim(t, ['--workers', '1', '--timing', 'fixed', '--itl-ms', '0']);
   const gw = await gateway(t);
   const port = await service(gw, { workers: s.workers });
   const body = JSON.stringify({ model: 'sim-model', prompt: 'hi', max_tokens: 1 });
@@ -258,7 +258,7 @@ test('bug 5: parsing huge bodies for their model does not keep a multiple of the
 // name with a newline forged a whole log line. Fixed: every logged field is escaped, so no stderr
 // line starts with the client's text.
 test('bug 8: a newline in a logged field cannot forge an access-log line', async (t) => {
-  const s = await sim(t, ['--workers', '1', '--itl-ms', '0']);
+  const s = await sim(t, ['--workers', '1', '--timing', 'fixed', '--itl-ms', '0']);
   const gw = await gateway(t, ['--access-log']);
   // Model pools make the gateway read "model" from the body; the catch-all routes unknown models.
   const port = await service(gw, { model: 'sim-model', workers: s.workers });
@@ -289,7 +289,7 @@ test('bug 8: /metrics exposes kvgate_log_dropped_total', async (t) => {
 // The pool only checked a connection when taking it: connections the upstream closed while idle
 // stayed in CLOSE_WAIT forever. Fixed: idle connections closed by the peer are reaped.
 test('bug 9: pooled connections the upstream closed while idle do not linger in CLOSE_WAIT', async (t) => {
-  const s = await sim(t, ['--workers', '1', '--itl-ms', '30', '--keepalive-timeout-ms', '300']);
+  const s = await sim(t, ['--workers', '1', '--timing', 'fixed', '--itl-ms', '30', '--keepalive-timeout-ms', '300']);
   const gw = await gateway(t);
   const port = await service(gw, { workers: s.workers });
   const before = (await simMetrics(s.workers[0])).kvgate_sim_requests_total || 0;
@@ -309,7 +309,7 @@ test('bug 9: pooled connections the upstream closed while idle do not linger in 
 
 // ---- bug 9 (second part): deleting a rule drops the idle pool of its endpoints
 test('bug 9: after a rule is deleted the gateway holds no idle connection to its upstream', async (t) => {
-  const s = await sim(t, ['--workers', '1', '--itl-ms', '30', '--keepalive-timeout-ms', '600000']);
+  const s = await sim(t, ['--workers', '1', '--timing', 'fixed', '--itl-ms', '30', '--keepalive-timeout-ms', '600000']);
   const gw = await gateway(t, ['--upstream-idle-ms', '600000']);
   const port = await service(gw, { workers: s.workers });
   const burst = await Promise.all(Array.from({ length: 10 }, () => httpReq(port, {
@@ -332,7 +332,7 @@ test('bug 9: after a rule is deleted the gateway holds no idle connection to its
 const slowStream = (tokens) => ({ model: 'sim-model', prompt: 'stream slowly', max_tokens: tokens, stream: true });
 
 test('bug 10: SIGTERM lets an in-flight stream finish, refuses new connections, then exits', async (t) => {
-  const s = await sim(t, ['--workers', '1', '--itl-ms', '100']);
+  const s = await sim(t, ['--workers', '1', '--timing', 'fixed', '--itl-ms', '100']);
   const gw = await gateway(t);  // default --drain-timeout-ms (30 s)
   const port = await service(gw, { workers: s.workers });
   assert.equal(await probeVip(port), 'served', 'the VIP serves before the signal');
@@ -354,7 +354,7 @@ test('bug 10: SIGTERM lets an in-flight stream finish, refuses new connections, 
 });
 
 test('bug 10: a second SIGTERM exits at once and cuts the stream', async (t) => {
-  const s = await sim(t, ['--workers', '1', '--itl-ms', '100']);
+  const s = await sim(t, ['--workers', '1', '--timing', 'fixed', '--itl-ms', '100']);
   const gw = await gateway(t);
   const port = await service(gw, { workers: s.workers });
   const exited = exitOf(gw.proc);
@@ -379,7 +379,7 @@ test('bug 10: a second SIGTERM exits at once and cuts the stream', async (t) => 
 });
 
 test('bug 10: --drain-timeout-ms 500 bounds the drain; the long stream is cut', async (t) => {
-  const s = await sim(t, ['--workers', '1', '--itl-ms', '100']);
+  const s = await sim(t, ['--workers', '1', '--timing', 'fixed', '--itl-ms', '100']);
   const gw = await gateway(t, ['--drain-timeout-ms', '500']);
   const port = await service(gw, { workers: s.workers });
   const exited = exitOf(gw.proc);

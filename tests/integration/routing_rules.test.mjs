@@ -14,7 +14,7 @@ describe('rule matching and protocol corners', () => {
   let sim; let gw; let tmp;
   before(async () => {
     tmp = tempDir();
-    sim = await startSim(['--workers', '3', '--port', '0', '--itl-ms', '0', '--prefill-us-per-token', '0']);
+    sim = await startSim(['--workers', '3', '--port', '0', '--timing', 'fixed', '--itl-ms', '0', '--prefill-us-per-token', '0']);
     gw = await startGateway({ stateDir: tmp.dir });
   });
   after(async () => { await gw.stop(); await sim.stop(); tmp.remove(); });

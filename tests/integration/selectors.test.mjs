@@ -11,7 +11,7 @@ describe('key-based selectors', () => {
   let sim; let gw; let tmp;
   before(async () => {
     tmp = tempDir();
-    sim = await startSim(['--workers', '3', '--port', '0', '--itl-ms', '0', '--prefill-us-per-token', '0']);
+    sim = await startSim(['--workers', '3', '--port', '0', '--timing', 'fixed', '--itl-ms', '0', '--prefill-us-per-token', '0']);
     gw = await startGateway({ stateDir: tmp.dir });
   });
   after(async () => { await gw.stop(); await sim.stop(); tmp.remove(); });
@@ -43,7 +43,7 @@ describe('key-based selectors', () => {
   });
 
   test('chwbl: a hot prefix spills past its bounded-load cap under concurrency', async () => {
-    const slow = await startSim(['--workers', '3', '--port', '0', '--itl-ms', '50']);
+    const slow = await startSim(['--workers', '3', '--port', '0', '--timing', 'fixed', '--itl-ms', '50']);
     const port = await freePort();
     assert.equal((await api(gw.api, 'POST', BASE, rule({ port, sel: 8, workers: slow.workers, extraArgs: { name: 'hot' } }))).status, 200);
     const before = await requestCounts(slow.workers);

@@ -5,7 +5,8 @@ import { simMetrics, startSim } from './lib.mjs';
 
 describe('kvgate sim (vLLM dialect)', () => {
   let sim;
-  before(async () => { sim = await startSim(['--workers', '2', '--port', '0', '--itl-ms', '0', '--block-size', '16']); });
+  // The default timing (the continuous-batching step model), 20x faster than real time.
+  before(async () => { sim = await startSim(['--workers', '2', '--port', '0', '--speedup', '20', '--block-size', '16']); });
   after(async () => { await sim.stop(); });
 
   const complete = async (w, prompt, extra = {}) => {
@@ -68,14 +69,53 @@ describe('kvgate sim (vLLM dialect)', () => {
     const text = await (await fetch(`${sim.workers[0].url}/metrics`)).text();
     for (const name of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc',
       'vllm:prefix_cache_queries_total', 'vllm:prefix_cache_hits_total', 'vllm:cache_config_info',
-      'kvgate_sim_requests_aborted_total']) {
+      'kvgate_sim_requests_aborted_total', 'vllm:num_preemptions_total', 'kvgate_sim_steps_total',
+      'kvgate_sim_timer_slip_seconds_total', 'kvgate_sim_timer_slip_max_seconds']) {
       assert.match(text, new RegExp(`^# TYPE ${name.replace(/_total$/, '(_total)?')} `, 'm'), name);
     }
-    assert.match(text, /vllm:cache_config_info\{[^}]*block_size="16"[^}]*num_gpu_blocks="4096"/);
+    assert.match(text, /vllm:cache_config_info\{[^}]*block_size="16"[^}]*num_gpu_blocks="31250"/);
     const fleet = await startSim(['--hosts', '127.0.0.20-22', '--port', '0']);
     assert.deepEqual(fleet.workers.map((w) => w.host), ['127.0.0.20', '127.0.0.21', '127.0.0.22']);
     assert.equal(new Set(fleet.workers.map((w) => w.port)).size, 1);
     for (const w of fleet.workers) assert.equal((await fetch(`${w.url}/health`)).status, 200);
     await fleet.stop();
+  });
+
+  test('step model: one step per token, the true cache state, KV capacity and timing flags', async () => {
+    const s2 = await startSim(['--workers', '2', '--port', '0', '--speedup', '20', '--num-blocks', '8']);
+    const [w0, w1] = s2.workers;
+    const prompt = range(1, 65);  // 4 blocks of 16
+    const m0 = await simMetrics(w0);
+    await complete(w0, prompt, { max_tokens: 4 });
+    let r = await complete(w0, prompt, { max_tokens: 4 });
+    assert.equal(r.usage.prompt_tokens_details.cached_tokens, 48);
+    // Sequential requests never share a step: each is one prefill step plus 3 decode steps.
+    const m1 = await simMetrics(w0);
+    assert.equal(m1.kvgate_sim_steps_total - m0.kvgate_sim_steps_total, 8);
+    assert.ok(m1.kvgate_sim_timer_slip_seconds_total >= 0);
+    // The true cache state: worker 0 holds all 4 leading blocks of this prompt, worker 1 none;
+    // a prompt sharing the first 2 blocks only.
+    const state = async (p) => (await fetch(`${w1.url}/sim/cache_state`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: p, max_tokens: 1 }),
+    })).json();
+    let st = await state(prompt);
+    assert.equal(st.prompt_blocks, 4);
+    assert.deepEqual(st.workers.map((w) => [w.worker, w.blocks]), [[0, 4], [1, 0]]);
+    st = await state([...range(1, 33), ...range(900, 932)]);
+    assert.deepEqual(st.workers.map((w) => w.blocks), [2, 0]);
+    const bad = await fetch(`${w1.url}/sim/cache_state`, { method: 'POST', body: '{"prompt":' });
+    assert.equal(bad.status, 400);
+    // 8 blocks of 16 = 128 tokens of KV: 120 prompt + 16 output tokens can never fit.
+    const big = await fetch(`${w0.url}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: range(1, 121), max_tokens: 16 }),
+    });
+    assert.equal(big.status, 400);
+    assert.match((await big.json()).message, /needs 136 tokens of KV cache but the engine holds 128/);
+    await s2.stop();
+    // A knob of the other timing model is an error, not silently ignored.
+    await assert.rejects(startSim(['--port', '0', '--itl-ms', '5']), /--itl-ms belongs to --timing fixed/);
+    await assert.rejects(startSim(['--port', '0', '--timing', 'fixed', '--max-num-seqs', '5']), /--max-num-seqs belongs to --timing step/);
   });
 });
