@@ -117,7 +117,10 @@ class Decoder {
     uint32_t n;
     if (!r_.readArrayHeader(n)) return bad("events is not an array");
     // No reserve from the declared count: an element may take one byte on the wire and a
-    // KvEvent hundreds in memory. Events grow as they decode.
+    // KvEvent hundreds in memory. Events grow as they decode, at most kMaxBatchEvents of them
+    // (one engine step's batch holds a few per scheduled request): a hostile batch of minimal
+    // events cannot cost hundreds of times its wire size.
+    if (n > kMaxBatchEvents) return bad("more than 65536 events in one batch");
     for (uint32_t i = 0; i < n; ++i)
       if (!event()) return false;
     return true;

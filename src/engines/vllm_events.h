@@ -22,6 +22,10 @@ uint64_t foldHashBytes(std::string_view bytes);
 
 // Decodes `payload` into `out` (cleared first). On failure returns false with `error` naming
 // what was wrong; `out` is then unusable.
+// A batch declaring more events than this is rejected whole (one engine step publishes a few
+// events per scheduled request; 256 sequences per step is vLLM's default).
+constexpr uint32_t kMaxBatchEvents = 65536;
+
 bool decodeVllmBatch(std::string_view payload, KvEventBatch& out, std::string& error);
 
 }  // namespace kvgate::engines

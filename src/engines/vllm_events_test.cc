@@ -97,6 +97,30 @@ TEST(VllmEvents, EveryTruncationFails) {
   }
 }
 
+// A batch declaring more events than one engine step could publish is refused before any is
+// decoded: 65,537 AllBlocksCleared events (1 byte each on the wire, hundreds in memory).
+TEST(VllmEvents, TooManyEventsInOneBatchAreRefused) {
+  // Each event: ["AllBlocksCleared"] (fixarray 1, fixstr 16).
+  auto cleared = [](uint32_t n) {
+    std::string b = "\x93\xcb";
+    b.append(8, '\0');
+    b += '\xdd';
+    for (int i = 3; i >= 0; --i) b += static_cast<char>((n >> (8 * i)) & 0xff);
+    const std::string ev = std::string("\x91\xb0") + "AllBlocksCleared";
+    for (uint32_t i = 0; i < n; ++i) b += ev;
+    b += '\xc0';  // dp_rank nil
+    return b;
+  };
+  KvEventBatch batch;
+  std::string err;
+  EXPECT_TRUE(decodeVllmBatch(cleared(kMaxBatchEvents), batch, err)) << err;
+  EXPECT_EQ(batch.events.size(), kMaxBatchEvents);
+  KvEventBatch big;
+  EXPECT_FALSE(decodeVllmBatch(cleared(kMaxBatchEvents + 1), big, err));
+  EXPECT_NE(err.find("more than 65536 events"), std::string::npos) << err;
+  EXPECT_TRUE(big.events.empty());
+}
+
 TEST(VllmEvents, HashFoldingTakesTheLastEightBytesBigEndian) {
   EXPECT_EQ(
       foldHashBytes(unhex("d830de3d42c00f25a2949b5d12d98642664a44872c1614c5b0147556276afc9c")),

@@ -341,13 +341,13 @@ void EventPlane::openSource(const std::string& key, const SourceSpec& spec) {
       s.connect(zmqAddress(spec.host, spec.port + r));
       src->subs.push_back(std::move(s));
     }
+    if (!spec.http_drain)
+      for (size_t r = 0; r < src->replay.size(); ++r) openDealer(*src, r);
   } catch (const std::exception& e) {
     for (int slot : src->slots) index_.removeWorker(slot);
     log::warn("events", "not following KV events of " + key + ": " + e.what());
     return;
   }
-  if (!spec.http_drain)
-    for (size_t r = 0; r < src->replay.size(); ++r) openDealer(*src, r);
   {
     std::lock_guard<std::mutex> g(mu_);
     slots_[key] = kv::Publisher{mask, -1};
@@ -849,7 +849,7 @@ void EventPlane::drainLoop() {
       --in_flight;
       size_t bytes = 0;
       for (const auto& ev : res.events)
-        bytes += ev.event.token_ids.size() * 4 + ev.event.block_hashes.size() * 8 + 64;
+        bytes += ev.event.token_ids.size() * 4 + ev.event.block_hashes.size() * 8 + sizeof(ev);
       {
         std::lock_guard<std::mutex> g(mu_);
         if (drain_results_.size() >= kMaxDrainResults ||
