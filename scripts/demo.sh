@@ -111,3 +111,13 @@ echo "KV-exact (Tier 1.5) reads what each worker's cache really holds from its K
 echo "tokenizes each chat with the model's template and sends it to the worker holding the longest"
 echo "prefix, bounded by load; a prompt nobody holds falls through to round-robin."
 curl -s "$API/metrics" | grep -E '^loxilb_pd_kv_tier15_(hits|miss_reason)_total\{service="demo-kv"' | grep -v ' 0$' || true
+
+echo
+echo "== the fleet benchmark, short: the same GSP-shaped token-id workload through round-robin,"
+echo "   least-connections and KV-exact (hard law), on a fresh 4-worker simulated fleet timed by the"
+echo "   continuous-batching model (kvgate bench fleet; the full comparison is in docs/benchmarks.md)"
+"$BIN" bench fleet --workload gsp --wl num_groups=16 --wl prompts_per_group=8 \
+  --wl system_prompt_len=1024 --wl question_len=64 --wl output_len=8 --workers 4 \
+  --arms rr,lc,kv-hard --qps 40 --requests 160 --speedup 2 --out "$WORK/fleet.json" \
+  --md "$WORK/fleet.md" --work "$WORK/fleet" 2>/dev/null
+cat "$WORK/fleet.md"

@@ -27,7 +27,9 @@ static void usage(FILE* out) {
                "  serve   run the gateway (data plane + management API)\n"
                "  sim     run a simulated engine fleet (vLLM dialect)\n"
                "  ctl     manage a running gateway over its REST API\n"
-               "  bench   load generators (bench sse: concurrent SSE streams, relay delay)\n"
+               "  bench   load generators (bench sse: SSE relay delay; bench fleet: routing "
+               "policies compared\n"
+               "          on a fleet; bench tokenize)\n"
                "  tokenize  print a prompt's token ids as the gateway computes them\n\n"
                "Run 'kvgate <command> --help' for the flags of each command.\n");
 }

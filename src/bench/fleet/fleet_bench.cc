@@ -1,0 +1,626 @@
+// `kvgate bench fleet`: routing policies compared side by side on one simulated (or real) fleet,
+// over a ladder of open-loop Poisson loads (issue 11; docs/benchmarks.md "Fleet benchmark").
+//
+// The run: start `kvgate sim` (N workers on their own loopback addresses, publishing KV events)
+// unless --fleet names real engines, start `kvgate serve`, create one service through the REST
+// API, then for each arm: update the rule to that arm (no restart), empty every worker's prefix
+// cache (POST /reset_prefix_cache), wait until the gateway follows every publisher again (KV
+// arms), and for each QPS of the ladder send --requests streaming completions (token-id prompts
+// drawn from the workload, Poisson arrivals, keep-alive connections) and measure each: TTFT,
+// inter-token latency, end to end. Between steps the workers' /metrics give the token-weighted
+// prefix-cache hit rate, the per-worker load spread and the simulator's timer slip; the gateway's
+// CPU time per request comes from /proc. Output: one JSON file of every figure (--out), a
+// Markdown table (--md) and, with --chart, a PNG per workload drawn by scripts/fleet_chart.py.
+//
+// Arms (each a rule setting, so an operator can run any of them in production):
+//   rr, lc, chwbl               the rule's selector (sel 0, 4, 8), no Tier 1.5
+//   kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft
+//                               kvExactMode 3 with that kvLbMode (the selection law of seed 000),
+//                               round-robin behind it for misses
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/fleet/child.h"
+#include "bench/fleet/stats.h"
+#include "bench/fleet/stream_client.h"
+#include "bench/fleet/workload.h"
+#include "common/net.h"
+#include "http/client.h"
+
+namespace kvgate::bench::fleet {
+namespace {
+using json = nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+constexpr const char* kUsage = R"(usage: kvgate bench fleet [options]
+Compares routing policies on one fleet over a QPS ladder (docs/benchmarks.md, Fleet benchmark).
+
+Workload:
+  --workload W        gsp (default), llmd or nosharing (src/bench/fleet/workload.h)
+  --wl KEY=VALUE      override a workload parameter (repeatable), e.g. --wl output_len=32
+  --seed S            seed of prompts, draws and arrivals (default 1)
+Load:
+  --qps LIST          comma-separated ladder (default 1,2,4,8)
+  --requests N        requests per step (default 200)
+  --arms LIST         comma-separated arms (default rr,lc,kv-hard,kv-soft); arms: rr, lc, chwbl,
+                      kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft
+  --timeout-s S       per-request timeout (default 600)
+Fleet (simulated unless --fleet):
+  --workers N         simulated workers (default 4)
+  --kv-fill F         size each worker's KV so the workload's working set is F x the fleet's
+                      capacity (default 0.75; shared workloads only)
+  --num-blocks N      KV blocks per worker instead of --kv-fill
+  --speedup F         the simulator's time compression (default 1)
+  --sim-arg ARG       one more argument for `kvgate sim` (repeatable), e.g. --sim-arg=--profile=70b-tp4-h100
+  --fleet LIST        real engines host:port,... instead (their KV events on --kv-port)
+  --kv-port P         their KV-event port (with --fleet; default 5557)
+  --block-size N      tokens per KV block (default 16)
+  --model NAME        model name sent (default sim-model)
+Output:
+  --out FILE          every figure as JSON (default build/bench/fleet-<workload>.json)
+  --md FILE           a Markdown table
+  --chart FILE        a PNG chart (TTFT p90 and throughput against QPS), via /usr/bin/python3
+  --work DIR          logs of the child processes (default a fresh /tmp directory)
+)";
+
+struct Options {
+  std::string workload = "gsp";
+  std::map<std::string, double> wl;
+  uint64_t seed = 1;
+  std::vector<double> qps{1, 2, 4, 8};
+  size_t requests = 200;
+  std::vector<std::string> arms{"rr", "lc", "kv-hard", "kv-soft"};
+  int timeout_s = 600;
+  size_t workers = 4;
+  double kv_fill = 0.75;
+  size_t num_blocks = 0;
+  double speedup = 1;
+  std::vector<std::string> sim_args;
+  std::vector<std::pair<std::string, uint16_t>> fleet;
+  uint16_t kv_port = 5557;
+  size_t block_size = 16;
+  std::string model = "sim-model";
+  std::string out, md, chart, work;
+};
+
+struct Arm {
+  std::string name;
+  int sel = 0;
+  std::string kv_mode;  // empty: no Tier 1.5
+};
+
+std::optional<Arm> armOf(const std::string& name) {
+  if (name == "rr") return Arm{name, 0, ""};
+  if (name == "lc") return Arm{name, 4, ""};
+  if (name == "chwbl") return Arm{name, 8, ""};
+  for (const char* m : {"off", "hard", "soft", "adaptive", "adaptive-soft"})
+    if (name == std::string("kv-") + m) return Arm{name, 0, m};
+  return std::nullopt;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t e = s.find(sep, start);
+    if (e == std::string::npos) e = s.size();
+    if (e > start) out.push_back(s.substr(start, e - start));
+    start = e + 1;
+  }
+  return out;
+}
+
+bool parse(int argc, char** argv, Options& o, std::string& err) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i], v;
+    if (a == "-h" || a == "--help") {
+      err = "help";
+      return false;
+    }
+    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < argc) {
+      v = argv[++i];
+    } else {
+      err = a + " needs a value";
+      return false;
+    }
+    auto num = [&](double lo, double hi, double& out) {
+      char* end = nullptr;
+      double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end || !std::isfinite(x) || x < lo || x > hi) {
+        err = "bad value '" + v + "' for " + a;
+        return false;
+      }
+      out = x;
+      return true;
+    };
+    double x = 0;
+    if (a == "--workload") {
+      o.workload = v;
+    } else if (a == "--wl") {
+      auto eq = v.find('=');
+      if (eq == std::string::npos) {
+        err = "--wl takes KEY=VALUE";
+        return false;
+      }
+      std::string key = v.substr(0, eq);
+      v = v.substr(eq + 1);
+      if (!num(0, 1e7, x)) return false;
+      o.wl[key] = x;
+    } else if (a == "--seed") {
+      if (!num(0, 1e18, x)) return false;
+      o.seed = static_cast<uint64_t>(x);
+    } else if (a == "--qps") {
+      o.qps.clear();
+      for (const auto& q : split(v, ',')) {
+        std::string keep = v;
+        v = q;
+        if (!num(0.001, 100000, x)) return false;
+        v = keep;
+        o.qps.push_back(x);
+      }
+      if (o.qps.empty()) {
+        err = "--qps needs at least one value";
+        return false;
+      }
+    } else if (a == "--requests") {
+      if (!num(1, 1e6, x)) return false;
+      o.requests = static_cast<size_t>(x);
+    } else if (a == "--arms") {
+      o.arms = split(v, ',');
+      for (const auto& name : o.arms)
+        if (!armOf(name)) {
+          err = "unknown arm " + name;
+          return false;
+        }
+      if (o.arms.empty()) {
+        err = "--arms needs at least one arm";
+        return false;
+      }
+    } else if (a == "--timeout-s") {
+      if (!num(1, 86400, x)) return false;
+      o.timeout_s = static_cast<int>(x);
+    } else if (a == "--workers") {
+      if (!num(1, 64, x)) return false;
+      o.workers = static_cast<size_t>(x);
+    } else if (a == "--kv-fill") {
+      if (!num(0.01, 100, o.kv_fill)) return false;
+    } else if (a == "--num-blocks") {
+      if (!num(1, 1e9, x)) return false;
+      o.num_blocks = static_cast<size_t>(x);
+    } else if (a == "--speedup") {
+      if (!num(0.001, 1000, o.speedup)) return false;
+    } else if (a == "--sim-arg") {
+      o.sim_args.push_back(v);
+    } else if (a == "--fleet") {
+      for (const auto& hp : split(v, ',')) {
+        auto c = hp.rfind(':');
+        uint64_t port = 0;
+        if (c == std::string::npos || !net::parseUint(hp.substr(c + 1), 65535, port) ||
+            !net::isIpLiteral(hp.substr(0, c))) {
+          err = "--fleet takes IP:PORT,...";
+          return false;
+        }
+        o.fleet.emplace_back(hp.substr(0, c), static_cast<uint16_t>(port));
+      }
+    } else if (a == "--kv-port") {
+      if (!num(1, 65535, x)) return false;
+      o.kv_port = static_cast<uint16_t>(x);
+    } else if (a == "--block-size") {
+      if (!num(1, 4096, x)) return false;
+      o.block_size = static_cast<size_t>(x);
+    } else if (a == "--model") {
+      o.model = v;
+    } else if (a == "--out") {
+      o.out = v;
+    } else if (a == "--md") {
+      o.md = v;
+    } else if (a == "--chart") {
+      o.chart = v;
+    } else if (a == "--work") {
+      o.work = v;
+    } else {
+      err = "unknown option " + a;
+      return false;
+    }
+  }
+  return true;
+}
+
+uint16_t freePort(const std::string& host) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  inet_pton(AF_INET, host.c_str(), &sa.sin_addr);
+  uint16_t port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+    socklen_t len = sizeof sa;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+    port = ntohs(sa.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// Sums of every sample of each metric name (labels ignored) in Prometheus text.
+std::map<std::string, double> scrape(const std::string& url) {
+  std::map<std::string, double> m;
+  auto r = http::fetch(url, "GET", "/metrics");
+  if (!r || r->status != 200) return m;
+  size_t pos = 0;
+  const std::string& t = r->body;
+  while (pos < t.size()) {
+    size_t e = t.find('\n', pos);
+    if (e == std::string::npos) e = t.size();
+    std::string_view line(t.data() + pos, e - pos);
+    pos = e + 1;
+    if (line.empty() || line[0] == '#') continue;
+    size_t name_end = line.find_first_of("{ ");
+    if (name_end == std::string_view::npos) continue;
+    size_t v = line.rfind(' ');
+    if (v == std::string_view::npos) continue;
+    m[std::string(line.substr(0, name_end))] +=
+        std::strtod(std::string(line.substr(v + 1)).c_str(), nullptr);
+  }
+  return m;
+}
+
+struct Worker {
+  std::string host;
+  uint16_t port = 0;
+  std::string url() const { return "http://" + host + ":" + std::to_string(port); }
+};
+
+struct Run {
+  Options o;
+  Workload w;
+  std::vector<Worker> workers;
+  std::string api;  // the gateway's management API URL
+  std::string vip = "127.0.0.1";
+  uint16_t svc_port = 0;
+  uint16_t kv_port = 0;
+  Child* gateway = nullptr;
+};
+
+std::string ruleBody(const Run& r, const Arm& arm) {
+  json sa = {{"externalIP", r.vip}, {"port", r.svc_port}, {"protocol", "tcp"}, {"sel", arm.sel},
+             {"mode", 4},           {"sse_mode", true},   {"name", "fleet"}};
+  if (!arm.kv_mode.empty()) {
+    sa["kvExactMode"] = 3;
+    sa["kvZmqPort"] = r.kv_port;
+    sa["kvLbMode"] = arm.kv_mode;
+    sa["kvBlockSize"] = r.o.block_size;
+  }
+  json eps = json::array();
+  for (const auto& w : r.workers)
+    eps.push_back({{"endpointIP", w.host}, {"targetPort", w.port}, {"weight", 1}});
+  return json{{"serviceArguments", sa}, {"endpoints", eps}}.dump();
+}
+
+// The gateway follows every worker's KV events (loxilb_kv_subscriber_connected per source).
+bool waitSubscribed(const Run& r) {
+  for (int i = 0; i < 300; ++i) {
+    auto m = scrape(r.api);
+    if (m["loxilb_kv_subscriber_connected"] >= static_cast<double>(r.workers.size())) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
+struct Totals {
+  double hits = 0, queries = 0, steps = 0, slip = 0, slip_max = 0, preemptions = 0, gen = 0;
+  std::vector<double> requests;  // per worker
+};
+
+Totals fleetTotals(const Run& r) {
+  Totals t;
+  for (const auto& w : r.workers) {
+    auto m = scrape(w.url());
+    t.hits += m["vllm:prefix_cache_hits_total"];
+    t.queries += m["vllm:prefix_cache_queries_total"];
+    t.steps += m["kvgate_sim_steps_total"];
+    t.slip += m["kvgate_sim_timer_slip_seconds_total"];
+    t.slip_max = std::max(t.slip_max, m["kvgate_sim_timer_slip_max_seconds"]);
+    t.preemptions += m["vllm:num_preemptions_total"];
+    t.requests.push_back(m["kvgate_sim_requests_total"] > 0 ? m["kvgate_sim_requests_total"]
+                                                            : m["vllm:request_success_total"]);
+  }
+  return t;
+}
+
+std::string requestBody(const Run& r, const Prompt& p) {
+  std::string b = "{\"model\":\"" + r.o.model + "\",\"prompt\":[";
+  for (size_t i = 0; i < p.tokens.size(); ++i) {
+    if (i) b += ',';
+    b += std::to_string(p.tokens[i]);
+  }
+  b += "],\"max_tokens\":" + std::to_string(p.output_len) + ",\"stream\":true,\"ignore_eos\":true}";
+  return b;
+}
+
+// One step: --requests prompts at Poisson arrivals of `qps`; returns the step's JSON. Every arm
+// gets the same prompts at the same times at a given rung of the ladder (seeded by the rung).
+ojson runStep(Run& r, double qps, size_t rung) {
+  const size_t n = r.o.requests;
+  const uint64_t seed = r.o.seed * 1000003 + rung;
+  const auto order = drawOrder(r.w, n, seed);
+  const auto at = poissonArrivals(n, qps, seed);
+  std::vector<std::string> bodies;
+  bodies.reserve(n);
+  for (size_t i = 0; i < n; ++i) bodies.push_back(requestBody(r, r.w.prompts[order[i]]));
+  const Totals before = fleetTotals(r);
+  const double cpu0 = r.gateway ? r.gateway->cpuSeconds() : -1;
+
+  asio::io_context io;
+  StreamClient client(io.get_executor(), r.vip, r.svc_port);
+  std::vector<StreamResult> results(n);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point t_end = t0;
+  const auto timeout = std::chrono::seconds(r.o.timeout_s);
+  for (size_t i = 0; i < n; ++i) {
+    asio::co_spawn(
+        io,
+        [&, i]() -> asio::awaitable<void> {
+          asio::steady_timer tm(co_await asio::this_coro::executor);
+          tm.expires_at(t0 + std::chrono::microseconds(static_cast<int64_t>(at[i] * 1000)));
+          error_code ec;
+          co_await tm.async_wait(useEc(ec));
+          results[i] = co_await client.post("/v1/completions", bodies[i], timeout);
+          t_end = std::max(t_end, std::chrono::steady_clock::now());
+        },
+        asio::detached);
+  }
+  io.run();
+  const double wall_s = std::chrono::duration<double>(t_end - t0).count();
+  const double cpu1 = r.gateway ? r.gateway->cpuSeconds() : -1;
+  const Totals after = fleetTotals(r);
+
+  std::vector<double> ttft, itl, e2e;
+  size_t ok = 0, errors = 0;
+  double tokens = 0;
+  std::map<std::string, size_t> error_kinds;
+  for (const auto& res : results) {
+    if (!res.ok) {
+      ++errors;
+      ++error_kinds[res.error.substr(0, 60)];
+      continue;
+    }
+    ++ok;
+    ttft.push_back(res.ttft_ms);
+    e2e.push_back(res.e2e_ms);
+    itl.insert(itl.end(), res.itl_ms.begin(), res.itl_ms.end());
+    tokens += res.tokens;
+  }
+  std::vector<double> per_worker;
+  for (size_t i = 0; i < after.requests.size(); ++i)
+    per_worker.push_back(after.requests[i] - (i < before.requests.size() ? before.requests[i] : 0));
+  const double mean_load = mean(per_worker);
+  const double max_load =
+      per_worker.empty() ? 0 : *std::max_element(per_worker.begin(), per_worker.end());
+  const double dq = after.queries - before.queries;
+  const double dsteps = after.steps - before.steps;
+  ojson s;
+  s["qps"] = qps;
+  s["requests"] = n;
+  s["ok"] = ok;
+  s["errors"] = errors;
+  s["ttft_p50_ms"] = percentile(ttft, 50);
+  s["ttft_p90_ms"] = percentile(ttft, 90);
+  s["ttft_p99_ms"] = percentile(ttft, 99);
+  s["ttft_mean_ms"] = mean(ttft);
+  s["itl_p50_ms"] = percentile(itl, 50);
+  s["itl_p99_ms"] = percentile(itl, 99);
+  s["e2e_p50_ms"] = percentile(e2e, 50);
+  s["e2e_p99_ms"] = percentile(e2e, 99);
+  s["output_tok_s"] = wall_s > 0 ? tokens / wall_s : 0;
+  s["wall_s"] = wall_s;
+  s["hit_rate"] = dq > 0 ? (after.hits - before.hits) / dq : 0;
+  s["load_per_worker"] = per_worker;
+  s["load_spread"] = mean_load > 0 ? max_load / mean_load : 0;  // max / mean requests
+  s["gateway_cpu_us_per_req"] =
+      cpu0 >= 0 && cpu1 >= 0 && n > 0 ? (cpu1 - cpu0) * 1e6 / static_cast<double>(n) : -1;
+  s["sim_slip_mean_ms"] = dsteps > 0 ? (after.slip - before.slip) * 1e3 / dsteps : 0;
+  s["sim_slip_max_ms"] = after.slip_max * 1e3;
+  s["preemptions"] = after.preemptions - before.preemptions;
+  s["connections_opened"] = client.connectionsOpened();
+  if (!error_kinds.empty()) s["error_kinds"] = error_kinds;
+  return s;
+}
+
+std::string fmt(double v, int prec = 1) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", prec, v);
+  return b;
+}
+
+std::string markdown(const ojson& doc) {
+  std::string md =
+      "| arm | qps | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | "
+      "output tok/s | hit rate | load max/mean | errors |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& arm : doc["arms"])
+    for (const auto& s : arm["steps"])
+      md += "| " + arm["arm"].get<std::string>() + " | " + fmt(s["qps"].get<double>(), 2) + " | " +
+            fmt(s["ttft_p50_ms"].get<double>()) + " | " + fmt(s["ttft_p90_ms"].get<double>()) +
+            " | " + fmt(s["ttft_p99_ms"].get<double>()) + " | " +
+            fmt(s["itl_p50_ms"].get<double>()) + " | " + fmt(s["itl_p99_ms"].get<double>()) +
+            " | " + fmt(s["output_tok_s"].get<double>(), 0) + " | " +
+            fmt(s["hit_rate"].get<double>() * 100) + "% | " +
+            fmt(s["load_spread"].get<double>(), 2) + " | " +
+            std::to_string(s["errors"].get<size_t>()) + " |\n";
+  return md;
+}
+
+}  // namespace
+
+int fleetBench(int argc, char** argv) {
+  Run r;
+  std::string err;
+  if (!parse(argc, argv, r.o, err)) {
+    if (err == "help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "kvgate bench fleet: %s\n%s", err.c_str(), kUsage);
+    return 2;
+  }
+  Options& o = r.o;
+  const size_t total_requests = o.requests * o.qps.size() * o.arms.size();
+  if (!makeWorkload(o.workload, o.wl, o.seed, total_requests, r.w, err)) {
+    std::fprintf(stderr, "kvgate bench fleet: %s\n", err.c_str());
+    return 2;
+  }
+  if (o.work.empty()) {
+    char tmpl[] = "/tmp/kvgate-fleet.XXXXXX";
+    if (!mkdtemp(tmpl)) {
+      std::fprintf(stderr, "kvgate bench fleet: cannot create a work directory\n");
+      return 1;
+    }
+    o.work = tmpl;
+  }
+  std::filesystem::create_directories(o.work);
+  if (o.out.empty()) o.out = "build/bench/fleet-" + o.workload + ".json";
+
+  // The fleet.
+  std::unique_ptr<Child> sim;
+  size_t blocks = 0;
+  if (o.fleet.empty()) {
+    blocks = o.num_blocks;
+    if (blocks == 0) {
+      if (r.w.with_replacement) {  // the working set fills kv_fill of the fleet's capacity
+        const double cap_tokens = static_cast<double>(r.w.working_set_tokens) / o.kv_fill;
+        blocks = static_cast<size_t>(
+            std::ceil(cap_tokens / static_cast<double>(o.workers * o.block_size)));
+      } else {
+        blocks = 31250;
+      }
+      size_t longest = 0;  // every single request must fit one worker
+      for (const auto& p : r.w.prompts)
+        longest = std::max(longest, p.tokens.size() + static_cast<size_t>(p.output_len));
+      blocks = std::max(blocks, 2 * (longest + o.block_size - 1) / o.block_size);
+    }
+    r.kv_port = freePort("127.0.1.1");
+    // One worker per loopback address 127.0.1.1..N, all publishing KV events on one port (as
+    // one vLLM per host), so one rule's kvZmqPort names them all.
+    std::vector<std::string> args = {"sim",
+                                     "--hosts",
+                                     "127.0.1.1-127.0.1." + std::to_string(o.workers),
+                                     "--port",
+                                     "0",
+                                     "--num-blocks",
+                                     std::to_string(blocks),
+                                     "--block-size",
+                                     std::to_string(o.block_size),
+                                     "--speedup",
+                                     std::to_string(o.speedup),
+                                     "--kv-events-port",
+                                     std::to_string(r.kv_port),
+                                     "--seed",
+                                     std::to_string(o.seed),
+                                     "--model",
+                                     o.model};
+    for (const auto& a : o.sim_args) args.push_back(a);
+    sim = std::make_unique<Child>(args, o.work + "/sim.err");
+    if (!sim->ok()) {
+      std::fprintf(stderr, "kvgate bench fleet: %s\n", sim->error().c_str());
+      return 1;
+    }
+    for (const auto& w : sim->ready().at("workers"))
+      r.workers.push_back({w.at("host").get<std::string>(), w.at("port").get<uint16_t>()});
+  } else {
+    r.kv_port = o.kv_port;
+    for (const auto& [h, p] : o.fleet) r.workers.push_back({h, p});
+  }
+  Child gw({"serve", "--api-listen", "127.0.0.1:0", "--state-dir", o.work + "/state"},
+           o.work + "/gateway.err");
+  if (!gw.ok()) {
+    std::fprintf(stderr, "kvgate bench fleet: %s\n", gw.error().c_str());
+    return 1;
+  }
+  r.gateway = &gw;
+  r.api = gw.ready().at("api").get<std::string>();
+  r.svc_port = freePort(r.vip);
+
+  ojson doc;
+  doc["workload"] = o.workload;
+  doc["workload_params"] = r.w.params;
+  doc["working_set_tokens"] = r.w.working_set_tokens;
+  doc["ideal_hit_rate"] = r.w.ideal_hit;
+  doc["fleet"] = {{"workers", r.workers.size()},
+                  {"simulated", o.fleet.empty()},
+                  {"num_blocks_per_worker", blocks},
+                  {"block_size", o.block_size},
+                  {"speedup", o.speedup},
+                  {"sim_args", o.sim_args}};
+  doc["requests_per_step"] = o.requests;
+  doc["seed"] = o.seed;
+  doc["arms"] = ojson::array();
+  std::fprintf(stderr,
+               "fleet bench: workload %s (%zu prompts, working set %llu tokens), %zu workers x %zu "
+               "blocks of %zu, speedup %g, work dir %s\n",
+               o.workload.c_str(), r.w.prompts.size(),
+               static_cast<unsigned long long>(r.w.working_set_tokens), r.workers.size(), blocks,
+               o.block_size, o.speedup, o.work.c_str());
+  for (const auto& name : o.arms) {
+    const Arm arm = *armOf(name);
+    auto res = http::fetch(r.api, "POST", "/netlox/v1/config/loadbalancer", ruleBody(r, arm));
+    if (!res || (res->status != 200 && res->status != 409)) {
+      std::fprintf(stderr, "kvgate bench fleet: rule for arm %s refused: %s\n", name.c_str(),
+                   res ? res->body.c_str() : res.error().what.c_str());
+      return 1;
+    }
+    for (const auto& w : r.workers) (void)http::fetch(w.url(), "POST", "/reset_prefix_cache");
+    if (!arm.kv_mode.empty() && !waitSubscribed(r)) {
+      std::fprintf(stderr, "kvgate bench fleet: the gateway did not subscribe to every worker\n");
+      return 1;
+    }
+    ojson a;
+    a["arm"] = name;
+    a["steps"] = ojson::array();
+    for (size_t rung = 0; rung < o.qps.size(); ++rung) {
+      const double qps = o.qps[rung];
+      ojson s = runStep(r, qps, rung);
+      std::fprintf(stderr,
+                   "  %-16s qps %-7g TTFT p50 %8.1f p90 %8.1f ms  ITL p50 %6.1f ms  %7.0f tok/s  "
+                   "hit %5.1f%%  errors %zu\n",
+                   name.c_str(), qps, s["ttft_p50_ms"].get<double>(),
+                   s["ttft_p90_ms"].get<double>(), s["itl_p50_ms"].get<double>(),
+                   s["output_tok_s"].get<double>(), s["hit_rate"].get<double>() * 100,
+                   s["errors"].get<size_t>());
+      a["steps"].push_back(std::move(s));
+    }
+    doc["arms"].push_back(std::move(a));
+  }
+  std::filesystem::path out(o.out);
+  if (out.has_parent_path()) std::filesystem::create_directories(out.parent_path());
+  std::ofstream(o.out) << doc.dump(2) << "\n";
+  std::fprintf(stderr, "fleet bench: wrote %s\n", o.out.c_str());
+  if (!o.md.empty()) std::ofstream(o.md) << markdown(doc);
+  if (!o.chart.empty()) {
+    const std::string cmd =
+        "/usr/bin/python3 scripts/fleet_chart.py '" + o.out + "' '" + o.chart + "'";
+    if (std::system(cmd.c_str()) != 0)
+      std::fprintf(stderr, "kvgate bench fleet: the chart was not drawn (%s)\n", cmd.c_str());
+  }
+  return 0;
+}
+
+}  // namespace kvgate::bench::fleet

@@ -1,0 +1,24 @@
+#include "bench/fleet/stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace kvgate::bench::fleet {
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  p = std::clamp(p, 0.0, 100.0);
+  const double r = p / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(r));
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (r - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+double mean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+}  // namespace kvgate::bench::fleet

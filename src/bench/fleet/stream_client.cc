@@ -1,0 +1,171 @@
+#include "bench/fleet/stream_client.h"
+
+#include "http/chunked.h"
+#include "http/parser.h"
+
+namespace kvgate::bench::fleet {
+
+bool SseTokenScanner::isToken(std::string_view ev) {
+  // "data: {...}" carrying a choice with text (completions) or content (chat), not the chat
+  // role chunk, not the usage chunk ("choices":[]), not [DONE].
+  const size_t d = ev.find("data: ");
+  if (d == std::string_view::npos) return false;
+  std::string_view payload = ev.substr(d + 6);
+  if (payload.starts_with("[DONE]")) return false;
+  if (payload.find("\"choices\":[{") == std::string_view::npos) return false;
+  if (payload.find("\"role\":") != std::string_view::npos) return false;
+  return payload.find("\"text\":") != std::string_view::npos ||
+         payload.find("\"content\":") != std::string_view::npos;
+}
+
+StreamClient::StreamClient(asio::any_io_executor ex, std::string host, uint16_t port)
+    : ex_(std::move(ex)), host_(std::move(host)), port_(port) {}
+
+asio::awaitable<StreamResult> StreamClient::post(std::string path, std::string body,
+                                                 std::chrono::milliseconds timeout) {
+  const std::string req =
+      "POST " + path + " HTTP/1.1\r\nHost: " + host_ + ":" + std::to_string(port_) +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
+  for (int round = 0; round < 2; ++round) {
+    std::unique_ptr<tcp::socket> s;
+    bool reused = false;
+    if (!idle_.empty() && round == 0) {
+      s = std::move(idle_.back());
+      idle_.pop_back();
+      reused = true;
+    } else {
+      s = std::make_unique<tcp::socket>(ex_);
+      error_code ec;
+      co_await s->async_connect(tcp::endpoint(asio::ip::make_address(host_, ec), port_), useEc(ec));
+      if (ec) {
+        StreamResult r;
+        r.error = "connect: " + ec.message();
+        co_return r;
+      }
+      ++opened_;
+    }
+    bool retry = false;
+    StreamResult r = co_await attempt(req, std::move(s), reused, timeout, retry);
+    if (!retry) co_return r;
+  }
+  StreamResult r;
+  r.error = "unreachable";
+  co_return r;
+}
+
+asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
+                                                    std::unique_ptr<tcp::socket> s, bool reused,
+                                                    std::chrono::milliseconds timeout,
+                                                    bool& retry) {
+  using Clock = std::chrono::steady_clock;
+  StreamResult res;
+  const auto t0 = Clock::now();
+  auto ms = [t0](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(t - t0).count();
+  };
+  tcp::socket& sock = *s;
+  Deadline d(ex_);
+  d.start([&sock] {
+    error_code ec;
+    sock.close(ec);
+  });
+  d.expireAfter(timeout);
+  error_code ec;
+  co_await asio::async_write(sock, asio::buffer(req), useEc(ec));
+  if (ec) {
+    retry = reused && !d.expired();
+    res.error = "send: " + ec.message();
+    co_return res;
+  }
+  std::string buf;
+  char tmp[16384];
+  http::ResponseHead rh;
+  http::ParseError perr;
+  int hn = 0;
+  for (;;) {  // interim 1xx heads are skipped
+    while ((hn = http::parseResponseHead(buf.data(), buf.size(), 16384, "POST", rh, perr)) == 0) {
+      size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+      if (ec) {
+        retry = reused && buf.empty() && n == 0 && !d.expired();
+        res.error = d.expired() ? "timed out" : "read: " + ec.message();
+        co_return res;
+      }
+      buf.append(tmp, n);
+    }
+    if (hn < 0) {
+      res.error = std::string("bad response head: ") + perr.reason;
+      co_return res;
+    }
+    if (rh.status >= 200) break;
+    buf.erase(0, static_cast<size_t>(hn));
+    rh = http::ResponseHead{};
+  }
+  res.status = rh.status;
+  http::ChunkedScanner chunked;
+  SseTokenScanner sse;
+  std::string decoded, body;
+  bool done = rh.body_kind == http::BodyKind::kNone;
+  bool extra = false;  // bytes past the end of the response: the connection is not reusable
+  Clock::time_point last{};
+  auto onToken = [&] {
+    const auto now = Clock::now();
+    if (res.tokens == 0)
+      res.ttft_ms = ms(now);
+    else
+      res.itl_ms.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+    last = now;
+    ++res.tokens;
+  };
+  auto take = [&](const char* p, size_t n) {
+    if (rh.body_kind == http::BodyKind::kChunked) {
+      decoded.clear();
+      auto st = chunked.feed(p, n, &decoded);
+      if (st.error) return false;
+      done = st.done;
+      extra = st.consumed < n;
+      if (!sse.feed(decoded, onToken)) return false;
+      if (body.size() < 4096) body.append(decoded, 0, 4096 - body.size());  // for error text
+    } else {
+      const size_t want =
+          rh.body_kind == http::BodyKind::kLength ? rh.content_length - body.size() : n;
+      const size_t k = std::min(n, want);
+      body.append(p, k);
+      extra = k < n;
+      if (rh.body_kind == http::BodyKind::kLength && body.size() >= rh.content_length) done = true;
+      if (!sse.feed(std::string_view(p, k), onToken)) return false;
+    }
+    return body.size() <= kMaxBody;
+  };
+  if (!done && !take(buf.data() + hn, buf.size() - static_cast<size_t>(hn))) {
+    res.error = "bad or oversized body";
+    co_return res;
+  }
+  extra = extra || (done && buf.size() > static_cast<size_t>(hn));
+  while (!done) {
+    size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+    if (n > 0 && !take(tmp, n)) {
+      res.error = "bad or oversized body";
+      co_return res;
+    }
+    if (ec == asio::error::eof && rh.body_kind == http::BodyKind::kUntilClose && !d.expired()) {
+      done = true;
+      rh.keep_alive = false;
+    } else if (ec) {
+      res.error = d.expired() ? "timed out" : "read: " + ec.message();
+      co_return res;
+    }
+  }
+  d.stop();
+  res.e2e_ms = ms(Clock::now());
+  if (res.status != 200) {
+    res.error = "status " + std::to_string(res.status) + ": " + body.substr(0, 300);
+    co_return res;
+  }
+  res.ok = true;
+  if (rh.keep_alive && !extra && sock.is_open() && idle_.size() < kMaxIdle)
+    idle_.push_back(std::move(s));
+  co_return res;
+}
+
+}  // namespace kvgate::bench::fleet

@@ -1,0 +1,83 @@
+// The fleet benchmark's HTTP client: streaming completions over keep-alive connections, timing
+// each token event as it arrives.
+//
+// post() sends one `POST path` with a JSON body (a streaming completion), reads the response head
+// and the chunked SSE body as it arrives, and records: time to the first token event (TTFT), the
+// gap between consecutive token events (inter-token latency), the end-to-end time, the number of
+// token events (events whose JSON carries "text" or "content"; [DONE] and the usage chunk are
+// not tokens). A non-200 answer, a malformed response, a body over max_body or the timeout is an
+// error. The connection goes back to the idle pool only when its exchange ended exactly at the
+// end of the response (no bytes beyond it) and the server keeps it alive; an idle connection the
+// server closed meanwhile is detected when the request fails before any answer byte, and the
+// request is then sent once more on a fresh connection.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "http/asio.h"
+
+namespace kvgate::bench::fleet {
+
+struct StreamResult {
+  bool ok = false;
+  int status = 0;
+  std::string error;
+  double ttft_ms = 0;
+  double e2e_ms = 0;
+  std::vector<double> itl_ms;
+  int tokens = 0;
+};
+
+class StreamClient {
+ public:
+  StreamClient(asio::any_io_executor ex, std::string host, uint16_t port);
+  asio::awaitable<StreamResult> post(std::string path, std::string body,
+                                     std::chrono::milliseconds timeout);
+  size_t connectionsOpened() const { return opened_; }
+  size_t idle() const { return idle_.size(); }
+
+  static constexpr size_t kMaxBody = 64u << 20;
+  static constexpr size_t kMaxIdle = 1024;
+
+ private:
+  // One attempt; `reused` tells whether the socket came from the pool. `retry` is set when it
+  // failed before any answer byte on a reused connection.
+  asio::awaitable<StreamResult> attempt(const std::string& req, std::unique_ptr<tcp::socket> s,
+                                        bool reused, std::chrono::milliseconds timeout,
+                                        bool& retry);
+
+  asio::any_io_executor ex_;
+  std::string host_;
+  uint16_t port_;
+  std::vector<std::unique_ptr<tcp::socket>> idle_;
+  size_t opened_ = 0;
+};
+
+// Scans SSE bytes (the decoded chunked body) for complete events; calls on_token(now) for each
+// token event. Holds an incomplete event between calls (bounded by StreamClient::kMaxBody).
+class SseTokenScanner {
+ public:
+  // Returns false when an event grows past the bound.
+  template <typename F>
+  bool feed(std::string_view bytes, F&& on_token) {
+    pending_.append(bytes);
+    size_t start = 0;
+    for (;;) {
+      const size_t end = pending_.find("\n\n", start);
+      if (end == std::string::npos) break;
+      std::string_view ev(pending_.data() + start, end - start);
+      if (isToken(ev)) on_token();
+      start = end + 2;
+    }
+    pending_.erase(0, start);
+    return pending_.size() <= StreamClient::kMaxBody;
+  }
+  static bool isToken(std::string_view ev);
+
+ private:
+  std::string pending_;
+};
+
+}  // namespace kvgate::bench::fleet
