@@ -101,6 +101,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"hash_algo", "/serviceArguments/kvHashAlgo", "sha256_sglang", "kvHashAlgo"},
         BadCase{"engine", "/serviceArguments/kvEngineType", "tgi", "kvEngineType"},
         BadCase{"lb_mode", "/serviceArguments/kvLbMode", "fast", "kvLbMode"},
+        BadCase{"selector", "/serviceArguments/selector", "teleport", "selector"},
         BadCase{"api_mode", "/serviceArguments/kvExactApiMode", "embeddings", "kvExactApiMode"},
         BadCase{"api_key_auth", "/serviceArguments/api_key_auth", "maybe", "api_key_auth"},
         BadCase{"path_prefix", "/serviceArguments/path_prefix", "v1", "path_prefix"},

@@ -17,9 +17,12 @@ const common::Clock& clockOf(const ProxyOptions& o) {
 }
 
 // The stage names of a rule's pipeline: Tier 1.5 (kv_exact) first for kvExactMode 3, then its
-// selector stage (`sel`); empty when this build lacks the selector.
+// selector stage: the extension field `selector` when set (stages without a sel number, such as
+// random), else `sel`; empty when this build lacks the selector.
 std::vector<std::string> stageNames(const config::RuleSpec& rule) {
-  const routing::StageInfo* info = routing::stageForSel(rule.sel);
+  const std::string named = rule.service_args.value("selector", std::string());
+  const routing::StageInfo* info =
+      named.empty() ? routing::stageForSel(rule.sel) : routing::findStage(named);
   if (!info) return {};
   std::vector<std::string> names;
   if (rule.service_args.value("kvExactMode", 0) == 3) names.push_back("kv_exact");
@@ -34,8 +37,8 @@ std::unique_ptr<routing::Pipeline> buildPipeline(const Route& route, const commo
                                                  kv::SpeculativeOverlay* overlay) {
   auto names = stageNames(route.rule);
   if (names.empty()) return nullptr;
-  routing::StageServices services{clock,    route.rule, route.endpoints,
-                                  kv_index, kv_lookup,  tokens,          overlay};
+  routing::StageServices services{clock,     route.rule, route.endpoints, kv_index,
+                                  kv_lookup, tokens,     overlay};
   auto p = routing::Pipeline::build(names, services, route.stats->pipeline);
   if (!p) {
     log::error("proxy", "rule " + route.rule.key() + ": " + p.error().what);
@@ -139,8 +142,8 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   }
   stats->per_endpoint = std::move(counters);
   route->stats = stats;
-  route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_,
-                                  kv_overlay_);
+  route->pipeline =
+      buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_, kv_overlay_);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
   return route;
 }

@@ -9,7 +9,7 @@
 namespace kvgate::routing {
 namespace {
 
-constexpr std::array<StageInfo, 9> kStages = {{
+constexpr std::array<StageInfo, 10> kStages = {{
     {"kv_exact", -1, &makeKvExactFromServices},
     {"rr", 0, &makeRoundRobin},
     {"hash", 1, &makeSourceHash},
@@ -19,6 +19,7 @@ constexpr std::array<StageInfo, 9> kStages = {{
     {"chwbl", 8, &makeChwbl},
     {"gpuaware", 9, &makeGpuAware},
     {"wrr_hash", 10, &makeWrrHash},
+    {"random", -1, &makeRandom},  // the rule field `selector` names stages without a sel number
 }};
 
 }  // namespace

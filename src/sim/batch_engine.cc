@@ -23,6 +23,17 @@ bool BatchEngine::submit(std::shared_ptr<Seq> seq) {
   return true;
 }
 
+size_t BatchEngine::queuedLeadingBlocks(const std::vector<uint64_t>& keys) const {
+  size_t best = 0;
+  for (const auto& s : waiting_) {
+    if (s->aborted) continue;
+    size_t n = 0;
+    while (n < keys.size() && n < s->keys.size() && keys[n] == s->keys[n]) ++n;
+    best = std::max(best, n);
+  }
+  return best;
+}
+
 void BatchEngine::release(Seq& s) {
   if (s.has_alloc) cache_.release(s.alloc);
   s.has_alloc = false;

@@ -84,6 +84,9 @@ class BatchEngine {
   StepPlan plan();
   void finish(const StepPlan& plan);
 
+  // The longest leading run of `keys` that a sequence waiting for admission shares: blocks this
+  // engine will hold once it admits them (the benchmark oracle's view of queued work).
+  size_t queuedLeadingBlocks(const std::vector<uint64_t>& keys) const;
   size_t running() const { return running_.size(); }
   size_t waiting() const { return waiting_.size(); }
   uint64_t preemptions() const { return preemptions_; }

@@ -228,6 +228,27 @@ TEST(BatchEngine, RefusesWhatCanNeverFitAndDropsAborted) {
   EXPECT_EQ(cache.reservedBlocks(), 0u);
 }
 
+TEST(BatchEngine, QueuedWorkCountsForTheOracle) {
+  PrefixCache cache(16, 100);
+  EngineLimits lim;
+  lim.max_num_seqs = 1;
+  BatchEngine e(cache, lim, StepParams{});
+  ASSERT_TRUE(e.submit(seq(cache, tokens(64, 1), 4)));
+  auto t = tokens(48, 500);
+  auto tail = tokens(16, 900);
+  t.insert(t.end(), tail.begin(), tail.end());
+  ASSERT_TRUE(e.submit(seq(cache, t, 4)));  // waits: one sequence per step
+  e.plan();
+  EXPECT_EQ(e.waiting(), 1u);
+  // A prompt sharing the waiting one's first 3 blocks: 3 queued, none cached yet.
+  auto probe = tokens(48, 500);
+  auto other = tokens(32, 7000);
+  probe.insert(probe.end(), other.begin(), other.end());
+  EXPECT_EQ(e.queuedLeadingBlocks(cache.blockKeys(probe)), 3u);
+  EXPECT_EQ(cache.leadingBlocks(cache.blockKeys(probe)), 0u);
+  EXPECT_EQ(e.queuedLeadingBlocks(cache.blockKeys(tokens(64, 1))), 0u);  // running, not queued
+}
+
 TEST(BatchEngine, TrueCacheStateCountsLeadingBlocks) {
   PrefixCache cache(16, 100);
   BatchEngine e(cache, EngineLimits{}, StepParams{});

@@ -26,8 +26,8 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -51,7 +51,7 @@ struct KvEventsConfig {
   std::string topic;
   engines::VllmEventEncoding encoding = engines::VllmEventEncoding::kMap;
   engines::VllmHashAlgo algo = engines::VllmHashAlgo::kSha256Cbor;
-  std::string hash_seed;  // PYTHONHASHSEED; "" = random per process
+  std::string hash_seed;         // PYTHONHASHSEED; "" = random per process
   bool sglang = false;           // --engine sglang: SGLang's events (engines/sglang.h)
   bool trtllm = false;           // --engine trtllm: events drained by POST /kv_cache_events
   bool full_report = false;      // --kv-events-full-report: stores re-send a prompt's cached blocks

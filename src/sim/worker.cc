@@ -610,7 +610,8 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
 asio::awaitable<void> Worker::handleCacheState(http::Request& req, http::ResponseWriter& w) {
   // The body of a completion or chat request (its prompt is tokenized as for inference); the
   // answer gives, per worker and data-parallel rank, how many leading full blocks of the prompt
-  // that engine's cache holds right now (the benchmark's oracle reads it).
+  // that engine's cache holds right now, and the longest leading run a request waiting in its
+  // queue shares (blocks it will hold once that one is admitted). The benchmark's oracle reads it.
   const bool chat = req.body.find("\"messages\"") != std::string::npos;
   auto parsed = parseInference(req.body, chat);
   if (!parsed) {
@@ -623,16 +624,19 @@ asio::awaitable<void> Worker::handleCacheState(http::Request& req, http::Respons
   ojson workers = ojson::array();
   auto one = [&](const Worker& wk) {
     ojson ranks = ojson::array();
-    size_t best = 0;
+    size_t best = 0, best_queued = 0;
     for (const auto& rank : wk.ranks_) {
       const size_t n = rank->cache.leadingBlocks(keys);
       best = std::max(best, n);
+      if (!wk.cfg_.fixed_timing)
+        best_queued = std::max(best_queued, rank->engine.queuedLeadingBlocks(keys));
       ranks.push_back(n);
     }
     ojson entry;
     entry["worker"] = wk.index_;
     entry["port"] = wk.port_;
     entry["blocks"] = best;
+    entry["queued_blocks"] = best_queued;
     entry["ranks"] = std::move(ranks);
     workers.push_back(std::move(entry));
   };

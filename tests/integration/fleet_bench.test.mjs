@@ -11,20 +11,20 @@ import { BIN } from './lib.mjs';
 
 const run = promisify(execFile);
 
-test('bench fleet: two arms, two workers, one step; JSON and Markdown as documented', async () => {
+test('bench fleet: three arms (oracle included), two workers, one step; JSON and Markdown as documented', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'kvgate-fleet-test-'));
   try {
     const out = join(dir, 'fleet.json');
     const md = join(dir, 'fleet.md');
     await run(BIN, ['bench', 'fleet', '--workload', 'gsp', '--wl', 'num_groups=6', '--wl', 'prompts_per_group=6',
       '--wl', 'system_prompt_len=256', '--wl', 'question_len=32', '--wl', 'output_len=4', '--workers', '2',
-      '--arms', 'rr,kv-hard', '--qps', '20', '--requests', '48', '--speedup', '5', '--out', out, '--md', md,
+      '--arms', 'rr,kv-hard,oracle', '--qps', '20', '--requests', '48', '--speedup', '5', '--out', out, '--md', md,
       '--work', join(dir, 'work')], { timeout: 120000 });
     const doc = JSON.parse(readFileSync(out, 'utf8'));
     assert.equal(doc.workload, 'gsp');
     assert.equal(doc.workload_params.num_groups, 6);
     assert.equal(doc.fleet.workers, 2);
-    assert.deepEqual(doc.arms.map((a) => a.arm), ['rr', 'kv-hard']);
+    assert.deepEqual(doc.arms.map((a) => a.arm), ['rr', 'kv-hard', 'oracle']);
     for (const arm of doc.arms) {
       assert.equal(arm.steps.length, 1);
       const s = arm.steps[0];
@@ -42,6 +42,8 @@ test('bench fleet: two arms, two workers, one step; JSON and Markdown as documen
     // The same prompts reach a fleet whose caches were emptied before each arm: routing by cache
     // state keeps each group on one worker, round-robin copies it onto both.
     const [rr, kv] = doc.arms.map((a) => a.steps[0].hit_rate);
+    // The oracle's requests bypass the gateway: no gateway CPU is attributed to them.
+    assert.equal(doc.arms[2].steps[0].gateway_cpu_us_per_req, -1);
     assert.ok(kv >= rr - 0.02, `kv-hard hit rate ${kv} below round-robin's ${rr}`);
     const table = readFileSync(md, 'utf8');
     assert.match(table, /^\| arm \| qps \| TTFT p50 ms/m);

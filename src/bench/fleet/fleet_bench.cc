@@ -12,11 +12,17 @@
 // CPU time per request comes from /proc. Output: one JSON file of every figure (--out), a
 // Markdown table (--md) and, with --chart, a PNG per workload drawn by scripts/fleet_chart.py.
 //
-// Arms (each a rule setting, so an operator can run any of them in production):
+// Arms (each a rule setting, so an operator can run any of them in production, but the oracle):
+//   random                      the rule's `selector: "random"` (no sel number)
 //   rr, lc, chwbl               the rule's selector (sel 0, 4, 8), no Tier 1.5
 //   kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft
 //                               kvExactMode 3 with that kvLbMode (the selection law of seed 000),
 //                               round-robin behind it for misses
+//   oracle                      the bound: this harness applies the same law (hard) to the
+//                               simulator's true state at decision time (POST /sim/cache_state:
+//                               cached and queued blocks, no event lag or loss) and its own
+//                               in-flight counts (round-robin when nobody holds the prompt), and
+//                               sends the request straight to the chosen worker
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -42,6 +48,7 @@
 #include "bench/fleet/workload.h"
 #include "common/net.h"
 #include "http/client.h"
+#include "routing/stages/selection_law.h"
 
 namespace kvgate::bench::fleet {
 namespace {
@@ -58,8 +65,8 @@ Workload:
 Load:
   --qps LIST          comma-separated ladder (default 1,2,4,8)
   --requests N        requests per step (default 200)
-  --arms LIST         comma-separated arms (default rr,lc,kv-hard,kv-soft); arms: rr, lc, chwbl,
-                      kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft
+  --arms LIST         comma-separated arms (default rr,lc,kv-hard,kv-soft); arms: random, rr, lc,
+                      chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, oracle
   --timeout-s S       per-request timeout (default 600)
 Fleet (simulated unless --fleet):
   --workers N         simulated workers (default 4)
@@ -102,15 +109,19 @@ struct Options {
 struct Arm {
   std::string name;
   int sel = 0;
-  std::string kv_mode;  // empty: no Tier 1.5
+  std::string kv_mode;   // empty: no Tier 1.5
+  std::string selector;  // the rule's `selector` field (stages without a sel number)
+  bool oracle = false;   // decided here from the simulator's true cache state, sent direct
 };
 
 std::optional<Arm> armOf(const std::string& name) {
-  if (name == "rr") return Arm{name, 0, ""};
-  if (name == "lc") return Arm{name, 4, ""};
-  if (name == "chwbl") return Arm{name, 8, ""};
+  if (name == "rr") return Arm{name, 0, "", "", false};
+  if (name == "lc") return Arm{name, 4, "", "", false};
+  if (name == "chwbl") return Arm{name, 8, "", "", false};
+  if (name == "random") return Arm{name, 0, "", "random", false};
+  if (name == "oracle") return Arm{name, 0, "", "", true};
   for (const char* m : {"off", "hard", "soft", "adaptive", "adaptive-soft"})
-    if (name == std::string("kv-") + m) return Arm{name, 0, m};
+    if (name == std::string("kv-") + m) return Arm{name, 0, m, "", false};
   return std::nullopt;
 }
 
@@ -298,11 +309,13 @@ struct Run {
   uint16_t svc_port = 0;
   uint16_t kv_port = 0;
   Child* gateway = nullptr;
+  size_t blocks = 0;  // KV blocks per worker (the oracle's capacity)
 };
 
 std::string ruleBody(const Run& r, const Arm& arm) {
   json sa = {{"externalIP", r.vip}, {"port", r.svc_port}, {"protocol", "tcp"}, {"sel", arm.sel},
              {"mode", 4},           {"sse_mode", true},   {"name", "fleet"}};
+  if (!arm.selector.empty()) sa["selector"] = arm.selector;
   if (!arm.kv_mode.empty()) {
     sa["kvExactMode"] = 3;
     sa["kvZmqPort"] = r.kv_port;
@@ -346,6 +359,44 @@ Totals fleetTotals(const Run& r) {
   return t;
 }
 
+// The oracle's decision, mirroring a kvExactMode 3 rule whose fallback is round-robin: the same
+// selection law (hard, spill relief) fed with the true state at decision time (POST
+// /sim/cache_state: no event lag, no loss): per worker the leading blocks its cache holds or a
+// request queued there shares (it will hold them when that one is admitted), this client's
+// in-flight requests per worker (what the gateway counts as load) and the workers' capacity. A
+// prompt nobody holds goes round-robin, as Tier 1.5's `no_worker` miss does. Returns the worker.
+asio::awaitable<size_t> oraclePick(const Run& r, StreamClient& state, const std::string& body,
+                                   const std::vector<uint32_t>& inflight, size_t& cursor,
+                                   size_t& spills, size_t& cold) {
+  StreamResult res = co_await state.post("/sim/cache_state", body, std::chrono::seconds(30));
+  std::vector<routing::LawCandidate> c(r.workers.size());
+  for (size_t i = 0; i < c.size(); ++i) {
+    c[i].load = inflight[i];
+    c[i].capacity = static_cast<double>(r.blocks);
+  }
+  uint32_t prompt_blocks = 0;
+  auto j = json::parse(res.body, nullptr, false);
+  if (res.ok && j.is_object() && j.contains("workers")) {
+    prompt_blocks = j.value("prompt_blocks", 0u);
+    for (const auto& w : j["workers"]) {
+      const size_t idx = w.value("worker", size_t{0});
+      if (idx < c.size())
+        c[idx].overlap = std::max(w.value("blocks", 0u), w.value("queued_blocks", 0u));
+    }
+  }
+  bool any = false;
+  for (const auto& x : c) any = any || x.overlap > 0;
+  if (!any) {
+    ++cold;
+    co_return cursor++ % c.size();
+  }
+  routing::LawParams p;
+  p.prompt_blocks = prompt_blocks;
+  const routing::LawResult lr = routing::applyLaw(c, p);
+  if (lr.spilled) ++spills;
+  co_return lr.index < 0 ? 0 : static_cast<size_t>(lr.index);
+}
+
 std::string requestBody(const Run& r, const Prompt& p) {
   std::string b = "{\"model\":\"" + r.o.model + "\",\"prompt\":[";
   for (size_t i = 0; i < p.tokens.size(); ++i) {
@@ -358,7 +409,7 @@ std::string requestBody(const Run& r, const Prompt& p) {
 
 // One step: --requests prompts at Poisson arrivals of `qps`; returns the step's JSON. Every arm
 // gets the same prompts at the same times at a given rung of the ladder (seeded by the rung).
-ojson runStep(Run& r, double qps, size_t rung) {
+ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   const size_t n = r.o.requests;
   const uint64_t seed = r.o.seed * 1000003 + rung;
   const auto order = drawOrder(r.w, n, seed);
@@ -371,6 +422,16 @@ ojson runStep(Run& r, double qps, size_t rung) {
 
   asio::io_context io;
   StreamClient client(io.get_executor(), r.vip, r.svc_port);
+  // The oracle: one client per worker (requests go direct) and one for the true cache state.
+  std::vector<std::unique_ptr<StreamClient>> direct;
+  std::vector<uint32_t> inflight(r.workers.size(), 0);
+  std::unique_ptr<StreamClient> state;
+  if (arm.oracle) {
+    for (const auto& w : r.workers)
+      direct.push_back(std::make_unique<StreamClient>(io.get_executor(), w.host, w.port));
+    state = std::make_unique<StreamClient>(io.get_executor(), r.workers[0].host, r.workers[0].port);
+  }
+  size_t oracle_spills = 0, oracle_misses = 0, oracle_cursor = 0;
   std::vector<StreamResult> results(n);
   const auto t0 = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point t_end = t0;
@@ -383,7 +444,15 @@ ojson runStep(Run& r, double qps, size_t rung) {
           tm.expires_at(t0 + std::chrono::microseconds(static_cast<int64_t>(at[i] * 1000)));
           error_code ec;
           co_await tm.async_wait(useEc(ec));
-          results[i] = co_await client.post("/v1/completions", bodies[i], timeout);
+          if (!arm.oracle) {
+            results[i] = co_await client.post("/v1/completions", bodies[i], timeout);
+          } else {
+            const size_t w = co_await oraclePick(r, *state, bodies[i], inflight, oracle_cursor,
+                                                 oracle_spills, oracle_misses);
+            ++inflight[w];
+            results[i] = co_await direct[w]->post("/v1/completions", bodies[i], timeout);
+            --inflight[w];
+          }
           t_end = std::max(t_end, std::chrono::steady_clock::now());
         },
         asio::detached);
@@ -441,6 +510,11 @@ ojson runStep(Run& r, double qps, size_t rung) {
   s["sim_slip_max_ms"] = after.slip_max * 1e3;
   s["preemptions"] = after.preemptions - before.preemptions;
   s["connections_opened"] = client.connectionsOpened();
+  if (arm.oracle) {
+    s["gateway_cpu_us_per_req"] = -1;  // the oracle's requests go direct to the workers
+    s["oracle_spills"] = oracle_spills;
+    s["oracle_cold"] = oracle_misses;
+  }
   if (!error_kinds.empty()) s["error_kinds"] = error_kinds;
   return s;
 }
@@ -556,6 +630,7 @@ int fleetBench(int argc, char** argv) {
     return 1;
   }
   r.gateway = &gw;
+  r.blocks = blocks;
   r.api = gw.ready().at("api").get<std::string>();
   r.svc_port = freePort(r.vip);
 
@@ -582,6 +657,10 @@ int fleetBench(int argc, char** argv) {
   for (const auto& name : o.arms) {
     const Arm arm = *armOf(name);
     auto res = http::fetch(r.api, "POST", "/netlox/v1/config/loadbalancer", ruleBody(r, arm));
+    if (arm.oracle && !o.fleet.empty()) {
+      std::fprintf(stderr, "kvgate bench fleet: the oracle arm needs the simulated fleet\n");
+      return 2;
+    }
     if (!res || (res->status != 200 && res->status != 409)) {
       std::fprintf(stderr, "kvgate bench fleet: rule for arm %s refused: %s\n", name.c_str(),
                    res ? res->body.c_str() : res.error().what.c_str());
@@ -597,7 +676,7 @@ int fleetBench(int argc, char** argv) {
     a["steps"] = ojson::array();
     for (size_t rung = 0; rung < o.qps.size(); ++rung) {
       const double qps = o.qps[rung];
-      ojson s = runStep(r, qps, rung);
+      ojson s = runStep(r, arm, qps, rung);
       std::fprintf(stderr,
                    "  %-16s qps %-7g TTFT p50 %8.1f p90 %8.1f ms  ITL p50 %6.1f ms  %7.0f tok/s  "
                    "hit %5.1f%%  errors %zu\n",

@@ -125,7 +125,7 @@ asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
       done = st.done;
       extra = st.consumed < n;
       if (!sse.feed(decoded, onToken)) return false;
-      if (body.size() < 4096) body.append(decoded, 0, 4096 - body.size());  // for error text
+      if (body.size() < 4096) body.append(decoded, 0, 4096 - body.size());
     } else {
       const size_t want =
           rh.body_kind == http::BodyKind::kLength ? rh.content_length - body.size() : n;
@@ -137,6 +137,7 @@ asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
     }
     return body.size() <= kMaxBody;
   };
+  constexpr size_t kKeepBody = 1u << 20;
   if (!done && !take(buf.data() + hn, buf.size() - static_cast<size_t>(hn))) {
     res.error = "bad or oversized body";
     co_return res;
@@ -163,6 +164,7 @@ asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
     co_return res;
   }
   res.ok = true;
+  res.body = body.size() > kKeepBody ? body.substr(0, kKeepBody) : std::move(body);
   if (rh.keep_alive && !extra && sock.is_open() && idle_.size() < kMaxIdle)
     idle_.push_back(std::move(s));
   co_return res;

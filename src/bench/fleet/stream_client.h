@@ -28,6 +28,7 @@ struct StreamResult {
   double e2e_ms = 0;
   std::vector<double> itl_ms;
   int tokens = 0;
+  std::string body;  // the answer's first 1 MiB (JSON answers; an SSE stream's first 4 KiB)
 };
 
 class StreamClient {

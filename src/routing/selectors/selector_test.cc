@@ -89,6 +89,21 @@ TEST(RoundRobin, CyclesAndSkipsExcluded) {
   EXPECT_EQ(s->pick(eps, std::vector<bool>(3, true)), -1);
 }
 
+TEST(Random, UniformOverTheNonExcludedOnly) {
+  auto eps = pool({1, 1, 1, 1});
+  const StageInfo* info = findStage("random");
+  ASSERT_NE(info, nullptr);
+  EXPECT_EQ(info->sel, -1);  // no sel number: chosen with the rule field `selector`
+  Sel s(info->make(StageServices{g_clock, g_rule, eps}));
+  std::vector<bool> ex{false, true, false, false};
+  std::map<int, int> n;
+  for (int i = 0; i < 30000; ++i) n[s.pick(eps, ex)]++;
+  EXPECT_EQ(n[1], 0);
+  // 10,000 expected each; a binomial sd of ~82 makes +-600 over seven sds.
+  for (int i : {0, 2, 3}) EXPECT_NEAR(n[i], 10000, 600) << i;
+  EXPECT_EQ(s.pick(eps, std::vector<bool>(4, true)), -1);
+}
+
 TEST(WeightedRoundRobin, DistributesByWeight) {
   auto eps = pool({3, 1, 0});
   auto s = create(2, eps);

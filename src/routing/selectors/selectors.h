@@ -16,6 +16,7 @@ std::unique_ptr<Stage> makeLeastConnections(const StageServices& s);    // lc, s
 std::unique_ptr<Stage> makeChwbl(const StageServices& s);               // chwbl, sel 8: chwbl.cc
 std::unique_ptr<Stage> makeGpuAware(const StageServices& s);            // gpuaware, sel 9
 std::unique_ptr<Stage> makeWrrHash(const StageServices& s);             // wrr_hash, sel 10
+std::unique_ptr<Stage> makeRandom(const StageServices& s);  // random (selector field): random.cc
 
 // Smooth weighted round-robin order for the given weights (length = sum of effective weights).
 std::vector<int> smoothWrrSchedule(const std::vector<int>& weights);
