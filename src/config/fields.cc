@@ -70,7 +70,7 @@ const std::vector<FieldSpec>& serviceFields() {
       {"chwbl_enable_cache_salt", T::kBool},
       // Extension: a selector stage without a sel number, used instead of `sel` (the fleet
       // benchmark's baselines; routing/stage_registry.cc).
-      {"selector", T::kEnum, 0, 0, {"", "random"}},
+      {"selector", T::kEnum, 0, 0, {"", "random", "sglang", "sglang-cli"}},
       // KV-exact.
       {"kvExactMode", T::kInt, 0, 3},
       {"kvBlockSize", T::kInt, 1, 4096},
@@ -86,7 +86,11 @@ const std::vector<FieldSpec>& serviceFields() {
       {"kvDpRankCount", T::kInt, 1, 8},
       {"pdBootstrapPort", T::kInt, 0, 65535},
       {"kvExactApiMode", T::kEnum, 0, 0, {"completions", "chat", "both"}},
-      {"kvLbMode", T::kEnum, 0, 0, {"off", "hard", "soft", "adaptive", "adaptive-soft"}},
+      {"kvLbMode",
+       T::kEnum,
+       0,
+       0,
+       {"off", "hard", "soft", "adaptive", "adaptive-soft", "lmetric", "dynamo", "llm-d"}},
       {"kvModelProfile", T::kString, 0, 256},
       // TLS.
       {"mtls_frontend", T::kObject},

@@ -30,8 +30,9 @@ struct EndpointState {
   const uint16_t port;
   const std::string label;  // "ip:port" for logs and metrics
 
-  std::atomic<int64_t> active{0};     // requests in flight through this gateway
-  std::atomic<uint64_t> requests{0};  // requests sent
+  std::atomic<int64_t> active{0};         // requests in flight through this gateway
+  std::atomic<int64_t> active_blocks{0};  // their prompts' KV blocks (when Tier 1.5 keyed them)
+  std::atomic<uint64_t> requests{0};      // requests sent
   std::atomic<uint64_t> connect_failures{0};
   Health health;  // probe result, passive detection, circuit breaker
 

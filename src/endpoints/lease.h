@@ -4,7 +4,7 @@
 // herd onto one endpoint while its connections are still being opened); a half-open breaker's
 // trial travels with it. Whatever path the request takes (success, upstream error, timeout,
 // client disconnect, exception), the destructor gives the count back and releases an unsettled
-// trial, so no path can leak either.
+// trial, so no path can leak either. The prompt's KV blocks (addBlocks) travel the same way.
 #pragma once
 #include "endpoints/endpoint.h"
 
@@ -16,15 +16,26 @@ class EndpointLease {
   EndpointLease(EndpointState& s, bool trial) : s_(&s), trial_(trial) {
     s.active.fetch_add(1, std::memory_order_relaxed);
   }
-  EndpointLease(EndpointLease&& o) noexcept : s_(o.s_), trial_(o.trial_) { o.s_ = nullptr; }
+  EndpointLease(EndpointLease&& o) noexcept : s_(o.s_), trial_(o.trial_), blocks_(o.blocks_) {
+    o.s_ = nullptr;
+    o.blocks_ = 0;
+  }
   EndpointLease& operator=(EndpointLease&& o) noexcept {
     if (this != &o) {
       reset();
       s_ = o.s_;
       trial_ = o.trial_;
+      blocks_ = o.blocks_;
       o.s_ = nullptr;
+      o.blocks_ = 0;
     }
     return *this;
+  }
+  // Counts the request's prompt blocks in the endpoint's active blocks until the lease ends.
+  void addBlocks(uint32_t n) {
+    if (!s_ || n == 0) return;
+    s_->active_blocks.fetch_add(n, std::memory_order_relaxed);
+    blocks_ += n;
   }
   EndpointLease(const EndpointLease&) = delete;
   EndpointLease& operator=(const EndpointLease&) = delete;
@@ -49,14 +60,17 @@ class EndpointLease {
   void reset() {
     if (!s_) return;
     s_->active.fetch_sub(1, std::memory_order_relaxed);
+    if (blocks_) s_->active_blocks.fetch_sub(blocks_, std::memory_order_relaxed);
     if (trial_) s_->health.onTrialAbandoned();
     s_ = nullptr;
     trial_ = false;
+    blocks_ = 0;
   }
 
  private:
   EndpointState* s_ = nullptr;
   bool trial_ = false;
+  uint32_t blocks_ = 0;
 };
 
 }  // namespace kvgate::endpoints

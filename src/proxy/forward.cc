@@ -189,6 +189,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
       continue;
     }
     endpoints::EndpointLease lease(state, trial);  // in flight from the pick on
+    lease.addBlocks(d.kv_blocks);
     outcome_.ep_index = d.index;
     outcome_.endpoint = &state.label;
     outcome_.key = routing::decisionKeyName(d.key);

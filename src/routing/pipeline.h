@@ -35,11 +35,11 @@ struct PipelineStats {
   // fallthrough[stage][reason]
   std::array<std::array<std::atomic<uint64_t>, static_cast<size_t>(FallReason::kCount)>, kMaxStages>
       fallthrough{};
-  std::atomic<uint64_t> spills{0};                            // all stages
+  std::atomic<uint64_t> spills{0};                               // all stages
   std::array<std::atomic<uint64_t>, kMaxStages> stage_spills{};  // by stage
   std::array<std::atomic<uint64_t>, kMaxStages> stage_seeds{};   // cold-start seeds, by stage
-  std::atomic<uint64_t> no_pick{0};           // every stage fell through
-  metrics::Histogram decision_seconds{1e-3};  // buckets 1 us .. 60 ms
+  std::atomic<uint64_t> no_pick{0};                              // every stage fell through
+  metrics::Histogram decision_seconds{1e-3};                     // buckets 1 us .. 60 ms
 };
 
 struct Decision {
@@ -47,6 +47,7 @@ struct Decision {
   int stage = -1;  // index of the deciding stage
   DecisionKey key = DecisionKey::kRr;
   bool spilled = false;
+  uint32_t kv_blocks = 0;  // the prompt blocks the deciding stage keyed (kv_exact), else 0
 };
 
 class Pipeline {

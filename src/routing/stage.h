@@ -52,28 +52,30 @@ enum class FallReason : uint8_t {
   kEmptyPool,
   kNoKey,
   // kv_exact (Tier 1.5) guards, in ladder order (stages/kv_exact.h):
-  kApiMode,    // the request's API (chat or completions) is not the rule's kvExactApiMode
-  kWarmup,     // no candidate's subscriber has been connected for kvWarmupSec yet
-  kTextEmpty,  // no prompt: neither token ids, nor text, nor messages
-  kModelEmpty,  // a text prompt without a model (no tokenizer to choose)
-  kTokenize,    // tokenizer not loaded (yet), missing or failing for the request
-  kHashes,      // token ids out of range: no block hashes
+  kApiMode,       // the request's API (chat or completions) is not the rule's kvExactApiMode
+  kWarmup,        // no candidate's subscriber has been connected for kvWarmupSec yet
+  kTextEmpty,     // no prompt: neither token ids, nor text, nor messages
+  kModelEmpty,    // a text prompt without a model (no tokenizer to choose)
+  kTokenize,      // tokenizer not loaded (yet), missing or failing for the request
+  kHashes,        // token ids out of range: no block hashes
   kHashContract,  // every followed candidate's events break the declared hash contract
-  kNoWorker,    // no candidate's cache holds any leading block of the prompt (or none is followed)
-  kExcluded,    // only excluded candidates (down, breaker open, failed) hold the prompt's blocks
-  kShallow,     // the best overlap is under the minimum matched tokens, or under one block
+  kNoWorker,  // no candidate's cache holds any leading block of the prompt (or none is followed)
+  kExcluded,  // only excluded candidates (down, breaker open, failed) hold the prompt's blocks
+  kShallow,   // the best overlap is under the minimum matched tokens, or under one block
   kCount
 };
 inline constexpr const char* kFallReasonNames[] = {
-    "all_excluded", "empty_pool", "no_key",    "api_mode", "warmup", "text_empty", "model_empty",
-    "tokenize",     "hashes",     "hash_contract", "no_worker", "excluded", "shallow"};
+    "all_excluded", "empty_pool",  "no_key",   "api_mode", "warmup",
+    "text_empty",   "model_empty", "tokenize", "hashes",   "hash_contract",
+    "no_worker",    "excluded",    "shallow"};
 static_assert(std::size(kFallReasonNames) == static_cast<size_t>(FallReason::kCount));
 
 struct StageResult {
   int index = -1;  // the chosen endpoint, or -1: fall through
   DecisionKey key = DecisionKey::kRr;
-  bool spilled = false;  // a bounded-load stage moved off the key's home endpoint
-  bool seeded = false;   // kv_exact diverted the pick to a cold endpoint (cold-start seeding)
+  bool spilled = false;    // a bounded-load stage moved off the key's home endpoint
+  bool seeded = false;     // kv_exact diverted the pick to a cold endpoint (cold-start seeding)
+  uint32_t kv_blocks = 0;  // kv_exact: the prompt's blocks (the endpoint's active KV blocks)
   FallReason reason = FallReason::kAllExcluded;
 
   static StageResult pick(int i, DecisionKey k = DecisionKey::kRr, bool spilled = false) {

@@ -9,7 +9,7 @@
 namespace kvgate::routing {
 namespace {
 
-constexpr std::array<StageInfo, 10> kStages = {{
+constexpr std::array<StageInfo, 12> kStages = {{
     {"kv_exact", -1, &makeKvExactFromServices},
     {"rr", 0, &makeRoundRobin},
     {"hash", 1, &makeSourceHash},
@@ -20,6 +20,8 @@ constexpr std::array<StageInfo, 10> kStages = {{
     {"gpuaware", 9, &makeGpuAware},
     {"wrr_hash", 10, &makeWrrHash},
     {"random", -1, &makeRandom},  // the rule field `selector` names stages without a sel number
+    {"sglang", -1, &makeSglang},
+    {"sglang-cli", -1, &makeSglangCli},
 }};
 
 }  // namespace

@@ -18,7 +18,7 @@ test('bench fleet: three arms (oracle included), two workers, one step; JSON and
     const md = join(dir, 'fleet.md');
     await run(BIN, ['bench', 'fleet', '--workload', 'gsp', '--wl', 'num_groups=6', '--wl', 'prompts_per_group=6',
       '--wl', 'system_prompt_len=256', '--wl', 'question_len=32', '--wl', 'output_len=4', '--workers', '2',
-      '--arms', 'rr,kv-hard,oracle', '--qps', '20', '--requests', '48', '--speedup', '5', '--out', out, '--md', md,
+      '--arms', 'rr,kv-hard,oracle', '--qps', '20', '--requests', '48', '--warmup', '12', '--speedup', '5', '--out', out, '--md', md,
       '--work', join(dir, 'work')], { timeout: 120000 });
     const doc = JSON.parse(readFileSync(out, 'utf8'));
     assert.equal(doc.workload, 'gsp');
@@ -32,11 +32,13 @@ test('bench fleet: three arms (oracle included), two workers, one step; JSON and
         'hit_rate', 'requests', 'errors']) assert.equal(typeof s[k], 'number', `${arm.arm}.${k}`);
       assert.equal(s.qps, 20);
       assert.equal(s.requests, 48);
+      assert.equal(s.warmup_requests, 12);
+      assert.equal(s.hit_rate_source, 'usage');  // from each answer's cached_tokens
       assert.equal(s.errors, 0, JSON.stringify(s.error_kinds));
       assert.ok(s.ttft_p50_ms > 0 && s.ttft_p50_ms <= s.ttft_p90_ms && s.ttft_p90_ms <= s.ttft_p99_ms);
       assert.ok(s.hit_rate > 0 && s.hit_rate <= 1, `${arm.arm} hit rate ${s.hit_rate}`);
-      // Every request went to a worker and the workers counted them all.
-      assert.equal(s.load_per_worker.reduce((a, b) => a + b, 0), 48);
+      // Every request (warm-up included) went to a worker and the workers counted them all.
+      assert.equal(s.load_per_worker.reduce((a, b) => a + b, 0), 60);
       assert.ok(s.output_tok_s > 0);
     }
     // The same prompts reach a fleet whose caches were emptied before each arm: routing by cache

@@ -3,14 +3,12 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <sstream>
-
-extern char** environ;
 
 namespace kvgate::bench::fleet {
 
@@ -21,10 +19,6 @@ Child::Child(std::vector<std::string> args, const std::string& stderr_path,
     error_ = "pipe failed";
     return;
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_addopen(&fa, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   std::string self = "/proc/self/exe";
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -33,11 +27,24 @@ Child::Child(std::vector<std::string> args, const std::string& stderr_path,
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  if (posix_spawn(&pid_, self.c_str(), &fa, nullptr, argv.data(), environ) != 0) pid_ = -1;
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t parent = getpid();
+  // fork + exec (not posix_spawn): the child asks to be sent SIGTERM when this process dies, so a
+  // benchmark killed mid-run leaves no simulator or gateway behind. Only async-signal-safe calls
+  // between fork and exec; everything they use was prepared above.
+  pid_ = fork();
+  if (pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(127);  // the parent died before prctl
+    dup2(fds[1], 1);
+    const int err_fd = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (err_fd >= 0) dup2(err_fd, 2);
+    execv(self.c_str(), argv.data());
+    _exit(127);
+  }
   close(fds[1]);
   out_fd_ = fds[0];
   if (pid_ <= 0) {
+    pid_ = -1;
     error_ = "could not start " + self;
     return;
   }

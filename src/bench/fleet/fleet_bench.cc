@@ -18,6 +18,11 @@
 //   kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft
 //                               kvExactMode 3 with that kvLbMode (the selection law of seed 000),
 //                               round-robin behind it for misses
+//   sglang, sglang-cli          re-implementation of SGLang's cache_aware (its two default sets),
+//                               the rule's `selector` (approximate trees, no KV events)
+//   lmetric, dynamo, llm-d      re-implementations of LMetric, Dynamo's KV cost and llm-d's
+//                               scorers: kvExactMode 3 with that kvLbMode (routing/stages/
+//                               selection_law.h), fed by the same KV index
 //   oracle                      the bound: this harness applies the same law (hard) to the
 //                               simulator's true state at decision time (POST /sim/cache_state:
 //                               cached and queued blocks, no event lag or loss) and its own
@@ -59,14 +64,23 @@ constexpr const char* kUsage = R"(usage: kvgate bench fleet [options]
 Compares routing policies on one fleet over a QPS ladder (docs/benchmarks.md, Fleet benchmark).
 
 Workload:
-  --workload W        gsp (default), llmd or nosharing (src/bench/fleet/workload.h)
+  --workload W        gsp (default), llmd, nosharing, multiround or mooncake
+                      (src/bench/fleet/workload.h)
+  --trace FILE        replay a Mooncake-format JSONL trace (the mooncake workload)
+  --trace-out FILE    write the mooncake workload's trace (generated or read) as JSONL
   --wl KEY=VALUE      override a workload parameter (repeatable), e.g. --wl output_len=32
   --seed S            seed of prompts, draws and arrivals (default 1)
 Load:
   --qps LIST          comma-separated ladder (default 1,2,4,8)
   --requests N        requests per step (default 200)
   --arms LIST         comma-separated arms (default rr,lc,kv-hard,kv-soft); arms: random, rr, lc,
-                      chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, oracle
+                      chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, oracle, and
+                      re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, llm-d
+  --side-arms LIST    more arms, run only at --side-qps
+  --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs)
+  --quick             arms rr,lc,kv-hard,oracle over the ladder and every other arm at two points
+  --warmup N          unmeasured requests before each rung's measured ones (default requests/2);
+                      every rung starts from empty caches
   --timeout-s S       per-request timeout (default 600)
 Fleet (simulated unless --fleet):
   --workers N         simulated workers (default 4)
@@ -93,6 +107,9 @@ struct Options {
   std::vector<double> qps{1, 2, 4, 8};
   size_t requests = 200;
   std::vector<std::string> arms{"rr", "lc", "kv-hard", "kv-soft"};
+  std::vector<std::string> side_arms;  // run only at side_qps
+  std::vector<double> side_qps;
+  int64_t warmup = -1;  // unmeasured requests before each rung's measured ones (-1: requests/2)
   int timeout_s = 600;
   size_t workers = 4;
   double kv_fill = 0.75;
@@ -104,6 +121,7 @@ struct Options {
   size_t block_size = 16;
   std::string model = "sim-model";
   std::string out, md, chart, work;
+  std::string trace, trace_out;  // a Mooncake JSONL trace to replay; where to write the one used
 };
 
 struct Arm {
@@ -118,10 +136,14 @@ std::optional<Arm> armOf(const std::string& name) {
   if (name == "rr") return Arm{name, 0, "", "", false};
   if (name == "lc") return Arm{name, 4, "", "", false};
   if (name == "chwbl") return Arm{name, 8, "", "", false};
-  if (name == "random") return Arm{name, 0, "", "random", false};
+  if (name == "random" || name == "sglang" || name == "sglang-cli")
+    return Arm{name, 0, "", name, false};
   if (name == "oracle") return Arm{name, 0, "", "", true};
   for (const char* m : {"off", "hard", "soft", "adaptive", "adaptive-soft"})
     if (name == std::string("kv-") + m) return Arm{name, 0, m, "", false};
+  // Peer re-implementations that read the KV index: kvExactMode 3 with that kvLbMode.
+  for (const char* m : {"lmetric", "dynamo", "llm-d"})
+    if (name == m) return Arm{name, 0, m, "", false};
   return std::nullopt;
 }
 
@@ -144,7 +166,9 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
       err = "help";
       return false;
     }
-    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+    if (a == "--quick") {
+      v = "true";
+    } else if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
       v = a.substr(eq + 1);
       a = a.substr(0, eq);
     } else if (i + 1 < argc) {
@@ -206,6 +230,33 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
         err = "--arms needs at least one arm";
         return false;
       }
+    } else if (a == "--side-arms") {
+      o.side_arms = split(v, ',');
+      for (const auto& name : o.side_arms)
+        if (!armOf(name)) {
+          err = "unknown arm " + name;
+          return false;
+        }
+    } else if (a == "--side-qps") {
+      o.side_qps.clear();
+      for (const auto& q : split(v, ',')) {
+        std::string keep = v;
+        v = q;
+        if (!num(0.001, 100000, x)) return false;
+        v = keep;
+        o.side_qps.push_back(x);
+      }
+    } else if (a == "--quick") {
+      if (v != "true" && v != "1") {
+        err = "--quick takes no value";
+        return false;
+      }
+      o.arms = {"rr", "lc", "kv-hard", "oracle"};
+      o.side_arms = {"random", "chwbl",      "kv-soft", "kv-adaptive", "kv-adaptive-soft",
+                     "sglang", "sglang-cli", "lmetric", "dynamo",      "llm-d"};
+    } else if (a == "--warmup") {
+      if (!num(0, 1e6, x)) return false;
+      o.warmup = static_cast<int64_t>(x);
     } else if (a == "--timeout-s") {
       if (!num(1, 86400, x)) return false;
       o.timeout_s = static_cast<int>(x);
@@ -248,6 +299,10 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
       o.chart = v;
     } else if (a == "--work") {
       o.work = v;
+    } else if (a == "--trace") {
+      o.trace = v;
+    } else if (a == "--trace-out") {
+      o.trace_out = v;
     } else {
       err = "unknown option " + a;
       return false;
@@ -403,17 +458,23 @@ std::string requestBody(const Run& r, const Prompt& p) {
     if (i) b += ',';
     b += std::to_string(p.tokens[i]);
   }
-  b += "],\"max_tokens\":" + std::to_string(p.output_len) + ",\"stream\":true,\"ignore_eos\":true}";
+  b += "],\"max_tokens\":" + std::to_string(p.output_len) +
+       ",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+       "\"ignore_eos\":true}";
   return b;
 }
 
 // One step: --requests prompts at Poisson arrivals of `qps`; returns the step's JSON. Every arm
 // gets the same prompts at the same times at a given rung of the ladder (seeded by the rung).
 ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
-  const size_t n = r.o.requests;
+  // `warm` unmeasured requests first (the caches were emptied), then the measured ones; one
+  // Poisson process (or trace) carries both.
+  const size_t warm = r.o.warmup < 0 ? r.o.requests / 2 : static_cast<size_t>(r.o.warmup);
+  const size_t n = warm + r.o.requests;
   const uint64_t seed = r.o.seed * 1000003 + rung;
   const auto order = drawOrder(r.w, n, seed);
-  const auto at = poissonArrivals(n, qps, seed);
+  // A trace keeps its own arrival pattern, rescaled to this rung's mean rate.
+  const auto at = r.w.trace_ms.empty() ? poissonArrivals(n, qps, seed) : traceArrivals(r.w, n, qps);
   std::vector<std::string> bodies;
   bodies.reserve(n);
   for (size_t i = 0; i < n; ++i) bodies.push_back(requestBody(r, r.w.prompts[order[i]]));
@@ -434,7 +495,7 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   size_t oracle_spills = 0, oracle_misses = 0, oracle_cursor = 0;
   std::vector<StreamResult> results(n);
   const auto t0 = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point t_end = t0;
+  std::chrono::steady_clock::time_point t_end = t0;  // the last measured completion
   const auto timeout = std::chrono::seconds(r.o.timeout_s);
   for (size_t i = 0; i < n; ++i) {
     asio::co_spawn(
@@ -453,12 +514,14 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
             results[i] = co_await direct[w]->post("/v1/completions", bodies[i], timeout);
             --inflight[w];
           }
-          t_end = std::max(t_end, std::chrono::steady_clock::now());
+          if (i >= warm) t_end = std::max(t_end, std::chrono::steady_clock::now());
         },
         asio::detached);
   }
   io.run();
-  const double wall_s = std::chrono::duration<double>(t_end - t0).count();
+  // The measured window: from the first measured send to the last measured completion.
+  const auto t_first = t0 + std::chrono::microseconds(static_cast<int64_t>(at[warm] * 1000));
+  const double wall_s = std::max(0.0, std::chrono::duration<double>(t_end - t_first).count());
   const double cpu1 = r.gateway ? r.gateway->cpuSeconds() : -1;
   const Totals after = fleetTotals(r);
 
@@ -466,7 +529,10 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   size_t ok = 0, errors = 0;
   double tokens = 0;
   std::map<std::string, size_t> error_kinds;
-  for (const auto& res : results) {
+  double prompt_sum = 0, cached_sum = 0;
+  bool usage_seen = true;
+  for (size_t i = warm; i < n; ++i) {
+    const StreamResult& res = results[i];
     if (!res.ok) {
       ++errors;
       ++error_kinds[res.error.substr(0, 60)];
@@ -477,7 +543,15 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
     e2e.push_back(res.e2e_ms);
     itl.insert(itl.end(), res.itl_ms.begin(), res.itl_ms.end());
     tokens += res.tokens;
+    if (res.prompt_tokens > 0 && res.cached_tokens >= 0) {
+      prompt_sum += static_cast<double>(res.prompt_tokens);
+      cached_sum += static_cast<double>(res.cached_tokens);
+    } else {
+      usage_seen = false;
+    }
   }
+  size_t warm_errors = 0;
+  for (size_t i = 0; i < warm; ++i) warm_errors += results[i].ok ? 0 : 1;
   std::vector<double> per_worker;
   for (size_t i = 0; i < after.requests.size(); ++i)
     per_worker.push_back(after.requests[i] - (i < before.requests.size() ? before.requests[i] : 0));
@@ -488,9 +562,11 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   const double dsteps = after.steps - before.steps;
   ojson s;
   s["qps"] = qps;
-  s["requests"] = n;
+  s["requests"] = n - warm;
+  s["warmup_requests"] = warm;
   s["ok"] = ok;
   s["errors"] = errors;
+  s["warmup_errors"] = warm_errors;
   s["ttft_p50_ms"] = percentile(ttft, 50);
   s["ttft_p90_ms"] = percentile(ttft, 90);
   s["ttft_p99_ms"] = percentile(ttft, 99);
@@ -501,8 +577,14 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   s["e2e_p99_ms"] = percentile(e2e, 99);
   s["output_tok_s"] = wall_s > 0 ? tokens / wall_s : 0;
   s["wall_s"] = wall_s;
-  s["hit_rate"] = dq > 0 ? (after.hits - before.hits) / dq : 0;
-  s["load_per_worker"] = per_worker;
+  // Token-weighted hit rate of the measured requests, from each answer's usage
+  // (prompt_tokens_details.cached_tokens, the worker's own count); when an engine does not
+  // report it, the workers' prefix-cache counters over the whole rung (warm-up included).
+  const double metrics_hit = dq > 0 ? (after.hits - before.hits) / dq : 0;
+  s["hit_rate"] = usage_seen && prompt_sum > 0 ? cached_sum / prompt_sum : metrics_hit;
+  s["hit_rate_source"] = usage_seen && prompt_sum > 0 ? "usage" : "metrics";
+  s["hit_rate_metrics"] = metrics_hit;
+  s["load_per_worker"] = per_worker;                            // warm-up included
   s["load_spread"] = mean_load > 0 ? max_load / mean_load : 0;  // max / mean requests
   s["gateway_cpu_us_per_req"] =
       cpu0 >= 0 && cpu1 >= 0 && n > 0 ? (cpu1 - cpu0) * 1e6 / static_cast<double>(n) : -1;
@@ -557,8 +639,24 @@ int fleetBench(int argc, char** argv) {
     return 2;
   }
   Options& o = r.o;
-  const size_t total_requests = o.requests * o.qps.size() * o.arms.size();
-  if (!makeWorkload(o.workload, o.wl, o.seed, total_requests, r.w, err)) {
+  const size_t per_rung =
+      o.requests + (o.warmup < 0 ? o.requests / 2 : static_cast<size_t>(o.warmup));
+  const size_t total_requests = per_rung * o.qps.size() * (o.arms.size() + o.side_arms.size());
+  std::string trace_text;
+  if (!o.trace.empty()) {
+    std::ifstream f(o.trace);
+    if (!f) {
+      std::fprintf(stderr, "kvgate bench fleet: cannot read %s\n", o.trace.c_str());
+      return 2;
+    }
+    trace_text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (trace_text.empty()) {
+      std::fprintf(stderr, "kvgate bench fleet: %s is empty\n", o.trace.c_str());
+      return 2;
+    }
+    o.workload = "mooncake";
+  }
+  if (!makeWorkload(o.workload, o.wl, o.seed, total_requests, r.w, err, trace_text)) {
     std::fprintf(stderr, "kvgate bench fleet: %s\n", err.c_str());
     return 2;
   }
@@ -572,6 +670,10 @@ int fleetBench(int argc, char** argv) {
   }
   std::filesystem::create_directories(o.work);
   if (o.out.empty()) o.out = "build/bench/fleet-" + o.workload + ".json";
+  if (!o.trace_out.empty()) {
+    std::ofstream(o.trace_out) << mooncakeTraceJsonl(r.w);
+    std::fprintf(stderr, "fleet bench: wrote the trace to %s\n", o.trace_out.c_str());
+  }
 
   // The fleet.
   std::unique_ptr<Child> sim;
@@ -579,7 +681,8 @@ int fleetBench(int argc, char** argv) {
   if (o.fleet.empty()) {
     blocks = o.num_blocks;
     if (blocks == 0) {
-      if (r.w.with_replacement) {  // the working set fills kv_fill of the fleet's capacity
+      if (r.w.draw != Draw::kSequential || !r.w.trace_ms.empty()) {
+        // Prompts share prefixes: the working set fills kv_fill of the fleet's capacity.
         const double cap_tokens = static_cast<double>(r.w.working_set_tokens) / o.kv_fill;
         blocks = static_cast<size_t>(
             std::ceil(cap_tokens / static_cast<double>(o.workers * o.block_size)));
@@ -623,6 +726,9 @@ int fleetBench(int argc, char** argv) {
     r.kv_port = o.kv_port;
     for (const auto& [h, p] : o.fleet) r.workers.push_back({h, p});
   }
+  // The engines' /metrics every 50 ms, as llm-d scrapes them (its queue and KV scorers; the
+  // other arms read only the KV capacity from them).
+  setenv("LOXILB_KV_METRICS_INTERVAL_MS", "50", 0);
   Child gw({"serve", "--api-listen", "127.0.0.1:0", "--state-dir", o.work + "/state"},
            o.work + "/gateway.err");
   if (!gw.ok()) {
@@ -654,19 +760,35 @@ int fleetBench(int argc, char** argv) {
                o.workload.c_str(), r.w.prompts.size(),
                static_cast<unsigned long long>(r.w.working_set_tokens), r.workers.size(), blocks,
                o.block_size, o.speedup, o.work.c_str());
-  for (const auto& name : o.arms) {
+  // Key arms over the whole ladder, side arms at their load points (the same seeds at the same
+  // QPS, so every arm meets the same prompts at the same times).
+  std::vector<std::pair<std::string, std::vector<double>>> plan;
+  for (const auto& name : o.arms) plan.emplace_back(name, o.qps);
+  std::vector<double> side = o.side_qps;
+  if (side.empty()) {
+    if (o.qps.size() >= 2)
+      side = {o.qps[1], o.qps.back()};
+    else
+      side = o.qps;
+  }
+  for (const auto& name : o.side_arms) plan.emplace_back(name, side);
+  auto rungOf = [&](double q, size_t j) {
+    for (size_t i = 0; i < o.qps.size(); ++i)
+      if (o.qps[i] == q) return i;
+    return 1000 + j;
+  };
+  for (const auto& [name, ladder] : plan) {
     const Arm arm = *armOf(name);
-    auto res = http::fetch(r.api, "POST", "/netlox/v1/config/loadbalancer", ruleBody(r, arm));
     if (arm.oracle && !o.fleet.empty()) {
       std::fprintf(stderr, "kvgate bench fleet: the oracle arm needs the simulated fleet\n");
       return 2;
     }
+    auto res = http::fetch(r.api, "POST", "/netlox/v1/config/loadbalancer", ruleBody(r, arm));
     if (!res || (res->status != 200 && res->status != 409)) {
       std::fprintf(stderr, "kvgate bench fleet: rule for arm %s refused: %s\n", name.c_str(),
                    res ? res->body.c_str() : res.error().what.c_str());
       return 1;
     }
-    for (const auto& w : r.workers) (void)http::fetch(w.url(), "POST", "/reset_prefix_cache");
     if (!arm.kv_mode.empty() && !waitSubscribed(r)) {
       std::fprintf(stderr, "kvgate bench fleet: the gateway did not subscribe to every worker\n");
       return 1;
@@ -674,9 +796,12 @@ int fleetBench(int argc, char** argv) {
     ojson a;
     a["arm"] = name;
     a["steps"] = ojson::array();
-    for (size_t rung = 0; rung < o.qps.size(); ++rung) {
-      const double qps = o.qps[rung];
-      ojson s = runStep(r, arm, qps, rung);
+    for (size_t j = 0; j < ladder.size(); ++j) {
+      const double qps = ladder[j];
+      // Every rung starts from empty caches (its warm-up requests fill them), so each is
+      // measured alike whatever ran before it.
+      for (const auto& w : r.workers) (void)http::fetch(w.url(), "POST", "/reset_prefix_cache");
+      ojson s = runStep(r, arm, qps, rungOf(qps, j));
       std::fprintf(stderr,
                    "  %-16s qps %-7g TTFT p50 %8.1f p90 %8.1f ms  ITL p50 %6.1f ms  %7.0f tok/s  "
                    "hit %5.1f%%  errors %zu\n",

@@ -84,7 +84,7 @@ TEST(FleetWorkload, NoSharingNeverRepeatsAndDrawsStayInRange) {
   std::string err;
   ASSERT_TRUE(makeWorkload("nosharing", {{"input_len", 64}}, 3, 50, w, err)) << err;
   ASSERT_EQ(w.prompts.size(), 50u);
-  EXPECT_FALSE(w.with_replacement);
+  EXPECT_EQ(w.draw, Draw::kSequential);
   const auto order = drawOrder(w, 50, 9);
   for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], i);
   std::set<std::vector<uint32_t>> distinct;
@@ -108,6 +108,102 @@ TEST(FleetWorkload, PoissonArrivalsHaveTheRequestedRate) {
   // Mean gap 250 ms; over 19,999 exponential gaps the sample mean is within 3% (sd of the mean
   // is 250 / sqrt(19999) = 1.8 ms, so 7.5 ms is over four standard deviations).
   EXPECT_NEAR(at.back() / 19999.0, 250.0, 7.5);
+}
+
+TEST(FleetWorkload, MultiRoundHistoryGrowsAndRoundsFollowEachOther) {
+  Workload w;
+  std::string err;
+  ASSERT_TRUE(makeWorkload("multiround",
+                           {{"users", 2},
+                            {"rounds", 3},
+                            {"system_prompt_len", 8},
+                            {"user_context_len", 16},
+                            {"question_len", 4},
+                            {"answer_len", 4},
+                            {"output_len", 2}},
+                           5, 0, w, err))
+      << err;
+  ASSERT_EQ(w.prompts.size(), 6u);
+  // User 0: 8 + 16 + 4 = 28 tokens, then + 4 (answer) + 4 (question) = 36, then 44.
+  EXPECT_EQ(w.prompts[0].tokens.size(), 28u);
+  EXPECT_EQ(w.prompts[1].tokens.size(), 36u);
+  EXPECT_EQ(w.prompts[2].tokens.size(), 44u);
+  // Each round's prompt starts with the previous round's; users share only the system prompt.
+  EXPECT_TRUE(std::equal(w.prompts[0].tokens.begin(), w.prompts[0].tokens.end(),
+                         w.prompts[1].tokens.begin()));
+  EXPECT_TRUE(std::equal(w.prompts[0].tokens.begin(), w.prompts[0].tokens.begin() + 8,
+                         w.prompts[3].tokens.begin()));
+  EXPECT_NE(w.prompts[0].tokens[8], w.prompts[3].tokens[8]);
+  // Reused / prompt tokens over the rounds: (8 + 28 + 36) / (28 + 36 + 44) = 72 / 108.
+  EXPECT_NEAR(w.ideal_hit, 72.0 / 108.0, 1e-12);
+  // Draws: a random user's next round, so each user's rounds come in order.
+  const auto order = drawOrder(w, 12, 3);
+  std::vector<size_t> seen(2, 0);
+  for (size_t idx : order) {
+    const size_t u = idx / 3;
+    EXPECT_EQ(idx % 3, seen[u] % 3);
+    ++seen[u];
+  }
+}
+
+TEST(FleetWorkload, MooncakeTraceIsParsedAndReplayed) {
+  const std::string trace =
+      "{\"timestamp\":0,\"input_length\":700,\"output_length\":5,\"hash_ids\":[0,1]}\n"
+      "{\"timestamp\":500,\"input_length\":1024,\"output_length\":6,\"hash_ids\":[0,1]}\n"
+      "\n"
+      "{\"timestamp\":1000,\"input_length\":300,\"output_length\":7,\"hash_ids\":[0]}\n";
+  Workload w;
+  std::string err;
+  ASSERT_TRUE(makeWorkload("mooncake", {}, 1, 0, w, err, trace)) << err;
+  ASSERT_EQ(w.prompts.size(), 3u);
+  EXPECT_EQ(w.prompts[0].tokens.size(), 700u);
+  EXPECT_EQ(w.prompts[1].tokens.size(), 1024u);
+  EXPECT_EQ(w.prompts[2].output_len, 7);
+  // Equal hash ids, equal tokens: block 0 everywhere, block 1's first 188 tokens in both.
+  EXPECT_TRUE(std::equal(w.prompts[2].tokens.begin(), w.prompts[2].tokens.end(),
+                         w.prompts[0].tokens.begin()));
+  EXPECT_TRUE(std::equal(w.prompts[0].tokens.begin(), w.prompts[0].tokens.end(),
+                         w.prompts[1].tokens.begin()));
+  EXPECT_EQ(w.draw, Draw::kSequential);
+  // Perfect routing, infinite cache: hits 512 + 512 + 300 of 700 + 1024 + 300 tokens.
+  EXPECT_NEAR(w.ideal_hit, 1324.0 / 2024.0, 1e-12);
+  EXPECT_EQ(w.working_set_tokens, 1024u);
+  // The trace's rate is 2 requests/s (two 500 ms gaps); at 4/s time halves; replays cycle with
+  // one mean gap between them (period 1,500 ms).
+  const auto at = traceArrivals(w, 5, 4.0);
+  ASSERT_EQ(at.size(), 5u);
+  EXPECT_DOUBLE_EQ(at[1], 250);
+  EXPECT_DOUBLE_EQ(at[2], 500);
+  EXPECT_DOUBLE_EQ(at[3], 750);
+  EXPECT_DOUBLE_EQ(at[4], 1000);
+  // Hostile or wrong traces: a clear error naming the line.
+  for (const char* bad :
+       {"{\"timestamp\":0,\"input_length\":1200,\"output_length\":5,\"hash_ids\":[0,1]}",
+        "{\"timestamp\":0,\"input_length\":100,\"output_length\":5,\"hash_ids\":[0,1]}",
+        "{\"timestamp\":9,\"input_length\":10,\"output_length\":1,\"hash_ids\":[0]}\n"
+        "{\"timestamp\":3,\"input_length\":10,\"output_length\":1,\"hash_ids\":[0]}",
+        "{\"timestamp\":0,\"input_length\":10,\"output_length\":1,\"hash_ids\":[-4]}", "not json",
+        "[1,2,3]"}) {
+    Workload b;
+    EXPECT_FALSE(makeWorkload("mooncake", {}, 1, 0, b, err, bad)) << bad;
+    EXPECT_NE(err.find("line"), std::string::npos) << err;
+  }
+}
+
+TEST(FleetWorkload, GeneratedMooncakeTraceRoundTrips) {
+  Workload g;
+  std::string err;
+  ASSERT_TRUE(makeWorkload("mooncake", {{"requests", 50}, {"conversations", 5}}, 9, 0, g, err))
+      << err;
+  ASSERT_EQ(g.prompts.size(), 50u);
+  for (const auto& ids : g.hash_ids) EXPECT_EQ(ids.front(), 0u);  // every request starts so
+  for (size_t i = 1; i < g.trace_ms.size(); ++i) EXPECT_GE(g.trace_ms[i], g.trace_ms[i - 1]);
+  // Written out and read back: the same prompts.
+  Workload r;
+  ASSERT_TRUE(makeWorkload("mooncake", {}, 1, 0, r, err, mooncakeTraceJsonl(g))) << err;
+  ASSERT_EQ(r.prompts.size(), g.prompts.size());
+  for (size_t i = 0; i < r.prompts.size(); ++i) EXPECT_EQ(r.prompts[i].tokens, g.prompts[i].tokens);
+  EXPECT_GT(g.ideal_hit, 0.5);  // conversations grow: most blocks are seen before
 }
 
 TEST(FleetClient, SseTokenEventsAreCountedAcrossReads) {

@@ -18,6 +18,31 @@ bool SseTokenScanner::isToken(std::string_view ev) {
          payload.find("\"content\":") != std::string_view::npos;
 }
 
+namespace {
+// The integer after `"key":` in s, or -1.
+int64_t intAfter(std::string_view s, std::string_view key) {
+  const size_t k = s.find(key);
+  if (k == std::string_view::npos) return -1;
+  size_t i = k + key.size();
+  while (i < s.size() && (s[i] == ' ' || s[i] == ':')) ++i;
+  int64_t v = 0;
+  bool any = false;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9' && v < (int64_t{1} << 50)) {
+    v = v * 10 + (s[i++] - '0');
+    any = true;
+  }
+  return any ? v : -1;
+}
+}  // namespace
+
+void SseTokenScanner::usage(std::string_view ev) {
+  if (ev.find("\"usage\":{") == std::string_view::npos) return;
+  const int64_t p = intAfter(ev, "\"prompt_tokens\"");
+  const int64_t c = intAfter(ev, "\"cached_tokens\"");
+  if (p >= 0) prompt_tokens_ = p;
+  if (c >= 0) cached_tokens_ = c;
+}
+
 StreamClient::StreamClient(asio::any_io_executor ex, std::string host, uint16_t port)
     : ex_(std::move(ex)), host_(std::move(host)), port_(port) {}
 
@@ -159,6 +184,8 @@ asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
   }
   d.stop();
   res.e2e_ms = ms(Clock::now());
+  res.prompt_tokens = sse.promptTokens();
+  res.cached_tokens = sse.cachedTokens();
   if (res.status != 200) {
     res.error = "status " + std::to_string(res.status) + ": " + body.substr(0, 300);
     co_return res;

@@ -28,6 +28,8 @@ struct StreamResult {
   double e2e_ms = 0;
   std::vector<double> itl_ms;
   int tokens = 0;
+  // From the stream's usage chunk (stream_options.include_usage), -1 when absent.
+  int64_t prompt_tokens = -1, cached_tokens = -1;
   std::string body;  // the answer's first 1 MiB (JSON answers; an SSE stream's first 4 KiB)
 };
 
@@ -69,16 +71,24 @@ class SseTokenScanner {
       const size_t end = pending_.find("\n\n", start);
       if (end == std::string::npos) break;
       std::string_view ev(pending_.data() + start, end - start);
-      if (isToken(ev)) on_token();
+      if (isToken(ev))
+        on_token();
+      else
+        usage(ev);
       start = end + 2;
     }
     pending_.erase(0, start);
     return pending_.size() <= StreamClient::kMaxBody;
   }
   static bool isToken(std::string_view ev);
+  // The usage chunk's prompt_tokens and prompt_tokens_details.cached_tokens, when one was seen.
+  int64_t promptTokens() const { return prompt_tokens_; }
+  int64_t cachedTokens() const { return cached_tokens_; }
 
  private:
+  void usage(std::string_view ev);
   std::string pending_;
+  int64_t prompt_tokens_ = -1, cached_tokens_ = -1;
 };
 
 }  // namespace kvgate::bench::fleet

@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "routing/request_facts.h"
 #include "routing/selectors/selectors.h"
 #include "routing/stage_registry.h"
 
@@ -102,6 +103,52 @@ TEST(Random, UniformOverTheNonExcludedOnly) {
   // 10,000 expected each; a binomial sd of ~82 makes +-600 over seven sds.
   for (int i : {0, 2, 3}) EXPECT_NEAR(n[i], 10000, 600) << i;
   EXPECT_EQ(s.pick(eps, std::vector<bool>(4, true)), -1);
+}
+
+// SGLang's cache_aware, re-implemented (sglang_cache_aware.cc), worked by hand with the library
+// defaults: threshold 0.5, balance abs 32, rel 1.1.
+TEST(SglangCacheAware, PrefixMatchSmallestTreeAndImbalance) {
+  auto eps = pool({1, 1, 1});
+  Sel s(findStage("sglang")->make(StageServices{g_clock, g_rule, eps}));
+  std::vector<bool> none(3, false);
+  auto ids = [](int64_t first, size_t n) {
+    std::vector<int64_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = first + static_cast<int64_t>(i);
+    return v;
+  };
+  auto pick = [&](std::vector<int64_t> prompt, PickInfo& info) {
+    RequestFacts f;
+    f.parsed = true;
+    f.prompt_token_ids = std::move(prompt);
+    RequestContext ctx;
+    ctx.facts = &f;
+    return s.pick(eps, none, ctx, info);
+  };
+  PickInfo info;
+  // Empty trees: no match (rate 0 <= 0.5), all trees size 0: the lowest index.
+  EXPECT_EQ(pick(ids(0, 64), info), 0);
+  // Another prompt: no match; the smallest tree is endpoint 1's (0 blocks vs 4).
+  EXPECT_EQ(pick(ids(1000, 64), info), 1);
+  // The first prompt again: endpoint 0 matches 64/64 > 0.5.
+  EXPECT_EQ(pick(ids(0, 64), info), 0);
+  // Half of it (2 of 4 blocks, then other tokens): 32/64 = 0.5 is not above the threshold:
+  // the smallest tree, endpoint 2.
+  auto half = ids(0, 32);
+  auto other = ids(5000, 32);
+  half.insert(half.end(), other.begin(), other.end());
+  EXPECT_EQ(pick(half, info), 2);
+  // Imbalanced: loads 40, 0, 5: 40 - 0 > 32 and 40 > 1.1 x 0: the least loaded, whatever the
+  // cache says (a spill).
+  eps[0].state->active.store(40);
+  eps[2].state->active.store(5);
+  EXPECT_EQ(pick(ids(0, 64), info), 1);
+  EXPECT_TRUE(info.spilled);
+  // Loads 40, 20, 30: 40 - 20 = 20 is not above 32: balanced, the match decides again.
+  eps[1].state->active.store(20);
+  eps[2].state->active.store(30);
+  EXPECT_EQ(pick(ids(1000, 64), info), 1);
+  EXPECT_FALSE(info.spilled);
+  for (auto& e : eps) e.state->active.store(0);
 }
 
 TEST(WeightedRoundRobin, DistributesByWeight) {

@@ -150,8 +150,8 @@ class KvExactStage : public Stage {
     }
     std::array<uint32_t, kv::kMaxWorkers> overlap{};
     if (overlay_ && opts_.speculative_ttl_ms > 0) {
-      const uint64_t via = index_.scoreWithOverlay(chain.data(), n, all, *overlay_,
-                                                   clock_.nowNs(), overlap);
+      const uint64_t via =
+          index_.scoreWithOverlay(chain.data(), n, all, *overlay_, clock_.nowNs(), overlap);
       if (via) overlay_->countHits(via);
     } else {
       index_.score(chain.data(), n, all, overlap);
@@ -175,17 +175,25 @@ class KvExactStage : public Stage {
         continue;
       }
       best = std::max(best, ov);
-      const auto load = c.endpoints[i].state->active.load(std::memory_order_relaxed);
-      cands.push_back({ov, static_cast<uint32_t>(std::max<int64_t>(0, load)),
-                       c.endpoints[i].state->kvCapacity()});
+      const auto& st = *c.endpoints[i].state;
+      const auto load = st.active.load(std::memory_order_relaxed);
+      LawCandidate lc{ov, static_cast<uint32_t>(std::max<int64_t>(0, load)), st.kvCapacity()};
+      lc.active_blocks = static_cast<uint64_t>(
+          std::max<int64_t>(0, st.active_blocks.load(std::memory_order_relaxed)));
+      lc.waiting = st.engine_waiting.load(std::memory_order_relaxed);
+      const int64_t ppm = st.kv_usage_ppm.load(std::memory_order_relaxed);
+      lc.kv_usage = ppm < 0 ? -1.0 : static_cast<double>(ppm) / 1e6;
+      cands.push_back(lc);
       index_of.push_back(static_cast<int>(i));
     }
     if (n == 0) return StageResult::fall(FallReason::kShallow);  // under one block
     // Nobody holds a leading block; or only excluded endpoints do (an excluded winner already
-    // fell to the next-best overlap above: the law only sees candidates left).
-    if (best == 0)
+    // fell to the next-best overlap above: the law only sees candidates left). The peer laws
+    // decide misses by their own formula.
+    const bool peer = isPeerLaw(opts_.law.mode);
+    if (best == 0 && !peer)
       return StageResult::fall(best_excluded > 0 ? FallReason::kExcluded : FallReason::kNoWorker);
-    if (static_cast<uint64_t>(best) * opts_.block_size < opts_.min_match_tokens)
+    if (!peer && static_cast<uint64_t>(best) * opts_.block_size < opts_.min_match_tokens)
       return StageResult::fall(FallReason::kShallow);
     LawParams p = opts_.law;
     p.prompt_blocks = static_cast<uint32_t>(n);
@@ -193,6 +201,8 @@ class KvExactStage : public Stage {
     if (r.index < 0) return StageResult::fall(FallReason::kAllExcluded);
     StageResult res = StageResult::pick(index_of[static_cast<size_t>(r.index)],
                                         DecisionKey::kKvOverlap, r.spilled);
+    res.kv_blocks = static_cast<uint32_t>(n);
+    if (peer) return res;  // no cold-start seeding: the re-implemented policies have none
     // Cold-start seeding, after the law (and its spill relief), on every Nth hit.
     const uint64_t hit = hits_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (opts_.coldstart_seed_nth > 0 && hit % opts_.coldstart_seed_nth == 0) {
@@ -201,8 +211,7 @@ class KvExactStage : public Stage {
         // would stay cold, and take every Nth hit, for good.
         if (c.excluded[i] || masks[i] == 0 || !sc.connected[i]) continue;
         size_t held = 0;
-        for (uint64_t m = masks[i]; m; m &= m - 1)
-          held += index_.blocks(std::countr_zero(m));
+        for (uint64_t m = masks[i]; m; m &= m - 1) held += index_.blocks(std::countr_zero(m));
         if (held >= opts_.coldstart_min_blocks) continue;
         if (static_cast<int>(i) != res.index) {
           res.index = static_cast<int>(i);
@@ -246,7 +255,6 @@ class NoKvStage : public Stage {
     return StageResult::fall(FallReason::kNoWorker);
   }
 };
-
 
 }  // namespace
 

@@ -11,6 +11,9 @@ std::optional<LawMode> parseLawMode(std::string_view s) {
   if (s == "soft") return LawMode::kSoft;
   if (s == "adaptive") return LawMode::kAdaptive;
   if (s == "adaptive-soft") return LawMode::kAdaptiveSoft;
+  if (s == "lmetric") return LawMode::kLmetric;
+  if (s == "dynamo") return LawMode::kDynamo;
+  if (s == "llm-d") return LawMode::kLlmd;
   return std::nullopt;
 }
 
@@ -26,6 +29,12 @@ std::string_view lawModeName(LawMode m) {
       return "adaptive";
     case LawMode::kAdaptiveSoft:
       return "adaptive-soft";
+    case LawMode::kLmetric:
+      return "lmetric";
+    case LawMode::kDynamo:
+      return "dynamo";
+    case LawMode::kLlmd:
+      return "llm-d";
   }
   return "hard";
 }
@@ -53,6 +62,57 @@ int best(std::span<const LawCandidate> c, Pred in, Better better) {
 }
 
 double clampd(double v, double lo, double hi) { return std::min(hi, std::max(lo, v)); }
+
+// The candidate with the lowest (or, with `maximize`, highest) score; ties: less load, lower
+// index.
+template <typename Score>
+int extremum(std::span<const LawCandidate> c, Score score, bool maximize) {
+  int b = -1;
+  double bs = 0;
+  for (size_t i = 0; i < c.size(); ++i) {
+    const double s = score(i);
+    const bool better = b < 0 || (maximize ? s > bs : s < bs) ||
+                        (s == bs && lessLoaded(c, i, static_cast<size_t>(b)));
+    if (better) {
+      b = static_cast<int>(i);
+      bs = s;
+    }
+  }
+  return b;
+}
+
+LawResult peerLaw(std::span<const LawCandidate> c, const LawParams& p, int argmax) {
+  LawResult r;
+  auto uncached = [&](size_t i) {
+    return p.prompt_blocks > c[i].overlap ? double(p.prompt_blocks - c[i].overlap) : 0.0;
+  };
+  if (p.mode == LawMode::kLmetric) {
+    r.index = extremum(
+        c, [&](size_t i) { return uncached(i) * (double(c[i].load) + 1); }, false);
+  } else if (p.mode == LawMode::kDynamo) {
+    r.index = extremum(
+        c, [&](size_t i) { return uncached(i) + double(c[i].active_blocks); }, false);
+  } else {  // llm-d
+    int64_t wmin = -1, wmax = -1;
+    for (const auto& x : c) {
+      if (x.waiting < 0) continue;
+      wmin = wmin < 0 ? x.waiting : std::min(wmin, x.waiting);
+      wmax = std::max(wmax, x.waiting);
+    }
+    auto queue = [&](size_t i) {
+      if (c[i].waiting < 0 || wmax <= wmin) return 1.0;
+      return double(wmax - c[i].waiting) / double(wmax - wmin);
+    };
+    auto kv = [&](size_t i) { return c[i].kv_usage < 0 ? 1.0 : 1.0 - clampd(c[i].kv_usage, 0, 1); };
+    auto prefix = [&](size_t i) {
+      return p.prompt_blocks ? double(c[i].overlap) / double(p.prompt_blocks) : 0.0;
+    };
+    r.index = extremum(
+        c, [&](size_t i) { return 2 * queue(i) + 2 * kv(i) + 3 * prefix(i); }, true);
+  }
+  r.spilled = r.index != argmax && c[static_cast<size_t>(argmax)].overlap > 0;
+  return r;
+}
 
 }  // namespace
 
@@ -82,6 +142,10 @@ LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p) {
     case LawMode::kOff:
       r.index = argmax;
       return r;
+    case LawMode::kLmetric:
+    case LawMode::kDynamo:
+    case LawMode::kLlmd:
+      return peerLaw(c, p, argmax);
     case LawMode::kSoft:
     case LawMode::kAdaptiveSoft: {
       r.lambda = p.mode == LawMode::kSoft ? p.soft_lambda

@@ -14,6 +14,22 @@
 //    lambda 32 by default; at zero load this is the overlap argmax.
 //  - adaptive: hard with the factor f_eff(L) = clamp(175 + 125 * (L - 16) / 10, 175, 300) / 100.
 //  - adaptive-soft: soft with lambda_eff(L) = clamp(50000 + 5000 * (L - 16), 50000, 100000).
+//
+// Peer re-implementations, from their published descriptions (shared/reference/peers.md), over
+// the same candidates; a prompt nobody holds is decided by the same formula (overlap 0):
+//  - lmetric (LMetric, arXiv 2603.15202, adopted by Dynamo): argmin of new prefill blocks x batch
+//    size = (prompt_blocks - overlap_i) x (load_i + 1). The batch counts the request being routed
+//    (as the caps above do), so idle endpoints still differ by what they would compute.
+//  - dynamo (NVIDIA Dynamo's KV router cost): argmin of prefill_load_scale x max(prompt_blocks -
+//    overlap_i, 0) + decode_blocks_i, with prefill_load_scale 1 and overlap credit 1 (GPU tier).
+//    decode_blocks_i = the prompt blocks of the requests this gateway has in flight on i
+//    (active_blocks); Dynamo splits those between active prefill and decode, which a proxy that
+//    does not see the engine's phases cannot do: both count at weight 1 here.
+//  - llm-d (llm-d Router's default profile): argmax of 2 x queue + 2 x kv-utilization + 3 x prefix,
+//    queue_i = (max_w - w_i) / (max_w - min_w) over the engines' waiting requests (1 for all when
+//    equal or unknown), kv_i = 1 - KV usage (1 when unknown), prefix_i = overlap_i /
+//    prompt_blocks (llm-d's precise scorer: the matched fraction). Its picker breaks ties at
+//    random; here least load, then lowest index, as everywhere.
 // Ties everywhere: least load, then lowest index.
 // Spill relief (on by default for single-pool rules): when the pick is over its cap (the
 // saturated case), move to the least-loaded under-cap candidate of the whole set, zero-overlap
@@ -39,7 +55,24 @@
 
 namespace kvgate::routing {
 
-enum class LawMode : uint8_t { kOff, kHard, kSoft, kAdaptive, kAdaptiveSoft };
+enum class LawMode : uint8_t {
+  kOff,
+  kHard,
+  kSoft,
+  kAdaptive,
+  kAdaptiveSoft,
+  // Re-implementations of peers' published policies over the same inputs (not their code):
+  kLmetric,  // "lmetric"
+  kDynamo,   // "dynamo"
+  kLlmd,     // "llm-d"
+};
+
+// True for the peer re-implementations: they decide on every request, a prompt nobody holds
+// included (their formulas have a miss rule of their own), so Tier 1.5's no_worker and shallow
+// guards do not apply to them.
+inline bool isPeerLaw(LawMode m) {
+  return m == LawMode::kLmetric || m == LawMode::kDynamo || m == LawMode::kLlmd;
+}
 
 // "off" | "hard" | "soft" | "adaptive" | "adaptive-soft"; nullopt for anything else.
 std::optional<LawMode> parseLawMode(std::string_view s);
@@ -49,6 +82,10 @@ struct LawCandidate {
   uint32_t overlap = 0;  // leading blocks of the prompt the endpoint holds
   uint32_t load = 0;     // in-flight requests (this gateway's count)
   double capacity = 0;   // KV blocks; 0 = unknown
+  // Peer laws only:
+  uint64_t active_blocks = 0;  // dynamo: prompt blocks of this gateway's in-flight requests
+  int64_t waiting = -1;        // llm-d: the engine's waiting requests (/metrics); -1 unknown
+  double kv_usage = -1;        // llm-d: the engine's KV-cache usage 0..1 (/metrics); -1 unknown
 };
 
 struct LawParams {

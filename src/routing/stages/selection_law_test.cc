@@ -133,5 +133,50 @@ TEST(SelectionLaw, UnknownCapacityAndModes) {
   EXPECT_EQ(lawModeName(LawMode::kAdaptive), "adaptive");
 }
 
+// Peer re-implementations (selection_law.h), each worked by hand.
+LawCandidate cand(uint32_t overlap, uint32_t load, uint64_t active = 0, int64_t waiting = -1,
+                  double usage = -1) {
+  LawCandidate c{overlap, load, 1000};
+  c.active_blocks = active;
+  c.waiting = waiting;
+  c.kv_usage = usage;
+  return c;
+}
+
+TEST(SelectionLaw, LmetricIsNewPrefillTimesBatch) {
+  LawParams p{LawMode::kLmetric};
+  p.prompt_blocks = 10;
+  // (10-8) x (3+1) = 8; (10-0) x (0+1) = 10; (10-5) x (0+1) = 5: endpoint 2.
+  auto r = run({cand(8, 3), cand(0, 0), cand(5, 0)}, p);
+  EXPECT_EQ(r.index, 2);
+  EXPECT_TRUE(r.spilled);  // not the overlap argmax (endpoint 0)
+  // Nobody holds the prompt: 10 x 3, 10 x 1, 10 x 2: the smallest batch (endpoint 1).
+  EXPECT_EQ(run({cand(0, 2), cand(0, 0), cand(0, 1)}, p).index, 1);
+  EXPECT_EQ(parseLawMode("lmetric"), LawMode::kLmetric);
+  EXPECT_TRUE(isPeerLaw(LawMode::kLmetric));
+  EXPECT_FALSE(isPeerLaw(LawMode::kHard));
+}
+
+TEST(SelectionLaw, DynamoIsUncachedPrefillPlusDecodeBlocks) {
+  LawParams p{LawMode::kDynamo};
+  p.prompt_blocks = 10;
+  // max(10-8, 0) + 50 = 52; 10 + 5 = 15; 4 + 12 = 16: endpoint 1.
+  EXPECT_EQ(run({cand(8, 1, 50), cand(0, 1, 5), cand(6, 1, 12)}, p).index, 1);
+  // A full hit on an idle endpoint costs 0.
+  EXPECT_EQ(run({cand(10, 0, 0), cand(0, 0, 0)}, p).index, 0);
+  EXPECT_EQ(lawModeName(LawMode::kDynamo), "dynamo");
+}
+
+TEST(SelectionLaw, LlmdWeightsQueueKvAndPrefix) {
+  LawParams p{LawMode::kLlmd};
+  p.prompt_blocks = 8;
+  // waiting 4, 0, 2 -> queue (4-w)/4 = 0, 1, 0.5; usage .9, .2, .5 -> kv .1, .8, .5;
+  // overlap 8, 0, 4 -> prefix 1, 0, .5. Scores 2q + 2kv + 3p = 3.2, 3.6, 3.5: endpoint 1.
+  EXPECT_EQ(run({cand(8, 0, 0, 4, .9), cand(0, 0, 0, 0, .2), cand(4, 0, 0, 2, .5)}, p).index, 1);
+  // Engine metrics unknown: queue and kv score 1 everywhere; the prefix decides.
+  EXPECT_EQ(run({cand(2, 0), cand(6, 5), cand(0, 0)}, p).index, 1);
+  EXPECT_EQ(parseLawMode("llm-d"), LawMode::kLlmd);
+}
+
 }  // namespace
 }  // namespace kvgate::routing
