@@ -7,7 +7,10 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "common/clock.h"
 #include "endpoints/health.h"
@@ -16,6 +19,36 @@ namespace kvgate::endpoints {
 
 // Stable identity of one upstream endpoint (never reused within a process; 0 = none).
 using EndpointId = uint32_t;
+
+// The distinct KV blocks of the requests in flight on an endpoint (block fingerprints with a
+// reference count), for the Dynamo re-implementation's decode term (routing/stages/
+// selection_law.h): only rules using that law add to it. A mutex, held for the map updates and
+// lookups only, never across I/O.
+class ActiveBlockSet {
+ public:
+  void add(const std::vector<uint64_t>& chain) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (uint64_t k : chain) ++refs_[k];
+  }
+  void remove(const std::vector<uint64_t>& chain) {
+    std::lock_guard<std::mutex> g(mu_);
+    for (uint64_t k : chain) {
+      auto it = refs_.find(k);
+      if (it != refs_.end() && --it->second == 0) refs_.erase(it);
+    }
+  }
+  // The distinct blocks there would be with `chain` added.
+  uint64_t unionSize(const uint64_t* chain, size_t n) const {
+    std::lock_guard<std::mutex> g(mu_);
+    uint64_t extra = 0;
+    for (size_t i = 0; i < n; ++i) extra += refs_.count(chain[i]) ? 0 : 1;
+    return refs_.size() + extra;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, uint32_t> refs_;
+};
 
 struct EndpointState {
   EndpointState(EndpointId id_, std::string ip_, uint16_t port_, const common::Clock& clock)
@@ -30,9 +63,9 @@ struct EndpointState {
   const uint16_t port;
   const std::string label;  // "ip:port" for logs and metrics
 
-  std::atomic<int64_t> active{0};         // requests in flight through this gateway
-  std::atomic<int64_t> active_blocks{0};  // their prompts' KV blocks (when Tier 1.5 keyed them)
-  std::atomic<uint64_t> requests{0};      // requests sent
+  std::atomic<int64_t> active{0};     // requests in flight through this gateway
+  ActiveBlockSet active_set;          // their distinct blocks (rules with the dynamo law only)
+  std::atomic<uint64_t> requests{0};  // requests sent
   std::atomic<uint64_t> connect_failures{0};
   Health health;  // probe result, passive detection, circuit breaker
 

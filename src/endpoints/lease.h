@@ -4,7 +4,7 @@
 // herd onto one endpoint while its connections are still being opened); a half-open breaker's
 // trial travels with it. Whatever path the request takes (success, upstream error, timeout,
 // client disconnect, exception), the destructor gives the count back and releases an unsettled
-// trial, so no path can leak either. The prompt's KV blocks (addBlocks) travel the same way.
+// trial, so no path can leak either. A request's block chain (addChain) travels the same way.
 #pragma once
 #include "endpoints/endpoint.h"
 
@@ -16,26 +16,27 @@ class EndpointLease {
   EndpointLease(EndpointState& s, bool trial) : s_(&s), trial_(trial) {
     s.active.fetch_add(1, std::memory_order_relaxed);
   }
-  EndpointLease(EndpointLease&& o) noexcept : s_(o.s_), trial_(o.trial_), blocks_(o.blocks_) {
+  EndpointLease(EndpointLease&& o) noexcept
+      : s_(o.s_), trial_(o.trial_), chain_(std::move(o.chain_)) {
     o.s_ = nullptr;
-    o.blocks_ = 0;
+    o.chain_.clear();
   }
   EndpointLease& operator=(EndpointLease&& o) noexcept {
     if (this != &o) {
       reset();
       s_ = o.s_;
       trial_ = o.trial_;
-      blocks_ = o.blocks_;
+      chain_ = std::move(o.chain_);
       o.s_ = nullptr;
-      o.blocks_ = 0;
+      o.chain_.clear();
     }
     return *this;
   }
-  // Counts the request's prompt blocks in the endpoint's active blocks until the lease ends.
-  void addBlocks(uint32_t n) {
-    if (!s_ || n == 0) return;
-    s_->active_blocks.fetch_add(n, std::memory_order_relaxed);
-    blocks_ += n;
+  // Adds the request's block chain to the endpoint's distinct active blocks until the lease ends.
+  void addChain(const std::vector<uint64_t>& chain) {
+    if (!s_ || chain.empty() || !chain_.empty()) return;
+    chain_ = chain;
+    s_->active_set.add(chain_);
   }
   EndpointLease(const EndpointLease&) = delete;
   EndpointLease& operator=(const EndpointLease&) = delete;
@@ -60,17 +61,17 @@ class EndpointLease {
   void reset() {
     if (!s_) return;
     s_->active.fetch_sub(1, std::memory_order_relaxed);
-    if (blocks_) s_->active_blocks.fetch_sub(blocks_, std::memory_order_relaxed);
+    if (!chain_.empty()) s_->active_set.remove(chain_);
+    chain_.clear();
     if (trial_) s_->health.onTrialAbandoned();
     s_ = nullptr;
     trial_ = false;
-    blocks_ = 0;
   }
 
  private:
   EndpointState* s_ = nullptr;
   bool trial_ = false;
-  uint32_t blocks_ = 0;
+  std::vector<uint64_t> chain_;  // addChain's blocks, removed from the endpoint's set at the end
 };
 
 }  // namespace kvgate::endpoints

@@ -189,7 +189,8 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
       continue;
     }
     endpoints::EndpointLease lease(state, trial);  // in flight from the pick on
-    lease.addBlocks(d.kv_blocks);
+    if (d.track_chain && rctx.chain_cache && rctx.chain_cache->ready)
+      lease.addChain(rctx.chain_cache->chain);
     outcome_.ep_index = d.index;
     outcome_.endpoint = &state.label;
     outcome_.key = routing::decisionKeyName(d.key);

@@ -49,7 +49,7 @@ Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c) const {
       d.stage = static_cast<int>(i);
       d.key = r.key;
       d.spilled = r.spilled;
-      d.kv_blocks = r.kv_blocks;
+      d.track_chain = r.track_chain;
       st.decided[i][static_cast<size_t>(r.key)].fetch_add(1, std::memory_order_relaxed);
       if (r.spilled) {
         st.spills.fetch_add(1, std::memory_order_relaxed);

@@ -47,7 +47,7 @@ struct Decision {
   int stage = -1;  // index of the deciding stage
   DecisionKey key = DecisionKey::kRr;
   bool spilled = false;
-  uint32_t kv_blocks = 0;  // the prompt blocks the deciding stage keyed (kv_exact), else 0
+  bool track_chain = false;  // the request's chain joins the endpoint's active set (dynamo law)
 };
 
 class Pipeline {

@@ -82,9 +82,8 @@ struct RequestFacts {
   // Frees strings that grew past `keep` bytes (one huge request must not pin its size for the
   // connection's life).
   void shrink(size_t keep) {
-    for (std::string* s :
-         {&model, &cache_salt, &prompt_prefix, &prompt_text, &messages_json, &chat_extras_json,
-          &lora_adapter})
+    for (std::string* s : {&model, &cache_salt, &prompt_prefix, &prompt_text, &messages_json,
+                           &chat_extras_json, &lora_adapter})
       if (s->capacity() > keep) std::string().swap(*s);
     if (prompt_token_ids.capacity() * sizeof(int64_t) > keep)
       std::vector<int64_t>().swap(prompt_token_ids);

@@ -73,9 +73,9 @@ static_assert(std::size(kFallReasonNames) == static_cast<size_t>(FallReason::kCo
 struct StageResult {
   int index = -1;  // the chosen endpoint, or -1: fall through
   DecisionKey key = DecisionKey::kRr;
-  bool spilled = false;    // a bounded-load stage moved off the key's home endpoint
-  bool seeded = false;     // kv_exact diverted the pick to a cold endpoint (cold-start seeding)
-  uint32_t kv_blocks = 0;  // kv_exact: the prompt's blocks (the endpoint's active KV blocks)
+  bool spilled = false;      // a bounded-load stage moved off the key's home endpoint
+  bool seeded = false;       // kv_exact diverted the pick to a cold endpoint (cold-start seeding)
+  bool track_chain = false;  // kv_exact (dynamo law): add the chain to the endpoint's active set
   FallReason reason = FallReason::kAllExcluded;
 
   static StageResult pick(int i, DecisionKey k = DecisionKey::kRr, bool spilled = false) {

@@ -249,6 +249,26 @@ TEST(BatchEngine, QueuedWorkCountsForTheOracle) {
   EXPECT_EQ(e.queuedLeadingBlocks(cache.blockKeys(tokens(64, 1))), 0u);  // running, not queued
 }
 
+TEST(BatchEngine, AnAbortBetweenPlanAndFinishFreesEverything) {
+  PrefixCache cache(16, 100);
+  BatchEngine e(cache, EngineLimits{}, StepParams{});
+  auto s = seq(cache, tokens(40, 1), 8);
+  int wakes = 0;
+  s->wake = [&] { ++wakes; };
+  ASSERT_TRUE(e.submit(s));
+  StepPlan p = e.plan();  // admitted: 2 prompt blocks referenced, 1 reserved
+  EXPECT_EQ(cache.usedBlocks() + cache.reservedBlocks(), 3u);
+  s->aborted = true;  // the client left while the step ran
+  e.finish(p);
+  EXPECT_EQ(s->generated, 0);  // an aborted sequence produces nothing
+  EXPECT_EQ(wakes, 0);
+  EXPECT_TRUE(e.plan().empty());
+  EXPECT_TRUE(e.idle());
+  EXPECT_EQ(cache.usedBlocks(), 0u);
+  EXPECT_EQ(cache.reservedBlocks(), 0u);
+  EXPECT_EQ(cache.cachedBlocks(), 2u);  // its prompt blocks stay cached, evictable
+}
+
 TEST(BatchEngine, TrueCacheStateCountsLeadingBlocks) {
   PrefixCache cache(16, 100);
   BatchEngine e(cache, EngineLimits{}, StepParams{});

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/splitmix.h"
 #include "http/server.h"
 
 namespace kvgate::sim {
@@ -26,15 +27,7 @@ void addMetric(std::string& out, std::string_view name, std::string_view type,
 // Closes the connection without (the rest of) a response.
 void hangUp(http::ResponseWriter& w);
 
-// The simulator's deterministic generator (output text, embeddings).
-struct SplitMix64 {
-  uint64_t state;
-  uint64_t next() {
-    uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-};
+// The simulator's deterministic generator (output text, embeddings, step jitter).
+using SplitMix64 = common::SplitMix64;
 
 }  // namespace kvgate::sim

@@ -180,6 +180,7 @@ void Worker::admitted(Rank& rank, Seq& s) {
                 s.alloc.keys.size() > first ? s.alloc.keys.size() - first : 0);
     pub->flush();
   }
+  if (s.preemptions > 0) return;  // a readmission: its prompt was counted when first admitted
   prefix_queries_ += s.prompt.size();
   prefix_hits_ += s.computed;  // the hit, capped as vLLM caps it
 }
@@ -415,6 +416,16 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
     return std::string(i == 0 ? "" : " ") + kWords[rng.next() % kWords.size()];
   };
 
+  if (!cfg_.fixed_timing) {  // never fits the rank's KV cache: refused before any header
+    const Rank& any = *ranks_[next_rank_ % ranks_.size()];
+    if (any.engine.blocksFor(static_cast<size_t>(plen + ntok)) > any.cache.capacity()) {
+      const std::string msg = "The request needs " + std::to_string(plen + ntok) +
+                              " tokens of KV cache but the engine holds " +
+                              std::to_string(any.cache.capacity() * cfg_.block_size) + ".";
+      co_await w.send(400, "application/json", vllmError(400, msg), hdrs);
+      co_return;
+    }
+  }
   if (in.stream) {
     if (!co_await w.beginStream(200, "text/event-stream", hdrs)) {
       abortRequest(w);
@@ -472,12 +483,8 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       if (c->awaiting_token) c->timer.cancel();
     };
     seq->on_admit = [this, &rank](Seq& s) { admitted(rank, s); };
-    if (!rank.engine.submit(seq)) {
-      const std::string msg = "The request needs " + std::to_string(plen + ntok) +
-                              " tokens of KV cache but the "
-                              "engine holds " +
-                              std::to_string(rank.cache.capacity() * cfg_.block_size) + ".";
-      co_await w.send(400, "application/json", vllmError(400, msg), hdrs);
+    if (!rank.engine.submit(seq)) {  // refused above, before any header: cannot happen here
+      abortRequest(w);
       co_return;
     }
     ctx.seq = seq;

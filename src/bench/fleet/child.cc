@@ -69,6 +69,11 @@ Child::Child(std::vector<std::string> args, const std::string& stderr_path,
     line.clear();
     if (j.is_object() && j.value("event", "") == "ready") {
       ready_ = std::move(j);
+      drain_ = std::thread([fd = out_fd_] {
+        char sink[4096];
+        while (read(fd, sink, sizeof sink) > 0) {
+        }
+      });
       return;
     }
   }
@@ -80,6 +85,7 @@ Child::~Child() {
     int st;
     waitpid(pid_, &st, 0);
   }
+  if (drain_.joinable()) drain_.join();  // the child's end of the pipe closed with it
   if (out_fd_ >= 0) close(out_fd_);
 }
 

@@ -1,12 +1,15 @@
 // A kvgate child process of the fleet benchmark (`kvgate sim`, `kvgate serve`): spawned from
 // this binary (/proc/self/exe), its first stdout line that is a JSON object with "event":"ready"
-// awaited (bounded), its stderr kept in a log file; SIGTERM and waited for on destruction.
+// awaited (bounded), its later stdout read and dropped (a full pipe would block it), its stderr
+// kept in a log file; SIGTERM and waited for on destruction, and sent SIGTERM by the kernel if
+// this process dies first (PR_SET_PDEATHSIG).
 #pragma once
 #include <sys/types.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace kvgate::bench::fleet {
@@ -33,6 +36,7 @@ class Child {
   int out_fd_ = -1;
   nlohmann::json ready_ = nlohmann::json(nlohmann::json::value_t::discarded);
   std::string error_;
+  std::thread drain_;  // reads (and drops) the child's stdout after its ready line
 };
 
 }  // namespace kvgate::bench::fleet

@@ -31,7 +31,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cmath>
@@ -45,6 +47,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "bench/fleet/child.h"
@@ -203,48 +206,33 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
     } else if (a == "--seed") {
       if (!num(0, 1e18, x)) return false;
       o.seed = static_cast<uint64_t>(x);
-    } else if (a == "--qps") {
-      o.qps.clear();
-      for (const auto& q : split(v, ',')) {
-        std::string keep = v;
+    } else if (a == "--qps" || a == "--side-qps") {
+      std::vector<double>& list = a == "--qps" ? o.qps : o.side_qps;
+      list.clear();
+      const std::string all = v;
+      for (const auto& q : split(all, ',')) {
         v = q;
         if (!num(0.001, 100000, x)) return false;
-        v = keep;
-        o.qps.push_back(x);
+        list.push_back(x);
       }
-      if (o.qps.empty()) {
-        err = "--qps needs at least one value";
+      if (list.empty()) {
+        err = a + " needs at least one value";
         return false;
       }
     } else if (a == "--requests") {
       if (!num(1, 1e6, x)) return false;
       o.requests = static_cast<size_t>(x);
-    } else if (a == "--arms") {
-      o.arms = split(v, ',');
-      for (const auto& name : o.arms)
+    } else if (a == "--arms" || a == "--side-arms") {
+      std::vector<std::string>& list = a == "--arms" ? o.arms : o.side_arms;
+      list = split(v, ',');
+      for (const auto& name : list)
         if (!armOf(name)) {
           err = "unknown arm " + name;
           return false;
         }
-      if (o.arms.empty()) {
+      if (list.empty() && a == "--arms") {
         err = "--arms needs at least one arm";
         return false;
-      }
-    } else if (a == "--side-arms") {
-      o.side_arms = split(v, ',');
-      for (const auto& name : o.side_arms)
-        if (!armOf(name)) {
-          err = "unknown arm " + name;
-          return false;
-        }
-    } else if (a == "--side-qps") {
-      o.side_qps.clear();
-      for (const auto& q : split(v, ',')) {
-        std::string keep = v;
-        v = q;
-        if (!num(0.001, 100000, x)) return false;
-        v = keep;
-        o.side_qps.push_back(x);
       }
     } else if (a == "--quick") {
       if (v != "true" && v != "1") {
@@ -367,9 +355,17 @@ struct Run {
   size_t blocks = 0;  // KV blocks per worker (the oracle's capacity)
 };
 
-std::string ruleBody(const Run& r, const Arm& arm) {
-  json sa = {{"externalIP", r.vip}, {"port", r.svc_port}, {"protocol", "tcp"}, {"sel", arm.sel},
-             {"mode", 4},           {"sse_mode", true},   {"name", "fleet"}};
+// The service for `arm`. `generation` names it (fleet-<arm>-<generation>): each rung posts a new
+// name, so the gateway builds a fresh pipeline and no stage state (the sglang trees) carries
+// over from the rung before.
+std::string ruleBody(const Run& r, const Arm& arm, size_t generation) {
+  json sa = {{"externalIP", r.vip},
+             {"port", r.svc_port},
+             {"protocol", "tcp"},
+             {"sel", arm.sel},
+             {"mode", 4},
+             {"sse_mode", true},
+             {"name", "fleet-" + arm.name + "-" + std::to_string(generation)}};
   if (!arm.selector.empty()) sa["selector"] = arm.selector;
   if (!arm.kv_mode.empty()) {
     sa["kvExactMode"] = 3;
@@ -414,46 +410,86 @@ Totals fleetTotals(const Run& r) {
   return t;
 }
 
+// What the oracle itself sent where in the last 2 s (the gateway's speculative-insert TTL): a
+// request it routed is not yet in any engine's queue while it crosses the loopback, so its
+// siblings must still see it. Per worker, 16-token block chains of the prompts it routed there.
+struct OracleMemory {
+  explicit OracleMemory(size_t workers) : credit(workers) {}
+  std::vector<std::unordered_map<uint64_t, std::chrono::steady_clock::time_point>> credit;
+  static std::vector<uint64_t> chain(const std::vector<uint32_t>& t, size_t bs) {
+    std::vector<uint64_t> c;
+    uint64_t parent = 0x6f7261636c65ULL;  // "oracle"
+    for (size_t b = 0; bs > 0 && b + bs <= t.size(); b += bs) {
+      parent = XXH3_64bits_withSeed(t.data() + b, bs * sizeof(uint32_t), parent);
+      c.push_back(parent);
+    }
+    return c;
+  }
+  uint32_t leading(size_t w, const std::vector<uint64_t>& c,
+                   std::chrono::steady_clock::time_point now) const {
+    uint32_t n = 0;
+    while (n < c.size()) {
+      auto it = credit[w].find(c[n]);
+      if (it == credit[w].end() || it->second < now) break;
+      ++n;
+    }
+    return n;
+  }
+  void remember(size_t w, const std::vector<uint64_t>& c,
+                std::chrono::steady_clock::time_point now) {
+    if (credit[w].size() > (1u << 20)) credit[w].clear();  // bounded
+    for (uint64_t k : c) credit[w][k] = now + std::chrono::seconds(2);
+  }
+};
+
 // The oracle's decision, mirroring a kvExactMode 3 rule whose fallback is round-robin: the same
 // selection law (hard, spill relief) fed with the true state at decision time (POST
-// /sim/cache_state: no event lag, no loss): per worker the leading blocks its cache holds or a
-// request queued there shares (it will hold them when that one is admitted), this client's
-// in-flight requests per worker (what the gateway counts as load) and the workers' capacity. A
-// prompt nobody holds goes round-robin, as Tier 1.5's `no_worker` miss does. Returns the worker.
+// /sim/cache_state: no event lag, no loss): per worker the leading blocks its cache holds, or a
+// request queued there shares (it will hold them when that one is admitted), or a request this
+// oracle sent there in the last 2 s shares (still on its way); this client's in-flight requests
+// per worker (what the gateway counts as load) and the workers' capacity. A prompt nobody holds
+// goes round-robin, as Tier 1.5's `no_worker` miss does. Returns the worker.
 asio::awaitable<size_t> oraclePick(const Run& r, StreamClient& state, const std::string& body,
+                                   const std::vector<uint32_t>& tokens, OracleMemory& mem,
                                    const std::vector<uint32_t>& inflight, size_t& cursor,
                                    size_t& spills, size_t& cold) {
-  StreamResult res = co_await state.post("/sim/cache_state", body, std::chrono::seconds(30));
+  const auto now = std::chrono::steady_clock::now();
+  StreamResult res = co_await state.post("/sim/cache_state", body, std::chrono::seconds(30), now);
+  const std::vector<uint64_t> chain = OracleMemory::chain(tokens, r.o.block_size);
   std::vector<routing::LawCandidate> c(r.workers.size());
   for (size_t i = 0; i < c.size(); ++i) {
     c[i].load = inflight[i];
     c[i].capacity = static_cast<double>(r.blocks);
+    c[i].overlap = mem.leading(i, chain, now);
   }
-  uint32_t prompt_blocks = 0;
   auto j = json::parse(res.body, nullptr, false);
   if (res.ok && j.is_object() && j.contains("workers")) {
-    prompt_blocks = j.value("prompt_blocks", 0u);
     for (const auto& w : j["workers"]) {
       const size_t idx = w.value("worker", size_t{0});
       if (idx < c.size())
-        c[idx].overlap = std::max(w.value("blocks", 0u), w.value("queued_blocks", 0u));
+        c[idx].overlap =
+            std::max({c[idx].overlap, w.value("blocks", 0u), w.value("queued_blocks", 0u)});
     }
   }
   bool any = false;
   for (const auto& x : c) any = any || x.overlap > 0;
+  size_t pick = 0;
   if (!any) {
     ++cold;
-    co_return cursor++ % c.size();
+    pick = cursor++ % c.size();
+  } else {
+    routing::LawParams p;
+    p.prompt_blocks = static_cast<uint32_t>(chain.size());
+    const routing::LawResult lr = routing::applyLaw(c, p);
+    if (lr.spilled) ++spills;
+    pick = lr.index < 0 ? 0 : static_cast<size_t>(lr.index);
   }
-  routing::LawParams p;
-  p.prompt_blocks = prompt_blocks;
-  const routing::LawResult lr = routing::applyLaw(c, p);
-  if (lr.spilled) ++spills;
-  co_return lr.index < 0 ? 0 : static_cast<size_t>(lr.index);
+  mem.remember(pick, chain, now);
+  co_return pick;
 }
 
 std::string requestBody(const Run& r, const Prompt& p) {
-  std::string b = "{\"model\":\"" + r.o.model + "\",\"prompt\":[";
+  std::string b = "{\"model\":" + json(r.o.model).dump() + ",\"prompt\":[";
   for (size_t i = 0; i < p.tokens.size(); ++i) {
     if (i) b += ',';
     b += std::to_string(p.tokens[i]);
@@ -493,6 +529,7 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
     state = std::make_unique<StreamClient>(io.get_executor(), r.workers[0].host, r.workers[0].port);
   }
   size_t oracle_spills = 0, oracle_misses = 0, oracle_cursor = 0;
+  OracleMemory memory(r.workers.size());
   std::vector<StreamResult> results(n);
   const auto t0 = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point t_end = t0;  // the last measured completion
@@ -505,13 +542,15 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
           tm.expires_at(t0 + std::chrono::microseconds(static_cast<int64_t>(at[i] * 1000)));
           error_code ec;
           co_await tm.async_wait(useEc(ec));
+          const auto scheduled = t0 + std::chrono::microseconds(static_cast<int64_t>(at[i] * 1000));
           if (!arm.oracle) {
-            results[i] = co_await client.post("/v1/completions", bodies[i], timeout);
+            results[i] = co_await client.post("/v1/completions", bodies[i], timeout, scheduled);
           } else {
-            const size_t w = co_await oraclePick(r, *state, bodies[i], inflight, oracle_cursor,
-                                                 oracle_spills, oracle_misses);
+            const size_t w =
+                co_await oraclePick(r, *state, bodies[i], r.w.prompts[order[i]].tokens, memory,
+                                    inflight, oracle_cursor, oracle_spills, oracle_misses);
             ++inflight[w];
-            results[i] = co_await direct[w]->post("/v1/completions", bodies[i], timeout);
+            results[i] = co_await direct[w]->post("/v1/completions", bodies[i], timeout, scheduled);
             --inflight[w];
           }
           if (i >= warm) t_end = std::max(t_end, std::chrono::steady_clock::now());
@@ -589,7 +628,7 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   s["gateway_cpu_us_per_req"] =
       cpu0 >= 0 && cpu1 >= 0 && n > 0 ? (cpu1 - cpu0) * 1e6 / static_cast<double>(n) : -1;
   s["sim_slip_mean_ms"] = dsteps > 0 ? (after.slip - before.slip) * 1e3 / dsteps : 0;
-  s["sim_slip_max_ms"] = after.slip_max * 1e3;
+  s["sim_slip_max_ms_since_start"] = after.slip_max * 1e3;  // the simulator's running maximum
   s["preemptions"] = after.preemptions - before.preemptions;
   s["connections_opened"] = client.connectionsOpened();
   if (arm.oracle) {
@@ -599,6 +638,22 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   }
   if (!error_kinds.empty()) s["error_kinds"] = error_kinds;
   return s;
+}
+
+// scripts/fleet_chart.py RESULT OUT with /usr/bin/python3 (no shell: file names are arguments).
+bool drawChart(const std::string& result, const std::string& png) {
+  std::string py = "/usr/bin/python3", script = "scripts/fleet_chart.py";
+  std::string a = result, b = png;
+  char* argv[] = {py.data(), script.data(), a.data(), b.data(), nullptr};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execv(py.c_str(), argv);
+    _exit(127);
+  }
+  if (pid < 0) return false;
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
 
 std::string fmt(double v, int prec = 1) {
@@ -783,21 +838,22 @@ int fleetBench(int argc, char** argv) {
       std::fprintf(stderr, "kvgate bench fleet: the oracle arm needs the simulated fleet\n");
       return 2;
     }
-    auto res = http::fetch(r.api, "POST", "/netlox/v1/config/loadbalancer", ruleBody(r, arm));
-    if (!res || (res->status != 200 && res->status != 409)) {
-      std::fprintf(stderr, "kvgate bench fleet: rule for arm %s refused: %s\n", name.c_str(),
-                   res ? res->body.c_str() : res.error().what.c_str());
-      return 1;
-    }
-    if (!arm.kv_mode.empty() && !waitSubscribed(r)) {
-      std::fprintf(stderr, "kvgate bench fleet: the gateway did not subscribe to every worker\n");
-      return 1;
-    }
     ojson a;
     a["arm"] = name;
     a["steps"] = ojson::array();
     for (size_t j = 0; j < ladder.size(); ++j) {
       const double qps = ladder[j];
+      // The arm's rule, renamed per rung: a fresh pipeline (no stage state carried over).
+      auto res = http::fetch(r.api, "POST", "/netlox/v1/config/loadbalancer", ruleBody(r, arm, j));
+      if (!res || res->status != 200) {
+        std::fprintf(stderr, "kvgate bench fleet: rule for arm %s refused: %s\n", name.c_str(),
+                     res ? res->body.c_str() : res.error().what.c_str());
+        return 1;
+      }
+      if (!arm.kv_mode.empty() && !waitSubscribed(r)) {
+        std::fprintf(stderr, "kvgate bench fleet: the gateway did not subscribe to every worker\n");
+        return 1;
+      }
       // Every rung starts from empty caches (its warm-up requests fill them), so each is
       // measured alike whatever ran before it.
       for (const auto& w : r.workers) (void)http::fetch(w.url(), "POST", "/reset_prefix_cache");
@@ -818,12 +874,8 @@ int fleetBench(int argc, char** argv) {
   std::ofstream(o.out) << doc.dump(2) << "\n";
   std::fprintf(stderr, "fleet bench: wrote %s\n", o.out.c_str());
   if (!o.md.empty()) std::ofstream(o.md) << markdown(doc);
-  if (!o.chart.empty()) {
-    const std::string cmd =
-        "/usr/bin/python3 scripts/fleet_chart.py '" + o.out + "' '" + o.chart + "'";
-    if (std::system(cmd.c_str()) != 0)
-      std::fprintf(stderr, "kvgate bench fleet: the chart was not drawn (%s)\n", cmd.c_str());
-  }
+  if (!o.chart.empty() && !drawChart(o.out, o.chart))
+    std::fprintf(stderr, "kvgate bench fleet: the chart was not drawn (scripts/fleet_chart.py)\n");
   return 0;
 }
 

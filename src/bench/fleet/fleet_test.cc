@@ -165,8 +165,9 @@ TEST(FleetWorkload, MooncakeTraceIsParsedAndReplayed) {
   EXPECT_TRUE(std::equal(w.prompts[0].tokens.begin(), w.prompts[0].tokens.end(),
                          w.prompts[1].tokens.begin()));
   EXPECT_EQ(w.draw, Draw::kSequential);
-  // Perfect routing, infinite cache: hits 512 + 512 + 300 of 700 + 1024 + 300 tokens.
-  EXPECT_NEAR(w.ideal_hit, 1324.0 / 2024.0, 1e-12);
+  // Perfect routing, infinite cache: line 2 hits block 0 (512) and the 188 tokens of block 1
+  // line 1 computed, line 3 hits 300: 1,000 of 700 + 1024 + 300 tokens.
+  EXPECT_NEAR(w.ideal_hit, 1000.0 / 2024.0, 1e-12);
   EXPECT_EQ(w.working_set_tokens, 1024u);
   // The trace's rate is 2 requests/s (two 500 ms gaps); at 4/s time halves; replays cycle with
   // one mean gap between them (period 1,500 ms).

@@ -1,5 +1,9 @@
 #include "bench/fleet/stream_client.h"
 
+#include <sys/socket.h>
+
+#include <cerrno>
+
 #include "http/chunked.h"
 #include "http/parser.h"
 
@@ -46,20 +50,32 @@ void SseTokenScanner::usage(std::string_view ev) {
 StreamClient::StreamClient(asio::any_io_executor ex, std::string host, uint16_t port)
     : ex_(std::move(ex)), host_(std::move(host)), port_(port) {}
 
+std::unique_ptr<tcp::socket> StreamClient::takeIdle() {
+  const auto now = std::chrono::steady_clock::now();
+  while (!idle_.empty()) {
+    Idle c = std::move(idle_.back());
+    idle_.pop_back();
+    if (now - c.since > kMaxIdleAge) continue;  // closed on the way out
+    char b;
+    const ssize_t n = ::recv(c.sock->native_handle(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) continue;  // peer closed
+    if (n > 0) continue;  // stray bytes: not a clean connection
+    return std::move(c.sock);
+  }
+  return nullptr;
+}
+
 asio::awaitable<StreamResult> StreamClient::post(std::string path, std::string body,
-                                                 std::chrono::milliseconds timeout) {
+                                                 std::chrono::milliseconds timeout,
+                                                 std::chrono::steady_clock::time_point origin) {
   const std::string req =
       "POST " + path + " HTTP/1.1\r\nHost: " + host_ + ":" + std::to_string(port_) +
       "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
       "\r\n\r\n" + body;
   for (int round = 0; round < 2; ++round) {
-    std::unique_ptr<tcp::socket> s;
-    bool reused = false;
-    if (!idle_.empty() && round == 0) {
-      s = std::move(idle_.back());
-      idle_.pop_back();
-      reused = true;
-    } else {
+    std::unique_ptr<tcp::socket> s = round == 0 ? takeIdle() : nullptr;
+    const bool reused = s != nullptr;
+    if (!s) {
       s = std::make_unique<tcp::socket>(ex_);
       error_code ec;
       co_await s->async_connect(tcp::endpoint(asio::ip::make_address(host_, ec), port_), useEc(ec));
@@ -71,7 +87,7 @@ asio::awaitable<StreamResult> StreamClient::post(std::string path, std::string b
       ++opened_;
     }
     bool retry = false;
-    StreamResult r = co_await attempt(req, std::move(s), reused, timeout, retry);
+    StreamResult r = co_await attempt(req, std::move(s), reused, timeout, origin, retry);
     if (!retry) co_return r;
   }
   StreamResult r;
@@ -82,10 +98,11 @@ asio::awaitable<StreamResult> StreamClient::post(std::string path, std::string b
 asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
                                                     std::unique_ptr<tcp::socket> s, bool reused,
                                                     std::chrono::milliseconds timeout,
+                                                    std::chrono::steady_clock::time_point origin,
                                                     bool& retry) {
   using Clock = std::chrono::steady_clock;
   StreamResult res;
-  const auto t0 = Clock::now();
+  const auto t0 = origin;
   auto ms = [t0](Clock::time_point t) {
     return std::chrono::duration<double, std::milli>(t - t0).count();
   };
@@ -112,7 +129,6 @@ asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
     while ((hn = http::parseResponseHead(buf.data(), buf.size(), 16384, "POST", rh, perr)) == 0) {
       size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
       if (ec) {
-        retry = reused && buf.empty() && n == 0 && !d.expired();
         res.error = d.expired() ? "timed out" : "read: " + ec.message();
         co_return res;
       }
@@ -167,7 +183,8 @@ asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
     res.error = "bad or oversized body";
     co_return res;
   }
-  extra = extra || (done && buf.size() > static_cast<size_t>(hn));
+  // A response without a body: any byte after its head is beyond the exchange.
+  if (rh.body_kind == http::BodyKind::kNone) extra = buf.size() > static_cast<size_t>(hn);
   while (!done) {
     size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
     if (n > 0 && !take(tmp, n)) {
@@ -193,7 +210,7 @@ asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
   res.ok = true;
   res.body = body.size() > kKeepBody ? body.substr(0, kKeepBody) : std::move(body);
   if (rh.keep_alive && !extra && sock.is_open() && idle_.size() < kMaxIdle)
-    idle_.push_back(std::move(s));
+    idle_.push_back({std::move(s), Clock::now()});
   co_return res;
 }
 

@@ -7,9 +7,10 @@
 // token events (events whose JSON carries "text" or "content"; [DONE] and the usage chunk are
 // not tokens). A non-200 answer, a malformed response, a body over max_body or the timeout is an
 // error. The connection goes back to the idle pool only when its exchange ended exactly at the
-// end of the response (no bytes beyond it) and the server keeps it alive; an idle connection the
-// server closed meanwhile is detected when the request fails before any answer byte, and the
-// request is then sent once more on a fresh connection.
+// end of the response (no bytes beyond it) and the server keeps it alive. A pooled connection is
+// reused only when idle under 2 s (below servers' keep-alive timeouts) and not closed by the peer
+// (a non-blocking peek); the request is sent again on a fresh connection only when writing it to
+// a reused one failed, never once it was written (the server may have acted on it).
 #pragma once
 #include <chrono>
 #include <memory>
@@ -36,8 +37,11 @@ struct StreamResult {
 class StreamClient {
  public:
   StreamClient(asio::any_io_executor ex, std::string host, uint16_t port);
+  // Times (TTFT, end to end) count from `origin`, the request's scheduled arrival: a late send,
+  // a connect and a retry are part of what the user waits for.
   asio::awaitable<StreamResult> post(std::string path, std::string body,
-                                     std::chrono::milliseconds timeout);
+                                     std::chrono::milliseconds timeout,
+                                     std::chrono::steady_clock::time_point origin);
   size_t connectionsOpened() const { return opened_; }
   size_t idle() const { return idle_.size(); }
 
@@ -45,16 +49,24 @@ class StreamClient {
   static constexpr size_t kMaxIdle = 1024;
 
  private:
-  // One attempt; `reused` tells whether the socket came from the pool. `retry` is set when it
-  // failed before any answer byte on a reused connection.
+  // One attempt; `reused` tells whether the socket came from the pool. `retry` is set only when
+  // writing the request to a reused connection failed (the server never had it).
   asio::awaitable<StreamResult> attempt(const std::string& req, std::unique_ptr<tcp::socket> s,
                                         bool reused, std::chrono::milliseconds timeout,
-                                        bool& retry);
+                                        std::chrono::steady_clock::time_point origin, bool& retry);
+  // An idle pooled connection worth reusing: idle under kMaxIdleAge and not closed by the peer.
+  std::unique_ptr<tcp::socket> takeIdle();
+
+  struct Idle {
+    std::unique_ptr<tcp::socket> sock;
+    std::chrono::steady_clock::time_point since;
+  };
+  static constexpr std::chrono::seconds kMaxIdleAge{2};  // under servers' keep-alive timeouts
 
   asio::any_io_executor ex_;
   std::string host_;
   uint16_t port_;
-  std::vector<std::unique_ptr<tcp::socket>> idle_;
+  std::vector<Idle> idle_;
   size_t opened_ = 0;
 };
 

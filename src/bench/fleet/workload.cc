@@ -4,19 +4,12 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/splitmix.h"
+
 namespace kvgate::bench::fleet {
 namespace {
 
-struct Rng {  // splitmix64
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
-};
+using Rng = common::SplitMix64;
 
 // Token ids away from the special-token range of common vocabularies.
 void randomTokens(Rng& r, size_t n, std::vector<uint32_t>& out) {
@@ -162,18 +155,22 @@ bool parseTrace(const std::string& text, Workload& w, std::string& err) {
   w.draw = Draw::kSequential;
   // Distinct blocks (shared prefixes once) and the hit rate of perfect routing with an infinite
   // cache: a block's second and later references are hits.
-  std::map<uint64_t, int> refs;
+  // A block's tokens were computed before up to the longest part of it seen so far: a block
+  // first seen cut (a prompt's last block) and later whole is a hit only for that part.
+  std::map<uint64_t, size_t> seen;
   double hits = 0, total = 0;
   for (size_t i = 0; i < w.prompts.size(); ++i) {
     const auto& ids = w.hash_ids[i];
     for (size_t b = 0; b < ids.size(); ++b) {
-      const double len = static_cast<double>(
-          std::min<size_t>(kMooncakeBlock, w.prompts[i].tokens.size() - b * kMooncakeBlock));
-      total += len;
-      if (refs[ids[b]]++ > 0) hits += len;
+      const size_t len =
+          std::min<size_t>(kMooncakeBlock, w.prompts[i].tokens.size() - b * kMooncakeBlock);
+      total += static_cast<double>(len);
+      size_t& before = seen[ids[b]];
+      hits += static_cast<double>(std::min(len, before));
+      before = std::max(before, len);
     }
   }
-  w.working_set_tokens = refs.size() * kMooncakeBlock;
+  w.working_set_tokens = seen.size() * kMooncakeBlock;
   w.ideal_hit = total > 0 ? hits / total : 0;
   return true;
 }

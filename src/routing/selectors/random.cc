@@ -4,6 +4,7 @@
 // threads never contend. Falls through only when every endpoint is excluded. Knobs: none.
 #include <atomic>
 
+#include "common/splitmix.h"
 #include "routing/selectors/selectors.h"
 
 namespace kvgate::routing {
@@ -11,11 +12,9 @@ namespace {
 
 uint64_t nextRandom() {
   static std::atomic<uint64_t> seeds{0x6b76676174652d72ULL};
-  thread_local uint64_t s = seeds.fetch_add(0x9E3779B97F4A7C15ULL, std::memory_order_relaxed);
-  uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
+  thread_local common::SplitMix64 rng{
+      seeds.fetch_add(0x9E3779B97F4A7C15ULL, std::memory_order_relaxed)};
+  return rng.next();
 }
 
 class RandomStage : public Stage {

@@ -148,7 +148,30 @@ TEST(SglangCacheAware, PrefixMatchSmallestTreeAndImbalance) {
   eps[2].state->active.store(30);
   EXPECT_EQ(pick(ids(1000, 64), info), 1);
   EXPECT_FALSE(info.spilled);
+  // Both conditions are needed: loads 400, 365, 380 differ by 35 > 32, but 400 is not above
+  // 1.1 x 365 = 401.5: balanced, so the prefix decides (endpoint 0 holds ids(0, 64) best).
+  eps[0].state->active.store(400);
+  eps[1].state->active.store(365);
+  eps[2].state->active.store(380);
+  EXPECT_EQ(pick(ids(0, 64), info), 0);
+  EXPECT_FALSE(info.spilled);
+  // Short prompts (under one block) still grow the trees: the next one lands on another
+  // endpoint than an empty-tree tie would give.
   for (auto& e : eps) e.state->active.store(0);
+  auto s2 = findStage("sglang")->make(StageServices{g_clock, g_rule, eps});
+  Sel fresh(std::move(s2));
+  auto pickFresh = [&](std::vector<int64_t> prompt) {
+    RequestFacts f;
+    f.parsed = true;
+    f.prompt_token_ids = std::move(prompt);
+    RequestContext ctx;
+    ctx.facts = &f;
+    PickInfo pi;
+    return fresh.pick(eps, none, ctx, pi);
+  };
+  EXPECT_EQ(pickFresh(ids(1, 5)), 0);
+  EXPECT_EQ(pickFresh(ids(100, 5)), 1);  // endpoint 0's tree holds one entry now
+  EXPECT_EQ(pickFresh(ids(1, 5)), 0);    // and the same short prompt matches it whole
 }
 
 TEST(WeightedRoundRobin, DistributesByWeight) {

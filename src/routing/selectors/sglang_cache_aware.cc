@@ -16,8 +16,10 @@
 //   sglang-cli (main.rs)     0.3              64           1.5          120 s     67,108,864
 // Differences, documented: the tree is kept at 16-token block granularity over token ids (a
 // token-id prompt), or over 64-byte chunks of the prompt text (SGLang's HTTP router matches
-// characters), sizes count tokens (or bytes); ties go to the lower index (SGLang's tree returns
-// one tenant). The trees are per stage: a rule update (a new pipeline) starts them empty.
+// characters), a partial last block is one more entry, sizes count entries x 16 (tokens; chunks
+// of text count as 16 too); ties go to the lower index (SGLang's tree returns one tenant); a
+// tree holds at most 2^20 entries whatever max_tree_size says, and eviction trims at most 65,536
+// entries a decision. The trees are per stage: a rule update (a new pipeline) starts them empty.
 // Threads: the data-plane threads share one mutex, held for the match and insert (no I/O).
 #include <xxhash.h>
 
@@ -44,6 +46,7 @@ struct SglangParams {
 constexpr size_t kTokensPerBlock = 16;
 constexpr size_t kBytesPerChunk = 64;
 constexpr size_t kMaxChain = 8192;  // a huge prompt keys its first 8192 blocks
+constexpr size_t kEvictPerRound = 65536;
 
 class SglangStage : public Stage {
  public:
@@ -86,7 +89,8 @@ class SglangStage : public Stage {
           best_len = m;
         }
       }
-      const double rate = static_cast<double>(best_len * unit) / static_cast<double>(total);
+      const double rate =
+          static_cast<double>(std::min(best_len * unit, total)) / static_cast<double>(total);
       if (rate > p_.cache_threshold) {
         pick = best;
       } else {  // the smallest tree
@@ -122,6 +126,8 @@ class SglangStage : public Stage {
         parent = XXH3_64bits_withSeed(ids.data() + b, kTokensPerBlock * sizeof(int64_t), parent);
         chain.push_back(parent);
       }
+      tail(parent, ids.data() + ids.size() / kTokensPerBlock * kTokensPerBlock,
+           ids.size() % kTokensPerBlock * sizeof(int64_t), chain);
       return ids.size();
     }
     unit = kBytesPerChunk;
@@ -131,7 +137,16 @@ class SglangStage : public Stage {
       parent = XXH3_64bits_withSeed(t.data() + b, kBytesPerChunk, parent);
       chain.push_back(parent);
     }
+    tail(parent, t.data() + t.size() / kBytesPerChunk * kBytesPerChunk, t.size() % kBytesPerChunk,
+         chain);
     return t.size();
+  }
+
+  // A partial last block is an entry too (keyed by its bytes and length), so short prompts
+  // grow the trees as SGLang's character trees do.
+  static void tail(uint64_t parent, const void* p, size_t bytes, std::vector<uint64_t>& chain) {
+    if (bytes == 0 || chain.size() >= kMaxChain) return;
+    chain.push_back(XXH3_64bits_withSeed(p, bytes, parent ^ (0x7461696cULL + bytes)));
   }
 
   void insert(Tree& t, const std::vector<uint64_t>& chain) {
@@ -144,9 +159,10 @@ class SglangStage : public Stage {
         t.pos.emplace(k, std::prev(t.lru.end()));
       }
     }
-    // A hard bound between evictions: twice the configured size.
+    // A hard bound between evictions: twice the configured size, and at most 2^20 entries (about
+    // 64 MiB) per endpoint whatever the configured size.
     const size_t hard = static_cast<size_t>(
-        std::min<uint64_t>(p_.max_tree_size / kTokensPerBlock * 2 + 1, 1u << 24));
+        std::min<uint64_t>(p_.max_tree_size / kTokensPerBlock * 2 + 1, 1u << 20));
     while (t.pos.size() > hard) trim(t);
   }
 
@@ -159,9 +175,16 @@ class SglangStage : public Stage {
     const int64_t now = clock_.nowNs();
     if (now - last_evict_ns_ < p_.eviction_ms * 1'000'000) return;
     last_evict_ns_ = now;
+    // At most kEvictPerRound entries a round under the lock: a large tree shrinks over a few
+    // rounds instead of stalling every data-plane thread at once.
     const size_t keep = static_cast<size_t>(p_.max_tree_size / kTokensPerBlock);
+    size_t budget = kEvictPerRound;
     for (auto& t : trees_)
-      while (t.pos.size() > keep) trim(t);
+      while (t.pos.size() > keep && budget > 0) {
+        trim(t);
+        --budget;
+      }
+    if (budget == 0) last_evict_ns_ = now - p_.eviction_ms * 1'000'000;  // go on next decision
   }
 
   const common::Clock& clock_;

@@ -178,8 +178,9 @@ class KvExactStage : public Stage {
       const auto& st = *c.endpoints[i].state;
       const auto load = st.active.load(std::memory_order_relaxed);
       LawCandidate lc{ov, static_cast<uint32_t>(std::max<int64_t>(0, load)), st.kvCapacity()};
-      lc.active_blocks = static_cast<uint64_t>(
-          std::max<int64_t>(0, st.active_blocks.load(std::memory_order_relaxed)));
+      // Dynamo's decode term: the distinct blocks in flight there with this prompt's added.
+      if (opts_.law.mode == LawMode::kDynamo)
+        lc.active_blocks = st.active_set.unionSize(chain.data(), n);
       lc.waiting = st.engine_waiting.load(std::memory_order_relaxed);
       const int64_t ppm = st.kv_usage_ppm.load(std::memory_order_relaxed);
       lc.kv_usage = ppm < 0 ? -1.0 : static_cast<double>(ppm) / 1e6;
@@ -201,7 +202,7 @@ class KvExactStage : public Stage {
     if (r.index < 0) return StageResult::fall(FallReason::kAllExcluded);
     StageResult res = StageResult::pick(index_of[static_cast<size_t>(r.index)],
                                         DecisionKey::kKvOverlap, r.spilled);
-    res.kv_blocks = static_cast<uint32_t>(n);
+    res.track_chain = opts_.law.mode == LawMode::kDynamo;
     if (peer) return res;  // no cold-start seeding: the re-implemented policies have none
     // Cold-start seeding, after the law (and its spill relief), on every Nth hit.
     const uint64_t hit = hits_.fetch_add(1, std::memory_order_relaxed) + 1;

@@ -33,9 +33,9 @@
 // bound LOXILB_KV_TOKENIZE_MAX_BYTES (tokenizer/request_tokenizer.h). Bounds: at most 8192
 // leading blocks are hashed and scored. Endpoints sharing one address (one publisher key) are
 // not scored. Cold-start seeding (after the law, the seed's flowchart order): while a followed,
-// connected, non-excluded endpoint holds fewer than LOXILB_KV_COLDSTART_MIN_BLOCKS blocks (default 16; the
-// sum over its DP ranks), every LOXILB_KV_COLDSTART_SEED_Nth hit (default 16, 0 disables) goes
-// to the lowest-index such endpoint instead (counted as a cold seed when that moves the pick).
+// connected, non-excluded endpoint holds fewer than LOXILB_KV_COLDSTART_MIN_BLOCKS blocks (default
+// 16; the sum over its DP ranks), every LOXILB_KV_COLDSTART_SEED_Nth hit (default 16, 0 disables)
+// goes to the lowest-index such endpoint instead (counted as a cold seed when that moves the pick).
 // Speculative insert (StageServices::kv_overlay, LOXILB_KV_SPECULATIVE_TTL_MS, default 2000, 0
 // disables): once the pipeline has chosen an endpoint (by this stage or a later one), the prompt's
 // chain is credited to that endpoint's publisher for the TTL (kv/speculative.h), and scoring
@@ -65,7 +65,7 @@ struct KvExactOptions {
   uint16_t zmq_port = 5557;
   bool serving_port_key = false;  // TensorRT-LLM: the publisher is the endpoint's serving port
   uint32_t min_match_tokens = 16;
-  uint32_t warmup_sec = 0;  // kvWarmupSec
+  uint32_t warmup_sec = 0;             // kvWarmupSec
   uint32_t speculative_ttl_ms = 2000;  // speculative insert's credit lifetime (0 = off)
   // Cold-start seeding: every seed_nth-th hit (0 = off) goes to the lowest-index followed,
   // non-excluded endpoint holding fewer than min_blocks blocks, if any.
@@ -78,9 +78,10 @@ std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& in
                                    const kv::WorkerLookup& lookup, KvExactOptions opts);
 // The registry's factory ("kv_exact"): options from the rule (kvBlockSize, kvZmqPort,
 // kvExactApiMode, kvLbMode) and the environment (LOXILB_KV_LB_MODE when the rule has no kvLbMode:
-// off|hard|soft|adaptive|adaptive-soft, default hard, garbage warns and means hard; LOXILB_KV_MEAN_LOAD_FACTOR: 100-300, default 175;
-// LLB_KV_MIN_MATCH_TOKENS: 0-4096, default 16; LOXILB_KV_SPILL_RELIEF: on|off, default on for
-// single-pool rules). Without KV services every request falls through (no_worker).
+// off|hard|soft|adaptive|adaptive-soft, default hard, garbage warns and means hard;
+// LOXILB_KV_MEAN_LOAD_FACTOR: 100-300, default 175; LLB_KV_MIN_MATCH_TOKENS: 0-4096, default 16;
+// LOXILB_KV_SPILL_RELIEF: on|off, default on for single-pool rules). Without KV services every
+// request falls through (no_worker).
 std::unique_ptr<Stage> makeKvExactFromServices(const StageServices& s);
 // The options makeKvExactFromServices uses for a rule (exposed for tests and docs).
 KvExactOptions kvExactOptions(const config::RuleSpec& rule);

@@ -4,19 +4,18 @@
 #include "routing/stages/kv_exact.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <bit>
 #include <map>
 #include <numeric>
 
+#include "../../../tests/support/test_util.h"
+#include "../../../tests/support/tiny_tokenizer.h"
 #include "config/rule.h"
 #include "kv/speculative.h"
 #include "routing/pipeline.h"
 #include "tokenizer/request_tokenizer.h"
-#include "../../../tests/support/test_util.h"
-#include "../../../tests/support/tiny_tokenizer.h"
-
-#include <unistd.h>
 
 namespace kvgate::routing {
 namespace {

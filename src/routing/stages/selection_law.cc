@@ -87,8 +87,9 @@ LawResult peerLaw(std::span<const LawCandidate> c, const LawParams& p, int argma
     return p.prompt_blocks > c[i].overlap ? double(p.prompt_blocks - c[i].overlap) : 0.0;
   };
   if (p.mode == LawMode::kLmetric) {
+    // The prompt's last token is always computed (a full hit still prefills it): + 1 block.
     r.index = extremum(
-        c, [&](size_t i) { return uncached(i) * (double(c[i].load) + 1); }, false);
+        c, [&](size_t i) { return (uncached(i) + 1) * (double(c[i].load) + 1); }, false);
   } else if (p.mode == LawMode::kDynamo) {
     r.index = extremum(
         c, [&](size_t i) { return uncached(i) + double(c[i].active_blocks); }, false);
@@ -104,8 +105,17 @@ LawResult peerLaw(std::span<const LawCandidate> c, const LawParams& p, int argma
       return double(wmax - c[i].waiting) / double(wmax - wmin);
     };
     auto kv = [&](size_t i) { return c[i].kv_usage < 0 ? 1.0 : 1.0 - clampd(c[i].kv_usage, 0, 1); };
+    // llm-d's precise prefix scorer normalizes the matched blocks min-max across the pods:
+    // (m - min) / (max - min), 1 for all when equal (and 0 for all when nobody matches).
+    uint32_t omin = UINT32_MAX, omax = 0;
+    for (const auto& x : c) {
+      omin = std::min(omin, x.overlap);
+      omax = std::max(omax, x.overlap);
+    }
     auto prefix = [&](size_t i) {
-      return p.prompt_blocks ? double(c[i].overlap) / double(p.prompt_blocks) : 0.0;
+      if (omax == 0) return 0.0;
+      if (omax == omin) return 1.0;
+      return double(c[i].overlap - omin) / double(omax - omin);
     };
     r.index = extremum(
         c, [&](size_t i) { return 2 * queue(i) + 2 * kv(i) + 3 * prefix(i); }, true);

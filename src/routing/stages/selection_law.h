@@ -18,18 +18,21 @@
 // Peer re-implementations, from their published descriptions (shared/reference/peers.md), over
 // the same candidates; a prompt nobody holds is decided by the same formula (overlap 0):
 //  - lmetric (LMetric, arXiv 2603.15202, adopted by Dynamo): argmin of new prefill blocks x batch
-//    size = (prompt_blocks - overlap_i) x (load_i + 1). The batch counts the request being routed
-//    (as the caps above do), so idle endpoints still differ by what they would compute.
+//    size = (prompt_blocks - overlap_i + 1) x (load_i + 1): the + 1 block is the prompt's last
+//    token, computed even on a full hit (so load still counts), and the batch counts the request
+//    being routed (as the caps above do), so idle endpoints still differ by what they compute.
 //  - dynamo (NVIDIA Dynamo's KV router cost): argmin of prefill_load_scale x max(prompt_blocks -
 //    overlap_i, 0) + decode_blocks_i, with prefill_load_scale 1 and overlap credit 1 (GPU tier).
-//    decode_blocks_i = the prompt blocks of the requests this gateway has in flight on i
-//    (active_blocks); Dynamo splits those between active prefill and decode, which a proxy that
-//    does not see the engine's phases cannot do: both count at weight 1 here.
+//    decode_blocks_i = active_blocks: the distinct blocks of the requests this gateway has in
+//    flight on i with this prompt's added (Dynamo's ActiveSequences: shared prefixes count once);
+//    Dynamo splits active blocks between prefill and decode, which a proxy that does not see the
+//    engine's phases cannot do: all count in the decode term here.
 //  - llm-d (llm-d Router's default profile): argmax of 2 x queue + 2 x kv-utilization + 3 x prefix,
 //    queue_i = (max_w - w_i) / (max_w - min_w) over the engines' waiting requests (1 for all when
-//    equal or unknown), kv_i = 1 - KV usage (1 when unknown), prefix_i = overlap_i /
-//    prompt_blocks (llm-d's precise scorer: the matched fraction). Its picker breaks ties at
-//    random; here least load, then lowest index, as everywhere.
+//    equal or unknown), kv_i = 1 - KV usage (1 when unknown), prefix_i = the matched blocks
+//    normalized min-max across the candidates ((m - min) / (max - min); 1 for all when equal, 0
+//    when nobody matches), as llm-d's precise scorer does. Its picker breaks ties at random;
+//    here least load, then lowest index, as everywhere.
 // Ties everywhere: least load, then lowest index.
 // Spill relief (on by default for single-pool rules): when the pick is over its cap (the
 // saturated case), move to the least-loaded under-cap candidate of the whole set, zero-overlap
@@ -83,7 +86,7 @@ struct LawCandidate {
   uint32_t load = 0;     // in-flight requests (this gateway's count)
   double capacity = 0;   // KV blocks; 0 = unknown
   // Peer laws only:
-  uint64_t active_blocks = 0;  // dynamo: prompt blocks of this gateway's in-flight requests
+  uint64_t active_blocks = 0;  // dynamo: distinct blocks in flight there, this prompt's added
   int64_t waiting = -1;        // llm-d: the engine's waiting requests (/metrics); -1 unknown
   double kv_usage = -1;        // llm-d: the engine's KV-cache usage 0..1 (/metrics); -1 unknown
 };

@@ -146,12 +146,14 @@ LawCandidate cand(uint32_t overlap, uint32_t load, uint64_t active = 0, int64_t 
 TEST(SelectionLaw, LmetricIsNewPrefillTimesBatch) {
   LawParams p{LawMode::kLmetric};
   p.prompt_blocks = 10;
-  // (10-8) x (3+1) = 8; (10-0) x (0+1) = 10; (10-5) x (0+1) = 5: endpoint 2.
+  // (10-8+1) x (3+1) = 12; (10-0+1) x (0+1) = 11; (10-5+1) x (0+1) = 6: endpoint 2.
   auto r = run({cand(8, 3), cand(0, 0), cand(5, 0)}, p);
   EXPECT_EQ(r.index, 2);
   EXPECT_TRUE(r.spilled);  // not the overlap argmax (endpoint 0)
-  // Nobody holds the prompt: 10 x 3, 10 x 1, 10 x 2: the smallest batch (endpoint 1).
+  // Nobody holds the prompt: 11 x 3, 11 x 1, 11 x 2: the smallest batch (endpoint 1).
   EXPECT_EQ(run({cand(0, 2), cand(0, 0), cand(0, 1)}, p).index, 1);
+  // A full hit still counts load: (0+1) x (9+1) = 10 against (10-8+1) x (0+1) = 3.
+  EXPECT_EQ(run({cand(10, 9), cand(8, 0)}, p).index, 1);
   EXPECT_EQ(parseLawMode("lmetric"), LawMode::kLmetric);
   EXPECT_TRUE(isPeerLaw(LawMode::kLmetric));
   EXPECT_FALSE(isPeerLaw(LawMode::kHard));
@@ -171,10 +173,16 @@ TEST(SelectionLaw, LlmdWeightsQueueKvAndPrefix) {
   LawParams p{LawMode::kLlmd};
   p.prompt_blocks = 8;
   // waiting 4, 0, 2 -> queue (4-w)/4 = 0, 1, 0.5; usage .9, .2, .5 -> kv .1, .8, .5;
-  // overlap 8, 0, 4 -> prefix 1, 0, .5. Scores 2q + 2kv + 3p = 3.2, 3.6, 3.5: endpoint 1.
+  // overlap 8, 0, 4 -> prefix min-max (o-0)/8 = 1, 0, .5. Scores 2q + 2kv + 3p = 3.2, 3.6, 3.5:
+  // endpoint 1.
   EXPECT_EQ(run({cand(8, 0, 0, 4, .9), cand(0, 0, 0, 0, .2), cand(4, 0, 0, 2, .5)}, p).index, 1);
   // Engine metrics unknown: queue and kv score 1 everywhere; the prefix decides.
   EXPECT_EQ(run({cand(2, 0), cand(6, 5), cand(0, 0)}, p).index, 1);
+  // Min-max, not the matched fraction: of 100 blocks, overlaps 1 and 0, equal queues, usage .9
+  // and .1. Min-max prefix 1, 0: 2 + .2 + 3 = 5.2 vs 2 + 1.8 + 0 = 3.8, endpoint 0; the fraction
+  // (.01) would give 2 + .2 + .03 = 2.23 vs 3.8, endpoint 1.
+  p.prompt_blocks = 100;
+  EXPECT_EQ(run({cand(1, 0, 0, 0, .9), cand(0, 0, 0, 0, .1)}, p).index, 0);
   EXPECT_EQ(parseLawMode("llm-d"), LawMode::kLlmd);
 }
 
