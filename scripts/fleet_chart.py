@@ -16,11 +16,23 @@ def main():
         sys.exit(__doc__)
     with open(sys.argv[1]) as f:
         doc = json.load(f)
-    fig, (ttft, tput) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for arm in doc["arms"]:
+    fig, (ttft, tput) = plt.subplots(1, 2, figsize=(12, 4.6))
+    # Baselines dotted, kvgate's arms solid, the oracle black, the re-implemented peers dashed.
+    peers = {"sglang", "sglang-cli", "lmetric", "dynamo", "llm-d"}
+    baselines = {"random", "rr", "lc", "chwbl"}
+    colors = plt.get_cmap("tab20").colors
+    for i, arm in enumerate(doc["arms"]):
+        name = arm["arm"]
+        style = dict(marker="o", markersize=4, color=colors[i % len(colors)], label=name)
+        if name in peers:
+            style.update(linestyle="--", label=name + " (re-impl.)")
+        elif name in baselines:
+            style.update(linestyle=":")
+        elif name == "oracle":
+            style.update(color="black", linewidth=2)
         qps = [s["qps"] for s in arm["steps"]]
-        ttft.plot(qps, [max(s["ttft_p90_ms"], 1e-3) for s in arm["steps"]], marker="o", label=arm["arm"])
-        tput.plot(qps, [s["output_tok_s"] for s in arm["steps"]], marker="o", label=arm["arm"])
+        ttft.plot(qps, [max(s["ttft_p90_ms"], 1e-3) for s in arm["steps"]], **style)
+        tput.plot(qps, [s["output_tok_s"] for s in arm["steps"]], **style)
     ttft.set_xlabel("offered load (requests/s)")
     ttft.set_ylabel("TTFT p90 (ms, log)")
     ttft.set_yscale("log")
@@ -28,7 +40,7 @@ def main():
     tput.set_ylabel("output tokens/s")
     for ax in (ttft, tput):
         ax.grid(True, alpha=0.3)
-    tput.legend(fontsize=8)
+    tput.legend(fontsize=7, ncol=2)
     fleet = doc.get("fleet", {})
     fig.suptitle(
         "%s: %s workers, %s blocks x %s tokens each, speedup %s (kvgate bench fleet)"

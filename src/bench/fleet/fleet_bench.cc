@@ -45,6 +45,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -314,6 +315,36 @@ uint16_t freePort(const std::string& host) {
   return port;
 }
 
+// Tier 1.5's decisions in the gateway's /metrics: hits, spills, cold seeds and misses by reason
+// (every rule summed: the bench's one service).
+struct Tier15 {
+  double hits = 0, spills = 0, seeds = 0;
+  std::map<std::string, double> misses;  // reason -> count
+};
+Tier15 tier15(const std::string& api) {
+  Tier15 t;
+  auto r = http::fetch(api, "GET", "/metrics");
+  if (!r || r->status != 200) return t;
+  std::istringstream in(r->body);
+  std::string line;
+  auto value = [](const std::string& l) {
+    const size_t sp = l.rfind(' ');
+    return sp == std::string::npos ? 0.0 : std::strtod(l.c_str() + sp + 1, nullptr);
+  };
+  while (std::getline(in, line)) {
+    if (line.rfind("loxilb_pd_kv_tier15_hits_total{", 0) == 0) t.hits += value(line);
+    if (line.rfind("loxilb_pd_kv_tier15_spills_total{", 0) == 0) t.spills += value(line);
+    if (line.rfind("loxilb_pd_kv_tier15_cold_seeds_total{", 0) == 0) t.seeds += value(line);
+    if (line.rfind("loxilb_pd_kv_tier15_miss_reason_total{", 0) == 0) {
+      const size_t k = line.find("reason=\"");
+      if (k == std::string::npos) continue;
+      const size_t e = line.find('"', k + 8);
+      if (e != std::string::npos) t.misses[line.substr(k + 8, e - k - 8)] += value(line);
+    }
+  }
+  return t;
+}
+
 // Sums of every sample of each metric name (labels ignored) in Prometheus text.
 std::map<std::string, double> scrape(const std::string& url) {
   std::map<std::string, double> m;
@@ -515,6 +546,7 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   bodies.reserve(n);
   for (size_t i = 0; i < n; ++i) bodies.push_back(requestBody(r, r.w.prompts[order[i]]));
   const Totals before = fleetTotals(r);
+  const Tier15 t15_before = arm.kv_mode.empty() ? Tier15{} : tier15(r.api);
   const double cpu0 = r.gateway ? r.gateway->cpuSeconds() : -1;
 
   asio::io_context io;
@@ -563,6 +595,7 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   const double wall_s = std::max(0.0, std::chrono::duration<double>(t_end - t_first).count());
   const double cpu1 = r.gateway ? r.gateway->cpuSeconds() : -1;
   const Totals after = fleetTotals(r);
+  const Tier15 t15_after = arm.kv_mode.empty() ? Tier15{} : tier15(r.api);
 
   std::vector<double> ttft, itl, e2e;
   size_t ok = 0, errors = 0;
@@ -631,6 +664,20 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   s["sim_slip_max_ms_since_start"] = after.slip_max * 1e3;  // the simulator's running maximum
   s["preemptions"] = after.preemptions - before.preemptions;
   s["connections_opened"] = client.connectionsOpened();
+  if (!arm.kv_mode.empty()) {  // Tier 1.5 over the whole rung (warm-up included)
+    ojson t;
+    t["hits"] = t15_after.hits - t15_before.hits;
+    t["spills"] = t15_after.spills - t15_before.spills;
+    t["cold_seeds"] = t15_after.seeds - t15_before.seeds;
+    ojson m = ojson::object();
+    for (const auto& [reason, n] : t15_after.misses) {
+      const auto it = t15_before.misses.find(reason);
+      const double d = n - (it == t15_before.misses.end() ? 0 : it->second);
+      if (d > 0) m[reason] = d;
+    }
+    t["misses"] = m;
+    s["tier15"] = t;
+  }
   if (arm.oracle) {
     s["gateway_cpu_us_per_req"] = -1;  // the oracle's requests go direct to the workers
     s["oracle_spills"] = oracle_spills;

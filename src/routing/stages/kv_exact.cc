@@ -73,17 +73,8 @@ class KvExactStage : public Stage {
         (opts_.api_mode == ApiMode::kChat && !chat))
       return StageResult::fall(FallReason::kApiMode);
     const bool ids_given = !chat && !f->prompt_token_ids.empty();
-    if (!ids_given) {
-      // No usable "prompt" (has_prompt: the parser saw a string or token ids) and no messages.
-      if (!chat && !f->has_prompt && f->prompt_text.empty())
-        return StageResult::fall(FallReason::kTextEmpty);
-      if (!tokens_) return StageResult::fall(FallReason::kTokenize);  // no --models-dir
-      if (!chat && f->prompt_text.empty()) return StageResult::fall(FallReason::kTextEmpty);
-      if (!f->has_model || f->model.empty()) return StageResult::fall(FallReason::kModelEmpty);
-    }
-    if (opts_.block_size == 0) return StageResult::fall(FallReason::kHashes);
-    // Which candidates' caches are known (excluded ones too: the `excluded` reason): before any
-    // tokenizing or hashing, so a rule whose publishers are not (yet) followed costs no work.
+    // Which candidates' caches are known (excluded ones too: the `excluded` reason), and whether
+    // one is warm: the warm-up guard comes first in upstream's ladder.
     std::vector<uint64_t>& masks = sc.masks;
     masks.assign(c.size(), 0);
     sc.connected.assign(c.size(), 0);
@@ -105,9 +96,14 @@ class KvExactStage : public Stage {
       if (!c.excluded[i] && it->second.connected_ns >= 0 && it->second.connected_ns <= warm_before)
         warm = true;
     }
-    if (all == 0)
-      return StageResult::fall(broken ? FallReason::kHashContract : FallReason::kNoWorker);
     if (!warm) return StageResult::fall(FallReason::kWarmup);
+    if (!ids_given) {
+      // No usable "prompt" (has_prompt: the parser saw a string or token ids) and no messages.
+      if (!chat && f->prompt_text.empty()) return StageResult::fall(FallReason::kTextEmpty);
+      if (!f->has_model || f->model.empty()) return StageResult::fall(FallReason::kModelEmpty);
+      if (!tokens_) return StageResult::fall(FallReason::kTokenize);  // no --models-dir
+    }
+    if (opts_.block_size == 0) return StageResult::fall(FallReason::kHashes);
     // The chain of at most kMaxBlocks leading blocks (a huge prompt costs a bounded walk), in
     // per-thread scratch that is released when a huge prompt grew it; a retry of the same request
     // takes it from the request's chain cache instead of tokenizing and hashing again.
@@ -148,6 +144,10 @@ class KvExactStage : public Stage {
         ctx.chain_cache->ready = true;
       }
     }
+    // No candidate's events are followed (or only contract breakers): upstream's no_worker,
+    // after tokenize and hashes as its ladder orders them.
+    if (all == 0)
+      return StageResult::fall(broken ? FallReason::kHashContract : FallReason::kNoWorker);
     std::array<uint32_t, kv::kMaxWorkers> overlap{};
     if (overlay_ && opts_.speculative_ttl_ms > 0) {
       const uint64_t via =

@@ -11,16 +11,17 @@
 // endpoint's kvCapacityBlocks, proxy/load_scraper.h) -> the pick. An excluded endpoint is never
 // picked: the law sees only the others, so an excluded winner falls to the next-best overlap.
 //
-// Guard ladder (a miss falls through to the rule's selector stage, counted by reason, in this
-// order): `all_excluded` (no candidate left), `api_mode` (kvExactApiMode: completions | chat |
-// both, default both), `text_empty` (no prompt), `tokenize` (without --models-dir every text
-// prompt), `model_empty` (a text prompt without "model"), `no_worker` (no candidate's events are
-// followed; checked before tokenizing so unfollowed rules cost nothing; `hash_contract` instead
-// when the only followed ones break the declared hash contract), `warmup` (kvWarmupSec,
-// default 0 = off: no followed candidate's subscriber has been connected that long; those still
-// warming are scored with the others once one is warm), `tokenize` (tokenizer
-// loading, missing, or the chat request cannot be rendered), `hashes` (token ids outside
-// 0..2^32-1), `shallow` (shorter than one block), `no_worker` (nobody holds a leading block),
+// Guard ladder (a miss falls through to the rule's selector stage, counted by reason), in
+// upstream's order (upstream-gateway.md §2.2: mode_off, warmup, text_empty, model_empty,
+// tokenize, hashes, no_worker, excluded, with shallow) after ours (all_excluded, api_mode):
+// `all_excluded` (no candidate left), `api_mode` (kvExactApiMode: completions | chat | both,
+// default both), `warmup` (kvWarmupSec, default 0 = off: no followed candidate's subscriber has
+// been connected that long; those still warming are scored with the others once one is warm),
+// `text_empty` (no prompt), `model_empty` (a text prompt without "model"), `tokenize` (no
+// --models-dir for a text prompt; the tokenizer loading or missing; the chat request cannot be
+// rendered), `hashes` (token ids outside 0..2^32-1), `no_worker` (no candidate's events are
+// followed; `hash_contract` instead when the only followed ones break the declared hash
+// contract), `shallow` (shorter than one block), `no_worker` (nobody holds a leading block),
 // `excluded` (only excluded endpoints hold some), `shallow` (best overlap under
 // LLB_KV_MIN_MATCH_TOKENS, default 16, 0 disables). Upstream's `mode_off` needs no guard here
 // (mode 0 rules have no kv_exact stage). Publishers whose events break the declared hash

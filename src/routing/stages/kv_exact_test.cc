@@ -110,10 +110,26 @@ TEST(KvExact, GuardsFallThroughWithTheirReasons) {
     Fixture f;
     f.facts.prompt_token_ids.clear();  // no prompt at all
     EXPECT_EQ(f.run().reason, FallReason::kTextEmpty);
-    f.facts.has_prompt = true;  // a text prompt, and no tokenizer (serve without --models-dir)
+    f.facts.has_prompt = true;  // an empty text prompt: text_empty still
+    EXPECT_EQ(f.run().reason, FallReason::kTextEmpty);
+    f.facts.prompt_text = "hello";  // a text prompt without a model: model_empty comes first
+    f.facts.has_model = false;
+    f.facts.model.clear();
+    EXPECT_EQ(f.run().reason, FallReason::kModelEmpty);
+    f.facts.has_model = true;  // with a model, and no tokenizer (serve without --models-dir)
+    f.facts.model = "m";
     auto r = f.run();
     EXPECT_EQ(r.index, -1);
     EXPECT_EQ(r.reason, FallReason::kTokenize);
+  }
+  {
+    // Upstream's order: warm-up before the prompt checks (kvWarmupSec with no subscriber
+    // connected that long), even for a request with no prompt at all.
+    KvExactOptions o;
+    o.warmup_sec = 30;
+    Fixture f(o);
+    f.facts.prompt_token_ids.clear();
+    EXPECT_EQ(f.run().reason, FallReason::kWarmup);
   }
   {
     Fixture f;
