@@ -45,6 +45,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -714,14 +715,18 @@ std::string markdown(const ojson& doc) {
       "| arm | qps | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | "
       "output tok/s | hit rate | load max/mean | errors |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n";
+  // The peers' policies are re-implementations here, and every table says so.
+  static const std::set<std::string> kPeers = {"sglang", "sglang-cli", "lmetric", "dynamo",
+                                               "llm-d"};
   for (const auto& arm : doc["arms"])
     for (const auto& s : arm["steps"])
-      md += "| " + arm["arm"].get<std::string>() + " | " + fmt(s["qps"].get<double>(), 2) + " | " +
-            fmt(s["ttft_p50_ms"].get<double>()) + " | " + fmt(s["ttft_p90_ms"].get<double>()) +
-            " | " + fmt(s["ttft_p99_ms"].get<double>()) + " | " +
-            fmt(s["itl_p50_ms"].get<double>()) + " | " + fmt(s["itl_p99_ms"].get<double>()) +
-            " | " + fmt(s["output_tok_s"].get<double>(), 0) + " | " +
-            fmt(s["hit_rate"].get<double>() * 100) + "% | " +
+      md += "| " + arm["arm"].get<std::string>() +
+            (kPeers.count(arm["arm"].get<std::string>()) ? " (re-impl.)" : "") + " | " +
+            fmt(s["qps"].get<double>(), 2) + " | " + fmt(s["ttft_p50_ms"].get<double>()) + " | " +
+            fmt(s["ttft_p90_ms"].get<double>()) + " | " + fmt(s["ttft_p99_ms"].get<double>()) +
+            " | " + fmt(s["itl_p50_ms"].get<double>()) + " | " +
+            fmt(s["itl_p99_ms"].get<double>()) + " | " + fmt(s["output_tok_s"].get<double>(), 0) +
+            " | " + fmt(s["hit_rate"].get<double>() * 100) + "% | " +
             fmt(s["load_spread"].get<double>(), 2) + " | " +
             std::to_string(s["errors"].get<size_t>()) + " |\n";
   return md;
