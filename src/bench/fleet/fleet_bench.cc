@@ -79,7 +79,8 @@ Load:
   --qps LIST          comma-separated ladder (default 1,2,4,8)
   --requests N        requests per step (default 200)
   --arms LIST         comma-separated arms (default rr,lc,kv-hard,kv-soft); arms: random, rr, lc,
-                      chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, oracle, and
+                      chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, kv-taper,
+                      oracle, and
                       re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, llm-d
   --side-arms LIST    more arms, run only at --side-qps
   --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs)
@@ -144,7 +145,7 @@ std::optional<Arm> armOf(const std::string& name) {
   if (name == "random" || name == "sglang" || name == "sglang-cli")
     return Arm{name, 0, "", name, false};
   if (name == "oracle") return Arm{name, 0, "", "", true};
-  for (const char* m : {"off", "hard", "soft", "adaptive", "adaptive-soft"})
+  for (const char* m : {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper"})
     if (name == std::string("kv-") + m) return Arm{name, 0, m, "", false};
   // Peer re-implementations that read the KV index: kvExactMode 3 with that kvLbMode.
   for (const char* m : {"lmetric", "dynamo", "llm-d"})

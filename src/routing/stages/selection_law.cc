@@ -11,6 +11,7 @@ std::optional<LawMode> parseLawMode(std::string_view s) {
   if (s == "soft") return LawMode::kSoft;
   if (s == "adaptive") return LawMode::kAdaptive;
   if (s == "adaptive-soft") return LawMode::kAdaptiveSoft;
+  if (s == "taper") return LawMode::kTaper;
   if (s == "lmetric") return LawMode::kLmetric;
   if (s == "dynamo") return LawMode::kDynamo;
   if (s == "llm-d") return LawMode::kLlmd;
@@ -29,6 +30,8 @@ std::string_view lawModeName(LawMode m) {
       return "adaptive";
     case LawMode::kAdaptiveSoft:
       return "adaptive-soft";
+    case LawMode::kTaper:
+      return "taper";
     case LawMode::kLmetric:
       return "lmetric";
     case LawMode::kDynamo:
@@ -177,10 +180,17 @@ LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p) {
     }
     case LawMode::kHard:
     case LawMode::kAdaptive:
+    case LawMode::kTaper:
       break;
   }
-  r.factor = p.mode == LawMode::kHard ? p.mean_load_factor_pct / 100.0
-                                      : clampd(175 + 125 * (load_sum - 16) / 10, 175, 300) / 100.0;
+  if (p.mode == LawMode::kHard) {
+    r.factor = p.mean_load_factor_pct / 100.0;
+  } else if (p.mode == LawMode::kAdaptive) {
+    r.factor = clampd(175 + 125 * (load_sum - 16) / 10, 175, 300) / 100.0;
+  } else {  // taper: by the mean load per candidate, this request counted
+    const double m = load_total / static_cast<double>(c.size());
+    r.factor = clampd(3.0 - 1.75 * (m - 2) / 14, 1.25, 3.0);
+  }
   // ceil of a product that is an integer in exact arithmetic must not round up a float error.
   auto cap = [&](size_t i) {
     return std::ceil(r.factor * load_total * capacity(i) / cap_total - 1e-9);

@@ -14,6 +14,12 @@
 //    lambda 32 by default; at zero load this is the overlap argmax.
 //  - adaptive: hard with the factor f_eff(L) = clamp(175 + 125 * (L - 16) / 10, 175, 300) / 100.
 //  - adaptive-soft: soft with lambda_eff(L) = clamp(50000 + 5000 * (L - 16), 50000, 100000).
+//  - taper (an extension, not in the seed): hard with f_eff(m) = clamp(3.0 - 1.75 * (m - 2) / 14,
+//    1.25, 3.0), m = (L + 1) / candidates the mean in-flight load per endpoint, this request
+//    counted: loose (3.0) while the workers are nearly idle, where a spill costs a full prefill
+//    and buys nothing, tight (1.25) from 16 requests per endpoint on, where imbalance is queueing.
+//    The seed's adaptive law moves the other way (175 -> 300 as L grows); the fleet benchmark
+//    measured a 1.25 cap beating every arm at saturation (docs/benchmarks.md).
 //
 // Peer re-implementations, from their published descriptions (shared/reference/peers.md), over
 // the same candidates; a prompt nobody holds is decided by the same formula (overlap 0):
@@ -64,6 +70,7 @@ enum class LawMode : uint8_t {
   kSoft,
   kAdaptive,
   kAdaptiveSoft,
+  kTaper,  // an extension: hard with a cap factor that tightens as the workers fill
   // Re-implementations of peers' published policies over the same inputs (not their code):
   kLmetric,  // "lmetric"
   kDynamo,   // "dynamo"

@@ -186,5 +186,37 @@ TEST(SelectionLaw, LlmdWeightsQueueKvAndPrefix) {
   EXPECT_EQ(parseLawMode("llm-d"), LawMode::kLlmd);
 }
 
+TEST(SelectionLaw, TaperTightensAsTheWorkersFill) {
+  LawParams p{LawMode::kTaper};
+  // Four candidates, loads 3, 0, 0, 0: m = (3 + 1) / 4 = 1 -> f = clamp(3.0 + 1.75/14, ...) = 3.0;
+  // cap_0 = ceil(3.0 x 4 x 1/4) = 3: endpoint 0 (overlap 5, load 3) is at its cap: a spill (to
+  // endpoint 1, overlap 2). Hard's 1.75 would give cap ceil(1.75) = 2: the same spill.
+  auto r = run({{5, 3, 1000}, {2, 0, 1000}, {0, 0, 1000}, {0, 0, 1000}}, p);
+  EXPECT_DOUBLE_EQ(r.factor, 3.0);
+  EXPECT_EQ(r.index, 1);
+  // Loads 2, 1, 1, 1: m = 6/4 = 1.5 -> f = 3.0; cap = ceil(3.0 x 6 / 4) = ceil(4.5) = 5 > 2:
+  // endpoint 0 keeps it (hard: ceil(1.75 x 1.5) = ceil(2.625) = 3 > 2, keeps it too).
+  r = run({{5, 2, 1000}, {2, 1, 1000}, {0, 1, 1000}, {0, 1, 1000}}, p);
+  EXPECT_EQ(r.index, 0);
+  // Loads 5, 2, 1, 0: m = 9/4 = 2.25 -> f = 3.0 - 1.75 x 0.25 / 14 = 2.96875; cap_0 =
+  // ceil(2.96875 x 9 / 4) = ceil(6.68) = 7 > 5: kept, where hard (ceil(1.75 x 2.25) = 4) spills.
+  r = run({{5, 5, 1000}, {2, 2, 1000}, {0, 1, 1000}, {0, 0, 1000}}, p);
+  EXPECT_NEAR(r.factor, 2.96875, 1e-12);
+  EXPECT_EQ(r.index, 0);
+  EXPECT_EQ(run({{5, 5, 1000}, {2, 2, 1000}, {0, 1, 1000}, {0, 0, 1000}}, {LawMode::kHard}).index,
+            1);
+  // Busy: loads 80, 60, 60, 59: m = 260/4 = 65 -> f = 1.25; cap = ceil(1.25 x 65) = ceil(81.25) =
+  // 82 > 80: kept. Loads 84, 60, 60, 59: m = 66 -> cap = ceil(82.5) = 83 <= 84: spills to the
+  // other affinity member (hard's 1.75 would allow 116 and keep piling on).
+  r = run({{5, 80, 1000}, {2, 60, 1000}, {0, 60, 1000}, {0, 59, 1000}}, p);
+  EXPECT_DOUBLE_EQ(r.factor, 1.25);
+  EXPECT_EQ(r.index, 0);
+  EXPECT_EQ(run({{5, 84, 1000}, {2, 60, 1000}, {0, 60, 1000}, {0, 59, 1000}}, p).index, 1);
+  EXPECT_EQ(
+      run({{5, 84, 1000}, {2, 60, 1000}, {0, 60, 1000}, {0, 59, 1000}}, {LawMode::kHard}).index, 0);
+  EXPECT_EQ(parseLawMode("taper"), LawMode::kTaper);
+  EXPECT_FALSE(isPeerLaw(LawMode::kTaper));
+}
+
 }  // namespace
 }  // namespace kvgate::routing
