@@ -266,7 +266,6 @@ void EventPlane::openDealer(Source& src, size_t rank) {
   d->set(zmq::sockopt::ipv6, 1);
   d->set(zmq::sockopt::rcvhwm, opts_.rcv_hwm);
   d->set(zmq::sockopt::maxmsgsize, opts_.max_message_bytes);
-  d->set(zmq::sockopt::immediate, 1);  // no queueing to an engine not connected: a send fails
   d->set(zmq::sockopt::reconnect_ivl, 100);
   d->set(zmq::sockopt::reconnect_ivl_max, 5000);
   d->connect(zmqAddress(src.spec.host, src.spec.replay_port + static_cast<int>(rank)));
@@ -599,8 +598,7 @@ void EventPlane::processLive(Source& src, size_t rank, uint64_t seq, std::string
       start[static_cast<size_t>(i)] = static_cast<char>(d.replay_from >> (8 * v));
     // A multipart message is taken whole or not at all: the first frame decides.
     if (!rp.dealer->send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-      // Not connected to the engine's ROUTER (ZMQ_IMMEDIATE): the no-replay rule, and no replay
-      // tried again for a while.
+      // The DEALER's queue is full: the no-replay rule, and no replay tried again for a while.
       ++src.st.replays_unsent;
       rp.cooldown_until = now + std::chrono::milliseconds(opts_.replay_cooldown_ms);
       if (!d.restart && d.lost > SequenceTracker::kMaxKeptGap) clearRank(src, rank);

@@ -23,10 +23,12 @@
 // The inventory is cleared only when the replay cannot cover the gap: its first batch is past the
 // first missing one ("partial"), it ends short, or it times out (replay_timeout_ms; the DEALER is
 // then closed and reopened so a late answer cannot be taken for the next one). At most
-// max_replays run at once; a gap meanwhile follows the no-replay rule (SequenceTracker). A
-// replay request is only queued to a connected ROUTER (ZMQ_IMMEDIATE): when it cannot be sent,
-// or a replay times out, overflows or finds history lost, that rank's gaps follow the no-replay
-// rule for replay_cooldown_ms (30 s), so a wrong or dead replay port costs no held streams.
+// max_replays run at once; a gap meanwhile follows the no-replay rule (SequenceTracker). When a
+// replay request cannot be queued (the DEALER's queue is full: outcome unsent), or a replay times
+// out, overflows or finds history lost, that rank's gaps follow the no-replay rule for
+// replay_cooldown_ms (30 s): a wrong or dead replay port costs one timed-out replay (live batches
+// held for replay_timeout_ms, then a clear) per cooldown, not one per gap. (A request is queued
+// while the DEALER connects, so a replay asked right after a reconnect still reaches the engine.)
 //
 // Threads: setSources() and the readers (slotOf, stats) run on any thread; the event thread applies
 // source changes at its next poll (at most poll_ms later).
@@ -112,8 +114,8 @@ struct SourceStats {
   uint64_t block_size_mismatch = 0;  // stores whose block size is not the rule's kvBlockSize
   // Replays by outcome: ok (the gap covered), partial (history lost: cleared), timeout, overflow
   // (too many live batches held meanwhile), busy (max_replays running, or the rank cooling down
-  // after a failed replay: the no-replay rule), unsent (the engine's replay socket is not
-  // connected: the no-replay rule, then a cooldown).
+  // after a failed replay: the no-replay rule), unsent (the replay request could not be queued:
+  // the no-replay rule, then a cooldown).
   uint64_t replays_ok = 0, replays_partial = 0, replays_timeout = 0, replays_overflow = 0,
            replays_busy = 0, replays_unsent = 0;
   uint64_t replayed_batches = 0;  // batches applied from replays
