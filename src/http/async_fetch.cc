@@ -6,6 +6,28 @@
 
 namespace kvgate::http {
 
+asio::awaitable<int> readFinalHead(tcp::socket& sock, std::string& buf, std::string_view method,
+                                   ResponseHead& rh, error_code& read_error,
+                                   std::string& parse_error) {
+  char tmp[4096];
+  ParseError perr;
+  for (;;) {  // interim 1xx heads are skipped: the final answer follows
+    int hn = 0;
+    while ((hn = parseResponseHead(buf.data(), buf.size(), 16384, method, rh, perr)) == 0) {
+      size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(read_error));
+      if (read_error) co_return -1;
+      buf.append(tmp, n);
+    }
+    if (hn < 0) {
+      parse_error = perr.reason;
+      co_return -1;
+    }
+    if (rh.status >= 200) co_return hn;
+    buf.erase(0, static_cast<size_t>(hn));
+    rh = ResponseHead{};
+  }
+}
+
 asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::string method,
                                         std::string target, std::chrono::milliseconds timeout,
                                         size_t max_body) {
@@ -31,9 +53,10 @@ asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::st
   }
   res.connected = true;
   const bool v6 = host.find(':') != std::string::npos;
-  const std::string req = method + " " + target + " HTTP/1.1\r\nHost: " +
-                          (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) +
-                          "\r\nUser-Agent: kvgate\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+  const std::string req =
+      method + " " + target + " HTTP/1.1\r\nHost: " + (v6 ? "[" + host + "]" : host) + ":" +
+      std::to_string(port) +
+      "\r\nUser-Agent: kvgate\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
   co_await asio::async_write(sock, asio::buffer(req), useEc(ec));
   if (ec) {
     res.error = "send: " + ec.message();
@@ -43,24 +66,12 @@ asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::st
   std::string buf;
   char tmp[16384];
   ResponseHead rh;
-  ParseError perr;
-  int hn = 0;
-  for (;;) {  // interim 1xx heads are skipped: the final answer follows
-    while ((hn = parseResponseHead(buf.data(), buf.size(), 16384, method, rh, perr)) == 0) {
-      size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
-      if (ec) {
-        res.error = d.expired() ? "timed out" : "read: " + ec.message();
-        co_return res;
-      }
-      buf.append(tmp, n);
-    }
-    if (hn < 0) {
-      res.error = std::string("bad response head: ") + perr.reason;
-      co_return res;
-    }
-    if (rh.status >= 200) break;
-    buf.erase(0, static_cast<size_t>(hn));
-    rh = ResponseHead{};
+  std::string perr;
+  const int hn = co_await readFinalHead(sock, buf, method, rh, ec, perr);
+  if (hn < 0) {
+    res.error =
+        ec ? (d.expired() ? "timed out" : "read: " + ec.message()) : "bad response head: " + perr;
+    co_return res;
   }
   res.status = rh.status;
   if (rh.body_kind == BodyKind::kLength && rh.content_length > max_body) {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "http/asio.h"
+#include "http/parser.h"
 
 namespace kvgate::http {
 
@@ -20,6 +21,14 @@ struct FetchResult {
   std::string body;
   std::string error;  // why not ok
 };
+
+// Reads from `sock` into `buf` until a final (>= 200) response head is complete, skipping interim
+// 1xx heads. Returns the final head's size in `buf` (> 0, `rh` filled), or -1: `read_error` set
+// when reading failed (EOF, reset, a deadline closing the socket), else `parse_error` names what
+// was wrong with the head (at most 16 KiB).
+asio::awaitable<int> readFinalHead(tcp::socket& sock, std::string& buf, std::string_view method,
+                                   ResponseHead& rh, error_code& read_error,
+                                   std::string& parse_error);
 
 asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::string method,
                                         std::string target, std::chrono::milliseconds timeout,

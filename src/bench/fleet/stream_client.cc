@@ -4,6 +4,7 @@
 
 #include <cerrno>
 
+#include "http/async_fetch.h"
 #include "http/chunked.h"
 #include "http/parser.h"
 
@@ -123,24 +124,12 @@ asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
   std::string buf;
   char tmp[16384];
   http::ResponseHead rh;
-  http::ParseError perr;
-  int hn = 0;
-  for (;;) {  // interim 1xx heads are skipped
-    while ((hn = http::parseResponseHead(buf.data(), buf.size(), 16384, "POST", rh, perr)) == 0) {
-      size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
-      if (ec) {
-        res.error = d.expired() ? "timed out" : "read: " + ec.message();
-        co_return res;
-      }
-      buf.append(tmp, n);
-    }
-    if (hn < 0) {
-      res.error = std::string("bad response head: ") + perr.reason;
-      co_return res;
-    }
-    if (rh.status >= 200) break;
-    buf.erase(0, static_cast<size_t>(hn));
-    rh = http::ResponseHead{};
+  std::string perr;
+  const int hn = co_await http::readFinalHead(sock, buf, "POST", rh, ec, perr);
+  if (hn < 0) {
+    res.error =
+        ec ? (d.expired() ? "timed out" : "read: " + ec.message()) : "bad response head: " + perr;
+    co_return res;
   }
   res.status = rh.status;
   http::ChunkedScanner chunked;
