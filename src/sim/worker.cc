@@ -136,8 +136,7 @@ namespace {
 // convention), from two uniform draws (Box-Muller).
 double jitterFactor(SplitMix64& rng, double sd) {
   if (sd <= 0) return 1.0;
-  const double u1 = (static_cast<double>(rng.next() >> 11) + 0.5) * 0x1.0p-53;
-  const double u2 = static_cast<double>(rng.next() >> 11) * 0x1.0p-53;
+  const double u1 = rng.uniform(), u2 = rng.uniform();
   const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   return std::clamp(1.0 + sd * z, 0.3, 1.7);
 }
