@@ -46,7 +46,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -317,41 +316,12 @@ uint16_t freePort(const std::string& host) {
   return port;
 }
 
-// Tier 1.5's decisions in the gateway's /metrics: hits, spills, cold seeds and misses by reason
-// (every rule summed: the bench's one service).
-struct Tier15 {
-  double hits = 0, spills = 0, seeds = 0;
-  std::map<std::string, double> misses;  // reason -> count
-};
-Tier15 tier15(const std::string& api) {
-  Tier15 t;
-  auto r = http::fetch(api, "GET", "/metrics");
-  if (!r || r->status != 200) return t;
-  std::istringstream in(r->body);
-  std::string line;
-  auto value = [](const std::string& l) {
-    const size_t sp = l.rfind(' ');
-    return sp == std::string::npos ? 0.0 : std::strtod(l.c_str() + sp + 1, nullptr);
-  };
-  while (std::getline(in, line)) {
-    if (line.rfind("loxilb_pd_kv_tier15_hits_total{", 0) == 0) t.hits += value(line);
-    if (line.rfind("loxilb_pd_kv_tier15_spills_total{", 0) == 0) t.spills += value(line);
-    if (line.rfind("loxilb_pd_kv_tier15_cold_seeds_total{", 0) == 0) t.seeds += value(line);
-    if (line.rfind("loxilb_pd_kv_tier15_miss_reason_total{", 0) == 0) {
-      const size_t k = line.find("reason=\"");
-      if (k == std::string::npos) continue;
-      const size_t e = line.find('"', k + 8);
-      if (e != std::string::npos) t.misses[line.substr(k + 8, e - k - 8)] += value(line);
-    }
-  }
-  return t;
-}
-
-// Sums of every sample of each metric name (labels ignored) in Prometheus text.
-std::map<std::string, double> scrape(const std::string& url) {
-  std::map<std::string, double> m;
+// Calls f(name, labels, value) for every sample of the Prometheus text at url/metrics (labels:
+// the raw `{...}` text, empty when none); nothing when the scrape fails.
+template <typename F>
+void forEachSample(const std::string& url, F f) {
   auto r = http::fetch(url, "GET", "/metrics");
-  if (!r || r->status != 200) return m;
+  if (!r || r->status != 200) return;
   size_t pos = 0;
   const std::string& t = r->body;
   while (pos < t.size()) {
@@ -360,14 +330,40 @@ std::map<std::string, double> scrape(const std::string& url) {
     std::string_view line(t.data() + pos, e - pos);
     pos = e + 1;
     if (line.empty() || line[0] == '#') continue;
-    size_t name_end = line.find_first_of("{ ");
-    if (name_end == std::string_view::npos) continue;
-    size_t v = line.rfind(' ');
-    if (v == std::string_view::npos) continue;
-    m[std::string(line.substr(0, name_end))] +=
-        std::strtod(std::string(line.substr(v + 1)).c_str(), nullptr);
+    const size_t name_end = line.find_first_of("{ ");
+    const size_t v = line.rfind(' ');
+    if (name_end == std::string_view::npos || v == std::string_view::npos || v < name_end) continue;
+    f(line.substr(0, name_end), line.substr(name_end, v - name_end),
+      std::strtod(std::string(line.substr(v + 1)).c_str(), nullptr));
   }
+}
+
+// Sums of every sample of each metric name (labels ignored).
+std::map<std::string, double> scrape(const std::string& url) {
+  std::map<std::string, double> m;
+  forEachSample(
+      url, [&](std::string_view name, std::string_view, double v) { m[std::string(name)] += v; });
   return m;
+}
+
+// Tier 1.5's decisions in the gateway's /metrics: hits, spills, cold seeds and misses by reason
+// (every rule summed: the bench's one service).
+struct Tier15 {
+  double hits = 0, spills = 0, seeds = 0;
+  std::map<std::string, double> misses;  // reason -> count
+};
+Tier15 tier15(const std::string& api) {
+  Tier15 t;
+  forEachSample(api, [&](std::string_view name, std::string_view labels, double v) {
+    if (name == "loxilb_pd_kv_tier15_hits_total") t.hits += v;
+    if (name == "loxilb_pd_kv_tier15_spills_total") t.spills += v;
+    if (name == "loxilb_pd_kv_tier15_cold_seeds_total") t.seeds += v;
+    if (name != "loxilb_pd_kv_tier15_miss_reason_total") return;
+    const size_t k = labels.find("reason=\"");
+    const size_t e = k == std::string_view::npos ? k : labels.find('"', k + 8);
+    if (e != std::string_view::npos) t.misses[std::string(labels.substr(k + 8, e - k - 8))] += v;
+  });
+  return t;
 }
 
 struct Worker {
