@@ -90,7 +90,8 @@ const std::vector<FieldSpec>& serviceFields() {
        T::kEnum,
        0,
        0,
-       {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "lmetric", "dynamo", "llm-d"}},
+       {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "lmetric", "dynamo",
+        "llm-d"}},
       {"kvModelProfile", T::kString, 0, 256},
       // TLS.
       {"mtls_frontend", T::kObject},

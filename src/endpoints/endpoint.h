@@ -65,6 +65,9 @@ struct EndpointState {
 
   std::atomic<int64_t> active{0};     // requests in flight through this gateway
   ActiveBlockSet active_set;          // their distinct blocks (rules with the dynamo law only)
+  // Uncached prompt blocks of those requests that have not received a first response byte yet:
+  // the prefill queued there by this gateway (rules with the ttft law only).
+  std::atomic<int64_t> pending_prefill_blocks{0};
   std::atomic<uint64_t> requests{0};  // requests sent
   std::atomic<uint64_t> connect_failures{0};
   Health health;  // probe result, passive detection, circuit breaker

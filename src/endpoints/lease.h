@@ -4,7 +4,9 @@
 // herd onto one endpoint while its connections are still being opened); a half-open breaker's
 // trial travels with it. Whatever path the request takes (success, upstream error, timeout,
 // client disconnect, exception), the destructor gives the count back and releases an unsettled
-// trial, so no path can leak either. A request's block chain (addChain) travels the same way.
+// trial, so no path can leak either. A request's block chain (addChain) and its queued prefill
+// (addPrefill, given back by prefillDone at the first response byte or at the end) travel the
+// same way.
 #pragma once
 #include "endpoints/endpoint.h"
 
@@ -17,8 +19,9 @@ class EndpointLease {
     s.active.fetch_add(1, std::memory_order_relaxed);
   }
   EndpointLease(EndpointLease&& o) noexcept
-      : s_(o.s_), trial_(o.trial_), chain_(std::move(o.chain_)) {
+      : s_(o.s_), trial_(o.trial_), prefill_(o.prefill_), chain_(std::move(o.chain_)) {
     o.s_ = nullptr;
+    o.prefill_ = 0;
     o.chain_.clear();
   }
   EndpointLease& operator=(EndpointLease&& o) noexcept {
@@ -26,8 +29,10 @@ class EndpointLease {
       reset();
       s_ = o.s_;
       trial_ = o.trial_;
+      prefill_ = o.prefill_;
       chain_ = std::move(o.chain_);
       o.s_ = nullptr;
+      o.prefill_ = 0;
       o.chain_.clear();
     }
     return *this;
@@ -37,6 +42,18 @@ class EndpointLease {
     if (!s_ || chain.empty() || !chain_.empty()) return;
     chain_ = chain;
     s_->active_set.add(chain_);
+  }
+  // Counts `blocks` uncached prompt blocks as prefill queued on the endpoint until prefillDone().
+  void addPrefill(uint32_t blocks) {
+    if (!s_ || blocks == 0 || prefill_ != 0) return;
+    prefill_ = blocks;
+    s_->pending_prefill_blocks.fetch_add(blocks, std::memory_order_relaxed);
+  }
+  // The first response byte arrived: the engine is past this request's prefill.
+  void prefillDone() {
+    if (!s_ || prefill_ == 0) return;
+    s_->pending_prefill_blocks.fetch_sub(prefill_, std::memory_order_relaxed);
+    prefill_ = 0;
   }
   EndpointLease(const EndpointLease&) = delete;
   EndpointLease& operator=(const EndpointLease&) = delete;
@@ -61,6 +78,7 @@ class EndpointLease {
   void reset() {
     if (!s_) return;
     s_->active.fetch_sub(1, std::memory_order_relaxed);
+    prefillDone();
     if (!chain_.empty()) s_->active_set.remove(chain_);
     chain_.clear();
     if (trial_) s_->health.onTrialAbandoned();
@@ -71,6 +89,7 @@ class EndpointLease {
  private:
   EndpointState* s_ = nullptr;
   bool trial_ = false;
+  uint32_t prefill_ = 0;         // addPrefill's blocks, not yet given back
   std::vector<uint64_t> chain_;  // addChain's blocks, removed from the endpoint's set at the end
 };
 

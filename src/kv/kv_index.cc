@@ -183,6 +183,7 @@ void KvIndex::clear(int w, ApplyStats& st) {
   std::deque<uint64_t>().swap(inv.fifo);
   inv.stale.clear();
   inv.blocks.store(0, std::memory_order_relaxed);
+  if (overlay_) overlay_->forget(w);  // what was credited there is gone with the rest
   ++st.clears;
   if (table_->needsRebuild()) publish(table_->rebuilt());
   freeRetired();

@@ -60,7 +60,10 @@ class KvIndex {
   int addWorker();
   void removeWorker(int w);  // frees the slot and the worker's blocks
   void apply(int w, const engines::KvEventBatch& batch, ApplyStats& st);
-  void clear(int w, ApplyStats& st);
+  void clear(int w, ApplyStats& st);  // (and forgets the attached overlay's credits of w)
+  // The speculative overlay whose credits of a worker are dropped when its blocks are cleared
+  // (AllBlocksCleared, a restart, removeWorker); set once, before any event is applied.
+  void attachOverlay(SpeculativeOverlay* o) { overlay_ = o; }
   // The worker's engine block hashes in store order, entries [offset, offset + limit) into `out`;
   // returns how many it holds. Writer thread only (the inventory REST route asks the writer).
   size_t engineHashes(int w, size_t offset, size_t limit, std::vector<uint64_t>& out) const;
@@ -113,6 +116,7 @@ class KvIndex {
   std::vector<std::shared_ptr<BlockTable>> retired_;
   std::atomic<std::shared_ptr<const BlockTable>> published_;
   std::atomic<size_t> bytes_{0};
+  SpeculativeOverlay* overlay_ = nullptr;
 };
 
 }  // namespace kvgate::kv

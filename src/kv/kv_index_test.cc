@@ -126,6 +126,35 @@ TEST(KvIndex, RemovalsDuplicatesAndClears) {
   EXPECT_EQ(score(idx, chain, 1).best, 0u);
 }
 
+// A worker's speculative credits go with its cache: after AllBlocksCleared (or a restart's clear,
+// or its slot being freed) a sibling no longer follows a credit to a worker that holds nothing;
+// another worker's credits stay, and new credits count again.
+TEST(KvIndex, ClearsForgetTheWorkersSpeculativeCredits) {
+  const auto chain = goldenChain0to63();
+  KvIndex idx;
+  SpeculativeOverlay overlay;
+  idx.attachOverlay(&overlay);
+  int a = idx.addWorker(), b = idx.addWorker();
+  const int64_t now = 5'000'000'000, later = now + 2'000'000'000;
+  overlay.credit(chain.data(), 2, a, later);
+  overlay.credit(chain.data() + 2, 2, b, later);
+  EXPECT_TRUE(overlay.credited(chain[0], a, now));
+  EXPECT_TRUE(overlay.credited(chain[2], b, now));
+  EXPECT_FALSE(overlay.credited(chain[0], b, now));  // credited to a, not b
+  EXPECT_FALSE(overlay.credited(chain[0], a, later));  // expired
+  ApplyStats st;
+  KvEvent clear;
+  clear.kind = KvEvent::Kind::kCleared;
+  idx.apply(a, batch({clear}), st);
+  EXPECT_FALSE(overlay.credited(chain[0], a, now));
+  EXPECT_FALSE(overlay.credited(chain[1], a, now));
+  EXPECT_TRUE(overlay.credited(chain[2], b, now));
+  overlay.credit(chain.data(), 1, a, later);
+  EXPECT_TRUE(overlay.credited(chain[0], a, now));
+  idx.removeWorker(b);
+  EXPECT_FALSE(overlay.credited(chain[2], b, now));
+}
+
 // The inventory lists engine hashes once each, in store order, without removed ones.
 TEST(KvIndex, EngineHashesInStoreOrder) {
   KvIndex idx;

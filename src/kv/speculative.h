@@ -8,6 +8,10 @@
 // whatever shared its slot (lossy by design: a lost credit only costs the hint). Readers check
 // the fingerprint before and after reading the value, so a slot being rewritten reads as absent.
 // No locks, no allocation after construction (kCapacity x 16 bytes = 1 MiB).
+//
+// forget(w) drops every credit of worker w at once (its cache was emptied: AllBlocksCleared, a
+// restart, its slot freed): each worker has a generation (mod 256) stored in its credits, and a
+// credit of an older generation reads as absent.
 #pragma once
 #include <array>
 #include <atomic>
@@ -25,7 +29,8 @@ class SpeculativeOverlay {
 
   // Credits chain[0..n) to index worker `w` (0..63) until `expiry_ns` (the routing clock).
   void credit(const uint64_t* chain, size_t n, int w, int64_t expiry_ns) {
-    const uint64_t v = (static_cast<uint64_t>(expiry_ns / 1'000'000) << 8) |
+    const uint64_t gen = gen_[static_cast<size_t>(w)].load(std::memory_order_acquire);
+    const uint64_t v = (static_cast<uint64_t>(expiry_ns / 1'000'000) << 16) | (gen << 8) |
                        static_cast<uint64_t>(w + 1);
     for (size_t i = 0; i < n; ++i) {
       const uint64_t k = chain[i] == 0 ? 1 : chain[i];
@@ -45,7 +50,14 @@ class SpeculativeOverlay {
     const uint64_t v = s.val.load(std::memory_order_acquire);
     if (s.key.load(std::memory_order_acquire) != k) return false;  // rewritten meanwhile
     return (v & 0xff) == static_cast<uint64_t>(w + 1) &&
-           static_cast<int64_t>(v >> 8) > now_ns / 1'000'000;
+           ((v >> 8) & 0xff) == gen_[static_cast<size_t>(w)].load(std::memory_order_acquire) &&
+           static_cast<int64_t>(v >> 16) > now_ns / 1'000'000;
+  }
+
+  // Drops worker w's credits (0..63).
+  void forget(int w) {
+    auto& g = gen_[static_cast<size_t>(w)];
+    g.store(static_cast<uint8_t>(g.load(std::memory_order_relaxed) + 1), std::memory_order_release);
   }
 
   void countHits(uint64_t blocks) { hits_.fetch_add(blocks, std::memory_order_relaxed); }
@@ -64,6 +76,7 @@ class SpeculativeOverlay {
     return static_cast<size_t>(k) & (kCapacity - 1);
   }
   std::unique_ptr<Slot[]> slots_;
+  std::array<std::atomic<uint8_t>, 64> gen_{};  // per worker: credits of another one are stale
   std::atomic<uint64_t> credits_{0}, hits_{0};
 };
 

@@ -67,6 +67,10 @@ inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,
     "Responses being relayed as text/event-stream right now.", {}};
 inline const Family kEndpointInflight{"kvgate_endpoint_inflight_requests", Type::kGauge,
     "Requests in flight to an endpoint through this gateway.", {"endpoint"}};
+inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blocks",
+    Type::kGauge,
+    "Uncached prompt blocks this gateway sent to an endpoint whose first response byte has not "
+    "arrived yet (the prefill queued there; rules with kvLbMode ttft).", {"endpoint"}};
 inline const Family kEndpointConnectFailures{"kvgate_endpoint_connect_failures_total",
     Type::kCounter, "Failed connection attempts to an endpoint.", {"endpoint"}};
 inline const Family kEndpointUp{"kvgate_endpoint_up", Type::kGauge,
@@ -171,7 +175,8 @@ inline const std::vector<const Family*>& allFamilies() {
       &kTier15ColdSeeds,   &kTier15MissReason, &kTier15Fallthrough, &kKvSpeculativeCredits,
       &kKvSpeculativeHits, &kStageFallthrough,
       &kDecisionSeconds,
-      &kActiveConnections, &kActiveStreams, &kEndpointInflight,   &kEndpointConnectFailures,
+      &kActiveConnections, &kActiveStreams, &kEndpointInflight,   &kEndpointPendingPrefill,
+      &kEndpointConnectFailures,
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules,

@@ -106,8 +106,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
     http::ChunkedScanner sc;
     std::string decoded;
   };
+  // `lease`'s queued prefill is given back at the first body byte.
   asio::awaitable<bool> relayResponse(const http::ResponseHead& rh, const Route& route,
-                                      bool head_request);
+                                      bool head_request, endpoints::EndpointLease& lease);
   void buildDownstreamHead(const http::ResponseHead& rh, bool dechunk);
   bool nextChunk(RelayFraming& f, std::string_view& chunk);
   void noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload);

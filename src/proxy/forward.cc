@@ -136,7 +136,7 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, const Route& rout
         lease.settle(w_.opts.health, cb, rh.status);
         route.stats->upstream_latency.observe(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at).count());
-        co_return co_await relayResponse(rh, route, req.head.method == "HEAD");
+        co_return co_await relayResponse(rh, route, req.head.method == "HEAD", lease);
       }
     }
     if (r.retry_safe && !client_gone_) {  // stale pooled connection: once more on a fresh one
@@ -191,6 +191,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     endpoints::EndpointLease lease(state, trial);  // in flight from the pick on
     if (d.track_chain && rctx.chain_cache && rctx.chain_cache->ready)
       lease.addChain(rctx.chain_cache->chain);
+    lease.addPrefill(d.prefill_blocks);  // (ttft law) until the first response byte
     outcome_.ep_index = d.index;
     outcome_.endpoint = &state.label;
     outcome_.key = routing::decisionKeyName(d.key);

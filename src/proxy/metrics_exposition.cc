@@ -140,6 +140,10 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   w.header(kEndpointInflight);
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointInflight, {{"endpoint", e->label}}, static_cast<double>(e->active.load()));
+  w.header(kEndpointPendingPrefill);
+  for (auto& [key, e] : endpoints_.all())
+    w.sample(kEndpointPendingPrefill, {{"endpoint", e->label}},
+             static_cast<double>(e->pending_prefill_blocks.load()));
   w.header(kEndpointConnectFailures);
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointConnectFailures, {{"endpoint", e->label}},

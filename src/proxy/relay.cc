@@ -94,7 +94,8 @@ bool ClientConn::abandonRelay() {
 }
 
 asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, const Route& route,
-                                                bool head_request) {
+                                                bool head_request,
+                                                endpoints::EndpointLease& lease) {
   const auto& rule = route.rule;
   RelayFraming f;
   f.kind = rh.body_kind;
@@ -146,6 +147,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
         wec = co_await writeRest(client_, head, chunk, written);
       bool ok = !wec;
       noteFirstBytes(route, ttft_pending, !chunk.empty());
+      if (!chunk.empty()) lease.prefillDone();  // the engine is past this request's prefill
       outcome_.bytes += chunk.size();
       if (!ok) {
         client_gone_ = true;  // client gone: abort the upstream request

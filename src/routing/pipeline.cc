@@ -40,6 +40,7 @@ Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c) const {
   const int64_t t0 = clock_.nowNs();
   Decision d;
   auto& st = *stats_;
+  uint32_t miss_prefill = 0;  // what a stage that fell said the pick will prefill (ttft law)
   for (size_t i = 0; i < stages_.size(); ++i) {
     StageResult r =
         c.size() == 0 ? StageResult::fall(FallReason::kEmptyPool) : stages_[i]->evaluate(ctx, c);
@@ -50,6 +51,7 @@ Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c) const {
       d.key = r.key;
       d.spilled = r.spilled;
       d.track_chain = r.track_chain;
+      d.prefill_blocks = r.prefill_blocks > 0 ? r.prefill_blocks : miss_prefill;
       st.decided[i][static_cast<size_t>(r.key)].fetch_add(1, std::memory_order_relaxed);
       if (r.spilled) {
         st.spills.fetch_add(1, std::memory_order_relaxed);
@@ -59,6 +61,7 @@ Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c) const {
       break;
     }
     st.fallthrough[i][static_cast<size_t>(r.reason)].fetch_add(1, std::memory_order_relaxed);
+    miss_prefill = std::max(miss_prefill, r.prefill_blocks);
   }
   if (d.index < 0) {
     st.no_pick.fetch_add(1, std::memory_order_relaxed);

@@ -76,6 +76,31 @@ TEST(Pipeline, FirstPickingStageDecidesAndLaterStagesDoNotRun) {
   EXPECT_EQ(stats->stage_names[2], "c");
 }
 
+// A stage that falls with a prefill estimate (kv_exact's miss under the ttft law) hands it to
+// whichever later stage picks.
+class MissWithPrefill : public Stage {
+ public:
+  StageResult evaluate(const RequestContext&, CandidateSet&) override {
+    StageResult r = StageResult::fall(FallReason::kNoWorker);
+    r.prefill_blocks = 37;
+    return r;
+  }
+};
+
+TEST(Pipeline, AMissesPrefillGoesToTheLaterPick) {
+  std::vector<std::unique_ptr<Stage>> st;
+  st.push_back(std::make_unique<MissWithPrefill>());
+  st.push_back(std::make_unique<FirstFree>());
+  auto p = Pipeline::make(std::move(st), {"kv", "rr"}, g_clock, std::make_shared<PipelineStats>());
+  auto eps = pool(2);
+  std::vector<bool> ex{true, false};
+  CandidateSet c{eps, ex};
+  Decision d = p->run(RequestContext{}, c);
+  EXPECT_EQ(d.index, 1);
+  EXPECT_EQ(d.stage, 1);
+  EXPECT_EQ(d.prefill_blocks, 37u);
+}
+
 TEST(Pipeline, AnExclusionIsHonouredByTheNextStage) {
   std::vector<int> log;
   std::vector<std::unique_ptr<Stage>> st;

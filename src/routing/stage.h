@@ -76,6 +76,9 @@ struct StageResult {
   bool spilled = false;      // a bounded-load stage moved off the key's home endpoint
   bool seeded = false;       // kv_exact diverted the pick to a cold endpoint (cold-start seeding)
   bool track_chain = false;  // kv_exact (dynamo law): add the chain to the endpoint's active set
+  // kv_exact (ttft law): the pick's uncached blocks, queued there; on a fall (a miss), the blocks
+  // any later stage's pick will have to prefill.
+  uint32_t prefill_blocks = 0;
   FallReason reason = FallReason::kAllExcluded;
 
   static StageResult pick(int i, DecisionKey k = DecisionKey::kRr, bool spilled = false) {

@@ -18,6 +18,9 @@
 //   kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft
 //                               kvExactMode 3 with that kvLbMode (the selection law of seed 000),
 //                               round-robin behind it for misses
+//   kv-taper, kv-ttft           the same with our extensions (taper: a cap that tightens with
+//                               load; ttft: least estimated time to first token, which decides
+//                               misses too)
 //   sglang, sglang-cli          re-implementation of SGLang's cache_aware (its two default sets),
 //                               the rule's `selector` (approximate trees, no KV events)
 //   lmetric, dynamo, llm-d      re-implementations of LMetric, Dynamo's KV cost and llm-d's
@@ -28,6 +31,9 @@
 //                               cached and queued blocks, no event lag or loss) and its own
 //                               in-flight counts (round-robin when nobody holds the prompt), and
 //                               sends the request straight to the chosen worker
+//   oracle-<law>                the same with another law (oracle-ttft: the ttft law, queued
+//                               prefill counted from this harness's own requests until their
+//                               first byte); the law's LOXILB_KV_* tuning as the gateway reads it
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -57,6 +63,7 @@
 #include "bench/fleet/workload.h"
 #include "common/net.h"
 #include "http/client.h"
+#include "routing/stages/kv_exact.h"
 #include "routing/stages/selection_law.h"
 
 namespace kvgate::bench::fleet {
@@ -79,7 +86,7 @@ Load:
   --requests N        requests per step (default 200)
   --arms LIST         comma-separated arms (default rr,lc,kv-hard,kv-soft); arms: random, rr, lc,
                       chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, kv-taper,
-                      oracle, and
+                      kv-ttft, oracle (hard law), oracle-ttft (ttft law), and
                       re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, llm-d
   --side-arms LIST    more arms, run only at --side-qps
   --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs)
@@ -135,6 +142,7 @@ struct Arm {
   std::string kv_mode;   // empty: no Tier 1.5
   std::string selector;  // the rule's `selector` field (stages without a sel number)
   bool oracle = false;   // decided here from the simulator's true cache state, sent direct
+  routing::LawMode oracle_law = routing::LawMode::kHard;  // the oracle's law
 };
 
 std::optional<Arm> armOf(const std::string& name) {
@@ -144,7 +152,12 @@ std::optional<Arm> armOf(const std::string& name) {
   if (name == "random" || name == "sglang" || name == "sglang-cli")
     return Arm{name, 0, "", name, false};
   if (name == "oracle") return Arm{name, 0, "", "", true};
-  for (const char* m : {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper"})
+  if (name.rfind("oracle-", 0) == 0) {
+    const auto law = routing::parseLawMode(name.substr(7));
+    if (!law || routing::isPeerLaw(*law)) return std::nullopt;
+    return Arm{name, 0, "", "", true, *law};
+  }
+  for (const char* m : {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft"})
     if (name == std::string("kv-") + m) return Arm{name, 0, m, "", false};
   // Peer re-implementations that read the KV index: kvExactMode 3 with that kvLbMode.
   for (const char* m : {"lmetric", "dynamo", "llm-d"})
@@ -242,8 +255,9 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
         return false;
       }
       o.arms = {"rr", "lc", "kv-hard", "oracle"};
-      o.side_arms = {"random", "chwbl",      "kv-soft", "kv-adaptive", "kv-adaptive-soft",
-                     "sglang", "sglang-cli", "lmetric", "dynamo",      "llm-d"};
+      o.side_arms = {"random",     "chwbl",   "kv-soft", "kv-adaptive", "kv-adaptive-soft",
+                     "kv-taper",   "kv-ttft", "sglang",  "sglang-cli",  "lmetric",
+                     "dynamo",     "llm-d"};
     } else if (a == "--warmup") {
       if (!num(0, 1e6, x)) return false;
       o.warmup = static_cast<int64_t>(x);
@@ -477,17 +491,22 @@ struct OracleMemory {
 // request queued there shares (it will hold them when that one is admitted), or a request this
 // oracle sent there in the last 2 s shares (still on its way); this client's in-flight requests
 // per worker (what the gateway counts as load) and the workers' capacity. A prompt nobody holds
-// goes round-robin, as Tier 1.5's `no_worker` miss does. Returns the worker.
-asio::awaitable<size_t> oraclePick(const Run& r, StreamClient& state, const std::string& body,
-                                   const std::vector<uint32_t>& tokens, OracleMemory& mem,
-                                   const std::vector<uint32_t>& inflight, size_t& cursor,
-                                   size_t& spills, size_t& cold) {
+// goes round-robin, as Tier 1.5's `no_worker` miss does, unless the law decides misses (ttft).
+// `pending` is the uncached blocks of this client's requests still awaiting a first byte, per
+// worker (the ttft law's queued prefill). Returns the worker; `uncached` the pick's uncached
+// blocks.
+asio::awaitable<size_t> oraclePick(const Run& r, routing::LawMode law, StreamClient& state,
+                                   const std::string& body, const std::vector<uint32_t>& tokens,
+                                   OracleMemory& mem, const std::vector<uint32_t>& inflight,
+                                   const std::vector<uint64_t>& pending, size_t& cursor,
+                                   size_t& spills, size_t& cold, uint32_t& uncached) {
   const auto now = std::chrono::steady_clock::now();
   StreamResult res = co_await state.post("/sim/cache_state", body, std::chrono::seconds(30), now);
   const std::vector<uint64_t> chain = OracleMemory::chain(tokens, r.o.block_size);
   std::vector<routing::LawCandidate> c(r.workers.size());
   for (size_t i = 0; i < c.size(); ++i) {
     c[i].load = inflight[i];
+    c[i].pending_blocks = pending[i];
     c[i].capacity = static_cast<double>(r.blocks);
     c[i].overlap = mem.leading(i, chain, now);
   }
@@ -503,15 +522,18 @@ asio::awaitable<size_t> oraclePick(const Run& r, StreamClient& state, const std:
   bool any = false;
   for (const auto& x : c) any = any || x.overlap > 0;
   size_t pick = 0;
+  uncached = static_cast<uint32_t>(chain.size());
   if (!any) {
     ++cold;
     pick = cursor++ % c.size();
   } else {
-    routing::LawParams p;
+    routing::LawParams p = routing::lawParamsFromEnvironment();  // the gateway's tuning
+    p.mode = law;
     p.prompt_blocks = static_cast<uint32_t>(chain.size());
     const routing::LawResult lr = routing::applyLaw(c, p);
     if (lr.spilled) ++spills;
     pick = lr.index < 0 ? 0 : static_cast<size_t>(lr.index);
+    uncached = lr.uncached;
   }
   mem.remember(pick, chain, now);
   co_return pick;
@@ -552,6 +574,7 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   // The oracle: one client per worker (requests go direct) and one for the true cache state.
   std::vector<std::unique_ptr<StreamClient>> direct;
   std::vector<uint32_t> inflight(r.workers.size(), 0);
+  std::vector<uint64_t> pending(r.workers.size(), 0);  // the oracle's queued prefill (ttft law)
   std::unique_ptr<StreamClient> state;
   if (arm.oracle) {
     for (const auto& w : r.workers)
@@ -576,11 +599,20 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
           if (!arm.oracle) {
             results[i] = co_await client.post("/v1/completions", bodies[i], timeout, scheduled);
           } else {
-            const size_t w =
-                co_await oraclePick(r, *state, bodies[i], r.w.prompts[order[i]].tokens, memory,
-                                    inflight, oracle_cursor, oracle_spills, oracle_misses);
+            uint32_t uncached = 0;
+            const size_t w = co_await oraclePick(
+                r, arm.oracle_law, *state, bodies[i], r.w.prompts[order[i]].tokens, memory,
+                inflight, pending, oracle_cursor, oracle_spills, oracle_misses, uncached);
             ++inflight[w];
-            results[i] = co_await direct[w]->post("/v1/completions", bodies[i], timeout, scheduled);
+            pending[w] += uncached;
+            bool queued = true;  // its prefill counts in pending[w] until the first byte
+            const std::function<void()> first = [&pending, &queued, w, uncached] {
+              if (queued) pending[w] -= uncached;
+              queued = false;
+            };
+            results[i] = co_await direct[w]->post("/v1/completions", bodies[i], timeout, scheduled,
+                                                  &first);
+            first();  // no byte came (an error): given back now
             --inflight[w];
           }
           if (i >= warm) t_end = std::max(t_end, std::chrono::steady_clock::now());

@@ -68,7 +68,8 @@ std::unique_ptr<tcp::socket> StreamClient::takeIdle() {
 
 asio::awaitable<StreamResult> StreamClient::post(std::string path, std::string body,
                                                  std::chrono::milliseconds timeout,
-                                                 std::chrono::steady_clock::time_point origin) {
+                                                 std::chrono::steady_clock::time_point origin,
+                                                 const std::function<void()>* on_first_byte) {
   const std::string req =
       "POST " + path + " HTTP/1.1\r\nHost: " + host_ + ":" + std::to_string(port_) +
       "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
@@ -88,7 +89,8 @@ asio::awaitable<StreamResult> StreamClient::post(std::string path, std::string b
       ++opened_;
     }
     bool retry = false;
-    StreamResult r = co_await attempt(req, std::move(s), reused, timeout, origin, retry);
+    StreamResult r =
+        co_await attempt(req, std::move(s), reused, timeout, origin, retry, on_first_byte);
     if (!retry) co_return r;
   }
   StreamResult r;
@@ -100,7 +102,8 @@ asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
                                                     std::unique_ptr<tcp::socket> s, bool reused,
                                                     std::chrono::milliseconds timeout,
                                                     std::chrono::steady_clock::time_point origin,
-                                                    bool& retry) {
+                                                    bool& retry,
+                                                    const std::function<void()>* on_first_byte) {
   using Clock = std::chrono::steady_clock;
   StreamResult res;
   const auto t0 = origin;
@@ -147,7 +150,12 @@ asio::awaitable<StreamResult> StreamClient::attempt(const std::string& req,
     last = now;
     ++res.tokens;
   };
+  bool first_byte = false;
   auto take = [&](const char* p, size_t n) {
+    if (n > 0 && !first_byte) {
+      first_byte = true;
+      if (on_first_byte && *on_first_byte) (*on_first_byte)();
+    }
     if (rh.body_kind == http::BodyKind::kChunked) {
       decoded.clear();
       auto st = chunked.feed(p, n, &decoded);

@@ -13,6 +13,7 @@
 // a reused one failed, never once it was written (the server may have acted on it).
 #pragma once
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,10 +39,12 @@ class StreamClient {
  public:
   StreamClient(asio::any_io_executor ex, std::string host, uint16_t port);
   // Times (TTFT, end to end) count from `origin`, the request's scheduled arrival: a late send,
-  // a connect and a retry are part of what the user waits for.
+  // a connect and a retry are part of what the user waits for. `on_first_byte` (when given; it
+  // must outlive the call) runs once, when the first body byte of the answer arrives.
   asio::awaitable<StreamResult> post(std::string path, std::string body,
                                      std::chrono::milliseconds timeout,
-                                     std::chrono::steady_clock::time_point origin);
+                                     std::chrono::steady_clock::time_point origin,
+                                     const std::function<void()>* on_first_byte = nullptr);
   size_t connectionsOpened() const { return opened_; }
   size_t idle() const { return idle_.size(); }
 
@@ -53,7 +56,8 @@ class StreamClient {
   // writing the request to a reused connection failed (the server never had it).
   asio::awaitable<StreamResult> attempt(const std::string& req, std::unique_ptr<tcp::socket> s,
                                         bool reused, std::chrono::milliseconds timeout,
-                                        std::chrono::steady_clock::time_point origin, bool& retry);
+                                        std::chrono::steady_clock::time_point origin, bool& retry,
+                                        const std::function<void()>* on_first_byte);
   // An idle pooled connection worth reusing: idle under kMaxIdleAge and not closed by the peer.
   std::unique_ptr<tcp::socket> takeIdle();
 

@@ -184,6 +184,8 @@ class KvExactStage : public Stage {
       lc.waiting = st.engine_waiting.load(std::memory_order_relaxed);
       const int64_t ppm = st.kv_usage_ppm.load(std::memory_order_relaxed);
       lc.kv_usage = ppm < 0 ? -1.0 : static_cast<double>(ppm) / 1e6;
+      lc.pending_blocks = static_cast<uint64_t>(
+          std::max<int64_t>(0, st.pending_prefill_blocks.load(std::memory_order_relaxed)));
       cands.push_back(lc);
       index_of.push_back(static_cast<int>(i));
     }
@@ -192,10 +194,21 @@ class KvExactStage : public Stage {
     // fell to the next-best overlap above: the law only sees candidates left). The peer laws
     // decide misses by their own formula.
     const bool peer = isPeerLaw(opts_.law.mode);
-    if (best == 0 && !peer)
-      return StageResult::fall(best_excluded > 0 ? FallReason::kExcluded : FallReason::kNoWorker);
-    if (!peer && static_cast<uint64_t>(best) * opts_.block_size < opts_.min_match_tokens)
-      return StageResult::fall(FallReason::kShallow);
+    // Under ttft, whichever stage places a miss, its prefill is queued there: the whole prompt
+    // (a shallow match: what the index does not hold).
+    const uint32_t miss_blocks =
+        opts_.law.mode == LawMode::kTtft ? static_cast<uint32_t>(n - std::min<size_t>(best, n)) : 0;
+    if (best == 0 && !peer) {
+      StageResult miss =
+          StageResult::fall(best_excluded > 0 ? FallReason::kExcluded : FallReason::kNoWorker);
+      miss.prefill_blocks = miss_blocks;
+      return miss;
+    }
+    if (!peer && static_cast<uint64_t>(best) * opts_.block_size < opts_.min_match_tokens) {
+      StageResult miss = StageResult::fall(FallReason::kShallow);
+      miss.prefill_blocks = miss_blocks;
+      return miss;
+    }
     LawParams p = opts_.law;
     p.prompt_blocks = static_cast<uint32_t>(n);
     LawResult r = applyLaw(cands, p);
@@ -203,6 +216,7 @@ class KvExactStage : public Stage {
     StageResult res = StageResult::pick(index_of[static_cast<size_t>(r.index)],
                                         DecisionKey::kKvOverlap, r.spilled);
     res.track_chain = opts_.law.mode == LawMode::kDynamo;
+    if (opts_.law.mode == LawMode::kTtft) res.prefill_blocks = r.uncached;
     if (peer) return res;  // no cold-start seeding: the re-implemented policies have none
     // Cold-start seeding, after the law (and its spill relief), on every Nth hit.
     const uint64_t hit = hits_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -259,6 +273,27 @@ class NoKvStage : public Stage {
 
 }  // namespace
 
+LawParams lawParamsFromEnvironment() {
+  LawParams p;
+  p.mean_load_factor_pct =
+      static_cast<uint32_t>(envInt("LOXILB_KV_MEAN_LOAD_FACTOR", 100, 300, 175));
+  p.ttft_miss_weight =
+      static_cast<double>(envInt("LOXILB_KV_TTFT_MISS_WEIGHT_PCT", 0, 10'000, 800)) / 100.0;
+  p.ttft_load_blocks =
+      static_cast<double>(envInt("LOXILB_KV_TTFT_LOAD_BLOCKS", 0, 1'000'000, 2));
+  if (const char* r = std::getenv("LOXILB_KV_SPILL_RELIEF"); r && *r) {
+    const std::string_view v(r);
+    if (v == "off" || v == "0" || v == "false")
+      p.spill_relief = false;
+    else if (v == "on" || v == "1" || v == "true")
+      p.spill_relief = true;
+    else
+      log::warn("routing", "LOXILB_KV_SPILL_RELIEF='" + std::string(v) +
+                               "' is not on/off/1/0/true/false: spill relief stays on");
+  }
+  return p;
+}
+
 KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
   KvExactOptions o;
   static const nlohmann::json kNone = nlohmann::json::object();
@@ -278,8 +313,7 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
   o.api_mode = api == "completions" ? ApiMode::kCompletions
                : api == "chat"      ? ApiMode::kChat
                                     : ApiMode::kBoth;
-  o.law.mean_load_factor_pct =
-      static_cast<uint32_t>(envInt("LOXILB_KV_MEAN_LOAD_FACTOR", 100, 300, 175));
+  o.law = lawParamsFromEnvironment();
   if (auto m = sa.find("kvLbMode"); m != sa.end() && m->is_string()) {
     // The rule's field beats the environment (validated when the rule was stored).
     if (auto mode = parseLawMode(m->get<std::string>())) o.law.mode = *mode;
@@ -288,18 +322,8 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
       o.law.mode = *mode;
     else
       log::warn("routing", std::string("LOXILB_KV_LB_MODE='") + m +
-                               "' is not off, hard, soft, "
-                               "adaptive or adaptive-soft: using hard");
-  }
-  if (const char* r = std::getenv("LOXILB_KV_SPILL_RELIEF"); r && *r) {
-    const std::string_view v(r);
-    if (v == "off" || v == "0" || v == "false")
-      o.law.spill_relief = false;
-    else if (v == "on" || v == "1" || v == "true")
-      o.law.spill_relief = true;
-    else
-      log::warn("routing", "LOXILB_KV_SPILL_RELIEF='" + std::string(v) +
-                               "' is not on/off/1/0/true/false: spill relief stays on");
+                               "' is not a selection law (off, hard, soft, adaptive, "
+                               "adaptive-soft, taper, ttft, lmetric, dynamo, llm-d): using hard");
   }
   return o;
 }

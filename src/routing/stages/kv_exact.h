@@ -86,5 +86,8 @@ std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& in
 std::unique_ptr<Stage> makeKvExactFromServices(const StageServices& s);
 // The options makeKvExactFromServices uses for a rule (exposed for tests and docs).
 KvExactOptions kvExactOptions(const config::RuleSpec& rule);
+// The law's tuning from the environment (LOXILB_KV_MEAN_LOAD_FACTOR, LOXILB_KV_TTFT_*,
+// LOXILB_KV_SPILL_RELIEF); the mode is left at hard (the rule and LOXILB_KV_LB_MODE choose it).
+LawParams lawParamsFromEnvironment();
 
 }  // namespace kvgate::routing

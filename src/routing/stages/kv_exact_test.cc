@@ -325,6 +325,34 @@ TEST(KvExact, CapacitiesWeightTheHardLawCaps) {
   EXPECT_EQ(f.eps[1].state->kvCapacity(), 50.0);
 }
 
+// The ttft law reads each endpoint's queued prefill (what its leases counted) and reports the
+// pick's uncached blocks for the lease to count; a prompt nobody holds is a no_worker miss.
+TEST(KvExact, TtftWeighsQueuedPrefill) {
+  KvExactOptions o;
+  o.law.mode = LawMode::kTtft;
+  o.law.ttft_miss_weight = 2;  // (default 8); 2 blocks per in-flight request
+  Fixture f(o);
+  // Overlaps 4, 2, 0 of 4 blocks, idle: costs 0, 4, 8: endpoint 0, nothing uncached.
+  auto r = f.run();
+  EXPECT_EQ(r.index, 0);
+  EXPECT_EQ(r.prefill_blocks, 0u);
+  // 6 blocks queued on endpoint 0 and one request in flight: 6 + 0 + 2 = 8 > 4: endpoint 1, a
+  // spill with 2 uncached blocks.
+  f.eps[0].state->pending_prefill_blocks.store(6);
+  f.eps[0].state->active.store(1);
+  r = f.run();
+  EXPECT_EQ(r.index, 1);
+  EXPECT_TRUE(r.spilled);
+  EXPECT_EQ(r.prefill_blocks, 2u);
+  // A prompt nobody holds (tokens 1000..1063): the rule's fallback places it, and its 4 blocks
+  // are what that pick queues (the pipeline hands them to the decision).
+  for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 1000 + t;
+  r = f.run();
+  EXPECT_EQ(r.index, -1);
+  EXPECT_EQ(r.reason, FallReason::kNoWorker);
+  EXPECT_EQ(r.prefill_blocks, 4u);
+}
+
 // A retry of the same request reuses the chain its first attempt stored in the request's chain
 // cache (no tokenizing or hashing again): here the cache holds the chain of tokens 0..63 while the
 // facts say 1000..1063, so the pick follows the cache.

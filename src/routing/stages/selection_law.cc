@@ -12,6 +12,7 @@ std::optional<LawMode> parseLawMode(std::string_view s) {
   if (s == "adaptive") return LawMode::kAdaptive;
   if (s == "adaptive-soft") return LawMode::kAdaptiveSoft;
   if (s == "taper") return LawMode::kTaper;
+  if (s == "ttft") return LawMode::kTtft;
   if (s == "lmetric") return LawMode::kLmetric;
   if (s == "dynamo") return LawMode::kDynamo;
   if (s == "llm-d") return LawMode::kLlmd;
@@ -32,6 +33,8 @@ std::string_view lawModeName(LawMode m) {
       return "adaptive-soft";
     case LawMode::kTaper:
       return "taper";
+    case LawMode::kTtft:
+      return "ttft";
     case LawMode::kLmetric:
       return "lmetric";
     case LawMode::kDynamo:
@@ -129,7 +132,19 @@ LawResult peerLaw(std::span<const LawCandidate> c, const LawParams& p, int argma
 
 }  // namespace
 
+// The law itself; applyLaw adds what every mode reports about its pick.
+static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams& p);
+
 LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p) {
+  LawResult r = applyLawInner(c, p);
+  if (r.index >= 0) {
+    const uint32_t ov = c[static_cast<size_t>(r.index)].overlap;
+    r.uncached = p.prompt_blocks > ov ? p.prompt_blocks - ov : 0;
+  }
+  return r;
+}
+
+static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams& p) {
   LawResult r;
   if (c.empty()) return r;
   auto all = [](size_t) { return true; };
@@ -159,6 +174,19 @@ LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p) {
     case LawMode::kDynamo:
     case LawMode::kLlmd:
       return peerLaw(c, p, argmax);
+    case LawMode::kTtft: {
+      r.index = extremum(
+          c,
+          [&](size_t i) {
+            const double uncached =
+                p.prompt_blocks > c[i].overlap ? double(p.prompt_blocks - c[i].overlap) : 0.0;
+            return double(c[i].pending_blocks) + p.ttft_miss_weight * uncached +
+                   p.ttft_load_blocks * double(c[i].load);
+          },
+          false);
+      r.spilled = r.index != argmax && c[static_cast<size_t>(argmax)].overlap > 0;
+      return r;
+    }
     case LawMode::kSoft:
     case LawMode::kAdaptiveSoft: {
       r.lambda = p.mode == LawMode::kSoft ? p.soft_lambda

@@ -20,6 +20,20 @@
 //    and buys nothing, tight (1.25) from 16 requests per endpoint on, where imbalance is queueing.
 //    The seed's adaptive law moves the other way (175 -> 300 as L grows); the fleet benchmark
 //    measured a 1.25 cap beating every arm at saturation (docs/benchmarks.md).
+//  - ttft (an extension, not in the seed): argmin of an estimate of the time to first token in
+//    prefill blocks, cost_i = pending_i + miss_weight * uncached_i + load_blocks * load_i, with
+//    uncached_i = max(prompt_blocks - overlap_i, 0), pending_i the blocks this gateway sent to i
+//    that i has not finished prefilling (uncached blocks of its requests still waiting for their
+//    first response byte), miss_weight 8.0 (LOXILB_KV_TTFT_MISS_WEIGHT_PCT, default 800: the
+//    request's own prefill, plus the compute it takes from every request that queues behind it
+//    on a busy fleet and the cache it costs; the fleet benchmark measured 2.0 spilling a fifth of
+//    the requests at saturation and losing a tenth of the hit rate) and load_blocks 2 (LOXILB_KV_TTFT_LOAD_BLOCKS: a running
+//    sequence slows each engine step by about a third of a prefill block's compute in the step
+//    model, and a first token waits a few steps). A prompt goes to its home unless the home's
+//    queued prefill exceeds another worker's by more than miss_weight x its uncached blocks there.
+//    A prompt nobody holds is a Tier 1.5 miss, as under hard: the fleet benchmark measured that
+//    placing a new prefix by the queue of the moment unbalances the fleet (its siblings follow it
+//    for good), while the rule's round-robin spreads new prefixes evenly.
 //
 // Peer re-implementations, from their published descriptions (shared/reference/peers.md), over
 // the same candidates; a prompt nobody holds is decided by the same formula (overlap 0):
@@ -71,6 +85,7 @@ enum class LawMode : uint8_t {
   kAdaptive,
   kAdaptiveSoft,
   kTaper,  // an extension: hard with a cap factor that tightens as the workers fill
+  kTtft,   // an extension: argmin of estimated time to first token (queued prefill + own)
   // Re-implementations of peers' published policies over the same inputs (not their code):
   kLmetric,  // "lmetric"
   kDynamo,   // "dynamo"
@@ -84,7 +99,7 @@ inline bool isPeerLaw(LawMode m) {
   return m == LawMode::kLmetric || m == LawMode::kDynamo || m == LawMode::kLlmd;
 }
 
-// "off" | "hard" | "soft" | "adaptive" | "adaptive-soft"; nullopt for anything else.
+// A law name (lawModeName's); nullopt for anything else.
 std::optional<LawMode> parseLawMode(std::string_view s);
 std::string_view lawModeName(LawMode m);
 
@@ -96,6 +111,7 @@ struct LawCandidate {
   uint64_t active_blocks = 0;  // dynamo: distinct blocks in flight there, this prompt's added
   int64_t waiting = -1;        // llm-d: the engine's waiting requests (/metrics); -1 unknown
   double kv_usage = -1;        // llm-d: the engine's KV-cache usage 0..1 (/metrics); -1 unknown
+  uint64_t pending_blocks = 0;  // ttft: uncached blocks sent there still awaiting a first byte
 };
 
 struct LawParams {
@@ -104,6 +120,8 @@ struct LawParams {
   double soft_lambda = 32;
   uint32_t prompt_blocks = 0;  // soft: blocks of the prompt
   bool spill_relief = true;
+  double ttft_miss_weight = 8.0;   // ttft: weight of the request's own uncached blocks
+  double ttft_load_blocks = 2.0;   // ttft: blocks of cost per in-flight request
 };
 
 struct LawResult {
@@ -111,6 +129,7 @@ struct LawResult {
   bool spilled = false;  // the pick is not the overlap argmax
   double factor = 0;     // the cap factor used (hard, adaptive)
   double lambda = 0;     // the lambda used (soft, adaptive-soft)
+  uint32_t uncached = 0;  // the pick's uncached blocks (prompt_blocks - overlap, at least 0)
 };
 
 LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p);

@@ -218,5 +218,37 @@ TEST(SelectionLaw, TaperTightensAsTheWorkersFill) {
   EXPECT_FALSE(isPeerLaw(LawMode::kTaper));
 }
 
+TEST(SelectionLaw, TtftIsQueuedPrefillPlusOwnUncachedPlusLoad) {
+  LawParams p{LawMode::kTtft};
+  p.ttft_miss_weight = 2;  // (default 8); 2 blocks per in-flight request
+  p.prompt_blocks = 100;
+  auto c = [](uint32_t overlap, uint32_t load, uint64_t pending) {
+    LawCandidate x{overlap, load, 1000};
+    x.pending_blocks = pending;
+    return x;
+  };
+  // Home (overlap 90) with 150 blocks queued and load 3: 150 + 2 x 10 + 2 x 3 = 176; a cold idle
+  // endpoint: 0 + 2 x 100 + 0 = 200; a cold busy one: 40 + 200 + 2 = 242. Home keeps it.
+  auto r = run({c(90, 3, 150), c(0, 0, 0), c(0, 1, 40)}, p);
+  EXPECT_EQ(r.index, 0);
+  EXPECT_FALSE(r.spilled);
+  EXPECT_EQ(r.uncached, 10u);
+  // Home's queue at 190: 190 + 20 + 6 = 216 > 200: the idle cold endpoint, a spill; its 100
+  // uncached blocks are what the gateway counts as queued there.
+  r = run({c(90, 3, 190), c(0, 0, 0), c(0, 1, 40)}, p);
+  EXPECT_EQ(r.index, 1);
+  EXPECT_TRUE(r.spilled);
+  EXPECT_EQ(r.uncached, 100u);
+  // A full hit pays no prefill of its own: 30 + 0 + 2 x 5 = 40 against 0 + 2 x 40 + 0 = 80.
+  EXPECT_EQ(run({c(100, 5, 30), c(60, 0, 0)}, p).index, 0);
+  // Miss weight 1 (LOXILB_KV_TTFT_MISS_WEIGHT_PCT=100): 40 against 0 + 40 = 40: a tie, less
+  // load wins (endpoint 1).
+  p.ttft_miss_weight = 1.0;
+  EXPECT_EQ(run({c(100, 5, 30), c(60, 0, 0)}, p).index, 1);
+  EXPECT_EQ(parseLawMode("ttft"), LawMode::kTtft);
+  EXPECT_EQ(lawModeName(LawMode::kTtft), "ttft");
+  EXPECT_FALSE(isPeerLaw(LawMode::kTtft));  // ours: misses are Tier 1.5's, as under hard
+}
+
 }  // namespace
 }  // namespace kvgate::routing
