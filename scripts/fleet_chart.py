@@ -17,7 +17,8 @@ def main():
     with open(sys.argv[1]) as f:
         doc = json.load(f)
     fig, (ttft, tput) = plt.subplots(1, 2, figsize=(12, 4.6))
-    # Baselines dotted, kvgate's arms solid, the oracle black, the re-implemented peers dashed.
+    # Baselines dotted, kvgate's arms solid, the oracles black and grey, the re-implemented peers
+    # dashed.
     peers = {"sglang", "sglang-cli", "lmetric", "dynamo", "llm-d"}
     baselines = {"random", "rr", "lc", "chwbl"}
     colors = plt.get_cmap("tab20").colors
@@ -30,6 +31,8 @@ def main():
             style.update(linestyle=":")
         elif name == "oracle":
             style.update(color="black", linewidth=2)
+        elif name.startswith("oracle-"):
+            style.update(color="dimgray", linewidth=2)
         qps = [s["qps"] for s in arm["steps"]]
         ttft.plot(qps, [max(s["ttft_p90_ms"], 1e-3) for s in arm["steps"]], **style)
         tput.plot(qps, [s["output_tok_s"] for s in arm["steps"]], **style)

@@ -272,7 +272,7 @@ int serveMain(int argc, char** argv) {
   // LOXILB_KV_MAX_BLOCKS: the KV index's cap per worker inventory.
   kv::KvIndex kv_index(
       static_cast<size_t>(common::envInt("LOXILB_KV_MAX_BLOCKS", 1, int64_t{1} << 32, 1'000'000)));
-  kv::SpeculativeOverlay kv_overlay;  // speculative insert, beside the index
+  kv::SpeculativeOverlay kv_overlay;    // speculative insert, beside the index
   kv_index.attachOverlay(&kv_overlay);  // a worker's clear drops its credits too
   events::EventPlaneOptions kv_opts;
   // What one publisher socket may queue: at most rcv_hwm messages of at most max_message_bytes

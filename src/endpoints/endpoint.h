@@ -63,8 +63,8 @@ struct EndpointState {
   const uint16_t port;
   const std::string label;  // "ip:port" for logs and metrics
 
-  std::atomic<int64_t> active{0};     // requests in flight through this gateway
-  ActiveBlockSet active_set;          // their distinct blocks (rules with the dynamo law only)
+  std::atomic<int64_t> active{0};  // requests in flight through this gateway
+  ActiveBlockSet active_set;       // their distinct blocks (rules with the dynamo law only)
   // Uncached prompt blocks of those requests that have not received a first response byte yet:
   // the prefill queued there by this gateway (rules with the ttft law only).
   std::atomic<int64_t> pending_prefill_blocks{0};

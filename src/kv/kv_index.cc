@@ -191,8 +191,7 @@ void KvIndex::clear(int w, ApplyStats& st) {
 }
 
 // Drops fifo entries whose engine hash is gone, keeping the order of the rest.
-size_t KvIndex::engineHashes(int w, size_t offset, size_t limit,
-                             std::vector<uint64_t>& out) const {
+size_t KvIndex::engineHashes(int w, size_t offset, size_t limit, std::vector<uint64_t>& out) const {
   const Worker& inv = inv_[static_cast<size_t>(w)];
   // Forward in store order, stopping once the page is full: a live hash's earlier entries are
   // the stale ones its removals left (counted in `stale`), its live entry comes after them.

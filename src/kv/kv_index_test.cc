@@ -140,7 +140,7 @@ TEST(KvIndex, ClearsForgetTheWorkersSpeculativeCredits) {
   overlay.credit(chain.data() + 2, 2, b, later);
   EXPECT_TRUE(overlay.credited(chain[0], a, now));
   EXPECT_TRUE(overlay.credited(chain[2], b, now));
-  EXPECT_FALSE(overlay.credited(chain[0], b, now));  // credited to a, not b
+  EXPECT_FALSE(overlay.credited(chain[0], b, now));    // credited to a, not b
   EXPECT_FALSE(overlay.credited(chain[0], a, later));  // expired
   ApplyStats st;
   KvEvent clear;
@@ -254,7 +254,7 @@ TEST(KvIndex, ReStoredBlocksAreEvictedInTheirNewOrder) {
   std::vector<uint64_t> held;
   EXPECT_EQ(idx.engineHashes(a, 0, 10, held), 3u);
   EXPECT_EQ(held, (std::vector<uint64_t>{3, 1, 4}));  // C, A, D in store order; B evicted
-  store(5, 4000);  // E: C goes next
+  store(5, 4000);                                     // E: C goes next
   held.clear();
   idx.engineHashes(a, 0, 10, held);
   EXPECT_EQ(held, (std::vector<uint64_t>{1, 4, 5}));

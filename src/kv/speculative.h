@@ -10,8 +10,10 @@
 // No locks, no allocation after construction (kCapacity x 16 bytes = 1 MiB).
 //
 // forget(w) drops every credit of worker w at once (its cache was emptied: AllBlocksCleared, a
-// restart, its slot freed): each worker has a generation (mod 256) stored in its credits, and a
-// credit of an older generation reads as absent.
+// restart, its slot freed): each worker has a 16-bit generation stored in its credits, and a
+// credit of another generation reads as absent (65,536 clears of one worker within one TTL would
+// wrap it). A credit's value: expiry in ms of the routing clock (40 bits, 34 years) << 24 |
+// generation << 8 | worker + 1.
 #pragma once
 #include <array>
 #include <atomic>
@@ -30,7 +32,7 @@ class SpeculativeOverlay {
   // Credits chain[0..n) to index worker `w` (0..63) until `expiry_ns` (the routing clock).
   void credit(const uint64_t* chain, size_t n, int w, int64_t expiry_ns) {
     const uint64_t gen = gen_[static_cast<size_t>(w)].load(std::memory_order_acquire);
-    const uint64_t v = (static_cast<uint64_t>(expiry_ns / 1'000'000) << 16) | (gen << 8) |
+    const uint64_t v = (static_cast<uint64_t>(expiry_ns / 1'000'000) << 24) | (gen << 8) |
                        static_cast<uint64_t>(w + 1);
     for (size_t i = 0; i < n; ++i) {
       const uint64_t k = chain[i] == 0 ? 1 : chain[i];
@@ -50,19 +52,20 @@ class SpeculativeOverlay {
     const uint64_t v = s.val.load(std::memory_order_acquire);
     if (s.key.load(std::memory_order_acquire) != k) return false;  // rewritten meanwhile
     return (v & 0xff) == static_cast<uint64_t>(w + 1) &&
-           ((v >> 8) & 0xff) == gen_[static_cast<size_t>(w)].load(std::memory_order_acquire) &&
-           static_cast<int64_t>(v >> 16) > now_ns / 1'000'000;
+           ((v >> 8) & 0xffff) == gen_[static_cast<size_t>(w)].load(std::memory_order_acquire) &&
+           static_cast<int64_t>(v >> 24) > now_ns / 1'000'000;
   }
 
-  // Drops worker w's credits (0..63).
+  // Drops worker w's credits (0..63). One writer (the event plane's thread).
   void forget(int w) {
     auto& g = gen_[static_cast<size_t>(w)];
-    g.store(static_cast<uint8_t>(g.load(std::memory_order_relaxed) + 1), std::memory_order_release);
+    g.store(static_cast<uint16_t>(g.load(std::memory_order_relaxed) + 1),
+            std::memory_order_release);
   }
 
   void countHits(uint64_t blocks) { hits_.fetch_add(blocks, std::memory_order_relaxed); }
   uint64_t credits() const { return credits_.load(std::memory_order_relaxed); }  // blocks
-  uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }  // blocks matched
+  uint64_t hits() const { return hits_.load(std::memory_order_relaxed); }        // blocks matched
 
  private:
   struct Slot {
@@ -76,7 +79,7 @@ class SpeculativeOverlay {
     return static_cast<size_t>(k) & (kCapacity - 1);
   }
   std::unique_ptr<Slot[]> slots_;
-  std::array<std::atomic<uint8_t>, 64> gen_{};  // per worker: credits of another one are stale
+  std::array<std::atomic<uint16_t>, 64> gen_{};  // per worker: credits of another are stale
   std::atomic<uint64_t> credits_{0}, hits_{0};
 };
 

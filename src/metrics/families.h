@@ -168,6 +168,7 @@ inline const Family kPromptTokenizer{"kvgate_kv_prompt_tokenizer_total", Type::k
     {"event"}};
 // clang-format on
 
+// clang-format off
 inline const std::vector<const Family*>& allFamilies() {
   static const std::vector<const Family*> k = {
       &kRequests,          &kUnrouted,      &kUpstreamLatency,    &kStreamTtft,
@@ -187,5 +188,6 @@ inline const std::vector<const Family*>& allFamilies() {
       &kPdKvBlocks, &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};
   return k;
 }
+// clang-format on
 
 }  // namespace kvgate::metrics

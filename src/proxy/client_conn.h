@@ -167,7 +167,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   http::ResponseHead resp_head_;  // the current response's head (views into the leg's buffer)
   std::vector<bool> excluded_;
   routing::ChainCache chain_cache_;  // kv_exact's chain, reused by a request's retries
-  std::string last_error_;  // why the last endpoint tried could not serve (502 message)
+  std::string last_error_;           // why the last endpoint tried could not serve (502 message)
   Outcome outcome_;
 };
 

@@ -191,7 +191,9 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     endpoints::EndpointLease lease(state, trial);  // in flight from the pick on
     if (d.track_chain && rctx.chain_cache && rctx.chain_cache->ready)
       lease.addChain(rctx.chain_cache->chain);
-    lease.addPrefill(d.prefill_blocks);  // (ttft law) until the first response byte
+    // (ttft law) until the first response byte: only a stream's first byte marks the end of its
+    // prefill (a non-streaming answer arrives when the whole generation is done).
+    if (facts_parsed_ && facts_.stream.value_or(false)) lease.addPrefill(d.prefill_blocks);
     outcome_.ep_index = d.index;
     outcome_.endpoint = &state.label;
     outcome_.key = routing::decisionKeyName(d.key);

@@ -1,8 +1,8 @@
 // DataPlane::renderMetrics: walks the rule stats, listeners and endpoint states (control thread)
 // and writes every family of metrics/families.h, in that list's order.
 #include "common/log.h"
-#include "metrics/text.h"
 #include "kv/speculative.h"
+#include "metrics/text.h"
 #include "proxy/data_plane.h"
 #include "proxy/worker.h"
 
@@ -76,7 +76,8 @@ void DataPlane::renderTier15Metrics(metrics::TextWriter& w) const {
       const auto reason = static_cast<routing::FallReason>(k);
       if (reason == routing::FallReason::kEmptyPool || reason == routing::FallReason::kNoKey)
         continue;  // not kv_exact's reasons
-      w.sample(kTier15MissReason, {{"service", r.st->rule}, {"reason", routing::kFallReasonNames[k]}},
+      w.sample(kTier15MissReason,
+               {{"service", r.st->rule}, {"reason", routing::kFallReasonNames[k]}},
                static_cast<double>(r.st->pipeline->fallthrough[r.stage][k].load()));
     }
   per_rule(kTier15Fallthrough, [](const routing::PipelineStats& p, size_t s) {
@@ -168,8 +169,8 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   w.header(kEndpointScrapes);
   for (auto& [key, e] : endpoints_.all())
     if (e->scrapes_ok.load() + e->scrapes_failed.load() > 0)
-      for (auto [outcome, v] : {std::pair{"ok", e->scrapes_ok.load()},
-                                std::pair{"failed", e->scrapes_failed.load()}})
+      for (auto [outcome, v] :
+           {std::pair{"ok", e->scrapes_ok.load()}, std::pair{"failed", e->scrapes_failed.load()}})
         w.sample(kEndpointScrapes, {{"endpoint", e->label}, {"outcome", outcome}},
                  static_cast<double>(v));
   w.header(kBreakerState);

@@ -137,6 +137,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       if (first) co_await writeClient(down_head_);  // then cut the stream: the client sees it
       co_return abandonRelay();
     }
+    if (!chunk.empty()) lease.prefillDone();  // the engine is past this request's prefill
     if (first || !chunk.empty()) {
       // Written on the spot when the socket takes it all (no coroutine frame): this runs once per
       // relayed read, i.e. for every SSE event.
@@ -147,7 +148,6 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
         wec = co_await writeRest(client_, head, chunk, written);
       bool ok = !wec;
       noteFirstBytes(route, ttft_pending, !chunk.empty());
-      if (!chunk.empty()) lease.prefillDone();  // the engine is past this request's prefill
       outcome_.bytes += chunk.size();
       if (!ok) {
         client_gone_ = true;  // client gone: abort the upstream request

@@ -47,7 +47,7 @@ struct Decision {
   int stage = -1;  // index of the deciding stage
   DecisionKey key = DecisionKey::kRr;
   bool spilled = false;
-  bool track_chain = false;  // the request's chain joins the endpoint's active set (dynamo law)
+  bool track_chain = false;     // the request's chain joins the endpoint's active set (dynamo law)
   uint32_t prefill_blocks = 0;  // uncached blocks counted as queued prefill there (ttft law)
 };
 

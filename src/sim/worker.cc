@@ -617,7 +617,8 @@ asio::awaitable<void> Worker::handleCacheState(http::Request& req, http::Respons
   // The body of a completion or chat request (its prompt is tokenized as for inference); the
   // answer gives, per worker and data-parallel rank, how many leading full blocks of the prompt
   // that engine's cache holds right now, and the longest leading run a request waiting in its
-  // queue shares (blocks it will hold once that one is admitted). The benchmark's oracle reads it.
+  // queue shares (blocks it will hold once that one is admitted), and how many blocks its cache
+  // holds in all. The benchmark's oracle reads it.
   const bool chat = req.body.find("\"messages\"") != std::string::npos;
   auto parsed = parseInference(req.body, chat);
   if (!parsed) {
@@ -630,9 +631,10 @@ asio::awaitable<void> Worker::handleCacheState(http::Request& req, http::Respons
   ojson workers = ojson::array();
   auto one = [&](const Worker& wk) {
     ojson ranks = ojson::array();
-    size_t best = 0, best_queued = 0;
+    size_t best = 0, best_queued = 0, held = 0;
     for (const auto& rank : wk.ranks_) {
       const size_t n = rank->cache.leadingBlocks(keys);
+      held += rank->cache.cachedBlocks();
       best = std::max(best, n);
       if (!wk.cfg_.fixed_timing)
         best_queued = std::max(best_queued, rank->engine.queuedLeadingBlocks(keys));
@@ -643,6 +645,7 @@ asio::awaitable<void> Worker::handleCacheState(http::Request& req, http::Respons
     entry["port"] = wk.port_;
     entry["blocks"] = best;
     entry["queued_blocks"] = best_queued;
+    entry["cached_blocks"] = held;  // every block its cache holds (the oracle's cold-start test)
     entry["ranks"] = std::move(ranks);
     workers.push_back(std::move(entry));
   };

@@ -770,3 +770,61 @@ test('KV events: DP ranks publish separately and the worker is scored by its bes
   const text = await (await fetch(`${b.url}/metrics`)).text();
   assert.equal((text.match(/^vllm:cache_config_info\{/gm) || []).length, 2);
 });
+
+// The ttft law (kvLbMode "ttft"): a stream's uncached blocks count as prefill queued on its
+// endpoint from the pick to its first byte (kvgate_endpoint_pending_prefill_blocks; a
+// non-streaming request is not counted: its first byte is its last); a sibling moves off a home
+// whose queue costs more than its own prefill elsewhere. Numbers by hand, miss weight 1.
+test('Tier 1.5 ttft law: queued prefill is counted until the first byte and moves a sibling', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.36-37', '--port', '0', '--kv-events-port', String(kvPort)]);
+  t.after(() => sim.stop());
+  const [warm, cold] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1'], {
+    env: { LOXILB_KV_TTFT_MISS_WEIGHT_PCT: '100', LOXILB_KV_COLDSTART_SEED_Nth: '0', LOXILB_KV_SPECULATIVE_TTL_MS: '0' },
+  });
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [warm, cold],
+    extraArgs: { name: 'ttft', kvExactMode: 3, kvZmqPort: kvPort, kvLbMode: 'ttft', sse_mode: true } }));
+  assert.equal(r.status, 200, r.text);
+  await joinSubscriptions(gw, [warm, cold], kvPort, 700000);
+  const blocks = async (w) => kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${w.host}:${kvPort}`).value;
+  const wb = await blocks(warm);
+  await complete(warm, 3000, 64);  // prefix A: 4 blocks, on the warm worker only
+  assert.ok(await waitFor(async () => (await blocks(warm)) >= wb + 4, 10000));
+  const gauge = (m, w) => m.find((s) => s.name === 'kvgate_endpoint_pending_prefill_blocks' &&
+    s.labels.endpoint === `${w.host}:${w.port}`)?.value;
+  const inflight = (m, w) => m.find((s) => s.name === 'kvgate_endpoint_inflight_requests' &&
+    s.labels.endpoint === `${w.host}:${w.port}`)?.value;
+  const prefixA = Array.from({ length: 64 }, (_, j) => 3000 + j);
+  const send = (prompt, stream) => fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', prompt, max_tokens: 2, stream }),
+  }).then(async (res) => { assert.equal(res.status, 200); return res.text(); });
+  await (await fetch(`${warm.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 2500 }) })).arrayBuffer();
+  // A non-streaming request on prefix A (costs: warm 0, cold 4): stalled on warm, not counted.
+  const plain = send(prefixA.concat([1]), false);
+  assert.ok(await waitFor(async () => inflight(await scrapeMetrics(gw.api), warm) === 1, 5000, 20));
+  assert.equal(gauge(await scrapeMetrics(gw.api), warm), 0);
+  await plain;
+  // A stream of prefix A + 640 new tokens (44 blocks; warm holds 4): warm costs 40, cold 44:
+  // warm, with 40 blocks queued until its first byte.
+  const m0 = await scrapeMetrics(gw.api);
+  const long = send(prefixA.concat(Array.from({ length: 640 }, (_, j) => 50000 + j)), true);
+  assert.ok(await waitFor(async () => gauge(await scrapeMetrics(gw.api), warm) === 40, 5000, 20),
+    'the stream\'s 40 uncached blocks are not counted on the warm worker');
+  // A sibling on prefix A (4 blocks, all on warm): warm 40 + 0 + 2 x 1 in flight = 42, cold
+  // 0 + 4 + 0 = 4: it goes to the cold worker, a spill, and queues nothing there when it gets there
+  // (the gauge counts its 4 blocks until its own first byte).
+  await send(prefixA.concat([2]), true);
+  const m1 = await scrapeMetrics(gw.api);
+  assert.equal(sentTo(m1, cold) - sentTo(m0, cold), 1, 'the sibling did not move off the busy home');
+  const spills = (m) => m.find((s) => s.name === 'loxilb_pd_kv_tier15_spills_total' && s.labels.service === 'ttft')?.value ?? 0;
+  assert.equal(spills(m1) - spills(m0), 1);
+  assert.equal(gauge(m1, cold), 0);
+  await (await fetch(`${warm.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 0 }) })).arrayBuffer();
+  assert.match(await long, /\[DONE\]/);
+  const m2 = await scrapeMetrics(gw.api);
+  assert.equal(gauge(m2, warm), 0, 'queued prefill leaked on the warm worker');
+  assert.equal(gauge(m2, cold), 0);
+});

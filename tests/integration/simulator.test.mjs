@@ -102,6 +102,9 @@ describe('kvgate sim (vLLM dialect)', () => {
     let st = await state(prompt);
     assert.equal(st.prompt_blocks, 4);
     assert.deepEqual(st.workers.map((w) => [w.worker, w.blocks]), [[0, 4], [1, 0]]);
+    // Every block each cache holds (the oracle's cold-start test): worker 1 has served nothing.
+    assert.ok(st.workers[0].cached_blocks >= 4, `cached_blocks ${st.workers[0].cached_blocks}`);
+    assert.equal(st.workers[1].cached_blocks, 0);
     st = await state([...range(1, 33), ...range(900, 932)]);
     assert.deepEqual(st.workers.map((w) => w.blocks), [2, 0]);
     const bad = await fetch(`${w1.url}/sim/cache_state`, { method: 'POST', body: '{"prompt":' });

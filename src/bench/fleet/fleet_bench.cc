@@ -19,8 +19,7 @@
 //                               kvExactMode 3 with that kvLbMode (the selection law of seed 000),
 //                               round-robin behind it for misses
 //   kv-taper, kv-ttft           the same with our extensions (taper: a cap that tightens with
-//                               load; ttft: least estimated time to first token, which decides
-//                               misses too)
+//                               load; ttft: least estimated time to first token)
 //   sglang, sglang-cli          re-implementation of SGLang's cache_aware (its two default sets),
 //                               the rule's `selector` (approximate trees, no KV events)
 //   lmetric, dynamo, llm-d      re-implementations of LMetric, Dynamo's KV cost and llm-d's
@@ -61,6 +60,7 @@
 #include "bench/fleet/stats.h"
 #include "bench/fleet/stream_client.h"
 #include "bench/fleet/workload.h"
+#include "common/env.h"
 #include "common/net.h"
 #include "http/client.h"
 #include "routing/stages/kv_exact.h"
@@ -255,9 +255,9 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
         return false;
       }
       o.arms = {"rr", "lc", "kv-hard", "oracle"};
-      o.side_arms = {"random",     "chwbl",   "kv-soft", "kv-adaptive", "kv-adaptive-soft",
-                     "kv-taper",   "kv-ttft", "sglang",  "sglang-cli",  "lmetric",
-                     "dynamo",     "llm-d"};
+      o.side_arms = {"random",           "chwbl",    "kv-soft", "kv-adaptive",
+                     "kv-adaptive-soft", "kv-taper", "kv-ttft", "sglang",
+                     "sglang-cli",       "lmetric",  "dynamo",  "llm-d"};
     } else if (a == "--warmup") {
       if (!num(0, 1e6, x)) return false;
       o.warmup = static_cast<int64_t>(x);
@@ -396,6 +396,18 @@ struct Run {
   uint16_t kv_port = 0;
   Child* gateway = nullptr;
   size_t blocks = 0;  // KV blocks per worker (the oracle's capacity)
+  routing::LawParams law_env = routing::lawParamsFromEnvironment();  // the gateway's tuning
+  // The gateway's cold-start seeding (kv_exact.cc), which the oracle mirrors.
+  size_t seed_nth =
+      static_cast<size_t>(common::envInt("LOXILB_KV_COLDSTART_SEED_Nth", 0, 1'000'000, 16));
+  size_t seed_min_blocks =
+      static_cast<size_t>(common::envInt("LOXILB_KV_COLDSTART_MIN_BLOCKS", 0, 1'000'000'000, 16));
+};
+
+// The oracle's running counts over one rung.
+struct OracleTally {
+  size_t cursor = 0;  // round-robin over prompts nobody holds
+  size_t spills = 0, cold = 0, hits = 0, seeds = 0;
 };
 
 // The service for `arm`. `generation` names it (fleet-<arm>-<generation>): each rung posts a new
@@ -491,15 +503,18 @@ struct OracleMemory {
 // request queued there shares (it will hold them when that one is admitted), or a request this
 // oracle sent there in the last 2 s shares (still on its way); this client's in-flight requests
 // per worker (what the gateway counts as load) and the workers' capacity. A prompt nobody holds
-// goes round-robin, as Tier 1.5's `no_worker` miss does, unless the law decides misses (ttft).
+// goes round-robin, as Tier 1.5's `no_worker` miss does; every seed_nth decision by the law goes
+// to the first worker whose cache holds fewer than seed_min_blocks blocks, as the gateway's
+// cold-start seeding does (without it a worker that never got a prompt stays out of the affinity
+// set for good once every other worker holds a prefix all prompts share).
 // `pending` is the uncached blocks of this client's requests still awaiting a first byte, per
 // worker (the ttft law's queued prefill). Returns the worker; `uncached` the pick's uncached
 // blocks.
 asio::awaitable<size_t> oraclePick(const Run& r, routing::LawMode law, StreamClient& state,
                                    const std::string& body, const std::vector<uint32_t>& tokens,
                                    OracleMemory& mem, const std::vector<uint32_t>& inflight,
-                                   const std::vector<uint64_t>& pending, size_t& cursor,
-                                   size_t& spills, size_t& cold, uint32_t& uncached) {
+                                   const std::vector<uint64_t>& pending, OracleTally& tally,
+                                   uint32_t& uncached) {
   const auto now = std::chrono::steady_clock::now();
   StreamResult res = co_await state.post("/sim/cache_state", body, std::chrono::seconds(30), now);
   const std::vector<uint64_t> chain = OracleMemory::chain(tokens, r.o.block_size);
@@ -510,13 +525,15 @@ asio::awaitable<size_t> oraclePick(const Run& r, routing::LawMode law, StreamCli
     c[i].capacity = static_cast<double>(r.blocks);
     c[i].overlap = mem.leading(i, chain, now);
   }
+  std::vector<size_t> held(c.size(), 0);
   auto j = json::parse(res.body, nullptr, false);
   if (res.ok && j.is_object() && j.contains("workers")) {
     for (const auto& w : j["workers"]) {
       const size_t idx = w.value("worker", size_t{0});
-      if (idx < c.size())
-        c[idx].overlap =
-            std::max({c[idx].overlap, w.value("blocks", 0u), w.value("queued_blocks", 0u)});
+      if (idx >= c.size()) continue;
+      c[idx].overlap =
+          std::max({c[idx].overlap, w.value("blocks", 0u), w.value("queued_blocks", 0u)});
+      held[idx] = w.value("cached_blocks", size_t{0});
     }
   }
   bool any = false;
@@ -524,16 +541,28 @@ asio::awaitable<size_t> oraclePick(const Run& r, routing::LawMode law, StreamCli
   size_t pick = 0;
   uncached = static_cast<uint32_t>(chain.size());
   if (!any) {
-    ++cold;
-    pick = cursor++ % c.size();
+    ++tally.cold;
+    pick = tally.cursor++ % c.size();
   } else {
-    routing::LawParams p = routing::lawParamsFromEnvironment();  // the gateway's tuning
+    routing::LawParams p = r.law_env;
     p.mode = law;
     p.prompt_blocks = static_cast<uint32_t>(chain.size());
     const routing::LawResult lr = routing::applyLaw(c, p);
-    if (lr.spilled) ++spills;
+    if (lr.spilled) ++tally.spills;
     pick = lr.index < 0 ? 0 : static_cast<size_t>(lr.index);
     uncached = lr.uncached;
+    if (r.seed_nth > 0 && ++tally.hits % r.seed_nth == 0) {
+      for (size_t i = 0; i < c.size(); ++i) {
+        if (held[i] >= r.seed_min_blocks) continue;
+        if (i != pick) {
+          pick = i;
+          ++tally.seeds;
+          uncached =
+              static_cast<uint32_t>(chain.size() - std::min<size_t>(c[i].overlap, chain.size()));
+        }
+        break;
+      }
+    }
   }
   mem.remember(pick, chain, now);
   co_return pick;
@@ -581,7 +610,7 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
       direct.push_back(std::make_unique<StreamClient>(io.get_executor(), w.host, w.port));
     state = std::make_unique<StreamClient>(io.get_executor(), r.workers[0].host, r.workers[0].port);
   }
-  size_t oracle_spills = 0, oracle_misses = 0, oracle_cursor = 0;
+  OracleTally tally;
   OracleMemory memory(r.workers.size());
   std::vector<StreamResult> results(n);
   const auto t0 = std::chrono::steady_clock::now();
@@ -600,9 +629,9 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
             results[i] = co_await client.post("/v1/completions", bodies[i], timeout, scheduled);
           } else {
             uint32_t uncached = 0;
-            const size_t w = co_await oraclePick(
-                r, arm.oracle_law, *state, bodies[i], r.w.prompts[order[i]].tokens, memory,
-                inflight, pending, oracle_cursor, oracle_spills, oracle_misses, uncached);
+            const size_t w = co_await oraclePick(r, arm.oracle_law, *state, bodies[i],
+                                                 r.w.prompts[order[i]].tokens, memory, inflight,
+                                                 pending, tally, uncached);
             ++inflight[w];
             pending[w] += uncached;
             bool queued = true;  // its prefill counts in pending[w] until the first byte
@@ -610,8 +639,8 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
               if (queued) pending[w] -= uncached;
               queued = false;
             };
-            results[i] = co_await direct[w]->post("/v1/completions", bodies[i], timeout, scheduled,
-                                                  &first);
+            results[i] =
+                co_await direct[w]->post("/v1/completions", bodies[i], timeout, scheduled, &first);
             first();  // no byte came (an error): given back now
             --inflight[w];
           }
@@ -710,8 +739,9 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   }
   if (arm.oracle) {
     s["gateway_cpu_us_per_req"] = -1;  // the oracle's requests go direct to the workers
-    s["oracle_spills"] = oracle_spills;
-    s["oracle_cold"] = oracle_misses;
+    s["oracle_spills"] = tally.spills;
+    s["oracle_cold"] = tally.cold;
+    s["oracle_cold_seeds"] = tally.seeds;
   }
   if (!error_kinds.empty()) s["error_kinds"] = error_kinds;
   return s;

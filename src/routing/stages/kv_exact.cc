@@ -231,6 +231,12 @@ class KvExactStage : public Stage {
         if (static_cast<int>(i) != res.index) {
           res.index = static_cast<int>(i);
           res.seeded = true;
+          if (opts_.law.mode == LawMode::kTtft) {  // what the seeded endpoint must prefill
+            uint32_t ov = 0;
+            for (uint64_t m = masks[i]; m; m &= m - 1)
+              ov = std::max(ov, overlap[static_cast<size_t>(std::countr_zero(m))]);
+            res.prefill_blocks = static_cast<uint32_t>(n - std::min<size_t>(ov, n));
+          }
         }
         break;
       }
@@ -279,8 +285,7 @@ LawParams lawParamsFromEnvironment() {
       static_cast<uint32_t>(envInt("LOXILB_KV_MEAN_LOAD_FACTOR", 100, 300, 175));
   p.ttft_miss_weight =
       static_cast<double>(envInt("LOXILB_KV_TTFT_MISS_WEIGHT_PCT", 0, 10'000, 800)) / 100.0;
-  p.ttft_load_blocks =
-      static_cast<double>(envInt("LOXILB_KV_TTFT_LOAD_BLOCKS", 0, 1'000'000, 2));
+  p.ttft_load_blocks = static_cast<double>(envInt("LOXILB_KV_TTFT_LOAD_BLOCKS", 0, 1'000'000, 2));
   if (const char* r = std::getenv("LOXILB_KV_SPILL_RELIEF"); r && *r) {
     const std::string_view v(r);
     if (v == "off" || v == "0" || v == "false")

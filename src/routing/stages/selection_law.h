@@ -20,20 +20,20 @@
 //    and buys nothing, tight (1.25) from 16 requests per endpoint on, where imbalance is queueing.
 //    The seed's adaptive law moves the other way (175 -> 300 as L grows); the fleet benchmark
 //    measured a 1.25 cap beating every arm at saturation (docs/benchmarks.md).
-//  - ttft (an extension, not in the seed): argmin of an estimate of the time to first token in
-//    prefill blocks, cost_i = pending_i + miss_weight * uncached_i + load_blocks * load_i, with
-//    uncached_i = max(prompt_blocks - overlap_i, 0), pending_i the blocks this gateway sent to i
-//    that i has not finished prefilling (uncached blocks of its requests still waiting for their
-//    first response byte), miss_weight 8.0 (LOXILB_KV_TTFT_MISS_WEIGHT_PCT, default 800: the
-//    request's own prefill, plus the compute it takes from every request that queues behind it
-//    on a busy fleet and the cache it costs; the fleet benchmark measured 2.0 spilling a fifth of
-//    the requests at saturation and losing a tenth of the hit rate) and load_blocks 2 (LOXILB_KV_TTFT_LOAD_BLOCKS: a running
-//    sequence slows each engine step by about a third of a prefill block's compute in the step
-//    model, and a first token waits a few steps). A prompt goes to its home unless the home's
-//    queued prefill exceeds another worker's by more than miss_weight x its uncached blocks there.
-//    A prompt nobody holds is a Tier 1.5 miss, as under hard: the fleet benchmark measured that
-//    placing a new prefix by the queue of the moment unbalances the fleet (its siblings follow it
-//    for good), while the rule's round-robin spreads new prefixes evenly.
+//  - ttft (an extension, not in the seed; not the default: measured worse than hard at
+//    saturation, docs/benchmarks.md): argmin of an estimated time to first token in prefill
+//    blocks, cost_i = pending_i + miss_weight * uncached_i + load_blocks * load_i, with
+//    uncached_i = max(prompt_blocks - overlap_i, 0) and pending_i the uncached blocks of the
+//    streams this gateway sent to i that have not received their first byte yet (a non-streaming
+//    answer has no first byte before its last token: not counted). miss_weight 8.0
+//    (LOXILB_KV_TTFT_MISS_WEIGHT_PCT, default 800): the request's own prefill plus the compute
+//    it takes from the requests queued behind it and the cache it costs (2.0 spilled a fifth of
+//    the requests at saturation in the fleet benchmark and lost a tenth of the hit rate).
+//    load_blocks 2 (LOXILB_KV_TTFT_LOAD_BLOCKS): a running sequence slows each engine step by
+//    about a third of a prefill block's compute in the step model, and a first token waits a few
+//    steps. A prompt nobody holds is a Tier 1.5 miss, as under hard: placing a new prefix by the
+//    queue of the moment unbalanced the fleet in the benchmark (its siblings follow it for good),
+//    while the rule's round-robin spreads new prefixes evenly.
 //
 // Peer re-implementations, from their published descriptions (shared/reference/peers.md), over
 // the same candidates; a prompt nobody holds is decided by the same formula (overlap 0):
@@ -107,11 +107,12 @@ struct LawCandidate {
   uint32_t overlap = 0;  // leading blocks of the prompt the endpoint holds
   uint32_t load = 0;     // in-flight requests (this gateway's count)
   double capacity = 0;   // KV blocks; 0 = unknown
-  // Peer laws only:
+  // Peer laws only (and ttft's pending_blocks):
   uint64_t active_blocks = 0;  // dynamo: distinct blocks in flight there, this prompt's added
   int64_t waiting = -1;        // llm-d: the engine's waiting requests (/metrics); -1 unknown
   double kv_usage = -1;        // llm-d: the engine's KV-cache usage 0..1 (/metrics); -1 unknown
-  uint64_t pending_blocks = 0;  // ttft: uncached blocks sent there still awaiting a first byte
+  // ttft only: uncached blocks of streams sent there still awaiting their first byte.
+  uint64_t pending_blocks = 0;
 };
 
 struct LawParams {
@@ -120,16 +121,16 @@ struct LawParams {
   double soft_lambda = 32;
   uint32_t prompt_blocks = 0;  // soft: blocks of the prompt
   bool spill_relief = true;
-  double ttft_miss_weight = 8.0;   // ttft: weight of the request's own uncached blocks
-  double ttft_load_blocks = 2.0;   // ttft: blocks of cost per in-flight request
+  double ttft_miss_weight = 8.0;  // ttft: weight of the request's own uncached blocks
+  double ttft_load_blocks = 2.0;  // ttft: blocks of cost per in-flight request
 };
 
 struct LawResult {
-  int index = -1;        // the pick (-1: no candidates)
-  bool spilled = false;  // the pick is not the overlap argmax
-  double factor = 0;     // the cap factor used (hard, adaptive)
-  double lambda = 0;     // the lambda used (soft, adaptive-soft)
-  uint32_t uncached = 0;  // the pick's uncached blocks (prompt_blocks - overlap, at least 0)
+  int index = -1;         // the pick (-1: no candidates)
+  bool spilled = false;   // the pick is not the overlap argmax
+  double factor = 0;      // the cap factor used (hard, adaptive)
+  double lambda = 0;      // the lambda used (soft, adaptive-soft)
+  uint32_t uncached = 0;  // the pick's uncached blocks (prompt_blocks - overlap, >= 0)
 };
 
 LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p);

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The fleet benchmark's whole report in one command: every workload and check that
+# docs/benchmarks.md shows, each a `kvgate bench fleet` run writing JSON, a Markdown table and a
+# chart into OUT (default build/bench). Runs one after another (2 cores: never two at once).
+#
+#   bench/fleet_suite.sh [--full] [OUT]      (OUT relative to the current directory)
+#   ONLY="gsp speedup" bench/fleet_suite.sh   runs only the runs named (names below)
+#
+#   gsp          SGLang's generated-shared-prefix, quick mode (rr, lc, kv-hard, oracle over the
+#                ladder 10-80/s, every other arm at 20 and 80/s); --full: every arm over the
+#                whole ladder
+#   nosharing    the control (lc, rr, kv-hard, kv-soft)
+#   llmd         llm-d's precise-routing shape (150 groups need --warmup 750 to be warm)
+#   multiround   multi-round chat
+#   mooncake     a generated Mooncake-format trace replayed at its own arrival pattern
+#   speedup      gsp's key arms at --speedup 0.25 with the ladder halved (the same load relative
+#                to the engines): the result must not depend on the time compression
+#   prefill-half, prefill-double
+#                gsp's key arms with the simulated prefill cost halved and doubled
+#
+# Needs build/kvgate (make) and, for the charts, python3-matplotlib (scripts/setup.sh --bench).
+# Runtime on 2 cores: about 50 minutes (quick), 65 (full); each run prints its own.
+set -euo pipefail
+FULL=0
+case "${1:-}" in
+  --full) FULL=1; shift ;;
+  -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+  -*) echo "unknown option $1 (--full, --help)" >&2; exit 2 ;;
+esac
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+OUT=$(mkdir -p "${1:-$REPO/build/bench}" && cd "${1:-$REPO/build/bench}" && pwd)
+cd "$REPO"
+BIN=${KVGATE_BIN:-build/kvgate}
+NAMES="gsp nosharing llmd multiround mooncake speedup prefill-half prefill-double"
+ONLY=${ONLY:-}  # a space-separated subset of NAMES
+for n in $ONLY; do
+  [[ " $NAMES " == *" $n "* ]] || { echo "unknown run '$n' in ONLY (runs: $NAMES)" >&2; exit 2; }
+done
+run() {  # NAME ARGS...: one run, its outputs named after it
+  local name=$1; shift
+  if [ -n "$ONLY" ] && [[ " $ONLY " != *" $name "* ]]; then return 0; fi
+  echo "== $name: $BIN bench fleet $* (started $(date -u +%H:%M:%SZ))"
+  local t0=$SECONDS
+  "$BIN" bench fleet "$@" --out "$OUT/fleet-$name.json" --md "$OUT/fleet-$name.md" \
+    --chart "$OUT/fleet-$name.png"
+  echo "== $name: $((SECONDS - t0)) s"
+}
+GSP=(--workload gsp --wl output_len=64 --workers 4 --requests 200)
+KEY="rr,kv-hard,oracle"
+if [ $FULL = 1 ]; then
+  run gsp "${GSP[@]}" --qps 10,20,40,60,80 --speedup 0.5 \
+    --arms rr,lc,random,chwbl,kv-off,kv-hard,kv-soft,kv-adaptive,kv-adaptive-soft,kv-taper,kv-ttft,oracle,sglang,sglang-cli,lmetric,dynamo,llm-d
+else
+  run gsp "${GSP[@]}" --quick --qps 10,20,40,60,80 --speedup 0.5
+fi
+run nosharing --workload nosharing --wl output_len=64 --workers 4 --arms lc,rr,kv-hard,kv-soft \
+  --qps 10,20,40,60 --requests 150 --speedup 0.5
+run llmd --workload llmd --wl output_len=64 --workers 4 --arms "$KEY" \
+  --side-arms lc,kv-ttft,sglang-cli,dynamo,llm-d --qps 8,12 --side-qps 12 \
+  --requests 100 --warmup 750 --speedup 0.5
+run multiround --workload multiround --workers 4 --arms "$KEY",lc \
+  --side-arms kv-ttft,sglang-cli,dynamo,llm-d --qps 5,10,20,30 --side-qps 10,30 \
+  --requests 200 --speedup 0.5
+run mooncake --workload mooncake --workers 4 --arms "$KEY",lc \
+  --side-arms kv-ttft,sglang-cli,dynamo,llm-d --qps 2,4,8,12 --side-qps 4,12 \
+  --requests 200 --speedup 0.5
+run speedup "${GSP[@]}" --arms "$KEY" --side-arms sglang-cli,dynamo --qps 5,10,20,30,40 \
+  --side-qps 10,40 --speedup 0.25
+run prefill-half "${GSP[@]}" --arms "$KEY" --side-arms sglang-cli,dynamo --qps 20,80 \
+  --speedup 0.5 --sim-arg=--prefill-factor=0.5
+run prefill-double "${GSP[@]}" --arms "$KEY" --side-arms sglang-cli,dynamo --qps 20,80 \
+  --speedup 0.5 --sim-arg=--prefill-factor=2
+echo "== all runs written to $OUT"
