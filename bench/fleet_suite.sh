@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The fleet benchmark's whole report in one command: every workload and check that
 # docs/benchmarks.md shows, each a `kvgate bench fleet` run writing JSON, a Markdown table and a
-# chart into OUT (default build/bench). Runs one after another (2 cores: never two at once).
+# chart into OUT (default build/bench), and fleet-<run>-pivot.md (scripts/fleet_pivot.py: TTFT
+# p90, hit rate and throughput, an arm a row). Runs one after another (2 cores: never two at once).
 #
 #   bench/fleet_suite.sh [--full] [OUT]      (OUT relative to the current directory)
 #   ONLY="gsp speedup" bench/fleet_suite.sh   runs only the runs named (names below)
@@ -43,6 +44,7 @@ run() {  # NAME ARGS...: one run, its outputs named after it
   local t0=$SECONDS
   "$BIN" bench fleet "$@" --out "$OUT/fleet-$name.json" --md "$OUT/fleet-$name.md" \
     --chart "$OUT/fleet-$name.png"
+  /usr/bin/python3 scripts/fleet_pivot.py "$OUT/fleet-$name.json" "$OUT/fleet-$name-pivot.md"
   echo "== $name: $((SECONDS - t0)) s"
 }
 GSP=(--workload gsp --wl output_len=64 --workers 4 --requests 200)
@@ -61,13 +63,13 @@ run llmd --workload llmd --wl output_len=64 --workers 4 --arms "$KEY" \
 run multiround --workload multiround --workers 4 --arms "$KEY",lc \
   --side-arms kv-ttft,sglang-cli,dynamo,llm-d --qps 5,10,20,30 --side-qps 10,30 \
   --requests 200 --speedup 0.5
-run mooncake --workload mooncake --workers 4 --arms "$KEY",lc \
-  --side-arms kv-ttft,sglang-cli,dynamo,llm-d --qps 2,4,8,12 --side-qps 4,12 \
-  --requests 200 --speedup 0.5
 run speedup "${GSP[@]}" --arms "$KEY" --side-arms sglang-cli,dynamo --qps 5,10,20,30,40 \
   --side-qps 10,40 --speedup 0.25
 run prefill-half "${GSP[@]}" --arms "$KEY" --side-arms sglang-cli,dynamo --qps 20,80 \
   --speedup 0.5 --sim-arg=--prefill-factor=0.5
 run prefill-double "${GSP[@]}" --arms "$KEY" --side-arms sglang-cli,dynamo --qps 20,80 \
   --speedup 0.5 --sim-arg=--prefill-factor=2
+run mooncake --workload mooncake --workers 4 --arms "$KEY",lc \
+  --side-arms kv-ttft,sglang-cli,dynamo,llm-d --qps 8,16,24 --side-qps 24 \
+  --requests 100 --speedup 0.5
 echo "== all runs written to $OUT"

@@ -89,7 +89,8 @@ Load:
                       kv-ttft, oracle (hard law), oracle-ttft (ttft law), and
                       re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, llm-d
   --side-arms LIST    more arms, run only at --side-qps
-  --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs)
+  --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs;
+                      the whole ladder when it has two or fewer)
   --quick             arms rr,lc,kv-hard,oracle over the ladder and every other arm at two points
   --warmup N          unmeasured requests before each rung's measured ones (default requests/2);
                       every rung starts from empty caches
@@ -932,10 +933,10 @@ int fleetBench(int argc, char** argv) {
   for (const auto& name : o.arms) plan.emplace_back(name, o.qps);
   std::vector<double> side = o.side_qps;
   if (side.empty()) {
-    if (o.qps.size() >= 2)
+    if (o.qps.size() > 2)
       side = {o.qps[1], o.qps.back()};
     else
-      side = o.qps;
+      side = o.qps;  // (a two-rung ladder: both, not its last rung twice)
   }
   for (const auto& name : o.side_arms) plan.emplace_back(name, side);
   auto rungOf = [&](double q, size_t j) {
