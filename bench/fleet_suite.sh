@@ -20,7 +20,7 @@
 #                gsp's key arms with the simulated prefill cost halved and doubled
 #
 # Needs build/kvgate (make) and, for the charts, python3-matplotlib (scripts/setup.sh --bench).
-# Runtime on 2 cores: about 50 minutes (quick), 65 (full); each run prints its own.
+# Runtime on 2 cores: 54 minutes (quick), 64 (full), measured 2026-12-01; each run prints its own.
 set -euo pipefail
 FULL=0
 case "${1:-}" in
