@@ -23,15 +23,20 @@
 # Runtime on 2 cores: 54 minutes (quick), 64 (full), measured 2026-12-01; each run prints its own.
 set -euo pipefail
 FULL=0
-case "${1:-}" in
-  --full) FULL=1; shift ;;
-  -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
-  -*) echo "unknown option $1 (--full, --help)" >&2; exit 2 ;;
-esac
+OUT_ARG=""
+for a in "$@"; do
+  case "$a" in
+    --full) FULL=1 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -*) echo "unknown option $a (--full, --help)" >&2; exit 2 ;;
+    *) [ -z "$OUT_ARG" ] || { echo "one OUT directory only" >&2; exit 2; }; OUT_ARG=$a ;;
+  esac
+done
+set -- ${OUT_ARG:+"$OUT_ARG"}
+BIN=$(realpath -m "${KVGATE_BIN:-$(dirname "$0")/../build/kvgate}")  # before the cd below
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$(mkdir -p "${1:-$REPO/build/bench}" && cd "${1:-$REPO/build/bench}" && pwd)
 cd "$REPO"
-BIN=${KVGATE_BIN:-build/kvgate}
 NAMES="gsp nosharing llmd multiround mooncake speedup prefill-half prefill-double"
 ONLY=${ONLY:-}  # a space-separated subset of NAMES
 for n in $ONLY; do

@@ -15,7 +15,12 @@ def pivot(doc, title, key, fmt):
              "|---|" + "---|" * len(qps)]
     for arm in doc["arms"]:
         name = arm["arm"] + (" (re-impl.)" if arm["arm"] in PEERS else "")
-        by = {s["qps"]: s for s in arm["steps"]}
+        by = {}
+        for s in arm["steps"]:
+            if s["qps"] in by:
+                print(f"fleet_pivot: {arm['arm']} ran {s['qps']:g}/s twice: showing the last",
+                      file=sys.stderr)
+            by[s["qps"]] = s
         cells = [fmt(by[q][key]) if q in by and by[q].get("ok", 1) else "" for q in qps]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

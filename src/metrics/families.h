@@ -69,8 +69,9 @@ inline const Family kEndpointInflight{"kvgate_endpoint_inflight_requests", Type:
     "Requests in flight to an endpoint through this gateway.", {"endpoint"}};
 inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blocks",
     Type::kGauge,
-    "Uncached prompt blocks this gateway sent to an endpoint whose first response byte has not "
-    "arrived yet (the prefill queued there; rules with kvLbMode ttft).", {"endpoint"}};
+    "Uncached prompt blocks of streaming requests this gateway sent to an endpoint whose first "
+    "response byte has not arrived yet (the prefill queued there; rules with kvLbMode ttft).",
+    {"endpoint"}};
 inline const Family kEndpointConnectFailures{"kvgate_endpoint_connect_failures_total",
     Type::kCounter, "Failed connection attempts to an endpoint.", {"endpoint"}};
 inline const Family kEndpointUp{"kvgate_endpoint_up", Type::kGauge,

@@ -526,7 +526,8 @@ asio::awaitable<size_t> oraclePick(const Run& r, routing::LawMode law, StreamCli
     c[i].capacity = static_cast<double>(r.blocks);
     c[i].overlap = mem.leading(i, chain, now);
   }
-  std::vector<size_t> held(c.size(), 0);
+  // Cached blocks per worker; unknown (no answer, an older simulator) counts as warm: no seeding.
+  std::vector<size_t> held(c.size(), SIZE_MAX);
   auto j = json::parse(res.body, nullptr, false);
   if (res.ok && j.is_object() && j.contains("workers")) {
     for (const auto& w : j["workers"]) {
@@ -534,7 +535,7 @@ asio::awaitable<size_t> oraclePick(const Run& r, routing::LawMode law, StreamCli
       if (idx >= c.size()) continue;
       c[idx].overlap =
           std::max({c[idx].overlap, w.value("blocks", 0u), w.value("queued_blocks", 0u)});
-      held[idx] = w.value("cached_blocks", size_t{0});
+      held[idx] = w.value("cached_blocks", SIZE_MAX);
     }
   }
   bool any = false;
