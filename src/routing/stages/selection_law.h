@@ -25,7 +25,9 @@
 //    blocks, cost_i = pending_i + miss_weight * uncached_i + load_blocks * load_i, with
 //    uncached_i = max(prompt_blocks - overlap_i, 0) and pending_i the uncached blocks of the
 //    streams this gateway sent to i that have not received their first byte yet (a non-streaming
-//    answer has no first byte before its last token: not counted). miss_weight 8.0
+//    answer has no first byte before its last token: not counted; nor are requests Tier 1.5
+//    could not key (warm-up, no tokenizer, a prompt under one block) or other rules' requests to
+//    the same engine). miss_weight 8.0
 //    (LOXILB_KV_TTFT_MISS_WEIGHT_PCT, default 800): the request's own prefill plus the compute
 //    it takes from the requests queued behind it and the cache it costs (2.0 spilled a fifth of
 //    the requests at saturation in the fleet benchmark and lost a tenth of the hit rate).
