@@ -165,11 +165,16 @@ class KvExactStage : public Stage {
     std::vector<int>& index_of = sc.index_of;
     cands.clear();
     index_of.clear();
-    uint32_t best = 0, best_excluded = 0;
-    for (size_t i = 0; i < c.size(); ++i) {
+    // An endpoint's overlap: the best of its publisher's ranks.
+    auto overlapOf = [&](size_t i) {
       uint32_t ov = 0;
       for (uint64_t m = masks[i]; m; m &= m - 1)
         ov = std::max(ov, overlap[static_cast<size_t>(std::countr_zero(m))]);
+      return ov;
+    };
+    uint32_t best = 0, best_excluded = 0;
+    for (size_t i = 0; i < c.size(); ++i) {
+      const uint32_t ov = overlapOf(i);
       if (c.excluded[i]) {
         best_excluded = std::max(best_excluded, ov);
         continue;
@@ -231,12 +236,8 @@ class KvExactStage : public Stage {
         if (static_cast<int>(i) != res.index) {
           res.index = static_cast<int>(i);
           res.seeded = true;
-          if (opts_.law.mode == LawMode::kTtft) {  // what the seeded endpoint must prefill
-            uint32_t ov = 0;
-            for (uint64_t m = masks[i]; m; m &= m - 1)
-              ov = std::max(ov, overlap[static_cast<size_t>(std::countr_zero(m))]);
-            res.prefill_blocks = static_cast<uint32_t>(n - std::min<size_t>(ov, n));
-          }
+          if (opts_.law.mode == LawMode::kTtft)  // what the seeded endpoint must prefill
+            res.prefill_blocks = static_cast<uint32_t>(n - std::min<size_t>(overlapOf(i), n));
         }
         break;
       }

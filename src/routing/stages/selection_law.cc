@@ -87,11 +87,14 @@ int extremum(std::span<const LawCandidate> c, Score score, bool maximize) {
   return b;
 }
 
+// Blocks of the prompt the candidate does not hold (prompt_blocks - overlap, at least 0).
+uint32_t uncachedBlocks(const LawParams& p, const LawCandidate& x) {
+  return p.prompt_blocks > x.overlap ? p.prompt_blocks - x.overlap : 0;
+}
+
 LawResult peerLaw(std::span<const LawCandidate> c, const LawParams& p, int argmax) {
   LawResult r;
-  auto uncached = [&](size_t i) {
-    return p.prompt_blocks > c[i].overlap ? double(p.prompt_blocks - c[i].overlap) : 0.0;
-  };
+  auto uncached = [&](size_t i) { return double(uncachedBlocks(p, c[i])); };
   if (p.mode == LawMode::kLmetric) {
     // The prompt's last token is always computed (a full hit still prefills it): + 1 block.
     r.index = extremum(
@@ -137,10 +140,7 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
 
 LawResult applyLaw(std::span<const LawCandidate> c, const LawParams& p) {
   LawResult r = applyLawInner(c, p);
-  if (r.index >= 0) {
-    const uint32_t ov = c[static_cast<size_t>(r.index)].overlap;
-    r.uncached = p.prompt_blocks > ov ? p.prompt_blocks - ov : 0;
-  }
+  if (r.index >= 0) r.uncached = uncachedBlocks(p, c[static_cast<size_t>(r.index)]);
   return r;
 }
 
@@ -178,9 +178,8 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
       r.index = extremum(
           c,
           [&](size_t i) {
-            const double uncached =
-                p.prompt_blocks > c[i].overlap ? double(p.prompt_blocks - c[i].overlap) : 0.0;
-            return double(c[i].pending_blocks) + p.ttft_miss_weight * uncached +
+            return double(c[i].pending_blocks) +
+                   p.ttft_miss_weight * double(uncachedBlocks(p, c[i])) +
                    p.ttft_load_blocks * double(c[i].load);
           },
           false);
@@ -191,19 +190,13 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
     case LawMode::kAdaptiveSoft: {
       r.lambda = p.mode == LawMode::kSoft ? p.soft_lambda
                                           : clampd(50000 + 5000 * (load_sum - 16), 50000, 100000);
-      int b = -1;
-      double bcost = 0;
-      for (size_t i = 0; i < c.size(); ++i) {
-        const double uncached =
-            p.prompt_blocks > c[i].overlap ? double(p.prompt_blocks - c[i].overlap) : 0.0;
-        const double cost = uncached * 1000 + r.lambda * c[i].load / capacity(i);
-        if (b < 0 || cost < bcost || (cost == bcost && lessLoaded(c, i, static_cast<size_t>(b)))) {
-          b = static_cast<int>(i);
-          bcost = cost;
-        }
-      }
-      r.index = b;
-      r.spilled = b != argmax && c[static_cast<size_t>(argmax)].overlap > 0;
+      r.index = extremum(
+          c,
+          [&](size_t i) {
+            return double(uncachedBlocks(p, c[i])) * 1000 + r.lambda * c[i].load / capacity(i);
+          },
+          false);
+      r.spilled = r.index != argmax && c[static_cast<size_t>(argmax)].overlap > 0;
       return r;
     }
     case LawMode::kHard:
