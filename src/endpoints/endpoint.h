@@ -64,6 +64,7 @@ struct EndpointState {
   const std::string label;  // "ip:port" for logs and metrics
 
   std::atomic<int64_t> active{0};  // requests in flight through this gateway
+  std::atomic<int64_t> queued{0};  // requests the admission gate parked for this endpoint
   ActiveBlockSet active_set;       // their distinct blocks (rules with the dynamo law only)
   // Uncached prompt blocks of those requests that have not received a first response byte yet:
   // the prefill queued there by this gateway (rules with the ttft law only).

@@ -2,6 +2,7 @@
 //
 // Files: connection.cc (the request loop: head, body, drain), dispatch.cc (request facts, pool
 // lookup, the gateway's own answers), forward.cc (routing pipeline and upstream legs),
+// pd_forward.cc (P/D rules: the prefill and decode picks, the dialects' two legs, rescue),
 // relay.cc (the response relay, SSE), conn_io.cc (deadline, client writes, errors, the
 // client-disconnect watcher, access log).
 #pragma once
@@ -38,12 +39,8 @@ std::string openAiError(int status, std::string_view code, std::string_view mess
 
 class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegObserver {
  public:
-  ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s)
-      : w_(w),
-        l_(std::move(l)),
-        client_(std::move(s)),
-        leg_(w.io, w.pool, *this),
-        deadline_(client_.get_executor()) {}
+  ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s);  // (pd_forward.cc)
+  ~ClientConn();
 
   asio::awaitable<void> run();
   // Shutdown (worker thread): a connection idle between requests closes now; one with a request
@@ -70,9 +67,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
     const char* stage = "";                 // which pipeline stage decided (access-log tier)
     bool spilled = false;
     const Route* route = nullptr;  // set once the request's rule is known
-    int ep_index = -1;             // set once an endpoint is chosen
-    double ttfb_ms = -1;           // first response byte to the client (stream: first event)
-    std::string_view model;        // the model the pool lookup used
+    int ep_index = -1;             // set once an endpoint is chosen (P/D: the decode endpoint)
+    const std::string* prefill = nullptr;  // P/D: label of the prefill endpoint
+    double ttfb_ms = -1;     // first response byte to the client (stream: first event)
+    std::string_view model;  // the model the pool lookup used
   };
 
   // connection.cc
@@ -87,15 +85,46 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<bool> answerUnroutable(const Route* route, bool host_path_matched,
                                          std::string_view model);
   // forward.cc
-  asio::awaitable<bool> forward(const Request& req, const Route& route);
-  void buildUpstreamHead(const Request& req, const Route& route);
-  void setUpstreamHost(std::string_view label);
-  asio::awaitable<bool> exchange(const Request& req, const Route& route, size_t idx,
-                                 endpoints::EndpointLease& lease, bool& next_endpoint);
+  // `pipeline` null: the route's; `role` >= 0: only endpoints of that ep_role are candidates.
+  asio::awaitable<bool> forward(const Request& req, const Route& route,
+                                const routing::Pipeline* pipeline = nullptr, int role = -1);
+  // The upstream request head for `body` (the client's, or a P/D leg's rewritten one) into
+  // `out`; `host_at` is where setUpstreamHost puts a Host header (npos: the client sent one).
+  void buildUpstreamHead(const Request& req, const Route& route, std::string_view body,
+                         std::string& out, size_t& host_at);
+  static void setUpstreamHost(std::string& head, size_t host_at, std::string_view label);
+  void maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role) const;
+  asio::awaitable<bool> exchange(const Request& req, std::string_view body, const Route& route,
+                                 size_t idx, endpoints::EndpointLease& lease, bool& next_endpoint);
   asio::awaitable<bool> failExchange(const UpstreamLeg::Result& r, const Route& route, size_t idx,
                                      endpoints::EndpointLease& lease);
   asio::awaitable<UpstreamLeg::Result> readFinalHead(std::string_view method,
                                                      http::ResponseHead& rh);
+  // pd_forward.cc
+  struct PdState;
+  struct LegAnswer;
+  asio::awaitable<bool> forwardPd(const Request& req, const Route& route);
+  int pickDecode(const routing::RequestContext& rctx, const Route& route,
+                 endpoints::EndpointLease& lease);
+  asio::awaitable<LegAnswer> firstLeg(const Request& req, const Route& route, size_t idx,
+                                      endpoints::EndpointLease& lease, std::string_view body);
+  asio::awaitable<bool> readWholeBody(UpstreamLeg& leg, const http::ResponseHead& rh,
+                                      std::string& out, std::string& error);
+  asio::awaitable<bool> answerWith(int status, std::string_view content_type,
+                                   std::string_view body);
+  asio::awaitable<bool> secondLeg(const Request& req, const Route& route, size_t prefill_idx,
+                                  const routing::RequestContext& rctx, std::string_view body,
+                                  endpoints::EndpointLease& first_lease, int first_idx);
+  asio::awaitable<bool> concurrentLegs(const Request& req, const Route& route, size_t pidx,
+                                       endpoints::EndpointLease& plase,
+                                       const routing::RequestContext& rctx,
+                                       endpoints::EndpointLease& dlease, int didx);
+  asio::awaitable<void> drainPrefill(std::shared_ptr<ClientConn> self,
+                                     std::shared_ptr<const VipConfig> cfg, const Route* route,
+                                     size_t idx, std::shared_ptr<UpstreamLeg> leg,
+                                     endpoints::EndpointLease lease, std::string head,
+                                     std::string body, uint64_t request_no);
+  void abortLegs(bool timeout);  // every open upstream leg of the current request
   // relay.cc
   struct RelayFraming {  // the response body's framing and progress
     http::BodyKind kind = http::BodyKind::kNone;
@@ -164,6 +193,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string up_head_;
   size_t up_host_at_ = std::string::npos;  // where an added Host header goes (HTTP/1.0 clients)
   std::string down_head_;
+  std::unique_ptr<PdState> pd_;  // P/D scratch (the first leg, rewritten bodies): made on first use
+  std::string pd_leg_note_;      // P/D: which leg an error answer is about ("" = single leg)
+  std::string pd_first_error_;   // P/D (concurrent): the prefill leg failed, so the decode leg ends
   http::ResponseHead resp_head_;  // the current response's head (views into the leg's buffer)
   std::vector<bool> excluded_;
   routing::ChainCache chain_cache_;  // kv_exact's chain, reused by a request's retries

@@ -36,10 +36,10 @@ void ClientConn::onDeadline() {
     }
     case Phase::kConnect:
     case Phase::kAwaitResponse:
-      leg_.abort(true);
+      abortLegs(true);
       break;
     default:
-      leg_.abort(true);
+      abortLegs(true);
       closeClient();
   }
 }
@@ -131,7 +131,7 @@ void ClientConn::armWatch(uint64_t gen) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     client_gone_ = true;  // EOF or error: the client went away
     watch_running_ = false;
-    leg_.abort(false);  // the engine sees the disconnect and aborts the request
+    abortLegs(false);  // the engine sees the disconnect and aborts the request
     return;
   }
   client_.async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](const error_code&) {

@@ -174,7 +174,7 @@ asio::awaitable<void> ClientConn::run() {
   }
   deadline_.stop();
   stopWatch();
-  leg_.abort(false);
+  abortLegs(false);
   if (client_.is_open() && !client_gone_) co_await lingeringClose(client_);
   closeClient();
 }

@@ -20,6 +20,12 @@ const common::Clock& clockOf(const ProxyOptions& o) {
 // selector stage: the extension field `selector` when set (stages without a sel number, such as
 // random), else `sel`; empty when this build lacks the selector.
 std::vector<std::string> stageNames(const config::RuleSpec& rule) {
+  if (rule.service_args.value("pd_disagg_mode", false)) {  // the P/D ladder's prefill pick
+    std::vector<std::string> names;
+    if (rule.service_args.value("kvExactMode", 0) == 1) names.push_back("kv_exact");
+    names.emplace_back("min_load");
+    return names;
+  }
   const std::string named = rule.service_args.value("selector", std::string());
   const routing::StageInfo* info =
       named.empty() ? routing::stageForSel(rule.sel) : routing::findStage(named);
@@ -30,16 +36,15 @@ std::vector<std::string> stageNames(const config::RuleSpec& rule) {
   return names;
 }
 
-std::unique_ptr<routing::Pipeline> buildPipeline(const Route& route, const common::Clock& clock,
-                                                 const kv::KvIndex* kv_index,
-                                                 const kv::WorkerLookup* kv_lookup,
-                                                 const routing::PromptTokens* tokens,
-                                                 kv::SpeculativeOverlay* overlay) {
-  auto names = stageNames(route.rule);
+std::unique_ptr<routing::Pipeline> buildPipeline(
+    const Route& route, const common::Clock& clock, const kv::KvIndex* kv_index,
+    const kv::WorkerLookup* kv_lookup, const routing::PromptTokens* tokens,
+    kv::SpeculativeOverlay* overlay, const std::vector<std::string>& names,
+    const std::shared_ptr<routing::PipelineStats>& stats) {
   if (names.empty()) return nullptr;
   routing::StageServices services{clock,     route.rule, route.endpoints, kv_index,
                                   kv_lookup, tokens,     overlay};
-  auto p = routing::Pipeline::build(names, services, route.stats->pipeline);
+  auto p = routing::Pipeline::build(names, services, stats);
   if (!p) {
     log::error("proxy", "rule " + route.rule.key() + ": " + p.error().what);
     return nullptr;
@@ -142,10 +147,39 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   }
   stats->per_endpoint = std::move(counters);
   route->stats = stats;
-  route->pipeline =
-      buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_, kv_overlay_);
+  route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_, kv_overlay_,
+                                  stageNames(rule), stats->pipeline);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
+  if (rule.service_args.value("pd_disagg_mode", false)) buildPd(*route, clock);
   return route;
+}
+
+// A P/D rule's dialect, decode and rescue pipelines and its endpoints' transfer addresses.
+void DataPlane::buildPd(Route& route, const common::Clock& clock) {
+  const auto& sa = route.rule.service_args;
+  route.pd_dialect = engines::pd::dialectFromName(sa.value("kvEngineType", std::string("vllm")));
+  auto& st = *route.stats;
+  if (!st.decode_pipeline) st.decode_pipeline = std::make_shared<routing::PipelineStats>();
+  route.decode_pipeline = buildPipeline(route, clock, nullptr, nullptr, nullptr, nullptr,
+                                        {"min_load"}, st.decode_pipeline);
+  bool plain = false;
+  for (const auto& e : route.endpoints) plain |= e.role == 0;
+  if (plain) {
+    if (!st.rescue_pipeline) st.rescue_pipeline = std::make_shared<routing::PipelineStats>();
+    route.rescue_pipeline = buildPipeline(route, clock, nullptr, nullptr, nullptr, nullptr,
+                                          {"min_load"}, st.rescue_pipeline);
+  }
+  for (const auto& e : route.rule.endpoints) {
+    const int nixl = e.json.value("nixl_port", 0);
+    const std::string port = std::to_string(nixl > 0 ? nixl : e.port);
+    route.transfer_addr.push_back(e.ip.find(':') != std::string::npos ? "[" + e.ip + "]:" + port
+                                                                      : e.ip + ":" + port);
+  }
+  const int bootstrap = sa.value("pdBootstrapPort", 0);
+  route.bootstrap_port = static_cast<uint16_t>(bootstrap > 0 ? bootstrap : 8998);
+  // The legs rewrite the body: it is parsed (a JSON object) for every P/D request.
+  route.needs |= routing::kNeedRequestShape;
+  if (!route.pd_dialect || !route.decode_pipeline) route.pipeline.reset();  // 503: logged above
 }
 
 Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {

@@ -37,10 +37,10 @@ struct ProxyOptions {
   size_t max_idle_per_endpoint = 256;
   bool access_log = false;
   size_t prefix_key_bytes = 1024;  // K: rendered-prompt bytes in the CHWBL prefix key
-  std::chrono::milliseconds probe_interval{5000};  // active health probe period
-  std::chrono::milliseconds probe_timeout{2000};   // unless the rule sets probeTimeout
-  endpoints::HealthOptions health;                 // breaker and passive detection
-  std::chrono::milliseconds drain_timeout{30000};  // SIGTERM: finish in-flight requests within
+  std::chrono::milliseconds probe_interval{5000};   // active health probe period
+  std::chrono::milliseconds probe_timeout{2000};    // unless the rule sets probeTimeout
+  endpoints::HealthOptions health;                  // breaker and passive detection
+  std::chrono::milliseconds drain_timeout{30000};   // SIGTERM: finish in-flight requests within
   std::chrono::milliseconds scrape_interval{1000};  // engine /metrics (kvExactMode rules); 0 = off
   const common::Clock* clock = nullptr;  // time for health and breaker rules (null = steady)
 };
@@ -93,6 +93,7 @@ class DataPlane {
   void renderTier15Metrics(metrics::TextWriter& w) const;
   void renderRoutingMetrics(metrics::TextWriter& w) const;
   void renderEndpointMetrics(metrics::TextWriter& w) const;
+  void buildPd(Route& route, const common::Clock& clock);
   std::shared_ptr<Route> buildRoute(const config::RuleSpec& rule, const common::Clock& clock,
                                     std::set<std::string>& live_endpoints);
   Result<std::shared_ptr<Listener>> bindListener(const std::string& key, const tcp::endpoint& ep);

@@ -97,7 +97,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     co_return co_await answerUnroutable(route, host_path_matched, model) && !client_gone_;
   if (route->rule.inactive_timeout_sec > 0)
     idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
-  bool ok = co_await forward(req, *route);
+  bool ok = route->pd_dialect ? co_await forwardPd(req, *route) : co_await forward(req, *route);
   if (!ok) client_keep_alive_ = false;
   co_return ok;
 }

@@ -210,8 +210,8 @@ Walk addChatExtra(std::string_view key, value v, routing::RequestFacts& f) {
     raw = v.raw_json_token();
   }
   if (e) return walkOf(e);
-  while (!raw.empty() && (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' ||
-                          raw.back() == '\t'))
+  while (!raw.empty() &&
+         (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t'))
     raw.remove_suffix(1);
   if (!f.chat_extras_json.empty()) f.chat_extras_json.push_back(',');
   f.chat_extras_json.push_back('"');

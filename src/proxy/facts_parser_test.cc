@@ -193,12 +193,13 @@ TEST(Facts, TokenIdsOnlyWhenThatIsAllThatIsNeeded) {
 TEST(Facts, ChatTemplateFieldsAreCapturedRaw) {
   RequestFacts f;
   const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput;
-  ASSERT_EQ(parse(R"({"model":"m","tools":[{"type":"function","function":{"name":"f"}}],)"
-                  R"("messages":[{"role":"user","content":"hi"}],"temperature":0.5,)"
-                  R"("add_generation_prompt" : false ,"documents":null,"add_special_tokens":true,)"
-                  R"("chat_template_kwargs":{"enable_thinking":false},"continue_final_message":"x"})",
-                  f, needs),
-            FactsStatus::kOk);
+  ASSERT_EQ(
+      parse(R"({"model":"m","tools":[{"type":"function","function":{"name":"f"}}],)"
+            R"("messages":[{"role":"user","content":"hi"}],"temperature":0.5,)"
+            R"("add_generation_prompt" : false ,"documents":null,"add_special_tokens":true,)"
+            R"("chat_template_kwargs":{"enable_thinking":false},"continue_final_message":"x"})",
+            f, needs),
+      FactsStatus::kOk);
   EXPECT_EQ(f.messages_json, R"([{"role":"user","content":"hi"}])");
   // Members in body order, whitespace after a value trimmed, other members left out; the
   // wrong-typed continue_final_message is kept (the template input check reports it).
@@ -209,8 +210,7 @@ TEST(Facts, ChatTemplateFieldsAreCapturedRaw) {
   EXPECT_EQ(f.add_special_tokens, std::optional<bool>(true));
   // Without the need nothing is captured.
   RequestFacts g;
-  ASSERT_EQ(parse(R"({"model":"m","add_special_tokens":false,"tools":[]})", g,
-                  routing::kNeedModel),
+  ASSERT_EQ(parse(R"({"model":"m","add_special_tokens":false,"tools":[]})", g, routing::kNeedModel),
             FactsStatus::kOk);
   EXPECT_TRUE(g.chat_extras_json.empty());
   EXPECT_FALSE(g.add_special_tokens.has_value());
@@ -228,10 +228,10 @@ TEST(Facts, ChatTemplateFieldsAreCapturedRaw) {
 TEST(Facts, RawCapturesAreValidated) {
   RequestFacts f;
   const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput;
-  for (const char* body : {R"({"messages":[{"role":"user","content":"hi"},]})",
-                           R"({"messages":[],"add_generation_prompt":tru})",
-                           R"({"messages":[],"tools":[{"a":}]})",
-                           R"({"messages":[],"tools":[{"maximum":99999999999999999999}]})"}) {
+  for (const char* body :
+       {R"({"messages":[{"role":"user","content":"hi"},]})",
+        R"({"messages":[],"add_generation_prompt":tru})", R"({"messages":[],"tools":[{"a":}]})",
+        R"({"messages":[],"tools":[{"maximum":99999999999999999999}]})"}) {
     EXPECT_EQ(parse(body, f, needs), FactsStatus::kOk) << body;
     EXPECT_TRUE(f.messages_json.empty() && f.chat_extras_json.empty()) << body;
     EXPECT_EQ(f.model, "");

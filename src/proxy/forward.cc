@@ -16,17 +16,20 @@
 
 namespace kvgate::proxy {
 
-void ClientConn::buildUpstreamHead(const Request& req, const Route& route) {
+void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::string_view body,
+                                   std::string& out, size_t& host_at) {
   const auto& head = req.head;
-  std::string& out = up_head_;  // reused across requests: no allocation once warm
-  out.clear();
+  out.clear();  // reused across requests: no allocation once warm
   out.append(head.method).append(" ").append(head.target).append(" HTTP/1.1\r\n");
   std::string_view conn_tokens = head.get("connection");
-  const bool chunked = head.body_kind == http::BodyKind::kChunked;
+  // The length is ours to write when the client's body was chunked or is not what is sent.
+  const bool own_length =
+      head.body_kind == http::BodyKind::kChunked || body.data() != req.body.data();
   for (size_t i = 0; i < head.num_headers; ++i) {
     auto& h = head.headers[i];
     if (http::isHopByHop(h.name) || http::iequals(h.name, "x-request-id") ||
-        http::iequals(h.name, "expect") || (chunked && http::iequals(h.name, "content-length")) ||
+        http::iequals(h.name, "expect") ||
+        (own_length && http::iequals(h.name, "content-length")) ||
         (route.rule.strip_api_key && http::iequals(h.name, "x-api-key")) ||
         (!conn_tokens.empty() && http::headerHasToken(conn_tokens, h.name)))
       continue;
@@ -34,18 +37,31 @@ void ClientConn::buildUpstreamHead(const Request& req, const Route& route) {
   }
   out.append("X-Request-Id: ").append(request_id_).append("\r\n");
   // An HTTP/1.0 client may send no Host; HTTP/1.1 upstreams need one (setUpstreamHost).
-  up_host_at_ = head.host.empty() ? out.size() : std::string::npos;
-  if (chunked)
-    out.append("Content-Length: ").append(std::to_string(req.body.size())).append("\r\n");
+  host_at = head.host.empty() ? out.size() : std::string::npos;
+  if (own_length) out.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n");
   out.append("\r\n");
 }
 
-void ClientConn::setUpstreamHost(std::string_view label) {
-  if (up_host_at_ == std::string::npos) return;
+void ClientConn::setUpstreamHost(std::string& head, size_t host_at, std::string_view label) {
+  if (host_at == std::string::npos) return;
   static constexpr std::string_view kHostName = "Host: ";
-  if (up_head_.compare(up_host_at_, kHostName.size(), kHostName) == 0)
-    up_head_.erase(up_host_at_, up_head_.find("\r\n", up_host_at_) + 2 - up_host_at_);
-  up_head_.insert(up_host_at_, std::string(kHostName).append(label).append("\r\n"));
+  if (head.compare(host_at, kHostName.size(), kHostName) == 0)
+    head.erase(host_at, head.find("\r\n", host_at) + 2 - host_at);
+  head.insert(host_at, std::string(kHostName).append(label).append("\r\n"));
+}
+
+// The health mask every stage honours: down endpoints, open breakers, and (role >= 0) endpoints
+// of another ep_role.
+void ClientConn::maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role) const {
+  const size_t n = route.endpoints.size();
+  excluded.assign(n, false);
+  const bool cb = route.rule.cb_enable;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& e = route.endpoints[i];
+    const auto& h = e.state->health;
+    excluded[i] = !h.up() || (cb && h.breaker() == endpoints::BreakerState::kOpen) ||
+                  (role >= 0 && e.role != role);
+  }
 }
 
 // Reads the final response head, relaying interim 1xx answers to HTTP/1.1 clients.
@@ -75,25 +91,32 @@ asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, con
   stopWatch();
   leg_.release(false);
   if (client_gone_) co_return false;  // the lease releases an unsettled trial
+  if (!pd_first_error_.empty()) {     // P/D: the concurrent prefill failed; decode is not to blame
+    co_await sendError(502, "prefill_failed", pd_first_error_);
+    co_return true;
+  }
   const bool cb = route.rule.cb_enable;
   const auto& label = route.endpoints[idx].state->label;
   using O = UpstreamLeg::Outcome;
   if (r.outcome == O::kTimeout) {
     lease.settle(w_.opts.health, cb, 504);
-    co_await sendError(504, "upstream_timeout", "upstream " + label + " did not answer in time");
+    co_await sendError(504, "upstream_timeout",
+                       "upstream " + label + " did not answer in time" + pd_leg_note_);
   } else if (r.outcome == O::kBadResponse) {
     lease.settle(w_.opts.health, cb, 502);
-    co_await sendError(502, "bad_upstream_response", r.error);
+    co_await sendError(502, "bad_upstream_response", r.error + pd_leg_note_);
   } else {
     lease.settle(w_.opts.health, cb, 502);
-    co_await sendError(502, "upstream_closed", "upstream " + label + " closed the connection");
+    co_await sendError(502, "upstream_closed",
+                       "upstream " + label + " closed the connection" + pd_leg_note_);
   }
   co_return true;
 }
 
 // One endpoint: up to two sends (a stale pooled connection is replaced once by a fresh one).
 // `next_endpoint` is set when the caller should try another endpoint.
-asio::awaitable<bool> ClientConn::exchange(const Request& req, const Route& route, size_t idx,
+asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view body,
+                                           const Route& route, size_t idx,
                                            endpoints::EndpointLease& lease, bool& next_endpoint) {
   const auto& rule = route.rule;
   const auto& ep = route.endpoints[idx];
@@ -126,7 +149,7 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, const Route& rout
     }
     phase_ = Phase::kAwaitResponse;
     deadline_.expireAfter(data_timeout);
-    r = co_await leg_.send(up_head_, req.body);
+    r = co_await leg_.send(up_head_, body);
     const auto sent_at = std::chrono::steady_clock::now();
     if (r.ok()) {
       ep.state->requests.fetch_add(1, std::memory_order_relaxed);
@@ -159,10 +182,12 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, const Route& rout
   co_return true;
 }
 
-asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route) {
+asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route,
+                                          const routing::Pipeline* pipeline, int role) {
   const size_t n = route.endpoints.size();
-  buildUpstreamHead(req, route);
-  if (n == 0 || !route.pipeline) {
+  if (!pipeline) pipeline = route.pipeline.get();
+  buildUpstreamHead(req, route, req.body, up_head_, up_host_at_);
+  if (n == 0 || !pipeline) {
     co_await sendError(503, "no_healthy_upstream", "service has no endpoints");
     co_return true;
   }
@@ -170,16 +195,12 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
       requestContext(req.head, facts_parsed_ ? &facts_ : nullptr, route, source_key_);
   chain_cache_.ready = false;  // (at most 8192 entries: kv_exact's block bound)
   rctx.chain_cache = &chain_cache_;
-  excluded_.assign(n, false);
   const bool cb = route.rule.cb_enable;
-  for (size_t i = 0; i < n; ++i) {  // the health mask every stage honours
-    const auto& h = route.endpoints[i].state->health;
-    excluded_[i] = !h.up() || (cb && h.breaker() == endpoints::BreakerState::kOpen);
-  }
+  maskUnhealthy(route, excluded_, role);
   routing::CandidateSet cands{route.endpoints, excluded_};
   last_error_.clear();
   for (size_t attempt = 0; attempt < 2 * n; ++attempt) {
-    routing::Decision d = route.pipeline->run(rctx, cands);
+    routing::Decision d = pipeline->run(rctx, cands);
     if (d.index < 0) break;
     const size_t idx = static_cast<size_t>(d.index);
     auto& state = *route.endpoints[idx].state;
@@ -197,11 +218,11 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     outcome_.ep_index = d.index;
     outcome_.endpoint = &state.label;
     outcome_.key = routing::decisionKeyName(d.key);
-    outcome_.stage = route.pipeline->stageName(d.stage).c_str();
+    outcome_.stage = pipeline->stageName(d.stage).c_str();
     outcome_.spilled = d.spilled;
-    setUpstreamHost(state.label);
+    setUpstreamHost(up_head_, up_host_at_, state.label);
     bool next_endpoint = false;
-    bool ok = co_await exchange(req, route, idx, lease, next_endpoint);
+    bool ok = co_await exchange(req, req.body, route, idx, lease, next_endpoint);
     if (!next_endpoint) co_return ok;
     if (client_gone_) co_return false;
     excluded_[idx] = true;

@@ -11,8 +11,9 @@
 
 namespace kvgate::proxy {
 
-std::vector<ScrapeSpec> scrapeSpecs(const std::vector<config::RuleSpec>& rules,
-                                    const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps) {
+std::vector<ScrapeSpec> scrapeSpecs(
+    const std::vector<config::RuleSpec>& rules,
+    const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps) {
   std::vector<ScrapeSpec> out;
   std::set<const endpoints::EndpointState*> seen;
   for (const auto& r : rules) {
@@ -63,7 +64,8 @@ asio::awaitable<bool> LoadScraper::scrapeOnce(const ScrapeSpec& s) {
   co_return true;
 }
 
-asio::awaitable<void> LoadScraper::run(std::shared_ptr<Task> t, std::chrono::milliseconds interval) {
+asio::awaitable<void> LoadScraper::run(std::shared_ptr<Task> t,
+                                       std::chrono::milliseconds interval) {
   auto ex = co_await asio::this_coro::executor;
   asio::steady_timer timer(ex);
   bool failing = false;

@@ -27,8 +27,9 @@ constexpr size_t kMaxScrapeBody = 4 * 1024 * 1024;
 
 // Scrape specs for every endpoint of the kvExactMode 1/3 rules; also sets each endpoint's
 // capacity override from its kvCapacityBlocks field.
-std::vector<ScrapeSpec> scrapeSpecs(const std::vector<config::RuleSpec>& rules,
-                                    const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps);
+std::vector<ScrapeSpec> scrapeSpecs(
+    const std::vector<config::RuleSpec>& rules,
+    const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps);
 
 class LoadScraper {
  public:

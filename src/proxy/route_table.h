@@ -5,11 +5,13 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "config/rule.h"
+#include "engines/pd_dialect.h"
 #include "http/asio.h"
 #include "proxy/rule_stats.h"
 #include "routing/pipeline.h"
@@ -24,6 +26,14 @@ struct Route {
   uint32_t needs = 0;                           // FactNeeds of the pipeline's stages
   std::shared_ptr<RuleStats> stats;             // survives snapshots (kept by rule key)
   std::vector<std::shared_ptr<StatusCounters>> ep_counters;  // per endpoint, same order
+  // P/D rules (pd_disagg_mode; proxy/pd_forward.cc): `pipeline` picks the prefill endpoint,
+  // `decode_pipeline` the decode one, `rescue_pipeline` a role-less one when no pair can be
+  // formed (null: the rule has no ep_role 0 endpoint).
+  std::optional<engines::pd::Dialect> pd_dialect;  // nullopt: not a P/D rule
+  std::unique_ptr<routing::Pipeline> decode_pipeline;
+  std::unique_ptr<routing::Pipeline> rescue_pipeline;
+  std::vector<std::string> transfer_addr;  // per endpoint: "ip:nixl_port" (P/D request ids)
+  uint16_t bootstrap_port = 8998;          // SGLang's bootstrap port (pdBootstrapPort)
 };
 
 struct VipConfig {

@@ -36,6 +36,9 @@ struct RuleStats {
   metrics::Histogram stream_ttft;
   // Which stage decided, fall-through reasons, decision time (recorded by the pipeline).
   std::shared_ptr<routing::PipelineStats> pipeline = std::make_shared<routing::PipelineStats>();
+  // P/D rules: the decode pick's and the any-healthy rescue's pipelines (null otherwise).
+  std::shared_ptr<routing::PipelineStats> decode_pipeline, rescue_pipeline;
+  std::atomic<uint64_t> pd_rescues{0};  // requests the rescue took (no prefill/decode pair)
 };
 
 struct DataPlaneStats {

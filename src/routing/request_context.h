@@ -43,10 +43,11 @@ enum class DecisionKey : uint8_t {
   kSource,
   kRr,
   kKvOverlap,
+  kLoad,  // the least loaded endpoint, alone (min_load)
   kCount
 };
-inline constexpr const char* kDecisionKeyNames[] = {"prefix", "conversation", "session",
-                                                    "source", "rr",           "kv_overlap"};
+inline constexpr const char* kDecisionKeyNames[] = {"prefix", "conversation", "session", "source",
+                                                    "rr",     "kv_overlap",   "load"};
 static_assert(std::size(kDecisionKeyNames) == static_cast<size_t>(DecisionKey::kCount));
 inline const char* decisionKeyName(DecisionKey k) { return kDecisionKeyNames[static_cast<int>(k)]; }
 

@@ -5,12 +5,14 @@
 
 #include "routing/selectors/selectors.h"
 #include "routing/stages/kv_exact.h"
+#include "routing/stages/pd_ladder.h"
 
 namespace kvgate::routing {
 namespace {
 
-constexpr std::array<StageInfo, 12> kStages = {{
+constexpr std::array<StageInfo, 13> kStages = {{
     {"kv_exact", -1, &makeKvExactFromServices},
+    {"min_load", -1, &makeMinLoad},  // the P/D ladder's Tier 2 and decode pick
     {"rr", 0, &makeRoundRobin},
     {"hash", 1, &makeSourceHash},
     {"wrr", 2, &makeWeightedRoundRobin},

@@ -56,7 +56,7 @@ describe('management REST API', () => {
     assert.equal(pdTraffic.status, 501);
     const e = await pdTraffic.json();
     assert.equal(e.error.code, 'not_active');
-    assert.equal(e.error.param, 'pd_disagg');
+    assert.equal(e.error.param, 'pd_cache_aware');  // Tier 1 (the prefix trie): not built yet
     // CHWBL is active: the request is routed (no worker listens on the seed's ports: 502).
     const chTraffic = await fetch(`http://127.0.0.1:${p2}/v1/models`);
     assert.equal(chTraffic.status, 502);

@@ -1,0 +1,543 @@
+// Forwarding a request of a P/D rule (pd_disagg_mode): seed 000's ladder picks a prefill and a
+// decode endpoint, then the rule's engine dialect (kvEngineType; engines/pd_dialect.h) runs the
+// two legs.
+//
+// Picks: the prefill pick runs the rule's pipeline (kv_exact for kvExactMode 1, then min_load)
+// over the ep_role 1 endpoints that are up and not behind an open breaker; the decode pick runs
+// the decode pipeline (min_load) over the ep_role 2 ones. Each pick takes an EndpointLease at
+// once (in-flight count, half-open trial), released on every path; the prefill lease ends with
+// its leg. When no pair can be formed, the any-healthy rescue serves the request as a plain
+// single-leg request over the role-less (ep_role 0) endpoints, else 503 no_healthy_upstream.
+//
+// Legs: both carry one X-Request-Id, ___prefill_addr_<ip:nixl_port>___decode_addr_<ip:nixl_port>
+// _<the client's id, else 32 hex> (upstream's form).
+//   vllm, trtllm (sequential): the first leg (prefill / context) is answered in full (at most
+//     kMaxLegAnswerBytes) before the second leg (decode / generation) starts; a connect failure
+//     moves to the next prefill endpoint; a first leg answered with a non-2xx status is relayed
+//     to the client as is and no second leg runs; any other first-leg failure is a 502 naming
+//     the prefill endpoint; a TensorRT-LLM context answer that already finished is the answer.
+//   sglang (concurrent): the same body goes to both at once; the decode answer is relayed and
+//     the prefill answer read and dropped by a background drain with its own deadline. A prefill
+//     leg that fails while decode has not answered ends the decode leg too: 502 prefill_failed.
+// The second leg is relayed like any response (relay.cc); a decode endpoint that cannot be
+// reached is replaced by the next one (the first leg's work is not redone). A client that goes
+// away aborts every open leg (the watcher and the deadline abort both). The breaker and passive
+// health learn each leg's outcome on that leg's endpoint.
+#include <random>
+
+#include "common/ids.h"
+#include "common/log.h"
+#include "common/splitmix.h"
+#include "engines/pd_dialect.h"
+#include "http/server.h"
+#include "proxy/client_conn.h"
+#include "proxy/request_keys.h"
+
+namespace kvgate::proxy {
+
+namespace pd = engines::pd;
+
+struct ClientConn::PdState {
+  PdState(Worker& w, LegObserver& o) : leg(w.io, w.pool, o) {}
+  UpstreamLeg leg;  // the first leg (prefill / context) of a sequential dialect
+  std::string head;
+  size_t host_at = std::string::npos;
+  std::string first_body, second_body, answer, content_type;
+  std::vector<bool> decode_excluded;
+  http::ResponseHead rh;
+  std::string base_id;  // the request id before the P/D form (the rescue sends it)
+  // SGLang: the background drain of the current request's prefill leg, and its request number.
+  UpstreamLeg* drain = nullptr;
+  uint64_t request_no = 0;
+
+  void shrink() {
+    for (std::string* s : {&first_body, &second_body, &answer})
+      if (s->capacity() > kKeepBufferBytes) std::string().swap(*s);
+  }
+};
+
+struct ClientConn::LegAnswer {
+  enum class Kind : uint8_t { kOk, kConnectFailed, kFailed, kClientGone } kind = Kind::kOk;
+  int status = 0;
+  std::string error;
+};
+
+namespace {
+
+// Reads a response body completely into `out` (de-chunked), at most kMaxLegAnswerBytes.
+// `reusable` is set when the connection may be pooled afterwards.
+asio::awaitable<bool> readWhole(UpstreamLeg& leg, const http::ResponseHead& rh, std::string& out,
+                                std::string& error, bool& reusable) {
+  out.clear();
+  reusable = rh.keep_alive;
+  Buffer& b = leg.buf();
+  switch (rh.body_kind) {
+    case http::BodyKind::kNone:
+      co_return true;
+    case http::BodyKind::kLength: {
+      if (rh.content_length > pd::kMaxLegAnswerBytes) {
+        error = "answer of " + std::to_string(rh.content_length) + " bytes is over the bound";
+        co_return false;
+      }
+      uint64_t left = rh.content_length;
+      for (;;) {
+        const size_t take = static_cast<size_t>(std::min<uint64_t>(left, b.size()));
+        out.append(b.data(), take);
+        b.consume(take);
+        left -= take;
+        if (left == 0) co_return true;
+        if (!co_await leg.readBody()) break;
+      }
+      error = "answer truncated";
+      co_return false;
+    }
+    case http::BodyKind::kChunked: {
+      http::ChunkedScanner sc;
+      for (;;) {
+        auto st = sc.feed(b.data(), b.size(), &out);
+        b.consume(st.consumed);
+        if (st.error) {
+          error = "malformed chunked answer";
+          co_return false;
+        }
+        if (out.size() > pd::kMaxLegAnswerBytes) {
+          error = "answer over the bound of " + std::to_string(pd::kMaxLegAnswerBytes) + " bytes";
+          co_return false;
+        }
+        if (st.done) co_return true;
+        if (!co_await leg.readBody()) break;
+      }
+      error = "answer truncated";
+      co_return false;
+    }
+    case http::BodyKind::kUntilClose:
+      reusable = false;
+      for (;;) {
+        out.append(b.data(), b.size());
+        b.clear();
+        if (out.size() > pd::kMaxLegAnswerBytes) {
+          error = "answer over the bound of " + std::to_string(pd::kMaxLegAnswerBytes) + " bytes";
+          co_return false;
+        }
+        if (!co_await leg.readBody()) co_return !leg.timedOut();
+      }
+  }
+  co_return false;
+}
+
+// The bootstrap room of an SGLang request: random in [0, 2^63-1], unique per request.
+uint64_t newRoom() {
+  thread_local common::SplitMix64 rng{std::random_device{}() ^
+                                      (static_cast<uint64_t>(std::random_device{}()) << 32)};
+  return rng.next() >> 1;
+}
+
+}  // namespace
+
+ClientConn::ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s)
+    : w_(w),
+      l_(std::move(l)),
+      client_(std::move(s)),
+      leg_(w.io, w.pool, *this),
+      deadline_(client_.get_executor()) {}
+
+ClientConn::~ClientConn() = default;
+
+void ClientConn::abortLegs(bool timeout) {
+  leg_.abort(timeout);
+  if (!pd_) return;
+  pd_->leg.abort(timeout);
+  // The concurrent prefill has its own deadline: only a client that left ends it early.
+  if (pd_->drain && !timeout) pd_->drain->abort(false);
+}
+
+asio::awaitable<bool> ClientConn::answerWith(int status, std::string_view content_type,
+                                             std::string_view body) {
+  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
+                  "\r\nContent-Type: ";
+  h.append(content_type.empty() ? std::string_view("application/json") : content_type);
+  h += "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nX-Request-Id: " + request_id_ +
+       "\r\n";
+  if (!keepAliveAfter()) h += "Connection: close\r\n";
+  h += "\r\n";
+  outcome_.status = status;
+  outcome_.bytes = body.size();
+  countResponse(status);
+  co_return co_await writeClient(h, body);
+}
+
+// The first leg of a sequential dialect on prefill endpoint `idx`: open, send, read the whole
+// answer into pd_->answer. A stale pooled connection is replaced once (nothing reached the
+// engine).
+asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, const Route& route,
+                                                            size_t idx,
+                                                            endpoints::EndpointLease& lease,
+                                                            std::string_view body) {
+  const auto& rule = route.rule;
+  const auto& ep = route.endpoints[idx];
+  const bool cb = rule.cb_enable;
+  auto connect_timeout =
+      std::chrono::milliseconds(rule.timeout_connect_ms > 0 ? rule.timeout_connect_ms : 500);
+  auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
+                                               : w_.opts.upstream_data_timeout;
+  UpstreamLeg& leg = pd_->leg;
+  LegAnswer a;
+  using K = LegAnswer::Kind;
+  for (int send_try = 0; send_try < 2; ++send_try) {
+    UpstreamLeg::Result r;
+    if (send_try > 0 || !leg.takePooled(ep.state->id)) {
+      phase_ = Phase::kConnect;
+      deadline_.expireAfter(connect_timeout);
+      r = co_await leg.connect(ep.state->id, route.addresses[idx], ep.state->label);
+      deadline_.clear();
+      if (client_gone_) {
+        leg.release(false);
+        a.kind = K::kClientGone;
+        co_return a;
+      }
+      if (!r.ok()) {
+        lease.connectFailed(w_.opts.health, cb);
+        log::warn("proxy", r.error);
+        last_error_ = r.error;
+        a.kind = K::kConnectFailed;
+        co_return a;
+      }
+    }
+    phase_ = Phase::kAwaitResponse;
+    deadline_.expireAfter(data_timeout);
+    r = co_await leg.send(pd_->head, body);
+    if (r.ok()) {
+      ep.state->requests.fetch_add(1, std::memory_order_relaxed);
+      http::ResponseHead& rh = pd_->rh;
+      while ((r = co_await leg.readHead(req.head.method, rh)).ok() && r.interim)
+        leg.consumeHead(rh);  // the first leg's 1xx are not the client's
+      if (r.ok()) {
+        std::string_view ct = rh.get("content-type");
+        pd_->content_type.assign(ct.substr(0, 256));
+        leg.consumeHead(rh);
+        bool reusable = false;
+        std::string error;
+        const bool whole = co_await readWhole(leg, rh, pd_->answer, error, reusable);
+        deadline_.clear();
+        if (client_gone_) {
+          leg.release(false);
+          a.kind = K::kClientGone;
+          co_return a;
+        }
+        if (!whole) {
+          lease.settle(w_.opts.health, cb, leg.timedOut() ? 504 : 502);
+          leg.release(false);
+          a.kind = K::kFailed;
+          a.status = leg.timedOut() ? 504 : 502;
+          a.error = leg.timedOut() ? "did not answer in time" : error;
+          co_return a;
+        }
+        lease.settle(w_.opts.health, cb, rh.status);
+        leg.release(reusable);
+        a.status = rh.status;
+        co_return a;
+      }
+    }
+    deadline_.clear();
+    if (r.retry_safe && !client_gone_) {
+      leg.release(false);
+      continue;
+    }
+    leg.release(false);
+    if (client_gone_) {
+      a.kind = K::kClientGone;
+      co_return a;
+    }
+    const bool timeout = r.outcome == UpstreamLeg::Outcome::kTimeout;
+    lease.settle(w_.opts.health, cb, timeout ? 504 : 502);
+    a.kind = K::kFailed;
+    a.status = timeout ? 504 : 502;
+    a.error = timeout ? std::string("did not answer in time") : r.error;
+    co_return a;
+  }
+  a.kind = K::kFailed;
+  a.status = 502;
+  a.error = "closed the connection twice before answering";
+  co_return a;
+}
+
+int ClientConn::pickDecode(const routing::RequestContext& rctx, const Route& route,
+                           endpoints::EndpointLease& lease) {
+  routing::CandidateSet c{route.endpoints, pd_->decode_excluded};
+  const bool cb = route.rule.cb_enable;
+  for (size_t attempt = 0; attempt < route.endpoints.size(); ++attempt) {
+    routing::Decision d = route.decode_pipeline->run(rctx, c);
+    if (d.index < 0) return -1;
+    auto& state = *route.endpoints[static_cast<size_t>(d.index)].state;
+    bool trial = false;
+    if (!state.health.admits(cb, trial)) {
+      pd_->decode_excluded[static_cast<size_t>(d.index)] = true;
+      continue;
+    }
+    lease = endpoints::EndpointLease(state, trial);
+    return d.index;
+  }
+  return -1;
+}
+
+// The second leg (decode / generation): relayed to the client; an unreachable decode endpoint is
+// replaced by the next one. `first` is the decode endpoint picked before the first leg, with
+// its lease.
+asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& route,
+                                            size_t prefill_idx, const routing::RequestContext& rctx,
+                                            std::string_view body,
+                                            endpoints::EndpointLease& first_lease, int first_idx) {
+  buildUpstreamHead(req, route, body, up_head_, up_host_at_);
+  const std::string& prefill_label = route.endpoints[prefill_idx].state->label;
+  pd_leg_note_ = " (decode leg, after the prefill on " + prefill_label + ")";
+  last_error_.clear();
+  for (size_t attempt = 0; attempt < 2 * route.endpoints.size(); ++attempt) {
+    endpoints::EndpointLease lease;
+    const int idx = attempt == 0 ? first_idx : pickDecode(rctx, route, lease);
+    if (idx < 0) break;
+    if (attempt == 0) lease = std::move(first_lease);
+    const auto& state = *route.endpoints[static_cast<size_t>(idx)].state;
+    outcome_.ep_index = idx;
+    outcome_.endpoint = &state.label;
+    setUpstreamHost(up_head_, up_host_at_, state.label);
+    bool next_endpoint = false;
+    bool ok = co_await exchange(req, body, route, static_cast<size_t>(idx), lease, next_endpoint);
+    if (!next_endpoint) co_return ok;
+    if (client_gone_) co_return false;
+    pd_->decode_excluded[static_cast<size_t>(idx)] = true;
+  }
+  stopWatch();
+  outcome_.ep_index = -1;
+  const std::string message =
+      (last_error_.empty() ? std::string("no healthy decode endpoint") : last_error_) +
+      pd_leg_note_;
+  co_await sendError(502, "decode_failed", message);
+  co_return true;
+}
+
+// SGLang: the prefill leg runs in the background (its own leg, lease and deadline) while the
+// decode leg is relayed.
+asio::awaitable<bool> ClientConn::concurrentLegs(const Request& req, const Route& route,
+                                                 size_t pidx, endpoints::EndpointLease& plase,
+                                                 const routing::RequestContext& rctx,
+                                                 endpoints::EndpointLease& dlease, int didx) {
+  PdState& st = *pd_;
+  auto leg = std::make_shared<UpstreamLeg>(w_.io, w_.pool, static_cast<LegObserver&>(*this));
+  std::string head;
+  size_t host_at = std::string::npos;
+  buildUpstreamHead(req, route, st.first_body, head, host_at);
+  setUpstreamHost(head, host_at, route.endpoints[pidx].state->label);
+  st.drain = leg.get();
+  asio::co_spawn(w_.io,
+                 drainPrefill(shared_from_this(), cfg_, &route, pidx, leg, std::move(plase),
+                              std::move(head), st.first_body, st.request_no),
+                 asio::detached);
+  co_return co_await secondLeg(req, route, pidx, rctx, st.first_body, dlease, didx);
+}
+
+asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
+                                               std::shared_ptr<const VipConfig> cfg,
+                                               const Route* route, size_t idx,
+                                               std::shared_ptr<UpstreamLeg> leg,
+                                               endpoints::EndpointLease lease, std::string head,
+                                               std::string body, uint64_t request_no) {
+  (void)cfg;  // keeps `route` alive
+  const auto& rule = route->rule;
+  const auto& ep = route->endpoints[idx];
+  const bool cb = rule.cb_enable;
+  const auto connect_timeout =
+      std::chrono::milliseconds(rule.timeout_connect_ms > 0 ? rule.timeout_connect_ms : 500);
+  const auto data_timeout = rule.timeout_data_ms > 0
+                                ? std::chrono::milliseconds(rule.timeout_data_ms)
+                                : w_.opts.upstream_data_timeout;
+  asio::steady_timer timer(w_.io);
+  timer.expires_after(connect_timeout + data_timeout);
+  timer.async_wait([leg](const error_code& ec) {
+    if (!ec) leg->abort(true);
+  });
+  std::string error;
+  int status = 0;
+  UpstreamLeg::Result r;
+  if (!leg->takePooled(ep.state->id)) {
+    r = co_await leg->connect(ep.state->id, route->addresses[idx], ep.state->label);
+    if (!r.ok()) lease.connectFailed(w_.opts.health, cb);
+  }
+  if (r.ok()) r = co_await leg->send(head, body);
+  if (r.ok()) {
+    ep.state->requests.fetch_add(1, std::memory_order_relaxed);
+    http::ResponseHead rh;
+    while ((r = co_await leg->readHead("POST", rh)).ok() && r.interim) leg->consumeHead(rh);
+    if (r.ok()) {
+      leg->consumeHead(rh);
+      std::string sink;
+      bool reusable = false;
+      const bool whole = co_await readWhole(*leg, rh, sink, error, reusable);
+      status = whole ? rh.status : (leg->timedOut() ? 504 : 502);
+      lease.settle(w_.opts.health, cb, status);
+      leg->release(whole && reusable);
+      if (whole && (rh.status < 200 || rh.status > 299))
+        error = "answered " + std::to_string(rh.status);
+    } else {
+      error = r.error;
+      status = r.outcome == UpstreamLeg::Outcome::kTimeout ? 504 : 502;
+      lease.settle(w_.opts.health, cb, status);
+      leg->release(false);
+    }
+  } else {
+    error = r.error;
+    if (r.outcome != UpstreamLeg::Outcome::kConnectFailed)
+      lease.settle(w_.opts.health, cb, leg->timedOut() ? 504 : 502);
+    leg->release(false);
+  }
+  timer.cancel();
+  if (pd_ && pd_->drain == leg.get()) pd_->drain = nullptr;
+  if (error.empty()) co_return;
+  log::warn("proxy", "prefill leg to " + ep.state->label + " failed: " + error);
+  // The decode leg of the same request still waits for its answer: it cannot succeed without
+  // this prefill, so it ends now with the prefill's failure.
+  if (pd_ && pd_->request_no == request_no && phase_ == Phase::kAwaitResponse && !client_gone_) {
+    pd_first_error_ = "prefill leg to " + ep.state->label + " failed: " + error;
+    leg_.abort(true);
+  }
+}
+
+asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& route) {
+  if (!facts_parsed_) {
+    co_await sendError(400, "invalid_request", "a prefill/decode service needs a JSON object body",
+                       "body");
+    co_return !client_gone_;
+  }
+  if (!pd_) pd_ = std::make_unique<PdState>(w_, static_cast<LegObserver&>(*this));
+  PdState& st = *pd_;
+  ++st.request_no;
+  pd_first_error_.clear();
+  st.base_id = request_id_;
+  pd_leg_note_.clear();
+  routing::RequestContext rctx = requestContext(req.head, &facts_, route, source_key_);
+  chain_cache_.ready = false;
+  rctx.chain_cache = &chain_cache_;
+  maskUnhealthy(route, excluded_, 1);
+  maskUnhealthy(route, st.decode_excluded, 2);
+  routing::CandidateSet cands{route.endpoints, excluded_};
+  last_error_.clear();
+  const bool cb = route.rule.cb_enable;
+  const pd::Dialect dialect = *route.pd_dialect;
+  bool decode_picked = false;
+  endpoints::EndpointLease dlease;  // the decode pick's, until the second leg takes it
+  int didx = -1;
+  for (size_t attempt = 0; attempt < 2 * route.endpoints.size(); ++attempt) {
+    routing::Decision d = route.pipeline->run(rctx, cands);
+    if (d.index < 0) break;
+    const size_t pidx = static_cast<size_t>(d.index);
+    auto& pstate = *route.endpoints[pidx].state;
+    bool trial = false;
+    if (!pstate.health.admits(cb, trial)) {
+      excluded_[pidx] = true;
+      continue;
+    }
+    endpoints::EndpointLease plase(pstate, trial);
+    if (d.track_chain && rctx.chain_cache && rctx.chain_cache->ready)
+      plase.addChain(rctx.chain_cache->chain);
+    if (!decode_picked) {  // once: a connect failure on prefill keeps the decode pick
+      decode_picked = true;
+      didx = pickDecode(rctx, route, dlease);
+      if (didx < 0) break;  // no decode endpoint: rescue
+      outcome_.ep_index = didx;
+      outcome_.endpoint = &route.endpoints[static_cast<size_t>(didx)].state->label;
+    }
+    outcome_.prefill = &pstate.label;
+    outcome_.key = routing::decisionKeyName(d.key);
+    outcome_.stage = route.pipeline->stageName(d.stage).c_str();
+    outcome_.spilled = d.spilled;
+    request_id_ = pd::pdRequestId(route.transfer_addr[pidx],
+                                  route.transfer_addr[static_cast<size_t>(didx)], st.base_id);
+    // The first leg's body.
+    Result<std::string> first =
+        dialect == pd::Dialect::kVllm ? pd::vllmPrefillBody(req.body)
+        : dialect == pd::Dialect::kTrtllm
+            ? pd::trtllmContextBody(req.body, newRoom())
+            : pd::sglangBody(req.body, pstate.ip, route.bootstrap_port, newRoom());
+    if (!first) {
+      dlease.reset();
+      co_await sendError(400, "invalid_request", first.error().what, "body");
+      co_return !client_gone_;
+    }
+    st.first_body = std::move(*first);
+    if (dialect == pd::Dialect::kSglang) {
+      co_return co_await concurrentLegs(req, route, pidx, plase, rctx, dlease, didx);
+    }
+    buildUpstreamHead(req, route, st.first_body, st.head, st.host_at);
+    setUpstreamHost(st.head, st.host_at, pstate.label);
+    LegAnswer a = co_await firstLeg(req, route, pidx, plase, st.first_body);
+    using K = LegAnswer::Kind;
+    if (a.kind == K::kConnectFailed) {
+      excluded_[pidx] = true;
+      continue;
+    }
+    if (a.kind == K::kClientGone) co_return false;
+    plase.reset();  // the prefill endpoint's part is over
+    if (a.kind == K::kFailed) {
+      stopWatch();
+      dlease.reset();
+      const std::string msg = "prefill leg to " + pstate.label + ": " + a.error;
+      co_await sendError(a.status, "prefill_failed", msg);
+      co_return true;
+    }
+    if (a.status < 200 || a.status > 299) {  // the engine refused it: its answer is the answer
+      stopWatch();
+      dlease.reset();
+      outcome_.endpoint = &pstate.label;
+      outcome_.ep_index = static_cast<int>(pidx);
+      co_return co_await answerWith(a.status, st.content_type, st.answer);
+    }
+    Result<std::string> second;
+    if (dialect == pd::Dialect::kVllm) {
+      auto params = pd::vllmTransferParams(st.answer);
+      if (params)
+        second = pd::vllmDecodeBody(req.body, *params);
+      else
+        second = tl::unexpected(params.error());
+    } else {
+      auto ctx = pd::trtllmContextAnswer(st.answer);
+      if (ctx && ctx->finished) {  // generation is over already: the context answer is it
+        stopWatch();
+        dlease.reset();
+        outcome_.endpoint = &pstate.label;
+        outcome_.ep_index = static_cast<int>(pidx);
+        co_return co_await answerWith(200, st.content_type, st.answer);
+      }
+      if (ctx)
+        second = pd::trtllmGenerationBody(req.body, ctx->params);
+      else
+        second = tl::unexpected(ctx.error());
+    }
+    if (!second) {
+      stopWatch();
+      dlease.reset();
+      co_await sendError(502, "bad_upstream_response",
+                         "prefill leg to " + pstate.label + ": " + second.error().what);
+      co_return true;
+    }
+    st.second_body = std::move(*second);
+    co_return co_await secondLeg(req, route, pidx, rctx, st.second_body, dlease, didx);
+  }
+  // No prefill/decode pair: the any-healthy rescue over role-less endpoints.
+  dlease.reset();
+  request_id_ = st.base_id;
+  outcome_.ep_index = -1;
+  outcome_.prefill = nullptr;
+  outcome_.endpoint = nullptr;
+  if (route.rescue_pipeline) {
+    route.stats->pd_rescues.fetch_add(1, std::memory_order_relaxed);
+    co_return co_await forward(req, route, route.rescue_pipeline.get(), 0);
+  }
+  stopWatch();
+  const bool tried = !last_error_.empty();
+  const std::string message =
+      tried ? "prefill leg: " + last_error_ : std::string("no healthy prefill/decode pair");
+  co_await sendError(tried ? 502 : 503, tried ? "upstream_connect_failed" : "no_healthy_upstream",
+                     message);
+  co_return true;
+}
+
+}  // namespace kvgate::proxy
