@@ -167,6 +167,11 @@ inline const Family kPromptTokenizer{"kvgate_kv_prompt_tokenizer_total", Type::k
     "load_failed, truncated (a prompt cut at LOXILB_KV_TOKENIZE_MAX_BYTES), too_large (a chat "
     "not rendered: over twice that bound or 4096 messages), queue_full (a load not queued).",
     {"event"}};
+// The P/D ladder (seed 000): which tier picked the prefill endpoint; rescue = no prefill/decode
+// pair, a role-less endpoint served the request alone.
+inline const Family kPdTierSelected{"loxilb_ai_pd_tier_selected_total", Type::kCounter,
+    "P/D requests by the tier that chose the prefill endpoint: tier0 (session), tier1 (prefix "
+    "trie), tier15 (KV-exact), tier2 (min-load), rescue (any-healthy, no P/D pair).", {"tier"}};
 // clang-format on
 
 // clang-format off
@@ -175,7 +180,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kRequests,          &kUnrouted,      &kUpstreamLatency,    &kStreamTtft,
       &kSelectorDecisions, &kSpills,        &kTier15Hits,         &kTier15Spills,
       &kTier15ColdSeeds,   &kTier15MissReason, &kTier15Fallthrough, &kKvSpeculativeCredits,
-      &kKvSpeculativeHits, &kStageFallthrough,
+      &kKvSpeculativeHits, &kStageFallthrough, &kPdTierSelected,
       &kDecisionSeconds,
       &kActiveConnections, &kActiveStreams, &kEndpointInflight,   &kEndpointPendingPrefill,
       &kEndpointConnectFailures,

@@ -168,6 +168,7 @@ void ClientConn::logAccess() {
                                               : route->rule.name);
   log::appendField(line, "model", outcome_.model.substr(0, 256));  // client-chosen: bounded
   log::appendField(line, "endpoint", outcome_.endpoint ? *outcome_.endpoint : "");
+  if (outcome_.prefill) log::appendField(line, "prefill", *outcome_.prefill);  // P/D
   log::appendField(line, "selector", route ? config::selectorName(route->rule.sel) : "");
   log::appendField(line, "tier", outcome_.stage);
   log::appendField(line, "key", outcome_.key);

@@ -92,40 +92,80 @@ void DataPlane::renderTier15Metrics(metrics::TextWriter& w) const {
   w.sample(kKvSpeculativeHits, {}, static_cast<double>(kv_overlay_ ? kv_overlay_->hits() : 0));
 }
 
+namespace {
+
+// A rule's pipelines with the prefix of their stage labels: the main one (a P/D rule's prefill
+// pick), and a P/D rule's decode pick ("decode:") and rescue ("rescue:").
+std::vector<std::pair<std::string, const routing::PipelineStats*>> pipelinesOf(
+    const RuleStats& st) {
+  std::vector<std::pair<std::string, const routing::PipelineStats*>> out{{"", st.pipeline.get()}};
+  if (st.decode_pipeline) out.emplace_back("decode:", st.decode_pipeline.get());
+  if (st.rescue_pipeline) out.emplace_back("rescue:", st.rescue_pipeline.get());
+  return out;
+}
+
+// The tier label of a P/D prefill stage.
+const char* pdTier(const std::string& stage) {
+  if (stage == "kv_exact") return "tier15";
+  if (stage == "min_load") return "tier2";
+  if (stage == "session") return "tier0";
+  if (stage == "prefix_trie") return "tier1";
+  return nullptr;
+}
+
+}  // namespace
+
 // The pipelines: deciding stage and key, spills, fall-throughs, decision time.
 void DataPlane::renderRoutingMetrics(metrics::TextWriter& w) const {
   using namespace metrics;
   w.header(kSelectorDecisions);
+  for (auto& [key, st] : rule_stats_)
+    for (auto& [prefix, pp] : pipelinesOf(*st)) {
+      const auto& p = *pp;
+      for (size_t s = 0; s < p.stage_count; ++s)
+        for (size_t k = 0; k < static_cast<size_t>(routing::DecisionKey::kCount); ++k)
+          if (uint64_t v = p.decided[s][k].load())
+            w.sample(kSelectorDecisions,
+                     {{"rule", st->rule},
+                      {"selector", prefix + p.stage_names[s]},
+                      {"key", routing::kDecisionKeyNames[k]}},
+                     static_cast<double>(v));
+    }
+  // P/D: the tier that chose each prefill endpoint, summed over the P/D rules.
+  std::map<std::string, uint64_t> tiers = {
+      {"tier0", 0}, {"tier1", 0}, {"tier15", 0}, {"tier2", 0}, {"rescue", 0}};
   for (auto& [key, st] : rule_stats_) {
+    if (!st->decode_pipeline) continue;  // not a P/D rule
     const auto& p = *st->pipeline;
     for (size_t s = 0; s < p.stage_count; ++s)
-      for (size_t k = 0; k < static_cast<size_t>(routing::DecisionKey::kCount); ++k)
-        if (uint64_t v = p.decided[s][k].load())
-          w.sample(kSelectorDecisions,
-                   {{"rule", st->rule},
-                    {"selector", p.stage_names[s]},
-                    {"key", routing::kDecisionKeyNames[k]}},
-                   static_cast<double>(v));
+      if (const char* tier = pdTier(p.stage_names[s]))
+        for (auto& x : p.decided[s]) tiers[tier] += x.load();
+    if (st->rescue_pipeline)
+      for (auto& x : st->rescue_pipeline->decided[0]) tiers["rescue"] += x.load();
   }
+  w.header(kPdTierSelected);
+  for (auto& [tier, v] : tiers) w.sample(kPdTierSelected, {{"tier", tier}}, static_cast<double>(v));
   w.header(kSpills);
   for (auto& [key, st] : rule_stats_)
     w.sample(kSpills, {{"rule", st->rule}}, static_cast<double>(st->pipeline->spills.load()));
   renderTier15Metrics(w);
   w.header(kStageFallthrough);
-  for (auto& [key, st] : rule_stats_) {
-    const auto& p = *st->pipeline;
-    for (size_t s = 0; s < p.stage_count; ++s)
-      for (size_t r = 0; r < static_cast<size_t>(routing::FallReason::kCount); ++r)
-        if (uint64_t v = p.fallthrough[s][r].load())
-          w.sample(kStageFallthrough,
-                   {{"rule", st->rule},
-                    {"stage", p.stage_names[s]},
-                    {"reason", routing::kFallReasonNames[r]}},
-                   static_cast<double>(v));
-    if (uint64_t v = p.no_pick.load())
-      w.sample(kStageFallthrough, {{"rule", st->rule}, {"stage", "none"}, {"reason", "no_pick"}},
-               static_cast<double>(v));
-  }
+  for (auto& [key, st] : rule_stats_)
+    for (auto& [prefix, pp] : pipelinesOf(*st)) {
+      const auto& p = *pp;
+      for (size_t s = 0; s < p.stage_count; ++s)
+        for (size_t r = 0; r < static_cast<size_t>(routing::FallReason::kCount); ++r)
+          if (uint64_t v = p.fallthrough[s][r].load())
+            w.sample(kStageFallthrough,
+                     {{"rule", st->rule},
+                      {"stage", prefix + p.stage_names[s]},
+                      {"reason", routing::kFallReasonNames[r]}},
+                     static_cast<double>(v));
+      if (uint64_t v = p.no_pick.load())
+        w.sample(kStageFallthrough,
+                 {{"rule", st->rule}, {"stage", prefix + "none"}, {"reason", "no_pick"}},
+                 static_cast<double>(v));
+    }
   w.header(kDecisionSeconds);
   for (auto& [key, st] : rule_stats_)
     w.histogram(kDecisionSeconds, {{"rule", st->rule}}, st->pipeline->decision_seconds);

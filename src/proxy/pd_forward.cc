@@ -422,10 +422,15 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   last_error_.clear();
   const bool cb = route.rule.cb_enable;
   const pd::Dialect dialect = *route.pd_dialect;
-  bool decode_picked = false;
+  // The decode pick first: without a decode endpoint the prefill ladder does not run (nor count
+  // a tier) and the rescue serves the request. A prefill connect failure keeps this pick.
   endpoints::EndpointLease dlease;  // the decode pick's, until the second leg takes it
-  int didx = -1;
-  for (size_t attempt = 0; attempt < 2 * route.endpoints.size(); ++attempt) {
+  const int didx = pickDecode(rctx, route, dlease);
+  if (didx >= 0) {
+    outcome_.ep_index = didx;
+    outcome_.endpoint = &route.endpoints[static_cast<size_t>(didx)].state->label;
+  }
+  for (size_t attempt = 0; didx >= 0 && attempt < 2 * route.endpoints.size(); ++attempt) {
     routing::Decision d = route.pipeline->run(rctx, cands);
     if (d.index < 0) break;
     const size_t pidx = static_cast<size_t>(d.index);
@@ -438,13 +443,6 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     endpoints::EndpointLease plase(pstate, trial);
     if (d.track_chain && rctx.chain_cache && rctx.chain_cache->ready)
       plase.addChain(rctx.chain_cache->chain);
-    if (!decode_picked) {  // once: a connect failure on prefill keeps the decode pick
-      decode_picked = true;
-      didx = pickDecode(rctx, route, dlease);
-      if (didx < 0) break;  // no decode endpoint: rescue
-      outcome_.ep_index = didx;
-      outcome_.endpoint = &route.endpoints[static_cast<size_t>(didx)].state->label;
-    }
     outcome_.prefill = &pstate.label;
     outcome_.key = routing::decisionKeyName(d.key);
     outcome_.stage = route.pipeline->stageName(d.stage).c_str();

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "sim/worker.h"
 
@@ -36,6 +37,27 @@ inline asio::awaitable<void> watchDisconnect(tcp::socket& sock,
     co_return;
   }
 }
+
+// A parsed inference request.
+struct Worker::Inference {
+  std::string model;
+  std::vector<uint32_t> prompt;
+  int64_t max_tokens = 0;
+  bool stream = false;
+  bool include_usage = false;
+  // The P/D fields, as sent (null when absent): vLLM kv_transfer_params, SGLang bootstrap_host /
+  // bootstrap_port / bootstrap_room, TensorRT-LLM disaggregated_params.
+  nlohmann::json kv_transfer_params, bootstrap_host, bootstrap_port, bootstrap_room,
+      disaggregated_params;
+};
+
+// What the P/D role decided for a request (sim/pd_role.cc).
+struct Worker::PdPlan {
+  std::string hold_key;  // prefill: hold the prompt's blocks under this key once prefilled
+  std::string token;     // prefill (TensorRT-LLM): the opaque state the decode must bring back
+  nlohmann::ordered_json answer_params;  // prefill: kv_transfer_params / disaggregated_params
+  size_t transfer_blocks = 0;            // decode: blocks pulled from the prefill worker
+};
 
 // Per-request state; the destructor gives back the slot and the cache blocks on every path.
 struct Worker::RequestCtx {

@@ -93,6 +93,15 @@ Timing (all delays are divided by --speedup; docs/simulator.md):
   --stamp-events                add "kvgate_sent_us" (wall-clock send time) to each token event,
                                 for measuring relay delay (bench/sse_bench.sh)
   --max-concurrency C           running requests; the rest wait FIFO (default 64)
+P/D disaggregation (docs/simulator.md "P/D"; the dialect is --engine's):
+  --role R                      prefill, decode or both (default both: plain requests); a comma
+                                list gives worker i the i-th role (cycled), e.g. prefill,decode
+  --pd-transfer-us-per-block U  decode: KV transfer time per pulled block (default 80)
+  --pd-hold-ms MS               prefill: how long blocks wait for their decode (default 480000,
+                                vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT)
+  --pd-wait-ms MS               SGLang decode: how long it waits for its room's prefill
+                                (default 30000)
+  --pd-bootstrap-port P         SGLang prefill: the bootstrap port it expects (default 8998)
 KV cache:
   --block-size N                tokens per KV block (default 16)
   --num-blocks N                KV capacity in blocks, per data-parallel rank (default 31250:
@@ -258,6 +267,7 @@ int parseArgs(int argc, char** argv, Options& o) {
         " --kv-events-dp-ranks --timing --profile --step-weights-ms --step-kv-ms-per-token"
         " --step-prefill-ms-per-token --step-attn-ms-per-pair --step-overhead-ms"
         " --step-seq-overhead-ms --prefill-factor --max-num-seqs --max-num-batched-tokens"
+        " --role --pd-transfer-us-per-block --pd-hold-ms --pd-wait-ms --pd-bootstrap-port"
         " --api-ms --step-jitter ";
     bool known =
         flag.find(' ') == std::string::npos && kKnown.find(" " + flag + " ") != std::string::npos;
@@ -271,6 +281,25 @@ int parseArgs(int argc, char** argv, Options& o) {
       o.cfg.engine = value;
       o.cfg.kv_events.sglang = value == "sglang";
       o.cfg.kv_events.trtllm = value == "trtllm";
+    } else if (flag == "--role") {
+      o.cfg.roles.clear();
+      for (size_t a = 0; a <= value.size();) {
+        size_t b = value.find(',', a);
+        if (b == std::string::npos) b = value.size();
+        std::string r = value.substr(a, b - a);
+        if (r != "prefill" && r != "decode" && r != "both")
+          return usage("--role takes prefill, decode or both (or a comma list), not '" + r + "'");
+        o.cfg.roles.push_back(r == "both" ? "" : r);
+        a = b + 1;
+      }
+    } else if (flag == "--pd-transfer-us-per-block") {
+      ok = realArg(o.cfg.pd_transfer_us_per_block, false);
+    } else if (flag == "--pd-hold-ms") {
+      ok = intArg(1, kBig, o.cfg.pd_hold_ms);
+    } else if (flag == "--pd-wait-ms") {
+      ok = intArg(1, kBig, o.cfg.pd_wait_ms);
+    } else if (flag == "--pd-bootstrap-port") {
+      ok = intArg(1, 65535, o.cfg.pd_bootstrap_port);
     } else if (flag == "--workers") {
       ok = intArg(1, 1024, o.workers);
       o.workers_set = true;
@@ -513,6 +542,8 @@ int main(int argc, char** argv) {
       o.cfg.kv_events.hash_seed.empty() ? randomHashSeed() : o.cfg.kv_events.hash_seed;
   auto* io = new asio::io_context(1);
   auto* fleet = new Fleet;
+  static PdExchange exchange;  // outlives the fleet (its holds never release into a gone worker)
+  o.cfg.pd_exchange = &exchange;
   for (size_t i = 0; i < o.workers; ++i)
     fleet->push_back(std::make_unique<Worker>(*io, o.cfg, i, fleet));
   if (std::string err = bindAll(o, *fleet); !err.empty()) {
@@ -529,6 +560,7 @@ int main(int argc, char** argv) {
     }
     nlohmann::ordered_json entry = {
         {"host", w->host()}, {"port", w->port()}, {"url", urlOf(w->host(), w->port())}};
+    if (!w->role().empty()) entry["role"] = w->role();
     if (w->kvEventsPort()) entry["kv_events_port"] = w->kvEventsPort();
     if (w->kvReplayPort()) entry["kv_replay_port"] = w->kvReplayPort();
     list.push_back(entry);

@@ -37,14 +37,6 @@ constexpr std::array<const char*, 64> kWords = {
 
 }  // namespace
 
-struct Worker::Inference {
-  std::string model;
-  std::vector<uint32_t> prompt;
-  int64_t max_tokens = 0;
-  bool stream = false;
-  bool include_usage = false;
-};
-
 static http::ServerOptions serverOptions(const SimConfig& cfg) {
   http::ServerOptions o;
   o.idle_timeout = std::chrono::milliseconds(cfg.keepalive_timeout_ms);
@@ -64,6 +56,10 @@ Worker::Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const F
   if (cfg_.models.empty()) cfg_.models.push_back("sim-model");
   if (cfg_.speedup <= 0) cfg_.speedup = 1.0;
   if (cfg_.max_concurrency == 0) cfg_.max_concurrency = 1;
+  if (!cfg_.roles.empty()) {
+    const std::string& r = cfg_.roles[index_ % cfg_.roles.size()];
+    role_ = r == "prefill" ? Role::kPrefill : r == "decode" ? Role::kDecode : Role::kBoth;
+  }
   const int ranks = std::max(1, cfg_.kv_events.trtllm ? 1 : cfg_.kv_events.dp_ranks);
   for (int r = 0; r < ranks; ++r) {
     auto rank = std::make_unique<Rank>(
@@ -386,6 +382,12 @@ Result<Worker::Inference> Worker::parseInference(const std::string& body, bool c
     if (auto iu = so->find("include_usage"); iu != so->end() && iu->is_boolean())
       in.include_usage = iu->get<bool>();
   }
+  for (auto [key, field] : {std::pair{"kv_transfer_params", &in.kv_transfer_params},
+                            std::pair{"bootstrap_host", &in.bootstrap_host},
+                            {"bootstrap_port", &in.bootstrap_port},
+                            {"bootstrap_room", &in.bootstrap_room},
+                            {"disaggregated_params", &in.disaggregated_params}})
+    if (auto f = j.find(key); f != j.end()) *field = *f;
   return in;
 }
 
@@ -405,10 +407,26 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
   }
   const Inference& in = *parsed;
   std::string base = hdrs.empty() ? newRequestId() : hdrs.front().second;  // vLLM: X-Request-Id
+  PdPlan plan;
+  if (role_ != Role::kBoth) {  // a P/D leg: checked against this worker's role and dialect
+    auto ok = co_await pdBegin(ctx, in, base, plan);
+    if (!ok) {
+      ++pd_refused_;
+      if (ctx.aborted()) {
+        abortRequest(w);
+        co_return;
+      }
+      co_await w.send(ok.error().code, "application/json",
+                      vllmError(ok.error().code, ok.error().what,
+                                ok.error().source.empty() ? nullptr : ok.error().source.c_str()),
+                      hdrs);
+      co_return;
+    }
+  }
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + base;
   const int64_t created = unixNow();
   const auto plen = static_cast<int64_t>(in.prompt.size());
-  const int64_t ntok = in.max_tokens;
+  const int64_t ntok = role_ == Role::kPrefill ? 1 : in.max_tokens;  // prefill: one token
   SplitMix64 rng{cfg_.seed * 0x9E3779B97F4A7C15ULL ^
                  XXH3_64bits(in.prompt.data(), in.prompt.size() * sizeof(uint32_t))};
   auto nextToken = [&rng](int64_t i) {
@@ -440,6 +458,10 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
   int64_t cached = 0;
   ctx.rank = next_rank_++ % ranks_.size();
   Rank& rank = *ranks_[ctx.rank];
+  if (plan.transfer_blocks > 0 && !co_await pdInstall(ctx, in, plan)) {
+    abortRequest(w);
+    co_return;
+  }
   if (cfg_.fixed_timing) {
     if (!co_await acquireSlot(ctx)) {
       abortRequest(w);
@@ -494,6 +516,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
     }
     cached = static_cast<int64_t>(seq->cached_tokens);
   }
+  if (!plan.hold_key.empty()) pdHold(ctx, in, plan);  // prefilled: the decode may pull now
   prompt_tokens_ += static_cast<uint64_t>(plen);
   const std::string usage =
       "{\"prompt_tokens\":" + std::to_string(plen) +
@@ -520,12 +543,16 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       choice["text"] = text;
     choice["finish_reason"] = "length";
     choice["logprobs"] = nullptr;
+    if (!plan.answer_params.is_null() && cfg_.engine == "trtllm")
+      choice["disaggregated_params"] = plan.answer_params;
     ojson resp = {{"id", id},
                   {"object", chat ? "chat.completion" : "text_completion"},
                   {"created", created},
                   {"model", in.model},
                   {"choices", ojson::array({choice})},
                   {"usage", ojson::parse(usage)}};
+    if (!plan.answer_params.is_null() && cfg_.engine == "vllm")
+      resp["kv_transfer_params"] = plan.answer_params;
     std::string body = dumpJson(resp);
     if (close_after >= 0) {  // fault: headers only, then close
       ++faults_injected_;

@@ -38,6 +38,7 @@
 #include "http/server.h"
 #include "sim/batch_engine.h"
 #include "sim/kv_publisher.h"
+#include "sim/pd_exchange.h"
 #include "sim/prefix_cache.h"
 #include "sim/tokenizer.h"
 #include "sim/wire.h"
@@ -91,6 +92,14 @@ struct SimConfig {
   // Per served model (filled by sim_main from models_dir); a model absent here uses the
   // SimpleTokenizer stand-in.
   std::map<std::string, std::shared_ptr<const Tokenizer>> tokenizers;
+  // P/D disaggregation (docs/simulator.md "P/D"): each worker's role, "prefill", "decode" or ""
+  // (both: plain requests), worker i taking roles[i % size]; --engine picks the dialect.
+  std::vector<std::string> roles;
+  double pd_transfer_us_per_block = 80;  // decode: KV transfer time per pulled block
+  int64_t pd_hold_ms = 480000;           // prefill: blocks held for a decode (vLLM's 480 s)
+  int64_t pd_wait_ms = 30000;            // SGLang decode: wait for the prefill of its room
+  uint16_t pd_bootstrap_port = 8998;     // SGLang prefill's bootstrap port
+  PdExchange* pd_exchange = nullptr;     // the fleet's meeting point (set by sim_main)
 };
 
 class Worker;
@@ -99,6 +108,7 @@ using Fleet = std::vector<std::unique_ptr<Worker>>;
 
 class Worker {
  public:
+  enum class Role : uint8_t { kBoth, kPrefill, kDecode };
   Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const Fleet* fleet);
   ~Worker();
   Worker(const Worker&) = delete;
@@ -116,10 +126,15 @@ class Worker {
   uint16_t kvReplayPort() const;  // 0 without --kv-events-replay-port  // 0 when not publishing
   uint16_t port() const { return port_; }
   size_t index() const { return index_; }
+  // "prefill", "decode" or "" (both).
+  std::string role() const {
+    return role_ == Role::kPrefill ? "prefill" : role_ == Role::kDecode ? "decode" : "";
+  }
 
  private:
   struct RequestCtx;
   struct Inference;
+  struct PdPlan;
 
   asio::awaitable<void> handle(http::Request& req, http::ResponseWriter& w);
   asio::awaitable<void> handleInference(http::Request& req, http::ResponseWriter& w, bool chat,
@@ -140,6 +155,15 @@ class Worker {
                                       const http::HeaderList& hdrs);
   void abortRequest(http::ResponseWriter& w);  // client gone or stopping: count, hang up
   asio::awaitable<bool> sleepFor(RequestCtx& c, double ms);
+  // P/D (pd_role.cc): checks a request against this worker's role and dialect; a decode pulls
+  // its prefilled blocks (an SGLang decode waits for its room). An error is the answer (status,
+  // message); `plan` says what to do.
+  asio::awaitable<Result<void>> pdBegin(RequestCtx& c, const Inference& in,
+                                        const std::string& request_id, PdPlan& plan);
+  // The prefill is done: hold the prompt's blocks for the decode.
+  void pdHold(RequestCtx& c, const Inference& in, const PdPlan& plan);
+  // The pulled blocks arrive: transfer time, then they are in the rank's cache.
+  asio::awaitable<bool> pdInstall(RequestCtx& c, const Inference& in, const PdPlan& plan);
   asio::awaitable<bool> acquireSlot(RequestCtx& c);
   void releaseSlot();
   // One data-parallel engine: its own prefix cache and KV-event publisher (--kv-events-dp-ranks;
@@ -178,6 +202,9 @@ class Worker {
   size_t next_rank_ = 0;
   bool kvEvents() const { return cfg_.kv_events.enabled; }
   FaultState faults_;
+  Role role_ = Role::kBoth;
+  uint64_t pd_refused_ = 0;  // P/D requests refused (wrong leg, unknown or expired transfer)
+  uint64_t pd_pulled_ = 0;   // decode: prefilled blocks pulled and installed
   std::string host_;
   uint16_t port_ = 0;
   bool stopping_ = false;

@@ -251,6 +251,17 @@ std::string Worker::metricsText() const {
             "Inference requests received by the simulated worker.", labels, d(requests_total_));
   addMetric(out, "kvgate_sim_requests_aborted_total", "counter",
             "Requests whose client disconnected before completion.", labels, d(requests_aborted_));
+  if (role_ != Role::kBoth) {
+    addMetric(out, "kvgate_sim_pd_refused_total", "counter",
+              "P/D legs refused: not this worker's role or dialect, or no prefilled blocks.",
+              labels, d(pd_refused_));
+    addMetric(out, "kvgate_sim_pd_pulled_total", "counter",
+              "Decode: prefilled blocks pulled from a prefill worker and installed.", labels,
+              d(pd_pulled_));
+    addMetric(out, "kvgate_sim_pd_held", "gauge",
+              "Prefill: requests whose blocks wait for their decode.", labels,
+              cfg_.pd_exchange ? d(cfg_.pd_exchange->heldBy(index_)) : 0.0);
+  }
   addMetric(out, "kvgate_sim_faults_injected_total", "counter",
             "Faults injected (failed, stalled, cut or delayed requests).", labels,
             d(faults_injected_));
