@@ -320,6 +320,11 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
                : api == "chat"      ? ApiMode::kChat
                                     : ApiMode::kBoth;
   o.law = lawParamsFromEnvironment();
+  // Seed 000: pressure relief is on for single-pool mode 3 and off for P/D mode 1 unless
+  // LOXILB_KV_SPILL_RELIEF says otherwise.
+  if (const char* r = std::getenv("LOXILB_KV_SPILL_RELIEF");
+      (!r || !*r) && sa.value("pd_disagg_mode", false))
+    o.law.spill_relief = false;
   if (auto m = sa.find("kvLbMode"); m != sa.end() && m->is_string()) {
     // The rule's field beats the environment (validated when the rule was stored).
     if (auto mode = parseLawMode(m->get<std::string>())) o.law.mode = *mode;

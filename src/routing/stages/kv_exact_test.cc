@@ -415,6 +415,20 @@ TEST(KvExact, RuleFieldsChooseApiModeAndLawMode) {
   EXPECT_EQ(kvExactOptions(config::RuleSpec{}).api_mode, ApiMode::kBoth);
 }
 
+TEST(KvExact, SpillReliefIsOffForPdRulesUnlessTheEnvironmentSaysOtherwise) {
+  // Seed 000: unset means on for single-pool mode 3, off for P/D mode 1.
+  ::unsetenv("LOXILB_KV_SPILL_RELIEF");
+  config::RuleSpec single, pd;
+  pd.service_args = {{"pd_disagg_mode", true}, {"kvExactMode", 1}};
+  EXPECT_TRUE(kvExactOptions(single).law.spill_relief);
+  EXPECT_FALSE(kvExactOptions(pd).law.spill_relief);
+  ::setenv("LOXILB_KV_SPILL_RELIEF", "on", 1);
+  EXPECT_TRUE(kvExactOptions(pd).law.spill_relief);  // an explicit value overrides every service
+  ::setenv("LOXILB_KV_SPILL_RELIEF", "off", 1);
+  EXPECT_FALSE(kvExactOptions(single).law.spill_relief);
+  ::unsetenv("LOXILB_KV_SPILL_RELIEF");
+}
+
 // Text and chat prompts through a real tokenizer (the tiny one: character i of the alphabet is
 // id i), so the text of ids 0..63 is the fixture's cached prompt.
 TEST(KvExact, TextAndChatPromptsAreTokenized) {
