@@ -257,8 +257,6 @@ Result<RuleSpec> parseRule(const json& body) {
   auto need = [&](bool cond, const char* cap) {
     if (cond && r.inactive_capability.empty()) r.inactive_capability = cap;
   };
-  // P/D runs the ladder (proxy/pd_forward.cc); Tier 1 (the prefix trie) is not built yet.
-  need(getOr<bool>(stored, "pd_cache_aware_mode", false), "pd_cache_aware");
   // Tier 1.5 (mode 1 over prefill endpoints, mode 3 over a single pool), for the engines whose
   // events are followed.
   const std::string kv_engine = getOr<std::string>(stored, "kvEngineType", "vllm");

@@ -32,7 +32,7 @@ json simple() {
 TEST(RuleParse, SeedExamplesAreAcceptedAndMarkInactiveCapabilities) {
   auto pd = parseRule(seedPd());
   ASSERT_TRUE(pd) << pd.error().what;
-  EXPECT_EQ(pd->inactive_capability, "pd_cache_aware");  // P/D runs; Tier 1 is not built yet
+  EXPECT_TRUE(pd->inactive_capability.empty());  // the seed P/D example serves traffic
   EXPECT_EQ(pd->endpoints.size(), 2u);
   EXPECT_EQ(pd->endpoints[0].role, 1);
   auto ch = parseRule(seedChwbl());

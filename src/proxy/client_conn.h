@@ -106,6 +106,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<bool> forwardPd(const Request& req, const Route& route);
   int pickDecode(const routing::RequestContext& rctx, const Route& route,
                  endpoints::EndpointLease& lease);
+  int pinnedDecode(const Route& route, int peer, endpoints::EndpointLease& lease);
   asio::awaitable<LegAnswer> firstLeg(const Request& req, const Route& route, size_t idx,
                                       endpoints::EndpointLease& lease, std::string_view body);
   asio::awaitable<bool> readWholeBody(UpstreamLeg& leg, const http::ResponseHead& rh,

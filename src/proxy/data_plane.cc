@@ -8,6 +8,7 @@
 #include "proxy/prober.h"
 #include "proxy/worker.h"
 #include "routing/stage_registry.h"
+#include "routing/stages/pd_ladder.h"
 
 namespace kvgate::proxy {
 namespace {
@@ -21,7 +22,8 @@ const common::Clock& clockOf(const ProxyOptions& o) {
 // random), else `sel`; empty when this build lacks the selector.
 std::vector<std::string> stageNames(const config::RuleSpec& rule) {
   if (rule.service_args.value("pd_disagg_mode", false)) {  // the P/D ladder's prefill pick
-    std::vector<std::string> names;
+    std::vector<std::string> names{"session"};
+    if (rule.service_args.value("pd_cache_aware_mode", false)) names.push_back("prefix_trie");
     if (rule.service_args.value("kvExactMode", 0) == 1) names.push_back("kv_exact");
     names.emplace_back("min_load");
     return names;
@@ -44,6 +46,8 @@ std::unique_ptr<routing::Pipeline> buildPipeline(
   if (names.empty()) return nullptr;
   routing::StageServices services{clock,     route.rule, route.endpoints, kv_index,
                                   kv_lookup, tokens,     overlay};
+  services.sessions = route.stats->sessions.get();
+  services.trie = route.stats->trie.get();
   auto p = routing::Pipeline::build(names, services, stats);
   if (!p) {
     log::error("proxy", "rule " + route.rule.key() + ": " + p.error().what);
@@ -119,6 +123,10 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
                                              std::set<std::string>& live_endpoints) {
   auto route = std::make_shared<Route>();
   route->rule = rule;
+  route->health = opts_.health;
+  if (rule.service_args.value("pd_disagg_mode", false)) {  // seed 000: P/D breaker defaults
+    route->health.cb_failures = 3;  // (the open window is the data plane's, default 30 s)
+  }
   for (const auto& e : rule.endpoints) {
     routing::PoolEndpoint pe;
     pe.state = endpoints_.acquire(e.ip, e.port);
@@ -147,6 +155,12 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   }
   stats->per_endpoint = std::move(counters);
   route->stats = stats;
+  if (rule.service_args.value("pd_disagg_mode", false)) {  // Tier 0 and Tier 1 tables
+    if (!stats->sessions)
+      stats->sessions = std::make_shared<routing::SessionTable>(routing::sessionTableMaxEntries());
+    if (!stats->trie)
+      stats->trie = std::make_shared<routing::PrefixTrie>(routing::prefixTrieMaxNodes());
+  }
   route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_, kv_overlay_,
                                   stageNames(rule), stats->pipeline);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;

@@ -18,15 +18,18 @@ simdjson::ondemand::parser& threadParser() {
   return parser;
 }
 
-// Appends up to the remaining budget of K bytes.
+// Appends up to the remaining budget of `limit` bytes; counts every byte offered in `total`.
 struct Renderer {
   std::string& out;
   size_t limit;
+  size_t total = 0;
   bool full() const { return out.size() >= limit; }
   void add(std::string_view s) {
+    total += s.size();
     if (!full()) out.append(s.substr(0, limit - out.size()));
   }
   void add(char c) {
+    ++total;
     if (!full()) out.push_back(c);
   }
 };
@@ -118,6 +121,7 @@ Walk renderMessages(value v, Renderer& r) {
     r.add(role);
     r.add('\x1f');
     r.add(content);
+    r.total += c.total - content.size();  // content was cut at the budget: count all of it
     r.add('\x1e');
   }
   return result;
@@ -147,7 +151,7 @@ Walk renderPrompt(value v, Renderer& r, routing::RequestFacts& f, uint32_t needs
     }
     if (needs & (routing::kNeedPromptText | routing::kNeedPromptTokenIds))
       f.prompt_token_ids.push_back(x);
-    if (!r.full()) {
+    if (!r.full() || (needs & routing::kNeedPromptRender)) {  // Tier 1 counts them all
       auto [end, ec] = std::to_chars(num, num + sizeof num, x);
       r.add(std::string_view(num, static_cast<size_t>(end - num)));
       r.add(',');
@@ -244,6 +248,16 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
     } else if (key == "user" && (needs & routing::kNeedUser)) {
       f.user.reset();
       if (!(e = v.get_string().get(s)) && s.size() <= kMaxFactString) f.user = std::string(s);
+    } else if (key == "user_id" && (needs & routing::kNeedUserId)) {
+      f.user_id.reset();
+      json_type t;
+      if ((e = v.type().get(t))) {
+      } else if (t == json_type::string) {
+        if (!(e = v.get_string().get(s)) && s.size() <= kMaxFactString) f.user_id = std::string(s);
+      } else if (t == json_type::number) {
+        int64_t n = 0;
+        if (!(e = v.get_int64().get(n))) f.user_id = std::to_string(n);
+      }
     } else if (key == "messages" &&
                (needs & (routing::kNeedPromptPrefix | routing::kNeedMessages))) {
       f.prompt_prefix.clear();
@@ -317,7 +331,11 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
   }
   auto& parser = threadParser();
   FactsStatus status = FactsStatus::kOk;
-  Renderer r{out.prompt_prefix, prefix_bytes};
+  // Tier 1 (kNeedPromptRender) renders further than the prefix key's K bytes.
+  Renderer r{out.prompt_prefix, (needs & routing::kNeedPromptRender)
+                                    ? std::max(prefix_bytes, size_t{16 * 1024})
+                                    : prefix_bytes};
+  out.prefix_key_len = prefix_bytes;
   {
     simdjson::ondemand::document doc;
     simdjson::ondemand::object obj;
@@ -363,6 +381,7 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
         renderMessages(mv, r) != Walk::kOk)
       out.has_prompt = false;
   }
+  out.prompt_render_total = r.total;
   out.parsed = status == FactsStatus::kOk;
   if (!out.parsed) out.has_prompt = false;
   if (out.prompt_prefix.empty()) out.has_prompt = false;

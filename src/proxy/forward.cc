@@ -99,14 +99,14 @@ asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, con
   const auto& label = route.endpoints[idx].state->label;
   using O = UpstreamLeg::Outcome;
   if (r.outcome == O::kTimeout) {
-    lease.settle(w_.opts.health, cb, 504);
+    lease.settle(route.health, cb, 504);
     co_await sendError(504, "upstream_timeout",
                        "upstream " + label + " did not answer in time" + pd_leg_note_);
   } else if (r.outcome == O::kBadResponse) {
-    lease.settle(w_.opts.health, cb, 502);
+    lease.settle(route.health, cb, 502);
     co_await sendError(502, "bad_upstream_response", r.error + pd_leg_note_);
   } else {
-    lease.settle(w_.opts.health, cb, 502);
+    lease.settle(route.health, cb, 502);
     co_await sendError(502, "upstream_closed",
                        "upstream " + label + " closed the connection" + pd_leg_note_);
   }
@@ -141,7 +141,7 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
       }
     }
     if (!r.ok()) {
-      lease.connectFailed(w_.opts.health, cb);
+      lease.connectFailed(route.health, cb);
       log::warn("proxy", r.error);
       last_error_ = r.error;
       next_endpoint = true;
@@ -156,7 +156,7 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
       http::ResponseHead& rh = resp_head_;  // a member: a 3 KB frame per request costs a malloc
       r = co_await readFinalHead(req.head.method, rh);
       if (r.ok()) {
-        lease.settle(w_.opts.health, cb, rh.status);
+        lease.settle(route.health, cb, rh.status);
         route.stats->upstream_latency.observe(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - sent_at).count());
         co_return co_await relayResponse(rh, route, req.head.method == "HEAD", lease);
@@ -171,7 +171,7 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
     if (r.outcome == UpstreamLeg::Outcome::kSendFailed && !client_gone_) {
       last_error_ = "send to " + ep.state->label + " failed: " + r.error;
       log::warn("proxy", last_error_);
-      lease.settle(w_.opts.health, cb, 502);
+      lease.settle(route.health, cb, 502);
       leg_.release(false);
       next_endpoint = true;
       co_return true;

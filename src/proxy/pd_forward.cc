@@ -196,7 +196,7 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
         co_return a;
       }
       if (!r.ok()) {
-        lease.connectFailed(w_.opts.health, cb);
+        lease.connectFailed(route.health, cb);
         log::warn("proxy", r.error);
         last_error_ = r.error;
         a.kind = K::kConnectFailed;
@@ -225,14 +225,14 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
           co_return a;
         }
         if (!whole) {
-          lease.settle(w_.opts.health, cb, leg.timedOut() ? 504 : 502);
+          lease.settle(route.health, cb, leg.timedOut() ? 504 : 502);
           leg.release(false);
           a.kind = K::kFailed;
           a.status = leg.timedOut() ? 504 : 502;
           a.error = leg.timedOut() ? "did not answer in time" : error;
           co_return a;
         }
-        lease.settle(w_.opts.health, cb, rh.status);
+        lease.settle(route.health, cb, rh.status);
         leg.release(reusable);
         a.status = rh.status;
         co_return a;
@@ -249,7 +249,7 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
       co_return a;
     }
     const bool timeout = r.outcome == UpstreamLeg::Outcome::kTimeout;
-    lease.settle(w_.opts.health, cb, timeout ? 504 : 502);
+    lease.settle(route.health, cb, timeout ? 504 : 502);
     a.kind = K::kFailed;
     a.status = timeout ? 504 : 502;
     a.error = timeout ? std::string("did not answer in time") : r.error;
@@ -259,6 +259,17 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
   a.status = 502;
   a.error = "closed the connection twice before answering";
   co_return a;
+}
+
+// Tier 0's pinned decode endpoint (`peer`, -1 = none) when it is a candidate that admits the
+// request; else -1.
+int ClientConn::pinnedDecode(const Route& route, int peer, endpoints::EndpointLease& lease) {
+  if (peer < 0 || pd_->decode_excluded[static_cast<size_t>(peer)]) return -1;
+  auto& state = *route.endpoints[static_cast<size_t>(peer)].state;
+  bool trial = false;
+  if (!state.health.admits(route.rule.cb_enable, trial)) return -1;
+  lease = endpoints::EndpointLease(state, trial);
+  return peer;
 }
 
 int ClientConn::pickDecode(const routing::RequestContext& rctx, const Route& route,
@@ -360,7 +371,7 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
   UpstreamLeg::Result r;
   if (!leg->takePooled(ep.state->id)) {
     r = co_await leg->connect(ep.state->id, route->addresses[idx], ep.state->label);
-    if (!r.ok()) lease.connectFailed(w_.opts.health, cb);
+    if (!r.ok()) lease.connectFailed(route->health, cb);
   }
   if (r.ok()) r = co_await leg->send(head, body);
   if (r.ok()) {
@@ -373,20 +384,20 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
       bool reusable = false;
       const bool whole = co_await readWhole(*leg, rh, sink, error, reusable);
       status = whole ? rh.status : (leg->timedOut() ? 504 : 502);
-      lease.settle(w_.opts.health, cb, status);
+      lease.settle(route->health, cb, status);
       leg->release(whole && reusable);
       if (whole && (rh.status < 200 || rh.status > 299))
         error = "answered " + std::to_string(rh.status);
     } else {
       error = r.error;
       status = r.outcome == UpstreamLeg::Outcome::kTimeout ? 504 : 502;
-      lease.settle(w_.opts.health, cb, status);
+      lease.settle(route->health, cb, status);
       leg->release(false);
     }
   } else {
     error = r.error;
     if (r.outcome != UpstreamLeg::Outcome::kConnectFailed)
-      lease.settle(w_.opts.health, cb, leg->timedOut() ? 504 : 502);
+      lease.settle(route->health, cb, leg->timedOut() ? 504 : 502);
     leg->release(false);
   }
   timer.cancel();
@@ -422,15 +433,14 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   last_error_.clear();
   const bool cb = route.rule.cb_enable;
   const pd::Dialect dialect = *route.pd_dialect;
-  // The decode pick first: without a decode endpoint the prefill ladder does not run (nor count
-  // a tier) and the rescue serves the request. A prefill connect failure keeps this pick.
+  // Without any usable decode endpoint the prefill ladder does not run (nor count a tier): the
+  // rescue serves the request. The decode pick follows the first prefill pick (Tier 0 may pin
+  // it) and is kept when a prefill connect fails.
   endpoints::EndpointLease dlease;  // the decode pick's, until the second leg takes it
-  const int didx = pickDecode(rctx, route, dlease);
-  if (didx >= 0) {
-    outcome_.ep_index = didx;
-    outcome_.endpoint = &route.endpoints[static_cast<size_t>(didx)].state->label;
-  }
-  for (size_t attempt = 0; didx >= 0 && attempt < 2 * route.endpoints.size(); ++attempt) {
+  int didx = -1;
+  bool any_decode = false;
+  for (bool x : st.decode_excluded) any_decode |= !x;
+  for (size_t attempt = 0; any_decode && attempt < 2 * route.endpoints.size(); ++attempt) {
     routing::Decision d = route.pipeline->run(rctx, cands);
     if (d.index < 0) break;
     const size_t pidx = static_cast<size_t>(d.index);
@@ -443,6 +453,17 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     endpoints::EndpointLease plase(pstate, trial);
     if (d.track_chain && rctx.chain_cache && rctx.chain_cache->ready)
       plase.addChain(rctx.chain_cache->chain);
+    if (didx < 0) {
+      didx = pinnedDecode(route, d.peer, dlease);
+      if (didx < 0) didx = pickDecode(rctx, route, dlease);
+      if (didx < 0) break;  // no decode endpoint admits the request: rescue
+      outcome_.ep_index = didx;
+      outcome_.endpoint = &route.endpoints[static_cast<size_t>(didx)].state->label;
+    }
+    if (rctx.conversation_key && route.stats->sessions)  // Tier 0: (re)pin the pair
+      route.stats->sessions->pin(
+          *rctx.conversation_key, {pstate.id, route.endpoints[static_cast<size_t>(didx)].state->id},
+          w_.opts.clock ? w_.opts.clock->nowNs() : common::SteadyClock::instance().nowNs());
     outcome_.prefill = &pstate.label;
     outcome_.key = routing::decisionKeyName(d.key);
     outcome_.stage = route.pipeline->stageName(d.stage).c_str();

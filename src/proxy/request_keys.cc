@@ -32,11 +32,15 @@ routing::RequestContext requestContext(const http::RequestHead& head,
   if (route.needs & routing::kNeedPromptPrefix) {
     if (facts) ctx.prefix_key = routing::prefixKey(*facts);
   }
-  if (route.needs & routing::kNeedUser) {
+  // The conversation: the X-Conversation-Id header, else the body's user_id (P/D Tier 0), else
+  // its user (chwbl's fallback key).
+  if (route.needs & (routing::kNeedUser | routing::kNeedUserId)) {
     std::string_view conv = head.get("x-conversation-id");
     if (!conv.empty())
       ctx.conversation_key = hashOf(conv);
-    else if (facts && facts->user)
+    else if (facts && facts->user_id && (route.needs & routing::kNeedUserId))
+      ctx.conversation_key = hashOf(*facts->user_id);
+    else if (facts && facts->user && (route.needs & routing::kNeedUser))
       ctx.conversation_key = hashOf(*facts->user);
   }
   if ((route.needs & routing::kNeedSession) && !rule.session_header_name.empty()) {

@@ -34,6 +34,9 @@ struct Route {
   std::unique_ptr<routing::Pipeline> rescue_pipeline;
   std::vector<std::string> transfer_addr;  // per endpoint: "ip:nixl_port" (P/D request ids)
   uint16_t bootstrap_port = 8998;          // SGLang's bootstrap port (pdBootstrapPort)
+  // Breaker and passive detection for this rule's endpoints: the data plane's options, with the
+  // seed's P/D breaker (3 failures, 30 s) for P/D rules.
+  endpoints::HealthOptions health;
 };
 
 struct VipConfig {

@@ -11,6 +11,8 @@
 
 #include "metrics/histogram.h"
 #include "routing/pipeline.h"
+#include "routing/stages/prefix_trie.h"
+#include "routing/stages/session_table.h"
 
 namespace kvgate::proxy {
 
@@ -39,6 +41,9 @@ struct RuleStats {
   // P/D rules: the decode pick's and the any-healthy rescue's pipelines (null otherwise).
   std::shared_ptr<routing::PipelineStats> decode_pipeline, rescue_pipeline;
   std::atomic<uint64_t> pd_rescues{0};  // requests the rescue took (no prefill/decode pair)
+  // P/D rules: Tier 0's pins and Tier 1's trie (made for the first P/D version of the rule).
+  std::shared_ptr<routing::SessionTable> sessions;
+  std::shared_ptr<routing::PrefixTrie> trie;
 };
 
 struct DataPlaneStats {

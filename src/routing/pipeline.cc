@@ -51,6 +51,7 @@ Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c) const {
       d.key = r.key;
       d.spilled = r.spilled;
       d.track_chain = r.track_chain;
+      d.peer = r.peer;
       // (One kv stage per pipeline: a pick of 0 uncached blocks after a miss of another stage
       // cannot happen.)
       d.prefill_blocks = r.prefill_blocks > 0 ? r.prefill_blocks : miss_prefill;

@@ -49,6 +49,7 @@ struct Decision {
   bool spilled = false;
   bool track_chain = false;     // the request's chain joins the endpoint's active set (dynamo law)
   uint32_t prefill_blocks = 0;  // uncached blocks counted as queued prefill there (ttft law)
+  int peer = -1;                // session (P/D): the pinned decode endpoint
 };
 
 class Pipeline {

@@ -13,7 +13,7 @@ std::optional<uint64_t> prefixKey(const RequestFacts& f) {
   material.push_back('\0');
   material += f.cache_salt;
   material.push_back('\0');
-  material += f.prompt_prefix;
+  material.append(f.prompt_prefix, 0, std::min(f.prompt_prefix.size(), f.prefix_key_len));
   return XXH3_64bits(material.data(), material.size());
 }
 

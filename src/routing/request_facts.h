@@ -26,7 +26,9 @@ enum FactNeeds : uint32_t {
   kNeedMessages = 1u << 4,        // the raw JSON of "messages" (chat-template rendering)
   kNeedRequestShape = 1u << 5,    // stream, stream_options, max_tokens, adapter
   kNeedPromptTokenIds = 1u << 6,  // a token-id prompt's ids only (Tier 1.5), no text copy
-  kNeedChatInput = 1u << 7,  // the chat-template fields besides messages, and add_special_tokens
+  kNeedChatInput = 1u << 7,     // the chat-template fields besides messages, and add_special_tokens
+  kNeedUserId = 1u << 8,        // body "user_id" (P/D Tier 0's session key)
+  kNeedPromptRender = 1u << 9,  // the rendered prompt up to 16 KiB, and its whole length (Tier 1)
   // Header and connection facts (no body parse): session value (persist), source address (hash).
   kNeedSession = 1u << 16,
   kNeedSource = 1u << 17,
@@ -38,13 +40,16 @@ struct RequestFacts {
   bool has_model = false;  // "model" was a string
   std::string model;       // body "model"
   std::string cache_salt;  // vLLM "cache_salt": requests with different salts never share keys
-  std::optional<std::string> user;  // body "user" (a string)
+  std::optional<std::string> user;     // body "user" (a string)
+  std::optional<std::string> user_id;  // body "user_id" (a string, or an integer as decimal)
   // Rendered prompt, at most K bytes: chat = per message: role, 0x1F, its text (a string, or
   // the concatenated "text" of its parts), 0x1E; completions = the prompt string, or token ids as
   // decimal numbers each followed by ','. Empty with has_prompt false when the body has no
   // usable prompt.
   bool has_prompt = false;
   std::string prompt_prefix;
+  size_t prefix_key_len = SIZE_MAX;  // bytes of prompt_prefix the CHWBL prefix key covers (K)
+  size_t prompt_render_total = 0;    // the whole rendered prompt's length (prompt_prefix is cut)
   // Filled only for kNeedPromptText: the whole completions prompt, or its token ids (the ids also
   // for kNeedPromptTokenIds).
   std::string prompt_text;
@@ -66,9 +71,11 @@ struct RequestFacts {
   // Resets every fact, keeping the strings' capacity (facts are reused per connection).
   void clear() {
     parsed = has_model = has_prompt = include_usage = false;
+    prompt_render_total = 0;
     model.clear();
     cache_salt.clear();
     user.reset();
+    user_id.reset();
     prompt_prefix.clear();
     prompt_text.clear();
     prompt_token_ids.clear();

@@ -26,6 +26,9 @@ class SpeculativeOverlay;
 
 namespace kvgate::routing {
 
+class SessionTable;
+class PrefixTrie;
+
 // One endpoint of a rule's pool, as the stages see it.
 struct PoolEndpoint {
   std::shared_ptr<endpoints::EndpointState> state;  // stable identity: state->id
@@ -62,12 +65,16 @@ enum class FallReason : uint8_t {
   kNoWorker,  // no candidate's cache holds any leading block of the prompt (or none is followed)
   kExcluded,  // only excluded candidates (down, breaker open, failed) hold the prompt's blocks
   kShallow,   // the best overlap is under the minimum matched tokens, or under one block
+  // P/D ladder (stages/pd_ladder.h):
+  kUnpinned,    // session: the conversation has no live pin
+  kPinEvicted,  // session: a pinned endpoint is gone, masked, down or behind an open breaker
+  kImbalance,   // prefix_trie: prefill loads differ by more than pd_balance_abs_threshold
   kCount
 };
 inline constexpr const char* kFallReasonNames[] = {
-    "all_excluded", "empty_pool",  "no_key",   "api_mode", "warmup",
-    "text_empty",   "model_empty", "tokenize", "hashes",   "hash_contract",
-    "no_worker",    "excluded",    "shallow"};
+    "all_excluded", "empty_pool", "no_key",      "api_mode",      "warmup",    "text_empty",
+    "model_empty",  "tokenize",   "hashes",      "hash_contract", "no_worker", "excluded",
+    "shallow",      "unpinned",   "pin_evicted", "imbalance"};
 static_assert(std::size(kFallReasonNames) == static_cast<size_t>(FallReason::kCount));
 
 struct StageResult {
@@ -79,6 +86,7 @@ struct StageResult {
   // kv_exact (ttft law): the pick's uncached blocks, queued there; on a fall (a miss), the blocks
   // any later stage's pick will have to prefill.
   uint32_t prefill_blocks = 0;
+  int peer = -1;  // session (P/D): the pinned decode endpoint, for the decode pick
   FallReason reason = FallReason::kAllExcluded;
 
   static StageResult pick(int i, DecisionKey k = DecisionKey::kRr, bool spilled = false) {
@@ -119,6 +127,9 @@ struct StageServices {
   const PromptTokens* prompt_tokens = nullptr;
   // Speculative insert (Tier 1.5): blocks credited to the endpoint just chosen; null = off.
   kv::SpeculativeOverlay* kv_overlay = nullptr;
+  // P/D rules: Tier 0's pins and Tier 1's trie (kept with the rule's counters across updates).
+  SessionTable* sessions = nullptr;
+  PrefixTrie* trie = nullptr;
 };
 
 }  // namespace kvgate::routing

@@ -10,9 +10,11 @@
 namespace kvgate::routing {
 namespace {
 
-constexpr std::array<StageInfo, 13> kStages = {{
+constexpr std::array<StageInfo, 15> kStages = {{
     {"kv_exact", -1, &makeKvExactFromServices},
-    {"min_load", -1, &makeMinLoad},  // the P/D ladder's Tier 2 and decode pick
+    {"session", -1, &makeSession},         // the P/D ladder's Tier 0
+    {"prefix_trie", -1, &makePrefixTrie},  // Tier 1
+    {"min_load", -1, &makeMinLoad},        // Tier 2 and the decode pick
     {"rr", 0, &makeRoundRobin},
     {"hash", 1, &makeSourceHash},
     {"wrr", 2, &makeWeightedRoundRobin},

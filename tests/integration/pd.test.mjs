@@ -230,3 +230,109 @@ test('SGLang P/D: a prefill that fails ends the waiting decode leg with 502 pref
   assert.ok(await waitFor(async () => (await simMetrics(decode)).kvgate_sim_requests_aborted_total >= 1, 8000),
     'the decode engine\'s waiting request was aborted');
 });
+
+// Seed 000's P/D example exactly as written (cache-aware, kvExactMode 1, sha256_cbor, block 16),
+// addresses moved to loopback: two prefill workers publishing KV events, one decode worker. Each
+// tier decides once where its signal is the strongest, and a pin to an endpoint that went away
+// is evicted while the ladder goes on.
+test('seed P/D example as written: Tier 0, Tier 1, Tier 1.5 and Tier 2 each decide', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.31-33', '--port', '0', '--kv-events-port', String(kvPort),
+    '--kv-events-hash-seed', '0', '--role', 'prefill,prefill,decode', '--timing', 'fixed',
+    '--prefill-base-ms', '1', '--itl-ms', '1']);
+  t.after(() => sim.stop());
+  const [p1, p2, d] = sim.workers;
+  const gw = await gateway(t, ['--access-log'], { env: { LLB_KV_NONE_HASH_SEED: '0' } });
+  const port = await freePort();
+  const seed = {
+    serviceArguments: {
+      externalIP: '127.0.0.1', port, protocol: 'tcp', sel: 0, mode: 4, host: '127.0.0.1',
+      pd_disagg_mode: true, pd_cache_aware_mode: true, kvExactMode: 1, kvZmqPort: kvPort,
+      kvHashAlgo: 'sha256_cbor', kvBlockSize: 16,
+    },
+    endpoints: [
+      { endpointIP: p1.host, targetPort: p1.port, weight: 1, ep_role: 1, nixl_port: 5600 },
+      { endpointIP: p2.host, targetPort: p2.port, weight: 1, ep_role: 1, nixl_port: 5600 },
+      { endpointIP: d.host, targetPort: d.port, weight: 1, ep_role: 2, nixl_port: 5600 },
+    ],
+  };
+  const r = await api(gw.api, 'POST', LB_BASE, seed);
+  assert.equal(r.status, 200, r.text);
+
+  const ids = (base) => Array.from({ length: 64 }, (_, i) => base + i);
+  // A prefill leg sent straight to a prefill worker: its cache (and KV events) learn the prompt.
+  const warm = async (w, base) => {
+    const res = await fetch(`${w.url}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: ids(base), max_tokens: 1, stream: false,
+        kv_transfer_params: { do_remote_decode: true } }),
+    });
+    const text = await res.text();
+    assert.equal(res.status, 200, text);
+  };
+  const batches = async (w) => (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_kv_batches_total' &&
+    s.labels.source === `${w.host}:${kvPort}`)?.value ?? 0;
+  let k = 1;
+  for (const w of [p1, p2])  // PUB/SUB joins asynchronously
+    assert.ok(await waitFor(async () => { await warm(w, 1000000 * k++); return (await batches(w)) > 0; }, 15000, 100),
+      `no KV batch from ${w.host}`);
+
+  const tiers = async () => {
+    const m = await scrapeMetrics(gw.api);
+    return Object.fromEntries(['tier0', 'tier1', 'tier15', 'tier2', 'rescue'].map((x) => [x, tierCount(m, x)]));
+  };
+  let seen = 0;
+  const send = async (base, { user, conv } = {}) => {
+    const body = { model: 'sim-model', prompt: ids(base), max_tokens: 2 };
+    if (user) body.user_id = user;
+    const before = await tiers();
+    const res = await post(port, '/v1/completions', body, conv ? { 'x-conversation-id': conv } : {});
+    assert.equal(res.status, 200, res.text);
+    const after = await tiers();
+    const moved = Object.keys(after).filter((x) => after[x] !== before[x]);
+    const line = await waitFor(() => accessLines(gw).slice(seen).find((l) => l.includes('status=200')));
+    seen = accessLines(gw).length;
+    return { tier: moved.join(','), prefill: line.match(/prefill=([^ ]+)/)?.[1], line };
+  };
+  const label = (w) => `${w.host}:${w.port}`;
+
+  // Tier 1.5: p2 alone holds R (warmed straight), nobody routed R before.
+  const before = await batches(p2);
+  await warm(p2, 50000);
+  assert.ok(await waitFor(async () => (await batches(p2)) > before, 5000), 'R reached the index');
+  let got = await send(50000);
+  assert.equal(got.tier, 'tier15', got.line);
+  assert.equal(got.prefill, label(p2));
+  assert.match(got.line, /tier=kv_exact/);
+  // Tier 1: the gateway routed R once: its own trie says p2.
+  got = await send(50000);
+  assert.equal(got.tier, 'tier1', got.line);
+  assert.equal(got.prefill, label(p2));
+  // Tier 2, then Tier 0: a new conversation's first prompt is nobody's; its next sticks.
+  got = await send(60000, { user: 'alice' });
+  assert.equal(got.tier, 'tier2', got.line);
+  const pinned = got.prefill;
+  got = await send(70000, { user: 'alice' });
+  assert.equal(got.tier, 'tier0', got.line);
+  assert.equal(got.prefill, pinned);
+  assert.match(got.line, /tier=session/);
+  // X-Conversation-Id overrides user_id: "bob" has no pin.
+  got = await send(80000, { user: 'alice', conv: 'bob' });
+  assert.notEqual(got.tier, 'tier0', got.line);
+  // The pinned prefill engine fails: three 503s (relayed: no decode leg) open its breaker (P/D
+  // rules: 3); then the pin is evicted, the ladder picks the other one and the conversation
+  // sticks there from then on.
+  const [gone, other] = pinned === label(p1) ? [p1, p2] : [p2, p1];
+  await api(gone.url, 'POST', '/sim/fault', { fail_requests: 3, fail_status: 503 });
+  for (let i = 0; i < 3; ++i) {
+    const res = await post(port, '/v1/completions', { model: 'sim-model', prompt: ids(85000 + 100 * i),
+      max_tokens: 2, user_id: 'alice' });
+    assert.equal(res.status, 503, res.text);
+  }
+  seen = accessLines(gw).length;
+  got = await send(90000, { user: 'alice' });
+  assert.equal(got.prefill, label(other), got.line);
+  got = await send(91000, { user: 'alice' });
+  assert.equal(got.tier, 'tier0', got.line);
+  assert.equal(got.prefill, label(other));
+});

@@ -49,14 +49,14 @@ describe('management REST API', () => {
     assert.equal(got.serviceArguments.sel, undefined, 'sel 0 is omitted (omitempty)');
     assert.equal(got.endpoints[0].state, 'active');
     assert.equal(got.secondaryIPs, null);
-    // Traffic to capabilities not active yet: 501 not_active naming the capability.
+    // The P/D rule is routed (no engine listens on the seed's ports: 502 naming the prefill leg).
     const pdTraffic = await fetch(`http://127.0.0.1:${p1}/v1/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"model":"m","prompt":"hi"}',
     });
-    assert.equal(pdTraffic.status, 501);
+    assert.equal(pdTraffic.status, 502);
     const e = await pdTraffic.json();
-    assert.equal(e.error.code, 'not_active');
-    assert.equal(e.error.param, 'pd_cache_aware');  // Tier 1 (the prefix trie): not built yet
+    assert.equal(e.error.code, 'upstream_connect_failed');
+    assert.match(e.error.message, /^prefill leg: connect to 127\.0\.0\.2:8100 failed/);
     // CHWBL is active: the request is routed (no worker listens on the seed's ports: 502).
     const chTraffic = await fetch(`http://127.0.0.1:${p2}/v1/models`);
     assert.equal(chTraffic.status, 502);

@@ -1,7 +1,8 @@
-// The stages of the P/D ladder (seed 000): a P/D rule's prefill pick runs
-// [kv_exact (kvExactMode 1)] -> min_load, over the prefill endpoints (ep_role 1) that are not
-// masked (down, breaker open, failed for this request); its decode pick runs min_load over the
-// decode endpoints (ep_role 2). Tier 0 (session) and Tier 1 (prefix trie) join in front.
+// The stages of the P/D ladder (seed 000): a P/D rule's prefill pick runs session (Tier 0) ->
+// [prefix_trie (Tier 1, pd_cache_aware_mode)] -> [kv_exact (Tier 1.5, kvExactMode 1)] ->
+// min_load (Tier 2), over the prefill endpoints (ep_role 1) that are not masked (down, breaker
+// open, failed for this request); its decode pick is the session's pinned decode endpoint when
+// usable, else min_load over the decode endpoints (ep_role 2).
 #pragma once
 #include <memory>
 
@@ -9,6 +10,12 @@
 
 namespace kvgate::routing {
 
-std::unique_ptr<Stage> makeMinLoad(const StageServices& s);  // min_load (Tier 2): min_load.cc
+std::unique_ptr<Stage> makeSession(const StageServices& s);     // session (Tier 0): session.cc
+std::unique_ptr<Stage> makePrefixTrie(const StageServices& s);  // prefix_trie (Tier 1)
+std::unique_ptr<Stage> makeMinLoad(const StageServices& s);     // min_load (Tier 2): min_load.cc
+
+// The tables' bounds from the environment (LOXILB_PD_SESSION_MAX, LOXILB_PD_TRIE_MAX_NODES).
+size_t sessionTableMaxEntries();
+size_t prefixTrieMaxNodes();
 
 }  // namespace kvgate::routing
