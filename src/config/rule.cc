@@ -266,7 +266,7 @@ Result<RuleSpec> parseRule(const json& body) {
        "tls");
   need(auth == "required" || auth == "jwt" || auth == "apikey-or-jwt", "api_key_auth");
   std::string fc = getOr<std::string>(stored, "fc_mode", "off");
-  need(fc == "enforce" || fc == "inherit", "admission");
+  need((fc == "enforce" || fc == "inherit") && !pd, "admission");  // P/D rules: proxy/admission.h
   need(getOr<std::string>(stored, "backend_protocol", "http1") == "http2", "http2");
   need(getOr<std::string>(stored, "sockMapMode", "off") != "off", "sockmap");
   need(getOr<int64_t>(stored, "connectionLimit", 0) != 0, "connection_limit");

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "endpoints/admission_queue.h"
 #include "endpoints/health.h"
 
 namespace kvgate::endpoints {
@@ -65,6 +66,7 @@ struct EndpointState {
 
   std::atomic<int64_t> active{0};  // requests in flight through this gateway
   std::atomic<int64_t> queued{0};  // requests the admission gate parked for this endpoint
+  AdmissionQueue admission;        // those requests, first come first served
   ActiveBlockSet active_set;       // their distinct blocks (rules with the dynamo law only)
   // Uncached prompt blocks of those requests that have not received a first response byte yet:
   // the prefill queued there by this gateway (rules with the ttft law only).

@@ -18,6 +18,9 @@ class EndpointLease {
   EndpointLease(EndpointState& s, bool trial) : s_(&s), trial_(trial) {
     s.active.fetch_add(1, std::memory_order_relaxed);
   }
+  // Takes over a slot the admission queue handed to a parked request (already counted).
+  struct Adopt {};
+  EndpointLease(EndpointState& s, bool trial, Adopt) : s_(&s), trial_(trial) {}
   EndpointLease(EndpointLease&& o) noexcept
       : s_(o.s_), trial_(o.trial_), prefill_(o.prefill_), chain_(std::move(o.chain_)) {
     o.s_ = nullptr;
@@ -74,10 +77,12 @@ class EndpointLease {
     if (trial_) s_->health.onTrialAbandoned();  // (a half-open failure re-opened it already)
     trial_ = false;
   }
-  // Gives the count back; an unsettled trial is released for the next request to take.
+  // Gives the count back (or hands the slot to the first request the admission gate parked
+  // here); an unsettled trial is released for the next request to take.
   void reset() {
     if (!s_) return;
-    s_->active.fetch_sub(1, std::memory_order_relaxed);
+    if (s_->queued.load(std::memory_order_relaxed) == 0 || !s_->admission.handOff(s_->queued))
+      s_->active.fetch_sub(1, std::memory_order_relaxed);
     prefillDone();
     if (!chain_.empty()) s_->active_set.remove(chain_);
     chain_.clear();

@@ -44,5 +44,44 @@ TEST(EndpointLease, QueuedPrefillIsGivenBackAtTheFirstByteOrTheEnd) {
   EXPECT_EQ(s.pending_prefill_blocks.load(), 0);
 }
 
+// The admission gate's hand-off: a lease that ends hands its slot to the first request still
+// parked (the in-flight count stays: no newcomer can take the slot in between); a parked request
+// that gave up is skipped; nobody parked: the count falls.
+TEST(EndpointLease, AFreedSlotGoesToTheFirstParkedRequest) {
+  common::ManualClock clock;
+  EndpointState s(1, "10.0.0.1", 80, clock);
+  using W = AdmissionQueue::Waiter;
+  auto w1 = std::make_shared<W>(), w2 = std::make_shared<W>(), w3 = std::make_shared<W>();
+  int woken = 0;
+  for (auto& w : {w1, w2, w3}) w->wake = [&woken] { ++woken; };
+  ASSERT_TRUE(s.admission.push(w1, 2, s.queued));
+  ASSERT_TRUE(s.admission.push(w2, 2, s.queued));
+  EXPECT_FALSE(s.admission.push(w3, 2, s.queued));  // the queue holds 2
+  EXPECT_EQ(s.queued.load(), 2);
+  {
+    EndpointLease a(s, false);
+    EndpointLease b(s, false);
+    EXPECT_EQ(s.active.load(), 2);
+    EXPECT_TRUE(w1->giveUp());  // w1 timed out (and is about to leave the queue)
+    a.reset();                  // skips w1, grants w2
+    EXPECT_EQ(w2->state.load(), W::kGranted);
+    EXPECT_EQ(woken, 1);
+    EXPECT_FALSE(w2->giveUp());     // too late to give up: the slot is w2's
+    EXPECT_EQ(s.active.load(), 2);  // handed over, still counted
+    EXPECT_EQ(s.queued.load(), 0);
+    EndpointLease c(s, false, EndpointLease::Adopt{});  // w2 takes its slot
+    EXPECT_EQ(s.active.load(), 2);
+  }  // b and c end; nobody waits
+  EXPECT_EQ(s.active.load(), 0);
+  EXPECT_EQ(woken, 1);
+  // A waiter that gives up and leaves: the depth gauge follows.
+  auto w4 = std::make_shared<W>();
+  ASSERT_TRUE(s.admission.push(w4, 2, s.queued));
+  EXPECT_TRUE(w4->giveUp());
+  s.admission.remove(w4.get(), s.queued);
+  EXPECT_EQ(s.queued.load(), 0);
+  EXPECT_EQ(s.admission.depth(), 0u);
+}
+
 }  // namespace
 }  // namespace kvgate::endpoints

@@ -172,6 +172,16 @@ inline const Family kPromptTokenizer{"kvgate_kv_prompt_tokenizer_total", Type::k
 inline const Family kPdTierSelected{"loxilb_ai_pd_tier_selected_total", Type::kCounter,
     "P/D requests by the tier that chose the prefill endpoint: tier0 (session), tier1 (prefix "
     "trie), tier15 (KV-exact), tier2 (min-load), rescue (any-healthy, no P/D pair).", {"tier"}};
+// The admission gate of P/D rules (proxy/admission.h), upstream's names; service = rule name.
+inline const Family kAdmissionDecisions{"loxilb_ai_admission_decisions_total", Type::kCounter,
+    "Admission decisions: admit, park (parked, then admitted), shed (429), valve (503), timeout "
+    "(504), drained (503); observe mode: would_park, would_shed.", {"service", "decision"}};
+inline const Family kAdmissionInflight{"loxilb_ai_admission_inflight", Type::kGauge,
+    "Requests the admission gate admitted that are in flight.", {"service"}};
+inline const Family kAdmissionQueued{"loxilb_ai_admission_queued", Type::kGauge,
+    "Requests parked by the admission gate now.", {"service"}};
+inline const Family kAdmissionLimit{"loxilb_ai_admission_limit", Type::kGauge,
+    "The per-prefill-endpoint in-flight cap (0 = none).", {"service"}};
 // clang-format on
 
 // clang-format off
@@ -180,7 +190,8 @@ inline const std::vector<const Family*>& allFamilies() {
       &kRequests,          &kUnrouted,      &kUpstreamLatency,    &kStreamTtft,
       &kSelectorDecisions, &kSpills,        &kTier15Hits,         &kTier15Spills,
       &kTier15ColdSeeds,   &kTier15MissReason, &kTier15Fallthrough, &kKvSpeculativeCredits,
-      &kKvSpeculativeHits, &kStageFallthrough, &kPdTierSelected,
+      &kKvSpeculativeHits, &kStageFallthrough, &kPdTierSelected, &kAdmissionDecisions,
+      &kAdmissionInflight, &kAdmissionQueued, &kAdmissionLimit,
       &kDecisionSeconds,
       &kActiveConnections, &kActiveStreams, &kEndpointInflight,   &kEndpointPendingPrefill,
       &kEndpointConnectFailures,

@@ -104,6 +104,14 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   struct PdState;
   struct LegAnswer;
   asio::awaitable<bool> forwardPd(const Request& req, const Route& route);
+  // The admission gate: 0 go on (`granted` >= 0: a parked request's prefill endpoint, its slot
+  // in `granted_lease`), 1 answered, -1 the client is gone.
+  asio::awaitable<int> admit(const Route& route, int& granted,
+                             endpoints::EndpointLease& granted_lease);
+  asio::awaitable<int> park(const Route& route, size_t idx, endpoints::EndpointLease& lease);
+  asio::awaitable<void> sendAdmission(const Route& route, int status, std::string_view code,
+                                      std::string_view message, std::string_view extra,
+                                      int64_t limit);
   int pickDecode(const routing::RequestContext& rctx, const Route& route,
                  endpoints::EndpointLease& lease);
   int pinnedDecode(const Route& route, int peer, endpoints::EndpointLease& lease);

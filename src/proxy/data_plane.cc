@@ -191,6 +191,8 @@ void DataPlane::buildPd(Route& route, const common::Clock& clock) {
   }
   const int bootstrap = sa.value("pdBootstrapPort", 0);
   route.bootstrap_port = static_cast<uint16_t>(bootstrap > 0 ? bootstrap : 8998);
+  route.admission = admissionConfig(route.rule);
+  st.admission_limit = route.admission.on() ? route.admission.prefill_max : -1;
   // The legs rewrite the body: it is parsed (a JSON object) for every P/D request.
   route.needs |= routing::kNeedRequestShape;
   if (!route.pd_dialect || !route.decode_pipeline) route.pipeline.reset();  // 503: logged above

@@ -145,6 +145,24 @@ void DataPlane::renderRoutingMetrics(metrics::TextWriter& w) const {
   }
   w.header(kPdTierSelected);
   for (auto& [tier, v] : tiers) w.sample(kPdTierSelected, {{"tier", tier}}, static_cast<double>(v));
+  // The admission gate, for the rules that have it on.
+  w.header(kAdmissionDecisions);
+  for (auto& [key, st] : rule_stats_)
+    if (st->admission_limit.load() >= 0)
+      for (size_t d = 0; d < st->admission.size(); ++d)
+        w.sample(kAdmissionDecisions,
+                 {{"service", st->rule}, {"decision", kAdmissionDecisionNames[d]}},
+                 static_cast<double>(st->admission[d].load()));
+  for (const auto* f : {&kAdmissionInflight, &kAdmissionQueued, &kAdmissionLimit}) {
+    w.header(*f);
+    for (auto& [key, st] : rule_stats_) {
+      if (st->admission_limit.load() < 0) continue;
+      const int64_t v = f == &kAdmissionInflight ? st->admission_inflight.load()
+                        : f == &kAdmissionQueued ? st->admission_queued.load()
+                                                 : st->admission_limit.load();
+      w.sample(*f, {{"service", st->rule}}, static_cast<double>(v));
+    }
+  }
   w.header(kSpills);
   for (auto& [key, st] : rule_stats_)
     w.sample(kSpills, {{"rule", st->rule}}, static_cast<double>(st->pipeline->spills.load()));

@@ -412,6 +412,190 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
   }
 }
 
+// An admission answer: the OpenAI-style error with the gate's fields (`extra`: more members of
+// the error object), Retry-After for 429 and 503, and the X-Loxilb-Admission-* headers.
+asio::awaitable<void> ClientConn::sendAdmission(const Route& route, int status,
+                                                std::string_view code, std::string_view message,
+                                                std::string_view extra, int64_t limit) {
+  std::string body = openAiError(status, code, message);
+  if (!extra.empty()) body.insert(body.size() - 2, std::string(",").append(extra));
+  const auto& st = *route.stats;
+  std::string h =
+      "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
+      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\nX-Request-Id: " + request_id_ + "\r\n";
+  if (status == 429 || status == 503) h += "Retry-After: 1\r\n";
+  h += "X-Loxilb-Admission-Inflight: " + std::to_string(st.admission_inflight.load()) +
+       "\r\nX-Loxilb-Admission-Queued: " + std::to_string(st.admission_queued.load()) +
+       "\r\nX-Loxilb-Admission-Limit: " + std::to_string(limit) + "\r\n";
+  if (!keepAliveAfter()) h += "Connection: close\r\n";
+  h += "\r\n";
+  outcome_.status = status;
+  countResponse(status);
+  co_await writeClient(h, body);
+}
+
+// Parks the request on prefill endpoint `idx`'s FIFO until a slot is handed to it (0, the slot
+// in `lease`), the queue window passes (504 answered: 1), the rule's listener closes or the
+// gateway drains (503: 1), or the client leaves (-1). Wakes at least every second to check.
+asio::awaitable<int> ClientConn::park(const Route& route, size_t idx,
+                                      endpoints::EndpointLease& lease) {
+  const auto& a = route.admission;
+  auto& st = *route.stats;
+  auto& es = *route.endpoints[idx].state;
+  struct Park {
+    explicit Park(const asio::any_io_executor& ex) : timer(ex) {}
+    asio::steady_timer timer;
+  };
+  auto p = std::make_shared<Park>(client_.get_executor());
+  auto waiter = std::make_shared<endpoints::AdmissionQueue::Waiter>();
+  waiter->wake = [ex = client_.get_executor(), wp = std::weak_ptr<Park>(p)] {
+    asio::post(ex, [wp] {
+      if (auto q = wp.lock()) q->timer.cancel();
+    });
+  };
+  auto count = [&](AdmissionDecision d) {
+    st.admission[static_cast<size_t>(d)].fetch_add(1, std::memory_order_relaxed);
+  };
+  if (!es.admission.push(waiter, static_cast<size_t>(a.queue_depth), es.queued)) {
+    count(AdmissionDecision::kShed);
+    co_await sendAdmission(
+        route, 429, "admission_capacity",
+        "every prefill endpoint is at its in-flight cap and the queue is full",
+        "\"retry_after\":1,\"jitter_hint_ms\":" + std::to_string(100 + idx * 37 % 400),
+        a.prefill_max);
+    co_return 1;
+  }
+  st.admission_queued.fetch_add(1, std::memory_order_relaxed);
+  struct Unqueue {  // the rule's queued gauge, on every path
+    std::atomic<int64_t>& q;
+    ~Unqueue() { q.fetch_sub(1, std::memory_order_relaxed); }
+  } unqueue{st.admission_queued};
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline = t0 + std::chrono::milliseconds(a.queue_wait_ms);
+  deadline_.clear();
+  phase_ = Phase::kAwaitResponse;  // the client watcher may start while the request waits
+  watch_wanted_ = true;
+  for (;;) {
+    if (waiter->state.load() == endpoints::AdmissionQueue::Waiter::kGranted) break;
+    const auto now = std::chrono::steady_clock::now();
+    const bool timeout = now >= deadline;
+    const bool drained = w_.draining || l_->closed.load();
+    if (timeout || drained || client_gone_) {
+      if (!waiter->giveUp()) break;  // granted just now: the slot is ours
+      es.admission.remove(waiter.get(), es.queued);
+      stopWatch();
+      if (client_gone_) co_return -1;
+      const auto queued_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - t0).count();
+      if (timeout) {
+        count(AdmissionDecision::kTimeout);
+        co_await sendAdmission(route, 504, "admission_queue_timeout",
+                               "the request waited the whole admission queue window",
+                               "\"queued_ms\":" + std::to_string(queued_ms), a.prefill_max);
+      } else {
+        count(AdmissionDecision::kDrained);
+        co_await sendAdmission(route, 503, "admission_drained",
+                               "the queued request was dropped: the service is going away", {},
+                               a.prefill_max);
+      }
+      co_return 1;
+    }
+    p->timer.expires_after(
+        std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::seconds(1)));
+    error_code ec;
+    co_await p->timer.async_wait(useEc(ec));
+  }
+  stopWatch();
+  lease = endpoints::EndpointLease(es, false, endpoints::EndpointLease::Adopt{});
+  count(AdmissionDecision::kPark);
+  co_return client_gone_ ? -1 : 0;  // (a client gone: the lease hands the slot on)
+}
+
+asio::awaitable<int> ClientConn::admit(const Route& route, int& granted,
+                                       endpoints::EndpointLease& granted_lease) {
+  const auto& a = route.admission;
+  auto& st = *route.stats;
+  const bool enforce = a.enforce();
+  auto count = [&](AdmissionDecision d) {
+    st.admission[static_cast<size_t>(d)].fetch_add(1, std::memory_order_relaxed);
+  };
+  // The global valve.
+  if (a.max_outstanding > 0 && st.admission_inflight.load() >= a.max_outstanding) {
+    if (enforce) {
+      count(AdmissionDecision::kValve);
+      co_await sendAdmission(route, 503, "admission_no_capacity",
+                             "the service has the most requests in flight it admits", {},
+                             a.max_outstanding);
+      co_return 1;
+    }
+    count(AdmissionDecision::kWouldShed);
+    co_return 0;
+  }
+  const size_t n = route.endpoints.size();
+  auto load = [&](size_t i) {
+    return route.endpoints[i].state->active.load(std::memory_order_relaxed);
+  };
+  // Decode endpoints at their cap leave the decode pick; when all are, the request is shed.
+  if (a.decode_max > 0) {
+    bool usable = false, free = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (pd_->decode_excluded[i]) continue;
+      usable = true;
+      if (load(i) < a.decode_max)
+        free = true;
+      else if (enforce)
+        pd_->decode_excluded[i] = true;
+    }
+    if (usable && !free) {
+      if (!enforce) {
+        count(AdmissionDecision::kWouldShed);
+        co_return 0;
+      }
+      count(AdmissionDecision::kShed);
+      co_await sendAdmission(route, 429, "admission_capacity",
+                             "every decode endpoint is at its in-flight cap",
+                             "\"retry_after\":1,\"jitter_hint_ms\":250", a.decode_max);
+      co_return 1;
+    }
+  }
+  // Prefill endpoints at their cap (or with requests parked: first come, first served) leave
+  // the ladder; when all are, the request parks on the shortest FIFO or is shed.
+  if (a.prefill_max > 0) {
+    int usable = -1;
+    bool free = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (excluded_[i]) continue;
+      const auto& es = *route.endpoints[i].state;
+      if (usable < 0 ||
+          es.queued.load() < route.endpoints[static_cast<size_t>(usable)].state->queued.load())
+        usable = static_cast<int>(i);
+      if (load(i) < a.prefill_max && es.queued.load() == 0)
+        free = true;
+      else if (enforce)
+        excluded_[i] = true;
+    }
+    if (usable >= 0 && !free) {
+      if (!enforce) {
+        count(a.queue_depth > 0 ? AdmissionDecision::kWouldPark : AdmissionDecision::kWouldShed);
+        co_return 0;
+      }
+      if (a.queue_depth == 0) {
+        count(AdmissionDecision::kShed);
+        co_await sendAdmission(route, 429, "admission_capacity",
+                               "every prefill endpoint is at its in-flight cap",
+                               "\"retry_after\":1,\"jitter_hint_ms\":250", a.prefill_max);
+        co_return 1;
+      }
+      const int r = co_await park(route, static_cast<size_t>(usable), granted_lease);
+      if (r == 0) granted = usable;
+      co_return r;
+    }
+  }
+  count(AdmissionDecision::kAdmit);
+  co_return 0;
+}
+
 asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& route) {
   if (!facts_parsed_) {
     co_await sendError(400, "invalid_request", "a prefill/decode service needs a JSON object body",
@@ -433,6 +617,18 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   last_error_.clear();
   const bool cb = route.rule.cb_enable;
   const pd::Dialect dialect = *route.pd_dialect;
+  // The admission gate (default off): may mask capped endpoints, park or answer.
+  int granted = -1;  // a parked request's prefill endpoint (its slot in granted_lease)
+  endpoints::EndpointLease granted_lease;
+  if (route.admission.on()) {
+    const int r = co_await admit(route, granted, granted_lease);
+    if (r != 0) co_return r > 0 && !client_gone_;
+  }
+  struct Admitted {  // loxilb_ai_admission_inflight: this request, until it ends
+    std::atomic<int64_t>& n;
+    explicit Admitted(std::atomic<int64_t>& x) : n(x) { n.fetch_add(1); }
+    ~Admitted() { n.fetch_sub(1); }
+  } admitted{route.stats->admission_inflight};
   // Without any usable decode endpoint the prefill ladder does not run (nor count a tier): the
   // rescue serves the request. The decode pick follows the first prefill pick (Tier 0 may pin
   // it) and is kept when a prefill connect fails.
@@ -441,16 +637,25 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   bool any_decode = false;
   for (bool x : st.decode_excluded) any_decode |= !x;
   for (size_t attempt = 0; any_decode && attempt < 2 * route.endpoints.size(); ++attempt) {
-    routing::Decision d = route.pipeline->run(rctx, cands);
-    if (d.index < 0) break;
+    routing::Decision d;
+    endpoints::EndpointLease plase;
+    if (granted >= 0) {  // parked, then handed a slot there: that is the pick
+      d.index = granted;
+      plase = std::move(granted_lease);
+      granted = -1;
+    } else {
+      d = route.pipeline->run(rctx, cands);
+      if (d.index < 0) break;
+      auto& s = *route.endpoints[static_cast<size_t>(d.index)].state;
+      bool trial = false;
+      if (!s.health.admits(cb, trial)) {
+        excluded_[static_cast<size_t>(d.index)] = true;
+        continue;
+      }
+      plase = endpoints::EndpointLease(s, trial);
+    }
     const size_t pidx = static_cast<size_t>(d.index);
     auto& pstate = *route.endpoints[pidx].state;
-    bool trial = false;
-    if (!pstate.health.admits(cb, trial)) {
-      excluded_[pidx] = true;
-      continue;
-    }
-    endpoints::EndpointLease plase(pstate, trial);
     if (d.track_chain && rctx.chain_cache && rctx.chain_cache->ready)
       plase.addChain(rctx.chain_cache->chain);
     if (didx < 0) {
@@ -466,7 +671,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
           w_.opts.clock ? w_.opts.clock->nowNs() : common::SteadyClock::instance().nowNs());
     outcome_.prefill = &pstate.label;
     outcome_.key = routing::decisionKeyName(d.key);
-    outcome_.stage = route.pipeline->stageName(d.stage).c_str();
+    outcome_.stage = d.stage >= 0 ? route.pipeline->stageName(d.stage).c_str() : "admission";
     outcome_.spilled = d.spilled;
     request_id_ = pd::pdRequestId(route.transfer_addr[pidx],
                                   route.transfer_addr[static_cast<size_t>(didx)], st.base_id);

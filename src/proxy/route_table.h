@@ -13,6 +13,7 @@
 #include "config/rule.h"
 #include "engines/pd_dialect.h"
 #include "http/asio.h"
+#include "proxy/admission.h"
 #include "proxy/rule_stats.h"
 #include "routing/pipeline.h"
 
@@ -37,6 +38,7 @@ struct Route {
   // Breaker and passive detection for this rule's endpoints: the data plane's options, with the
   // seed's P/D breaker (3 failures, 30 s) for P/D rules.
   endpoints::HealthOptions health;
+  AdmissionConfig admission;  // P/D rules: the admission gate (proxy/admission.h)
 };
 
 struct VipConfig {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "metrics/histogram.h"
+#include "proxy/admission.h"
 #include "routing/pipeline.h"
 #include "routing/stages/prefix_trie.h"
 #include "routing/stages/session_table.h"
@@ -44,6 +45,12 @@ struct RuleStats {
   // P/D rules: Tier 0's pins and Tier 1's trie (made for the first P/D version of the rule).
   std::shared_ptr<routing::SessionTable> sessions;
   std::shared_ptr<routing::PrefixTrie> trie;
+  // P/D admission gate (proxy/admission.h): decisions by kind, requests admitted and in flight,
+  // requests parked now, the prefill cap (-1: the gate is off).
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(AdmissionDecision::kCount)> admission{};
+  std::atomic<int64_t> admission_inflight{0};
+  std::atomic<int64_t> admission_queued{0};
+  std::atomic<int64_t> admission_limit{-1};
 };
 
 struct DataPlaneStats {

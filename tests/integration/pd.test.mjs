@@ -336,3 +336,99 @@ test('seed P/D example as written: Tier 0, Tier 1, Tier 1.5 and Tier 2 each deci
   assert.equal(got.tier, 'tier0', got.line);
   assert.equal(got.prefill, label(other));
 });
+
+// The admission gate (seed 000; upstream-gateway.md §2.5) on a P/D rule whose one prefill engine
+// is slow: a capped endpoint parks the next request (hold, don't drop) and hands it the slot
+// when it frees, sheds the one after (full queue), times a parked one out, closes the global
+// valve, and observe mode only counts.
+test('P/D admission: park then resume, 429 when the queue is full, queue timeout, valve, observe', async (t) => {
+  const sim = await fleet(t, 'vllm');
+  const [prefill, decode] = sim.workers;
+  const gw = await gateway(t);
+  const admission = (m, decision) => m.find((s) => s.name === 'loxilb_ai_admission_decisions_total' &&
+    s.labels.decision === decision)?.value ?? 0;
+  const make = async (extra) => {
+    const port = await freePort();
+    const r = await api(gw.api, 'POST', LB_BASE, pdRule(port, prefill, decode, { name: `adm-${port}`, ...extra }));
+    assert.equal(r.status, 200, r.text);
+    return port;
+  };
+  const req = (port, i) => post(port, '/v1/completions', { model: 'sim-model', prompt: `admission ${port} ${i}`, max_tokens: 1 });
+  await api(prefill.url, 'POST', '/sim/fault', { stall_ms: 1500 });
+
+  // Cap 1, queue 1: A runs, B parks and then runs, C is shed.
+  let port = await make({ fc_mode: 'enforce', fc_prefill_max_inflight: 1, fc_max_queue_depth: 1,
+    fc_max_queue_wait_ms: 20000 });
+  const a = req(port, 'a');
+  await sleep(300);
+  const b = req(port, 'b');
+  await sleep(300);
+  const c = await req(port, 'c');
+  assert.equal(c.status, 429, c.text);
+  const ce = JSON.parse(c.text).error;
+  assert.equal(ce.code, 'admission_capacity');
+  assert.equal(ce.retry_after, 1);
+  assert.ok(Number.isInteger(ce.jitter_hint_ms));
+  assert.equal(c.headers.get('retry-after'), '1');
+  assert.equal(c.headers.get('x-loxilb-admission-limit'), '1');
+  assert.equal(c.headers.get('x-loxilb-admission-queued'), '1');
+  assert.equal(c.headers.get('x-loxilb-admission-inflight'), '1');
+  const [ra, rb] = await Promise.all([a, b]);
+  assert.equal(ra.status, 200, ra.text);
+  assert.equal(rb.status, 200, rb.text);  // held, not dropped
+  let m = await scrapeMetrics(gw.api);
+  assert.equal(admission(m, 'admit'), 1);
+  assert.equal(admission(m, 'park'), 1);
+  assert.equal(admission(m, 'shed'), 1);
+  assert.equal(m.find((s) => s.name === 'loxilb_ai_admission_queued' && s.labels.service === `adm-${port}`).value, 0);
+  assert.equal(m.find((s) => s.name === 'loxilb_ai_admission_inflight' && s.labels.service === `adm-${port}`).value, 0);
+
+  // A parked request that waits the whole window: 504 with how long it waited.
+  port = await make({ fc_mode: 'enforce', fc_prefill_max_inflight: 1, fc_max_queue_depth: 4,
+    fc_max_queue_wait_ms: 400 });
+  const a2 = req(port, 'a');
+  await sleep(300);
+  const t0 = Date.now();
+  const b2 = await req(port, 'b');
+  assert.equal(b2.status, 504, b2.text);
+  const be = JSON.parse(b2.text).error;
+  assert.equal(be.code, 'admission_queue_timeout');
+  assert.ok(be.queued_ms >= 400, String(be.queued_ms));
+  assert.ok(Date.now() - t0 >= 400);
+  assert.equal((await a2).status, 200);
+
+  // The global valve: one request in flight at most.
+  port = await make({ fc_mode: 'enforce', fc_max_outstanding: 1 });
+  const a3 = req(port, 'a');
+  await sleep(300);
+  const b3 = await req(port, 'b');
+  assert.equal(b3.status, 503, b3.text);
+  assert.equal(JSON.parse(b3.text).error.code, 'admission_no_capacity');
+  assert.equal(b3.headers.get('retry-after'), '1');
+  assert.equal((await a3).status, 200);
+
+  // Observe: the same cap admits everything and counts what enforce would have done.
+  port = await make({ fc_mode: 'observe', fc_prefill_max_inflight: 1, fc_max_queue_depth: 1 });
+  const a4 = req(port, 'a');
+  await sleep(300);
+  const b4 = await req(port, 'b');
+  assert.equal(b4.status, 200, b4.text);
+  assert.equal((await a4).status, 200);
+  m = await scrapeMetrics(gw.api);
+  assert.equal(m.find((s) => s.name === 'loxilb_ai_admission_decisions_total' &&
+    s.labels.service === `adm-${port}` && s.labels.decision === 'would_park').value, 1);
+
+  // A parked request whose service is deleted: 503 admission_drained.
+  port = await make({ fc_mode: 'enforce', fc_prefill_max_inflight: 1, fc_max_queue_depth: 4,
+    fc_max_queue_wait_ms: 20000 });
+  const a5 = req(port, 'a');
+  await sleep(300);
+  const b5 = req(port, 'b');
+  await sleep(300);
+  assert.equal((await api(gw.api, 'DELETE', `${LB_BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`)).status, 200);
+  const rb5 = await b5;
+  assert.equal(rb5.status, 503, rb5.text);
+  assert.equal(JSON.parse(rb5.text).error.code, 'admission_drained');
+  await a5;
+  await api(prefill.url, 'POST', '/sim/fault', { reset: true });
+});
