@@ -185,8 +185,7 @@ std::optional<size_t> queryInt(const http::Request& req, const char* name, size_
 }  // namespace
 
 asio::awaitable<Result<Api::KvInventory>> Api::askInventory(InventoryFn fn, std::string key,
-                                                            int rank, size_t offset,
-                                                            size_t limit) {
+                                                            int rank, size_t offset, size_t limit) {
   co_return fn(key, rank, offset, limit);
 }
 
@@ -254,18 +253,15 @@ asio::awaitable<void> Api::kvInventory(http::Request& req, http::ResponseWriter&
     // The wait for the event thread runs on inventory_pool_, never on the control thread. (A
     // coroutine taking its arguments by value, not a lambda with owning captures: GCC 12 frees
     // such captures twice when the lambda is a temporary inside co_await.)
-    Result<KvInventory> inv = co_await asio::co_spawn(
-        inventory_pool_.get_executor(), askInventory(inventory_, key, r, off, lim),
-        asio::use_awaitable);
+    Result<KvInventory> inv =
+        co_await asio::co_spawn(inventory_pool_.get_executor(),
+                                askInventory(inventory_, key, r, off, lim), asio::use_awaitable);
     if (!inv) {
       fail_with(inv.error().code, inv.error().what);
     } else {
-      nlohmann::ordered_json j = {{"service_id", *service},
-                                  {"ep_idx", *ep_idx},
-                                  {"dp_rank", r},
-                                  {"hash_algo", algo},
-                                  {"offset", off},
-                                  {"total", inv->total}};
+      nlohmann::ordered_json j = {{"service_id", *service}, {"ep_idx", *ep_idx},
+                                  {"dp_rank", r},           {"hash_algo", algo},
+                                  {"offset", off},          {"total", inv->total}};
       nlohmann::ordered_json blocks = nlohmann::ordered_json::array();
       for (size_t i = 0; i < inv->hashes.size(); ++i)
         blocks.push_back({{"block_idx", off + i}, {"hash_uint64", inv->hashes[i]}});
@@ -274,8 +270,8 @@ asio::awaitable<void> Api::kvInventory(http::Request& req, http::ResponseWriter&
     }
   }
   if (status >= 400) {
-    log::info("api", "GET /netlox/v1/config/ai/kv/inventory -> " + std::to_string(status) + ": " +
-                         body);
+    log::info("api",
+              "GET /netlox/v1/config/ai/kv/inventory -> " + std::to_string(status) + ": " + body);
     body = apiErrorBody(status, body);
   }
   co_await w.send(status, "application/json", body);
@@ -310,6 +306,10 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
   }
   if (path == "/kvgate/v1/tokenize") {
     co_await tokenize(req, w);
+    co_return;
+  }
+  if (path == "/kvgate/v1/controller") {
+    co_await controller(req, w);
     co_return;
   }
   if (path == "/netlox/v1/config/ai/kv/inventory") {

@@ -61,6 +61,8 @@ class Api {
   static asio::awaitable<Result<KvInventory>> askInventory(InventoryFn fn, std::string key,
                                                            int rank, size_t offset, size_t limit);
   std::string tokenizerMetrics() const;
+  // /kvgate/v1/controller (controller_api.cc): the external controller's endpoint states.
+  asio::awaitable<void> controller(http::Request& req, http::ResponseWriter& w);
 
   RuleStore& store_;
   MetricsFn metrics_;
@@ -70,7 +72,7 @@ class Api {
   int tokenize_in_flight_ = 0;                          // control thread only
   asio::thread_pool tokenize_pool_{1};
   InventoryFn inventory_;
-  int inventory_in_flight_ = 0;  // control thread only
+  int inventory_in_flight_ = 0;          // control thread only
   asio::thread_pool inventory_pool_{1};  // waits for the KV event thread's answers
 };
 

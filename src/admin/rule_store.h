@@ -35,6 +35,7 @@ class RuleStore {
     applied_ = std::move(applied);
   }
   std::string statePath() const { return dir_ + "/rules.json"; }
+  proxy::DataPlane& dataPlane() { return dp_; }
 
  private:
   Result<void> commit(std::vector<config::RuleSpec> next);

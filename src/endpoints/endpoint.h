@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "endpoints/admission_queue.h"
+#include "endpoints/controller.h"
 #include "endpoints/health.h"
 
 namespace kvgate::endpoints {
@@ -82,6 +83,18 @@ struct EndpointState {
   std::atomic<int64_t> engine_running{-1}, engine_waiting{-1};
   std::atomic<int64_t> kv_usage_ppm{-1};  // KV-cache usage, parts per million
   std::atomic<uint64_t> scrapes_ok{0}, scrapes_failed{0};
+  // The external controller's last word (endpoints/controller.h); interval 0 = none.
+  std::atomic<int> ctl_state{0};
+  std::atomic<int64_t> ctl_weight_milli{1000};
+  std::atomic<int64_t> ctl_updated_ns{0};
+  std::atomic<int64_t> ctl_interval_ns{0};
+  ControllerView controller(int64_t now_ns) const {
+    return controllerView(
+        static_cast<ControllerState>(ctl_state.load(std::memory_order_relaxed)),
+        static_cast<double>(ctl_weight_milli.load(std::memory_order_relaxed)) / 1000.0,
+        ctl_updated_ns.load(std::memory_order_relaxed),
+        ctl_interval_ns.load(std::memory_order_relaxed), now_ns);
+  }
   // KV capacity in blocks for the selection law: the override, else the scraped value, else 0.
   double kvCapacity() const {
     const int64_t o = kv_capacity_override.load(std::memory_order_relaxed);

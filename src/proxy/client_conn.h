@@ -93,7 +93,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   void buildUpstreamHead(const Request& req, const Route& route, std::string_view body,
                          std::string& out, size_t& host_at);
   static void setUpstreamHost(std::string& head, size_t host_at, std::string_view label);
-  void maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role) const;
+  void maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role,
+                     bool draining = true) const;
+  int64_t nowNs() const;  // the data plane's clock
   asio::awaitable<bool> exchange(const Request& req, std::string_view body, const Route& route,
                                  size_t idx, endpoints::EndpointLease& lease, bool& next_endpoint);
   asio::awaitable<bool> failExchange(const UpstreamLeg::Result& r, const Route& route, size_t idx,

@@ -198,6 +198,54 @@ void DataPlane::buildPd(Route& route, const common::Clock& clock) {
   if (!route.pd_dialect || !route.decode_pipeline) route.pipeline.reset();  // 503: logged above
 }
 
+std::vector<std::string> DataPlane::setController(const std::vector<ControllerUpdate>& updates,
+                                                  int64_t interval_ns) {
+  const int64_t now = clockOf(opts_).nowNs();
+  std::vector<std::string> unknown;
+  for (const auto& u : updates) {
+    auto it = endpoints_.all().find(endpoints::EndpointTable::key(u.ip, u.port));
+    if (it == endpoints_.all().end()) {
+      unknown.push_back(u.ip + ":" + std::to_string(u.port));
+      continue;
+    }
+    auto& s = *it->second;
+    s.ctl_state.store(static_cast<int>(u.state));
+    s.ctl_weight_milli.store(static_cast<int64_t>(u.weight * 1000.0 + 0.5));
+    s.ctl_updated_ns.store(now);
+    s.ctl_interval_ns.store(interval_ns);
+  }
+  return unknown;
+}
+
+void DataPlane::clearController() {
+  for (auto& [key, s] : endpoints_.all()) {
+    s->ctl_interval_ns.store(0);
+    s->ctl_state.store(0);
+    s->ctl_weight_milli.store(1000);
+  }
+}
+
+std::string DataPlane::controllerJson() const {
+  const int64_t now = clockOf(opts_).nowNs();
+  nlohmann::json eps = nlohmann::json::array();
+  for (auto& [key, s] : endpoints_.all()) {
+    const int64_t interval = s->ctl_interval_ns.load();
+    if (interval == 0) continue;
+    const auto v = s->controller(now);
+    eps.push_back({{"endpointIP", s->ip},
+                   {"targetPort", s->port},
+                   {"state", endpoints::controllerStateName(
+                                 static_cast<endpoints::ControllerState>(s->ctl_state.load()))},
+                   {"weight", static_cast<double>(s->ctl_weight_milli.load()) / 1000.0},
+                   {"interval_sec", static_cast<double>(interval) / 1e9},
+                   {"age_ms", (now - s->ctl_updated_ns.load()) / 1'000'000},
+                   {"effective_state", endpoints::controllerStateName(v.state)},
+                   {"effective_weight", v.weight},
+                   {"stale", v.stale}});
+  }
+  return nlohmann::json{{"endpoints", eps}}.dump();
+}
+
 Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   if (stats_.draining.load())
     return fail(503, "draining", "the gateway is shutting down; rule changes are refused", true);

@@ -94,6 +94,24 @@ class DataPlane {
   void renderRoutingMetrics(metrics::TextWriter& w) const;
   void renderEndpointMetrics(metrics::TextWriter& w) const;
   void buildPd(Route& route, const common::Clock& clock);
+
+ public:
+  // The external controller (endpoints/controller.h; control thread): sets the state and weight
+  // of each named endpoint with the controller's interval; returns the ip:port of those no rule
+  // has. clearController() detaches it (every endpoint neutral). controllerView(): every
+  // endpoint the controller spoke for, with its effective view now.
+  struct ControllerUpdate {
+    std::string ip;
+    uint16_t port = 0;
+    endpoints::ControllerState state = endpoints::ControllerState::kActive;
+    double weight = 1.0;
+  };
+  std::vector<std::string> setController(const std::vector<ControllerUpdate>& updates,
+                                         int64_t interval_ns);
+  void clearController();
+  std::string controllerJson() const;
+
+ private:
   std::shared_ptr<Route> buildRoute(const config::RuleSpec& rule, const common::Clock& clock,
                                     std::set<std::string>& live_endpoints);
   Result<std::shared_ptr<Listener>> bindListener(const std::string& key, const tcp::endpoint& ep);

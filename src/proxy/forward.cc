@@ -50,18 +50,30 @@ void ClientConn::setUpstreamHost(std::string& head, size_t host_at, std::string_
   head.insert(host_at, std::string(kHostName).append(label).append("\r\n"));
 }
 
-// The health mask every stage honours: down endpoints, open breakers, and (role >= 0) endpoints
-// of another ep_role.
-void ClientConn::maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role) const {
+// The health mask every stage honours: down endpoints, open breakers, the external controller's
+// DISABLED endpoints (and, with `draining`, its DRAINING ones), and (role >= 0) endpoints of
+// another ep_role.
+void ClientConn::maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role,
+                               bool draining) const {
   const size_t n = route.endpoints.size();
   excluded.assign(n, false);
   const bool cb = route.rule.cb_enable;
+  const int64_t now = nowNs();
   for (size_t i = 0; i < n; ++i) {
     const auto& e = route.endpoints[i];
     const auto& h = e.state->health;
     excluded[i] = !h.up() || (cb && h.breaker() == endpoints::BreakerState::kOpen) ||
                   (role >= 0 && e.role != role);
+    if (!excluded[i] && e.state->ctl_interval_ns.load(std::memory_order_relaxed) != 0) {
+      const auto s = e.state->controller(now).state;
+      excluded[i] = s == endpoints::ControllerState::kDisabled ||
+                    (draining && s == endpoints::ControllerState::kDraining);
+    }
   }
+}
+
+int64_t ClientConn::nowNs() const {
+  return w_.opts.clock ? w_.opts.clock->nowNs() : common::SteadyClock::instance().nowNs();
 }
 
 // Reads the final response head, relaying interim 1xx answers to HTTP/1.1 clients.

@@ -274,6 +274,10 @@ int ClientConn::pinnedDecode(const Route& route, int peer, endpoints::EndpointLe
 
 int ClientConn::pickDecode(const routing::RequestContext& rctx, const Route& route,
                            endpoints::EndpointLease& lease) {
+  const int64_t now = nowNs();  // a new decode session: not on the controller's DRAINING ones
+  for (size_t i = 0; i < route.endpoints.size(); ++i)
+    if (route.endpoints[i].state->controller(now).state == endpoints::ControllerState::kDraining)
+      pd_->decode_excluded[i] = true;
   routing::CandidateSet c{route.endpoints, pd_->decode_excluded};
   const bool cb = route.rule.cb_enable;
   for (size_t attempt = 0; attempt < route.endpoints.size(); ++attempt) {
@@ -611,8 +615,9 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   routing::RequestContext rctx = requestContext(req.head, &facts_, route, source_key_);
   chain_cache_.ready = false;
   rctx.chain_cache = &chain_cache_;
-  maskUnhealthy(route, excluded_, 1);
-  maskUnhealthy(route, st.decode_excluded, 2);
+  // DRAINING endpoints stay for now: Tier 0 may still send a pinned conversation there.
+  maskUnhealthy(route, excluded_, 1, false);
+  maskUnhealthy(route, st.decode_excluded, 2, false);
   routing::CandidateSet cands{route.endpoints, excluded_};
   last_error_.clear();
   const bool cb = route.rule.cb_enable;

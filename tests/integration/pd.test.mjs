@@ -432,3 +432,70 @@ test('P/D admission: park then resume, 429 when the queue is full, queue timeout
   await a5;
   await api(prefill.url, 'POST', '/sim/fault', { reset: true });
 });
+
+// The external controller (PUT /kvgate/v1/controller): DISABLED leaves the ladder, DRAINING
+// keeps its conversations and takes no new ones, DELETE detaches; bad bodies are 400s that
+// change nothing.
+test('P/D controller fold-in: DISABLED, DRAINING, detach, and bad bodies', async (t) => {
+  const sim = await fleet(t, 'vllm', 'prefill,prefill,decode', 3);
+  const [p1, p2, d] = sim.workers;
+  const gw = await gateway(t, ['--access-log']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE, pdRule(port, p1, d, {},
+    [{ endpointIP: p2.host, targetPort: p2.port, weight: 1, ep_role: 1 }]));
+  assert.equal(r.status, 200, r.text);
+  const CTL = '/kvgate/v1/controller';
+  const ep = (w, state, weight) => ({ endpointIP: w.host, targetPort: w.port, state, ...(weight ? { weight } : {}) });
+  const prefillOf = async (body, headers) => {
+    const n = accessLines(gw).length;
+    const res = await post(port, '/v1/completions', { model: 'sim-model', max_tokens: 1, ...body }, headers);
+    assert.equal(res.status, 200, res.text);
+    const line = await waitFor(() => accessLines(gw).slice(n).find((l) => l.includes('status=200')));
+    return line.match(/prefill=([^ ]+)/)[1];
+  };
+  const label = (w) => `${w.host}:${w.port}`;
+
+  // Bad bodies: 400 naming the field; nothing changes.
+  for (const [body, field] of [
+    [{ endpoints: [] }, 'interval_sec'],
+    [{ interval_sec: 0, endpoints: [] }, 'interval_sec'],
+    [{ interval_sec: 5, endpoints: [ep(p1, 'OFF')] }, 'state'],
+    [{ interval_sec: 5, endpoints: [ep(p1, 'ACTIVE', -1)] }, 'weight'],
+    [{ interval_sec: 5, endpoints: [{ ...ep(p1, 'ACTIVE'), extra: 1 }] }, 'extra'],
+    [{ interval_sec: 5, endpoints: [{ endpointIP: 'not-an-ip', targetPort: 1 }] }, 'endpointIP'],
+    [{ interval_sec: 5, endpoints: 'x' }, 'endpoints'],
+  ]) {
+    const res = await api(gw.api, 'PUT', CTL, body);
+    assert.equal(res.status, 400, JSON.stringify(body));
+    assert.match(res.text, new RegExp(field));
+  }
+  assert.equal((await api(gw.api, 'PUT', CTL, '{"interval_sec":')).status, 400);
+  assert.deepEqual((await api(gw.api, 'GET', CTL)).json, { endpoints: [] });
+
+  // p1 DISABLED: every request goes to p2. An endpoint no rule has is reported, not stored.
+  let res = await api(gw.api, 'PUT', CTL, { interval_sec: 60,
+    endpoints: [ep(p1, 'DISABLED'), { endpointIP: '127.0.0.1', targetPort: 1, state: 'ACTIVE' }] });
+  assert.equal(res.status, 200, res.text);
+  assert.deepEqual(res.json.unknown, ['127.0.0.1:1']);
+  const view = (await api(gw.api, 'GET', CTL)).json.endpoints;
+  assert.equal(view.length, 1);
+  assert.equal(view[0].effective_state, 'DISABLED');
+  assert.equal(view[0].stale, false);
+  for (let i = 0; i < 4; ++i) assert.equal(await prefillOf({ prompt: `disabled ${i}` }), label(p2));
+
+  // p1 back, p2 DRAINING: a new conversation starts on p1 and is pinned there.
+  await api(gw.api, 'PUT', CTL, { interval_sec: 60, endpoints: [ep(p1, 'ACTIVE'), ep(p2, 'DRAINING')] });
+  assert.equal(await prefillOf({ prompt: 'c1', user_id: 'carol' }), label(p1));
+  // Now p1 drains: carol's conversation stays on p1; a new one (dave) goes to p2.
+  await api(gw.api, 'PUT', CTL, { interval_sec: 60, endpoints: [ep(p1, 'DRAINING'), ep(p2, 'ACTIVE')] });
+  assert.equal(await prefillOf({ prompt: 'c2', user_id: 'carol' }), label(p1));
+  assert.equal(await prefillOf({ prompt: 'd1', user_id: 'dave' }), label(p2));
+  assert.equal(await prefillOf({ prompt: 'anon' }), label(p2));
+
+  // Detached: both endpoints are candidates again.
+  assert.equal((await api(gw.api, 'DELETE', CTL)).status, 200);
+  assert.deepEqual((await api(gw.api, 'GET', CTL)).json, { endpoints: [] });
+  const seen = new Set();
+  for (let i = 0; i < 6; ++i) seen.add(await prefillOf({ prompt: `free ${i}` }));
+  assert.equal(seen.size, 2);
+});

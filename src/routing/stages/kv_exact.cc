@@ -173,6 +173,7 @@ class KvExactStage : public Stage {
       return ov;
     };
     uint32_t best = 0, best_excluded = 0;
+    const int64_t now = clock_.nowNs();
     for (size_t i = 0; i < c.size(); ++i) {
       const uint32_t ov = overlapOf(i);
       if (c.excluded[i]) {
@@ -182,7 +183,9 @@ class KvExactStage : public Stage {
       best = std::max(best, ov);
       const auto& st = *c.endpoints[i].state;
       const auto load = st.active.load(std::memory_order_relaxed);
-      LawCandidate lc{ov, static_cast<uint32_t>(std::max<int64_t>(0, load)), st.kvCapacity()};
+      // Capacity, scaled by the external controller's weight (1 without one; seed 000).
+      LawCandidate lc{ov, static_cast<uint32_t>(std::max<int64_t>(0, load)),
+                      st.kvCapacity() * st.controller(now).weight};
       // Dynamo's decode term: the distinct blocks in flight there with this prompt's added.
       if (opts_.law.mode == LawMode::kDynamo)
         lc.active_blocks = st.active_set.unionSize(chain.data(), n);

@@ -186,3 +186,57 @@ TEST(PrefixTrie, IsBoundedAndForgetsTheLeastRecentlyTouched) {
 
 }  // namespace
 }  // namespace kvgate::routing
+
+namespace kvgate::routing {
+namespace {
+
+TEST(Controller, TheViewHoldsForItsIntervalThenGlidesToNeutral) {
+  using endpoints::ControllerState;
+  using endpoints::controllerView;
+  const int64_t iv = 10 * kSec;
+  auto v = controllerView(ControllerState::kDisabled, 3.0, 0, 0, 5 * kSec);
+  EXPECT_EQ(v.state, ControllerState::kActive);  // interval 0: no controller, neutral
+  EXPECT_EQ(v.weight, 1.0);
+  v = controllerView(ControllerState::kDisabled, 3.0, 0, iv, 10 * kSec);  // within the interval
+  EXPECT_EQ(v.state, ControllerState::kDisabled);
+  EXPECT_EQ(v.weight, 3.0);
+  EXPECT_FALSE(v.stale);
+  v = controllerView(ControllerState::kDisabled, 3.0, 0, iv, 15 * kSec);  // half way back
+  EXPECT_EQ(v.state, ControllerState::kDisabled);
+  EXPECT_DOUBLE_EQ(v.weight, 2.0);  // 3 + (1 - 3) * 0.5
+  EXPECT_TRUE(v.stale);
+  v = controllerView(ControllerState::kDraining, 0.2, 0, iv, 19 * kSec);  // never towards zero
+  EXPECT_DOUBLE_EQ(v.weight, 0.2 + 0.8 * 0.9);
+  v = controllerView(ControllerState::kDisabled, 0.2, 0, iv, 20 * kSec + 1);  // two intervals
+  EXPECT_EQ(v.state, ControllerState::kActive);
+  EXPECT_EQ(v.weight, 1.0);
+}
+
+TEST(Session, DrainingEndpointsKeepTheirSessionsAndTakeNoNewOnes) {
+  Pool p({1, 1, 2});
+  auto stage = makeSession(p.services());
+  CandidateSet c{p.eps, p.excluded};
+  auto& s0 = *p.eps[0].state;  // the controller drains prefill 0 (interval 60 s)
+  s0.ctl_state = static_cast<int>(endpoints::ControllerState::kDraining);
+  s0.ctl_updated_ns = p.clock.nowNs();
+  s0.ctl_interval_ns = 60 * kSec;
+  RequestContext pinned;
+  pinned.conversation_key = 1;
+  p.sessions.pin(1, {1, 3}, p.clock.nowNs());
+  EXPECT_EQ(stage->evaluate(pinned, c).index, 0);  // its conversation stays
+  EXPECT_FALSE(p.excluded[0]);
+  RequestContext fresh;
+  fresh.conversation_key = 2;
+  EXPECT_EQ(stage->evaluate(fresh, c).reason, FallReason::kUnpinned);
+  EXPECT_TRUE(p.excluded[0]);  // no new session there: the later tiers do not see it
+  EXPECT_FALSE(p.excluded[1]);
+  // Two intervals without an update: neutral again.
+  p.excluded.assign(3, false);
+  p.excluded[2] = true;
+  p.clock.advance(std::chrono::seconds(121));
+  EXPECT_EQ(stage->evaluate(fresh, c).reason, FallReason::kUnpinned);
+  EXPECT_FALSE(p.excluded[0]);
+}
+
+}  // namespace
+}  // namespace kvgate::routing

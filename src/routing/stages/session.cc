@@ -5,10 +5,12 @@
 // (in the rule, not masked) and whose decode endpoint is up and not behind an open breaker picks
 // that prefill endpoint and hands the decode endpoint to the decode pick (StageResult::peer);
 // a pin that fails any check is evicted and the ladder continues: stickiness never overrides
-// health. The data plane pins (prefill, decode) after each P/D pick of a keyed request, so a pin
-// lives pd_session_ttl_sec after the conversation's last request.
-// Knobs: pd_session_ttl_sec (rule; 0 = 300 s), LOXILB_PD_SESSION_MAX (entries per rule, 100000).
-// Falls: no_key (no conversation key), unpinned (no live pin), pin_evicted.
+// health. A request that gets no pin here starts no session on the controller's DRAINING
+// endpoints: they leave the later tiers' candidates (a pinned conversation may still go there). The
+// data plane pins (prefill, decode) after each P/D pick of a keyed request, so a pin lives
+// pd_session_ttl_sec after the conversation's last request. Knobs: pd_session_ttl_sec (rule; 0 =
+// 300 s), LOXILB_PD_SESSION_MAX (entries per rule, 100000). Falls: no_key (no conversation key),
+// unpinned (no live pin), pin_evicted.
 #include "common/env.h"
 #include "routing/stages/pd_ladder.h"
 #include "routing/stages/session_table.h"
@@ -27,9 +29,10 @@ class SessionStage : public Stage {
   uint32_t needs() const override { return kNeedUserId; }
 
   StageResult evaluate(const RequestContext& ctx, CandidateSet& c) override {
-    if (!ctx.conversation_key) return StageResult::fall(FallReason::kNoKey);
-    auto pin = table_.lookup(*ctx.conversation_key, clock_.nowNs(), ttl_ns_);
-    if (!pin) return StageResult::fall(FallReason::kUnpinned);
+    const int64_t now = clock_.nowNs();
+    if (!ctx.conversation_key) return fall(FallReason::kNoKey, c, now);
+    auto pin = table_.lookup(*ctx.conversation_key, now, ttl_ns_);
+    if (!pin) return fall(FallReason::kUnpinned, c, now);
     int p = -1, d = -1;
     for (size_t i = 0; i < endpoints_.size(); ++i) {
       const auto id = endpoints_[i].state->id;
@@ -40,7 +43,7 @@ class SessionStage : public Stage {
                     usable(*endpoints_[static_cast<size_t>(d)].state);
     if (!ok) {
       table_.evict(*ctx.conversation_key);
-      return StageResult::fall(FallReason::kPinEvicted);
+      return fall(FallReason::kPinEvicted, c, now);
     }
     StageResult r = StageResult::pick(p, DecisionKey::kConversation);
     r.peer = d;
@@ -48,8 +51,18 @@ class SessionStage : public Stage {
   }
 
  private:
+  // A request that starts no session here: the controller's DRAINING endpoints take none, so
+  // they leave the candidates of the later tiers.
+  static StageResult fall(FallReason why, CandidateSet& c, int64_t now) {
+    for (size_t i = 0; i < c.size(); ++i)
+      if (c.endpoints[i].state->controller(now).state == endpoints::ControllerState::kDraining)
+        c.excluded[i] = true;
+    return StageResult::fall(why);
+  }
+  // A pinned decode endpoint: up, breaker not open, not DISABLED (DRAINING keeps its sessions).
   bool usable(const endpoints::EndpointState& s) const {
-    return s.health.up() && !(cb_ && s.health.breaker() == endpoints::BreakerState::kOpen);
+    return s.health.up() && !(cb_ && s.health.breaker() == endpoints::BreakerState::kOpen) &&
+           s.controller(clock_.nowNs()).state != endpoints::ControllerState::kDisabled;
   }
   const common::Clock& clock_;
   const std::vector<PoolEndpoint>& endpoints_;
