@@ -189,8 +189,8 @@ async function cancelAfter(port, body, ms) {
   await p;
 }
 
-test('P/D cancel: a client leaving mid-prefill or mid-decode aborts that engine\'s request', async (t) => {
-  for (const engine of ['vllm', 'sglang']) {
+test('P/D cancel: a client leaving mid-prefill or mid-decode aborts the engines\' requests', async (t) => {
+  for (const engine of ['vllm', 'sglang', 'trtllm']) {
     const sim = await fleet(t, engine);
     const [prefill, decode] = sim.workers;
     const gw = await gateway(t);
@@ -201,11 +201,15 @@ test('P/D cancel: a client leaving mid-prefill or mid-decode aborts that engine\
     await cancelAfter(port, { model: 'sim-model', prompt: `cancel prefill ${engine}`, max_tokens: 2 }, 300);
     assert.ok(await waitFor(async () => (await simMetrics(prefill)).kvgate_sim_requests_aborted_total >= 1, 8000),
       `${engine}: the prefill engine saw the abort`);
+    if (engine === 'sglang')  // both legs were open (concurrent): the waiting decode is aborted too
+      assert.ok(await waitFor(async () => (await simMetrics(decode)).kvgate_sim_requests_aborted_total >= 1, 8000),
+        'sglang: the decode engine saw the abort');
+    const decodeAborts = (await simMetrics(decode)).kvgate_sim_requests_aborted_total;
     await api(prefill.url, 'POST', '/sim/fault', { reset: true });
     // Mid-decode: a slow stream; the client leaves after the first events.
     await api(decode.url, 'POST', '/sim/fault', { event_delay_ms: 200 });
     await cancelAfter(port, { model: 'sim-model', prompt: `cancel decode ${engine}`, max_tokens: 50, stream: true }, 1800);
-    assert.ok(await waitFor(async () => (await simMetrics(decode)).kvgate_sim_requests_aborted_total >= 1, 8000),
+    assert.ok(await waitFor(async () => (await simMetrics(decode)).kvgate_sim_requests_aborted_total > decodeAborts, 8000),
       `${engine}: the decode engine saw the abort`);
     await api(decode.url, 'POST', '/sim/fault', { reset: true });
     // The gateway holds nothing afterwards.
@@ -264,7 +268,8 @@ test('seed P/D example as written: Tier 0, Tier 1, Tier 1.5 and Tier 2 each deci
   const warm = async (w, base) => {
     const res = await fetch(`${w.url}/v1/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'sim-model', prompt: ids(base), max_tokens: 1, stream: false,
+      body: JSON.stringify({ model: 'sim-model', prompt: Array.isArray(base) ? base : ids(base),
+        max_tokens: 1, stream: false,
         kv_transfer_params: { do_remote_decode: true } }),
     });
     const text = await res.text();
@@ -308,6 +313,20 @@ test('seed P/D example as written: Tier 0, Tier 1, Tier 1.5 and Tier 2 each deci
   got = await send(50000);
   assert.equal(got.tier, 'tier1', got.line);
   assert.equal(got.prefill, label(p2));
+  // An excluded Tier 1.5 winner falls to the next-best overlap (never to a decode endpoint nor
+  // straight to Tier 2): p2 holds all of Q, p1 its first half; the controller disables p2.
+  const q = await batches(p1);
+  await warm(p1, [...ids(55000).slice(0, 32), ...ids(99000).slice(0, 32)]);  // Q's first 2 blocks
+  await warm(p2, 55000);  // all 4
+  assert.ok(await waitFor(async () => (await batches(p1)) > q, 5000));
+  await sleep(200);
+  await api(gw.api, 'PUT', '/kvgate/v1/controller', { interval_sec: 60,
+    endpoints: [{ endpointIP: p2.host, targetPort: p2.port, state: 'DISABLED' }] });
+  got = await send(55000);
+  assert.equal(got.tier, 'tier15', got.line);
+  assert.equal(got.prefill, label(p1));
+  assert.match(got.line, /key=kv_overlap/);
+  await api(gw.api, 'DELETE', '/kvgate/v1/controller');
   // Tier 2, then Tier 0: a new conversation's first prompt is nobody's; its next sticks.
   got = await send(60000, { user: 'alice' });
   assert.equal(got.tier, 'tier2', got.line);
