@@ -99,7 +99,12 @@ TEST(Session, AnUnusablePinIsEvictedAndTheLadderContinues) {
 }
 
 TEST(PrefixTrie, ChainCutsTheRenderedPromptInChunks) {
-  std::vector<TrieNode> a, b;
+  std::vector<TrieNode> a, b, l;
+  trieChain("m", "", std::string(5000, 'x'), l);  // 8 x 256 up to 2048, then 1024, 1024, 904
+  ASSERT_EQ(l.size(), 11u);
+  EXPECT_EQ(l[7].end, 2048u);
+  EXPECT_EQ(l[8].end, 3072u);
+  EXPECT_EQ(l[10].end, 5000u);
   trieChain("m", "", std::string(600, 'x'), a);
   ASSERT_EQ(a.size(), 3u);  // 256 + 256 + 88
   EXPECT_EQ(a[0].end, 256u);
@@ -174,11 +179,11 @@ TEST(PrefixTrie, IsBoundedAndForgetsTheLeastRecentlyTouched) {
   PrefixTrie t(16);  // one node per shard
   std::vector<TrieNode> a, b;
   trieChain("m", "", std::string(256, 'a'), a);
-  t.insert(a, 1);
+  t.insert(a, 1, {});
   EXPECT_EQ(t.longest(a).endpoint, 1u);
   for (int i = 0; i < 200; ++i) {  // 200 other prompts: every shard overflows
     trieChain("m", "", std::string(256, static_cast<char>('b' + i % 20)) + std::to_string(i), b);
-    t.insert(b, 2);
+    t.insert(b, 2, {});
   }
   EXPECT_LE(t.size(), 16u);
   EXPECT_EQ(t.longest(a).bytes, 0u);

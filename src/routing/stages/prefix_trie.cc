@@ -21,12 +21,17 @@ namespace kvgate::routing {
 void trieChain(std::string_view model, std::string_view salt, std::string_view text,
                std::vector<TrieNode>& out) {
   out.clear();
+  // Each chunk is hashed unseeded (a seeded XXH3 of more than 240 bytes derives a secret per
+  // call) and folded into the chain with a seeded hash of the 8-byte pair.
+  auto fold = [](uint64_t h, uint64_t c) { return XXH3_64bits_withSeed(&c, sizeof c, h); };
   uint64_t h = XXH3_64bits_withSeed(model.data(), model.size(), 0x7472'6965);  // "trie"
-  h = XXH3_64bits_withSeed(salt.data(), salt.size(), h);
-  for (size_t at = 0; at < text.size(); at += kTrieChunk) {
-    const size_t n = std::min(kTrieChunk, text.size() - at);
-    h = XXH3_64bits_withSeed(text.data() + at, n, h);
-    out.push_back({h, at + n});
+  h = fold(h, XXH3_64bits(salt.data(), salt.size()));
+  for (size_t at = 0; at < text.size();) {
+    const size_t step = at < kTrieFineBytes ? kTrieChunk : kTrieCoarseChunk;
+    const size_t n = std::min(step, text.size() - at);
+    h = fold(h, XXH3_64bits(text.data() + at, n));
+    at += n;
+    out.push_back({h, at});
   }
 }
 
@@ -55,7 +60,7 @@ class PrefixTrieStage : public Stage {
     }
     if (lo == INT64_MAX) return StageResult::fall(FallReason::kAllExcluded);
     if (hi - lo > balance_abs_) return StageResult::fall(FallReason::kImbalance);
-    const PrefixTrie::Match m = trie_.longest(*chain);
+    const PrefixTrie::Match m = matchOf(ctx);
     if (m.bytes == 0) return StageResult::fall(FallReason::kNoWorker);
     const size_t total = ctx.facts->prompt_render_total;
     if (static_cast<int64_t>(m.bytes) * 100 < threshold_pct_ * static_cast<int64_t>(total))
@@ -68,22 +73,41 @@ class PrefixTrieStage : public Stage {
   }
 
   void observe(const RequestContext& ctx, int chosen) override {
-    if (const std::vector<TrieNode>* chain = chainOf(ctx))
-      trie_.insert(*chain, endpoints_[static_cast<size_t>(chosen)].state->id);
+    if (const std::vector<TrieNode>* chain = chainOf(ctx)) {
+      trie_.insert(*chain, endpoints_[static_cast<size_t>(chosen)].state->id, matchOf(ctx));
+      scratch().match_run = 0;  // the trie changed: a later look in this run matches again
+    }
   }
 
  private:
-  // The request's chain, computed once per routing run on this thread.
+  // The request's chain and its match, computed once per routing run on this thread.
+  struct Scratch {
+    std::vector<TrieNode> chain;
+    uint64_t run = 0;
+    PrefixTrie::Match match;
+    uint64_t match_run = 0;
+  };
+  static Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
+  }
   static const std::vector<TrieNode>* chainOf(const RequestContext& ctx) {
     const RequestFacts* f = ctx.facts;
     if (!f || !f->parsed || !f->has_prompt || f->prompt_prefix.empty()) return nullptr;
-    thread_local std::vector<TrieNode> chain;
-    thread_local uint64_t run = 0;
-    if (run != ctx.run) {
-      trieChain(f->model, f->cache_salt, f->prompt_prefix, chain);
-      run = ctx.run;
+    Scratch& s = scratch();
+    if (s.run != ctx.run) {
+      trieChain(f->model, f->cache_salt, f->prompt_prefix, s.chain);
+      s.run = ctx.run;
     }
-    return &chain;
+    return &s.chain;
+  }
+  PrefixTrie::Match matchOf(const RequestContext& ctx) const {
+    Scratch& s = scratch();
+    if (s.match_run != ctx.run) {
+      s.match = chainOf(ctx) ? trie_.longest(s.chain) : PrefixTrie::Match{};
+      s.match_run = ctx.run;
+    }
+    return s.match;
   }
   const std::vector<PoolEndpoint>& endpoints_;
   PrefixTrie& trie_;

@@ -2,7 +2,9 @@
 // prefix affinity"), per P/D rule.
 //
 // A prompt is its rendered text (proxy/facts_parser.cc: model, cache salt, then the prompt's
-// bytes, at most kTrieRenderBytes) cut into kTrieChunk-byte pieces, the last one partial; node i
+// bytes, at most kTrieRenderBytes) cut into pieces of kTrieChunk bytes over its first
+// kTrieFineBytes and of kTrieCoarseChunk bytes after (short prompts match finely, long ones
+// cost few nodes), the last one partial; node i
 // is the XXH3 chain over pieces 0..i (a radix trie whose edges are chunks, stored as a hashed
 // map: a node is present only if all its ancestors were inserted with it). Each node remembers
 // the endpoint that last served a prompt through it. Bounded: at most LOXILB_PD_TRIE_MAX_NODES
@@ -19,6 +21,8 @@
 namespace kvgate::routing {
 
 constexpr size_t kTrieChunk = 256;
+constexpr size_t kTrieFineBytes = 2048;
+constexpr size_t kTrieCoarseChunk = 1024;
 constexpr size_t kTrieRenderBytes = 16 * 1024;
 
 struct TrieNode {
@@ -38,18 +42,32 @@ class PrefixTrie {
     size_t bytes = 0;  // the matched prefix
     endpoints::EndpointId endpoint = 0;
   };
-  // The deepest node of `chain` that is present.
+  // The deepest node of `chain` that is present, by binary search: nodes are inserted whole
+  // chains at a time, so the present ones are a prefix of the chain (an ancestor evicted before
+  // its descendants only shortens the match; the next insert heals it).
   Match longest(const std::vector<TrieNode>& chain) const {
     Match m;
-    for (const auto& n : chain) {
-      auto ep = nodes_.get(n.key);
-      if (!ep) break;
-      m = {n.end, *ep};
+    size_t lo = 0, hi = chain.size();  // chain[0, lo) known present, chain[hi, n) absent
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (auto ep = nodes_.get(chain[mid].key)) {
+        m = {chain[mid].end, *ep};
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
     }
     return m;
   }
-  // Every node of `chain` now leads to `endpoint`.
-  void insert(const std::vector<TrieNode>& chain, endpoints::EndpointId endpoint) {
+  // `chain` was routed to `endpoint`; `known` is longest(chain) before. When the whole chain
+  // already leads there only its deepest node is touched (kept recent); otherwise every node
+  // now leads to `endpoint`.
+  void insert(const std::vector<TrieNode>& chain, endpoints::EndpointId endpoint, Match known) {
+    if (chain.empty()) return;
+    if (known.endpoint == endpoint && known.bytes == chain.back().end) {
+      nodes_.put(chain.back().key, endpoint);
+      return;
+    }
     for (const auto& n : chain) nodes_.put(n.key, endpoint);
   }
   size_t size() const { return nodes_.size(); }
