@@ -40,6 +40,8 @@ class EndpointLease {
     }
     return *this;
   }
+  // A half-open breaker's trial travels with this (adopted) lease.
+  void takeTrial() { trial_ = s_ != nullptr; }
   // Adds the request's block chain to the endpoint's distinct active blocks until the lease ends.
   void addChain(const std::vector<uint64_t>& chain) {
     if (!s_ || chain.empty() || !chain_.empty()) return;

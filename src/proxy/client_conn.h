@@ -90,8 +90,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
                                 const routing::Pipeline* pipeline = nullptr, int role = -1);
   // The upstream request head for `body` (the client's, or a P/D leg's rewritten one) into
   // `out`; `host_at` is where setUpstreamHost puts a Host header (npos: the client sent one).
+  // `identity`: ask for an uncompressed answer (a P/D first leg, which the gateway reads).
   void buildUpstreamHead(const Request& req, const Route& route, std::string_view body,
-                         std::string& out, size_t& host_at);
+                         std::string& out, size_t& host_at, bool identity = false);
   static void setUpstreamHost(std::string& head, size_t host_at, std::string_view label);
   void maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role,
                      bool draining = true) const;
@@ -117,10 +118,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   int pickDecode(const routing::RequestContext& rctx, const Route& route,
                  endpoints::EndpointLease& lease);
   int pinnedDecode(const Route& route, int peer, endpoints::EndpointLease& lease);
+  void countTier(const Route& route, int stage);
+  asio::awaitable<void> answerPrefillFailure();
   asio::awaitable<LegAnswer> firstLeg(const Request& req, const Route& route, size_t idx,
                                       endpoints::EndpointLease& lease, std::string_view body);
-  asio::awaitable<bool> readWholeBody(UpstreamLeg& leg, const http::ResponseHead& rh,
-                                      std::string& out, std::string& error);
   asio::awaitable<bool> answerWith(int status, std::string_view content_type,
                                    std::string_view body);
   asio::awaitable<bool> secondLeg(const Request& req, const Route& route, size_t prefill_idx,
@@ -134,8 +135,11 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
                                      std::shared_ptr<const VipConfig> cfg, const Route* route,
                                      size_t idx, std::shared_ptr<UpstreamLeg> leg,
                                      endpoints::EndpointLease lease, std::string head,
-                                     std::string body, uint64_t request_no);
-  void abortLegs(bool timeout);  // every open upstream leg of the current request
+                                     std::string body, uint64_t request_seq);
+  // Every open upstream leg of the current request: the deadline (`timeout`) or the client
+  // leaving; an SGLang prefill drain only when it is the current request's and the client left.
+  void abortLegs(bool timeout);
+  void pdAfterRequest();  // P/D scratch: drop what one request made big (pd_forward.cc)
   // relay.cc
   struct RelayFraming {  // the response body's framing and progress
     http::BodyKind kind = http::BodyKind::kNone;
@@ -207,6 +211,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::unique_ptr<PdState> pd_;  // P/D scratch (the first leg, rewritten bodies): made on first use
   std::string pd_leg_note_;      // P/D: which leg an error answer is about ("" = single leg)
   std::string pd_first_error_;   // P/D (concurrent): the prefill leg failed, so the decode leg ends
+  std::string leg_id_;           // P/D: the X-Request-Id both legs carry ("" = request_id_)
+  uint64_t request_seq_ = 0;     // requests dispatched on this connection (the drain's guard)
   http::ResponseHead resp_head_;  // the current response's head (views into the leg's buffer)
   std::vector<bool> excluded_;
   routing::ChainCache chain_cache_;  // kv_exact's chain, reused by a request's retries

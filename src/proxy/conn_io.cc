@@ -161,6 +161,7 @@ void ClientConn::logAccess() {
   const Route* route = outcome_.route;
   std::string line = "access";
   log::appendField(line, "id", request_id_);
+  if (!leg_id_.empty()) log::appendField(line, "leg_id", leg_id_);  // P/D
   log::appendField(line, "listener", l_->key);
   log::appendField(line, "rule",
                    !route                     ? ""

@@ -164,6 +164,7 @@ asio::awaitable<void> ClientConn::run() {
     if (w_.opts.access_log) logAccess();
     cfg_.reset();
     facts_.shrink(kKeepBufferBytes);
+    pdAfterRequest();
     chain_cache_.ready = false;  // one huge prompt's chain does not pin its size per connection
     if (chain_cache_.chain.capacity() > 512) std::vector<uint64_t>().swap(chain_cache_.chain);
     if (!ok || client_gone_) break;

@@ -58,6 +58,10 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     rid = std::string_view(rid_buf, 32);
   }
   request_id_.assign(rid);
+  ++request_seq_;  // this request's P/D state starts clean
+  pd_first_error_.clear();
+  pd_leg_note_.clear();
+  leg_id_.clear();
 
   cfg_ = l_->config.load();  // kept until the request is logged (outcome_ points into it)
   const auto& cfg = cfg_;
@@ -97,7 +101,11 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     co_return co_await answerUnroutable(route, host_path_matched, model) && !client_gone_;
   if (route->rule.inactive_timeout_sec > 0)
     idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
-  bool ok = route->pd_dialect ? co_await forwardPd(req, *route) : co_await forward(req, *route);
+  bool ok;  // (no co_await in a conditional: GCC 12)
+  if (route->pd_dialect)
+    ok = co_await forwardPd(req, *route);
+  else
+    ok = co_await forward(req, *route);
   if (!ok) client_keep_alive_ = false;
   co_return ok;
 }

@@ -17,7 +17,7 @@
 namespace kvgate::proxy {
 
 void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::string_view body,
-                                   std::string& out, size_t& host_at) {
+                                   std::string& out, size_t& host_at, bool identity) {
   const auto& head = req.head;
   out.clear();  // reused across requests: no allocation once warm
   out.append(head.method).append(" ").append(head.target).append(" HTTP/1.1\r\n");
@@ -31,11 +31,13 @@ void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::
         http::iequals(h.name, "expect") ||
         (own_length && http::iequals(h.name, "content-length")) ||
         (route.rule.strip_api_key && http::iequals(h.name, "x-api-key")) ||
+        (identity && http::iequals(h.name, "accept-encoding")) ||
         (!conn_tokens.empty() && http::headerHasToken(conn_tokens, h.name)))
       continue;
     out.append(h.name).append(": ").append(h.value).append("\r\n");
   }
-  out.append("X-Request-Id: ").append(request_id_).append("\r\n");
+  out.append("X-Request-Id: ").append(leg_id_.empty() ? request_id_ : leg_id_).append("\r\n");
+  if (identity) out.append("Accept-Encoding: identity\r\n");
   // An HTTP/1.0 client may send no Host; HTTP/1.1 upstreams need one (setUpstreamHost).
   host_at = head.host.empty() ? out.size() : std::string::npos;
   if (own_length) out.append("Content-Length: ").append(std::to_string(body.size())).append("\r\n");
@@ -104,7 +106,7 @@ asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, con
   leg_.release(false);
   if (client_gone_) co_return false;  // the lease releases an unsettled trial
   if (!pd_first_error_.empty()) {     // P/D: the concurrent prefill failed; decode is not to blame
-    co_await sendError(502, "prefill_failed", pd_first_error_);
+    co_await answerPrefillFailure();
     co_return true;
   }
   const bool cb = route.rule.cb_enable;

@@ -104,15 +104,6 @@ std::vector<std::pair<std::string, const routing::PipelineStats*>> pipelinesOf(
   return out;
 }
 
-// The tier label of a P/D prefill stage.
-const char* pdTier(const std::string& stage) {
-  if (stage == "kv_exact") return "tier15";
-  if (stage == "min_load") return "tier2";
-  if (stage == "session") return "tier0";
-  if (stage == "prefix_trie") return "tier1";
-  return nullptr;
-}
-
 }  // namespace
 
 // The pipelines: deciding stage and key, spills, fall-throughs, decision time.
@@ -131,20 +122,13 @@ void DataPlane::renderRoutingMetrics(metrics::TextWriter& w) const {
                       {"key", routing::kDecisionKeyNames[k]}},
                      static_cast<double>(v));
     }
-  // P/D: the tier that chose each prefill endpoint, summed over the P/D rules.
-  std::map<std::string, uint64_t> tiers = {
-      {"tier0", 0}, {"tier1", 0}, {"tier15", 0}, {"tier2", 0}, {"rescue", 0}};
-  for (auto& [key, st] : rule_stats_) {
-    if (!st->decode_pipeline) continue;  // not a P/D rule
-    const auto& p = *st->pipeline;
-    for (size_t s = 0; s < p.stage_count; ++s)
-      if (const char* tier = pdTier(p.stage_names[s]))
-        for (auto& x : p.decided[s]) tiers[tier] += x.load();
-    if (st->rescue_pipeline)
-      for (auto& x : st->rescue_pipeline->decided[0]) tiers["rescue"] += x.load();
-  }
+  // P/D: the tier that chose each request's prefill endpoint, summed over the P/D rules.
+  std::array<uint64_t, static_cast<size_t>(PdTier::kCount)> tiers{};
+  for (auto& [key, st] : rule_stats_)
+    for (size_t t = 0; t < tiers.size(); ++t) tiers[t] += st->pd_tiers[t].load();
   w.header(kPdTierSelected);
-  for (auto& [tier, v] : tiers) w.sample(kPdTierSelected, {{"tier", tier}}, static_cast<double>(v));
+  for (size_t t = 0; t < tiers.size(); ++t)
+    w.sample(kPdTierSelected, {{"tier", kPdTierNames[t]}}, static_cast<double>(tiers[t]));
   // The admission gate, for the rules that have it on.
   w.header(kAdmissionDecisions);
   for (auto& [key, st] : rule_stats_)

@@ -45,13 +45,14 @@ struct ClientConn::PdState {
   std::string first_body, second_body, answer, content_type;
   std::vector<bool> decode_excluded;
   http::ResponseHead rh;
-  std::string base_id;  // the request id before the P/D form (the rescue sends it)
-  // SGLang: the background drain of the current request's prefill leg, and its request number.
+  // SGLang: the background drain of a prefill leg (cleared by the drain when it ends), the
+  // request it serves, and a refusal it relays (status, with its body in `answer`).
   UpstreamLeg* drain = nullptr;
-  uint64_t request_no = 0;
+  uint64_t drain_request = 0;
+  int first_status = 0;
 
   void shrink() {
-    for (std::string* s : {&first_body, &second_body, &answer})
+    for (std::string* s : {&first_body, &second_body, &answer, &head})
       if (s->capacity() > kKeepBufferBytes) std::string().swap(*s);
   }
 };
@@ -67,15 +68,17 @@ namespace {
 // Reads a response body completely into `out` (de-chunked), at most kMaxLegAnswerBytes.
 // `reusable` is set when the connection may be pooled afterwards.
 asio::awaitable<bool> readWhole(UpstreamLeg& leg, const http::ResponseHead& rh, std::string& out,
-                                std::string& error, bool& reusable) {
+                                std::string& error, bool& reusable, bool& too_large) {
   out.clear();
   reusable = rh.keep_alive;
+  too_large = false;
   Buffer& b = leg.buf();
   switch (rh.body_kind) {
     case http::BodyKind::kNone:
       co_return true;
     case http::BodyKind::kLength: {
       if (rh.content_length > pd::kMaxLegAnswerBytes) {
+        too_large = true;
         error = "answer of " + std::to_string(rh.content_length) + " bytes is over the bound";
         co_return false;
       }
@@ -101,6 +104,7 @@ asio::awaitable<bool> readWhole(UpstreamLeg& leg, const http::ResponseHead& rh, 
           co_return false;
         }
         if (out.size() > pd::kMaxLegAnswerBytes) {
+          too_large = true;
           error = "answer over the bound of " + std::to_string(pd::kMaxLegAnswerBytes) + " bytes";
           co_return false;
         }
@@ -116,6 +120,7 @@ asio::awaitable<bool> readWhole(UpstreamLeg& leg, const http::ResponseHead& rh, 
         out.append(b.data(), b.size());
         b.clear();
         if (out.size() > pd::kMaxLegAnswerBytes) {
+          too_large = true;
           error = "answer over the bound of " + std::to_string(pd::kMaxLegAnswerBytes) + " bytes";
           co_return false;
         }
@@ -143,12 +148,28 @@ ClientConn::ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s)
 
 ClientConn::~ClientConn() = default;
 
+// The concurrent prefill leg failed while the decode leg waited: the prefill engine's own answer
+// when it refused the request with one, else 502 prefill_failed.
+asio::awaitable<void> ClientConn::answerPrefillFailure() {
+  stopWatch();
+  if (pd_ && pd_->first_status >= 400) {
+    co_await answerWith(pd_->first_status, "application/json", pd_->answer);
+    co_return;
+  }
+  co_await sendError(502, "prefill_failed", pd_first_error_);
+}
+
 void ClientConn::abortLegs(bool timeout) {
   leg_.abort(timeout);
   if (!pd_) return;
   pd_->leg.abort(timeout);
-  // The concurrent prefill has its own deadline: only a client that left ends it early.
-  if (pd_->drain && !timeout) pd_->drain->abort(false);
+  // The concurrent prefill has its own deadline: only a client that left its request ends it.
+  if (pd_->drain && !timeout && client_gone_ && pd_->drain_request == request_seq_)
+    pd_->drain->abandon();
+}
+
+void ClientConn::pdAfterRequest() {
+  if (pd_) pd_->shrink();
 }
 
 asio::awaitable<bool> ClientConn::answerWith(int status, std::string_view content_type,
@@ -215,9 +236,9 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
         std::string_view ct = rh.get("content-type");
         pd_->content_type.assign(ct.substr(0, 256));
         leg.consumeHead(rh);
-        bool reusable = false;
+        bool reusable = false, too_large = false;
         std::string error;
-        const bool whole = co_await readWhole(leg, rh, pd_->answer, error, reusable);
+        const bool whole = co_await readWhole(leg, rh, pd_->answer, error, reusable, too_large);
         deadline_.clear();
         if (client_gone_) {
           leg.release(false);
@@ -225,7 +246,8 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
           co_return a;
         }
         if (!whole) {
-          lease.settle(route.health, cb, leg.timedOut() ? 504 : 502);
+          if (!too_large)  // (the gateway's bound is not the endpoint's failure)
+            lease.settle(route.health, cb, leg.timedOut() ? 504 : 502);
           leg.release(false);
           a.kind = K::kFailed;
           a.status = leg.timedOut() ? 504 : 502;
@@ -270,6 +292,22 @@ int ClientConn::pinnedDecode(const Route& route, int peer, endpoints::EndpointLe
   if (!state.health.admits(route.rule.cb_enable, trial)) return -1;
   lease = endpoints::EndpointLease(state, trial);
   return peer;
+}
+
+// loxilb_ai_pd_tier_selected_total, once per request: the prefill stage that chose the
+// endpoint that served (`stage` -1: the admission gate's hand-off, -2: the rescue).
+void ClientConn::countTier(const Route& route, int stage) {
+  PdTier t = PdTier::kRescue;
+  if (stage == -1) {
+    t = PdTier::kAdmission;
+  } else if (stage >= 0) {
+    const std::string& n = route.pipeline->stageName(stage);
+    t = n == "session"       ? PdTier::kTier0
+        : n == "prefix_trie" ? PdTier::kTier1
+        : n == "kv_exact"    ? PdTier::kTier15
+                             : PdTier::kTier2;
+  }
+  route.stats->pd_tiers[static_cast<size_t>(t)].fetch_add(1, std::memory_order_relaxed);
 }
 
 int ClientConn::pickDecode(const routing::RequestContext& rctx, const Route& route,
@@ -319,9 +357,15 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
     bool ok = co_await exchange(req, body, route, static_cast<size_t>(idx), lease, next_endpoint);
     if (!next_endpoint) co_return ok;
     if (client_gone_) co_return false;
+    if (!pd_first_error_.empty()) {  // the concurrent prefill failed meanwhile
+      co_await answerPrefillFailure();
+      co_return true;
+    }
     pd_->decode_excluded[static_cast<size_t>(idx)] = true;
   }
   stopWatch();
+  // No decode endpoint: a concurrent prefill of this request is given up too.
+  if (pd_->drain && pd_->drain_request == request_seq_) pd_->drain->abandon();
   outcome_.ep_index = -1;
   const std::string message =
       (last_error_.empty() ? std::string("no healthy decode endpoint") : last_error_) +
@@ -343,9 +387,11 @@ asio::awaitable<bool> ClientConn::concurrentLegs(const Request& req, const Route
   buildUpstreamHead(req, route, st.first_body, head, host_at);
   setUpstreamHost(head, host_at, route.endpoints[pidx].state->label);
   st.drain = leg.get();
+  st.drain_request = request_seq_;
+  st.first_status = 0;
   asio::co_spawn(w_.io,
                  drainPrefill(shared_from_this(), cfg_, &route, pidx, leg, std::move(plase),
-                              std::move(head), st.first_body, st.request_no),
+                              std::move(head), st.first_body, request_seq_),
                  asio::detached);
   co_return co_await secondLeg(req, route, pidx, rctx, st.first_body, dlease, didx);
 }
@@ -355,7 +401,7 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
                                                const Route* route, size_t idx,
                                                std::shared_ptr<UpstreamLeg> leg,
                                                endpoints::EndpointLease lease, std::string head,
-                                               std::string body, uint64_t request_no) {
+                                               std::string body, uint64_t request_seq) {
   (void)cfg;  // keeps `route` alive
   const auto& rule = route->rule;
   const auto& ep = route->endpoints[idx];
@@ -370,48 +416,71 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
   timer.async_wait([leg](const error_code& ec) {
     if (!ec) leg->abort(true);
   });
-  std::string error;
-  int status = 0;
-  UpstreamLeg::Result r;
-  if (!leg->takePooled(ep.state->id)) {
-    r = co_await leg->connect(ep.state->id, route->addresses[idx], ep.state->label);
-    if (!r.ok()) lease.connectFailed(route->health, cb);
-  }
-  if (r.ok()) r = co_await leg->send(head, body);
-  if (r.ok()) {
-    ep.state->requests.fetch_add(1, std::memory_order_relaxed);
-    http::ResponseHead rh;
-    while ((r = co_await leg->readHead("POST", rh)).ok() && r.interim) leg->consumeHead(rh);
-    if (r.ok()) {
-      leg->consumeHead(rh);
-      std::string sink;
-      bool reusable = false;
-      const bool whole = co_await readWhole(*leg, rh, sink, error, reusable);
-      status = whole ? rh.status : (leg->timedOut() ? 504 : 502);
-      lease.settle(route->health, cb, status);
-      leg->release(whole && reusable);
-      if (whole && (rh.status < 200 || rh.status > 299))
-        error = "answered " + std::to_string(rh.status);
-    } else {
-      error = r.error;
-      status = r.outcome == UpstreamLeg::Outcome::kTimeout ? 504 : 502;
-      lease.settle(route->health, cb, status);
-      leg->release(false);
+  std::string error, answer;
+  int status = 0;         // the prefill engine's answer, when it gave a whole one
+  int settle_status = 0;  // what the endpoint's health learns (0: nothing)
+  bool connect_failed = false;
+  for (int send_try = 0; send_try < 2; ++send_try) {  // a stale pooled connection: once more
+    UpstreamLeg::Result r;
+    if (send_try > 0 || !leg->takePooled(ep.state->id)) {
+      r = co_await leg->connect(ep.state->id, route->addresses[idx], ep.state->label);
+      if (!r.ok()) {
+        connect_failed = true;
+        error = r.error;
+        break;
+      }
     }
-  } else {
+    r = co_await leg->send(head, body);
+    if (r.ok()) {
+      ep.state->requests.fetch_add(1, std::memory_order_relaxed);
+      http::ResponseHead rh;
+      while ((r = co_await leg->readHead("POST", rh)).ok() && r.interim) leg->consumeHead(rh);
+      if (r.ok()) {
+        leg->consumeHead(rh);
+        bool reusable = false, too_large = false;
+        const bool whole = co_await readWhole(*leg, rh, answer, error, reusable, too_large);
+        if (whole) {
+          status = settle_status = rh.status;
+          if (rh.status < 200 || rh.status > 299) error = "answered " + std::to_string(rh.status);
+        } else if (!too_large) {  // (a gateway bound is not the endpoint's failure)
+          settle_status = leg->timedOut() ? 504 : 502;
+        }
+        leg->release(whole && reusable);
+        break;
+      }
+    }
+    if (r.retry_safe && !leg->abandoned()) {
+      leg->release(false);
+      continue;
+    }
     error = r.error;
-    if (r.outcome != UpstreamLeg::Outcome::kConnectFailed)
-      lease.settle(route->health, cb, leg->timedOut() ? 504 : 502);
+    settle_status = r.outcome == UpstreamLeg::Outcome::kTimeout ? 504 : 502;
     leg->release(false);
+    break;
   }
   timer.cancel();
+  // The client left or the decode leg failed: the owner gave up, not the endpoint (the lease
+  // releases an unsettled trial).
+  if (!leg->abandoned()) {
+    if (connect_failed)
+      lease.connectFailed(route->health, cb);
+    else if (settle_status)
+      lease.settle(route->health, cb, settle_status);
+  }
+  lease.reset();  // the prefill endpoint's part is over (a parked request may take the slot)
+  const bool current = pd_ && request_seq_ == request_seq;
   if (pd_ && pd_->drain == leg.get()) pd_->drain = nullptr;
-  if (error.empty()) co_return;
+  if (error.empty() || leg->abandoned()) co_return;
   log::warn("proxy", "prefill leg to " + ep.state->label + " failed: " + error);
   // The decode leg of the same request still waits for its answer: it cannot succeed without
-  // this prefill, so it ends now with the prefill's failure.
-  if (pd_ && pd_->request_no == request_no && phase_ == Phase::kAwaitResponse && !client_gone_) {
+  // this prefill, so it ends now with the prefill's failure (the engine's own answer when it
+  // refused the request with one).
+  if (current && phase_ == Phase::kAwaitResponse && !client_gone_) {
     pd_first_error_ = "prefill leg to " + ep.state->label + " failed: " + error;
+    if (status >= 400) {
+      pd_->first_status = status;
+      pd_->answer = std::move(answer);
+    }
     leg_.abort(true);
   }
 }
@@ -608,10 +677,6 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   }
   if (!pd_) pd_ = std::make_unique<PdState>(w_, static_cast<LegObserver&>(*this));
   PdState& st = *pd_;
-  ++st.request_no;
-  pd_first_error_.clear();
-  st.base_id = request_id_;
-  pd_leg_note_.clear();
   routing::RequestContext rctx = requestContext(req.head, &facts_, route, source_key_);
   chain_cache_.ready = false;
   rctx.chain_cache = &chain_cache_;
@@ -648,6 +713,17 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       d.index = granted;
       plase = std::move(granted_lease);
       granted = -1;
+      // Unless its breaker opened (or the controller took it out) while the request waited:
+      // the slot goes on to the next parked request and the ladder picks.
+      auto& s = *route.endpoints[static_cast<size_t>(d.index)].state;
+      bool trial = false;
+      if (!s.health.admits(cb, trial) ||
+          s.controller(nowNs()).state == endpoints::ControllerState::kDisabled) {
+        plase.reset();
+        excluded_[static_cast<size_t>(d.index)] = true;
+        continue;
+      }
+      if (trial) plase.takeTrial();
     } else {
       d = route.pipeline->run(rctx, cands);
       if (d.index < 0) break;
@@ -667,9 +743,10 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       didx = pinnedDecode(route, d.peer, dlease);
       if (didx < 0) didx = pickDecode(rctx, route, dlease);
       if (didx < 0) break;  // no decode endpoint admits the request: rescue
-      outcome_.ep_index = didx;
-      outcome_.endpoint = &route.endpoints[static_cast<size_t>(didx)].state->label;
     }
+    // Until the second leg starts, answers are the prefill endpoint's (counters, access log).
+    outcome_.ep_index = static_cast<int>(pidx);
+    outcome_.endpoint = &pstate.label;
     if (rctx.conversation_key && route.stats->sessions)  // Tier 0: (re)pin the pair
       route.stats->sessions->pin(
           *rctx.conversation_key, {pstate.id, route.endpoints[static_cast<size_t>(didx)].state->id},
@@ -678,8 +755,13 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     outcome_.key = routing::decisionKeyName(d.key);
     outcome_.stage = d.stage >= 0 ? route.pipeline->stageName(d.stage).c_str() : "admission";
     outcome_.spilled = d.spilled;
-    request_id_ = pd::pdRequestId(route.transfer_addr[pidx],
-                                  route.transfer_addr[static_cast<size_t>(didx)], st.base_id);
+    // The legs' id names both transfer addresses and a fresh suffix of our own (the client's id
+    // may repeat or carry ':' digits an engine would misparse); the client keeps its id.
+    char fresh[32];
+    newRequestId(fresh);
+    leg_id_ =
+        pd::pdRequestId(route.transfer_addr[pidx], route.transfer_addr[static_cast<size_t>(didx)],
+                        std::string_view(fresh, sizeof fresh));
     // The first leg's body.
     Result<std::string> first =
         dialect == pd::Dialect::kVllm ? pd::vllmPrefillBody(req.body)
@@ -693,9 +775,10 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     }
     st.first_body = std::move(*first);
     if (dialect == pd::Dialect::kSglang) {
+      countTier(route, d.stage);
       co_return co_await concurrentLegs(req, route, pidx, plase, rctx, dlease, didx);
     }
-    buildUpstreamHead(req, route, st.first_body, st.head, st.host_at);
+    buildUpstreamHead(req, route, st.first_body, st.head, st.host_at, /*identity=*/true);
     setUpstreamHost(st.head, st.host_at, pstate.label);
     LegAnswer a = co_await firstLeg(req, route, pidx, plase, st.first_body);
     using K = LegAnswer::Kind;
@@ -703,6 +786,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       excluded_[pidx] = true;
       continue;
     }
+    countTier(route, d.stage);  // the pick that served (connect failures are not counted)
     if (a.kind == K::kClientGone) co_return false;
     plase.reset();  // the prefill endpoint's part is over
     if (a.kind == K::kFailed) {
@@ -715,8 +799,6 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     if (a.status < 200 || a.status > 299) {  // the engine refused it: its answer is the answer
       stopWatch();
       dlease.reset();
-      outcome_.endpoint = &pstate.label;
-      outcome_.ep_index = static_cast<int>(pidx);
       co_return co_await answerWith(a.status, st.content_type, st.answer);
     }
     Result<std::string> second;
@@ -731,8 +813,6 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       if (ctx && ctx->finished) {  // generation is over already: the context answer is it
         stopWatch();
         dlease.reset();
-        outcome_.endpoint = &pstate.label;
-        outcome_.ep_index = static_cast<int>(pidx);
         co_return co_await answerWith(200, st.content_type, st.answer);
       }
       if (ctx)
@@ -752,12 +832,12 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   }
   // No prefill/decode pair: the any-healthy rescue over role-less endpoints.
   dlease.reset();
-  request_id_ = st.base_id;
+  leg_id_.clear();
   outcome_.ep_index = -1;
   outcome_.prefill = nullptr;
   outcome_.endpoint = nullptr;
   if (route.rescue_pipeline) {
-    route.stats->pd_rescues.fetch_add(1, std::memory_order_relaxed);
+    countTier(route, -2);
     co_return co_await forward(req, route, route.rescue_pipeline.get(), 0);
   }
   stopWatch();

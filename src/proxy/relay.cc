@@ -20,7 +20,10 @@ void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk)
   for (size_t i = 0; i < rh.num_headers; ++i) {
     auto& x = rh.headers[i];
     if (http::isHopByHop(x.name)) continue;
-    if (http::iequals(x.name, "x-request-id")) has_rid = true;
+    if (http::iequals(x.name, "x-request-id")) {
+      if (!leg_id_.empty()) continue;  // P/D: the engines saw the legs' id; the client its own
+      has_rid = true;
+    }
     h.append(x.name).append(": ").append(x.value).append("\r\n");
   }
   if (rh.body_kind == http::BodyKind::kChunked && !dechunk)

@@ -26,6 +26,11 @@ struct StatusCounters {
   }
 };
 
+// loxilb_ai_pd_tier_selected_total's `tier` label.
+enum class PdTier : uint8_t { kTier0, kTier1, kTier15, kTier2, kRescue, kAdmission, kCount };
+inline constexpr const char* kPdTierNames[] = {"tier0", "tier1",  "tier15",
+                                               "tier2", "rescue", "admission"};
+
 struct RuleStats {
   std::string rule;      // rule name, else its key
   std::string model;     // model_name ("" = catch-all)
@@ -41,7 +46,8 @@ struct RuleStats {
   std::shared_ptr<routing::PipelineStats> pipeline = std::make_shared<routing::PipelineStats>();
   // P/D rules: the decode pick's and the any-healthy rescue's pipelines (null otherwise).
   std::shared_ptr<routing::PipelineStats> decode_pipeline, rescue_pipeline;
-  std::atomic<uint64_t> pd_rescues{0};  // requests the rescue took (no prefill/decode pair)
+  // P/D requests by the tier that chose the prefill endpoint that served them.
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(PdTier::kCount)> pd_tiers{};
   // P/D rules: Tier 0's pins and Tier 1's trie (made for the first P/D version of the rule).
   std::shared_ptr<routing::SessionTable> sessions;
   std::shared_ptr<routing::PrefixTrie> trie;

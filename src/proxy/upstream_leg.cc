@@ -20,6 +20,7 @@ void UpstreamLeg::begin(endpoints::EndpointId id) {
   buf_.clear();
   id_ = id;
   timed_out_ = false;
+  abandoned_ = false;
   maybe_more_ = false;
   grow_room_ = true;
   interim_count_ = 0;

@@ -79,6 +79,13 @@ class UpstreamLeg {
     close();
   }
   bool timedOut() const { return timed_out_; }
+  // Closes the connection because its owner gave up on the exchange (the client left, another
+  // leg failed): not the endpoint's failure, so nothing is settled against it.
+  void abandon() {
+    abandoned_ = true;
+    close();
+  }
+  bool abandoned() const { return abandoned_; }
 
  private:
   asio::awaitable<bool> readSome();
@@ -98,6 +105,7 @@ class UpstreamLeg {
   endpoints::EndpointId id_ = 0;
   bool reused_ = false;
   bool timed_out_ = false;
+  bool abandoned_ = false;
   size_t read_room_ = 4096;  // room asked for by the next read (grows for large bodies)
   int interim_count_ = 0;    // 1xx responses seen in this exchange
   bool maybe_more_ = false;  // the last read filled its room: more bytes may wait in the kernel

@@ -41,10 +41,8 @@ class PdExchange {
     if (it != holds_.end()) drop(it);
     holds_.emplace(key, std::move(h));
   }
-  bool has(const std::string& key) {
-    sweep();
-    return holds_.count(key) != 0;
-  }
+  // (No sweep: an SGLang decode polls this every millisecond.)
+  bool has(const std::string& key) const { return holds_.count(key) != 0; }
   // Takes the hold of `key` for a decode of `prompt`; `out` gets it on kOk (its blocks already
   // released: the transfer is done once they are copied).
   Pull pull(const std::string& key, const std::vector<uint32_t>& prompt, Hold* out = nullptr) {
@@ -52,7 +50,10 @@ class PdExchange {
     auto it = holds_.find(key);
     if (it == holds_.end()) return Pull::kMissing;
     if (it->second.prompt != prompt) return Pull::kWrongPrompt;
-    if (out) *out = it->second;
+    if (out) {
+      *out = it->second;
+      out->release = nullptr;  // released below, once
+    }
     drop(it);
     ++pulled_;
     return Pull::kOk;

@@ -258,9 +258,10 @@ std::string Worker::metricsText() const {
     addMetric(out, "kvgate_sim_pd_pulled_total", "counter",
               "Decode: prefilled blocks pulled from a prefill worker and installed.", labels,
               d(pd_pulled_));
-    addMetric(out, "kvgate_sim_pd_held", "gauge",
-              "Prefill: requests whose blocks wait for their decode.", labels,
-              cfg_.pd_exchange ? d(cfg_.pd_exchange->heldBy(index_)) : 0.0);
+    addMetric(
+        out, "kvgate_sim_pd_held", "gauge", "Prefill: requests whose blocks wait for their decode.",
+        labels,
+        cfg_.pd_exchange ? (cfg_.pd_exchange->sweep(), d(cfg_.pd_exchange->heldBy(index_))) : 0.0);
   }
   addMetric(out, "kvgate_sim_faults_injected_total", "counter",
             "Faults injected (failed, stalled, cut or delayed requests).", labels,

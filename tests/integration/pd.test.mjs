@@ -5,6 +5,7 @@
 // orchestration fails here. Also: the tier per request (access log, metric), a failing prefill
 // or decode leg, the any-healthy rescue, and client cancellation of either leg.
 import assert from 'node:assert/strict';
+import http from 'node:http';
 import { test } from 'node:test';
 import { LB_BASE, api, freePort, gateway, parseMetrics, scrapeMetrics, simMetrics, sleep, startSim,
   waitFor } from './lib.mjs';
@@ -66,9 +67,8 @@ for (const engine of ['vllm', 'sglang', 'trtllm']) {
     for (const [path, body] of cases) {
       const res = await post(port, path, body, { 'x-request-id': `client-${engine}` });
       assert.equal(res.status, 200, `${engine} ${path}: ${res.text}`);
-      // Both legs carried the P/D id naming the transfer addresses; the client sees it too.
-      assert.equal(res.headers.get('x-request-id'),
-        `___prefill_addr_127.0.0.1:5600___decode_addr_127.0.0.1:5601_client-${engine}`);
+      // The client keeps its id; both legs carried the P/D id naming the transfer addresses.
+      assert.equal(res.headers.get('x-request-id'), `client-${engine}`);
       if (body.stream) {
         const events = res.text.split('\n\n').filter((e) => e.startsWith('data: '));
         assert.equal(events.at(-1), 'data: [DONE]');
@@ -101,6 +101,7 @@ for (const engine of ['vllm', 'sglang', 'trtllm']) {
     assert.ok(lines, gw.proc.stderrText);
     for (const l of lines) {
       assert.match(l, /tier=min_load/);
+      assert.match(l, /leg_id=___prefill_addr_127\.0\.0\.1:5600___decode_addr_127\.0\.0\.1:5601_[0-9a-f]{32}/);
       assert.match(l, new RegExp(`prefill=127\\.0\\.0\\.1:${prefill.port}`));
       assert.match(l, new RegExp(`endpoint=127\\.0\\.0\\.1:${decode.port}`));
     }
@@ -169,7 +170,7 @@ test('P/D rescue: with no reachable prefill endpoint a role-less endpoint serves
   assert.equal(after.kvgate_sim_requests_total - before.kvgate_sim_requests_total, 1);
   const m = await scrapeMetrics(gw.api);
   assert.equal(tierCount(m, 'rescue'), 1);
-  assert.equal(tierCount(m, 'tier2'), 1, 'the dead prefill endpoint was picked once (its connect failed)');
+  assert.equal(tierCount(m, 'tier2'), 0, 'counted once per request: by the tier that served it');
   // Without a role-less endpoint there is no rescue: 502 naming the prefill leg.
   const port2 = await freePort();
   assert.equal((await api(gw.api, 'POST', LB_BASE, pdRule(port2, dead, decode))).status, 200);
@@ -213,26 +214,35 @@ test('P/D cancel: a client leaving mid-prefill or mid-decode aborts the engines\
       `${engine}: the decode engine saw the abort`);
     await api(decode.url, 'POST', '/sim/fault', { reset: true });
     // The gateway holds nothing afterwards.
-    const m = parseMetrics(await (await fetch(`${gw.api}/metrics`)).text());
-    const inflight = m.filter((s) => s.name === 'kvgate_endpoint_inflight').reduce((x, s) => x + s.value, 0);
-    assert.equal(inflight, 0, `${engine}: every lease was released`);
+    const inflight = async () => parseMetrics(await (await fetch(`${gw.api}/metrics`)).text())
+      .filter((s) => s.name === 'kvgate_endpoint_inflight').reduce((x, s) => x + s.value, 0);
+    assert.ok(await waitFor(async () => (await inflight()) === 0, 5000), `${engine}: every lease was released`);
   }
 });
 
-test('SGLang P/D: a prefill that fails ends the waiting decode leg with 502 prefill_failed', async (t) => {
+test('SGLang P/D: a prefill that fails ends the waiting decode leg', async (t) => {
   const sim = await fleet(t, 'sglang');
   const [prefill, decode] = sim.workers;
   const gw = await gateway(t);
   const port = await freePort();
   assert.equal((await api(gw.api, 'POST', LB_BASE, pdRule(port, prefill, decode, { kvEngineType: 'sglang' }))).status, 200);
+  // The prefill engine answers 500: its answer is the client's; the waiting decode is ended.
   await api(prefill.url, 'POST', '/sim/fault', { fail_requests: 1, fail_status: 500 });
   const t0 = Date.now();
-  const res = await post(port, '/v1/completions', { model: 'sim-model', prompt: 'room without prefill', max_tokens: 2 });
-  assert.equal(res.status, 502, res.text);
-  assert.equal(JSON.parse(res.text).error.code, 'prefill_failed');
+  let res = await post(port, '/v1/completions', { model: 'sim-model', prompt: 'room without prefill', max_tokens: 2 });
+  assert.equal(res.status, 500, res.text);
+  assert.equal(JSON.parse(res.text).code, 500, 'the prefill engine\'s own body');
   assert.ok(Date.now() - t0 < 20000, 'not the decode worker\'s 30 s room wait');
   assert.ok(await waitFor(async () => (await simMetrics(decode)).kvgate_sim_requests_aborted_total >= 1, 8000),
     'the decode engine\'s waiting request was aborted');
+  // The prefill engine cuts its answer: 502 prefill_failed naming it.
+  await api(prefill.url, 'POST', '/sim/fault', { close_mid_stream_after: 0 });
+  res = await post(port, '/v1/completions', { model: 'sim-model', prompt: 'cut prefill', max_tokens: 2 });
+  assert.equal(res.status, 502, res.text);
+  const e = JSON.parse(res.text).error;
+  assert.equal(e.code, 'prefill_failed');
+  assert.match(e.message, new RegExp(`prefill leg to 127\\.0\\.0\\.1:${prefill.port} failed`));
+  await api(prefill.url, 'POST', '/sim/fault', { reset: true });
 });
 
 // Seed 000's P/D example exactly as written (cache-aware, kvExactMode 1, sha256_cbor, block 16),
@@ -315,11 +325,10 @@ test('seed P/D example as written: Tier 0, Tier 1, Tier 1.5 and Tier 2 each deci
   assert.equal(got.prefill, label(p2));
   // An excluded Tier 1.5 winner falls to the next-best overlap (never to a decode endpoint nor
   // straight to Tier 2): p2 holds all of Q, p1 its first half; the controller disables p2.
-  const q = await batches(p1);
+  const q1 = await batches(p1), q2 = await batches(p2);
   await warm(p1, [...ids(55000).slice(0, 32), ...ids(99000).slice(0, 32)]);  // Q's first 2 blocks
   await warm(p2, 55000);  // all 4
-  assert.ok(await waitFor(async () => (await batches(p1)) > q, 5000));
-  await sleep(200);
+  assert.ok(await waitFor(async () => (await batches(p1)) > q1 && (await batches(p2)) > q2, 5000));
   await api(gw.api, 'PUT', '/kvgate/v1/controller', { interval_sec: 60,
     endpoints: [{ endpointIP: p2.host, targetPort: p2.port, state: 'DISABLED' }] });
   got = await send(55000);
@@ -364,8 +373,8 @@ test('P/D admission: park then resume, 429 when the queue is full, queue timeout
   const sim = await fleet(t, 'vllm');
   const [prefill, decode] = sim.workers;
   const gw = await gateway(t);
-  const admission = (m, decision) => m.find((s) => s.name === 'loxilb_ai_admission_decisions_total' &&
-    s.labels.decision === decision)?.value ?? 0;
+  const metric = async (name, svc, decision) => (await scrapeMetrics(gw.api)).find((s) => s.name === name &&
+    s.labels.service === svc && (decision === undefined || s.labels.decision === decision))?.value ?? 0;
   const make = async (extra) => {
     const port = await freePort();
     const r = await api(gw.api, 'POST', LB_BASE, pdRule(port, prefill, decode, { name: `adm-${port}`, ...extra }));
@@ -373,15 +382,18 @@ test('P/D admission: park then resume, 429 when the queue is full, queue timeout
     return port;
   };
   const req = (port, i) => post(port, '/v1/completions', { model: 'sim-model', prompt: `admission ${port} ${i}`, max_tokens: 1 });
-  await api(prefill.url, 'POST', '/sim/fault', { stall_ms: 1500 });
+  // Ordering by the gate's own gauges, not by sleeps: A is admitted (in flight), B parked.
+  const inflight = (port, n) => waitFor(async () => (await metric('loxilb_ai_admission_inflight', `adm-${port}`)) === n, 10000);
+  const queued = (port, n) => waitFor(async () => (await metric('loxilb_ai_admission_queued', `adm-${port}`)) === n, 10000);
+  await api(prefill.url, 'POST', '/sim/fault', { stall_ms: 2000 });
 
   // Cap 1, queue 1: A runs, B parks and then runs, C is shed.
   let port = await make({ fc_mode: 'enforce', fc_prefill_max_inflight: 1, fc_max_queue_depth: 1,
-    fc_max_queue_wait_ms: 20000 });
+    fc_max_queue_wait_ms: 60000 });
   const a = req(port, 'a');
-  await sleep(300);
+  assert.ok(await inflight(port, 1));
   const b = req(port, 'b');
-  await sleep(300);
+  assert.ok(await queued(port, 1));
   const c = await req(port, 'c');
   assert.equal(c.status, 429, c.text);
   const ce = JSON.parse(c.text).error;
@@ -395,18 +407,18 @@ test('P/D admission: park then resume, 429 when the queue is full, queue timeout
   const [ra, rb] = await Promise.all([a, b]);
   assert.equal(ra.status, 200, ra.text);
   assert.equal(rb.status, 200, rb.text);  // held, not dropped
-  let m = await scrapeMetrics(gw.api);
-  assert.equal(admission(m, 'admit'), 1);
-  assert.equal(admission(m, 'park'), 1);
-  assert.equal(admission(m, 'shed'), 1);
-  assert.equal(m.find((s) => s.name === 'loxilb_ai_admission_queued' && s.labels.service === `adm-${port}`).value, 0);
-  assert.equal(m.find((s) => s.name === 'loxilb_ai_admission_inflight' && s.labels.service === `adm-${port}`).value, 0);
+  const svc = `adm-${port}`;
+  assert.equal(await metric('loxilb_ai_admission_decisions_total', svc, 'admit'), 1);
+  assert.equal(await metric('loxilb_ai_admission_decisions_total', svc, 'park'), 1);
+  assert.equal(await metric('loxilb_ai_admission_decisions_total', svc, 'shed'), 1);
+  assert.ok(await queued(port, 0));
+  assert.ok(await inflight(port, 0));
 
   // A parked request that waits the whole window: 504 with how long it waited.
   port = await make({ fc_mode: 'enforce', fc_prefill_max_inflight: 1, fc_max_queue_depth: 4,
     fc_max_queue_wait_ms: 400 });
   const a2 = req(port, 'a');
-  await sleep(300);
+  assert.ok(await inflight(port, 1));
   const t0 = Date.now();
   const b2 = await req(port, 'b');
   assert.equal(b2.status, 504, b2.text);
@@ -419,7 +431,7 @@ test('P/D admission: park then resume, 429 when the queue is full, queue timeout
   // The global valve: one request in flight at most.
   port = await make({ fc_mode: 'enforce', fc_max_outstanding: 1 });
   const a3 = req(port, 'a');
-  await sleep(300);
+  assert.ok(await inflight(port, 1));
   const b3 = await req(port, 'b');
   assert.equal(b3.status, 503, b3.text);
   assert.equal(JSON.parse(b3.text).error.code, 'admission_no_capacity');
@@ -429,21 +441,19 @@ test('P/D admission: park then resume, 429 when the queue is full, queue timeout
   // Observe: the same cap admits everything and counts what enforce would have done.
   port = await make({ fc_mode: 'observe', fc_prefill_max_inflight: 1, fc_max_queue_depth: 1 });
   const a4 = req(port, 'a');
-  await sleep(300);
+  assert.ok(await inflight(port, 1));
   const b4 = await req(port, 'b');
   assert.equal(b4.status, 200, b4.text);
   assert.equal((await a4).status, 200);
-  m = await scrapeMetrics(gw.api);
-  assert.equal(m.find((s) => s.name === 'loxilb_ai_admission_decisions_total' &&
-    s.labels.service === `adm-${port}` && s.labels.decision === 'would_park').value, 1);
+  assert.equal(await metric('loxilb_ai_admission_decisions_total', `adm-${port}`, 'would_park'), 1);
 
   // A parked request whose service is deleted: 503 admission_drained.
   port = await make({ fc_mode: 'enforce', fc_prefill_max_inflight: 1, fc_max_queue_depth: 4,
-    fc_max_queue_wait_ms: 20000 });
+    fc_max_queue_wait_ms: 60000 });
   const a5 = req(port, 'a');
-  await sleep(300);
+  assert.ok(await inflight(port, 1));
   const b5 = req(port, 'b');
-  await sleep(300);
+  assert.ok(await queued(port, 1));
   assert.equal((await api(gw.api, 'DELETE', `${LB_BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`)).status, 200);
   const rb5 = await b5;
   assert.equal(rb5.status, 503, rb5.text);
@@ -517,4 +527,75 @@ test('P/D controller fold-in: DISABLED, DRAINING, detach, and bad bodies', async
   const seen = new Set();
   for (let i = 0; i < 6; ++i) seen.add(await prefillOf({ prompt: `free ${i}` }));
   assert.equal(seen.size, 2);
+});
+
+// Review regressions: a client that cancels does not count against the prefill engine's
+// breaker; an SGLang prefill's own refusal reaches the client; two requests with one client id
+// do not collide on the engines; P/D state does not leak into the next request of a connection.
+test('P/D regressions: cancels spare the breaker, refusals relayed, ids unique, no leak', async (t) => {
+  const sim = await fleet(t, 'sglang', 'prefill,decode,both', 3, ['--model', 'sim-model', '--model', 'other']);
+  const [prefill, decode, plain] = sim.workers;
+  const gw = await gateway(t);
+  const port = await freePort();
+  let r = await api(gw.api, 'POST', LB_BASE, pdRule(port, prefill, decode, { kvEngineType: 'sglang', model_name: 'sim-model' }));
+  assert.equal(r.status, 200, r.text);
+  r = await api(gw.api, 'POST', LB_BASE, {
+    serviceArguments: { externalIP: '127.0.0.1', port, protocol: 'tcp', sel: 0, mode: 4, model_name: 'other',
+      timeoutMemberData: 300 },
+    endpoints: [{ endpointIP: plain.host, targetPort: plain.port, weight: 1 }],
+  });
+  assert.equal(r.status, 200, r.text);
+
+  // Three cancels mid-prefill in a row (the P/D breaker opens after 3 failures): still closed.
+  await api(prefill.url, 'POST', '/sim/fault', { stall_ms: 3000 });
+  for (let i = 0; i < 3; ++i) {
+    const before = (await simMetrics(prefill)).kvgate_sim_requests_aborted_total;
+    await cancelAfter(port, { model: 'sim-model', prompt: `cancel ${i}`, max_tokens: 2 }, 1500);
+    assert.ok(await waitFor(async () => (await simMetrics(prefill)).kvgate_sim_requests_aborted_total > before, 8000));
+  }
+  await api(prefill.url, 'POST', '/sim/fault', { reset: true });
+  const ok = await post(port, '/v1/completions', { model: 'sim-model', prompt: 'after cancels', max_tokens: 2 });
+  assert.equal(ok.status, 200, ok.text);
+  const breaker = (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_endpoint_breaker_state' &&
+    s.labels.endpoint === `${prefill.host}:${prefill.port}`);
+  assert.equal(breaker?.value ?? 0, 0, 'the prefill breaker stayed closed');
+
+  // The SGLang prefill engine refuses the request (400): its answer is the client's.
+  await api(prefill.url, 'POST', '/sim/fault', { fail_requests: 1, fail_status: 400 });
+  const refused = await post(port, '/v1/completions', { model: 'sim-model', prompt: 'refused', max_tokens: 2 });
+  assert.equal(refused.status, 400, refused.text);
+  assert.equal(JSON.parse(refused.text).code, 400, 'the engine\'s own error body');
+
+  // Two concurrent requests with the same client id: both served (the legs' ids differ).
+  const same = await Promise.all([0, 1].map((i) => post(port, '/v1/completions',
+    { model: 'sim-model', prompt: `same id ${i}`, max_tokens: 2 }, { 'x-request-id': 'dup-id' })));
+  for (const x of same) {
+    assert.equal(x.status, 200, x.text);
+    assert.equal(x.headers.get('x-request-id'), 'dup-id');
+  }
+
+  // One keep-alive connection: a P/D request whose prefill fails, then a plain request whose
+  // engine is too slow: 504 upstream_timeout, nothing of the P/D request's failure.
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  t.after(() => agent.destroy());
+  const onConn = (body) => new Promise((resolve, reject) => {
+    const rq = http.request({ host: '127.0.0.1', port, path: '/v1/completions', method: 'POST', agent,
+      headers: { 'content-type': 'application/json' } }, (res) => {
+      let text = '';
+      res.on('data', (d) => { text += d; });
+      res.on('end', () => resolve({ status: res.statusCode, text, socket: rq.socket }));
+    });
+    rq.on('error', reject);
+    rq.end(JSON.stringify(body));
+  });
+  await api(prefill.url, 'POST', '/sim/fault', { fail_requests: 1, fail_status: 500 });
+  const first = await onConn({ model: 'sim-model', prompt: 'pd fails', max_tokens: 2 });
+  assert.equal(first.status, 500, first.text);
+  await api(plain.url, 'POST', '/sim/fault', { worker: 2, stall_ms: 2000 });
+  const second = await onConn({ model: 'other', prompt: 'plain slow', max_tokens: 2 });
+  assert.equal(second.socket, first.socket, 'the same connection');
+  assert.equal(second.status, 504, second.text);
+  assert.equal(JSON.parse(second.text).error.code, 'upstream_timeout');
+  assert.doesNotMatch(second.text, /prefill|decode leg/);
+  await api(plain.url, 'POST', '/sim/fault', { worker: 2, reset: true });
 });

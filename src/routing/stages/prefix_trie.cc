@@ -4,7 +4,8 @@
 // candidates differ by more than pd_balance_abs_threshold (max - min; a hot endpoint is not made
 // hotter). Otherwise the request's rendered prompt walks the rule's PrefixTrie; the deepest
 // matched node names the endpoint that last served that prefix, which is picked when the match
-// covers at least pd_cache_threshold percent of the prompt (else falls: shallow) and it is still a
+// covers at least pd_cache_threshold percent of the prompt (of its first 16 KiB when longer; else
+// falls: shallow) and it is still a
 // candidate (else: excluded). Every P/D pick, by any tier, is recorded in the trie (observe).
 // Knobs: pd_cache_aware_mode (the stage is in the ladder), pd_cache_threshold (percent,
 // default 20), pd_balance_abs_threshold (default 3), LOXILB_PD_TRIE_MAX_NODES (262144).
@@ -62,7 +63,9 @@ class PrefixTrieStage : public Stage {
     if (hi - lo > balance_abs_) return StageResult::fall(FallReason::kImbalance);
     const PrefixTrie::Match m = matchOf(ctx);
     if (m.bytes == 0) return StageResult::fall(FallReason::kNoWorker);
-    const size_t total = ctx.facts->prompt_render_total;
+    // Coverage of the prompt, or of its first kTrieRenderBytes when it is longer (the trie sees
+    // no further): a long prompt can still match.
+    const size_t total = std::min(ctx.facts->prompt_render_total, ctx.facts->prompt_prefix.size());
     if (static_cast<int64_t>(m.bytes) * 100 < threshold_pct_ * static_cast<int64_t>(total))
       return StageResult::fall(FallReason::kShallow);
     for (size_t i = 0; i < c.size(); ++i)
