@@ -15,3 +15,8 @@ echo
 echo "### Tokenizer: node bench/tokenizer_bench.mjs --seconds 3 --rounds 3"
 echo
 node bench/tokenizer_bench.mjs --kvgate build/kvgate --seconds 3 --rounds 3 2>/dev/null
+echo
+echo "### P/D: build/pd_ladder_bench --benchmark_repetitions=3; node bench/pd_bench.mjs"
+echo
+build/pd_ladder_bench --benchmark_repetitions=3 2>/dev/null | grep -E "median" || true
+node bench/pd_bench.mjs --kvgate build/kvgate --requests 1000 --rounds 3 2>/dev/null
