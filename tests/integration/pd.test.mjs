@@ -249,9 +249,12 @@ test('SGLang P/D: a prefill that fails ends the waiting decode leg', async (t) =
 // addresses moved to loopback: two prefill workers publishing KV events, one decode worker. Each
 // tier decides once where its signal is the strongest, and a pin to an endpoint that went away
 // is evicted while the ladder goes on.
-test('seed P/D example as written: Tier 0, Tier 1, Tier 1.5 and Tier 2 each decide', async (t) => {
+// The hash algorithm each engine's events declare (the seed's vLLM one for vllm).
+const SEED_HASH = { vllm: 'sha256_cbor', sglang: 'sha256_sglang', trtllm: 'blockhash_trtllm' };
+for (const [engine, hosts] of [['vllm', '127.0.0.31-33'], ['sglang', '127.0.0.34-36'], ['trtllm', '127.0.0.37-39']])
+test(`seed P/D example as written, ${engine}: Tier 0, Tier 1, Tier 1.5 and Tier 2 each decide`, async (t) => {
   const kvPort = await freePort();
-  const sim = await startSim(['--hosts', '127.0.0.31-33', '--port', '0', '--kv-events-port', String(kvPort),
+  const sim = await startSim(['--engine', engine, '--hosts', hosts, '--port', '0', '--kv-events-port', String(kvPort),
     '--kv-events-hash-seed', '0', '--role', 'prefill,prefill,decode', '--timing', 'fixed',
     '--prefill-base-ms', '1', '--itl-ms', '1']);
   t.after(() => sim.stop());
@@ -262,7 +265,7 @@ test('seed P/D example as written: Tier 0, Tier 1, Tier 1.5 and Tier 2 each deci
     serviceArguments: {
       externalIP: '127.0.0.1', port, protocol: 'tcp', sel: 0, mode: 4, host: '127.0.0.1',
       pd_disagg_mode: true, pd_cache_aware_mode: true, kvExactMode: 1, kvZmqPort: kvPort,
-      kvHashAlgo: 'sha256_cbor', kvBlockSize: 16,
+      kvHashAlgo: SEED_HASH[engine], kvBlockSize: 16, kvEngineType: engine,
     },
     endpoints: [
       { endpointIP: p1.host, targetPort: p1.port, weight: 1, ep_role: 1, nixl_port: 5600 },
@@ -274,19 +277,27 @@ test('seed P/D example as written: Tier 0, Tier 1, Tier 1.5 and Tier 2 each deci
   assert.equal(r.status, 200, r.text);
 
   const ids = (base) => Array.from({ length: 64 }, (_, i) => base + i);
-  // A prefill leg sent straight to a prefill worker: its cache (and KV events) learn the prompt.
+  // A prefill leg sent straight to a prefill worker, in its dialect: its cache (and KV events)
+  // learn the prompt.
+  let room = 1;
+  const leg = (w) => engine === 'vllm' ? { kv_transfer_params: { do_remote_decode: true } }
+    : engine === 'sglang' ? { bootstrap_host: w.host, bootstrap_port: 8998, bootstrap_room: room++ }
+      : { disaggregated_params: { request_type: 'context_only', disagg_request_id: room++ } };
   const warm = async (w, base) => {
     const res = await fetch(`${w.url}/v1/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'sim-model', prompt: Array.isArray(base) ? base : ids(base),
-        max_tokens: 1, stream: false,
-        kv_transfer_params: { do_remote_decode: true } }),
+        max_tokens: 1, stream: false, ...leg(w) }),
     });
     const text = await res.text();
     assert.equal(res.status, 200, text);
   };
-  const batches = async (w) => (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_kv_batches_total' &&
-    s.labels.source === `${w.host}:${kvPort}`)?.value ?? 0;
+  // (TensorRT-LLM's events are drained from the serving port.)
+  const source = (w) => `${w.host}:${engine === 'trtllm' ? w.port : kvPort}`;
+  const metricOf = async (name, w) => (await scrapeMetrics(gw.api)).find((s) => s.name === name &&
+    s.labels.source === source(w))?.value ?? 0;
+  const batches = (w) => metricOf('kvgate_kv_batches_total', w);
+  const blocks = (w) => metricOf('kvgate_kv_blocks', w);  // (a drain counts empty answers too)
   let k = 1;
   for (const w of [p1, p2])  // PUB/SUB joins asynchronously
     assert.ok(await waitFor(async () => { await warm(w, 1000000 * k++); return (await batches(w)) > 0; }, 15000, 100),
@@ -312,9 +323,9 @@ test('seed P/D example as written: Tier 0, Tier 1, Tier 1.5 and Tier 2 each deci
   const label = (w) => `${w.host}:${w.port}`;
 
   // Tier 1.5: p2 alone holds R (warmed straight), nobody routed R before.
-  const before = await batches(p2);
+  const before = await blocks(p2);
   await warm(p2, 50000);
-  assert.ok(await waitFor(async () => (await batches(p2)) > before, 5000), 'R reached the index');
+  assert.ok(await waitFor(async () => (await blocks(p2)) >= before + 4, 5000), 'R reached the index');
   let got = await send(50000);
   assert.equal(got.tier, 'tier15', got.line);
   assert.equal(got.prefill, label(p2));
@@ -325,10 +336,10 @@ test('seed P/D example as written: Tier 0, Tier 1, Tier 1.5 and Tier 2 each deci
   assert.equal(got.prefill, label(p2));
   // An excluded Tier 1.5 winner falls to the next-best overlap (never to a decode endpoint nor
   // straight to Tier 2): p2 holds all of Q, p1 its first half; the controller disables p2.
-  const q1 = await batches(p1), q2 = await batches(p2);
+  const q1 = await blocks(p1), q2 = await blocks(p2);
   await warm(p1, [...ids(55000).slice(0, 32), ...ids(99000).slice(0, 32)]);  // Q's first 2 blocks
   await warm(p2, 55000);  // all 4
-  assert.ok(await waitFor(async () => (await batches(p1)) > q1 && (await batches(p2)) > q2, 5000));
+  assert.ok(await waitFor(async () => (await blocks(p1)) >= q1 + 4 && (await blocks(p2)) >= q2 + 4, 5000));
   await api(gw.api, 'PUT', '/kvgate/v1/controller', { interval_sec: 60,
     endpoints: [{ endpointIP: p2.host, targetPort: p2.port, state: 'DISABLED' }] });
   got = await send(55000);
