@@ -97,6 +97,14 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   void maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role,
                      bool draining = true) const;
   int64_t nowNs() const;  // the data plane's clock
+  // timeoutMemberConnect (0 = 500 ms) and timeoutMemberData (0 = --upstream-data-timeout-ms).
+  static std::chrono::milliseconds connectTimeout(const config::RuleSpec& rule) {
+    return std::chrono::milliseconds(rule.timeout_connect_ms > 0 ? rule.timeout_connect_ms : 500);
+  }
+  std::chrono::milliseconds dataTimeout(const config::RuleSpec& rule) const {
+    return rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
+                                    : w_.opts.upstream_data_timeout;
+  }
   asio::awaitable<bool> exchange(const Request& req, std::string_view body, const Route& route,
                                  size_t idx, endpoints::EndpointLease& lease, bool& next_endpoint);
   asio::awaitable<bool> failExchange(const UpstreamLeg::Result& r, const Route& route, size_t idx,

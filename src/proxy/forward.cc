@@ -135,10 +135,8 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
   const auto& rule = route.rule;
   const auto& ep = route.endpoints[idx];
   const bool cb = rule.cb_enable;
-  auto connect_timeout =
-      std::chrono::milliseconds(rule.timeout_connect_ms > 0 ? rule.timeout_connect_ms : 500);
-  auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
-                                               : w_.opts.upstream_data_timeout;
+  const auto connect_timeout = connectTimeout(rule);
+  const auto data_timeout = dataTimeout(rule);
   next_endpoint = false;
   for (int send_try = 0; send_try < 2; ++send_try) {
     UpstreamLeg::Result r;

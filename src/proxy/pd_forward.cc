@@ -197,10 +197,8 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
   const auto& rule = route.rule;
   const auto& ep = route.endpoints[idx];
   const bool cb = rule.cb_enable;
-  auto connect_timeout =
-      std::chrono::milliseconds(rule.timeout_connect_ms > 0 ? rule.timeout_connect_ms : 500);
-  auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
-                                               : w_.opts.upstream_data_timeout;
+  const auto connect_timeout = connectTimeout(rule);
+  const auto data_timeout = dataTimeout(rule);
   UpstreamLeg& leg = pd_->leg;
   LegAnswer a;
   using K = LegAnswer::Kind;
@@ -406,11 +404,8 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
   const auto& rule = route->rule;
   const auto& ep = route->endpoints[idx];
   const bool cb = rule.cb_enable;
-  const auto connect_timeout =
-      std::chrono::milliseconds(rule.timeout_connect_ms > 0 ? rule.timeout_connect_ms : 500);
-  const auto data_timeout = rule.timeout_data_ms > 0
-                                ? std::chrono::milliseconds(rule.timeout_data_ms)
-                                : w_.opts.upstream_data_timeout;
+  const auto connect_timeout = connectTimeout(rule);
+  const auto data_timeout = dataTimeout(rule);
   asio::steady_timer timer(w_.io);
   timer.expires_after(connect_timeout + data_timeout);
   timer.async_wait([leg](const error_code& ec) {

@@ -123,8 +123,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   } stream_gauge{w_.stats, stream};
   if (stream) w_.stats.active_streams.fetch_add(1, std::memory_order_relaxed);
   bool ttft_pending = stream;
-  auto data_timeout = rule.timeout_data_ms > 0 ? std::chrono::milliseconds(rule.timeout_data_ms)
-                                               : w_.opts.upstream_data_timeout;
+  const auto data_timeout = dataTimeout(rule);
   phase_ = stream ? Phase::kStream : Phase::kRelay;
   if (stream) {
     deadline_.expireAfter(std::chrono::seconds(
