@@ -3,7 +3,8 @@
 //  - vLLM: vllm:cache_config_info{num_gpu_blocks, block_size} (the KV capacity, summed over the
 //    data-parallel engines the text covers), vllm:num_requests_running / _waiting (summed),
 //    vllm:kv_cache_usage_perc (old name vllm:gpu_cache_usage_perc; 0-1, averaged);
-//  - SGLang: sglang:num_running_reqs, sglang:num_queue_reqs (summed), sglang:token_usage (averaged).
+//  - SGLang: sglang:num_running_reqs, sglang:num_queue_reqs (summed), sglang:token_usage
+//  (averaged).
 // Hostile input is bounded and never throws: lines over kMaxLine bytes, malformed label sets and
 // unparsable values are skipped; NaN, infinities and negative values are ignored.
 #pragma once

@@ -45,16 +45,17 @@ TEST(EngineMetrics, SglangNamesAndAbsentSignals) {
 TEST(EngineMetrics, HostileTextIsSkippedNotTrusted) {
   const std::string huge_line = "vllm:num_requests_running " + std::string(kMaxMetricsLine, '1');
   EngineLoad l = parseEngineMetrics(
-      "vllm:num_requests_running{engine=\"0\" 5\n"            // unterminated labels
-      "vllm:num_requests_running{a=\"}\"} 4\n"               // a brace inside a quoted value
-      "vllm:num_requests_waiting NaN\n"                      // not finite
-      "vllm:num_requests_waiting -3\n"                       // negative
-      "vllm:num_requests_waiting 1e400\n"                    // out of range
-      "vllm:kv_cache_usage_perc 0.5 1700000000000\n"         // a timestamp is allowed
-      "vllm:cache_config_info{num_gpu_blocks=\"-5\"} 1\n"     // not a block count
-      "vllm:cache_config_info{num_gpu_blocks=\"12x\"} 1\n"    // not a number
-      "vllm:cache_config_info{num_gpu_blocks=9} 1\n"         // unquoted
-      "{} 1\n" + huge_line + "\n");
+      "vllm:num_requests_running{engine=\"0\" 5\n"          // unterminated labels
+      "vllm:num_requests_running{a=\"}\"} 4\n"              // a brace inside a quoted value
+      "vllm:num_requests_waiting NaN\n"                     // not finite
+      "vllm:num_requests_waiting -3\n"                      // negative
+      "vllm:num_requests_waiting 1e400\n"                   // out of range
+      "vllm:kv_cache_usage_perc 0.5 1700000000000\n"        // a timestamp is allowed
+      "vllm:cache_config_info{num_gpu_blocks=\"-5\"} 1\n"   // not a block count
+      "vllm:cache_config_info{num_gpu_blocks=\"12x\"} 1\n"  // not a number
+      "vllm:cache_config_info{num_gpu_blocks=9} 1\n"        // unquoted
+      "{} 1\n" +
+      huge_line + "\n");
   EXPECT_EQ(l.running, 4.0);  // only the well-formed line
   EXPECT_FALSE(l.waiting.has_value());
   EXPECT_DOUBLE_EQ(*l.kv_usage, 0.5);

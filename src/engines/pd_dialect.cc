@@ -36,9 +36,20 @@ auto notObject(std::string_view what) {
 
 // Calls f(unescaped key, raw value) for each top-level member of the JSON object `text`; false
 // when `text` is not one JSON object (trailing bytes included). The views die on return.
+// True when `padded` is one whole, valid JSON text (on-demand iteration alone checks only what
+// it reads: an opaque value copied raw must be valid too).
+bool validJson(const simdjson::padded_string& padded) {
+  thread_local simdjson::dom::parser validator;
+  simdjson::dom::element root;
+  const bool ok = !validator.parse(padded).get(root);
+  if (validator.capacity() > (size_t{4} << 20)) validator = simdjson::dom::parser();  // (memory)
+  return ok;
+}
+
 template <class F>
 bool forEachMember(std::string_view text, F&& f) {
   simdjson::padded_string padded(text);
+  if (!validJson(padded)) return false;
   od::parser parser;
   od::document doc;
   if (parser.iterate(padded).get(doc)) return false;
@@ -215,6 +226,47 @@ Result<ContextAnswer> trtllmContextAnswer(std::string_view context_answer) {
     return fail(502, "disaggregated_params",
                 "the context answer carries no disaggregated_params object");
   return a;
+}
+
+Result<std::string> trtllmFinalAnswer(std::string_view context_answer, bool stream) {
+  std::string choices;
+  std::string answer;
+  bool ok = forEachMember(context_answer, [&](std::string_view key, std::string_view raw) {
+    if (key == "choices") choices.assign(raw);
+    return true;
+  });
+  if (!ok) return fail(502, "body", "the context answer is not a JSON object");
+  if (choices.empty() || choices.front() != '[')
+    return fail(502, "choices", "the context answer has no choices");
+  // choices with disaggregated_params dropped from each object.
+  std::string out_choices = "[";
+  {
+    simdjson::padded_string padded(choices);
+    od::parser parser;
+    od::document doc;
+    od::array arr;
+    if (parser.iterate(padded).get(doc) || doc.get_array().get(arr))
+      return fail(502, "choices", "the context answer's choices is not an array");
+    for (auto el : arr) {
+      od::value v;
+      std::string_view raw;
+      if (el.get(v) || simdjson::to_json_string(v).get(raw))
+        return fail(502, "choices", "the context answer's choices is malformed");
+      if (out_choices.size() > 1) out_choices += ',';
+      if (!raw.empty() && raw.front() == '{') {
+        auto c = rewrite(raw, {"disaggregated_params"}, {}, nullptr, "choices[]");
+        if (!c) return tl::unexpected(c.error());
+        out_choices += *c;
+      } else {
+        out_choices += raw;
+      }
+    }
+  }
+  out_choices += ']';
+  auto body = rewrite(context_answer, {"choices"}, "\"choices\":" + out_choices);
+  if (!body) return body;
+  if (!stream) return body;
+  return "data: " + *body + "\n\ndata: [DONE]\n\n";
 }
 
 Result<std::string> trtllmGenerationBody(std::string_view client_body, std::string_view params) {

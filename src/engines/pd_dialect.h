@@ -61,6 +61,10 @@ struct ContextAnswer {
 // Errors: not a JSON object, no choices[0], or an unfinished answer without an object
 // disaggregated_params.
 Result<ContextAnswer> trtllmContextAnswer(std::string_view context_answer);
+// A finished context answer as the client gets it: choices[0].disaggregated_params (the engines'
+// state) removed; for a client that asked to stream, one SSE event with that object and
+// `data: [DONE]`. Errors: as trtllmContextAnswer.
+Result<std::string> trtllmFinalAnswer(std::string_view context_answer, bool stream);
 // TensorRT-LLM generation leg: `params` with request_type generation_only.
 Result<std::string> trtllmGenerationBody(std::string_view client_body, std::string_view params);
 

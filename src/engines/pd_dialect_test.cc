@@ -129,6 +129,21 @@ TEST(PdDialect, TrtllmContextThenGeneration) {
   }
 }
 
+TEST(PdDialect, AFinishedContextAnswerLosesTheEnginesState) {
+  const std::string answer =
+      R"({"id":"c","choices":[{"index":0,"text":"a","finish_reason":"stop",)"
+      R"("disaggregated_params":{"encoded_opaque_state":"QUJD"}}],"usage":{"prompt_tokens":3}})";
+  auto plain = trtllmFinalAnswer(answer, false);
+  ASSERT_TRUE(plain) << plain.error().what;
+  EXPECT_EQ(*plain, R"({"id":"c","usage":{"prompt_tokens":3},)"
+                    R"("choices":[{"index":0,"text":"a","finish_reason":"stop"}]})");
+  auto sse = trtllmFinalAnswer(answer, true);
+  ASSERT_TRUE(sse);
+  EXPECT_EQ(*sse, "data: " + *plain + "\n\ndata: [DONE]\n\n");
+  EXPECT_FALSE(trtllmFinalAnswer("[]", false));
+  EXPECT_FALSE(trtllmFinalAnswer(R"({"choices":7})", false));
+}
+
 TEST(PdDialect, RequestIdNamesBothTransferAddresses) {
   EXPECT_EQ(pdRequestId("10.0.0.1:5600", "[fd00::2]:5601", "abc"),
             "___prefill_addr_10.0.0.1:5600___decode_addr_[fd00::2]:5601_abc");

@@ -1,9 +1,9 @@
 // TensorRT-LLM drain events and block keys: see trtllm.h.
 #include "engines/trtllm.h"
 
-#include <nlohmann/json.hpp>
-
 #include <simdjson.h>
+
+#include <nlohmann/json.hpp>
 
 namespace kvgate::engines {
 
@@ -189,7 +189,8 @@ std::string trtllmStoredJson(uint64_t event_id, uint64_t parent, const std::vect
                       {"cache_level", 0},
                       {"priority", 35}});
   }
-  J data = {{"type", "stored"}, {"parent_hash", parent ? J(parent) : J(nullptr)}, {"blocks", blocks}};
+  J data = {
+      {"type", "stored"}, {"parent_hash", parent ? J(parent) : J(nullptr)}, {"blocks", blocks}};
   return J{{"event_id", event_id}, {"data", data}, {"window_size", 32768}}.dump();
 }
 

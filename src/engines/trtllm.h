@@ -25,12 +25,13 @@ uint64_t trtllmBlockKey(const uint32_t* tokens, size_t n, uint64_t parent);
 
 struct TrtllmEvent {
   uint64_t event_id = 0;
-  int64_t rank = 0;  // attention_dp_rank (0 when absent)
+  int64_t rank = 0;       // attention_dp_rank (0 when absent)
   bool relevant = false;  // stored or removed (else skipped)
   KvEvent event;
 };
 
-constexpr size_t kMaxTrtllmAnswer = 16 << 20;  // a drain answer (its JSON DOM is several times this)
+constexpr size_t kMaxTrtllmAnswer = 16
+                                    << 20;  // a drain answer (its JSON DOM is several times this)
 
 // Parses one drain answer; false (with `err`) when it is not the documented shape.
 bool decodeTrtllmEvents(std::string_view json, std::vector<TrtllmEvent>& out, std::string& err);

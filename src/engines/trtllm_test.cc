@@ -34,10 +34,10 @@ TEST(Trtllm, DrainAnswersDecodeExactly) {
   for (uint32_t i = 0; i < 64; ++i) tokens[i] = i;
   const uint64_t k0 = trtllmBlockKey(tokens.data(), 32, 0);
   const uint64_t k1 = trtllmBlockKey(tokens.data() + 32, 32, k0);
-  const std::string json = "[" + trtllmStoredJson(7, 0, {k0, k1}, tokens, 32) + "," +
-                           trtllmRemovedJson(8, {k1}) +
-                           R"(,{"event_id":9,"data":{"type":"created","num_blocks_per_cache_level":[100]},"window_size":1},)"
-                           R"({"event_id":10,"attention_dp_rank":1,"data":{"type":"removed","block_hashes":[18446744073709551615]}}])";
+  const std::string json =
+      "[" + trtllmStoredJson(7, 0, {k0, k1}, tokens, 32) + "," + trtllmRemovedJson(8, {k1}) +
+      R"(,{"event_id":9,"data":{"type":"created","num_blocks_per_cache_level":[100]},"window_size":1},)"
+      R"({"event_id":10,"attention_dp_rank":1,"data":{"type":"removed","block_hashes":[18446744073709551615]}}])";
   std::vector<TrtllmEvent> ev;
   std::string err;
   ASSERT_TRUE(decodeTrtllmEvents(json, ev, err)) << err;
@@ -58,25 +58,31 @@ TEST(Trtllm, DrainAnswersDecodeExactly) {
 TEST(Trtllm, HostileAnswersAreRejectedWhole) {
   std::vector<TrtllmEvent> ev;
   std::string err;
-  for (const char* bad : {
-           "", "{}", "[1]", R"([{"event_id":-1,"data":{}}])", R"([{"event_id":1}])",
-           R"([{"event_id":1.5,"data":{}}])",
-           R"([{"event_id":1,"data":{"type":"removed","block_hashes":[1.8e19]}}])",
-           R"([{"event_id":1,"data":{"type":"removed","block_hashes":[18446744073709551616]}}])",
-           R"([{"event_id":1,"data":{"type":"removed","block_hashes":[-3]}}])",
-           R"([{"event_id":1,"data":{"type":"removed"}}])",
-           R"([{"event_id":1,"data":{"type":"stored","blocks":[{"block_hash":1,"tokens":[]}]}}])",
-           R"([{"event_id":1,"data":{"type":"stored","blocks":[{"block_hash":1,"tokens":[{"token_id":4294967296}]}]}}])",
-           R"([{"event_id":1,"data":{"type":"stored","parent_hash":"x","blocks":[]}}])",
-           R"([{"event_id":1,"attention_dp_rank":99999,"data":{}}])",
-       }) {
+  for (
+      const char* bad : {
+          "",
+          "{}",
+          "[1]",
+          R"([{"event_id":-1,"data":{}}])",
+          R"([{"event_id":1}])",
+          R"([{"event_id":1.5,"data":{}}])",
+          R"([{"event_id":1,"data":{"type":"removed","block_hashes":[1.8e19]}}])",
+          R"([{"event_id":1,"data":{"type":"removed","block_hashes":[18446744073709551616]}}])",
+          R"([{"event_id":1,"data":{"type":"removed","block_hashes":[-3]}}])",
+          R"([{"event_id":1,"data":{"type":"removed"}}])",
+          R"([{"event_id":1,"data":{"type":"stored","blocks":[{"block_hash":1,"tokens":[]}]}}])",
+          R"([{"event_id":1,"data":{"type":"stored","blocks":[{"block_hash":1,"tokens":[{"token_id":4294967296}]}]}}])",
+          R"([{"event_id":1,"data":{"type":"stored","parent_hash":"x","blocks":[]}}])",
+          R"([{"event_id":1,"attention_dp_rank":99999,"data":{}}])",
+      }) {
     EXPECT_FALSE(decodeTrtllmEvents(bad, ev, err)) << bad;
     EXPECT_TRUE(ev.empty()) << bad;
   }
   ev.push_back({});  // a valid event before an invalid one: still rejected whole
-  EXPECT_FALSE(decodeTrtllmEvents(
-      "[" + trtllmRemovedJson(1, {5}) + R"(,{"event_id":2,"data":{"type":"removed","block_hashes":[-1]}}])",
-      ev, err));
+  EXPECT_FALSE(
+      decodeTrtllmEvents("[" + trtllmRemovedJson(1, {5}) +
+                             R"(,{"event_id":2,"data":{"type":"removed","block_hashes":[-1]}}])",
+                         ev, err));
   EXPECT_TRUE(ev.empty());
   std::string deep(100000, '[');
   EXPECT_FALSE(decodeTrtllmEvents(deep, ev, err));

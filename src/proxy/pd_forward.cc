@@ -808,7 +808,14 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       if (ctx && ctx->finished) {  // generation is over already: the context answer is it
         stopWatch();
         dlease.reset();
-        co_return co_await answerWith(200, st.content_type, st.answer);
+        const bool stream = facts_.stream.value_or(false);
+        auto final = pd::trtllmFinalAnswer(st.answer, stream);
+        if (final) {
+          st.answer = std::move(*final);
+          co_return co_await answerWith(200, stream ? "text/event-stream" : "application/json",
+                                        st.answer);
+        }
+        ctx = tl::unexpected(final.error());
       }
       if (ctx)
         second = pd::trtllmGenerationBody(req.body, ctx->params);
