@@ -296,12 +296,21 @@ test(`seed P/D example as written, ${engine}: Tier 0, Tier 1, Tier 1.5 and Tier 
   const source = (w) => `${w.host}:${engine === 'trtllm' ? w.port : kvPort}`;
   const metricOf = async (name, w) => (await scrapeMetrics(gw.api)).find((s) => s.name === name &&
     s.labels.source === source(w))?.value ?? 0;
-  const batches = (w) => metricOf('kvgate_kv_batches_total', w);
   const blocks = (w) => metricOf('kvgate_kv_blocks', w);  // (a drain counts empty answers too)
   let k = 1;
-  for (const w of [p1, p2])  // PUB/SUB joins asynchronously
-    assert.ok(await waitFor(async () => { await warm(w, 1000000 * k++); return (await batches(w)) > 0; }, 15000, 100),
-      `no KV batch from ${w.host}`);
+  for (const w of [p1, p2])  // PUB/SUB joins asynchronously; a drain answers empty at first
+    assert.ok(await waitFor(async () => { await warm(w, 1000000 * k++); return (await blocks(w)) > 0; }, 15000, 100),
+      `no KV blocks from ${w.host}`);
+  // Every join prompt indexed (a later warm is told apart by the count growing by its 4 blocks).
+  for (const w of [p1, p2]) {
+    let last = -1;
+    assert.ok(await waitFor(async () => {
+      const n = await blocks(w);
+      const settled = n === last;
+      last = n;
+      return settled;
+    }, 5000, 300));
+  }
 
   const tiers = async () => {
     const m = await scrapeMetrics(gw.api);
