@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <initializer_list>
+#include <vector>
 
 #include "common/json_escape.h"
 
@@ -182,37 +183,43 @@ Result<std::string> trtllmContextBody(std::string_view client_body, uint64_t dis
   return rewrite(client_body, {"disaggregated_params", "stream", "stream_options"}, append);
 }
 
-Result<ContextAnswer> trtllmContextAnswer(std::string_view context_answer) {
+// The raw elements of a context answer's top-level "choices" array.
+static Result<std::vector<std::string>> choicesOf(std::string_view answer) {
   std::string choices;  // (raw views die with forEachMember's buffer: copied)
-  bool ok = forEachMember(context_answer, [&](std::string_view key, std::string_view raw) {
+  bool ok = forEachMember(answer, [&](std::string_view key, std::string_view raw) {
     if (key == "choices") choices.assign(raw);
     return true;
   });
   if (!ok) return fail(502, "body", "the context answer is not a JSON object");
   if (choices.empty() || choices.front() != '[')
     return fail(502, "choices", "the context answer has no choices");
-  // choices[0], raw.
   simdjson::padded_string padded(choices);
   od::parser parser;
   od::document doc;
   od::array arr;
-  std::string first;
   if (parser.iterate(padded).get(doc) || doc.get_array().get(arr))
     return fail(502, "choices", "the context answer's choices is not an array");
+  std::vector<std::string> out;
   for (auto el : arr) {
     od::value v;
     std::string_view raw;
     if (el.get(v) || simdjson::to_json_string(v).get(raw))
       return fail(502, "choices", "the context answer's choices is malformed");
-    first.assign(raw);
-    break;
+    out.emplace_back(raw);
   }
+  return out;
+}
+
+Result<ContextAnswer> trtllmContextAnswer(std::string_view context_answer) {
+  auto choices = choicesOf(context_answer);
+  if (!choices) return tl::unexpected(choices.error());
+  const std::string first = choices->empty() ? std::string() : choices->front();
   if (first.empty() || first.front() != '{')
     return fail(502, "choices", "the context answer has no choices[0] object");
   ContextAnswer a;
   std::string finish;
   bool has_finish = false;
-  ok = forEachMember(first, [&](std::string_view key, std::string_view raw) {
+  const bool ok = forEachMember(first, [&](std::string_view key, std::string_view raw) {
     if (key == "disaggregated_params" && !raw.empty() && raw.front() == '{') a.params.assign(raw);
     if (key == "finish_reason" && raw.size() >= 2 && raw.front() == '"') {
       finish.assign(raw.substr(1, raw.size() - 2));
@@ -229,37 +236,18 @@ Result<ContextAnswer> trtllmContextAnswer(std::string_view context_answer) {
 }
 
 Result<std::string> trtllmFinalAnswer(std::string_view context_answer, bool stream) {
-  std::string choices;
-  std::string answer;
-  bool ok = forEachMember(context_answer, [&](std::string_view key, std::string_view raw) {
-    if (key == "choices") choices.assign(raw);
-    return true;
-  });
-  if (!ok) return fail(502, "body", "the context answer is not a JSON object");
-  if (choices.empty() || choices.front() != '[')
-    return fail(502, "choices", "the context answer has no choices");
+  auto choices = choicesOf(context_answer);
+  if (!choices) return tl::unexpected(choices.error());
   // choices with disaggregated_params dropped from each object.
   std::string out_choices = "[";
-  {
-    simdjson::padded_string padded(choices);
-    od::parser parser;
-    od::document doc;
-    od::array arr;
-    if (parser.iterate(padded).get(doc) || doc.get_array().get(arr))
-      return fail(502, "choices", "the context answer's choices is not an array");
-    for (auto el : arr) {
-      od::value v;
-      std::string_view raw;
-      if (el.get(v) || simdjson::to_json_string(v).get(raw))
-        return fail(502, "choices", "the context answer's choices is malformed");
-      if (out_choices.size() > 1) out_choices += ',';
-      if (!raw.empty() && raw.front() == '{') {
-        auto c = rewrite(raw, {"disaggregated_params"}, {}, nullptr, "choices[]");
-        if (!c) return tl::unexpected(c.error());
-        out_choices += *c;
-      } else {
-        out_choices += raw;
-      }
+  for (const std::string& raw : *choices) {
+    if (out_choices.size() > 1) out_choices += ',';
+    if (!raw.empty() && raw.front() == '{') {
+      auto c = rewrite(raw, {"disaggregated_params"}, {}, nullptr, "choices[]");
+      if (!c) return tl::unexpected(c.error());
+      out_choices += *c;
+    } else {
+      out_choices += raw;
     }
   }
   out_choices += ']';
