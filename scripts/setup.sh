@@ -18,6 +18,7 @@ APT_PACKAGES=(
   libbenchmark-dev        # Google Benchmark: micro-benchmarks under bench/ (built with the rest)
   libzmq3-dev cppzmq-dev  # KV events: ZMQ SUB (gateway) and PUB (simulator)
   libssl-dev              # SHA-256 for vLLM's sha256_cbor block hashes (simulator, hash contract)
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # kvgate index (LookupRoute)
   clang-format clang-tidy # make lint
   prometheus              # promtool checks the /metrics exposition in the tests
   python3-jinja2          # second chat-template oracle (tests/tokenizer/jinja2_check.py): real Jinja2

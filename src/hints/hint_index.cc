@@ -1,0 +1,433 @@
+#include "hints/hint_index.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace kvgate::hints {
+
+namespace {
+constexpr size_t kMaxKeyBytes = 64;  // longer prefix keys are refused (a hash, not a prompt)
+std::string scopeKey(std::string_view t, std::string_view m, std::string_view s,
+                     std::string_view a) {
+  std::string k;
+  k.reserve(t.size() + m.size() + s.size() + a.size() + 3);
+  k.append(t).push_back('\0');
+  k.append(m).push_back('\0');
+  k.append(s).push_back('\0');
+  k.append(a);
+  return k;
+}
+}  // namespace
+
+HintIndex::HintIndex(const common::Clock& clock, CachePolicy policy)
+    : clock_(clock), policy_(std::move(policy)) {}
+HintIndex::~HintIndex() = default;
+
+uint64_t HintIndex::keyOf(std::string_view b) {
+  if (b.size() == 8) {
+    uint64_t v = 0;
+    for (unsigned char c : b) v = (v << 8) | c;
+    return v;
+  }
+  return XXH3_64bits(b.data(), b.size());
+}
+
+uint64_t HintIndex::slotKey(uint32_t partition, uint64_t key) {
+  uint64_t buf[2] = {key, partition};
+  return XXH3_64bits(buf, sizeof buf);
+}
+
+HintIndex::Entry* HintIndex::findEntry(uint32_t partition, uint64_t key) {
+  uint64_t* v = table_.find(slotKey(partition, key));
+  if (!v) return nullptr;
+  Entry& e = entries_[*v];
+  return (e.key == key && e.partition == partition) ? &e : nullptr;
+}
+const HintIndex::Entry* HintIndex::findEntry(uint32_t partition, uint64_t key) const {
+  return const_cast<HintIndex*>(this)->findEntry(partition, key);
+}
+
+int64_t HintIndex::replicaIdx(std::string_view id) {
+  auto it = replica_ids_.find(std::string(id));
+  if (it != replica_ids_.end()) return it->second;
+  if (replicas_.size() >= kMaxReplicas) return -1;
+  uint32_t idx = static_cast<uint32_t>(replicas_.size());
+  replicas_.push_back(ReplicaRec{std::string(id)});
+  replica_ids_.emplace(std::string(id), idx);
+  return idx;
+}
+
+int64_t HintIndex::findReplica(std::string_view id) const {
+  auto it = replica_ids_.find(std::string(id));
+  return it == replica_ids_.end() ? -1 : int64_t(it->second);
+}
+
+int64_t HintIndex::partitionId(std::string_view t, std::string_view m, std::string_view s,
+                               std::string_view a) {
+  std::string k = scopeKey(t, m, s, a);
+  auto it = partition_ids_.find(k);
+  if (it != partition_ids_.end()) return it->second;
+  if (partition_ids_.size() >= kMaxPartitions) return -1;
+  uint32_t id;
+  if (!free_partitions_.empty()) {
+    id = free_partitions_.back();
+    free_partitions_.pop_back();
+  } else {
+    id = static_cast<uint32_t>(partitions_.size());
+    partitions_.emplace_back();
+  }
+  partitions_[id] = Partition{std::string(t), std::string(m), std::string(s), std::string(a)};
+  partition_ids_.emplace(std::move(k), id);
+  return id;
+}
+
+void HintIndex::freePartition(uint32_t pid) {
+  Partition& p = partitions_[pid];
+  partition_ids_.erase(scopeKey(p.tenant, p.model, p.scheme, p.adapter));
+  if (const SchemeRec* s = scope(p.tenant, p.model, p.scheme))
+    const_cast<SchemeRec*>(s)->adapters.erase(p.adapter);
+  p = Partition{};
+  p.live = false;
+  free_partitions_.push_back(pid);
+}
+
+int64_t HintIndex::findPartition(std::string_view t, std::string_view m, std::string_view s,
+                                 std::string_view a) const {
+  auto it = partition_ids_.find(scopeKey(t, m, s, a));
+  return it == partition_ids_.end() ? -1 : int64_t(it->second);
+}
+
+const HintIndex::SchemeRec* HintIndex::scope(std::string_view t, std::string_view m,
+                                             std::string_view s) const {
+  auto ti = tenants_.find(t);
+  if (ti == tenants_.end()) return nullptr;
+  auto mi = ti->second.models.find(m);
+  if (mi == ti->second.models.end()) return nullptr;
+  auto si = mi->second.schemes.find(s);
+  return si == mi->second.schemes.end() ? nullptr : &si->second;
+}
+
+void HintIndex::countHolding(uint32_t pid, uint32_t replica, int delta) {
+  Partition& p = partitions_[pid];
+  TenantRec& t = tenants_[p.tenant];
+  ModelRec& m = t.models[p.model];
+  SchemeRec& s = m.schemes[p.scheme];
+  if (delta > 0) {
+    ++t.count, ++m.count, ++s.count, ++holdings_, ++replicas_[replica].holdings;
+    ++s.replica_holdings[replica];
+    s.adapters.emplace(p.adapter, pid);
+    return;
+  }
+  --t.count, --m.count, --s.count, --holdings_, --replicas_[replica].holdings;
+  auto ri = s.replica_holdings.find(replica);
+  if (ri != s.replica_holdings.end() && --ri->second == 0) s.replica_holdings.erase(ri);
+  // Free what lost its last holding: scopes first, so the classifier never sees an empty one.
+  if (s.count == 0) m.schemes.erase(p.scheme);
+  if (m.count == 0) t.models.erase(p.model);
+  if (t.count == 0) tenants_.erase(p.tenant);
+}
+
+void HintIndex::upsert(uint32_t pid, uint64_t key, uint32_t replica, Tier tier, int32_t tokens,
+                       int64_t now) {
+  uint8_t t = static_cast<uint8_t>(tier == Tier::kUnspecified ? Tier::kT1 : tier);
+  uint64_t sk = slotKey(pid, key);
+  uint64_t* slot = table_.find(sk);
+  Entry* e = nullptr;
+  if (slot) {
+    e = &entries_[*slot];
+    if (e->key != key || e->partition != pid) return;  // a 2^-64 slot collision: keep the first
+  } else {
+    uint32_t idx;
+    if (!free_.empty()) {
+      idx = free_.back();
+      free_.pop_back();
+    } else {
+      idx = static_cast<uint32_t>(entries_.size());
+      entries_.emplace_back();
+    }
+    e = &entries_[idx];
+    e->key = key;
+    e->partition = pid;
+    e->token_count = 0;
+    e->holders.clear();
+    table_.insert(sk, idx);
+    ++partitions_[pid].entries;
+  }
+  if (tokens > 0) e->token_count = tokens;
+  auto it = std::lower_bound(e->holders.begin(), e->holders.end(), replica,
+                             [](const Holding& h, uint32_t r) { return h.replica < r; });
+  if (it != e->holders.end() && it->replica == replica) {
+    it->last_seen_ns = now;
+    it->tier = t;  // a re-report with another tier moves the entry (last write wins)
+    return;
+  }
+  e->holders.insert(it, Holding{replica, t, 0, now});
+  countHolding(pid, replica, +1);
+}
+
+void HintIndex::dropHolding(Entry& e, size_t i) {
+  uint32_t replica = e.holders[i].replica;
+  e.holders.erase(e.holders.begin() + static_cast<ptrdiff_t>(i));
+  countHolding(e.partition, replica, -1);
+  if (e.holders.empty()) {
+    uint64_t sk = slotKey(e.partition, e.key);
+    uint64_t* slot = table_.find(sk);
+    if (slot) {
+      uint32_t idx = static_cast<uint32_t>(*slot);
+      table_.erase(sk);
+      free_.push_back(idx);
+    }
+    Partition& p = partitions_[e.partition];
+    if (--p.entries == 0) freePartition(e.partition);
+    e.holders.shrink_to_fit();
+  }
+}
+
+IngestResult HintIndex::report(const UpdateIn& u) {
+  IngestResult r;
+  if (u.replica_id.empty()) return {false, "EMPTY_REPLICA_ID"};
+  if (u.model_id.empty()) return {false, "EMPTY_MODEL_ID"};
+  if (u.hash_scheme.empty()) return {false, "EMPTY_HASH_SCHEME"};
+  if (u.replica_id.size() > 256 || u.model_id.size() > 256 || u.tenant_id.size() > 256 ||
+      u.hash_scheme.size() > 64 || u.adapter_id.size() > 256)
+    return {false, "KEY_TOO_LONG"};
+  std::unique_lock lock(mu_);
+  int64_t now = clock_.nowNs();
+  int64_t ri = replicaIdx(u.replica_id);
+  if (ri < 0) return {false, "TOO_MANY_REPLICAS"};
+  uint32_t replica = uint32_t(ri);
+  if (u.has_stats) {
+    replicas_[replica].has_stats = true;
+    replicas_[replica].stats = u.stats;
+    replicas_[replica].stats_at_ns = now;
+  }
+  for (const PrefixIn& p : u.prefixes) {
+    const std::string& adapter = p.adapter_id.empty() ? u.adapter_id : p.adapter_id;
+    if (adapter.size() > 256) {
+      ++r.dropped;
+      continue;
+    }
+    bool has_chain = !p.block_hashes.empty();
+    if (has_chain && p.block_hashes.size() != p.block_token_counts.size()) {
+      ++r.dropped;  // a malformed chain is dropped whole
+      continue;
+    }
+    bool bad = false;
+    for (const auto& b : p.block_hashes) bad = bad || b.empty() || b.size() > kMaxKeyBytes;
+    for (int32_t c : p.block_token_counts) bad = bad || c <= 0;
+    if (bad || (!has_chain && p.prefix_hash.empty()) || p.prefix_hash.size() > kMaxKeyBytes) {
+      ++r.dropped;
+      continue;
+    }
+    int64_t part = partitionId(u.tenant_id, u.model_id, u.hash_scheme, adapter);
+    if (part < 0) {
+      ++r.dropped;  // too many partitions: refuse rather than grow without bound
+      continue;
+    }
+    uint32_t pid = uint32_t(part);
+    int64_t cum = 0;
+    for (size_t i = 0; i < p.block_hashes.size(); ++i) {
+      cum += p.block_token_counts[i];
+      upsert(pid, keyOf(p.block_hashes[i]), replica, p.tier,
+             static_cast<int32_t>(std::min<int64_t>(cum, INT32_MAX)), now);
+      ++r.added;
+    }
+    if (!p.prefix_hash.empty()) {
+      upsert(pid, keyOf(p.prefix_hash), replica, p.tier,
+             p.token_count > 0 ? p.token_count : static_cast<int32_t>(std::min<int64_t>(cum, INT32_MAX)),
+             now);
+      ++r.added;
+    }
+  }
+  if (holdings_ > policy_.max_entries) evictForCapacity();
+  r.accepted = true;
+  return r;
+}
+
+IngestResult HintIndex::event(EventType type, std::string_view replica_id, std::string_view model,
+                              std::string_view tenant, std::string_view prefix_hash,
+                              std::string_view adapter, bool adapter_set) {
+  if (replica_id.empty()) return {false, "EMPTY_REPLICA_ID"};
+  std::unique_lock lock(mu_);
+  int64_t now = clock_.nowNs();
+  IngestResult r{true, "", 0, 0};
+  int64_t ri = findReplica(replica_id);
+  switch (type) {
+    case EventType::kAllCleared:
+      if (ri >= 0) {
+        for (Entry& e : entries_) {
+          if (!e.live()) continue;
+          const Partition& p = partitions_[e.partition];
+          if (p.tenant != tenant || p.model != model) continue;
+          for (size_t i = 0; i < e.holders.size(); ++i)
+            if (e.holders[i].replica == uint32_t(ri)) {
+              dropHolding(e, i);
+              counters_.evicted_cleared.fetch_add(1, std::memory_order_relaxed);
+              break;
+            }
+        }
+        replicas_[size_t(ri)].has_stats = false;
+      }
+      return r;
+    case EventType::kReplicaUpdated:
+      // A liveness note only: holdings keep their own lastSeen (a heartbeat must not keep stale
+      // entries alive), stats keep their report time.
+      if (ri < 0) return {false, "UNKNOWN_REPLICA"};
+      return r;
+    case EventType::kAdded:
+      // No scheme and no token count on the wire: an addition comes through ReportCacheState.
+      return {true, "IGNORED"};
+    case EventType::kEvicted: {
+      if (prefix_hash.empty()) return {false, "INVALID_PREFIX_HASH"};
+      if (ri < 0) return r;
+      uint64_t key = keyOf(prefix_hash);
+      // With an adapter: that partition only; without: every partition of this tenant and model.
+      for (uint32_t pid = 0; pid < partitions_.size(); ++pid) {
+        const Partition& p = partitions_[pid];
+        if (p.tenant != tenant || p.model != model) continue;
+        if (adapter_set && !adapter.empty() && p.adapter != adapter) continue;
+        Entry* e = findEntry(pid, key);
+        if (!e) continue;
+        for (size_t i = 0; i < e->holders.size(); ++i)
+          if (e->holders[i].replica == uint32_t(ri)) {
+            dropHolding(*e, i);
+            counters_.evicted_event.fetch_add(1, std::memory_order_relaxed);
+            ++r.added;
+            break;
+          }
+      }
+      return r;
+    }
+  }
+  return {false, "UNKNOWN_EVENT_TYPE"};
+}
+
+bool HintIndex::sweep(size_t budget) {
+  std::unique_lock lock(mu_);
+  int64_t cutoff = clock_.nowNs() - policy_.eviction_ttl_ms * 1'000'000;
+  size_t end = std::min(entries_.size(), sweep_cursor_ + budget);
+  for (; sweep_cursor_ < end; ++sweep_cursor_) {
+    Entry& e = entries_[sweep_cursor_];
+    for (size_t i = e.holders.size(); i-- > 0;)
+      if (e.holders[i].last_seen_ns <= cutoff) {
+        dropHolding(e, i);
+        counters_.evicted_ttl.fetch_add(1, std::memory_order_relaxed);
+      }
+  }
+  if (sweep_cursor_ >= entries_.size()) {
+    sweep_cursor_ = 0;
+    return true;
+  }
+  return false;
+}
+
+void HintIndex::evictForCapacity() {
+  // Down to 31/32 of the bound in one pass, worst first: LRU by lastSeen; LFU by hits, then
+  // lastSeen. Ties go to the higher slab index (the newer entry survives... deterministically).
+  uint64_t target = policy_.max_entries - policy_.max_entries / 32;
+  if (holdings_ <= target) return;
+  uint64_t excess = holdings_ - target;
+  struct Victim {
+    uint32_t hits;
+    int64_t seen;
+    uint32_t entry, replica;
+  };
+  std::vector<Victim> all;
+  all.reserve(holdings_);
+  bool lfu = policy_.eviction == Eviction::kLfu;
+  for (uint32_t i = 0; i < entries_.size(); ++i)
+    for (const Holding& h : entries_[i].holders)
+      all.push_back({lfu ? h.hits : 0, h.last_seen_ns, i, h.replica});
+  auto worse = [](const Victim& a, const Victim& b) {
+    if (a.hits != b.hits) return a.hits < b.hits;
+    if (a.seen != b.seen) return a.seen < b.seen;
+    return a.entry < b.entry;
+  };
+  std::nth_element(all.begin(), all.begin() + static_cast<ptrdiff_t>(excess - 1), all.end(), worse);
+  for (size_t v = 0; v < excess; ++v) {
+    Entry& e = entries_[all[v].entry];
+    for (size_t i = 0; i < e.holders.size(); ++i)
+      if (e.holders[i].replica == all[v].replica) {
+        dropHolding(e, i);
+        counters_.evicted_capacity.fetch_add(1, std::memory_order_relaxed);
+        break;
+      }
+  }
+}
+
+void HintIndex::setPolicy(const CachePolicy& p) {
+  std::unique_lock lock(mu_);
+  policy_ = p;
+  if (holdings_ > policy_.max_entries) evictForCapacity();
+}
+
+CachePolicy HintIndex::policy() const {
+  std::shared_lock lock(mu_);
+  return policy_;
+}
+
+uint64_t HintIndex::holdings() const {
+  std::shared_lock lock(mu_);
+  return holdings_;
+}
+
+std::vector<ReplicaView> HintIndex::replicas(std::string_view model,
+                                             std::string_view tenant) const {
+  std::shared_lock lock(mu_);
+  int64_t now = clock_.nowNs();
+  std::vector<ReplicaView> out;
+  std::vector<bool> wanted(replicas_.size(), model.empty() && tenant.empty());
+  if (!model.empty() || !tenant.empty())
+    for (const auto& [tname, t] : tenants_) {
+      if (!tenant.empty() && tname != tenant) continue;
+      for (const auto& [mname, m] : t.models) {
+        if (!model.empty() && mname != model) continue;
+        for (const auto& [sname, s] : m.schemes)
+          for (const auto& [r, n] : s.replica_holdings) wanted[r] = true;
+      }
+    }
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    if (!wanted[i]) continue;
+    const ReplicaRec& r = replicas_[i];
+    out.push_back({r.id, r.has_stats, r.stats, r.has_stats ? (now - r.stats_at_ns) / 1'000'000 : 0});
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  return out;
+}
+
+HintIndex::Summary HintIndex::summary(std::string_view model, std::string_view tenant) const {
+  std::shared_lock lock(mu_);
+  Summary s;
+  int64_t hot_after = clock_.nowNs() - 5LL * 60 * 1'000'000'000;  // reported in the last 5 min
+  for (const Entry& e : entries_) {
+    if (!e.live()) continue;
+    const Partition& p = partitions_[e.partition];
+    if ((!model.empty() && p.model != model) || (!tenant.empty() && p.tenant != tenant)) continue;
+    ++s.total_prefixes;
+    for (const Holding& h : e.holders)
+      if (h.last_seen_ns > hot_after) {
+        ++s.hot_prefixes;
+        break;
+      }
+  }
+  return s;
+}
+
+std::vector<std::pair<std::string, uint64_t>> HintIndex::entriesByModel() const {
+  std::shared_lock lock(mu_);
+  std::map<std::string, uint64_t> by;
+  for (const auto& [tname, t] : tenants_)
+    for (const auto& [mname, m] : t.models) by[mname] += m.count;
+  return {by.begin(), by.end()};
+}
+
+size_t HintIndex::memoryBytes() const {
+  std::shared_lock lock(mu_);
+  size_t b = table_.bytes() + entries_.capacity() * sizeof(Entry) + free_.capacity() * 4;
+  for (const Entry& e : entries_) b += e.holders.capacity() * sizeof(Holding);
+  return b;
+}
+
+}  // namespace kvgate::hints

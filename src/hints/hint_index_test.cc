@@ -1,0 +1,199 @@
+// HintIndex ingest, events and eviction (TTL sweep, LRU and LFU capacity) on a manual clock.
+#include "hints/hint_index.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "hints/lookup.h"
+
+namespace kvgate::hints {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string be8(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 7; i >= 0; --i, v >>= 8) s[size_t(i)] = static_cast<char>(v & 0xff);
+  return s;
+}
+
+UpdateIn exact(const std::string& replica, std::vector<uint64_t> keys, std::string scheme = "vllm",
+               std::string adapter = "") {
+  UpdateIn u{replica, "m", "t", scheme, adapter};
+  for (uint64_t k : keys) {
+    PrefixIn p;
+    p.prefix_hash = be8(k);
+    p.token_count = 64;
+    u.prefixes.push_back(p);
+  }
+  return u;
+}
+
+Reason lookupExact(const HintIndex& ix, uint64_t key, std::vector<ScoreOut>* scores = nullptr,
+                   std::string adapter = "") {
+  std::string k = be8(key);
+  LookupRequest q;
+  q.model = "m", q.tenant = "t", q.scheme = "vllm", q.prefix_hash = k, q.adapter = adapter;
+  auto o = lookupRoute(ix, q, nullptr, 0);
+  if (scores) *scores = o.scores;
+  return o.reason;
+}
+
+struct IndexTest : ::testing::Test {
+  common::ManualClock clock;
+  CachePolicy pol;
+  void SetUp() override {
+    pol.minimum_matched_tokens = 0;
+    pol.affinity_routing = false;
+    pol.enable_tenant_hot = false;
+  }
+};
+
+TEST_F(IndexTest, ReportValidatesAndDropsMalformedEntriesOnly) {
+  HintIndex ix(clock, pol);
+  EXPECT_FALSE(ix.report(UpdateIn{"", "m", "t", "vllm"}).accepted);
+  EXPECT_FALSE(ix.report(UpdateIn{"r", "", "t", "vllm"}).accepted);
+  UpdateIn no_scheme = exact("r1", {1});
+  no_scheme.hash_scheme = "";
+  auto ns = ix.report(no_scheme);
+  EXPECT_FALSE(ns.accepted);
+  EXPECT_EQ(ix.holdings(), 0u);  // an empty scheme is not a domain: nothing indexed
+  UpdateIn u = exact("r1", {1});
+  PrefixIn bad;  // chain arrays of different lengths: this entry only is dropped
+  bad.block_hashes = {be8(2), be8(3)};
+  bad.block_token_counts = {16};
+  u.prefixes.push_back(bad);
+  PrefixIn empty;  // no key at all
+  u.prefixes.push_back(empty);
+  auto r = ix.report(u);
+  EXPECT_TRUE(r.accepted);
+  EXPECT_EQ(r.dropped, 2u);
+  EXPECT_EQ(ix.holdings(), 1u);
+  EXPECT_EQ(lookupExact(ix, 1), Reason::kPrefixMatch);
+}
+
+TEST_F(IndexTest, ChainEntriesIndexEachBlockWithCumulativeTokens) {
+  HintIndex ix(clock, pol);
+  UpdateIn u{"r1", "m", "t", "vllm"};
+  PrefixIn p;
+  p.block_hashes = {be8(10), be8(11), be8(12)};
+  p.block_token_counts = {16, 16, 8};
+  p.prefix_hash = be8(99);
+  p.token_count = 40;
+  u.prefixes.push_back(p);
+  ASSERT_TRUE(ix.report(u).accepted);
+  EXPECT_EQ(ix.holdings(), 4u);
+  std::vector<ScoreOut> s;
+  ASSERT_EQ(lookupExact(ix, 11, &s), Reason::kPrefixMatch);
+  EXPECT_EQ(s[0].matched_tokens, 32);
+  ASSERT_EQ(lookupExact(ix, 12, &s), Reason::kPrefixMatch);
+  EXPECT_EQ(s[0].matched_tokens, 40);
+  EXPECT_EQ(ix.summary("m", "t").total_prefixes, 4);
+}
+
+TEST_F(IndexTest, TtlSweepFreesHoldingsAndScopes) {
+  HintIndex ix(clock, pol);
+  ix.report(exact("r1", {1, 2}));
+  clock.advance(20min);
+  ix.report(exact("r2", {3}));
+  clock.advance(10min);  // r1's holdings are now 30 min old: the TTL
+  while (!ix.sweep(1)) {
+  }
+  EXPECT_EQ(ix.holdings(), 1u);
+  EXPECT_EQ(ix.counters().evicted_ttl.load(), 2u);
+  EXPECT_EQ(lookupExact(ix, 3), Reason::kPrefixMatch);
+  clock.advance(20min);
+  while (!ix.sweep()) {
+  }
+  EXPECT_EQ(ix.holdings(), 0u);
+  // Every scope freed: the index is empty again, so a miss is NO_HINT, not UNKNOWN_TENANT.
+  EXPECT_EQ(lookupExact(ix, 3), Reason::kNoHint);
+  EXPECT_TRUE(ix.entriesByModel().empty());
+}
+
+TEST_F(IndexTest, LruCapacityEvictsTheLeastRecentlyReported) {
+  pol.max_entries = 4;
+  HintIndex ix(clock, pol);
+  for (uint64_t k = 1; k <= 4; ++k) {
+    ix.report(exact("r1", {k}));
+    clock.advance(1s);
+  }
+  ix.report(exact("r1", {1}));  // refresh key 1: key 2 is now the oldest
+  clock.advance(1s);
+  ix.report(exact("r1", {5}));
+  EXPECT_EQ(ix.holdings(), 4u);
+  EXPECT_EQ(ix.counters().evicted_capacity.load(), 1u);
+  EXPECT_EQ(lookupExact(ix, 2), Reason::kNoHint);
+  for (uint64_t k : {1, 3, 4, 5}) EXPECT_EQ(lookupExact(ix, k), Reason::kPrefixMatch) << k;
+}
+
+TEST_F(IndexTest, LfuCapacityKeepsWhatLookupsHit) {
+  pol.max_entries = 3;
+  pol.eviction = Eviction::kLfu;
+  HintIndex ix(clock, pol);
+  ix.report(exact("r1", {1, 2, 3}));
+  clock.advance(1s);
+  // Key 1 is the oldest (tied) but was hit twice, key 3 once: key 2 goes first.
+  EXPECT_EQ(lookupExact(ix, 1), Reason::kPrefixMatch);
+  EXPECT_EQ(lookupExact(ix, 1), Reason::kPrefixMatch);
+  EXPECT_EQ(lookupExact(ix, 3), Reason::kPrefixMatch);
+  ix.report(exact("r1", {4}));
+  EXPECT_EQ(lookupExact(ix, 2), Reason::kNoHint);
+  EXPECT_EQ(lookupExact(ix, 1), Reason::kPrefixMatch);
+  EXPECT_EQ(lookupExact(ix, 3), Reason::kPrefixMatch);
+  // Lookups that miss never change membership.
+  EXPECT_EQ(ix.holdings(), 3u);
+}
+
+TEST_F(IndexTest, EventsEvictClearAndRefresh) {
+  HintIndex ix(clock, pol);
+  ix.report(exact("r1", {1, 2}));
+  ix.report(exact("r1", {1}, "vllm", "lora-a"));
+  ix.report(exact("r2", {1}));
+  using E = HintIndex::EventType;
+  // PREFIX_EVICTED with no adapter: every partition of (tenant, model).
+  EXPECT_TRUE(ix.event(E::kEvicted, "r1", "m", "t", be8(1), "", false).accepted);
+  std::vector<ScoreOut> s;
+  ASSERT_EQ(lookupExact(ix, 1, &s), Reason::kPrefixMatch);
+  ASSERT_EQ(s.size(), 1u);
+  EXPECT_EQ(s[0].replica, "r2");
+  EXPECT_EQ(lookupExact(ix, 1, nullptr, "lora-a"), Reason::kNoHint);
+  // REPLICA_UPDATED is a heartbeat: it keeps no holding alive past its TTL.
+  clock.advance(25min);
+  ix.report(exact("r2", {1}));
+  EXPECT_TRUE(ix.event(E::kReplicaUpdated, "r1", "m", "t", "", "", false).accepted);
+  EXPECT_FALSE(ix.event(E::kReplicaUpdated, "nobody", "m", "t", "", "", false).accepted);
+  clock.advance(10min);
+  while (!ix.sweep()) {
+  }
+  EXPECT_EQ(lookupExact(ix, 2), Reason::kNoHint);  // r1's key 2 aged out
+  EXPECT_EQ(lookupExact(ix, 1), Reason::kPrefixMatch);  // r2 re-reported it
+  ix.report(exact("r1", {3}));
+  // ALL_CLEARED drops every holding of the replica in (tenant, model).
+  EXPECT_TRUE(ix.event(E::kAllCleared, "r1", "m", "t", "", "", false).accepted);
+  EXPECT_EQ(ix.holdings(), 1u);  // r2's
+  EXPECT_EQ(lookupExact(ix, 3), Reason::kNoHint);
+  // PREFIX_ADDED carries neither a scheme nor a token count: acknowledged, indexes nothing
+  // (additions come through ReportCacheState).
+  auto added = ix.event(E::kAdded, "r1", "m", "t", be8(7), "", false);
+  EXPECT_TRUE(added.accepted);
+  EXPECT_EQ(added.reason, "IGNORED");
+  EXPECT_EQ(ix.holdings(), 1u);
+}
+
+TEST_F(IndexTest, HostileReportersCannotGrowScopesWithoutBound) {
+  pol.max_entries = 100;
+  HintIndex ix(clock, pol);
+  for (int i = 0; i < 1000; ++i) ix.report(exact("r1", {uint64_t(i) + 1}, "vllm", "a" + std::to_string(i)));
+  EXPECT_LE(ix.holdings(), 100u);
+  // Enormous keys are refused.
+  UpdateIn u{"r1", "m", "t", "vllm"};
+  PrefixIn p;
+  p.prefix_hash = std::string(1000, 'x');
+  u.prefixes.push_back(p);
+  EXPECT_EQ(ix.report(u).dropped, 1u);
+}
+
+}  // namespace
+}  // namespace kvgate::hints
