@@ -8,7 +8,10 @@
 // up (queue timeout, client gone, drain) moves kWaiting -> kGone; the hand-off moves kWaiting ->
 // kGranted; exactly one wins (compare-and-swap), so a slot is never lost nor given twice. A
 // granted waiter that finds itself gone must give the slot back through a lease (which hands it
-// to the next). The mutex is held for the deque only; wake callbacks run after it is released.
+// to the next). A release that read an empty queue just before a request parked leaves a free
+// slot no hand-off gives away: parked requests also look for free slots themselves (right after
+// parking, then every 250 ms; claim()), on their endpoint or on a sibling nobody waits for.
+// The mutex is held for the deque only; wake callbacks run after it is released.
 // Shared by every worker thread.
 #pragma once
 #include <atomic>
@@ -28,6 +31,12 @@ class AdmissionQueue {
     bool giveUp() {              // true: this waiter is gone; false: it was granted a slot first
       int w = kWaiting;
       return state.compare_exchange_strong(w, kGone);
+    }
+    // The waiter found a free slot itself (one freed without a hand-off): true when it was still
+    // waiting, false when a hand-off granted it first.
+    bool claim() {
+      int w = kWaiting;
+      return state.compare_exchange_strong(w, kGranted);
     }
   };
 

@@ -119,7 +119,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   // in `granted_lease`), 1 answered, -1 the client is gone.
   asio::awaitable<int> admit(const Route& route, int& granted,
                              endpoints::EndpointLease& granted_lease);
-  asio::awaitable<int> park(const Route& route, size_t idx, endpoints::EndpointLease& lease);
+  asio::awaitable<int> park(const Route& route, size_t idx, const std::vector<size_t>& siblings,
+                            endpoints::EndpointLease& lease, int& granted);
   asio::awaitable<void> sendAdmission(const Route& route, int status, std::string_view code,
                                       std::string_view message, std::string_view extra,
                                       int64_t limit);

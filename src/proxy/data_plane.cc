@@ -1,5 +1,7 @@
 #include "proxy/data_plane.h"
 
+#include <algorithm>
+
 #include <set>
 
 #include "common/log.h"
@@ -210,7 +212,8 @@ std::vector<std::string> DataPlane::setController(const std::vector<ControllerUp
     }
     auto& s = *it->second;
     s.ctl_state.store(static_cast<int>(u.state));
-    s.ctl_weight_milli.store(static_cast<int64_t>(u.weight * 1000.0 + 0.5));
+    // At least 1/1000: a tiny positive weight must not round to zero capacity.
+    s.ctl_weight_milli.store(std::max<int64_t>(1, static_cast<int64_t>(u.weight * 1000.0 + 0.5)));
     s.ctl_updated_ns.store(now);
     s.ctl_interval_ns.store(interval_ns);
   }

@@ -140,6 +140,8 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
   next_endpoint = false;
   for (int send_try = 0; send_try < 2; ++send_try) {
     UpstreamLeg::Result r;
+    if (!pd_first_error_.empty())  // P/D: the concurrent prefill failed before this leg started
+      co_return co_await failExchange(r, route, idx, lease);
     if (send_try > 0 || !leg_.takePooled(ep.state->id)) {
       // Only a new connection arms the connect deadline: moving the deadline earlier re-arms
       // the timer, which a pooled reuse (the common case) must not pay.
@@ -152,6 +154,8 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
         co_return false;
       }
     }
+    if (!r.ok() && !pd_first_error_.empty())  // aborted: the concurrent prefill failed
+      co_return co_await failExchange(r, route, idx, lease);
     if (!r.ok()) {
       lease.connectFailed(route.health, cb);
       log::warn("proxy", r.error);

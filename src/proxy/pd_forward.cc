@@ -437,6 +437,9 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
         if (whole) {
           status = settle_status = rh.status;
           if (rh.status < 200 || rh.status > 299) error = "answered " + std::to_string(rh.status);
+        } else if (too_large && rh.status >= 200 && rh.status <= 299) {
+          error.clear();  // a big successful answer (logprobs): the prefill did its part
+          status = settle_status = rh.status;
         } else if (!too_large) {  // (a gateway bound is not the endpoint's failure)
           settle_status = leg->timedOut() ? 504 : 502;
         }
@@ -470,13 +473,19 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
   // The decode leg of the same request still waits for its answer: it cannot succeed without
   // this prefill, so it ends now with the prefill's failure (the engine's own answer when it
   // refused the request with one).
-  if (current && phase_ == Phase::kAwaitResponse && !client_gone_) {
+  // Whatever the decode leg is doing: not yet connected or connecting (exchange checks before
+  // it sends and on a failed connect), waiting for its head, or streaming a head an SGLang
+  // decode sends at once (then only an engine's refusal ends it: a broken prefill connection
+  // may still have transferred the KV).
+  if (current && !client_gone_) {
     pd_first_error_ = "prefill leg to " + ep.state->label + " failed: " + error;
     if (status >= 400) {
       pd_->first_status = status;
       pd_->answer = std::move(answer);
     }
-    leg_.abort(true);
+    if (phase_ == Phase::kConnect || phase_ == Phase::kAwaitResponse ||
+        (phase_ == Phase::kStream && status >= 400))
+      leg_.abort(true);
   }
 }
 
@@ -503,11 +512,13 @@ asio::awaitable<void> ClientConn::sendAdmission(const Route& route, int status,
   co_await writeClient(h, body);
 }
 
-// Parks the request on prefill endpoint `idx`'s FIFO until a slot is handed to it (0, the slot
-// in `lease`), the queue window passes (504 answered: 1), the rule's listener closes or the
-// gateway drains (503: 1), or the client leaves (-1). Wakes at least every second to check.
+// Parks the request on prefill endpoint `idx`'s FIFO until a slot is handed to it or it finds
+// one free, there or on one of `siblings` with nobody parked (0: the slot in `lease`, its
+// endpoint in `granted`), the queue window passes (504 answered: 1), the rule's listener closes
+// or the gateway drains (503: 1), or the client leaves (-1). Looks again every 250 ms.
 asio::awaitable<int> ClientConn::park(const Route& route, size_t idx,
-                                      endpoints::EndpointLease& lease) {
+                                      const std::vector<size_t>& siblings,
+                                      endpoints::EndpointLease& lease, int& granted) {
   const auto& a = route.admission;
   auto& st = *route.stats;
   auto& es = *route.endpoints[idx].state;
@@ -544,8 +555,30 @@ asio::awaitable<int> ClientConn::park(const Route& route, size_t idx,
   deadline_.clear();
   phase_ = Phase::kAwaitResponse;  // the client watcher may start while the request waits
   watch_wanted_ = true;
+  // A free slot nobody handed over: 1 claimed on `j`, 2 a hand-off granted idx meanwhile.
+  auto claimOn = [&](size_t j) {
+    auto& ej = *route.endpoints[j].state;
+    if (j != idx && ej.queued.load() != 0) return 0;  // first come, first served there
+    int64_t cur = ej.active.load();
+    while (cur < a.prefill_max) {
+      if (ej.active.compare_exchange_weak(cur, cur + 1)) {
+        if (waiter->claim()) {
+          es.admission.remove(waiter.get(), es.queued);
+          return 1;
+        }
+        ej.active.fetch_sub(1);  // the hand-off's slot is ours: give this one back
+        return 2;
+      }
+    }
+    return 0;
+  };
+  size_t got = idx;
   for (;;) {
     if (waiter->state.load() == endpoints::AdmissionQueue::Waiter::kGranted) break;
+    int c = claimOn(idx);
+    for (size_t k = 0; c == 0 && k < siblings.size(); ++k)
+      if (siblings[k] != idx && (c = claimOn(siblings[k])) == 1) got = siblings[k];
+    if (c != 0) break;
     const auto now = std::chrono::steady_clock::now();
     const bool timeout = now >= deadline;
     const bool drained = w_.draining || l_->closed.load();
@@ -569,13 +602,15 @@ asio::awaitable<int> ClientConn::park(const Route& route, size_t idx,
       }
       co_return 1;
     }
-    p->timer.expires_after(
-        std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::seconds(1)));
+    p->timer.expires_after(std::min<std::chrono::steady_clock::duration>(
+        deadline - now, std::chrono::milliseconds(250)));
     error_code ec;
     co_await p->timer.async_wait(useEc(ec));
   }
   stopWatch();
-  lease = endpoints::EndpointLease(es, false, endpoints::EndpointLease::Adopt{});
+  lease = endpoints::EndpointLease(*route.endpoints[got].state, false,
+                                   endpoints::EndpointLease::Adopt{});
+  granted = static_cast<int>(got);
   count(AdmissionDecision::kPark);
   co_return client_gone_ ? -1 : 0;  // (a client gone: the lease hands the slot on)
 }
@@ -632,8 +667,10 @@ asio::awaitable<int> ClientConn::admit(const Route& route, int& granted,
   if (a.prefill_max > 0) {
     int usable = -1;
     bool free = false;
+    std::vector<size_t> siblings;  // the prefill endpoints the mask left (a parked request's)
     for (size_t i = 0; i < n; ++i) {
       if (excluded_[i]) continue;
+      siblings.push_back(i);
       const auto& es = *route.endpoints[i].state;
       if (usable < 0 ||
           es.queued.load() < route.endpoints[static_cast<size_t>(usable)].state->queued.load())
@@ -655,9 +692,8 @@ asio::awaitable<int> ClientConn::admit(const Route& route, int& granted,
                                "\"retry_after\":1,\"jitter_hint_ms\":250", a.prefill_max);
         co_return 1;
       }
-      const int r = co_await park(route, static_cast<size_t>(usable), granted_lease);
-      if (r == 0) granted = usable;
-      co_return r;
+      co_return co_await park(route, static_cast<size_t>(usable), siblings, granted_lease,
+                              granted);
     }
   }
   count(AdmissionDecision::kAdmit);
@@ -712,8 +748,8 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       // the slot goes on to the next parked request and the ladder picks.
       auto& s = *route.endpoints[static_cast<size_t>(d.index)].state;
       bool trial = false;
-      if (!s.health.admits(cb, trial) ||
-          s.controller(nowNs()).state == endpoints::ControllerState::kDisabled) {
+      if (s.controller(nowNs()).state == endpoints::ControllerState::kDisabled ||
+          !s.health.admits(cb, trial)) {  // (in this order: admits may take a half-open trial)
         plase.reset();
         excluded_[static_cast<size_t>(d.index)] = true;
         continue;

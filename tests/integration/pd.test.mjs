@@ -482,6 +482,41 @@ test('P/D admission: park then resume, 429 when the queue is full, queue timeout
   await api(prefill.url, 'POST', '/sim/fault', { reset: true });
 });
 
+// A parked request is not tied to its FIFO while another prefill endpoint sits idle with nobody
+// parked there (review finding: it waited for its own endpoint's slow request). Two prefill
+// engines, cap 1 each: A and B take both, C parks on the first (the slow one); when the fast
+// one frees, C takes it and ends before the slow request does. Ordered by completion, not time.
+test('P/D admission: a parked request takes a sibling prefill endpoint that frees first', async (t) => {
+  const sim = await fleet(t, 'vllm', 'prefill,prefill,decode', 3);
+  const [p1, p2, d] = sim.workers;
+  const gw = await gateway(t);
+  const port = await freePort();
+  const svc = `sib-${port}`;
+  const r = await api(gw.api, 'POST', LB_BASE, pdRule(port, p1, d, { name: svc, fc_mode: 'enforce',
+    fc_prefill_max_inflight: 1, fc_max_queue_depth: 4, fc_max_queue_wait_ms: 60000 },
+  [{ endpointIP: p2.host, targetPort: p2.port, weight: 1, ep_role: 1, nixl_port: 5602 }]));
+  assert.equal(r.status, 200, r.text);
+  const metric = async (name) => (await scrapeMetrics(gw.api)).find((s) => s.name === name &&
+    s.labels.service === svc)?.value ?? 0;
+  await api(p1.url, 'POST', '/sim/fault', { stall_ms: 6000 });
+  await api(p2.url, 'POST', '/sim/fault', { stall_ms: 500 });
+  const done = [];
+  const req = (tag) => post(port, '/v1/completions', { model: 'sim-model', prompt: `sibling ${tag}`,
+    max_tokens: 1 }).then((res) => { done.push(tag); return res; });
+  const a = req('a');
+  assert.ok(await waitFor(async () => (await metric('loxilb_ai_admission_inflight')) === 1, 10000));
+  const b = req('b');
+  assert.ok(await waitFor(async () => (await metric('loxilb_ai_admission_inflight')) === 2, 10000));
+  const c = req('c');
+  const [ra, rb, rc] = await Promise.all([a, b, c]);
+  for (const x of [ra, rb, rc]) assert.equal(x.status, 200, x.text);
+  // One of A and B held the slow engine; C finished before it.
+  assert.equal(done.length, 3);
+  assert.notEqual(done[2], 'c', done.join(','));
+  await api(p1.url, 'POST', '/sim/fault', { reset: true });
+  await api(p2.url, 'POST', '/sim/fault', { reset: true });
+});
+
 // The external controller (PUT /kvgate/v1/controller): DISABLED leaves the ladder, DRAINING
 // keeps its conversations and takes no new ones, DELETE detaches; bad bodies are 400s that
 // change nothing.
