@@ -17,6 +17,9 @@ int main(int argc, char** argv);
 namespace tok {
 int tokenizeMain(int argc, char** argv);
 }
+namespace hints {
+int indexMain(int argc, char** argv);
+}
 }  // namespace kvgate
 
 static void usage(FILE* out) {
@@ -26,6 +29,8 @@ static void usage(FILE* out) {
                "commands:\n"
                "  serve   run the gateway (data plane + management API)\n"
                "  sim     run a simulated engine fleet (vLLM dialect)\n"
+               "  index   the LookupRoute routing-hint service (gRPC, inference-cache "
+               "contract)\n"
                "  ctl     manage a running gateway over its REST API\n"
                "  bench   load generators (bench sse: SSE relay delay; bench fleet: routing "
                "policies compared\n"
@@ -43,6 +48,7 @@ int main(int argc, char** argv) {
   if (cmd == "serve") return kvgate::serveMain(argc - 1, argv + 1);
   if (cmd == "sim") return kvgate::sim::main(argc - 1, argv + 1);
   if (cmd == "ctl") return kvgate::ctl::main(argc - 1, argv + 1);
+  if (cmd == "index") return kvgate::hints::indexMain(argc - 1, argv + 1);
   if (cmd == "bench") return kvgate::bench::main(argc - 1, argv + 1);
   if (cmd == "tokenize") return kvgate::tok::tokenizeMain(argc - 1, argv + 1);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {

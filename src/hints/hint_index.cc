@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace kvgate::hints {
@@ -54,7 +55,8 @@ int64_t HintIndex::replicaIdx(std::string_view id) {
   if (it != replica_ids_.end()) return it->second;
   if (replicas_.size() >= kMaxReplicas) return -1;
   uint32_t idx = static_cast<uint32_t>(replicas_.size());
-  replicas_.push_back(ReplicaRec{std::string(id)});
+  replicas_.emplace_back();
+  replicas_.back().id = std::string(id);
   replica_ids_.emplace(std::string(id), idx);
   return idx;
 }
@@ -194,13 +196,16 @@ IngestResult HintIndex::report(const UpdateIn& u) {
       u.hash_scheme.size() > 64 || u.adapter_id.size() > 256)
     return {false, "KEY_TOO_LONG"};
   std::unique_lock lock(mu_);
-  int64_t now = clock_.nowNs();
+  int64_t now = clock_.nowNs() - std::max<int64_t>(0, u.age_ns);
   int64_t ri = replicaIdx(u.replica_id);
   if (ri < 0) return {false, "TOO_MANY_REPLICAS"};
   uint32_t replica = uint32_t(ri);
   if (u.has_stats) {
     replicas_[replica].has_stats = true;
     replicas_[replica].stats = u.stats;
+    auto finite = [](float v) { return std::isfinite(v) ? v : 0.0f; };  // NaN, Inf: 0
+    replicas_[replica].stats.hit_rate = finite(u.stats.hit_rate);
+    replicas_[replica].stats.pressure = finite(u.stats.pressure);
     replicas_[replica].stats_at_ns = now;
   }
   for (const PrefixIn& p : u.prefixes) {
@@ -251,7 +256,6 @@ IngestResult HintIndex::event(EventType type, std::string_view replica_id, std::
                               std::string_view adapter, bool adapter_set) {
   if (replica_id.empty()) return {false, "EMPTY_REPLICA_ID"};
   std::unique_lock lock(mu_);
-  int64_t now = clock_.nowNs();
   IngestResult r{true, "", 0, 0};
   int64_t ri = findReplica(replica_id);
   switch (type) {
@@ -313,7 +317,7 @@ bool HintIndex::sweep(size_t budget) {
     for (size_t i = e.holders.size(); i-- > 0;)
       if (e.holders[i].last_seen_ns <= cutoff) {
         dropHolding(e, i);
-        counters_.evicted_ttl.fetch_add(1, std::memory_order_relaxed);
+        counters_.evicted_ttl[int(policy_.eviction)].fetch_add(1, std::memory_order_relaxed);
       }
   }
   if (sweep_cursor_ >= entries_.size()) {
@@ -351,7 +355,7 @@ void HintIndex::evictForCapacity() {
     for (size_t i = 0; i < e.holders.size(); ++i)
       if (e.holders[i].replica == all[v].replica) {
         dropHolding(e, i);
-        counters_.evicted_capacity.fetch_add(1, std::memory_order_relaxed);
+        counters_.evicted_capacity[int(policy_.eviction)].fetch_add(1, std::memory_order_relaxed);
         break;
       }
   }
@@ -418,8 +422,8 @@ HintIndex::Summary HintIndex::summary(std::string_view model, std::string_view t
 std::vector<std::pair<std::string, uint64_t>> HintIndex::entriesByModel() const {
   std::shared_lock lock(mu_);
   std::map<std::string, uint64_t> by;
-  for (const auto& [tname, t] : tenants_)
-    for (const auto& [mname, m] : t.models) by[mname] += m.count;
+  for (const Partition& p : partitions_)
+    if (p.live && p.entries > 0) by[p.model] += p.entries;
   return {by.begin(), by.end()};
 }
 

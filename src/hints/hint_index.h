@@ -59,10 +59,22 @@ struct PrefixIn {
 
 struct UpdateIn {
   std::string replica_id, model_id, tenant_id, hash_scheme, adapter_id;
+  int64_t age_ns = 0;  // how old the producer says the state is (timestamp_us); lastSeen = now - age
   std::vector<PrefixIn> prefixes;
   bool has_stats = false;
   ReplicaStatsIn stats;
 };
+
+inline UpdateIn makeUpdate(std::string replica, std::string model, std::string tenant,
+                           std::string scheme, std::string adapter = {}) {
+  UpdateIn u;
+  u.replica_id = std::move(replica);
+  u.model_id = std::move(model);
+  u.tenant_id = std::move(tenant);
+  u.hash_scheme = std::move(scheme);
+  u.adapter_id = std::move(adapter);
+  return u;
+}
 
 struct IngestResult {
   bool accepted = false;
@@ -79,8 +91,9 @@ struct ReplicaView {
 };
 
 struct IndexCounters {
-  std::atomic<uint64_t> evicted_ttl{0}, evicted_capacity{0}, evicted_event{0},
-      evicted_cleared{0};
+  // Policy evictions by the algorithm in force ([Eviction]); removals asked for by events.
+  std::atomic<uint64_t> evicted_ttl[2] = {}, evicted_capacity[2] = {};
+  std::atomic<uint64_t> evicted_event{0}, evicted_cleared{0};
 };
 
 class HintIndex {
@@ -112,6 +125,7 @@ class HintIndex {
   };
   Summary summary(std::string_view model, std::string_view tenant) const;
   uint64_t holdings() const;
+  // Distinct prefix keys per model (each chain block counts), for inferencecache_index_entries.
   std::vector<std::pair<std::string, uint64_t>> entriesByModel() const;
   size_t memoryBytes() const;  // approximate, for memory per indexed block
   const IndexCounters& counters() const { return counters_; }

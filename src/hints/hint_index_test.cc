@@ -20,7 +20,7 @@ std::string be8(uint64_t v) {
 
 UpdateIn exact(const std::string& replica, std::vector<uint64_t> keys, std::string scheme = "vllm",
                std::string adapter = "") {
-  UpdateIn u{replica, "m", "t", scheme, adapter};
+  UpdateIn u = makeUpdate(replica, "m", "t", scheme, adapter);
   for (uint64_t k : keys) {
     PrefixIn p;
     p.prefix_hash = be8(k);
@@ -52,8 +52,8 @@ struct IndexTest : ::testing::Test {
 
 TEST_F(IndexTest, ReportValidatesAndDropsMalformedEntriesOnly) {
   HintIndex ix(clock, pol);
-  EXPECT_FALSE(ix.report(UpdateIn{"", "m", "t", "vllm"}).accepted);
-  EXPECT_FALSE(ix.report(UpdateIn{"r", "", "t", "vllm"}).accepted);
+  EXPECT_FALSE(ix.report(makeUpdate("", "m", "t", "vllm")).accepted);
+  EXPECT_FALSE(ix.report(makeUpdate("r", "", "t", "vllm")).accepted);
   UpdateIn no_scheme = exact("r1", {1});
   no_scheme.hash_scheme = "";
   auto ns = ix.report(no_scheme);
@@ -75,7 +75,7 @@ TEST_F(IndexTest, ReportValidatesAndDropsMalformedEntriesOnly) {
 
 TEST_F(IndexTest, ChainEntriesIndexEachBlockWithCumulativeTokens) {
   HintIndex ix(clock, pol);
-  UpdateIn u{"r1", "m", "t", "vllm"};
+  UpdateIn u = makeUpdate("r1", "m", "t", "vllm");
   PrefixIn p;
   p.block_hashes = {be8(10), be8(11), be8(12)};
   p.block_token_counts = {16, 16, 8};
@@ -101,7 +101,7 @@ TEST_F(IndexTest, TtlSweepFreesHoldingsAndScopes) {
   while (!ix.sweep(1)) {
   }
   EXPECT_EQ(ix.holdings(), 1u);
-  EXPECT_EQ(ix.counters().evicted_ttl.load(), 2u);
+  EXPECT_EQ(ix.counters().evicted_ttl[0].load(), 2u);
   EXPECT_EQ(lookupExact(ix, 3), Reason::kPrefixMatch);
   clock.advance(20min);
   while (!ix.sweep()) {
@@ -123,7 +123,7 @@ TEST_F(IndexTest, LruCapacityEvictsTheLeastRecentlyReported) {
   clock.advance(1s);
   ix.report(exact("r1", {5}));
   EXPECT_EQ(ix.holdings(), 4u);
-  EXPECT_EQ(ix.counters().evicted_capacity.load(), 1u);
+  EXPECT_EQ(ix.counters().evicted_capacity[0].load(), 1u);
   EXPECT_EQ(lookupExact(ix, 2), Reason::kNoHint);
   for (uint64_t k : {1, 3, 4, 5}) EXPECT_EQ(lookupExact(ix, k), Reason::kPrefixMatch) << k;
 }
@@ -188,7 +188,7 @@ TEST_F(IndexTest, HostileReportersCannotGrowScopesWithoutBound) {
   for (int i = 0; i < 1000; ++i) ix.report(exact("r1", {uint64_t(i) + 1}, "vllm", "a" + std::to_string(i)));
   EXPECT_LE(ix.holdings(), 100u);
   // Enormous keys are refused.
-  UpdateIn u{"r1", "m", "t", "vllm"};
+  UpdateIn u = makeUpdate("r1", "m", "t", "vllm");
   PrefixIn p;
   p.prefix_hash = std::string(1000, 'x');
   u.prefixes.push_back(p);

@@ -1,11 +1,10 @@
 #include "hints/lookup.h"
 
-#include <openssl/sha.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 
+#include "hints/pd_topology.h"
 #include "kv/fingerprint.h"
 
 namespace kvgate::hints {
@@ -35,7 +34,7 @@ constexpr int32_t kSloTightTtftMs = 200;
 struct Resolved {
   std::vector<uint64_t> keys;      // the chain's block keys (empty: an exact lookup)
   std::vector<int32_t> counts;     // tokens per block
-  const std::string* chain_bytes = nullptr;  // the explicit chain's bytes (affinity seed)
+  const std::string_view* chain_bytes = nullptr;  // the explicit chain's bytes (affinity seed)
   std::vector<uint64_t> derived;   // prefix fingerprints computed here (token_ids, prompt_text)
   std::string exact_bytes;         // the exact key's bytes
   int32_t exact_tokens = 0;
@@ -373,7 +372,7 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
     if (eligible) {
       if (!r.keys.empty()) {
         for (size_t i = 0; i < r.keys.size(); ++i) {
-          std::string b = r.chain_bytes ? r.chain_bytes[i] : be8(r.keys[i]);
+          std::string b = r.chain_bytes ? std::string(r.chain_bytes[i]) : be8(r.keys[i]);
           uint32_t len = static_cast<uint32_t>(b.size());
           char l[4] = {char(len >> 24), char(len >> 16), char(len >> 8), char(len)};
           seed.append(l, 4).append(b);
@@ -383,14 +382,9 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
       }
     }
     if (eligible && !seed.empty()) {
-      std::vector<const std::string*> ids;
-      for (const auto& [replica, n] : scope->replica_holdings) ids.push_back(&ix.replicas_[replica].id);
-      std::sort(ids.begin(), ids.end(), [](auto* a, auto* b) { return *a < *b; });
-      unsigned char d[SHA256_DIGEST_LENGTH];
-      SHA256(reinterpret_cast<const unsigned char*>(seed.data()), seed.size(), d);
-      uint64_t v = 0;
-      for (int i = 0; i < 8; ++i) v = (v << 8) | d[i];
-      out.scores.push_back({*ids[v % ids.size()], 0, 0, 0, 0});
+      std::vector<std::string> ids;
+      for (const auto& [replica, n] : scope->replica_holdings) ids.push_back(ix.replicas_[replica].id);
+      out.scores.push_back({affinityPick(std::move(ids), seed), 0, 0, 0, 0});
       reason = Reason::kAffinityHint;
     }
   }

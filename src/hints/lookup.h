@@ -50,7 +50,7 @@ struct LookupRequest {
   std::string_view model, tenant, scheme, adapter;
   std::string_view prefix_hash;
   int32_t prefix_token_count = 0;
-  const std::string* block_hashes = nullptr;  // n_blocks of them
+  const std::string_view* block_hashes = nullptr;  // n_blocks of them
   size_t n_blocks = 0;
   const int32_t* block_token_counts = nullptr;
   size_t n_counts = 0;

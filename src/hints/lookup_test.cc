@@ -34,7 +34,7 @@ struct Fixture : ::testing::Test {
   void reportChain(const std::string& replica, std::vector<uint64_t> blocks,
                    std::string tenant = "t", std::string model = "m",
                    std::string scheme = "vllm") {
-    UpdateIn u{replica, model, tenant, scheme, ""};
+    UpdateIn u = makeUpdate(replica, model, tenant, scheme, "");
     PrefixIn p;
     for (uint64_t b : blocks) {
       p.block_hashes.push_back(be8(b));
@@ -44,21 +44,24 @@ struct Fixture : ::testing::Test {
     ASSERT_TRUE(ix->report(u).accepted);
   }
   void stats(const std::string& replica, float hit_rate, float pressure) {
-    UpdateIn u{replica, "m", "t", "vllm", ""};
+    UpdateIn u = makeUpdate(replica, "m", "t", "vllm", "");
     u.has_stats = true;
     u.stats.hit_rate = hit_rate;
     u.stats.pressure = pressure;
     ASSERT_TRUE(ix->report(u).accepted);
   }
-  std::vector<std::string> chain_bytes;
+  std::vector<std::string> chain_store;
+  std::vector<std::string_view> chain_bytes;
   std::vector<int32_t> chain_counts;
   LookupRequest chainReq(std::vector<uint64_t> blocks) {
+    chain_store.clear();
     chain_bytes.clear();
     chain_counts.clear();
     for (uint64_t b : blocks) {
-      chain_bytes.push_back(be8(b));
+      chain_store.push_back(be8(b));
       chain_counts.push_back(16);
     }
+    chain_bytes.assign(chain_store.begin(), chain_store.end());
     LookupRequest q;
     q.model = "m", q.tenant = "t", q.scheme = "vllm";
     q.block_hashes = chain_bytes.data();
@@ -166,7 +169,7 @@ TEST_F(Fixture, FloorsDropReplicasThenTheWholeAnswer) {
 }
 
 TEST_F(Fixture, ExactMatchUsesTheIngestedTokenCount) {
-  UpdateIn u{"r1", "m", "t", "sglang", ""};
+  UpdateIn u = makeUpdate("r1", "m", "t", "sglang", "");
   PrefixIn p;
   p.prefix_hash = "abc";  // not 8 bytes: folded with XXH3
   p.token_count = 100;

@@ -1,0 +1,333 @@
+#include "hints/hint_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+
+#include "common/log.h"
+#include "inferencecache/v1alpha1/inferencecache.grpc.pb.h"
+
+namespace kvgate::hints {
+
+namespace pb = inferencecache::v1alpha1;
+
+namespace {
+
+int64_t wallUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// A producer's timestamp_us as an age on the index's clock (0: now; the future counts as now).
+int64_t ageNs(int64_t timestamp_us) {
+  if (timestamp_us <= 0) return 0;
+  int64_t age_us = wallUs() - timestamp_us;
+  return age_us > 0 ? age_us * 1000 : 0;
+}
+
+Tier tierOf(int t) {
+  return (t >= 1 && t <= 3) ? static_cast<Tier>(t) : Tier::kUnspecified;
+}
+
+UpdateIn toUpdate(const pb::CacheStateUpdate& m) {
+  UpdateIn u;
+  u.replica_id = m.replica_id();
+  u.model_id = m.model_id();
+  u.tenant_id = m.tenant_id();
+  u.hash_scheme = m.hash_scheme();
+  u.adapter_id = m.adapter_id();
+  u.age_ns = ageNs(m.timestamp_us());
+  u.prefixes.reserve(static_cast<size_t>(m.prefixes_size()));
+  for (const auto& p : m.prefixes()) {
+    PrefixIn in;
+    in.prefix_hash = p.prefix_hash();
+    in.token_count = p.token_count();
+    in.block_hashes.assign(p.block_hashes().begin(), p.block_hashes().end());
+    in.block_token_counts.assign(p.block_token_counts().begin(), p.block_token_counts().end());
+    in.tier = tierOf(p.tier());
+    in.adapter_id = p.adapter_id();
+    u.prefixes.push_back(std::move(in));
+  }
+  if (m.has_stats()) {
+    u.has_stats = true;
+    u.stats.hit_rate = m.stats().hit_rate();
+    u.stats.pressure = m.stats().pressure();
+    u.stats.cache_memory_bytes = m.stats().cache_memory_bytes();
+    u.stats.client_version = m.stats().client_version().substr(0, 128);
+    u.stats.t2_hit_tokens = m.stats().t2_hit_tokens();
+    u.stats.t2_query_tokens = m.stats().t2_query_tokens();
+  }
+  return u;
+}
+
+// ReportCacheState: applies each update as it arrives; one Ack when the client closes.
+class ReportReactor final : public grpc::ServerReadReactor<pb::CacheStateUpdate> {
+ public:
+  ReportReactor(const ServiceDeps& deps, pb::Ack* ack) : deps_(deps), ack_(ack) {
+    StartRead(&msg_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client half-closed (or the call broke): answer
+      ack_->set_accepted(first_refusal_.empty());
+      ack_->set_reason_code(first_refusal_.empty() ? (dropped_ ? "PARTIAL" : "")
+                                                   : first_refusal_);
+      Finish(grpc::Status::OK);
+      return;
+    }
+    if (msg_.tenant_id() != kProbeTenant) {
+      IngestResult r = deps_.index->report(toUpdate(msg_));
+      if (r.accepted) {
+        deps_.metrics->updates.fetch_add(1, std::memory_order_relaxed);
+        deps_.metrics->update_entries.fetch_add(r.added, std::memory_order_relaxed);
+        deps_.metrics->update_dropped.fetch_add(r.dropped, std::memory_order_relaxed);
+        dropped_ |= r.dropped > 0;
+      } else {
+        deps_.metrics->updates_refused.fetch_add(1, std::memory_order_relaxed);
+        if (first_refusal_.empty()) first_refusal_ = r.reason;
+      }
+    }
+    msg_.Clear();
+    StartRead(&msg_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  const ServiceDeps& deps_;
+  pb::Ack* ack_;
+  pb::CacheStateUpdate msg_;
+  std::string first_refusal_;
+  bool dropped_ = false;
+};
+
+class Service final : public pb::InferenceCache::CallbackService {
+ public:
+  explicit Service(ServiceDeps deps) : deps_(std::move(deps)) {}
+
+  grpc::ServerUnaryReactor* LookupRoute(grpc::CallbackServerContext* ctx,
+                                        const pb::LookupRouteRequest* req,
+                                        pb::LookupRouteResponse* resp) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const common::Clock& clock = deps_.index->clock();
+    // The deadline on the index's clock: the caller's, tightened by the policy's budget.
+    int64_t deadline = 0;
+    const auto caller = ctx->deadline();
+    if (caller != std::chrono::system_clock::time_point::max()) {
+      const auto left = caller - std::chrono::system_clock::now();
+      deadline = clock.nowNs() + std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+      if (deadline == 0) deadline = 1;
+    }
+    const int64_t budget_ms = deps_.index->policy().lookup_timeout_ms;
+    if (budget_ms > 0) {
+      const int64_t b = clock.nowNs() + budget_ms * 1'000'000;
+      deadline = deadline == 0 ? b : std::min(deadline, b);
+    }
+    LookupRequest q;
+    q.model = req->model_id();
+    q.tenant = req->tenant_id();
+    q.scheme = req->hash_scheme();
+    q.adapter = req->adapter_id();
+    q.prefix_hash = req->prefix_hash();
+    q.prefix_token_count = req->prefix_token_count();
+    // (repeated bytes are separate strings, not an array: views of them, reused per thread)
+    thread_local std::vector<std::string_view> blocks;
+    blocks.assign(req->block_hashes().begin(), req->block_hashes().end());
+    q.block_hashes = blocks.data();
+    q.n_blocks = blocks.size();
+    q.block_token_counts = req->block_token_counts().data();
+    q.n_counts = static_cast<size_t>(req->block_token_counts_size());
+    q.token_ids = req->token_ids().data();
+    q.n_tokens = static_cast<size_t>(req->token_ids_size());
+    q.prompt_text = req->prompt_text();
+    q.ttft_ms = req->has_slo() ? req->slo().ttft_ms() : 0;
+    LookupOutcome o = lookupRoute(*deps_.index, q, deps_.tokenize, deadline);
+    for (const ScoreOut& s : o.scores) {
+      pb::ReplicaScore* r = resp->add_replica_scores();
+      r->set_replica_id(s.replica);
+      r->set_score(s.score);
+      r->set_matched_tokens(s.matched_tokens);
+      r->set_estimated_cache_hit_prob(s.prob);
+      r->set_tier(static_cast<pb::CacheTier>(s.tier));
+    }
+    resp->set_reason_code(reasonName(o.reason));
+    if (!o.echoed_tokens.empty()) *resp->mutable_token_ids() = {o.echoed_tokens.begin(), o.echoed_tokens.end()};
+    if (o.echo_adapter) resp->set_adapter_id(req->adapter_id());
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    resp->set_lookup_latency_us(static_cast<int64_t>(secs * 1e6));
+    deps_.metrics->lookup(req->model_id(), o.reason, !o.scores.empty(), secs);
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* LookupPDRoute(grpc::CallbackServerContext* ctx,
+                                          const pb::LookupPDRouteRequest* req,
+                                          pb::LookupPDRouteResponse* resp) override {
+    resp->set_reason_code("NO_HINT");
+    const PdTopology* topo = deps_.pd;
+    if (topo && !req->model_id().empty() && req->tenant_id() != kProbeTenant &&
+        !req->prefix_hash().empty()) {
+      std::vector<std::string> prefills, decodes;
+      const ReplicaConfig* any_prefill = nullptr;
+      for (const auto& r : topo->replicas) {
+        if (r.model != req->model_id()) continue;
+        if (r.prefill()) {
+          prefills.push_back(r.id);
+          any_prefill = &r;
+        }
+        if (r.decode()) decodes.push_back(r.id);
+      }
+      if (!prefills.empty() && !decodes.empty()) {
+        const std::string& seed = req->prefix_hash();
+        std::string prefill;
+        // The prefill replica holding the prefix warm, best first.
+        LookupRequest q;
+        q.model = req->model_id();
+        q.tenant = req->tenant_id();
+        q.scheme = any_prefill->hash_scheme;
+        q.prefix_hash = seed;
+        q.prefix_token_count = req->prefix_token_count();
+        LookupOutcome o = lookupRoute(*deps_.index, q, nullptr, 0);
+        if (o.reason == Reason::kPrefixMatch)
+          for (const ScoreOut& s : o.scores)
+            if (std::find(prefills.begin(), prefills.end(), s.replica) != prefills.end()) {
+              prefill = s.replica;
+              break;
+            }
+        resp->set_reason_code(prefill.empty() ? "AFFINITY_HINT" : "PREFIX_MATCH");
+        if (prefill.empty()) prefill = affinityPick(prefills, seed);
+        std::string decode = affinityPick(decodes, seed);
+        std::string transport = "NIXL";
+        for (const auto& r : topo->replicas)
+          if (r.id == prefill) transport = r.transport;
+        resp->set_prefill_replica_id(prefill);
+        resp->set_decode_replica_id(decode);
+        resp->set_transport_hint(transport);
+      }
+    }
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+  grpc::ServerUnaryReactor* GetCacheState(grpc::CallbackServerContext* ctx,
+                                          const pb::GetCacheStateRequest* req,
+                                          pb::GetCacheStateResponse* resp) override {
+    if (req->tenant_id() != kProbeTenant) {
+      for (const ReplicaView& v : deps_.index->replicas(req->model_id(), req->tenant_id())) {
+        pb::ReplicaStats* s = resp->add_replicas();
+        s->set_replica_id(v.id);
+        if (v.has_stats) {
+          s->set_cache_memory_bytes(v.stats.cache_memory_bytes);
+          s->set_hit_rate(v.stats.hit_rate);
+          s->set_pressure(v.stats.pressure);
+          s->set_client_version(v.stats.client_version);
+          s->set_t2_hit_tokens(v.stats.t2_hit_tokens);
+          s->set_t2_query_tokens(v.stats.t2_query_tokens);
+        }
+      }
+      HintIndex::Summary sum = deps_.index->summary(req->model_id(), req->tenant_id());
+      resp->mutable_summary()->set_total_prefixes(sum.total_prefixes);
+      resp->mutable_summary()->set_hot_prefixes(sum.hot_prefixes);
+    }
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+  grpc::ServerReadReactor<pb::CacheStateUpdate>* ReportCacheState(
+      grpc::CallbackServerContext* ctx, pb::Ack* ack) override {
+    return new ReportReactor(deps_, ack);
+  }
+
+  grpc::ServerUnaryReactor* PublishEvent(grpc::CallbackServerContext* ctx,
+                                         const pb::CacheEvent* ev, pb::Ack* ack) override {
+    IngestResult r{true, "", 0, 0};
+    const int type = ev->type();
+    if (ev->tenant_id() == kProbeTenant) {
+      r.reason = "IGNORED";
+    } else if (type >= 1 && type <= 4) {
+      r = deps_.index->event(static_cast<HintIndex::EventType>(type), ev->replica_id(),
+                             ev->model_id(), ev->tenant_id(), ev->prefix_hash(), ev->adapter_id(),
+                             !ev->adapter_id().empty());
+    } else {
+      r = {false, "UNKNOWN_EVENT_TYPE", 0, 0};
+    }
+    (r.accepted ? deps_.metrics->events : deps_.metrics->events_refused)
+        .fetch_add(1, std::memory_order_relaxed);
+    ack->set_accepted(r.accepted);
+    ack->set_reason_code(r.reason);
+    auto* rx = ctx->DefaultReactor();
+    rx->Finish(grpc::Status::OK);
+    return rx;
+  }
+
+  grpc::ServerUnaryReactor* RenderTemplate(grpc::CallbackServerContext* ctx,
+                                           const pb::RenderTemplateRequest* req,
+                                           pb::RenderTemplateResponse* resp) override {
+    // template_ref names a model of --models-dir; variables: "messages" (a JSON array of chat
+    // messages) or "prompt" (one user message).
+    std::string messages;
+    const auto& vars = req->variables();
+    if (auto it = vars.find("messages"); it != vars.end()) {
+      messages = it->second;
+    } else if (auto p = vars.find("prompt"); p != vars.end()) {
+      messages = nlohmannUserMessage(p->second);
+    }
+    if (!deps_.render || req->template_ref().empty()) {
+      resp->set_reason_code("TEMPLATE_NOT_FOUND");
+    } else if (messages.empty()) {
+      resp->set_reason_code("RENDER_ERROR");
+    } else {
+      auto out = deps_.render(req->template_ref(), messages);
+      if (!out) {
+        resp->set_reason_code(out.error().code == 404 ? "TEMPLATE_NOT_FOUND" : "RENDER_ERROR");
+      } else {
+        resp->set_rendered_prompt(*out);
+        resp->set_reason_code("OK");
+        resp->set_tenant_namespace(req->tenant_id());
+      }
+    }
+    auto* r = ctx->DefaultReactor();
+    r->Finish(grpc::Status::OK);
+    return r;
+  }
+
+  // Not provided (as upstream): an explicit UNIMPLEMENTED rather than an empty stream.
+  grpc::ServerWriteReactor<pb::CacheEvent>* StreamCacheEvents(
+      grpc::CallbackServerContext* ctx, const pb::StreamEventsRequest*) override {
+    return unimplemented<pb::CacheEvent>();
+  }
+  grpc::ServerWriteReactor<pb::Metric>* StreamMetrics(grpc::CallbackServerContext* ctx,
+                                                      const pb::StreamMetricsRequest*) override {
+    return unimplemented<pb::Metric>();
+  }
+
+ private:
+  template <typename T>
+  static grpc::ServerWriteReactor<T>* unimplemented() {
+    struct R final : grpc::ServerWriteReactor<T> {
+      R() {
+        this->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                  "kvgate index does not stream; scrape /metrics"));
+      }
+      void OnDone() override { delete this; }
+    };
+    return new R;
+  }
+  static std::string nlohmannUserMessage(const std::string& text) {
+    nlohmann::json m = nlohmann::json::array({{{"role", "user"}, {"content", text}}});
+    return m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  }
+  ServiceDeps deps_;
+};
+
+}  // namespace
+
+std::unique_ptr<grpc::Service> makeHintService(ServiceDeps deps) {
+  return std::make_unique<Service>(std::move(deps));
+}
+
+}  // namespace kvgate::hints

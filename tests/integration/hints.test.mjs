@@ -1,0 +1,290 @@
+// `kvgate index`: the LookupRoute service over real gRPC, driven by a client that is not ours
+// (@grpc/grpc-js loading proto/inferencecache/v1alpha1/inferencecache.proto). Every reason code
+// end to end; scores and picks are hand-computed from shared/reference/inference-cache.md §2-§4
+// (ranking v2, the floors, the affinity formula with Python's hashlib), fingerprints from the
+// golden vectors in tests/golden/xxh3_fingerprint.json.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import grpc from '@grpc/grpc-js';
+import protoLoader from '@grpc/proto-loader';
+import { buildModelsDir } from '../../scripts/models_dir.mjs';
+import { parseMetrics, startKvgate, stop, tempDir, waitFor } from './lib.mjs';
+
+const PROTO = path.resolve('proto/inferencecache/v1alpha1/inferencecache.proto');
+const def = protoLoader.loadSync(PROTO, { keepCase: true, longs: String, enums: String, defaults: true,
+  includeDirs: [path.resolve('proto')] });
+const pb = grpc.loadPackageDefinition(def).inferencecache.v1alpha1;
+const golden = JSON.parse(fs.readFileSync('tests/golden/xxh3_fingerprint.json', 'utf8'));
+const vec = (name) => golden.vectors.find((v) => v.name === name);
+const be = (h) => Buffer.from(h.be64_hex, 'hex');
+const QWEN = 'Qwen/Qwen3-8B';
+
+function client(addr) {
+  const c = new pb.InferenceCache(addr, grpc.credentials.createInsecure());
+  const call = (m, req, opts = {}) => new Promise((resolve, reject) =>
+    c[m](req, opts, (e, r) => (e ? reject(e) : resolve(r))));
+  const report = (msgs) => new Promise((resolve, reject) => {
+    const s = c.ReportCacheState((e, ack) => (e ? reject(e) : resolve(ack)));
+    for (const m of msgs) s.write(m);
+    s.end();
+  });
+  return { c, call, report, close: () => c.close() };
+}
+
+async function startIndex(t, args) {
+  const { proc, ready } = await startKvgate(['index', '--listen', '127.0.0.1:0',
+    '--metrics-listen', '127.0.0.1:0', ...args]);
+  t.after(() => stop(proc));
+  return { proc, grpc: ready.grpc, metrics: ready.metrics };
+}
+
+async function metrics(ix) {
+  const res = await fetch(`${ix.metrics}/metrics`);
+  return parseMetrics(await res.text());
+}
+
+// A chain report of golden vector `name` for one replica.
+const chainOf = (name) => {
+  const v = vec(name);
+  return { block_hashes: v.prefix_hashes.map(be), block_token_counts: v.prefix_hashes.map(() => v.block_size) };
+};
+const update = (replica, prefixes, extra = {}) => ({ replica_id: replica, model_id: 'm', tenant_id: 'acme',
+  hash_scheme: 'vllm', prefixes, ...extra });
+const lookup = (extra) => ({ model_id: 'm', tenant_id: 'acme', hash_scheme: 'vllm', ...extra });
+
+describe('kvgate index: LookupRoute over gRPC', () => {
+  let tmp; let modelsDir;
+  before(async () => {
+    tmp = tempDir();
+    modelsDir = path.join(tmp.dir, 'models');
+    await buildModelsDir(modelsDir);
+  });
+  after(() => tmp.remove());
+
+  test('every reason code from a grpc-js client', async (t) => {
+    const policy = path.join(tmp.dir, 'policy.json');
+    fs.writeFileSync(policy, JSON.stringify({ spec: {} }));
+    const ix = await startIndex(t, ['--policy', policy, '--models-dir', modelsDir]);
+    const cl = client(ix.grpc);
+    t.after(() => cl.close());
+
+    // A cold index: NO_HINT, never UNKNOWN_*.
+    let r = await cl.call('LookupRoute', lookup({ ...chainOf('tokens_0_63') }));
+    assert.equal(r.reason_code, 'NO_HINT');
+    assert.deepEqual(r.replica_scores, []);
+
+    // r1 holds the 4 blocks of tokens 0..63, r2 the first 2, r3 tokens 1..16's block; r1 reports
+    // stats (hit rate 0.5).
+    const ack = await cl.report([
+      update('r1', [chainOf('tokens_0_63')], { stats: { replica_id: 'r1', hit_rate: 0.5, pressure: 0 } }),
+      update('r2', [{ block_hashes: chainOf('tokens_0_63').block_hashes.slice(0, 2), block_token_counts: [16, 16] }]),
+      update('r3', [chainOf('tokens_1_16')]),
+    ]);
+    assert.deepEqual(ack, { accepted: true, reason_code: '' });
+
+    // PREFIX_MATCH by chain: r1 matches 64 tokens; T = 3 serving replicas, one as deep: dp = 2/3,
+    // score 64 x 2/3. r2 (32 tokens) is under the default 64-token floor.
+    r = await cl.call('LookupRoute', lookup({ ...chainOf('tokens_0_63') }));
+    assert.equal(r.reason_code, 'PREFIX_MATCH');
+    assert.equal(r.replica_scores.length, 1);
+    assert.equal(r.replica_scores[0].replica_id, 'r1');
+    assert.equal(r.replica_scores[0].matched_tokens, 64);
+    assert.ok(Math.abs(r.replica_scores[0].score - 64 * 2 / 3) < 0.01, String(r.replica_scores[0].score));
+    assert.ok(r.replica_scores[0].estimated_cache_hit_prob > 0.99);
+    assert.equal(r.replica_scores[0].tier, 'CACHE_TIER_T1');
+    assert.ok(Number(r.lookup_latency_us) >= 0);
+    // The same prefix given as token ids: the server computes the golden fingerprints.
+    r = await cl.call('LookupRoute', lookup({ token_ids: vec('tokens_0_63').tokens }));
+    assert.equal(r.reason_code, 'PREFIX_MATCH');
+    assert.equal(r.replica_scores[0].replica_id, 'r1');
+    assert.deepEqual(r.token_ids, []);  // echoed only for prompt_text
+
+    // TENANT_HOT: an exact key nobody holds, r1's stats are fresh with hit rate 0.5 >= 0.1.
+    r = await cl.call('LookupRoute', lookup({ prefix_hash: Buffer.from('0102030405060708', 'hex') }));
+    assert.equal(r.reason_code, 'TENANT_HOT');
+    assert.equal(r.replica_scores.length, 1);
+    assert.equal(r.replica_scores[0].replica_id, 'r1');
+    assert.equal(r.replica_scores[0].matched_tokens, 0);
+    assert.ok(r.replica_scores[0].score > 0.49 && r.replica_scores[0].score <= 0.5);
+
+    // AFFINITY_HINT: a novel chain [aa x 8, bb x 8]; sorted(r1, r2, r3)[SHA256 % 3] = index 0.
+    r = await cl.call('LookupRoute', lookup({ block_hashes: [Buffer.alloc(8, 0xaa), Buffer.alloc(8, 0xbb)],
+      block_token_counts: [16, 16], adapter_id: '' }));
+    assert.equal(r.reason_code, 'AFFINITY_HINT');
+    assert.deepEqual(r.replica_scores.map((s) => [s.replica_id, s.score, s.matched_tokens]), [['r1', 0, 0]]);
+
+    // The miss classifier, outer key first.
+    r = await cl.call('LookupRoute', lookup({ ...chainOf('tokens_1_32'), tenant_id: 'nobody' }));
+    assert.equal(r.reason_code, 'UNKNOWN_TENANT');
+    r = await cl.call('LookupRoute', lookup({ ...chainOf('tokens_1_32'), model_id: 'other' }));
+    assert.equal(r.reason_code, 'UNKNOWN_MODEL');
+    r = await cl.call('LookupRoute', lookup({ ...chainOf('tokens_1_32'), hash_scheme: 'vllm-v1' }));
+    assert.equal(r.reason_code, 'UNKNOWN_HASH_SCHEME');
+    // An empty scheme is not a domain.
+    r = await cl.call('LookupRoute', lookup({ ...chainOf('tokens_0_63'), hash_scheme: '' }));
+    assert.equal(r.reason_code, 'NO_HINT');
+
+    // POLICY_REQUIRES_CHAIN after a policy reload (no restart).
+    const reloads = async () => (await metrics(ix)).find((s) => s.name === 'kvgate_index_policy_reloads_total' &&
+      s.labels.result === 'ok')?.value ?? 0;
+    fs.writeFileSync(policy, JSON.stringify({ spec: { strategy: { requireChain: true } } }));
+    assert.ok(await waitFor(async () => (await reloads()) >= 1, 10000), 'policy reloaded');
+    r = await cl.call('LookupRoute', lookup({ prefix_hash: Buffer.from('0102030405060708', 'hex') }));
+    assert.equal(r.reason_code, 'POLICY_REQUIRES_CHAIN');
+    r = await cl.call('LookupRoute', lookup({ ...chainOf('tokens_0_63') }));
+    assert.equal(r.reason_code, 'PREFIX_MATCH');
+
+    // TIMEOUT: a 1 ms budget cannot cover tokenizing half a megabyte of prompt.
+    fs.writeFileSync(policy, JSON.stringify({ spec: { lookupTimeoutMs: 1 } }));
+    assert.ok(await waitFor(async () => (await reloads()) >= 2, 10000), 'policy reloaded');
+    r = await cl.call('LookupRoute', lookup({ model_id: QWEN, prompt_text: 'the cache '.repeat(50000) }));
+    assert.equal(r.reason_code, 'TIMEOUT');
+    assert.deepEqual(r.replica_scores, []);
+    // A bad policy file keeps the one in force, and is counted.
+    fs.writeFileSync(policy, '{"spec": {"eviction": "FIFO"}}');
+    assert.ok(await waitFor(async () => ((await metrics(ix)).find((s) => s.name === 'kvgate_index_policy_reloads_total' &&
+      s.labels.result === 'error')?.value ?? 0) >= 1, 10000));
+    r = await cl.call('LookupRoute', lookup({ model_id: QWEN, prompt_text: 'the cache '.repeat(50000) }));
+    assert.equal(r.reason_code, 'TIMEOUT');
+
+    // prompt_text with the real tokenizer: tokens echoed (a chat with one user message).
+    fs.writeFileSync(policy, JSON.stringify({ spec: {} }));
+    assert.ok(await waitFor(async () => (await reloads()) >= 3, 10000), 'policy reloaded');
+    r = await cl.call('LookupRoute', lookup({ model_id: QWEN, prompt_text: 'hello there, how are you today?' }));
+    assert.ok(r.token_ids.length > 5, JSON.stringify(r));
+    assert.equal(r.reason_code, 'UNKNOWN_MODEL');  // nothing reported for the Qwen model
+
+    // The metrics: one call counted per answer, with the upstream names and labels.
+    const m = await metrics(ix);
+    const calls = (code, used) => m.filter((s) => s.name === 'inferencecache_lookup_route_calls_total' &&
+      s.labels.reason_code === code && (used === undefined || s.labels.hint_used === used))
+      .reduce((a, s) => a + s.value, 0);
+    assert.equal(calls('PREFIX_MATCH', 'true'), 3);
+    assert.equal(calls('TENANT_HOT', 'true'), 1);
+    assert.equal(calls('AFFINITY_HINT', 'true'), 1);
+    assert.equal(calls('NO_HINT', 'false'), 2);
+    assert.equal(calls('UNKNOWN_TENANT'), 1);
+    assert.equal(calls('UNKNOWN_MODEL'), 2);
+    assert.equal(calls('UNKNOWN_HASH_SCHEME'), 1);
+    assert.equal(calls('POLICY_REQUIRES_CHAIN', 'false'), 1);
+    assert.equal(calls('TIMEOUT', 'false'), 2);
+    assert.ok(m.find((s) => s.name === 'inferencecache_index_entries' && s.labels.model === 'm').value >= 5);
+    assert.ok(m.some((s) => s.name === 'inferencecache_lookup_route_latency_seconds_bucket'));
+  });
+
+  test('ingest: events, GetCacheState, LookupPDRoute, RenderTemplate', async (t) => {
+    const replicas = path.join(tmp.dir, 'replicas.json');
+    fs.writeFileSync(replicas, JSON.stringify({ replicas: [
+      { id: 'p1', model: 'm', tenant: 'acme', role: 'prefill', transport: 'NIXL' },
+      { id: 'p2', model: 'm', tenant: 'acme', role: 'prefill', transport: 'Mooncake' },
+      { id: 'd1', model: 'm', tenant: 'acme', role: 'decode' },
+    ] }));
+    const ix = await startIndex(t, ['--replicas', replicas, '--models-dir', modelsDir]);
+    const cl = client(ix.grpc);
+    t.after(() => cl.close());
+    const key = be(vec('tokens_0_63').prefix_hashes[3]);
+    let ack = await cl.report([update('p2', [{ prefix_hash: key, token_count: 64 }],
+      { stats: { hit_rate: 0.25, pressure: 0.5, cache_memory_bytes: 1024 } })]);
+    assert.equal(ack.accepted, true);
+
+    // GetCacheState: the replica with its stats; one prefix key.
+    let st = await cl.call('GetCacheState', { model_id: 'm', tenant_id: 'acme' });
+    assert.equal(st.replicas.length, 1);
+    assert.equal(st.replicas[0].replica_id, 'p2');
+    assert.equal(st.replicas[0].hit_rate, 0.25);
+    assert.equal(st.replicas[0].cache_memory_bytes, '1024');
+    assert.equal(st.summary.total_prefixes, '1');
+
+    // Pressure 0.5 halves the score: 64 x 1 x 0.5.
+    let r = await cl.call('LookupRoute', lookup({ prefix_hash: key }));
+    assert.equal(r.reason_code, 'PREFIX_MATCH');
+    assert.ok(Math.abs(r.replica_scores[0].score - 32) < 0.01, String(r.replica_scores[0].score));
+
+    // LookupPDRoute: the prefill replica holding the prefix, the decode by affinity.
+    let pd = await cl.call('LookupPDRoute', { model_id: 'm', tenant_id: 'acme', prefix_hash: key });
+    assert.deepEqual(pd, { prefill_replica_id: 'p2', decode_replica_id: 'd1', transport_hint: 'Mooncake',
+      reason_code: 'PREFIX_MATCH' });
+    // A novel prefix: both by affinity; no prefix at all: NO_HINT.
+    pd = await cl.call('LookupPDRoute', { model_id: 'm', tenant_id: 'acme', prefix_hash: Buffer.from('0102030405060708', 'hex') });
+    assert.equal(pd.reason_code, 'AFFINITY_HINT');
+    assert.equal(pd.prefill_replica_id, 'p2');  // sorted(p1, p2)[SHA256(01..08) % 2 = 1] (hashlib)
+    assert.equal(pd.decode_replica_id, 'd1');
+    pd = await cl.call('LookupPDRoute', { model_id: 'm', tenant_id: 'acme' });
+    assert.equal(pd.reason_code, 'NO_HINT');
+
+    // PublishEvent: PREFIX_EVICTED drops p2's copy; unknown types are refused with a code.
+    ack = await cl.call('PublishEvent', { type: 'PREFIX_EVICTED', replica_id: 'p2', model_id: 'm', tenant_id: 'acme', prefix_hash: key });
+    assert.equal(ack.accepted, true);
+    r = await cl.call('LookupRoute', lookup({ prefix_hash: key }));
+    assert.notEqual(r.reason_code, 'PREFIX_MATCH');
+    ack = await cl.call('PublishEvent', { type: 99, replica_id: 'p2', model_id: 'm', tenant_id: 'acme' });
+    assert.deepEqual(ack, { accepted: false, reason_code: 'UNKNOWN_EVENT_TYPE' });
+    // ALL_CLEARED: the replica's holdings and stats go.
+    await cl.report([update('p2', [{ prefix_hash: key, token_count: 64 }])]);
+    ack = await cl.call('PublishEvent', { type: 'ALL_CLEARED', replica_id: 'p2', model_id: 'm', tenant_id: 'acme' });
+    assert.equal(ack.accepted, true);
+    st = await cl.call('GetCacheState', { model_id: 'm', tenant_id: 'acme' });
+    assert.equal(st.summary.total_prefixes, '0');
+
+    // RenderTemplate with the model's chat template.
+    const rt = await cl.call('RenderTemplate', { template_ref: QWEN, variables: { prompt: 'hi' }, tenant_id: 'acme' });
+    assert.equal(rt.reason_code, 'OK');
+    assert.match(Buffer.from(rt.rendered_prompt).toString(), /<\|im_start\|>user\nhi<\|im_end\|>/);
+    const missing = await cl.call('RenderTemplate', { template_ref: 'no/such-model', variables: { prompt: 'hi' } });
+    assert.equal(missing.reason_code, 'TEMPLATE_NOT_FOUND');
+  });
+
+  test('hostile input: a clear code, no crash', async (t) => {
+    const ix = await startIndex(t, []);
+    const cl = client(ix.grpc);
+    t.after(() => cl.close());
+    // Refused updates: the first refusal names the reason; nothing is indexed.
+    let ack = await cl.report([update('r1', [{ prefix_hash: Buffer.alloc(8, 1), token_count: 64 }], { hash_scheme: '' })]);
+    assert.deepEqual(ack, { accepted: false, reason_code: 'EMPTY_HASH_SCHEME' });
+    ack = await cl.report([update('', [{ prefix_hash: Buffer.alloc(8, 1) }])]);
+    assert.deepEqual(ack, { accepted: false, reason_code: 'EMPTY_REPLICA_ID' });
+    // A malformed chain entry (lengths differ) and an enormous key are dropped: PARTIAL.
+    ack = await cl.report([update('r1', [
+      { block_hashes: [Buffer.alloc(8, 1), Buffer.alloc(8, 2)], block_token_counts: [16] },
+      { prefix_hash: Buffer.alloc(100000, 7) },
+      { prefix_hash: Buffer.alloc(8, 9), token_count: 64, tier: 99 },  // unknown tier: UNSPECIFIED -> T1
+    ])]);
+    assert.deepEqual(ack, { accepted: true, reason_code: 'PARTIAL' });
+    let r = await cl.call('LookupRoute', lookup({ prefix_hash: Buffer.alloc(8, 9) }));
+    assert.equal(r.reason_code, 'PREFIX_MATCH');
+    assert.equal(r.replica_scores[0].tier, 'CACHE_TIER_T1');
+    // Chain arrays of different lengths: NO_HINT.
+    r = await cl.call('LookupRoute', lookup({ block_hashes: [Buffer.alloc(8, 9)], block_token_counts: [16, 16] }));
+    assert.equal(r.reason_code, 'NO_HINT');
+    // An enormous token list (2^20 + 1 ids, 4 MiB on the wire): NO_HINT.
+    r = await cl.call('LookupRoute', lookup({ token_ids: new Array(2 ** 20 + 1).fill(5) }));
+    assert.equal(r.reason_code, 'NO_HINT');
+    // prompt_text without --models-dir: fails open.
+    r = await cl.call('LookupRoute', lookup({ prompt_text: 'hello' }));
+    assert.equal(r.reason_code, 'NO_HINT');
+    // Bytes that are not a LookupRouteRequest: a gRPC error, and the server carries on.
+    const raw = new grpc.Client(ix.grpc, grpc.credentials.createInsecure());
+    const err = await new Promise((resolve) => raw.makeUnaryRequest('/inferencecache.v1alpha1.InferenceCache/LookupRoute',
+      (x) => x, (x) => x, Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]), (e) => resolve(e)));
+    raw.close();
+    assert.ok(err && err.code !== grpc.status.OK, String(err));
+    // Streams upstream never implemented answer UNIMPLEMENTED rather than hang.
+    const se = await new Promise((resolve) => {
+      const s = cl.c.StreamCacheEvents({ model_id: 'm' });
+      s.on('error', resolve);
+      s.on('data', () => {});
+    });
+    assert.equal(se.code, grpc.status.UNIMPLEMENTED);
+    r = await cl.call('LookupRoute', lookup({ prefix_hash: Buffer.alloc(8, 9) }));
+    assert.equal(r.reason_code, 'PREFIX_MATCH');
+    // Unknown flags and bad files: exit 2 with a message.
+    await assert.rejects(startKvgate(['index', '--bogus']), /unknown flag/);
+    const bad = tempDir();
+    t.after(() => bad.remove());
+    fs.writeFileSync(path.join(bad.dir, 'p.json'), '{"minimumMatchedTokens": "x"}');
+    await assert.rejects(startKvgate(['index', '--listen', '127.0.0.1:0', '--policy', path.join(bad.dir, 'p.json')]),
+      /minimumMatchedTokens/);
+  });
+});
