@@ -361,6 +361,12 @@ void HintIndex::evictForCapacity() {
   }
 }
 
+uint32_t HintIndex::ensureReplica(std::string_view id) {
+  std::unique_lock lock(mu_);
+  int64_t r = replicaIdx(id);
+  return r < 0 ? 0 : uint32_t(r);
+}
+
 void HintIndex::setPolicy(const CachePolicy& p) {
   std::unique_lock lock(mu_);
   policy_ = p;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "hints/event_feed.h"
 #include "hints/policy.h"
 #include "kv/u64_map.h"
 
@@ -116,6 +117,9 @@ class HintIndex {
   // Returns true when a full pass ended.
   bool sweep(size_t budget = 16384);
   void setPolicy(const CachePolicy& p);
+  // Event-fed replicas (set once at startup, before lookups): their ids get replica indices here.
+  uint32_t ensureReplica(std::string_view id);
+  void attachFeed(const EventFeed* feed) { feed_ = feed; }
 
   // --- readers (shared) ---
   CachePolicy policy() const;
@@ -214,6 +218,7 @@ class HintIndex {
   uint64_t holdings_ = 0;
   size_t sweep_cursor_ = 0;
   IndexCounters counters_;
+  const EventFeed* feed_ = nullptr;
 };
 
 }  // namespace kvgate::hints

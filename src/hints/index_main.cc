@@ -23,6 +23,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "hints/engine_feed.h"
 #include "hints/hint_index.h"
 #include "hints/hint_metrics.h"
 #include "hints/hint_service.h"
@@ -196,6 +197,9 @@ int indexMain(int argc, char** argv) {
       return tok::renderChat(**tk, *in);
     };
   }
+  // Replicas with an events address: their engines' KV events, through the gateway's event plane.
+  EngineFeed feed(index, topology);
+  if (feed.any()) feed.start();
   auto service = makeHintService(std::move(deps));
 
   grpc::ServerBuilder builder;
@@ -226,7 +230,10 @@ int indexMain(int argc, char** argv) {
   http::Server metrics_server(
       io, [&](http::Request& req, http::ResponseWriter& w) -> asio::awaitable<void> {
         if (req.method == "GET" && req.path == "/metrics") {
-          co_await w.send(200, "text/plain; version=0.0.4", metrics.render(index));
+          // (a local: GCC 12 mis-destroys temporaries of a conditional inside co_await)
+          std::string text = metrics.render(index);
+          if (feed.any()) text += feed.renderMetrics();
+          co_await w.send(200, "text/plain; version=0.0.4", text);
         } else if (req.method == "GET" && req.path == "/healthz") {
           co_await w.send(200, "text/plain", "ok\n");
         } else {
@@ -290,6 +297,7 @@ int indexMain(int argc, char** argv) {
   }
   cv.notify_all();
   housekeeping.join();
+  feed.stop();
   asio::post(io, [&] { metrics_server.stop(); });
   io.stop();
   metrics_thread.join();

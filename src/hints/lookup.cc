@@ -89,12 +89,13 @@ class Lookup {
     std::vector<const Entry*> path;
     std::vector<std::pair<uint32_t, size_t>> depth;  // (replica, blocks matched)
   };
-  static void chainMatch(const HintIndex& ix, uint32_t pid, const Resolved& r, int64_t now,
+  using Members = std::vector<EventFeed::Member>;
+  static void chainMatch(const HintIndex& ix, int64_t pid, const Resolved& r, int64_t now,
                          const CachePolicy& pol, int32_t ttft_ms, size_t serving,
-                         LookupOutcome& out, ChainCredit* credit);
-  static void exactMatch(const HintIndex& ix, const Entry& e, int64_t now,
-                         const CachePolicy& pol, int32_t ttft_ms, size_t serving,
-                         LookupOutcome& out);
+                         const Members& members, LookupOutcome& out, ChainCredit* credit);
+  static void exactMatch(const HintIndex& ix, const Entry* e, uint64_t key, int32_t tokens,
+                         int64_t now, const CachePolicy& pol, int32_t ttft_ms, size_t serving,
+                         const Members& members, LookupOutcome& out);
   static void tenantHot(const HintIndex& ix, const HintIndex::SchemeRec& scope, int64_t now,
                         int32_t ttft_ms, LookupOutcome& out);
   static float pressureOf(const HintIndex& ix, uint32_t replica, int64_t now, int64_t ttl_ns) {
@@ -104,25 +105,43 @@ class Lookup {
   }
 };
 
-void Lookup::exactMatch(const HintIndex& ix, const Entry& e, int64_t now, const CachePolicy& pol,
-                        int32_t ttft_ms, size_t serving, LookupOutcome& out) {
+void Lookup::exactMatch(const HintIndex& ix, const Entry* e, uint64_t key, int32_t tokens,
+                        int64_t now, const CachePolicy& pol, int32_t ttft_ms, size_t serving,
+                        const Members& members, LookupOutcome& out) {
   int64_t ttl = pol.eviction_ttl_ms * 1'000'000;
   float c = (ttft_ms > 0 && ttft_ms < kSloTightTtftMs) ? 1.0f : 0.0f;
-  for (const auto& h : e.holders) {
-    float fresh = freshness(now, h.last_seen_ns, ttl);
-    if (fresh <= 0) continue;
-    float score = static_cast<float>(e.token_count) * fresh * pressureOf(ix, h.replica, now, ttl) *
-                  (1.0f + fresh * c);
-    out.scores.push_back({ix.replicas_[h.replica].id, score, e.token_count, fresh, h.tier});
+  std::vector<uint32_t> scored;
+  if (e)
+    for (const auto& h : e->holders) {
+      float fresh = freshness(now, h.last_seen_ns, ttl);
+      if (fresh <= 0) continue;
+      float score = static_cast<float>(e->token_count) * fresh *
+                    pressureOf(ix, h.replica, now, ttl) * (1.0f + fresh * c);
+      out.scores.push_back({ix.replicas_[h.replica].id, score, e->token_count, fresh, h.tier});
+      scored.push_back(h.replica);
+    }
+  // Event-fed replicas holding the key (fresh; the request's token count, as nothing else
+  // says how deep the key is).
+  if (!members.empty()) {
+    std::vector<uint32_t> depth;
+    ix.feed_->runs(&key, 1, members, depth);
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (depth[i] == 0 ||
+          std::find(scored.begin(), scored.end(), members[i].replica) != scored.end())
+        continue;
+      float score = static_cast<float>(tokens) * pressureOf(ix, members[i].replica, now, ttl) *
+                    (1.0f + c);
+      out.scores.push_back({ix.replicas_[members[i].replica].id, score, tokens, 1.0f, 1});
+    }
   }
   double dp = distinguishingPower(out.scores.size(), serving);
   if (dp != 1.0)
     for (auto& s : out.scores) s.score *= static_cast<float>(dp);
 }
 
-void Lookup::chainMatch(const HintIndex& ix, uint32_t pid, const Resolved& r, int64_t now,
+void Lookup::chainMatch(const HintIndex& ix, int64_t pid, const Resolved& r, int64_t now,
                         const CachePolicy& pol, int32_t ttft_ms, size_t serving,
-                        LookupOutcome& out, ChainCredit* credit) {
+                        const Members& members, LookupOutcome& out, ChainCredit* credit) {
   int64_t ttl = pol.eviction_ttl_ms * 1'000'000;
   int64_t cutoff = now - ttl;  // a holding seen at or before this is stale
   struct Run {
@@ -135,12 +154,12 @@ void Lookup::chainMatch(const HintIndex& ix, uint32_t pid, const Resolved& r, in
   std::vector<Run> running, done;
   const size_t n = r.keys.size();
   constexpr size_t kAhead = 8;
-  auto slot = [&](size_t i) { return HintIndex::slotKey(pid, r.keys[i]); };
-  for (size_t i = 0; i < std::min(n, kAhead); ++i) ix.table_.prefetch(slot(i));
+  auto slot = [&](size_t i) { return HintIndex::slotKey(uint32_t(pid), r.keys[i]); };
+  for (size_t i = 0; pid >= 0 && i < std::min(n, kAhead); ++i) ix.table_.prefetch(slot(i));
   std::vector<const Entry*> path;  // the entry of each matched block (LFU credit)
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; pid >= 0 && i < n; ++i) {
     if (i + kAhead < n) ix.table_.prefetch(slot(i + kAhead));
-    const Entry* e = ix.findEntry(pid, r.keys[i]);
+    const Entry* e = ix.findEntry(uint32_t(pid), r.keys[i]);
     if (i == 0) {
       if (!e) break;
       for (const auto& h : e->holders)
@@ -174,6 +193,22 @@ void Lookup::chainMatch(const HintIndex& ix, uint32_t pid, const Resolved& r, in
     path.push_back(e);
   }
   done.insert(done.end(), running.begin(), running.end());
+  // Event-fed replicas: their leading run in the KV index, fresh; the deeper run wins when a
+  // replica also reports.
+  if (!members.empty()) {
+    std::vector<uint32_t> depth;
+    ix.feed_->runs(r.keys.data(), n, members, depth);
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (depth[i] == 0) continue;
+      int64_t tokens = 0;
+      for (size_t b = 0; b < depth[i]; ++b) tokens += r.counts[b];
+      Run ev{members[i].replica, tokens, now, 1, depth[i]};
+      auto it = std::find_if(done.begin(), done.end(),
+                             [&](const Run& x) { return x.replica == ev.replica; });
+      if (it == done.end()) done.push_back(ev);
+      else if (it->depth < ev.depth) *it = ev;
+    }
+  }
   float c = (ttft_ms > 0 && ttft_ms < kSloTightTtftMs) ? 1.0f : 0.0f;
   for (const Run& run : done) {
     if (run.tokens <= 0) continue;
@@ -191,9 +226,10 @@ void Lookup::chainMatch(const HintIndex& ix, uint32_t pid, const Resolved& r, in
     double dp = distinguishingPower(m, serving);
     if (dp != 1.0) out.scores[a].score *= static_cast<float>(dp);
   }
-  if (credit) {
+  if (credit) {  // (an event-fed run has no entries to credit: the path is the reported one's)
+    for (const Run& run : done)
+      credit->depth.emplace_back(run.replica, std::min(run.depth, path.size()));
     credit->path = std::move(path);
-    for (const Run& run : done) credit->depth.emplace_back(run.replica, run.depth);
   }
 }
 
@@ -312,28 +348,45 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
   const Entry* exact_entry = nullptr;
   Reason reason = Reason::kNoHint;  // "None": falls to affinity below
   const HintIndex::SchemeRec* scope = ix.scope(q.tenant, q.model, q.scheme);
-  size_t serving = scope ? scope->replica_holdings.size() : 0;
+  // The replicas serving (tenant, model, scheme): reporters with entries there, and event-fed
+  // replicas of that scope holding blocks.
+  Members members;
+  if (ix.feed_) ix.feed_->members(q.tenant, q.model, q.scheme, members);
+  std::vector<uint32_t> serving_ids;
+  if (scope)
+    for (const auto& [replica, n] : scope->replica_holdings) serving_ids.push_back(replica);
+  for (const auto& mb : members)
+    if (!scope || !scope->replica_holdings.count(mb.replica)) serving_ids.push_back(mb.replica);
+  const size_t serving = serving_ids.size();
   auto classify = [&]() {
-    if (ix.holdings_ == 0) return Reason::kNoHint;  // a cold index is not a misconfiguration
-    auto t = ix.tenants_.find(q.tenant);
-    if (t == ix.tenants_.end()) return Reason::kUnknownTenant;
-    auto m = t->second.models.find(q.model);
-    if (m == t->second.models.end()) return Reason::kUnknownModel;
-    if (m->second.schemes.find(q.scheme) == m->second.schemes.end())
-      return Reason::kUnknownHashScheme;
-    return Reason::kNoHint;
+    const bool feed_empty = !ix.feed_ || ix.feed_->empty();
+    if (ix.holdings_ == 0 && feed_empty) return Reason::kNoHint;  // a cold index: no mismatch
+    int level = 0;  // 1 tenant known, 2 model, 3 scheme
+    if (auto t = ix.tenants_.find(q.tenant); t != ix.tenants_.end()) {
+      level = 1;
+      if (auto m = t->second.models.find(q.model); m != t->second.models.end())
+        level = m->second.schemes.count(q.scheme) ? 3 : 2;
+    }
+    if (!feed_empty) level = std::max(level, ix.feed_->known(q.tenant, q.model, q.scheme));
+    return level == 0   ? Reason::kUnknownTenant
+           : level == 1 ? Reason::kUnknownModel
+           : level == 2 ? Reason::kUnknownHashScheme
+                        : Reason::kNoHint;
   };
   int64_t pid = ix.findPartition(q.tenant, q.model, q.scheme, q.adapter);
   if (q.tenant.empty() || q.model.empty()) {
     reason = Reason::kNoHint;
   } else if (!r.keys.empty()) {
-    if (pid >= 0)
-      chainMatch(ix, uint32_t(pid), r, now, pol, q.ttft_ms, serving, out,
+    if (pid >= 0 || !members.empty())
+      chainMatch(ix, pid, r, now, pol, q.ttft_ms, serving, members, out,
                  credit_lfu ? &chain_credit : nullptr);
     reason = out.scores.empty() ? classify() : Reason::kPrefixMatch;
   } else {
-    if (pid >= 0) exact_entry = ix.findEntry(uint32_t(pid), HintIndex::keyOf(r.exact_bytes));
-    if (exact_entry) exactMatch(ix, *exact_entry, now, pol, q.ttft_ms, serving, out);
+    const uint64_t key = HintIndex::keyOf(r.exact_bytes);
+    if (pid >= 0) exact_entry = ix.findEntry(uint32_t(pid), key);
+    if (exact_entry || !members.empty())
+      exactMatch(ix, exact_entry, key, r.exact_tokens > 0 ? r.exact_tokens : int32_t(pol.block_size),
+                 now, pol, q.ttft_ms, serving, members, out);
     if (!out.scores.empty()) {
       reason = Reason::kPrefixMatch;
     } else {
@@ -367,7 +420,7 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
     reason = Reason::kNoHint;
     // AFFINITY_HINT: one stable replica from the scope's serving set.
     bool eligible = pol.affinity_routing && !q.tenant.empty() && !q.model.empty() &&
-                    (!raw_chain || q.n_blocks == q.n_counts) && scope && serving > 0;
+                    (!raw_chain || q.n_blocks == q.n_counts) && serving > 0;
     std::string seed;
     if (eligible) {
       if (!r.keys.empty()) {
@@ -383,7 +436,7 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
     }
     if (eligible && !seed.empty()) {
       std::vector<std::string> ids;
-      for (const auto& [replica, n] : scope->replica_holdings) ids.push_back(ix.replicas_[replica].id);
+      for (uint32_t replica : serving_ids) ids.push_back(ix.replicas_[replica].id);
       out.scores.push_back({affinityPick(std::move(ids), seed), 0, 0, 0, 0});
       reason = Reason::kAffinityHint;
     }

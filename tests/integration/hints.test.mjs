@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import grpc from '@grpc/grpc-js';
 import protoLoader from '@grpc/proto-loader';
 import { buildModelsDir } from '../../scripts/models_dir.mjs';
-import { parseMetrics, startKvgate, stop, tempDir, waitFor } from './lib.mjs';
+import { freePort, parseMetrics, startKvgate, startSim, stop, tempDir, waitFor } from './lib.mjs';
 
 const PROTO = path.resolve('proto/inferencecache/v1alpha1/inferencecache.proto');
 const def = protoLoader.loadSync(PROTO, { keepCase: true, longs: String, enums: String, defaults: true,
@@ -234,6 +234,55 @@ describe('kvgate index: LookupRoute over gRPC', () => {
     assert.match(Buffer.from(rt.rendered_prompt).toString(), /<\|im_start\|>user\nhi<\|im_end\|>/);
     const missing = await cl.call('RenderTemplate', { template_ref: 'no/such-model', variables: { prompt: 'hi' } });
     assert.equal(missing.reason_code, 'TEMPLATE_NOT_FOUND');
+  });
+
+  // Replicas followed through their engines' KV events (the simulator publishes vLLM's ZMQ
+  // events) beside one that reports over gRPC: one index, both kinds in one answer.
+  test('engine KV events feed LookupRoute beside ReportCacheState', async (t) => {
+    const kvPort = await freePort();
+    const sim = await startSim(['--hosts', '127.0.0.30-31', '--port', '0', '--kv-events-port', String(kvPort)]);
+    t.after(() => sim.stop());
+    const [e1, e2] = sim.workers;
+    const replicas = path.join(tmp.dir, 'events.json');
+    fs.writeFileSync(replicas, JSON.stringify({ replicas: [
+      { id: 'e1', model: 'sim-model', tenant: 'acme', events: `tcp://${e1.host}:${kvPort}` },
+      { id: 'e2', model: 'sim-model', tenant: 'acme', events: `tcp://${e2.host}:${kvPort}` },
+    ] }));
+    const ix = await startIndex(t, ['--replicas', replicas]);
+    const cl = client(ix.grpc);
+    t.after(() => cl.close());
+    const complete = async (w, first, n) => {
+      const res = await fetch(`${w.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: n }, (_, i) => first + i), max_tokens: 1 }) });
+      assert.equal(res.status, 200);
+      await res.arrayBuffer();
+    };
+    // Join both subscriptions (ZMQ drops what a SUB sends before it is connected).
+    let k = 1;
+    for (const w of [e1, e2]) {
+      assert.ok(await waitFor(async () => {
+        await complete(w, 10000000 * k++, 16);
+        return ((await metrics(ix)).find((s) => s.name === 'kvgate_kv_batches_total' &&
+          s.labels.source === `${w.host}:${kvPort}`)?.value ?? 0) > 0;
+      }, 15000, 100), `no KV batch from ${w.host}`);
+    }
+    // e2 computes tokens 0..63; r9 reports the first two blocks over gRPC.
+    await complete(e2, 0, 64);
+    const v = vec('tokens_0_63');
+    await cl.report([{ replica_id: 'r9', model_id: 'sim-model', tenant_id: 'acme', hash_scheme: 'vllm',
+      prefixes: [{ block_hashes: v.prefix_hashes.slice(0, 2).map(be), block_token_counts: [16, 16] }] }]);
+    const req = { model_id: 'sim-model', tenant_id: 'acme', hash_scheme: 'vllm', token_ids: v.tokens };
+    const r = await waitFor(async () => {
+      const x = await cl.call('LookupRoute', req);
+      return x.reason_code === 'PREFIX_MATCH' && x.replica_scores[0]?.matched_tokens === 64 ? x : null;
+    }, 10000, 100);
+    assert.ok(r, 'e2\'s blocks did not arrive');
+    // T = 3 serving (e1, e2 by events, r9 by report); only e2 at 64 tokens: dp 2/3. r9's 32
+    // tokens are under the 64-token floor.
+    assert.deepEqual(r.replica_scores.map((s) => s.replica_id), ['e2']);
+    assert.ok(Math.abs(r.replica_scores[0].score - 64 * 2 / 3) < 0.01, String(r.replica_scores[0].score));
+    // The event-fed scope is known to the classifier.
+    assert.equal((await cl.call('LookupRoute', { ...req, hash_scheme: 'sglang' })).reason_code, 'UNKNOWN_HASH_SCHEME');
   });
 
   test('hostile input: a clear code, no crash', async (t) => {
