@@ -19,6 +19,7 @@ int tokenizeMain(int argc, char** argv);
 }
 namespace hints {
 int indexMain(int argc, char** argv);
+int lookupBench(int argc, char** argv);
 }
 }  // namespace kvgate
 
@@ -49,6 +50,8 @@ int main(int argc, char** argv) {
   if (cmd == "sim") return kvgate::sim::main(argc - 1, argv + 1);
   if (cmd == "ctl") return kvgate::ctl::main(argc - 1, argv + 1);
   if (cmd == "index") return kvgate::hints::indexMain(argc - 1, argv + 1);
+  if (cmd == "bench" && argc >= 3 && std::strcmp(argv[2], "lookup") == 0)
+    return kvgate::hints::lookupBench(argc - 2, argv + 2);
   if (cmd == "bench") return kvgate::bench::main(argc - 1, argv + 1);
   if (cmd == "tokenize") return kvgate::tok::tokenizeMain(argc - 1, argv + 1);
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {

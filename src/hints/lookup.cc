@@ -153,13 +153,39 @@ void Lookup::chainMatch(const HintIndex& ix, int64_t pid, const Resolved& r, int
   };
   std::vector<Run> running, done;
   const size_t n = r.keys.size();
-  constexpr size_t kAhead = 8;
-  auto slot = [&](size_t i) { return HintIndex::slotKey(uint32_t(pid), r.keys[i]); };
-  for (size_t i = 0; pid >= 0 && i < std::min(n, kAhead); ++i) ix.table_.prefetch(slot(i));
+  // A block costs three dependent cache misses (table slot, entry, holders): a software
+  // pipeline starts them 16, 8 and 4 blocks ahead so they overlap.
+  constexpr size_t kSlotAhead = 16, kEntryAhead = 8, kHoldersAhead = 4;
+  thread_local std::vector<uint32_t> idx;
+  thread_local std::vector<const Entry*> ent;
+  constexpr uint32_t kNone = UINT32_MAX;
+  auto slot = [&](size_t j) { return HintIndex::slotKey(uint32_t(pid), r.keys[j]); };
+  auto stageSlot = [&](size_t j) {
+    const uint64_t* v = const_cast<kv::U64Map&>(ix.table_).find(slot(j));
+    idx[j] = v ? static_cast<uint32_t>(*v) : kNone;
+    if (v) __builtin_prefetch(&ix.entries_[*v]);
+  };
+  auto stageEntry = [&](size_t j) {
+    ent[j] = nullptr;
+    if (idx[j] == kNone) return;
+    const Entry& e = ix.entries_[idx[j]];
+    if (e.key != r.keys[j] || e.partition != uint32_t(pid)) return;
+    ent[j] = &e;
+    __builtin_prefetch(e.holders.data());
+  };
+  if (pid >= 0) {
+    idx.assign(n, kNone);
+    ent.assign(n, nullptr);
+    for (size_t j = 0; j < std::min(n, kSlotAhead); ++j) ix.table_.prefetch(slot(j));
+    for (size_t j = 0; j < std::min(n, kEntryAhead); ++j) stageSlot(j);
+    for (size_t j = 0; j < std::min(n, kHoldersAhead); ++j) stageEntry(j);
+  }
   std::vector<const Entry*> path;  // the entry of each matched block (LFU credit)
   for (size_t i = 0; pid >= 0 && i < n; ++i) {
-    if (i + kAhead < n) ix.table_.prefetch(slot(i + kAhead));
-    const Entry* e = ix.findEntry(uint32_t(pid), r.keys[i]);
+    if (i + kSlotAhead < n) ix.table_.prefetch(slot(i + kSlotAhead));
+    if (i + kEntryAhead < n) stageSlot(i + kEntryAhead);
+    if (i + kHoldersAhead < n) stageEntry(i + kHoldersAhead);
+    const Entry* e = ent[i];
     if (i == 0) {
       if (!e) break;
       for (const auto& h : e->holders)
