@@ -82,6 +82,10 @@ const std::vector<FieldSpec>& serviceFields() {
       {"kvZmqPort", T::kInt, 1, 65535},
       {"kvReplayPort", T::kInt, 0, 65535},
       {"kvWarmupSec", T::kInt, 0, 86400},
+      // Extension: Tier 1.5 state from a `kvgate index` (LookupRoute) instead of own subscriptions.
+      {"kvIndexAddr", T::kString, 0, 256},
+      {"kvIndexTimeoutMs", T::kInt, 1, 1000},
+      {"kvIndexTenant", T::kString, 0, 256},
       {"kvEngineType", T::kEnum, 0, 0, {"vllm", "sglang", "trtllm", "llamacpp"}},
       {"kvDpRankCount", T::kInt, 1, 8},
       {"pdBootstrapPort", T::kInt, 0, 65535},

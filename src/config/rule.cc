@@ -189,6 +189,16 @@ Result<RuleSpec> parseRule(const json& body) {
       return bad("serviceArguments.kvHashAlgo",
                  "'" + algo + "' does not match kvEngineType '" + engine + "'");
   }
+  if (std::string addr = getOr<std::string>(stored, "kvIndexAddr", ""); !addr.empty()) {
+    if (kv_mode == 0) return bad("serviceArguments.kvIndexAddr", "requires kvExactMode 1 or 3");
+    auto colon = addr.rfind(':');
+    bool ok = colon != std::string::npos && colon > 0 && colon + 1 < addr.size() &&
+              addr.find_first_not_of("0123456789", colon + 1) == std::string::npos &&
+              addr.size() - colon - 1 <= 5 && std::stoi(addr.substr(colon + 1)) > 0 &&
+              std::stoi(addr.substr(colon + 1)) <= 65535 &&
+              addr.find_first_of(" /\t\r\n") == std::string::npos;
+    if (!ok) return bad("serviceArguments.kvIndexAddr", "must be HOST:PORT of a kvgate index");
+  }
   std::string auth = getOr<std::string>(stored, "api_key_auth", "");
   if (stored.contains("jwt_auth_profile") && auth != "jwt" && auth != "apikey-or-jwt")
     return bad("serviceArguments.jwt_auth_profile", "requires api_key_auth jwt or apikey-or-jwt");

@@ -21,6 +21,7 @@ std::string publisherKey(const config::RuleSpec& r, size_t ep_idx) {
   const int mode = argOr<int>(r.service_args, "kvExactMode", 0);
   const auto engine = argOr<std::string>(r.service_args, "kvEngineType", "vllm");
   if ((mode != 1 && mode != 3) || ep_idx >= r.endpoints.size() || engine == "llamacpp") return "";
+  if (!argOr<std::string>(r.service_args, "kvIndexAddr", "").empty()) return "";  // remote index
   const auto& ep = r.endpoints[ep_idx];
   if (mode == 1 && ep.role != 1) return "";
   const int port = engine == "trtllm" ? ep.port : argOr<int>(r.service_args, "kvZmqPort", 5557);
@@ -46,6 +47,8 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
   for (const auto& r : rules) {
     const int mode = argOr<int>(r.service_args, "kvExactMode", 0);
     if (mode != 1 && mode != 3) continue;
+    // A rule reading a remote `kvgate index` follows no events itself.
+    if (!argOr<std::string>(r.service_args, "kvIndexAddr", "").empty()) continue;
     const auto port = argOr<int>(r.service_args, "kvZmqPort", 5557);
     const auto ranks = argOr<int>(r.service_args, "kvDpRankCount", 1);
     const auto engine = argOr<std::string>(r.service_args, "kvEngineType", "vllm");

@@ -129,6 +129,11 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   int pinnedDecode(const Route& route, int peer, endpoints::EndpointLease& lease);
   void countTier(const Route& route, int stage);
   asio::awaitable<void> answerPrefillFailure();
+  // Runs `pipeline`; when a stage asks for the remote index's answer (kvIndexAddr), asks it
+  // (proxy/remote_hint.h) and runs again.
+  asio::awaitable<routing::Decision> decide(const Route& route, const routing::Pipeline& pipeline,
+                                            const routing::RequestContext& rctx,
+                                            routing::CandidateSet& cands);
   asio::awaitable<LegAnswer> firstLeg(const Request& req, const Route& route, size_t idx,
                                       endpoints::EndpointLease& lease, std::string_view body);
   asio::awaitable<bool> answerWith(int status, std::string_view content_type,
@@ -225,6 +230,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   http::ResponseHead resp_head_;  // the current response's head (views into the leg's buffer)
   std::vector<bool> excluded_;
   routing::ChainCache chain_cache_;  // kv_exact's chain, reused by a request's retries
+  routing::RemoteHint remote_hint_;  // kv_exact with kvIndexAddr: this request's answer
   std::string last_error_;           // why the last endpoint tried could not serve (502 message)
   Outcome outcome_;
 };

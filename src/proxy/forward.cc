@@ -11,6 +11,7 @@
 // answered 502/504 and teaches the breaker. Interim 1xx answers (not 101) are relayed to
 // HTTP/1.1 clients and dropped for HTTP/1.0 clients; the final response follows.
 #include "common/log.h"
+#include "proxy/remote_hint.h"
 #include "proxy/client_conn.h"
 #include "proxy/request_keys.h"
 
@@ -198,6 +199,25 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
   co_return true;
 }
 
+asio::awaitable<routing::Decision> ClientConn::decide(const Route& route,
+                                                      const routing::Pipeline& pipeline,
+                                                      const routing::RequestContext& rctx,
+                                                      routing::CandidateSet& cands) {
+  routing::Decision d = pipeline.run(rctx, cands);
+  if (!d.need_remote || !rctx.remote || !rctx.chain_cache) co_return d;
+  const auto& sa = route.rule.service_args;
+  RemoteIndexCall c;
+  c.addr = sa.value("kvIndexAddr", std::string());
+  c.timeout = std::chrono::milliseconds(sa.value("kvIndexTimeoutMs", 5));
+  c.tenant = sa.value("kvIndexTenant", std::string("default"));
+  c.block_size = static_cast<uint32_t>(sa.value("kvBlockSize", 16));
+  c.model = facts_parsed_ && facts_.has_model ? facts_.model : sa.value("model_name", std::string());
+  co_await askRemoteIndex(w_.io, c, rctx.chain_cache->chain, *rctx.remote);
+  if (rctx.remote->state == routing::RemoteHint::State::kWanted)
+    rctx.remote->state = routing::RemoteHint::State::kFailed;  // (never asks twice)
+  co_return pipeline.run(rctx, cands);
+}
+
 asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route,
                                           const routing::Pipeline* pipeline, int role) {
   const size_t n = route.endpoints.size();
@@ -211,12 +231,14 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
       requestContext(req.head, facts_parsed_ ? &facts_ : nullptr, route, source_key_);
   chain_cache_.ready = false;  // (at most 8192 entries: kv_exact's block bound)
   rctx.chain_cache = &chain_cache_;
+  remote_hint_ = {};
+  rctx.remote = &remote_hint_;
   const bool cb = route.rule.cb_enable;
   maskUnhealthy(route, excluded_, role);
   routing::CandidateSet cands{route.endpoints, excluded_};
   last_error_.clear();
   for (size_t attempt = 0; attempt < 2 * n; ++attempt) {
-    routing::Decision d = pipeline->run(rctx, cands);
+    routing::Decision d = co_await decide(route, *pipeline, rctx, cands);
     if (d.index < 0) break;
     const size_t idx = static_cast<size_t>(d.index);
     auto& state = *route.endpoints[idx].state;

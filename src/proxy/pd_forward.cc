@@ -711,6 +711,8 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   routing::RequestContext rctx = requestContext(req.head, &facts_, route, source_key_);
   chain_cache_.ready = false;
   rctx.chain_cache = &chain_cache_;
+  remote_hint_ = {};
+  rctx.remote = &remote_hint_;
   // DRAINING endpoints stay for now: Tier 0 may still send a pinned conversation there.
   maskUnhealthy(route, excluded_, 1, false);
   maskUnhealthy(route, st.decode_excluded, 2, false);
@@ -756,7 +758,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       }
       if (trial) plase.takeTrial();
     } else {
-      d = route.pipeline->run(rctx, cands);
+      d = co_await decide(route, *route.pipeline, rctx, cands);
       if (d.index < 0) break;
       auto& s = *route.endpoints[static_cast<size_t>(d.index)].state;
       bool trial = false;

@@ -44,6 +44,11 @@ Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c) const {
   for (size_t i = 0; i < stages_.size(); ++i) {
     StageResult r =
         c.size() == 0 ? StageResult::fall(FallReason::kEmptyPool) : stages_[i]->evaluate(ctx, c);
+    if (r.need_remote) {  // suspended, not decided: the caller asks and runs again
+      d.need_remote = true;
+      d.stage = static_cast<int>(i);
+      return d;
+    }
     if (r.index >= 0 && static_cast<size_t>(r.index) < c.size() &&
         !c.excluded[static_cast<size_t>(r.index)]) {
       d.index = r.index;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <iterator>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "routing/request_facts.h"
@@ -20,8 +22,19 @@ struct ChainCache {
   bool ready = false;
 };
 
+// A remote LookupRoute answer for this request (kv_exact with kvIndexAddr): the stage sets
+// kWanted with the chain in the chain cache; the proxy asks the index and fills the rest.
+struct RemoteHint {
+  enum class State : uint8_t { kNone, kWanted, kAnswered, kFailed };
+  State state = State::kNone;
+  bool timed_out = false;  // kFailed: the deadline passed (else an error)
+  std::vector<std::pair<std::string, int32_t>> replicas;  // replica id ("ip:port"), matched tokens
+  std::string reason_code;  // the index's reason code
+};
+
 struct RequestContext {
   const RequestFacts* facts = nullptr;  // null when nothing was parsed
+  RemoteHint* remote = nullptr;         // null: this path cannot ask a remote index
   uint64_t run = 0;                     // a per-thread id of this request's routing (never 0)
   ChainCache* chain_cache = nullptr;    // null: nothing is kept between attempts
   // XXH3 of model, cache_salt and the first K bytes of the rendered prompt (chwbl, gpuaware,

@@ -69,12 +69,15 @@ enum class FallReason : uint8_t {
   kUnpinned,    // session: the conversation has no live pin
   kPinEvicted,  // session: a pinned endpoint is gone, masked, down or behind an open breaker
   kImbalance,   // prefix_trie: prefill loads differ by more than pd_balance_abs_threshold
+  // kv_exact with kvIndexAddr (a remote LookupRoute):
+  kRemoteTimeout,  // the index did not answer within kvIndexTimeoutMs
+  kRemoteError,    // the call failed (unreachable, refused, malformed answer)
   kCount
 };
 inline constexpr const char* kFallReasonNames[] = {
     "all_excluded", "empty_pool", "no_key",      "api_mode",      "warmup",    "text_empty",
     "model_empty",  "tokenize",   "hashes",      "hash_contract", "no_worker", "excluded",
-    "shallow",      "unpinned",   "pin_evicted", "imbalance"};
+    "shallow",      "unpinned",   "pin_evicted", "imbalance",     "remote_timeout", "remote_error"};
 static_assert(std::size(kFallReasonNames) == static_cast<size_t>(FallReason::kCount));
 
 struct StageResult {
@@ -87,6 +90,8 @@ struct StageResult {
   // any later stage's pick will have to prefill.
   uint32_t prefill_blocks = 0;
   int peer = -1;  // session (P/D): the pinned decode endpoint, for the decode pick
+  // kv_exact with kvIndexAddr: ask the remote index (RequestContext::remote) and run again.
+  bool need_remote = false;
   FallReason reason = FallReason::kAllExcluded;
 
   static StageResult pick(int i, DecisionKey k = DecisionKey::kRr, bool spilled = false) {

@@ -29,6 +29,7 @@ struct Scratch {
   std::vector<uint64_t> chain;
   std::vector<LawCandidate> cands;
   std::vector<int> index_of;
+  std::vector<uint32_t> remote_ov;      // kvIndexAddr: each candidate's overlap from the answer
   const RequestContext* ctx = nullptr;  // set when `chain` holds ctx's chain
   uint64_t run = 0;                     // and that request's routing run
   const void* stage = nullptr;
@@ -96,6 +97,7 @@ class KvExactStage : public Stage {
       if (!c.excluded[i] && it->second.connected_ns >= 0 && it->second.connected_ns <= warm_before)
         warm = true;
     }
+    if (opts_.remote) warm = true;  // the remote index follows the engines, not this gateway
     if (!warm) return StageResult::fall(FallReason::kWarmup);
     if (!ids_given) {
       // No usable "prompt" (has_prompt: the parser saw a string or token ids) and no messages.
@@ -144,12 +146,39 @@ class KvExactStage : public Stage {
         ctx.chain_cache->ready = true;
       }
     }
+    // Remote mode: ask the index once per request (the proxy runs the pipeline again with the
+    // answer); a failed or late answer falls through, counted by its reason.
+    std::vector<uint32_t>& remote_ov = sc.remote_ov;
+    remote_ov.clear();
+    if (opts_.remote) {
+      if (n == 0) return StageResult::fall(FallReason::kShallow);
+      RemoteHint* rh = ctx.remote;
+      if (!rh || !ctx.chain_cache || !ctx.chain_cache->ready)
+        return StageResult::fall(FallReason::kRemoteError);
+      if (rh->state == RemoteHint::State::kNone) {
+        rh->state = RemoteHint::State::kWanted;
+        StageResult ask;
+        ask.need_remote = true;
+        return ask;
+      }
+      if (rh->state != RemoteHint::State::kAnswered)
+        return StageResult::fall(rh->timed_out ? FallReason::kRemoteTimeout
+                                               : FallReason::kRemoteError);
+      remote_ov.assign(c.size(), 0);
+      for (size_t i = 0; i < c.size(); ++i)
+        for (const auto& [id, tokens] : rh->replicas)
+          if (id == c.endpoints[i].state->label && tokens > 0)
+            remote_ov[i] = std::min<uint32_t>(static_cast<uint32_t>(tokens) / opts_.block_size,
+                                              static_cast<uint32_t>(n));
+    }
     // No candidate's events are followed (or only contract breakers): upstream's no_worker,
     // after tokenize and hashes as its ladder orders them.
-    if (all == 0)
+    if (all == 0 && !opts_.remote)
       return StageResult::fall(broken ? FallReason::kHashContract : FallReason::kNoWorker);
     std::array<uint32_t, kv::kMaxWorkers> overlap{};
-    if (overlay_ && opts_.speculative_ttl_ms > 0) {
+    if (opts_.remote) {
+      // (the overlaps are remote_ov's)
+    } else if (overlay_ && opts_.speculative_ttl_ms > 0) {
       const uint64_t via =
           index_.scoreWithOverlay(chain.data(), n, all, *overlay_, clock_.nowNs(), overlap);
       if (via) overlay_->countHits(via);
@@ -167,6 +196,7 @@ class KvExactStage : public Stage {
     index_of.clear();
     // An endpoint's overlap: the best of its publisher's ranks.
     auto overlapOf = [&](size_t i) {
+      if (!remote_ov.empty()) return remote_ov[i];
       uint32_t ov = 0;
       for (uint64_t m = masks[i]; m; m &= m - 1)
         ov = std::max(ov, overlap[static_cast<size_t>(std::countr_zero(m))]);
@@ -310,6 +340,7 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
   o.block_size = static_cast<uint32_t>(sa.value("kvBlockSize", 16));
   o.zmq_port = static_cast<uint16_t>(sa.value("kvZmqPort", 5557));
   o.warmup_sec = static_cast<uint32_t>(sa.value("kvWarmupSec", 0));
+  o.remote = !sa.value("kvIndexAddr", std::string()).empty();
   o.serving_port_key = sa.value("kvEngineType", std::string("vllm")) == "trtllm";
   o.min_match_tokens = static_cast<uint32_t>(envInt("LLB_KV_MIN_MATCH_TOKENS", 0, 4096, 16));
   o.speculative_ttl_ms =

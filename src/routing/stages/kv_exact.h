@@ -72,6 +72,9 @@ struct KvExactOptions {
   // non-excluded endpoint holding fewer than min_blocks blocks, if any.
   uint32_t coldstart_min_blocks = 16;
   uint32_t coldstart_seed_nth = 16;
+  // kvIndexAddr: the overlaps come from a `kvgate index` LookupRoute answer (replica ids are the
+  // endpoints' "ip:port") instead of this gateway's own subscriptions.
+  bool remote = false;
   LawParams law;
 };
 
