@@ -41,9 +41,9 @@ uint64_t HintIndex::slotKey(uint32_t partition, uint64_t key) {
 }
 
 HintIndex::Entry* HintIndex::findEntry(uint32_t partition, uint64_t key) {
-  uint64_t* v = table_.find(slotKey(partition, key));
+  Slot* v = table_.find(slotKey(partition, key));
   if (!v) return nullptr;
-  Entry& e = entries_[*v];
+  Entry& e = entries_[v->entry];
   return (e.key == key && e.partition == partition) ? &e : nullptr;
 }
 const HintIndex::Entry* HintIndex::findEntry(uint32_t partition, uint64_t key) const {
@@ -135,10 +135,10 @@ void HintIndex::upsert(uint32_t pid, uint64_t key, uint32_t replica, Tier tier, 
                        int64_t now) {
   uint8_t t = static_cast<uint8_t>(tier == Tier::kUnspecified ? Tier::kT1 : tier);
   uint64_t sk = slotKey(pid, key);
-  uint64_t* slot = table_.find(sk);
+  Slot* slot = table_.find(sk);
   Entry* e = nullptr;
   if (slot) {
-    e = &entries_[*slot];
+    e = &entries_[slot->entry];
     if (e->key != key || e->partition != pid) return;  // a 2^-64 slot collision: keep the first
   } else {
     uint32_t idx;
@@ -154,7 +154,7 @@ void HintIndex::upsert(uint32_t pid, uint64_t key, uint32_t replica, Tier tier, 
     e->partition = pid;
     e->token_count = 0;
     e->holders.clear();
-    table_.insert(sk, idx);
+    slot = table_.insert(sk, Slot{idx, 0, 0, 0, 0}).first;
     ++partitions_[pid].entries;
   }
   if (tokens > 0) e->token_count = tokens;
@@ -163,21 +163,33 @@ void HintIndex::upsert(uint32_t pid, uint64_t key, uint32_t replica, Tier tier, 
   if (it != e->holders.end() && it->replica == replica) {
     it->last_seen_ns = now;
     it->tier = t;  // a re-report with another tier moves the entry (last write wins)
+    syncSlot(*slot, *e);
     return;
   }
   e->holders.insert(it, Holding{replica, t, 0, now});
+  syncSlot(*slot, *e);
   countHolding(pid, replica, +1);
+}
+
+void HintIndex::syncSlot(Slot& s, const Entry& e) {
+  s.single = e.holders.size() == 1;
+  if (!s.single) return;
+  s.replica = static_cast<uint16_t>(e.holders[0].replica);
+  s.tier = e.holders[0].tier;
+  s.seen = e.holders[0].last_seen_ns;
 }
 
 void HintIndex::dropHolding(Entry& e, size_t i) {
   uint32_t replica = e.holders[i].replica;
   e.holders.erase(e.holders.begin() + static_cast<ptrdiff_t>(i));
   countHolding(e.partition, replica, -1);
-  if (e.holders.empty()) {
+  if (!e.holders.empty()) {
+    if (Slot* slot = table_.find(slotKey(e.partition, e.key))) syncSlot(*slot, e);
+  } else {
     uint64_t sk = slotKey(e.partition, e.key);
-    uint64_t* slot = table_.find(sk);
+    Slot* slot = table_.find(sk);
     if (slot) {
-      uint32_t idx = static_cast<uint32_t>(*slot);
+      uint32_t idx = slot->entry;
       table_.erase(sk);
       free_.push_back(idx);
     }

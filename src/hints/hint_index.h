@@ -146,6 +146,18 @@ class HintIndex {
     mutable uint32_t hits;  // LFU access count (atomic_ref under the shared lock)
     int64_t last_seen_ns;
   };
+  // The table's value: the entry's index in the slab and, when exactly one replica holds it,
+  // that holding (a chain walk then reads one cache line per block). Kept in step with the
+  // entry by syncSlot on every change of its holders. (A single-holder slot is trusted without
+  // re-checking the entry's key: a 2^-64 collision of slot keys, the fingerprints' own odds.)
+  struct Slot {
+    uint32_t entry = 0;
+    uint16_t replica = 0;
+    uint8_t tier = 0;
+    uint8_t single = 0;
+    int64_t seen = 0;
+  };
+  using Table = kv::BasicU64Map<Slot>;
   struct Entry {
     uint64_t key = 0;  // prefix key within the partition
     uint32_t partition = 0;
@@ -198,6 +210,7 @@ class HintIndex {
   void upsert(uint32_t partition, uint64_t key, uint32_t replica, Tier tier, int32_t tokens,
               int64_t now);
   void dropHolding(Entry& e, size_t idx);  // keeps counts; frees empty entries lazily
+  static void syncSlot(Slot& s, const Entry& e);
   void removeEntryIfEmpty(uint32_t slot_index);
   void countHolding(uint32_t partition, uint32_t replica, int delta);
   void evictForCapacity();
@@ -205,7 +218,7 @@ class HintIndex {
   const common::Clock& clock_;
   mutable std::shared_mutex mu_;
   CachePolicy policy_;
-  kv::U64Map table_;             // slotKey -> index into entries_
+  Table table_;                  // slotKey -> the entry's index (and its one holding)
   std::vector<Entry> entries_;   // slab; free slots on free_
   std::vector<uint32_t> free_;
   static constexpr size_t kMaxReplicas = 4096, kMaxPartitions = 65536;

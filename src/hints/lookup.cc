@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 
+#include "common/prefetch.h"
 #include "hints/pd_topology.h"
 #include "kv/fingerprint.h"
 
@@ -153,28 +154,37 @@ void Lookup::chainMatch(const HintIndex& ix, int64_t pid, const Resolved& r, int
   };
   std::vector<Run> running, done;
   const size_t n = r.keys.size();
-  // A block costs three dependent cache misses (table slot, entry, holders): a software
-  // pipeline starts them 16, 8 and 4 blocks ahead so they overlap.
-  constexpr size_t kSlotAhead = 16, kEntryAhead = 8, kHoldersAhead = 4;
-  thread_local std::vector<uint32_t> idx;
+  // A block costs one cache miss when one replica holds it (its table slot describes the
+  // holding) and three otherwise (slot, entry, holders): a software pipeline starts them 16, 8
+  // and 4 blocks ahead so they overlap.
+  constexpr size_t kSlotAhead = 32, kEntryAhead = 16, kHoldersAhead = 8;
+  using Slot = HintIndex::Slot;
+  thread_local std::vector<Slot> sl;
+  thread_local std::vector<uint8_t> found;
   thread_local std::vector<const Entry*> ent;
-  constexpr uint32_t kNone = UINT32_MAX;
   auto slot = [&](size_t j) { return HintIndex::slotKey(uint32_t(pid), r.keys[j]); };
   auto stageSlot = [&](size_t j) {
-    const uint64_t* v = const_cast<kv::U64Map&>(ix.table_).find(slot(j));
-    idx[j] = v ? static_cast<uint32_t>(*v) : kNone;
-    if (v) __builtin_prefetch(&ix.entries_[*v]);
+    const Slot* v = const_cast<HintIndex::Table&>(ix.table_).find(slot(j));
+    found[j] = v != nullptr;
+    if (!v) return;
+    sl[j] = *v;
+    if (!v->single) common::prefetchRead(&ix.entries_[v->entry]);
   };
   auto stageEntry = [&](size_t j) {
     ent[j] = nullptr;
-    if (idx[j] == kNone) return;
-    const Entry& e = ix.entries_[idx[j]];
+    if (!found[j]) return;
+    const Entry& e = ix.entries_[sl[j].entry];
+    if (sl[j].single) {  // (not read: only its address, for the LFU credit)
+      ent[j] = &e;
+      return;
+    }
     if (e.key != r.keys[j] || e.partition != uint32_t(pid)) return;
     ent[j] = &e;
-    __builtin_prefetch(e.holders.data());
+    common::prefetchRead(e.holders.data());
   };
   if (pid >= 0) {
-    idx.assign(n, kNone);
+    sl.resize(n);
+    found.assign(n, 0);
     ent.assign(n, nullptr);
     for (size_t j = 0; j < std::min(n, kSlotAhead); ++j) ix.table_.prefetch(slot(j));
     for (size_t j = 0; j < std::min(n, kEntryAhead); ++j) stageSlot(j);
@@ -186,23 +196,31 @@ void Lookup::chainMatch(const HintIndex& ix, int64_t pid, const Resolved& r, int
     if (i + kEntryAhead < n) stageSlot(i + kEntryAhead);
     if (i + kHoldersAhead < n) stageEntry(i + kHoldersAhead);
     const Entry* e = ent[i];
+    // This block's holders, sorted by replica: the slot's one, or the entry's.
+    HintIndex::Holding one;
+    const HintIndex::Holding* hs = nullptr;
+    size_t nh = 0;
+    if (e && sl[i].single) {
+      one = {sl[i].replica, sl[i].tier, 0, sl[i].seen};
+      hs = &one;
+      nh = 1;
+    } else if (e) {
+      hs = e->holders.data();
+      nh = e->holders.size();
+    }
     if (i == 0) {
-      if (!e) break;
-      for (const auto& h : e->holders)
-        if (h.last_seen_ns > cutoff)
-          running.push_back({h.replica, r.counts[0], h.last_seen_ns, h.tier, 1});
+      if (nh == 0) break;
+      for (size_t k = 0; k < nh; ++k)
+        if (hs[k].last_seen_ns > cutoff)
+          running.push_back({hs[k].replica, r.counts[0], hs[k].last_seen_ns, hs[k].tier, 1});
     } else {
       // Both sorted by replica: keep the running replicas that hold this block too.
       size_t keep = 0, j = 0;
       for (size_t k = 0; k < running.size(); ++k) {
         Run& run = running[k];
         const HintIndex::Holding* h = nullptr;
-        if (e) {
-          while (j < e->holders.size() && e->holders[j].replica < run.replica) ++j;
-          if (j < e->holders.size() && e->holders[j].replica == run.replica &&
-              e->holders[j].last_seen_ns > cutoff)
-            h = &e->holders[j];
-        }
+        while (j < nh && hs[j].replica < run.replica) ++j;
+        if (j < nh && hs[j].replica == run.replica && hs[j].last_seen_ns > cutoff) h = &hs[j];
         if (h) {
           run.tokens += r.counts[i];
           run.oldest = std::min(run.oldest, h->last_seen_ns);

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/prefetch.h"
+
 namespace kvgate::kv {
 
 class BlockTable {
@@ -30,7 +32,7 @@ class BlockTable {
 
   // Starts loading the slot where `fp` would be (the scorer prefetches the chain ahead: lookups
   // of one chain are independent, so cache misses overlap instead of adding up).
-  void prefetch(uint64_t fp) const { __builtin_prefetch(&slots_[slot(fp == 0 ? 1 : fp)], 0, 1); }
+  void prefetch(uint64_t fp) const { common::prefetchRead(&slots_[slot(fp == 0 ? 1 : fp)]); }
 
   // Writer side. setBits is false when the table is too full to take a new key (rebuild first).
   bool setBits(uint64_t fp, uint64_t bits);

@@ -1,27 +1,36 @@
-// A flat hash map from 64-bit keys to 64-bit values for one thread (the KV index's writer side):
+// A flat hash map from 64-bit keys to values for one thread (the KV index's writer side):
 // open addressing, linear probing, deletion by backward shift (no tombstones), power-of-two
 // capacity kept between 1/8 and 1/2 full. Key 0 is stored beside the table.
 #pragma once
+#include <sys/mman.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <utility>
+
+#include "common/prefetch.h"
 
 namespace kvgate::kv {
 
-class U64Map {
+// V: a trivially copyable value (U64Map: uint64_t; the hint index keeps a small struct inline so
+// a lookup costs one cache line).
+template <typename V>
+class BasicU64Map {
  public:
   size_t size() const { return size_ + (has_zero_ ? 1 : 0); }
   bool empty() const { return size() == 0; }
   // Bytes held by the table (for the index's memory metric).
   size_t bytes() const { return cap_ * sizeof(Entry); }
 
-  bool contains(uint64_t k) const { return const_cast<U64Map*>(this)->find(k) != nullptr; }
-  uint64_t valueOr(uint64_t k, uint64_t dflt) const {
-    const uint64_t* v = const_cast<U64Map*>(this)->find(k);
+  bool contains(uint64_t k) const { return const_cast<BasicU64Map*>(this)->find(k) != nullptr; }
+  V valueOr(uint64_t k, V dflt) const {
+    const V* v = const_cast<BasicU64Map*>(this)->find(k);
     return v ? *v : dflt;
   }
-  uint64_t* find(uint64_t k) {
+  V* find(uint64_t k) {
     if (k == 0) return has_zero_ ? &zero_value_ : nullptr;
     if (cap_ == 0) return nullptr;
     for (size_t i = slot(k);; i = (i + 1) & (cap_ - 1)) {
@@ -31,10 +40,14 @@ class U64Map {
   }
   // Starts loading k's home slot into the cache (a chain walk prefetches a few blocks ahead).
   void prefetch(uint64_t k) const {
-    if (cap_ != 0) __builtin_prefetch(&e_[slot(k)]);
+    if (cap_ == 0) return;
+    // (an entry that straddles two cache lines needs both: the key in one, the value in the next)
+    const char* p = reinterpret_cast<const char*>(&e_[slot(k)]);
+    common::prefetchRead(p);
+    if ((reinterpret_cast<uintptr_t>(p) & 63) + sizeof(Entry) > 64) common::prefetchRead(p + sizeof(Entry) - 1);
   }
   // Inserts k with value v when absent; returns the value slot and whether it was inserted.
-  std::pair<uint64_t*, bool> insert(uint64_t k, uint64_t v) {
+  std::pair<V*, bool> insert(uint64_t k, V v) {
     if (k == 0) {
       if (has_zero_) return {&zero_value_, false};
       has_zero_ = true;
@@ -93,7 +106,7 @@ class U64Map {
  private:
   struct Entry {
     uint64_t key = 0;
-    uint64_t value = 0;
+    V value{};
   };
   size_t slot(uint64_t k) const {
     k ^= k >> 33;  // keys are hashes already; mix the high bits down anyway
@@ -102,10 +115,29 @@ class U64Map {
     return static_cast<size_t>(k) & (cap_ - 1);
   }
   void grow() { rehash(cap_ == 0 ? 16 : cap_ * 2); }
+  // Tables of 4 MiB and more ask for transparent huge pages: a lookup into a big table is a
+  // random access, and on 4 KiB pages each one also misses the TLB (a page walk, costlier still
+  // under virtualization).
+  struct Free {
+    void operator()(Entry* p) const { std::free(p); }
+  };
+  using Storage = std::unique_ptr<Entry[], Free>;
+  static Storage allocate(size_t cap) {
+    const size_t bytes = cap * sizeof(Entry);
+    constexpr size_t kHuge = size_t(2) << 20;
+    void* p = bytes >= (size_t(4) << 20)
+                  ? std::aligned_alloc(kHuge, (bytes + kHuge - 1) / kHuge * kHuge)
+                  : std::malloc(bytes);
+    if (!p) throw std::bad_alloc();
+    if (bytes >= (size_t(4) << 20)) madvise(p, (bytes + kHuge - 1) / kHuge * kHuge, MADV_HUGEPAGE);
+    Entry* e = static_cast<Entry*>(p);
+    for (size_t i = 0; i < cap; ++i) new (&e[i]) Entry{};
+    return Storage(e);
+  }
   void rehash(size_t cap) {
-    std::unique_ptr<Entry[]> old = std::move(e_);
+    Storage old = std::move(e_);
     size_t old_cap = cap_;
-    e_.reset(new Entry[cap]);
+    e_ = allocate(cap);
     cap_ = cap;
     size_ = 0;
     for (size_t i = 0; i < old_cap; ++i)
@@ -117,10 +149,12 @@ class U64Map {
             break;
           }
   }
-  std::unique_ptr<Entry[]> e_;
+  Storage e_;
   size_t cap_ = 0, size_ = 0;
   bool has_zero_ = false;
-  uint64_t zero_value_ = 0;
+  V zero_value_{};
 };
+
+using U64Map = BasicU64Map<uint64_t>;
 
 }  // namespace kvgate::kv
