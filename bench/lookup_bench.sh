@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # LookupRoute over real gRPC: `kvgate index` loaded with BLOCKS blocks over 16 replicas (chains of
-# 512), then closed-loop runs at several concurrencies and open-loop runs at fixed rates; memory
-# per indexed block from the index's own gauge and its RSS. Prints Markdown.
+# 512), then closed-loop runs at several concurrencies, open-loop runs at fixed rates and the
+# transport's ceiling (1-block lookups); memory per indexed block from the index's own gauge and
+# its RSS. Prints Markdown.
 #   bash bench/lookup_bench.sh [BLOCKS] [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +27,12 @@ RSS1=$(ps -o rss= -p $PID)
 for c in 32 128; do
   "$BIN" bench lookup --target "$GRPC" --blocks "$BLOCKS" --no-preload --duration-s "$SECS" --concurrency $c | row "closed loop, $c in flight"
 done
-for r in 1000 2000 4000; do
+for r in 1000 2000 4000 6000 8000; do
   "$BIN" bench lookup --target "$GRPC" --blocks "$BLOCKS" --no-preload --duration-s "$SECS" --concurrency 256 --rate $r | row "open loop at $r/s"
 done
+# The transport's ceiling on this machine: 1-block lookups (random chains: a miss, AFFINITY_HINT),
+# so the lookup itself costs nearly nothing and what is left is gRPC, client and server.
+"$BIN" bench lookup --target "$GRPC" --no-preload --chain 1 --duration-s "$SECS" --concurrency 64 | row "gRPC ceiling: 1-block lookups, closed loop, 64 in flight"
 M=$(curl -s "$METRICS/metrics")
 HOLD=$(echo "$M" | awk '/^kvgate_index_holdings /{print $2}')
 BYTES=$(echo "$M" | awk '/^kvgate_index_memory_bytes /{print $2}')

@@ -20,3 +20,11 @@ echo "### P/D: build/pd_ladder_bench --benchmark_repetitions=3; node bench/pd_be
 echo
 build/pd_ladder_bench --benchmark_repetitions=3 2>/dev/null | grep -E "median" || true
 node bench/pd_bench.mjs --kvgate build/kvgate --requests 1000 --rounds 3 2>/dev/null
+echo
+echo "### LookupRoute: build/hint_lookup_bench; bench/lookup_bench.sh 1000000 8; node bench/hints_gateways.mjs"
+echo
+build/hint_lookup_bench --benchmark_repetitions=3 2>/dev/null | grep -E "median" || true
+echo
+KVGATE_BIN=build/kvgate bash bench/lookup_bench.sh 1000000 8 2>/dev/null
+echo
+KVGATE_BIN=build/kvgate node bench/hints_gateways.mjs 2>/dev/null
