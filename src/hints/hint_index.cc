@@ -53,12 +53,29 @@ const HintIndex::Entry* HintIndex::findEntry(uint32_t partition, uint64_t key) c
 int64_t HintIndex::replicaIdx(std::string_view id) {
   auto it = replica_ids_.find(std::string(id));
   if (it != replica_ids_.end()) return it->second;
-  if (replicas_.size() >= kMaxReplicas) return -1;
-  uint32_t idx = static_cast<uint32_t>(replicas_.size());
-  replicas_.emplace_back();
-  replicas_.back().id = std::string(id);
+  uint32_t idx;
+  if (replicas_.size() < kMaxReplicas) {
+    idx = static_cast<uint32_t>(replicas_.size());
+    replicas_.emplace_back();
+  } else {
+    // Full: reuse a record nothing refers to (no holding, so in no scope, no slot and no
+    // entry; not event-fed). Ids that came and went (pods replaced, a client's junk ids) do
+    // not lock new replicas out for the life of the process.
+    size_t i = 0;
+    while (i < replicas_.size() && (replicas_[i].holdings != 0 || replicas_[i].pinned)) ++i;
+    if (i == replicas_.size()) return -1;
+    idx = static_cast<uint32_t>(i);
+    replica_ids_.erase(replicas_[idx].id);
+    replicas_[idx] = ReplicaRec{};
+  }
+  replicas_[idx].id = std::string(id);
   replica_ids_.emplace(std::string(id), idx);
   return idx;
+}
+
+bool HintIndex::knowsModel(std::string_view model) const {
+  std::shared_lock lock(mu_);
+  return model_refs_.count(std::string(model)) != 0;
 }
 
 int64_t HintIndex::findReplica(std::string_view id) const {
@@ -82,12 +99,15 @@ int64_t HintIndex::partitionId(std::string_view t, std::string_view m, std::stri
   }
   partitions_[id] = Partition{std::string(t), std::string(m), std::string(s), std::string(a)};
   partition_ids_.emplace(std::move(k), id);
+  ++model_refs_[std::string(m)];
   return id;
 }
 
 void HintIndex::freePartition(uint32_t pid) {
   Partition& p = partitions_[pid];
   partition_ids_.erase(scopeKey(p.tenant, p.model, p.scheme, p.adapter));
+  if (auto m = model_refs_.find(p.model); m != model_refs_.end() && --m->second == 0)
+    model_refs_.erase(m);
   if (const SchemeRec* s = scope(p.tenant, p.model, p.scheme))
     const_cast<SchemeRec*>(s)->adapters.erase(p.adapter);
   p = Partition{};
@@ -207,6 +227,30 @@ IngestResult HintIndex::report(const UpdateIn& u) {
   if (u.replica_id.size() > 256 || u.model_id.size() > 256 || u.tenant_id.size() > 256 ||
       u.hash_scheme.size() > 64 || u.adapter_id.size() > 256)
     return {false, "KEY_TOO_LONG"};
+  // Which prefixes are well formed, before any state is touched: an update that carries none
+  // (and no stats) creates no replica record.
+  std::vector<uint8_t> ok(u.prefixes.size(), 0);
+  size_t n_ok = 0;
+  for (size_t k = 0; k < u.prefixes.size(); ++k) {
+    const PrefixIn& p = u.prefixes[k];
+    const std::string& adapter = p.adapter_id.empty() ? u.adapter_id : p.adapter_id;
+    bool has_chain = !p.block_hashes.empty();
+    bool bad = adapter.size() > 256 ||
+               (has_chain && p.block_hashes.size() != p.block_token_counts.size()) ||
+               (!has_chain && p.prefix_hash.empty()) || p.prefix_hash.size() > kMaxKeyBytes;
+    for (const auto& b : p.block_hashes) bad = bad || b.empty() || b.size() > kMaxKeyBytes;
+    for (int32_t c : p.block_token_counts) bad = bad || c <= 0;
+    if (bad) {
+      ++r.dropped;  // a malformed chain is dropped whole
+      continue;
+    }
+    ok[k] = 1;
+    ++n_ok;
+  }
+  if (n_ok == 0 && !u.has_stats) {
+    r.accepted = true;
+    return r;
+  }
   std::unique_lock lock(mu_);
   int64_t now = clock_.nowNs() - std::max<int64_t>(0, u.age_ns);
   int64_t ri = replicaIdx(u.replica_id);
@@ -220,24 +264,10 @@ IngestResult HintIndex::report(const UpdateIn& u) {
     replicas_[replica].stats.pressure = finite(u.stats.pressure);
     replicas_[replica].stats_at_ns = now;
   }
-  for (const PrefixIn& p : u.prefixes) {
+  for (size_t k = 0; k < u.prefixes.size(); ++k) {
+    if (!ok[k]) continue;
+    const PrefixIn& p = u.prefixes[k];
     const std::string& adapter = p.adapter_id.empty() ? u.adapter_id : p.adapter_id;
-    if (adapter.size() > 256) {
-      ++r.dropped;
-      continue;
-    }
-    bool has_chain = !p.block_hashes.empty();
-    if (has_chain && p.block_hashes.size() != p.block_token_counts.size()) {
-      ++r.dropped;  // a malformed chain is dropped whole
-      continue;
-    }
-    bool bad = false;
-    for (const auto& b : p.block_hashes) bad = bad || b.empty() || b.size() > kMaxKeyBytes;
-    for (int32_t c : p.block_token_counts) bad = bad || c <= 0;
-    if (bad || (!has_chain && p.prefix_hash.empty()) || p.prefix_hash.size() > kMaxKeyBytes) {
-      ++r.dropped;
-      continue;
-    }
     int64_t part = partitionId(u.tenant_id, u.model_id, u.hash_scheme, adapter);
     if (part < 0) {
       ++r.dropped;  // too many partitions: refuse rather than grow without bound
@@ -376,7 +406,9 @@ void HintIndex::evictForCapacity() {
 uint32_t HintIndex::ensureReplica(std::string_view id) {
   std::unique_lock lock(mu_);
   int64_t r = replicaIdx(id);
-  return r < 0 ? 0 : uint32_t(r);
+  if (r < 0) return 0;
+  replicas_[size_t(r)].pinned = true;  // the feed keeps this index: never recycled
+  return uint32_t(r);
 }
 
 void HintIndex::setPolicy(const CachePolicy& p) {

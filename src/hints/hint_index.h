@@ -16,9 +16,11 @@
 // reported (LRU) or least used (LFU: fewest delivered hits, then oldest) holdings go first, in
 // batches of 1/32 of the bound. Scopes and entries that lose their last holding are freed.
 //
-// Threads: one std::shared_mutex. Lookups (lookup.cc) take it shared and never change membership;
-// the one thing they write is the LFU access count of the holdings a delivered hit matched
-// (relaxed atomics). Ingest, events, the sweep and policy changes take it exclusive.
+// Threads: one writer-preferring reader-writer lock (common::RwLock). Lookups (lookup.cc) take it
+// shared and never change membership; the one thing they write is the LFU access count of the
+// holdings a delivered hit matched (relaxed atomics, saturating). Ingest, events, the sweep and
+// policy changes take it exclusive. Replica records are created only for an update that carries
+// a well-formed prefix or stats, and at kMaxReplicas a record with no holding is reused.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/rwlock.h"
 #include "hints/event_feed.h"
 #include "hints/policy.h"
 #include "kv/u64_map.h"
@@ -129,6 +132,9 @@ class HintIndex {
   };
   Summary summary(std::string_view model, std::string_view tenant) const;
   uint64_t holdings() const;
+  // Whether some partition of this model exists (metric labels: a client's model id is a label
+  // only when the index knows it).
+  bool knowsModel(std::string_view model) const;
   // Distinct prefix keys per model (each chain block counts), for inferencecache_index_entries.
   std::vector<std::pair<std::string, uint64_t>> entriesByModel() const;
   size_t memoryBytes() const;  // approximate, for memory per indexed block
@@ -191,6 +197,7 @@ class HintIndex {
     ReplicaStatsIn stats;
     int64_t stats_at_ns = 0;
     uint64_t holdings = 0;
+    bool pinned = false;  // event-fed: its index is held by the feed
   };
 
   // Find or create; -1 past kMaxReplicas / kMaxPartitions (a hostile reporter cannot grow them).
@@ -216,7 +223,8 @@ class HintIndex {
   void evictForCapacity();
 
   const common::Clock& clock_;
-  mutable std::shared_mutex mu_;
+  // Writer-preferring: a steady stream of lookups cannot starve ingest, events and the sweep.
+  mutable common::RwLock mu_;
   CachePolicy policy_;
   Table table_;                  // slotKey -> the entry's index (and its one holding)
   std::vector<Entry> entries_;   // slab; free slots on free_
@@ -228,6 +236,7 @@ class HintIndex {
   std::map<std::string, TenantRec, std::less<>> tenants_;
   std::vector<ReplicaRec> replicas_;
   std::unordered_map<std::string, uint32_t> replica_ids_;
+  std::unordered_map<std::string, uint32_t> model_refs_;  // model -> live partitions
   uint64_t holdings_ = 0;
   size_t sweep_cursor_ = 0;
   IndexCounters counters_;

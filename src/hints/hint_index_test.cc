@@ -195,5 +195,45 @@ TEST_F(IndexTest, HostileReportersCannotGrowScopesWithoutBound) {
   EXPECT_EQ(ix.report(u).dropped, 1u);
 }
 
+TEST_F(IndexTest, JunkReplicaIdsCannotLockOutNewReplicas) {
+  HintIndex ix(clock, pol);
+  // Updates with nothing well formed create no replica record: 5000 of them, then a real one.
+  for (int i = 0; i < 5000; ++i) {
+    UpdateIn u = makeUpdate("junk-" + std::to_string(i), "m", "t", "vllm");
+    PrefixIn p;  // neither a chain nor a key: malformed
+    u.prefixes.push_back(p);
+    ASSERT_TRUE(ix.report(u).accepted);
+  }
+  ASSERT_TRUE(ix.report(exact("real-1", {1})).accepted);
+  // Stats-only replicas do take records; 4096 fill the table (real-1 holds one of them) ...
+  for (int i = 0; i < 4095; ++i) {
+    UpdateIn u = makeUpdate("stats-" + std::to_string(i), "m", "t", "vllm");
+    u.has_stats = true;
+    ASSERT_TRUE(ix.report(u).accepted);
+  }
+  // ... and a new replica reuses one that holds nothing; real-1 keeps its holding.
+  IngestResult r = ix.report(exact("real-2", {2}));
+  EXPECT_TRUE(r.accepted) << r.reason;
+  std::vector<ScoreOut> scores;
+  ASSERT_EQ(lookupExact(ix, 1, &scores), Reason::kPrefixMatch);
+  EXPECT_EQ(scores[0].replica, "real-1");
+  ASSERT_EQ(lookupExact(ix, 2, &scores), Reason::kPrefixMatch);
+  EXPECT_EQ(scores[0].replica, "real-2");
+}
+
+TEST_F(IndexTest, KnowsModelFollowsPartitions) {
+  pol.eviction_ttl_ms = 1000;
+  HintIndex ix(clock, pol);
+  EXPECT_FALSE(ix.knowsModel("m"));
+  ASSERT_TRUE(ix.report(exact("r1", {1})).accepted);
+  EXPECT_TRUE(ix.knowsModel("m"));
+  EXPECT_FALSE(ix.knowsModel("n"));
+  clock.advance(std::chrono::seconds(2));
+  while (!ix.sweep()) {
+  }
+  EXPECT_EQ(ix.holdings(), 0u);
+  EXPECT_FALSE(ix.knowsModel("m"));
+}
+
 }  // namespace
 }  // namespace kvgate::hints

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
@@ -31,7 +32,12 @@ Tier tierOf(int t) {
   return (t >= 1 && t <= 3) ? static_cast<Tier>(t) : Tier::kUnspecified;
 }
 
-UpdateIn toUpdate(const pb::CacheStateUpdate& m) {
+// What one CacheStateUpdate may carry: prefixes past this many blocks in all are dropped
+// (counted, "PARTIAL"), so one message cannot hold the index's exclusive lock for long or push
+// it far past maxEntries before eviction runs.
+constexpr size_t kMaxBlocksPerUpdate = 65536;
+
+UpdateIn toUpdate(const pb::CacheStateUpdate& m, uint64_t& dropped) {
   UpdateIn u;
   u.replica_id = m.replica_id();
   u.model_id = m.model_id();
@@ -39,8 +45,13 @@ UpdateIn toUpdate(const pb::CacheStateUpdate& m) {
   u.hash_scheme = m.hash_scheme();
   u.adapter_id = m.adapter_id();
   u.age_ns = ageNs(m.timestamp_us());
-  u.prefixes.reserve(static_cast<size_t>(m.prefixes_size()));
+  size_t blocks = 0;
   for (const auto& p : m.prefixes()) {
+    blocks += static_cast<size_t>(p.block_hashes_size()) + 1;
+    if (blocks > kMaxBlocksPerUpdate) {
+      ++dropped;
+      continue;
+    }
     PrefixIn in;
     in.prefix_hash = p.prefix_hash();
     in.token_count = p.token_count();
@@ -77,7 +88,9 @@ class ReportReactor final : public grpc::ServerReadReactor<pb::CacheStateUpdate>
       return;
     }
     if (msg_.tenant_id() != kProbeTenant) {
-      IngestResult r = deps_.index->report(toUpdate(msg_));
+      uint64_t too_many = 0;
+      IngestResult r = deps_.index->report(toUpdate(msg_, too_many));
+      r.dropped += too_many;
       if (r.accepted) {
         deps_.metrics->updates.fetch_add(1, std::memory_order_relaxed);
         deps_.metrics->update_entries.fetch_add(r.added, std::memory_order_relaxed);
@@ -88,7 +101,13 @@ class ReportReactor final : public grpc::ServerReadReactor<pb::CacheStateUpdate>
         if (first_refusal_.empty()) first_refusal_ = r.reason;
       }
     }
-    msg_.Clear();
+    // A big message's capacity is not kept for the life of an idle stream.
+    if (msg_.prefixes_size() > 64) {
+      pb::CacheStateUpdate fresh;
+      msg_.Swap(&fresh);
+    } else {
+      msg_.Clear();
+    }
     StartRead(&msg_);
   }
   void OnDone() override { delete this; }
@@ -136,6 +155,8 @@ class Service final : public pb::InferenceCache::CallbackService {
  public:
   explicit Service(ServiceDeps deps) : deps_(std::move(deps)) {
     SetMessageAllocatorFor_LookupRoute(&allocator_);
+    if (deps_.pd)
+      for (const auto& r : deps_.pd->replicas) declared_models_.insert(r.model);
   }
 
   grpc::ServerUnaryReactor* LookupRoute(grpc::CallbackServerContext* ctx,
@@ -163,8 +184,17 @@ class Service final : public pb::InferenceCache::CallbackService {
     q.adapter = req->adapter_id();
     q.prefix_hash = req->prefix_hash();
     q.prefix_token_count = req->prefix_token_count();
-    // (repeated bytes are separate strings, not an array: views of them, reused per thread)
+    // (repeated bytes are separate strings, not an array: views of them, reused per thread; a
+    // chain past the lookup's bound fails open without being copied)
     thread_local std::vector<std::string_view> blocks;
+    const LookupLimits limits;
+    if (static_cast<size_t>(req->block_hashes_size()) > limits.max_blocks) {
+      resp->set_reason_code(reasonName(Reason::kNoHint));
+      deps_.metrics->lookup(label(req->model_id()), Reason::kNoHint, false, 0);
+      auto* r = ctx->DefaultReactor();
+      r->Finish(grpc::Status::OK);
+      return r;
+    }
     blocks.assign(req->block_hashes().begin(), req->block_hashes().end());
     q.block_hashes = blocks.data();
     q.n_blocks = blocks.size();
@@ -189,7 +219,7 @@ class Service final : public pb::InferenceCache::CallbackService {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     resp->set_lookup_latency_us(static_cast<int64_t>(secs * 1e6));
-    deps_.metrics->lookup(req->model_id(), o.reason, !o.scores.empty(), secs);
+    deps_.metrics->lookup(label(req->model_id()), o.reason, !o.scores.empty(), secs);
     auto* r = ctx->DefaultReactor();
     r->Finish(grpc::Status::OK);
     return r;
@@ -355,7 +385,15 @@ class Service final : public pb::InferenceCache::CallbackService {
     nlohmann::json m = nlohmann::json::array({{{"role", "user"}, {"content", text}}});
     return m.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   }
+  // A client's model id is a metric label only when the index holds that model or the replicas
+  // file declares it: junk ids (any length, any number) count under model="other".
+  std::string_view label(const std::string& model) const {
+    if (model.size() <= 256 && (declared_models_.count(model) || deps_.index->knowsModel(model)))
+      return model;
+    return "other";
+  }
   ServiceDeps deps_;
+  std::set<std::string, std::less<>> declared_models_;
 };
 
 }  // namespace

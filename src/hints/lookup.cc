@@ -140,6 +140,14 @@ void Lookup::exactMatch(const HintIndex& ix, const Entry* e, uint64_t key, int32
     for (auto& s : out.scores) s.score *= static_cast<float>(dp);
 }
 
+// LFU access counts saturate (a hot system prompt must not wrap to the coldest entry).
+static void creditHit(uint32_t& hits) {
+  std::atomic_ref<uint32_t> a(hits);
+  uint32_t v = a.load(std::memory_order_relaxed);
+  while (v != UINT32_MAX && !a.compare_exchange_weak(v, v + 1, std::memory_order_relaxed)) {
+  }
+}
+
 void Lookup::chainMatch(const HintIndex& ix, int64_t pid, const Resolved& r, int64_t now,
                         const CachePolicy& pol, int32_t ttft_ms, size_t serving,
                         const Members& members, LookupOutcome& out, ChainCredit* credit) {
@@ -360,6 +368,8 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
       r.keys.reserve(q.n_blocks);
       for (size_t i = 0; i < q.n_blocks; ++i) r.keys.push_back(HintIndex::keyOf(q.block_hashes[i]));
       r.counts.assign(q.block_token_counts, q.block_token_counts + q.n_counts);
+      // (ingest refuses counts <= 0; a lookup with one cannot be scored: fail open)
+      for (int32_t c : r.counts) r.fail_open = r.fail_open || c <= 0;
       r.chain_bytes = q.block_hashes;
       r.exact_bytes = std::string(q.prefix_hash);
       r.exact_tokens = q.prefix_token_count;
@@ -382,8 +392,9 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
     for (int32_t c : r.counts) effective += c;
   else
     effective = r.exact_tokens;
+  // (downgraded after the classifier, step 7: a short prompt for an unknown tenant still
+  // hears UNKNOWN_TENANT)
   bool short_prefix = pol.minimum_prefix_tokens > 0 && effective < pol.minimum_prefix_tokens;
-  if (short_prefix && !pol.affinity_routing) return answer(Reason::kNoHint);
 
   std::shared_lock lock(ix.mu_);
   int64_t now = clock.nowNs();
@@ -417,6 +428,18 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
            : level == 2 ? Reason::kUnknownHashScheme
                         : Reason::kNoHint;
   };
+  // Step 4's floors, on the match's survivors: minimumMatchedTokens, then routingFloorScore
+  // against the best. Nothing left: the lookup goes on as a miss (TENANT_HOT, the classifier).
+  auto floors = [&]() {
+    sortScores(out.scores);
+    if (pol.minimum_matched_tokens > 0)
+      std::erase_if(out.scores, [&](const ScoreOut& s) {
+        return s.matched_tokens < pol.minimum_matched_tokens;
+      });
+    if (!out.scores.empty() && pol.routing_floor_score > 0 &&
+        out.scores.front().score < static_cast<float>(pol.routing_floor_score))
+      out.scores.clear();
+  };
   int64_t pid = ix.findPartition(q.tenant, q.model, q.scheme, q.adapter);
   if (q.tenant.empty() || q.model.empty()) {
     reason = Reason::kNoHint;
@@ -424,6 +447,7 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
     if (pid >= 0 || !members.empty())
       chainMatch(ix, pid, r, now, pol, q.ttft_ms, serving, members, out,
                  credit_lfu ? &chain_credit : nullptr);
+    floors();
     reason = out.scores.empty() ? classify() : Reason::kPrefixMatch;
   } else {
     const uint64_t key = HintIndex::keyOf(r.exact_bytes);
@@ -431,6 +455,7 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
     if (exact_entry || !members.empty())
       exactMatch(ix, exact_entry, key, r.exact_tokens > 0 ? r.exact_tokens : int32_t(pol.block_size),
                  now, pol, q.ttft_ms, serving, members, out);
+    floors();
     if (!out.scores.empty()) {
       reason = Reason::kPrefixMatch;
     } else {
@@ -445,19 +470,8 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
   }
   sortScores(out.scores);
   bool delivered = reason == Reason::kPrefixMatch || reason == Reason::kTenantHot;
-  // minimumPrefixTokens downgrade, then the two floors (PREFIX_MATCH only).
+  // Step 7: the minimumPrefixTokens downgrade (a classifier's answer stands).
   if (delivered && short_prefix) delivered = false;
-  if (delivered && reason == Reason::kPrefixMatch && pol.minimum_matched_tokens > 0) {
-    std::vector<ScoreOut> kept;
-    for (size_t i = 0; i < out.scores.size(); ++i)
-      if (out.scores[i].matched_tokens >= pol.minimum_matched_tokens)
-        kept.push_back(out.scores[i]);
-    out.scores = std::move(kept);
-    if (out.scores.empty()) delivered = false;
-  }
-  if (delivered && reason == Reason::kPrefixMatch && pol.routing_floor_score > 0 &&
-      out.scores.front().score < static_cast<float>(pol.routing_floor_score))
-    delivered = false;
   if (!delivered && (reason == Reason::kPrefixMatch || reason == Reason::kTenantHot ||
                      reason == Reason::kNoHint)) {
     out.scores.clear();
@@ -496,7 +510,7 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
       for (const auto& h : exact_entry->holders)
         for (const auto& s : out.scores)
           if (ix.replicas_[h.replica].id == s.replica)
-            std::atomic_ref<uint32_t>(h.hits).fetch_add(1, std::memory_order_relaxed);
+            creditHit(h.hits);
     } else {
       // Every entry of each surviving replica's matched run.
       for (const auto& [replica, depth] : chain_credit.depth) {
@@ -507,7 +521,7 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
         for (size_t i = 0; i < depth && i < chain_credit.path.size(); ++i)
           for (const auto& h : chain_credit.path[i]->holders)
             if (h.replica == replica)
-              std::atomic_ref<uint32_t>(h.hits).fetch_add(1, std::memory_order_relaxed);
+              creditHit(h.hits);
       }
     }
   }

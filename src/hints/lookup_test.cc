@@ -314,6 +314,50 @@ TEST_F(Fixture, MinimumPrefixTokensDowngrade) {
   EXPECT_EQ(run(chainReq({kG[0], kG[1]})).reason, Reason::kPrefixMatch);
 }
 
+// Reference order (inference-cache.md §2): 4 match then both floors, 5 TENANT_HOT, 6 the
+// classifier, 7 the minimumPrefixTokens downgrade.
+TEST_F(Fixture, FloorsComeBeforeTenantHotAndTheClassifierBeforeTheDowngrade) {
+  // An exact match under the matched-tokens floor is no match: the lookup goes on to TENANT_HOT.
+  UpdateIn u = makeUpdate("r1", "m", "t", "vllm", "");
+  PrefixIn p;
+  p.prefix_hash = be8(77);
+  p.token_count = 32;
+  u.prefixes.push_back(p);
+  ASSERT_TRUE(ix->report(u).accepted);
+  stats("r1", 0.5f, 0.0f);
+  pol.minimum_matched_tokens = 64;
+  setPolicy();
+  LookupRequest q;
+  q.model = "m", q.tenant = "t", q.scheme = "vllm";
+  const std::string key = be8(77);
+  q.prefix_hash = key;
+  auto o = run(q);
+  EXPECT_EQ(o.reason, Reason::kTenantHot);
+  ASSERT_EQ(o.scores.size(), 1u);
+  EXPECT_EQ(o.scores[0].matched_tokens, 0);
+  // A short prompt for an unknown tenant hears UNKNOWN_TENANT (step 6) even with affinity off,
+  // where the downgrade (step 7) would have answered NO_HINT.
+  pol.minimum_matched_tokens = 0;
+  pol.minimum_prefix_tokens = 1000;
+  pol.affinity_routing = false;
+  setPolicy();
+  q.tenant = "nobody";
+  EXPECT_EQ(run(q).reason, Reason::kUnknownTenant);
+  q.tenant = "t";
+  EXPECT_EQ(run(q).reason, Reason::kNoHint);  // known, matched, downgraded
+}
+
+TEST_F(Fixture, ChainCountsMustBePositive) {
+  reportChain("r1", {kG[0], kG[1]});
+  auto q = chainReq({kG[0], kG[1]});
+  chain_counts[1] = -16;
+  EXPECT_EQ(run(q).reason, Reason::kNoHint);
+  chain_counts[1] = 0;
+  EXPECT_EQ(run(q).reason, Reason::kNoHint);
+  chain_counts[1] = 16;
+  EXPECT_EQ(run(q).reason, Reason::kPrefixMatch);
+}
+
 TEST_F(Fixture, PromptTextIsTokenizedAndEchoed) {
   reportChain("r1", {kG[0]});
   PromptTokenizer tok = [](std::string_view model, std::string_view text) {

@@ -6,7 +6,8 @@
 //                  "block_size": 16, "role": "prefill" | "decode" | "both",
 //                  "transport": "NIXL" | "Mooncake" | "Direct"}]}
 //
-// id and model are required; tenant defaults to "" (set it to what gateways send), hash_scheme to
+// id and model are required; tenant defaults to "default" (what a gateway rule sends unless its
+// kvIndexTenant says otherwise: an empty tenant never matches a lookup), hash_scheme to
 // "vllm", role to "both", transport to "NIXL", block_size to 16. LookupPDRoute answers from the
 // roles (upstream ships a stub that always answers NO_HINT): the prefill replica holding the
 // prefix (PREFIX_MATCH), else both picked by the affinity formula over the role's replicas
@@ -21,7 +22,7 @@
 namespace kvgate::hints {
 
 struct ReplicaConfig {
-  std::string id, model, tenant, hash_scheme = "vllm", engine = "vllm", events, role = "both",
+  std::string id, model, tenant = "default", hash_scheme = "vllm", engine = "vllm", events, role = "both",
                                   transport = "NIXL";
   uint32_t block_size = 16;
   bool prefill() const { return role == "prefill" || role == "both"; }

@@ -16,7 +16,9 @@ namespace {
 
 pb::InferenceCache::Stub& stubFor(const std::string& addr) {
   static std::mutex mu;
-  static std::map<std::string, std::unique_ptr<pb::InferenceCache::Stub>> stubs;  // (few: rules)
+  // (few: one per index address. Never destroyed: a gRPC callback may still be running on
+  // gRPC's threads while statics are torn down at exit.)
+  static auto& stubs = *new std::map<std::string, std::unique_ptr<pb::InferenceCache::Stub>>;
   std::lock_guard g(mu);
   auto& s = stubs[addr];
   if (!s) s = pb::InferenceCache::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
@@ -24,13 +26,16 @@ pb::InferenceCache::Stub& stubFor(const std::string& addr) {
 }
 
 struct Call {
-  explicit Call(asio::io_context& io) : timer(io) {}
+  explicit Call(asio::io_context& io) : timer(io), work(asio::make_work_guard(io)) {}
   grpc::ClientContext ctx;
   pb::LookupRouteRequest req;
   pb::LookupRouteResponse resp;
   grpc::Status status;
   std::atomic<bool> done{false};
   asio::steady_timer timer;
+  // Keeps the worker's loop running until gRPC's callback has posted back (a drain at
+  // shutdown waits for it rather than tearing the loop down under it).
+  asio::executor_work_guard<asio::io_context::executor_type> work;
 };
 
 }  // namespace
@@ -55,8 +60,10 @@ asio::awaitable<void> askRemoteIndex(asio::io_context& io, const RemoteIndexCall
                                        [call](grpc::Status st) {
                                          call->status = std::move(st);
                                          call->done.store(true, std::memory_order_release);
-                                         asio::post(call->timer.get_executor(),
-                                                    [call] { call->timer.cancel(); });
+                                         asio::post(call->timer.get_executor(), [call] {
+                                           call->timer.cancel();
+                                           call->work.reset();
+                                         });
                                        });
   error_code ec;
   co_await call->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));

@@ -72,12 +72,15 @@ enum class FallReason : uint8_t {
   // kv_exact with kvIndexAddr (a remote LookupRoute):
   kRemoteTimeout,  // the index did not answer within kvIndexTimeoutMs
   kRemoteError,    // the call failed (unreachable, refused, malformed answer)
+  kRemoteUnknown,  // the index answered UNKNOWN_TENANT/_MODEL/_HASH_SCHEME: the rule's tenant,
+                   // model or scheme is not what the index holds (a configuration mismatch)
   kCount
 };
 inline constexpr const char* kFallReasonNames[] = {
     "all_excluded", "empty_pool", "no_key",      "api_mode",      "warmup",    "text_empty",
     "model_empty",  "tokenize",   "hashes",      "hash_contract", "no_worker", "excluded",
-    "shallow",      "unpinned",   "pin_evicted", "imbalance",     "remote_timeout", "remote_error"};
+    "shallow",      "unpinned",   "pin_evicted", "imbalance",     "remote_timeout", "remote_error",
+    "remote_unknown_key"};
 static_assert(std::size(kFallReasonNames) == static_cast<size_t>(FallReason::kCount));
 
 struct StageResult {

@@ -109,6 +109,15 @@ test('two gateways share one kvgate index and keep one gateway\'s hit rate', asy
   assert.equal(r.status, 200, r.text);
   await complete(`http://127.0.0.1:${port}`, Array.from({ length: 40 }, (_, j) => 8000000 + j));
   assert.ok((await fall(g2, 'remote_error')) + (await fall(g2, 'remote_timeout')) >= 1);
+  // A rule asking with a tenant the index does not hold: UNKNOWN_TENANT, counted as
+  // remote_unknown_key (a configuration mismatch made visible), served anyway.
+  const port3 = await freePort();
+  const r3 = await api(g2.api, 'POST', LB_BASE, rule({ port: port3, workers,
+    extraArgs: { kvExactMode: 3, kvIndexAddr: ready.grpc, kvIndexTimeoutMs: 200, kvIndexTenant: 'nobody' } }));
+  assert.equal(r3.status, 200, r3.text);
+  const unknownBefore = await fall(g2, 'remote_unknown_key');
+  await complete(`http://127.0.0.1:${port3}`, Array.from({ length: 40 }, (_, j) => 9000000 + j));
+  assert.equal(await fall(g2, 'remote_unknown_key'), unknownBefore + 1);
   // A bad address is refused when the rule is stored.
   const bad = await api(g2.api, 'POST', LB_BASE, rule({ port: await freePort(), workers,
     extraArgs: { kvExactMode: 3, kvIndexAddr: 'no-port' } }));

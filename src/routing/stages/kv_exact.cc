@@ -164,6 +164,8 @@ class KvExactStage : public Stage {
       if (rh->state != RemoteHint::State::kAnswered)
         return StageResult::fall(rh->timed_out ? FallReason::kRemoteTimeout
                                                : FallReason::kRemoteError);
+      if (rh->reason_code.starts_with("UNKNOWN_"))
+        return StageResult::fall(FallReason::kRemoteUnknown);
       remote_ov.assign(c.size(), 0);
       for (size_t i = 0; i < c.size(); ++i)
         for (const auto& [id, tokens] : rh->replicas)
