@@ -302,7 +302,9 @@ IngestResult HintIndex::event(EventType type, std::string_view replica_id, std::
   int64_t ri = findReplica(replica_id);
   switch (type) {
     case EventType::kAllCleared:
-      if (ri >= 0) {
+      if (ri >= 0 && holdsIn(uint32_t(ri), tenant, model)) {
+        // (a full pass over the slab: only when the replica holds something in this tenant and
+        // model, so a repeated clear costs a map lookup, not another pass)
         for (Entry& e : entries_) {
           if (!e.live()) continue;
           const Partition& p = partitions_[e.partition];
@@ -314,8 +316,8 @@ IngestResult HintIndex::event(EventType type, std::string_view replica_id, std::
               break;
             }
         }
-        replicas_[size_t(ri)].has_stats = false;
       }
+      if (ri >= 0) replicas_[size_t(ri)].has_stats = false;
       return r;
     case EventType::kReplicaUpdated:
       // A liveness note only: holdings keep their own lastSeen (a heartbeat must not keep stale
@@ -451,21 +453,44 @@ std::vector<ReplicaView> HintIndex::replicas(std::string_view model,
   return out;
 }
 
+bool HintIndex::holdsIn(uint32_t replica, std::string_view tenant, std::string_view model) const {
+  auto t = tenants_.find(tenant);
+  if (t == tenants_.end()) return false;
+  auto m = t->second.models.find(model);
+  if (m == t->second.models.end()) return false;
+  for (const auto& [name, sc] : m->second.schemes)
+    if (sc.replica_holdings.count(replica)) return true;
+  return false;
+}
+
 HintIndex::Summary HintIndex::summary(std::string_view model, std::string_view tenant) const {
   std::shared_lock lock(mu_);
   Summary s;
-  int64_t hot_after = clock_.nowNs() - 5LL * 60 * 1'000'000'000;  // reported in the last 5 min
-  for (const Entry& e : entries_) {
-    if (!e.live()) continue;
-    const Partition& p = partitions_[e.partition];
-    if ((!model.empty() && p.model != model) || (!tenant.empty() && p.tenant != tenant)) continue;
-    ++s.total_prefixes;
+  auto wanted = [&](const Partition& p) {
+    return p.live && (model.empty() || p.model == model) && (tenant.empty() || p.tenant == tenant);
+  };
+  // Distinct keys: the partitions' live-entry counts (no pass over the entries).
+  for (const Partition& p : partitions_)
+    if (wanted(p)) s.total_prefixes += static_cast<int64_t>(p.entries);
+  // Keys some replica reported in the last 5 minutes: every entry up to kSummaryScan, else an
+  // evenly strided sample of kSummaryScan entries scaled to the total (a GetCacheState call
+  // must not hold the lock for a pass over millions of entries).
+  const int64_t hot_after = clock_.nowNs() - 5LL * 60 * 1'000'000'000;
+  const size_t step = std::max<size_t>(1, entries_.size() / kSummaryScan);
+  int64_t seen = 0, hot = 0;
+  for (size_t i = 0; i < entries_.size(); i += step) {
+    const Entry& e = entries_[i];
+    if (!e.live() || !wanted(partitions_[e.partition])) continue;
+    ++seen;
     for (const Holding& h : e.holders)
       if (h.last_seen_ns > hot_after) {
-        ++s.hot_prefixes;
+        ++hot;
         break;
       }
   }
+  s.hot_prefixes = step == 1 || seen == 0
+                       ? hot
+                       : static_cast<int64_t>(double(hot) / double(seen) * double(s.total_prefixes) + 0.5);
   return s;
 }
 

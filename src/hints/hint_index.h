@@ -221,6 +221,9 @@ class HintIndex {
   void removeEntryIfEmpty(uint32_t slot_index);
   void countHolding(uint32_t partition, uint32_t replica, int delta);
   void evictForCapacity();
+  // Whether the replica holds anything in (tenant, model), any scheme.
+  bool holdsIn(uint32_t replica, std::string_view tenant, std::string_view model) const;
+  static constexpr size_t kSummaryScan = 65536;
 
   const common::Clock& clock_;
   // Writer-preferring: a steady stream of lookups cannot starve ingest, events and the sweep.

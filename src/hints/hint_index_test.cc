@@ -195,6 +195,37 @@ TEST_F(IndexTest, HostileReportersCannotGrowScopesWithoutBound) {
   EXPECT_EQ(ix.report(u).dropped, 1u);
 }
 
+TEST_F(IndexTest, SummaryCountsKeysAndHotKeysExactlyOrBySample) {
+  HintIndex ix(clock, pol);
+  std::vector<uint64_t> old_keys, new_keys;
+  for (uint64_t k = 1; k <= 100; ++k) old_keys.push_back(k);
+  for (uint64_t k = 101; k <= 150; ++k) new_keys.push_back(k);
+  ASSERT_TRUE(ix.report(exact("r1", old_keys)).accepted);
+  clock.advance(std::chrono::minutes(6));  // older than the 5-minute "hot" window
+  ASSERT_TRUE(ix.report(exact("r2", new_keys)).accepted);
+  auto s = ix.summary("m", "t");
+  EXPECT_EQ(s.total_prefixes, 150);
+  EXPECT_EQ(s.hot_prefixes, 50);
+  EXPECT_EQ(ix.summary("other", "").total_prefixes, 0);
+  // Past kSummaryScan entries the hot count is a strided sample: 100k old keys fill the first
+  // half of the slab and 100k new ones the second; an even stride estimates half hot (2%).
+  HintIndex big(clock, pol);
+  for (uint64_t b = 0; b < 100; ++b) {
+    std::vector<uint64_t> ks;
+    for (uint64_t k = 0; k < 1000; ++k) ks.push_back(1 + b * 2000 + k);
+    ASSERT_TRUE(big.report(exact("r1", ks)).accepted);
+  }
+  clock.advance(std::chrono::minutes(6));
+  for (uint64_t b = 0; b < 100; ++b) {
+    std::vector<uint64_t> ks;
+    for (uint64_t k = 0; k < 1000; ++k) ks.push_back(1 + b * 2000 + 1000 + k);
+    ASSERT_TRUE(big.report(exact("r2", ks)).accepted);
+  }
+  auto bs = big.summary("m", "t");
+  EXPECT_EQ(bs.total_prefixes, 200000);
+  EXPECT_NEAR(double(bs.hot_prefixes), 100000.0, 2000.0);
+}
+
 TEST_F(IndexTest, JunkReplicaIdsCannotLockOutNewReplicas) {
   HintIndex ix(clock, pol);
   // Updates with nothing well formed create no replica record: 5000 of them, then a real one.

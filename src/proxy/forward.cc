@@ -215,7 +215,7 @@ asio::awaitable<routing::Decision> ClientConn::decide(const Route& route,
   co_await askRemoteIndex(w_.io, c, rctx.chain_cache->chain, *rctx.remote);
   if (rctx.remote->state == routing::RemoteHint::State::kWanted)
     rctx.remote->state = routing::RemoteHint::State::kFailed;  // (never asks twice)
-  co_return pipeline.run(rctx, cands);
+  co_return pipeline.run(rctx, cands, static_cast<size_t>(d.stage));
 }
 
 asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route,

@@ -36,12 +36,12 @@ std::unique_ptr<Pipeline> Pipeline::make(std::vector<std::unique_ptr<Stage>> sta
   return p;
 }
 
-Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c) const {
+Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c, size_t from) const {
   const int64_t t0 = clock_.nowNs();
   Decision d;
   auto& st = *stats_;
   uint32_t miss_prefill = 0;  // what a stage that fell said the pick will prefill (ttft law)
-  for (size_t i = 0; i < stages_.size(); ++i) {
+  for (size_t i = from; i < stages_.size(); ++i) {
     StageResult r =
         c.size() == 0 ? StageResult::fall(FallReason::kEmptyPool) : stages_[i]->evaluate(ctx, c);
     if (r.need_remote) {  // suspended, not decided: the caller asks and runs again

@@ -69,8 +69,10 @@ class Pipeline {
                                         std::shared_ptr<PipelineStats> stats);
 
   // Runs the stages in order and records the outcome in stats(); `c.excluded` keeps the
-  // exclusions the stages made.
-  Decision run(const RequestContext& ctx, CandidateSet& c) const;
+  // exclusions the stages made. A run that a stage suspended (need_remote: its answer must be
+  // fetched first) is resumed with `from` = that stage, so the stages before it are neither run
+  // nor counted twice.
+  Decision run(const RequestContext& ctx, CandidateSet& c, size_t from = 0) const;
 
   uint32_t needs() const { return needs_; }  // union of the stages' FactNeeds
   const std::string& stageName(int i) const { return names_[static_cast<size_t>(i)]; }

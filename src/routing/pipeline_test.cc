@@ -87,6 +87,47 @@ class MissWithPrefill : public Stage {
   }
 };
 
+// Suspends once (need_remote), then picks 1: a stand-in for kv_exact with kvIndexAddr.
+class AsksFirst : public Stage {
+ public:
+  explicit AsksFirst(std::vector<int>& log) : log_(log) {}
+  StageResult evaluate(const RequestContext&, CandidateSet&) override {
+    log_.push_back(9);
+    if (!asked_) {
+      asked_ = true;
+      StageResult r;
+      r.need_remote = true;
+      return r;
+    }
+    return StageResult::pick(1);
+  }
+
+ private:
+  std::vector<int>& log_;
+  bool asked_ = false;
+};
+
+TEST(Pipeline, AResumedRunStartsAtTheSuspendedStageAndCountsEachFallOnce) {
+  std::vector<int> log;
+  std::vector<std::unique_ptr<Stage>> st;
+  st.push_back(std::make_unique<Scripted>(log, 1, -1, FallReason::kNoKey));
+  st.push_back(std::make_unique<AsksFirst>(log));
+  auto stats = std::make_shared<PipelineStats>();
+  auto p = Pipeline::make(std::move(st), {"a", "kv"}, g_clock, stats);
+  auto eps = pool(2);
+  std::vector<bool> ex(2, false);
+  CandidateSet c{eps, ex};
+  Decision d = p->run(RequestContext{}, c);
+  ASSERT_TRUE(d.need_remote);
+  EXPECT_EQ(d.stage, 1);
+  EXPECT_EQ(stats->no_pick.load(), 0u);  // a suspension is not a failed decision
+  d = p->run(RequestContext{}, c, static_cast<size_t>(d.stage));
+  EXPECT_EQ(d.index, 1);
+  EXPECT_EQ(log, (std::vector<int>{1, 9, 9}));  // stage "a" ran once
+  EXPECT_EQ(stats->fallthrough[0][static_cast<size_t>(FallReason::kNoKey)].load(), 1u);
+  EXPECT_EQ(stats->decided[1][static_cast<size_t>(DecisionKey::kRr)].load(), 1u);
+}
+
 TEST(Pipeline, AMissesPrefillGoesToTheLaterPick) {
   std::vector<std::unique_ptr<Stage>> st;
   st.push_back(std::make_unique<MissWithPrefill>());
