@@ -30,7 +30,7 @@ const Family kMemory{"kvgate_index_memory_bytes", Type::kGauge,
 const Family kIngest{"kvgate_index_ingest_total", Type::kCounter,
     "Ingest: kind updates (CacheStateUpdate messages applied), entries (holdings added or "
     "refreshed), dropped (malformed prefix entries), refused (updates refused whole), events, "
-    "events_refused.", {"kind"}};
+    "events_refused, undecodable (messages protobuf could not decode).", {"kind"}};
 const Family kPolicy{"kvgate_index_policy_reloads_total", Type::kCounter,
     "Policy file loads: result ok or error (an error keeps the previous policy).", {"result"}};
 // clang-format on
@@ -108,6 +108,7 @@ std::string HintMetrics::render(const HintIndex& index) const {
   w.sample(kIngest, {{"kind", "refused"}}, double(updates_refused.load()));
   w.sample(kIngest, {{"kind", "events"}}, double(events.load()));
   w.sample(kIngest, {{"kind", "events_refused"}}, double(events_refused.load()));
+  w.sample(kIngest, {{"kind", "undecodable"}}, double(proto_errors.load()));
   w.header(kPolicy);
   w.sample(kPolicy, {{"result", "ok"}}, double(policy_reloads.load()));
   w.sample(kPolicy, {{"result", "error"}}, double(policy_errors.load()));

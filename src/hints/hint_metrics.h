@@ -27,6 +27,9 @@ class HintMetrics {
   // Ingest: updates and events applied, prefix entries dropped, streams refused.
   std::atomic<uint64_t> updates{0}, update_entries{0}, update_dropped{0}, updates_refused{0},
       events{0}, events_refused{0}, policy_reloads{0}, policy_errors{0};
+  // Messages protobuf refused to decode (a string field with invalid UTF-8, say): counted here
+  // instead of a log line each, which a hostile client could otherwise flood.
+  std::atomic<uint64_t> proto_errors{0};
   std::string render(const HintIndex& index) const;
 
  private:

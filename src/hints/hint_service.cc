@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "hints/rpc_convert.h"
 #include "inferencecache/v1alpha1/inferencecache.grpc.pb.h"
 
 namespace kvgate::hints {
@@ -21,57 +22,7 @@ int64_t wallUs() {
       .count();
 }
 
-// A producer's timestamp_us as an age on the index's clock (0: now; the future counts as now).
-int64_t ageNs(int64_t timestamp_us) {
-  if (timestamp_us <= 0) return 0;
-  int64_t age_us = wallUs() - timestamp_us;
-  return age_us > 0 ? age_us * 1000 : 0;
-}
 
-Tier tierOf(int t) {
-  return (t >= 1 && t <= 3) ? static_cast<Tier>(t) : Tier::kUnspecified;
-}
-
-// What one CacheStateUpdate may carry: prefixes past this many blocks in all are dropped
-// (counted, "PARTIAL"), so one message cannot hold the index's exclusive lock for long or push
-// it far past maxEntries before eviction runs.
-constexpr size_t kMaxBlocksPerUpdate = 65536;
-
-UpdateIn toUpdate(const pb::CacheStateUpdate& m, uint64_t& dropped) {
-  UpdateIn u;
-  u.replica_id = m.replica_id();
-  u.model_id = m.model_id();
-  u.tenant_id = m.tenant_id();
-  u.hash_scheme = m.hash_scheme();
-  u.adapter_id = m.adapter_id();
-  u.age_ns = ageNs(m.timestamp_us());
-  size_t blocks = 0;
-  for (const auto& p : m.prefixes()) {
-    blocks += static_cast<size_t>(p.block_hashes_size()) + 1;
-    if (blocks > kMaxBlocksPerUpdate) {
-      ++dropped;
-      continue;
-    }
-    PrefixIn in;
-    in.prefix_hash = p.prefix_hash();
-    in.token_count = p.token_count();
-    in.block_hashes.assign(p.block_hashes().begin(), p.block_hashes().end());
-    in.block_token_counts.assign(p.block_token_counts().begin(), p.block_token_counts().end());
-    in.tier = tierOf(p.tier());
-    in.adapter_id = p.adapter_id();
-    u.prefixes.push_back(std::move(in));
-  }
-  if (m.has_stats()) {
-    u.has_stats = true;
-    u.stats.hit_rate = m.stats().hit_rate();
-    u.stats.pressure = m.stats().pressure();
-    u.stats.cache_memory_bytes = m.stats().cache_memory_bytes();
-    u.stats.client_version = m.stats().client_version().substr(0, 128);
-    u.stats.t2_hit_tokens = m.stats().t2_hit_tokens();
-    u.stats.t2_query_tokens = m.stats().t2_query_tokens();
-  }
-  return u;
-}
 
 // ReportCacheState: applies each update as it arrives; one Ack when the client closes.
 class ReportReactor final : public grpc::ServerReadReactor<pb::CacheStateUpdate> {
@@ -89,7 +40,7 @@ class ReportReactor final : public grpc::ServerReadReactor<pb::CacheStateUpdate>
     }
     if (msg_.tenant_id() != kProbeTenant) {
       uint64_t too_many = 0;
-      IngestResult r = deps_.index->report(toUpdate(msg_, too_many));
+      IngestResult r = deps_.index->report(toUpdate(msg_, wallUs(), too_many));
       r.dropped += too_many;
       if (r.accepted) {
         deps_.metrics->updates.fetch_add(1, std::memory_order_relaxed);
@@ -178,32 +129,16 @@ class Service final : public pb::InferenceCache::CallbackService {
       deadline = deadline == 0 ? b : std::min(deadline, b);
     }
     LookupRequest q;
-    q.model = req->model_id();
-    q.tenant = req->tenant_id();
-    q.scheme = req->hash_scheme();
-    q.adapter = req->adapter_id();
-    q.prefix_hash = req->prefix_hash();
-    q.prefix_token_count = req->prefix_token_count();
     // (repeated bytes are separate strings, not an array: views of them, reused per thread; a
     // chain past the lookup's bound fails open without being copied)
     thread_local std::vector<std::string_view> blocks;
-    const LookupLimits limits;
-    if (static_cast<size_t>(req->block_hashes_size()) > limits.max_blocks) {
+    if (!toLookup(*req, blocks, q)) {
       resp->set_reason_code(reasonName(Reason::kNoHint));
       deps_.metrics->lookup(label(req->model_id()), Reason::kNoHint, false, 0);
       auto* r = ctx->DefaultReactor();
       r->Finish(grpc::Status::OK);
       return r;
     }
-    blocks.assign(req->block_hashes().begin(), req->block_hashes().end());
-    q.block_hashes = blocks.data();
-    q.n_blocks = blocks.size();
-    q.block_token_counts = req->block_token_counts().data();
-    q.n_counts = static_cast<size_t>(req->block_token_counts_size());
-    q.token_ids = req->token_ids().data();
-    q.n_tokens = static_cast<size_t>(req->token_ids_size());
-    q.prompt_text = req->prompt_text();
-    q.ttft_ms = req->has_slo() ? req->slo().ttft_ms() : 0;
     LookupOutcome o = lookupRoute(*deps_.index, q, deps_.tokenize, deadline);
     for (const ScoreOut& s : o.scores) {
       pb::ReplicaScore* r = resp->add_replica_scores();
@@ -307,17 +242,7 @@ class Service final : public pb::InferenceCache::CallbackService {
 
   grpc::ServerUnaryReactor* PublishEvent(grpc::CallbackServerContext* ctx,
                                          const pb::CacheEvent* ev, pb::Ack* ack) override {
-    IngestResult r{true, "", 0, 0};
-    const int type = ev->type();
-    if (ev->tenant_id() == kProbeTenant) {
-      r.reason = "IGNORED";
-    } else if (type >= 1 && type <= 4) {
-      r = deps_.index->event(static_cast<HintIndex::EventType>(type), ev->replica_id(),
-                             ev->model_id(), ev->tenant_id(), ev->prefix_hash(), ev->adapter_id(),
-                             !ev->adapter_id().empty());
-    } else {
-      r = {false, "UNKNOWN_EVENT_TYPE", 0, 0};
-    }
+    IngestResult r = applyEvent(*deps_.index, *ev);
     (r.accepted ? deps_.metrics->events : deps_.metrics->events_refused)
         .fetch_add(1, std::memory_order_relaxed);
     ack->set_accepted(r.accepted);

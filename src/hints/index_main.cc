@@ -6,6 +6,7 @@
 // --replicas, prompt_text and RenderTemplate with the tokenizers of --models-dir. One
 // background thread sweeps expired entries (4096 entries every 50 ms) and watches the
 // policy file. SIGTERM/SIGINT stop the server (calls in flight finish within 2 s).
+#include <google/protobuf/stubs/logging.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/codegen/service_type.h>
 
@@ -166,6 +167,18 @@ int indexMain(int argc, char** argv) {
   const common::Clock& clock = common::SteadyClock::instance();
   HintIndex index(clock, policy);
   HintMetrics metrics;
+  // protobuf logs each message it cannot decode (invalid UTF-8 in a string field) on stderr:
+  // counted instead, so a client cannot flood the log.
+  static std::atomic<HintMetrics*> g_metrics;
+  g_metrics.store(&metrics);
+  google::protobuf::SetLogHandler([](google::protobuf::LogLevel level, const char*, int,
+                                     const std::string& message) {
+    if (level >= google::protobuf::LOGLEVEL_FATAL) {
+      std::fprintf(stderr, "protobuf: %s\n", message.c_str());
+      return;
+    }
+    if (HintMetrics* m = g_metrics.load()) m->proto_errors.fetch_add(1, std::memory_order_relaxed);
+  });
   ServiceDeps deps;
   deps.index = &index;
   deps.metrics = &metrics;
@@ -308,6 +321,7 @@ int indexMain(int argc, char** argv) {
   asio::post(io, [&] { metrics_server.stop(); });
   io.stop();
   metrics_thread.join();
+  g_metrics.store(nullptr);
   log::flush();
   return 0;
 }

@@ -319,6 +319,21 @@ describe('kvgate index: LookupRoute over gRPC', () => {
       (x) => x, (x) => x, Buffer.from([0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f]), (e) => resolve(e)));
     raw.close();
     assert.ok(err && err.code !== grpc.status.OK, String(err));
+    // A string field with invalid UTF-8 (model_id = ff fe): refused by protobuf, counted as
+    // undecodable rather than logged.
+    const raw2 = new grpc.Client(ix.grpc, grpc.credentials.createInsecure());
+    const err2 = await new Promise((resolve) => raw2.makeUnaryRequest('/inferencecache.v1alpha1.InferenceCache/LookupRoute',
+      (x) => x, (x) => x, Buffer.from([0x0a, 0x02, 0xff, 0xfe]), (e) => resolve(e)));
+    raw2.close();
+    assert.ok(err2 && err2.code !== grpc.status.OK, String(err2));
+    const undecodable = (await metrics(ix)).find((s) => s.name === 'kvgate_index_ingest_total' &&
+      s.labels.kind === 'undecodable');
+    assert.ok(undecodable && undecodable.value >= 1, JSON.stringify(undecodable));
+    // Model ids the index does not hold are not metric labels: any number, any length.
+    for (let i = 0; i < 5; i++) await cl.call('LookupRoute', lookup({ model_id: `junk-${i}-${'x'.repeat(1000)}`, prefix_hash: Buffer.alloc(8, 9) }));
+    const labels = (await metrics(ix)).filter((s) => s.name === 'inferencecache_lookup_route_calls_total').map((s) => s.labels.model);
+    assert.ok(!labels.some((m) => m.startsWith('junk-')), labels.join(','));
+    assert.ok(labels.includes('other') && labels.includes('m'), labels.join(','));
     // Streams upstream never implemented answer UNIMPLEMENTED rather than hang.
     const se = await new Promise((resolve) => {
       const s = cl.c.StreamCacheEvents({ model_id: 'm' });
