@@ -15,6 +15,7 @@
 #include "common/net.h"
 #include "events/event_plane.h"
 #include "events/kv_sources.h"
+#include "governance/key_store.h"
 #include "http/server.h"
 #include "proxy/data_plane.h"
 #include "tokenizer/registry.h"
@@ -323,15 +324,28 @@ int serveMain(int argc, char** argv) {
   }
   log::info("serve", "restored " + std::to_string(*loaded) + " rule(s) from " + store.statePath());
 
+  // API keys (opened before api and control, which use them): SQLite in the state directory.
+  // Without it the key routes answer 503 and rules that require keys refuse every request
+  // (policy_store_unavailable), never pass them.
+  std::unique_ptr<governance::KeyStore> keys;
+  if (auto ks = governance::KeyStore::open(flags.state_dir, governance::keyRegistry())) {
+    keys = std::move(*ks);
+    log::info("serve", "API keys: " + std::to_string(keys->size()) + " in " + flags.state_dir +
+                           "/governance.db");
+  } else {
+    log::error("serve", "API key store unavailable: " + ks.error().what);
+  }
   // api before control: control's destructor destroys suspended handler frames that use api.
   admin::Api api(
       store,
       [&dp, &kv_plane, &prompt_tokens, &store] {
         return dp.renderMetrics() + kv_plane.renderMetrics() +
                kv_plane.renderRuleBlocks(store.rules()) +
-               (prompt_tokens ? prompt_tokens->renderMetrics() : std::string());
+               (prompt_tokens ? prompt_tokens->renderMetrics() : std::string()) +
+               governance::renderKeyMetrics();
       },
       tokenizers.get());
+  api.setKeyStore(keys.get());
   api.setInventory([&kv_plane](const std::string& key, int rank, size_t offset,
                                size_t limit) -> Result<admin::Api::KvInventory> {
     auto inv = kv_plane.inventory(key, rank, offset, limit);

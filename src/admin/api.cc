@@ -316,6 +316,10 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
     co_await kvInventory(req, w);
     co_return;
   }
+  if (path == "/netlox/v1/config/ai/apikey" || path.starts_with("/netlox/v1/config/ai/apikey/")) {
+    co_await apiKeys(req, w);
+    co_return;
+  }
   if (!path.starts_with(kBase)) {
     co_await err(404, "no such API path: " + req.path);
     co_return;

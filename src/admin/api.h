@@ -11,6 +11,10 @@
 #include "http/server.h"
 #include "tokenizer/registry.h"
 
+namespace kvgate::governance {
+class KeyStore;
+}
+
 namespace kvgate::admin {
 
 class Api {
@@ -38,6 +42,8 @@ class Api {
   }
   asio::awaitable<void> handle(http::Request& req, http::ResponseWriter& w);
   void setInventory(InventoryFn fn) { inventory_ = std::move(fn); }
+  // The API key store (/netlox/v1/config/ai/apikey); null: those routes answer 503.
+  void setKeyStore(governance::KeyStore* keys) { keys_ = keys; }
 
   // Tokenize calls queued or running at once; more get 503 (retriable).
   static constexpr int kMaxTokenizeInFlight = 16;
@@ -56,6 +62,9 @@ class Api {
   // so a large prompt or a first load does not stall rule changes.
   asio::awaitable<void> tokenize(http::Request& req, http::ResponseWriter& w);
   TokenizeResult computeTokenize(const std::string& body) const;
+  // /netlox/v1/config/ai/apikey[/{key_id}] (apikey_api.cc)
+  asio::awaitable<void> apiKeys(http::Request& req, http::ResponseWriter& w);
+  governance::KeyStore* keys_ = nullptr;
   // GET /netlox/v1/config/ai/kv/inventory?service_id=&ep_idx=[&dp_rank=&offset=&limit=]
   asio::awaitable<void> kvInventory(http::Request& req, http::ResponseWriter& w);
   static asio::awaitable<Result<KvInventory>> askInventory(InventoryFn fn, std::string key,

@@ -42,7 +42,8 @@ struct RuleSpec {
   int64_t inactive_timeout_sec = 0;     // 0 = default client idle timeout
   bool cb_enable = false;               // circuit breaker on the endpoints (cb_enable)
   std::string session_header_name;      // sel 3: header, cookie:NAME, query:NAME or basic-auth
-  bool strip_api_key = false;           // api_key_auth: "disabled"
+  bool strip_api_key = false;           // api_key_auth: "disabled" or "required"
+  bool require_api_key = false;         // api_key_auth: "required" (governance/api_keys.h)
   // The first capability this rule needs that this build does not provide ("" = none); traffic
   // to such a rule gets 501 not_active naming it.
   std::string inactive_capability;

@@ -82,6 +82,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<bool> dispatch(Request& req);
   asio::awaitable<bool> answerModels(const VipConfig& cfg, std::string_view host,
                                      std::string_view path);
+  // api_key_auth "required": the key (X-Api-Key or Authorization: Bearer) checked against the
+  // current key table, then the model against the key's allowed models; answers 401/403/503
+  // itself and returns false when the request must not go on.
+  asio::awaitable<bool> admitApiKey(const http::RequestHead& head, std::string_view model);
   asio::awaitable<bool> answerUnroutable(const Route* route, bool host_path_matched,
                                          std::string_view model);
   // forward.cc
@@ -217,6 +221,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string model_copy_;                // outcome_.model when the request bytes were released
   routing::RequestFacts facts_;
   bool facts_parsed_ = false;
+  bool strip_authorization_ = false;  // the request's key came as Authorization: Bearer
   std::string dechunked_;
   std::string request_id_;
   std::string up_head_;

@@ -166,6 +166,7 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_, kv_overlay_,
                                   stageNames(rule), stats->pipeline);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
+  if (rule.require_api_key) route->needs |= routing::kNeedModel;  // a key's allowed models
   if (rule.service_args.value("pd_disagg_mode", false)) buildPd(*route, clock);
   return route;
 }

@@ -2,7 +2,10 @@
 // someone needs), the model pool lookup, and the answers the gateway gives itself
 // (GET /v1/models, 400 invalid_json, 404 no_route, 503 model_unavailable, 501 not_active,
 // 503 service_down) before handing the request to forward().
+#include <chrono>
+
 #include "common/ids.h"
+#include "governance/api_keys.h"
 #include "http/server.h"
 #include "proxy/client_conn.h"
 #include "proxy/facts_parser.h"
@@ -45,6 +48,42 @@ asio::awaitable<bool> ClientConn::answerUnroutable(const Route* route, bool host
   } else {
     co_await sendError(503, "service_down", "service is administratively down");
   }
+  co_return true;
+}
+
+asio::awaitable<bool> ClientConn::admitApiKey(const http::RequestHead& head,
+                                               std::string_view model) {
+  using governance::KeyVerdict;
+  auto table = governance::keyRegistry().current();
+  if (!table->loaded) {
+    governance::countCheck(8);  // store_unavailable
+    co_await sendError(503, "policy_store_unavailable", "the API key store is not available");
+    co_return false;
+  }
+  const std::string_view auth = head.get("authorization");
+  const std::string_view raw = governance::requestKey(head.get("x-api-key"), auth);
+  strip_authorization_ = head.get("x-api-key").empty() && !raw.empty();
+  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  const governance::KeyCheck c = governance::checkKey(*table, raw, now_s);
+  if (c.verdict != KeyVerdict::kOk) {
+    governance::countCheck(static_cast<size_t>(c.verdict));
+    const char* why = c.verdict == KeyVerdict::kMissing   ? "no API key: send X-Api-Key or Authorization: Bearer"
+                      : c.verdict == KeyVerdict::kExpired  ? "the API key has expired"
+                      : c.verdict == KeyVerdict::kDisabled ? "the API key is disabled"
+                                                           : "the API key is not valid";
+    co_await sendError(401, "invalid_api_key", why);
+    co_return false;
+  }
+  if (!c.key->allows(model)) {
+    governance::countCheck(7);  // model_not_allowed
+    std::string msg = "this API key is limited to named models";  // (a local: GCC 12 co_await)
+    if (!model.empty()) msg = "this API key may not use model '" + std::string(model) + "'";
+    co_await sendError(403, "model_not_allowed", msg, "model");
+    co_return false;
+  }
+  governance::countCheck(0);
   co_return true;
 }
 
@@ -99,6 +138,14 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   outcome_.route = route;
   if (!route || !route->rule.inactive_capability.empty() || !route->rule.admin_up)
     co_return co_await answerUnroutable(route, host_path_matched, model) && !client_gone_;
+  strip_authorization_ = false;
+  if (route->rule.require_api_key) {
+    const std::string_view key_model =
+        !model.empty() ? model : (facts_parsed_ && facts_.has_model ? facts_.model : std::string_view());
+    bool admitted;  // (no co_await in a conditional: GCC 12)
+    admitted = co_await admitApiKey(head, key_model);
+    if (!admitted) co_return !client_gone_;
+  }
   if (route->rule.inactive_timeout_sec > 0)
     idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
   bool ok;  // (no co_await in a conditional: GCC 12)

@@ -32,6 +32,7 @@ void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::
         http::iequals(h.name, "expect") ||
         (own_length && http::iequals(h.name, "content-length")) ||
         (route.rule.strip_api_key && http::iequals(h.name, "x-api-key")) ||
+        (strip_authorization_ && http::iequals(h.name, "authorization")) ||
         (identity && http::iequals(h.name, "accept-encoding")) ||
         (!conn_tokens.empty() && http::headerHasToken(conn_tokens, h.name)))
       continue;

@@ -1,0 +1,242 @@
+// /netlox/v1/config/ai/apikey: API keys as upstream-gateway.md §1.6 lists them.
+//   POST   {tenant_id*, name, allowed_models[], rate_limit_rps, burst_size, tokens_per_min,
+//           expires_at, enabled} -> 201 {"key_id","raw_key"} (the raw key appears here only)
+//   GET    [?tenant_id=T]        -> 200 [summary...] (by creation time)
+//   GET    /{key_id}             -> 200 summary | 404
+//   DELETE /{key_id}             -> 204 | 404
+//   PATCH  /{key_id} {any of the POST fields} -> 204 | 404 (an extension route upstream too)
+// A summary is the record without salt or hash, plus created_at. expires_at: unix seconds
+// (0 or absent: never) or an RFC 3339 UTC time ("2027-01-31T00:00:00Z"); summaries give unix
+// seconds. Validation: tenant_id 1-256 bytes; name at most 256; allowed_models at most 1024
+// strings of 1-256 bytes (empty: every model); rate_limit_rps, burst_size, tokens_per_min
+// non-negative; enabled a boolean; no other field. A bad body is a 400 naming the field and
+// changes nothing. Without a key store (serve --state-dir unwritable) every call is 503
+// policy_store_unavailable.
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+
+#include "admin/api.h"
+#include "common/json_depth.h"
+#include "common/log.h"
+#include "governance/key_store.h"
+
+namespace kvgate::admin {
+
+namespace {
+using json = nlohmann::json;
+
+json summary(const governance::ApiKey& k) {
+  return {{"key_id", k.key_id},
+          {"tenant_id", k.tenant_id},
+          {"name", k.name},
+          {"allowed_models", k.allowed_models},
+          {"rate_limit_rps", k.rate_limit_rps},
+          {"burst_size", k.burst_size},
+          {"tokens_per_min", k.tokens_per_min},
+          {"expires_at", k.expires_at},
+          {"enabled", k.enabled},
+          {"created_at", k.created_at}};
+}
+
+// RFC 3339 UTC ("YYYY-MM-DDTHH:MM:SSZ", fraction ignored) -> unix seconds.
+std::optional<int64_t> parseTime(const std::string& s) {
+  int y, mo, d, h, mi, sec;
+  char z = 0;
+  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo, &d, &h, &mi, &sec) != 6)
+    return std::nullopt;
+  size_t tail = s.find_first_of("Zz", 19);
+  z = tail == std::string::npos ? 0 : 'Z';
+  if (!z || y < 1970 || y > 9999 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 ||
+      sec > 60)
+    return std::nullopt;
+  std::tm tm{};
+  tm.tm_year = y - 1900, tm.tm_mon = mo - 1, tm.tm_mday = d, tm.tm_hour = h, tm.tm_min = mi,
+  tm.tm_sec = sec;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+// Applies the body's fields to `k` (all optional here; POST checks tenant_id itself).
+Result<void> applyFields(const json& j, governance::ApiKey& k) {
+  if (!j.is_object()) return fail(400, "body", "body must be a JSON object");
+  auto str = [&](const json& v, const char* f, size_t lo, size_t hi) -> Result<std::string> {
+    if (!v.is_string() || v.get_ref<const std::string&>().size() < lo ||
+        v.get_ref<const std::string&>().size() > hi)
+      return fail(400, f, std::string(f) + " must be a string of " + std::to_string(lo) + "-" +
+                              std::to_string(hi) + " bytes");
+    return v.get<std::string>();
+  };
+  auto nonneg = [&](const json& v, const char* f) -> Result<double> {
+    if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1e15)
+      return fail(400, f, std::string(f) + " must be a non-negative number");
+    return v.get<double>();
+  };
+  for (auto& [key, v] : j.items()) {
+    if (key == "tenant_id") {
+      auto s = str(v, "tenant_id", 1, 256);
+      if (!s) return tl::unexpected(s.error());
+      k.tenant_id = *s;
+    } else if (key == "name") {
+      auto s = str(v, "name", 0, 256);
+      if (!s) return tl::unexpected(s.error());
+      k.name = *s;
+    } else if (key == "allowed_models") {
+      if (!v.is_array() || v.size() > 1024)
+        return fail(400, "allowed_models", "allowed_models must be an array of at most 1024 names");
+      std::vector<std::string> models;
+      for (auto& m : v) {
+        auto s = str(m, "allowed_models", 1, 256);
+        if (!s) return tl::unexpected(s.error());
+        models.push_back(*s);
+      }
+      k.allowed_models = std::move(models);
+    } else if (key == "rate_limit_rps") {
+      auto n = nonneg(v, "rate_limit_rps");
+      if (!n) return tl::unexpected(n.error());
+      k.rate_limit_rps = *n;
+    } else if (key == "burst_size" || key == "tokens_per_min") {
+      auto n = nonneg(v, key.c_str());
+      if (!n) return tl::unexpected(n.error());
+      if (!v.is_number_integer() && !v.is_number_unsigned())
+        return fail(400, key, key + " must be an integer");
+      (key == "burst_size" ? k.burst_size : k.tokens_per_min) = static_cast<int64_t>(*n);
+    } else if (key == "expires_at") {
+      if (v.is_null()) {
+        k.expires_at = 0;
+      } else if (v.is_number_integer() || v.is_number_unsigned()) {
+        if (v.get<double>() < 0 || v.get<double>() > 253402300799.0)
+          return fail(400, "expires_at", "expires_at must be unix seconds or an RFC 3339 time");
+        k.expires_at = v.get<int64_t>();
+      } else if (v.is_string()) {
+        auto t = parseTime(v.get<std::string>());
+        if (!t) return fail(400, "expires_at", "expires_at must be unix seconds or an RFC 3339 time");
+        k.expires_at = *t;
+      } else {
+        return fail(400, "expires_at", "expires_at must be unix seconds or an RFC 3339 time");
+      }
+    } else if (key == "enabled") {
+      if (!v.is_boolean()) return fail(400, "enabled", "enabled must be a boolean");
+      k.enabled = v.get<bool>();
+    } else {
+      return fail(400, key, key + ": unknown field");
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+asio::awaitable<void> Api::apiKeys(http::Request& req, http::ResponseWriter& w) {
+  auto err = [&](int status, const std::string& field, const std::string& detail)
+      -> asio::awaitable<void> {
+    log::info("api", req.method + " " + req.path + " -> " + std::to_string(status) + ": " + detail);
+    json j = {{"code", status}, {"message", detail}, {"result", field}};
+    co_await w.send(status, "application/json",
+                    j.dump(-1, ' ', false, json::error_handler_t::replace));
+  };
+  if (!keys_) {
+    co_await err(503, "policy_store_unavailable", "the API key store is not available");
+    co_return;
+  }
+  constexpr std::string_view kKeys = "/netlox/v1/config/ai/apikey";
+  std::string_view rest = std::string_view(req.path).substr(kKeys.size());
+  while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  const std::string id(rest);
+  if (id.find('/') != std::string::npos) {
+    co_await err(404, "key_id", "no such API path: " + req.path);
+    co_return;
+  }
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  json body;
+  if (req.method == "POST" || req.method == "PATCH") {
+    if (req.body.size() > 64 * 1024) {
+      co_await err(413, "body", "request body too large");
+      co_return;
+    }
+    if (!jsonDepthWithin(req.body)) {
+      co_await err(400, "body", "JSON body nested too deeply");
+      co_return;
+    }
+    body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) {
+      co_await err(400, "body", "malformed JSON body");
+      co_return;
+    }
+  }
+  if (id.empty()) {
+    if (req.method == "GET") {
+      json out = json::array();
+      for (const auto& k : keys_->list(req.queryParam("tenant_id").value_or("")))
+        out.push_back(summary(k));
+      co_await w.send(200, "application/json", out.dump());
+      co_return;
+    }
+    if (req.method != "POST") {
+      co_await err(405, "method", "use POST to create a key, GET to list them");
+      co_return;
+    }
+    governance::ApiKey k;
+    auto applied = applyFields(body, k);
+    if (!applied) {
+      co_await err(applied.error().code, applied.error().source, applied.error().what);
+      co_return;
+    }
+    if (k.tenant_id.empty()) {
+      co_await err(400, "tenant_id", "tenant_id is required");
+      co_return;
+    }
+    k.created_at = now;
+    const std::string raw = governance::mintKey(k);
+    auto r = keys_->insert(k);
+    if (!r) {
+      co_await err(r.error().code, r.error().source, r.error().what);
+      co_return;
+    }
+    log::info("api", "API key " + k.key_id + " created for tenant " + k.tenant_id);
+    json out = {{"key_id", k.key_id}, {"raw_key", raw}};
+    co_await w.send(201, "application/json", out.dump());
+    co_return;
+  }
+  const governance::ApiKey* found = keys_->find(id);
+  if (!found) {
+    co_await err(404, "key_id", "no API key " + id);
+    co_return;
+  }
+  if (req.method == "GET") {
+    co_await w.send(200, "application/json", summary(*found).dump());
+    co_return;
+  }
+  if (req.method == "DELETE") {
+    auto r = keys_->remove(id);
+    if (!r) {
+      co_await err(r.error().code, r.error().source, r.error().what);
+      co_return;
+    }
+    log::info("api", "API key " + id + " deleted");
+    co_await w.send(204, "application/json", "");
+    co_return;
+  }
+  if (req.method == "PATCH") {
+    governance::ApiKey k = *found;
+    auto applied = applyFields(body, k);
+    if (!applied) {
+      co_await err(applied.error().code, applied.error().source, applied.error().what);
+      co_return;
+    }
+    auto r = keys_->update(k);
+    if (!r) {
+      co_await err(r.error().code, r.error().source, r.error().what);
+      co_return;
+    }
+    co_await w.send(204, "application/json", "");
+    co_return;
+  }
+  co_await err(405, "method", "use GET, PATCH or DELETE on a key");
+}
+
+}  // namespace kvgate::admin

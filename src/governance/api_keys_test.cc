@@ -1,0 +1,155 @@
+// API keys: the raw key format, every verdict of the check, where a request's key is read from,
+// the hash against a FIPS 180-2 SHA-256 vector, and the SQLite store across reopen (the
+// expected values come from the format in api_keys.h and the published vector, not the code).
+#include "governance/api_keys.h"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "governance/key_store.h"
+
+namespace kvgate::governance {
+namespace {
+
+std::string hex(const std::string& b) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (unsigned char c : b) s += d[c >> 4], s += d[c & 15];
+  return s;
+}
+
+TEST(ApiKeys, HashIsSha256OfSaltThenSecret) {
+  // FIPS 180-2 appendix B.1: SHA-256("abc").
+  EXPECT_EQ(hex(hashSecret("a", "bc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(ApiKeys, MintedKeysHaveTheFormatAndVerify) {
+  ApiKey k;
+  const std::string raw = mintKey(k);
+  EXPECT_TRUE(std::regex_match(raw, std::regex("kvg-[0-9a-f]{16}-[A-Za-z0-9_-]{43}"))) << raw;
+  EXPECT_EQ(raw.substr(4, 16), k.key_id);
+  EXPECT_EQ(k.salt.size(), 16u);
+  EXPECT_EQ(k.hash, hashSecret(k.salt, raw.substr(21)));
+  ApiKey other;
+  EXPECT_NE(mintKey(other), raw);
+  EXPECT_NE(other.salt, k.salt);
+}
+
+TEST(ApiKeys, EveryVerdict) {
+  KeyTable t;
+  ApiKey k;
+  const std::string raw = mintKey(k);
+  k.expires_at = 2000;
+  t.by_id[k.key_id] = k;
+  EXPECT_EQ(checkKey(t, "", 1000).verdict, KeyVerdict::kMissing);
+  EXPECT_EQ(checkKey(t, "sk-123", 1000).verdict, KeyVerdict::kMalformed);
+  EXPECT_EQ(checkKey(t, raw + "x", 1000).verdict, KeyVerdict::kMalformed);
+  EXPECT_EQ(checkKey(t, "kvg-XXXXXXXXXXXXXXXX" + raw.substr(20), 1000).verdict,
+            KeyVerdict::kMalformed);
+  std::string unknown = raw;
+  unknown[4] = unknown[4] == '0' ? '1' : '0';
+  EXPECT_EQ(checkKey(t, unknown, 1000).verdict, KeyVerdict::kUnknown);
+  std::string bad = raw;
+  bad.back() = bad.back() == 'A' ? 'B' : 'A';
+  EXPECT_EQ(checkKey(t, bad, 1000).verdict, KeyVerdict::kBadSecret);
+  auto ok = checkKey(t, raw, 1999);
+  EXPECT_EQ(ok.verdict, KeyVerdict::kOk);
+  ASSERT_NE(ok.key, nullptr);
+  EXPECT_EQ(checkKey(t, raw, 2000).verdict, KeyVerdict::kExpired);  // at expires_at: expired
+  t.by_id[k.key_id].enabled = false;
+  EXPECT_EQ(checkKey(t, raw, 1000).verdict, KeyVerdict::kDisabled);
+  EXPECT_STREQ(verdictName(KeyVerdict::kBadSecret), "bad_secret");
+  // The verdicts index kCheckOutcomes in order (the metric's labels).
+  EXPECT_STREQ(kCheckOutcomes[static_cast<size_t>(KeyVerdict::kExpired)], "expired");
+}
+
+TEST(ApiKeys, RequestKeyPrefersXApiKeyThenBearer) {
+  EXPECT_EQ(requestKey("k1", "Bearer k2"), "k1");
+  EXPECT_EQ(requestKey("", "Bearer k2"), "k2");
+  EXPECT_EQ(requestKey("", "bearer   k2"), "k2");
+  EXPECT_EQ(requestKey("", "BEARER k2"), "k2");
+  EXPECT_EQ(requestKey("", "Basic dXNlcjpwdw=="), "");
+  EXPECT_EQ(requestKey("", "Bearer"), "");
+  EXPECT_EQ(requestKey("", ""), "");
+}
+
+TEST(ApiKeys, AllowedModels) {
+  ApiKey k;
+  EXPECT_TRUE(k.allows("anything"));
+  EXPECT_TRUE(k.allows(""));
+  k.allowed_models = {"a", "b"};
+  EXPECT_TRUE(k.allows("b"));
+  EXPECT_FALSE(k.allows("c"));
+  EXPECT_FALSE(k.allows(""));
+}
+
+TEST(KeyStore, PersistsAcrossReopenAndPublishes) {
+  const std::string dir = ::testing::TempDir() + "/kvgate-keystore-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  KeyRegistry reg;
+  EXPECT_FALSE(reg.current()->loaded);
+  std::string raw;
+  ApiKey k;
+  {
+    auto st = KeyStore::open(dir, reg);
+    ASSERT_TRUE(st) << st.error().what;
+    EXPECT_TRUE(reg.current()->loaded);
+    k.tenant_id = "acme";
+    k.name = "n";
+    k.allowed_models = {"m1", "m2"};
+    k.rate_limit_rps = 2.5;
+    k.burst_size = 7;
+    k.tokens_per_min = 1000;
+    k.expires_at = 1893456000;
+    k.created_at = 1700000000;
+    raw = mintKey(k);
+    ASSERT_TRUE((*st)->insert(k));
+    EXPECT_EQ(checkKey(*reg.current(), raw, 1700000001).verdict, KeyVerdict::kOk);
+    ApiKey missing = k;
+    missing.key_id = "0000000000000000";
+    EXPECT_EQ((*st)->update(missing).error().code, 404);
+    EXPECT_EQ((*st)->remove("0000000000000000").error().code, 404);
+  }
+  {
+    KeyRegistry reg2;
+    auto st = KeyStore::open(dir, reg2);
+    ASSERT_TRUE(st);
+    const ApiKey* got = (*st)->find(k.key_id);
+    ASSERT_NE(got, nullptr);
+    EXPECT_EQ(got->tenant_id, "acme");
+    EXPECT_EQ(got->allowed_models, (std::vector<std::string>{"m1", "m2"}));
+    EXPECT_DOUBLE_EQ(got->rate_limit_rps, 2.5);
+    EXPECT_EQ(got->burst_size, 7);
+    EXPECT_EQ(got->tokens_per_min, 1000);
+    EXPECT_EQ(got->expires_at, 1893456000);
+    EXPECT_EQ(got->salt, k.salt);
+    EXPECT_EQ(checkKey(*reg2.current(), raw, 1700000001).verdict, KeyVerdict::kOk);
+    EXPECT_EQ((*st)->list("acme").size(), 1u);
+    EXPECT_EQ((*st)->list("other").size(), 0u);
+    ApiKey off = *got;
+    off.enabled = false;
+    ASSERT_TRUE((*st)->update(off));
+    EXPECT_EQ(checkKey(*reg2.current(), raw, 1700000001).verdict, KeyVerdict::kDisabled);
+    ASSERT_TRUE((*st)->remove(k.key_id));
+    EXPECT_EQ(checkKey(*reg2.current(), raw, 1700000001).verdict, KeyVerdict::kUnknown);
+  }
+  {
+    KeyRegistry reg3;
+    auto st = KeyStore::open(dir, reg3);
+    ASSERT_TRUE(st);
+    EXPECT_EQ((*st)->size(), 0u);
+  }
+  // An unusable directory: a clear error, no store.
+  KeyRegistry reg4;
+  auto bad = KeyStore::open("/proc/kvgate-no-such-dir", reg4);
+  EXPECT_FALSE(bad);
+  EXPECT_FALSE(reg4.current()->loaded);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvgate::governance
