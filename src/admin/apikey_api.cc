@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 
 #include "admin/api.h"
 #include "common/json_depth.h"
@@ -41,21 +42,41 @@ json summary(const governance::ApiKey& k) {
           {"created_at", k.created_at}};
 }
 
-// RFC 3339 UTC ("YYYY-MM-DDTHH:MM:SSZ", fraction ignored) -> unix seconds.
+// RFC 3339 UTC, strictly "YYYY-MM-DDTHH:MM:SS[.fraction]Z" (fraction ignored) -> unix seconds
+// after 1970-01-01T00:00:00Z (0 means "never", so the epoch itself is refused).
 std::optional<int64_t> parseTime(const std::string& s) {
-  int y, mo, d, h, mi, sec;
-  char z = 0;
-  if (std::sscanf(s.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d", &y, &mo, &d, &h, &mi, &sec) != 6)
+  auto digits = [&](size_t at, size_t n) -> int {
+    int v = 0;
+    for (size_t i = at; i < at + n; ++i) {
+      if (i >= s.size() || s[i] < '0' || s[i] > '9') return -1;
+      v = v * 10 + (s[i] - '0');
+    }
+    return v;
+  };
+  if (s.size() < 20 || s[4] != '-' || s[7] != '-' || (s[10] != 'T' && s[10] != 't') ||
+      s[13] != ':' || s[16] != ':')
     return std::nullopt;
-  size_t tail = s.find_first_of("Zz", 19);
-  z = tail == std::string::npos ? 0 : 'Z';
-  if (!z || y < 1970 || y > 9999 || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 ||
-      sec > 60)
+  const int y = digits(0, 4), mo = digits(5, 2), d = digits(8, 2), h = digits(11, 2),
+            mi = digits(14, 2), sec = digits(17, 2);
+  size_t z = 19;
+  if (z < s.size() && s[z] == '.') {
+    ++z;
+    const size_t f = z;
+    while (z < s.size() && s[z] >= '0' && s[z] <= '9') ++z;
+    if (z == f || z - f > 9) return std::nullopt;
+  }
+  if (z + 1 != s.size() || (s[z] != 'Z' && s[z] != 'z')) return std::nullopt;
+  if (y < 1970 || mo < 1 || mo > 12 || h < 0 || h > 23 || mi < 0 || mi > 59 || sec < 0 || sec > 59)
     return std::nullopt;
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+  if (d < 1 || d > kDays[mo - 1] + (mo == 2 && leap ? 1 : 0)) return std::nullopt;
   std::tm tm{};
   tm.tm_year = y - 1900, tm.tm_mon = mo - 1, tm.tm_mday = d, tm.tm_hour = h, tm.tm_min = mi,
   tm.tm_sec = sec;
-  return static_cast<int64_t>(timegm(&tm));
+  const int64_t t = static_cast<int64_t>(timegm(&tm));
+  if (t <= 0) return std::nullopt;
+  return t;
 }
 
 // Applies the body's fields to `k` (all optional here; POST checks tenant_id itself).

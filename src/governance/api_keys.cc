@@ -53,6 +53,7 @@ bool isHex(std::string_view s) {
 }  // namespace
 
 bool ApiKey::allows(std::string_view model) const {
+  if (deny_all) return false;
   if (allowed_models.empty()) return true;
   return std::find(allowed_models.begin(), allowed_models.end(), model) != allowed_models.end();
 }
@@ -114,7 +115,7 @@ KeyCheck checkKey(const KeyTable& table, std::string_view raw, int64_t now_s) {
     return {KeyVerdict::kMalformed, nullptr};
   auto it = table.by_id.find(std::string(raw.substr(4, 16)));
   if (it == table.by_id.end()) return {KeyVerdict::kUnknown, nullptr};
-  const ApiKey& k = it->second;
+  const ApiKey& k = *it->second;
   const std::string h = hashSecret(k.salt, raw.substr(21));
   if (h.size() != k.hash.size() || CRYPTO_memcmp(h.data(), k.hash.data(), h.size()) != 0)
     return {KeyVerdict::kBadSecret, nullptr};

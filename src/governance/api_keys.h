@@ -32,14 +32,16 @@ struct ApiKey {
   int64_t created_at = 0;  // unix seconds
   std::string salt;        // 16 raw bytes
   std::string hash;        // 32 raw bytes: SHA-256(salt || secret)
+  bool deny_all = false;   // a stored allowed_models that did not parse: no model is allowed
 
   bool allows(std::string_view model) const;
 };
 
-// One immutable generation of the key set (published whole on every change).
+// One immutable generation of the key set (published whole on every change; records are
+// shared between generations, so a change copies pointers, not keys).
 struct KeyTable {
   bool loaded = false;  // false: no key store (rules that require keys answer 503)
-  std::unordered_map<std::string, ApiKey> by_id;
+  std::unordered_map<std::string, std::shared_ptr<const ApiKey>> by_id;
 };
 
 enum class KeyVerdict {
@@ -83,6 +85,7 @@ inline constexpr const char* kCheckOutcomes[] = {"ok",       "missing",         
                                                  "unknown",  "bad_secret",       "disabled",
                                                  "expired",  "model_not_allowed", "store_unavailable"};
 inline constexpr size_t kCheckOutcomeCount = std::size(kCheckOutcomes);
+inline constexpr size_t kOutcomeModelNotAllowed = 7, kOutcomeStoreUnavailable = 8;
 void countCheck(size_t outcome);  // index into kCheckOutcomes
 std::string renderKeyMetrics();
 

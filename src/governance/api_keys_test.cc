@@ -44,7 +44,7 @@ TEST(ApiKeys, EveryVerdict) {
   ApiKey k;
   const std::string raw = mintKey(k);
   k.expires_at = 2000;
-  t.by_id[k.key_id] = k;
+  t.by_id[k.key_id] = std::make_shared<const ApiKey>(k);
   EXPECT_EQ(checkKey(t, "", 1000).verdict, KeyVerdict::kMissing);
   EXPECT_EQ(checkKey(t, "sk-123", 1000).verdict, KeyVerdict::kMalformed);
   EXPECT_EQ(checkKey(t, raw + "x", 1000).verdict, KeyVerdict::kMalformed);
@@ -60,7 +60,9 @@ TEST(ApiKeys, EveryVerdict) {
   EXPECT_EQ(ok.verdict, KeyVerdict::kOk);
   ASSERT_NE(ok.key, nullptr);
   EXPECT_EQ(checkKey(t, raw, 2000).verdict, KeyVerdict::kExpired);  // at expires_at: expired
-  t.by_id[k.key_id].enabled = false;
+  ApiKey off = k;
+  off.enabled = false;
+  t.by_id[k.key_id] = std::make_shared<const ApiKey>(off);
   EXPECT_EQ(checkKey(t, raw, 1000).verdict, KeyVerdict::kDisabled);
   EXPECT_STREQ(verdictName(KeyVerdict::kBadSecret), "bad_secret");
   // The verdicts index kCheckOutcomes in order (the metric's labels).
@@ -142,6 +144,31 @@ TEST(KeyStore, PersistsAcrossReopenAndPublishes) {
     auto st = KeyStore::open(dir, reg3);
     ASSERT_TRUE(st);
     EXPECT_EQ((*st)->size(), 0u);
+  }
+  // A damaged allowed_models column fails closed: the key may use no model.
+  {
+    KeyRegistry reg5;
+    auto st = KeyStore::open(dir, reg5);
+    ASSERT_TRUE(st);
+    ApiKey d;
+    d.tenant_id = "t";
+    d.allowed_models = {"m1"};
+    mintKey(d);
+    ASSERT_TRUE((*st)->insert(d));
+  }
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/governance.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE api_keys SET allowed_models='{oops'", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+    KeyRegistry reg6;
+    auto st = KeyStore::open(dir, reg6);
+    ASSERT_TRUE(st);
+    ASSERT_EQ((*st)->size(), 1u);
+    const ApiKey& d = *reg6.current()->by_id.begin()->second;
+    EXPECT_FALSE(d.allows("m1"));
+    EXPECT_FALSE(d.allows(""));
   }
   // An unusable directory: a clear error, no store.
   KeyRegistry reg4;

@@ -85,10 +85,14 @@ Result<void> KeyStore::loadAll() {
     k.key_id = q.col(0);
     k.tenant_id = q.col(1);
     k.name = q.col(2);
+    // A damaged list fails closed: the key may use no model (a parse error must not widen it).
     auto models = nlohmann::json::parse(q.col(3), nullptr, false);
-    if (models.is_array())
-      for (auto& m : models)
+    if (!models.is_array()) k.deny_all = true;
+    else
+      for (auto& m : models) {
         if (m.is_string()) k.allowed_models.push_back(m.get<std::string>());
+        else k.deny_all = true;
+      }
     k.rate_limit_rps = sqlite3_column_double(q.s, 4);
     k.burst_size = sqlite3_column_int64(q.s, 5);
     k.tokens_per_min = sqlite3_column_int64(q.s, 6);
@@ -97,7 +101,9 @@ Result<void> KeyStore::loadAll() {
     k.created_at = sqlite3_column_int64(q.s, 9);
     k.salt = q.col(10);
     k.hash = q.col(11);
-    next->by_id.emplace(k.key_id, std::move(k));
+    bytes_ += footprint(k);
+    std::string id = k.key_id;  // (before the move: argument order is unspecified)
+    next->by_id.emplace(std::move(id), std::make_shared<const ApiKey>(std::move(k)));
   }
   if (rc != SQLITE_DONE) return dbError(db_, "load api_keys");
   publish(std::move(next));
@@ -132,19 +138,33 @@ Result<void> KeyStore::write(const ApiKey& k, bool insert) {
   if (sqlite3_step(q.s) != SQLITE_DONE) return dbError(db_, insert ? "insert key" : "update key");
   if (!insert && sqlite3_changes(db_) == 0) return fail(404, "key_id", "no such key");
   auto next = std::make_shared<KeyTable>(*table_);
-  next->by_id[k.key_id] = k;
+  auto& slot = next->by_id[k.key_id];
+  if (slot) bytes_ -= footprint(*slot);
+  bytes_ += footprint(k);
+  slot = std::make_shared<const ApiKey>(k);
   publish(std::move(next));
   return {};
+}
+
+size_t KeyStore::footprint(const ApiKey& k) {
+  size_t b = sizeof(ApiKey) + k.key_id.size() + k.tenant_id.size() + k.name.size() + 64;
+  for (const auto& m : k.allowed_models) b += m.size() + sizeof(std::string);
+  return b;
 }
 
 Result<void> KeyStore::insert(const ApiKey& k) {
   if (table_->by_id.size() >= kMaxKeys)
     return fail(409, "key_id", "at most " + std::to_string(kMaxKeys) + " keys");
+  if (bytes_ + footprint(k) > kMaxBytes)
+    return fail(409, "key_id", "the key set is at its size limit (allowed_models lists)");
   return write(k, true);
 }
 
 Result<void> KeyStore::update(const ApiKey& k) {
-  if (!table_->by_id.count(k.key_id)) return fail(404, "key_id", "no such key");
+  auto it = table_->by_id.find(k.key_id);
+  if (it == table_->by_id.end()) return fail(404, "key_id", "no such key");
+  if (bytes_ - footprint(*it->second) + footprint(k) > kMaxBytes)
+    return fail(409, "key_id", "the key set is at its size limit (allowed_models lists)");
   return write(k, false);
 }
 
@@ -155,6 +175,7 @@ Result<void> KeyStore::remove(const std::string& key_id) {
   q.text(1, key_id);
   if (sqlite3_step(q.s) != SQLITE_DONE) return dbError(db_, "delete key");
   auto next = std::make_shared<KeyTable>(*table_);
+  bytes_ -= footprint(*next->by_id[key_id]);
   next->by_id.erase(key_id);
   publish(std::move(next));
   return {};
@@ -163,7 +184,7 @@ Result<void> KeyStore::remove(const std::string& key_id) {
 std::vector<ApiKey> KeyStore::list(const std::string& tenant) const {
   std::vector<ApiKey> out;
   for (const auto& [id, k] : table_->by_id)
-    if (tenant.empty() || k.tenant_id == tenant) out.push_back(k);
+    if (tenant.empty() || k->tenant_id == tenant) out.push_back(*k);
   std::sort(out.begin(), out.end(), [](const ApiKey& a, const ApiKey& b) {
     return a.created_at != b.created_at ? a.created_at < b.created_at : a.key_id < b.key_id;
   });
@@ -172,7 +193,7 @@ std::vector<ApiKey> KeyStore::list(const std::string& tenant) const {
 
 const ApiKey* KeyStore::find(const std::string& key_id) const {
   auto it = table_->by_id.find(key_id);
-  return it == table_->by_id.end() ? nullptr : &it->second;
+  return it == table_->by_id.end() ? nullptr : it->second.get();
 }
 
 }  // namespace kvgate::governance

@@ -33,6 +33,7 @@ class KeyStore {
   const ApiKey* find(const std::string& key_id) const;
   size_t size() const { return table_->by_id.size(); }
   static constexpr size_t kMaxKeys = 100000;
+  static constexpr size_t kMaxBytes = size_t(64) << 20;  // the records' memory, all keys
 
  private:
   KeyStore(sqlite3* db, KeyRegistry& registry) : db_(db), registry_(registry) {}
@@ -42,7 +43,9 @@ class KeyStore {
   void publish(std::shared_ptr<KeyTable> next);
   sqlite3* db_;
   KeyRegistry& registry_;
+  static size_t footprint(const ApiKey& k);
   std::shared_ptr<const KeyTable> table_ = std::make_shared<const KeyTable>();
+  size_t bytes_ = 0;
 };
 
 }  // namespace kvgate::governance

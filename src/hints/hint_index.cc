@@ -488,6 +488,22 @@ HintIndex::Summary HintIndex::summary(std::string_view model, std::string_view t
         break;
       }
   }
+  // A narrow filter may leave the stride sample (nearly) empty: then walk the slab in order,
+  // up to kSummaryScan matching entries or 64 x kSummaryScan visited, and estimate from that.
+  if (step > 1 && seen < 256 && s.total_prefixes > 0) {
+    seen = hot = 0;
+    const size_t limit = std::min(entries_.size(), 64 * kSummaryScan);
+    for (size_t i = 0; i < limit && seen < int64_t(kSummaryScan); ++i) {
+      const Entry& e = entries_[i];
+      if (!e.live() || !wanted(partitions_[e.partition])) continue;
+      ++seen;
+      for (const Holding& h : e.holders)
+        if (h.last_seen_ns > hot_after) {
+          ++hot;
+          break;
+        }
+    }
+  }
   s.hot_prefixes = step == 1 || seen == 0
                        ? hot
                        : static_cast<int64_t>(double(hot) / double(seen) * double(s.total_prefixes) + 0.5);

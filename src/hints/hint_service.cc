@@ -154,9 +154,14 @@ class Service final : public pb::InferenceCache::CallbackService {
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     resp->set_lookup_latency_us(static_cast<int64_t>(secs * 1e6));
-    deps_.metrics->lookup(label(req->model_id()), o.reason, !o.scores.empty(), secs);
+    // The answer goes first; the metric's label may take the index lock again, and a writer
+    // waiting for it must not hold up an answer already computed. (The request is released
+    // with the call: its model id is copied.)
+    const std::string model = req->model_id().substr(0, 257);
+    const bool used = !o.scores.empty();
     auto* r = ctx->DefaultReactor();
     r->Finish(grpc::Status::OK);
+    deps_.metrics->lookup(label(model), o.reason, used, secs);
     return r;
   }
 

@@ -81,11 +81,17 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   // dispatch.cc
   asio::awaitable<bool> dispatch(Request& req);
   asio::awaitable<bool> answerModels(const VipConfig& cfg, std::string_view host,
-                                     std::string_view path);
+                                     std::string_view path,
+                                     const std::vector<std::string>* allowed = nullptr);
   // api_key_auth "required": the key (X-Api-Key or Authorization: Bearer) checked against the
-  // current key table, then the model against the key's allowed models; answers 401/403/503
-  // itself and returns false when the request must not go on.
-  asio::awaitable<bool> admitApiKey(const http::RequestHead& head, std::string_view model);
+  // current key table, then (check_model) the model against the key's allowed models, which go
+  // to `models` when given ("*": any). status 0: admitted; else the error to answer.
+  struct KeyAdmission {
+    int status = 0;
+    std::string code, message, param;
+  };
+  KeyAdmission checkApiKey(const http::RequestHead& head, std::string_view model, bool check_model,
+                           std::vector<std::string>* models);
   asio::awaitable<bool> answerUnroutable(const Route* route, bool host_path_matched,
                                          std::string_view model);
   // forward.cc

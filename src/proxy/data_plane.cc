@@ -1,13 +1,15 @@
 #include "proxy/data_plane.h"
 
 #include <algorithm>
-
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "common/log.h"
 #include "proxy/client_conn.h"
 #include "proxy/load_scraper.h"
 #include "proxy/prober.h"
+#include "proxy/remote_hint.h"
 #include "proxy/worker.h"
 #include "routing/stage_registry.h"
 #include "routing/stages/pd_ladder.h"
@@ -110,6 +112,10 @@ void DataPlane::stop() {
   listeners_.clear();
   asio::post(workers_[0]->io, [p = prober_.get()] { p->stop(); });
   asio::post(workers_[0]->io, [p = scraper_.get()] { p->stop(); });
+  // gRPC callbacks of remote index calls post into the workers' loops: let them land first
+  // (each call has a deadline of at most 1 s; the wait is bounded anyway).
+  for (int i = 0; i < 300 && remoteCallsInFlight() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   for (auto& w : workers_) {
     w->work.reset();
     w->io.stop();
@@ -166,7 +172,6 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_, kv_overlay_,
                                   stageNames(rule), stats->pipeline);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
-  if (rule.require_api_key) route->needs |= routing::kNeedModel;  // a key's allowed models
   if (rule.service_args.value("pd_disagg_mode", false)) buildPd(*route, clock);
   return route;
 }
@@ -277,6 +282,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
     auto& cfg = configs[rule.listenKey()];
     if (!cfg) cfg = std::make_shared<VipConfig>();
     cfg->has_model_pools |= !rule.model_name.empty();
+    cfg->requires_keys |= rule.require_api_key;
     cfg->body_needs |= route->needs & routing::kBodyNeeds;
     cfg->routes.push_back(std::move(route));
   }

@@ -13,8 +13,13 @@
 namespace kvgate::proxy {
 
 asio::awaitable<bool> ClientConn::answerModels(const VipConfig& cfg, std::string_view host,
-                                               std::string_view path) {
+                                               std::string_view path,
+                                               const std::vector<std::string>* allowed) {
   auto names = cfg.models(host, path);
+  if (allowed && !(allowed->size() == 1 && (*allowed)[0] == "*"))
+    std::erase_if(names, [&](const std::string& n) {
+      return std::find(allowed->begin(), allowed->end(), n) == allowed->end();
+    });
   std::string b = "{\"object\":\"list\",\"data\":[";
   for (size_t i = 0; i < names.size(); ++i) {
     if (i) b += ",";
@@ -51,40 +56,56 @@ asio::awaitable<bool> ClientConn::answerUnroutable(const Route* route, bool host
   co_return true;
 }
 
-asio::awaitable<bool> ClientConn::admitApiKey(const http::RequestHead& head,
-                                               std::string_view model) {
+// The key check of api_key_auth "required" (and of /v1/models on such a listener): the verdict,
+// the error to answer and, when `models` is given, the key's allowed models. Nothing here
+// suspends: the table snapshot is released before the caller writes anything.
+ClientConn::KeyAdmission ClientConn::checkApiKey(const http::RequestHead& head,
+                                                 std::string_view model, bool check_model,
+                                                 std::vector<std::string>* models) {
   using governance::KeyVerdict;
+  KeyAdmission a;
   auto table = governance::keyRegistry().current();
   if (!table->loaded) {
-    governance::countCheck(8);  // store_unavailable
-    co_await sendError(503, "policy_store_unavailable", "the API key store is not available");
-    co_return false;
+    governance::countCheck(governance::kOutcomeStoreUnavailable);
+    a = {503, "policy_store_unavailable", "the API key store is not available", ""};
+    return a;
   }
   const std::string_view auth = head.get("authorization");
-  const std::string_view raw = governance::requestKey(head.get("x-api-key"), auth);
-  strip_authorization_ = head.get("x-api-key").empty() && !raw.empty();
+  const std::string_view xkey = head.get("x-api-key");
+  const std::string_view raw = governance::requestKey(xkey, auth);
+  // The header that carried the key never reaches the engine; nor does a second kvgate key in
+  // Authorization beside an X-Api-Key (engines log headers).
+  strip_authorization_ = (xkey.empty() && !raw.empty()) ||
+                          governance::requestKey({}, auth).starts_with("kvg-");
   const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
   const governance::KeyCheck c = governance::checkKey(*table, raw, now_s);
   if (c.verdict != KeyVerdict::kOk) {
     governance::countCheck(static_cast<size_t>(c.verdict));
-    const char* why = c.verdict == KeyVerdict::kMissing   ? "no API key: send X-Api-Key or Authorization: Bearer"
-                      : c.verdict == KeyVerdict::kExpired  ? "the API key has expired"
-                      : c.verdict == KeyVerdict::kDisabled ? "the API key is disabled"
-                                                           : "the API key is not valid";
-    co_await sendError(401, "invalid_api_key", why);
-    co_return false;
+    a.status = 401;
+    a.code = "invalid_api_key";
+    a.message = c.verdict == KeyVerdict::kMissing ? "no API key: send X-Api-Key or Authorization: Bearer"
+                : c.verdict == KeyVerdict::kExpired  ? "the API key has expired"
+                : c.verdict == KeyVerdict::kDisabled ? "the API key is disabled"
+                                                     : "the API key is not valid";
+    return a;
   }
-  if (!c.key->allows(model)) {
-    governance::countCheck(7);  // model_not_allowed
-    std::string msg = "this API key is limited to named models";  // (a local: GCC 12 co_await)
-    if (!model.empty()) msg = "this API key may not use model '" + std::string(model) + "'";
-    co_await sendError(403, "model_not_allowed", msg, "model");
-    co_return false;
+  if (check_model && !c.key->allows(model)) {
+    governance::countCheck(governance::kOutcomeModelNotAllowed);
+    a.status = 403;
+    a.code = "model_not_allowed";
+    a.message = model.empty() ? std::string("this API key is limited to named models")
+                              : "this API key may not use model '" + std::string(model) + "'";
+    a.param = "model";
+    return a;
+  }
+  if (models) {
+    if (c.key->allowed_models.empty()) models->push_back("*");
+    else *models = c.key->allowed_models;
   }
   governance::countCheck(0);
-  co_return true;
+  return a;  // status 0: admitted
 }
 
 // Returns false when the connection must close (the client is gone or the exchange broke).
@@ -119,21 +140,43 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     route = cfg->find(host, path, model, host_path_matched);
     if (route) needs = route->needs & routing::kBodyNeeds;
   }
+  // A listener with key-checked rules also reads the body's model (the one the engine serves):
+  // the key's allowed models are checked against it, and an X-Model that names another is
+  // refused, so a header cannot carry a request past the check or to a rule without one. A
+  // body that is not JSON is then no reason to refuse (a multipart upload): it has no model.
+  const uint32_t own_needs = needs;
+  if (cfg->requires_keys) needs |= routing::kNeedModel;
   facts_parsed_ = false;
   if (needs && !req.body.empty()) {
     auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity, needs,
                          w_.opts.prefix_key_bytes, facts_);
-    if (st == FactsStatus::kInvalidJson) {
+    if (st == FactsStatus::kInvalidJson && own_needs != 0) {
       co_await sendError(400, "invalid_json", "request body is not valid JSON");
       co_return !client_gone_;
     }
     facts_parsed_ = st == FactsStatus::kOk;
     if (model_from_body && facts_.has_model) model = facts_.model;
+    if (cfg->requires_keys && !model_from_body && !model.empty() && facts_parsed_ &&
+        facts_.has_model && facts_.model != model) {
+      co_await sendError(400, "model_mismatch", "X-Model and the body's model differ", "model");
+      co_return !client_gone_;
+    }
   }
   outcome_.model = model;
   if (head.method == "GET" && (path == "/v1/models" || path == "/models") &&
-      !cfg->models(host, path).empty())
-    co_return co_await answerModels(*cfg, host, path);
+      !cfg->models(host, path).empty()) {
+    // On a listener with key-checked rules the list needs a valid key and shows only the
+    // models that key may use.
+    std::vector<std::string> allowed;
+    if (cfg->requires_keys) {
+      KeyAdmission a = checkApiKey(head, {}, false, &allowed);
+      if (a.status != 0) {
+        co_await sendError(a.status, a.code, a.message, a.param);
+        co_return !client_gone_;
+      }
+    }
+    co_return co_await answerModels(*cfg, host, path, cfg->requires_keys ? &allowed : nullptr);
+  }
   if (model_from_body) route = cfg->find(host, path, model, host_path_matched);
   outcome_.route = route;
   if (!route || !route->rule.inactive_capability.empty() || !route->rule.admin_up)
@@ -141,10 +184,12 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   strip_authorization_ = false;
   if (route->rule.require_api_key) {
     const std::string_view key_model =
-        !model.empty() ? model : (facts_parsed_ && facts_.has_model ? facts_.model : std::string_view());
-    bool admitted;  // (no co_await in a conditional: GCC 12)
-    admitted = co_await admitApiKey(head, key_model);
-    if (!admitted) co_return !client_gone_;
+        facts_parsed_ && facts_.has_model ? std::string_view(facts_.model) : model;
+    KeyAdmission a = checkApiKey(head, key_model, true, nullptr);
+    if (a.status != 0) {
+      co_await sendError(a.status, a.code, a.message, a.param);
+      co_return !client_gone_;
+    }
   }
   if (route->rule.inactive_timeout_sec > 0)
     idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);

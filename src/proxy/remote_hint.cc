@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,8 @@ pb::InferenceCache::Stub& stubFor(const std::string& addr) {
   return *s;
 }
 
+std::atomic<size_t> g_in_flight{0};
+
 struct Call {
   explicit Call(asio::io_context& io) : timer(io), work(asio::make_work_guard(io)) {}
   grpc::ClientContext ctx;
@@ -39,6 +42,8 @@ struct Call {
 };
 
 }  // namespace
+
+size_t remoteCallsInFlight() { return g_in_flight.load(std::memory_order_acquire); }
 
 asio::awaitable<void> askRemoteIndex(asio::io_context& io, const RemoteIndexCall& c,
                                      const std::vector<uint64_t>& chain,
@@ -56,6 +61,7 @@ asio::awaitable<void> askRemoteIndex(asio::io_context& io, const RemoteIndexCall
     q.add_block_token_counts(static_cast<int32_t>(c.block_size));
   }
   call->timer.expires_after(c.timeout + std::chrono::milliseconds(100));  // a backstop
+  g_in_flight.fetch_add(1, std::memory_order_acq_rel);
   stubFor(c.addr).async()->LookupRoute(&call->ctx, &call->req, &call->resp,
                                        [call](grpc::Status st) {
                                          call->status = std::move(st);
@@ -64,6 +70,7 @@ asio::awaitable<void> askRemoteIndex(asio::io_context& io, const RemoteIndexCall
                                            call->timer.cancel();
                                            call->work.reset();
                                          });
+                                         g_in_flight.fetch_sub(1, std::memory_order_acq_rel);
                                        });
   error_code ec;
   co_await call->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));

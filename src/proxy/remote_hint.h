@@ -23,6 +23,10 @@ struct RemoteIndexCall {
   uint32_t block_size = 16;
 };
 
+// gRPC calls whose completion has not yet been posted back (the data plane waits for 0 before it
+// stops its workers' loops, so no callback posts into a destroyed io_context).
+size_t remoteCallsInFlight();
+
 asio::awaitable<void> askRemoteIndex(asio::io_context& io, const RemoteIndexCall& call,
                                      const std::vector<uint64_t>& chain, routing::RemoteHint& out);
 

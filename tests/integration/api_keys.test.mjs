@@ -63,7 +63,11 @@ test('api_key_auth required: keys, statuses, stripping, persistence', async (t) 
   for (const [body, field] of [[{ name: 'x' }, 'tenant_id'], [{ tenant_id: '' }, 'tenant_id'],
     [{ tenant_id: 'a', allowed_models: 'm1' }, 'allowed_models'], [{ tenant_id: 'a', bogus: 1 }, 'bogus'],
     [{ tenant_id: 'a', tokens_per_min: -1 }, 'tokens_per_min'], [{ tenant_id: 'a', expires_at: 'soon' }, 'expires_at'],
-    [{ tenant_id: 'a', enabled: 'yes' }, 'enabled']]) {
+    [{ tenant_id: 'a', enabled: 'yes' }, 'enabled'],
+    [{ tenant_id: 'a', expires_at: '1970-01-01T00:00:00Z' }, 'expires_at'],  // 0 would mean never
+    [{ tenant_id: 'a', expires_at: '2027-02-30T00:00:00Z' }, 'expires_at'],
+    [{ tenant_id: 'a', expires_at: '2027-01-31T00:00:00Zjunk' }, 'expires_at'],
+    [{ tenant_id: 'a', expires_at: '2027-1-31T00:00:00Z' }, 'expires_at']]) {
     const bad = await api(gw.api, 'POST', KEYS, body);
     assert.equal(bad.status, 400, `${JSON.stringify(body)}: ${bad.text}`);
     assert.equal(bad.json.result, field);
@@ -97,6 +101,20 @@ test('api_key_auth required: keys, statuses, stripping, persistence', async (t) 
   assert.equal(r.status, 403, r.text);
   assert.equal(r.json.error.code, 'model_not_allowed');
 
+  // X-Model cannot carry a request past the allowlist: a body naming another model is refused.
+  r = await chat(port, { 'x-api-key': raw, 'x-model': 'm1' }, 'm2');
+  assert.equal(r.status, 400, r.text);
+  assert.equal(r.json.error.code, 'model_mismatch');
+  // A key in both headers: neither reaches the engine.
+  assert.equal((await chat(port, { 'x-api-key': raw, authorization: `Bearer ${raw}` })).status, 200);
+  assert.equal(up.seen.at(-1).headers.authorization, undefined);
+  assert.equal(up.seen.at(-1).headers['x-api-key'], undefined);
+  // A body that is not JSON (an upload) has no model: a key limited to models refuses it (403),
+  // not a 400 invalid_json before the key is even read.
+  const upload = await fetch(`http://127.0.0.1:${port}/v1/files`, { method: 'POST',
+    headers: { 'content-type': 'multipart/form-data; boundary=x', 'x-api-key': raw }, body: '--x\r\n\r\nhi\r\n--x--\r\n' });
+  assert.equal(upload.status, 403, await upload.text());
+
   // The real OpenAI SDK: its key goes as Authorization: Bearer; the engine sees neither.
   const client = new OpenAI({ apiKey: raw, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
   const done = await client.chat.completions.create({ model: 'm1', messages: [{ role: 'user', content: 'hi' }] });
@@ -129,6 +147,9 @@ test('api_key_auth required: keys, statuses, stripping, persistence', async (t) 
   gw = await startGateway({ stateDir: tmp.dir });
   assert.equal((await chat(port, { 'x-api-key': raw })).status, 200);
   assert.equal((await chat(port, { authorization: `Bearer ${raw2}` }, 'any-model')).status, 200);
+  const upload2 = await fetch(`http://127.0.0.1:${port}/v1/files`, { method: 'POST',
+    headers: { 'content-type': 'multipart/form-data; boundary=x', 'x-api-key': raw2 }, body: '--x\r\n\r\nhi\r\n--x--\r\n' });
+  assert.equal(upload2.status, 200, 'a key for every model passes a body without a model');
   assert.equal((await api(gw.api, 'DELETE', `${KEYS}/${id}`)).status, 204);
   assert.equal((await api(gw.api, 'DELETE', `${KEYS}/${id}`)).status, 404);
   assert.equal((await chat(port, { 'x-api-key': raw })).status, 401);
@@ -159,4 +180,28 @@ test('api_key_auth disabled strips X-Api-Key; omitted passes it through', async 
     extraArgs: { api_key_auth: 'jwt', jwt_auth_profile: 'p' } }))).status, 200);
   const r = await chat(p3, {});
   assert.equal(r.status, 501);
+});
+
+test('model pools behind keys: /v1/models needs a key and lists what it may use', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const gw = await startGateway({ stateDir: tmp.dir });
+  t.after(() => gw.stop());
+  const up = await recordingUpstream(t);
+  const port = await freePort();
+  for (const model of ['m1', 'm2'])
+    assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, model, workers: [up.worker],
+      extraArgs: { api_key_auth: 'required' } }))).status, 200);
+  const { raw_key: raw } = (await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', allowed_models: ['m1'] })).json;
+  let r = await fetch(`http://127.0.0.1:${port}/v1/models`);
+  assert.equal(r.status, 401);
+  r = await fetch(`http://127.0.0.1:${port}/v1/models`, { headers: { 'x-api-key': raw } });
+  assert.equal(r.status, 200);
+  assert.deepEqual((await r.json()).data.map((m) => m.id), ['m1']);
+  assert.equal((await chat(port, { 'x-api-key': raw }, 'm1')).status, 200);
+  assert.equal((await chat(port, { 'x-api-key': raw }, 'm2')).status, 403);
+  // X-Model naming a pool and a body naming another: refused, not routed by the header.
+  r = await chat(port, { 'x-api-key': raw, 'x-model': 'm1' }, 'm2');
+  assert.equal(r.status, 400);
+  assert.equal(up.seen.length, 1);
 });
