@@ -20,6 +20,7 @@ APT_PACKAGES=(
   libssl-dev              # SHA-256 for vLLM's sha256_cbor block hashes (simulator, hash contract)
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # kvgate index (LookupRoute)
   libsqlite3-dev sqlite3  # governance state (API keys) in --state-dir; sqlite3 CLI for the tests
+  libcpp-jwt-dev          # JWT verification (governance/jwt_auth.h says why this one)
   clang-format clang-tidy # make lint
   prometheus              # promtool checks the /metrics exposition in the tests
   python3-jinja2          # second chat-template oracle (tests/tokenizer/jinja2_check.py): real Jinja2

@@ -16,6 +16,7 @@
 #include "events/event_plane.h"
 #include "events/kv_sources.h"
 #include "governance/key_store.h"
+#include "governance/profile_store.h"
 #include "http/server.h"
 #include "proxy/data_plane.h"
 #include "tokenizer/registry.h"
@@ -335,6 +336,13 @@ int serveMain(int argc, char** argv) {
   } else {
     log::error("serve", "API key store unavailable: " + ks.error().what);
   }
+  std::unique_ptr<governance::ProfileStore> profiles;
+  if (auto ps = governance::ProfileStore::open(flags.state_dir, governance::jwtRegistry())) {
+    profiles = std::move(*ps);
+    profiles->startRefresh();
+  } else {
+    log::error("serve", "JWT profile store unavailable: " + ps.error().what);
+  }
   // api before control: control's destructor destroys suspended handler frames that use api.
   admin::Api api(
       store,
@@ -342,10 +350,11 @@ int serveMain(int argc, char** argv) {
         return dp.renderMetrics() + kv_plane.renderMetrics() +
                kv_plane.renderRuleBlocks(store.rules()) +
                (prompt_tokens ? prompt_tokens->renderMetrics() : std::string()) +
-               governance::renderKeyMetrics();
+               governance::renderKeyMetrics() + governance::renderJwtMetrics();
       },
       tokenizers.get());
   api.setKeyStore(keys.get());
+  api.setProfileStore(profiles.get());
   api.setInventory([&kv_plane](const std::string& key, int rank, size_t offset,
                                size_t limit) -> Result<admin::Api::KvInventory> {
     auto inv = kv_plane.inventory(key, rank, offset, limit);

@@ -316,6 +316,11 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
     co_await kvInventory(req, w);
     co_return;
   }
+  if (path == "/netlox/v1/config/ai/jwtauthprofile" ||
+      path.starts_with("/netlox/v1/config/ai/jwtauthprofile/")) {
+    co_await jwtProfiles(req, w);
+    co_return;
+  }
   if (path == "/netlox/v1/config/ai/apikey" || path.starts_with("/netlox/v1/config/ai/apikey/")) {
     co_await apiKeys(req, w);
     co_return;

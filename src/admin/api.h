@@ -13,6 +13,7 @@
 
 namespace kvgate::governance {
 class KeyStore;
+class ProfileStore;
 }
 
 namespace kvgate::admin {
@@ -44,6 +45,7 @@ class Api {
   void setInventory(InventoryFn fn) { inventory_ = std::move(fn); }
   // The API key store (/netlox/v1/config/ai/apikey); null: those routes answer 503.
   void setKeyStore(governance::KeyStore* keys) { keys_ = keys; }
+  void setProfileStore(governance::ProfileStore* p) { profiles_ = p; }
 
   // Tokenize calls queued or running at once; more get 503 (retriable).
   static constexpr int kMaxTokenizeInFlight = 16;
@@ -65,6 +67,9 @@ class Api {
   // /netlox/v1/config/ai/apikey[/{key_id}] (apikey_api.cc)
   asio::awaitable<void> apiKeys(http::Request& req, http::ResponseWriter& w);
   governance::KeyStore* keys_ = nullptr;
+  // /netlox/v1/config/ai/jwtauthprofile[/{name}] (jwt_profile_api.cc)
+  asio::awaitable<void> jwtProfiles(http::Request& req, http::ResponseWriter& w);
+  governance::ProfileStore* profiles_ = nullptr;
   // GET /netlox/v1/config/ai/kv/inventory?service_id=&ep_idx=[&dp_rank=&offset=&limit=]
   asio::awaitable<void> kvInventory(http::Request& req, http::ResponseWriter& w);
   static asio::awaitable<Result<KvInventory>> askInventory(InventoryFn fn, std::string key,

@@ -204,8 +204,10 @@ Result<RuleSpec> parseRule(const json& body) {
     return bad("serviceArguments.jwt_auth_profile", "requires api_key_auth jwt or apikey-or-jwt");
   if (auth == "jwt" && getOr<std::string>(stored, "jwt_auth_profile", "").empty())
     return bad("serviceArguments.jwt_auth_profile", "is required when api_key_auth is jwt");
-  r.strip_api_key = auth == "disabled" || auth == "required";
+  r.strip_api_key = auth == "disabled" || auth == "required" || auth == "apikey-or-jwt";
   r.require_api_key = auth == "required";
+  r.api_key_auth = auth;
+  r.jwt_profile = getOr<std::string>(stored, "jwt_auth_profile", "");
   r.cb_enable = getOr<bool>(stored, "cb_enable", false) || pd;
   r.session_header_name = getOr<std::string>(stored, "session_header_name", "");
   if (r.session_header_name.starts_with("cookie:") || r.session_header_name.starts_with("query:")) {
@@ -275,7 +277,6 @@ Result<RuleSpec> parseRule(const json& body) {
   need(getOr<int>(stored, "security", 0) != 0 || stored.contains("mtls_frontend") ||
            stored.contains("mtls_backend"),
        "tls");
-  need(auth == "jwt" || auth == "apikey-or-jwt", "api_key_auth");  // JWT: not yet
   std::string fc = getOr<std::string>(stored, "fc_mode", "off");
   need((fc == "enforce" || fc == "inherit") && !pd, "admission");  // P/D rules: proxy/admission.h
   need(getOr<std::string>(stored, "backend_protocol", "http1") == "http2", "http2");

@@ -44,6 +44,8 @@ struct RuleSpec {
   std::string session_header_name;      // sel 3: header, cookie:NAME, query:NAME or basic-auth
   bool strip_api_key = false;           // api_key_auth: "disabled" or "required"
   bool require_api_key = false;         // api_key_auth: "required" (governance/api_keys.h)
+  std::string api_key_auth;             // "", disabled, required, jwt, apikey-or-jwt
+  std::string jwt_profile;              // jwt_auth_profile (jwt, apikey-or-jwt)
   // The first capability this rule needs that this build does not provide ("" = none); traffic
   // to such a rule gets 501 not_active naming it.
   std::string inactive_capability;

@@ -92,6 +92,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   };
   KeyAdmission checkApiKey(const http::RequestHead& head, std::string_view model, bool check_model,
                            std::vector<std::string>* models);
+  KeyAdmission checkJwt(const http::RequestHead& head, const std::string& profile);
   asio::awaitable<bool> answerUnroutable(const Route* route, bool host_path_matched,
                                          std::string_view model);
   // forward.cc

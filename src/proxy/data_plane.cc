@@ -282,7 +282,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
     auto& cfg = configs[rule.listenKey()];
     if (!cfg) cfg = std::make_shared<VipConfig>();
     cfg->has_model_pools |= !rule.model_name.empty();
-    cfg->requires_keys |= rule.require_api_key;
+    cfg->requires_keys |= rule.require_api_key || rule.api_key_auth == "apikey-or-jwt";
     cfg->body_needs |= route->needs & routing::kBodyNeeds;
     cfg->routes.push_back(std::move(route));
   }

@@ -6,6 +6,7 @@
 
 #include "common/ids.h"
 #include "governance/api_keys.h"
+#include "governance/jwt_auth.h"
 #include "http/server.h"
 #include "proxy/client_conn.h"
 #include "proxy/facts_parser.h"
@@ -108,6 +109,46 @@ ClientConn::KeyAdmission ClientConn::checkApiKey(const http::RequestHead& head,
   return a;  // status 0: admitted
 }
 
+// The JWT check of api_key_auth "jwt" (and of "apikey-or-jwt" without a key): the bearer token
+// against the rule's profile and its keyset (governance/jwt_auth.h). The token never reaches the
+// engine.
+ClientConn::KeyAdmission ClientConn::checkJwt(const http::RequestHead& head,
+                                              const std::string& profile) {
+  using governance::JwtVerdict;
+  KeyAdmission a;
+  auto table = governance::jwtRegistry().current();
+  auto it = table->by_name.find(profile);
+  if (!table->loaded || it == table->by_name.end()) {
+    governance::countJwt(JwtVerdict::kNoProfile);
+    a = {503, "policy_store_unavailable", "JWT profile '" + profile + "' is not configured", ""};
+    return a;
+  }
+  const std::string_view token = governance::requestKey({}, head.get("authorization"));
+  strip_authorization_ = !token.empty();
+  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  governance::JwtCheck c =
+      governance::verifyJwt(it->second.profile, *it->second.keyset, token, now_s);
+  governance::countJwt(c.verdict);
+  switch (c.verdict) {
+    case JwtVerdict::kOk:
+      return a;
+    case JwtVerdict::kMissing:
+      a = {401, "missing_token", "a bearer token is required", ""};
+      return a;
+    case JwtVerdict::kExpired:
+      a = {401, "token_expired", "the token has expired", ""};
+      return a;
+    case JwtVerdict::kStale:
+      a = {503, "policy_store_unavailable", "the JWT keyset is not current", ""};
+      return a;
+    default:
+      a = {401, "invalid_token", "the token is not valid: " + c.why, ""};
+      return a;
+  }
+}
+
 // Returns false when the connection must close (the client is gone or the exchange broke).
 asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   const auto& head = req.head;
@@ -182,10 +223,19 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   if (!route || !route->rule.inactive_capability.empty() || !route->rule.admin_up)
     co_return co_await answerUnroutable(route, host_path_matched, model) && !client_gone_;
   strip_authorization_ = false;
-  if (route->rule.require_api_key) {
-    const std::string_view key_model =
-        facts_parsed_ && facts_.has_model ? std::string_view(facts_.model) : model;
-    KeyAdmission a = checkApiKey(head, key_model, true, nullptr);
+  if (const std::string& mode = route->rule.api_key_auth;
+      mode == "required" || mode == "jwt" || mode == "apikey-or-jwt") {
+    // apikey-or-jwt: a present key decides alone; else the bearer token is a JWT.
+    const bool key_present = !head.get("x-api-key").empty() ||
+                             governance::requestKey({}, head.get("authorization")).starts_with("kvg-");
+    KeyAdmission a;
+    if (mode == "required" || (mode == "apikey-or-jwt" && key_present)) {
+      const std::string_view key_model =
+          facts_parsed_ && facts_.has_model ? std::string_view(facts_.model) : model;
+      a = checkApiKey(head, key_model, true, nullptr);
+    } else {
+      a = checkJwt(head, route->rule.jwt_profile);
+    }
     if (a.status != 0) {
       co_await sendError(a.status, a.code, a.message, a.param);
       co_return !client_gone_;

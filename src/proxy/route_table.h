@@ -44,7 +44,7 @@ struct Route {
 struct VipConfig {
   std::vector<std::shared_ptr<const Route>> routes;
   bool has_model_pools = false;  // any route with a non-empty model_name
-  bool requires_keys = false;    // any route with api_key_auth "required" (governance)
+  bool requires_keys = false;    // any route that checks API keys ("required", "apikey-or-jwt")
   uint32_t body_needs =
       0;  // union of the routes' body FactNeeds (parsed before the route is known)
 

@@ -174,12 +174,14 @@ test('api_key_auth disabled strips X-Api-Key; omitted passes it through', async 
   assert.equal(up.seen[0].headers.authorization, 'Bearer engine');
   assert.equal((await chat(p2, { 'x-api-key': 'engine-key' })).status, 200);
   assert.equal(up.seen[1].headers['x-api-key'], 'engine-key');
-  // jwt modes are stored and answered 501 until JWT lands.
+  // A jwt rule naming a profile that does not exist fails closed (503), never open.
   const p3 = await freePort();
   assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port: p3, workers: [up.worker],
     extraArgs: { api_key_auth: 'jwt', jwt_auth_profile: 'p' } }))).status, 200);
   const r = await chat(p3, {});
-  assert.equal(r.status, 501);
+  assert.equal(r.status, 503);
+  assert.equal(r.json.error.code, 'policy_store_unavailable');
+  assert.equal(up.seen.length, 2);
 });
 
 test('model pools behind keys: /v1/models needs a key and lists what it may use', async (t) => {

@@ -1,0 +1,334 @@
+#include "governance/jwt_auth.h"
+
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/param_build.h>
+#include <openssl/pem.h>
+
+#include <algorithm>
+#include <jwt/jwt.hpp>
+#include <nlohmann/json.hpp>
+
+namespace kvgate::governance {
+
+namespace {
+using json = nlohmann::json;
+
+// cpp-jwt's base64 decoder indexes a table with each byte unchecked (an assert in debug
+// builds, an out-of-bounds read in release ones: found by the jwt fuzz target): nothing reaches
+// it that is not base64url.
+bool isB64url(std::string_view s) {
+  for (char c : s)
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_'))
+      return false;
+  return true;
+}
+
+std::string b64url(std::string_view s) {
+  if (!isB64url(s)) return {};
+  try {
+    return jwt::base64_uri_decode(s.data(), s.size());
+  } catch (...) {
+    return {};
+  }
+}
+
+std::string pemOf(EVP_PKEY* k) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  std::string out;
+  if (bio && PEM_write_bio_PUBKEY(bio, k) == 1) {
+    char* p = nullptr;
+    long n = BIO_get_mem_data(bio, &p);
+    if (n > 0) out.assign(p, size_t(n));
+  }
+  BIO_free(bio);
+  return out;
+}
+
+// RSA public key from the JWK's n and e (big-endian unsigned, base64url).
+std::string rsaPem(const std::string& n, const std::string& e) {
+  std::string out;
+  BIGNUM* bn = BN_bin2bn(reinterpret_cast<const unsigned char*>(n.data()), int(n.size()), nullptr);
+  BIGNUM* be = BN_bin2bn(reinterpret_cast<const unsigned char*>(e.data()), int(e.size()), nullptr);
+  OSSL_PARAM_BLD* bld = OSSL_PARAM_BLD_new();
+  OSSL_PARAM* params = nullptr;
+  EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new_from_name(nullptr, "RSA", nullptr);
+  EVP_PKEY* key = nullptr;
+  if (bn && be && bld && ctx && OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_N, bn) == 1 &&
+      OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_E, be) == 1 &&
+      (params = OSSL_PARAM_BLD_to_param(bld)) != nullptr && EVP_PKEY_fromdata_init(ctx) == 1 &&
+      EVP_PKEY_fromdata(ctx, &key, EVP_PKEY_PUBLIC_KEY, params) == 1)
+    out = pemOf(key);
+  EVP_PKEY_free(key);
+  EVP_PKEY_CTX_free(ctx);
+  OSSL_PARAM_free(params);
+  OSSL_PARAM_BLD_free(bld);
+  BN_free(bn);
+  BN_free(be);
+  return out;
+}
+
+// EC P-256 public key from the JWK's x and y (32 bytes each).
+std::string ecPem(const std::string& x, const std::string& y) {
+  if (x.size() != 32 || y.size() != 32) return {};
+  std::string point = std::string(1, '\x04') + x + y;
+  std::string out;
+  OSSL_PARAM_BLD* bld = OSSL_PARAM_BLD_new();
+  OSSL_PARAM* params = nullptr;
+  EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new_from_name(nullptr, "EC", nullptr);
+  EVP_PKEY* key = nullptr;
+  if (bld && ctx &&
+      OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME, "prime256v1", 0) == 1 &&
+      OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, point.data(), point.size()) == 1 &&
+      (params = OSSL_PARAM_BLD_to_param(bld)) != nullptr && EVP_PKEY_fromdata_init(ctx) == 1 &&
+      EVP_PKEY_fromdata(ctx, &key, EVP_PKEY_PUBLIC_KEY, params) == 1)
+    out = pemOf(key);
+  EVP_PKEY_free(key);
+  EVP_PKEY_CTX_free(ctx);
+  OSSL_PARAM_free(params);
+  OSSL_PARAM_BLD_free(bld);
+  return out;
+}
+
+const json* member(const json& o, const char* k) {
+  auto it = o.find(k);
+  return it == o.end() ? nullptr : &*it;
+}
+
+}  // namespace
+
+Result<std::vector<JwtKey>> parseJwks(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return fail(400, "jwks", "JWKS is not a JSON object");
+  const json* keys = member(j, "keys");
+  if (!keys || !keys->is_array()) return fail(400, "jwks", "JWKS has no \"keys\" array");
+  if (keys->size() > 64) return fail(400, "jwks", "JWKS has more than 64 keys");
+  std::vector<JwtKey> out;
+  for (const json& k : *keys) {
+    if (!k.is_object()) continue;
+    auto str = [&](const char* f) -> std::string {
+      const json* v = member(k, f);
+      return v && v->is_string() ? v->get<std::string>() : std::string();
+    };
+    if (str("use") == "enc") continue;
+    const std::string kty = str("kty"), alg = str("alg"), kid = str("kid");
+    if (kid.size() > 256) continue;
+    JwtKey key;
+    key.kid = kid;
+    if (kty == "RSA" && (alg.empty() || alg == "RS256")) {
+      const std::string n = b64url(str("n")), e = b64url(str("e"));
+      if (n.size() < 256 || n.size() > 1024 || e.empty() || e.size() > 8) continue;  // 2048-8192 bit
+      key.alg = "RS256";
+      key.pem = rsaPem(n, e);
+    } else if (kty == "EC" && str("crv") == "P-256" && (alg.empty() || alg == "ES256")) {
+      key.alg = "ES256";
+      key.pem = ecPem(b64url(str("x")), b64url(str("y")));
+    } else {
+      continue;  // oct (HMAC), other curves and algorithms: never trusted
+    }
+    if (!key.pem.empty()) out.push_back(std::move(key));
+  }
+  if (out.empty()) return fail(400, "jwks", "JWKS has no usable RS256 or ES256 public key");
+  return out;
+}
+
+Result<JwtProfile> parseProfile(std::string_view text) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return fail(400, "body", "body must be a JSON object");
+  JwtProfile p;
+  auto str = [&](const json& v, const char* f, size_t lo, size_t hi) -> Result<std::string> {
+    if (!v.is_string() || v.get_ref<const std::string&>().size() < lo ||
+        v.get_ref<const std::string&>().size() > hi)
+      return fail(400, f, std::string(f) + " must be a string of " + std::to_string(lo) + "-" +
+                              std::to_string(hi) + " bytes");
+    return v.get<std::string>();
+  };
+  for (auto& [k, v] : j.items()) {
+    Result<std::string> s;
+    if (k == "name" || k == "issuer" || k == "jwks_file" || k == "tenant_claim" ||
+        k == "user_claim") {
+      s = str(v, k.c_str(), k == "issuer" ? 0 : 1, k == "jwks_file" ? 4096 : 256);
+      if (!s) return tl::unexpected(s.error());
+      (k == "name"           ? p.name
+       : k == "issuer"       ? p.issuer
+       : k == "jwks_file"    ? p.jwks_file
+       : k == "tenant_claim" ? p.tenant_claim
+                             : p.user_claim) = *s;
+    } else if (k == "audience" || k == "audiences") {
+      p.audiences.clear();
+      if (v.is_string()) {
+        p.audiences.push_back(v.get<std::string>());
+      } else if (v.is_array() && v.size() <= 64) {
+        for (auto& a : v) {
+          auto one = str(a, "audience", 1, 256);
+          if (!one) return tl::unexpected(one.error());
+          p.audiences.push_back(*one);
+        }
+      } else {
+        return fail(400, "audience", "audience must be a string or an array of at most 64");
+      }
+    } else if (k == "algorithms") {
+      if (!v.is_array() || v.empty() || v.size() > 2)
+        return fail(400, "algorithms", "algorithms must list RS256 and/or ES256");
+      p.algorithms.clear();
+      for (auto& a : v) {
+        if (!a.is_string() || (a != "RS256" && a != "ES256"))
+          return fail(400, "algorithms", "only RS256 and ES256 are accepted (none and HMAC never)");
+        p.algorithms.push_back(a.get<std::string>());
+      }
+    } else if (k == "clock_skew_sec") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 600)
+        return fail(400, "clock_skew_sec", "clock_skew_sec must be an integer in 0..600");
+      p.clock_skew_sec = static_cast<uint32_t>(v.get<int64_t>());
+    } else {
+      return fail(400, k, k + ": unknown field");
+    }
+  }
+  if (p.name.empty()) return fail(400, "name", "name is required");
+  if (p.jwks_file.empty()) return fail(400, "jwks_file", "jwks_file is required");
+  for (char c : p.name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+      return fail(400, "name", "name may hold letters, digits, '-', '_' and '.' only");
+  return p;
+}
+
+std::string profileJson(const JwtProfile& p) {
+  json j = {{"name", p.name},       {"issuer", p.issuer},
+            {"audience", p.audiences}, {"jwks_file", p.jwks_file},
+            {"algorithms", p.algorithms}, {"tenant_claim", p.tenant_claim},
+            {"user_claim", p.user_claim}, {"clock_skew_sec", p.clock_skew_sec}};
+  return j.dump();
+}
+
+const char* jwtVerdictName(JwtVerdict v) {
+  switch (v) {
+    case JwtVerdict::kOk: return "ok";
+    case JwtVerdict::kMissing: return "missing";
+    case JwtVerdict::kInvalid: return "invalid";
+    case JwtVerdict::kExpired: return "expired";
+    case JwtVerdict::kStale: return "stale";
+    case JwtVerdict::kNoProfile: return "no_profile";
+  }
+  return "invalid";
+}
+
+JwtCheck verifyJwt(const JwtProfile& p, const JwtKeyset& ks, std::string_view token,
+                   int64_t now_s) {
+  JwtCheck c;
+  auto bad = [&](std::string why) {
+    c.verdict = JwtVerdict::kInvalid;
+    c.why = std::move(why);
+    return c;
+  };
+  if (token.empty()) {
+    c.verdict = JwtVerdict::kMissing;
+    c.why = "no bearer token";
+    return c;
+  }
+  if (token.size() > kMaxJwtBytes) return bad("token longer than 4088 bytes");
+  if (ks.loaded_at_s == 0 || now_s - ks.loaded_at_s > kMaxKeysetAgeS) {
+    c.verdict = JwtVerdict::kStale;
+    c.why = "the profile's keyset is not current";
+    return c;
+  }
+  const size_t d1 = token.find('.');
+  const size_t d2 = d1 == std::string_view::npos ? d1 : token.find('.', d1 + 1);
+  if (d2 == std::string_view::npos || token.find('.', d2 + 1) != std::string_view::npos)
+    return bad("not a compact JWS");
+  if (!isB64url(token.substr(0, d1)) || !isB64url(token.substr(d1 + 1, d2 - d1 - 1)) ||
+      !isB64url(token.substr(d2 + 1)))
+    return bad("not base64url");
+  // The header alone first: the algorithm and key are chosen from the profile, not the token.
+  json h = json::parse(b64url(token.substr(0, d1)), nullptr, false);
+  if (h.is_discarded() || !h.is_object()) return bad("unreadable header");
+  const json* alg = member(h, "alg");
+  if (!alg || !alg->is_string()) return bad("no alg");
+  const std::string a = alg->get<std::string>();
+  if (std::find(p.algorithms.begin(), p.algorithms.end(), a) == p.algorithms.end())
+    return bad("algorithm " + a.substr(0, 16) + " not accepted");
+  const json* kid = member(h, "kid");
+  const bool has_kid = kid && kid->is_string();
+  std::vector<const JwtKey*> cands;
+  for (const auto& k : ks.keys)
+    if (k.alg == a && (!has_kid || k.kid == kid->get_ref<const std::string&>())) cands.push_back(&k);
+  if (cands.empty()) return bad("no key for this token");
+  if (cands.size() > 1 && !has_kid) return bad("no kid and several keys");
+  const JwtKey* key = cands.front();
+  json claims;
+  try {
+    std::error_code ec;
+    auto obj = jwt::decode(jwt::string_view(token.data(), token.size()), jwt::params::algorithms({a}),
+                           ec, jwt::params::secret(key->pem), jwt::params::verify(true),
+                           jwt::params::leeway(p.clock_skew_sec));
+    if (ec) {
+      if (ec == jwt::VerificationErrc::TokenExpired) {
+        c.verdict = JwtVerdict::kExpired;
+        c.why = "the token has expired";
+        return c;
+      }
+      return bad(ec == jwt::VerificationErrc::ImmatureSignature ? "the token is not valid yet"
+                                                                 : "signature or format refused");
+    }
+    claims = obj.payload().create_json_obj();
+  } catch (const std::exception&) {
+    return bad("signature or format refused");
+  }
+  if (!claims.is_object()) return bad("claims are not an object");
+  const json* exp = member(claims, "exp");
+  if (!exp || !exp->is_number()) return bad("no exp claim");  // a token must end
+  if (!p.issuer.empty()) {
+    const json* iss = member(claims, "iss");
+    if (!iss || !iss->is_string() || iss->get<std::string>() != p.issuer) return bad("wrong issuer");
+  }
+  if (!p.audiences.empty()) {
+    const json* aud = member(claims, "aud");
+    bool ok = false;
+    auto named = [&](const json& v) {
+      return v.is_string() &&
+             std::find(p.audiences.begin(), p.audiences.end(), v.get<std::string>()) != p.audiences.end();
+    };
+    if (aud && aud->is_string()) ok = named(*aud);
+    else if (aud && aud->is_array())
+      for (const auto& x : *aud) ok = ok || named(x);
+    if (!ok) return bad("wrong audience");
+  }
+  auto claimStr = [&](const std::string& name) -> std::string {
+    const json* v = member(claims, name.c_str());
+    if (!v) return {};
+    if (v->is_string()) return v->get<std::string>().substr(0, 256);
+    if (v->is_number_integer()) return std::to_string(v->get<int64_t>());
+    return {};
+  };
+  c.tenant = claimStr(p.tenant_claim);
+  c.user = claimStr(p.user_claim);
+  c.verdict = JwtVerdict::kOk;
+  return c;
+}
+
+namespace {
+std::atomic<uint64_t> g_jwt[6] = {};
+}  // namespace
+
+void countJwt(JwtVerdict v) {
+  g_jwt[static_cast<size_t>(v) % 6].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::string renderJwtMetrics() {
+  std::string s =
+      "# HELP kvgate_jwt_checks_total JWT checks of rules with api_key_auth jwt or apikey-or-jwt, "
+      "by outcome.\n# TYPE kvgate_jwt_checks_total counter\n";
+  for (int i = 0; i < 6; ++i)
+    s += std::string("kvgate_jwt_checks_total{outcome=\"") + jwtVerdictName(JwtVerdict(i)) +
+         "\"} " + std::to_string(g_jwt[i].load(std::memory_order_relaxed)) + "\n";
+  return s;
+}
+
+JwtRegistry& jwtRegistry() {
+  static JwtRegistry* r = new JwtRegistry;  // (never destroyed: workers may read at exit)
+  return *r;
+}
+
+}  // namespace kvgate::governance

@@ -1,0 +1,249 @@
+#include "governance/profile_store.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/log.h"
+
+namespace kvgate::governance {
+
+namespace {
+
+int64_t nowS() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t mtimeNs(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+tl::unexpected<Error> dbError(sqlite3* db, const std::string& what) {
+  return fail(503, "policy_store", what + ": " + (db ? sqlite3_errmsg(db) : "no database"), true);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ProfileStore>> ProfileStore::open(const std::string& dir,
+                                                         JwtRegistry& registry) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  sqlite3* db = nullptr;
+  const std::string path = dir + "/governance.db";
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
+    auto e = dbError(db, "cannot open " + path);
+    sqlite3_close(db);
+    return e;
+  }
+  std::unique_ptr<ProfileStore> st(new ProfileStore(db, registry));
+  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
+                          "PRAGMA busy_timeout=2000",
+                          "CREATE TABLE IF NOT EXISTS jwt_profiles (name TEXT PRIMARY KEY,"
+                          " body TEXT NOT NULL)"}) {
+    char* msg = nullptr;
+    if (sqlite3_exec(db, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+      std::string m = msg ? msg : "?";
+      sqlite3_free(msg);
+      return fail(503, "policy_store", m, true);
+    }
+  }
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(db, "SELECT name, body FROM jwt_profiles", -1, &q, nullptr) != SQLITE_OK)
+    return dbError(db, "load jwt_profiles");
+  const int64_t now = nowS();
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+    const char* body = reinterpret_cast<const char*>(sqlite3_column_text(q, 1));
+    auto p = parseProfile(body ? body : "");
+    if (!p) {  // (a damaged row: skipped, so rules that name it fail closed)
+      log::error("governance", "JWT profile row refused: " + p.error().what);
+      continue;
+    }
+    State s;
+    s.profile = *p;
+    s.keyset = load(*p, nullptr, now, s.mtime_ns);
+    s.checked_s = now;
+    st->states_[p->name] = std::move(s);
+  }
+  sqlite3_finalize(q);
+  if (rc != SQLITE_DONE) return dbError(db, "load jwt_profiles");
+  std::lock_guard g(st->mu_);
+  st->publishLocked();
+  return st;
+}
+
+ProfileStore::~ProfileStore() {
+  {
+    std::lock_guard g(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (refresher_.joinable()) refresher_.join();
+  sqlite3_close(db_);
+}
+
+std::shared_ptr<const JwtKeyset> ProfileStore::load(const JwtProfile& p,
+                                                    const std::shared_ptr<const JwtKeyset>& old,
+                                                    int64_t now_s, int64_t& mtime_ns) {
+  auto ks = std::make_shared<JwtKeyset>();
+  if (old) *ks = *old;
+  mtime_ns = mtimeNs(p.jwks_file);
+  std::ifstream f(p.jwks_file, std::ios::binary);
+  std::string text;
+  if (f) {
+    text.resize(size_t(1) << 20);
+    f.read(text.data(), std::streamsize(text.size()));
+    text.resize(size_t(f.gcount()));
+    if (f.peek() != EOF) {
+      ks->error = "JWKS file over 1 MiB";
+      return ks;
+    }
+  } else {
+    ks->error = "cannot read " + p.jwks_file;
+    return ks;
+  }
+  auto keys = parseJwks(text);
+  if (!keys) {
+    ks->error = keys.error().what;
+    return ks;
+  }
+  ks->keys = std::move(*keys);
+  ks->loaded_at_s = now_s;
+  ks->error.clear();
+  return ks;
+}
+
+void ProfileStore::publishLocked() {
+  auto t = std::make_shared<JwtTable>();
+  t->loaded = true;
+  for (const auto& [name, s] : states_) t->by_name[name] = {s.profile, s.keyset};
+  registry_.publish(std::move(t));
+}
+
+Result<void> ProfileStore::put(const JwtProfile& p) {
+  int64_t mtime = 0;
+  auto ks = load(p, nullptr, nowS(), mtime);
+  if (ks->loaded_at_s == 0) return fail(400, "jwks_file", "jwks_file: " + ks->error);
+  {
+    std::lock_guard g(mu_);
+    if (!states_.count(p.name) && states_.size() >= kMaxProfiles)
+      return fail(409, "name", "at most " + std::to_string(kMaxProfiles) + " JWT profiles");
+  }
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO jwt_profiles (name, body) VALUES (?1, ?2)",
+                         -1, &q, nullptr) != SQLITE_OK)
+    return dbError(db_, "prepare");
+  const std::string body = profileJson(p);
+  sqlite3_bind_text(q, 1, p.name.data(), int(p.name.size()), SQLITE_TRANSIENT);
+  sqlite3_bind_text(q, 2, body.data(), int(body.size()), SQLITE_TRANSIENT);
+  const int rc = sqlite3_step(q);
+  sqlite3_finalize(q);
+  if (rc != SQLITE_DONE) return dbError(db_, "store JWT profile");
+  std::lock_guard g(mu_);
+  State& s = states_[p.name];
+  s.profile = p;
+  s.keyset = std::move(ks);
+  s.mtime_ns = mtime;
+  s.checked_s = nowS();
+  publishLocked();
+  return {};
+}
+
+Result<void> ProfileStore::remove(const std::string& name) {
+  {
+    std::lock_guard g(mu_);
+    if (!states_.count(name)) return fail(404, "name", "no JWT profile " + name);
+  }
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(db_, "DELETE FROM jwt_profiles WHERE name=?1", -1, &q, nullptr) != SQLITE_OK)
+    return dbError(db_, "prepare");
+  sqlite3_bind_text(q, 1, name.data(), int(name.size()), SQLITE_TRANSIENT);
+  const int rc = sqlite3_step(q);
+  sqlite3_finalize(q);
+  if (rc != SQLITE_DONE) return dbError(db_, "delete JWT profile");
+  std::lock_guard g(mu_);
+  states_.erase(name);
+  publishLocked();
+  return {};
+}
+
+std::vector<JwtProfile> ProfileStore::list() const {
+  std::lock_guard g(mu_);
+  std::vector<JwtProfile> out;
+  for (const auto& [n, s] : states_) out.push_back(s.profile);
+  return out;
+}
+
+std::optional<JwtProfile> ProfileStore::find(const std::string& name) const {
+  std::lock_guard g(mu_);
+  auto it = states_.find(name);
+  if (it == states_.end()) return std::nullopt;
+  return it->second.profile;
+}
+
+std::shared_ptr<const JwtKeyset> ProfileStore::keyset(const std::string& name) const {
+  std::lock_guard g(mu_);
+  auto it = states_.find(name);
+  return it == states_.end() ? nullptr : it->second.keyset;
+}
+
+void ProfileStore::refresh() {
+  // The files are read outside the lock (a slow disk holds no one up); what changed is swapped
+  // in under it.
+  std::vector<std::pair<JwtProfile, std::shared_ptr<const JwtKeyset>>> todo;
+  const int64_t now = nowS();
+  {
+    std::lock_guard g(mu_);
+    for (const auto& [n, s] : states_)
+      if (mtimeNs(s.profile.jwks_file) != s.mtime_ns || now - s.checked_s >= 300)
+        todo.emplace_back(s.profile, s.keyset);
+  }
+  if (todo.empty()) return;
+  struct Done {
+    std::string name, file;
+    std::shared_ptr<const JwtKeyset> keyset;
+    int64_t mtime;
+  };
+  std::vector<Done> done;
+  for (auto& [p, old] : todo) {
+    int64_t mtime = 0;
+    auto ks = load(p, old, now, mtime);
+    if (!ks->error.empty())
+      log::warn("governance", "JWT profile " + p.name + ": JWKS reload failed: " + ks->error);
+    done.push_back({p.name, p.jwks_file, std::move(ks), mtime});
+  }
+  std::lock_guard g(mu_);
+  for (auto& d : done) {
+    auto it = states_.find(d.name);
+    // (removed, or replaced with another file, while the file was read: not this keyset's)
+    if (it == states_.end() || it->second.profile.jwks_file != d.file) continue;
+    it->second.keyset = std::move(d.keyset);
+    it->second.mtime_ns = d.mtime;
+    it->second.checked_s = now;
+  }
+  publishLocked();
+}
+
+void ProfileStore::startRefresh() {
+  refresher_ = std::thread([this] {
+    std::unique_lock lk(mu_);
+    while (!stop_) {
+      cv_.wait_for(lk, std::chrono::seconds(5), [&] { return stop_; });
+      if (stop_) break;
+      lk.unlock();
+      refresh();
+      lk.lock();
+    }
+  });
+}
+
+}  // namespace kvgate::governance

@@ -1,0 +1,152 @@
+// JWT auth end to end (issue 14): a profile whose JWKS file holds keys made by the openssl
+// command line (RSA) and Node's crypto (EC P-256), tokens signed by `openssl dgst` (RS256) and
+// Node (ES256), never by kvgate; a rule with api_key_auth jwt in front of an upstream that
+// records what it receives; each bad variant refused with the §2.4 code; apikey-or-jwt where a
+// key decides alone; key rotation picked up from the file; a referenced profile cannot be
+// deleted (409); profiles survive a restart.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { test } from 'node:test';
+import { LB_BASE, api, freePort, rule, scrapeMetrics, startGateway, tempDir, waitFor } from './lib.mjs';
+
+const PROFILES = '/netlox/v1/config/ai/jwtauthprofile';
+const b64u = (b) => Buffer.from(b).toString('base64url');
+
+function rsaKey(dir, name) {
+  const file = path.join(dir, `${name}.pem`);
+  execFileSync('openssl', ['genpkey', '-algorithm', 'RSA', '-pkeyopt', 'rsa_keygen_bits:2048', '-out', file]);
+  return { file, jwk: { ...crypto.createPublicKey(fs.readFileSync(file)).export({ format: 'jwk' }), kid: name, alg: 'RS256' } };
+}
+function rs256(keyFile, header, claims) {
+  const input = `${b64u(JSON.stringify(header))}.${b64u(JSON.stringify(claims))}`;
+  const sig = execFileSync('openssl', ['dgst', '-sha256', '-sign', keyFile], { input });
+  return `${input}.${b64u(sig)}`;
+}
+function es256(key, header, claims) {
+  const input = `${b64u(JSON.stringify(header))}.${b64u(JSON.stringify(claims))}`;
+  return `${input}.${b64u(crypto.sign('sha256', Buffer.from(input), { key, dsaEncoding: 'ieee-p1363' }))}`;
+}
+
+async function recordingUpstream(t) {
+  const seen = [];
+  const srv = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      seen.push(req.headers);
+      const out = JSON.stringify({ id: 'x', object: 'chat.completion', choices: [] });
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
+      res.end(out);
+    });
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise((r) => srv.close(r)));
+  return { seen, worker: { host: '127.0.0.1', port: srv.address().port } };
+}
+
+async function call(port, headers) {
+  const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: 'm1', messages: [{ role: 'user', content: 'hi' }] }) });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: res.status, code: json?.error?.code, text };
+}
+
+test('api_key_auth jwt: tokens from independent signers, every refusal, rotation, persistence', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const r1 = rsaKey(tmp.dir, 'r1');
+  const ec = crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' });
+  const ecJwk = { ...ec.publicKey.export({ format: 'jwk' }), kid: 'e1', alg: 'ES256' };
+  const jwks = path.join(tmp.dir, 'jwks.json');
+  fs.writeFileSync(jwks, JSON.stringify({ keys: [r1.jwk, ecJwk] }));
+  const state = path.join(tmp.dir, 'state');
+  let gw = await startGateway({ stateDir: state });
+  t.after(() => gw.stop('SIGKILL'));
+  const up = await recordingUpstream(t);
+
+  // Profiles: validated, the JWKS must load.
+  let r = await api(gw.api, 'POST', PROFILES, { name: 'corp', jwks_file: path.join(tmp.dir, 'missing.json') });
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.text, /jwks_file/);
+  r = await api(gw.api, 'POST', PROFILES, { name: 'corp', jwks_file: jwks, algorithms: ['HS256'] });
+  assert.equal(r.status, 400);
+  r = await api(gw.api, 'POST', PROFILES, { name: 'corp', jwks_file: jwks, issuer: 'https://idp.example',
+    audience: ['kvgate'], tenant_claim: 'org' });
+  assert.equal(r.status, 200, r.text);
+  r = await api(gw.api, 'GET', `${PROFILES}/corp`);
+  assert.equal(r.json.keys, 2);
+  assert.equal(r.json.error, '');
+
+  const port = await freePort();
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [up.worker],
+    extraArgs: { api_key_auth: 'jwt', jwt_auth_profile: 'corp' } }));
+  assert.equal(r.status, 200, r.text);
+  const now = Math.floor(Date.now() / 1000);
+  const claims = { iss: 'https://idp.example', aud: 'kvgate', sub: 'alice', org: 'acme', exp: now + 3600 };
+  const good = rs256(r1.file, { alg: 'RS256', kid: 'r1', typ: 'JWT' }, claims);
+  r = await call(port, { authorization: `Bearer ${good}` });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(up.seen.at(-1).authorization, undefined, 'the token never reaches the engine');
+  r = await call(port, { authorization: `Bearer ${es256(ec.privateKey, { alg: 'ES256', kid: 'e1' }, claims)}` });
+  assert.equal(r.status, 200, r.text);
+
+  const refusals = [
+    [{}, 'missing_token'],
+    [{ authorization: `Bearer ${rs256(r1.file, { alg: 'RS256', kid: 'r1' }, { ...claims, exp: now - 3600 })}` }, 'token_expired'],
+    [{ authorization: `Bearer ${rs256(r1.file, { alg: 'RS256', kid: 'r1' }, { ...claims, aud: 'other' })}` }, 'invalid_token'],
+    [{ authorization: `Bearer ${rs256(r1.file, { alg: 'RS256', kid: 'r1' }, { ...claims, iss: 'https://evil' })}` }, 'invalid_token'],
+    [{ authorization: `Bearer ${b64u('{"alg":"none"}')}.${b64u(JSON.stringify(claims))}.` }, 'invalid_token'],
+    [{ authorization: `Bearer ${rs256(r1.file, { alg: 'RS256', kid: 'r1' }, { ...claims, pad: 'x'.repeat(4000) })}` }, 'invalid_token'],
+  ];
+  // HS256 with the RSA public key's PEM as the HMAC secret (algorithm confusion).
+  const pub = crypto.createPublicKey(fs.readFileSync(r1.file)).export({ type: 'spki', format: 'pem' });
+  const hsIn = `${b64u('{"alg":"HS256","kid":"r1"}')}.${b64u(JSON.stringify(claims))}`;
+  refusals.push([{ authorization: `Bearer ${hsIn}.${b64u(crypto.createHmac('sha256', pub).update(hsIn).digest())}` }, 'invalid_token']);
+  const before = up.seen.length;
+  for (const [headers, code] of refusals) {
+    r = await call(port, headers);
+    assert.equal(r.status, 401, `${code}: ${r.text}`);
+    assert.equal(r.code, code, r.text);
+  }
+  assert.equal(up.seen.length, before, 'refused requests never reach the engine');
+
+  // apikey-or-jwt: a present key decides alone (a bad key is a 401 even with a good token).
+  const port2 = await freePort();
+  assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port: port2, workers: [up.worker],
+    extraArgs: { api_key_auth: 'apikey-or-jwt', jwt_auth_profile: 'corp' } }))).status, 200);
+  assert.equal((await call(port2, { authorization: `Bearer ${good}` })).status, 200);
+  const { raw_key: key } = (await api(gw.api, 'POST', '/netlox/v1/config/ai/apikey', { tenant_id: 'acme' })).json;
+  assert.equal((await call(port2, { 'x-api-key': key })).status, 200);
+  r = await call(port2, { 'x-api-key': 'kvg-0000000000000000-' + 'A'.repeat(43), authorization: `Bearer ${good}` });
+  assert.equal(r.status, 401);
+  assert.equal(r.code, 'invalid_api_key');
+
+  // Rotation: a new key in the file is picked up by the refresh thread (polled, one-sided bound).
+  const r2 = rsaKey(tmp.dir, 'r2');
+  const rotated = rs256(r2.file, { alg: 'RS256', kid: 'r2' }, claims);
+  assert.equal((await call(port, { authorization: `Bearer ${rotated}` })).status, 401);
+  fs.writeFileSync(jwks, JSON.stringify({ keys: [r2.jwk] }));
+  assert.ok(await waitFor(async () => (await call(port, { authorization: `Bearer ${rotated}` })).status === 200, 30000, 250),
+    'the rotated key is accepted within 30 s');
+  assert.equal((await call(port, { authorization: `Bearer ${good}` })).status, 401, 'the removed key is not');
+
+  // A profile a rule names cannot be deleted; profiles survive kill -9.
+  r = await api(gw.api, 'DELETE', `${PROFILES}/corp`);
+  assert.equal(r.status, 409, r.text);
+  await gw.stop('SIGKILL');
+  gw = await startGateway({ stateDir: state });
+  assert.equal((await call(port, { authorization: `Bearer ${rotated}` })).status, 200);
+  const m = (await scrapeMetrics(gw.api)).filter((s) => s.name === 'kvgate_jwt_checks_total');
+  assert.ok(m.find((s) => s.labels.outcome === 'ok')?.value >= 1, JSON.stringify(m));
+  // Unreferenced: deleted.
+  for (const p of [port, port2])
+    assert.equal((await api(gw.api, 'DELETE', `${LB_BASE}/externalipaddress/127.0.0.1/port/${p}/protocol/tcp`)).status, 200);
+  assert.equal((await api(gw.api, 'DELETE', `${PROFILES}/corp`)).status, 200);
+  assert.equal((await api(gw.api, 'GET', `${PROFILES}/corp`)).status, 404);
+});
