@@ -9,6 +9,7 @@
 #include <string>
 
 #include "admin/api.h"
+#include "admin/api_tokens.h"
 #include "admin/rule_store.h"
 #include "common/env.h"
 #include "common/log.h"
@@ -28,8 +29,11 @@ namespace {
 const char* kServeHelp =
     "usage: kvgate serve [flags]\n\n"
     "  --api-listen ADDR:PORT     management REST API address (default 127.0.0.1:11111;\n"
-    "                             port 0 picks a free port, printed in the ready line). The API\n"
-    "                             has no authentication yet: bind other addresses deliberately\n"
+    "                             port 0 picks a free port, printed in the ready line)\n"
+    "  --api-token-file FILE      bearer tokens the management API requires (one per line, >= 16\n"
+    "                             characters; the file owned by this user, mode 0600 or 0400);\n"
+    "                             /healthz stays open. Without it the API must listen on loopback\n"
+    "  --api-insecure             allow a non-loopback --api-listen without --api-token-file\n"
     "  --state-dir DIR            where the rule set persists (default ./kvgate-state)\n"
     "  --workers N                data-plane worker threads (default: one per core)\n"
     "  --max-header-bytes N       request head limit, larger gets 431 (default 16384)\n"
@@ -72,6 +76,8 @@ bool isLoopback(const std::string& host) {
 
 struct ServeFlags {
   std::string api_listen = "127.0.0.1:11111";
+  std::string api_token_file;
+  bool api_insecure = false;
   std::string state_dir = "kvgate-state";
   std::string models_dir;
   proxy::ProxyOptions opts;
@@ -97,6 +103,10 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
     if (a == "--help" || a == "-h") {
       std::fputs(kServeHelp, stdout);
       return 0;
+    } else if (a == "--api-token-file") {
+      f.api_token_file = next();
+    } else if (a == "--api-insecure") {
+      f.api_insecure = true;
     } else if (a == "--api-listen") {
       api_listen = next();
     } else if (a == "--state-dir") {
@@ -236,10 +246,6 @@ void applyEnvironment(proxy::ProxyOptions& opts, const std::string& api_host) {
                              "' (not a number 0..3600000); using 1000");
     }
   }
-  if (!isLoopback(api_host))
-    log::warn("serve", "the management API listens on " + api_host +
-                           " and has no authentication: anyone who reaches it can change the "
-                           "rules (bind 127.0.0.1 unless this is intended)");
 }
 
 }  // namespace
@@ -253,6 +259,26 @@ int serveMain(int argc, char** argv) {
   auto hp = net::parseHostPort(api_listen);
   if (!hp) {
     std::fprintf(stderr, "kvgate serve: --api-listen must be ADDR:PORT, got '%s'\n",
+                 api_listen.c_str());
+    return 2;
+  }
+  admin::ApiTokens api_tokens;
+  if (!flags.api_token_file.empty()) {
+    auto t = admin::ApiTokens::load(flags.api_token_file);
+    if (!t) {
+      std::fprintf(stderr, "kvgate serve: %s\n", t.error().what.c_str());
+      return 2;
+    }
+    api_tokens = std::move(*t);
+  } else if (!isLoopback(hp->host) && flags.api_insecure) {
+    log::warn("serve", "the management API listens on " + hp->host +
+                           " and has no authentication (--api-insecure): anyone who reaches it "
+                           "can change the rules");
+  } else if (!isLoopback(hp->host)) {
+    std::fprintf(stderr,
+                 "kvgate serve: --api-listen %s is not a loopback address and the API has no\n"
+                 "  --api-token-file: anyone who reaches it could change every rule. Give a token\n"
+                 "  file, or pass --api-insecure to serve it unauthenticated anyway.\n",
                  api_listen.c_str());
     return 2;
   }
@@ -354,6 +380,7 @@ int serveMain(int argc, char** argv) {
       },
       tokenizers.get());
   api.setKeyStore(keys.get());
+  api.setTokens(std::move(api_tokens));
   api.setProfileStore(profiles.get());
   api.setInventory([&kv_plane](const std::string& key, int rank, size_t offset,
                                size_t limit) -> Result<admin::Api::KvInventory> {

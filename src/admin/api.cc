@@ -289,6 +289,16 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
   };
 
   std::string_view path = req.path;
+  if (tokens_.enabled() && !isPublicApiPath(path) && !tokens_.allows(req.header("authorization"))) {
+    log::info("api", req.method + " " + req.path + " -> 401 (no valid API token) from " +
+                         req.remote_ip);
+    // (locals, not temporaries, in a co_await: GCC 12)
+    http::HeaderList extra;
+    extra.emplace_back("WWW-Authenticate", "Bearer realm=\"kvgate\"");
+    std::string body = apiErrorBody(401, "a bearer token from --api-token-file is required");
+    co_await w.send(401, "application/json", body, std::move(extra));
+    co_return;
+  }
   if (path == "/metrics" || path == "/netlox/v1/metrics") {
     if (req.method != "GET") {
       co_await err(405, "use GET on /metrics");

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "admin/api_tokens.h"
 #include "admin/rule_store.h"
 #include "http/server.h"
 #include "tokenizer/registry.h"
@@ -45,6 +46,8 @@ class Api {
   void setInventory(InventoryFn fn) { inventory_ = std::move(fn); }
   // The API key store (/netlox/v1/config/ai/apikey); null: those routes answer 503.
   void setKeyStore(governance::KeyStore* keys) { keys_ = keys; }
+  // Bearer tokens every route but /healthz needs (--api-token-file); none: no authentication.
+  void setTokens(ApiTokens t) { tokens_ = std::move(t); }
   void setProfileStore(governance::ProfileStore* p) { profiles_ = p; }
 
   // Tokenize calls queued or running at once; more get 503 (retriable).
@@ -67,6 +70,7 @@ class Api {
   // /netlox/v1/config/ai/apikey[/{key_id}] (apikey_api.cc)
   asio::awaitable<void> apiKeys(http::Request& req, http::ResponseWriter& w);
   governance::KeyStore* keys_ = nullptr;
+  ApiTokens tokens_;
   // /netlox/v1/config/ai/jwtauthprofile[/{name}] (jwt_profile_api.cc)
   asio::awaitable<void> jwtProfiles(http::Request& req, http::ResponseWriter& w);
   governance::ProfileStore* profiles_ = nullptr;

@@ -15,6 +15,8 @@ namespace {
 const char* kHelp =
     "usage: kvgate ctl [--api URL] [--json] <command>\n\n"
     "  --api URL     management API (default http://127.0.0.1:11111)\n"
+    "  --token-file FILE  bearer token for an API started with --api-token-file (its first\n"
+    "                token line); else $KVGATE_API_TOKEN when set\n"
     "  --json        print raw JSON instead of tables\n\n"
     "commands:\n"
     "  get                                  list rules\n"
@@ -69,11 +71,28 @@ void printTable(const nlohmann::json& j) {
 int main(int argc, char** argv) {
   std::string api = "http://127.0.0.1:11111";
   bool json_out = false;
+  if (const char* env = std::getenv("KVGATE_API_TOKEN"); env && *env) http::setBearerToken(env);
   int i = 1;
   for (; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--api" && i + 1 < argc)
       api = argv[++i];
+    else if (a == "--token-file" && i + 1 < argc) {
+      std::ifstream f(argv[++i]);
+      std::string line;
+      bool found = false;
+      while (!found && std::getline(f, line)) {
+        size_t b = line.find_first_not_of(" \t");
+        if (b == std::string::npos || line[b] == '#') continue;
+        size_t e = line.find_last_not_of(" \t\r");
+        http::setBearerToken(line.substr(b, e - b + 1));
+        found = true;
+      }
+      if (!found) {
+        std::fprintf(stderr, "kvgate ctl: no token in --token-file %s\n", argv[i]);
+        return 2;
+      }
+    }
     else if (a == "--json")
       json_out = true;
     else if (a == "--help" || a == "-h") {
@@ -86,6 +105,7 @@ int main(int argc, char** argv) {
     std::fputs(kHelp, stderr);
     return 2;
   }
+
   std::string cmd = argv[i++];
   const std::string base = "/netlox/v1/config/loadbalancer";
   if (cmd == "get") {

@@ -6,6 +6,15 @@
 
 namespace kvgate::http {
 
+namespace {
+std::string& bearerToken() {
+  static std::string t;
+  return t;
+}
+}  // namespace
+
+void setBearerToken(std::string token) { bearerToken() = std::move(token); }
+
 Result<ClientResponse> fetch(const std::string& url, const std::string& method,
                              const std::string& target, const std::string& body,
                              const std::string& content_type, std::chrono::milliseconds timeout) {
@@ -36,6 +45,7 @@ Result<ClientResponse> fetch(const std::string& url, const std::string& method,
   ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   std::string req = method + " " + base + target + " HTTP/1.1\r\nHost: " + hostport +
                     "\r\nConnection: close\r\nAccept: application/json\r\n";
+  if (!bearerToken().empty()) req += "Authorization: Bearer " + bearerToken() + "\r\n";
   if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH") {
     req += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) +
            "\r\n";

@@ -15,6 +15,10 @@ struct ClientResponse {
   std::string body;
 };
 
+// A bearer token every later fetch sends (`kvgate ctl --token-file`, or $KVGATE_API_TOKEN);
+// empty: none. Process-wide: the command-line tools make one call at a time.
+void setBearerToken(std::string token);
+
 // `url` is http://host:port[/base]; `target` is appended to the base path.
 Result<ClientResponse> fetch(const std::string& url, const std::string& method,
                              const std::string& target, const std::string& body = {},

@@ -273,9 +273,12 @@ test('bug 11: the management API listens on 127.0.0.1:11111 by default; 0.0.0.0 
     await stop(proc);
   }
 
-  // An explicit 0.0.0.0 still works, with a warning.
+  // An explicit 0.0.0.0 without a token file is refused; with --api-insecure it works, with a
+  // warning (docs/configuration.md).
+  await assert.rejects(startKvgate(['serve', '--api-listen', '0.0.0.0:0', '--state-dir', `${tmp.dir}/c`,
+    '--workers', '1']), /--api-insecure/);
   const { proc, ready } = await startKvgate(
-    ['serve', '--api-listen', '0.0.0.0:0', '--state-dir', `${tmp.dir}/b`, '--workers', '1']);
+    ['serve', '--api-listen', '0.0.0.0:0', '--state-dir', `${tmp.dir}/b`, '--workers', '1', '--api-insecure']);
   procs.push(proc);
   assert.equal((await api(ready.api, 'GET', '/netlox/v1/status')).status, 200);
   assert.ok(await waitFor(() => /no authentication/i.test(proc.stderrText), 2000),
