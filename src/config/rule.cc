@@ -204,7 +204,8 @@ Result<RuleSpec> parseRule(const json& body) {
     return bad("serviceArguments.jwt_auth_profile", "requires api_key_auth jwt or apikey-or-jwt");
   if (auth == "jwt" && getOr<std::string>(stored, "jwt_auth_profile", "").empty())
     return bad("serviceArguments.jwt_auth_profile", "is required when api_key_auth is jwt");
-  r.strip_api_key = auth == "disabled" || auth == "required" || auth == "apikey-or-jwt";
+  r.strip_api_key = auth == "disabled" || auth == "required" || auth == "jwt" ||
+                    auth == "apikey-or-jwt";
   r.require_api_key = auth == "required";
   r.api_key_auth = auth;
   r.jwt_profile = getOr<std::string>(stored, "jwt_auth_profile", "");

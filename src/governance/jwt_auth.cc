@@ -48,6 +48,14 @@ std::string pemOf(EVP_PKEY* k) {
   return out;
 }
 
+// The key's PEM when OpenSSL's public-key check passes (a point on the curve, a sane modulus).
+std::string checkedPem(EVP_PKEY* key) {
+  EVP_PKEY_CTX* c = EVP_PKEY_CTX_new_from_pkey(nullptr, key, nullptr);
+  const bool ok = c && EVP_PKEY_public_check(c) == 1;
+  EVP_PKEY_CTX_free(c);
+  return ok ? pemOf(key) : std::string();
+}
+
 // RSA public key from the JWK's n and e (big-endian unsigned, base64url).
 std::string rsaPem(const std::string& n, const std::string& e) {
   std::string out;
@@ -61,7 +69,7 @@ std::string rsaPem(const std::string& n, const std::string& e) {
       OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_E, be) == 1 &&
       (params = OSSL_PARAM_BLD_to_param(bld)) != nullptr && EVP_PKEY_fromdata_init(ctx) == 1 &&
       EVP_PKEY_fromdata(ctx, &key, EVP_PKEY_PUBLIC_KEY, params) == 1)
-    out = pemOf(key);
+    out = checkedPem(key);
   EVP_PKEY_free(key);
   EVP_PKEY_CTX_free(ctx);
   OSSL_PARAM_free(params);
@@ -85,12 +93,40 @@ std::string ecPem(const std::string& x, const std::string& y) {
       OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, point.data(), point.size()) == 1 &&
       (params = OSSL_PARAM_BLD_to_param(bld)) != nullptr && EVP_PKEY_fromdata_init(ctx) == 1 &&
       EVP_PKEY_fromdata(ctx, &key, EVP_PKEY_PUBLIC_KEY, params) == 1)
-    out = pemOf(key);
+    out = checkedPem(key);
   EVP_PKEY_free(key);
   EVP_PKEY_CTX_free(ctx);
   OSSL_PARAM_free(params);
   OSSL_PARAM_BLD_free(bld);
   return out;
+}
+
+// RSA keys kvgate trusts: a modulus of 2048-4096 real bits (leading zero bytes do not count;
+// 4096 bounds the verify cost an unauthenticated request can cause) and an odd public exponent
+// in 65537..2^32-1 (e = 1 or 3 invite forgeries and broken keys).
+bool rsaAcceptable(const std::string& n, const std::string& e) {
+  if (n.empty() || e.empty() || e.size() > 4) return false;
+  BIGNUM* bn = BN_bin2bn(reinterpret_cast<const unsigned char*>(n.data()), int(n.size()), nullptr);
+  const int bits = bn ? BN_num_bits(bn) : 0;
+  BN_free(bn);
+  uint64_t ev = 0;
+  for (unsigned char c : e) ev = ev << 8 | c;
+  return bits >= 2048 && bits <= 4096 && (ev & 1) && ev >= 65537;
+}
+
+// Every top-level member name printable (cpp-jwt compares claim names with strcmp, so a name
+// with a NUL would pass for "exp" and then be looked up as a missing key).
+bool cleanNames(const json& o) {
+  for (auto it = o.begin(); it != o.end(); ++it)
+    if (it.key().find('\0') != std::string::npos) return false;
+  return true;
+}
+
+// A NumericDate kvgate accepts: an integer in 0..2^53 (no floats, no huge values).
+bool numericDate(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= (uint64_t(1) << 53);
+  if (v.is_number_integer()) return v.get<int64_t>() >= 0 && v.get<int64_t>() <= (int64_t(1) << 53);
+  return false;
 }
 
 const json* member(const json& o, const char* k) {
@@ -120,7 +156,7 @@ Result<std::vector<JwtKey>> parseJwks(std::string_view text) {
     key.kid = kid;
     if (kty == "RSA" && (alg.empty() || alg == "RS256")) {
       const std::string n = b64url(str("n")), e = b64url(str("e"));
-      if (n.size() < 256 || n.size() > 1024 || e.empty() || e.size() > 8) continue;  // 2048-8192 bit
+      if (!rsaAcceptable(n, e)) continue;
       key.alg = "RS256";
       key.pem = rsaPem(n, e);
     } else if (kty == "EC" && str("crv") == "P-256" && (alg.empty() || alg == "ES256")) {
@@ -131,8 +167,7 @@ Result<std::vector<JwtKey>> parseJwks(std::string_view text) {
     }
     if (!key.pem.empty()) out.push_back(std::move(key));
   }
-  if (out.empty()) return fail(400, "jwks", "JWKS has no usable RS256 or ES256 public key");
-  return out;
+  return out;  // (possibly empty: a valid set with nothing kvgate trusts)
 }
 
 Result<JwtProfile> parseProfile(std::string_view text) {
@@ -160,15 +195,17 @@ Result<JwtProfile> parseProfile(std::string_view text) {
     } else if (k == "audience" || k == "audiences") {
       p.audiences.clear();
       if (v.is_string()) {
-        p.audiences.push_back(v.get<std::string>());
-      } else if (v.is_array() && v.size() <= 64) {
+        auto one = str(v, "audience", 1, 256);
+        if (!one) return tl::unexpected(one.error());
+        p.audiences.push_back(*one);
+      } else if (v.is_array() && !v.empty() && v.size() <= 64) {
         for (auto& a : v) {
           auto one = str(a, "audience", 1, 256);
           if (!one) return tl::unexpected(one.error());
           p.audiences.push_back(*one);
         }
       } else {
-        return fail(400, "audience", "audience must be a string or an array of at most 64");
+        return fail(400, "audience", "audience must be a string or an array of 1-64 strings");
       }
     } else if (k == "algorithms") {
       if (!v.is_array() || v.empty() || v.size() > 2)
@@ -189,6 +226,10 @@ Result<JwtProfile> parseProfile(std::string_view text) {
   }
   if (p.name.empty()) return fail(400, "name", "name is required");
   if (p.jwks_file.empty()) return fail(400, "jwks_file", "jwks_file is required");
+  if (p.issuer.empty() && p.audiences.empty())
+    return fail(400, "audience",
+                "an issuer or an audience is required (a signature alone accepts every token the "
+                "keys' owner ever issued, for any application)");
   for (char c : p.name)
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
       return fail(400, "name", "name may hold letters, digits, '-', '_' and '.' only");
@@ -243,7 +284,19 @@ JwtCheck verifyJwt(const JwtProfile& p, const JwtKeyset& ks, std::string_view to
     return bad("not base64url");
   // The header alone first: the algorithm and key are chosen from the profile, not the token.
   json h = json::parse(b64url(token.substr(0, d1)), nullptr, false);
-  if (h.is_discarded() || !h.is_object()) return bad("unreadable header");
+  if (h.is_discarded() || !h.is_object() || !cleanNames(h)) return bad("unreadable header");
+  // The claims too, before cpp-jwt sees them: an object with clean names, exp (required) and nbf
+  // integers (cpp-jwt reads them as unsigned before it checks the signature).
+  {
+    json pl = json::parse(b64url(token.substr(d1 + 1, d2 - d1 - 1)), nullptr, false);
+    if (pl.is_discarded() || !pl.is_object() || !cleanNames(pl)) return bad("unreadable claims");
+    const json* exp = member(pl, "exp");
+    if (!exp || !numericDate(*exp)) return bad("no exp claim, or not an integer date");
+    const json* nbf = member(pl, "nbf");
+    if (nbf && !numericDate(*nbf)) return bad("nbf is not an integer date");
+    if (nbf && nbf->get<int64_t>() < int64_t(p.clock_skew_sec))
+      return bad("nbf before the epoch plus the clock skew");
+  }
   const json* alg = member(h, "alg");
   if (!alg || !alg->is_string()) return bad("no alg");
   const std::string a = alg->get<std::string>();

@@ -137,10 +137,15 @@ TEST_F(JwtTest, JwksKeepsRsaAndP256AndSkipsHmacKeys) {
   EXPECT_EQ(ks.keys[0].pem, pemOf(keys.rsa));  // the same public key OpenSSL writes
   EXPECT_EQ(ks.keys[1].alg, "ES256");
   EXPECT_EQ(ks.keys[1].pem, pemOf(keys.ec));
-  EXPECT_FALSE(parseJwks(R"({"keys":[{"kty":"oct","k":"c2VjcmV0"}]})"));
+  // Well-formed sets with nothing trusted are empty (authoritative: an emptied file revokes).
+  EXPECT_TRUE(parseJwks(R"({"keys":[{"kty":"oct","k":"c2VjcmV0"}]})")->empty());
+  EXPECT_TRUE(parseJwks(R"({"keys":[{"kty":"RSA","n":"AQAB","e":"AQAB"}]})")->empty());  // tiny n
+  // The same RSA modulus with e = 3, and padded with zero bytes to look like 2048 bits: refused.
+  json rk = json::parse(keys.jwks())["keys"][0];
+  rk["e"] = b64u(std::string(1, '\x03'));
+  EXPECT_TRUE(parseJwks(json{{"keys", {rk}}}.dump())->empty());
   EXPECT_FALSE(parseJwks("{"));
   EXPECT_FALSE(parseJwks(R"({"keys":{}})"));
-  EXPECT_FALSE(parseJwks(R"({"keys":[{"kty":"RSA","n":"AQAB","e":"AQAB"}]})"));  // 3-byte modulus
 }
 
 TEST_F(JwtTest, ValidRs256AndEs256TokensCarryTheirClaims) {
@@ -205,6 +210,21 @@ TEST_F(JwtTest, EachBadVariantIsRefused) {
   EXPECT_EQ(check("a.b").verdict, JwtVerdict::kInvalid);
   EXPECT_EQ(check("a.b.c.d").verdict, JwtVerdict::kInvalid);
   EXPECT_EQ(check("!!!.???.***").verdict, JwtVerdict::kInvalid);
+  // Claims cpp-jwt would misread before checking the signature: a name with a NUL that strcmp
+  // takes for "exp", a float exp, a string exp, an nbf before the skew.
+  json nul = claims;
+  nul.erase("exp");
+  nul[std::string("exp\0x", 5)] = 1;
+  const std::string nul_in = b64u(h.dump()) + "." + b64u(nul.dump());
+  EXPECT_EQ(check(nul_in + ".AAAA").verdict, JwtVerdict::kInvalid);
+  for (const json& bad_exp : {json(1e300), json("9999999999"), json(-1)}) {
+    json c2 = claims;
+    c2["exp"] = bad_exp;
+    EXPECT_EQ(check(token(keys.rsa, h, c2)).verdict, JwtVerdict::kInvalid) << bad_exp.dump();
+  }
+  c = claims;
+  c["nbf"] = 5;
+  EXPECT_EQ(check(token(keys.rsa, h, c)).verdict, JwtVerdict::kInvalid);
   // A profile limited to ES256 refuses an otherwise good RS256 token.
   prof.algorithms = {"ES256"};
   EXPECT_EQ(check(token(keys.rsa, h, claims)).verdict, JwtVerdict::kInvalid);
@@ -226,11 +246,15 @@ TEST(JwtProfileParse, RefusesWhatItMust) {
   EXPECT_EQ(p->algorithms, std::vector<std::string>{"ES256"});
   EXPECT_EQ(p->clock_skew_sec, 30u);
   EXPECT_EQ(p->tenant_claim, "tenant");
-  for (const char* bad : {R"({"jwks_file":"f"})", R"({"name":"x"})",
-                          R"({"name":"x","jwks_file":"f","algorithms":["HS256"]})",
-                          R"({"name":"x","jwks_file":"f","algorithms":["none"]})",
-                          R"({"name":"x","jwks_file":"f","clock_skew_sec":-1})",
-                          R"({"name":"x y","jwks_file":"f"})", R"({"name":"x","jwks_file":"f","z":1})",
+  for (const char* bad : {R"({"jwks_file":"f","issuer":"i"})", R"({"name":"x","issuer":"i"})",
+                          R"({"name":"x","jwks_file":"f"})",  // neither issuer nor audience
+                          R"({"name":"x","jwks_file":"f","audience":""})",
+                          R"({"name":"x","jwks_file":"f","audience":[]})",
+                          R"({"name":"x","jwks_file":"f","issuer":"i","algorithms":["HS256"]})",
+                          R"({"name":"x","jwks_file":"f","issuer":"i","algorithms":["none"]})",
+                          R"({"name":"x","jwks_file":"f","issuer":"i","clock_skew_sec":-1})",
+                          R"({"name":"x y","jwks_file":"f","issuer":"i"})",
+                          R"({"name":"x","jwks_file":"f","issuer":"i","z":1})",
                           "[]", "{"}) {
     auto r = parseProfile(bad);
     EXPECT_FALSE(r) << bad;

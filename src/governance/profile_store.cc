@@ -1,7 +1,9 @@
 #include "governance/profile_store.h"
 
 #include <sqlite3.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -97,25 +99,31 @@ std::shared_ptr<const JwtKeyset> ProfileStore::load(const JwtProfile& p,
   auto ks = std::make_shared<JwtKeyset>();
   if (old) *ks = *old;
   mtime_ns = mtimeNs(p.jwks_file);
-  std::ifstream f(p.jwks_file, std::ios::binary);
+  // A regular file of at most 1 MiB, opened without blocking (a FIFO must not hang the control
+  // thread or the refresher). Unreadable or malformed: the previous keys stay (until 24 h old).
   std::string text;
-  if (f) {
-    text.resize(size_t(1) << 20);
-    f.read(text.data(), std::streamsize(text.size()));
-    text.resize(size_t(f.gcount()));
-    if (f.peek() != EOF) {
-      ks->error = "JWKS file over 1 MiB";
-      return ks;
-    }
-  } else {
-    ks->error = "cannot read " + p.jwks_file;
+  const int fd = ::open(p.jwks_file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20)) {
+    if (fd >= 0) ::close(fd);
+    ks->error = "jwks_file is not a readable regular file of at most 1 MiB";
     return ks;
   }
+  text.resize(size_t(st.st_size));
+  size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n <= 0) break;
+    got += size_t(n);
+  }
+  ::close(fd);
+  text.resize(got);
   auto keys = parseJwks(text);
   if (!keys) {
     ks->error = keys.error().what;
     return ks;
   }
+  // A well-formed set is authoritative, empty included: emptying the file revokes every key.
   ks->keys = std::move(*keys);
   ks->loaded_at_s = now_s;
   ks->error.clear();
@@ -133,6 +141,8 @@ Result<void> ProfileStore::put(const JwtProfile& p) {
   int64_t mtime = 0;
   auto ks = load(p, nullptr, nowS(), mtime);
   if (ks->loaded_at_s == 0) return fail(400, "jwks_file", "jwks_file: " + ks->error);
+  if (ks->keys.empty())
+    return fail(400, "jwks_file", "jwks_file: no usable RS256 or ES256 public key");
   {
     std::lock_guard g(mu_);
     if (!states_.count(p.name) && states_.size() >= kMaxProfiles)
@@ -209,8 +219,8 @@ void ProfileStore::refresh() {
   }
   if (todo.empty()) return;
   struct Done {
-    std::string name, file;
-    std::shared_ptr<const JwtKeyset> keyset;
+    std::string name;
+    std::shared_ptr<const JwtKeyset> old, keyset;
     int64_t mtime;
   };
   std::vector<Done> done;
@@ -219,13 +229,13 @@ void ProfileStore::refresh() {
     auto ks = load(p, old, now, mtime);
     if (!ks->error.empty())
       log::warn("governance", "JWT profile " + p.name + ": JWKS reload failed: " + ks->error);
-    done.push_back({p.name, p.jwks_file, std::move(ks), mtime});
+    done.push_back({p.name, old, std::move(ks), mtime});
   }
   std::lock_guard g(mu_);
   for (auto& d : done) {
     auto it = states_.find(d.name);
-    // (removed, or replaced with another file, while the file was read: not this keyset's)
-    if (it == states_.end() || it->second.profile.jwks_file != d.file) continue;
+    // (removed, or stored again, while the file was read: that newer keyset stands)
+    if (it == states_.end() || it->second.keyset != d.old) continue;
     it->second.keyset = std::move(d.keyset);
     it->second.mtime_ns = d.mtime;
     it->second.checked_s = now;

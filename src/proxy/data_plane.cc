@@ -282,7 +282,13 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
     auto& cfg = configs[rule.listenKey()];
     if (!cfg) cfg = std::make_shared<VipConfig>();
     cfg->has_model_pools |= !rule.model_name.empty();
-    cfg->requires_keys |= rule.require_api_key || rule.api_key_auth == "apikey-or-jwt";
+    const std::string& auth = rule.api_key_auth;
+    cfg->checks_credentials |= auth == "required" || auth == "jwt" || auth == "apikey-or-jwt";
+    cfg->takes_keys |= auth == "required" || auth == "apikey-or-jwt";
+    if ((auth == "jwt" || auth == "apikey-or-jwt") &&
+        std::find(cfg->jwt_profiles.begin(), cfg->jwt_profiles.end(), rule.jwt_profile) ==
+            cfg->jwt_profiles.end())
+      cfg->jwt_profiles.push_back(rule.jwt_profile);
     cfg->body_needs |= route->needs & routing::kBodyNeeds;
     cfg->routes.push_back(std::move(route));
   }

@@ -181,12 +181,12 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     route = cfg->find(host, path, model, host_path_matched);
     if (route) needs = route->needs & routing::kBodyNeeds;
   }
-  // A listener with key-checked rules also reads the body's model (the one the engine serves):
-  // the key's allowed models are checked against it, and an X-Model that names another is
-  // refused, so a header cannot carry a request past the check or to a rule without one. A
-  // body that is not JSON is then no reason to refuse (a multipart upload): it has no model.
+  // A listener with credential-checked rules also reads the body's model (the one the engine
+  // serves): a key's allowed models are checked against it, and an X-Model that names another is
+  // refused, so a header cannot carry a request past a check or to a rule without one. A body
+  // that is not JSON is then no reason to refuse (a multipart upload): it has no model.
   const uint32_t own_needs = needs;
-  if (cfg->requires_keys) needs |= routing::kNeedModel;
+  if (cfg->checks_credentials) needs |= routing::kNeedModel;
   facts_parsed_ = false;
   if (needs && !req.body.empty()) {
     auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity, needs,
@@ -197,7 +197,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     }
     facts_parsed_ = st == FactsStatus::kOk;
     if (model_from_body && facts_.has_model) model = facts_.model;
-    if (cfg->requires_keys && !model_from_body && !model.empty() && facts_parsed_ &&
+    if (cfg->checks_credentials && !model_from_body && !model.empty() && facts_parsed_ &&
         facts_.has_model && facts_.model != model) {
       co_await sendError(400, "model_mismatch", "X-Model and the body's model differ", "model");
       co_return !client_gone_;
@@ -206,17 +206,30 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   outcome_.model = model;
   if (head.method == "GET" && (path == "/v1/models" || path == "/models") &&
       !cfg->models(host, path).empty()) {
-    // On a listener with key-checked rules the list needs a valid key and shows only the
-    // models that key may use.
+    // On a listener with credential-checked rules the list needs a valid credential: a key
+    // (then only the models it may use) or a token valid for one of the rules' JWT profiles.
     std::vector<std::string> allowed;
-    if (cfg->requires_keys) {
-      KeyAdmission a = checkApiKey(head, {}, false, &allowed);
+    if (cfg->checks_credentials) {
+      const bool key_present =
+          !head.get("x-api-key").empty() ||
+          governance::requestKey({}, head.get("authorization")).starts_with("kvg-");
+      KeyAdmission a;
+      if (cfg->takes_keys && (key_present || cfg->jwt_profiles.empty())) {
+        a = checkApiKey(head, {}, false, &allowed);
+      } else {
+        a = {401, "missing_token", "a bearer token is required", ""};
+        for (const auto& p : cfg->jwt_profiles) {
+          a = checkJwt(head, p);
+          if (a.status == 0) break;
+        }
+        allowed = {"*"};
+      }
       if (a.status != 0) {
         co_await sendError(a.status, a.code, a.message, a.param);
         co_return !client_gone_;
       }
     }
-    co_return co_await answerModels(*cfg, host, path, cfg->requires_keys ? &allowed : nullptr);
+    co_return co_await answerModels(*cfg, host, path, cfg->checks_credentials ? &allowed : nullptr);
   }
   if (model_from_body) route = cfg->find(host, path, model, host_path_matched);
   outcome_.route = route;
@@ -240,6 +253,9 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
       co_await sendError(a.status, a.code, a.message, a.param);
       co_return !client_gone_;
     }
+    // No credential of this request reaches the engine: X-Api-Key goes by strip_api_key, any
+    // bearer Authorization (a JWT beside a deciding key too) here.
+    strip_authorization_ = !governance::requestKey({}, head.get("authorization")).empty();
   }
   if (route->rule.inactive_timeout_sec > 0)
     idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);

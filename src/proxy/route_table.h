@@ -44,7 +44,11 @@ struct Route {
 struct VipConfig {
   std::vector<std::shared_ptr<const Route>> routes;
   bool has_model_pools = false;  // any route with a non-empty model_name
-  bool requires_keys = false;    // any route that checks API keys ("required", "apikey-or-jwt")
+  // Credentials (governance): any route that checks them (api_key_auth required, jwt,
+  // apikey-or-jwt); any that takes API keys; the JWT profiles its routes name.
+  bool checks_credentials = false;
+  bool takes_keys = false;
+  std::vector<std::string> jwt_profiles;
   uint32_t body_needs =
       0;  // union of the routes' body FactNeeds (parsed before the route is known)
 

@@ -1,6 +1,8 @@
 // Fuzz target: the JWT check (governance/jwt_auth.cc) and its JWKS and profile parsers. The first
 // byte picks: 0-1 a bearer token against a fixed profile whose keyset holds an RSA and an EC key
-// (built once at start-up), 2 a JWKS document, 3 a profile body.
+// (built once at start-up), 2 a JWKS document, 3 a profile body, 4 the claims JSON of a token
+// with a valid header for the RSA key (so the bytes reach cpp-jwt's claim checks, which run
+// before its signature check).
 // Properties: nothing crashes; no input verifies (the fuzzer holds no private key: an accepted
 // token would be a forgery such as alg none or algorithm confusion); a token over 4,088 bytes is
 // refused; parsed JWKS keys are RS256/ES256 with a PEM; parsed profiles accept RS256/ES256 only.
@@ -66,6 +68,7 @@ struct Fixed {
     keyset.keys = *keys;
     profile.name = "f";
     profile.jwks_file = "-";
+    profile.audiences = {"kvgate"};
   }
 };
 
@@ -79,13 +82,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0:
     case 1: {
       fx.keyset.loaded_at_s = now;
       JwtCheck c = verifyJwt(fx.profile, fx.keyset, in, now);
       check(c.verdict != JwtVerdict::kOk);
       if (in.size() > kMaxJwtBytes) check(c.verdict == JwtVerdict::kInvalid);
+      break;
+    }
+    case 4: {
+      fx.keyset.loaded_at_s = now;
+      const std::string t = b64u(R"({"alg":"RS256","kid":"r1"})") + "." + b64u(in) + ".AAAA";
+      check(verifyJwt(fx.profile, fx.keyset, t, now).verdict != JwtVerdict::kOk);
       break;
     }
     case 2: {

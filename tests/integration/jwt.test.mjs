@@ -71,11 +71,14 @@ test('api_key_auth jwt: tokens from independent signers, every refusal, rotation
   const up = await recordingUpstream(t);
 
   // Profiles: validated, the JWKS must load.
-  let r = await api(gw.api, 'POST', PROFILES, { name: 'corp', jwks_file: path.join(tmp.dir, 'missing.json') });
+  let r = await api(gw.api, 'POST', PROFILES, { name: 'corp', issuer: 'i', jwks_file: path.join(tmp.dir, 'missing.json') });
   assert.equal(r.status, 400, r.text);
   assert.match(r.text, /jwks_file/);
-  r = await api(gw.api, 'POST', PROFILES, { name: 'corp', jwks_file: jwks, algorithms: ['HS256'] });
+  r = await api(gw.api, 'POST', PROFILES, { name: 'corp', jwks_file: jwks, issuer: 'i', algorithms: ['HS256'] });
   assert.equal(r.status, 400);
+  r = await api(gw.api, 'POST', PROFILES, { name: 'corp', jwks_file: jwks });  // a signature alone: refused
+  assert.equal(r.status, 400);
+  assert.match(r.text, /issuer or an audience/);
   r = await api(gw.api, 'POST', PROFILES, { name: 'corp', jwks_file: jwks, issuer: 'https://idp.example',
     audience: ['kvgate'], tenant_claim: 'org' });
   assert.equal(r.status, 200, r.text);
@@ -123,6 +126,16 @@ test('api_key_auth jwt: tokens from independent signers, every refusal, rotation
   assert.equal((await call(port2, { authorization: `Bearer ${good}` })).status, 200);
   const { raw_key: key } = (await api(gw.api, 'POST', '/netlox/v1/config/ai/apikey', { tenant_id: 'acme' })).json;
   assert.equal((await call(port2, { 'x-api-key': key })).status, 200);
+  // A deciding key beside a JWT: neither credential reaches the engine.
+  assert.equal((await call(port2, { 'x-api-key': key, authorization: `Bearer ${good}` })).status, 200);
+  assert.equal(up.seen.at(-1).authorization, undefined);
+  assert.equal(up.seen.at(-1)['x-api-key'], undefined);
+  // X-Model cannot steer a request to a rule without the check: body and header must agree.
+  const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-model': 'other' },
+    body: JSON.stringify({ model: 'm1', messages: [] }) });
+  assert.equal(res.status, 400);
+  assert.equal((await res.json()).error.code, 'model_mismatch');
   r = await call(port2, { 'x-api-key': 'kvg-0000000000000000-' + 'A'.repeat(43), authorization: `Bearer ${good}` });
   assert.equal(r.status, 401);
   assert.equal(r.code, 'invalid_api_key');
@@ -135,6 +148,12 @@ test('api_key_auth jwt: tokens from independent signers, every refusal, rotation
   assert.ok(await waitFor(async () => (await call(port, { authorization: `Bearer ${rotated}` })).status === 200, 30000, 250),
     'the rotated key is accepted within 30 s');
   assert.equal((await call(port, { authorization: `Bearer ${good}` })).status, 401, 'the removed key is not');
+  // An emptied (well-formed) set revokes every key: no 24-hour grace for a deliberate removal.
+  fs.writeFileSync(jwks, JSON.stringify({ keys: [] }));
+  assert.ok(await waitFor(async () => (await call(port, { authorization: `Bearer ${rotated}` })).status === 401, 30000, 250),
+    'an emptied JWKS revokes within 30 s');
+  fs.writeFileSync(jwks, JSON.stringify({ keys: [r2.jwk] }));
+  assert.ok(await waitFor(async () => (await call(port, { authorization: `Bearer ${rotated}` })).status === 200, 30000, 250));
 
   // A profile a rule names cannot be deleted; profiles survive kill -9.
   r = await api(gw.api, 'DELETE', `${PROFILES}/corp`);
@@ -149,4 +168,26 @@ test('api_key_auth jwt: tokens from independent signers, every refusal, rotation
     assert.equal((await api(gw.api, 'DELETE', `${LB_BASE}/externalipaddress/127.0.0.1/port/${p}/protocol/tcp`)).status, 200);
   assert.equal((await api(gw.api, 'DELETE', `${PROFILES}/corp`)).status, 200);
   assert.equal((await api(gw.api, 'GET', `${PROFILES}/corp`)).status, 404);
+});
+
+test('model pools behind JWT: /v1/models needs a valid token', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const r1 = rsaKey(tmp.dir, 'r1');
+  const jwks = path.join(tmp.dir, 'jwks.json');
+  fs.writeFileSync(jwks, JSON.stringify({ keys: [r1.jwk] }));
+  const gw = await startGateway({ stateDir: path.join(tmp.dir, 'state') });
+  t.after(() => gw.stop());
+  const up = await recordingUpstream(t);
+  assert.equal((await api(gw.api, 'POST', PROFILES, { name: 'corp', jwks_file: jwks, audience: 'kvgate' })).status, 200);
+  const port = await freePort();
+  for (const model of ['m1', 'm2'])
+    assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, model, workers: [up.worker],
+      extraArgs: { api_key_auth: 'jwt', jwt_auth_profile: 'corp' } }))).status, 200);
+  let r = await fetch(`http://127.0.0.1:${port}/v1/models`);
+  assert.equal(r.status, 401);
+  const tok = rs256(r1.file, { alg: 'RS256', kid: 'r1' }, { aud: 'kvgate', exp: Math.floor(Date.now() / 1000) + 600 });
+  r = await fetch(`http://127.0.0.1:${port}/v1/models`, { headers: { authorization: `Bearer ${tok}` } });
+  assert.equal(r.status, 200);
+  assert.deepEqual((await r.json()).data.map((m) => m.id).sort(), ['m1', 'm2']);
 });
