@@ -21,6 +21,7 @@
 
 #include "admin/api.h"
 #include "common/json_depth.h"
+#include "common/json_fields.h"
 #include "common/log.h"
 #include "governance/key_store.h"
 
@@ -82,13 +83,7 @@ std::optional<int64_t> parseTime(const std::string& s) {
 // Applies the body's fields to `k` (all optional here; POST checks tenant_id itself).
 Result<void> applyFields(const json& j, governance::ApiKey& k) {
   if (!j.is_object()) return fail(400, "body", "body must be a JSON object");
-  auto str = [&](const json& v, const char* f, size_t lo, size_t hi) -> Result<std::string> {
-    if (!v.is_string() || v.get_ref<const std::string&>().size() < lo ||
-        v.get_ref<const std::string&>().size() > hi)
-      return fail(400, f, std::string(f) + " must be a string of " + std::to_string(lo) + "-" +
-                              std::to_string(hi) + " bytes");
-    return v.get<std::string>();
-  };
+
   auto nonneg = [&](const json& v, const char* f) -> Result<double> {
     if (!v.is_number() || v.get<double>() < 0 || v.get<double>() > 1e15)
       return fail(400, f, std::string(f) + " must be a non-negative number");
@@ -96,11 +91,11 @@ Result<void> applyFields(const json& j, governance::ApiKey& k) {
   };
   for (auto& [key, v] : j.items()) {
     if (key == "tenant_id") {
-      auto s = str(v, "tenant_id", 1, 256);
+      auto s = jsonString(v, "tenant_id", 1, 256);
       if (!s) return tl::unexpected(s.error());
       k.tenant_id = *s;
     } else if (key == "name") {
-      auto s = str(v, "name", 0, 256);
+      auto s = jsonString(v, "name", 0, 256);
       if (!s) return tl::unexpected(s.error());
       k.name = *s;
     } else if (key == "allowed_models") {
@@ -108,7 +103,7 @@ Result<void> applyFields(const json& j, governance::ApiKey& k) {
         return fail(400, "allowed_models", "allowed_models must be an array of at most 1024 names");
       std::vector<std::string> models;
       for (auto& m : v) {
-        auto s = str(m, "allowed_models", 1, 256);
+        auto s = jsonString(m, "allowed_models", 1, 256);
         if (!s) return tl::unexpected(s.error());
         models.push_back(*s);
       }

@@ -11,6 +11,8 @@
 #include <jwt/jwt.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/json_fields.h"
+
 namespace kvgate::governance {
 
 namespace {
@@ -48,33 +50,36 @@ std::string pemOf(EVP_PKEY* k) {
   return out;
 }
 
-// The key's PEM when OpenSSL's public-key check passes (a point on the curve, a sane modulus).
-std::string checkedPem(EVP_PKEY* key) {
-  EVP_PKEY_CTX* c = EVP_PKEY_CTX_new_from_pkey(nullptr, key, nullptr);
-  const bool ok = c && EVP_PKEY_public_check(c) == 1;
-  EVP_PKEY_CTX_free(c);
-  return ok ? pemOf(key) : std::string();
-}
-
-// RSA public key from the JWK's n and e (big-endian unsigned, base64url).
-std::string rsaPem(const std::string& n, const std::string& e) {
+// A public key of `type` ("RSA", "EC") from the parameters in `bld` (freed here), as PEM when
+// OpenSSL's public-key check passes (a point on the curve, a sane modulus); "" otherwise.
+std::string pemFromParams(const char* type, OSSL_PARAM_BLD* bld) {
   std::string out;
-  BIGNUM* bn = BN_bin2bn(reinterpret_cast<const unsigned char*>(n.data()), int(n.size()), nullptr);
-  BIGNUM* be = BN_bin2bn(reinterpret_cast<const unsigned char*>(e.data()), int(e.size()), nullptr);
-  OSSL_PARAM_BLD* bld = OSSL_PARAM_BLD_new();
-  OSSL_PARAM* params = nullptr;
-  EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new_from_name(nullptr, "RSA", nullptr);
+  OSSL_PARAM* params = bld ? OSSL_PARAM_BLD_to_param(bld) : nullptr;
+  EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new_from_name(nullptr, type, nullptr);
   EVP_PKEY* key = nullptr;
-  if (bn && be && bld && ctx && OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_N, bn) == 1 &&
-      OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_E, be) == 1 &&
-      (params = OSSL_PARAM_BLD_to_param(bld)) != nullptr && EVP_PKEY_fromdata_init(ctx) == 1 &&
-      EVP_PKEY_fromdata(ctx, &key, EVP_PKEY_PUBLIC_KEY, params) == 1)
-    out = checkedPem(key);
+  if (params && ctx && EVP_PKEY_fromdata_init(ctx) == 1 &&
+      EVP_PKEY_fromdata(ctx, &key, EVP_PKEY_PUBLIC_KEY, params) == 1) {
+    EVP_PKEY_CTX* check = EVP_PKEY_CTX_new_from_pkey(nullptr, key, nullptr);
+    if (check && EVP_PKEY_public_check(check) == 1) out = pemOf(key);
+    EVP_PKEY_CTX_free(check);
+  }
   EVP_PKEY_free(key);
   EVP_PKEY_CTX_free(ctx);
   OSSL_PARAM_free(params);
   OSSL_PARAM_BLD_free(bld);
-  BN_free(bn);
+  return out;
+}
+
+// RSA public key from the JWK's n and e (big-endian unsigned, base64url-decoded).
+std::string rsaPem(const std::string& n, const std::string& e) {
+  BIGNUM* bn = BN_bin2bn(reinterpret_cast<const unsigned char*>(n.data()), int(n.size()), nullptr);
+  BIGNUM* be = BN_bin2bn(reinterpret_cast<const unsigned char*>(e.data()), int(e.size()), nullptr);
+  OSSL_PARAM_BLD* bld = OSSL_PARAM_BLD_new();
+  const bool ok = bn && be && bld && OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_N, bn) == 1 &&
+                  OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_E, be) == 1;
+  std::string out = ok ? pemFromParams("RSA", bld) : std::string();
+  if (!ok) OSSL_PARAM_BLD_free(bld);
+  BN_free(bn);  // (after the key is built: the builder refers to them)
   BN_free(be);
   return out;
 }
@@ -82,23 +87,16 @@ std::string rsaPem(const std::string& n, const std::string& e) {
 // EC P-256 public key from the JWK's x and y (32 bytes each).
 std::string ecPem(const std::string& x, const std::string& y) {
   if (x.size() != 32 || y.size() != 32) return {};
-  std::string point = std::string(1, '\x04') + x + y;
-  std::string out;
+  const std::string point = std::string(1, '\x04') + x + y;
   OSSL_PARAM_BLD* bld = OSSL_PARAM_BLD_new();
-  OSSL_PARAM* params = nullptr;
-  EVP_PKEY_CTX* ctx = EVP_PKEY_CTX_new_from_name(nullptr, "EC", nullptr);
-  EVP_PKEY* key = nullptr;
-  if (bld && ctx &&
-      OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME, "prime256v1", 0) == 1 &&
-      OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, point.data(), point.size()) == 1 &&
-      (params = OSSL_PARAM_BLD_to_param(bld)) != nullptr && EVP_PKEY_fromdata_init(ctx) == 1 &&
-      EVP_PKEY_fromdata(ctx, &key, EVP_PKEY_PUBLIC_KEY, params) == 1)
-    out = checkedPem(key);
-  EVP_PKEY_free(key);
-  EVP_PKEY_CTX_free(ctx);
-  OSSL_PARAM_free(params);
-  OSSL_PARAM_BLD_free(bld);
-  return out;
+  const bool ok =
+      bld && OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME, "prime256v1", 0) == 1 &&
+      OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, point.data(), point.size()) == 1;
+  if (!ok) {
+    OSSL_PARAM_BLD_free(bld);
+    return {};
+  }
+  return pemFromParams("EC", bld);
 }
 
 // RSA keys kvgate trusts: a modulus of 2048-4096 real bits (leading zero bytes do not count;
@@ -174,18 +172,12 @@ Result<JwtProfile> parseProfile(std::string_view text) {
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return fail(400, "body", "body must be a JSON object");
   JwtProfile p;
-  auto str = [&](const json& v, const char* f, size_t lo, size_t hi) -> Result<std::string> {
-    if (!v.is_string() || v.get_ref<const std::string&>().size() < lo ||
-        v.get_ref<const std::string&>().size() > hi)
-      return fail(400, f, std::string(f) + " must be a string of " + std::to_string(lo) + "-" +
-                              std::to_string(hi) + " bytes");
-    return v.get<std::string>();
-  };
+
   for (auto& [k, v] : j.items()) {
     Result<std::string> s;
     if (k == "name" || k == "issuer" || k == "jwks_file" || k == "tenant_claim" ||
         k == "user_claim") {
-      s = str(v, k.c_str(), k == "issuer" ? 0 : 1, k == "jwks_file" ? 4096 : 256);
+      s = jsonString(v, k.c_str(), k == "issuer" ? 0 : 1, k == "jwks_file" ? 4096 : 256);
       if (!s) return tl::unexpected(s.error());
       (k == "name"           ? p.name
        : k == "issuer"       ? p.issuer
@@ -195,12 +187,12 @@ Result<JwtProfile> parseProfile(std::string_view text) {
     } else if (k == "audience" || k == "audiences") {
       p.audiences.clear();
       if (v.is_string()) {
-        auto one = str(v, "audience", 1, 256);
+        auto one = jsonString(v, "audience", 1, 256);
         if (!one) return tl::unexpected(one.error());
         p.audiences.push_back(*one);
       } else if (v.is_array() && !v.empty() && v.size() <= 64) {
         for (auto& a : v) {
-          auto one = str(a, "audience", 1, 256);
+          auto one = jsonString(a, "audience", 1, 256);
           if (!one) return tl::unexpected(one.error());
           p.audiences.push_back(*one);
         }

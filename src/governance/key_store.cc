@@ -3,16 +3,13 @@
 #include <sqlite3.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <nlohmann/json.hpp>
+
+#include "governance/state_db.h"
 
 namespace kvgate::governance {
 
 namespace {
-
-tl::unexpected<Error> dbError(sqlite3* db, const std::string& what) {
-  return fail(503, "policy_store", what + ": " + (db ? sqlite3_errmsg(db) : "no database"), true);
-}
 
 // A prepared statement, finalized on every path.
 struct Stmt {
@@ -33,28 +30,15 @@ struct Stmt {
 }  // namespace
 
 Result<std::unique_ptr<KeyStore>> KeyStore::open(const std::string& dir, KeyRegistry& registry) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  sqlite3* db = nullptr;
-  const std::string path = dir + "/governance.db";
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
-      SQLITE_OK) {
-    auto e = dbError(db, "cannot open " + path);
-    sqlite3_close(db);
-    return e;
-  }
-  std::unique_ptr<KeyStore> st(new KeyStore(db, registry));
-  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
-                          "PRAGMA busy_timeout=2000",
-                          "CREATE TABLE IF NOT EXISTS api_keys ("
-                          " key_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, name TEXT NOT NULL,"
-                          " allowed_models TEXT NOT NULL, rate_limit_rps REAL NOT NULL,"
-                          " burst_size INTEGER NOT NULL, tokens_per_min INTEGER NOT NULL,"
-                          " expires_at INTEGER NOT NULL, enabled INTEGER NOT NULL,"
-                          " created_at INTEGER NOT NULL, salt BLOB NOT NULL, hash BLOB NOT NULL)"}) {
-    auto r = st->exec(sql);
-    if (!r) return tl::unexpected(r.error());
-  }
+  auto db = openStateDb(dir,
+                        "CREATE TABLE IF NOT EXISTS api_keys ("
+                        " key_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, name TEXT NOT NULL,"
+                        " allowed_models TEXT NOT NULL, rate_limit_rps REAL NOT NULL,"
+                        " burst_size INTEGER NOT NULL, tokens_per_min INTEGER NOT NULL,"
+                        " expires_at INTEGER NOT NULL, enabled INTEGER NOT NULL,"
+                        " created_at INTEGER NOT NULL, salt BLOB NOT NULL, hash BLOB NOT NULL)");
+  if (!db) return tl::unexpected(db.error());
+  std::unique_ptr<KeyStore> st(new KeyStore(*db, registry));
   auto r = st->loadAll();
   if (!r) return tl::unexpected(r.error());
   return st;
@@ -62,15 +46,6 @@ Result<std::unique_ptr<KeyStore>> KeyStore::open(const std::string& dir, KeyRegi
 
 KeyStore::~KeyStore() { sqlite3_close(db_); }
 
-Result<void> KeyStore::exec(const char* sql) {
-  char* msg = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
-    std::string m = msg ? msg : "?";
-    sqlite3_free(msg);
-    return fail(503, "policy_store", std::string(sql).substr(0, 40) + ": " + m, true);
-  }
-  return {};
-}
 
 Result<void> KeyStore::loadAll() {
   Stmt q(db_,

@@ -37,7 +37,6 @@ class KeyStore {
 
  private:
   KeyStore(sqlite3* db, KeyRegistry& registry) : db_(db), registry_(registry) {}
-  Result<void> exec(const char* sql);
   Result<void> write(const ApiKey& k, bool insert);
   Result<void> loadAll();
   void publish(std::shared_ptr<KeyTable> next);

@@ -6,11 +6,11 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "common/log.h"
+#include "governance/state_db.h"
 
 namespace kvgate::governance {
 
@@ -28,36 +28,17 @@ int64_t mtimeNs(const std::string& path) {
   return int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
-tl::unexpected<Error> dbError(sqlite3* db, const std::string& what) {
-  return fail(503, "policy_store", what + ": " + (db ? sqlite3_errmsg(db) : "no database"), true);
-}
 
 }  // namespace
 
 Result<std::unique_ptr<ProfileStore>> ProfileStore::open(const std::string& dir,
                                                          JwtRegistry& registry) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  sqlite3* db = nullptr;
-  const std::string path = dir + "/governance.db";
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
-      SQLITE_OK) {
-    auto e = dbError(db, "cannot open " + path);
-    sqlite3_close(db);
-    return e;
-  }
+  auto opened = openStateDb(dir,
+                            "CREATE TABLE IF NOT EXISTS jwt_profiles (name TEXT PRIMARY KEY,"
+                            " body TEXT NOT NULL)");
+  if (!opened) return tl::unexpected(opened.error());
+  sqlite3* db = *opened;
   std::unique_ptr<ProfileStore> st(new ProfileStore(db, registry));
-  for (const char* sql : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
-                          "PRAGMA busy_timeout=2000",
-                          "CREATE TABLE IF NOT EXISTS jwt_profiles (name TEXT PRIMARY KEY,"
-                          " body TEXT NOT NULL)"}) {
-    char* msg = nullptr;
-    if (sqlite3_exec(db, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
-      std::string m = msg ? msg : "?";
-      sqlite3_free(msg);
-      return fail(503, "policy_store", m, true);
-    }
-  }
   sqlite3_stmt* q = nullptr;
   if (sqlite3_prepare_v2(db, "SELECT name, body FROM jwt_profiles", -1, &q, nullptr) != SQLITE_OK)
     return dbError(db, "load jwt_profiles");

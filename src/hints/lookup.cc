@@ -349,16 +349,23 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
     out.echoed_tokens = std::move(*toks);
     fromTokens(out.echoed_tokens.data(), out.echoed_tokens.size());
   };
-  if (!pol.enable_chain_matching) {
-    if (!q.prefix_hash.empty()) {
-      r.exact_bytes = std::string(q.prefix_hash);
-      r.exact_tokens = q.prefix_token_count;
-    } else if (q.n_tokens > 0) {
+  // token_ids, else prompt_text (after an explicit key or chain); false when neither is given.
+  auto fromIdsOrText = [&]() {
+    if (q.n_tokens > 0) {
       if (q.n_tokens > lim.max_tokens) r.fail_open = true;
       else fromTokens(q.token_ids, q.n_tokens);
     } else if (!q.prompt_text.empty()) {
       fromPrompt();
-    } else if (raw_chain) {
+    } else {
+      return false;
+    }
+    return true;
+  };
+  if (!pol.enable_chain_matching) {
+    if (!q.prefix_hash.empty()) {
+      r.exact_bytes = std::string(q.prefix_hash);
+      r.exact_tokens = q.prefix_token_count;
+    } else if (!fromIdsOrText() && raw_chain) {
       r.fail_open = true;  // only a chain, and chains are off
     }
   } else if (raw_chain || !q.prefix_hash.empty()) {
@@ -374,11 +381,8 @@ LookupOutcome Lookup::run(const HintIndex& ix, const LookupRequest& q,
       r.exact_bytes = std::string(q.prefix_hash);
       r.exact_tokens = q.prefix_token_count;
     }
-  } else if (q.n_tokens > 0) {
-    if (q.n_tokens > lim.max_tokens) r.fail_open = true;
-    else fromTokens(q.token_ids, q.n_tokens);
-  } else if (!q.prompt_text.empty()) {
-    fromPrompt();
+  } else {
+    fromIdsOrText();
   }
   if (deadline_ns != 0 && clock.nowNs() >= deadline_ns) {
     out.echoed_tokens.clear();
