@@ -18,6 +18,7 @@
 #include "events/kv_sources.h"
 #include "governance/key_store.h"
 #include "governance/profile_store.h"
+#include "governance/rate_limit.h"
 #include "http/server.h"
 #include "proxy/data_plane.h"
 #include "tokenizer/registry.h"
@@ -376,7 +377,8 @@ int serveMain(int argc, char** argv) {
         return dp.renderMetrics() + kv_plane.renderMetrics() +
                kv_plane.renderRuleBlocks(store.rules()) +
                (prompt_tokens ? prompt_tokens->renderMetrics() : std::string()) +
-               governance::renderKeyMetrics() + governance::renderJwtMetrics();
+               governance::renderKeyMetrics() + governance::renderJwtMetrics() +
+               governance::keyLimiter().renderHits();
       },
       tokenizers.get());
   api.setKeyStore(keys.get());

@@ -79,13 +79,14 @@ class KeyRegistry {
 };
 KeyRegistry& keyRegistry();
 
-// The data plane's key decisions, by outcome: a verdict's name, or model_not_allowed, or
-// store_unavailable (kvgate_api_key_checks_total{outcome}).
-inline constexpr const char* kCheckOutcomes[] = {"ok",       "missing",          "malformed",
-                                                 "unknown",  "bad_secret",       "disabled",
-                                                 "expired",  "model_not_allowed", "store_unavailable"};
+// The data plane's key decisions, by outcome: a verdict's name, or model_not_allowed,
+// store_unavailable, rate_limited (kvgate_api_key_checks_total{outcome}).
+inline constexpr const char* kCheckOutcomes[] = {
+    "ok",      "missing",           "malformed",         "unknown",     "bad_secret",
+    "disabled", "expired",          "model_not_allowed", "store_unavailable", "rate_limited"};
 inline constexpr size_t kCheckOutcomeCount = std::size(kCheckOutcomes);
-inline constexpr size_t kOutcomeModelNotAllowed = 7, kOutcomeStoreUnavailable = 8;
+inline constexpr size_t kOutcomeModelNotAllowed = 7, kOutcomeStoreUnavailable = 8,
+                        kOutcomeRateLimited = 9;
 void countCheck(size_t outcome);  // index into kCheckOutcomes
 std::string renderKeyMetrics();
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "governance/rate_limit.h"
 #include "governance/state_db.h"
 
 namespace kvgate::governance {
@@ -86,6 +87,7 @@ Result<void> KeyStore::loadAll() {
 }
 
 void KeyStore::publish(std::shared_ptr<KeyTable> next) {
+  keyLimiter().retain(*next);  // the buckets of removed keys go with them
   table_ = next;
   registry_.publish(std::move(next));
 }

@@ -89,6 +89,17 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   struct KeyAdmission {
     int status = 0;
     std::string code, message, param;
+    // Admitted by a key: its id, tenant and requests-per-second limit (rate_limit.h).
+    std::string key_id, tenant;
+    double rps = 0;
+    int64_t burst = 0;
+    static KeyAdmission refused(int status, std::string code, std::string message) {
+      KeyAdmission a;
+      a.status = status;
+      a.code = std::move(code);
+      a.message = std::move(message);
+      return a;
+    }
   };
   KeyAdmission checkApiKey(const http::RequestHead& head, std::string_view model, bool check_model,
                            std::vector<std::string>* models);
@@ -229,6 +240,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   routing::RequestFacts facts_;
   bool facts_parsed_ = false;
   bool strip_authorization_ = false;  // the request's key came as Authorization: Bearer
+  int64_t retry_after_s_ = 0;         // sendError adds Retry-After to a 429 when > 0
   std::string dechunked_;
   std::string request_id_;
   std::string up_head_;

@@ -65,6 +65,9 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
       "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
       "\r\n";
   if (!keepAliveAfter()) h += "Connection: close\r\n";
+  if (status == 429 && retry_after_s_ > 0)
+    h += "Retry-After: " + std::to_string(retry_after_s_) + "\r\n";
+  retry_after_s_ = 0;
   h += "\r\n";
   outcome_.status = status;
   countResponse(status);

@@ -7,6 +7,7 @@
 #include "common/ids.h"
 #include "governance/api_keys.h"
 #include "governance/jwt_auth.h"
+#include "governance/rate_limit.h"
 #include "http/server.h"
 #include "proxy/client_conn.h"
 #include "proxy/facts_parser.h"
@@ -68,7 +69,7 @@ ClientConn::KeyAdmission ClientConn::checkApiKey(const http::RequestHead& head,
   auto table = governance::keyRegistry().current();
   if (!table->loaded) {
     governance::countCheck(governance::kOutcomeStoreUnavailable);
-    a = {503, "policy_store_unavailable", "the API key store is not available", ""};
+    a = KeyAdmission::refused(503, "policy_store_unavailable", "the API key store is not available");
     return a;
   }
   const std::string_view auth = head.get("authorization");
@@ -105,6 +106,25 @@ ClientConn::KeyAdmission ClientConn::checkApiKey(const http::RequestHead& head,
     if (c.key->allowed_models.empty()) models->push_back("*");
     else *models = c.key->allowed_models;
   }
+  a.key_id = c.key->key_id;
+  a.tenant = c.key->tenant_id;
+  a.rps = c.key->rate_limit_rps;
+  a.burst = c.key->burst_size;
+  // The key's requests per second (a token bucket per key, shared by the workers).
+  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count();
+  const auto v = governance::keyLimiter().take(a.key_id, a.rps, a.burst, now_ns);
+  if (!v.ok) {
+    governance::countCheck(governance::kOutcomeRateLimited);
+    governance::keyLimiter().countHit(a.tenant);
+    retry_after_s_ = v.retry_after_s;
+    a.status = 429;
+    a.code = "rate_limit_exceeded";
+    a.message = "this API key's request rate is exceeded; retry after " +
+                std::to_string(v.retry_after_s) + " s";
+    return a;
+  }
   governance::countCheck(0);
   return a;  // status 0: admitted
 }
@@ -120,7 +140,7 @@ ClientConn::KeyAdmission ClientConn::checkJwt(const http::RequestHead& head,
   auto it = table->by_name.find(profile);
   if (!table->loaded || it == table->by_name.end()) {
     governance::countJwt(JwtVerdict::kNoProfile);
-    a = {503, "policy_store_unavailable", "JWT profile '" + profile + "' is not configured", ""};
+    a = KeyAdmission::refused(503, "policy_store_unavailable", "JWT profile '" + profile + "' is not configured");
     return a;
   }
   const std::string_view token = governance::requestKey({}, head.get("authorization"));
@@ -135,16 +155,16 @@ ClientConn::KeyAdmission ClientConn::checkJwt(const http::RequestHead& head,
     case JwtVerdict::kOk:
       return a;
     case JwtVerdict::kMissing:
-      a = {401, "missing_token", "a bearer token is required", ""};
+      a = KeyAdmission::refused(401, "missing_token", "a bearer token is required");
       return a;
     case JwtVerdict::kExpired:
-      a = {401, "token_expired", "the token has expired", ""};
+      a = KeyAdmission::refused(401, "token_expired", "the token has expired");
       return a;
     case JwtVerdict::kStale:
-      a = {503, "policy_store_unavailable", "the JWT keyset is not current", ""};
+      a = KeyAdmission::refused(503, "policy_store_unavailable", "the JWT keyset is not current");
       return a;
     default:
-      a = {401, "invalid_token", "the token is not valid: " + c.why, ""};
+      a = KeyAdmission::refused(401, "invalid_token", "the token is not valid: " + c.why);
       return a;
   }
 }
@@ -217,7 +237,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
       if (cfg->takes_keys && (key_present || cfg->jwt_profiles.empty())) {
         a = checkApiKey(head, {}, false, &allowed);
       } else {
-        a = {401, "missing_token", "a bearer token is required", ""};
+        a = KeyAdmission::refused(401, "missing_token", "a bearer token is required");
         for (const auto& p : cfg->jwt_profiles) {
           a = checkJwt(head, p);
           if (a.status == 0) break;
@@ -236,6 +256,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   if (!route || !route->rule.inactive_capability.empty() || !route->rule.admin_up)
     co_return co_await answerUnroutable(route, host_path_matched, model) && !client_gone_;
   strip_authorization_ = false;
+  retry_after_s_ = 0;
   if (const std::string& mode = route->rule.api_key_auth;
       mode == "required" || mode == "jwt" || mode == "apikey-or-jwt") {
     // apikey-or-jwt: a present key decides alone; else the bearer token is a JWT.

@@ -158,6 +158,35 @@ test('api_key_auth required: keys, statuses, stripping, persistence', async (t) 
   assert.ok(count('ok') >= 2 && count('unknown') >= 1, JSON.stringify(m));
 });
 
+test('rate_limit_rps of a key: 429 with Retry-After past the burst, per key', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const gw = await startGateway({ stateDir: tmp.dir });
+  t.after(() => gw.stop());
+  const up = await recordingUpstream(t);
+  const port = await freePort();
+  assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [up.worker],
+    extraArgs: { api_key_auth: 'required' } }))).status, 200);
+  // One request per 100 s after a burst of 2: the third within 100 s is refused, whatever the
+  // machine's speed.
+  const slow = (await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', rate_limit_rps: 0.01, burst_size: 2 })).json.raw_key;
+  const free = (await api(gw.api, 'POST', KEYS, { tenant_id: 'acme' })).json.raw_key;
+  assert.equal((await chat(port, { 'x-api-key': slow })).status, 200);
+  assert.equal((await chat(port, { 'x-api-key': slow })).status, 200);
+  const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json', 'x-api-key': slow },
+    body: JSON.stringify({ model: 'm1', messages: [] }) });
+  assert.equal(res.status, 429);
+  assert.equal((await res.json()).error.code, 'rate_limit_exceeded');
+  const retry = Number(res.headers.get('retry-after'));
+  assert.ok(retry >= 1 && retry <= 100, `Retry-After ${retry}`);
+  assert.equal(up.seen.length, 2, 'the refused request never reached the engine');
+  // Another key of the same tenant is not limited by this one's bucket.
+  for (let i = 0; i < 5; i++) assert.equal((await chat(port, { 'x-api-key': free })).status, 200);
+  const m = (await scrapeMetrics(gw.api)).filter((s) => s.name === 'loxilb_ai_rate_limit_hits_total');
+  assert.equal(m.find((s) => s.labels.tenant === 'acme' && s.labels.reason === 'key_rps')?.value, 1, JSON.stringify(m));
+});
+
 test('api_key_auth disabled strips X-Api-Key; omitted passes it through', async (t) => {
   const tmp = tempDir();
   t.after(() => tmp.remove());
