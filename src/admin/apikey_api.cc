@@ -111,6 +111,8 @@ Result<void> applyFields(const json& j, governance::ApiKey& k) {
     } else if (key == "rate_limit_rps") {
       auto n = nonneg(v, "rate_limit_rps");
       if (!n) return tl::unexpected(n.error());
+      if (*n > 0 && *n < 1e-6)
+        return fail(400, "rate_limit_rps", "rate_limit_rps must be 0 (unlimited) or at least 1e-6");
       k.rate_limit_rps = *n;
     } else if (key == "burst_size" || key == "tokens_per_min") {
       auto n = nonneg(v, key.c_str());

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "governance/rate_limit.h"
@@ -71,6 +72,10 @@ Result<void> KeyStore::loadAll() {
       }
     k.rate_limit_rps = sqlite3_column_double(q.s, 4);
     k.burst_size = sqlite3_column_int64(q.s, 5);
+    // Limits that make no sense (a damaged row) fail closed, like a damaged allowed_models.
+    if (!std::isfinite(k.rate_limit_rps) || k.rate_limit_rps < 0 || k.rate_limit_rps > 1e15 ||
+        (k.rate_limit_rps > 0 && k.rate_limit_rps < 1e-6) || k.burst_size < 0)
+      k.deny_all = true;
     k.tokens_per_min = sqlite3_column_int64(q.s, 6);
     k.expires_at = sqlite3_column_int64(q.s, 7);
     k.enabled = sqlite3_column_int64(q.s, 8) != 0;
@@ -87,9 +92,9 @@ Result<void> KeyStore::loadAll() {
 }
 
 void KeyStore::publish(std::shared_ptr<KeyTable> next) {
-  keyLimiter().retain(*next);  // the buckets of removed keys go with them
   table_ = next;
-  registry_.publish(std::move(next));
+  registry_.publish(next);
+  keyLimiter().retain(*next);  // (after the publish: no new take() sees a removed key after this)
 }
 
 Result<void> KeyStore::write(const ApiKey& k, bool insert) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <set>
 
 namespace kvgate::governance {
 
@@ -22,11 +23,12 @@ RpsLimiter::Verdict RpsLimiter::take(const std::string& key_id, double rps, int6
     b.at_ns = now_ns;
   }
   b.tokens = std::min(b.tokens, cap);  // (a lowered burst applies at once)
-  if (b.tokens >= 1.0) {
-    b.tokens -= 1.0;
+  if (b.tokens >= 1.0 - 1e-9) {  // (refill arithmetic may leave 0.99999...: that is a token)
+    b.tokens = std::max(0.0, b.tokens - 1.0);
     return {};
   }
-  const double wait = (1.0 - b.tokens) / rps;
+  // (clamped before the cast: a very slow rate must not overflow it)
+  const double wait = std::min((1.0 - b.tokens) / rps, 86400.0);
   return {false, std::max<int64_t>(1, static_cast<int64_t>(std::ceil(wait)))};
 }
 
@@ -35,6 +37,11 @@ void RpsLimiter::retain(const KeyTable& t) {
     std::lock_guard g(sh.mu);
     std::erase_if(sh.m, [&](const auto& kv) { return !t.by_id.count(kv.first); });
   }
+  // Tenants that no longer have a key lose their hit series (the label set stays bounded).
+  std::set<std::string> tenants;
+  for (const auto& [id, k] : t.by_id) tenants.insert(k->tenant_id);
+  std::lock_guard g(hits_mu_);
+  std::erase_if(hits_, [&](const auto& kv) { return !tenants.count(kv.first); });
 }
 
 size_t RpsLimiter::buckets() const {
@@ -56,8 +63,12 @@ std::string RpsLimiter::renderHits() const {
       "# HELP loxilb_ai_rate_limit_hits_total Requests refused by a rate limit, by tenant and "
       "reason (key_rps: the API key's rate_limit_rps).\n"
       "# TYPE loxilb_ai_rate_limit_hits_total counter\n";
-  std::lock_guard g(hits_mu_);
-  for (const auto& [tenant, n] : hits_) {
+  std::map<std::string, uint64_t> hits;
+  {
+    std::lock_guard g(hits_mu_);  // (copied, then formatted without holding workers up)
+    hits = hits_;
+  }
+  for (const auto& [tenant, n] : hits) {
     std::string esc;
     for (char c : tenant) {
       if (c == '\\' || c == '"') esc += '\\';

@@ -44,7 +44,7 @@ class RpsLimiter {
   };
   std::array<Shard, kShards> shards_;
   mutable std::mutex hits_mu_;
-  std::map<std::string, uint64_t> hits_;  // bounded by the tenants of keys (<= kMaxKeys)
+  std::map<std::string, uint64_t> hits_;  // tenants that have keys (pruned by retain)
 };
 
 RpsLimiter& keyLimiter();

@@ -51,6 +51,32 @@ TEST(RpsLimiter, BucketsOfRemovedKeysAreFreed) {
   EXPECT_TRUE(l.take("b", 1, 1, 0).ok);   // b starts over (a re-created key gets a full bucket)
 }
 
+TEST(RpsLimiter, ExtremeRatesStayBounded) {
+  RpsLimiter l;
+  // A rate so slow the wait would overflow: Retry-After is capped at a day.
+  EXPECT_TRUE(l.take("tiny", 1e-6, 1, 0).ok);
+  auto v = l.take("tiny", 1e-6, 1, 0);
+  EXPECT_FALSE(v.ok);
+  EXPECT_EQ(v.retry_after_s, 86400);
+  // 1000 rps: a thousand refills of one millisecond each still admit every request.
+  RpsLimiter f;
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(f.take("fast", 1000, 1, int64_t(i) * 1'000'000).ok) << i;
+}
+
+TEST(RpsLimiter, HitsOfTenantsWithoutKeysArePruned) {
+  RpsLimiter l;
+  l.countHit("gone");
+  l.countHit("kept");
+  KeyTable t;
+  ApiKey k;
+  k.tenant_id = "kept";
+  t.by_id["x"] = std::make_shared<const ApiKey>(k);
+  l.retain(t);
+  const std::string m = l.renderHits();
+  EXPECT_EQ(m.find("gone"), std::string::npos);
+  EXPECT_NE(m.find("tenant=\"kept\""), std::string::npos);
+}
+
 TEST(RpsLimiter, HitsAreExposedPerTenantEscaped) {
   RpsLimiter l;
   l.countHit("acme");

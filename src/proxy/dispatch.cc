@@ -114,7 +114,9 @@ ClientConn::KeyAdmission ClientConn::checkApiKey(const http::RequestHead& head,
   const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                              std::chrono::steady_clock::now().time_since_epoch())
                              .count();
-  const auto v = governance::keyLimiter().take(a.key_id, a.rps, a.burst, now_ns);
+  // (the model list is not a request the limit counts)
+  const auto v = models ? governance::RpsLimiter::Verdict{}
+                        : governance::keyLimiter().take(a.key_id, a.rps, a.burst, now_ns);
   if (!v.ok) {
     governance::countCheck(governance::kOutcomeRateLimited);
     governance::keyLimiter().countHit(a.tenant);
