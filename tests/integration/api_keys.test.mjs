@@ -33,6 +33,15 @@ async function recordingUpstream(t) {
   return { seen, worker: { host: '127.0.0.1', port: srv.address().port } };
 }
 
+// A gateway on a fresh state dir and a recording upstream, both stopped when the test ends.
+async function gatewayAndUpstream(t) {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const gw = await startGateway({ stateDir: tmp.dir });
+  t.after(() => gw.stop());
+  return { gw, up: await recordingUpstream(t) };
+}
+
 async function chat(port, headers, model = 'm1') {
   const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
@@ -159,11 +168,7 @@ test('api_key_auth required: keys, statuses, stripping, persistence', async (t) 
 });
 
 test('rate_limit_rps of a key: 429 with Retry-After past the burst, per key', async (t) => {
-  const tmp = tempDir();
-  t.after(() => tmp.remove());
-  const gw = await startGateway({ stateDir: tmp.dir });
-  t.after(() => gw.stop());
-  const up = await recordingUpstream(t);
+  const { gw, up } = await gatewayAndUpstream(t);
   const port = await freePort();
   assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [up.worker],
     extraArgs: { api_key_auth: 'required' } }))).status, 200);
@@ -188,11 +193,7 @@ test('rate_limit_rps of a key: 429 with Retry-After past the burst, per key', as
 });
 
 test('api_key_auth disabled strips X-Api-Key; omitted passes it through', async (t) => {
-  const tmp = tempDir();
-  t.after(() => tmp.remove());
-  const gw = await startGateway({ stateDir: tmp.dir });
-  t.after(() => gw.stop());
-  const up = await recordingUpstream(t);
+  const { gw, up } = await gatewayAndUpstream(t);
   const p1 = await freePort();
   const p2 = await freePort();
   assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port: p1, workers: [up.worker],
@@ -214,11 +215,7 @@ test('api_key_auth disabled strips X-Api-Key; omitted passes it through', async 
 });
 
 test('model pools behind keys: /v1/models needs a key and lists what it may use', async (t) => {
-  const tmp = tempDir();
-  t.after(() => tmp.remove());
-  const gw = await startGateway({ stateDir: tmp.dir });
-  t.after(() => gw.stop());
-  const up = await recordingUpstream(t);
+  const { gw, up } = await gatewayAndUpstream(t);
   const port = await freePort();
   for (const model of ['m1', 'm2'])
     assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, model, workers: [up.worker],
