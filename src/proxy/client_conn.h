@@ -71,6 +71,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
     const std::string* prefill = nullptr;  // P/D: label of the prefill endpoint
     double ttfb_ms = -1;     // first response byte to the client (stream: first event)
     std::string_view model;  // the model the pool lookup used
+    // Who the credential check admitted (governance): the API key's id and tenant, or the
+    // JWT's tenant and user claims (each at most 256 bytes). Empty: no check, or refused.
+    std::string key_id, tenant, user;
   };
 
   // connection.cc

@@ -171,6 +171,9 @@ void ClientConn::logAccess() {
                    : route->rule.name.empty() ? route->rule.key()
                                               : route->rule.name);
   log::appendField(line, "model", outcome_.model.substr(0, 256));  // client-chosen: bounded
+  if (!outcome_.tenant.empty()) log::appendField(line, "tenant", outcome_.tenant);  // governance
+  if (!outcome_.user.empty()) log::appendField(line, "user", outcome_.user);
+  if (!outcome_.key_id.empty()) log::appendField(line, "api_key", outcome_.key_id);
   log::appendField(line, "endpoint", outcome_.endpoint ? *outcome_.endpoint : "");
   if (outcome_.prefill) log::appendField(line, "prefill", *outcome_.prefill);  // P/D
   log::appendField(line, "selector", route ? config::selectorName(route->rule.sel) : "");

@@ -128,6 +128,8 @@ ClientConn::KeyAdmission ClientConn::checkApiKey(const http::RequestHead& head,
     return a;
   }
   governance::countCheck(0);
+  outcome_.key_id = a.key_id;
+  outcome_.tenant = a.tenant;
   return a;  // status 0: admitted
 }
 
@@ -155,6 +157,8 @@ ClientConn::KeyAdmission ClientConn::checkJwt(const http::RequestHead& head,
   governance::countJwt(c.verdict);
   switch (c.verdict) {
     case JwtVerdict::kOk:
+      outcome_.tenant = std::move(c.tenant);
+      outcome_.user = std::move(c.user);
       return a;
     case JwtVerdict::kMissing:
       a = KeyAdmission::refused(401, "missing_token", "a bearer token is required");

@@ -9,7 +9,7 @@ import http from 'node:http';
 import path from 'node:path';
 import { test } from 'node:test';
 import OpenAI from 'openai';
-import { LB_BASE, api, freePort, rule, scrapeMetrics, startGateway, tempDir } from './lib.mjs';
+import { LB_BASE, api, freePort, rule, scrapeMetrics, startGateway, tempDir, waitFor } from './lib.mjs';
 
 const KEYS = '/netlox/v1/config/ai/apikey';
 
@@ -34,10 +34,10 @@ async function recordingUpstream(t) {
 }
 
 // A gateway on a fresh state dir and a recording upstream, both stopped when the test ends.
-async function gatewayAndUpstream(t) {
+async function gatewayAndUpstream(t, extra = []) {
   const tmp = tempDir();
   t.after(() => tmp.remove());
-  const gw = await startGateway({ stateDir: tmp.dir });
+  const gw = await startGateway({ stateDir: tmp.dir, extra });
   t.after(() => gw.stop());
   return { gw, up: await recordingUpstream(t) };
 }
@@ -168,13 +168,14 @@ test('api_key_auth required: keys, statuses, stripping, persistence', async (t) 
 });
 
 test('rate_limit_rps of a key: 429 with Retry-After past the burst, per key', async (t) => {
-  const { gw, up } = await gatewayAndUpstream(t);
+  const { gw, up } = await gatewayAndUpstream(t, ['--access-log']);
   const port = await freePort();
   assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [up.worker],
     extraArgs: { api_key_auth: 'required' } }))).status, 200);
   // One request per 100 s after a burst of 2: the third within 100 s is refused, whatever the
   // machine's speed.
-  const slow = (await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', rate_limit_rps: 0.01, burst_size: 2 })).json.raw_key;
+  const created = (await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', rate_limit_rps: 0.01, burst_size: 2 })).json;
+  const slow = created.raw_key;
   const free = (await api(gw.api, 'POST', KEYS, { tenant_id: 'acme' })).json.raw_key;
   assert.equal((await chat(port, { 'x-api-key': slow })).status, 200);
   assert.equal((await chat(port, { 'x-api-key': slow })).status, 200);
@@ -188,6 +189,11 @@ test('rate_limit_rps of a key: 429 with Retry-After past the burst, per key', as
   assert.equal(up.seen.length, 2, 'the refused request never reached the engine');
   // Another key of the same tenant is not limited by this one's bucket.
   for (let i = 0; i < 5; i++) assert.equal((await chat(port, { 'x-api-key': free })).status, 200);
+  // The access log names who was admitted: the key's id and tenant, never the key.
+  const admitted = () => gw.proc.stderrText.split('\n').filter((l) => l.includes(' access ') &&
+    l.includes(`api_key=${created.key_id}`) && l.includes('tenant=acme'));
+  assert.ok(await waitFor(() => admitted().length >= 2, 5000), gw.proc.stderrText.slice(-2000));
+  assert.ok(!gw.proc.stderrText.includes(slow.slice(21)), 'the secret is never logged');
   const m = (await scrapeMetrics(gw.api)).filter((s) => s.name === 'loxilb_ai_rate_limit_hits_total');
   assert.equal(m.find((s) => s.labels.tenant === 'acme' && s.labels.reason === 'key_rps')?.value, 1, JSON.stringify(m));
 });

@@ -66,7 +66,7 @@ test('api_key_auth jwt: tokens from independent signers, every refusal, rotation
   const jwks = path.join(tmp.dir, 'jwks.json');
   fs.writeFileSync(jwks, JSON.stringify({ keys: [r1.jwk, ecJwk] }));
   const state = path.join(tmp.dir, 'state');
-  let gw = await startGateway({ stateDir: state });
+  let gw = await startGateway({ stateDir: state, extra: ['--access-log'] });
   t.after(() => gw.stop('SIGKILL'));
   const up = await recordingUpstream(t);
 
@@ -96,6 +96,10 @@ test('api_key_auth jwt: tokens from independent signers, every refusal, rotation
   r = await call(port, { authorization: `Bearer ${good}` });
   assert.equal(r.status, 200, r.text);
   assert.equal(up.seen.at(-1).authorization, undefined, 'the token never reaches the engine');
+  // The access log names the token's tenant (claim org) and user (sub), never the token.
+  assert.ok(await waitFor(() => gw.proc.stderrText.split('\n').some((l) => l.includes(' access ') &&
+    l.includes('tenant=acme') && l.includes('user=alice')), 5000), gw.proc.stderrText.slice(-2000));
+  assert.ok(!gw.proc.stderrText.includes(good.split('.')[2]), 'the token is never logged');
   r = await call(port, { authorization: `Bearer ${es256(ec.privateKey, { alg: 'ES256', kid: 'e1' }, claims)}` });
   assert.equal(r.status, 200, r.text);
 
