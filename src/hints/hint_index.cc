@@ -478,32 +478,23 @@ HintIndex::Summary HintIndex::summary(std::string_view model, std::string_view t
   const int64_t hot_after = clock_.nowNs() - 5LL * 60 * 1'000'000'000;
   const size_t step = std::max<size_t>(1, entries_.size() / kSummaryScan);
   int64_t seen = 0, hot = 0;
-  for (size_t i = 0; i < entries_.size(); i += step) {
-    const Entry& e = entries_[i];
-    if (!e.live() || !wanted(partitions_[e.partition])) continue;
-    ++seen;
-    for (const Holding& h : e.holders)
-      if (h.last_seen_ns > hot_after) {
-        ++hot;
-        break;
-      }
-  }
-  // A narrow filter may leave the stride sample (nearly) empty: then walk the slab in order,
-  // up to kSummaryScan matching entries or 64 x kSummaryScan visited, and estimate from that.
-  if (step > 1 && seen < 256 && s.total_prefixes > 0) {
+  // Counts matching (seen) and hot entries among every `stride`-th below `limit`, stopping at
+  // `cap` matching ones.
+  auto scan = [&](size_t stride, size_t limit, int64_t cap) {
     seen = hot = 0;
-    const size_t limit = std::min(entries_.size(), 64 * kSummaryScan);
-    for (size_t i = 0; i < limit && seen < int64_t(kSummaryScan); ++i) {
+    for (size_t i = 0; i < limit && seen < cap; i += stride) {
       const Entry& e = entries_[i];
       if (!e.live() || !wanted(partitions_[e.partition])) continue;
       ++seen;
-      for (const Holding& h : e.holders)
-        if (h.last_seen_ns > hot_after) {
-          ++hot;
-          break;
-        }
+      hot += std::any_of(e.holders.begin(), e.holders.end(),
+                         [&](const Holding& h) { return h.last_seen_ns > hot_after; });
     }
-  }
+  };
+  scan(step, entries_.size(), INT64_MAX);
+  // A narrow filter may leave the stride sample (nearly) empty: then walk the slab in order,
+  // up to kSummaryScan matching entries or 64 x kSummaryScan visited, and estimate from that.
+  if (step > 1 && seen < 256 && s.total_prefixes > 0)
+    scan(1, std::min(entries_.size(), 64 * kSummaryScan), int64_t(kSummaryScan));
   s.hot_prefixes = step == 1 || seen == 0
                        ? hot
                        : static_cast<int64_t>(double(hot) / double(seen) * double(s.total_prefixes) + 0.5);
