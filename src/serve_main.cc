@@ -18,7 +18,8 @@
 #include "events/kv_sources.h"
 #include "governance/key_store.h"
 #include "governance/profile_store.h"
-#include "governance/rate_limit.h"
+#include "governance/limit_store.h"
+#include "governance/quota.h"
 #include "http/server.h"
 #include "proxy/data_plane.h"
 #include "tokenizer/registry.h"
@@ -46,6 +47,8 @@ const char* kServeHelp =
     "                             a rule's timeoutMemberData overrides it)\n"
     "  --upstream-idle-ms N       max idle age of a pooled upstream connection (default 30000)\n"
     "  --prefix-key-bytes K       rendered-prompt bytes in the CHWBL prefix key (default 1024)\n"
+    "  --quota-max-tokens N       completion tokens a token quota reserves for a request without\n"
+    "                             max_tokens (default 256; settlement charges what was used)\n"
     "  --probe-interval-ms N      active health probe period (default 5000)\n"
     "  --probe-timeout-ms N       probe timeout unless the rule sets probeTimeout (default 2000)\n"
     "  --cb-failures N            consecutive connect failures that open a breaker (default 5)\n"
@@ -132,6 +135,9 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
     } else if (a == "--prefix-key-bytes") {
       ok = net::parseUint(next(), 1 << 20, x) && x > 0;
       opts.prefix_key_bytes = x;
+    } else if (a == "--quota-max-tokens") {
+      ok = net::parseUint(next(), 1'000'000'000, x);
+      opts.quota_max_tokens = static_cast<int64_t>(x);
     } else if (a == "--probe-interval-ms") {
       ok = parseMs(next(), opts.probe_interval) && opts.probe_interval.count() > 0;
     } else if (a == "--probe-timeout-ms") {
@@ -370,6 +376,12 @@ int serveMain(int argc, char** argv) {
   } else {
     log::error("serve", "JWT profile store unavailable: " + ps.error().what);
   }
+  std::unique_ptr<governance::LimitStore> limits;
+  if (auto ls = governance::LimitStore::open(flags.state_dir, governance::limitRegistry())) {
+    limits = std::move(*ls);
+  } else {
+    log::error("serve", "limit store unavailable: " + ls.error().what);
+  }
   // api before control: control's destructor destroys suspended handler frames that use api.
   admin::Api api(
       store,
@@ -378,12 +390,17 @@ int serveMain(int argc, char** argv) {
                kv_plane.renderRuleBlocks(store.rules()) +
                (prompt_tokens ? prompt_tokens->renderMetrics() : std::string()) +
                governance::renderKeyMetrics() + governance::renderJwtMetrics() +
-               governance::keyLimiter().renderHits();
+               governance::quotaMetrics().render(
+                   *governance::limitRegistry().current(), governance::quotaLedger(),
+                   std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count());
       },
       tokenizers.get());
   api.setKeyStore(keys.get());
   api.setTokens(std::move(api_tokens));
   api.setProfileStore(profiles.get());
+  api.setLimitStore(limits.get());
   api.setInventory([&kv_plane](const std::string& key, int rank, size_t offset,
                                size_t limit) -> Result<admin::Api::KvInventory> {
     auto inv = kv_plane.inventory(key, rank, offset, limit);

@@ -331,6 +331,12 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
     co_await jwtProfiles(req, w);
     co_return;
   }
+  if (path.starts_with("/netlox/v1/config/ai/tenant/ratelimit") ||
+      path.starts_with("/netlox/v1/config/ai/user/ratelimit") ||
+      path.starts_with("/netlox/v1/config/ai/ratelimit/defaults")) {
+    co_await limits(req, w);
+    co_return;
+  }
   if (path == "/netlox/v1/config/ai/apikey" || path.starts_with("/netlox/v1/config/ai/apikey/")) {
     co_await apiKeys(req, w);
     co_return;

@@ -14,6 +14,7 @@
 
 namespace kvgate::governance {
 class KeyStore;
+class LimitStore;
 class ProfileStore;
 }
 
@@ -49,6 +50,7 @@ class Api {
   // Bearer tokens every route but /healthz needs (--api-token-file); none: no authentication.
   void setTokens(ApiTokens t) { tokens_ = std::move(t); }
   void setProfileStore(governance::ProfileStore* p) { profiles_ = p; }
+  void setLimitStore(governance::LimitStore* l) { limits_ = l; }
 
   // Tokenize calls queued or running at once; more get 503 (retriable).
   static constexpr int kMaxTokenizeInFlight = 16;
@@ -74,6 +76,9 @@ class Api {
   // /netlox/v1/config/ai/jwtauthprofile[/{name}] (jwt_profile_api.cc)
   asio::awaitable<void> jwtProfiles(http::Request& req, http::ResponseWriter& w);
   governance::ProfileStore* profiles_ = nullptr;
+  // /netlox/v1/config/ai/{tenant,user}/ratelimit, /config/ai/ratelimit/defaults (limits_api.cc)
+  asio::awaitable<void> limits(http::Request& req, http::ResponseWriter& w);
+  governance::LimitStore* limits_ = nullptr;
   // GET /netlox/v1/config/ai/kv/inventory?service_id=&ep_idx=[&dp_rank=&offset=&limit=]
   asio::awaitable<void> kvInventory(http::Request& req, http::ResponseWriter& w);
   static asio::awaitable<Result<KvInventory>> askInventory(InventoryFn fn, std::string key,
@@ -96,5 +101,7 @@ class Api {
 
 // {"code":N,"message":<class message>,"result":<detail>} for an error status.
 std::string apiErrorBody(int status, const std::string& detail);
+// A management API JSON body: at most 64 KiB (413), nesting bounded, well-formed (400).
+Result<nlohmann::json> parseApiJson(const std::string& body);
 
 }  // namespace kvgate::admin

@@ -1,26 +1,15 @@
 #include "admin/api_tokens.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <sstream>
 
+#include "governance/api_keys.h"
+
 namespace kvgate::admin {
-
-namespace {
-
-std::string digest(std::string_view s) {
-  std::string out(32, '\0');
-  unsigned int n = 0;
-  EVP_Digest(s.data(), s.size(), reinterpret_cast<unsigned char*>(out.data()), &n, EVP_sha256(),
-             nullptr);
-  return out;
-}
-
-}  // namespace
 
 Result<ApiTokens> ApiTokens::load(const std::string& path) {
   struct stat st {};
@@ -55,7 +44,7 @@ Result<ApiTokens> ApiTokens::load(const std::string& path) {
       return fail(2, "api-token-file",
                   "--api-token-file line " + std::to_string(n) + ": one token per line");
     if (t.digests_.size() >= 64) return fail(2, "api-token-file", "--api-token-file: at most 64");
-    t.digests_.push_back(digest(line));
+    t.digests_.push_back(governance::hashSecret({}, line));
   }
   if (t.digests_.empty())
     return fail(2, "api-token-file", "--api-token-file " + path + " holds no token");
@@ -63,13 +52,9 @@ Result<ApiTokens> ApiTokens::load(const std::string& path) {
 }
 
 bool ApiTokens::allows(std::string_view authorization) const {
-  constexpr std::string_view kBearer = "bearer ";
-  if (authorization.size() <= kBearer.size()) return false;
-  for (size_t i = 0; i < kBearer.size(); ++i)
-    if ((authorization[i] | 0x20) != kBearer[i]) return false;
-  std::string_view tok = authorization.substr(kBearer.size());
-  while (!tok.empty() && tok.front() == ' ') tok.remove_prefix(1);
-  const std::string d = digest(tok);
+  const std::string_view tok = governance::requestKey({}, authorization);  // the bearer value
+  if (tok.empty()) return false;
+  const std::string d = governance::hashSecret({}, tok);
   bool ok = false;
   for (const auto& x : digests_) ok |= CRYPTO_memcmp(x.data(), d.data(), d.size()) == 0;
   return ok;

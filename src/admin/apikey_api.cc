@@ -172,19 +172,12 @@ asio::awaitable<void> Api::apiKeys(http::Request& req, http::ResponseWriter& w) 
                           .count();
   json body;
   if (req.method == "POST" || req.method == "PATCH") {
-    if (req.body.size() > 64 * 1024) {
-      co_await err(413, "body", "request body too large");
+    auto j = parseApiJson(req.body);
+    if (!j) {
+      co_await err(j.error().code, j.error().source, j.error().what);
       co_return;
     }
-    if (!jsonDepthWithin(req.body)) {
-      co_await err(400, "body", "JSON body nested too deeply");
-      co_return;
-    }
-    body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded()) {
-      co_await err(400, "body", "malformed JSON body");
-      co_return;
-    }
+    body = std::move(*j);
   }
   if (id.empty()) {
     if (req.method == "GET") {

@@ -107,6 +107,10 @@ std::string_view requestKey(std::string_view x_api_key, std::string_view authori
   return {};
 }
 
+bool carriesKey(std::string_view x_api_key, std::string_view authorization) {
+  return !x_api_key.empty() || requestKey({}, authorization).starts_with("kvg-");
+}
+
 KeyCheck checkKey(const KeyTable& table, std::string_view raw, int64_t now_s) {
   if (raw.empty()) return {KeyVerdict::kMissing, nullptr};
   // kvg-<16 hex>-<43 base64url>

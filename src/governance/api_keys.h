@@ -63,6 +63,9 @@ KeyCheck checkKey(const KeyTable& table, std::string_view raw, int64_t now_s);
 
 // The key a request carries: X-Api-Key, else `Authorization: Bearer <key>` ("" when neither).
 std::string_view requestKey(std::string_view x_api_key, std::string_view authorization);
+// Whether the request carries a kvgate key (X-Api-Key, or a bearer value starting "kvg-"): on
+// apikey-or-jwt rules a present key decides alone.
+bool carriesKey(std::string_view x_api_key, std::string_view authorization);
 
 // A new key: id, salt and hash filled in `k`; returns the raw key (shown once).
 std::string mintKey(ApiKey& k);

@@ -6,30 +6,10 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "governance/rate_limit.h"
 #include "governance/state_db.h"
 
 namespace kvgate::governance {
 
-namespace {
-
-// A prepared statement, finalized on every path.
-struct Stmt {
-  sqlite3_stmt* s = nullptr;
-  Stmt(sqlite3* db, const char* sql) { sqlite3_prepare_v2(db, sql, -1, &s, nullptr); }
-  ~Stmt() { sqlite3_finalize(s); }
-  explicit operator bool() const { return s != nullptr; }
-  void text(int i, const std::string& v) { sqlite3_bind_text(s, i, v.data(), int(v.size()), SQLITE_TRANSIENT); }
-  void blob(int i, const std::string& v) { sqlite3_bind_blob(s, i, v.data(), int(v.size()), SQLITE_TRANSIENT); }
-  void i64(int i, int64_t v) { sqlite3_bind_int64(s, i, v); }
-  void real(int i, double v) { sqlite3_bind_double(s, i, v); }
-  std::string col(int i) const {
-    const void* p = sqlite3_column_blob(s, i);
-    return p ? std::string(static_cast<const char*>(p), size_t(sqlite3_column_bytes(s, i))) : "";
-  }
-};
-
-}  // namespace
 
 Result<std::unique_ptr<KeyStore>> KeyStore::open(const std::string& dir, KeyRegistry& registry) {
   auto db = openStateDb(dir,
@@ -94,7 +74,6 @@ Result<void> KeyStore::loadAll() {
 void KeyStore::publish(std::shared_ptr<KeyTable> next) {
   table_ = next;
   registry_.publish(next);
-  keyLimiter().retain(*next);  // (after the publish: no new take() sees a removed key after this)
 }
 
 Result<void> KeyStore::write(const ApiKey& k, bool insert) {

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "endpoints/lease.h"
+#include "governance/quota.h"
+#include "governance/usage.h"
 #include "http/chunked.h"
 #include "http/parser.h"
 #include "proxy/buffer.h"
@@ -74,6 +76,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
     // Who the credential check admitted (governance): the API key's id and tenant, or the
     // JWT's tenant and user claims (each at most 256 bytes). Empty: no check, or refused.
     std::string key_id, tenant, user;
+    int64_t quota_tokens = -1;  // tokens a quota settlement charged (-1: none)
   };
 
   // connection.cc
@@ -92,10 +95,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   struct KeyAdmission {
     int status = 0;
     std::string code, message, param;
-    // Admitted by a key: its id, tenant and requests-per-second limit (rate_limit.h).
-    std::string key_id, tenant;
-    double rps = 0;
-    int64_t burst = 0;
+    int64_t retry_after_s = 0;  // a 429's Retry-After
     static KeyAdmission refused(int status, std::string code, std::string message) {
       KeyAdmission a;
       a.status = status;
@@ -109,6 +109,22 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   KeyAdmission checkJwt(const http::RequestHead& head, const std::string& profile);
   asio::awaitable<bool> answerUnroutable(const Route* route, bool host_path_matched,
                                          std::string_view model);
+  // quota_gate.cc
+  // The quota stage: the request's buckets reserve (status 0, quota_ holds the reservation) or
+  // the 429 to answer. `body` is the client's (include_usage may be added into quota_body_).
+  KeyAdmission admitQuota(const Route& route, std::string_view model, std::string_view body);
+  // Returns the reservation and charges the usage the relay saw, or an estimate (once).
+  void settleQuota();
+  void resetQuota();  // per request
+  struct QuotaState {
+    bool active = false;  // holds a reservation not yet settled
+    bool inject = false;  // include_usage was added for the gateway (the relay strips it)
+    bool sent = false;    // the request was written to an engine
+    bool stream = false;  // the answer is an event stream
+    int status = 0;       // the engine's answer status (0: none)
+    int64_t prompt_estimate = 0, reserved = 0;
+    std::vector<governance::QuotaLedger::Held> held;
+  };
   // forward.cc
   // `pipeline` null: the route's; `role` >= 0: only endpoints of that ep_role are candidates.
   asio::awaitable<bool> forward(const Request& req, const Route& route,
@@ -183,6 +199,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   struct RelayFraming {  // the response body's framing and progress
     http::BodyKind kind = http::BodyKind::kNone;
     bool dechunk = false;  // chunked upstream, HTTP/1.0 client: relay the payload only
+    bool decode = false;   // chunked upstream: also decode the payload into `decoded` (usage)
     uint64_t remaining = 0;
     bool complete = false;
     bool reusable = false;  // the upstream connection may be pooled afterwards
@@ -192,8 +209,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   // `lease`'s queued prefill is given back at the first body byte.
   asio::awaitable<bool> relayResponse(const http::ResponseHead& rh, const Route& route,
                                       bool head_request, endpoints::EndpointLease& lease);
-  void buildDownstreamHead(const http::ResponseHead& rh, bool dechunk);
+  // `rewrite`: the body is re-framed by the gateway (no Content-Length; chunked to HTTP/1.1).
+  void buildDownstreamHead(const http::ResponseHead& rh, bool dechunk, bool rewrite = false);
   bool nextChunk(RelayFraming& f, std::string_view& chunk);
+  std::string_view frameRewritten(std::string& piece, bool last);
   void noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload);
   bool abandonRelay();
   void releaseRequestBytes();
@@ -204,8 +223,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<bool> readMore(Buffer& b, tcp::socket& s);
   void countResponse(int status);
   void logAccess();
+  // retry_after_s > 0: a Retry-After header (429 of a key's rate limit).
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
-                                  std::string_view param = {}, bool close = false);
+                                  std::string_view param = {}, bool close = false,
+                                  int64_t retry_after_s = 0);
   asio::awaitable<bool> writeClient(std::string_view a, std::string_view b = {});
   void startWatch();
   void armWatch(uint64_t gen);
@@ -242,8 +263,13 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string model_copy_;                // outcome_.model when the request bytes were released
   routing::RequestFacts facts_;
   bool facts_parsed_ = false;
-  bool strip_authorization_ = false;  // the request's key came as Authorization: Bearer
-  int64_t retry_after_s_ = 0;         // sendError adds Retry-After to a 429 when > 0
+  bool strip_authorization_ = false;  // a credential-checked rule: no bearer reaches the engine
+  std::shared_ptr<const governance::ApiKey> key_;  // the API key that admitted the request
+  QuotaState quota_;
+  governance::UsageScanner usage_;       // the response's usage (quota settlement)
+  governance::SseUsageFilter usage_filter_;
+  std::string quota_body_;  // the body with include_usage added (quota_.inject)
+  std::string relay_out_;   // a re-framed piece of the response (quota_.inject)
   std::string dechunked_;
   std::string request_id_;
   std::string up_head_;

@@ -57,7 +57,8 @@ asio::awaitable<bool> ClientConn::writeClient(std::string_view a, std::string_vi
 }
 
 asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, std::string_view msg,
-                                            std::string_view param, bool close) {
+                                            std::string_view param, bool close,
+                                            int64_t retry_after_s) {
   if (close) client_keep_alive_ = false;
   std::string body = openAiError(status, code, msg, param);
   std::string h =
@@ -65,9 +66,7 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
       "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
       "\r\n";
   if (!keepAliveAfter()) h += "Connection: close\r\n";
-  if (status == 429 && retry_after_s_ > 0)
-    h += "Retry-After: " + std::to_string(retry_after_s_) + "\r\n";
-  retry_after_s_ = 0;
+  if (retry_after_s > 0) h += "Retry-After: " + std::to_string(retry_after_s) + "\r\n";
   h += "\r\n";
   outcome_.status = status;
   countResponse(status);
@@ -174,6 +173,8 @@ void ClientConn::logAccess() {
   if (!outcome_.tenant.empty()) log::appendField(line, "tenant", outcome_.tenant);  // governance
   if (!outcome_.user.empty()) log::appendField(line, "user", outcome_.user);
   if (!outcome_.key_id.empty()) log::appendField(line, "api_key", outcome_.key_id);
+  if (outcome_.quota_tokens >= 0)  // tokens the quota settlement charged
+    log::appendField(line, "quota_tokens", std::to_string(outcome_.quota_tokens));
   log::appendField(line, "endpoint", outcome_.endpoint ? *outcome_.endpoint : "");
   if (outcome_.prefill) log::appendField(line, "prefill", *outcome_.prefill);  // P/D
   log::appendField(line, "selector", route ? config::selectorName(route->rule.sel) : "");

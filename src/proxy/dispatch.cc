@@ -7,7 +7,7 @@
 #include "common/ids.h"
 #include "governance/api_keys.h"
 #include "governance/jwt_auth.h"
-#include "governance/rate_limit.h"
+#include "governance/limits.h"
 #include "http/server.h"
 #include "proxy/client_conn.h"
 #include "proxy/facts_parser.h"
@@ -59,96 +59,69 @@ asio::awaitable<bool> ClientConn::answerUnroutable(const Route* route, bool host
 }
 
 // The key check of api_key_auth "required" (and of /v1/models on such a listener): the verdict,
-// the error to answer and, when `models` is given, the key's allowed models. Nothing here
-// suspends: the table snapshot is released before the caller writes anything.
+// the error to answer and, when `models` is given, the key's allowed models. The key's own rate
+// and token limits are buckets of the quota stage (quota_gate.cc), which the model list skips.
+// Nothing here suspends: the table snapshot is released before the caller writes.
 ClientConn::KeyAdmission ClientConn::checkApiKey(const http::RequestHead& head,
                                                  std::string_view model, bool check_model,
                                                  std::vector<std::string>* models) {
   using governance::KeyVerdict;
-  KeyAdmission a;
   auto table = governance::keyRegistry().current();
   if (!table->loaded) {
     governance::countCheck(governance::kOutcomeStoreUnavailable);
-    a = KeyAdmission::refused(503, "policy_store_unavailable", "the API key store is not available");
-    return a;
+    return KeyAdmission::refused(503, "policy_store_unavailable",
+                                 "the API key store is not available");
   }
-  const std::string_view auth = head.get("authorization");
-  const std::string_view xkey = head.get("x-api-key");
-  const std::string_view raw = governance::requestKey(xkey, auth);
-  // The header that carried the key never reaches the engine; nor does a second kvgate key in
-  // Authorization beside an X-Api-Key (engines log headers).
-  strip_authorization_ = (xkey.empty() && !raw.empty()) ||
-                          governance::requestKey({}, auth).starts_with("kvg-");
+  const std::string_view raw =
+      governance::requestKey(head.get("x-api-key"), head.get("authorization"));
   const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
   const governance::KeyCheck c = governance::checkKey(*table, raw, now_s);
   if (c.verdict != KeyVerdict::kOk) {
     governance::countCheck(static_cast<size_t>(c.verdict));
-    a.status = 401;
-    a.code = "invalid_api_key";
-    a.message = c.verdict == KeyVerdict::kMissing ? "no API key: send X-Api-Key or Authorization: Bearer"
-                : c.verdict == KeyVerdict::kExpired  ? "the API key has expired"
-                : c.verdict == KeyVerdict::kDisabled ? "the API key is disabled"
-                                                     : "the API key is not valid";
-    return a;
+    return KeyAdmission::refused(
+        401, "invalid_api_key",
+        c.verdict == KeyVerdict::kMissing    ? "no API key: send X-Api-Key or Authorization: Bearer"
+        : c.verdict == KeyVerdict::kExpired  ? "the API key has expired"
+        : c.verdict == KeyVerdict::kDisabled ? "the API key is disabled"
+                                             : "the API key is not valid");
   }
-  if (check_model && !c.key->allows(model)) {
+  const governance::ApiKey& key = *c.key;
+  if (check_model && !key.allows(model)) {
     governance::countCheck(governance::kOutcomeModelNotAllowed);
-    a.status = 403;
-    a.code = "model_not_allowed";
-    a.message = model.empty() ? std::string("this API key is limited to named models")
-                              : "this API key may not use model '" + std::string(model) + "'";
+    KeyAdmission a = KeyAdmission::refused(
+        403, "model_not_allowed",
+        model.empty() ? std::string("this API key is limited to named models")
+                      : "this API key may not use model '" + std::string(model) + "'");
     a.param = "model";
     return a;
   }
   if (models) {
-    if (c.key->allowed_models.empty()) models->push_back("*");
-    else *models = c.key->allowed_models;
-  }
-  a.key_id = c.key->key_id;
-  a.tenant = c.key->tenant_id;
-  a.rps = c.key->rate_limit_rps;
-  a.burst = c.key->burst_size;
-  // The key's requests per second (a token bucket per key, shared by the workers).
-  const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             std::chrono::steady_clock::now().time_since_epoch())
-                             .count();
-  // (the model list is not a request the limit counts)
-  const auto v = models ? governance::RpsLimiter::Verdict{}
-                        : governance::keyLimiter().take(a.key_id, a.rps, a.burst, now_ns);
-  if (!v.ok) {
-    governance::countCheck(governance::kOutcomeRateLimited);
-    governance::keyLimiter().countHit(a.tenant);
-    retry_after_s_ = v.retry_after_s;
-    a.status = 429;
-    a.code = "rate_limit_exceeded";
-    a.message = "this API key's request rate is exceeded; retry after " +
-                std::to_string(v.retry_after_s) + " s";
-    return a;
+    if (key.allowed_models.empty()) models->push_back("*");
+    else *models = key.allowed_models;
+  } else {
+    key_ = table->by_id.at(key.key_id);  // (the quota stage reads its limits)
   }
   governance::countCheck(0);
-  outcome_.key_id = a.key_id;
-  outcome_.tenant = a.tenant;
-  return a;  // status 0: admitted
+  outcome_.key_id = key.key_id;
+  outcome_.tenant = key.tenant_id;
+  return {};  // status 0: admitted
 }
 
 // The JWT check of api_key_auth "jwt" (and of "apikey-or-jwt" without a key): the bearer token
-// against the rule's profile and its keyset (governance/jwt_auth.h). The token never reaches the
-// engine.
+// against the rule's profile and its keyset (governance/jwt_auth.h).
 ClientConn::KeyAdmission ClientConn::checkJwt(const http::RequestHead& head,
                                               const std::string& profile) {
   using governance::JwtVerdict;
-  KeyAdmission a;
   auto table = governance::jwtRegistry().current();
   auto it = table->by_name.find(profile);
   if (!table->loaded || it == table->by_name.end()) {
     governance::countJwt(JwtVerdict::kNoProfile);
-    a = KeyAdmission::refused(503, "policy_store_unavailable", "JWT profile '" + profile + "' is not configured");
-    return a;
+    return KeyAdmission::refused(503, "policy_store_unavailable",
+                                 "JWT profile '" + profile + "' is not configured");
   }
   const std::string_view token = governance::requestKey({}, head.get("authorization"));
-  strip_authorization_ = !token.empty();
   const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
@@ -159,19 +132,16 @@ ClientConn::KeyAdmission ClientConn::checkJwt(const http::RequestHead& head,
     case JwtVerdict::kOk:
       outcome_.tenant = std::move(c.tenant);
       outcome_.user = std::move(c.user);
-      return a;
+      return {};
     case JwtVerdict::kMissing:
-      a = KeyAdmission::refused(401, "missing_token", "a bearer token is required");
-      return a;
+      return KeyAdmission::refused(401, "missing_token", "a bearer token is required");
     case JwtVerdict::kExpired:
-      a = KeyAdmission::refused(401, "token_expired", "the token has expired");
-      return a;
+      return KeyAdmission::refused(401, "token_expired", "the token has expired");
     case JwtVerdict::kStale:
-      a = KeyAdmission::refused(503, "policy_store_unavailable", "the JWT keyset is not current");
-      return a;
+      return KeyAdmission::refused(503, "policy_store_unavailable",
+                                   "the JWT keyset is not current");
     default:
-      a = KeyAdmission::refused(401, "invalid_token", "the token is not valid: " + c.why);
-      return a;
+      return KeyAdmission::refused(401, "invalid_token", "the token is not valid: " + c.why);
   }
 }
 
@@ -213,6 +183,11 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   // that is not JSON is then no reason to refuse (a multipart upload): it has no model.
   const uint32_t own_needs = needs;
   if (cfg->checks_credentials) needs |= routing::kNeedModel;
+  // Where a quota may apply (credentials are checked, or shared-VIP defaults exist), the same
+  // parse gives the quota stage its estimate: prompt size, max_tokens, stream (quota_gate.cc).
+  resetQuota();
+  if (cfg->checks_credentials || governance::limitRegistry().current()->hasVipDefaults())
+    needs |= routing::kNeedModel | routing::kNeedPromptPrefix | routing::kNeedRequestShape;
   facts_parsed_ = false;
   if (needs && !req.body.empty()) {
     auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity, needs,
@@ -236,11 +211,10 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     // (then only the models it may use) or a token valid for one of the rules' JWT profiles.
     std::vector<std::string> allowed;
     if (cfg->checks_credentials) {
-      const bool key_present =
-          !head.get("x-api-key").empty() ||
-          governance::requestKey({}, head.get("authorization")).starts_with("kvg-");
       KeyAdmission a;
-      if (cfg->takes_keys && (key_present || cfg->jwt_profiles.empty())) {
+      if (cfg->takes_keys &&
+          (governance::carriesKey(head.get("x-api-key"), head.get("authorization")) ||
+           cfg->jwt_profiles.empty())) {
         a = checkApiKey(head, {}, false, &allowed);
       } else {
         a = KeyAdmission::refused(401, "missing_token", "a bearer token is required");
@@ -262,14 +236,13 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   if (!route || !route->rule.inactive_capability.empty() || !route->rule.admin_up)
     co_return co_await answerUnroutable(route, host_path_matched, model) && !client_gone_;
   strip_authorization_ = false;
-  retry_after_s_ = 0;
   if (const std::string& mode = route->rule.api_key_auth;
       mode == "required" || mode == "jwt" || mode == "apikey-or-jwt") {
     // apikey-or-jwt: a present key decides alone; else the bearer token is a JWT.
-    const bool key_present = !head.get("x-api-key").empty() ||
-                             governance::requestKey({}, head.get("authorization")).starts_with("kvg-");
     KeyAdmission a;
-    if (mode == "required" || (mode == "apikey-or-jwt" && key_present)) {
+    if (mode == "required" ||
+        (mode == "apikey-or-jwt" &&
+         governance::carriesKey(head.get("x-api-key"), head.get("authorization")))) {
       const std::string_view key_model =
           facts_parsed_ && facts_.has_model ? std::string_view(facts_.model) : model;
       a = checkApiKey(head, key_model, true, nullptr);
@@ -277,13 +250,24 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
       a = checkJwt(head, route->rule.jwt_profile);
     }
     if (a.status != 0) {
-      co_await sendError(a.status, a.code, a.message, a.param);
+      co_await sendError(a.status, a.code, a.message, a.param, false, a.retry_after_s);
       co_return !client_gone_;
     }
     // No credential of this request reaches the engine: X-Api-Key goes by strip_api_key, any
     // bearer Authorization (a JWT beside a deciding key too) here.
     strip_authorization_ = !governance::requestKey({}, head.get("authorization")).empty();
   }
+  // Quota admission (after credentials and the model, before routing), settled on every path.
+  const std::string_view quota_model =
+      facts_parsed_ && facts_.has_model ? std::string_view(facts_.model) : model;
+  if (KeyAdmission a = admitQuota(*route, quota_model, req.body); a.status != 0) {
+    co_await sendError(a.status, a.code, a.message, a.param, false, a.retry_after_s);
+    co_return !client_gone_;
+  }
+  struct Settle {
+    ClientConn& c;
+    ~Settle() { c.settleQuota(); }
+  } settle{*this};
   if (route->rule.inactive_timeout_sec > 0)
     idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
   bool ok;  // (no co_await in a conditional: GCC 12)

@@ -151,6 +151,7 @@ Walk renderPrompt(value v, Renderer& r, routing::RequestFacts& f, uint32_t needs
     }
     if (needs & (routing::kNeedPromptText | routing::kNeedPromptTokenIds))
       f.prompt_token_ids.push_back(x);
+    ++f.prompt_id_count;
     if (!r.full() || (needs & routing::kNeedPromptRender)) {  // Tier 1 counts them all
       auto [end, ec] = std::to_chars(num, num + sizeof num, x);
       r.add(std::string_view(num, static_cast<size_t>(end - num)));
@@ -173,6 +174,7 @@ Walk readShape(std::string_view key, value v, routing::RequestFacts& f) {
     std::string_view s;
     if (!(e = v.get_string().get(s))) f.lora_adapter.assign(s);
   } else if (key == "stream_options") {
+    f.has_stream_options = true;
     simdjson::ondemand::object o;
     if ((e = v.get_object().get(o))) return walkOf(e);
     for (auto sf : o) {
@@ -280,6 +282,7 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
       f.prompt_prefix.clear();
       f.prompt_text.clear();  // a repeated "prompt": the last one counts (as the engine reads it)
       f.prompt_token_ids.clear();
+      f.prompt_id_count = 0;
       f.has_prompt = true;
       Walk w = renderPrompt(v, r, f, needs);
       if (w == Walk::kFatal) return w;

@@ -170,6 +170,7 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
     r = co_await leg_.send(up_head_, body);
     const auto sent_at = std::chrono::steady_clock::now();
     if (r.ok()) {
+      quota_.sent = true;
       ep.state->requests.fetch_add(1, std::memory_order_relaxed);
       http::ResponseHead& rh = resp_head_;  // a member: a 3 KB frame per request costs a malloc
       r = co_await readFinalHead(req.head.method, rh);
@@ -223,7 +224,9 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
                                           const routing::Pipeline* pipeline, int role) {
   const size_t n = route.endpoints.size();
   if (!pipeline) pipeline = route.pipeline.get();
-  buildUpstreamHead(req, route, req.body, up_head_, up_host_at_);
+  // (the quota stage may have asked a stream for its usage: quota_gate.cc)
+  const std::string_view body = quota_.inject ? std::string_view(quota_body_) : req.body;
+  buildUpstreamHead(req, route, body, up_head_, up_host_at_);
   if (n == 0 || !pipeline) {
     co_await sendError(503, "no_healthy_upstream", "service has no endpoints");
     co_return true;
@@ -261,7 +264,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     outcome_.spilled = d.spilled;
     setUpstreamHost(up_head_, up_host_at_, state.label);
     bool next_endpoint = false;
-    bool ok = co_await exchange(req, req.body, route, idx, lease, next_endpoint);
+    bool ok = co_await exchange(req, body, route, idx, lease, next_endpoint);
     if (!next_endpoint) co_return ok;
     if (client_gone_) co_return false;
     excluded_[idx] = true;

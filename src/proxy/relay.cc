@@ -10,7 +10,7 @@
 
 namespace kvgate::proxy {
 
-void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk) {
+void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk, bool rewrite) {
   std::string& h = down_head_;
   h.clear();
   h.append("HTTP/1.1 ").append(std::to_string(rh.status)).append(" ");
@@ -20,13 +20,14 @@ void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk)
   for (size_t i = 0; i < rh.num_headers; ++i) {
     auto& x = rh.headers[i];
     if (http::isHopByHop(x.name)) continue;
+    if (rewrite && http::iequals(x.name, "content-length")) continue;
     if (http::iequals(x.name, "x-request-id")) {
       if (!leg_id_.empty()) continue;  // P/D: the engines saw the legs' id; the client its own
       has_rid = true;
     }
     h.append(x.name).append(": ").append(x.value).append("\r\n");
   }
-  if (rh.body_kind == http::BodyKind::kChunked && !dechunk)
+  if (rewrite ? client_minor_ >= 1 : rh.body_kind == http::BodyKind::kChunked && !dechunk)
     h.append("Transfer-Encoding: chunked\r\n");
   if (!has_rid) h.append("X-Request-Id: ").append(request_id_).append("\r\n");
   if (!keepAliveAfter()) h.append("Connection: close\r\n");
@@ -49,7 +50,7 @@ bool ClientConn::nextChunk(RelayFraming& f, std::string_view& chunk) {
     }
     case http::BodyKind::kChunked: {
       f.decoded.clear();
-      auto st = f.sc.feed(up.data(), up.size(), f.dechunk ? &f.decoded : nullptr);
+      auto st = f.sc.feed(up.data(), up.size(), f.dechunk || f.decode ? &f.decoded : nullptr);
       if (st.error) return false;
       chunk = f.dechunk ? std::string_view(f.decoded) : std::string_view(up.data(), st.consumed);
       f.complete = st.done;
@@ -64,6 +65,20 @@ bool ClientConn::nextChunk(RelayFraming& f, std::string_view& chunk) {
       break;
   }
   return true;
+}
+
+// A re-framed piece (quota_.inject): one chunk for an HTTP/1.1 client (`last`: and the final
+// zero-size chunk), the bytes themselves for an HTTP/1.0 one (its body ends at the close).
+std::string_view ClientConn::frameRewritten(std::string& piece, bool last) {
+  if (client_minor_ == 0) return piece;
+  if (!piece.empty()) {
+    char size[24];
+    const int n = std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+    piece.insert(0, size, size_t(n));
+    piece += "\r\n";
+  }
+  if (last) piece += "0\r\n\r\n";
+  return piece;
 }
 
 // Time to first byte (and, for a stream, to its first event) of the response being relayed.
@@ -106,8 +121,17 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   f.remaining = rh.body_kind == http::BodyKind::kLength ? rh.content_length : 0;
   f.complete = rh.body_kind == http::BodyKind::kNone || head_request;
   f.reusable = rh.keep_alive;
-  if (rh.body_kind == http::BodyKind::kUntilClose || f.dechunk) client_keep_alive_ = false;
-  buildDownstreamHead(rh, f.dechunk);
+  // Quota settlement reads the usage from the payload; a stream asked for usage on the client's
+  // behalf is re-framed without it (chunked to HTTP/1.1 clients, until close to HTTP/1.0 ones).
+  const bool scan = quota_.active && !head_request;
+  const bool rewrite = scan && quota_.inject && rh.event_stream && rh.status < 300 &&
+                       rh.body_kind != http::BodyKind::kNone;
+  f.decode = scan;
+  quota_.status = rh.status;
+  quota_.stream = rh.event_stream;
+  if (rh.body_kind == http::BodyKind::kUntilClose || f.dechunk || (rewrite && client_minor_ == 0))
+    client_keep_alive_ = false;
+  buildDownstreamHead(rh, f.dechunk, rewrite);
   outcome_.status = rh.status;
   countResponse(rh.status);
   leg_.consumeHead(rh);
@@ -140,17 +164,28 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       co_return abandonRelay();
     }
     if (!chunk.empty()) lease.prefillDone();  // the engine is past this request's prefill
-    if (first || !chunk.empty()) {
+    std::string_view out = chunk;  // what the client gets of this piece
+    if (scan) {
+      const std::string_view payload =
+          f.kind == http::BodyKind::kChunked ? std::string_view(f.decoded) : chunk;
+      usage_.feed(payload);
+      if (rewrite) {
+        relay_out_.clear();
+        usage_filter_.feed(payload, relay_out_);
+        out = frameRewritten(relay_out_, false);
+      }
+    }
+    if (first || !out.empty()) {
       // Written on the spot when the socket takes it all (no coroutine frame): this runs once per
       // relayed read, i.e. for every SSE event.
       const std::string_view head = first ? std::string_view(down_head_) : std::string_view();
       size_t written = 0;
       error_code wec;
-      if (!writeNow(client_, head, chunk, written, wec))
-        wec = co_await writeRest(client_, head, chunk, written);
+      if (!writeNow(client_, head, out, written, wec))
+        wec = co_await writeRest(client_, head, out, written);
       bool ok = !wec;
       noteFirstBytes(route, ttft_pending, !chunk.empty());
-      outcome_.bytes += chunk.size();
+      outcome_.bytes += out.size();
       if (!ok) {
         client_gone_ = true;  // client gone: abort the upstream request
         co_return abandonRelay();
@@ -171,6 +206,12 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
         log::warn("proxy", "stream " + request_id_ + " hit max_stream_duration_sec");
       co_return abandonRelay();
     }
+  }
+  if (rewrite) {  // what the filter still holds, and the end of the re-framed body
+    relay_out_.clear();
+    usage_filter_.finish(relay_out_);
+    const std::string_view tail = frameRewritten(relay_out_, true);
+    if (!tail.empty() && !co_await writeClient(tail)) client_gone_ = true;
   }
   deadline_.clear();
   stopWatch();

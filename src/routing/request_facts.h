@@ -50,6 +50,7 @@ struct RequestFacts {
   std::string prompt_prefix;
   size_t prefix_key_len = SIZE_MAX;  // bytes of prompt_prefix the CHWBL prefix key covers (K)
   size_t prompt_render_total = 0;    // the whole rendered prompt's length (prompt_prefix is cut)
+  size_t prompt_id_count = 0;        // a token-id prompt: how many ids (quota estimate)
   // Filled only for kNeedPromptText: the whole completions prompt, or its token ids (the ids also
   // for kNeedPromptTokenIds).
   std::string prompt_text;
@@ -65,13 +66,14 @@ struct RequestFacts {
   // Filled only for kNeedRequestShape.
   std::optional<bool> stream;
   bool include_usage = false;         // stream_options.include_usage
+  bool has_stream_options = false;    // the body has a "stream_options" member
   std::optional<int64_t> max_tokens;  // max_tokens, else max_completion_tokens
   std::string lora_adapter;           // SGLang "lora_path" (vLLM selects adapters by "model")
 
   // Resets every fact, keeping the strings' capacity (facts are reused per connection).
   void clear() {
-    parsed = has_model = has_prompt = include_usage = false;
-    prompt_render_total = 0;
+    parsed = has_model = has_prompt = include_usage = has_stream_options = false;
+    prompt_render_total = prompt_id_count = 0;
     model.clear();
     cache_salt.clear();
     user.reset();

@@ -1,0 +1,192 @@
+#include "governance/usage.h"
+
+#include <nlohmann/json.hpp>
+
+namespace kvgate::governance {
+
+namespace {
+constexpr std::string_view kKey = "\"usage\"";
+constexpr size_t kMaxUsageObject = 1024;
+constexpr std::string_view kData = "data:";
+}  // namespace
+
+int64_t Usage::charge() const {
+  if (total_tokens >= 0) return total_tokens;
+  if (completion_tokens >= 0) return std::max<int64_t>(0, prompt_tokens) + completion_tokens;
+  return -1;
+}
+
+std::optional<Usage> parseUsage(std::string_view text) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  Usage u;
+  auto field = [&](const char* name, int64_t& into) {
+    auto it = j.find(name);
+    if (it != j.end() && (it->is_number_unsigned() || it->is_number_integer()) &&
+        it->get<int64_t>() >= 0)
+      into = it->get<int64_t>();
+  };
+  field("prompt_tokens", u.prompt_tokens);
+  field("completion_tokens", u.completion_tokens);
+  field("total_tokens", u.total_tokens);
+  if (u.charge() < 0) return std::nullopt;
+  return u;
+}
+
+void UsageScanner::reset() { *this = UsageScanner(); }
+
+void UsageScanner::feed(std::string_view bytes) {
+  for (char c : bytes) onByte(c);
+}
+
+void UsageScanner::onByte(char c) {
+  // SSE data events (a line starting "data:"), [DONE] excepted.
+  if (c == '\n' || c == '\r') {
+    if (done_check_) {
+      std::string_view h = head_;
+      if (h.starts_with(' ')) h.remove_prefix(1);
+      if (h == "[DONE]") --data_events_;
+      done_check_ = false;
+    }
+    line_ = 0;
+  } else if (done_check_) {
+    if (head_.size() < 8) head_ += c;
+  } else if (line_ >= 0) {
+    if (c == kData[size_t(line_)]) {
+      if (++line_ == int(kData.size())) {
+        ++data_events_;
+        done_check_ = true;
+        head_.clear();
+        line_ = -1;
+      }
+    } else {
+      line_ = -1;
+    }
+  }
+
+  // "usage" : { ... }
+  switch (st_) {
+    case St::kSearch:
+      if (c == kKey[matched_]) {
+        if (++matched_ == kKey.size()) {
+          st_ = St::kColon;
+          matched_ = 0;
+        }
+      } else {
+        matched_ = c == '"' ? 1 : 0;
+      }
+      return;
+    case St::kColon:
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') return;
+      st_ = c == ':' ? St::kBrace : St::kSearch;
+      matched_ = c == '"' ? 1 : 0;
+      return;
+    case St::kBrace:
+      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') return;
+      if (c == '{') {
+        st_ = St::kCapture;
+        cap_.assign(1, c);
+        depth_ = 1;
+        in_str_ = esc_ = false;
+      } else {
+        st_ = St::kSearch;  // "usage":null and the like
+        matched_ = c == '"' ? 1 : 0;
+      }
+      return;
+    case St::kCapture:
+      cap_ += c;
+      if (cap_.size() > kMaxUsageObject) {
+        st_ = St::kSearch;
+        matched_ = 0;
+        cap_.clear();
+        return;
+      }
+      if (in_str_) {
+        if (esc_) esc_ = false;
+        else if (c == '\\') esc_ = true;
+        else if (c == '"') in_str_ = false;
+        return;
+      }
+      if (c == '"') in_str_ = true;
+      else if (c == '{') ++depth_;
+      else if (c == '}' && --depth_ == 0) {
+        if (auto u = parseUsage(cap_)) usage_ = *u;
+        st_ = St::kSearch;
+        matched_ = 0;
+        cap_.clear();
+      }
+      return;
+  }
+}
+
+void SseUsageFilter::reset() { *this = SseUsageFilter(); }
+
+void SseUsageFilter::emit(std::string_view ev, std::string& out) {
+  if (ev.find("\"choices\":[]") != std::string_view::npos &&
+      ev.find("\"usage\":{") != std::string_view::npos) {
+    ++dropped_;  // the usage chunk the client did not ask for
+    return;
+  }
+  // include_usage adds "usage":null to every other chunk: removed (as a member, either side).
+  for (;;) {
+    size_t at = ev.find("\"usage\":null");
+    if (at == std::string_view::npos) break;
+    size_t from = at, to = at + 12;
+    if (from > 0 && ev[from - 1] == ',') --from;
+    else if (to < ev.size() && ev[to] == ',') ++to;
+    out.append(ev.substr(0, from));
+    ev.remove_prefix(to);
+  }
+  out.append(ev);
+}
+
+void SseUsageFilter::feed(std::string_view in, std::string& out) {
+  while (!in.empty()) {
+    if (passthrough_) {
+      // Forward up to the end of the oversized event (a blank line).
+      size_t i = 0;
+      for (; i < in.size(); ++i) {
+        const char c = in[i];
+        const bool end = c == '\n' && (last_[2] == '\n' || (last_[2] == '\r' && last_[1] == '\n'));
+        last_[0] = last_[1], last_[1] = last_[2], last_[2] = c;
+        if (end) {
+          ++i;
+          passthrough_ = false;
+          break;
+        }
+      }
+      out.append(in.substr(0, i));
+      in.remove_prefix(i);
+      continue;
+    }
+    const size_t before = pending_.size();
+    pending_.append(in);
+    in = {};
+    size_t start = 0;
+    for (size_t scan = before >= 3 ? before - 3 : 0;;) {
+      size_t a = pending_.find("\n\n", scan);
+      size_t b = pending_.find("\r\n\r\n", scan);
+      size_t end = std::min(a == std::string::npos ? a : a + 2, b == std::string::npos ? b : b + 4);
+      if (end == std::string::npos) break;
+      emit(std::string_view(pending_).substr(start, end - start), out);
+      start = scan = end;
+    }
+    pending_.erase(0, start);
+    if (pending_.size() > kMaxEvent) {
+      out.append(pending_);
+      const size_t n = pending_.size();
+      last_[0] = n >= 3 ? pending_[n - 3] : 0;
+      last_[1] = n >= 2 ? pending_[n - 2] : 0;
+      last_[2] = pending_[n - 1];
+      pending_.clear();
+      passthrough_ = true;
+    }
+  }
+}
+
+void SseUsageFilter::finish(std::string& out) {
+  out.append(pending_);
+  pending_.clear();
+}
+
+}  // namespace kvgate::governance

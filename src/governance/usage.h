@@ -1,0 +1,74 @@
+// Token usage of a relayed response, for quota settlement (issue 14 §2).
+//
+// UsageScanner reads the response body as it is relayed (de-chunked bytes, in any pieces) and
+// keeps the last complete `"usage":{...}` object it saw: the usage of an OpenAI-style JSON answer,
+// or of a stream's include_usage chunk. The raw bytes `"usage"` followed by ':' and '{' cannot
+// occur inside a JSON string (its quotes would be escaped), so no completion text can forge one.
+// A usage object is captured up to 1 KiB (longer ones are ignored). It also counts a stream's
+// data events (not [DONE]): the completion-token estimate when a stream ends without usage.
+//
+// SseUsageFilter is the relay's filter when the gateway asked for usage the client did not
+// (stream_options.include_usage injected into the request): it passes every event through except
+// the usage-only chunk (`"choices":[]` with a usage object), and removes the `,"usage":null`
+// member that include_usage adds to the other chunks, so the client sees what it asked for.
+// Events are cut at a blank line; an event longer than 64 KiB is passed through unexamined.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kvgate::governance {
+
+struct Usage {
+  int64_t prompt_tokens = -1, completion_tokens = -1, total_tokens = -1;
+  // Tokens to charge: total_tokens, else prompt + completion; -1 when neither is known.
+  int64_t charge() const;
+};
+
+// Parses a usage object's text ({"prompt_tokens":..,...}); nullopt unless it is a JSON object
+// with at least total_tokens or completion_tokens as non-negative integers.
+std::optional<Usage> parseUsage(std::string_view object_text);
+
+class UsageScanner {
+ public:
+  void reset();
+  void feed(std::string_view bytes);
+  const std::optional<Usage>& usage() const { return usage_; }
+  uint64_t dataEvents() const { return data_events_; }
+
+ private:
+  void onByte(char c);
+  enum class St : uint8_t { kSearch, kColon, kBrace, kCapture };
+  St st_ = St::kSearch;
+  uint8_t matched_ = 0;  // bytes of "usage" (with quotes) matched so far
+  int depth_ = 0;
+  bool in_str_ = false, esc_ = false;
+  std::string cap_;
+  std::optional<Usage> usage_;
+  // SSE data-event counting: the position in "data:" at a line start (-1: not at a line start).
+  int line_ = 0;
+  bool done_check_ = false;  // after "data:", looking at the payload's first bytes
+  std::string head_;         // the payload's first bytes (to tell [DONE])
+  uint64_t data_events_ = 0;
+};
+
+class SseUsageFilter {
+ public:
+  static constexpr size_t kMaxEvent = 64 * 1024;
+  void reset();
+  // Appends to `out` what the client should see of `in`.
+  void feed(std::string_view in, std::string& out);
+  // The stream ended: what is still held (an unterminated last event) goes out as it is.
+  void finish(std::string& out);
+  uint64_t dropped() const { return dropped_; }
+
+ private:
+  void emit(std::string_view event, std::string& out);
+  std::string pending_;
+  bool passthrough_ = false;  // inside an oversized event: forward until its end
+  char last_[3] = {0, 0, 0};  // the last bytes forwarded in pass-through (to find the event end)
+  uint64_t dropped_ = 0;
+};
+
+}  // namespace kvgate::governance

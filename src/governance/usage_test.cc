@@ -1,0 +1,105 @@
+// Usage found in relayed bodies (any split), and the SSE filter that hides what the gateway
+// asked for. Expected values are written out by hand from the bodies below.
+#include "governance/usage.h"
+
+#include <gtest/gtest.h>
+
+namespace kvgate::governance {
+namespace {
+
+// Feeds `body` in pieces of `step` bytes.
+UsageScanner scan(const std::string& body, size_t step) {
+  UsageScanner s;
+  for (size_t i = 0; i < body.size(); i += step) s.feed(std::string_view(body).substr(i, step));
+  return s;
+}
+
+TEST(UsageScanner, FindsTheUsageOfAJsonAnswerInAnySplit) {
+  const std::string body =
+      R"({"id":"x","choices":[{"message":{"content":"the \"usage\": {\"total_tokens\": 999} trick"}}],)"
+      R"("usage": {"prompt_tokens": 12, "completion_tokens": 30, "total_tokens": 42,)"
+      R"( "prompt_tokens_details": {"cached_tokens": 4}}})";
+  for (size_t step : {size_t(1), size_t(2), size_t(7), body.size()}) {
+    auto s = scan(body, step);
+    ASSERT_TRUE(s.usage()) << step;
+    EXPECT_EQ(s.usage()->prompt_tokens, 12);
+    EXPECT_EQ(s.usage()->completion_tokens, 30);
+    EXPECT_EQ(s.usage()->charge(), 42);  // not the 999 inside the content string
+    EXPECT_EQ(s.dataEvents(), 0u);
+  }
+}
+
+TEST(UsageScanner, StreamUsageChunkAndEventCount) {
+  const std::string body =
+      "data: {\"choices\":[{\"delta\":{\"role\":\"assistant\"}}],\"usage\":null}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}],\"usage\":null}\n\n"
+      "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\n"
+      "data: [DONE]\n\n";
+  for (size_t step : {size_t(1), size_t(3), body.size()}) {
+    auto s = scan(body, step);
+    ASSERT_TRUE(s.usage());
+    EXPECT_EQ(s.usage()->charge(), 7);  // no total_tokens: prompt + completion
+    EXPECT_EQ(s.dataEvents(), 4u);      // four events, [DONE] not counted
+  }
+  // No usage anywhere: none found, events still counted.
+  auto s = scan("data: {\"x\":1}\n\ndata: {\"usage\":null}\n\ndata: [DONE]\n\n", 5);
+  EXPECT_FALSE(s.usage());
+  EXPECT_EQ(s.dataEvents(), 2u);
+}
+
+TEST(UsageScanner, IgnoresHostileOrMalformedUsage) {
+  EXPECT_FALSE(scan(R"({"usage":{"total_tokens":-5}})", 4).usage());
+  EXPECT_FALSE(scan(R"({"usage":{"total_tokens":"5"}})", 4).usage());
+  EXPECT_FALSE(scan(R"({"usage":{"total_tokens":5)", 4).usage());  // never closed
+  // An object over 1 KiB is not captured (and the scan goes on: a later usage counts).
+  std::string big = R"({"usage":{"pad":")" + std::string(2000, 'x') + R"(","total_tokens":1}},)";
+  big += R"("usage":{"total_tokens":9}})";
+  auto s = scan(big, 64);
+  ASSERT_TRUE(s.usage());
+  EXPECT_EQ(s.usage()->charge(), 9);
+  // The last usage seen wins.
+  auto t = scan(R"({"usage":{"total_tokens":1}} {"usage":{"total_tokens":2}})", 3);
+  EXPECT_EQ(t.usage()->charge(), 2);
+}
+
+std::string filter(const std::string& in, size_t step, uint64_t* dropped = nullptr) {
+  SseUsageFilter f;
+  std::string out;
+  for (size_t i = 0; i < in.size(); i += step) f.feed(std::string_view(in).substr(i, step), out);
+  f.finish(out);
+  if (dropped) *dropped = f.dropped();
+  return out;
+}
+
+TEST(SseUsageFilter, HidesWhatTheGatewayAskedFor) {
+  const std::string in =
+      "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":null}\n\n"
+      "data: {\"usage\":null,\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\r\n\r\n"
+      "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":2}}\n\n"
+      "data: [DONE]\n\n";
+  const std::string want =
+      "data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"
+      "data: {\"choices\":[{\"delta\":{\"content\":\"b\"}}]}\r\n\r\n"
+      "data: [DONE]\n\n";
+  for (size_t step : {size_t(1), size_t(2), size_t(5), in.size()}) {
+    uint64_t dropped = 0;
+    EXPECT_EQ(filter(in, step, &dropped), want) << step;
+    EXPECT_EQ(dropped, 1u);
+  }
+  // Content that merely mentions usage is left alone (its quotes are escaped).
+  const std::string text = "data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\":null\"}}]}\n\n";
+  EXPECT_EQ(filter(text, 3), text);
+}
+
+TEST(SseUsageFilter, BoundedOnAHugeEventAndFlushesAnUnterminatedTail) {
+  // One event over 64 KiB passes through unexamined (the filter holds at most 64 KiB).
+  std::string huge = "data: {\"x\":\"" + std::string(100 * 1024, 'y') + "\",\"usage\":null}\n\n";
+  const std::string after = "data: {\"choices\":[{}],\"usage\":null}\n\n";
+  EXPECT_EQ(filter(huge + after, 4096), huge + "data: {\"choices\":[{}]}\n\n");
+  // A last event without its blank line still reaches the client.
+  EXPECT_EQ(filter("data: {\"a\":1}\n\ndata: {\"b\":2}", 3), "data: {\"a\":1}\n\ndata: {\"b\":2}");
+}
+
+}  // namespace
+}  // namespace kvgate::governance
