@@ -21,6 +21,8 @@ APT_PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # kvgate index (LookupRoute)
   libsqlite3-dev sqlite3  # governance state (API keys) in --state-dir; sqlite3 CLI for the tests
   libcpp-jwt-dev          # JWT verification (governance/jwt_auth.h says why this one)
+  libpq-dev postgresql    # governance state shared by replicas (--state-db); tests run a server
+  libhiredis-dev redis-server  # quota counters shared by replicas (--redis); tests run a server
   clang-format clang-tidy # make lint
   prometheus              # promtool checks the /metrics exposition in the tests
   python3-jinja2          # second chat-template oracle (tests/tokenizer/jinja2_check.py): real Jinja2

@@ -16,9 +16,8 @@
 #include "common/net.h"
 #include "events/event_plane.h"
 #include "events/kv_sources.h"
-#include "governance/key_store.h"
-#include "governance/profile_store.h"
-#include "governance/limit_store.h"
+#include "governance/redis_counters.h"
+#include "governance/state.h"
 #include "governance/quota.h"
 #include "http/server.h"
 #include "proxy/data_plane.h"
@@ -37,6 +36,12 @@ const char* kServeHelp =
     "                             /healthz stays open. Without it the API must listen on loopback\n"
     "  --api-insecure             allow a non-loopback --api-listen without --api-token-file\n"
     "  --state-dir DIR            where the rule set persists (default ./kvgate-state)\n"
+    "  --state-db CONNINFO        API keys, JWT profiles and limits in PostgreSQL, shared by\n"
+    "                             replicas (libpq conninfo or postgresql:// URI; default: SQLite\n"
+    "                             in --state-dir)\n"
+    "  --redis HOST:PORT          quota counters in Redis, shared by replicas (default: in this\n"
+    "                             process; unreachable: 429 token_quota_warming for 3 s, then\n"
+    "                             requests pass uncounted)\n"
     "  --workers N                data-plane worker threads (default: one per core)\n"
     "  --max-header-bytes N       request head limit, larger gets 431 (default 16384)\n"
     "  --max-body-bytes N         request body limit, larger gets 413 (default 33554432)\n"
@@ -83,6 +88,8 @@ struct ServeFlags {
   std::string api_token_file;
   bool api_insecure = false;
   std::string state_dir = "kvgate-state";
+  std::string state_db;  // PostgreSQL conninfo for governance state shared by replicas
+  std::string redis;     // host:port of the Redis holding quota counters shared by replicas
   std::string models_dir;
   proxy::ProxyOptions opts;
 };
@@ -115,6 +122,10 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
       api_listen = next();
     } else if (a == "--state-dir") {
       state_dir = next();
+    } else if (a == "--state-db") {
+      f.state_db = next();
+    } else if (a == "--redis") {
+      f.redis = next();
     } else if (a == "--workers") {
       ok = net::parseUint(next(), 256, x) && x > 0;
       opts.workers = static_cast<int>(x);
@@ -358,29 +369,24 @@ int serveMain(int argc, char** argv) {
   }
   log::info("serve", "restored " + std::to_string(*loaded) + " rule(s) from " + store.statePath());
 
-  // API keys (opened before api and control, which use them): SQLite in the state directory.
-  // Without it the key routes answer 503 and rules that require keys refuse every request
-  // (policy_store_unavailable), never pass them.
-  std::unique_ptr<governance::KeyStore> keys;
-  if (auto ks = governance::KeyStore::open(flags.state_dir, governance::keyRegistry())) {
-    keys = std::move(*ks);
-    log::info("serve", "API keys: " + std::to_string(keys->size()) + " in " + flags.state_dir +
-                           "/governance.db");
-  } else {
-    log::error("serve", "API key store unavailable: " + ks.error().what);
-  }
-  std::unique_ptr<governance::ProfileStore> profiles;
-  if (auto ps = governance::ProfileStore::open(flags.state_dir, governance::jwtRegistry())) {
-    profiles = std::move(*ps);
-    profiles->startRefresh();
-  } else {
-    log::error("serve", "JWT profile store unavailable: " + ps.error().what);
-  }
-  std::unique_ptr<governance::LimitStore> limits;
-  if (auto ls = governance::LimitStore::open(flags.state_dir, governance::limitRegistry())) {
-    limits = std::move(*ls);
-  } else {
-    log::error("serve", "limit store unavailable: " + ls.error().what);
+  // Governance state (opened before api and control, which use it): keys, JWT profiles and
+  // limits in SQLite in the state directory, or in PostgreSQL shared with other replicas
+  // (--state-db). Without it their routes answer 503 and rules that need keys refuse every
+  // request (policy_store_unavailable), never pass them.
+  governance::GovernanceState gov(flags.state_dir, flags.state_db);
+  gov.open();
+  // Shared quota counters (--redis): an I/O thread of their own; workers never wait on Redis.
+  std::unique_ptr<governance::RedisCounters> redis;
+  if (!flags.redis.empty()) {
+    auto rhp = net::parseHostPort(flags.redis);
+    if (!rhp) {
+      log::error("serve", "--redis: expected HOST:PORT, got '" + flags.redis + "'");
+      dp.stop();
+      return 2;
+    }
+    redis = std::make_unique<governance::RedisCounters>(rhp->host, rhp->port);
+    redis->start();
+    governance::setRedisCounters(redis.get());
   }
   // api before control: control's destructor destroys suspended handler frames that use api.
   admin::Api api(
@@ -390,6 +396,8 @@ int serveMain(int argc, char** argv) {
                kv_plane.renderRuleBlocks(store.rules()) +
                (prompt_tokens ? prompt_tokens->renderMetrics() : std::string()) +
                governance::renderKeyMetrics() + governance::renderJwtMetrics() +
+               (governance::redisCounters() ? governance::redisCounters()->renderMetrics()
+                                             : std::string()) +
                governance::quotaMetrics().render(
                    *governance::limitRegistry().current(), governance::quotaLedger(),
                    std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -397,10 +405,13 @@ int serveMain(int argc, char** argv) {
                        .count());
       },
       tokenizers.get());
-  api.setKeyStore(keys.get());
+  auto handOut = [&] {
+    api.setKeyStore(gov.keys());
+    api.setProfileStore(gov.profiles());
+    api.setLimitStore(gov.limits());
+  };
+  handOut();
   api.setTokens(std::move(api_tokens));
-  api.setProfileStore(profiles.get());
-  api.setLimitStore(limits.get());
   api.setInventory([&kv_plane](const std::string& key, int rank, size_t offset,
                                size_t limit) -> Result<admin::Api::KvInventory> {
     auto inv = kv_plane.inventory(key, rank, offset, limit);
@@ -427,11 +438,26 @@ int serveMain(int argc, char** argv) {
                          std::to_string(dp.options().workers) + " data-plane worker(s)");
 
   Shutdown shutdown(control, dp, opts.drain_timeout);
+  // A shared governance store: every second, another replica's changes are loaded.
+  asio::steady_timer gov_timer(control);
+  std::function<void()> pollGov = [&] {
+    gov_timer.expires_after(std::chrono::seconds(1));
+    gov_timer.async_wait([&](const error_code& ec) {
+      if (ec) return;
+      if (gov.poll()) handOut();
+      pollGov();
+    });
+  };
+  if (gov.shared()) pollGov();
   control.run();
   server.stop();
   api.stopTokenizer();  // before the control loop's frames are destroyed (they point into api)
   kv_plane.stop();
   dp.stop();
+  if (redis) {  // (after the workers: none waits on it any more)
+    governance::setRedisCounters(nullptr);
+    redis->stop();
+  }
   log::info("serve", "stopped");
   log::flush();
   return 0;

@@ -85,14 +85,19 @@ asio::awaitable<void> Api::limits(http::Request& req, http::ResponseWriter& w) {
   }
   constexpr std::string_view kAi = "/netlox/v1/config/ai/";
   auto segs = segments(std::string_view(req.path).substr(kAi.size()));
-  if (!segs || segs->size() < 2) {
+  if (!segs) {
+    co_await err(400, "path", "malformed percent-escape in the path");
+    co_return;
+  }
+  if (segs->size() < 2) {
     co_await err(404, "path", "no such API path: " + req.path);
     co_return;
   }
   auto& s = *segs;
   // (segment 0-1: "tenant"/"user" + "ratelimit", or "ratelimit" + "defaults")
   const std::string what = s[0] == "ratelimit" ? "defaults" : s[0];
-  if (what != "defaults" && s[1] != "ratelimit") {
+  if ((what == "defaults" && s[1] != "defaults") ||
+      (what != "defaults" && (s[1] != "ratelimit" || (what != "tenant" && what != "user")))) {
     co_await err(404, "path", "no such API path: " + req.path);
     co_return;
   }
@@ -194,7 +199,7 @@ asio::awaitable<void> Api::limits(http::Request& req, http::ResponseWriter& w) {
     co_return;
   }
 
-  if (what == "defaults" && s[1] == "defaults") {
+  if (what == "defaults") {
     if (req.method == "POST") {
       auto d = governance::parseDefaults(body);
       if (!d) {

@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "governance/key_store.h"
+#include "governance/row_store.h"
 
 namespace kvgate::governance {
 namespace {
@@ -97,7 +98,9 @@ TEST(KeyStore, PersistsAcrossReopenAndPublishes) {
   std::string raw;
   ApiKey k;
   {
-    auto st = KeyStore::open(dir, reg);
+    auto rows = openSqliteRows(dir);
+    ASSERT_TRUE(rows) << rows.error().what;
+    auto st = KeyStore::open(**rows, reg);
     ASSERT_TRUE(st) << st.error().what;
     EXPECT_TRUE(reg.current()->loaded);
     k.tenant_id = "acme";
@@ -118,7 +121,9 @@ TEST(KeyStore, PersistsAcrossReopenAndPublishes) {
   }
   {
     KeyRegistry reg2;
-    auto st = KeyStore::open(dir, reg2);
+    auto rows = openSqliteRows(dir);
+    ASSERT_TRUE(rows) << rows.error().what;
+    auto st = KeyStore::open(**rows, reg2);
     ASSERT_TRUE(st);
     const ApiKey* got = (*st)->find(k.key_id);
     ASSERT_NE(got, nullptr);
@@ -141,14 +146,18 @@ TEST(KeyStore, PersistsAcrossReopenAndPublishes) {
   }
   {
     KeyRegistry reg3;
-    auto st = KeyStore::open(dir, reg3);
+    auto rows = openSqliteRows(dir);
+    ASSERT_TRUE(rows) << rows.error().what;
+    auto st = KeyStore::open(**rows, reg3);
     ASSERT_TRUE(st);
     EXPECT_EQ((*st)->size(), 0u);
   }
   // A damaged allowed_models column fails closed: the key may use no model.
   {
     KeyRegistry reg5;
-    auto st = KeyStore::open(dir, reg5);
+    auto rows = openSqliteRows(dir);
+    ASSERT_TRUE(rows) << rows.error().what;
+    auto st = KeyStore::open(**rows, reg5);
     ASSERT_TRUE(st);
     ApiKey d;
     d.tenant_id = "t";
@@ -159,11 +168,17 @@ TEST(KeyStore, PersistsAcrossReopenAndPublishes) {
   {
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open((dir + "/governance.db").c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "UPDATE api_keys SET allowed_models='{oops'", nullptr, nullptr, nullptr),
+    ASSERT_EQ(sqlite3_exec(db,
+                           "UPDATE governance_rows SET body=replace(body,"
+                           " '\"allowed_models\":[\"m1\"]', '\"allowed_models\":\"{oops\"')",
+                           nullptr, nullptr, nullptr),
               SQLITE_OK);
+    ASSERT_EQ(sqlite3_changes(db), 1);
     sqlite3_close(db);
     KeyRegistry reg6;
-    auto st = KeyStore::open(dir, reg6);
+    auto rows = openSqliteRows(dir);
+    ASSERT_TRUE(rows) << rows.error().what;
+    auto st = KeyStore::open(**rows, reg6);
     ASSERT_TRUE(st);
     ASSERT_EQ((*st)->size(), 1u);
     const ApiKey& d = *reg6.current()->by_id.begin()->second;
@@ -171,10 +186,62 @@ TEST(KeyStore, PersistsAcrossReopenAndPublishes) {
     EXPECT_FALSE(d.allows(""));
   }
   // An unusable directory: a clear error, no store.
-  KeyRegistry reg4;
-  auto bad = KeyStore::open("/proc/kvgate-no-such-dir", reg4);
-  EXPECT_FALSE(bad);
-  EXPECT_FALSE(reg4.current()->loaded);
+  EXPECT_FALSE(openSqliteRows("/proc/kvgate-no-such-dir"));
+  std::filesystem::remove_all(dir);
+}
+
+// A governance.db of the previous version (typed api_keys table, jwt_profiles, limits) is moved
+// into governance_rows once, and every key still checks.
+TEST(KeyStore, MovesTheEarlierTables) {
+  const std::string dir = ::testing::TempDir() + "/kvgate-keymigrate-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ApiKey k;
+  k.tenant_id = "acme";
+  const std::string raw = mintKey(k);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/governance.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE api_keys (key_id TEXT PRIMARY KEY, tenant_id TEXT, name TEXT,"
+                           " allowed_models TEXT, rate_limit_rps REAL, burst_size INTEGER,"
+                           " tokens_per_min INTEGER, expires_at INTEGER, enabled INTEGER,"
+                           " created_at INTEGER, salt BLOB, hash BLOB);"
+                           "CREATE TABLE limits (kind TEXT, id TEXT, body TEXT);"
+                           "INSERT INTO limits VALUES ('tenant','acme','{\"tenant_id\":\"acme\",\"rps\":5}')",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_stmt* q = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db,
+                                 "INSERT INTO api_keys VALUES (?1,'acme','old','[\"m1\"]',2,3,100,0,1,"
+                                 "1700000000,?2,?3)",
+                                 -1, &q, nullptr),
+              SQLITE_OK);
+    sqlite3_bind_text(q, 1, k.key_id.c_str(), -1, SQLITE_TRANSIENT);
+    sqlite3_bind_blob(q, 2, k.salt.data(), int(k.salt.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_blob(q, 3, k.hash.data(), int(k.hash.size()), SQLITE_TRANSIENT);
+    ASSERT_EQ(sqlite3_step(q), SQLITE_DONE);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+  }
+  for (int round = 0; round < 2; ++round) {  // (the second open finds nothing left to move)
+    auto rows = openSqliteRows(dir);
+    ASSERT_TRUE(rows) << rows.error().what;
+    KeyRegistry reg;
+    auto st = KeyStore::open(**rows, reg);
+    ASSERT_TRUE(st);
+    EXPECT_EQ(checkKey(*reg.current(), raw, 1700000001).verdict, KeyVerdict::kOk) << round;
+    const ApiKey* got = (*st)->find(k.key_id);
+    ASSERT_NE(got, nullptr);
+    EXPECT_EQ(got->name, "old");
+    EXPECT_EQ(got->allowed_models, std::vector<std::string>{"m1"});
+    EXPECT_EQ(got->burst_size, 3);
+    EXPECT_EQ(got->tokens_per_min, 100);
+    auto tenants = (*rows)->load("tenant");
+    ASSERT_TRUE(tenants);
+    ASSERT_EQ(tenants->size(), 1u);
+    EXPECT_EQ((*tenants)[0].id, "acme");
+  }
   std::filesystem::remove_all(dir);
 }
 

@@ -1,72 +1,125 @@
 #include "governance/key_store.h"
 
-#include <sqlite3.h>
-
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "governance/state_db.h"
+#include "governance/quota.h"
+
 
 namespace kvgate::governance {
 
 
-Result<std::unique_ptr<KeyStore>> KeyStore::open(const std::string& dir, KeyRegistry& registry) {
-  auto db = openStateDb(dir,
-                        "CREATE TABLE IF NOT EXISTS api_keys ("
-                        " key_id TEXT PRIMARY KEY, tenant_id TEXT NOT NULL, name TEXT NOT NULL,"
-                        " allowed_models TEXT NOT NULL, rate_limit_rps REAL NOT NULL,"
-                        " burst_size INTEGER NOT NULL, tokens_per_min INTEGER NOT NULL,"
-                        " expires_at INTEGER NOT NULL, enabled INTEGER NOT NULL,"
-                        " created_at INTEGER NOT NULL, salt BLOB NOT NULL, hash BLOB NOT NULL)");
-  if (!db) return tl::unexpected(db.error());
-  std::unique_ptr<KeyStore> st(new KeyStore(*db, registry));
-  auto r = st->loadAll();
+namespace {
+
+std::string toHex(const std::string& raw) {
+  static const char* d = "0123456789abcdef";
+  std::string h;
+  for (unsigned char c : raw) {
+    h += d[c >> 4];
+    h += d[c & 15];
+  }
+  return h;
+}
+
+std::string fromHex(const std::string& h) {
+  auto v = [](char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  std::string raw;
+  if (h.size() % 2) return raw;
+  for (size_t i = 0; i < h.size(); i += 2) {
+    const int a = v(h[i]), b = v(h[i + 1]);
+    if (a < 0 || b < 0) return {};
+    raw += static_cast<char>(a * 16 + b);
+  }
+  return raw;
+}
+
+std::string keyJson(const ApiKey& k) {
+  return nlohmann::json{{"key_id", k.key_id},
+                        {"tenant_id", k.tenant_id},
+                        {"name", k.name},
+                        {"allowed_models", k.allowed_models},
+                        {"rate_limit_rps", k.rate_limit_rps},
+                        {"burst_size", k.burst_size},
+                        {"tokens_per_min", k.tokens_per_min},
+                        {"expires_at", k.expires_at},
+                        {"enabled", k.enabled},
+                        {"created_at", k.created_at},
+                        {"salt", toHex(k.salt)},
+                        {"hash", toHex(k.hash)}}
+      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// A stored row back into a key; damaged parts fail closed (deny_all, or no secret that matches).
+ApiKey parseKeyRow(const Row& row) {
+  ApiKey k;
+  k.key_id = row.id;
+  auto j = nlohmann::json::parse(row.body, nullptr, false);
+  if (!j.is_object()) {
+    k.deny_all = true;
+    k.enabled = false;
+    return k;
+  }
+  auto str = [&](const char* f) {
+    auto it = j.find(f);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto num = [&](const char* f, double dflt) {
+    auto it = j.find(f);
+    return it != j.end() && it->is_number() ? it->get<double>() : dflt;
+  };
+  k.tenant_id = str("tenant_id");
+  k.name = str("name");
+  auto models = j.find("allowed_models");
+  if (models == j.end() || !models->is_array()) k.deny_all = true;
+  else
+    for (auto& m : *models) {
+      if (m.is_string()) k.allowed_models.push_back(m.get<std::string>());
+      else k.deny_all = true;
+    }
+  k.rate_limit_rps = num("rate_limit_rps", -1);
+  const double burst = num("burst_size", -1), tpm = num("tokens_per_min", -1);
+  // Limits that make no sense (a damaged row) fail closed, like a damaged allowed_models.
+  if (!std::isfinite(k.rate_limit_rps) || k.rate_limit_rps < 0 || k.rate_limit_rps > 1e15 ||
+      (k.rate_limit_rps > 0 && k.rate_limit_rps < 1e-6) || !(burst >= 0 && burst <= 1e15) ||
+      !(tpm >= 0 && tpm <= 1e15))
+    k.deny_all = true;
+  k.burst_size = k.deny_all ? 0 : static_cast<int64_t>(burst);
+  k.tokens_per_min = k.deny_all ? 0 : static_cast<int64_t>(tpm);
+  if (k.rate_limit_rps < 0 || !std::isfinite(k.rate_limit_rps)) k.rate_limit_rps = 0;
+  k.expires_at = static_cast<int64_t>(num("expires_at", 0));
+  auto en = j.find("enabled");
+  k.enabled = en != j.end() && en->is_boolean() && en->get<bool>();
+  k.created_at = static_cast<int64_t>(num("created_at", 0));
+  k.salt = fromHex(str("salt"));
+  k.hash = fromHex(str("hash"));
+  return k;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<KeyStore>> KeyStore::open(RowStore& rows, KeyRegistry& registry) {
+  std::unique_ptr<KeyStore> st(new KeyStore(rows, registry));
+  auto r = st->reload();
   if (!r) return tl::unexpected(r.error());
   return st;
 }
 
-KeyStore::~KeyStore() { sqlite3_close(db_); }
-
-
-Result<void> KeyStore::loadAll() {
-  Stmt q(db_,
-         "SELECT key_id, tenant_id, name, allowed_models, rate_limit_rps, burst_size,"
-         " tokens_per_min, expires_at, enabled, created_at, salt, hash FROM api_keys");
-  if (!q) return dbError(db_, "load api_keys");
+Result<void> KeyStore::reload() {
+  auto rows = rows_.load("apikey");
+  if (!rows) return tl::unexpected(rows.error());
   auto next = std::make_shared<KeyTable>();
   next->loaded = true;
-  int rc;
-  while ((rc = sqlite3_step(q.s)) == SQLITE_ROW) {
-    ApiKey k;
-    k.key_id = q.col(0);
-    k.tenant_id = q.col(1);
-    k.name = q.col(2);
-    // A damaged list fails closed: the key may use no model (a parse error must not widen it).
-    auto models = nlohmann::json::parse(q.col(3), nullptr, false);
-    if (!models.is_array()) k.deny_all = true;
-    else
-      for (auto& m : models) {
-        if (m.is_string()) k.allowed_models.push_back(m.get<std::string>());
-        else k.deny_all = true;
-      }
-    k.rate_limit_rps = sqlite3_column_double(q.s, 4);
-    k.burst_size = sqlite3_column_int64(q.s, 5);
-    // Limits that make no sense (a damaged row) fail closed, like a damaged allowed_models.
-    if (!std::isfinite(k.rate_limit_rps) || k.rate_limit_rps < 0 || k.rate_limit_rps > 1e15 ||
-        (k.rate_limit_rps > 0 && k.rate_limit_rps < 1e-6) || k.burst_size < 0)
-      k.deny_all = true;
-    k.tokens_per_min = sqlite3_column_int64(q.s, 6);
-    k.expires_at = sqlite3_column_int64(q.s, 7);
-    k.enabled = sqlite3_column_int64(q.s, 8) != 0;
-    k.created_at = sqlite3_column_int64(q.s, 9);
-    k.salt = q.col(10);
-    k.hash = q.col(11);
-    bytes_ += footprint(k);
+  size_t bytes = 0;
+  for (const Row& row : *rows) {
+    ApiKey k = parseKeyRow(row);
+    bytes += footprint(k);
     std::string id = k.key_id;  // (before the move: argument order is unspecified)
     next->by_id.emplace(std::move(id), std::make_shared<const ApiKey>(std::move(k)));
   }
-  if (rc != SQLITE_DONE) return dbError(db_, "load api_keys");
+  bytes_ = bytes;
   publish(std::move(next));
   return {};
 }
@@ -77,27 +130,8 @@ void KeyStore::publish(std::shared_ptr<KeyTable> next) {
 }
 
 Result<void> KeyStore::write(const ApiKey& k, bool insert) {
-  Stmt q(db_, insert ? "INSERT INTO api_keys (tenant_id, name, allowed_models, rate_limit_rps,"
-                       " burst_size, tokens_per_min, expires_at, enabled, created_at, salt, hash,"
-                       " key_id) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12)"
-                     : "UPDATE api_keys SET tenant_id=?1, name=?2, allowed_models=?3,"
-                       " rate_limit_rps=?4, burst_size=?5, tokens_per_min=?6, expires_at=?7,"
-                       " enabled=?8, created_at=?9, salt=?10, hash=?11 WHERE key_id=?12");
-  if (!q) return dbError(db_, "prepare");
-  q.text(1, k.tenant_id);
-  q.text(2, k.name);
-  q.text(3, nlohmann::json(k.allowed_models).dump());
-  q.real(4, k.rate_limit_rps);
-  q.i64(5, k.burst_size);
-  q.i64(6, k.tokens_per_min);
-  q.i64(7, k.expires_at);
-  q.i64(8, k.enabled ? 1 : 0);
-  q.i64(9, k.created_at);
-  q.blob(10, k.salt);
-  q.blob(11, k.hash);
-  q.text(12, k.key_id);
-  if (sqlite3_step(q.s) != SQLITE_DONE) return dbError(db_, insert ? "insert key" : "update key");
-  if (!insert && sqlite3_changes(db_) == 0) return fail(404, "key_id", "no such key");
+  (void)insert;
+  if (auto r = rows_.put("apikey", k.key_id, keyJson(k)); !r) return r;
   auto next = std::make_shared<KeyTable>(*table_);
   auto& slot = next->by_id[k.key_id];
   if (slot) bytes_ -= footprint(*slot);
@@ -131,14 +165,15 @@ Result<void> KeyStore::update(const ApiKey& k) {
 
 Result<void> KeyStore::remove(const std::string& key_id) {
   if (!table_->by_id.count(key_id)) return fail(404, "key_id", "no such key");
-  Stmt q(db_, "DELETE FROM api_keys WHERE key_id=?1");
-  if (!q) return dbError(db_, "prepare");
-  q.text(1, key_id);
-  if (sqlite3_step(q.s) != SQLITE_DONE) return dbError(db_, "delete key");
+  auto erased = rows_.erase("apikey", key_id);
+  if (!erased) return tl::unexpected(erased.error());
   auto next = std::make_shared<KeyTable>(*table_);
   bytes_ -= footprint(*next->by_id[key_id]);
   next->by_id.erase(key_id);
   publish(std::move(next));
+  // Its buckets go with it (a new key never has this id; Redis keys expire by themselves).
+  quotaLedger().forget("k|" + keyPart(key_id));
+  quotaLedger().forget("kq|" + keyPart(key_id));
   return {};
 }
 

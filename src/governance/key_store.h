@@ -1,10 +1,11 @@
-// The API keys' durable home: SQLite in --state-dir (governance.db), the embedded default.
+// The API keys' durable home: rows of kind "apikey" in the governance RowStore (row_store.h:
+// SQLite in --state-dir by default, PostgreSQL when replicas share keys).
 //
-// Every change is one transaction in WAL mode with synchronous=FULL, committed before the API
-// acknowledges, so a kill -9 at any moment loses no acknowledged key (and shows no half-made
-// one). After each change the whole key set is published to the data plane as a new immutable
-// KeyTable (keyRegistry()): workers never touch the database. Used from the control thread only
-// (like the rule store).
+// Every change is committed before the API acknowledges, so a kill -9 at any moment loses no
+// acknowledged key (and shows no half-made one). After each change the whole key set is
+// published to the data plane as a new immutable KeyTable (keyRegistry()): workers never touch
+// the database. reload() re-reads every row (a shared store changed by another replica). Used
+// from the control thread only (like the rule store).
 #pragma once
 #include <memory>
 #include <string>
@@ -12,16 +13,15 @@
 
 #include "common/result.h"
 #include "governance/api_keys.h"
-
-struct sqlite3;
+#include "governance/row_store.h"
 
 namespace kvgate::governance {
 
 class KeyStore {
  public:
-  // Opens (creating) `dir`/governance.db and publishes what it holds.
-  static Result<std::unique_ptr<KeyStore>> open(const std::string& dir, KeyRegistry& registry);
-  ~KeyStore();
+  // Loads every key row and publishes them. `rows` outlives the store.
+  static Result<std::unique_ptr<KeyStore>> open(RowStore& rows, KeyRegistry& registry);
+  Result<void> reload();
   KeyStore(const KeyStore&) = delete;
   KeyStore& operator=(const KeyStore&) = delete;
 
@@ -36,11 +36,10 @@ class KeyStore {
   static constexpr size_t kMaxBytes = size_t(64) << 20;  // the records' memory, all keys
 
  private:
-  KeyStore(sqlite3* db, KeyRegistry& registry) : db_(db), registry_(registry) {}
+  KeyStore(RowStore& rows, KeyRegistry& registry) : rows_(rows), registry_(registry) {}
   Result<void> write(const ApiKey& k, bool insert);
-  Result<void> loadAll();
   void publish(std::shared_ptr<KeyTable> next);
-  sqlite3* db_;
+  RowStore& rows_;
   KeyRegistry& registry_;
   static size_t footprint(const ApiKey& k);
   std::shared_ptr<const KeyTable> table_ = std::make_shared<const KeyTable>();

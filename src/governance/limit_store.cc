@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "common/log.h"
-#include "governance/state_db.h"
 
 namespace kvgate::governance {
 
@@ -15,64 +14,60 @@ std::string defaultsId(const std::string& scope, const std::string& rule_ident) 
 }
 }  // namespace
 
-Result<std::unique_ptr<LimitStore>> LimitStore::open(const std::string& dir,
-                                                     LimitRegistry& registry) {
-  auto db = openStateDb(dir,
-                        "CREATE TABLE IF NOT EXISTS limits (kind TEXT NOT NULL, id TEXT NOT NULL,"
-                        " body TEXT NOT NULL, PRIMARY KEY (kind, id))");
-  if (!db) return tl::unexpected(db.error());
-  std::unique_ptr<LimitStore> st(new LimitStore(*db, registry));
-  Stmt q(*db, "SELECT kind, id, body FROM limits");
-  if (!q) return dbError(*db, "load limits");
-  auto next = std::make_shared<LimitTable>();
-  next->loaded = true;
-  int rc;
-  while ((rc = sqlite3_step(q.s)) == SQLITE_ROW) {
-    const std::string kind = q.col(0), id = q.col(1);
-    auto j = nlohmann::json::parse(q.col(2), nullptr, false);
-    // A damaged row is skipped and logged: its scope falls back to the defaults.
-    auto refuse = [&](const std::string& why) {
-      log::error("governance", "limits row " + kind + " '" + id + "' refused: " + why);
-    };
-    if (kind == "tenant") {
-      auto t = parseTenantLimit(j, nullptr);
-      if (!t) refuse(t.error().what);
-      else next->tenants[t->tenant_id] = std::move(*t);
-    } else if (kind == "user") {
-      auto u = parseUserLimit(j);
-      if (!u) refuse(u.error().what);
-      else next->users[userKey(u->tenant_id, u->user_id)] = std::move(*u);
-    } else if (kind == "defaults") {
-      int64_t updated = j.is_object() ? j.value("updated_at", int64_t(0)) : 0;
-      if (j.is_object()) j.erase("updated_at");
-      auto d = parseDefaults(j);
-      if (!d) {
-        refuse(d.error().what);
-        continue;
-      }
-      d->updated_at = updated;
-      if (d->scope == "global") next->global = std::move(*d);
-      else next->rules[d->rule_ident] = std::move(*d);
-    } else {
-      refuse("unknown kind");
-    }
-  }
-  if (rc != SQLITE_DONE) return dbError(*db, "load limits");
-  st->table_ = next;
-  registry.publish(std::move(next));
+Result<std::unique_ptr<LimitStore>> LimitStore::open(RowStore& rows, LimitRegistry& registry) {
+  std::unique_ptr<LimitStore> st(new LimitStore(rows, registry));
+  if (auto r = st->reload(); !r) return tl::unexpected(r.error());
   return st;
 }
 
-LimitStore::~LimitStore() { sqlite3_close(db_); }
+Result<void> LimitStore::reload() {
+  auto next = std::make_shared<LimitTable>();
+  next->loaded = true;
+  for (const char* kind : {"tenant", "user", "defaults"}) {
+    auto rows = rows_.load(kind);
+    if (!rows) return tl::unexpected(rows.error());
+    for (const Row& row : *rows) {
+      auto j = nlohmann::json::parse(row.body, nullptr, false);
+      // A damaged row is skipped and logged: its scope falls back to the defaults.
+      auto refuse = [&](const std::string& why) {
+        log::error("governance", std::string("limits row ") + kind + " '" + row.id +
+                                     "' refused: " + why);
+      };
+      if (std::string_view(kind) == "tenant") {
+        auto t = parseTenantLimit(j, nullptr);
+        if (!t) refuse(t.error().what);
+        else next->tenants[t->tenant_id] = std::move(*t);
+      } else if (std::string_view(kind) == "user") {
+        auto u = parseUserLimit(j);
+        if (!u) refuse(u.error().what);
+        else next->users[userKey(u->tenant_id, u->user_id)] = std::move(*u);
+      } else {
+        const int64_t updated =
+            j.is_object() && j.contains("updated_at") && j["updated_at"].is_number_integer()
+                ? j["updated_at"].get<int64_t>()
+                : 0;
+        if (j.is_object()) j.erase("updated_at");
+        auto d = parseDefaults(j);
+        if (!d) {
+          refuse(d.error().what);
+          continue;
+        }
+        d->updated_at = updated;
+        if (d->scope == "global") next->global = std::move(*d);
+        else next->rules[d->rule_ident] = std::move(*d);
+      }
+    }
+  }
+  next->index();
+  table_ = next;
+  registry_.publish(std::move(next));
+  return {};
+}
 
 Result<void> LimitStore::write(const char* kind, const std::string& id, const std::string& body,
                                std::shared_ptr<LimitTable> next) {
-  Stmt q(db_, "INSERT OR REPLACE INTO limits (kind, id, body) VALUES (?1, ?2, ?3)");
-  if (!q) return dbError(db_, "prepare");
-  q.text(1, kind);
-  q.text(2, id);
-  q.text(3, body);
-  if (sqlite3_step(q.s) != SQLITE_DONE) return dbError(db_, "write limits");
+  if (auto r = rows_.put(kind, id, body); !r) return r;
+  next->index();
   table_ = next;
   registry_.publish(std::move(next));
   return {};
@@ -80,11 +75,8 @@ Result<void> LimitStore::write(const char* kind, const std::string& id, const st
 
 Result<void> LimitStore::erase(const char* kind, const std::string& id,
                                std::shared_ptr<LimitTable> next) {
-  Stmt q(db_, "DELETE FROM limits WHERE kind=?1 AND id=?2");
-  if (!q) return dbError(db_, "prepare");
-  q.text(1, kind);
-  q.text(2, id);
-  if (sqlite3_step(q.s) != SQLITE_DONE) return dbError(db_, "delete limits");
+  if (auto r = rows_.erase(kind, id); !r) return tl::unexpected(r.error());
+  next->index();
   table_ = next;
   registry_.publish(std::move(next));
   return {};

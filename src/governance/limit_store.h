@@ -1,8 +1,8 @@
-// The limits' durable home: SQLite in --state-dir (governance.db, table `limits`), the embedded
-// default. Rows are the REST bodies as JSON, keyed by kind (tenant, user, defaults) and identity.
-// Every change is one transaction committed (WAL, synchronous=FULL) before the API acknowledges,
-// then the whole set is published to the data plane as a new immutable LimitTable
-// (limitRegistry()). Control thread only, like the key store.
+// The limits' durable home: rows of kinds tenant, user and defaults (the REST bodies as JSON) in
+// the governance RowStore (row_store.h: SQLite by default, PostgreSQL for shared replicas). Every
+// change is committed before the API acknowledges, then the whole set is published to the data
+// plane as a new immutable LimitTable (limitRegistry()); reload() re-reads every row. Control
+// thread only, like the key store.
 #pragma once
 #include <memory>
 #include <optional>
@@ -11,15 +11,14 @@
 
 #include "common/result.h"
 #include "governance/limits.h"
-
-struct sqlite3;
+#include "governance/row_store.h"
 
 namespace kvgate::governance {
 
 class LimitStore {
  public:
-  static Result<std::unique_ptr<LimitStore>> open(const std::string& dir, LimitRegistry& registry);
-  ~LimitStore();
+  static Result<std::unique_ptr<LimitStore>> open(RowStore& rows, LimitRegistry& registry);
+  Result<void> reload();
   LimitStore(const LimitStore&) = delete;
   LimitStore& operator=(const LimitStore&) = delete;
 
@@ -40,11 +39,11 @@ class LimitStore {
   static constexpr size_t kMaxRows = 100000;  // per kind
 
  private:
-  LimitStore(sqlite3* db, LimitRegistry& registry) : db_(db), registry_(registry) {}
+  LimitStore(RowStore& rows, LimitRegistry& registry) : rows_(rows), registry_(registry) {}
   Result<void> write(const char* kind, const std::string& id, const std::string& body,
                      std::shared_ptr<LimitTable> next);
   Result<void> erase(const char* kind, const std::string& id, std::shared_ptr<LimitTable> next);
-  sqlite3* db_;
+  RowStore& rows_;
   LimitRegistry& registry_;
   std::shared_ptr<const LimitTable> table_ = std::make_shared<const LimitTable>();
 };

@@ -237,7 +237,20 @@ double tpmCapacity(int64_t tpm, int64_t burst_pct) {
   return std::max(1.0, double(tpm) * pct / 100.0);
 }
 
-std::string tenantTpmKey(std::string_view tenant) { return "tq|" + std::string(tenant); }
+// A bucket key part: '|' joins parts, so it (and the escape byte) is escaped; JWT claims may hold
+// any bytes, and ("a|b", "c") must not share a bucket with ("a", "b|c").
+std::string keyPart(std::string_view s) {
+  if (s.find_first_of("|%") == std::string_view::npos) return std::string(s);
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "%7C";
+    else if (c == '%') out += "%25";
+    else out += c;
+  }
+  return out;
+}
+
+std::string tenantTpmKey(std::string_view tenant) { return "tq|" + keyPart(tenant); }
 
 std::string userKey(std::string_view tenant, std::string_view user) {
   std::string k(tenant);
@@ -309,12 +322,13 @@ std::vector<BucketSpec> planBuckets(const LimitTable& t, const Principal& who,
     auto it = t.users.find(userKey(tenant, who.user));
     if (it != t.users.end()) urow = &it->second;
   }
-  const std::string vip = "|" + std::string(rule_ident);
-  const std::string tkey = "|" + tenant;
-  const std::string ukey = "|" + userKey(tenant, who.user);
+  const std::string vip = "|" + keyPart(rule_ident);
+  const std::string tkey = "|" + keyPart(tenant);
+  const std::string ukey = "|" + keyPart(tenant) + "|" + keyPart(who.user);
+  const std::string mkey = "|" + keyPart(model);
 
   // Requests per second.
-  if (who.key) addRps(out, "k|" + who.key->key_id, LimitReason::kKeyRps, who.key->rate_limit_rps,
+  if (who.key) addRps(out, "k|" + keyPart(who.key->key_id), LimitReason::kKeyRps, who.key->rate_limit_rps,
                       who.key->burst_size);
   if (!who.user.empty()) {
     if (urow && urow->rps > 0)
@@ -333,7 +347,7 @@ std::vector<BucketSpec> planBuckets(const LimitTable& t, const Principal& who,
 
   // Tokens per minute.
   if (who.key)
-    addTpm(out, "kq|" + who.key->key_id, LimitReason::kKeyTpm, who.key->tokens_per_min, 0);
+    addTpm(out, "kq|" + keyPart(who.key->key_id), LimitReason::kKeyTpm, who.key->tokens_per_min, 0);
   if (!who.user.empty()) {
     if (urow && urow->tokens_per_min > 0)
       addTpm(out, "uq" + ukey, LimitReason::kUserTpm, urow->tokens_per_min, 0);
@@ -341,7 +355,7 @@ std::vector<BucketSpec> planBuckets(const LimitTable& t, const Principal& who,
       addTpm(out, "uq" + ukey, LimitReason::kUserTpm, dflt(&LimitDefaults::default_user_tpm), 0);
     if (urow)
       if (const ModelTpm* m = findModel(urow->model_limits, model))
-        addTpm(out, "um" + ukey + "|" + std::string(model), LimitReason::kUserModelTpm,
+        addTpm(out, "um" + ukey + mkey, LimitReason::kUserModelTpm,
                m->tokens_per_min, 0);
   }
   if (!tenant.empty()) {
@@ -353,7 +367,7 @@ std::vector<BucketSpec> planBuckets(const LimitTable& t, const Principal& who,
              pct);
     if (trow)
       if (const ModelTpm* m = findModel(trow->model_limits, model))
-        addTpm(out, "tm" + tkey + "|" + std::string(model), LimitReason::kTenantModelTpm,
+        addTpm(out, "tm" + tkey + mkey, LimitReason::kTenantModelTpm,
                m->tokens_per_min, pct);
   }
   addTpm(out, "vq" + vip, LimitReason::kVipTpm, dflt(&LimitDefaults::vip_shared_tpm), 0);

@@ -85,12 +85,21 @@ struct LimitTable {
   std::optional<LimitDefaults> global;
   std::unordered_map<std::string, LimitDefaults> rules;  // by rule_ident
   bool empty() const { return tenants.empty() && users.empty() && !global && rules.empty(); }
-  bool hasVipDefaults() const { return global || !rules.empty(); }  // (keyless traffic may pay)
+  // Whether a shared-VIP bucket exists (then keyless traffic is metered too); index() sets it
+  // before the table is published.
+  bool vip_metered = false;
+  bool hasVipDefaults() const { return vip_metered; }
+  void index() {
+    auto vip = [](const LimitDefaults& d) { return d.vip_shared_rps > 0 || d.vip_shared_tpm > 0; };
+    vip_metered = global && vip(*global);
+    for (const auto& [id, d] : rules) vip_metered = vip_metered || vip(d);
+  }
 };
 std::string userKey(std::string_view tenant, std::string_view user);
 // A TPM bucket's capacity: tokens_per_min x burst_pct % (0 = 100 %, clamped 1-1000 %), >= 1.
 double tpmCapacity(int64_t tpm, int64_t burst_pct);
 std::string tenantTpmKey(std::string_view tenant);  // the tenant TPM bucket's ledger key
+std::string keyPart(std::string_view s);  // a bucket key part ('|' and '%' escaped)
 
 class LimitRegistry {
  public:

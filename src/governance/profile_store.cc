@@ -1,6 +1,5 @@
 #include "governance/profile_store.h"
 
-#include <sqlite3.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,7 +9,6 @@
 #include <sstream>
 
 #include "common/log.h"
-#include "governance/state_db.h"
 
 namespace kvgate::governance {
 
@@ -31,37 +29,41 @@ int64_t mtimeNs(const std::string& path) {
 
 }  // namespace
 
-Result<std::unique_ptr<ProfileStore>> ProfileStore::open(const std::string& dir,
-                                                         JwtRegistry& registry) {
-  auto opened = openStateDb(dir,
-                            "CREATE TABLE IF NOT EXISTS jwt_profiles (name TEXT PRIMARY KEY,"
-                            " body TEXT NOT NULL)");
-  if (!opened) return tl::unexpected(opened.error());
-  sqlite3* db = *opened;
-  std::unique_ptr<ProfileStore> st(new ProfileStore(db, registry));
-  sqlite3_stmt* q = nullptr;
-  if (sqlite3_prepare_v2(db, "SELECT name, body FROM jwt_profiles", -1, &q, nullptr) != SQLITE_OK)
-    return dbError(db, "load jwt_profiles");
+Result<std::unique_ptr<ProfileStore>> ProfileStore::open(RowStore& rows, JwtRegistry& registry) {
+  std::unique_ptr<ProfileStore> st(new ProfileStore(rows, registry));
+  if (auto r = st->reload(); !r) return tl::unexpected(r.error());
+  return st;
+}
+
+Result<void> ProfileStore::reload() {
+  auto rows = rows_.load("jwtprofile");
+  if (!rows) return tl::unexpected(rows.error());
   const int64_t now = nowS();
-  int rc;
-  while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-    const char* body = reinterpret_cast<const char*>(sqlite3_column_text(q, 1));
-    auto p = parseProfile(body ? body : "");
+  std::map<std::string, State, std::less<>> next;
+  for (const Row& row : *rows) {
+    auto p = parseProfile(row.body);
     if (!p) {  // (a damaged row: skipped, so rules that name it fail closed)
       log::error("governance", "JWT profile row refused: " + p.error().what);
       continue;
+    }
+    {
+      std::lock_guard g(mu_);  // an unchanged profile keeps its keyset (no file read)
+      auto it = states_.find(p->name);
+      if (it != states_.end() && profileJson(it->second.profile) == profileJson(*p)) {
+        next[p->name] = it->second;
+        continue;
+      }
     }
     State s;
     s.profile = *p;
     s.keyset = load(*p, nullptr, now, s.mtime_ns);
     s.checked_s = now;
-    st->states_[p->name] = std::move(s);
+    next[p->name] = std::move(s);
   }
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return dbError(db, "load jwt_profiles");
-  std::lock_guard g(st->mu_);
-  st->publishLocked();
-  return st;
+  std::lock_guard g(mu_);
+  states_ = std::move(next);
+  publishLocked();
+  return {};
 }
 
 ProfileStore::~ProfileStore() {
@@ -71,7 +73,6 @@ ProfileStore::~ProfileStore() {
   }
   cv_.notify_all();
   if (refresher_.joinable()) refresher_.join();
-  sqlite3_close(db_);
 }
 
 std::shared_ptr<const JwtKeyset> ProfileStore::load(const JwtProfile& p,
@@ -129,16 +130,7 @@ Result<void> ProfileStore::put(const JwtProfile& p) {
     if (!states_.count(p.name) && states_.size() >= kMaxProfiles)
       return fail(409, "name", "at most " + std::to_string(kMaxProfiles) + " JWT profiles");
   }
-  sqlite3_stmt* q = nullptr;
-  if (sqlite3_prepare_v2(db_, "INSERT OR REPLACE INTO jwt_profiles (name, body) VALUES (?1, ?2)",
-                         -1, &q, nullptr) != SQLITE_OK)
-    return dbError(db_, "prepare");
-  const std::string body = profileJson(p);
-  sqlite3_bind_text(q, 1, p.name.data(), int(p.name.size()), SQLITE_TRANSIENT);
-  sqlite3_bind_text(q, 2, body.data(), int(body.size()), SQLITE_TRANSIENT);
-  const int rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return dbError(db_, "store JWT profile");
+  if (auto r = rows_.put("jwtprofile", p.name, profileJson(p)); !r) return r;
   std::lock_guard g(mu_);
   State& s = states_[p.name];
   s.profile = p;
@@ -154,13 +146,7 @@ Result<void> ProfileStore::remove(const std::string& name) {
     std::lock_guard g(mu_);
     if (!states_.count(name)) return fail(404, "name", "no JWT profile " + name);
   }
-  sqlite3_stmt* q = nullptr;
-  if (sqlite3_prepare_v2(db_, "DELETE FROM jwt_profiles WHERE name=?1", -1, &q, nullptr) != SQLITE_OK)
-    return dbError(db_, "prepare");
-  sqlite3_bind_text(q, 1, name.data(), int(name.size()), SQLITE_TRANSIENT);
-  const int rc = sqlite3_step(q);
-  sqlite3_finalize(q);
-  if (rc != SQLITE_DONE) return dbError(db_, "delete JWT profile");
+  if (auto r = rows_.erase("jwtprofile", name); !r) return tl::unexpected(r.error());
   std::lock_guard g(mu_);
   states_.erase(name);
   publishLocked();

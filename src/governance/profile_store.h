@@ -1,5 +1,6 @@
-// JWT auth profiles (/netlox/v1/config/ai/jwtauthprofile): SQLite (table jwt_profiles in
-// governance.db, one transaction per change, like the keys) and each profile's JWKS keyset, read
+// JWT auth profiles (/netlox/v1/config/ai/jwtauthprofile): rows of kind "jwtprofile" in the
+// governance RowStore (row_store.h; one transaction per change, like the keys; reload() re-reads
+// them when a shared store changed) and each profile's JWKS keyset, read
 // from its file when the profile is stored (a file that does not load is a 400) and again by a
 // background thread whenever the file changes or every 5 minutes. A keyset that cannot be
 // reloaded keeps its keys until it is 24 h old, then its tokens fail closed (jwt_auth.h).
@@ -16,14 +17,14 @@
 
 #include "common/result.h"
 #include "governance/jwt_auth.h"
-
-struct sqlite3;
+#include "governance/row_store.h"
 
 namespace kvgate::governance {
 
 class ProfileStore {
  public:
-  static Result<std::unique_ptr<ProfileStore>> open(const std::string& dir, JwtRegistry& registry);
+  static Result<std::unique_ptr<ProfileStore>> open(RowStore& rows, JwtRegistry& registry);
+  Result<void> reload();  // every row again; unchanged profiles keep their keysets
   ~ProfileStore();
   ProfileStore(const ProfileStore&) = delete;
   ProfileStore& operator=(const ProfileStore&) = delete;
@@ -40,7 +41,7 @@ class ProfileStore {
   static constexpr size_t kMaxProfiles = 256;
 
  private:
-  ProfileStore(sqlite3* db, JwtRegistry& registry) : db_(db), registry_(registry) {}
+  ProfileStore(RowStore& rows, JwtRegistry& registry) : rows_(rows), registry_(registry) {}
   struct State {
     JwtProfile profile;
     std::shared_ptr<const JwtKeyset> keyset;
@@ -52,7 +53,7 @@ class ProfileStore {
                                                const std::shared_ptr<const JwtKeyset>& old,
                                                int64_t now_s, int64_t& mtime_ns);
   void publishLocked();
-  sqlite3* db_;
+  RowStore& rows_;
   JwtRegistry& registry_;
   mutable std::mutex mu_;
   std::map<std::string, State, std::less<>> states_;

@@ -30,8 +30,10 @@ QuotaLedger::Bucket* QuotaLedger::touch(Shard& sh, const std::string& key, doubl
                                         int64_t now_ns) {
   auto it = sh.m.find(key);
   if (it == sh.m.end()) {
-    if (sh.m.size() >= kMaxBuckets / kShards) {
-      // Full shard: buckets that have refilled to capacity are the same as no bucket.
+    if (sh.m.size() >= kMaxBuckets / kShards && now_ns - sh.swept_ns >= 1'000'000'000) {
+      // Full shard: buckets that have refilled to capacity are the same as no bucket (swept at
+      // most once a second: a shard full of live buckets is not rescanned per request).
+      sh.swept_ns = now_ns;
       std::erase_if(sh.m, [&](const auto& kv) {
         const Bucket& b = kv.second;
         return b.level + double(now_ns - b.at_ns) / 1e9 * b.rate_per_s >= b.capacity - kEps;
@@ -115,6 +117,12 @@ double QuotaLedger::level(const std::string& key, double rate_per_s, double capa
   if (it == sh.m.end()) return capacity;
   const Bucket& b = it->second;
   return std::min(capacity, b.level + std::max<int64_t>(0, now_ns - b.at_ns) / 1e9 * rate_per_s);
+}
+
+void QuotaLedger::forget(const std::string& key) {
+  Shard& sh = shardOf(key);
+  std::lock_guard g(sh.mu);
+  sh.m.erase(key);
 }
 
 size_t QuotaLedger::buckets() const {

@@ -58,6 +58,7 @@ class QuotaLedger {
   // A bucket's level now (capacity when the bucket has no state), for gauges and tests.
   double level(const std::string& key, double rate_per_s, double capacity, int64_t now_ns) const;
   size_t buckets() const;
+  void forget(const std::string& key);  // state of something removed (a deleted key's buckets)
   uint64_t overflows() const { return overflow_.load(std::memory_order_relaxed); }
 
  private:
@@ -70,6 +71,7 @@ class QuotaLedger {
   struct Shard {
     mutable std::mutex mu;
     std::unordered_map<std::string, Bucket> m;
+    int64_t swept_ns = INT64_MIN / 2;  // last sweep of a full shard
   };
   Shard& shardOf(const std::string& key);
   // The bucket, refilled to now_ns with the spec's rate and capacity; null when the shard is full

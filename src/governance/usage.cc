@@ -5,14 +5,16 @@
 namespace kvgate::governance {
 
 namespace {
-constexpr std::string_view kKey = "\"usage\"";
 constexpr size_t kMaxUsageObject = 1024;
 constexpr std::string_view kData = "data:";
 }  // namespace
 
 int64_t Usage::charge() const {
-  if (total_tokens >= 0) return total_tokens;
-  if (completion_tokens >= 0) return std::max<int64_t>(0, prompt_tokens) + completion_tokens;
+  constexpr int64_t kCap = int64_t(1) << 50;  // (no overflow below; the ledger clamps further)
+  if (total_tokens >= 0) return std::min(total_tokens, kCap);
+  if (completion_tokens >= 0)
+    return std::min(kCap, std::min(std::max<int64_t>(0, prompt_tokens), kCap) +
+                              std::min(completion_tokens, kCap));
   return -1;
 }
 
@@ -64,58 +66,87 @@ void UsageScanner::onByte(char c) {
     }
   }
 
-  // "usage" : { ... }
-  switch (st_) {
-    case St::kSearch:
-      if (c == kKey[matched_]) {
-        if (++matched_ == kKey.size()) {
-          st_ = St::kColon;
-          matched_ = 0;
-        }
-      } else {
-        matched_ = c == '"' ? 1 : 0;
-      }
+  // "usage" : { ... } as a member of a top-level object.
+  if (st_ == St::kCapture) {
+    cap_ += c;
+    if (in_str_) {
+      if (esc_) esc_ = false;
+      else if (c == '\\') esc_ = true;
+      else if (c == '"') in_str_ = false;
+    } else if (c == '"') {
+      in_str_ = true;
+    } else if (c == '{' || c == '[') {
+      ++cap_depth_;
+    } else if ((c == '}' || c == ']') && --cap_depth_ == 0) {
+      if (auto u = parseUsage(cap_)) usage_ = *u;
+      st_ = St::kScan;
+      cap_.clear();
+    }
+    if (st_ == St::kCapture && cap_.size() > kMaxUsageObject) {
+      depth_ += cap_depth_;  // (too long: not taken; the lexer goes on inside it)
+      st_ = St::kScan;
+      cap_.clear();
+    }
+    return;
+  }
+  if ((st_ == St::kColon || st_ == St::kBrace) &&
+      (c == ' ' || c == '\t' || c == '\n' || c == '\r'))
+    return;
+  if (st_ == St::kColon) {
+    st_ = St::kScan;
+    if (c == ':') {
+      st_ = St::kBrace;
       return;
-    case St::kColon:
-      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') return;
-      st_ = c == ':' ? St::kBrace : St::kSearch;
-      matched_ = c == '"' ? 1 : 0;
+    }
+  } else if (st_ == St::kBrace) {
+    st_ = St::kScan;
+    if (c == '{') {
+      st_ = St::kCapture;
+      cap_.assign(1, c);
+      cap_depth_ = 1;
       return;
-    case St::kBrace:
-      if (c == ' ' || c == '\t' || c == '\n' || c == '\r') return;
-      if (c == '{') {
-        st_ = St::kCapture;
-        cap_.assign(1, c);
-        depth_ = 1;
-        in_str_ = esc_ = false;
-      } else {
-        st_ = St::kSearch;  // "usage":null and the like
-        matched_ = c == '"' ? 1 : 0;
-      }
+    }
+  }
+  lex(c);
+}
+
+void UsageScanner::lex(char c) {
+  if (in_str_) {
+    if (c == '\n' || c == '\r') {  // (a raw line break never is inside a JSON string: resync)
+      in_str_ = esc_ = false;
+      depth_ = 0;
+      st_ = St::kScan;
       return;
-    case St::kCapture:
-      cap_ += c;
-      if (cap_.size() > kMaxUsageObject) {
-        st_ = St::kSearch;
-        matched_ = 0;
-        cap_.clear();
-        return;
-      }
-      if (in_str_) {
-        if (esc_) esc_ = false;
-        else if (c == '\\') esc_ = true;
-        else if (c == '"') in_str_ = false;
-        return;
-      }
-      if (c == '"') in_str_ = true;
-      else if (c == '{') ++depth_;
-      else if (c == '}' && --depth_ == 0) {
-        if (auto u = parseUsage(cap_)) usage_ = *u;
-        st_ = St::kSearch;
-        matched_ = 0;
-        cap_.clear();
-      }
+    }
+    if (esc_) {
+      esc_ = false;
+      key_len_ = 255;
       return;
+    }
+    if (c == '\\') {
+      esc_ = true;
+      key_len_ = 255;
+      return;
+    }
+    if (c == '"') {
+      in_str_ = false;
+      st_ = st_ == St::kKey && key_len_ == 5 ? St::kColon : St::kScan;
+      return;
+    }
+    if (st_ == St::kKey)
+      key_len_ = key_len_ < 5 && c == "usage"[key_len_] ? uint8_t(key_len_ + 1) : uint8_t(255);
+    return;
+  }
+  if (c == '"') {
+    in_str_ = true;
+    if (depth_ == 1) {
+      st_ = St::kKey;
+      key_len_ = 0;
+    }
+  } else if (c == '{' || c == '[') {
+    ++depth_;
+  } else if (c == '}' || c == ']') {
+    if (depth_ > 0) --depth_;
   }
 }
 
@@ -129,11 +160,36 @@ void SseUsageFilter::emit(std::string_view ev, std::string& out) {
   }
   // include_usage adds "usage":null to every other chunk: removed (as a member, either side).
   for (;;) {
-    size_t at = ev.find("\"usage\":null");
+    const size_t at = ev.find("\"usage\"");
     if (at == std::string_view::npos) break;
-    size_t from = at, to = at + 12;
-    if (from > 0 && ev[from - 1] == ',') --from;
-    else if (to < ev.size() && ev[to] == ',') ++to;
+    size_t to = at + 7;
+    auto skipSpace = [&] {
+      while (to < ev.size() && (ev[to] == ' ' || ev[to] == '\t')) ++to;
+    };
+    skipSpace();
+    bool null_member = to < ev.size() && ev[to] == ':';
+    if (null_member) {
+      ++to;
+      skipSpace();
+      null_member = ev.substr(to, 4) == "null";
+      to += 4;
+    }
+    if (!null_member) {  // another use of the word: keep it
+      out.append(ev.substr(0, at + 7));
+      ev.remove_prefix(at + 7);
+      continue;
+    }
+    size_t from = at;
+    while (from > 0 && (ev[from - 1] == ' ' || ev[from - 1] == '\t')) --from;
+    if (from > 0 && ev[from - 1] == ',') {
+      --from;
+    } else {
+      skipSpace();
+      if (to < ev.size() && ev[to] == ',') {
+        ++to;
+        skipSpace();
+      }
+    }
     out.append(ev.substr(0, from));
     ev.remove_prefix(to);
   }
@@ -164,9 +220,13 @@ void SseUsageFilter::feed(std::string_view in, std::string& out) {
     in = {};
     size_t start = 0;
     for (size_t scan = before >= 3 ? before - 3 : 0;;) {
-      size_t a = pending_.find("\n\n", scan);
-      size_t b = pending_.find("\r\n\r\n", scan);
-      size_t end = std::min(a == std::string::npos ? a : a + 2, b == std::string::npos ? b : b + 4);
+      const size_t a = pending_.find("\n\n", scan);
+      const size_t b = pending_.find("\r\n\r\n", scan);
+      size_t cr = pending_.find("\r\r", scan);
+      if (cr != std::string::npos && cr + 2 < pending_.size() && pending_[cr + 2] == '\n')
+        cr = std::string::npos;  // ("\r\r\n" is not a CR CR end: CRLF may follow)
+      size_t end = std::min({a == std::string::npos ? a : a + 2, b == std::string::npos ? b : b + 4,
+                             cr == std::string::npos ? cr : cr + 2});
       if (end == std::string::npos) break;
       emit(std::string_view(pending_).substr(start, end - start), out);
       start = scan = end;

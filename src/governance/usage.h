@@ -1,17 +1,19 @@
 // Token usage of a relayed response, for quota settlement (issue 14 §2).
 //
 // UsageScanner reads the response body as it is relayed (de-chunked bytes, in any pieces) and
-// keeps the last complete `"usage":{...}` object it saw: the usage of an OpenAI-style JSON answer,
-// or of a stream's include_usage chunk. The raw bytes `"usage"` followed by ':' and '{' cannot
-// occur inside a JSON string (its quotes would be escaped), so no completion text can forge one.
-// A usage object is captured up to 1 KiB (longer ones are ignored). It also counts a stream's
-// data events (not [DONE]): the completion-token estimate when a stream ends without usage.
+// keeps the last complete `"usage":{...}` member of a top-level JSON object it saw: the usage of
+// an OpenAI-style JSON answer, or of a stream's include_usage chunk (each SSE event's payload is
+// its own document). It follows strings and nesting, so neither completion text nor an object the
+// engine echoes deeper down (a tool schema, metadata) is taken for usage. A usage object is
+// captured up to 1 KiB (longer ones are ignored). It also counts a stream's data events (not
+// [DONE]): the completion-token estimate when a stream ends without usage.
 //
 // SseUsageFilter is the relay's filter when the gateway asked for usage the client did not
 // (stream_options.include_usage injected into the request): it passes every event through except
-// the usage-only chunk (`"choices":[]` with a usage object), and removes the `,"usage":null`
-// member that include_usage adds to the other chunks, so the client sees what it asked for.
-// Events are cut at a blank line; an event longer than 64 KiB is passed through unexamined.
+// the usage-only chunk (`"choices":[]` with a usage object), and removes the `"usage":null`
+// member (any spacing) that include_usage adds to the other chunks, so the client sees what it
+// asked for. Events end at a blank line (LF LF, CRLF CRLF or CR CR); an event longer than 64 KiB
+// is passed through unexamined.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -39,11 +41,14 @@ class UsageScanner {
 
  private:
   void onByte(char c);
-  enum class St : uint8_t { kSearch, kColon, kBrace, kCapture };
-  St st_ = St::kSearch;
-  uint8_t matched_ = 0;  // bytes of "usage" (with quotes) matched so far
-  int depth_ = 0;
+  void lex(char c);  // JSON strings and nesting outside a capture
+  // kKey: in a top-level string that may be the key "usage"; kColon/kBrace: after it.
+  enum class St : uint8_t { kScan, kKey, kColon, kBrace, kCapture };
+  St st_ = St::kScan;
+  int depth_ = 0;                // JSON nesting of the document being read
   bool in_str_ = false, esc_ = false;
+  uint8_t key_len_ = 0;          // bytes of usage matched in the candidate key (255: no match)
+  int cap_depth_ = 0;            // nesting inside the captured object
   std::string cap_;
   std::optional<Usage> usage_;
   // SSE data-event counting: the position in "data:" at a line start (-1: not at a line start).

@@ -53,11 +53,21 @@ TEST(UsageScanner, IgnoresHostileOrMalformedUsage) {
   EXPECT_FALSE(scan(R"({"usage":{"total_tokens":"5"}})", 4).usage());
   EXPECT_FALSE(scan(R"({"usage":{"total_tokens":5)", 4).usage());  // never closed
   // An object over 1 KiB is not captured (and the scan goes on: a later usage counts).
-  std::string big = R"({"usage":{"pad":")" + std::string(2000, 'x') + R"(","total_tokens":1}},)";
+  std::string big = R"({"usage":{"pad":")" + std::string(2000, 'x') + R"(","total_tokens":1},)";
   big += R"("usage":{"total_tokens":9}})";
   auto s = scan(big, 64);
   ASSERT_TRUE(s.usage());
   EXPECT_EQ(s.usage()->charge(), 9);
+  // Only a member of the top-level object counts: objects an engine echoes deeper down do not.
+  auto d = scan(R"({"tools":[{"usage":{"total_tokens":0}}],"usage":{"total_tokens":5},)"
+                R"("echo":{"usage":{"total_tokens":1}},"x":"usage"})",
+                5);
+  ASSERT_TRUE(d.usage());
+  EXPECT_EQ(d.usage()->charge(), 5);
+  // Sums that would overflow are capped.
+  EXPECT_EQ(parseUsage(R"({"prompt_tokens":9223372036854775807,"completion_tokens":9223372036854775807})")
+                ->charge(),
+            int64_t(1) << 50);
   // The last usage seen wins.
   auto t = scan(R"({"usage":{"total_tokens":1}} {"usage":{"total_tokens":2}})", 3);
   EXPECT_EQ(t.usage()->charge(), 2);
@@ -87,6 +97,9 @@ TEST(SseUsageFilter, HidesWhatTheGatewayAskedFor) {
     EXPECT_EQ(filter(in, step, &dropped), want) << step;
     EXPECT_EQ(dropped, 1u);
   }
+  // Any spacing of the null member, and CR CR event ends.
+  EXPECT_EQ(filter("data: {\"a\":1, \"usage\" : null}\r\rdata: {\"usage\": null, \"b\":2}\n\n", 2),
+            "data: {\"a\":1}\r\rdata: {\"b\":2}\n\n");
   // Content that merely mentions usage is left alone (its quotes are escaped).
   const std::string text = "data: {\"choices\":[{\"delta\":{\"content\":\"\\\"usage\\\":null\"}}]}\n\n";
   EXPECT_EQ(filter(text, 3), text);

@@ -112,7 +112,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   // quota_gate.cc
   // The quota stage: the request's buckets reserve (status 0, quota_ holds the reservation) or
   // the 429 to answer. `body` is the client's (include_usage may be added into quota_body_).
-  KeyAdmission admitQuota(const Route& route, std::string_view model, std::string_view body);
+  asio::awaitable<KeyAdmission> admitQuota(const Route& route, std::string_view model,
+                                           const Request& req);
   // Returns the reservation and charges the usage the relay saw, or an estimate (once).
   void settleQuota();
   void resetQuota();  // per request
@@ -121,6 +122,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
     bool inject = false;  // include_usage was added for the gateway (the relay strips it)
     bool sent = false;    // the request was written to an engine
     bool stream = false;  // the answer is an event stream
+    bool shared = false;  // the reservation is in the shared counters (Redis)
+    bool head_request = false;
+    bool generation = false;  // the body carried a prompt (an answer without usage is charged)
     int status = 0;       // the engine's answer status (0: none)
     int64_t prompt_estimate = 0, reserved = 0;
     std::vector<governance::QuotaLedger::Held> held;

@@ -103,7 +103,7 @@ ClientConn::KeyAdmission ClientConn::checkApiKey(const http::RequestHead& head,
   } else {
     key_ = table->by_id.at(key.key_id);  // (the quota stage reads its limits)
   }
-  governance::countCheck(0);
+  if (models) governance::countCheck(0);  // (the request path counts after the quota stage)
   outcome_.key_id = key.key_id;
   outcome_.tenant = key.tenant_id;
   return {};  // status 0: admitted
@@ -260,9 +260,12 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   // Quota admission (after credentials and the model, before routing), settled on every path.
   const std::string_view quota_model =
       facts_parsed_ && facts_.has_model ? std::string_view(facts_.model) : model;
-  if (KeyAdmission a = admitQuota(*route, quota_model, req.body); a.status != 0) {
-    co_await sendError(a.status, a.code, a.message, a.param, false, a.retry_after_s);
-    co_return !client_gone_;
+  {
+    KeyAdmission a = co_await admitQuota(*route, quota_model, req);
+    if (a.status != 0) {
+      co_await sendError(a.status, a.code, a.message, a.param, false, a.retry_after_s);
+      co_return !client_gone_;
+    }
   }
   struct Settle {
     ClientConn& c;

@@ -1,5 +1,6 @@
 #include "proxy/facts_parser.h"
 
+#include <nlohmann/json.hpp>
 #include <simdjson.h>
 
 #include <charconv>
@@ -161,29 +162,49 @@ Walk renderPrompt(value v, Renderer& r, routing::RequestFacts& f, uint32_t needs
   return Walk::kOk;
 }
 
-// Optional request-shape facts: stream, stream_options.include_usage, max_tokens, lora_path.
+// A non-negative whole number, written as an integer or as an integral float (1e5, 10.0): what
+// the engines' request models accept.
+bool wholeNumber(value v, int64_t& out, simdjson::error_code& e) {
+  if (!(e = v.get_int64().get(out))) return out >= 0;
+  if (e != simdjson::INCORRECT_TYPE && e != simdjson::NUMBER_OUT_OF_RANGE) return false;
+  double d = 0;
+  if ((e = v.get_double().get(d))) return false;
+  if (!(d >= 0 && d <= 9.0e15 && d == static_cast<double>(static_cast<int64_t>(d)))) return false;
+  out = static_cast<int64_t>(d);
+  return true;
+}
+
+// Optional request-shape facts: stream, stream_options (include_usage, and the raw object),
+// max_tokens / max_completion_tokens (the larger), n, lora_path.
 Walk readShape(std::string_view key, value v, routing::RequestFacts& f) {
   simdjson::error_code e = simdjson::SUCCESS;
   if (key == "stream") {
     bool b;
     if (!(e = v.get_bool().get(b))) f.stream = b;
-  } else if (key == "max_tokens" || (key == "max_completion_tokens" && !f.max_tokens)) {
-    int64_t n;
-    if (!(e = v.get_int64().get(n))) f.max_tokens = n;
+  } else if (key == "max_tokens" || key == "max_completion_tokens") {
+    int64_t n = 0;
+    if (wholeNumber(v, n, e)) f.max_tokens = std::max(n, f.max_tokens.value_or(0));
+  } else if (key == "n") {
+    int64_t n = 0;
+    if (wholeNumber(v, n, e)) f.n = n;
   } else if (key == "lora_path") {
     std::string_view s;
     if (!(e = v.get_string().get(s))) f.lora_adapter.assign(s);
   } else if (key == "stream_options") {
     f.has_stream_options = true;
+    f.include_usage = false;  // (a repeated member: the last one counts)
+    f.stream_options_json.clear();
     simdjson::ondemand::object o;
     if ((e = v.get_object().get(o))) return walkOf(e);
-    for (auto sf : o) {
-      std::string_view k;
-      if (sf.unescaped_key().get(k)) return Walk::kFatal;
-      bool b;
-      if (k == "include_usage" && !(e = sf.value().get_bool().get(b))) f.include_usage = b;
-      if (fatal(e)) return Walk::kFatal;
-    }
+    std::string_view raw;
+    if (o.raw_json().get(raw)) return Walk::kFatal;  // (consumes the object)
+    if (raw.size() > kMaxFactString) return Walk::kOk;  // (kept as unknown: no usage asked)
+    f.stream_options_json.assign(raw);
+    // (the outer iterator has moved on: the small object is read on its own)
+    auto j = nlohmann::json::parse(raw, nullptr, false);
+    if (j.is_object())
+      if (auto it = j.find("include_usage"); it != j.end() && it->is_boolean())
+        f.include_usage = it->get<bool>();
     return Walk::kOk;
   }
   return fatal(e) ? Walk::kFatal : Walk::kOk;

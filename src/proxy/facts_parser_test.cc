@@ -167,6 +167,28 @@ TEST(Facts, RequestShapeAndRawMessages) {
   EXPECT_EQ(f.prompt_prefix, "user\x1fhi\x1e");  // rendered from the raw copy
 }
 
+// What the quota stage reserves by: the larger of max_tokens and max_completion_tokens, integral
+// floats accepted, n, the raw stream_options (include_usage false or absent, other members kept).
+TEST(Facts, QuotaShapeFacts) {
+  RequestFacts f;
+  ASSERT_EQ(parse(R"({"max_tokens":1e3,"max_completion_tokens":20,"n":3,)"
+                  R"("stream_options":{"continuous_usage_stats":true,"include_usage":false}})",
+                  f, routing::kNeedRequestShape),
+            FactsStatus::kOk);
+  EXPECT_EQ(f.max_tokens, 1000);
+  EXPECT_EQ(f.n, 3);
+  EXPECT_TRUE(f.has_stream_options);
+  EXPECT_FALSE(f.include_usage);
+  EXPECT_EQ(f.stream_options_json, R"({"continuous_usage_stats":true,"include_usage":false})");
+  RequestFacts g;
+  ASSERT_EQ(parse(R"({"max_tokens":2.5,"max_completion_tokens":-4,"n":"2","prompt":[1,2,3]})", g,
+                  routing::kNeedRequestShape | routing::kNeedPromptPrefix),
+            FactsStatus::kOk);
+  EXPECT_FALSE(g.max_tokens);  // not whole numbers: no fact (the default applies)
+  EXPECT_FALSE(g.n);
+  EXPECT_EQ(g.prompt_id_count, 3u);
+}
+
 TEST(Facts, PromptTextAndTokenIdsWhenNeeded) {
   RequestFacts f;
   ASSERT_EQ(parse(R"({"prompt":[5,6,7]})", f, routing::kNeedPromptText), FactsStatus::kOk);

@@ -226,7 +226,8 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
   if (!pipeline) pipeline = route.pipeline.get();
   // (the quota stage may have asked a stream for its usage: quota_gate.cc)
   const std::string_view body = quota_.inject ? std::string_view(quota_body_) : req.body;
-  buildUpstreamHead(req, route, body, up_head_, up_host_at_);
+  // (an answer the gateway reads for usage must not come compressed)
+  buildUpstreamHead(req, route, body, up_head_, up_host_at_, quota_.active);
   if (n == 0 || !pipeline) {
     co_await sendError(503, "no_healthy_upstream", "service has no endpoints");
     co_return true;

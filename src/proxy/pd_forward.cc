@@ -184,6 +184,10 @@ asio::awaitable<bool> ClientConn::answerWith(int status, std::string_view conten
   outcome_.status = status;
   outcome_.bytes = body.size();
   countResponse(status);
+  if (quota_.active) {  // settlement reads the answer's usage
+    quota_.status = status;
+    usage_.feed(body);
+  }
   co_return co_await writeClient(h, body);
 }
 
@@ -225,6 +229,7 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
     phase_ = Phase::kAwaitResponse;
     deadline_.expireAfter(data_timeout);
     r = co_await leg.send(pd_->head, body);
+    if (r.ok()) quota_.sent = true;  // (settlement: the engine has the request)
     if (r.ok()) {
       ep.state->requests.fetch_add(1, std::memory_order_relaxed);
       http::ResponseHead& rh = pd_->rh;

@@ -1,57 +1,123 @@
 // The quota stage of the request path (issue 14 §2; governance/quota.h for the ledger's law):
 // after the credential check and before routing, the request's buckets (governance/limits.h
 // planBuckets: key, user, tenant and shared-VIP RPS, then key, user, user+model, tenant,
-// tenant+model and shared-VIP TPM) must admit it; a refusal is a 429 with Retry-After. The TPM
-// reservation is the prompt estimate plus max_tokens (or serve --quota-max-tokens when the body
-// names none). The prompt estimate: a token-id prompt's id count, else the rendered prompt's bytes
-// / 4, rounded up (the request facts' one parse; no tokenizer runs on the event loop for it).
+// tenant+model and shared-VIP TPM) must admit it; a refusal is a 429 with Retry-After. The
+// buckets live in this process (governance/quota.h) or, with serve --redis, in Redis shared by
+// the replicas (governance/redis_counters.h; its I/O thread answers, this coroutine waits
+// without blocking the worker).
+//
+// Reservation: (prompt estimate + max_tokens) x n, each term clamped to 1e9. max_tokens is the
+// larger of max_tokens and max_completion_tokens, else serve --quota-max-tokens. The prompt
+// estimate: a token-id prompt's id count, else the rendered prompt's bytes / 4 rounded up (the
+// request facts' one parse; no tokenizer runs on the event loop for it).
 //
 // Settlement (settleQuota, run when dispatch ends on every path, client disconnects included):
 // the reservation goes back and each TPM bucket is charged the engine's usage (the relay's
-// UsageScanner), else an estimate, counted as missing usage: nothing when no engine got the
-// request or it answered an error without usage; the prompt estimate when the exchange broke
-// before an answer; the prompt estimate plus the stream's data events for a stream; the whole
-// reservation for another answer. A stream whose client did not ask for usage gets
-// stream_options.include_usage added to the body it sends (single-leg rules whose JSON body has no
-// stream_options), and the relay strips the usage chunk and the "usage":null members it adds.
+// UsageScanner; P/D answers too), else an estimate, counted as missing usage: nothing when no
+// engine got the request, it answered an error, the request was HEAD or carried no prompt; the
+// prompt estimate when the exchange broke before an answer; the prompt estimate plus the stream's
+// data events for a stream; the whole reservation for another answer. A stream whose client did
+// not ask for usage (no stream_options, or include_usage false) gets stream_options with
+// include_usage true appended as the body's last member (the client's other stream_options
+// members kept; the last duplicate wins in the engines' JSON parsers), and the relay strips the
+// usage chunk and the "usage":null members it adds (single-leg rules).
 #include <chrono>
 
+#include <nlohmann/json.hpp>
+
 #include "governance/api_keys.h"
+#include "governance/redis_counters.h"
 #include "proxy/client_conn.h"
 
 namespace kvgate::proxy {
 
 namespace {
 
-int64_t steadyNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+// Waits for the shared counters' answer on the caller's executor (the worker's event loop).
+template <class Token>
+auto asyncSharedAdmit(governance::RedisCounters& rc, std::vector<governance::BucketSpec> specs,
+                      int64_t tokens, Token&& token) {
+  using Verdict = governance::RedisCounters::Verdict;
+  return asio::async_initiate<Token, void(Verdict)>(
+      [&rc](auto handler, std::vector<governance::BucketSpec> specs, int64_t tokens) {
+        auto ex = asio::get_associated_executor(handler);
+        auto h = std::make_shared<decltype(handler)>(std::move(handler));
+        rc.admit(std::move(specs), tokens, [h, ex](Verdict v) {
+          asio::post(ex, [h, v = std::move(v)]() mutable { (*h)(std::move(v)); });
+        });
+      },
+      token, std::move(specs), tokens);
 }
+
+constexpr int64_t kMaxTerm = 1'000'000'000;
 
 }  // namespace
 
-ClientConn::KeyAdmission ClientConn::admitQuota(const Route& route, std::string_view model,
-                                                std::string_view body) {
+asio::awaitable<ClientConn::KeyAdmission> ClientConn::admitQuota(const Route& route,
+                                                                  std::string_view model,
+                                                                  const Request& req) {
+  using governance::LimitReason;
   auto limits = governance::limitRegistry().current();
-  if (!key_ && limits->empty()) return {};  // nothing limits this gateway's traffic
+  const bool credentialed = key_ || !outcome_.tenant.empty() || !outcome_.user.empty();
+  if (!limits->loaded && credentialed) {
+    // Limits unknown (the governance store did not open): fail closed, like the keys.
+    if (key_) governance::countCheck(governance::kOutcomeStoreUnavailable);
+    co_return KeyAdmission::refused(503, "policy_store_unavailable",
+                                    "the limit store is not available");
+  }
+  if (!key_ && limits->empty()) co_return KeyAdmission{};  // nothing limits this traffic
   const governance::Principal who{key_.get(), outcome_.tenant, outcome_.user};
-  const auto specs =
+  auto specs =
       governance::planBuckets(*limits, who, model, route.rule.listenKey(), route.rule.name);
-  if (specs.empty()) return {};
-  int64_t prompt = 0, max_tokens = w_.opts.quota_max_tokens;
+  if (specs.empty()) {
+    if (key_) governance::countCheck(0);
+    co_return KeyAdmission{};
+  }
+  int64_t prompt = 0, max_tokens = w_.opts.quota_max_tokens, n = 1;
+  quota_.generation = false;
   if (facts_parsed_) {
     prompt = facts_.prompt_id_count > 0
                  ? static_cast<int64_t>(facts_.prompt_id_count)
                  : static_cast<int64_t>((facts_.prompt_render_total + 3) / 4);
-    if (facts_.max_tokens && *facts_.max_tokens >= 0) max_tokens = *facts_.max_tokens;
+    if (facts_.max_tokens) max_tokens = *facts_.max_tokens;
+    if (facts_.n && *facts_.n > 1) n = std::min<int64_t>(*facts_.n, 1024);
+    quota_.generation = facts_.has_prompt || facts_.prompt_render_total > 0 ||
+                        facts_.prompt_id_count > 0;
   }
-  const int64_t reserve = prompt + max_tokens;
-  auto v = governance::quotaLedger().admit(specs, reserve, steadyNs());
+  prompt = std::min(prompt, kMaxTerm);
+  max_tokens = std::clamp<int64_t>(max_tokens, 0, kMaxTerm);
+  const int64_t reserve = std::min<int64_t>((prompt + max_tokens) * n, kMaxTerm);
+
+  governance::QuotaLedger::Verdict v;
+  quota_.shared = false;
+  if (governance::RedisCounters* rc = governance::redisCounters()) {
+    auto sv = co_await asyncSharedAdmit(*rc, std::move(specs), reserve, asio::use_awaitable);
+    using S = governance::RedisCounters::State;
+    if (sv.state == S::kWarming) {
+      KeyAdmission a = KeyAdmission::refused(
+          429, "token_quota_warming", "the shared quota state is not reachable yet; retry");
+      a.retry_after_s = 1;
+      if (key_) governance::countCheck(0);
+      co_return a;
+    }
+    if (sv.state == S::kOpen) {  // (counted by the counters: cold_open)
+      if (key_) governance::countCheck(0);
+      co_return KeyAdmission{};
+    }
+    v.ok = sv.state == S::kOk;
+    v.reason = sv.reason;
+    v.retry_after_s = sv.retry_after_s;
+    v.held = std::move(sv.held);
+    quota_.shared = true;
+  } else {
+    v = governance::quotaLedger().admit(specs, reserve, nowNs());
+  }
+  if (key_)
+    governance::countCheck(!v.ok && v.reason == LimitReason::kKeyRps
+                               ? governance::kOutcomeRateLimited
+                               : size_t{0});
   if (!v.ok) {
     governance::quotaMetrics().hit(outcome_.tenant, v.reason);
-    if (v.reason == governance::LimitReason::kKeyRps)
-      governance::countCheck(governance::kOutcomeRateLimited);
     const bool tpm = governance::isTpm(v.reason);
     KeyAdmission a = KeyAdmission::refused(
         429, tpm ? "token_quota_exceeded" : "rate_limit_exceeded",
@@ -59,31 +125,41 @@ ClientConn::KeyAdmission ClientConn::admitQuota(const Route& route, std::string_
             governance::reasonName(v.reason) + "); retry after " +
             std::to_string(v.retry_after_s) + " s");
     a.retry_after_s = v.retry_after_s;
-    return a;
+    co_return a;
   }
   quota_.held = std::move(v.held);
   quota_.active = !quota_.held.empty();
   quota_.prompt_estimate = prompt;
   quota_.reserved = reserve;
-  if (!quota_.active) return {};
+  quota_.head_request = req.head.method == "HEAD";
+  if (!quota_.active) co_return KeyAdmission{};
   // Ask a stream for its usage when the client did not (the relay hides it again).
   if (!route.pd_dialect && facts_parsed_ && facts_.stream.value_or(false) &&
-      !facts_.has_stream_options) {
-    const size_t brace = body.find('{');
-    if (brace != std::string_view::npos) {
-      std::string_view rest = body.substr(brace + 1);
-      size_t i = 0;
-      while (i < rest.size() && (rest[i] == ' ' || rest[i] == '\t' || rest[i] == '\r' ||
-                                 rest[i] == '\n'))
-        ++i;
-      quota_body_.assign(body.substr(0, brace + 1));
-      quota_body_ += "\"stream_options\":{\"include_usage\":true}";
-      if (i < rest.size() && rest[i] != '}') quota_body_ += ',';
-      quota_body_.append(rest);
-      quota_.inject = true;
+      !facts_.include_usage) {
+    nlohmann::json so = nlohmann::json::object();
+    if (facts_.has_stream_options) {
+      so = nlohmann::json::parse(facts_.stream_options_json, nullptr, false);
+      if (!so.is_object()) co_return KeyAdmission{};  // (unreadable: settled by estimate)
     }
+    so["include_usage"] = true;
+    const std::string_view body = req.body;
+    size_t end = body.size();
+    while (end > 0 && (body[end - 1] == ' ' || body[end - 1] == '\t' || body[end - 1] == '\r' ||
+                       body[end - 1] == '\n'))
+      --end;
+    if (end == 0 || body[end - 1] != '}') co_return KeyAdmission{};
+    size_t before = end - 1;  // the last member, or the opening brace of an empty object
+    while (before > 0 && (body[before - 1] == ' ' || body[before - 1] == '\t' ||
+                          body[before - 1] == '\r' || body[before - 1] == '\n'))
+      --before;
+    quota_body_.assign(body.substr(0, end - 1));
+    if (before > 0 && body[before - 1] != '{') quota_body_ += ',';
+    quota_body_ += "\"stream_options\":";
+    quota_body_ += so.dump();
+    quota_body_ += '}';
+    quota_.inject = true;
   }
-  return {};
+  co_return KeyAdmission{};
 }
 
 void ClientConn::settleQuota() {
@@ -94,30 +170,38 @@ void ClientConn::settleQuota() {
   if (const auto& u = usage_.usage(); u && u->charge() >= 0) {
     used = u->charge();
     measured = true;
-  } else if (!quota_.sent) {
-    used = 0;  // no engine got the request
+  } else if (!quota_.sent || quota_.head_request) {
+    used = 0;  // no engine got the request, or it was a HEAD
   } else if (quota_.status == 0) {
     used = quota_.prompt_estimate;  // sent, then broken or abandoned before an answer
     missing = true;
-  } else if (quota_.status >= 400) {
-    used = 0;  // the engine refused it
+  } else if (quota_.status >= 400 || !quota_.generation) {
+    used = 0;  // the engine refused it, or it generated nothing (no prompt)
   } else {
     used = quota_.stream ? quota_.prompt_estimate + int64_t(usage_.dataEvents()) : quota_.reserved;
     missing = true;
   }
-  governance::quotaLedger().settle(quota_.held, used, steadyNs());
+  used = std::clamp<int64_t>(used, 0, kMaxTerm);
+  if (quota_.shared) {
+    if (governance::RedisCounters* rc = governance::redisCounters())
+      rc->settle(std::move(quota_.held), used);
+  } else {
+    governance::quotaLedger().settle(quota_.held, used, nowNs());
+  }
   governance::quotaMetrics().settled(outcome_.tenant, measured ? used : 0, measured ? 0 : used,
                                      missing);
   outcome_.quota_tokens = used;
+  quota_.held.clear();
+  if (quota_body_.capacity() > kKeepBufferBytes) std::string().swap(quota_body_);
 }
 
 void ClientConn::resetQuota() {
-  quota_.active = quota_.inject = quota_.sent = quota_.stream = false;
+  quota_.active = quota_.inject = quota_.sent = quota_.stream = quota_.shared = false;
+  quota_.head_request = quota_.generation = false;
   quota_.status = 0;
   quota_.held.clear();
   usage_.reset();
   usage_filter_.reset();
-  if (quota_body_.capacity() > kKeepBufferBytes) std::string().swap(quota_body_);
   quota_body_.clear();
   key_.reset();
 }

@@ -67,7 +67,9 @@ struct RequestFacts {
   std::optional<bool> stream;
   bool include_usage = false;         // stream_options.include_usage
   bool has_stream_options = false;    // the body has a "stream_options" member
-  std::optional<int64_t> max_tokens;  // max_tokens, else max_completion_tokens
+  std::string stream_options_json;    // its raw text (at most 4 KiB; else empty)
+  std::optional<int64_t> max_tokens;  // the larger of max_tokens and max_completion_tokens
+  std::optional<int64_t> n;           // choices asked for
   std::string lora_adapter;           // SGLang "lora_path" (vLLM selects adapters by "model")
 
   // Resets every fact, keeping the strings' capacity (facts are reused per connection).
@@ -86,13 +88,15 @@ struct RequestFacts {
     add_special_tokens.reset();
     stream.reset();
     max_tokens.reset();
+    n.reset();
+    stream_options_json.clear();
     lora_adapter.clear();
   }
   // Frees strings that grew past `keep` bytes (one huge request must not pin its size for the
   // connection's life).
   void shrink(size_t keep) {
     for (std::string* s : {&model, &cache_salt, &prompt_prefix, &prompt_text, &messages_json,
-                           &chat_extras_json, &lora_adapter})
+                           &chat_extras_json, &lora_adapter, &stream_options_json})
       if (s->capacity() > keep) std::string().swap(*s);
     if (prompt_token_ids.capacity() * sizeof(int64_t) > keep)
       std::vector<int64_t>().swap(prompt_token_ids);

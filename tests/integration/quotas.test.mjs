@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { test } from 'node:test';
 import OpenAI from 'openai';
-import { LB_BASE, api, freePort, rule, scrapeMetrics, sleep, startGateway, tempDir, waitFor } from './lib.mjs';
+import { LB_BASE, api, freePort, rawRequest, rule, scrapeMetrics, sleep, startGateway, tempDir, waitFor } from './lib.mjs';
 
 const KEYS = '/netlox/v1/config/ai/apikey';
 const TENANT = '/netlox/v1/config/ai/tenant/ratelimit';
@@ -297,18 +297,17 @@ test('streams: usage asked on the client\'s behalf is charged and hidden; a clie
   const ms = await scrapeMetrics(gw.api);
   assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), 27);
   assert.equal(metric(ms, 'loxilb_ai_tokens_missing_total', { tenant: 'acme' }) ?? 0, 0);
-  // HTTP/1.0 client: the re-framed stream ends at the close, still without the usage chunk.
-  const raw = await new Promise((resolve, reject) => {
-    const body = JSON.stringify({ model: 'm1', stream: true, messages: [{ role: 'user', content: 'x' }] });
-    const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/v1/chat/completions',
-      headers: { 'content-type': 'application/json', 'x-api-key': acme, 'content-length': Buffer.byteLength(body) },
-      insecureHTTPParser: false });
-    req.on('response', (res) => { let s = ''; res.on('data', (c) => { s += c; }); res.on('end', () => resolve(s)); });
-    req.on('error', reject);
-    req.end(body);
-  });
-  assert.equal(events(raw).length, 6);
-  assert.ok(!raw.includes('usage'));
+  // HTTP/1.0 client: the re-framed stream is sent as it is and ends at the close (no chunked
+  // framing, no Content-Length), still without the usage chunk.
+  const body = JSON.stringify({ model: 'm1', stream: true, messages: [{ role: 'user', content: 'x' }] });
+  const raw = await rawRequest(port, `POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\n` +
+    `Content-Type: application/json\r\nX-Api-Key: ${acme}\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`);
+  const [head, rest] = [raw.slice(0, raw.indexOf('\r\n\r\n')), raw.slice(raw.indexOf('\r\n\r\n') + 4)];
+  assert.match(head, /^HTTP\/1\.1 200/);
+  assert.doesNotMatch(head, /transfer-encoding|content-length/i);
+  assert.equal(events(rest).length, 6, rest);
+  assert.ok(!rest.includes('usage'));
+  assert.ok(rest.endsWith('data: [DONE]\n\n'), JSON.stringify(rest.slice(-40)));
 });
 
 test('a stream the client cancels is settled by estimate', async (t) => {

@@ -1,0 +1,148 @@
+// The PostgreSQL RowStore (row_store.h) over libpq: one connection, used from the control thread.
+// Each change and the generation bump are one statement (data-modifying CTE), hence atomic. The
+// schema is created under an advisory lock, so replicas starting together do not race. A broken
+// connection is re-established on the next call (PQreset); connect_timeout bounds a dead server.
+#include <libpq-fe.h>
+
+#include "common/log.h"
+#include "governance/row_store.h"
+
+namespace kvgate::governance {
+
+namespace {
+
+// A result, cleared on every path.
+struct PgResult {
+  PGresult* r = nullptr;
+  explicit PgResult(PGresult* x) : r(x) {}
+  ~PgResult() { PQclear(r); }
+  PgResult(const PgResult&) = delete;
+  PgResult& operator=(const PgResult&) = delete;
+  bool ok() const {
+    const auto s = PQresultStatus(r);
+    return s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK;
+  }
+  std::string val(int row, int col) const {
+    return std::string(PQgetvalue(r, row, col), size_t(PQgetlength(r, row, col)));
+  }
+};
+
+class PgRows final : public RowStore {
+ public:
+  PgRows(PGconn* c, std::string where) : c_(c), where_(std::move(where)) {}
+  ~PgRows() override { PQfinish(c_); }
+
+  Result<void> init() {
+    for (const char* sql :
+         {"SELECT pg_advisory_lock(7355608)",
+          "CREATE TABLE IF NOT EXISTS kvgate_governance (kind TEXT NOT NULL, id TEXT NOT NULL,"
+          " body TEXT NOT NULL, PRIMARY KEY (kind, id))",
+          "CREATE TABLE IF NOT EXISTS kvgate_governance_gen (one INT PRIMARY KEY CHECK (one = 1),"
+          " gen BIGINT NOT NULL)",
+          "INSERT INTO kvgate_governance_gen VALUES (1, 0) ON CONFLICT DO NOTHING",
+          "SELECT pg_advisory_unlock(7355608)"}) {
+      PgResult r(PQexec(c_, sql));
+      if (!r.ok()) return error("schema", r);
+    }
+    return {};
+  }
+
+  Result<std::vector<Row>> load(std::string_view kind) override {
+    if (auto c = ready(); !c) return tl::unexpected(c.error());
+    const std::string k(kind);
+    const char* params[] = {k.c_str()};
+    PgResult r(PQexecParams(c_, "SELECT id, body FROM kvgate_governance WHERE kind = $1 ORDER BY id",
+                            1, nullptr, params, nullptr, nullptr, 0));
+    if (!r.ok()) return error("load " + k, r);
+    std::vector<Row> out;
+    for (int i = 0; i < PQntuples(r.r); ++i) out.push_back({r.val(i, 0), r.val(i, 1)});
+    return out;
+  }
+
+  Result<void> put(std::string_view kind, const std::string& id, const std::string& body) override {
+    if (auto c = ready(); !c) return tl::unexpected(c.error());
+    const std::string k(kind);
+    const char* params[] = {k.c_str(), id.c_str(), body.c_str()};
+    const int lens[] = {int(k.size()), int(id.size()), int(body.size())};
+    PgResult r(PQexecParams(
+        c_,
+        "WITH w AS (INSERT INTO kvgate_governance (kind, id, body) VALUES ($1, $2, $3)"
+        " ON CONFLICT (kind, id) DO UPDATE SET body = EXCLUDED.body RETURNING 1)"
+        " UPDATE kvgate_governance_gen SET gen = gen + 1 WHERE one = 1 AND EXISTS (SELECT 1 FROM w)",
+        3, nullptr, params, lens, nullptr, 0));
+    if (!r.ok()) return error("store " + k, r);
+    return {};
+  }
+
+  Result<bool> erase(std::string_view kind, const std::string& id) override {
+    if (auto c = ready(); !c) return tl::unexpected(c.error());
+    const std::string k(kind);
+    const char* params[] = {k.c_str(), id.c_str()};
+    PgResult r(PQexecParams(
+        c_,
+        "WITH d AS (DELETE FROM kvgate_governance WHERE kind = $1 AND id = $2 RETURNING 1)"
+        " UPDATE kvgate_governance_gen SET gen = gen + 1 WHERE one = 1 AND EXISTS (SELECT 1 FROM d)"
+        " RETURNING gen",
+        2, nullptr, params, nullptr, nullptr, 0));
+    if (!r.ok()) return error("delete " + k, r);
+    return PQntuples(r.r) > 0;
+  }
+
+  Result<int64_t> generation() override {
+    if (auto c = ready(); !c) return tl::unexpected(c.error());
+    PgResult r(PQexec(c_, "SELECT gen FROM kvgate_governance_gen WHERE one = 1"));
+    if (!r.ok() || PQntuples(r.r) != 1) return error("generation", r);
+    return std::stoll(r.val(0, 0));
+  }
+
+  bool shared() const override { return true; }
+  std::string describe() const override { return "PostgreSQL " + where_; }
+
+ private:
+  Result<void> ready() {
+    if (PQstatus(c_) == CONNECTION_OK) return {};
+    PQreset(c_);
+    if (PQstatus(c_) == CONNECTION_OK) {
+      log::info("governance", "PostgreSQL connection re-established");
+      return {};
+    }
+    return fail(503, "policy_store", std::string("PostgreSQL unreachable: ") + PQerrorMessage(c_),
+                true);
+  }
+  tl::unexpected<Error> error(const std::string& what, const PgResult& r) {
+    std::string msg = PQresultErrorMessage(r.r);
+    if (msg.empty()) msg = PQerrorMessage(c_);
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    return fail(503, "policy_store", "PostgreSQL " + what + ": " + msg, true);
+  }
+  PGconn* c_;
+  std::string where_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RowStore>> openPostgresRows(const std::string& conninfo) {
+  // connect_timeout unless the operator set one; a statement may take at most 5 s.
+  std::string ci = conninfo;
+  const bool uri = ci.starts_with("postgres://") || ci.starts_with("postgresql://");
+  if (ci.find("connect_timeout") == std::string::npos)
+    ci += uri ? (ci.find('?') == std::string::npos ? "?connect_timeout=3" : "&connect_timeout=3")
+              : " connect_timeout=3";
+  if (ci.find("options") == std::string::npos)
+    ci += uri ? "&options=-c%20statement_timeout%3D5000" : " options='-c statement_timeout=5000'";
+  PGconn* c = PQconnectdb(ci.c_str());
+  if (PQstatus(c) != CONNECTION_OK) {
+    std::string msg = PQerrorMessage(c);
+    PQfinish(c);
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    return fail(503, "policy_store", "PostgreSQL: " + msg, true);
+  }
+  // For logs: host, port and database, never the password.
+  std::string where = std::string(PQhost(c) ? PQhost(c) : "?") + ":" +
+                      (PQport(c) ? PQport(c) : "?") + "/" + (PQdb(c) ? PQdb(c) : "?");
+  auto st = std::make_unique<PgRows>(c, where);
+  if (auto r = st->init(); !r) return tl::unexpected(r.error());
+  return st;
+}
+
+}  // namespace kvgate::governance

@@ -1,0 +1,98 @@
+// Quota counters shared by gateway replicas (issue 14 §3): the ledger's buckets (quota.h) kept in
+// Redis (serve --redis HOST:PORT), so a tenant's limits hold across replicas.
+//
+// Algorithm. Admission is one Lua script over every bucket of the request: it reads each bucket
+// (a hash: level, time), refills it with Redis's own clock (TIME: replicas' clocks do not matter),
+// and either refuses (the first bucket short of min(cost, capacity), with the seconds until it
+// would admit) or takes one request token / the reservation from every bucket at once. Atomic in
+// Redis, so no rollback is needed and replicas together overshoot a bucket by at most one
+// request's reservation each. Settlement is a second script (reservation back, usage charged,
+// debt allowed). Each bucket key expires once it would be full again (its state is then the same
+// as no state): Redis holds only buckets in use. Keys are "kvgate:q:" + the ledger's bucket key.
+//
+// Threads. One I/O thread owns the (synchronous, hiredis) connection and serves a bounded queue
+// (kMaxQueue jobs); data-plane workers never touch the socket: they post a job and their
+// coroutine resumes on its own executor when the answer is posted back. Timeouts: connect 500 ms,
+// each command 500 ms.
+//
+// Redis unreachable (connection refused, timed out, queue full): for the first 3 s the answer is
+// kWarming (the gateway answers 429 token_quota_warming with Retry-After: 1), then kOpen (the
+// request passes uncounted: loxilb_ai_token_quota_cold_open_total). Reconnects are tried at most
+// once a second; the first success ends both.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "governance/quota.h"
+
+struct redisContext;
+
+namespace kvgate::governance {
+
+class RedisCounters {
+ public:
+  enum class State : uint8_t { kOk, kRefused, kWarming, kOpen };
+  struct Verdict {
+    State state = State::kOk;
+    int64_t retry_after_s = 0;
+    LimitReason reason = LimitReason::kKeyRps;
+    std::vector<QuotaLedger::Held> held;  // kOk: the TPM reservations to settle
+  };
+  using Done = std::function<void(Verdict)>;
+  static constexpr size_t kMaxQueue = 65536;
+  static constexpr int64_t kWarmingNs = 3'000'000'000;
+
+  RedisCounters(std::string host, int port);
+  ~RedisCounters();
+  void start();
+  void stop();  // (jobs still queued are answered kOpen)
+
+  // `done` runs on the I/O thread (or at once when Redis is known to be down): post from it.
+  void admit(std::vector<BucketSpec> specs, int64_t tokens, Done done);
+  void settle(std::vector<QuotaLedger::Held> held, int64_t used);
+  std::string renderMetrics() const;
+  bool up() const { return up_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Job {
+    bool settle = false;
+    std::vector<BucketSpec> specs;
+    std::vector<QuotaLedger::Held> held;
+    int64_t tokens = 0;
+    Done done;
+  };
+  Verdict downVerdict();  // warming or open, by how long Redis has been unreachable
+  void run();
+  bool connect();
+  std::optional<Verdict> doAdmit(const Job& j);  // nullopt: the call failed
+  bool doSettle(const Job& j);
+  void disconnect();
+
+  std::string host_;
+  int port_;
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stop_ = false;
+  redisContext* c_ = nullptr;  // (I/O thread only)
+  std::string admit_sha_, settle_sha_;
+  int64_t last_connect_ns_ = 0;
+  std::atomic<bool> up_{false};
+  std::atomic<int64_t> down_since_ns_{0};  // when Redis became unreachable (0: reachable)
+  std::atomic<uint64_t> cold_open_{0}, warming_{0}, errors_{0}, dropped_{0};
+};
+
+// The process's shared counters (null: quotas count in this process only).
+RedisCounters* redisCounters();
+void setRedisCounters(RedisCounters* c);
+
+}  // namespace kvgate::governance

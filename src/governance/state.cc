@@ -1,0 +1,76 @@
+#include "governance/state.h"
+
+#include <chrono>
+
+#include "common/log.h"
+
+namespace kvgate::governance {
+
+namespace {
+int64_t nowS() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+void GovernanceState::open() {
+  auto rows = db_.empty() ? openSqliteRows(dir_) : openPostgresRows(db_);
+  if (!rows) {
+    log::error("serve", "governance store unavailable (keys, JWT profiles, limits answer 503): " +
+                            rows.error().what);
+    return;
+  }
+  rows_ = std::move(*rows);
+  if (auto g = rows_->generation()) gen_ = *g;
+  if (auto ks = KeyStore::open(*rows_, keyRegistry())) {
+    keys_ = std::move(*ks);
+    log::info("serve", "API keys: " + std::to_string(keys_->size()) + " in " + rows_->describe());
+  } else {
+    log::error("serve", "API key store unavailable: " + ks.error().what);
+  }
+  if (auto ps = ProfileStore::open(*rows_, jwtRegistry())) {
+    profiles_ = std::move(*ps);
+    profiles_->startRefresh();
+  } else {
+    log::error("serve", "JWT profile store unavailable: " + ps.error().what);
+  }
+  if (auto ls = LimitStore::open(*rows_, limitRegistry())) {
+    limits_ = std::move(*ls);
+  } else {
+    log::error("serve", "limit store unavailable: " + ls.error().what);
+  }
+}
+
+bool GovernanceState::poll() {
+  if (!shared()) return false;
+  if (!rows_ || !keys_ || !profiles_ || !limits_) {
+    if (nowS() - opened_at_s_ < 5) return false;  // (a dead server costs a connect timeout)
+    opened_at_s_ = nowS();
+    keys_.reset();
+    profiles_.reset();
+    limits_.reset();
+    rows_.reset();
+    open();
+    return true;  // (null or new: the caller hands the stores out again either way)
+  }
+  auto g = rows_->generation();
+  if (!g) {
+    if (nowS() - failed_at_s_ >= 60) {
+      failed_at_s_ = nowS();
+      log::warn("serve", "governance store poll failed (serving the last state): " + g.error().what);
+    }
+    return false;
+  }
+  if (*g == gen_) return false;
+  bool ok = true;
+  for (auto r : {keys_->reload(), profiles_->reload(), limits_->reload()})
+    if (!r) {
+      ok = false;
+      log::warn("serve", "governance reload failed (serving the last state): " + r.error().what);
+    }
+  if (ok) gen_ = *g;  // (else tried again on the next poll)
+  return false;
+}
+
+}  // namespace kvgate::governance
