@@ -17,6 +17,7 @@
 #include "events/event_plane.h"
 #include "events/kv_sources.h"
 #include "governance/redis_counters.h"
+#include "http/tls.h"
 #include "governance/state.h"
 #include "governance/quota.h"
 #include "http/server.h"
@@ -35,6 +36,8 @@ const char* kServeHelp =
     "                             characters; the file owned by this user, mode 0600 or 0400);\n"
     "                             /healthz stays open. Without it the API must listen on loopback\n"
     "  --api-insecure             allow a non-loopback --api-listen without --api-token-file\n"
+    "  --api-tls-cert FILE        serve the management API over HTTPS with this PEM certificate\n"
+    "  --api-tls-key FILE         (chain) and key; both files are reloaded when they change\n"
     "  --state-dir DIR            where the rule set persists (default ./kvgate-state)\n"
     "  --state-db CONNINFO        API keys, JWT profiles and limits in PostgreSQL, shared by\n"
     "                             replicas (libpq conninfo or postgresql:// URI; default: SQLite\n"
@@ -87,6 +90,7 @@ struct ServeFlags {
   std::string api_listen = "127.0.0.1:11111";
   std::string api_token_file;
   bool api_insecure = false;
+  std::string api_tls_cert, api_tls_key;  // HTTPS for the management API
   std::string state_dir = "kvgate-state";
   std::string state_db;  // PostgreSQL conninfo for governance state shared by replicas
   std::string redis;     // host:port of the Redis holding quota counters shared by replicas
@@ -116,6 +120,10 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
       return 0;
     } else if (a == "--api-token-file") {
       f.api_token_file = next();
+    } else if (a == "--api-tls-cert") {
+      f.api_tls_cert = next();
+    } else if (a == "--api-tls-key") {
+      f.api_tls_key = next();
     } else if (a == "--api-insecure") {
       f.api_insecure = true;
     } else if (a == "--api-listen") {
@@ -280,6 +288,19 @@ int serveMain(int argc, char** argv) {
                  api_listen.c_str());
     return 2;
   }
+  std::shared_ptr<http::TlsFiles> api_tls;
+  if (flags.api_tls_cert.empty() != flags.api_tls_key.empty()) {
+    std::fprintf(stderr, "kvgate serve: --api-tls-cert and --api-tls-key go together\n");
+    return 2;
+  }
+  if (!flags.api_tls_cert.empty()) {
+    auto t = http::TlsFiles::load(flags.api_tls_cert, flags.api_tls_key);
+    if (!t) {
+      std::fprintf(stderr, "kvgate serve: %s\n", t.error().what.c_str());
+      return 2;
+    }
+    api_tls = std::move(*t);
+  }
   admin::ApiTokens api_tokens;
   if (!flags.api_token_file.empty()) {
     auto t = admin::ApiTokens::load(flags.api_token_file);
@@ -424,6 +445,7 @@ int serveMain(int argc, char** argv) {
   http::Server server(
       control, [&api](http::Request& r, http::ResponseWriter& w) { return api.handle(r, w); },
       sopts);
+  if (api_tls) server.setTls(api_tls);
   auto port = server.listen(hp->host, hp->port);
   if (!port) {
     log::error("serve", port.error().what);
@@ -432,7 +454,8 @@ int serveMain(int argc, char** argv) {
   }
   std::string host = hp->host == "0.0.0.0" ? "127.0.0.1" : hp->host;
   if (host.find(':') != std::string::npos) host = "[" + host + "]";
-  std::printf("{\"event\":\"ready\",\"api\":\"http://%s:%u\"}\n", host.c_str(), *port);
+  std::printf("{\"event\":\"ready\",\"api\":\"%s://%s:%u\"}\n", api_tls ? "https" : "http",
+              host.c_str(), *port);
   std::fflush(stdout);
   log::info("serve", "management API on " + hp->host + ":" + std::to_string(*port) + ", " +
                          std::to_string(dp.options().workers) + " data-plane worker(s)");

@@ -14,7 +14,9 @@ namespace {
 
 const char* kHelp =
     "usage: kvgate ctl [--api URL] [--json] <command>\n\n"
-    "  --api URL     management API (default http://127.0.0.1:11111)\n"
+    "  --api URL     management API (default http://127.0.0.1:11111; https:// verifies the\n"
+    "                server's certificate against the system CAs or --cacert)\n"
+    "  --cacert FILE  PEM CA certificate(s) to verify an https:// API with\n"
     "  --token-file FILE  bearer token for an API started with --api-token-file (its first\n"
     "                token line); else $KVGATE_API_TOKEN when set\n"
     "  --json        print raw JSON instead of tables\n\n"
@@ -77,6 +79,8 @@ int main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--api" && i + 1 < argc)
       api = argv[++i];
+    else if (a == "--cacert" && i + 1 < argc)
+      http::setCaFile(argv[++i]);
     else if (a == "--token-file" && i + 1 < argc) {
       std::ifstream f(argv[++i]);
       std::string line;

@@ -1,5 +1,9 @@
 #include "http/client.h"
 
+#include <boost/asio/ssl.hpp>
+
+#include <memory>
+
 #include "http/asio.h"
 #include "http/chunked.h"
 #include "http/parser.h"
@@ -11,21 +15,28 @@ std::string& bearerToken() {
   static std::string t;
   return t;
 }
+std::string& caFile() {
+  static std::string f;
+  return f;
+}
 }  // namespace
 
 void setBearerToken(std::string token) { bearerToken() = std::move(token); }
+void setCaFile(std::string path) { caFile() = std::move(path); }
 
 Result<ClientResponse> fetch(const std::string& url, const std::string& method,
                              const std::string& target, const std::string& body,
                              const std::string& content_type, std::chrono::milliseconds timeout) {
   std::string_view u = url;
-  if (!u.starts_with("http://")) return fail(400, "url", "only http:// URLs are supported: " + url);
-  u.remove_prefix(7);
+  const bool https = u.starts_with("https://");
+  if (!https && !u.starts_with("http://"))
+    return fail(400, "url", "only http:// and https:// URLs are supported: " + url);
+  u.remove_prefix(https ? 8 : 7);
   size_t slash = u.find('/');
   std::string hostport(u.substr(0, slash));
   std::string base = slash == std::string_view::npos ? "" : std::string(u.substr(slash));
   while (!base.empty() && base.back() == '/') base.pop_back();
-  std::string host = hostport, port = "80";
+  std::string host = hostport, port = https ? "443" : "80";
   size_t colon = hostport.rfind(':');
   if (colon != std::string::npos && hostport.find(']') == std::string::npos) {
     host = hostport.substr(0, colon);
@@ -36,13 +47,38 @@ Result<ClientResponse> fetch(const std::string& url, const std::string& method,
   error_code ec;
   auto eps = resolver.resolve(host, port, ec);
   if (ec) return fail(503, "connect", "cannot resolve " + hostport + ": " + ec.message());
-  tcp::socket sock(io);
+  // HTTPS: the server's certificate is verified against the system's CAs or setCaFile()'s, and
+  // its name against the URL's host.
+  std::unique_ptr<asio::ssl::context> ctx;
+  std::unique_ptr<asio::ssl::stream<tcp::socket>> tls;
+  tcp::socket plain(io);
+  if (https) {
+    ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
+    if (caFile().empty()) ctx->set_default_verify_paths(ec);
+    else ctx->load_verify_file(caFile(), ec);
+    if (ec) return fail(400, "cacert", "CA file " + caFile() + ": " + ec.message());
+    ctx->set_verify_mode(asio::ssl::verify_peer);
+    tls = std::make_unique<asio::ssl::stream<tcp::socket>>(io, *ctx);
+    std::string name = host;
+    if (name.size() > 1 && name.front() == '[') name = name.substr(1, name.size() - 2);
+    tls->set_verify_callback(asio::ssl::host_name_verification(name));
+    SSL_set_tlsext_host_name(tls->native_handle(), name.c_str());
+  }
+  tcp::socket& sock = tls ? tls->next_layer() : plain;
   asio::connect(sock, eps, ec);
   if (ec) return fail(503, "connect", "cannot connect to " + hostport + ": " + ec.message());
   struct timeval tv {};
   tv.tv_sec = static_cast<long>(timeout.count() / 1000);
   tv.tv_usec = static_cast<long>((timeout.count() % 1000) * 1000);
   ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ::setsockopt(sock.native_handle(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  if (tls) {
+    tls->handshake(asio::ssl::stream_base::client, ec);
+    if (ec) return fail(503, "tls", "TLS handshake with " + hostport + " failed: " + ec.message());
+  }
+  auto readSome = [&](char* p, size_t n) -> size_t {
+    return tls ? tls->read_some(asio::buffer(p, n), ec) : plain.read_some(asio::buffer(p, n), ec);
+  };
   std::string req = method + " " + base + target + " HTTP/1.1\r\nHost: " + hostport +
                     "\r\nConnection: close\r\nAccept: application/json\r\n";
   if (!bearerToken().empty()) req += "Authorization: Bearer " + bearerToken() + "\r\n";
@@ -51,7 +87,8 @@ Result<ClientResponse> fetch(const std::string& url, const std::string& method,
            "\r\n";
   }
   req += "\r\n" + body;
-  asio::write(sock, asio::buffer(req), ec);
+  if (tls) asio::write(*tls, asio::buffer(req), ec);
+  else asio::write(plain, asio::buffer(req), ec);
   if (ec) return fail(503, "send", "cannot send request: " + ec.message());
   std::string buf;
   ResponseHead head;
@@ -59,7 +96,7 @@ Result<ClientResponse> fetch(const std::string& url, const std::string& method,
   int hn = 0;
   char tmp[16384];
   while ((hn = parseResponseHead(buf.data(), buf.size(), 64 * 1024, method, head, perr)) == 0) {
-    size_t n = sock.read_some(asio::buffer(tmp), ec);
+    size_t n = readSome(tmp, sizeof tmp);
     if (ec) return fail(502, "recv", "no response: " + ec.message());
     buf.append(tmp, n);
   }
@@ -84,8 +121,9 @@ Result<ClientResponse> fetch(const std::string& url, const std::string& method,
       if (st.error) return fail(502, "recv", "malformed chunked response");
       if (st.done) break;
     }
-    size_t n = sock.read_some(asio::buffer(tmp), ec);
-    if (ec == asio::error::eof && kind == BodyKind::kUntilClose) {
+    size_t n = readSome(tmp, sizeof tmp);
+    if ((ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) &&
+        kind == BodyKind::kUntilClose) {
       out.body = buf;
       break;
     }

@@ -20,6 +20,8 @@ struct ClientResponse {
 void setBearerToken(std::string token);
 
 // `url` is http://host:port[/base]; `target` is appended to the base path.
+// HTTPS: verify servers against this PEM CA file instead of the system's CAs.
+void setCaFile(std::string path);
 Result<ClientResponse> fetch(const std::string& url, const std::string& method,
                              const std::string& target, const std::string& body = {},
                              const std::string& content_type = "application/json",

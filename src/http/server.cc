@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "http/chunked.h"
 #include "http/parser.h"
+#include "http/tls.h"
 
 namespace kvgate::http {
 
@@ -16,6 +17,7 @@ struct Server::State {
   std::vector<std::shared_ptr<tcp::acceptor>> acceptors;
   std::set<tcp::socket*> connections;
   bool stopped = false;
+  std::shared_ptr<TlsFiles> tls;
 };
 
 namespace {
@@ -138,10 +140,14 @@ std::string jsonError(int status, std::string_view message) {
 asio::awaitable<bool> ResponseWriter::write(std::string_view data) {
   if (failed_) co_return false;
   error_code ec;
-  co_await asio::async_write(sock_, asio::buffer(data.data(), data.size()), useEc(ec));
+  co_await s_.write(data, ec);
   if (ec) failed_ = true;
   co_return !ec;
 }
+
+tcp::socket& ResponseWriter::socket() { return s_.socket(); }
+
+void Server::setTls(std::shared_ptr<TlsFiles> tls) { state_->tls = std::move(tls); }
 
 asio::awaitable<bool> ResponseWriter::writeRaw(std::string_view data) {
   started_ = true;
@@ -258,14 +264,30 @@ asio::awaitable<void> Server::acceptLoop(std::shared_ptr<tcp::acceptor> acc) {
   }
 }
 
-asio::awaitable<void> Server::serveConnection(tcp::socket sock) {
+asio::awaitable<void> Server::serveConnection(tcp::socket raw) {
   auto state = state_;
+  Stream stream(std::move(raw));
+  if (state->tls) stream.useTls(state->tls->current());
+  tcp::socket& sock = stream.socket();
   state->connections.insert(&sock);
   Deadline deadline(sock.get_executor());
   deadline.start([&sock] {
     error_code ec;
     sock.close(ec);
   });
+  if (stream.tls()) {  // the handshake within the header timeout
+    deadline.expireAfter(state->opts.header_timeout);
+    error_code ec;
+    co_await stream.handshake(ec);
+    if (ec) {
+      log::debug("http", "TLS handshake failed: " + ec.message());
+      deadline.stop();
+      error_code e;
+      sock.close(e);
+      state->connections.erase(&sock);
+      co_return;
+    }
+  }
   std::string buf;
   buf.reserve(8192);
   std::string remote;
@@ -288,10 +310,10 @@ asio::awaitable<void> Server::serveConnection(tcp::socket sock) {
       if (hn != 0) break;
       char tmp[8192];
       error_code ec;
-      size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+      size_t n = co_await stream.readSome(tmp, sizeof tmp, ec);
       if (ec || n == 0) {
         if (deadline.expired() && first_byte && sock.is_open()) {
-          ResponseWriter w(sock, false);
+          ResponseWriter w(stream, false);
           co_await w.send(408, "application/json", jsonError(408, "request header timeout"));
         }
         keep_going = false;
@@ -308,7 +330,7 @@ asio::awaitable<void> Server::serveConnection(tcp::socket sock) {
       // The socket was closed by the deadline while reading: a 408 can't be sent any more.
       break;
     }
-    ResponseWriter w(sock, head.keep_alive);
+    ResponseWriter w(stream, head.keep_alive);
     if (hn < 0) {
       w.closeAfterResponse();
       co_await w.send(perr.status, "application/json", jsonError(perr.status, perr.reason));
@@ -340,7 +362,7 @@ asio::awaitable<void> Server::serveConnection(tcp::socket sock) {
       while (buf.size() < head.content_length) {
         char tmp[16384];
         error_code ec;
-        size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+        size_t n = co_await stream.readSome(tmp, sizeof tmp, ec);
         if (ec || n == 0) {
           body_ok = false;
           break;
@@ -371,7 +393,7 @@ asio::awaitable<void> Server::serveConnection(tcp::socket sock) {
         if (step.done) break;
         char tmp[16384];
         error_code ec;
-        size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+        size_t n = co_await stream.readSome(tmp, sizeof tmp, ec);
         if (ec || n == 0) {
           body_ok = false;
           break;

@@ -31,10 +31,12 @@ struct Request {
 };
 
 using HeaderList = std::vector<std::pair<std::string, std::string>>;
+class Stream;    // http/tls.h: plain TCP or TLS
+class TlsFiles;  // http/tls.h: the certificate of a TLS server
 
 class ResponseWriter {
  public:
-  ResponseWriter(tcp::socket& sock, bool keep_alive) : sock_(sock), keep_alive_(keep_alive) {}
+  ResponseWriter(Stream& s, bool keep_alive) : s_(s), keep_alive_(keep_alive) {}
   asio::awaitable<bool> send(int status, std::string_view content_type, std::string_view body,
                              HeaderList extra = {});
   asio::awaitable<bool> beginStream(int status, std::string_view content_type,
@@ -47,11 +49,11 @@ class ResponseWriter {
   bool keepAlive() const { return keep_alive_; }
   bool sent() const { return started_; }
   bool failed() const { return failed_; }
-  tcp::socket& socket() { return sock_; }
+  tcp::socket& socket();  // the TCP socket under the stream
 
  private:
   asio::awaitable<bool> write(std::string_view data);
-  tcp::socket& sock_;
+  Stream& s_;
   bool keep_alive_;
   bool started_ = false;
   bool failed_ = false;
@@ -81,6 +83,9 @@ class Server {
   Result<void> resumeAccepting();
   void stop();  // closes listeners and every open connection
   uint16_t port() const { return port_; }
+  // Serves HTTPS with this certificate (before listen()); connections that fail the handshake
+  // within the header timeout are closed.
+  void setTls(std::shared_ptr<TlsFiles> tls);
 
  private:
   struct State;

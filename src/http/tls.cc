@@ -1,0 +1,93 @@
+#include "http/tls.h"
+
+#include <openssl/ssl.h>
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include "common/log.h"
+
+namespace kvgate::http {
+
+namespace {
+
+int64_t mtimeNs(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
+
+// ALPN: the server speaks HTTP/1.1 only; a client offering it (or nothing) proceeds, one offering
+// only other protocols gets no ALPN answer (and falls back as the protocol says).
+int selectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+               unsigned int inlen, void*) {
+  for (unsigned int i = 0; i < inlen;) {
+    const unsigned int n = in[i];
+    if (i + 1 + n > inlen) break;
+    if (n == 8 && std::memcmp(in + i + 1, "http/1.1", 8) == 0) {
+      *out = in + i + 1;
+      *outlen = 8;
+      return SSL_TLSEXT_ERR_OK;
+    }
+    i += 1 + n;
+  }
+  return SSL_TLSEXT_ERR_NOACK;
+}
+
+}  // namespace
+
+int64_t TlsFiles::stamp() const {
+  const int64_t a = mtimeNs(cert_), b = mtimeNs(key_);
+  if (a < 0 || b < 0) return -1;
+  return a ^ (b * 31);
+}
+
+Result<std::shared_ptr<asio::ssl::context>> TlsFiles::build(const std::string& cert,
+                                                            const std::string& key) {
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+  error_code ec;
+  ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                       asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
+                   ec);
+  if (!ec) ctx->use_certificate_chain_file(cert, ec);
+  if (ec) return fail(400, "tls_cert", "certificate " + cert + ": " + ec.message());
+  ctx->use_private_key_file(key, asio::ssl::context::pem, ec);
+  if (ec) return fail(400, "tls_key", "private key " + key + ": " + ec.message());
+  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1)
+    return fail(400, "tls_key", "private key " + key + " does not match certificate " + cert);
+  SSL_CTX_set_alpn_select_cb(ctx->native_handle(), selectAlpn, nullptr);
+  return ctx;
+}
+
+Result<std::shared_ptr<TlsFiles>> TlsFiles::load(std::string cert_file, std::string key_file) {
+  auto ctx = build(cert_file, key_file);
+  if (!ctx) return tl::unexpected(ctx.error());
+  std::shared_ptr<TlsFiles> t(new TlsFiles(std::move(cert_file), std::move(key_file)));
+  t->ctx_ = std::move(*ctx);
+  t->stamp_ = t->stamp();
+  t->checked_ = std::chrono::steady_clock::now();
+  return t;
+}
+
+std::shared_ptr<asio::ssl::context> TlsFiles::current() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - checked_ < std::chrono::seconds(1)) return ctx_;
+  checked_ = now;
+  const int64_t st = stamp();
+  if (st == stamp_ || st < 0 || st == refused_stamp_) return ctx_;
+  auto next = build(cert_, key_);
+  if (!next) {
+    refused_stamp_ = st;  // (logged once per change; a half-written pair loads on the next change)
+    log::warn("http", "TLS certificate reload refused, keeping the previous one: " +
+                          next.error().what);
+    return ctx_;
+  }
+  ctx_ = std::move(*next);
+  stamp_ = st;
+  ++reloads_;
+  log::info("http", "TLS certificate reloaded from " + cert_);
+  return ctx_;
+}
+
+}  // namespace kvgate::http
