@@ -368,6 +368,21 @@ int serveMain(int argc, char** argv) {
   if (tokenizers)
     prompt_tokens = std::make_unique<tok::RequestTokenizer>(
         *tokenizers, tok::RequestTokenizer::optionsFromEnv());
+  // Shared quota counters (--redis): an I/O thread of their own; workers never wait on Redis.
+  // Made before the data plane and destroyed after it: requests still in flight at shutdown
+  // settle into it, and its destructor sends the queued settlements.
+  std::unique_ptr<governance::RedisCounters> redis;
+  if (!flags.redis.empty()) {
+    auto rhp = net::parseHostPort(flags.redis);
+    if (!rhp) {
+      std::fprintf(stderr, "kvgate serve: --redis must be HOST:PORT, got '%s'\n",
+                   flags.redis.c_str());
+      return 2;
+    }
+    redis = std::make_unique<governance::RedisCounters>(rhp->host, rhp->port);
+    redis->start();
+    governance::setRedisCounters(redis.get());
+  }
   proxy::DataPlane dp(opts);
   dp.start();
   kv_plane.start();
@@ -396,19 +411,6 @@ int serveMain(int argc, char** argv) {
   // request (policy_store_unavailable), never pass them.
   governance::GovernanceState gov(flags.state_dir, flags.state_db);
   gov.open();
-  // Shared quota counters (--redis): an I/O thread of their own; workers never wait on Redis.
-  std::unique_ptr<governance::RedisCounters> redis;
-  if (!flags.redis.empty()) {
-    auto rhp = net::parseHostPort(flags.redis);
-    if (!rhp) {
-      log::error("serve", "--redis: expected HOST:PORT, got '" + flags.redis + "'");
-      dp.stop();
-      return 2;
-    }
-    redis = std::make_unique<governance::RedisCounters>(rhp->host, rhp->port);
-    redis->start();
-    governance::setRedisCounters(redis.get());
-  }
   // api before control: control's destructor destroys suspended handler frames that use api.
   admin::Api api(
       store,
@@ -477,10 +479,6 @@ int serveMain(int argc, char** argv) {
   api.stopTokenizer();  // before the control loop's frames are destroyed (they point into api)
   kv_plane.stop();
   dp.stop();
-  if (redis) {  // (after the workers: none waits on it any more)
-    governance::setRedisCounters(nullptr);
-    redis->stop();
-  }
   log::info("serve", "stopped");
   log::flush();
   return 0;

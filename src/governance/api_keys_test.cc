@@ -241,6 +241,20 @@ TEST(KeyStore, MovesTheEarlierTables) {
     ASSERT_TRUE(tenants);
     ASSERT_EQ(tenants->size(), 1u);
     EXPECT_EQ((*tenants)[0].id, "acme");
+    // An update touches only an existing row.
+    auto up = (*rows)->update("tenant", "nobody", "{}");
+    ASSERT_TRUE(up);
+    EXPECT_FALSE(*up);
+  }
+  {  // The old tables are kept, renamed.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir + "/governance.db").c_str(), &db), SQLITE_OK);
+    sqlite3_stmt* q = nullptr;
+    ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT count(*) FROM api_keys_v1", -1, &q, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_step(q), SQLITE_ROW);
+    EXPECT_EQ(sqlite3_column_int(q, 0), 1);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
   }
   std::filesystem::remove_all(dir);
 }

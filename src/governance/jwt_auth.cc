@@ -175,13 +175,16 @@ Result<JwtProfile> parseProfile(std::string_view text) {
 
   for (auto& [k, v] : j.items()) {
     Result<std::string> s;
-    if (k == "name" || k == "issuer" || k == "jwks_file" || k == "tenant_claim" ||
-        k == "user_claim") {
-      s = jsonString(v, k.c_str(), k == "issuer" ? 0 : 1, k == "jwks_file" ? 4096 : 256);
+    if (k == "name" || k == "issuer" || k == "jwks_file" || k == "jwks_url" ||
+        k == "jwks_ca_file" || k == "tenant_claim" || k == "user_claim") {
+      const bool path_like = k == "jwks_file" || k == "jwks_url" || k == "jwks_ca_file";
+      s = jsonString(v, k.c_str(), k == "issuer" ? 0 : 1, path_like ? 4096 : 256);
       if (!s) return tl::unexpected(s.error());
       (k == "name"           ? p.name
        : k == "issuer"       ? p.issuer
        : k == "jwks_file"    ? p.jwks_file
+       : k == "jwks_url"     ? p.jwks_url
+       : k == "jwks_ca_file" ? p.jwks_ca_file
        : k == "tenant_claim" ? p.tenant_claim
                              : p.user_claim) = *s;
     } else if (k == "audience" || k == "audiences") {
@@ -217,7 +220,22 @@ Result<JwtProfile> parseProfile(std::string_view text) {
     }
   }
   if (p.name.empty()) return fail(400, "name", "name is required");
-  if (p.jwks_file.empty()) return fail(400, "jwks_file", "jwks_file is required");
+  if (p.jwks_file.empty() == p.jwks_url.empty())
+    return fail(400, "jwks_file", "exactly one of jwks_file and jwks_url is required");
+  if (!p.jwks_url.empty() && !p.jwks_url.starts_with("https://") &&
+      !p.jwks_url.starts_with("http://127.") && !p.jwks_url.starts_with("http://localhost") &&
+      !p.jwks_url.starts_with("http://[::1]"))
+    return fail(400, "jwks_url",
+                "jwks_url must be https:// (plain http:// only to a loopback address: keys "
+                "fetched in the clear could be replaced on the way)");
+  if (!p.jwks_ca_file.empty() && p.jwks_url.empty())
+    return fail(400, "jwks_ca_file", "jwks_ca_file goes with jwks_url");
+  for (const std::string* s : {&p.jwks_url, &p.jwks_file, &p.jwks_ca_file})
+    for (unsigned char c : *s)
+      if (c < 0x20 || c == 0x7f)
+        return fail(400, s == &p.jwks_url ? "jwks_url" : s == &p.jwks_file ? "jwks_file"
+                                                                           : "jwks_ca_file",
+                    "control bytes are not allowed");
   if (p.issuer.empty() && p.audiences.empty())
     return fail(400, "audience",
                 "an issuer or an audience is required (a signature alone accepts every token the "
@@ -230,9 +248,12 @@ Result<JwtProfile> parseProfile(std::string_view text) {
 
 std::string profileJson(const JwtProfile& p) {
   json j = {{"name", p.name},       {"issuer", p.issuer},
-            {"audience", p.audiences}, {"jwks_file", p.jwks_file},
-            {"algorithms", p.algorithms}, {"tenant_claim", p.tenant_claim},
-            {"user_claim", p.user_claim}, {"clock_skew_sec", p.clock_skew_sec}};
+            {"audience", p.audiences}, {"algorithms", p.algorithms},
+            {"tenant_claim", p.tenant_claim}, {"user_claim", p.user_claim},
+            {"clock_skew_sec", p.clock_skew_sec}};
+  if (!p.jwks_file.empty()) j["jwks_file"] = p.jwks_file;
+  if (!p.jwks_url.empty()) j["jwks_url"] = p.jwks_url;
+  if (!p.jwks_ca_file.empty()) j["jwks_ca_file"] = p.jwks_ca_file;
   return j.dump();
 }
 

@@ -43,7 +43,9 @@ struct JwtProfile {
   std::string name;
   std::string issuer;                   // "" = any
   std::vector<std::string> audiences;   // empty = any; else the token's aud must name one
-  std::string jwks_file;
+  std::string jwks_file;     // the keyset: a JWKS file, or
+  std::string jwks_url;      // fetched (https://, or http:// to loopback) every 5 minutes
+  std::string jwks_ca_file;  // PEM CAs to verify jwks_url's server (default: the system's)
   std::vector<std::string> algorithms{"RS256", "ES256"};
   std::string tenant_claim = "tenant";  // copied to the request's tenant
   std::string user_claim = "sub";

@@ -130,8 +130,14 @@ void KeyStore::publish(std::shared_ptr<KeyTable> next) {
 }
 
 Result<void> KeyStore::write(const ApiKey& k, bool insert) {
-  (void)insert;
-  if (auto r = rows_.put("apikey", k.key_id, keyJson(k)); !r) return r;
+  if (insert) {
+    if (auto r = rows_.put("apikey", k.key_id, keyJson(k)); !r) return r;
+  } else {
+    // (only a key that still exists: one another replica deleted is not brought back)
+    auto r = rows_.update("apikey", k.key_id, keyJson(k));
+    if (!r) return tl::unexpected(r.error());
+    if (!*r) return fail(404, "key_id", "no such key");
+  }
   auto next = std::make_shared<KeyTable>(*table_);
   auto& slot = next->by_id[k.key_id];
   if (slot) bytes_ -= footprint(*slot);

@@ -74,6 +74,23 @@ class PgRows final : public RowStore {
     return {};
   }
 
+  Result<bool> update(std::string_view kind, const std::string& id,
+                      const std::string& body) override {
+    if (auto c = ready(); !c) return tl::unexpected(c.error());
+    const std::string k(kind);
+    const char* params[] = {k.c_str(), id.c_str(), body.c_str()};
+    const int lens[] = {int(k.size()), int(id.size()), int(body.size())};
+    PgResult r(PQexecParams(
+        c_,
+        "WITH u AS (UPDATE kvgate_governance SET body = $3 WHERE kind = $1 AND id = $2"
+        " RETURNING 1)"
+        " UPDATE kvgate_governance_gen SET gen = gen + 1 WHERE one = 1 AND EXISTS (SELECT 1 FROM u)"
+        " RETURNING gen",
+        3, nullptr, params, lens, nullptr, 0));
+    if (!r.ok()) return error("update " + k, r);
+    return PQntuples(r.r) > 0;
+  }
+
   Result<bool> erase(std::string_view kind, const std::string& id) override {
     if (auto c = ready(); !c) return tl::unexpected(c.error());
     const std::string k(kind);
@@ -122,14 +139,21 @@ class PgRows final : public RowStore {
 }  // namespace
 
 Result<std::unique_ptr<RowStore>> openPostgresRows(const std::string& conninfo) {
-  // connect_timeout unless the operator set one; a statement may take at most 5 s.
+  // Bounds on every wait, unless the operator set them: connecting 3 s; a statement 5 s (server
+  // side); a silent peer (a partition: no RST) 5 s of unacknowledged data or 9 s of keepalives,
+  // so the control thread is never stuck for TCP's own ~15 minutes.
   std::string ci = conninfo;
   const bool uri = ci.starts_with("postgres://") || ci.starts_with("postgresql://");
-  if (ci.find("connect_timeout") == std::string::npos)
-    ci += uri ? (ci.find('?') == std::string::npos ? "?connect_timeout=3" : "&connect_timeout=3")
-              : " connect_timeout=3";
-  if (ci.find("options") == std::string::npos)
-    ci += uri ? "&options=-c%20statement_timeout%3D5000" : " options='-c statement_timeout=5000'";
+  const std::pair<const char*, const char*> defaults[] = {
+      {"connect_timeout", "3"},      {"keepalives", "1"},        {"keepalives_idle", "5"},
+      {"keepalives_interval", "2"},  {"keepalives_count", "2"},  {"tcp_user_timeout", "5000"},
+      {"options", uri ? "-c%20statement_timeout%3D5000" : "'-c statement_timeout=5000'"}};
+  for (auto [k, v] : defaults) {
+    if (ci.find(k) != std::string::npos) continue;
+    if (uri) ci += (ci.find('?') == std::string::npos ? "?" : "&");
+    else ci += " ";
+    ci += std::string(k) + "=" + v;
+  }
   PGconn* c = PQconnectdb(ci.c_str());
   if (PQstatus(c) != CONNECTION_OK) {
     std::string msg = PQerrorMessage(c);

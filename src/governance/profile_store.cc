@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "http/client.h"
 
 namespace kvgate::governance {
 
@@ -38,29 +39,50 @@ Result<std::unique_ptr<ProfileStore>> ProfileStore::open(RowStore& rows, JwtRegi
 Result<void> ProfileStore::reload() {
   auto rows = rows_.load("jwtprofile");
   if (!rows) return tl::unexpected(rows.error());
-  const int64_t now = nowS();
-  std::map<std::string, State, std::less<>> next;
+  std::vector<JwtProfile> profiles;
   for (const Row& row : *rows) {
     auto p = parseProfile(row.body);
     if (!p) {  // (a damaged row: skipped, so rules that name it fail closed)
       log::error("governance", "JWT profile row refused: " + p.error().what);
       continue;
     }
-    {
-      std::lock_guard g(mu_);  // an unchanged profile keeps its keyset (no file read)
-      auto it = states_.find(p->name);
-      if (it != states_.end() && profileJson(it->second.profile) == profileJson(*p)) {
-        next[p->name] = it->second;
-        continue;
-      }
-    }
+    profiles.push_back(std::move(*p));
+  }
+  auto unchanged = [&](const JwtProfile& p) {  // (mu_ held)
+    auto it = states_.find(p.name);
+    return it != states_.end() && profileJson(it->second.profile) == profileJson(p);
+  };
+  // Keysets of new or changed profiles: their files are read outside the lock.
+  std::vector<const JwtProfile*> todo;
+  {
+    std::lock_guard g(mu_);
+    for (const auto& p : profiles)
+      if (!unchanged(p)) todo.push_back(&p);
+  }
+  const int64_t now = nowS();
+  std::map<std::string, State, std::less<>> fresh;
+  for (const JwtProfile* p : todo) {
     State s;
     s.profile = *p;
     s.keyset = load(*p, nullptr, now, s.mtime_ns);
     s.checked_s = now;
-    next[p->name] = std::move(s);
+    fresh[p->name] = std::move(s);
   }
+  // One critical section: an unchanged profile keeps the keyset it has now (the refresh thread
+  // may have replaced it meanwhile: a revocation must not be undone).
   std::lock_guard g(mu_);
+  std::map<std::string, State, std::less<>> next;
+  for (const auto& p : profiles) {
+    if (unchanged(p)) next[p.name] = states_[p.name];
+    else if (auto it = fresh.find(p.name); it != fresh.end()) next[p.name] = std::move(it->second);
+    else {  // (changed again since: load it now, the rare case)
+      State s;
+      s.profile = p;
+      s.keyset = load(p, nullptr, now, s.mtime_ns);
+      s.checked_s = now;
+      next[p.name] = std::move(s);
+    }
+  }
   states_ = std::move(next);
   publishLocked();
   return {};
@@ -75,15 +97,47 @@ ProfileStore::~ProfileStore() {
   if (refresher_.joinable()) refresher_.join();
 }
 
+// The keys of a JWKS document into `ks` (a malformed one keeps the previous keys).
+std::shared_ptr<const JwtKeyset> ProfileStore::parsed(std::shared_ptr<JwtKeyset> ks,
+                                                      const std::string& text, int64_t now_s) {
+  auto keys = parseJwks(text);
+  if (!keys) {
+    ks->error = keys.error().what;
+    return ks;
+  }
+  // A well-formed set is authoritative, empty included: emptying the file revokes every key.
+  ks->keys = std::move(*keys);
+  ks->loaded_at_s = now_s;
+  ks->error.clear();
+  return ks;
+}
+
 std::shared_ptr<const JwtKeyset> ProfileStore::load(const JwtProfile& p,
                                                     const std::shared_ptr<const JwtKeyset>& old,
                                                     int64_t now_s, int64_t& mtime_ns) {
   auto ks = std::make_shared<JwtKeyset>();
   if (old) *ks = *old;
+  std::string text;
+  if (!p.jwks_url.empty()) {
+    // Fetched with a 5 s timeout and a 1 MiB bound, the server verified (https); a failure keeps
+    // the previous keys (until 24 h old).
+    mtime_ns = 0;
+    http::FetchOptions fo;
+    fo.ca_file = p.jwks_ca_file;
+    fo.max_body_bytes = 1 << 20;
+    fo.send_token = false;
+    auto r = http::fetch(p.jwks_url, "GET", "", "", "application/json",
+                         std::chrono::seconds(5), fo);
+    if (!r || r->status != 200) {
+      ks->error = "jwks_url: " + (r ? "HTTP " + std::to_string(r->status) : r.error().what);
+      return ks;
+    }
+    text = std::move(r->body);
+    return parsed(std::move(ks), text, now_s);
+  }
   mtime_ns = mtimeNs(p.jwks_file);
   // A regular file of at most 1 MiB, opened without blocking (a FIFO must not hang the control
   // thread or the refresher). Unreadable or malformed: the previous keys stay (until 24 h old).
-  std::string text;
   const int fd = ::open(p.jwks_file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   struct stat st {};
   if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > (1 << 20)) {
@@ -100,16 +154,7 @@ std::shared_ptr<const JwtKeyset> ProfileStore::load(const JwtProfile& p,
   }
   ::close(fd);
   text.resize(got);
-  auto keys = parseJwks(text);
-  if (!keys) {
-    ks->error = keys.error().what;
-    return ks;
-  }
-  // A well-formed set is authoritative, empty included: emptying the file revokes every key.
-  ks->keys = std::move(*keys);
-  ks->loaded_at_s = now_s;
-  ks->error.clear();
-  return ks;
+  return parsed(std::move(ks), text, now_s);
 }
 
 void ProfileStore::publishLocked() {
@@ -122,9 +167,13 @@ void ProfileStore::publishLocked() {
 Result<void> ProfileStore::put(const JwtProfile& p) {
   int64_t mtime = 0;
   auto ks = load(p, nullptr, nowS(), mtime);
-  if (ks->loaded_at_s == 0) return fail(400, "jwks_file", "jwks_file: " + ks->error);
-  if (ks->keys.empty())
-    return fail(400, "jwks_file", "jwks_file: no usable RS256 or ES256 public key");
+  const std::string field = p.jwks_url.empty() ? "jwks_file" : "jwks_url";
+  if (ks->loaded_at_s == 0) {
+    std::string why = ks->error;  // (the file's message names jwks_file itself)
+    if (!why.starts_with(field)) why = field + ": " + why;
+    return fail(400, field, why);
+  }
+  if (ks->keys.empty()) return fail(400, field, field + ": no usable RS256 or ES256 public key");
   {
     std::lock_guard g(mu_);
     if (!states_.count(p.name) && states_.size() >= kMaxProfiles)
@@ -181,7 +230,9 @@ void ProfileStore::refresh() {
   {
     std::lock_guard g(mu_);
     for (const auto& [n, s] : states_)
-      if (mtimeNs(s.profile.jwks_file) != s.mtime_ns || now - s.checked_s >= 300)
+      // A file when it changes or every 5 minutes; a URL every 5 minutes, 30 s after a failure.
+      if ((s.profile.jwks_url.empty() && mtimeNs(s.profile.jwks_file) != s.mtime_ns) ||
+          now - s.checked_s >= (s.keyset && !s.keyset->error.empty() ? 30 : 300))
         todo.emplace_back(s.profile, s.keyset);
   }
   if (todo.empty()) return;

@@ -52,6 +52,8 @@ class ProfileStore {
   static std::shared_ptr<const JwtKeyset> load(const JwtProfile& p,
                                                const std::shared_ptr<const JwtKeyset>& old,
                                                int64_t now_s, int64_t& mtime_ns);
+  static std::shared_ptr<const JwtKeyset> parsed(std::shared_ptr<JwtKeyset> ks,
+                                                 const std::string& text, int64_t now_s);
   void publishLocked();
   RowStore& rows_;
   JwtRegistry& registry_;

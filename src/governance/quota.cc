@@ -70,8 +70,10 @@ QuotaLedger::Verdict QuotaLedger::admit(const std::vector<BucketSpec>& specs, in
       if (isTpm(s.reason)) v.held.push_back({s.key, 0, s.rate_per_s, s.capacity, s.reason});
       continue;
     }
-    const double cost = isTpm(s.reason) ? want : 1.0;
-    const double need = std::min(cost, s.capacity);
+    // A hold never exceeds the bucket's capacity: a request larger than the bucket still passes
+    // a full one, and a hold that is never settled (a crash) costs at most one capacity.
+    const double cost = isTpm(s.reason) ? std::min(want, s.capacity) : 1.0;
+    const double need = cost;
     if (b->level >= need - kEps) {
       b->level -= cost;
       if (isTpm(s.reason)) v.held.push_back({s.key, cost, s.rate_per_s, s.capacity, s.reason});

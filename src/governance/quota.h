@@ -5,9 +5,9 @@
 // Algorithm. A bucket holds a level that refills at rate_per_s up to its capacity (a bucket never
 // seen is full). admit() walks the buckets a request needs (limits.h planBuckets, in order): an
 // RPS bucket gives one request token when its level is >= 1; a TPM bucket reserves the request's
-// estimate (prompt tokens + max_tokens) when its level is >= min(estimate, capacity), so a
-// request larger than the whole bucket still passes a full bucket; the level then drops by the
-// whole estimate and may go below zero. The first bucket that refuses ends the walk: what earlier
+// estimate (prompt tokens + max_tokens), at most the bucket's capacity, when its level holds that
+// much: a request larger than the whole bucket still passes a full bucket, and a hold that is
+// never settled (a crash) costs at most one capacity. The first bucket that refuses ends the walk: what earlier
 // buckets gave is put back (rollback) and the refusal carries the seconds until that bucket would
 // admit (Retry-After, 1..86400). settle() gives each TPM bucket its reservation back and charges
 // what the engine reported (usage) or an estimate; a bucket charged more than it held is in debt,

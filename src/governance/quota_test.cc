@@ -89,10 +89,15 @@ TEST(QuotaLedger, TpmReservesSettlesAndGoesIntoDebt) {
 TEST(QuotaLedger, ARequestLargerThanTheBucketPassesAFullBucket) {
   QuotaLedger l;
   const std::vector<BucketSpec> s{tpm("tq|t", 60)};  // 1 token/s, capacity 60
-  auto a = l.admit(s, 1000, 0);                       // needs min(1000, 60) = 60: full, passes
+  auto a = l.admit(s, 1000, 0);  // holds min(1000, 60) = 60: a full bucket passes it
   ASSERT_TRUE(a.ok);
+  EXPECT_DOUBLE_EQ(a.held[0].amount, 60);
+  EXPECT_DOUBLE_EQ(l.level("tq|t", 1, 60, 0), 0);
+  // Only a full bucket passes it again: 60 / 1 = 60 s.
+  EXPECT_EQ(l.admit(s, 1000, 0).retry_after_s, 60);
+  // Settled at 1000 used: 0 + 60 - 1000 = -940 (debt), then 1000 s until it is full again.
+  l.settle(a.held, 1000, 0);
   EXPECT_DOUBLE_EQ(l.level("tq|t", 1, 60, 0), -940);
-  // Only a full bucket passes it again: (60 - -940) / 1 = 1000 s.
   EXPECT_EQ(l.admit(s, 1000, 0).retry_after_s, 1000);
 }
 

@@ -2,6 +2,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -29,7 +30,7 @@ for i, key in ipairs(KEYS) do
   local rate = tonumber(ARGV[3 * i - 1])
   local cap = tonumber(ARGV[3 * i])
   local cost = 1
-  if ARGV[3 * i + 1] == '1' then cost = tokens end
+  if ARGV[3 * i + 1] == '1' then cost = math.min(tokens, cap) end
   local v = redis.call('HMGET', key, 'l', 't')
   local level = cap
   if v[1] then
@@ -87,20 +88,24 @@ struct Reply {
   Reply& operator=(const Reply&) = delete;
 };
 
-RedisCounters* g_counters = nullptr;
+std::atomic<RedisCounters*> g_counters{nullptr};
 
 }  // namespace
 
-RedisCounters* redisCounters() { return g_counters; }
-void setRedisCounters(RedisCounters* c) { g_counters = c; }
+RedisCounters* redisCounters() { return g_counters.load(std::memory_order_acquire); }
+void setRedisCounters(RedisCounters* c) { g_counters.store(c, std::memory_order_release); }
 
 RedisCounters::RedisCounters(std::string host, int port) : host_(std::move(host)), port_(port) {
   down_since_ns_ = steadyNs();  // unknown until the first connect: warming
 }
 
-RedisCounters::~RedisCounters() { stop(); }
+RedisCounters::~RedisCounters() {
+  if (redisCounters() == this) setRedisCounters(nullptr);
+  stop();
+}
 
 void RedisCounters::start() {
+  connect();  // (before serving: a healthy Redis means no warming at start)
   thread_ = std::thread([this] { run(); });
 }
 
@@ -112,14 +117,21 @@ void RedisCounters::stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  disconnect();
+  // The settlements still queued are sent (for up to 2 s): a clean shutdown leaks no hold.
   std::deque<Job> left;
   {
     std::lock_guard g(mu_);
     left.swap(queue_);
   }
-  for (Job& j : left)
-    if (j.done) j.done(Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}});
+  const int64_t until = steadyNs() + 2'000'000'000;
+  for (Job& j : left) {
+    if (j.done) {
+      j.done(Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}});
+      continue;
+    }
+    if (c_ && steadyNs() < until) doSettle(j);  // (a failure disconnects: the rest are dropped)
+  }
+  disconnect();
 }
 
 RedisCounters::Verdict RedisCounters::downVerdict() {
@@ -136,6 +148,14 @@ RedisCounters::Verdict RedisCounters::downVerdict() {
   return v;
 }
 
+RedisCounters::Verdict RedisCounters::shed() {
+  shed_.fetch_add(1, std::memory_order_relaxed);
+  Verdict v;
+  v.state = State::kWarming;
+  v.retry_after_s = 1;
+  return v;
+}
+
 void RedisCounters::admit(std::vector<BucketSpec> specs, int64_t tokens, Done done) {
   if (!up()) {  // known down: answer at once (no queueing behind timeouts)
     done(downVerdict());
@@ -144,23 +164,24 @@ void RedisCounters::admit(std::vector<BucketSpec> specs, int64_t tokens, Done do
   {
     std::lock_guard g(mu_);
     if (queue_.size() < kMaxQueue && !stop_) {
-      queue_.push_back(Job{false, std::move(specs), {}, tokens, std::move(done)});
+      queue_.push_back(Job{false, steadyNs(), std::move(specs), {}, tokens, std::move(done)});
       cv_.notify_one();
       return;
     }
   }
-  dropped_.fetch_add(1, std::memory_order_relaxed);
-  done(downVerdict());
+  done(shed());  // (overload: refused, never opened)
 }
 
 void RedisCounters::settle(std::vector<QuotaLedger::Held> held, int64_t used) {
   if (held.empty()) return;
   std::lock_guard g(mu_);
-  if (queue_.size() >= kMaxQueue || stop_ || !up()) {
-    dropped_.fetch_add(1, std::memory_order_relaxed);  // (the bucket keeps the reservation)
+  // (settlements have room past the admissions' bound, so overload does not drop them; one that
+  // still finds no room is dropped, counted: its hold costs at most one capacity)
+  if (queue_.size() >= kMaxQueue + kMaxQueue / 4 || !up()) {
+    dropped_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  queue_.push_back(Job{true, {}, std::move(held), used, nullptr});
+  queue_.push_back(Job{true, steadyNs(), {}, std::move(held), used, nullptr});
   cv_.notify_one();
 }
 
@@ -179,92 +200,120 @@ bool RedisCounters::connect() {
   last_connect_ns_ = steadyNs();
   timeval tv{0, 500000};
   c_ = redisConnectWithTimeout(host_.c_str(), port_, tv);
+  std::string why;
   if (!c_ || c_->err) {
+    why = c_ ? c_->errstr : "out of memory";
+  } else {
+    redisSetTimeout(c_, tv);
+    for (auto [lua, sha] :
+         {std::pair{kAdmitLua, &admit_sha_}, std::pair{kSettleLua, &settle_sha_}}) {
+      Reply r(redisCommand(c_, "SCRIPT LOAD %s", lua));
+      if (!r.r || r.r->type != REDIS_REPLY_STRING) {
+        why = r.r && r.r->type == REDIS_REPLY_ERROR ? std::string(r.r->str) : c_->errstr;
+        break;
+      }
+      sha->assign(r.r->str, r.r->len);
+    }
+  }
+  if (!why.empty()) {
     if (c_) redisFree(c_);
     c_ = nullptr;
-    return false;
-  }
-  redisSetTimeout(c_, tv);
-  for (auto [lua, sha] : {std::pair{kAdmitLua, &admit_sha_}, std::pair{kSettleLua, &settle_sha_}}) {
-    Reply r(redisCommand(c_, "SCRIPT LOAD %s", lua));
-    if (!r.r || r.r->type != REDIS_REPLY_STRING) {
-      redisFree(c_);
-      c_ = nullptr;
-      return false;
+    if (steadyNs() - connect_logged_ns_ >= 60'000'000'000) {  // (at most once a minute)
+      connect_logged_ns_ = steadyNs();
+      log::warn("governance", "Redis " + host_ + ":" + std::to_string(port_) + ": " + why);
     }
-    sha->assign(r.r->str, r.r->len);
+    return false;
   }
   up_ = true;
   down_since_ns_ = 0;
-  log::info("governance", "Redis " + host_ + ":" + std::to_string(port_) + " connected (shared quota counters)");
+  log::info("governance", "Redis " + host_ + ":" + std::to_string(port_) +
+                              " connected (shared quota counters)");
   return true;
 }
 
-std::optional<RedisCounters::Verdict> RedisCounters::doAdmit(const Job& j) {
+// One script call. kLost: the connection was gone before the command could run (EOF, reset):
+// safe to send again on a new one. kFailed: a timeout (it may have run) or a script error.
+RedisCounters::Call RedisCounters::call(const std::vector<std::string>& args, Verdict* v,
+                                        const Job* j) {
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const auto& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  Reply r(redisCommandArgv(c_, int(argv.size()), argv.data(), lens.data()));
+  if (!r.r) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    const bool lost = c_->err == REDIS_ERR_EOF ||
+                      (c_->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
+    disconnect();
+    return lost ? Call::kLost : Call::kFailed;
+  }
+  if (r.r->type == REDIS_REPLY_ERROR) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    const std::string msg(r.r->str, r.r->len);
+    log::warn("governance", "Redis quota script: " + msg);
+    // The scripts are gone (SCRIPT FLUSH, a restarted server on the same connection): load again.
+    if (msg.starts_with("NOSCRIPT")) {
+      disconnect();
+      return Call::kLost;
+    }
+    return Call::kFailed;
+  }
+  if (!v) return Call::kOk;
+  if (r.r->type != REDIS_REPLY_ARRAY || r.r->elements < 1 ||
+      r.r->element[0]->type != REDIS_REPLY_INTEGER) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    return Call::kFailed;
+  }
+  const long long i = r.r->element[0]->integer;
+  if (i == 0) {
+    for (const auto& s : j->specs)
+      if (isTpm(s.reason))
+        v->held.push_back({s.key,
+                           std::min(std::clamp(double(j->tokens), 0.0, QuotaLedger::kMaxTokens),
+                                    s.capacity),
+                           s.rate_per_s, s.capacity, s.reason});
+    return Call::kOk;
+  }
+  if (i < 1 || size_t(i) > j->specs.size() || r.r->elements < 2 ||
+      r.r->element[1]->type != REDIS_REPLY_STRING) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    return Call::kFailed;
+  }
+  v->state = State::kRefused;
+  v->reason = j->specs[size_t(i - 1)].reason;
+  const double wait = std::min(std::strtod(r.r->element[1]->str, nullptr), 86400.0);
+  v->retry_after_s = std::max<int64_t>(
+      1, static_cast<int64_t>(std::ceil(std::isfinite(wait) ? wait : 86400.0)));
+  return Call::kOk;
+}
+
+RedisCounters::Call RedisCounters::doAdmit(const Job& j, Verdict& v) {
   std::vector<std::string> args{"EVALSHA", admit_sha_, std::to_string(j.specs.size())};
   for (const auto& s : j.specs) args.push_back("kvgate:q:" + s.key);
-  args.push_back(std::to_string(std::clamp<int64_t>(j.tokens, 0, int64_t(QuotaLedger::kMaxTokens))));
+  args.push_back(
+      std::to_string(std::clamp<int64_t>(j.tokens, 0, int64_t(QuotaLedger::kMaxTokens))));
   for (const auto& s : j.specs) {
     args.push_back(num(s.rate_per_s));
     args.push_back(num(s.capacity));
     args.push_back(isTpm(s.reason) ? "1" : "0");
   }
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  Reply r(redisCommandArgv(c_, int(argv.size()), argv.data(), lens.data()));
-  if (!r.r || r.r->type != REDIS_REPLY_ARRAY || r.r->elements < 1 ||
-      r.r->element[0]->type != REDIS_REPLY_INTEGER) {
-    errors_.fetch_add(1, std::memory_order_relaxed);
-    if (r.r && r.r->type == REDIS_REPLY_ERROR)
-      log::warn("governance", std::string("Redis quota script: ") + r.r->str);
-    return std::nullopt;  // (the caller reconnects once, which loads the scripts again)
-  }
-  Verdict v;
-  const long long i = r.r->element[0]->integer;
-  if (i == 0) {
-    for (const auto& s : j.specs)
-      if (isTpm(s.reason))
-        v.held.push_back({s.key, std::clamp(double(j.tokens), 0.0, QuotaLedger::kMaxTokens),
-                          s.rate_per_s, s.capacity, s.reason});
-    return v;
-  }
-  if (i < 1 || size_t(i) > j.specs.size() || r.r->elements < 2 ||
-      r.r->element[1]->type != REDIS_REPLY_STRING) {
-    errors_.fetch_add(1, std::memory_order_relaxed);
-    return std::nullopt;
-  }
-  v.state = State::kRefused;
-  v.reason = j.specs[size_t(i - 1)].reason;
-  const double wait = std::min(std::strtod(r.r->element[1]->str, nullptr), 86400.0);
-  v.retry_after_s = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(std::isfinite(wait) ? wait : 86400.0)));
-  return v;
+  v = Verdict{};
+  return call(args, &v, &j);
 }
 
-bool RedisCounters::doSettle(const Job& j) {
+RedisCounters::Call RedisCounters::doSettle(const Job& j) {
   std::vector<std::string> args{"EVALSHA", settle_sha_, std::to_string(j.held.size())};
   for (const auto& h : j.held) args.push_back("kvgate:q:" + h.key);
-  args.push_back(std::to_string(std::clamp<int64_t>(j.tokens, 0, int64_t(QuotaLedger::kMaxTokens))));
+  args.push_back(
+      std::to_string(std::clamp<int64_t>(j.tokens, 0, int64_t(QuotaLedger::kMaxTokens))));
   for (const auto& h : j.held) {
     args.push_back(num(h.amount));
     args.push_back(num(h.rate_per_s));
     args.push_back(num(h.capacity));
   }
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  Reply r(redisCommandArgv(c_, int(argv.size()), argv.data(), lens.data()));
-  if (!r.r || r.r->type == REDIS_REPLY_ERROR) {
-    errors_.fetch_add(1, std::memory_order_relaxed);
-    return false;
-  }
-  return true;
+  return call(args, nullptr, &j);
 }
 
 void RedisCounters::run() {
@@ -284,28 +333,31 @@ void RedisCounters::run() {
       queue_.pop_front();
     }
     if (!c_ && steadyNs() - last_connect_ns_ >= 1'000'000'000) connect();
+    if (!j.settle && steadyNs() - j.queued_ns > kMaxWaitNs) {
+      j.done(shed());  // (waited too long: the client is better told to retry)
+      continue;
+    }
     if (!c_) {
       if (j.done) j.done(downVerdict());
+      else dropped_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    // A failed call (Redis restarted, connection dropped) reconnects at once and tries again.
     if (j.settle) {
-      if (!doSettle(j)) {
-        disconnect();
-        if (connect()) doSettle(j);
-      }
+      Call c = doSettle(j);
+      if (c == Call::kLost && connect()) c = doSettle(j);
+      if (c != Call::kOk) dropped_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    auto v = doAdmit(j);
-    if (!v) {
-      disconnect();
-      if (connect()) v = doAdmit(j);
-      if (!v) {
-        disconnect();
-        v = downVerdict();
-      }
+    Verdict v;
+    Call c = doAdmit(j, v);
+    if (c == Call::kLost && connect()) c = doAdmit(j, v);
+    if (c != Call::kOk) {
+      // Connection gone: warming, then open. A script error on a live connection: this request
+      // passes uncounted (counted as an error and a cold open).
+      v = c_ ? Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}} : downVerdict();
+      if (c_) cold_open_.fetch_add(1, std::memory_order_relaxed);
     }
-    j.done(std::move(*v));
+    j.done(std::move(v));
   }
 }
 
@@ -316,17 +368,22 @@ std::string RedisCounters::renderMetrics() const {
   };
   return line("loxilb_ai_token_quota_cold_open_total", "counter",
               "Requests passed uncounted because the shared quota store (Redis) was unreachable "
-              "for more than 3 s.",
+              "for more than 3 s, or its script failed.",
               cold_open_.load()) +
          line("kvgate_quota_warming_total", "counter",
               "Requests answered 429 token_quota_warming (Redis unreachable for less than 3 s).",
               warming_.load()) +
+         line("kvgate_quota_redis_shed_total", "counter",
+              "Requests answered 429 token_quota_warming because the Redis queue was full or "
+              "they waited in it over 1 s.",
+              shed_.load()) +
          line("kvgate_quota_redis_up", "gauge", "1 while the shared quota store is connected.",
               up() ? 1 : 0) +
          line("kvgate_quota_redis_errors_total", "counter", "Failed Redis quota calls.",
               errors_.load()) +
          line("kvgate_quota_redis_dropped_total", "counter",
-              "Quota jobs not queued (queue full or Redis down; settlements keep the reservation).",
+              "Settlements not sent (queue full, Redis down, call failed; the hold costs at most "
+              "one bucket capacity).",
               dropped_.load());
 }
 

@@ -13,12 +13,18 @@
 // Threads. One I/O thread owns the (synchronous, hiredis) connection and serves a bounded queue
 // (kMaxQueue jobs); data-plane workers never touch the socket: they post a job and their
 // coroutine resumes on its own executor when the answer is posted back. Timeouts: connect 500 ms,
-// each command 500 ms.
+// each command 500 ms. Overload is shed, never opened: a full queue, or an admission that waited
+// over kMaxWaitNs in it, is answered kShed (429 token_quota_warming, Retry-After 1). A call that
+// failed because the connection was gone (EOF, reset: the command never ran) reconnects once and
+// is sent again; a timed-out one is not (it may have run). A script error (Redis out of memory)
+// answers kOpen for that request and keeps the connection.
 //
-// Redis unreachable (connection refused, timed out, queue full): for the first 3 s the answer is
+// Redis unreachable (connection refused, dropped, timed out): for the first 3 s the answer is
 // kWarming (the gateway answers 429 token_quota_warming with Retry-After: 1), then kOpen (the
 // request passes uncounted: loxilb_ai_token_quota_cold_open_total). Reconnects are tried at most
-// once a second; the first success ends both.
+// once a second (failures logged at most once a minute); the first success ends both. stop()
+// sends the settlements still queued (for up to 2 s), so a clean shutdown leaks no reservation; a
+// hold that is never settled (kill -9) costs at most one bucket capacity (quota.h).
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -39,7 +45,7 @@ namespace kvgate::governance {
 
 class RedisCounters {
  public:
-  enum class State : uint8_t { kOk, kRefused, kWarming, kOpen };
+  enum class State : uint8_t { kOk, kRefused, kWarming, kOpen };  // (kShed answers kWarming)
   struct Verdict {
     State state = State::kOk;
     int64_t retry_after_s = 0;
@@ -49,6 +55,7 @@ class RedisCounters {
   using Done = std::function<void(Verdict)>;
   static constexpr size_t kMaxQueue = 65536;
   static constexpr int64_t kWarmingNs = 3'000'000'000;
+  static constexpr int64_t kMaxWaitNs = 1'000'000'000;
 
   RedisCounters(std::string host, int port);
   ~RedisCounters();
@@ -64,16 +71,20 @@ class RedisCounters {
  private:
   struct Job {
     bool settle = false;
+    int64_t queued_ns = 0;
     std::vector<BucketSpec> specs;
     std::vector<QuotaLedger::Held> held;
     int64_t tokens = 0;
     Done done;
   };
   Verdict downVerdict();  // warming or open, by how long Redis has been unreachable
+  Verdict shed();         // overload: 429 warming
   void run();
   bool connect();
-  std::optional<Verdict> doAdmit(const Job& j);  // nullopt: the call failed
-  bool doSettle(const Job& j);
+  enum class Call : uint8_t { kOk, kLost, kFailed };  // kLost: the connection was gone (resend)
+  Call call(const std::vector<std::string>& args, Verdict* v, const Job* j);
+  Call doAdmit(const Job& j, Verdict& v);
+  Call doSettle(const Job& j);
   void disconnect();
 
   std::string host_;
@@ -86,9 +97,10 @@ class RedisCounters {
   redisContext* c_ = nullptr;  // (I/O thread only)
   std::string admit_sha_, settle_sha_;
   int64_t last_connect_ns_ = 0;
+  int64_t connect_logged_ns_ = INT64_MIN / 2;
   std::atomic<bool> up_{false};
   std::atomic<int64_t> down_since_ns_{0};  // when Redis became unreachable (0: reachable)
-  std::atomic<uint64_t> cold_open_{0}, warming_{0}, errors_{0}, dropped_{0};
+  std::atomic<uint64_t> cold_open_{0}, warming_{0}, errors_{0}, dropped_{0}, shed_{0};
 };
 
 // The process's shared counters (null: quotas count in this process only).

@@ -31,6 +31,10 @@ class RowStore {
   virtual Result<std::vector<Row>> load(std::string_view kind) = 0;
   virtual Result<void> put(std::string_view kind, const std::string& id,
                            const std::string& body) = 0;
+  // Only an existing row (false: none, e.g. another replica deleted it: an update must not
+  // bring it back).
+  virtual Result<bool> update(std::string_view kind, const std::string& id,
+                              const std::string& body) = 0;
   // False when there was no such row.
   virtual Result<bool> erase(std::string_view kind, const std::string& id) = 0;
   // A number that changes with every change by anyone (SQLite: only this process changes it).

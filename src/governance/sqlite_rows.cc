@@ -1,4 +1,5 @@
-// The SQLite RowStore (row_store.h), with the one-time move of earlier versions' tables.
+// The SQLite RowStore (row_store.h), with the one-time move of earlier versions' tables (copied
+// into governance_rows in one transaction, then renamed *_v1; any read error undoes all of it).
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
@@ -53,6 +54,18 @@ class SqliteRows final : public RowStore {
     return {};
   }
 
+  Result<bool> update(std::string_view kind, const std::string& id,
+                      const std::string& body) override {
+    Stmt q(db_, "UPDATE governance_rows SET body=?3 WHERE kind=?1 AND id=?2");
+    if (!q) return dbError(db_, "prepare");
+    q.text(1, std::string(kind));
+    q.text(2, id);
+    q.text(3, body);
+    if (sqlite3_step(q.s) != SQLITE_DONE) return dbError(db_, "update " + std::string(kind));
+    ++gen_;
+    return sqlite3_changes(db_) > 0;
+  }
+
   Result<bool> erase(std::string_view kind, const std::string& id) override {
     Stmt q(db_, "DELETE FROM governance_rows WHERE kind=?1 AND id=?2");
     if (!q) return dbError(db_, "prepare");
@@ -82,7 +95,8 @@ class SqliteRows final : public RowStore {
              "SELECT key_id, tenant_id, name, allowed_models, rate_limit_rps, burst_size,"
              " tokens_per_min, expires_at, enabled, created_at, salt, hash FROM api_keys");
       if (!q) return undo(dbError(db_, "migrate api_keys"));
-      while (sqlite3_step(q.s) == SQLITE_ROW) {
+      int rc;
+      while ((rc = sqlite3_step(q.s)) == SQLITE_ROW) {
         nlohmann::json j = {{"key_id", q.col(0)},
                             {"tenant_id", q.col(1)},
                             {"name", q.col(2)},
@@ -102,24 +116,37 @@ class SqliteRows final : public RowStore {
             !r)
           return undo(tl::unexpected(r.error()));
       }
+      if (rc != SQLITE_DONE) return undo(dbError(db_, "migrate api_keys"));  // (never half)
     }
     if (profiles) {
       Stmt q(db_, "SELECT name, body FROM jwt_profiles");
       if (!q) return undo(dbError(db_, "migrate jwt_profiles"));
-      while (sqlite3_step(q.s) == SQLITE_ROW)
+      int rc;
+      while ((rc = sqlite3_step(q.s)) == SQLITE_ROW)
         if (auto r = put("jwtprofile", q.col(0), q.col(1)); !r)
           return undo(tl::unexpected(r.error()));
+      if (rc != SQLITE_DONE) return undo(dbError(db_, "migrate jwt_profiles"));
     }
     if (limits) {
       Stmt q(db_, "SELECT kind, id, body FROM limits");
       if (!q) return undo(dbError(db_, "migrate limits"));
-      while (sqlite3_step(q.s) == SQLITE_ROW)
+      int rc;
+      while ((rc = sqlite3_step(q.s)) == SQLITE_ROW)
         if (auto r = put(q.col(0), q.col(1), q.col(2)); !r) return undo(tl::unexpected(r.error()));
+      if (rc != SQLITE_DONE) return undo(dbError(db_, "migrate limits"));
     }
-    for (const char* sql : {"DROP TABLE IF EXISTS api_keys", "DROP TABLE IF EXISTS jwt_profiles",
-                            "DROP TABLE IF EXISTS limits", "COMMIT"})
-      if (auto r = execSql(db_, sql); !r) return undo(tl::unexpected(r.error()));
-    log::info("governance", "moved earlier governance tables into governance_rows");
+    // The old tables are kept under another name (a downgrade, or a look by hand), not dropped.
+    for (auto [old_name, sql] : {std::pair{keys, "ALTER TABLE api_keys RENAME TO api_keys_v1"},
+                                 std::pair{profiles, "ALTER TABLE jwt_profiles RENAME TO jwt_profiles_v1"},
+                                 std::pair{limits, "ALTER TABLE limits RENAME TO limits_v1"}})
+      if (old_name) {
+        const std::string drop = "DROP TABLE IF EXISTS " +
+                                 std::string(sql).substr(std::string(sql).rfind(' ') + 1);
+        if (auto r = execSql(db_, drop.c_str()); !r) return undo(tl::unexpected(r.error()));
+        if (auto r = execSql(db_, sql); !r) return undo(tl::unexpected(r.error()));
+      }
+    if (auto r = execSql(db_, "COMMIT"); !r) return undo(tl::unexpected(r.error()));
+    log::info("governance", "moved earlier governance tables into governance_rows (kept as *_v1)");
     return {};
   }
 

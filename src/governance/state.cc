@@ -1,6 +1,7 @@
 #include "governance/state.h"
 
 #include <chrono>
+#include <filesystem>
 
 #include "common/log.h"
 
@@ -23,6 +24,7 @@ void GovernanceState::open() {
   }
   rows_ = std::move(*rows);
   if (auto g = rows_->generation()) gen_ = *g;
+  if (!db_.empty() && gen_ == 0) importLocal();
   if (auto ks = KeyStore::open(*rows_, keyRegistry())) {
     keys_ = std::move(*ks);
     log::info("serve", "API keys: " + std::to_string(keys_->size()) + " in " + rows_->describe());
@@ -40,6 +42,30 @@ void GovernanceState::open() {
   } else {
     log::error("serve", "limit store unavailable: " + ls.error().what);
   }
+}
+
+// A PostgreSQL store never written to, and a SQLite store in --state-dir from before --state-db:
+// its rows are copied in (upserts: replicas starting together copy the same rows), so switching
+// to a shared store keeps every key, profile and limit.
+void GovernanceState::importLocal() {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir_ + "/governance.db", ec)) return;
+  auto local = openSqliteRows(dir_);
+  if (!local) {
+    log::warn("serve", "cannot read " + dir_ + "/governance.db to import: " + local.error().what);
+    return;
+  }
+  size_t n = 0;
+  for (const char* kind : {"apikey", "jwtprofile", "tenant", "user", "defaults"}) {
+    auto rows = (*local)->load(kind);
+    if (!rows) continue;
+    for (const Row& r : *rows)
+      if (rows_->put(kind, r.id, r.body)) ++n;
+  }
+  if (n > 0)
+    log::info("serve", "imported " + std::to_string(n) + " governance row(s) from " + dir_ +
+                           "/governance.db into " + rows_->describe());
+  if (auto g = rows_->generation()) gen_ = *g;
 }
 
 bool GovernanceState::poll() {

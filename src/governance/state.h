@@ -32,6 +32,7 @@ class GovernanceState {
   bool shared() const { return !db_.empty(); }
 
  private:
+  void importLocal();
   std::string dir_, db_;
   std::unique_ptr<RowStore> rows_;
   // (destroyed before rows_, which they use)

@@ -26,7 +26,9 @@ void setCaFile(std::string path) { caFile() = std::move(path); }
 
 Result<ClientResponse> fetch(const std::string& url, const std::string& method,
                              const std::string& target, const std::string& body,
-                             const std::string& content_type, std::chrono::milliseconds timeout) {
+                             const std::string& content_type, std::chrono::milliseconds timeout,
+                             const FetchOptions& opts) {
+  const std::string& ca = opts.ca_file.empty() ? caFile() : opts.ca_file;
   std::string_view u = url;
   const bool https = u.starts_with("https://");
   if (!https && !u.starts_with("http://"))
@@ -54,9 +56,9 @@ Result<ClientResponse> fetch(const std::string& url, const std::string& method,
   tcp::socket plain(io);
   if (https) {
     ctx = std::make_unique<asio::ssl::context>(asio::ssl::context::tls_client);
-    if (caFile().empty()) ctx->set_default_verify_paths(ec);
-    else ctx->load_verify_file(caFile(), ec);
-    if (ec) return fail(400, "cacert", "CA file " + caFile() + ": " + ec.message());
+    if (ca.empty()) ctx->set_default_verify_paths(ec);
+    else ctx->load_verify_file(ca, ec);
+    if (ec) return fail(400, "cacert", "CA file " + ca + ": " + ec.message());
     ctx->set_verify_mode(asio::ssl::verify_peer);
     tls = std::make_unique<asio::ssl::stream<tcp::socket>>(io, *ctx);
     std::string name = host;
@@ -81,7 +83,8 @@ Result<ClientResponse> fetch(const std::string& url, const std::string& method,
   };
   std::string req = method + " " + base + target + " HTTP/1.1\r\nHost: " + hostport +
                     "\r\nConnection: close\r\nAccept: application/json\r\n";
-  if (!bearerToken().empty()) req += "Authorization: Bearer " + bearerToken() + "\r\n";
+  if (opts.send_token && !bearerToken().empty())
+    req += "Authorization: Bearer " + bearerToken() + "\r\n";
   if (!body.empty() || method == "POST" || method == "PUT" || method == "PATCH") {
     req += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) +
            "\r\n";
@@ -111,6 +114,8 @@ Result<ClientResponse> fetch(const std::string& url, const std::string& method,
   ChunkedScanner sc;
   for (;;) {
     if (kind == BodyKind::kNone) break;
+    if (kind == BodyKind::kLength && cl > opts.max_body_bytes)
+      return fail(413, "recv", "response larger than " + std::to_string(opts.max_body_bytes) + " bytes");
     if (kind == BodyKind::kLength && buf.size() >= cl) {
       out.body = buf.substr(0, cl);
       break;
@@ -129,6 +134,8 @@ Result<ClientResponse> fetch(const std::string& url, const std::string& method,
     }
     if (ec) return fail(502, "recv", "truncated response: " + ec.message());
     buf.append(tmp, n);
+    if (buf.size() + out.body.size() > opts.max_body_bytes)
+      return fail(413, "recv", "response larger than " + std::to_string(opts.max_body_bytes) + " bytes");
   }
   return out;
 }

@@ -22,9 +22,15 @@ void setBearerToken(std::string token);
 // `url` is http://host:port[/base]; `target` is appended to the base path.
 // HTTPS: verify servers against this PEM CA file instead of the system's CAs.
 void setCaFile(std::string path);
+struct FetchOptions {
+  std::string ca_file;                         // overrides setCaFile's for this call
+  size_t max_body_bytes = size_t(64) << 20;    // a longer answer is an error (413)
+  bool send_token = true;                      // setBearerToken's token (the API's, for ctl)
+};
 Result<ClientResponse> fetch(const std::string& url, const std::string& method,
                              const std::string& target, const std::string& body = {},
                              const std::string& content_type = "application/json",
-                             std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                             std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                             const FetchOptions& opts = {});
 
 }  // namespace kvgate::http

@@ -9,12 +9,13 @@
 // Reservation: (prompt estimate + max_tokens) x n, each term clamped to 1e9. max_tokens is the
 // larger of max_tokens and max_completion_tokens, else serve --quota-max-tokens. The prompt
 // estimate: a token-id prompt's id count, else the rendered prompt's bytes / 4 rounded up (the
-// request facts' one parse; no tokenizer runs on the event loop for it).
+// request facts' one parse; no tokenizer runs on the event loop for it), else, when the facts
+// found no prompt, the body's bytes / 4.
 //
 // Settlement (settleQuota, run when dispatch ends on every path, client disconnects included):
 // the reservation goes back and each TPM bucket is charged the engine's usage (the relay's
 // UsageScanner; P/D answers too), else an estimate, counted as missing usage: nothing when no
-// engine got the request, it answered an error, the request was HEAD or carried no prompt; the
+// engine got the request, it answered an error, or the request was HEAD or had no body; the
 // prompt estimate when the exchange broke before an answer; the prompt estimate plus the stream's
 // data events for a stream; the whole reservation for another answer. A stream whose client did
 // not ask for usage (no stream_options, or include_usage false) gets stream_options with
@@ -74,16 +75,17 @@ asio::awaitable<ClientConn::KeyAdmission> ClientConn::admitQuota(const Route& ro
     co_return KeyAdmission{};
   }
   int64_t prompt = 0, max_tokens = w_.opts.quota_max_tokens, n = 1;
-  quota_.generation = false;
   if (facts_parsed_) {
     prompt = facts_.prompt_id_count > 0
                  ? static_cast<int64_t>(facts_.prompt_id_count)
                  : static_cast<int64_t>((facts_.prompt_render_total + 3) / 4);
     if (facts_.max_tokens) max_tokens = *facts_.max_tokens;
     if (facts_.n && *facts_.n > 1) n = std::min<int64_t>(*facts_.n, 1024);
-    quota_.generation = facts_.has_prompt || facts_.prompt_render_total > 0 ||
-                        facts_.prompt_id_count > 0;
   }
+  // A body whose prompt the facts did not find (another endpoint's shape, or a walk cut short by
+  // a string simdjson refuses): the body's own size stands in for it.
+  if (prompt == 0) prompt = static_cast<int64_t>((req.body.size() + 3) / 4);
+  quota_.generation = !req.body.empty();  // (a body-less request generates nothing)
   prompt = std::min(prompt, kMaxTerm);
   max_tokens = std::clamp<int64_t>(max_tokens, 0, kMaxTerm);
   const int64_t reserve = std::min<int64_t>((prompt + max_tokens) * n, kMaxTerm);
@@ -176,7 +178,7 @@ void ClientConn::settleQuota() {
     used = quota_.prompt_estimate;  // sent, then broken or abandoned before an answer
     missing = true;
   } else if (quota_.status >= 400 || !quota_.generation) {
-    used = 0;  // the engine refused it, or it generated nothing (no prompt)
+    used = 0;  // the engine refused it, or it generated nothing (no body)
   } else {
     used = quota_.stream ? quota_.prompt_estimate + int64_t(usage_.dataEvents()) : quota_.reserved;
     missing = true;

@@ -239,3 +239,55 @@ test('model pools behind keys: /v1/models needs a key and lists what it may use'
   assert.equal(r.status, 400);
   assert.equal(up.seen.length, 1);
 });
+
+// kill -9 in the middle of key churn (creates, patches and deletes in flight, issue 14 §6): every
+// change the API acknowledged is there after the restart, and every key that was acknowledged as
+// created (and not deleted) still authenticates.
+test('kill -9 during key churn loses no acknowledged change', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  let gw = await startGateway({ stateDir: tmp.dir });
+  t.after(() => gw.stop('SIGKILL'));
+  const up = await recordingUpstream(t);
+  const port = await freePort();
+  assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [up.worker],
+    extraArgs: { api_key_auth: 'required' } }))).status, 200);
+  const created = new Map();  // key_id -> raw key (acknowledged 201)
+  const deleted = new Set();  // acknowledged 204
+  const deleting = new Set();  // a DELETE was sent (it may have committed without an answer)
+  const renamed = new Map();  // key_id -> name acknowledged by PATCH 204
+  let stop = false;
+  const churn = async (w) => {
+    for (let i = 0; !stop; i++) {
+      try {
+        const r = await api(gw.api, 'POST', KEYS, { tenant_id: `t${w}`, name: `k${i}` });
+        if (r.status !== 201) continue;
+        created.set(r.json.key_id, r.json.raw_key);
+        if (i % 3 === 1) {
+          const p = await api(gw.api, 'PATCH', `${KEYS}/${r.json.key_id}`, { name: `renamed${i}` });
+          if (p.status === 204) renamed.set(r.json.key_id, `renamed${i}`);
+        } else if (i % 3 === 2) {
+          deleting.add(r.json.key_id);
+          const d = await api(gw.api, 'DELETE', `${KEYS}/${r.json.key_id}`);
+          if (d.status === 204) deleted.add(r.json.key_id);
+        }
+      } catch { return; }  // the gateway is gone
+    }
+  };
+  const workers = [churn(0), churn(1), churn(2)];
+  // Kill once some changes are acknowledged, while requests are still in flight.
+  assert.ok(await waitFor(() => created.size >= 30, 20000), `created ${created.size}`);
+  stop = true;
+  await gw.stop('SIGKILL');
+  await Promise.all(workers);
+  gw = await startGateway({ stateDir: tmp.dir });
+  const listed = new Map((await api(gw.api, 'GET', KEYS)).json.map((k) => [k.key_id, k]));
+  for (const [id] of created) {
+    if (deleted.has(id)) assert.ok(!listed.has(id), `deleted key ${id} is back`);
+    else if (!deleting.has(id)) assert.ok(listed.has(id), `acknowledged key ${id} lost`);
+  }
+  for (const [id, name] of renamed) if (!deleted.has(id)) assert.equal(listed.get(id)?.name, name);
+  // The keys still authenticate through the restarted gateway (the rule was restored too).
+  const alive = [...created].filter(([id]) => !deleting.has(id)).slice(0, 5);
+  for (const [, raw] of alive) assert.equal((await chat(port, { 'x-api-key': raw })).status, 200);
+});

@@ -195,3 +195,60 @@ test('model pools behind JWT: /v1/models needs a valid token', async (t) => {
   assert.equal(r.status, 200);
   assert.deepEqual((await r.json()).data.map((m) => m.id).sort(), ['m1', 'm2']);
 });
+
+// A keyset fetched from a URL (issue 14 §1): an HTTPS server with a certificate from a CA made by
+// the openssl command line, verified with jwks_ca_file; an unverifiable server, plain http to a
+// non-loopback host and an oversized document are refused when the profile is stored.
+test('JWKS from an https URL: verified, bounded, tokens accepted', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const ossl = (...a) => execFileSync('openssl', a, { stdio: 'pipe' });
+  const caKey = path.join(tmp.dir, 'ca.key'), caPem = path.join(tmp.dir, 'ca.pem');
+  ossl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=jwks-ca', '-keyout', caKey, '-out', caPem);
+  const sKey = path.join(tmp.dir, 's.key'), csr = path.join(tmp.dir, 's.csr'), sCrt = path.join(tmp.dir, 's.crt');
+  fs.writeFileSync(path.join(tmp.dir, 'ext'), 'subjectAltName=IP:127.0.0.1\n');
+  ossl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=127.0.0.1', '-keyout', sKey, '-out', csr);
+  ossl('x509', '-req', '-in', csr, '-CA', caPem, '-CAkey', caKey, '-set_serial', '7', '-days', '2',
+    '-extfile', path.join(tmp.dir, 'ext'), '-out', sCrt);
+  const other = path.join(tmp.dir, 'other.pem');
+  ossl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', '/CN=other', '-keyout', path.join(tmp.dir, 'o.key'), '-out', other);
+
+  const r1 = rsaKey(tmp.dir, 'u1');
+  let doc = JSON.stringify({ keys: [r1.jwk] });
+  const https = await import('node:https');
+  const srv = https.createServer({ key: fs.readFileSync(sKey), cert: fs.readFileSync(sCrt) }, (req, res) => {
+    const body = req.url === '/big' ? JSON.stringify({ keys: [], pad: 'x'.repeat(2 << 20) }) : doc;
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+    res.end(body);
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise((r) => { srv.closeAllConnections(); srv.close(r); }));
+  const url = `https://127.0.0.1:${srv.address().port}`;
+
+  const gw = await startGateway({ stateDir: path.join(tmp.dir, 'state') });
+  t.after(() => gw.stop());
+  for (const [body, field] of [
+    [{ name: 'u', issuer: 'i', jwks_url: `${url}/jwks`, jwks_ca_file: other }, 'jwks_url'],  // unverifiable
+    [{ name: 'u', issuer: 'i', jwks_url: `${url}/big`, jwks_ca_file: caPem }, 'jwks_url'],   // over 1 MiB
+    [{ name: 'u', issuer: 'i', jwks_url: 'http://example.com/jwks' }, 'jwks_url'],           // clear text
+    [{ name: 'u', issuer: 'i', jwks_url: `${url}/jwks`, jwks_file: '/x' }, 'jwks_file'],     // both
+    [{ name: 'u', issuer: 'i', jwks_file: '/x', jwks_ca_file: caPem }, 'jwks_ca_file']]) {
+    const r = await api(gw.api, 'POST', PROFILES, body);
+    assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
+    assert.match(r.text, new RegExp(field), r.text);
+  }
+  let r = await api(gw.api, 'POST', PROFILES, { name: 'u', issuer: 'i', jwks_url: `${url}/jwks`, jwks_ca_file: caPem });
+  assert.equal(r.status, 200, r.text);
+  r = await api(gw.api, 'GET', `${PROFILES}/u`);
+  assert.equal(r.json.keys, 1);
+  const up = await recordingUpstream(t);
+  const port = await freePort();
+  assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [up.worker],
+    extraArgs: { api_key_auth: 'jwt', jwt_auth_profile: 'u' } }))).status, 200);
+  const now = Math.floor(Date.now() / 1000);
+  const tok = rs256(r1.file, { alg: 'RS256', kid: 'u1', typ: 'JWT' }, { iss: 'i', sub: 'bob', exp: now + 600 });
+  assert.equal((await call(port, { authorization: `Bearer ${tok}` })).status, 200);
+  const r2 = rsaKey(tmp.dir, 'u2');
+  const tok2 = rs256(r2.file, { alg: 'RS256', kid: 'u2', typ: 'JWT' }, { iss: 'i', sub: 'bob', exp: now + 600 });
+  assert.equal((await call(port, { authorization: `Bearer ${tok2}` })).code, 'invalid_token');
+});

@@ -144,8 +144,12 @@ test('two replicas: PostgreSQL keys and limits, Redis counters, failure modes', 
   assert.equal(r.status, 429);
   assert.equal(r.json.error.code, 'rate_limit_exceeded');
 
-  // Deleting through B: A refuses the key after its next poll.
+  // Deleting through B: a PATCH through A right after cannot bring the key back (404), and A
+  // refuses the key after its next poll.
   assert.equal((await api(b.gw.api, 'DELETE', `${KEYS}/${id}`)).status, 204);
+  r = await api(a.gw.api, 'PATCH', `${KEYS}/${id}`, { name: 'back from the dead' });
+  assert.equal(r.status, 404, r.text);
+  assert.equal((await api(b.gw.api, 'GET', `${KEYS}/${id}`)).status, 404);
   assert.ok(await waitFor(async () => (await chat(a.port, acme)).status === 401, 10000));
 
   // Redis goes away: the first requests get 429 token_quota_warming (Retry-After 1); once it has

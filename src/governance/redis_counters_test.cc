@@ -1,0 +1,140 @@
+// The Redis counters against the in-process ledger (quota_test.cc checks that one against hand
+// figures): the same admissions and settlements on a real redis-server (started here on a free
+// loopback port, stopped at the end) give the same verdicts, reasons and holds. Refill rates are
+// 1e-6 per second, so the few milliseconds between calls do not change a level.
+#include "governance/redis_counters.h"
+
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <future>
+#include <thread>
+
+extern char** environ;
+
+namespace kvgate::governance {
+namespace {
+
+int freePort() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t n = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+struct RedisServer {
+  pid_t pid = -1;
+  int port = freePort();
+  RedisServer() {
+    const std::string p = std::to_string(port);
+    const char* argv[] = {"redis-server", "--port",       p.c_str(), "--bind", "127.0.0.1",
+                          "--save",       "",             "--appendonly", "no", nullptr};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    if (posix_spawnp(&pid, "redis-server", &fa, nullptr, const_cast<char**>(argv), environ) != 0)
+      pid = -1;
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  bool waitListening() const {  // (the server takes a moment to listen; at most 10 s)
+    for (int i = 0; i < 500; ++i) {
+      const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(uint16_t(port));
+      const bool ok = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+      ::close(s);
+      if (ok) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+  ~RedisServer() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+RedisCounters::Verdict admit(RedisCounters& rc, const std::vector<BucketSpec>& specs,
+                             int64_t tokens) {
+  std::promise<RedisCounters::Verdict> p;
+  auto f = p.get_future();
+  rc.admit(specs, tokens, [&p](RedisCounters::Verdict v) { p.set_value(std::move(v)); });
+  return f.get();
+}
+
+TEST(RedisCounters, SameVerdictsAsTheLocalLedger) {
+  RedisServer server;
+  ASSERT_GT(server.pid, 0) << "redis-server (installed by scripts/setup.sh) did not start";
+  ASSERT_TRUE(server.waitListening());
+  RedisCounters rc("127.0.0.1", server.port);
+  rc.start();
+  ASSERT_TRUE(rc.up());
+  QuotaLedger local;
+  const std::string t = "t" + std::to_string(::getpid());  // (fresh keys per run)
+  const std::vector<BucketSpec> specs{{"t|" + t, LimitReason::kTenantRps, 1e-6, 6},
+                                      {"tq|" + t, LimitReason::kTenantTpm, 1e-6, 100}};
+  struct Step {
+    int64_t tokens;
+    int64_t settle_used;  // >= 0: settle the hold of this step with this many tokens
+  };
+  // By hand (RPS capacity 6, TPM capacity 100): 200 holds 100 (capped), settled at 30: TPM 70;
+  // 10: TPM 60; 50: TPM 10; 30: refused by TPM (its RPS token rolled back); 0 settled at 500:
+  // TPM -490 (debt); then refused by TPM (in debt), twice.
+  const Step steps[] = {{200, 30}, {10, -1}, {50, -1}, {30, -1}, {0, 500}, {0, -1}, {0, -1}};
+  const bool ok_by_hand[] = {true, true, true, false, true, false, false};
+  for (size_t i = 0; i < std::size(steps); ++i) {
+    auto want = local.admit(specs, steps[i].tokens, 0);
+    auto got = admit(rc, specs, steps[i].tokens);
+    ASSERT_EQ(want.ok, ok_by_hand[i]) << "step " << i;
+    ASSERT_EQ(got.state == RedisCounters::State::kOk, want.ok) << "step " << i;
+    if (!want.ok) {
+      EXPECT_EQ(got.state, RedisCounters::State::kRefused) << i;
+      EXPECT_EQ(got.reason, want.reason) << i;
+      EXPECT_EQ(got.retry_after_s, want.retry_after_s) << i;
+      continue;
+    }
+    ASSERT_EQ(got.held.size(), want.held.size()) << i;
+    for (size_t h = 0; h < want.held.size(); ++h)
+      EXPECT_DOUBLE_EQ(got.held[h].amount, want.held[h].amount) << i;
+    if (steps[i].settle_used >= 0) {
+      local.settle(want.held, steps[i].settle_used, 0);
+      rc.settle(got.held, steps[i].settle_used);
+    }
+  }
+  // An RPS bucket of capacity 2: two pass, the third is refused by it, Retry-After capped at a day.
+  const std::vector<BucketSpec> rps{{"k|" + t, LimitReason::kKeyRps, 1e-6, 2}};
+  EXPECT_EQ(admit(rc, rps, 0).state, RedisCounters::State::kOk);
+  EXPECT_EQ(admit(rc, rps, 0).state, RedisCounters::State::kOk);
+  auto r = admit(rc, rps, 0);
+  EXPECT_EQ(r.state, RedisCounters::State::kRefused);
+  EXPECT_EQ(r.reason, LimitReason::kKeyRps);
+  EXPECT_EQ(r.retry_after_s, 86400);
+  EXPECT_NE(rc.renderMetrics().find("kvgate_quota_redis_errors_total 0\n"), std::string::npos);
+}
+
+TEST(RedisCounters, UnreachableIsWarmingNeverOpenAtOnce) {
+  RedisCounters rc("127.0.0.1", freePort());  // nothing listens there
+  rc.start();
+  EXPECT_FALSE(rc.up());
+  auto v = admit(rc, {{"k|x", LimitReason::kKeyRps, 1, 1}}, 0);
+  EXPECT_EQ(v.state, RedisCounters::State::kWarming);  // (within 3 s of start: warming)
+  EXPECT_EQ(v.retry_after_s, 1);
+}
+
+}  // namespace
+}  // namespace kvgate::governance
