@@ -38,6 +38,8 @@ const char* kServeHelp =
     "  --api-insecure             allow a non-loopback --api-listen without --api-token-file\n"
     "  --api-tls-cert FILE        serve the management API over HTTPS with this PEM certificate\n"
     "  --api-tls-key FILE         (chain) and key; both files are reloaded when they change\n"
+    "  --tls-cert FILE            the data plane's PEM certificate (chain) and key, for rules\n"
+    "  --tls-key FILE             with security 1 (TLS terminated here); reloaded on change\n"
     "  --state-dir DIR            where the rule set persists (default ./kvgate-state)\n"
     "  --state-db CONNINFO        API keys, JWT profiles and limits in PostgreSQL, shared by\n"
     "                             replicas (libpq conninfo or postgresql:// URI; default: SQLite\n"
@@ -91,6 +93,7 @@ struct ServeFlags {
   std::string api_token_file;
   bool api_insecure = false;
   std::string api_tls_cert, api_tls_key;  // HTTPS for the management API
+  std::string tls_cert, tls_key;          // the data plane's certificate (rules with security 1)
   std::string state_dir = "kvgate-state";
   std::string state_db;  // PostgreSQL conninfo for governance state shared by replicas
   std::string redis;     // host:port of the Redis holding quota counters shared by replicas
@@ -124,6 +127,10 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
       f.api_tls_cert = next();
     } else if (a == "--api-tls-key") {
       f.api_tls_key = next();
+    } else if (a == "--tls-cert") {
+      f.tls_cert = next();
+    } else if (a == "--tls-key") {
+      f.tls_key = next();
     } else if (a == "--api-insecure") {
       f.api_insecure = true;
     } else if (a == "--api-listen") {
@@ -301,6 +308,18 @@ int serveMain(int argc, char** argv) {
     }
     api_tls = std::move(*t);
   }
+  if (flags.tls_cert.empty() != flags.tls_key.empty()) {
+    std::fprintf(stderr, "kvgate serve: --tls-cert and --tls-key go together\n");
+    return 2;
+  }
+  if (!flags.tls_cert.empty()) {
+    auto t = http::TlsFiles::load(flags.tls_cert, flags.tls_key);
+    if (!t) {
+      std::fprintf(stderr, "kvgate serve: %s\n", t.error().what.c_str());
+      return 2;
+    }
+    flags.opts.tls = std::move(*t);
+  }
   admin::ApiTokens api_tokens;
   if (!flags.api_token_file.empty()) {
     auto t = admin::ApiTokens::load(flags.api_token_file);
@@ -463,17 +482,20 @@ int serveMain(int argc, char** argv) {
                          std::to_string(dp.options().workers) + " data-plane worker(s)");
 
   Shutdown shutdown(control, dp, opts.drain_timeout);
-  // A shared governance store: every second, another replica's changes are loaded.
-  asio::steady_timer gov_timer(control);
-  std::function<void()> pollGov = [&] {
-    gov_timer.expires_after(std::chrono::seconds(1));
-    gov_timer.async_wait([&](const error_code& ec) {
+  // Every second on the control thread: another replica's governance changes (a shared store),
+  // and renewed TLS certificate files (never read on an event loop).
+  asio::steady_timer housekeeping(control);
+  std::function<void()> tick = [&] {
+    housekeeping.expires_after(std::chrono::seconds(1));
+    housekeeping.async_wait([&](const error_code& ec) {
       if (ec) return;
       if (gov.poll()) handOut();
-      pollGov();
+      if (api_tls) api_tls->refresh();
+      if (opts.tls) opts.tls->refresh();
+      tick();
     });
   };
-  if (gov.shared()) pollGov();
+  tick();
   control.run();
   server.stop();
   api.stopTokenizer();  // before the control loop's frames are destroyed (they point into api)

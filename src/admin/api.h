@@ -101,6 +101,11 @@ class Api {
 
 // {"code":N,"message":<class message>,"result":<detail>} for an error status.
 std::string apiErrorBody(int status, const std::string& detail);
+// An error answer naming the field or resource at fault: {"code","message","result": field},
+// logged with the call.
+asio::awaitable<void> sendFieldError(const http::Request& req, http::ResponseWriter& w,
+                                     int status, const std::string& field,
+                                     const std::string& detail);
 // A management API JSON body: at most 64 KiB (413), nesting bounded, well-formed (400).
 Result<nlohmann::json> parseApiJson(const std::string& body);
 

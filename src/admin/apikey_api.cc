@@ -147,12 +147,8 @@ Result<void> applyFields(const json& j, governance::ApiKey& k) {
 }  // namespace
 
 asio::awaitable<void> Api::apiKeys(http::Request& req, http::ResponseWriter& w) {
-  auto err = [&](int status, const std::string& field, const std::string& detail)
-      -> asio::awaitable<void> {
-    log::info("api", req.method + " " + req.path + " -> " + std::to_string(status) + ": " + detail);
-    json j = {{"code", status}, {"message", detail}, {"result", field}};
-    co_await w.send(status, "application/json",
-                    j.dump(-1, ' ', false, json::error_handler_t::replace));
+  auto err = [&](int status, const std::string& field, const std::string& detail) {
+    return sendFieldError(req, w, status, field, detail);
   };
   if (!keys_) {
     co_await err(503, "policy_store_unavailable", "the API key store is not available");

@@ -63,6 +63,15 @@ std::optional<std::vector<std::string>> segments(std::string_view rest) {
 
 }  // namespace
 
+asio::awaitable<void> sendFieldError(const http::Request& req, http::ResponseWriter& w,
+                                     int status, const std::string& field,
+                                     const std::string& detail) {
+  log::info("api", req.method + " " + req.path + " -> " + std::to_string(status) + ": " + detail);
+  json j = {{"code", status}, {"message", detail}, {"result", field}};
+  co_await w.send(status, "application/json",
+                  j.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
 Result<nlohmann::json> parseApiJson(const std::string& body) {
   if (body.size() > 64 * 1024) return fail(413, "body", "request body too large");
   if (!jsonDepthWithin(body)) return fail(400, "body", "JSON body nested too deeply");
@@ -72,12 +81,8 @@ Result<nlohmann::json> parseApiJson(const std::string& body) {
 }
 
 asio::awaitable<void> Api::limits(http::Request& req, http::ResponseWriter& w) {
-  auto err = [&](int status, const std::string& field, const std::string& detail)
-      -> asio::awaitable<void> {
-    log::info("api", req.method + " " + req.path + " -> " + std::to_string(status) + ": " + detail);
-    json j = {{"code", status}, {"message", detail}, {"result", field}};
-    co_await w.send(status, "application/json",
-                    j.dump(-1, ' ', false, json::error_handler_t::replace));
+  auto err = [&](int status, const std::string& field, const std::string& detail) {
+    return sendFieldError(req, w, status, field, detail);
   };
   if (!limits_) {
     co_await err(503, "policy_store_unavailable", "the governance store is not available");

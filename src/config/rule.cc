@@ -159,6 +159,7 @@ Result<RuleSpec> parseRule(const json& body) {
   r.name = getOr<std::string>(stored, "name", "");
   r.admin_up = getOr<bool>(stored, "adminStateUp", true);
   r.sse_mode = getOr<bool>(stored, "sse_mode", false);
+  r.security = getOr<int>(stored, "security", 0);
   r.max_stream_duration_sec = getOr<int64_t>(stored, "max_stream_duration_sec", 0);
   r.timeout_connect_ms = getOr<int64_t>(stored, "timeoutMemberConnect", 0);
   r.timeout_data_ms = getOr<int64_t>(stored, "timeoutMemberData", 0);
@@ -275,8 +276,9 @@ Result<RuleSpec> parseRule(const json& body) {
   // events are followed.
   const std::string kv_engine = getOr<std::string>(stored, "kvEngineType", "vllm");
   need(kv_mode == 3 && kv_engine == "llamacpp", "kv_exact");
-  need(getOr<int>(stored, "security", 0) != 0 || stored.contains("mtls_frontend") ||
-           stored.contains("mtls_backend"),
+  // security 1 (TLS terminated here) is active; re-encryption to the engines (2) and mutual TLS
+  // are later slices.
+  need(r.security == 2 || stored.contains("mtls_frontend") || stored.contains("mtls_backend"),
        "tls");
   std::string fc = getOr<std::string>(stored, "fc_mode", "off");
   need((fc == "enforce" || fc == "inherit") && !pd, "admission");  // P/D rules: proxy/admission.h

@@ -36,6 +36,7 @@ struct RuleSpec {
   int mode = 4;
   bool admin_up = true;
   bool sse_mode = false;
+  int security = 0;  // 0 plain, 1 TLS terminated at the gateway (2: re-encrypted, not active)
   int64_t max_stream_duration_sec = 0;  // 0 = 86400
   int64_t timeout_connect_ms = 0;       // 0 = 500
   int64_t timeout_data_ms = 0;          // 0 = default (see proxy options)

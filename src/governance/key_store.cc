@@ -4,6 +4,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
 #include "governance/quota.h"
 
 
@@ -11,30 +12,6 @@ namespace kvgate::governance {
 
 
 namespace {
-
-std::string toHex(const std::string& raw) {
-  static const char* d = "0123456789abcdef";
-  std::string h;
-  for (unsigned char c : raw) {
-    h += d[c >> 4];
-    h += d[c & 15];
-  }
-  return h;
-}
-
-std::string fromHex(const std::string& h) {
-  auto v = [](char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-  };
-  std::string raw;
-  if (h.size() % 2) return raw;
-  for (size_t i = 0; i < h.size(); i += 2) {
-    const int a = v(h[i]), b = v(h[i + 1]);
-    if (a < 0 || b < 0) return {};
-    raw += static_cast<char>(a * 16 + b);
-  }
-  return raw;
-}
 
 std::string keyJson(const ApiKey& k) {
   return nlohmann::json{{"key_id", k.key_id},

@@ -2,6 +2,7 @@
 // into governance_rows in one transaction, then renamed *_v1; any read error undoes all of it).
 #include <nlohmann/json.hpp>
 
+#include "common/hex.h"
 #include "common/log.h"
 #include "governance/row_store.h"
 #include "governance/state_db.h"
@@ -9,16 +10,6 @@
 namespace kvgate::governance {
 
 namespace {
-
-std::string hex(const std::string& raw) {
-  static const char* d = "0123456789abcdef";
-  std::string h;
-  for (unsigned char c : raw) {
-    h += d[c >> 4];
-    h += d[c & 15];
-  }
-  return h;
-}
 
 bool tableExists(sqlite3* db, const char* name) {
   Stmt q(db, "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?1");
@@ -106,8 +97,8 @@ class SqliteRows final : public RowStore {
                             {"expires_at", sqlite3_column_int64(q.s, 7)},
                             {"enabled", sqlite3_column_int64(q.s, 8) != 0},
                             {"created_at", sqlite3_column_int64(q.s, 9)},
-                            {"salt", hex(q.col(10))},
-                            {"hash", hex(q.col(11))}};
+                            {"salt", toHex(q.col(10))},
+                            {"hash", toHex(q.col(11))}};
         // (a damaged list stays damaged: the key store then fails it closed)
         auto models = nlohmann::json::parse(q.col(3), nullptr, false);
         j["allowed_models"] = models.is_discarded() ? nlohmann::json("damaged") : models;

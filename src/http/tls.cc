@@ -64,30 +64,25 @@ Result<std::shared_ptr<TlsFiles>> TlsFiles::load(std::string cert_file, std::str
   auto ctx = build(cert_file, key_file);
   if (!ctx) return tl::unexpected(ctx.error());
   std::shared_ptr<TlsFiles> t(new TlsFiles(std::move(cert_file), std::move(key_file)));
-  t->ctx_ = std::move(*ctx);
+  t->ctx_.store(std::move(*ctx));
   t->stamp_ = t->stamp();
-  t->checked_ = std::chrono::steady_clock::now();
   return t;
 }
 
-std::shared_ptr<asio::ssl::context> TlsFiles::current() {
-  const auto now = std::chrono::steady_clock::now();
-  if (now - checked_ < std::chrono::seconds(1)) return ctx_;
-  checked_ = now;
+void TlsFiles::refresh() {
   const int64_t st = stamp();
-  if (st == stamp_ || st < 0 || st == refused_stamp_) return ctx_;
+  if (st == stamp_ || st < 0 || st == refused_stamp_) return;
   auto next = build(cert_, key_);
   if (!next) {
     refused_stamp_ = st;  // (logged once per change; a half-written pair loads on the next change)
     log::warn("http", "TLS certificate reload refused, keeping the previous one: " +
                           next.error().what);
-    return ctx_;
+    return;
   }
-  ctx_ = std::move(*next);
+  ctx_.store(std::move(*next), std::memory_order_release);
   stamp_ = st;
-  ++reloads_;
+  reloads_.fetch_add(1, std::memory_order_relaxed);
   log::info("http", "TLS certificate reloaded from " + cert_);
-  return ctx_;
 }
 
 }  // namespace kvgate::http

@@ -2,14 +2,16 @@
 // files and reloaded when the files change, and the byte stream a connection reads and writes
 // (plain TCP, or TLS over it).
 //
-// TlsFiles: current() returns the SSL context new connections use. The files' modification
-// times are checked at most once a second (by the caller's thread, on accept); a change builds a
-// new context, so a renewed certificate applies to new connections without a restart while open
-// ones keep theirs. A pair that does not load (unreadable, mismatched key, half-written) keeps the
-// previous context and is logged once per change. TLS 1.2 and 1.3 only; ALPN offers http/1.1.
+// TlsFiles: current() returns the SSL context new connections use (any thread: an atomic load).
+// refresh() (serve's control thread, every second) looks at the files' modification times; a
+// change builds a new context, so a renewed certificate applies to new connections without a
+// restart while open ones keep theirs. A pair that does not load (unreadable, mismatched key,
+// half-written) keeps the previous context and is logged once per change. No event loop ever
+// reads the files. TLS 1.2 and 1.3 only; ALPN offers http/1.1.
 #pragma once
 #include <boost/asio/ssl.hpp>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -21,8 +23,11 @@ namespace kvgate::http {
 class TlsFiles {
  public:
   static Result<std::shared_ptr<TlsFiles>> load(std::string cert_file, std::string key_file);
-  std::shared_ptr<asio::ssl::context> current();
-  uint64_t reloads() const { return reloads_; }
+  std::shared_ptr<asio::ssl::context> current() const {
+    return ctx_.load(std::memory_order_acquire);
+  }
+  void refresh();  // one thread only (the control thread)
+  uint64_t reloads() const { return reloads_.load(std::memory_order_relaxed); }
 
  private:
   TlsFiles(std::string cert, std::string key) : cert_(std::move(cert)), key_(std::move(key)) {}
@@ -30,10 +35,9 @@ class TlsFiles {
                                                            const std::string& key);
   int64_t stamp() const;  // the two files' modification times combined (-1: unreadable)
   std::string cert_, key_;
-  std::shared_ptr<asio::ssl::context> ctx_;
+  std::atomic<std::shared_ptr<asio::ssl::context>> ctx_;
   int64_t stamp_ = -1, refused_stamp_ = -1;
-  std::chrono::steady_clock::time_point checked_{};
-  uint64_t reloads_ = 0;
+  std::atomic<uint64_t> reloads_{0};
 };
 
 // A connection's byte stream: plain TCP, or TLS over it (after handshake()).

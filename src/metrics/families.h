@@ -65,6 +65,9 @@ inline const Family kActiveConnections{"kvgate_active_client_connections", Type:
     "Open client connections on the data plane.", {}};
 inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,
     "Responses being relayed as text/event-stream right now.", {}};
+inline const Family kTlsHandshakes{"kvgate_tls_handshakes_total", Type::kCounter,
+    "TLS handshakes on data-plane listeners (rules with security 1), by result (ok, failed).",
+    {"result"}};
 inline const Family kEndpointInflight{"kvgate_endpoint_inflight_requests", Type::kGauge,
     "Requests in flight to an endpoint through this gateway.", {"endpoint"}};
 inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blocks",
@@ -193,7 +196,8 @@ inline const std::vector<const Family*>& allFamilies() {
       &kKvSpeculativeHits, &kStageFallthrough, &kPdTierSelected, &kAdmissionDecisions,
       &kAdmissionInflight, &kAdmissionQueued, &kAdmissionLimit,
       &kDecisionSeconds,
-      &kActiveConnections, &kActiveStreams, &kEndpointInflight,   &kEndpointPendingPrefill,
+      &kActiveConnections, &kActiveStreams, &kTlsHandshakes, &kEndpointInflight,
+      &kEndpointPendingPrefill,
       &kEndpointConnectFailures,
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,

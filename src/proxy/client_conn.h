@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include <boost/asio/ssl.hpp>
+
 #include "endpoints/lease.h"
 #include "governance/quota.h"
 #include "governance/usage.h"
@@ -225,6 +227,11 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   void onUpstreamWait() override;
   void onTick();
   asio::awaitable<bool> readMore(Buffer& b, tcp::socket& s);
+  // TLS (a listener with security 1 rules): the handshake; then every client read and write goes
+  // through tls_. False: the handshake failed (counted, the connection closes).
+  asio::awaitable<bool> acceptTls(const std::shared_ptr<asio::ssl::context>& ctx);
+  asio::awaitable<error_code> tlsWrite(std::string_view a, std::string_view b);
+  void armTlsWatch(uint64_t gen);
   void countResponse(int status);
   void logAccess();
   // retry_after_s > 0: a Retry-After header (429 of a key's rate limit).
@@ -245,6 +252,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   Worker& w_;
   std::shared_ptr<Listener> l_;
   tcp::socket client_;
+  std::shared_ptr<asio::ssl::context> tls_ctx_;  // (outlives tls_)
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
+  std::array<char, 4096> tls_watch_buf_{};
+  bool tls_watch_pending_ = false;  // the watcher's TLS read has not completed yet
   UpstreamLeg leg_;
   Deadline deadline_;
   Phase phase_ = Phase::kIdle;

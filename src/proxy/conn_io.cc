@@ -29,7 +29,8 @@ void ClientConn::onDeadline() {
           "close\r\nContent-Length: 116\r\n\r\n{\"error\":{\"message\":\"request header or body "
           "not received in time\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":"
           "\"timeout\"}}";
-      ::send(client_.native_handle(), k408, sizeof(k408) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      // (TLS: no plaintext on the wire; the connection just closes)
+      if (!tls_) ::send(client_.native_handle(), k408, sizeof(k408) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
       l_->unrouted.inc(408);
       closeClient();
       break;
@@ -46,14 +47,55 @@ void ClientConn::onDeadline() {
 
 asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
   error_code ec;
-  size_t n = co_await s.async_read_some(b.prepare(kReadChunk), useEc(ec));
+  size_t n = 0;
+  if (tls_ && &s == &client_) {
+    // A stopped watcher's TLS read may not have completed yet: one read at a time on the stream,
+    // and what it read comes first.
+    while (tls_watch_pending_) co_await asio::post(client_.get_executor(), asio::use_awaitable);
+    if (!pipelined_.empty()) {
+      b.append(pipelined_.data(), pipelined_.size());
+      pipelined_.clear();
+      co_return true;
+    }
+    n = co_await tls_->async_read_some(b.prepare(kReadChunk), useEc(ec));
+  } else {
+    n = co_await s.async_read_some(b.prepare(kReadChunk), useEc(ec));
+  }
   if (ec || n == 0) co_return false;
   b.commit(n);
   co_return true;
 }
 
 asio::awaitable<bool> ClientConn::writeClient(std::string_view a, std::string_view b) {
+  if (tls_) co_return !(co_await tlsWrite(a, b));
   co_return !(co_await writeTwo(client_, a, b));
+}
+
+asio::awaitable<error_code> ClientConn::tlsWrite(std::string_view a, std::string_view b) {
+  error_code ec;
+  const std::array<asio::const_buffer, 2> bufs{asio::buffer(a.data(), a.size()),
+                                               asio::buffer(b.data(), b.size())};
+  co_await asio::async_write(*tls_, bufs, useEc(ec));
+  co_return ec;
+}
+
+asio::awaitable<bool> ClientConn::acceptTls(const std::shared_ptr<asio::ssl::context>& ctx) {
+  tls_ctx_ = ctx;
+  tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(client_, *tls_ctx_);
+  phase_ = Phase::kHead;  // (the deadline's expiry closes a stalled handshake)
+  deadline_.expireAfter(w_.opts.header_timeout);
+  error_code ec;
+  co_await tls_->async_handshake(asio::ssl::stream_base::server, useEc(ec));
+  deadline_.clear();
+  phase_ = Phase::kIdle;
+  if (ec) {
+    w_.stats.tls_handshake_failures.fetch_add(1, std::memory_order_relaxed);
+    log::debug("proxy", "TLS handshake failed: " + ec.message());
+    closeClient();
+    co_return false;
+  }
+  w_.stats.tls_handshakes.fetch_add(1, std::memory_order_relaxed);
+  co_return true;
 }
 
 asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, std::string_view msg,
@@ -117,6 +159,10 @@ void ClientConn::startWatch() {
 // reactor op). The socket is read on the spot first: bytes or a close that came before the wait
 // was armed raise no new edge for it.
 void ClientConn::armWatch(uint64_t gen) {
+  if (tls_) {
+    armTlsWatch(gen);
+    return;
+  }
   for (;;) {
     if (pipelined_.size() >= kMaxPipelinedBytes) {
       watch_running_ = false;
@@ -141,6 +187,34 @@ void ClientConn::armWatch(uint64_t gen) {
     if (gen != self->watch_gen_ || !self->watching_ || !self->watch_running_) return;
     self->armWatch(gen);  // readable (or closed): read it
   });
+}
+
+// The watcher of a TLS connection: a TLS read (the record layer cannot be peeked), alongside the
+// relay's writes (one read and one write may be in flight on a TLS stream). Decrypted bytes of a
+// pipelined request are kept (bounded as above) even when the watch was stopped meanwhile.
+void ClientConn::armTlsWatch(uint64_t gen) {
+  if (pipelined_.size() >= kMaxPipelinedBytes) {
+    watch_running_ = false;
+    return;
+  }
+  const size_t room = std::min(tls_watch_buf_.size(), kMaxPipelinedBytes - pipelined_.size());
+  tls_watch_pending_ = true;
+  tls_->async_read_some(
+      asio::buffer(tls_watch_buf_.data(), room),
+      [self = shared_from_this(), gen](const error_code& ec, size_t n) {
+        self->tls_watch_pending_ = false;
+        if (n > 0) self->pipelined_.append(self->tls_watch_buf_.data(), n);
+        const bool current = gen == self->watch_gen_ && self->watching_ && self->watch_running_;
+        if (!current) return;
+        if (ec) {
+          if (ec == asio::error::operation_aborted) return;
+          self->client_gone_ = true;  // EOF, close_notify or an error: the client went away
+          self->watch_running_ = false;
+          self->abortLegs(false);
+          return;
+        }
+        self->armTlsWatch(gen);
+      });
 }
 
 // Stops the watcher: its pending wait is cancelled and its completion, when it runs, sees a newer

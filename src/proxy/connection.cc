@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "http/chunked.h"
+#include "http/tls.h"
 #include "proxy/client_conn.h"
 #include "proxy/facts_parser.h"
 #include "routing/selectors/hash_ring.h"
@@ -143,6 +144,15 @@ asio::awaitable<void> ClientConn::run() {
     source_key_ = routing::hashBytes(ip.data(), ip.size());
   }
   idle_timeout_ = w_.opts.client_idle_timeout;
+  // A listener with security 1 rules: the TLS handshake first (within the header timeout).
+  if (auto cfg = l_->config.load(); cfg && cfg->tls) {
+    const std::shared_ptr<asio::ssl::context> ctx = cfg->tls->current();  // (a named local)
+    const bool ok = co_await acceptTls(ctx);
+    if (!ok) {
+      deadline_.stop();
+      co_return;
+    }
+  }
   Request req;
   while (client_.is_open()) {
     int hn = co_await readHead(req.head);
@@ -173,8 +183,17 @@ asio::awaitable<void> ClientConn::run() {
     if (dechunked_.capacity() > kKeepBufferBytes) std::string().swap(dechunked_);
     if (!keepAliveAfter()) break;
   }
-  deadline_.stop();
   stopWatch();
+  if (tls_ && client_.is_open() && !client_gone_) {
+    // TLS: close_notify, so a body that ends at the close is not taken for a truncation (at most
+    // a second: the deadline closes the socket under a peer that does not answer).
+    while (tls_watch_pending_) co_await asio::post(client_.get_executor(), asio::use_awaitable);
+    phase_ = Phase::kIdle;
+    deadline_.expireAfter(std::chrono::seconds(1));
+    error_code ec;
+    co_await tls_->async_shutdown(useEc(ec));
+  }
+  deadline_.stop();
   abortLegs(false);
   if (client_.is_open() && !client_gone_) co_await lingeringClose(client_);
   closeClient();

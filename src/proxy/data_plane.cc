@@ -258,6 +258,12 @@ std::string DataPlane::controllerJson() const {
 Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   if (stats_.draining.load())
     return fail(503, "draining", "the gateway is shutting down; rule changes are refused", true);
+  // A rule that terminates TLS needs the data plane's certificate (serve --tls-cert).
+  for (const auto& rule : rules)
+    if (rule.security == 1 && !opts_.tls)
+      return fail(400, "security",
+                  "security 1 terminates TLS at the gateway: start serve with --tls-cert and "
+                  "--tls-key");
   // 1. Bind listeners for new VIP:ports first; on failure close what was opened and change
   // nothing (no snapshot, endpoint or counter is touched before this succeeds).
   std::map<std::string, tcp::endpoint> binds;
@@ -290,6 +296,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
             cfg->jwt_profiles.end())
       cfg->jwt_profiles.push_back(rule.jwt_profile);
     cfg->body_needs |= route->needs & routing::kBodyNeeds;
+    if (rule.security == 1) cfg->tls = opts_.tls;  // (checked below: a certificate exists)
     cfg->routes.push_back(std::move(route));
   }
   // 3. Publish: new snapshots for every VIP:port, start new listeners, close removed ones.

@@ -24,6 +24,10 @@
 #include "proxy/route_table.h"
 #include "proxy/rule_stats.h"
 
+namespace kvgate::http {
+class TlsFiles;
+}
+
 namespace kvgate::proxy {
 
 struct ProxyOptions {
@@ -44,6 +48,7 @@ struct ProxyOptions {
   std::chrono::milliseconds drain_timeout{30000};   // SIGTERM: finish in-flight requests within
   std::chrono::milliseconds scrape_interval{1000};  // engine /metrics (kvExactMode rules); 0 = off
   const common::Clock* clock = nullptr;  // time for health and breaker rules (null = steady)
+  std::shared_ptr<http::TlsFiles> tls;   // certificate of listeners with security 1 rules
 };
 
 class Worker;

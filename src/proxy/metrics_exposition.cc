@@ -180,6 +180,10 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   w.sample(kActiveConnections, {}, static_cast<double>(stats_.active_connections.load()));
   w.header(kActiveStreams);
   w.sample(kActiveStreams, {}, static_cast<double>(stats_.active_streams.load()));
+  w.header(kTlsHandshakes);
+  w.sample(kTlsHandshakes, {{"result", "ok"}}, static_cast<double>(stats_.tls_handshakes.load()));
+  w.sample(kTlsHandshakes, {{"result", "failed"}},
+           static_cast<double>(stats_.tls_handshake_failures.load()));
   w.header(kEndpointInflight);
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointInflight, {{"endpoint", e->label}}, static_cast<double>(e->active.load()));

@@ -181,7 +181,9 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       const std::string_view head = first ? std::string_view(down_head_) : std::string_view();
       size_t written = 0;
       error_code wec;
-      if (!writeNow(client_, head, out, written, wec))
+      if (tls_)
+        wec = co_await tlsWrite(head, out);
+      else if (!writeNow(client_, head, out, written, wec))
         wec = co_await writeRest(client_, head, out, written);
       bool ok = !wec;
       noteFirstBytes(route, ttft_pending, !chunk.empty());

@@ -17,6 +17,10 @@
 #include "proxy/rule_stats.h"
 #include "routing/pipeline.h"
 
+namespace kvgate::http {
+class TlsFiles;
+}
+
 namespace kvgate::proxy {
 
 struct Route {
@@ -51,6 +55,9 @@ struct VipConfig {
   std::vector<std::string> jwt_profiles;
   uint32_t body_needs =
       0;  // union of the routes' body FactNeeds (parsed before the route is known)
+  // TLS terminated here (a route with security 1): new connections handshake with this
+  // certificate first; null: plain TCP.
+  std::shared_ptr<http::TlsFiles> tls;
 
   // The route for (host without port, path, model); nullptr when none. `host_path_matched`
   // tells "no rule for this host/path" (404) from "no pool for this model" (503).

@@ -62,6 +62,7 @@ struct RuleStats {
 struct DataPlaneStats {
   std::atomic<int64_t> active_connections{0};
   std::atomic<int64_t> active_streams{0};
+  std::atomic<uint64_t> tls_handshakes{0}, tls_handshake_failures{0};  // security 1 listeners
   std::atomic<int64_t> idle_upstream{0};     // pooled keep-alive connections, all workers
   std::atomic<uint64_t> reaped_upstream{0};  // pooled connections closed: peer closed, too old
   std::atomic<bool> draining{false};         // SIGTERM: finishing in-flight requests

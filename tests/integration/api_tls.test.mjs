@@ -9,25 +9,7 @@ import https from 'node:https';
 import path from 'node:path';
 import { test } from 'node:test';
 import tls from 'node:tls';
-import { BIN, rawRequest, sleep, startGateway, tempDir, waitFor } from './lib.mjs';
-
-const ossl = (...args) => execFileSync('openssl', args, { stdio: 'pipe' });
-
-// A CA, and a server certificate for 127.0.0.1 signed by it (serial `serial`).
-function makeCa(dir, name) {
-  ossl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', `/CN=${name}`,
-    '-keyout', path.join(dir, `${name}.key`), '-out', path.join(dir, `${name}.pem`));
-  return { key: path.join(dir, `${name}.key`), cert: path.join(dir, `${name}.pem`) };
-}
-function makeServerCert(dir, ca, serial, stem) {
-  const key = path.join(dir, `${stem}.key`), csr = path.join(dir, `${stem}.csr`), crt = path.join(dir, `${stem}.crt`);
-  const ext = path.join(dir, `${stem}.ext`);
-  writeFileSync(ext, 'subjectAltName=IP:127.0.0.1\n');
-  ossl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=127.0.0.1', '-keyout', key, '-out', csr);
-  ossl('x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key, '-set_serial', String(serial),
-    '-days', '2', '-extfile', ext, '-out', crt);
-  return { key, crt };
-}
+import { BIN, makeCa, makeServerCert, rawRequest, sleep, startGateway, tempDir, waitFor } from './lib.mjs';
 
 // GET over HTTPS with `ca`: {status, body, serial, alpn}.
 function get(url, ca, { alpn } = {}) {

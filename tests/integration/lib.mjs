@@ -1,6 +1,6 @@
 // Shared helpers for the integration tests: start real kvgate processes, talk to them, stop them.
-import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -267,4 +267,23 @@ export function within(p, ms) {
   let timer;
   const timeout = new Promise((r) => { timer = setTimeout(() => r(null), ms); });
   return Promise.race([p, timeout]).finally(() => clearTimeout(timer));
+}
+
+// Test certificates made by the openssl command line: a CA (`makeCa`), and a server certificate
+// for 127.0.0.1 signed by it with serial `serial` (`makeServerCert`: {key, crt} paths).
+export function makeCa(dir, name) {
+  const key = path.join(dir, `${name}.key`), cert = path.join(dir, `${name}.pem`);
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj',
+    `/CN=${name}`, '-keyout', key, '-out', cert], { stdio: 'pipe' });
+  return { key, cert };
+}
+export function makeServerCert(dir, ca, serial, stem) {
+  const key = path.join(dir, `${stem}.key`), csr = path.join(dir, `${stem}.csr`);
+  const crt = path.join(dir, `${stem}.crt`), ext = path.join(dir, `${stem}.ext`);
+  writeFileSync(ext, 'subjectAltName=IP:127.0.0.1\n');
+  execFileSync('openssl', ['req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=127.0.0.1',
+    '-keyout', key, '-out', csr], { stdio: 'pipe' });
+  execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key,
+    '-set_serial', String(serial), '-days', '2', '-extfile', ext, '-out', crt], { stdio: 'pipe' });
+  return { key, crt };
 }
