@@ -8,6 +8,10 @@ echo "### Proxy overhead: bench/proxy_bench.sh ${PROXY_ROUNDS:-3} ${PROXY_SECOND
 echo
 bash bench/proxy_bench.sh "${PROXY_ROUNDS:-3}" "${PROXY_SECONDS:-10}" 64 2>/dev/null
 echo
+echo "### TLS termination: bench/tls_bench.sh ${PROXY_ROUNDS:-3} ${PROXY_SECONDS:-10} 64"
+echo
+KVGATE_BIN=build/kvgate bash bench/tls_bench.sh "${PROXY_ROUNDS:-3}" "${PROXY_SECONDS:-10}" 64 2>/dev/null
+echo
 echo "### Streaming: bench/sse_bench.sh 1000 200 20 ${SSE_ROUNDS:-2}"
 echo
 bash bench/sse_bench.sh 1000 200 20 "${SSE_ROUNDS:-2}" 2>/dev/null

@@ -1,5 +1,7 @@
 #include "governance/jwt_auth.h"
 
+#include <boost/asio/ip/address.hpp>
+
 #include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
@@ -222,12 +224,25 @@ Result<JwtProfile> parseProfile(std::string_view text) {
   if (p.name.empty()) return fail(400, "name", "name is required");
   if (p.jwks_file.empty() == p.jwks_url.empty())
     return fail(400, "jwks_file", "exactly one of jwks_file and jwks_url is required");
-  if (!p.jwks_url.empty() && !p.jwks_url.starts_with("https://") &&
-      !p.jwks_url.starts_with("http://127.") && !p.jwks_url.starts_with("http://localhost") &&
-      !p.jwks_url.starts_with("http://[::1]"))
-    return fail(400, "jwks_url",
-                "jwks_url must be https:// (plain http:// only to a loopback address: keys "
-                "fetched in the clear could be replaced on the way)");
+  if (!p.jwks_url.empty() && !p.jwks_url.starts_with("https://")) {
+    // Plain http only to a loopback address literal (a name could resolve anywhere).
+    std::string_view rest = std::string_view(p.jwks_url);
+    bool loopback = false;
+    if (rest.starts_with("http://")) {
+      rest.remove_prefix(7);
+      std::string_view host = rest.substr(0, rest.find_first_of("/?#"));
+      if (host.starts_with('[')) host = host.substr(1, host.find(']') - 1);
+      else host = host.substr(0, host.rfind(':') == std::string_view::npos ? host.size()
+                                                                            : host.rfind(':'));
+      boost::system::error_code ec;
+      const auto a = boost::asio::ip::make_address(std::string(host), ec);
+      loopback = !ec && a.is_loopback();
+    }
+    if (!loopback)
+      return fail(400, "jwks_url",
+                  "jwks_url must be https:// (plain http:// only to a loopback address such as "
+                  "127.0.0.1 or [::1]: keys fetched in the clear could be replaced on the way)");
+  }
   if (!p.jwks_ca_file.empty() && p.jwks_url.empty())
     return fail(400, "jwks_ca_file", "jwks_ca_file goes with jwks_url");
   for (const std::string* s : {&p.jwks_url, &p.jwks_file, &p.jwks_ca_file})

@@ -4,6 +4,8 @@
 // connection is re-established on the next call (PQreset); connect_timeout bounds a dead server.
 #include <libpq-fe.h>
 
+#include <set>
+
 #include "common/log.h"
 #include "governance/row_store.h"
 
@@ -148,8 +150,21 @@ Result<std::unique_ptr<RowStore>> openPostgresRows(const std::string& conninfo) 
       {"connect_timeout", "3"},      {"keepalives", "1"},        {"keepalives_idle", "5"},
       {"keepalives_interval", "2"},  {"keepalives_count", "2"},  {"tcp_user_timeout", "5000"},
       {"options", uri ? "-c%20statement_timeout%3D5000" : "'-c statement_timeout=5000'"}};
+  // (the operator's own settings are found by libpq's parser, not by a substring search)
+  std::set<std::string> given;
+  char* perr = nullptr;
+  if (PQconninfoOption* o = PQconninfoParse(conninfo.c_str(), &perr)) {
+    for (PQconninfoOption* it = o; it->keyword; ++it)
+      if (it->val && *it->val) given.insert(it->keyword);
+    PQconninfoFree(o);
+  } else {
+    std::string msg = perr ? perr : "unreadable";
+    PQfreemem(perr);
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    return fail(400, "state_db", "--state-db: " + msg);
+  }
   for (auto [k, v] : defaults) {
-    if (ci.find(k) != std::string::npos) continue;
+    if (given.count(k)) continue;
     if (uri) ci += (ci.find('?') == std::string::npos ? "?" : "&");
     else ci += " ";
     ci += std::string(k) + "=" + v;

@@ -75,11 +75,14 @@ Result<void> ProfileStore::reload() {
   for (const auto& p : profiles) {
     if (unchanged(p)) next[p.name] = states_[p.name];
     else if (auto it = fresh.find(p.name); it != fresh.end()) next[p.name] = std::move(it->second);
-    else {  // (changed again since: load it now, the rare case)
+    else {  // (changed again meanwhile: no file or URL is read under the lock; the refresh
+            // thread loads it within 5 s, until then its tokens fail closed)
       State s;
       s.profile = p;
-      s.keyset = load(p, nullptr, now, s.mtime_ns);
-      s.checked_s = now;
+      auto ks = std::make_shared<JwtKeyset>();
+      ks->error = "loading";
+      s.keyset = std::move(ks);
+      s.checked_s = 0;
       next[p.name] = std::move(s);
     }
   }

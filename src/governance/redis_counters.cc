@@ -342,12 +342,13 @@ void RedisCounters::run() {
       else dropped_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    if (j.settle) {
-      Call c = doSettle(j);
-      if (c == Call::kLost && connect()) c = doSettle(j);
-      if (c != Call::kOk) dropped_.fetch_add(1, std::memory_order_relaxed);
+    if (j.settle) {  // (never resent: a settlement applied twice would refund or charge twice)
+      if (doSettle(j) != Call::kOk) dropped_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
+    // An admission whose connection was gone is sent once more on a new one (a Redis restart
+    // must not turn into warming): if the first did run, its hold is never settled and costs at
+    // most one bucket capacity, refilled within a minute.
     Verdict v;
     Call c = doAdmit(j, v);
     if (c == Call::kLost && connect()) c = doAdmit(j, v);

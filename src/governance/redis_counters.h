@@ -14,10 +14,11 @@
 // (kMaxQueue jobs); data-plane workers never touch the socket: they post a job and their
 // coroutine resumes on its own executor when the answer is posted back. Timeouts: connect 500 ms,
 // each command 500 ms. Overload is shed, never opened: a full queue, or an admission that waited
-// over kMaxWaitNs in it, is answered kShed (429 token_quota_warming, Retry-After 1). A call that
-// failed because the connection was gone (EOF, reset: the command never ran) reconnects once and
-// is sent again; a timed-out one is not (it may have run). A script error (Redis out of memory)
-// answers kOpen for that request and keeps the connection.
+// over kMaxWaitNs in it, is answered kShed (429 token_quota_warming, Retry-After 1). An admission
+// whose connection was gone (EOF, reset) reconnects once and is sent again (had the first run, its
+// hold costs at most one bucket capacity); a timed-out one is not, nor is any settlement (twice
+// would refund or charge twice). A script error (Redis out of memory) answers kOpen for that
+// request and keeps the connection.
 //
 // Redis unreachable (connection refused, dropped, timed out): for the first 3 s the answer is
 // kWarming (the gateway answers 429 token_quota_warming with Retry-After: 1), then kOpen (the

@@ -2,6 +2,8 @@
 // into governance_rows in one transaction, then renamed *_v1; any read error undoes all of it).
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+
 #include "common/hex.h"
 #include "common/log.h"
 #include "governance/row_store.h"
@@ -131,10 +133,14 @@ class SqliteRows final : public RowStore {
                                  std::pair{profiles, "ALTER TABLE jwt_profiles RENAME TO jwt_profiles_v1"},
                                  std::pair{limits, "ALTER TABLE limits RENAME TO limits_v1"}})
       if (old_name) {
-        const std::string drop = "DROP TABLE IF EXISTS " +
-                                 std::string(sql).substr(std::string(sql).rfind(' ') + 1);
-        if (auto r = execSql(db_, drop.c_str()); !r) return undo(tl::unexpected(r.error()));
-        if (auto r = execSql(db_, sql); !r) return undo(tl::unexpected(r.error()));
+        // (an earlier backup of that name is kept: this one gets the time appended)
+        std::string stmt = sql;
+        const std::string backup = stmt.substr(stmt.rfind(' ') + 1);
+        if (tableExists(db_, backup.c_str()))
+          stmt += "_" + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                           std::chrono::system_clock::now().time_since_epoch())
+                                           .count());
+        if (auto r = execSql(db_, stmt.c_str()); !r) return undo(tl::unexpected(r.error()));
       }
     if (auto r = execSql(db_, "COMMIT"); !r) return undo(tl::unexpected(r.error()));
     log::info("governance", "moved earlier governance tables into governance_rows (kept as *_v1)");

@@ -23,8 +23,9 @@ void GovernanceState::open() {
     return;
   }
   rows_ = std::move(*rows);
-  if (auto g = rows_->generation()) gen_ = *g;
-  if (!db_.empty() && gen_ == 0) importLocal();
+  auto g = rows_->generation();
+  if (g) gen_ = *g;
+  if (!db_.empty() && g && *g == 0) importLocal();  // (a store never written to, only)
   if (auto ks = KeyStore::open(*rows_, keyRegistry())) {
     keys_ = std::move(*ks);
     log::info("serve", "API keys: " + std::to_string(keys_->size()) + " in " + rows_->describe());
@@ -55,6 +56,10 @@ void GovernanceState::importLocal() {
     log::warn("serve", "cannot read " + dir_ + "/governance.db to import: " + local.error().what);
     return;
   }
+  // A marker row first: of replicas starting together, only the first imports.
+  auto marker = rows_->load("meta");
+  if (!marker || !marker->empty()) return;
+  if (!rows_->put("meta", "imported", "{\"from\":\"" + dir_ + "\"}")) return;
   size_t n = 0;
   for (const char* kind : {"apikey", "jwtprofile", "tenant", "user", "defaults"}) {
     auto rows = (*local)->load(kind);
@@ -62,9 +67,9 @@ void GovernanceState::importLocal() {
     for (const Row& r : *rows)
       if (rows_->put(kind, r.id, r.body)) ++n;
   }
-  if (n > 0)
-    log::info("serve", "imported " + std::to_string(n) + " governance row(s) from " + dir_ +
-                           "/governance.db into " + rows_->describe());
+  log::warn("serve", "imported " + std::to_string(n) + " governance row(s) from " + dir_ +
+                         "/governance.db into the empty " + rows_->describe() +
+                         " (once: later starts do not import)");
   if (auto g = rows_->generation()) gen_ = *g;
 }
 

@@ -11,11 +11,6 @@ namespace kvgate::http {
 
 namespace {
 
-int64_t mtimeNs(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return -1;
-  return int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-}
 
 // ALPN: the server speaks HTTP/1.1 only; a client offering it (or nothing) proceeds, one offering
 // only other protocols gets no ALPN answer (and falls back as the protocol says).
@@ -36,10 +31,17 @@ int selectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const uns
 
 }  // namespace
 
-int64_t TlsFiles::stamp() const {
-  const int64_t a = mtimeNs(cert_), b = mtimeNs(key_);
-  if (a < 0 || b < 0) return -1;
-  return a ^ (b * 31);
+TlsFiles::Stamp TlsFiles::stamp() const {
+  Stamp s;
+  struct stat c {}, k {};
+  if (::stat(cert_.c_str(), &c) != 0 || ::stat(key_.c_str(), &k) != 0) return s;
+  s.cert_mtime = int64_t(c.st_mtim.tv_sec) * 1'000'000'000 + c.st_mtim.tv_nsec;
+  s.key_mtime = int64_t(k.st_mtim.tv_sec) * 1'000'000'000 + k.st_mtim.tv_nsec;
+  s.cert_size = int64_t(c.st_size);
+  s.key_size = int64_t(k.st_size);
+  s.cert_ino = uint64_t(c.st_ino);
+  s.key_ino = uint64_t(k.st_ino);
+  return s;
 }
 
 Result<std::shared_ptr<asio::ssl::context>> TlsFiles::build(const std::string& cert,
@@ -70,8 +72,8 @@ Result<std::shared_ptr<TlsFiles>> TlsFiles::load(std::string cert_file, std::str
 }
 
 void TlsFiles::refresh() {
-  const int64_t st = stamp();
-  if (st == stamp_ || st < 0 || st == refused_stamp_) return;
+  const Stamp st = stamp();
+  if (st == stamp_ || !st.ok() || st == refused_stamp_) return;
   auto next = build(cert_, key_);
   if (!next) {
     refused_stamp_ = st;  // (logged once per change; a half-written pair loads on the next change)

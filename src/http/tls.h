@@ -33,10 +33,17 @@ class TlsFiles {
   TlsFiles(std::string cert, std::string key) : cert_(std::move(cert)), key_(std::move(key)) {}
   static Result<std::shared_ptr<asio::ssl::context>> build(const std::string& cert,
                                                            const std::string& key);
-  int64_t stamp() const;  // the two files' modification times combined (-1: unreadable)
+  // What identifies the two files' contents: modification time, size and inode of each.
+  struct Stamp {
+    int64_t cert_mtime = -1, key_mtime = -1, cert_size = -1, key_size = -1;
+    uint64_t cert_ino = 0, key_ino = 0;
+    bool ok() const { return cert_mtime >= 0 && key_mtime >= 0; }
+    bool operator==(const Stamp&) const = default;
+  };
+  Stamp stamp() const;
   std::string cert_, key_;
   std::atomic<std::shared_ptr<asio::ssl::context>> ctx_;
-  int64_t stamp_ = -1, refused_stamp_ = -1;
+  Stamp stamp_, refused_stamp_;
   std::atomic<uint64_t> reloads_{0};
 };
 

@@ -254,8 +254,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   tcp::socket client_;
   std::shared_ptr<asio::ssl::context> tls_ctx_;  // (outlives tls_)
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
-  std::array<char, 4096> tls_watch_buf_{};
+  std::unique_ptr<std::array<char, 4096>> tls_watch_buf_;  // (TLS connections only)
   bool tls_watch_pending_ = false;  // the watcher's TLS read has not completed yet
+  bool relay_cut_ = false;          // a response was cut short: no close_notify (it would say
+                                    // the body ended)
   UpstreamLeg leg_;
   Deadline deadline_;
   Phase phase_ = Phase::kIdle;

@@ -190,30 +190,32 @@ void ClientConn::armWatch(uint64_t gen) {
 }
 
 // The watcher of a TLS connection: a TLS read (the record layer cannot be peeked), alongside the
-// relay's writes (one read and one write may be in flight on a TLS stream). Decrypted bytes of a
-// pipelined request are kept (bounded as above) even when the watch was stopped meanwhile.
-void ClientConn::armTlsWatch(uint64_t gen) {
+// relay's writes (one read and one write may be in flight on a TLS stream). Only one watcher
+// read is ever outstanding: a watch started while a cancelled one has not completed yet is
+// taken over by that read's completion. Decrypted bytes of a pipelined request are kept (bounded
+// as above) even when the watch was stopped meanwhile.
+void ClientConn::armTlsWatch(uint64_t) {
+  if (tls_watch_pending_) return;  // (its completion re-arms for the current watch)
   if (pipelined_.size() >= kMaxPipelinedBytes) {
     watch_running_ = false;
     return;
   }
-  const size_t room = std::min(tls_watch_buf_.size(), kMaxPipelinedBytes - pipelined_.size());
+  if (!tls_watch_buf_) tls_watch_buf_ = std::make_unique<std::array<char, 4096>>();
+  const size_t room = std::min(tls_watch_buf_->size(), kMaxPipelinedBytes - pipelined_.size());
   tls_watch_pending_ = true;
   tls_->async_read_some(
-      asio::buffer(tls_watch_buf_.data(), room),
-      [self = shared_from_this(), gen](const error_code& ec, size_t n) {
+      asio::buffer(tls_watch_buf_->data(), room),
+      [self = shared_from_this()](const error_code& ec, size_t n) {
         self->tls_watch_pending_ = false;
-        if (n > 0) self->pipelined_.append(self->tls_watch_buf_.data(), n);
-        const bool current = gen == self->watch_gen_ && self->watching_ && self->watch_running_;
-        if (!current) return;
-        if (ec) {
-          if (ec == asio::error::operation_aborted) return;
+        if (n > 0) self->pipelined_.append(self->tls_watch_buf_->data(), n);
+        if (!self->watching_ || !self->watch_running_) return;  // (stopped: nothing to do)
+        if (ec && ec != asio::error::operation_aborted) {
           self->client_gone_ = true;  // EOF, close_notify or an error: the client went away
           self->watch_running_ = false;
           self->abortLegs(false);
           return;
         }
-        self->armTlsWatch(gen);
+        self->armTlsWatch(self->watch_gen_);  // (aborted by an earlier stop: the new watch)
       });
 }
 

@@ -184,7 +184,7 @@ asio::awaitable<void> ClientConn::run() {
     if (!keepAliveAfter()) break;
   }
   stopWatch();
-  if (tls_ && client_.is_open() && !client_gone_) {
+  if (tls_ && client_.is_open() && !client_gone_ && !relay_cut_) {
     // TLS: close_notify, so a body that ends at the close is not taken for a truncation (at most
     // a second: the deadline closes the socket under a peer that does not answer).
     while (tls_watch_pending_) co_await asio::post(client_.get_executor(), asio::use_awaitable);
@@ -195,7 +195,7 @@ asio::awaitable<void> ClientConn::run() {
   }
   deadline_.stop();
   abortLegs(false);
-  if (client_.is_open() && !client_gone_) co_await lingeringClose(client_);
+  if (client_.is_open() && !client_gone_ && !(tls_ && relay_cut_)) co_await lingeringClose(client_);
   closeClient();
 }
 

@@ -186,7 +186,10 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   // Where a quota may apply (credentials are checked, or shared-VIP defaults exist), the same
   // parse gives the quota stage its estimate: prompt size, max_tokens, stream (quota_gate.cc).
   resetQuota();
-  if (cfg->checks_credentials || governance::limitRegistry().current()->hasVipDefaults())
+  // (keyless traffic on a listener without credential checks pays only shared-VIP buckets)
+  const bool metered =
+      cfg->checks_credentials || governance::limitRegistry().current()->hasVipDefaults();
+  if (metered)
     needs |= routing::kNeedModel | routing::kNeedPromptPrefix | routing::kNeedRequestShape;
   facts_parsed_ = false;
   if (needs && !req.body.empty()) {
@@ -260,7 +263,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   // Quota admission (after credentials and the model, before routing), settled on every path.
   const std::string_view quota_model =
       facts_parsed_ && facts_.has_model ? std::string_view(facts_.model) : model;
-  {
+  if (metered) {  // (no coroutine frame per request where nothing is metered)
     KeyAdmission a = co_await admitQuota(*route, quota_model, req);
     if (a.status != 0) {
       co_await sendError(a.status, a.code, a.message, a.param, false, a.retry_after_s);

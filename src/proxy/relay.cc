@@ -106,6 +106,7 @@ void ClientConn::releaseRequestBytes() {
 
 // Ends a relay that cannot complete: the upstream connection is closed, never pooled.
 bool ClientConn::abandonRelay() {
+  relay_cut_ = true;
   stopWatch();
   leg_.release(false);
   return false;

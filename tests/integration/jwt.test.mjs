@@ -231,13 +231,27 @@ test('JWKS from an https URL: verified, bounded, tokens accepted', async (t) => 
     [{ name: 'u', issuer: 'i', jwks_url: `${url}/jwks`, jwks_ca_file: other }, 'jwks_url'],  // unverifiable
     [{ name: 'u', issuer: 'i', jwks_url: `${url}/big`, jwks_ca_file: caPem }, 'jwks_url'],   // over 1 MiB
     [{ name: 'u', issuer: 'i', jwks_url: 'http://example.com/jwks' }, 'jwks_url'],           // clear text
+    [{ name: 'u', issuer: 'i', jwks_url: 'http://127.0.0.1.example.com/jwks' }, 'jwks_url'], // a name, not 127.x
+    [{ name: 'u', issuer: 'i', jwks_url: 'http://localhost.example.com/jwks' }, 'jwks_url'],
     [{ name: 'u', issuer: 'i', jwks_url: `${url}/jwks`, jwks_file: '/x' }, 'jwks_file'],     // both
     [{ name: 'u', issuer: 'i', jwks_file: '/x', jwks_ca_file: caPem }, 'jwks_ca_file']]) {
     const r = await api(gw.api, 'POST', PROFILES, body);
     assert.equal(r.status, 400, `${JSON.stringify(body)}: ${r.text}`);
     assert.match(r.text, new RegExp(field), r.text);
   }
-  let r = await api(gw.api, 'POST', PROFILES, { name: 'u', issuer: 'i', jwks_url: `${url}/jwks`, jwks_ca_file: caPem });
+  // A server that accepts and never answers: the store gives up after its 5 s bound, the API
+  // stays responsive, nothing is stored.
+  const net = await import('node:net');
+  const held = [];
+  const mute = net.createServer((s) => held.push(s));
+  await new Promise((r) => mute.listen(0, '127.0.0.1', r));
+  t.after(() => { for (const s of held) s.destroy(); return new Promise((r) => mute.close(r)); });
+  const t0 = Date.now();
+  let r = await api(gw.api, 'POST', PROFILES, { name: 'u', issuer: 'i', jwks_url: `http://127.0.0.1:${mute.address().port}/jwks` });
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.text, /jwks_url/);
+  assert.ok(Date.now() - t0 < 20000, 'bounded');
+  r = await api(gw.api, 'POST', PROFILES, { name: 'u', issuer: 'i', jwks_url: `${url}/jwks`, jwks_ca_file: caPem });
   assert.equal(r.status, 200, r.text);
   r = await api(gw.api, 'GET', `${PROFILES}/u`);
   assert.equal(r.json.keys, 1);

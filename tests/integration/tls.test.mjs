@@ -4,7 +4,7 @@
 // watcher); plain HTTP and an unknown CA refused and counted; a renewed certificate served to new
 // connections without a restart; a security 1 rule refused without a certificate.
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import { promisify } from 'node:util';
 import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -138,4 +138,14 @@ test('security 1: TLS terminated by the data plane', async (t) => {
   renameSync(`${certFile}.new`, certFile);
   assert.ok(await waitFor(async () => (await post(port, caPem, { model: 'm1', messages: [] })).serial === '138A', 10000),
     'the renewed certificate serves new connections');
+  // A renewal that keeps the key (only the certificate file changes) is picked up too.
+  const csr = path.join(tmp.dir, 'same.csr'), crt = path.join(tmp.dir, 'same.crt');
+  execFileSync('openssl', ['req', '-new', '-key', keyFile, '-subj', '/CN=127.0.0.1', '-out', csr], { stdio: 'pipe' });
+  execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key, '-set_serial', '6003',
+    '-days', '2', '-extfile', path.join(tmp.dir, 'dp2.ext'), '-out', crt], { stdio: 'pipe' });
+  await sleep(1100);
+  writeFileSync(`${certFile}.new`, readFileSync(crt));
+  renameSync(`${certFile}.new`, certFile);
+  assert.ok(await waitFor(async () => (await post(port, caPem, { model: 'm1', messages: [] })).serial === '1773', 10000),
+    'a certificate renewed with the same key serves new connections');
 });
