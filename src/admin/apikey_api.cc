@@ -30,18 +30,6 @@ namespace kvgate::admin {
 namespace {
 using json = nlohmann::json;
 
-json summary(const governance::ApiKey& k) {
-  return {{"key_id", k.key_id},
-          {"tenant_id", k.tenant_id},
-          {"name", k.name},
-          {"allowed_models", k.allowed_models},
-          {"rate_limit_rps", k.rate_limit_rps},
-          {"burst_size", k.burst_size},
-          {"tokens_per_min", k.tokens_per_min},
-          {"expires_at", k.expires_at},
-          {"enabled", k.enabled},
-          {"created_at", k.created_at}};
-}
 
 // RFC 3339 UTC, strictly "YYYY-MM-DDTHH:MM:SS[.fraction]Z" (fraction ignored) -> unix seconds
 // after 1970-01-01T00:00:00Z (0 means "never", so the epoch itself is refused).
@@ -179,7 +167,7 @@ asio::awaitable<void> Api::apiKeys(http::Request& req, http::ResponseWriter& w) 
     if (req.method == "GET") {
       json out = json::array();
       for (const auto& k : keys_->list(req.queryParam("tenant_id").value_or("")))
-        out.push_back(summary(k));
+        out.push_back(governance::keySummary(k));
       co_await w.send(200, "application/json", out.dump());
       co_return;
     }
@@ -215,7 +203,7 @@ asio::awaitable<void> Api::apiKeys(http::Request& req, http::ResponseWriter& w) 
     co_return;
   }
   if (req.method == "GET") {
-    co_await w.send(200, "application/json", summary(*found).dump());
+    co_await w.send(200, "application/json", governance::keySummary(*found).dump());
     co_return;
   }
   if (req.method == "DELETE") {

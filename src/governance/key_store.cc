@@ -14,19 +14,10 @@ namespace kvgate::governance {
 namespace {
 
 std::string keyJson(const ApiKey& k) {
-  return nlohmann::json{{"key_id", k.key_id},
-                        {"tenant_id", k.tenant_id},
-                        {"name", k.name},
-                        {"allowed_models", k.allowed_models},
-                        {"rate_limit_rps", k.rate_limit_rps},
-                        {"burst_size", k.burst_size},
-                        {"tokens_per_min", k.tokens_per_min},
-                        {"expires_at", k.expires_at},
-                        {"enabled", k.enabled},
-                        {"created_at", k.created_at},
-                        {"salt", toHex(k.salt)},
-                        {"hash", toHex(k.hash)}}
-      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  nlohmann::json j = keySummary(k);  // (what the API shows, plus the salt and hash)
+  j["salt"] = toHex(k.salt);
+  j["hash"] = toHex(k.hash);
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // A stored row back into a key; damaged parts fail closed (deny_all, or no secret that matches).
@@ -76,6 +67,19 @@ ApiKey parseKeyRow(const Row& row) {
 }
 
 }  // namespace
+
+nlohmann::json keySummary(const ApiKey& k) {
+  return {{"key_id", k.key_id},
+          {"tenant_id", k.tenant_id},
+          {"name", k.name},
+          {"allowed_models", k.allowed_models},
+          {"rate_limit_rps", k.rate_limit_rps},
+          {"burst_size", k.burst_size},
+          {"tokens_per_min", k.tokens_per_min},
+          {"expires_at", k.expires_at},
+          {"enabled", k.enabled},
+          {"created_at", k.created_at}};
+}
 
 Result<std::unique_ptr<KeyStore>> KeyStore::open(RowStore& rows, KeyRegistry& registry) {
   std::unique_ptr<KeyStore> st(new KeyStore(rows, registry));

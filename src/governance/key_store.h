@@ -8,6 +8,7 @@
 // from the control thread only (like the rule store).
 #pragma once
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@
 #include "governance/row_store.h"
 
 namespace kvgate::governance {
+
+// A key as the API shows it: the record without salt or hash, with created_at.
+nlohmann::json keySummary(const ApiKey& k);
 
 class KeyStore {
  public:
