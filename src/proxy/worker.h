@@ -21,20 +21,28 @@ class Worker {
   Worker(const ProxyOptions& opts, DataPlaneStats& stats)
       : opts(opts),
         stats(stats),
-        work(asio::make_work_guard(io)),
-        pool(opts.max_idle_per_endpoint, opts.upstream_idle_timeout, stats) {}
+        pool(opts.max_idle_per_endpoint, opts.upstream_idle_timeout, stats),
+        work(asio::make_work_guard(io)) {}
+  // (after the thread is joined) The idle upstream sockets go first, while the io_context lives;
+  // then the io_context (declared after the pool and the connection set, so destroyed before
+  // them) destroys the frames still suspended in it - a drain that timed out - whose cleanup
+  // (the connection set, quota settlement) still finds everything alive.
+  ~Worker() {
+    work.reset();
+    pool.clear();
+  }
   const ProxyOptions& opts;
   DataPlaneStats& stats;  // shared by all workers (atomics)
+  UpstreamPool pool;      // touched only on this worker's thread
+  // Live client connections of this worker (this thread only), for draining on shutdown.
+  std::unordered_set<ClientConn*> conns;
+  bool draining = false;  // this thread only: set by DataPlane::drain()
   // One thread runs this context, and only it starts, performs or cancels I/O on the worker's
   // sockets (other threads post to it): the reactor's per-socket locking is off (UNSAFE_IO), the
   // scheduler's stays on for those posts.
   asio::io_context io{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   asio::executor_work_guard<asio::io_context::executor_type> work;
-  UpstreamPool pool;  // touched only on this worker's thread
   std::thread thread;
-  // Live client connections of this worker (this thread only), for draining on shutdown.
-  std::unordered_set<ClientConn*> conns;
-  bool draining = false;  // this thread only: set by DataPlane::drain()
 };
 
 struct Listener {

@@ -394,6 +394,9 @@ test('bug 10: --drain-timeout-ms 500 bounds the drain; the long stream is cut', 
   // One-sided: with a stream in flight the drain lasts the whole timeout (the signal reaches the
   // gateway right after kill(), so this has ~100 ms of margin and can only err the safe way).
   assert.ok(ex.at - sigAt >= 400, `exited ${ex.at - sigAt} ms after SIGTERM: the stream was not drained`);
+  // A clean exit: the connection still streaming at the deadline is torn down with the worker
+  // (its suspended frames destroyed while the worker's state still lives), no crash.
+  assert.deepEqual([ex.code, ex.signal], [0, null], gw.proc.stderrText.slice(-1500));
   const res = await within(st.done, 3000);
   assert.ok(res && !res.complete, 'the 10 s stream cannot have completed');
 });
