@@ -5,6 +5,7 @@
 #include <libpq-fe.h>
 
 #include <set>
+#include <vector>
 
 #include "common/log.h"
 #include "governance/row_store.h"
@@ -52,9 +53,7 @@ class PgRows final : public RowStore {
   Result<std::vector<Row>> load(std::string_view kind) override {
     if (auto c = ready(); !c) return tl::unexpected(c.error());
     const std::string k(kind);
-    const char* params[] = {k.c_str()};
-    PgResult r(PQexecParams(c_, "SELECT id, body FROM kvgate_governance WHERE kind = $1 ORDER BY id",
-                            1, nullptr, params, nullptr, nullptr, 0));
+    PgResult r(exec("SELECT id, body FROM kvgate_governance WHERE kind = $1 ORDER BY id", {&k}));
     if (!r.ok()) return error("load " + k, r);
     std::vector<Row> out;
     for (int i = 0; i < PQntuples(r.r); ++i) out.push_back({r.val(i, 0), r.val(i, 1)});
@@ -64,14 +63,11 @@ class PgRows final : public RowStore {
   Result<void> put(std::string_view kind, const std::string& id, const std::string& body) override {
     if (auto c = ready(); !c) return tl::unexpected(c.error());
     const std::string k(kind);
-    const char* params[] = {k.c_str(), id.c_str(), body.c_str()};
-    const int lens[] = {int(k.size()), int(id.size()), int(body.size())};
-    PgResult r(PQexecParams(
-        c_,
+    PgResult r(exec(
         "WITH w AS (INSERT INTO kvgate_governance (kind, id, body) VALUES ($1, $2, $3)"
         " ON CONFLICT (kind, id) DO UPDATE SET body = EXCLUDED.body RETURNING 1)"
         " UPDATE kvgate_governance_gen SET gen = gen + 1 WHERE one = 1 AND EXISTS (SELECT 1 FROM w)",
-        3, nullptr, params, lens, nullptr, 0));
+        {&k, &id, &body}));
     if (!r.ok()) return error("store " + k, r);
     return {};
   }
@@ -80,15 +76,12 @@ class PgRows final : public RowStore {
                       const std::string& body) override {
     if (auto c = ready(); !c) return tl::unexpected(c.error());
     const std::string k(kind);
-    const char* params[] = {k.c_str(), id.c_str(), body.c_str()};
-    const int lens[] = {int(k.size()), int(id.size()), int(body.size())};
-    PgResult r(PQexecParams(
-        c_,
+    PgResult r(exec(
         "WITH u AS (UPDATE kvgate_governance SET body = $3 WHERE kind = $1 AND id = $2"
         " RETURNING 1)"
         " UPDATE kvgate_governance_gen SET gen = gen + 1 WHERE one = 1 AND EXISTS (SELECT 1 FROM u)"
         " RETURNING gen",
-        3, nullptr, params, lens, nullptr, 0));
+        {&k, &id, &body}));
     if (!r.ok()) return error("update " + k, r);
     return PQntuples(r.r) > 0;
   }
@@ -96,13 +89,11 @@ class PgRows final : public RowStore {
   Result<bool> erase(std::string_view kind, const std::string& id) override {
     if (auto c = ready(); !c) return tl::unexpected(c.error());
     const std::string k(kind);
-    const char* params[] = {k.c_str(), id.c_str()};
-    PgResult r(PQexecParams(
-        c_,
+    PgResult r(exec(
         "WITH d AS (DELETE FROM kvgate_governance WHERE kind = $1 AND id = $2 RETURNING 1)"
         " UPDATE kvgate_governance_gen SET gen = gen + 1 WHERE one = 1 AND EXISTS (SELECT 1 FROM d)"
         " RETURNING gen",
-        2, nullptr, params, nullptr, nullptr, 0));
+        {&k, &id}));
     if (!r.ok()) return error("delete " + k, r);
     return PQntuples(r.r) > 0;
   }
@@ -118,6 +109,12 @@ class PgRows final : public RowStore {
   std::string describe() const override { return "PostgreSQL " + where_; }
 
  private:
+  // One statement with text parameters ($1, $2, ...: NUL-terminated, as libpq reads text ones).
+  PGresult* exec(const char* sql, std::initializer_list<const std::string*> args) {
+    std::vector<const char*> v;
+    for (const std::string* a : args) v.push_back(a->c_str());
+    return PQexecParams(c_, sql, int(v.size()), nullptr, v.data(), nullptr, nullptr, 0);
+  }
   Result<void> ready() {
     if (PQstatus(c_) == CONNECTION_OK) return {};
     PQreset(c_);
