@@ -491,7 +491,7 @@ int serveMain(int argc, char** argv) {
       if (ec) return;
       if (gov.poll()) handOut();
       if (api_tls) api_tls->refresh();
-      if (opts.tls) opts.tls->refresh();
+      dp.refreshTls();
       tick();
     });
   };

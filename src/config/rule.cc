@@ -4,6 +4,7 @@
 
 #include "common/net.h"
 #include "config/fields.h"
+#include "config/tls_fields.h"
 
 namespace kvgate::config {
 namespace {
@@ -160,6 +161,9 @@ Result<RuleSpec> parseRule(const json& body) {
   r.admin_up = getOr<bool>(stored, "adminStateUp", true);
   r.sse_mode = getOr<bool>(stored, "sse_mode", false);
   r.security = getOr<int>(stored, "security", 0);
+  auto tls = parseServerTls(stored, r.security);
+  if (!tls) return tl::unexpected(tls.error());
+  r.tls = std::move(*tls);
   r.max_stream_duration_sec = getOr<int64_t>(stored, "max_stream_duration_sec", 0);
   r.timeout_connect_ms = getOr<int64_t>(stored, "timeoutMemberConnect", 0);
   r.timeout_data_ms = getOr<int64_t>(stored, "timeoutMemberData", 0);
@@ -276,10 +280,9 @@ Result<RuleSpec> parseRule(const json& body) {
   // events are followed.
   const std::string kv_engine = getOr<std::string>(stored, "kvEngineType", "vllm");
   need(kv_mode == 3 && kv_engine == "llamacpp", "kv_exact");
-  // security 1 (TLS terminated here) is active; re-encryption to the engines (2) and mutual TLS
-  // are later slices.
-  need(r.security == 2 || stored.contains("mtls_frontend") || stored.contains("mtls_backend"),
-       "tls");
+  // security 1 (TLS terminated here, client certificates) is active; re-encryption to the
+  // engines (2, mtls_backend) is a later slice.
+  need(r.security == 2 || stored.contains("mtls_backend"), "tls");
   std::string fc = getOr<std::string>(stored, "fc_mode", "off");
   need((fc == "enforce" || fc == "inherit") && !pd, "admission");  // P/D rules: proxy/admission.h
   need(getOr<std::string>(stored, "backend_protocol", "http1") == "http2", "http2");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "http/tls_options.h"
 
 namespace kvgate::config {
 
@@ -37,6 +38,7 @@ struct RuleSpec {
   bool admin_up = true;
   bool sse_mode = false;
   int security = 0;  // 0 plain, 1 TLS terminated at the gateway (2: re-encrypted, not active)
+  http::ServerTlsOptions tls;  // mtls_frontend, tls_versions, tls_ciphers (security 1)
   int64_t max_stream_duration_sec = 0;  // 0 = 86400
   int64_t timeout_connect_ms = 0;       // 0 = 500
   int64_t timeout_data_ms = 0;          // 0 = default (see proxy options)

@@ -1,6 +1,10 @@
 #include "http/tls.h"
 
+#include <fnmatch.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -10,7 +14,6 @@
 namespace kvgate::http {
 
 namespace {
-
 
 // ALPN: the server speaks HTTP/1.1 only; a client offering it (or nothing) proceeds, one offering
 // only other protocols gets no ALPN answer (and falls back as the protocol says).
@@ -29,52 +32,232 @@ int selectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const uns
   return SSL_TLSEXT_ERR_NOACK;
 }
 
+bool statFile(const std::string& path, int64_t& mtime, int64_t& size, uint64_t& ino) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  mtime = int64_t(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  size = int64_t(st.st_size);
+  ino = uint64_t(st.st_ino);
+  return true;
+}
+
+// A listener's SSL context and what its client-certificate check needs (the context's ex data
+// slot below points here; the aliasing shared_ptr keeps both alive while a connection uses the
+// context). Not the app data: Asio keeps its own verify callback there.
+struct ServerContext {
+  asio::ssl::context ctx{asio::ssl::context::tls_server};
+  bool require_cn = false;
+  std::string cn_pattern;
+  std::shared_ptr<ClientCertStats> stats;
+};
+
+bool nameMatches(const std::string& pattern, const unsigned char* data, int len) {
+  if (!data || len <= 0 || len > 255 || std::memchr(data, 0, size_t(len)) != nullptr) return false;
+  const std::string name(reinterpret_cast<const char*>(data), size_t(len));
+  return ::fnmatch(pattern.c_str(), name.c_str(), FNM_CASEFOLD) == 0;
+}
+
+// RFC 6125: the DNS subjectAltNames when there are any, else the subject's (last) CN.
+bool identityMatches(X509* cert, const std::string& pattern) {
+  bool have_dns = false, match = false;
+  auto* names =
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  if (names) {
+    for (int i = 0; i < sk_GENERAL_NAME_num(names) && !match; ++i) {
+      const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
+      if (!n || n->type != GEN_DNS) continue;
+      have_dns = true;
+      match = nameMatches(pattern, ASN1_STRING_get0_data(n->d.dNSName),
+                          ASN1_STRING_length(n->d.dNSName));
+    }
+    GENERAL_NAMES_free(names);
+  }
+  if (match || have_dns) return match;
+  X509_NAME* subject = X509_get_subject_name(cert);
+  int last = -1;
+  for (int i = -1; (i = X509_NAME_get_index_by_NID(subject, NID_commonName, i)) >= 0;) last = i;
+  if (last < 0) return false;
+  const ASN1_STRING* cn = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, last));
+  unsigned char* utf8 = nullptr;
+  const int len = ASN1_STRING_to_UTF8(&utf8, cn);
+  match = len > 0 && nameMatches(pattern, utf8, len);
+  OPENSSL_free(utf8);
+  return match;
+}
+
+int serverContextSlot() {
+  static const int slot = SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return slot;
+}
+
+int verifyClient(int preverify_ok, X509_STORE_CTX* x) {
+  auto* ssl =
+      static_cast<SSL*>(X509_STORE_CTX_get_ex_data(x, SSL_get_ex_data_X509_STORE_CTX_idx()));
+  const auto* sc =
+      ssl ? static_cast<const ServerContext*>(
+                SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), serverContextSlot()))
+          : nullptr;
+  if (!sc) return 0;
+  if (!preverify_ok) {
+    if (sc->stats)
+      (X509_STORE_CTX_get_error(x) == X509_V_ERR_CERT_REVOKED ? sc->stats->revoked
+                                                              : sc->stats->untrusted)
+          .fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  if (X509_STORE_CTX_get_error_depth(x) == 0 && sc->require_cn &&
+      !identityMatches(X509_STORE_CTX_get_current_cert(x), sc->cn_pattern)) {
+    X509_STORE_CTX_set_error(x, X509_V_ERR_APPLICATION_VERIFICATION);
+    if (sc->stats) sc->stats->cn_mismatch.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  return 1;
+}
+
+std::string sslError(const char* what) {
+  const unsigned long e = ERR_get_error();
+  ERR_clear_error();
+  char buf[256] = "unknown error";
+  if (e) ERR_error_string_n(e, buf, sizeof buf);
+  return std::string(what) + ": " + buf;
+}
+
+// The client CAs (from the file or the inline PEM) into the verify store and the list the server
+// names in its CertificateRequest; then the CRL.
+Result<void> loadClientTrust(SSL_CTX* ctx, const ServerTlsOptions& o) {
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  int loaded = 0;
+  if (!o.client_ca_path.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx, o.client_ca_path.c_str(), nullptr) != 1)
+      return fail(400, "mtls_frontend",
+                  sslError(("client CA bundle " + o.client_ca_path).c_str()));
+    if (STACK_OF(X509_NAME)* names = SSL_load_client_CA_file(o.client_ca_path.c_str())) {
+      loaded += sk_X509_NAME_num(names);
+      SSL_CTX_set_client_CA_list(ctx, names);
+    }
+  }
+  if (!o.client_ca_pem.empty()) {
+    BIO* bio = BIO_new_mem_buf(o.client_ca_pem.data(), int(o.client_ca_pem.size()));
+    while (X509* cert = bio ? PEM_read_bio_X509(bio, nullptr, nullptr, nullptr) : nullptr) {
+      const bool ok = X509_STORE_add_cert(store, cert) == 1 && SSL_CTX_add_client_CA(ctx, cert) == 1;
+      X509_free(cert);
+      if (!ok) {
+        BIO_free(bio);
+        return fail(400, "mtls_frontend", sslError("client_ca_cert_data"));
+      }
+      ++loaded;
+    }
+    BIO_free(bio);
+    ERR_clear_error();  // (the end of the PEM text)
+  }
+  if (loaded == 0)
+    return fail(400, "mtls_frontend", "no CA certificate in client_ca_path / client_ca_cert_data");
+  if (!o.client_crl_path.empty()) {
+    X509_LOOKUP* lookup = X509_STORE_add_lookup(store, X509_LOOKUP_file());
+    if (!lookup || X509_load_crl_file(lookup, o.client_crl_path.c_str(), X509_FILETYPE_PEM) <= 0)
+      return fail(400, "mtls_frontend", sslError(("CRL " + o.client_crl_path).c_str()));
+    X509_STORE_set_flags(store, X509_V_FLAG_CRL_CHECK);  // the leaf only
+  }
+  return {};
+}
+
+// tls_ciphers: TLS_* names are TLS 1.3 suites, the rest an OpenSSL TLS 1.2 cipher list.
+Result<void> setCiphers(SSL_CTX* ctx, const std::string& spec) {
+  std::string v12, v13;
+  for (size_t i = 0; i <= spec.size();) {
+    size_t j = spec.find_first_of(":, ", i);
+    if (j == std::string::npos) j = spec.size();
+    const std::string name = spec.substr(i, j - i);
+    if (!name.empty()) (name.rfind("TLS_", 0) == 0 ? v13 : v12) += (name + ":");
+    i = j + 1;
+  }
+  if (!v12.empty() && SSL_CTX_set_cipher_list(ctx, v12.substr(0, v12.size() - 1).c_str()) != 1)
+    return fail(400, "tls_ciphers", sslError("tls_ciphers"));
+  if (!v13.empty() && SSL_CTX_set_ciphersuites(ctx, v13.substr(0, v13.size() - 1).c_str()) != 1)
+    return fail(400, "tls_ciphers", sslError("tls_ciphers (TLS 1.3 suites)"));
+  return {};
+}
+
 }  // namespace
 
 TlsFiles::Stamp TlsFiles::stamp() const {
   Stamp s;
-  struct stat c {}, k {};
-  if (::stat(cert_.c_str(), &c) != 0 || ::stat(key_.c_str(), &k) != 0) return s;
-  s.cert_mtime = int64_t(c.st_mtim.tv_sec) * 1'000'000'000 + c.st_mtim.tv_nsec;
-  s.key_mtime = int64_t(k.st_mtim.tv_sec) * 1'000'000'000 + k.st_mtim.tv_nsec;
-  s.cert_size = int64_t(c.st_size);
-  s.key_size = int64_t(k.st_size);
-  s.cert_ino = uint64_t(c.st_ino);
-  s.key_ino = uint64_t(k.st_ino);
+  s.ok = statFile(cert_, s.cert.mtime, s.cert.size, s.cert.ino) &&
+         statFile(key_, s.key.mtime, s.key.size, s.key.ino) &&
+         (opts_.client_ca_path.empty() ||
+          statFile(opts_.client_ca_path, s.ca.mtime, s.ca.size, s.ca.ino)) &&
+         (opts_.client_crl_path.empty() ||
+          statFile(opts_.client_crl_path, s.crl.mtime, s.crl.size, s.crl.ino));
   return s;
 }
 
-Result<std::shared_ptr<asio::ssl::context>> TlsFiles::build(const std::string& cert,
-                                                            const std::string& key) {
-  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+Result<std::shared_ptr<asio::ssl::context>> TlsFiles::build() const {
+  auto sc = std::make_shared<ServerContext>();
+  asio::ssl::context& ctx = sc->ctx;
+  SSL_CTX* native = ctx.native_handle();
   error_code ec;
-  ctx->set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
-                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
-                       asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
-                   ec);
-  if (!ec) ctx->use_certificate_chain_file(cert, ec);
-  if (ec) return fail(400, "tls_cert", "certificate " + cert + ": " + ec.message());
-  ctx->use_private_key_file(key, asio::ssl::context::pem, ec);
-  if (ec) return fail(400, "tls_key", "private key " + key + ": " + ec.message());
-  if (SSL_CTX_check_private_key(ctx->native_handle()) != 1)
-    return fail(400, "tls_key", "private key " + key + " does not match certificate " + cert);
-  SSL_CTX_set_alpn_select_cb(ctx->native_handle(), selectAlpn, nullptr);
-  return ctx;
+  ctx.set_options(asio::ssl::context::default_workarounds | asio::ssl::context::no_sslv2 |
+                      asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
+                      asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
+                  ec);
+  SSL_CTX_set_min_proto_version(native, opts_.tls12 ? TLS1_2_VERSION : TLS1_3_VERSION);
+  SSL_CTX_set_max_proto_version(native, opts_.tls13 ? TLS1_3_VERSION : TLS1_2_VERSION);
+  if (!ec) ctx.use_certificate_chain_file(cert_, ec);
+  if (ec) return fail(400, "tls_cert", "certificate " + cert_ + ": " + ec.message());
+  ctx.use_private_key_file(key_, asio::ssl::context::pem, ec);
+  if (ec) return fail(400, "tls_key", "private key " + key_ + ": " + ec.message());
+  if (SSL_CTX_check_private_key(native) != 1)
+    return fail(400, "tls_key", "private key " + key_ + " does not match certificate " + cert_);
+  if (!opts_.ciphers.empty())
+    if (auto c = setCiphers(native, opts_.ciphers); !c) return tl::unexpected(c.error());
+  SSL_CTX_set_alpn_select_cb(native, selectAlpn, nullptr);
+  if (opts_.verifiesClients()) {
+    if (auto t = loadClientTrust(native, opts_); !t) return tl::unexpected(t.error());
+    const int mode = opts_.client_cert == ServerTlsOptions::ClientCert::kRequired
+                         ? SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT
+                         : SSL_VERIFY_PEER;
+    SSL_CTX_set_verify(native, mode, verifyClient);
+    SSL_CTX_set_verify_depth(native, 10);
+    static const unsigned char kSid[] = "kvgate-mtls";  // (resumption within this context)
+    SSL_CTX_set_session_id_context(native, kSid, sizeof kSid - 1);
+    sc->require_cn = opts_.require_client_cn;
+    sc->cn_pattern = opts_.client_cn_pattern;
+    sc->stats = stats_;
+    if (serverContextSlot() < 0 || SSL_CTX_set_ex_data(native, serverContextSlot(), sc.get()) != 1)
+      return fail(500, "tls", "no OpenSSL ex data slot for the client-certificate check");
+  }
+  return std::shared_ptr<asio::ssl::context>(sc, &sc->ctx);
 }
 
-Result<std::shared_ptr<TlsFiles>> TlsFiles::load(std::string cert_file, std::string key_file) {
-  auto ctx = build(cert_file, key_file);
+Result<std::shared_ptr<TlsFiles>> TlsFiles::load(std::string cert_file, std::string key_file,
+                                                 ServerTlsOptions opts,
+                                                 std::shared_ptr<ClientCertStats> stats) {
+  std::shared_ptr<TlsFiles> t(
+      new TlsFiles(std::move(cert_file), std::move(key_file), std::move(opts), std::move(stats)));
+  auto ctx = t->build();
   if (!ctx) return tl::unexpected(ctx.error());
-  std::shared_ptr<TlsFiles> t(new TlsFiles(std::move(cert_file), std::move(key_file)));
   t->ctx_.store(std::move(*ctx));
   t->stamp_ = t->stamp();
   return t;
 }
 
+void TlsFiles::noteHandshake(SSL* ssl, const error_code& ec) const {
+  if (!stats_ || !opts_.verifiesClients() || !ssl) return;
+  if (ec) {  // (refusals by the verify callback are counted there)
+    if (ec.category() == asio::error::get_ssl_category() &&
+        ERR_GET_REASON(static_cast<unsigned long>(ec.value())) ==
+            SSL_R_PEER_DID_NOT_RETURN_A_CERTIFICATE)
+      stats_->missing.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  (SSL_get0_peer_certificate(ssl) ? stats_->verified : stats_->absent)
+      .fetch_add(1, std::memory_order_relaxed);
+}
+
 void TlsFiles::refresh() {
   const Stamp st = stamp();
-  if (st == stamp_ || !st.ok() || st == refused_stamp_) return;
-  auto next = build(cert_, key_);
+  if (st == stamp_ || !st.ok || st == refused_stamp_) return;
+  auto next = build();
   if (!next) {
     refused_stamp_ = st;  // (logged once per change; a half-written pair loads on the next change)
     log::warn("http", "TLS certificate reload refused, keeping the previous one: " +

@@ -3,11 +3,13 @@
 // (plain TCP, or TLS over it).
 //
 // TlsFiles: current() returns the SSL context new connections use (any thread: an atomic load).
-// refresh() (serve's control thread, every second) looks at the files' modification times; a
-// change builds a new context, so a renewed certificate applies to new connections without a
-// restart while open ones keep theirs. A pair that does not load (unreadable, mismatched key,
-// half-written) keeps the previous context and is logged once per change. No event loop ever
-// reads the files. TLS 1.2 and 1.3 only; ALPN offers http/1.1.
+// refresh() (serve's control thread, every second) looks at the files' modification times
+// (certificate, key, and a listener's client CA bundle and CRL); a change builds a new context, so
+// a renewed certificate or CRL applies to new connections without a restart while open ones keep
+// theirs. Files that do not load (unreadable, mismatched key, half-written) keep the previous
+// context and are logged once per change. No event loop ever reads the files. TLS 1.2 and 1.3
+// only; ALPN offers http/1.1. Client certificates as http/tls_options.h says; what became of them
+// is counted in ClientCertStats (shared by every listener of the data plane).
 #pragma once
 #include <boost/asio/ssl.hpp>
 
@@ -17,31 +19,58 @@
 
 #include "common/result.h"
 #include "http/asio.h"
+#include "http/tls_options.h"
 
 namespace kvgate::http {
 
+// Client-certificate outcomes of TLS handshakes (kvgate_tls_client_certs_total{result}).
+struct ClientCertStats {
+  std::atomic<uint64_t> verified{0};     // a certificate was presented and verified
+  std::atomic<uint64_t> absent{0};       // optional mode, none presented
+  std::atomic<uint64_t> missing{0};      // required mode, none presented: refused
+  std::atomic<uint64_t> untrusted{0};    // chain did not verify (issuer, expiry, signature): refused
+  std::atomic<uint64_t> revoked{0};      // the leaf is on the CRL: refused
+  std::atomic<uint64_t> cn_mismatch{0};  // require_client_cn and no name matched: refused
+};
+
 class TlsFiles {
  public:
-  static Result<std::shared_ptr<TlsFiles>> load(std::string cert_file, std::string key_file);
+  static Result<std::shared_ptr<TlsFiles>> load(std::string cert_file, std::string key_file,
+                                                ServerTlsOptions opts = {},
+                                                std::shared_ptr<ClientCertStats> stats = nullptr);
   std::shared_ptr<asio::ssl::context> current() const {
     return ctx_.load(std::memory_order_acquire);
   }
   void refresh();  // one thread only (the control thread)
   uint64_t reloads() const { return reloads_.load(std::memory_order_relaxed); }
+  const ServerTlsOptions& options() const { return opts_; }
+  const std::string& certFile() const { return cert_; }
+  const std::string& keyFile() const { return key_; }
+  // After a server handshake on a context of this object (the connection's thread): counts what
+  // became of the client certificate; `ec` is the handshake's result.
+  void noteHandshake(SSL* ssl, const error_code& ec) const;
 
  private:
-  TlsFiles(std::string cert, std::string key) : cert_(std::move(cert)), key_(std::move(key)) {}
-  static Result<std::shared_ptr<asio::ssl::context>> build(const std::string& cert,
-                                                           const std::string& key);
-  // What identifies the two files' contents: modification time, size and inode of each.
+  TlsFiles(std::string cert, std::string key, ServerTlsOptions opts,
+           std::shared_ptr<ClientCertStats> stats)
+      : cert_(std::move(cert)), key_(std::move(key)), opts_(std::move(opts)),
+        stats_(std::move(stats)) {}
+  Result<std::shared_ptr<asio::ssl::context>> build() const;
+  // What identifies the files' contents: modification time, size and inode of each.
+  struct FileStamp {
+    int64_t mtime = -1, size = -1;
+    uint64_t ino = 0;
+    bool operator==(const FileStamp&) const = default;
+  };
   struct Stamp {
-    int64_t cert_mtime = -1, key_mtime = -1, cert_size = -1, key_size = -1;
-    uint64_t cert_ino = 0, key_ino = 0;
-    bool ok() const { return cert_mtime >= 0 && key_mtime >= 0; }
+    FileStamp cert, key, ca, crl;
+    bool ok = false;  // every named file exists
     bool operator==(const Stamp&) const = default;
   };
   Stamp stamp() const;
   std::string cert_, key_;
+  ServerTlsOptions opts_;
+  std::shared_ptr<ClientCertStats> stats_;
   std::atomic<std::shared_ptr<asio::ssl::context>> ctx_;
   Stamp stamp_, refused_stamp_;
   std::atomic<uint64_t> reloads_{0};

@@ -68,6 +68,10 @@ inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,
 inline const Family kTlsHandshakes{"kvgate_tls_handshakes_total", Type::kCounter,
     "TLS handshakes on data-plane listeners (rules with security 1), by result (ok, failed).",
     {"result"}};
+inline const Family kTlsClientCerts{"kvgate_tls_client_certs_total", Type::kCounter,
+    "Client certificates on listeners with mtls_frontend, by result: verified, absent (optional "
+    "mode), and the refusals missing (required mode), untrusted, revoked, cn_mismatch.",
+    {"result"}};
 inline const Family kEndpointInflight{"kvgate_endpoint_inflight_requests", Type::kGauge,
     "Requests in flight to an endpoint through this gateway.", {"endpoint"}};
 inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blocks",
@@ -196,7 +200,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kKvSpeculativeHits, &kStageFallthrough, &kPdTierSelected, &kAdmissionDecisions,
       &kAdmissionInflight, &kAdmissionQueued, &kAdmissionLimit,
       &kDecisionSeconds,
-      &kActiveConnections, &kActiveStreams, &kTlsHandshakes, &kEndpointInflight,
+      &kActiveConnections, &kActiveStreams, &kTlsHandshakes, &kTlsClientCerts, &kEndpointInflight,
       &kEndpointPendingPrefill,
       &kEndpointConnectFailures,
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,

@@ -25,6 +25,10 @@
 #include "proxy/worker.h"
 #include "routing/request_facts.h"
 
+namespace kvgate::http {
+class TlsFiles;
+}
+
 namespace kvgate::proxy {
 
 using Clock = std::chrono::steady_clock;
@@ -229,7 +233,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<bool> readMore(Buffer& b, tcp::socket& s);
   // TLS (a listener with security 1 rules): the handshake; then every client read and write goes
   // through tls_. False: the handshake failed (counted, the connection closes).
-  asio::awaitable<bool> acceptTls(const std::shared_ptr<asio::ssl::context>& ctx);
+  asio::awaitable<bool> acceptTls(const http::TlsFiles& files,
+                                  const std::shared_ptr<asio::ssl::context>& ctx);
   asio::awaitable<error_code> tlsWrite(std::string_view a, std::string_view b);
   void armTlsWatch(uint64_t gen);
   void countResponse(int status);

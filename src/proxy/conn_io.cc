@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "http/server.h"
 #include "proxy/client_conn.h"
+#include "http/tls.h"
 
 namespace kvgate::proxy {
 
@@ -79,7 +80,8 @@ asio::awaitable<error_code> ClientConn::tlsWrite(std::string_view a, std::string
   co_return ec;
 }
 
-asio::awaitable<bool> ClientConn::acceptTls(const std::shared_ptr<asio::ssl::context>& ctx) {
+asio::awaitable<bool> ClientConn::acceptTls(const http::TlsFiles& files,
+                                            const std::shared_ptr<asio::ssl::context>& ctx) {
   tls_ctx_ = ctx;
   tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(client_, *tls_ctx_);
   phase_ = Phase::kHead;  // (the deadline's expiry closes a stalled handshake)
@@ -88,6 +90,7 @@ asio::awaitable<bool> ClientConn::acceptTls(const std::shared_ptr<asio::ssl::con
   co_await tls_->async_handshake(asio::ssl::stream_base::server, useEc(ec));
   deadline_.clear();
   phase_ = Phase::kIdle;
+  files.noteHandshake(tls_->native_handle(), ec);
   if (ec) {
     w_.stats.tls_handshake_failures.fetch_add(1, std::memory_order_relaxed);
     log::debug("proxy", "TLS handshake failed: " + ec.message());

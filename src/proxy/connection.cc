@@ -146,8 +146,9 @@ asio::awaitable<void> ClientConn::run() {
   idle_timeout_ = w_.opts.client_idle_timeout;
   // A listener with security 1 rules: the TLS handshake first (within the header timeout).
   if (auto cfg = l_->config.load(); cfg && cfg->tls) {
-    const std::shared_ptr<asio::ssl::context> ctx = cfg->tls->current();  // (a named local)
-    const bool ok = co_await acceptTls(ctx);
+    const std::shared_ptr<http::TlsFiles> files = cfg->tls;  // (named locals)
+    const std::shared_ptr<asio::ssl::context> ctx = files->current();
+    const bool ok = co_await acceptTls(*files, ctx);
     if (!ok) {
       deadline_.stop();
       co_return;

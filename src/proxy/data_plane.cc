@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "proxy/client_conn.h"
+#include "proxy/listener_tls.h"
 #include "proxy/load_scraper.h"
 #include "proxy/prober.h"
 #include "proxy/remote_hint.h"
@@ -69,9 +70,12 @@ DataPlane::DataPlane(ProxyOptions opts) : opts_(opts), endpoints_(clockOf(opts))
   for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(opts_, stats_));
   prober_ = std::make_unique<Prober>(workers_[0]->io, opts_.probe_interval);
   scraper_ = std::make_unique<LoadScraper>(workers_[0]->io, opts_.scrape_interval);
+  listener_tls_ = std::make_unique<ListenerTls>(opts_.tls);
 }
 
 DataPlane::~DataPlane() { stop(); }
+
+void DataPlane::refreshTls() { listener_tls_->refresh(); }
 
 void DataPlane::start() {
   if (started_) return;
@@ -258,12 +262,9 @@ std::string DataPlane::controllerJson() const {
 Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   if (stats_.draining.load())
     return fail(503, "draining", "the gateway is shutting down; rule changes are refused", true);
-  // A rule that terminates TLS needs the data plane's certificate (serve --tls-cert).
-  for (const auto& rule : rules)
-    if (rule.security == 1 && !opts_.tls)
-      return fail(400, "security",
-                  "security 1 terminates TLS at the gateway: start serve with --tls-cert and "
-                  "--tls-key");
+  // TLS listeners: one set of TLS fields each, its context loaded (proxy/listener_tls.h).
+  auto tls_plan = listener_tls_->plan(rules);
+  if (!tls_plan) return tl::unexpected(tls_plan.error());
   // 1. Bind listeners for new VIP:ports first; on failure close what was opened and change
   // nothing (no snapshot, endpoint or counter is touched before this succeeds).
   std::map<std::string, tcp::endpoint> binds;
@@ -296,10 +297,11 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
             cfg->jwt_profiles.end())
       cfg->jwt_profiles.push_back(rule.jwt_profile);
     cfg->body_needs |= route->needs & routing::kBodyNeeds;
-    if (rule.security == 1) cfg->tls = opts_.tls;  // (checked below: a certificate exists)
+    if (auto t = tls_plan->find(rule.listenKey()); t != tls_plan->end()) cfg->tls = t->second;
     cfg->routes.push_back(std::move(route));
   }
   // 3. Publish: new snapshots for every VIP:port, start new listeners, close removed ones.
+  listener_tls_->commit(*tls_plan);
   for (auto& l : opened) listeners_[l->key] = l;
   for (auto& [key, l] : listeners_) {
     auto it = configs.find(key);

@@ -83,6 +83,8 @@ class DataPlane {
   void drain();
   bool idle() const { return stats_.active_connections.load() == 0; }
   bool draining() const { return stats_.draining.load(); }
+  // Renewed certificate, client CA and CRL files (control thread, every second).
+  void refreshTls();
 
  private:
   ProxyOptions opts_;
@@ -95,6 +97,7 @@ class DataPlane {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::map<std::string, std::shared_ptr<Listener>> listeners_;    // by vip:port
   std::map<std::string, std::shared_ptr<RuleStats>> rule_stats_;  // by rule key
+  std::unique_ptr<class ListenerTls> listener_tls_;
   void renderRequestMetrics(metrics::TextWriter& w) const;
   void renderTier15Metrics(metrics::TextWriter& w) const;
   void renderRoutingMetrics(metrics::TextWriter& w) const;

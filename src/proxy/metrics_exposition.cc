@@ -4,6 +4,7 @@
 #include "kv/speculative.h"
 #include "metrics/text.h"
 #include "proxy/data_plane.h"
+#include "proxy/listener_tls.h"
 #include "proxy/worker.h"
 
 namespace kvgate::proxy {
@@ -184,6 +185,12 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   w.sample(kTlsHandshakes, {{"result", "ok"}}, static_cast<double>(stats_.tls_handshakes.load()));
   w.sample(kTlsHandshakes, {{"result", "failed"}},
            static_cast<double>(stats_.tls_handshake_failures.load()));
+  w.header(kTlsClientCerts);
+  const http::ClientCertStats& certs = listener_tls_->clientCerts();
+  for (auto [result, n] : {std::pair{"verified", &certs.verified}, {"absent", &certs.absent},
+                           {"missing", &certs.missing}, {"untrusted", &certs.untrusted},
+                           {"revoked", &certs.revoked}, {"cn_mismatch", &certs.cn_mismatch}})
+    w.sample(kTlsClientCerts, {{"result", result}}, static_cast<double>(n->load()));
   w.header(kEndpointInflight);
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointInflight, {{"endpoint", e->label}}, static_cast<double>(e->active.load()));

@@ -1,0 +1,105 @@
+#include "config/tls_fields.h"
+
+#include <set>
+
+namespace kvgate::config {
+namespace {
+using nlohmann::json;
+using Options = http::ServerTlsOptions;
+
+tl::unexpected<Error> bad(const std::string& field, const std::string& what) {
+  return fail(400, field, "invalid serviceArguments." + field + ": " + what);
+}
+
+// A string member of `obj` (absent: ""), at most `max` bytes, no NUL or line breaks unless `text`.
+Result<std::string> stringMember(const json& obj, const char* name, size_t max, bool text) {
+  const std::string field = std::string("mtls_frontend.") + name;
+  auto it = obj.find(name);
+  if (it == obj.end() || it->is_null()) return std::string();
+  if (!it->is_string()) return bad(field, "must be a string");
+  std::string v = it->get<std::string>();
+  if (v.size() > max) return bad(field, "longer than " + std::to_string(max) + " bytes");
+  for (unsigned char c : v)
+    if (c == 0 || (!text && c < 0x20)) return bad(field, "contains a control character");
+  return v;
+}
+
+Result<void> parseFrontend(const json& m, int security, Options& o) {
+  static const std::set<std::string> kKnown = {"client_cert_mode", "client_ca_path",
+                                               "client_ca_cert_data", "require_client_cn",
+                                               "client_cn_pattern", "client_crl_path"};
+  for (auto& [k, v] : m.items())
+    if (!kKnown.count(k)) return bad("mtls_frontend." + k, "unknown field");
+  auto mode = stringMember(m, "client_cert_mode", 16, false);
+  if (!mode) return tl::unexpected(mode.error());
+  if (*mode == "" || *mode == "disabled") o.client_cert = Options::ClientCert::kDisabled;
+  else if (*mode == "optional") o.client_cert = Options::ClientCert::kOptional;
+  else if (*mode == "required") o.client_cert = Options::ClientCert::kRequired;
+  else return bad("mtls_frontend.client_cert_mode", "must be disabled, optional or required");
+  auto ca = stringMember(m, "client_ca_path", 4096, false);
+  auto pem = stringMember(m, "client_ca_cert_data", 1 << 20, true);
+  auto crl = stringMember(m, "client_crl_path", 4096, false);
+  auto pattern = stringMember(m, "client_cn_pattern", 255, false);
+  for (auto* r : {&ca, &pem, &crl, &pattern})
+    if (!*r) return tl::unexpected(r->error());
+  o.client_ca_path = *ca;
+  o.client_ca_pem = *pem;
+  o.client_crl_path = *crl;
+  o.client_cn_pattern = *pattern;
+  if (auto it = m.find("require_client_cn"); it != m.end() && !it->is_null()) {
+    if (!it->is_boolean()) return bad("mtls_frontend.require_client_cn", "must be a boolean");
+    o.require_client_cn = it->get<bool>();
+  }
+  if (!o.verifiesClients()) return {};  // (the other members are stored, not used)
+  if (security != 1 && security != 2)
+    return bad("mtls_frontend.client_cert_mode",
+               "client certificates need TLS on the listener (security 1 or 2)");
+  if (o.client_ca_path.empty() && o.client_ca_pem.empty())
+    return bad("mtls_frontend.client_ca_path",
+               "client_ca_path or client_ca_cert_data is required to verify client certificates");
+  if (o.require_client_cn && o.client_cn_pattern.empty())
+    return bad("mtls_frontend.client_cn_pattern", "is required when require_client_cn is true");
+  return {};
+}
+
+Result<void> parseVersions(const json& v, Options& o) {
+  if (!v.is_array() || v.empty() || v.size() > 8)
+    return bad("tls_versions", "must be a non-empty array of TLSv1.2 / TLSv1.3");
+  o.tls12 = o.tls13 = false;
+  for (auto& e : v) {
+    const std::string s = e.is_string() ? e.get<std::string>() : "";
+    if (s == "TLSv1.2" || s == "TLSv1_2" || s == "1.2") o.tls12 = true;
+    else if (s == "TLSv1.3" || s == "TLSv1_3" || s == "1.3") o.tls13 = true;
+    else
+      return bad("tls_versions", "'" + s.substr(0, 32) +
+                                     "' is not offered (TLS 1.2 and 1.3 only: TLSv1.2, TLSv1.3)");
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<http::ServerTlsOptions> parseServerTls(const json& sa, int security) {
+  Options o;
+  if (auto it = sa.find("mtls_frontend"); it != sa.end() && !it->is_null()) {
+    if (!it->is_object()) return bad("mtls_frontend", "must be an object");
+    if (auto r = parseFrontend(*it, security, o); !r) return tl::unexpected(r.error());
+  }
+  if (auto it = sa.find("tls_versions"); it != sa.end() && !it->is_null())
+    if (auto r = parseVersions(*it, o); !r) return tl::unexpected(r.error());
+  if (auto it = sa.find("tls_ciphers"); it != sa.end() && it->is_string()) {
+    o.ciphers = it->get<std::string>();
+    for (unsigned char c : o.ciphers)
+      if (c < 0x20 || c > 0x7e) return bad("tls_ciphers", "must be printable ASCII");
+  }
+  if (auto it = sa.find("alpn_protocols"); it != sa.end() && it->is_array() && !it->empty()) {
+    bool h1 = false;
+    for (auto& e : *it) h1 |= e.is_string() && e.get<std::string>() == "http/1.1";
+    if (!h1)
+      return bad("alpn_protocols", "must include http/1.1 (the only protocol the data plane "
+                                   "speaks; h2 is ignored)");
+  }
+  return o;
+}
+
+}  // namespace kvgate::config

@@ -1,0 +1,36 @@
+// What a TLS listener asks of its clients, from a rule's `mtls_frontend`, `tls_versions` and
+// `tls_ciphers` (plain data: config parses it, http/tls.cc builds the SSL context from it).
+//
+// Client certificates (`mtls_frontend.client_cert_mode`):
+//   disabled  no certificate is asked for (the default);
+//   optional  one is asked for; a client without one proceeds, one with a certificate that does
+//             not verify (unknown issuer, expired, revoked, name mismatch) fails the handshake;
+//   required  a client without a verified certificate fails the handshake.
+// Verification: the chain against `client_ca_path` (a PEM bundle) or `client_ca_cert_data` (PEM
+// text), depth at most 10; with `client_crl_path` the leaf is also checked against that CRL
+// (leaf only, as HAProxy does by default); with `require_client_cn` the leaf's identity must match
+// `client_cn_pattern`, a shell wildcard (fnmatch, case-insensitive), tried against each DNS
+// subjectAltName, and against the subject CN only when the certificate has no DNS names
+// (RFC 6125).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace kvgate::http {
+
+struct ServerTlsOptions {
+  enum class ClientCert : uint8_t { kDisabled, kOptional, kRequired };
+  ClientCert client_cert = ClientCert::kDisabled;
+  std::string client_ca_path;  // PEM bundle of the CAs that sign client certificates
+  std::string client_ca_pem;   // the same, inline (client_ca_cert_data)
+  std::string client_crl_path;
+  bool require_client_cn = false;
+  std::string client_cn_pattern;
+  bool tls12 = true, tls13 = true;  // tls_versions (TLS 1.0/1.1 are never offered)
+  std::string ciphers;              // tls_ciphers, OpenSSL syntax; TLS_* names are 1.3 suites
+
+  bool operator==(const ServerTlsOptions&) const = default;
+  bool verifiesClients() const { return client_cert != ClientCert::kDisabled; }
+};
+
+}  // namespace kvgate::http

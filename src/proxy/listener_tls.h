@@ -1,0 +1,37 @@
+// The TLS contexts of the data plane's listeners (control thread only).
+//
+// A listener (VIP:port) with security 1 rules terminates TLS before any request names a host,
+// path or model, so every rule on it must agree on TLS: all security 1 or none, and the same
+// `mtls_frontend`, `tls_versions` and `tls_ciphers` (a 400 otherwise). Listeners with equal TLS
+// fields share one context; the certificate is serve's `--tls-cert/--tls-key`. plan() loads what a
+// rule set needs (a client CA bundle or CRL that does not load is a 400, and nothing changes);
+// commit() keeps the contexts in use so refresh() (every second) picks up renewed certificates,
+// CA bundles and CRLs.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "config/rule.h"
+#include "http/tls.h"
+
+namespace kvgate::proxy {
+
+class ListenerTls {
+ public:
+  using Plan = std::map<std::string, std::shared_ptr<http::TlsFiles>>;  // by vip:port
+  explicit ListenerTls(std::shared_ptr<http::TlsFiles> base) : base_(std::move(base)) {}
+  Result<Plan> plan(const std::vector<config::RuleSpec>& rules);
+  void commit(const Plan& plan);
+  void refresh();
+  const http::ClientCertStats& clientCerts() const { return *stats_; }
+
+ private:
+  std::shared_ptr<http::TlsFiles> base_;  // serve's certificate, default TLS fields
+  std::map<std::string, std::shared_ptr<http::TlsFiles>> by_options_;  // in use, by TLS fields
+  std::shared_ptr<http::ClientCertStats> stats_ = std::make_shared<http::ClientCertStats>();
+};
+
+}  // namespace kvgate::proxy
