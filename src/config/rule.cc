@@ -164,6 +164,9 @@ Result<RuleSpec> parseRule(const json& body) {
   auto tls = parseServerTls(stored, r.security);
   if (!tls) return tl::unexpected(tls.error());
   r.tls = std::move(*tls);
+  auto backend_tls = parseBackendTls(stored, r.security);
+  if (!backend_tls) return tl::unexpected(backend_tls.error());
+  r.backend_tls = std::move(*backend_tls);
   r.max_stream_duration_sec = getOr<int64_t>(stored, "max_stream_duration_sec", 0);
   r.timeout_connect_ms = getOr<int64_t>(stored, "timeoutMemberConnect", 0);
   r.timeout_data_ms = getOr<int64_t>(stored, "timeoutMemberData", 0);
@@ -280,9 +283,9 @@ Result<RuleSpec> parseRule(const json& body) {
   // events are followed.
   const std::string kv_engine = getOr<std::string>(stored, "kvEngineType", "vllm");
   need(kv_mode == 3 && kv_engine == "llamacpp", "kv_exact");
-  // security 1 (TLS terminated here, client certificates) is active; re-encryption to the
-  // engines (2, mtls_backend) is a later slice.
-  need(r.security == 2 || stored.contains("mtls_backend"), "tls");
+  // security 1 and 2 (TLS terminated here; 2 also TLS to the engines) are active, except TLS to
+  // P/D engines and to engines whose KV events or load the gateway follows (later slices).
+  need(r.security == 2 && (pd || kv_mode != 0), "tls");
   std::string fc = getOr<std::string>(stored, "fc_mode", "off");
   need((fc == "enforce" || fc == "inherit") && !pd, "admission");  // P/D rules: proxy/admission.h
   need(getOr<std::string>(stored, "backend_protocol", "http1") == "http2", "http2");

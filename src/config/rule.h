@@ -37,8 +37,9 @@ struct RuleSpec {
   int mode = 4;
   bool admin_up = true;
   bool sse_mode = false;
-  int security = 0;  // 0 plain, 1 TLS terminated at the gateway (2: re-encrypted, not active)
-  http::ServerTlsOptions tls;  // mtls_frontend, tls_versions, tls_ciphers (security 1)
+  int security = 0;  // 0 plain, 1 TLS terminated at the gateway, 2 and TLS to the engines
+  http::ServerTlsOptions tls;  // mtls_frontend, tls_versions, tls_ciphers (security 1, 2)
+  http::ClientTlsOptions backend_tls;  // mtls_backend (security 2: TLS to the engines)
   int64_t max_stream_duration_sec = 0;  // 0 = 86400
   int64_t timeout_connect_ms = 0;       // 0 = 500
   int64_t timeout_data_ms = 0;          // 0 = default (see proxy options)

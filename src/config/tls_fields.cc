@@ -12,8 +12,9 @@ tl::unexpected<Error> bad(const std::string& field, const std::string& what) {
 }
 
 // A string member of `obj` (absent: ""), at most `max` bytes, no NUL or line breaks unless `text`.
-Result<std::string> stringMember(const json& obj, const char* name, size_t max, bool text) {
-  const std::string field = std::string("mtls_frontend.") + name;
+Result<std::string> stringMember(const json& obj, const char* name, size_t max, bool text,
+                                 const char* parent = "mtls_frontend") {
+  const std::string field = std::string(parent) + "." + name;
   auto it = obj.find(name);
   if (it == obj.end() || it->is_null()) return std::string();
   if (!it->is_string()) return bad(field, "must be a string");
@@ -78,6 +79,46 @@ Result<void> parseVersions(const json& v, Options& o) {
 }
 
 }  // namespace
+
+Result<http::ClientTlsOptions> parseBackendTls(const json& sa, int security) {
+  http::ClientTlsOptions o;
+  auto it = sa.find("mtls_backend");
+  if (it == sa.end() || it->is_null()) return o;
+  const json& m = *it;
+  if (!m.is_object()) return bad("mtls_backend", "must be an object");
+  if (security != 2)
+    return bad("mtls_backend", "TLS to the engines needs security 2 (re-encryption)");
+  static const std::set<std::string> kKnown = {"verify_server_cert", "backend_ca_path",
+                                               "client_cert_path",   "client_key_path",
+                                               "client_cert_data",   "client_key_data"};
+  for (auto& [k, v] : m.items())
+    if (!kKnown.count(k)) return bad("mtls_backend." + k, "unknown field");
+  if (auto v = m.find("verify_server_cert"); v != m.end() && !v->is_null()) {
+    if (!v->is_boolean()) return bad("mtls_backend.verify_server_cert", "must be a boolean");
+    o.verify_server_cert = v->get<bool>();
+  }
+  auto ca = stringMember(m, "backend_ca_path", 4096, false, "mtls_backend");
+  auto cert = stringMember(m, "client_cert_path", 4096, false, "mtls_backend");
+  auto key = stringMember(m, "client_key_path", 4096, false, "mtls_backend");
+  auto cert_pem = stringMember(m, "client_cert_data", 1 << 20, true, "mtls_backend");
+  auto key_pem = stringMember(m, "client_key_data", 1 << 20, true, "mtls_backend");
+  for (auto* r : {&ca, &cert, &key, &cert_pem, &key_pem})
+    if (!*r) return tl::unexpected(r->error());
+  o.ca_path = *ca;
+  o.cert_path = *cert;
+  o.key_path = *key;
+  o.cert_pem = *cert_pem;
+  o.key_pem = *key_pem;
+  if (!o.cert_path.empty() && !o.cert_pem.empty())
+    return bad("mtls_backend.client_cert_data", "give client_cert_path or client_cert_data, not both");
+  if (!o.key_path.empty() && !o.key_pem.empty())
+    return bad("mtls_backend.client_key_data", "give client_key_path or client_key_data, not both");
+  const bool has_cert = !o.cert_path.empty() || !o.cert_pem.empty();
+  const bool has_key = !o.key_path.empty() || !o.key_pem.empty();
+  if (has_cert != has_key)
+    return bad("mtls_backend.client_key_path", "a client certificate and its key go together");
+  return o;
+}
 
 Result<http::ServerTlsOptions> parseServerTls(const json& sa, int security) {
   Options o;

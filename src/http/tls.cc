@@ -180,15 +180,77 @@ Result<void> setCiphers(SSL_CTX* ctx, const std::string& spec) {
 
 }  // namespace
 
+std::vector<std::string> TlsFiles::watched() const {
+  std::vector<std::string> all;
+  if (backend_mode_) all = {backend_.ca_path, backend_.cert_path, backend_.key_path};
+  else all = {cert_, key_, opts_.client_ca_path, opts_.client_crl_path};
+  std::vector<std::string> paths;
+  for (auto& p : all)
+    if (!p.empty()) paths.push_back(std::move(p));
+  return paths;
+}
+
 TlsFiles::Stamp TlsFiles::stamp() const {
   Stamp s;
-  s.ok = statFile(cert_, s.cert.mtime, s.cert.size, s.cert.ino) &&
-         statFile(key_, s.key.mtime, s.key.size, s.key.ino) &&
-         (opts_.client_ca_path.empty() ||
-          statFile(opts_.client_ca_path, s.ca.mtime, s.ca.size, s.ca.ino)) &&
-         (opts_.client_crl_path.empty() ||
-          statFile(opts_.client_crl_path, s.crl.mtime, s.crl.size, s.crl.ino));
+  s.ok = true;
+  for (const std::string& path : watched()) {
+    FileStamp f;
+    s.ok &= statFile(path, f.mtime, f.size, f.ino);
+    s.files.push_back(f);
+  }
   return s;
+}
+
+Result<std::shared_ptr<asio::ssl::context>> TlsFiles::buildBackend() const {
+  auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+  SSL_CTX* native = ctx->native_handle();
+  SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+  static const unsigned char kAlpn[] = "\x08http/1.1";
+  SSL_CTX_set_alpn_protos(native, kAlpn, sizeof kAlpn - 1);
+  error_code ec;
+  const ClientTlsOptions& o = backend_;
+  if (o.verify_server_cert) {
+    if (!o.ca_path.empty()) ctx->load_verify_file(o.ca_path, ec);
+    else ctx->set_default_verify_paths(ec);
+    if (ec)
+      return fail(400, "mtls_backend", "backend CA " + (o.ca_path.empty() ? "(system)" : o.ca_path) +
+                                           ": " + ec.message());
+    ctx->set_verify_mode(asio::ssl::verify_peer, ec);
+  } else {
+    ctx->set_verify_mode(asio::ssl::verify_none, ec);
+  }
+  if (!o.cert_path.empty()) ctx->use_certificate_chain_file(o.cert_path, ec);
+  else if (!o.cert_pem.empty()) ctx->use_certificate_chain(asio::buffer(o.cert_pem), ec);
+  if (ec) return fail(400, "mtls_backend", "client certificate: " + ec.message());
+  if (!o.key_path.empty()) ctx->use_private_key_file(o.key_path, asio::ssl::context::pem, ec);
+  else if (!o.key_pem.empty())
+    ctx->use_private_key(asio::buffer(o.key_pem), asio::ssl::context::pem, ec);
+  if (ec) return fail(400, "mtls_backend", "client key: " + ec.message());
+  if ((!o.cert_path.empty() || !o.cert_pem.empty()) && SSL_CTX_check_private_key(native) != 1)
+    return fail(400, "mtls_backend", "the client key does not match the client certificate");
+  return ctx;
+}
+
+void TlsFiles::prepareClient(SSL* ssl, const std::string& name) const {
+  if (name.empty()) return;
+  error_code ec;
+  asio::ip::make_address(name, ec);
+  const bool is_ip = !ec;
+  if (!is_ip) SSL_set_tlsext_host_name(ssl, name.c_str());
+  if (!verifiesPeer()) return;
+  if (is_ip) X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str());
+  else SSL_set1_host(ssl, name.c_str());
+}
+
+Result<std::shared_ptr<TlsFiles>> TlsFiles::loadBackend(ClientTlsOptions opts) {
+  std::shared_ptr<TlsFiles> t(new TlsFiles({}, {}, {}, nullptr));
+  t->backend_mode_ = true;
+  t->backend_ = std::move(opts);
+  auto ctx = t->buildBackend();
+  if (!ctx) return tl::unexpected(ctx.error());
+  t->ctx_.store(std::move(*ctx));
+  t->stamp_ = t->stamp();
+  return t;
 }
 
 Result<std::shared_ptr<asio::ssl::context>> TlsFiles::build() const {
@@ -257,7 +319,7 @@ void TlsFiles::noteHandshake(SSL* ssl, const error_code& ec) const {
 void TlsFiles::refresh() {
   const Stamp st = stamp();
   if (st == stamp_ || !st.ok || st == refused_stamp_) return;
-  auto next = build();
+  auto next = backend_mode_ ? buildBackend() : build();
   if (!next) {
     refused_stamp_ = st;  // (logged once per change; a half-written pair loads on the next change)
     log::warn("http", "TLS certificate reload refused, keeping the previous one: " +
@@ -267,7 +329,7 @@ void TlsFiles::refresh() {
   ctx_.store(std::move(*next), std::memory_order_release);
   stamp_ = st;
   reloads_.fetch_add(1, std::memory_order_relaxed);
-  log::info("http", "TLS certificate reloaded from " + cert_);
+  log::info("http", "TLS files reloaded: " + (watched().empty() ? std::string("-") : watched()[0]));
 }
 
 }  // namespace kvgate::http

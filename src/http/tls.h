@@ -16,6 +16,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/result.h"
 #include "http/asio.h"
@@ -33,17 +34,26 @@ struct ClientCertStats {
   std::atomic<uint64_t> cn_mismatch{0};  // require_client_cn and no name matched: refused
 };
 
+// A server context (load: a listener's certificate and TLS fields) or a client one (loadBackend:
+// TLS from the gateway to a rule's engines, security 2 with its mtls_backend), and the files it
+// was built from, reloaded when they change.
 class TlsFiles {
  public:
   static Result<std::shared_ptr<TlsFiles>> load(std::string cert_file, std::string key_file,
                                                 ServerTlsOptions opts = {},
                                                 std::shared_ptr<ClientCertStats> stats = nullptr);
+  static Result<std::shared_ptr<TlsFiles>> loadBackend(ClientTlsOptions opts);
   std::shared_ptr<asio::ssl::context> current() const {
     return ctx_.load(std::memory_order_acquire);
   }
   void refresh();  // one thread only (the control thread)
   uint64_t reloads() const { return reloads_.load(std::memory_order_relaxed); }
   const ServerTlsOptions& options() const { return opts_; }
+  const ClientTlsOptions& backendOptions() const { return backend_; }
+  bool verifiesPeer() const { return backend_mode_ && backend_.verify_server_cert; }
+  // Before a client handshake to `name` (a host name or an IP address): SNI for a host name, and
+  // the name the peer's certificate must carry when this context verifies it.
+  void prepareClient(SSL* ssl, const std::string& name) const;
   const std::string& certFile() const { return cert_; }
   const std::string& keyFile() const { return key_; }
   // After a server handshake on a context of this object (the connection's thread): counts what
@@ -56,6 +66,7 @@ class TlsFiles {
       : cert_(std::move(cert)), key_(std::move(key)), opts_(std::move(opts)),
         stats_(std::move(stats)) {}
   Result<std::shared_ptr<asio::ssl::context>> build() const;
+  Result<std::shared_ptr<asio::ssl::context>> buildBackend() const;
   // What identifies the files' contents: modification time, size and inode of each.
   struct FileStamp {
     int64_t mtime = -1, size = -1;
@@ -63,18 +74,23 @@ class TlsFiles {
     bool operator==(const FileStamp&) const = default;
   };
   struct Stamp {
-    FileStamp cert, key, ca, crl;
-    bool ok = false;  // every named file exists
+    std::vector<FileStamp> files;  // one per watched path, in order
+    bool ok = false;               // every named file exists
     bool operator==(const Stamp&) const = default;
   };
   Stamp stamp() const;
+  std::vector<std::string> watched() const;  // the files the context is built from
   std::string cert_, key_;
   ServerTlsOptions opts_;
+  bool backend_mode_ = false;
+  ClientTlsOptions backend_;
   std::shared_ptr<ClientCertStats> stats_;
   std::atomic<std::shared_ptr<asio::ssl::context>> ctx_;
   Stamp stamp_, refused_stamp_;
   std::atomic<uint64_t> reloads_{0};
 };
+
+using BackendTls = TlsFiles;  // (a client context: loadBackend)
 
 // A connection's byte stream: plain TCP, or TLS over it (after handshake()).
 class Stream {

@@ -33,4 +33,16 @@ struct ServerTlsOptions {
   bool verifiesClients() const { return client_cert != ClientCert::kDisabled; }
 };
 
+// TLS from the gateway to a rule's engines (`security: 2`, its `mtls_backend`): TLS 1.2 or 1.3,
+// ALPN http/1.1. `verify_server_cert` (default false, as upstream) checks the engine's chain
+// against `backend_ca_path` (else the system's CAs) and its name (the endpoint's domainName, else
+// its IP address); a client certificate and key (files, or PEM inline) are presented when given.
+struct ClientTlsOptions {
+  bool verify_server_cert = false;
+  std::string ca_path;
+  std::string cert_path, key_path;  // client_cert_path, client_key_path
+  std::string cert_pem, key_pem;    // client_cert_data, client_key_data
+  bool operator==(const ClientTlsOptions&) const = default;
+};
+
 }  // namespace kvgate::http

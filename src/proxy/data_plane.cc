@@ -146,6 +146,7 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
     pe.role = e.role;
     route->endpoints.push_back(pe);
     route->addresses.emplace_back(asio::ip::make_address(e.ip), e.port);
+    route->tls_names.push_back(e.json.value("domainName", e.ip));
     live_endpoints.insert(endpoints::EndpointTable::key(e.ip, e.port));
   }
   auto& stats = rule_stats_[rule.key()];
@@ -297,7 +298,10 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
             cfg->jwt_profiles.end())
       cfg->jwt_profiles.push_back(rule.jwt_profile);
     cfg->body_needs |= route->needs & routing::kBodyNeeds;
-    if (auto t = tls_plan->find(rule.listenKey()); t != tls_plan->end()) cfg->tls = t->second;
+    if (auto t = tls_plan->listeners.find(rule.listenKey()); t != tls_plan->listeners.end())
+      cfg->tls = t->second;
+    if (auto b = tls_plan->backends.find(rule.key()); b != tls_plan->backends.end())
+      route->backend_tls = b->second;
     cfg->routes.push_back(std::move(route));
   }
   // 3. Publish: new snapshots for every VIP:port, start new listeners, close removed ones.
@@ -334,7 +338,13 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   std::vector<std::shared_ptr<endpoints::EndpointState>> states;
   for (auto& [k, st] : endpoints_.all()) states.push_back(st);
   auto specs =
-      std::make_shared<std::vector<ProbeSpec>>(probeSpecs(rules, states, opts_.probe_timeout));
+      std::make_shared<std::vector<ProbeSpec>>(probeSpecs(rules, states, opts_.probe_timeout,
+                 [&](const config::RuleSpec& r) -> std::shared_ptr<http::TlsFiles> {
+                   auto b = tls_plan->backends.find(r.key());
+                   if (b != tls_plan->backends.end()) return b->second;
+                   return r.service_args.value("probetype", "") == "https" ? listener_tls_->probe()
+                                                                            : nullptr;
+                 }));
   asio::post(workers_[0]->io, [p = prober_.get(), specs] { p->update(std::move(*specs)); });
   auto scrapes = std::make_shared<std::vector<ScrapeSpec>>(scrapeSpecs(rules, states));
   asio::post(workers_[0]->io, [p = scraper_.get(), scrapes] { p->update(std::move(*scrapes)); });

@@ -144,12 +144,14 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
     UpstreamLeg::Result r;
     if (!pd_first_error_.empty())  // P/D: the concurrent prefill failed before this leg started
       co_return co_await failExchange(r, route, idx, lease);
-    if (send_try > 0 || !leg_.takePooled(ep.state->id)) {
+    if (send_try > 0 ||
+        !leg_.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx])) {
       // Only a new connection arms the connect deadline: moving the deadline earlier re-arms
       // the timer, which a pooled reuse (the common case) must not pay.
       phase_ = Phase::kConnect;
       deadline_.expireAfter(connect_timeout);
-      r = co_await leg_.connect(ep.state->id, route.addresses[idx], ep.state->label);
+      r = co_await leg_.connect(ep.state->id, route.addresses[idx], ep.state->label,
+                                route.backend_tls.get(), route.tls_names[idx]);
       deadline_.clear();
       if (client_gone_) {  // the watcher saw the client leave (and aborted the connect)
         leg_.release(false);

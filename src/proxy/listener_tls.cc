@@ -17,23 +17,36 @@ std::string optionsKey(const http::ServerTlsOptions& o) {
   return k;
 }
 
+std::string backendKey(const http::ClientTlsOptions& o) {
+  std::string k = o.verify_server_cert ? "v" : "-";
+  for (const std::string* s : {&o.ca_path, &o.cert_path, &o.key_path, &o.cert_pem, &o.key_pem})
+    k += std::to_string(s->size()) + ":" + *s;
+  return k;
+}
+
 }  // namespace
+
+std::shared_ptr<http::TlsFiles> ListenerTls::probe() {
+  if (!probe_)
+    if (auto t = http::TlsFiles::loadBackend({}); t) probe_ = std::move(*t);
+  return probe_;
+}
 
 Result<ListenerTls::Plan> ListenerTls::plan(const std::vector<config::RuleSpec>& rules) {
   std::map<std::string, const config::RuleSpec*> first;  // the first rule seen per listener
   for (const auto& rule : rules) {
-    if (rule.security == 1 && !base_)
+    if (rule.security >= 1 && !base_)
       return fail(400, "security",
-                  "security 1 terminates TLS at the gateway: start serve with --tls-cert and "
-                  "--tls-key");
+                  "security " + std::to_string(rule.security) +
+                      " terminates TLS at the gateway: start serve with --tls-cert and --tls-key");
     auto [it, fresh] = first.emplace(rule.listenKey(), &rule);
     if (fresh) continue;
     const config::RuleSpec& other = *it->second;
-    if ((other.security == 1) != (rule.security == 1))
+    if ((other.security >= 1) != (rule.security >= 1))
       return fail(400, "security",
                   "rules on " + rule.listenKey() +
-                      " disagree on security: a listener is either TLS (1) or plain");
-    if (rule.security == 1 && !(other.tls == rule.tls))
+                      " disagree on security: a listener is either TLS (1, 2) or plain (0)");
+    if (rule.security >= 1 && !(other.tls == rule.tls))
       return fail(400, "mtls_frontend",
                   "rules on " + rule.listenKey() +
                       " must have the same mtls_frontend, tls_versions and tls_ciphers (one TLS "
@@ -42,9 +55,9 @@ Result<ListenerTls::Plan> ListenerTls::plan(const std::vector<config::RuleSpec>&
   Plan plan;
   std::map<std::string, std::shared_ptr<http::TlsFiles>> loaded;
   for (auto& [listen, rule] : first) {
-    if (rule->security != 1) continue;
+    if (rule->security < 1) continue;
     if (rule->tls == http::ServerTlsOptions{}) {
-      plan[listen] = base_;
+      plan.listeners[listen] = base_;
       continue;
     }
     const std::string key = optionsKey(rule->tls);
@@ -58,20 +71,38 @@ Result<ListenerTls::Plan> ListenerTls::plan(const std::vector<config::RuleSpec>&
         files = std::move(*t);
       }
     }
-    plan[listen] = files;
+    plan.listeners[listen] = files;
+  }
+  for (const auto& rule : rules) {
+    if (rule.security != 2) continue;
+    const std::string key = backendKey(rule.backend_tls);
+    auto& files = loaded["b" + key];
+    if (!files) {
+      if (auto it = backends_.find(key); it != backends_.end()) {
+        files = it->second;
+      } else {
+        auto t = http::TlsFiles::loadBackend(rule.backend_tls);
+        if (!t) return tl::unexpected(t.error());
+        files = std::move(*t);
+      }
+    }
+    plan.backends[rule.key()] = files;
   }
   return plan;
 }
 
 void ListenerTls::commit(const Plan& plan) {
   by_options_.clear();
-  for (auto& [listen, files] : plan)
+  for (auto& [listen, files] : plan.listeners)
     if (files != base_) by_options_[optionsKey(files->options())] = files;
+  backends_.clear();
+  for (auto& [rule, files] : plan.backends) backends_[backendKey(files->backendOptions())] = files;
 }
 
 void ListenerTls::refresh() {
   if (base_) base_->refresh();
   for (auto& [key, files] : by_options_) files->refresh();
+  for (auto& [key, files] : backends_) files->refresh();
 }
 
 }  // namespace kvgate::proxy

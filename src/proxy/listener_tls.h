@@ -1,12 +1,15 @@
-// The TLS contexts of the data plane's listeners (control thread only).
+// The TLS contexts of the data plane (control thread only): its listeners' and, for rules with
+// security 2, the client contexts of TLS to their engines.
 //
-// A listener (VIP:port) with security 1 rules terminates TLS before any request names a host,
-// path or model, so every rule on it must agree on TLS: all security 1 or none, and the same
+// A listener (VIP:port) with security 1 or 2 rules terminates TLS before any request names a
+// host, path or model, so every rule on it must agree on TLS: all TLS (1 or 2) or none, and the same
 // `mtls_frontend`, `tls_versions` and `tls_ciphers` (a 400 otherwise). Listeners with equal TLS
 // fields share one context; the certificate is serve's `--tls-cert/--tls-key`. plan() loads what a
 // rule set needs (a client CA bundle or CRL that does not load is a 400, and nothing changes);
 // commit() keeps the contexts in use so refresh() (every second) picks up renewed certificates,
-// CA bundles and CRLs.
+// CA bundles and CRLs. A rule with security 2 gets a client context from its `mtls_backend`
+// (rules with equal fields share one, and so share pooled connections); `probe()` is the
+// non-verifying context of `probetype: https` probes on other rules.
 #pragma once
 #include <map>
 #include <memory>
@@ -21,16 +24,22 @@ namespace kvgate::proxy {
 
 class ListenerTls {
  public:
-  using Plan = std::map<std::string, std::shared_ptr<http::TlsFiles>>;  // by vip:port
+  struct Plan {
+    std::map<std::string, std::shared_ptr<http::TlsFiles>> listeners;  // by vip:port
+    std::map<std::string, std::shared_ptr<http::TlsFiles>> backends;   // by rule key
+  };
   explicit ListenerTls(std::shared_ptr<http::TlsFiles> base) : base_(std::move(base)) {}
   Result<Plan> plan(const std::vector<config::RuleSpec>& rules);
   void commit(const Plan& plan);
   void refresh();
   const http::ClientCertStats& clientCerts() const { return *stats_; }
+  std::shared_ptr<http::TlsFiles> probe();
 
  private:
   std::shared_ptr<http::TlsFiles> base_;  // serve's certificate, default TLS fields
   std::map<std::string, std::shared_ptr<http::TlsFiles>> by_options_;  // in use, by TLS fields
+  std::map<std::string, std::shared_ptr<http::TlsFiles>> backends_;    // in use, by mtls_backend
+  std::shared_ptr<http::TlsFiles> probe_;
   std::shared_ptr<http::ClientCertStats> stats_ = std::make_shared<http::ClientCertStats>();
 };
 

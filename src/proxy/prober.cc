@@ -32,9 +32,11 @@ std::vector<std::pair<int, int>> parseCodes(const std::string& s) {
 
 }  // namespace
 
-std::vector<ProbeSpec> probeSpecs(const std::vector<config::RuleSpec>& rules,
-                                  const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps,
-                                  std::chrono::milliseconds default_timeout) {
+std::vector<ProbeSpec> probeSpecs(
+    const std::vector<config::RuleSpec>& rules,
+    const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps,
+    std::chrono::milliseconds default_timeout,
+    const std::function<std::shared_ptr<http::TlsFiles>(const config::RuleSpec&)>& tls_of) {
   std::vector<ProbeSpec> out;
   std::set<const endpoints::EndpointState*> seen;
   for (const auto& r : rules) {
@@ -61,6 +63,8 @@ std::vector<ProbeSpec> probeSpecs(const std::vector<config::RuleSpec>& rules,
       p.timeout = t > 0 ? std::chrono::milliseconds(t * 1000) : default_timeout;
       int retries = r.service_args.value("probeRetries", 0);
       p.retries = retries > 0 ? retries : 2;
+      if (tls_of && p.http) p.tls = tls_of(r);
+      p.tls_name = e.json.value("domainName", e.ip);
       out.push_back(std::move(p));
     }
   }
@@ -108,7 +112,16 @@ asio::awaitable<bool> Prober::probeOnce(const ProbeSpec& s) {
   }
   std::string req = s.method + " " + s.path + " HTTP/1.1\r\nHost: " + s.ep->label +
                     "\r\nUser-Agent: kvgate-probe\r\nConnection: close\r\n\r\n";
-  co_await asio::async_write(sock, asio::buffer(req), useEc(ec));
+  // TLS (security 2, probetype https): the handshake within the same timeout.
+  std::shared_ptr<asio::ssl::context> ctx = s.tls ? s.tls->current() : nullptr;
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;
+  if (ctx) {
+    tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(sock, *ctx);
+    s.tls->prepareClient(tls->native_handle(), s.tls_name);
+    co_await tls->async_handshake(asio::ssl::stream_base::client, useEc(ec));
+  }
+  if (!ec && tls) co_await asio::async_write(*tls, asio::buffer(req), useEc(ec));
+  else if (!ec) co_await asio::async_write(sock, asio::buffer(req), useEc(ec));
   std::string buf;
   char tmp[4096];
   http::ResponseHead rh;
@@ -116,7 +129,9 @@ asio::awaitable<bool> Prober::probeOnce(const ProbeSpec& s) {
   int hn = 0;
   while (!ec &&
          (hn = http::parseResponseHead(buf.data(), buf.size(), 16384, s.method, rh, perr)) == 0) {
-    size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+    size_t n = 0;
+    if (tls) n = co_await tls->async_read_some(asio::buffer(tmp), useEc(ec));
+    else n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
     buf.append(tmp, n);
   }
   d.stop();

@@ -1,16 +1,18 @@
 // Active health probes: one coroutine per probed endpoint on worker 0's event loop.
 //
-// A rule's `probetype` http (or https, probed as plain HTTP until TLS lands) sends
+// A rule's `probetype` http (or https) sends
 // `<httpMethod or GET> <urlPath, else probereq, else /health>` to `probeport` (0 = the endpoint's
 // port) and expects one of the endpoint's `expectedCodes` ("200", "200,202", "200-204"; default
 // 200); tcp only connects; none or absent disables active probing. `probeRetries` consecutive
 // failures (default 2) mark the endpoint down, one success brings it back. Every
 // `--probe-interval-ms` (default 5000); timeout `probeTimeout` seconds, else
 // `--probe-timeout-ms` (default 2000). An endpoint probed by several rules uses the first rule's
-// settings.
+// settings. Over TLS when the rule has security 2 (its mtls_backend context: the probe verifies
+// and presents what requests do) or probetype https (no verification: a liveness check).
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "config/rule.h"
 #include "endpoints/endpoint.h"
 #include "http/asio.h"
+#include "http/tls.h"
 
 namespace kvgate::proxy {
 
@@ -30,12 +33,17 @@ struct ProbeSpec {
   std::vector<std::pair<int, int>> expected{{200, 200}};
   std::chrono::milliseconds timeout{2000};
   int retries = 2;
+  std::shared_ptr<http::TlsFiles> tls;  // null: plain
+  std::string tls_name;                 // the endpoint's domainName, else its IP
 };
 
 // Probe specs for every endpoint of `rules` that asks for active probing.
-std::vector<ProbeSpec> probeSpecs(const std::vector<config::RuleSpec>& rules,
-                                  const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps,
-                                  std::chrono::milliseconds default_timeout);
+// `tls_of`: a rule's TLS to its endpoints (null: plain).
+std::vector<ProbeSpec> probeSpecs(
+    const std::vector<config::RuleSpec>& rules,
+    const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps,
+    std::chrono::milliseconds default_timeout,
+    const std::function<std::shared_ptr<http::TlsFiles>(const config::RuleSpec&)>& tls_of = {});
 
 class Prober {
  public:

@@ -43,6 +43,10 @@ struct Route {
   // seed's P/D breaker (3 failures, 30 s) for P/D rules.
   endpoints::HealthOptions health;
   AdmissionConfig admission;  // P/D rules: the admission gate (proxy/admission.h)
+  // security 2: TLS to the engines with this client context; the name each endpoint's
+  // certificate must carry (its domainName, else its IP), same order as `endpoints`.
+  std::shared_ptr<http::TlsFiles> backend_tls;
+  std::vector<std::string> tls_names;
 };
 
 struct VipConfig {

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 
@@ -28,36 +29,67 @@ void UpstreamLeg::begin(endpoints::EndpointId id) {
   reused_ = false;
 }
 
-bool UpstreamLeg::takePooled(endpoints::EndpointId id) {
+bool UpstreamLeg::takePooled(endpoints::EndpointId id, const http::BackendTls* tls,
+                             std::string_view tls_name) {
   begin(id);
-  reused_ = pool_.take(id, sock_);
+  const std::shared_ptr<asio::ssl::context> ctx = tls ? tls->current() : nullptr;
+  reused_ = pool_.take(id, ctx.get(), tls_name, conn_);
   return reused_;
 }
 
 asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId id,
                                                           const tcp::endpoint& addr,
-                                                          std::string_view label) {
+                                                          std::string_view label,
+                                                          const http::BackendTls* tls,
+                                                          std::string_view tls_name) {
   begin(id);
-  sock_ = tcp::socket(io_);
+  conn_ = UpstreamConn(io_);
   error_code ec;
-  co_await sock_.async_connect(addr, useEc(ec));
-  if (ec || !sock_.is_open()) {
+  co_await conn_.sock.async_connect(addr, useEc(ec));
+  if (ec || !conn_.sock.is_open()) {
     close();
     Result r{Outcome::kConnectFailed, true, false, {}};
     r.error = "connect to " + std::string(label) +
               " failed: " + (timed_out_ ? std::string("timeout") : ec.message());
     co_return r;
   }
-  sock_.set_option(tcp::no_delay(true), ec);
-  sock_.non_blocking(true, ec);  // for the non-blocking first write (writeTwo)
+  conn_.sock.set_option(tcp::no_delay(true), ec);
+  conn_.sock.non_blocking(true, ec);  // for the non-blocking first write (writeTwo)
+  if (tls) co_return co_await handshake(*tls, tls_name, label);
   co_return Result{};
+}
+
+// TLS to the engine: SNI for a host name; with verify_server_cert the certificate must carry
+// `name` (a DNS name, or an IP address SAN). A failed handshake is a connect failure (nothing was
+// sent: a retry elsewhere is safe).
+asio::awaitable<UpstreamLeg::Result> UpstreamLeg::handshake(const http::BackendTls& tls,
+                                                            std::string_view name,
+                                                            std::string_view label) {
+  conn_.ctx = tls.current();
+  conn_.tls_name = std::string(name);
+  conn_.tls = std::make_unique<UpstreamConn::TlsSocket>(std::move(conn_.sock), *conn_.ctx);
+  tls.prepareClient(conn_.tls->native_handle(), std::string(name));
+  error_code ec;
+  co_await conn_.tls->async_handshake(asio::ssl::stream_base::client, useEc(ec));
+  if (!ec && conn_.tls->next_layer().is_open()) co_return Result{};
+  close();
+  Result r{Outcome::kConnectFailed, true, false, {}};
+  r.error = "TLS handshake with " + std::string(label) +
+            " failed: " + (timed_out_ ? std::string("timeout") : ec.message());
+  co_return r;
 }
 
 asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
                                                        std::string_view body) {
   size_t n = 0;
   error_code ec;
-  if (!writeNow(sock_, head, body, n, ec)) ec = co_await writeRest(sock_, head, body, n);
+  if (conn_.tls) {
+    const std::array<asio::const_buffer, 2> bufs{asio::buffer(head.data(), head.size()),
+                                                 asio::buffer(body.data(), body.size())};
+    co_await asio::async_write(*conn_.tls, bufs, useEc(ec));
+  } else if (!writeNow(conn_.sock, head, body, n, ec)) {
+    ec = co_await writeRest(conn_.sock, head, body, n);
+  }
   if (!ec) co_return Result{};
   close();
   Result r{timed_out_ ? Outcome::kTimeout : Outcome::kSendFailed, reused_ && !timed_out_, false,
@@ -74,15 +106,17 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
   // and dropped: Asio re-arms epoll with an epoll_ctl for every such wait, one more syscall per
   // request.) When a read has to wait, the owner is told (it watches the client if the wait
   // lasts).
-  if (!sock_.is_open()) co_return false;
-  if (maybe_more_) {
+  if (!conn_.isOpen()) co_return false;
+  if (maybe_more_ && !conn_.tls) {
     int r = recvNow();
     if (r >= 0) co_return r > 0;
   }
   observer_.onUpstreamWait();
   error_code ec;
   auto b = buf_.prepare(readRoom());
-  size_t n = co_await sock_.async_read_some(b, useEc(ec));
+  size_t n = 0;
+  if (conn_.tls) n = co_await conn_.tls->async_read_some(b, useEc(ec));
+  else n = co_await conn_.sock.async_read_some(b, useEc(ec));
   if (ec || n == 0) co_return false;
   noteRead(n, b.size());
   co_return true;
@@ -91,7 +125,7 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
 int UpstreamLeg::recvNow() {
   for (;;) {
     auto b = buf_.prepare(readRoom());
-    ssize_t n = ::recv(sock_.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
+    ssize_t n = ::recv(conn_.sock.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
     if (n > 0) {
       noteRead(static_cast<size_t>(n), b.size());
       return 1;
@@ -161,11 +195,11 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::readHead(std::string_view meth
 }
 
 void UpstreamLeg::release(bool complete) {
-  if (complete && buf_.empty() && sock_.is_open() && !timed_out_)
-    pool_.put(id_, std::move(sock_));
+  if (complete && buf_.empty() && conn_.isOpen() && !timed_out_)
+    pool_.put(id_, std::move(conn_));
   else
     close();
-  sock_ = tcp::socket(io_);
+  conn_ = UpstreamConn(io_);
   buf_.clear();
   buf_.shrinkIfEmpty(256 * 1024);
 }

@@ -11,11 +11,17 @@
 // again (nothing reached the engine: a connect failure, or a reused connection that failed or
 // closed before any response byte). Timeouts are the owner's: its deadline calls abort(true).
 // A single-pool request runs one leg; a P/D request runs two (prefill, decode).
+//
+// TLS to the engine (rules with security 2): both calls take the rule's BackendTls; connect()
+// then runs the TLS handshake (SNI and the name check use the endpoint's domainName, else its
+// IP) within the same connect deadline, and every read and write goes through OpenSSL. Pooled
+// connections are reused only with the same context.
 #pragma once
 #include <string>
 #include <string_view>
 
 #include "endpoints/endpoint.h"
+#include "http/tls.h"
 #include "http/asio.h"
 #include "http/parser.h"
 #include "proxy/buffer.h"
@@ -53,15 +59,19 @@ class UpstreamLeg {
   static constexpr int kMaxInterim = 16;  // more 1xx than this before a final answer: 502
 
   UpstreamLeg(asio::io_context& io, UpstreamPool& pool, LegObserver& observer)
-      : io_(io), pool_(pool), observer_(observer), sock_(io) {}
+      : io_(io), pool_(pool), observer_(observer), conn_(io) {}
 
   // Starts an exchange with endpoint `id` on a pooled keep-alive connection; false when the pool
-  // has none (then connect()).
-  bool takePooled(endpoints::EndpointId id);
+  // has none (then connect()). `tls`: the rule's TLS to its engines (null: plain); `tls_name` as
+  // for connect().
+  bool takePooled(endpoints::EndpointId id, const http::BackendTls* tls = nullptr,
+                  std::string_view tls_name = {});
   // Starts an exchange with endpoint `id` on a new connection to `addr` (the owner's deadline
-  // bounds the connect).
+  // bounds the connect and the TLS handshake). `tls_name`: the name the engine's certificate must
+  // carry (its domainName or IP).
   asio::awaitable<Result> connect(endpoints::EndpointId id, const tcp::endpoint& addr,
-                                  std::string_view label);
+                                  std::string_view label, const http::BackendTls* tls = nullptr,
+                                  std::string_view tls_name = {});
   asio::awaitable<Result> send(std::string_view head, std::string_view body);
   asio::awaitable<Result> readHead(std::string_view method, http::ResponseHead& rh);
   void consumeHead(const http::ResponseHead& rh) { buf_.consume(rh.head_bytes); }
@@ -93,14 +103,13 @@ class UpstreamLeg {
   size_t readRoom() const;
   int recvNow();  // one non-blocking recv into buf_: 1 bytes, 0 closed or failed, -1 none yet
   void begin(endpoints::EndpointId id);
-  void close() {
-    error_code ec;
-    sock_.close(ec);
-  }
+  void close() { conn_.close(); }
+  asio::awaitable<Result> handshake(const http::BackendTls& tls, std::string_view name,
+                                    std::string_view label);
   asio::io_context& io_;
   UpstreamPool& pool_;
   LegObserver& observer_;
-  tcp::socket sock_;
+  UpstreamConn conn_;
   Buffer buf_;
   endpoints::EndpointId id_ = 0;
   bool reused_ = false;

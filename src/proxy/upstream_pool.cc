@@ -6,10 +6,12 @@
 
 namespace kvgate::proxy {
 namespace {
-// True when the peer has not closed the idle connection and sent nothing unexpected.
-bool stillUsable(tcp::socket& s) {
+// True when the peer has not closed the idle connection and sent nothing unexpected (for TLS:
+// nothing on the socket, no decrypted bytes left in OpenSSL either).
+bool stillUsable(UpstreamConn& conn) {
+  if (conn.tls && SSL_pending(conn.tls->native_handle()) > 0) return false;
   char c;
-  ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  ssize_t n = ::recv(conn.raw().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
   return false;  // 0: EOF (closed while idle); >0: unsolicited bytes; <0: error
 }
@@ -18,42 +20,45 @@ bool stillUsable(tcp::socket& s) {
 UpstreamPool::~UpstreamPool() { clear(); }
 
 void UpstreamPool::discard(PooledConn& c) {
-  error_code ec;
-  c.sock.close(ec);
+  c.conn.close();
   stats_.idle_upstream.fetch_sub(1, std::memory_order_relaxed);
   stats_.reaped_upstream.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool UpstreamPool::take(endpoints::EndpointId id, tcp::socket& out) {
+bool UpstreamPool::take(endpoints::EndpointId id, const asio::ssl::context* tls,
+                        std::string_view tls_name, UpstreamConn& out) {
   auto it = idle_.find(id);
   if (it == idle_.end()) return false;
   auto now = std::chrono::steady_clock::now();
   auto& v = it->second;
-  while (!v.empty()) {
-    PooledConn c = std::move(v.back());
-    v.pop_back();
+  // The newest connection made with this context (plain and TLS ones to one endpoint are rare
+  // together: a scan over the few that are not is cheap).
+  for (size_t i = v.size(); i-- > 0;) {
+    if (v[i].conn.ctx.get() != tls || (tls && v[i].conn.tls_name != tls_name)) continue;
+    PooledConn c = std::move(v[i]);
+    v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
     // Every reuse is checked with MSG_PEEK: a peer close is caught here (else by the caller's
     // resend-on-fresh-connection rule), and stray bytes a misbehaving upstream sent after its
     // response (they would be read as the next client's response) discard the connection.
     auto idle = now - c.idle_since;
-    if (idle < idle_timeout_ && stillUsable(c.sock)) {
-      out = std::move(c.sock);
+    if (idle < idle_timeout_ && stillUsable(c.conn)) {
+      out = std::move(c.conn);
       stats_.idle_upstream.fetch_sub(1, std::memory_order_relaxed);
       return true;
     }
     discard(c);
   }
+  if (v.empty()) idle_.erase(it);
   return false;
 }
 
-void UpstreamPool::put(endpoints::EndpointId id, tcp::socket sock) {
+void UpstreamPool::put(endpoints::EndpointId id, UpstreamConn conn) {
   auto& v = idle_[id];
   if (v.size() >= max_idle_) {
-    error_code ec;
-    sock.close(ec);
+    conn.close();
     return;
   }
-  v.push_back(PooledConn{std::move(sock), std::chrono::steady_clock::now()});
+  v.push_back(PooledConn{std::move(conn), std::chrono::steady_clock::now()});
   stats_.idle_upstream.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -62,7 +67,7 @@ void UpstreamPool::sweep(std::chrono::steady_clock::time_point now) {
     auto& v = it->second;
     size_t keep = 0;
     for (size_t i = 0; i < v.size(); ++i) {
-      if (now - v[i].idle_since < idle_timeout_ && stillUsable(v[i].sock)) {
+      if (now - v[i].idle_since < idle_timeout_ && stillUsable(v[i].conn)) {
         if (keep != i) v[keep] = std::move(v[i]);
         ++keep;
       } else {

@@ -1,5 +1,8 @@
 // Per-worker keep-alive pool of upstream connections (one pool per worker thread, no locks),
-// keyed by EndpointId.
+// keyed by EndpointId and, for TLS to the engines (security 2), the rule's client TLS context and
+// the name the engine's certificate was checked for: a connection is reused only by a request
+// wanting the same context and name (never plain for TLS, one rule's client certificate for
+// another's, or a certificate checked for one name by a rule expecting another).
 //
 // Reuse: every pooled connection is checked with a non-blocking MSG_PEEK first (EOF or stray
 // bytes mean "discard": bytes an upstream sent after its response must never reach the next
@@ -16,14 +19,34 @@
 #include <unordered_map>
 #include <vector>
 
+#include <boost/asio/ssl.hpp>
+#include <memory>
+
 #include "endpoints/endpoint.h"
 #include "http/asio.h"
 #include "proxy/rule_stats.h"
 
 namespace kvgate::proxy {
 
-struct PooledConn {
+// One upstream connection: plain TCP, or TLS over it (then `tls` owns the socket and `sock` is
+// unused). `ctx` keeps the TLS context alive and tells pooled connections apart.
+struct UpstreamConn {
+  using TlsSocket = asio::ssl::stream<tcp::socket>;
+  explicit UpstreamConn(asio::io_context& io) : sock(io) {}
   tcp::socket sock;
+  std::shared_ptr<asio::ssl::context> ctx;  // (declared before tls: outlives it)
+  std::unique_ptr<TlsSocket> tls;
+  std::string tls_name;  // the name the peer's certificate was checked for
+  tcp::socket& raw() { return tls ? tls->next_layer() : sock; }
+  bool isOpen() { return raw().is_open(); }
+  void close() {
+    error_code ec;
+    raw().close(ec);
+  }
+};
+
+struct PooledConn {
+  UpstreamConn conn;
   std::chrono::steady_clock::time_point idle_since;
 };
 
@@ -33,9 +56,10 @@ class UpstreamPool {
                DataPlaneStats& stats)
       : max_idle_(max_idle_per_endpoint), idle_timeout_(idle_timeout), stats_(stats) {}
   ~UpstreamPool();
-  // A live idle connection to `id`, if any.
-  bool take(endpoints::EndpointId id, tcp::socket& out);
-  void put(endpoints::EndpointId id, tcp::socket sock);
+  // A live idle connection to `id` made with TLS context `tls` (null: plain) for `tls_name`.
+  bool take(endpoints::EndpointId id, const asio::ssl::context* tls, std::string_view tls_name,
+            UpstreamConn& out);
+  void put(endpoints::EndpointId id, UpstreamConn conn);
   // Closes idle connections that the peer closed or that are older than the idle timeout.
   void sweep(std::chrono::steady_clock::time_point now);
   // Closes and forgets every idle connection to these endpoints.

@@ -1,0 +1,201 @@
+// TLS from the gateway to the engines (issue 14 §4: `security: 2`, `mtls_backend`): engines are
+// Node https servers with certificates made by the openssl command line; they record the client
+// certificate the gateway presented and how many TLS connections it opened. Verified and
+// unverified server certificates, the name check (IP, or the endpoint's domainName), client
+// certificates from files and inline, keep-alive reuse kept apart per client context, health
+// probes over TLS, and malformed fields refused with 400.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
+import path from 'node:path';
+import { test } from 'node:test';
+import { LB_BASE, api, freePort, makeCa, makeServerCert, rule, scrapeMetrics, startGateway,
+  tempDir, waitFor } from './lib.mjs';
+
+function makeClientCert(dir, ca, serial, stem, cn) {
+  const key = path.join(dir, `${stem}.key`), csr = path.join(dir, `${stem}.csr`);
+  const crt = path.join(dir, `${stem}.crt`), ext = path.join(dir, `${stem}.ext`);
+  writeFileSync(ext, 'extendedKeyUsage=clientAuth\n');
+  execFileSync('openssl', ['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
+    '-subj', `/CN=${cn}`, '-keyout', key, '-out', csr], { stdio: 'pipe' });
+  execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key,
+    '-set_serial', String(serial), '-days', '2', '-extfile', ext, '-out', crt], { stdio: 'pipe' });
+  return { key, crt };
+}
+
+// A server certificate for 127.0.0.1 that also names `dns`.
+function makeNamedServerCert(dir, ca, serial, stem, dns) {
+  const key = path.join(dir, `${stem}.key`), csr = path.join(dir, `${stem}.csr`);
+  const crt = path.join(dir, `${stem}.crt`), ext = path.join(dir, `${stem}.ext`);
+  writeFileSync(ext, `subjectAltName=IP:127.0.0.1,DNS:${dns}\n`);
+  execFileSync('openssl', ['req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${dns}`,
+    '-keyout', key, '-out', csr], { stdio: 'pipe' });
+  execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key,
+    '-set_serial', String(serial), '-days', '2', '-extfile', ext, '-out', crt], { stdio: 'pipe' });
+  return { key, crt };
+}
+
+// An https engine. `clientCa`: client certificates are asked for and must chain to it when
+// `requireClient`. Records each request's client CN ('' = none) and each TLS connection.
+async function tlsEngine(t, cert, { clientCa, requireClient = false } = {}) {
+  const seen = { cns: [], connections: 0, sni: [], chats: [] };
+  let nextSocket = 0;
+  const srv = https.createServer({ key: readFileSync(cert.key), cert: readFileSync(cert.crt),
+    requestCert: Boolean(clientCa), rejectUnauthorized: requireClient,
+    ca: clientCa ? readFileSync(clientCa.cert) : undefined }, (req, res) => {
+    req.resume();
+    req.on('end', () => {
+      const peer = req.socket.getPeerCertificate();
+      const cn = req.socket.authorized && peer?.subject ? peer.subject.CN : '';
+      seen.cns.push(cn);
+      if (req.socket.kvId === undefined) req.socket.kvId = nextSocket++;
+      if (req.url === '/v1/chat/completions') seen.chats.push({ cn, socket: req.socket.kvId });
+      const out = JSON.stringify({ object: 'chat.completion', choices: [{ index: 0,
+        message: { role: 'assistant', content: 'hello over tls both ways' }, finish_reason: 'stop' }] });
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': out.length });
+      res.end(out);
+    });
+  });
+  srv.on('secureConnection', (s) => { seen.connections++; seen.sni.push(s.servername || ''); });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  t.after(() => { srv.closeAllConnections(); return new Promise((r) => srv.close(r)); });
+  return { seen, worker: { host: '127.0.0.1', port: srv.address().port } };
+}
+
+// A rule whose endpoints may carry domainName and ep_role.
+function ruleWith({ port, workers, extraArgs }) {
+  const body = rule({ port, workers, extraArgs });
+  body.endpoints = body.endpoints.map((e, i) => ({ ...e,
+    ...(workers[i].domainName ? { domainName: workers[i].domainName } : {}),
+    ...(workers[i].ep_role ? { ep_role: workers[i].ep_role } : {}) }));
+  return body;
+}
+
+function post(port, ca) {
+  return new Promise((resolve, reject) => {
+    const req = https.request({ host: '127.0.0.1', port, method: 'POST', path: '/v1/chat/completions',
+      ca, agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
+      let text = '';
+      res.on('data', (c) => { text += c; });
+      res.on('end', () => resolve({ status: res.statusCode, text }));
+    });
+    req.on('error', reject);
+    req.end('{"model":"m","messages":[{"role":"user","content":"hi"}]}');
+  });
+}
+
+test('security 2: TLS to the engines, verified, with client certificates', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const gwCa = makeCa(tmp.dir, 'gw-ca');              // the data plane's certificate
+  const engineCa = makeCa(tmp.dir, 'engine-ca');      // the engines' certificates
+  const otherCa = makeCa(tmp.dir, 'other-ca');
+  const clientCa = makeCa(tmp.dir, 'client-ca');      // the gateway's client certificates
+  const dp = makeServerCert(tmp.dir, gwCa, 9001, 'dp');
+  const engineCert = makeNamedServerCert(tmp.dir, engineCa, 9002, 'engine', 'engine.test');
+  const strangerCert = makeServerCert(tmp.dir, otherCa, 9003, 'stranger');
+  const alice = makeClientCert(tmp.dir, clientCa, 21, 'alice', 'kvgate-alice');
+  const bob = makeClientCert(tmp.dir, clientCa, 22, 'bob', 'kvgate-bob');
+  const gwCaPem = readFileSync(gwCa.cert);
+
+  const engine = await tlsEngine(t, engineCert, { clientCa });
+  const strict = await tlsEngine(t, engineCert, { clientCa, requireClient: true });
+  const stranger = await tlsEngine(t, strangerCert);
+
+  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'),
+    extra: ['--tls-cert', dp.crt, '--tls-key', dp.key, '--probe-interval-ms', '200'] });
+  t.after(() => gw.stop());
+  const ports = {};
+  const add = async (name, workers, mtls_backend, extra = {}) => {
+    ports[name] = await freePort();
+    const r = await api(gw.api, 'POST', LB_BASE, ruleWith({ port: ports[name], workers,
+      extraArgs: { security: 2, ...(mtls_backend ? { mtls_backend } : {}), ...extra } }));
+    assert.equal(r.status, 200, `${name}: ${r.text}`);
+  };
+  const verified = { verify_server_cert: true, backend_ca_path: engineCa.cert };
+  await add('alice', [engine.worker], { ...verified, client_cert_path: alice.crt, client_key_path: alice.key },
+    { probetype: 'https', probereq: '/health' });
+  await add('bob', [engine.worker], { ...verified, client_cert_data: readFileSync(bob.crt, 'utf8'),
+    client_key_data: readFileSync(bob.key, 'utf8') });
+  await add('anon', [strict.worker], verified);                        // no client certificate
+  await add('wrongCa', [stranger.worker], verified);                   // not signed by engineCa
+  await add('unverified', [stranger.worker], null);                    // default: no verification
+  await add('byName', [{ ...engine.worker, domainName: 'engine.test' }], verified);
+  await add('wrongName', [{ ...engine.worker, domainName: 'elsewhere.test' }], verified);
+
+  // Client certificates from files and inline; requests on one listener reuse one TLS connection
+  // to the engine, and the two client contexts never share one.
+  for (let i = 0; i < 3; i++) {
+    for (const who of ['alice', 'bob']) {
+      const r = await post(ports[who], gwCaPem);
+      assert.equal(r.status, 200, r.text);
+      assert.match(r.text, /hello over tls both ways/);
+    }
+  }
+  assert.deepEqual(engine.seen.chats.map((c) => c.cn), ['kvgate-alice', 'kvgate-bob', 'kvgate-alice',
+    'kvgate-bob', 'kvgate-alice', 'kvgate-bob']);
+  for (const who of ['kvgate-alice', 'kvgate-bob']) {  // (two workers: at most one each)
+    const sockets = new Set(engine.seen.chats.filter((c) => c.cn === who).map((c) => c.socket));
+    assert.ok(sockets.size <= 2, `${who}: 3 requests over ${sockets.size} TLS connections`);
+  }
+
+  // The engine requires a client certificate: without one the handshake fails -> 502.
+  let r = await post(ports.anon, gwCaPem);
+  assert.equal(r.status, 502, r.text);
+  // A certificate the CA does not sign: refused when verifying, accepted when not.
+  r = await post(ports.wrongCa, gwCaPem);
+  assert.equal(r.status, 502, r.text);
+  assert.match(r.text, /TLS handshake/);
+  r = await post(ports.unverified, gwCaPem);
+  assert.equal(r.status, 200, r.text);
+  // The name: the endpoint's domainName is sent as SNI and must be in the certificate.
+  r = await post(ports.byName, gwCaPem);
+  assert.equal(r.status, 200, r.text);
+  assert.ok(engine.seen.sni.includes('engine.test'), `SNI seen: ${engine.seen.sni}`);
+  r = await post(ports.wrongName, gwCaPem);
+  assert.equal(r.status, 502, r.text);
+
+  // Health probes over TLS (probetype https on the alice rule) keep the endpoint up.
+  await waitFor(async () => {
+    const ms = await scrapeMetrics(gw.api);
+    return ms.some((m) => m.name === 'kvgate_endpoint_up' && m.value === 1);
+  }, 5000, 100);
+  assert.ok(engine.seen.cns.filter((cn) => cn === 'kvgate-alice').length > 3, 'probes present alice');
+});
+
+test('mtls_backend: malformed fields get 400; security 2 with P/D is not active yet', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const gwCa = makeCa(tmp.dir, 'gw-ca');
+  const dp = makeServerCert(tmp.dir, gwCa, 9101, 'dp');
+  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'),
+    extra: ['--tls-cert', dp.crt, '--tls-key', dp.key] });
+  t.after(() => gw.stop());
+  const w = { host: '127.0.0.1', port: 9 };
+  const bad = [
+    [{ security: 1, mtls_backend: { verify_server_cert: true } }, /security 2/],
+    [{ security: 2, mtls_backend: { verify: true } }, /unknown field/],
+    [{ security: 2, mtls_backend: { verify_server_cert: 'yes' } }, /boolean/],
+    [{ security: 2, mtls_backend: { client_cert_path: dp.crt } }, /go together/],
+    [{ security: 2, mtls_backend: { client_cert_path: dp.crt, client_cert_data: 'x', client_key_path: dp.key } }, /not both/],
+    [{ security: 2, mtls_backend: { verify_server_cert: true, backend_ca_path: path.join(tmp.dir, 'none.pem') } }, /backend CA/],
+    [{ security: 2, mtls_backend: { client_cert_path: gwCa.cert, client_key_path: dp.key } }, /mismatch|does not match/],
+    [{ security: 2, mtls_backend: 'on' }, /must be an object/],
+  ];
+  for (const [args, why] of bad) {
+    const r = await api(gw.api, 'POST', LB_BASE, rule({ port: await freePort(), workers: [w], extraArgs: args }));
+    assert.equal(r.status, 400, `${JSON.stringify(args)}: ${r.text}`);
+    assert.match(r.text, why, JSON.stringify(args));
+  }
+  const all = JSON.parse((await api(gw.api, 'GET', `${LB_BASE}/all`)).text);
+  assert.equal((all.lbAttr ?? []).length, 0);
+  // P/D with security 2: stored, traffic answered 501 not_active naming tls.
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE, ruleWith({ port, workers: [{ ...w, ep_role: 1 }, { host: '127.0.0.1', port: 10, ep_role: 2 }],
+    extraArgs: { security: 2, pd_disagg_mode: true } }));
+  assert.equal(r.status, 200, r.text);
+  const res = await post(port, readFileSync(gwCa.cert));
+  assert.equal(res.status, 501, res.text);
+  assert.match(res.text, /tls/);
+});
