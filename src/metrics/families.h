@@ -72,6 +72,10 @@ inline const Family kTlsClientCerts{"kvgate_tls_client_certs_total", Type::kCoun
     "Client certificates on listeners with mtls_frontend, by result: verified, absent (optional "
     "mode), and the refusals missing (required mode), untrusted, revoked, cn_mismatch.",
     {"result"}};
+inline const Family kQuotaPromptCounts{"kvgate_quota_prompt_counts_total", Type::kCounter,
+    "How quota reservations counted the prompt: token_ids (a token-id prompt), tokenizer (the "
+    "model's tokenizer, serve --models-dir), bytes (an estimate, 4 bytes a token).",
+    {"method"}};
 inline const Family kEndpointInflight{"kvgate_endpoint_inflight_requests", Type::kGauge,
     "Requests in flight to an endpoint through this gateway.", {"endpoint"}};
 inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blocks",
@@ -200,7 +204,8 @@ inline const std::vector<const Family*>& allFamilies() {
       &kKvSpeculativeHits, &kStageFallthrough, &kPdTierSelected, &kAdmissionDecisions,
       &kAdmissionInflight, &kAdmissionQueued, &kAdmissionLimit,
       &kDecisionSeconds,
-      &kActiveConnections, &kActiveStreams, &kTlsHandshakes, &kTlsClientCerts, &kEndpointInflight,
+      &kActiveConnections, &kActiveStreams, &kTlsHandshakes, &kTlsClientCerts, &kQuotaPromptCounts,
+      &kEndpointInflight,
       &kEndpointPendingPrefill,
       &kEndpointConnectFailures,
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,

@@ -118,6 +118,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   // quota_gate.cc
   // The quota stage: the request's buckets reserve (status 0, quota_ holds the reservation) or
   // the 429 to answer. `body` is the client's (include_usage may be added into quota_body_).
+  int64_t promptCount();  // quota_gate.cc
   asio::awaitable<KeyAdmission> admitQuota(const Route& route, std::string_view model,
                                            const Request& req);
   // Returns the reservation and charges the usage the relay saw, or an estimate (once).

@@ -77,6 +77,10 @@ DataPlane::~DataPlane() { stop(); }
 
 void DataPlane::refreshTls() { listener_tls_->refresh(); }
 
+void DataPlane::setWorkerTokens(const routing::PromptTokens* tokens) {
+  for (auto& w : workers_) w->prompt_tokens = tokens;
+}
+
 void DataPlane::start() {
   if (started_) return;
   started_ = true;

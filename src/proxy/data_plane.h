@@ -74,6 +74,7 @@ class DataPlane {
     kv_lookup_ = lookup;
     prompt_tokens_ = tokens;
     kv_overlay_ = overlay;
+    setWorkerTokens(tokens);
   }
   const ProxyOptions& options() const { return opts_; }
   // Prometheus text for every data-plane family (control thread only, like apply()).
@@ -103,6 +104,7 @@ class DataPlane {
   void renderRoutingMetrics(metrics::TextWriter& w) const;
   void renderEndpointMetrics(metrics::TextWriter& w) const;
   void buildPd(Route& route, const common::Clock& clock);
+  void setWorkerTokens(const routing::PromptTokens* tokens);
 
  public:
   // The external controller (endpoints/controller.h; control thread): sets the state and weight

@@ -189,8 +189,10 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   // (keyless traffic on a listener without credential checks pays only shared-VIP buckets)
   const bool metered =
       cfg->checks_credentials || governance::limitRegistry().current()->hasVipDefaults();
-  if (metered)
+  if (metered) {
     needs |= routing::kNeedModel | routing::kNeedPromptPrefix | routing::kNeedRequestShape;
+    if (w_.prompt_tokens) needs |= w_.prompt_tokens->needs();  // (the reservation's count)
+  }
   facts_parsed_ = false;
   if (needs && !req.body.empty()) {
     auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity, needs,

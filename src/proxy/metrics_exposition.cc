@@ -191,6 +191,11 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
                            {"missing", &certs.missing}, {"untrusted", &certs.untrusted},
                            {"revoked", &certs.revoked}, {"cn_mismatch", &certs.cn_mismatch}})
     w.sample(kTlsClientCerts, {{"result", result}}, static_cast<double>(n->load()));
+  w.header(kQuotaPromptCounts);
+  for (auto [method, n] : {std::pair{"token_ids", &stats_.quota_prompt_ids},
+                           {"tokenizer", &stats_.quota_prompt_tokenizer},
+                           {"bytes", &stats_.quota_prompt_bytes}})
+    w.sample(kQuotaPromptCounts, {{"method", method}}, static_cast<double>(n->load()));
   w.header(kEndpointInflight);
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointInflight, {{"endpoint", e->label}}, static_cast<double>(e->active.load()));

@@ -54,6 +54,27 @@ constexpr int64_t kMaxTerm = 1'000'000'000;
 
 }  // namespace
 
+// The prompt's token count for the reservation (0: the facts hold no prompt).
+int64_t ClientConn::promptCount() {
+  if (facts_.prompt_id_count > 0) {
+    w_.stats.quota_prompt_ids.fetch_add(1, std::memory_order_relaxed);
+    return static_cast<int64_t>(facts_.prompt_id_count);
+  }
+  const int64_t bytes = static_cast<int64_t>(facts_.prompt_render_total);
+  if (const routing::PromptTokens* tok = w_.prompt_tokens) {
+    std::vector<uint32_t> ids;
+    if (tok->tokens(facts_, ids) == routing::TokensStatus::kOk && !ids.empty()) {
+      w_.stats.quota_prompt_tokenizer.fetch_add(1, std::memory_order_relaxed);
+      const int64_t bound = static_cast<int64_t>(std::min<size_t>(tok->textBound(), INT64_MAX));
+      const int64_t beyond = bytes > bound ? (bytes - bound + 3) / 4 : 0;  // (cut: estimated)
+      return static_cast<int64_t>(ids.size()) + beyond;
+    }
+  }
+  if (bytes == 0) return 0;
+  w_.stats.quota_prompt_bytes.fetch_add(1, std::memory_order_relaxed);
+  return (bytes + 3) / 4;
+}
+
 asio::awaitable<ClientConn::KeyAdmission> ClientConn::admitQuota(const Route& route,
                                                                   std::string_view model,
                                                                   const Request& req) {
@@ -74,17 +95,17 @@ asio::awaitable<ClientConn::KeyAdmission> ClientConn::admitQuota(const Route& ro
     if (key_) governance::countCheck(0);
     co_return KeyAdmission{};
   }
-  int64_t prompt = 0, max_tokens = w_.opts.quota_max_tokens, n = 1;
+  int64_t prompt = facts_parsed_ ? promptCount() : 0, max_tokens = w_.opts.quota_max_tokens, n = 1;
   if (facts_parsed_) {
-    prompt = facts_.prompt_id_count > 0
-                 ? static_cast<int64_t>(facts_.prompt_id_count)
-                 : static_cast<int64_t>((facts_.prompt_render_total + 3) / 4);
     if (facts_.max_tokens) max_tokens = *facts_.max_tokens;
     if (facts_.n && *facts_.n > 1) n = std::min<int64_t>(*facts_.n, 1024);
   }
   // A body whose prompt the facts did not find (another endpoint's shape, or a walk cut short by
   // a string simdjson refuses): the body's own size stands in for it.
-  if (prompt == 0) prompt = static_cast<int64_t>((req.body.size() + 3) / 4);
+  if (prompt == 0) {
+    prompt = static_cast<int64_t>((req.body.size() + 3) / 4);
+    w_.stats.quota_prompt_bytes.fetch_add(1, std::memory_order_relaxed);
+  }
   quota_.generation = !req.body.empty();  // (a body-less request generates nothing)
   prompt = std::min(prompt, kMaxTerm);
   max_tokens = std::clamp<int64_t>(max_tokens, 0, kMaxTerm);

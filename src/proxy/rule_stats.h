@@ -63,6 +63,8 @@ struct DataPlaneStats {
   std::atomic<int64_t> active_connections{0};
   std::atomic<int64_t> active_streams{0};
   std::atomic<uint64_t> tls_handshakes{0}, tls_handshake_failures{0};  // security 1 listeners
+  // How quota reservations counted the prompt: token ids, the model's tokenizer, bytes / 4.
+  std::atomic<uint64_t> quota_prompt_ids{0}, quota_prompt_tokenizer{0}, quota_prompt_bytes{0};
   std::atomic<int64_t> idle_upstream{0};     // pooled keep-alive connections, all workers
   std::atomic<uint64_t> reaped_upstream{0};  // pooled connections closed: peer closed, too old
   std::atomic<bool> draining{false};         // SIGTERM: finishing in-flight requests

@@ -37,6 +37,9 @@ class Worker {
   // Live client connections of this worker (this thread only), for draining on shutdown.
   std::unordered_set<ClientConn*> conns;
   bool draining = false;  // this thread only: set by DataPlane::drain()
+  // The prompt tokenizer (serve --models-dir; null without): quota reservations count with it.
+  // Set by DataPlane::setKv before the first rule (no request reads it earlier).
+  const routing::PromptTokens* prompt_tokens = nullptr;
   // One thread runs this context, and only it starts, performs or cancels I/O on the worker's
   // sockets (other threads post to it): the reactor's per-socket locking is off (UNSAFE_IO), the
   // scheduler's stays on for those posts.

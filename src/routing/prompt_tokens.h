@@ -6,6 +6,7 @@
 // calling event loop (tokenizers load on a background thread; until loaded, the answer is
 // kNotLoaded) and bounds the text it tokenizes.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -29,6 +30,8 @@ class PromptTokens {
   // Ids of the prompt (a completions prompt string, or a chat request rendered), at most the
   // implementation's byte bound of text; `out` is replaced. Thread-safe, never blocks on I/O.
   virtual TokensStatus tokens(const RequestFacts& f, std::vector<uint32_t>& out) const = 0;
+  // Bytes of prompt text tokens() looks at; beyond it the text is cut (SIZE_MAX: never).
+  virtual size_t textBound() const { return SIZE_MAX; }
 };
 
 }  // namespace kvgate::routing

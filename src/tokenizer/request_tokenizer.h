@@ -57,6 +57,7 @@ class RequestTokenizer : public routing::PromptTokens {
   uint32_t needs() const override;
   routing::TokensStatus tokens(const routing::RequestFacts& f,
                                std::vector<uint32_t>& out) const override;
+  size_t textBound() const override { return opts_.max_bytes; }
 
   // The model's tokenizer when loaded; otherwise queues a load (unless one is queued, or the
   // last attempt failed less than retry_after ago) and returns null. Never blocks on I/O.
