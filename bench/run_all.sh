@@ -12,9 +12,9 @@ echo "### TLS termination: bench/tls_bench.sh ${PROXY_ROUNDS:-3} ${PROXY_SECONDS
 echo
 KVGATE_BIN=build/kvgate bash bench/tls_bench.sh "${PROXY_ROUNDS:-3}" "${PROXY_SECONDS:-10}" 64 2>/dev/null
 echo
-echo "### Streaming: bench/sse_bench.sh 1000 200 20 ${SSE_ROUNDS:-2}"
+echo "### Streaming: bench/sse_bench.sh 1000 200 20 ${SSE_ROUNDS:-2} 1"
 echo
-bash bench/sse_bench.sh 1000 200 20 "${SSE_ROUNDS:-2}" 2>/dev/null
+bash bench/sse_bench.sh 1000 200 20 "${SSE_ROUNDS:-2}" 1 2>/dev/null
 echo
 echo "### Tokenizer: node bench/tokenizer_bench.mjs --seconds 3 --rounds 3"
 echo

@@ -2,11 +2,13 @@
 # Streaming at scale: STREAMS concurrent SSE streams of EVENTS events spaced ITL ms, from the
 # simulator, measured direct and through kvgate in the same run. Per-event relay delay comes from
 # the simulator's send stamps (sim --stamp-events); kvgate's memory per open stream is its RSS
-# at the peak minus its idle RSS, divided by the streams open.
-# Usage: bench/sse_bench.sh [STREAMS=1000] [EVENTS=200] [ITL_MS=20] [ROUNDS=2]
+# at the peak minus its idle RSS, divided by the streams open. TLS=1 adds kvgate-tls (a rule with
+# security 1) and nginx-tls (listen ... ssl) arms: the same streams over TLS, one ECDSA P-256
+# certificate for both, a handshake per stream.
+# Usage: bench/sse_bench.sh [STREAMS=1000] [EVENTS=200] [ITL_MS=20] [ROUNDS=2] [TLS=0]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STREAMS=${1:-1000}; EVENTS=${2:-200}; ITL=${3:-20}; ROUNDS=${4:-2}
+STREAMS=${1:-1000}; EVENTS=${2:-200}; ITL=${3:-20}; ROUNDS=${4:-2}; TLS=${5:-0}
 BIN=${KVGATE_BIN:-build/kvgate}
 W=$(mktemp -d /tmp/kvgate-sse.XXXXXX)
 pids=()
@@ -15,17 +17,36 @@ trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 "$BIN" sim --workers 1 --port 0 --timing fixed --stamp-events --itl-ms "$ITL" --prefill-base-ms 0 \
   --prefill-us-per-token 0 --max-concurrency 100000 >"$W/sim.out" 2>"$W/sim.err" & pids+=($!)
-"$BIN" serve --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
+TLSARGS=()
+if [ "$TLS" = 1 ]; then
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -subj /CN=127.0.0.1 -keyout "$W/key.pem" -out "$W/cert.pem" 2>/dev/null
+  TLSARGS=(--tls-cert "$W/cert.pem" --tls-key "$W/key.pem")
+fi
+"$BIN" serve --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" "${TLSARGS[@]}" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
 KVPID=$!
 for _ in $(seq 1 50); do grep -q ready "$W/kv.out" 2>/dev/null && grep -q ready "$W/sim.out" 2>/dev/null && break; sleep 0.1; done
 SIMPORT=$(sed -E 's/.*"port":([0-9]+).*/\1/' "$W/sim.out" | head -1)
 API=$(sed -E 's/.*"api":"([^"]+)".*/\1/' "$W/kv.out")
 VIP=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
 curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "{\"serviceArguments\":{\"externalIP\":\"127.0.0.1\",\"port\":$VIP,\"protocol\":\"tcp\",\"mode\":4,\"sse_mode\":true},\"endpoints\":[{\"endpointIP\":\"127.0.0.1\",\"targetPort\":$SIMPORT,\"weight\":1}]}" >/dev/null
+VIPTLS=""
+if [ "$TLS" = 1 ]; then
+  VIPTLS=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "{\"serviceArguments\":{\"externalIP\":\"127.0.0.1\",\"port\":$VIPTLS,\"protocol\":\"tcp\",\"mode\":4,\"sse_mode\":true,\"security\":1},\"endpoints\":[{\"endpointIP\":\"127.0.0.1\",\"targetPort\":$SIMPORT,\"weight\":1}]}" >/dev/null
+fi
 # nginx as a reference relay for the same streams (proxy_buffering off, as for SSE), if present.
-NGX=""
+NGX=""; NGXTLS=""; NGXTLSCONF=""
 if command -v nginx >/dev/null; then
   NGX=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  if [ "$TLS" = 1 ]; then
+    NGXTLS=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+    NGXTLSCONF="server { listen 127.0.0.1:$NGXTLS ssl backlog=4096;
+    ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem; ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache off; ssl_session_tickets off;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\";
+                 proxy_buffering off; proxy_read_timeout 300s; } }"
+  fi
   mkdir -p "$W/ng"
   cat >"$W/ng/nginx.conf" <<NGXC
 worker_processes 1; pid $W/ng/nginx.pid; error_log $W/ng/error.log warn; daemon off;
@@ -34,7 +55,8 @@ http { access_log off;
   upstream up { server 127.0.0.1:$SIMPORT; keepalive 256; }
   server { listen 127.0.0.1:$NGX backlog=4096;
     location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection "";
-                 proxy_buffering off; proxy_read_timeout 300s; } } }
+                 proxy_buffering off; proxy_read_timeout 300s; } }
+  $NGXTLSCONF }
 NGXC
   nginx -p "$W/ng" -c "$W/ng/nginx.conf" & pids+=($!)
   NGPID=$!
@@ -48,11 +70,15 @@ sleep 0.5
 echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | relay peak RSS - idle (KiB) | relay CPU us/event |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
-  for arm in direct kvgate ${NGX:+nginx}; do
-    port=$SIMPORT; [ "$arm" = kvgate ] && port=$VIP; [ "$arm" = nginx ] && port=$NGX
-    RELAY=$KVPID; [ "$arm" = nginx ] && RELAY=$NGPID
+  for arm in direct kvgate ${NGX:+nginx} ${VIPTLS:+kvgate-tls} ${NGXTLS:+nginx-tls}; do
+    port=$SIMPORT; tlsflag=()
+    case $arm in
+      kvgate) port=$VIP ;; nginx) port=$NGX ;;
+      kvgate-tls) port=$VIPTLS; tlsflag=(--tls) ;; nginx-tls) port=$NGXTLS; tlsflag=(--tls) ;;
+    esac
+    RELAY=$KVPID; case $arm in nginx*) RELAY=$NGPID ;; esac
     idle=$(rss_kb "$RELAY"); peak=$idle; c0=$(cpu_ticks "$RELAY")
-    "$BIN" bench sse --target "127.0.0.1:$port" --streams "$STREAMS" --events "$EVENTS" --ramp-ms 2000 >"$W/res.json" &
+    "$BIN" bench sse --target "127.0.0.1:$port" --streams "$STREAMS" --events "$EVENTS" --ramp-ms 2000 "${tlsflag[@]}" >"$W/res.json" &
     bp=$!
     while kill -0 $bp 2>/dev/null; do r2=$(rss_kb "$RELAY"); [ "$r2" -gt "$peak" ] && peak=$r2; sleep 0.2; done
     wait $bp || true

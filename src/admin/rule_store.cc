@@ -68,12 +68,18 @@ Result<size_t> RuleStore::load() {
   auto j = nlohmann::json::parse(ss.str(), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("rules") || !j["rules"].is_array())
     return fail(500, "state", "state file " + statePath() + " is corrupt");
+  // A saved rule this build refuses (stricter validation than the build that stored it), or one
+  // the data plane cannot serve now (a certificate, CA bundle or CRL file gone): the gateway
+  // still starts with the others, and the refused ones are kept, with the reason, in
+  // rules.rejected.json beside the state file (nothing is lost; re-POST them once fixed).
   std::vector<config::RuleSpec> rules;
+  nlohmann::json rejected = nlohmann::json::array();
   for (auto& rj : j["rules"]) {
     auto r = config::parseRule(rj);
-    if (!r)
-      return fail(500, "state",
-                  "state file " + statePath() + " holds an invalid rule: " + r.error().what);
+    if (!r) {
+      rejected.push_back({{"rule", rj}, {"error", r.error().what}});
+      continue;
+    }
     rules.push_back(std::move(*r));
   }
   // A saved set the listener refuses (rules stored before it existed) still starts the gateway:
@@ -81,9 +87,40 @@ Result<size_t> RuleStore::load() {
   if (check_)
     if (auto c = check_(rules); !c)
       log::warn("state", "restored rules: " + c.error().what + " (not followed until fixed)");
-  if (auto a = dp_.apply(rules); !a) return tl::unexpected(a.error());
+  if (auto a = dp_.apply(rules); !a) {
+    std::vector<config::RuleSpec> served;  // the largest prefix-closed set the data plane takes
+    for (auto& r : rules) {
+      served.push_back(r);
+      if (auto one = dp_.apply(served); !one) {
+        served.pop_back();
+        rejected.push_back({{"rule", storedJson(r)}, {"error", one.error().what}});
+      }
+    }
+    if (auto again = dp_.apply(served); !again) return tl::unexpected(again.error());
+    rules = std::move(served);
+  }
+  if (!rejected.empty()) {
+    const std::string side = dir_ + "/rules.rejected.json";
+    for (auto& e : rejected)
+      log::error("state", "restored rule refused, kept in " + side + ": " + e["error"].get<std::string>());
+    nlohmann::json all = {{"version", 1}, {"rejected", rejected}};
+    std::ifstream old(side);  // (earlier refusals are kept too)
+    auto prev = old ? nlohmann::json::parse(old, nullptr, false) : nlohmann::json();
+    if (prev.is_object() && prev.contains("rejected") && prev["rejected"].is_array())
+      for (auto& e : prev["rejected"]) all["rejected"].push_back(e);
+    const std::string tmp = side + ".tmp";  // (0600: a rule may hold an inline private key)
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return fail(500, "state", "open " + tmp + ": " + std::strerror(errno));
+    auto w = writeAll(fd, all.dump(2) + "\n", tmp);
+    ::close(fd);
+    if (!w) return tl::unexpected(w.error());
+    if (::rename(tmp.c_str(), side.c_str()) != 0)
+      return fail(500, "state", "cannot keep the refused rules in " + side);
+  }
   rules_ = std::move(rules);
   if (applied_) applied_(rules_);
+  if (!rejected.empty())
+    if (auto p = persist(rules_); !p) return tl::unexpected(p.error());
   return rules_.size();
 }
 

@@ -4,12 +4,17 @@
 // Each stream POSTs /v1/completions with stream:true and max_tokens E, reads the (chunked) SSE
 // body, and for every event that carries "kvgate_sent_us":T records now_us - T (same machine,
 // same clock). Streams start spread over --ramp-ms. Prints one JSON line: streams completed,
-// errors, events, and delay percentiles in microseconds. One thread, one io_context.
+// errors, events, and delay percentiles in microseconds. One thread, one io_context. --tls: over
+// TLS (no certificate verification: a benchmark of the relay, on loopback), one handshake per
+// stream.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include <boost/asio/ssl.hpp>
+#include <memory>
 
 #include "common/net.h"
 #include "http/asio.h"
@@ -24,6 +29,7 @@ struct Options {
   int events = 200;
   int ramp_ms = 2000;
   std::string model = "sim-model";
+  std::shared_ptr<asio::ssl::context> tls;  // --tls
 };
 
 struct Stats {
@@ -47,6 +53,11 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
   co_await t.async_wait(useEc(ec));
   tcp::socket s(ex);
   co_await s.async_connect(tcp::endpoint(asio::ip::make_address(o.host), o.port), useEc(ec));
+  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;
+  if (!ec && o.tls) {
+    tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(s, *o.tls);
+    co_await tls->async_handshake(asio::ssl::stream_base::client, useEc(ec));
+  }
   if (ec) {
     ++st.errors;
     co_return;
@@ -56,7 +67,8 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
   std::string req = "POST /v1/completions HTTP/1.1\r\nHost: " + o.host +
                     "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " +
                     std::to_string(body.size()) + "\r\n\r\n" + body;
-  co_await asio::async_write(s, asio::buffer(req), useEc(ec));
+  if (tls) co_await asio::async_write(*tls, asio::buffer(req), useEc(ec));
+  else co_await asio::async_write(s, asio::buffer(req), useEc(ec));
   if (ec) {
     ++st.errors;
     co_return;
@@ -66,7 +78,9 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
   char tmp[16384];
   bool done = false;
   for (;;) {
-    size_t n = co_await s.async_read_some(asio::buffer(tmp), useEc(ec));
+    size_t n = 0;
+    if (tls) n = co_await tls->async_read_some(asio::buffer(tmp), useEc(ec));
+    else n = co_await s.async_read_some(asio::buffer(tmp), useEc(ec));
     if (ec || n == 0) break;
     int64_t now = nowUs();
     buf.append(tmp, n);
@@ -115,7 +129,7 @@ int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) != "sse") {
     std::fprintf(stderr,
                  "usage: kvgate bench sse --target HOST:PORT [--streams N] [--events E] "
-                 "[--ramp-ms MS] [--model NAME]\n"
+                 "[--ramp-ms MS] [--model NAME] [--tls]\n"
                  "Runs N concurrent SSE streams of E events; needs `kvgate sim --stamp-events` "
                  "upstream. Prints one JSON line of results.\n");
     return 2;
@@ -144,6 +158,10 @@ int main(int argc, char** argv) {
       o.ramp_ms = static_cast<int>(x);
     } else if (a == "--model") {
       o.model = v;
+    } else if (a == "--tls") {
+      o.tls = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+      o.tls->set_verify_mode(asio::ssl::verify_none);
+      --i;  // (no value)
     } else {
       std::fprintf(stderr, "kvgate bench sse: unknown flag %s\n", a.c_str());
       return 2;

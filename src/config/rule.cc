@@ -335,6 +335,10 @@ json RuleSpec::toJson() const {
     if (k == "backend_protocol" || k == "mode" || !isZero(v)) sa[k] = v;
   }
   sa["mode"] = mode;
+  // An inline private key is never read back (it stays in the 0600 state file only).
+  if (auto m = sa.find("mtls_backend"); m != sa.end() && m->is_object() &&
+                                        m->contains("client_key_data"))
+    (*m)["client_key_data"] = "(redacted)";
   json eps = json::array();
   for (auto& e : endpoints) {
     json ej;

@@ -60,6 +60,10 @@ Result<void> parseFrontend(const json& m, int security, Options& o) {
                "client_ca_path or client_ca_cert_data is required to verify client certificates");
   if (o.require_client_cn && o.client_cn_pattern.empty())
     return bad("mtls_frontend.client_cn_pattern", "is required when require_client_cn is true");
+  if (!o.require_client_cn && !o.client_cn_pattern.empty())
+    return bad("mtls_frontend.require_client_cn",
+               "must be true for client_cn_pattern to be enforced (a pattern that is not "
+               "checked is refused rather than ignored)");
   return {};
 }
 
@@ -113,6 +117,9 @@ Result<http::ClientTlsOptions> parseBackendTls(const json& sa, int security) {
     return bad("mtls_backend.client_cert_data", "give client_cert_path or client_cert_data, not both");
   if (!o.key_path.empty() && !o.key_pem.empty())
     return bad("mtls_backend.client_key_data", "give client_key_path or client_key_data, not both");
+  if (!o.ca_path.empty() && !o.verify_server_cert)
+    return bad("mtls_backend.backend_ca_path",
+               "is used only with verify_server_cert: true (refused rather than ignored)");
   const bool has_cert = !o.cert_path.empty() || !o.cert_pem.empty();
   const bool has_key = !o.key_path.empty() || !o.key_pem.empty();
   if (has_cert != has_key)
@@ -132,6 +139,21 @@ Result<http::ServerTlsOptions> parseServerTls(const json& sa, int security) {
     o.ciphers = it->get<std::string>();
     for (unsigned char c : o.ciphers)
       if (c < 0x20 || c > 0x7e) return bad("tls_ciphers", "must be printable ASCII");
+    // TLS_* names are TLS 1.3 suites, which OpenSSL would skip silently when unknown: only the
+    // five it knows are accepted (TLS 1.2 ciphers use OpenSSL's names, checked when loaded).
+    static const std::set<std::string> k13 = {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
+                                              "TLS_CHACHA20_POLY1305_SHA256",
+                                              "TLS_AES_128_CCM_SHA256", "TLS_AES_128_CCM_8_SHA256"};
+    for (size_t i = 0; i <= o.ciphers.size();) {
+      size_t j = o.ciphers.find_first_of(":, ", i);
+      if (j == std::string::npos) j = o.ciphers.size();
+      const std::string name = o.ciphers.substr(i, j - i);
+      if (name.rfind("TLS_", 0) == 0 && !k13.count(name))
+        return bad("tls_ciphers", "'" + name.substr(0, 64) +
+                                      "' is not a TLS 1.3 suite (use OpenSSL names for TLS 1.2 "
+                                      "ciphers, e.g. ECDHE-ECDSA-AES128-GCM-SHA256)");
+      i = j + 1;
+    }
   }
   if (auto it = sa.find("alpn_protocols"); it != sa.end() && it->is_array() && !it->empty()) {
     bool h1 = false;

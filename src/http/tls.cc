@@ -7,6 +7,8 @@
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
 
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
 
 #include "common/log.h"
@@ -60,8 +62,10 @@ bool nameMatches(const std::string& pattern, const unsigned char* data, int len)
 // RFC 6125: the DNS subjectAltNames when there are any, else the subject's (last) CN.
 bool identityMatches(X509* cert, const std::string& pattern) {
   bool have_dns = false, match = false;
+  int found = 0;  // -1 no subjectAltName; -2 several; else a NULL result is a decoding error
   auto* names =
-      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, &found, nullptr));
+  if (!names && found != -1) return false;  // (never fall back to the CN on a broken SAN)
   if (names) {
     for (int i = 0; i < sk_GENERAL_NAME_num(names) && !match; ++i) {
       const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
@@ -125,6 +129,7 @@ std::string sslError(const char* what) {
 // The client CAs (from the file or the inline PEM) into the verify store and the list the server
 // names in its CertificateRequest; then the CRL.
 Result<void> loadClientTrust(SSL_CTX* ctx, const ServerTlsOptions& o) {
+  ERR_clear_error();
   X509_STORE* store = SSL_CTX_get_cert_store(ctx);
   int loaded = 0;
   if (!o.client_ca_path.empty()) {
@@ -135,6 +140,7 @@ Result<void> loadClientTrust(SSL_CTX* ctx, const ServerTlsOptions& o) {
       loaded += sk_X509_NAME_num(names);
       SSL_CTX_set_client_CA_list(ctx, names);
     }
+    ERR_clear_error();
   }
   if (!o.client_ca_pem.empty()) {
     BIO* bio = BIO_new_mem_buf(o.client_ca_pem.data(), int(o.client_ca_pem.size()));
@@ -182,8 +188,15 @@ Result<void> setCiphers(SSL_CTX* ctx, const std::string& spec) {
 
 std::vector<std::string> TlsFiles::watched() const {
   std::vector<std::string> all;
-  if (backend_mode_) all = {backend_.ca_path, backend_.cert_path, backend_.key_path};
-  else all = {cert_, key_, opts_.client_ca_path, opts_.client_crl_path};
+  // Only the files the context is built from (a stored but unused path must not hold renewals
+  // back when it does not exist).
+  if (backend_mode_)
+    all = {backend_.verify_server_cert ? backend_.ca_path : std::string(), backend_.cert_path,
+           backend_.key_path};
+  else if (opts_.verifiesClients())
+    all = {cert_, key_, opts_.client_ca_path, opts_.client_crl_path};
+  else
+    all = {cert_, key_};
   std::vector<std::string> paths;
   for (auto& p : all)
     if (!p.empty()) paths.push_back(std::move(p));
@@ -209,12 +222,19 @@ Result<std::shared_ptr<asio::ssl::context>> TlsFiles::buildBackend() const {
   SSL_CTX_set_alpn_protos(native, kAlpn, sizeof kAlpn - 1);
   error_code ec;
   const ClientTlsOptions& o = backend_;
+  ERR_clear_error();
   if (o.verify_server_cert) {
-    if (!o.ca_path.empty()) ctx->load_verify_file(o.ca_path, ec);
-    else ctx->set_default_verify_paths(ec);
+    // The CAs are read now, on the control thread: the system bundle as a file, never OpenSSL's
+    // certificate directory (looked up on disk during each verification, on an event loop).
+    const char* env = std::getenv(X509_get_default_cert_file_env());
+    const std::string file = !o.ca_path.empty() ? o.ca_path
+                             : env && *env      ? std::string(env)
+                                                : std::string(X509_get_default_cert_file());
+    ctx->load_verify_file(file, ec);
     if (ec)
-      return fail(400, "mtls_backend", "backend CA " + (o.ca_path.empty() ? "(system)" : o.ca_path) +
-                                           ": " + ec.message());
+      return fail(400, "mtls_backend",
+                  "backend CA " + file + (o.ca_path.empty() ? " (the system bundle)" : "") + ": " +
+                      ec.message());
     ctx->set_verify_mode(asio::ssl::verify_peer, ec);
   } else {
     ctx->set_verify_mode(asio::ssl::verify_none, ec);
@@ -231,15 +251,17 @@ Result<std::shared_ptr<asio::ssl::context>> TlsFiles::buildBackend() const {
   return ctx;
 }
 
-void TlsFiles::prepareClient(SSL* ssl, const std::string& name) const {
-  if (name.empty()) return;
+bool TlsFiles::prepareClient(SSL* ssl, const std::string& name) const {
   error_code ec;
   asio::ip::make_address(name, ec);
-  const bool is_ip = !ec;
-  if (!is_ip) SSL_set_tlsext_host_name(ssl, name.c_str());
-  if (!verifiesPeer()) return;
-  if (is_ip) X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str());
-  else SSL_set1_host(ssl, name.c_str());
+  const bool is_ip = !name.empty() && !ec;
+  bool is_host = !name.empty() && name.size() <= 253 && !is_ip;
+  for (char c : name)
+    is_host &= std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+  if (is_host && SSL_set_tlsext_host_name(ssl, name.c_str()) != 1) is_host = false;
+  if (!verifiesPeer()) return true;
+  if (is_ip) return X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), name.c_str()) == 1;
+  return is_host && SSL_set1_host(ssl, name.c_str()) == 1;
 }
 
 Result<std::shared_ptr<TlsFiles>> TlsFiles::loadBackend(ClientTlsOptions opts) {

@@ -52,8 +52,9 @@ class TlsFiles {
   const ClientTlsOptions& backendOptions() const { return backend_; }
   bool verifiesPeer() const { return backend_mode_ && backend_.verify_server_cert; }
   // Before a client handshake to `name` (a host name or an IP address): SNI for a host name, and
-  // the name the peer's certificate must carry when this context verifies it.
-  void prepareClient(SSL* ssl, const std::string& name) const;
+  // the name the peer's certificate must carry when this context verifies it. False (do not
+  // connect): this context verifies and `name` is not a usable host name or address.
+  bool prepareClient(SSL* ssl, const std::string& name) const;
   const std::string& certFile() const { return cert_; }
   const std::string& keyFile() const { return key_; }
   // After a server handshake on a context of this object (the connection's thread): counts what

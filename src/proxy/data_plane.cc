@@ -150,7 +150,8 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
     pe.role = e.role;
     route->endpoints.push_back(pe);
     route->addresses.emplace_back(asio::ip::make_address(e.ip), e.port);
-    route->tls_names.push_back(e.json.value("domainName", e.ip));
+    const std::string domain = e.json.value("domainName", "");
+    route->tls_names.push_back(domain.empty() ? e.ip : domain);
     live_endpoints.insert(endpoints::EndpointTable::key(e.ip, e.port));
   }
   auto& stats = rule_stats_[rule.key()];

@@ -64,7 +64,8 @@ std::vector<ProbeSpec> probeSpecs(
       int retries = r.service_args.value("probeRetries", 0);
       p.retries = retries > 0 ? retries : 2;
       if (tls_of && p.http) p.tls = tls_of(r);
-      p.tls_name = e.json.value("domainName", e.ip);
+      p.tls_name = e.json.value("domainName", "");
+      if (p.tls_name.empty()) p.tls_name = e.ip;
       out.push_back(std::move(p));
     }
   }
@@ -117,8 +118,10 @@ asio::awaitable<bool> Prober::probeOnce(const ProbeSpec& s) {
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;
   if (ctx) {
     tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(sock, *ctx);
-    s.tls->prepareClient(tls->native_handle(), s.tls_name);
-    co_await tls->async_handshake(asio::ssl::stream_base::client, useEc(ec));
+    if (s.tls->prepareClient(tls->native_handle(), s.tls_name))
+      co_await tls->async_handshake(asio::ssl::stream_base::client, useEc(ec));
+    else
+      ec = asio::error::invalid_argument;
   }
   if (!ec && tls) co_await asio::async_write(*tls, asio::buffer(req), useEc(ec));
   else if (!ec) co_await asio::async_write(sock, asio::buffer(req), useEc(ec));

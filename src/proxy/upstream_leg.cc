@@ -2,7 +2,6 @@
 
 #include <sys/socket.h>
 
-#include <array>
 #include <cerrno>
 #include <cstring>
 
@@ -67,11 +66,11 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::handshake(const http::BackendT
                                                             std::string_view label) {
   conn_.ctx = tls.current();
   conn_.tls_name = std::string(name);
-  conn_.tls = std::make_unique<UpstreamConn::TlsSocket>(std::move(conn_.sock), *conn_.ctx);
-  tls.prepareClient(conn_.tls->native_handle(), std::string(name));
-  error_code ec;
-  co_await conn_.tls->async_handshake(asio::ssl::stream_base::client, useEc(ec));
-  if (!ec && conn_.tls->next_layer().is_open()) co_return Result{};
+  conn_.tls = std::make_unique<http::FdTls>(conn_.sock, conn_.ctx->native_handle());
+  error_code ec = asio::error::no_memory;
+  if (conn_.tls->ok() && tls.prepareClient(conn_.tls->native(), conn_.tls_name))
+    ec = co_await conn_.tls->handshake(conn_.sock);
+  if (!ec && conn_.sock.is_open()) co_return Result{};
   close();
   Result r{Outcome::kConnectFailed, true, false, {}};
   r.error = "TLS handshake with " + std::string(label) +
@@ -84,9 +83,7 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
   size_t n = 0;
   error_code ec;
   if (conn_.tls) {
-    const std::array<asio::const_buffer, 2> bufs{asio::buffer(head.data(), head.size()),
-                                                 asio::buffer(body.data(), body.size())};
-    co_await asio::async_write(*conn_.tls, bufs, useEc(ec));
+    ec = co_await conn_.tls->write(conn_.sock, head, body);
   } else if (!writeNow(conn_.sock, head, body, n, ec)) {
     ec = co_await writeRest(conn_.sock, head, body, n);
   }
@@ -115,7 +112,7 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
   error_code ec;
   auto b = buf_.prepare(readRoom());
   size_t n = 0;
-  if (conn_.tls) n = co_await conn_.tls->async_read_some(b, useEc(ec));
+  if (conn_.tls) n = co_await conn_.tls->readSome(conn_.sock, static_cast<char*>(b.data()), b.size(), ec);
   else n = co_await conn_.sock.async_read_some(b, useEc(ec));
   if (ec || n == 0) co_return false;
   noteRead(n, b.size());
@@ -195,7 +192,7 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::readHead(std::string_view meth
 }
 
 void UpstreamLeg::release(bool complete) {
-  if (complete && buf_.empty() && conn_.isOpen() && !timed_out_)
+  if (complete && buf_.empty() && conn_.drained() && conn_.isOpen() && !timed_out_)
     pool_.put(id_, std::move(conn_));
   else
     close();

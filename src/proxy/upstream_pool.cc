@@ -7,9 +7,9 @@
 namespace kvgate::proxy {
 namespace {
 // True when the peer has not closed the idle connection and sent nothing unexpected (for TLS:
-// nothing on the socket, no decrypted bytes left in OpenSSL either).
+// nothing on the socket, and no record, decrypted or not, left in OpenSSL either).
 bool stillUsable(UpstreamConn& conn) {
-  if (conn.tls && SSL_pending(conn.tls->native_handle()) > 0) return false;
+  if (!conn.drained()) return false;
   char c;
   ssize_t n = ::recv(conn.raw().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;

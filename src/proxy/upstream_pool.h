@@ -21,27 +21,33 @@
 
 #include <boost/asio/ssl.hpp>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "endpoints/endpoint.h"
 #include "http/asio.h"
+#include "http/fd_tls.h"
 #include "proxy/rule_stats.h"
 
 namespace kvgate::proxy {
 
-// One upstream connection: plain TCP, or TLS over it (then `tls` owns the socket and `sock` is
-// unused). `ctx` keeps the TLS context alive and tells pooled connections apart.
+// One upstream connection: plain TCP, or TLS over it (http/fd_tls.h: OpenSSL on the socket's
+// descriptor, so a pooled connection's "nothing pending" check is exact). `ctx` keeps the TLS
+// context's address from being reused while pooled connections are matched by it (the SSL object
+// holds its own reference to the context either way).
 struct UpstreamConn {
-  using TlsSocket = asio::ssl::stream<tcp::socket>;
   explicit UpstreamConn(asio::io_context& io) : sock(io) {}
   tcp::socket sock;
-  std::shared_ptr<asio::ssl::context> ctx;  // (declared before tls: outlives it)
-  std::unique_ptr<TlsSocket> tls;
+  std::shared_ptr<asio::ssl::context> ctx;
+  std::unique_ptr<http::FdTls> tls;
   std::string tls_name;  // the name the peer's certificate was checked for
-  tcp::socket& raw() { return tls ? tls->next_layer() : sock; }
-  bool isOpen() { return raw().is_open(); }
+  tcp::socket& raw() { return sock; }
+  bool isOpen() { return sock.is_open(); }
+  // No byte of a finished exchange is left anywhere but the kernel (checked with MSG_PEEK).
+  bool drained() const { return !tls || !tls->pending(); }
   void close() {
     error_code ec;
-    raw().close(ec);
+    sock.close(ec);
   }
 };
 

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
+import tls from 'node:tls';
 import path from 'node:path';
 import { test } from 'node:test';
 import { LB_BASE, api, freePort, makeCa, makeServerCert, rule, scrapeMetrics, startGateway,
@@ -29,6 +30,18 @@ function makeNamedServerCert(dir, ca, serial, stem, dns) {
   const key = path.join(dir, `${stem}.key`), csr = path.join(dir, `${stem}.csr`);
   const crt = path.join(dir, `${stem}.crt`), ext = path.join(dir, `${stem}.ext`);
   writeFileSync(ext, `subjectAltName=IP:127.0.0.1,DNS:${dns}\n`);
+  execFileSync('openssl', ['req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${dns}`,
+    '-keyout', key, '-out', csr], { stdio: 'pipe' });
+  execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key,
+    '-set_serial', String(serial), '-days', '2', '-extfile', ext, '-out', crt], { stdio: 'pipe' });
+  return { key, crt };
+}
+
+// A server certificate naming only `dns` (no IP subjectAltName).
+function makeDnsOnlyCert(dir, ca, serial, stem, dns) {
+  const key = path.join(dir, `${stem}.key`), csr = path.join(dir, `${stem}.csr`);
+  const crt = path.join(dir, `${stem}.crt`), ext = path.join(dir, `${stem}.ext`);
+  writeFileSync(ext, `subjectAltName=DNS:${dns}\n`);
   execFileSync('openssl', ['req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${dns}`,
     '-keyout', key, '-out', csr], { stdio: 'pipe' });
   execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key,
@@ -103,8 +116,10 @@ test('security 2: TLS to the engines, verified, with client certificates', async
   const strict = await tlsEngine(t, engineCert, { clientCa, requireClient: true });
   const stranger = await tlsEngine(t, strangerCert);
 
+  const iplessEngine = await tlsEngine(t, makeDnsOnlyCert(tmp.dir, engineCa, 9005, 'dnsonly', 'only-dns.test'));
+  // One worker: every request shares one upstream pool, so reuse across rules would show.
   const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'),
-    extra: ['--tls-cert', dp.crt, '--tls-key', dp.key, '--probe-interval-ms', '200'] });
+    extra: ['--tls-cert', dp.crt, '--tls-key', dp.key, '--probe-interval-ms', '200', '--workers', '1'] });
   t.after(() => gw.stop());
   const ports = {};
   const add = async (name, workers, mtls_backend, extra = {}) => {
@@ -123,6 +138,9 @@ test('security 2: TLS to the engines, verified, with client certificates', async
   await add('unverified', [stranger.worker], null);                    // default: no verification
   await add('byName', [{ ...engine.worker, domainName: 'engine.test' }], verified);
   await add('wrongName', [{ ...engine.worker, domainName: 'elsewhere.test' }], verified);
+  await add('noIpSan', [iplessEngine.worker], verified);                // checked for 127.0.0.1
+  await add('dnsOnly', [{ ...iplessEngine.worker, domainName: 'only-dns.test' }], verified);
+  await add('badName', [{ ...engine.worker, domainName: 'engine.test\u0000.evil' }], verified);
 
   // Client certificates from files and inline; requests on one listener reuse one TLS connection
   // to the engine, and the two client contexts never share one.
@@ -153,7 +171,13 @@ test('security 2: TLS to the engines, verified, with client certificates', async
   r = await post(ports.byName, gwCaPem);
   assert.equal(r.status, 200, r.text);
   assert.ok(engine.seen.sni.includes('engine.test'), `SNI seen: ${engine.seen.sni}`);
-  r = await post(ports.wrongName, gwCaPem);
+  r = await post(ports.wrongName, gwCaPem);  // (the pooled connection checked for engine.test is not reused)
+  assert.equal(r.status, 502, r.text);
+  r = await post(ports.noIpSan, gwCaPem);
+  assert.equal(r.status, 502, r.text);
+  r = await post(ports.dnsOnly, gwCaPem);
+  assert.equal(r.status, 200, r.text);
+  r = await post(ports.badName, gwCaPem);  // not a host name: never verified as something shorter
   assert.equal(r.status, 502, r.text);
 
   // Health probes over TLS (probetype https on the alice rule) keep the endpoint up.
@@ -162,6 +186,54 @@ test('security 2: TLS to the engines, verified, with client certificates', async
     return ms.some((m) => m.name === 'kvgate_endpoint_up' && m.value === 1);
   }, 5000, 100);
   assert.ok(engine.seen.cns.filter((cn) => cn === 'kvgate-alice').length > 3, 'probes present alice');
+});
+
+// A raw TLS engine that, on its first connection, sends bytes after its response (a second TLS
+// record): they must never reach the next request (the pooled connection is discarded).
+test('security 2: bytes an engine sends after its response never reach the next client', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const gwCa = makeCa(tmp.dir, 'gw-ca');
+  const engineCa = makeCa(tmp.dir, 'engine-ca');
+  const dp = makeServerCert(tmp.dir, gwCa, 9201, 'dp');
+  const cert = makeServerCert(tmp.dir, engineCa, 9202, 'engine');
+  let connections = 0;
+  const srv = tls.createServer({ key: readFileSync(cert.key), cert: readFileSync(cert.crt) }, (sock) => {
+    const n = connections++;
+    let buf = '';
+    sock.on('data', (d) => {
+      buf += d;
+      if (!buf.includes('\r\n\r\n') || !buf.trimEnd().endsWith('}')) return;
+      buf = '';
+      const body = JSON.stringify({ object: 'chat.completion', answer: `fresh-${n}` });
+      sock.write(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+      if (n === 0) {
+        const stolen = JSON.stringify({ object: 'chat.completion', answer: 'STOLEN' });
+        sock.write(`HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${stolen.length}\r\n\r\n${stolen}`);
+      }
+    });
+    sock.on('error', () => {});
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise((r) => srv.close(r)));
+  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'),
+    extra: ['--tls-cert', dp.crt, '--tls-key', dp.key, '--workers', '1'] });
+  t.after(() => gw.stop());
+  const port = await freePort();
+  const r0 = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: srv.address().port }],
+    extraArgs: { security: 2, mtls_backend: { verify_server_cert: true, backend_ca_path: engineCa.cert } } }));
+  assert.equal(r0.status, 200, r0.text);
+  const gwCaPem = readFileSync(gwCa.cert);
+  const first = await post(port, gwCaPem);
+  assert.match(first.text, /fresh-0/);
+  await new Promise((res) => setTimeout(res, 300));  // (the stray record has arrived by now)
+  for (let i = 0; i < 3; i++) {
+    const next = await post(port, gwCaPem);
+    assert.equal(next.status, 200, next.text);
+    assert.doesNotMatch(next.text, /STOLEN/);
+    assert.match(next.text, /fresh-[1-9]/);
+  }
+  assert.equal(connections, 2, 'the first connection was discarded, the second kept alive');
 });
 
 test('mtls_backend: malformed fields get 400; security 2 with P/D is not active yet', async (t) => {
@@ -182,6 +254,7 @@ test('mtls_backend: malformed fields get 400; security 2 with P/D is not active 
     [{ security: 2, mtls_backend: { verify_server_cert: true, backend_ca_path: path.join(tmp.dir, 'none.pem') } }, /backend CA/],
     [{ security: 2, mtls_backend: { client_cert_path: gwCa.cert, client_key_path: dp.key } }, /mismatch|does not match/],
     [{ security: 2, mtls_backend: 'on' }, /must be an object/],
+    [{ security: 2, mtls_backend: { backend_ca_path: dp.crt } }, /only with verify_server_cert/],
   ];
   for (const [args, why] of bad) {
     const r = await api(gw.api, 'POST', LB_BASE, rule({ port: await freePort(), workers: [w], extraArgs: args }));

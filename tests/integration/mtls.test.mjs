@@ -181,12 +181,17 @@ test('mtls_frontend and TLS fields: malformed or conflicting values get 400 and 
     [{ security: 1, tls_versions: [] }, /tls_versions/],
     [{ security: 1, tls_ciphers: 'NOT-A-CIPHER' }, /tls_ciphers/],
     [{ security: 1, alpn_protocols: ['h2'] }, /http\/1.1/],
+    [{ security: 1, tls_ciphers: 'TLS_AES_129_GCM_SHA256' }, /not a TLS 1.3 suite/],
+    [{ security: 1, tls_ciphers: 'TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256' }, /not a TLS 1.3 suite/],
+    [{ security: 1, mtls_frontend: { client_cert_mode: 'required', client_ca_path: clientCa.cert, client_cn_pattern: '*.x' } }, /require_client_cn/],
   ];
   for (const [args, why] of bad) {
     const r = await post1(args);
     assert.equal(r.status, 400, `${JSON.stringify(args)}: ${r.text}`);
     assert.match(r.text, why, JSON.stringify(args));
   }
+  const none = JSON.parse((await api(gw.api, 'GET', `${LB_BASE}/all`)).text);
+  assert.equal((none.lbAttr ?? []).length, 0, 'no refused rule was stored');
   // Two rules on one listener must agree on TLS.
   let r = await post1({ security: 1, mtls_frontend: { client_cert_mode: 'optional', client_ca_path: clientCa.cert } });
   assert.equal(r.status, 200, r.text);
@@ -200,4 +205,35 @@ test('mtls_frontend and TLS fields: malformed or conflicting values get 400 and 
   assert.equal((all.lbAttr ?? []).length, 1, 'only the first rule is stored');
   // The stored listener still serves.
   await served(post(port, readFileSync(serverCa.cert)));
+});
+
+test('a restored rule whose CA bundle is gone: the gateway starts, the rule is kept aside', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const serverCa = makeCa(tmp.dir, 'server-ca');
+  const clientCa = makeCa(tmp.dir, 'client-ca');
+  const dp = makeServerCert(tmp.dir, serverCa, 7003, 'dp');
+  const up = await engine(t);
+  const stateDir = path.join(tmp.dir, 's');
+  const extra = ['--tls-cert', dp.crt, '--tls-key', dp.key];
+  let gw = await startGateway({ stateDir, extra });
+  const mtlsPort = await freePort(), plainPort = await freePort();
+  let r = await api(gw.api, 'POST', LB_BASE, rule({ port: mtlsPort, workers: [up], extraArgs: { security: 1,
+    mtls_frontend: { client_cert_mode: 'required', client_ca_path: clientCa.cert } } }));
+  assert.equal(r.status, 200, r.text);
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port: plainPort, workers: [up] }));
+  assert.equal(r.status, 200, r.text);
+  await gw.stop();
+  execFileSync('rm', [clientCa.cert]);
+  gw = await startGateway({ stateDir, extra });
+  t.after(() => gw.stop());
+  const all = JSON.parse((await api(gw.api, 'GET', `${LB_BASE}/all`)).text);
+  assert.deepEqual(all.lbAttr.map((x) => x.serviceArguments.port), [plainPort]);
+  const side = JSON.parse(readFileSync(path.join(stateDir, 'rules.rejected.json'), 'utf8'));
+  assert.equal(side.rejected.length, 1);
+  assert.equal(side.rejected[0].rule.serviceArguments.port, mtlsPort);
+  assert.match(side.rejected[0].error, /client CA bundle/);
+  const res = await fetch(`http://127.0.0.1:${plainPort}/v1/chat/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json' }, body: '{"model":"m","messages":[]}' });
+  assert.equal(res.status, 200);
 });

@@ -1,0 +1,106 @@
+#include "http/fd_tls.h"
+
+#include <openssl/err.h>
+
+#include <boost/asio/ssl/error.hpp>
+
+#include <cerrno>
+#include <string>
+
+namespace kvgate::http {
+namespace {
+
+constexpr size_t kOneRecord = 16 * 1024;  // a TLS record's largest plaintext
+
+}  // namespace
+
+FdTls::FdTls(tcp::socket& sock, SSL_CTX* ctx) : ssl_(SSL_new(ctx)) {
+  if (ssl_ && SSL_set_fd(ssl_, sock.native_handle()) != 1) {
+    SSL_free(ssl_);
+    ssl_ = nullptr;
+  }
+}
+
+FdTls::~FdTls() {
+  if (ssl_) SSL_free(ssl_);  // (never closes the descriptor: the socket owns it)
+}
+
+// After an SSL call returned `ssl_result` <= 0: wait for what it wants, or the error it met.
+asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result) {
+  const int err = SSL_get_error(ssl_, ssl_result);
+  error_code ec;
+  if (err == SSL_ERROR_WANT_READ) {
+    co_await sock.async_wait(tcp::socket::wait_read, useEc(ec));
+  } else if (err == SSL_ERROR_WANT_WRITE) {
+    co_await sock.async_wait(tcp::socket::wait_write, useEc(ec));
+  } else if (err == SSL_ERROR_ZERO_RETURN) {
+    ec = asio::error::eof;
+  } else if (err == SSL_ERROR_SSL) {
+    const unsigned long e = ERR_get_error();
+    ec = error_code(static_cast<int>(e), asio::error::get_ssl_category());
+    if (!e) ec = asio::error::connection_aborted;
+  } else if (err == SSL_ERROR_SYSCALL) {
+    ec = errno != 0 ? error_code(errno, asio::error::get_system_category())
+                    : error_code(asio::error::eof);
+  } else {
+    ec = asio::error::connection_aborted;
+  }
+  ERR_clear_error();
+  co_return ec;
+}
+
+asio::awaitable<error_code> FdTls::handshake(tcp::socket& sock) {
+  if (!ssl_) co_return asio::error::no_memory;
+  for (;;) {
+    if (!sock.is_open()) co_return asio::error::operation_aborted;
+    ERR_clear_error();
+    errno = 0;
+    const int r = SSL_connect(ssl_);
+    if (r == 1) co_return error_code{};
+    if (error_code ec = co_await waitFor(sock, r)) co_return ec;
+  }
+}
+
+asio::awaitable<size_t> FdTls::readSome(tcp::socket& sock, char* p, size_t n, error_code& ec) {
+  ec = {};
+  for (;;) {
+    if (!sock.is_open()) {
+      ec = asio::error::operation_aborted;
+      co_return 0;
+    }
+    ERR_clear_error();
+    errno = 0;
+    size_t got = 0;
+    const int r = SSL_read_ex(ssl_, p, n, &got);
+    if (r == 1) co_return got;
+    ec = co_await waitFor(sock, r);
+    if (ec) co_return 0;
+  }
+}
+
+asio::awaitable<error_code> FdTls::writeAll(tcp::socket& sock, std::string_view d) {
+  while (!d.empty()) {
+    if (!sock.is_open()) co_return asio::error::operation_aborted;
+    ERR_clear_error();
+    errno = 0;
+    size_t put = 0;
+    const int r = SSL_write_ex(ssl_, d.data(), d.size(), &put);  // (retried with the same bytes)
+    if (r == 1) {
+      d.remove_prefix(put);
+      continue;
+    }
+    if (error_code ec = co_await waitFor(sock, r)) co_return ec;
+  }
+  co_return error_code{};
+}
+
+asio::awaitable<error_code> FdTls::write(tcp::socket& sock, std::string_view a, std::string_view b) {
+  if (!b.empty() && a.size() + b.size() <= kOneRecord) {
+    const std::string joined = std::string(a).append(b);
+    co_return co_await writeAll(sock, joined);
+  }
+  if (error_code ec = co_await writeAll(sock, a)) co_return ec;
+  co_return co_await writeAll(sock, b);
+}
+
+}  // namespace kvgate::http

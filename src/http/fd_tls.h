@@ -1,0 +1,43 @@
+// FdTls: the client side of TLS over a non-blocking TCP socket, with OpenSSL reading and writing
+// the descriptor itself (SSL_set_fd; no memory BIOs, no read-ahead). Nothing is buffered outside
+// OpenSSL and the kernel, so "nothing pending" (pending() false and a MSG_PEEK finding no byte)
+// is exact: a kept-alive upstream connection is checked before reuse as a plain one is, and bytes
+// an engine sent after its response can never reach the next request (upstream pool rule). Asio's
+// ssl::stream cannot give that guarantee: records it has read into its own buffers are visible to
+// neither check. Waits are readiness waits on the socket (the owner's deadline closes it).
+//
+// The SSL object holds the descriptor number, not the socket: the socket may move (into the
+// pool) with its descriptor; every call takes the socket and refuses to touch a closed one (its
+// number may already belong to another connection).
+#pragma once
+#include <openssl/ssl.h>
+
+#include <string_view>
+
+#include "http/asio.h"
+
+namespace kvgate::http {
+
+class FdTls {
+ public:
+  FdTls(tcp::socket& sock, SSL_CTX* ctx);  // (SSL_new holds its own reference to ctx)
+  ~FdTls();
+  FdTls(const FdTls&) = delete;
+  FdTls& operator=(const FdTls&) = delete;
+  SSL* native() { return ssl_; }
+  bool ok() const { return ssl_ != nullptr; }
+  // Bytes OpenSSL holds that the caller has not read (decrypted or not).
+  bool pending() const { return ssl_ && SSL_has_pending(ssl_) == 1; }
+  asio::awaitable<error_code> handshake(tcp::socket& sock);
+  // Up to n bytes of plaintext; 0 with ec set on EOF (close_notify or TCP close) or error.
+  asio::awaitable<size_t> readSome(tcp::socket& sock, char* p, size_t n, error_code& ec);
+  // Both parts, in one record when they fit in one.
+  asio::awaitable<error_code> write(tcp::socket& sock, std::string_view a, std::string_view b);
+
+ private:
+  asio::awaitable<error_code> waitFor(tcp::socket& sock, int ssl_result);
+  asio::awaitable<error_code> writeAll(tcp::socket& sock, std::string_view d);
+  SSL* ssl_ = nullptr;
+};
+
+}  // namespace kvgate::http
