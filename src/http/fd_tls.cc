@@ -25,15 +25,10 @@ FdTls::~FdTls() {
   if (ssl_) SSL_free(ssl_);  // (never closes the descriptor: the socket owns it)
 }
 
-// After an SSL call returned `ssl_result` <= 0: wait for what it wants, or the error it met.
-asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result) {
-  const int err = SSL_get_error(ssl_, ssl_result);
+// The error an SSL call met (SSL_get_error's value, not a WANT_*).
+error_code FdTls::errorOf(int err) const {
   error_code ec;
-  if (err == SSL_ERROR_WANT_READ) {
-    co_await sock.async_wait(tcp::socket::wait_read, useEc(ec));
-  } else if (err == SSL_ERROR_WANT_WRITE) {
-    co_await sock.async_wait(tcp::socket::wait_write, useEc(ec));
-  } else if (err == SSL_ERROR_ZERO_RETURN) {
+  if (err == SSL_ERROR_ZERO_RETURN) {
     ec = asio::error::eof;
   } else if (err == SSL_ERROR_SSL) {
     const unsigned long e = ERR_get_error();
@@ -46,16 +41,67 @@ asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result) {
     ec = asio::error::connection_aborted;
   }
   ERR_clear_error();
+  return ec;
+}
+
+// After an SSL call returned `ssl_result` <= 0: wait for what it wants, or the error it met.
+asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result) {
+  const int err = SSL_get_error(ssl_, ssl_result);
+  error_code ec;
+  if (err == SSL_ERROR_WANT_READ)
+    co_await sock.async_wait(tcp::socket::wait_read, useEc(ec));
+  else if (err == SSL_ERROR_WANT_WRITE)
+    co_await sock.async_wait(tcp::socket::wait_write, useEc(ec));
+  else
+    ec = errorOf(err);
   co_return ec;
 }
 
-asio::awaitable<error_code> FdTls::handshake(tcp::socket& sock) {
+size_t FdTls::readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, bool& again) {
+  ec = {};
+  again = false;
+  if (!sock.is_open()) {
+    ec = asio::error::operation_aborted;
+    return 0;
+  }
+  ERR_clear_error();
+  errno = 0;
+  size_t got = 0;
+  const int r = SSL_read_ex(ssl_, p, n, &got);
+  if (r == 1) return got;
+  const int err = SSL_get_error(ssl_, r);
+  if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+    again = true;
+    ERR_clear_error();
+    return 0;
+  }
+  ec = errorOf(err);
+  return 0;
+}
+
+asio::awaitable<error_code> FdTls::shutdown(tcp::socket& sock) {
+  for (int i = 0; i < 4; ++i) {
+    if (!sock.is_open()) co_return asio::error::operation_aborted;
+    ERR_clear_error();
+    errno = 0;
+    const int r = SSL_shutdown(ssl_);
+    if (r >= 0) co_return error_code{};  // (0: ours sent, the peer's not awaited)
+    if (SSL_get_error(ssl_, r) != SSL_ERROR_WANT_WRITE) {
+      ERR_clear_error();
+      co_return error_code{};
+    }
+    if (error_code ec = co_await waitFor(sock, r)) co_return ec;
+  }
+  co_return error_code{};
+}
+
+asio::awaitable<error_code> FdTls::handshake(tcp::socket& sock, bool server) {
   if (!ssl_) co_return asio::error::no_memory;
   for (;;) {
     if (!sock.is_open()) co_return asio::error::operation_aborted;
     ERR_clear_error();
     errno = 0;
-    const int r = SSL_connect(ssl_);
+    const int r = server ? SSL_accept(ssl_) : SSL_connect(ssl_);
     if (r == 1) co_return error_code{};
     if (error_code ec = co_await waitFor(sock, r)) co_return ec;
   }

@@ -1,10 +1,14 @@
-// FdTls: the client side of TLS over a non-blocking TCP socket, with OpenSSL reading and writing
+// FdTls: TLS over a non-blocking TCP socket (either side), with OpenSSL reading and writing
 // the descriptor itself (SSL_set_fd; no memory BIOs, no read-ahead). Nothing is buffered outside
 // OpenSSL and the kernel, so "nothing pending" (pending() false and a MSG_PEEK finding no byte)
 // is exact: a kept-alive upstream connection is checked before reuse as a plain one is, and bytes
 // an engine sent after its response can never reach the next request (upstream pool rule). Asio's
 // ssl::stream cannot give that guarantee: records it has read into its own buffers are visible to
-// neither check. Waits are readiness waits on the socket (the owner's deadline closes it).
+// neither check. Waits are readiness waits on the socket (the owner's deadline closes it). It also
+// costs no buffer of its own: an idle connection holds OpenSSL's state only (with
+// SSL_MODE_RELEASE_BUFFERS on the context), where an Asio ssl::stream keeps four 17 KiB buffers.
+// One read and one write may be pending at once (a write waiting for room while the client
+// watcher reads), as OpenSSL allows on one thread.
 //
 // The SSL object holds the descriptor number, not the socket: the socket may move (into the
 // pool) with its descriptor; every call takes the socket and refuses to touch a closed one (its
@@ -28,7 +32,12 @@ class FdTls {
   bool ok() const { return ssl_ != nullptr; }
   // Bytes OpenSSL holds that the caller has not read (decrypted or not).
   bool pending() const { return ssl_ && SSL_has_pending(ssl_) == 1; }
-  asio::awaitable<error_code> handshake(tcp::socket& sock);
+  asio::awaitable<error_code> handshake(tcp::socket& sock, bool server = false);
+  // Sends close_notify (without waiting for the peer's: the TCP close follows).
+  asio::awaitable<error_code> shutdown(tcp::socket& sock);
+  // Plaintext available without waiting: bytes; or 0 with `again` (nothing yet) or `ec` (EOF,
+  // close_notify or an error).
+  size_t readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, bool& again);
   // Up to n bytes of plaintext; 0 with ec set on EOF (close_notify or TCP close) or error.
   asio::awaitable<size_t> readSome(tcp::socket& sock, char* p, size_t n, error_code& ec);
   // Both parts, in one record when they fit in one.
@@ -36,6 +45,7 @@ class FdTls {
 
  private:
   asio::awaitable<error_code> waitFor(tcp::socket& sock, int ssl_result);
+  error_code errorOf(int ssl_error) const;
   asio::awaitable<error_code> writeAll(tcp::socket& sock, std::string_view d);
   SSL* ssl_ = nullptr;
 };

@@ -218,6 +218,7 @@ Result<std::shared_ptr<asio::ssl::context>> TlsFiles::buildBackend() const {
   auto ctx = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
   SSL_CTX* native = ctx->native_handle();
   SSL_CTX_set_min_proto_version(native, TLS1_2_VERSION);
+  SSL_CTX_set_mode(native, SSL_MODE_RELEASE_BUFFERS);
   static const unsigned char kAlpn[] = "\x08http/1.1";
   SSL_CTX_set_alpn_protos(native, kAlpn, sizeof kAlpn - 1);
   error_code ec;
@@ -284,6 +285,7 @@ Result<std::shared_ptr<asio::ssl::context>> TlsFiles::build() const {
                       asio::ssl::context::no_sslv3 | asio::ssl::context::no_tlsv1 |
                       asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
                   ec);
+  SSL_CTX_set_mode(native, SSL_MODE_RELEASE_BUFFERS);  // (idle connections drop record buffers)
   SSL_CTX_set_min_proto_version(native, opts_.tls12 ? TLS1_2_VERSION : TLS1_3_VERSION);
   SSL_CTX_set_max_proto_version(native, opts_.tls13 ? TLS1_3_VERSION : TLS1_2_VERSION);
   if (!ec) ctx.use_certificate_chain_file(cert_, ec);

@@ -19,6 +19,7 @@
 #include "governance/quota.h"
 #include "governance/usage.h"
 #include "http/chunked.h"
+#include "http/fd_tls.h"
 #include "http/parser.h"
 #include "proxy/buffer.h"
 #include "proxy/upstream_leg.h"
@@ -237,7 +238,6 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<bool> acceptTls(const http::TlsFiles& files,
                                   const std::shared_ptr<asio::ssl::context>& ctx);
   asio::awaitable<error_code> tlsWrite(std::string_view a, std::string_view b);
-  void armTlsWatch(uint64_t gen);
   void countResponse(int status);
   void logAccess();
   // retry_after_s > 0: a Retry-After header (429 of a key's rate limit).
@@ -258,10 +258,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   Worker& w_;
   std::shared_ptr<Listener> l_;
   tcp::socket client_;
-  std::shared_ptr<asio::ssl::context> tls_ctx_;  // (outlives tls_)
-  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls_;
-  std::unique_ptr<std::array<char, 4096>> tls_watch_buf_;  // (TLS connections only)
-  bool tls_watch_pending_ = false;  // the watcher's TLS read has not completed yet
+  // (the context, and the client-certificate check its ex data points to, live while tls_ does)
+  std::shared_ptr<asio::ssl::context> tls_ctx_;
+  std::unique_ptr<http::FdTls> tls_;  // OpenSSL on client_'s descriptor (http/fd_tls.h)
   bool relay_cut_ = false;          // a response was cut short: no close_notify (it would say
                                     // the body ended)
   UpstreamLeg leg_;

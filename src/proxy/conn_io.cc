@@ -50,15 +50,13 @@ asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
   error_code ec;
   size_t n = 0;
   if (tls_ && &s == &client_) {
-    // A stopped watcher's TLS read may not have completed yet: one read at a time on the stream,
-    // and what it read comes first.
-    while (tls_watch_pending_) co_await asio::post(client_.get_executor(), asio::use_awaitable);
-    if (!pipelined_.empty()) {
+    if (!pipelined_.empty()) {  // (decrypted by the watcher: they come first)
       b.append(pipelined_.data(), pipelined_.size());
       pipelined_.clear();
       co_return true;
     }
-    n = co_await tls_->async_read_some(b.prepare(kReadChunk), useEc(ec));
+    auto room = b.prepare(kReadChunk);
+    n = co_await tls_->readSome(client_, static_cast<char*>(room.data()), room.size(), ec);
   } else {
     n = co_await s.async_read_some(b.prepare(kReadChunk), useEc(ec));
   }
@@ -73,24 +71,21 @@ asio::awaitable<bool> ClientConn::writeClient(std::string_view a, std::string_vi
 }
 
 asio::awaitable<error_code> ClientConn::tlsWrite(std::string_view a, std::string_view b) {
-  error_code ec;
-  const std::array<asio::const_buffer, 2> bufs{asio::buffer(a.data(), a.size()),
-                                               asio::buffer(b.data(), b.size())};
-  co_await asio::async_write(*tls_, bufs, useEc(ec));
-  co_return ec;
+  co_return co_await tls_->write(client_, a, b);
 }
 
 asio::awaitable<bool> ClientConn::acceptTls(const http::TlsFiles& files,
                                             const std::shared_ptr<asio::ssl::context>& ctx) {
   tls_ctx_ = ctx;
-  tls_ = std::make_unique<asio::ssl::stream<tcp::socket&>>(client_, *tls_ctx_);
+  error_code ec;
+  client_.non_blocking(true, ec);  // (OpenSSL reads and writes the descriptor itself)
+  tls_ = std::make_unique<http::FdTls>(client_, tls_ctx_->native_handle());
   phase_ = Phase::kHead;  // (the deadline's expiry closes a stalled handshake)
   deadline_.expireAfter(w_.opts.header_timeout);
-  error_code ec;
-  co_await tls_->async_handshake(asio::ssl::stream_base::server, useEc(ec));
+  ec = tls_->ok() ? co_await tls_->handshake(client_, true) : asio::error::no_memory;
   deadline_.clear();
   phase_ = Phase::kIdle;
-  files.noteHandshake(tls_->native_handle(), ec);
+  files.noteHandshake(tls_->native(), ec);
   if (ec) {
     w_.stats.tls_handshake_failures.fetch_add(1, std::memory_order_relaxed);
     log::debug("proxy", "TLS handshake failed: " + ec.message());
@@ -162,10 +157,6 @@ void ClientConn::startWatch() {
 // reactor op). The socket is read on the spot first: bytes or a close that came before the wait
 // was armed raise no new edge for it.
 void ClientConn::armWatch(uint64_t gen) {
-  if (tls_) {
-    armTlsWatch(gen);
-    return;
-  }
   for (;;) {
     if (pipelined_.size() >= kMaxPipelinedBytes) {
       watch_running_ = false;
@@ -173,13 +164,24 @@ void ClientConn::armWatch(uint64_t gen) {
     }
     char buf[4096];
     size_t room = std::min(sizeof buf, kMaxPipelinedBytes - pipelined_.size());
-    ssize_t n = ::recv(client_.native_handle(), buf, room, MSG_DONTWAIT);
-    if (n > 0) {
-      pipelined_.append(buf, static_cast<size_t>(n));
-      continue;
+    if (tls_) {  // (decrypted bytes of a pipelined request; OpenSSL's buffered records first)
+      error_code ec;
+      bool again = false;
+      const size_t got = tls_->readNow(client_, buf, room, ec, again);
+      if (got > 0) {
+        pipelined_.append(buf, got);
+        continue;
+      }
+      if (again) break;
+    } else {
+      ssize_t n = ::recv(client_.native_handle(), buf, room, MSG_DONTWAIT);
+      if (n > 0) {
+        pipelined_.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     client_gone_ = true;  // EOF or error: the client went away
     watch_running_ = false;
     abortLegs(false);  // the engine sees the disconnect and aborts the request
@@ -190,36 +192,6 @@ void ClientConn::armWatch(uint64_t gen) {
     if (gen != self->watch_gen_ || !self->watching_ || !self->watch_running_) return;
     self->armWatch(gen);  // readable (or closed): read it
   });
-}
-
-// The watcher of a TLS connection: a TLS read (the record layer cannot be peeked), alongside the
-// relay's writes (one read and one write may be in flight on a TLS stream). Only one watcher
-// read is ever outstanding: a watch started while a cancelled one has not completed yet is
-// taken over by that read's completion. Decrypted bytes of a pipelined request are kept (bounded
-// as above) even when the watch was stopped meanwhile.
-void ClientConn::armTlsWatch(uint64_t) {
-  if (tls_watch_pending_) return;  // (its completion re-arms for the current watch)
-  if (pipelined_.size() >= kMaxPipelinedBytes) {
-    watch_running_ = false;
-    return;
-  }
-  if (!tls_watch_buf_) tls_watch_buf_ = std::make_unique<std::array<char, 4096>>();
-  const size_t room = std::min(tls_watch_buf_->size(), kMaxPipelinedBytes - pipelined_.size());
-  tls_watch_pending_ = true;
-  tls_->async_read_some(
-      asio::buffer(tls_watch_buf_->data(), room),
-      [self = shared_from_this()](const error_code& ec, size_t n) {
-        self->tls_watch_pending_ = false;
-        if (n > 0) self->pipelined_.append(self->tls_watch_buf_->data(), n);
-        if (!self->watching_ || !self->watch_running_) return;  // (stopped: nothing to do)
-        if (ec && ec != asio::error::operation_aborted) {
-          self->client_gone_ = true;  // EOF, close_notify or an error: the client went away
-          self->watch_running_ = false;
-          self->abortLegs(false);
-          return;
-        }
-        self->armTlsWatch(self->watch_gen_);  // (aborted by an earlier stop: the new watch)
-      });
 }
 
 // Stops the watcher: its pending wait is cancelled and its completion, when it runs, sees a newer

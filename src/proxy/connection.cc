@@ -187,12 +187,10 @@ asio::awaitable<void> ClientConn::run() {
   stopWatch();
   if (tls_ && client_.is_open() && !client_gone_ && !relay_cut_) {
     // TLS: close_notify, so a body that ends at the close is not taken for a truncation (at most
-    // a second: the deadline closes the socket under a peer that does not answer).
-    while (tls_watch_pending_) co_await asio::post(client_.get_executor(), asio::use_awaitable);
+    // a second to send it: the deadline closes the socket under a peer that does not read).
     phase_ = Phase::kIdle;
     deadline_.expireAfter(std::chrono::seconds(1));
-    error_code ec;
-    co_await tls_->async_shutdown(useEc(ec));
+    co_await tls_->shutdown(client_);
   }
   deadline_.stop();
   abortLegs(false);
