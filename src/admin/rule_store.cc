@@ -68,10 +68,9 @@ Result<size_t> RuleStore::load() {
   auto j = nlohmann::json::parse(ss.str(), nullptr, false);
   if (j.is_discarded() || !j.is_object() || !j.contains("rules") || !j["rules"].is_array())
     return fail(500, "state", "state file " + statePath() + " is corrupt");
-  // A saved rule this build refuses (stricter validation than the build that stored it), or one
-  // the data plane cannot serve now (a certificate, CA bundle or CRL file gone): the gateway
-  // still starts with the others, and the refused ones are kept, with the reason, in
-  // rules.rejected.json beside the state file (nothing is lost; re-POST them once fixed).
+  // A saved rule this build refuses (stricter validation than the build that stored it: a
+  // deterministic refusal) is moved, with the reason, to rules.rejected.json beside the state
+  // file (durably, before the state file drops it), so the gateway starts with the others.
   std::vector<config::RuleSpec> rules;
   nlohmann::json rejected = nlohmann::json::array();
   for (auto& rj : j["rules"]) {
@@ -87,41 +86,61 @@ Result<size_t> RuleStore::load() {
   if (check_)
     if (auto c = check_(rules); !c)
       log::warn("state", "restored rules: " + c.error().what + " (not followed until fixed)");
+  // Rules the data plane cannot serve now (a certificate, CA bundle or CRL file not there yet, a
+  // VIP not assigned yet: often temporary) are kept in the store and in the state file, but not
+  // served: the data plane gets the others. Until each is fixed (re-POSTed) or deleted, every
+  // other rule change is refused with its reason (the store applies the whole set).
   if (auto a = dp_.apply(rules); !a) {
-    std::vector<config::RuleSpec> served;  // the largest prefix-closed set the data plane takes
+    std::vector<config::RuleSpec> served;
     for (auto& r : rules) {
       served.push_back(r);
       if (auto one = dp_.apply(served); !one) {
         served.pop_back();
-        rejected.push_back({{"rule", storedJson(r)}, {"error", one.error().what}});
+        log::error("state", "restored rule " + r.key() + " is not served until fixed or deleted: " +
+                                one.error().what);
       }
     }
     if (auto again = dp_.apply(served); !again) return tl::unexpected(again.error());
-    rules = std::move(served);
   }
   if (!rejected.empty()) {
-    const std::string side = dir_ + "/rules.rejected.json";
-    for (auto& e : rejected)
-      log::error("state", "restored rule refused, kept in " + side + ": " + e["error"].get<std::string>());
-    nlohmann::json all = {{"version", 1}, {"rejected", rejected}};
-    std::ifstream old(side);  // (earlier refusals are kept too)
-    auto prev = old ? nlohmann::json::parse(old, nullptr, false) : nlohmann::json();
-    if (prev.is_object() && prev.contains("rejected") && prev["rejected"].is_array())
-      for (auto& e : prev["rejected"]) all["rejected"].push_back(e);
-    const std::string tmp = side + ".tmp";  // (0600: a rule may hold an inline private key)
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) return fail(500, "state", "open " + tmp + ": " + std::strerror(errno));
-    auto w = writeAll(fd, all.dump(2) + "\n", tmp);
-    ::close(fd);
-    if (!w) return tl::unexpected(w.error());
-    if (::rename(tmp.c_str(), side.c_str()) != 0)
-      return fail(500, "state", "cannot keep the refused rules in " + side);
+    if (auto k = keepRejected(rejected); !k) return tl::unexpected(k.error());
   }
   rules_ = std::move(rules);
   if (applied_) applied_(rules_);
   if (!rejected.empty())
     if (auto p = persist(rules_); !p) return tl::unexpected(p.error());
   return rules_.size();
+}
+
+// rules.rejected.json: the refused rules with their reasons, after any kept earlier; written to
+// the side, fsynced (file and directory) and renamed in before the state file forgets them.
+Result<void> RuleStore::keepRejected(const nlohmann::json& rejected) {
+  const std::string side = dir_ + "/rules.rejected.json";
+  for (auto& e : rejected)
+    log::error("state", "restored rule refused, kept in " + side + ": " + e["error"].get<std::string>());
+  nlohmann::json all = {{"version", 1}, {"rejected", nlohmann::json::array()}};
+  std::ifstream old(side);
+  auto prev = old ? nlohmann::json::parse(old, nullptr, false) : nlohmann::json();
+  if (old && !(prev.is_object() && prev.contains("rejected") && prev["rejected"].is_array()))
+    return fail(500, "state", side + " is corrupt; move it away to start");
+  if (old)
+    for (auto& e : prev["rejected"]) all["rejected"].push_back(e);
+  for (auto& e : rejected) all["rejected"].push_back(e);
+  const std::string tmp = side + ".tmp";  // (0600: a rule may hold an inline private key)
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return fail(500, "state", "open " + tmp + ": " + std::strerror(errno));
+  auto w = writeAll(fd, all.dump(2) + "\n", tmp);
+  if (w && ::fsync(fd) != 0) w = fail(500, "state", "fsync " + tmp + ": " + std::strerror(errno));
+  ::close(fd);
+  if (!w) return w;
+  if (::rename(tmp.c_str(), side.c_str()) != 0)
+    return fail(500, "state", "cannot keep the refused rules in " + side);
+  if (int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return {};
 }
 
 Result<void> RuleStore::persist(const std::vector<config::RuleSpec>& rules) {

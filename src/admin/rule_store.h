@@ -40,6 +40,7 @@ class RuleStore {
  private:
   Result<void> commit(std::vector<config::RuleSpec> next);
   Result<void> persist(const std::vector<config::RuleSpec>& rules);
+  Result<void> keepRejected(const nlohmann::json& rejected);
   std::string dir_;
   proxy::DataPlane& dp_;
   std::vector<config::RuleSpec> rules_;

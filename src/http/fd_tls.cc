@@ -19,6 +19,10 @@ FdTls::FdTls(tcp::socket& sock, SSL_CTX* ctx) : ssl_(SSL_new(ctx)) {
     SSL_free(ssl_);
     ssl_ = nullptr;
   }
+  if (ssl_) {
+    SSL_clear_mode(ssl_, SSL_MODE_AUTO_RETRY);
+    SSL_set_mode(ssl_, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  }
 }
 
 FdTls::~FdTls() {
@@ -57,9 +61,9 @@ asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result) {
   co_return ec;
 }
 
-size_t FdTls::readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, bool& again) {
+size_t FdTls::readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, int& want) {
   ec = {};
-  again = false;
+  want = 0;
   if (!sock.is_open()) {
     ec = asio::error::operation_aborted;
     return 0;
@@ -71,7 +75,7 @@ size_t FdTls::readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, bool
   if (r == 1) return got;
   const int err = SSL_get_error(ssl_, r);
   if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-    again = true;
+    want = err == SSL_ERROR_WANT_READ ? 1 : 2;
     ERR_clear_error();
     return 0;
   }
@@ -80,19 +84,14 @@ size_t FdTls::readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, bool
 }
 
 asio::awaitable<error_code> FdTls::shutdown(tcp::socket& sock) {
-  for (int i = 0; i < 4; ++i) {
+  for (;;) {  // (bounded by the caller's deadline, which closes the socket)
     if (!sock.is_open()) co_return asio::error::operation_aborted;
     ERR_clear_error();
     errno = 0;
     const int r = SSL_shutdown(ssl_);
     if (r >= 0) co_return error_code{};  // (0: ours sent, the peer's not awaited)
-    if (SSL_get_error(ssl_, r) != SSL_ERROR_WANT_WRITE) {
-      ERR_clear_error();
-      co_return error_code{};
-    }
-    if (error_code ec = co_await waitFor(sock, r)) co_return ec;
+    if (error_code ec = co_await waitFor(sock, r)) co_return ec;  // (WANT_WRITE: wait; else fail)
   }
-  co_return error_code{};
 }
 
 asio::awaitable<error_code> FdTls::handshake(tcp::socket& sock, bool server) {
@@ -135,12 +134,19 @@ asio::awaitable<error_code> FdTls::writeAll(tcp::socket& sock, std::string_view 
       d.remove_prefix(put);
       continue;
     }
-    if (error_code ec = co_await waitFor(sock, r)) co_return ec;
+    writing_ = true;  // (until the retry completes: a record may be half-sent)
+    const error_code ec = co_await waitFor(sock, r);
+    if (ec) {
+      writing_ = false;
+      co_return ec;
+    }
   }
+  writing_ = false;
   co_return error_code{};
 }
 
 asio::awaitable<error_code> FdTls::write(tcp::socket& sock, std::string_view a, std::string_view b) {
+  if (a.empty()) co_return co_await writeAll(sock, b);
   if (!b.empty() && a.size() + b.size() <= kOneRecord) {
     const std::string joined = std::string(a).append(b);
     co_return co_await writeAll(sock, joined);

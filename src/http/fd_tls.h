@@ -13,6 +13,11 @@
 // The SSL object holds the descriptor number, not the socket: the socket may move (into the
 // pool) with its descriptor; every call takes the socket and refuses to touch a closed one (its
 // number may already belong to another connection).
+//
+// SSL_MODE_AUTO_RETRY is off: one record per call, so a peer streaming records that carry no
+// data (KeyUpdate) cannot keep a worker inside SSL_read; the caller waits for readiness again,
+// which Asio's reactor re-checks when a wait is armed (an epoll_ctl MOD), so no byte the kernel
+// holds is missed. OpenSSL writes with write(2): SIGPIPE must be ignored (serve does).
 #pragma once
 #include <openssl/ssl.h>
 
@@ -32,12 +37,15 @@ class FdTls {
   bool ok() const { return ssl_ != nullptr; }
   // Bytes OpenSSL holds that the caller has not read (decrypted or not).
   bool pending() const { return ssl_ && SSL_has_pending(ssl_) == 1; }
+  // A write is waiting for room (a record may be half-sent): a reader must not call into
+  // OpenSSL now (a TLS 1.3 KeyUpdate answer written from inside SSL_read would fail on it).
+  bool writing() const { return writing_; }
   asio::awaitable<error_code> handshake(tcp::socket& sock, bool server = false);
   // Sends close_notify (without waiting for the peer's: the TCP close follows).
   asio::awaitable<error_code> shutdown(tcp::socket& sock);
-  // Plaintext available without waiting: bytes; or 0 with `again` (nothing yet) or `ec` (EOF,
-  // close_notify or an error).
-  size_t readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, bool& again);
+  // Plaintext available without waiting: bytes; or 0 with `want` set (1: wait until readable,
+  // 2: until writable) or `ec` (EOF, close_notify or an error).
+  size_t readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, int& want);
   // Up to n bytes of plaintext; 0 with ec set on EOF (close_notify or TCP close) or error.
   asio::awaitable<size_t> readSome(tcp::socket& sock, char* p, size_t n, error_code& ec);
   // Both parts, in one record when they fit in one.
@@ -48,6 +56,7 @@ class FdTls {
   error_code errorOf(int ssl_error) const;
   asio::awaitable<error_code> writeAll(tcp::socket& sock, std::string_view d);
   SSL* ssl_ = nullptr;
+  bool writing_ = false;
 };
 
 }  // namespace kvgate::http

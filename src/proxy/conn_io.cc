@@ -157,6 +157,7 @@ void ClientConn::startWatch() {
 // reactor op). The socket is read on the spot first: bytes or a close that came before the wait
 // was armed raise no new edge for it.
 void ClientConn::armWatch(uint64_t gen) {
+  bool want_write = false;  // (TLS: wait until the socket takes bytes, then read again)
   for (;;) {
     if (pipelined_.size() >= kMaxPipelinedBytes) {
       watch_running_ = false;
@@ -165,14 +166,21 @@ void ClientConn::armWatch(uint64_t gen) {
     char buf[4096];
     size_t room = std::min(sizeof buf, kMaxPipelinedBytes - pipelined_.size());
     if (tls_) {  // (decrypted bytes of a pipelined request; OpenSSL's buffered records first)
+      if (tls_->writing()) {  // a record half-sent: read after it (the writer sees a close too)
+        want_write = true;
+        break;
+      }
       error_code ec;
-      bool again = false;
-      const size_t got = tls_->readNow(client_, buf, room, ec, again);
+      int want = 0;
+      const size_t got = tls_->readNow(client_, buf, room, ec, want);
       if (got > 0) {
         pipelined_.append(buf, got);
         continue;
       }
-      if (again) break;
+      if (want != 0) {
+        want_write = want == 2;
+        break;
+      }
     } else {
       ssize_t n = ::recv(client_.native_handle(), buf, room, MSG_DONTWAIT);
       if (n > 0) {
@@ -187,7 +195,8 @@ void ClientConn::armWatch(uint64_t gen) {
     abortLegs(false);  // the engine sees the disconnect and aborts the request
     return;
   }
-  client_.async_wait(tcp::socket::wait_read, [self = shared_from_this(), gen](const error_code&) {
+  client_.async_wait(want_write ? tcp::socket::wait_write : tcp::socket::wait_read,
+                    [self = shared_from_this(), gen](const error_code&) {
     // A stopped watch (cancelled, or an older generation) leaves the connection alone.
     if (gen != self->watch_gen_ || !self->watching_ || !self->watch_running_) return;
     self->armWatch(gen);  // readable (or closed): read it

@@ -200,7 +200,8 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     if (f.complete) break;
     if (!stream) deadline_.expireAfter(data_timeout);
     if (!co_await leg_.readBody()) {
-      if (f.kind == http::BodyKind::kUntilClose && !client_gone_ && !leg_.timedOut()) {
+      if (f.kind == http::BodyKind::kUntilClose && !client_gone_ && !leg_.timedOut() &&
+          leg_.cleanEof()) {
         f.reusable = false;  // the close ended the body: complete
         break;
       }

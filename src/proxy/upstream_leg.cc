@@ -22,6 +22,7 @@ void UpstreamLeg::begin(endpoints::EndpointId id) {
   timed_out_ = false;
   abandoned_ = false;
   maybe_more_ = false;
+  clean_eof_ = false;
   grow_room_ = true;
   interim_count_ = 0;
   read_room_ = kLegReadMin;
@@ -68,8 +69,11 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::handshake(const http::BackendT
   conn_.tls_name = std::string(name);
   conn_.tls = std::make_unique<http::FdTls>(conn_.sock, conn_.ctx->native_handle());
   error_code ec = asio::error::no_memory;
-  if (conn_.tls->ok() && tls.prepareClient(conn_.tls->native(), conn_.tls_name))
-    ec = co_await conn_.tls->handshake(conn_.sock);
+  if (conn_.tls->ok()) {
+    ec = asio::error::invalid_argument;  // ("not a host name to verify": domainName)
+    if (tls.prepareClient(conn_.tls->native(), conn_.tls_name))
+      ec = co_await conn_.tls->handshake(conn_.sock);
+  }
   if (!ec && conn_.sock.is_open()) co_return Result{};
   close();
   Result r{Outcome::kConnectFailed, true, false, {}};
@@ -114,6 +118,8 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
   size_t n = 0;
   if (conn_.tls) n = co_await conn_.tls->readSome(conn_.sock, static_cast<char*>(b.data()), b.size(), ec);
   else n = co_await conn_.sock.async_read_some(b, useEc(ec));
+  // A clean end: TCP EOF, or for TLS a close_notify (a TLS body cut by a bare TCP close is not).
+  clean_eof_ = (ec == asio::error::eof) || (!ec && n == 0);
   if (ec || n == 0) co_return false;
   noteRead(n, b.size());
   co_return true;
@@ -129,6 +135,7 @@ int UpstreamLeg::recvNow() {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return -1;
+    clean_eof_ = n == 0;
     return 0;  // closed or failed
   }
 }

@@ -96,6 +96,8 @@ class UpstreamLeg {
     close();
   }
   bool abandoned() const { return abandoned_; }
+  // The last readBody() that returned false met a clean end of stream (TCP EOF; TLS close_notify).
+  bool cleanEof() const { return clean_eof_; }
 
  private:
   asio::awaitable<bool> readSome();
@@ -118,6 +120,7 @@ class UpstreamLeg {
   size_t read_room_ = 4096;  // room asked for by the next read (grows for large bodies)
   int interim_count_ = 0;    // 1xx responses seen in this exchange
   bool maybe_more_ = false;  // the last read filled its room: more bytes may wait in the kernel
+  bool clean_eof_ = false;   // the last failed read was a clean end of stream
   bool grow_room_ = true;    // reads that fill their room double it (large bodies)
 };
 

@@ -207,7 +207,7 @@ test('mtls_frontend and TLS fields: malformed or conflicting values get 400 and 
   await served(post(port, readFileSync(serverCa.cert)));
 });
 
-test('a restored rule whose CA bundle is gone: the gateway starts, the rule is kept aside', async (t) => {
+test('restart: a rule whose CA bundle is gone is kept but not served; one this build refuses is set aside', async (t) => {
   const tmp = tempDir();
   t.after(() => tmp.remove());
   const serverCa = makeCa(tmp.dir, 'server-ca');
@@ -217,23 +217,42 @@ test('a restored rule whose CA bundle is gone: the gateway starts, the rule is k
   const stateDir = path.join(tmp.dir, 's');
   const extra = ['--tls-cert', dp.crt, '--tls-key', dp.key];
   let gw = await startGateway({ stateDir, extra });
-  const mtlsPort = await freePort(), plainPort = await freePort();
+  const mtlsPort = await freePort(), plainPort = await freePort(), oldPort = await freePort();
   let r = await api(gw.api, 'POST', LB_BASE, rule({ port: mtlsPort, workers: [up], extraArgs: { security: 1,
     mtls_frontend: { client_cert_mode: 'required', client_ca_path: clientCa.cert } } }));
   assert.equal(r.status, 200, r.text);
   r = await api(gw.api, 'POST', LB_BASE, rule({ port: plainPort, workers: [up] }));
   assert.equal(r.status, 200, r.text);
   await gw.stop();
+  // The CA bundle goes away, and a rule an older build accepted is added to the saved state.
   execFileSync('rm', [clientCa.cert]);
+  const statePath = path.join(stateDir, 'rules.json');
+  const saved = JSON.parse(readFileSync(statePath, 'utf8'));
+  saved.rules.push({ serviceArguments: { externalIP: '127.0.0.1', port: oldPort, protocol: 'tcp', mode: 4,
+    security: 1, tls_versions: ['TLSv1.1'] }, endpoints: [{ endpointIP: up.host, targetPort: up.port, weight: 1 }] });
+  writeFileSync(statePath, JSON.stringify(saved));
+
   gw = await startGateway({ stateDir, extra });
   t.after(() => gw.stop());
-  const all = JSON.parse((await api(gw.api, 'GET', `${LB_BASE}/all`)).text);
-  assert.deepEqual(all.lbAttr.map((x) => x.serviceArguments.port), [plainPort]);
+  // The refused-by-this-build rule is set aside with its reason; the state file forgets it.
   const side = JSON.parse(readFileSync(path.join(stateDir, 'rules.rejected.json'), 'utf8'));
   assert.equal(side.rejected.length, 1);
-  assert.equal(side.rejected[0].rule.serviceArguments.port, mtlsPort);
-  assert.match(side.rejected[0].error, /client CA bundle/);
+  assert.equal(side.rejected[0].rule.serviceArguments.port, oldPort);
+  assert.match(side.rejected[0].error, /TLS 1.2 and 1.3 only/);
+  assert.ok(!readFileSync(statePath, 'utf8').includes(String(oldPort)));
+  // The rule whose CA is gone is kept (GET), not served; the plain one is served.
+  const all = JSON.parse((await api(gw.api, 'GET', `${LB_BASE}/all`)).text);
+  assert.deepEqual(all.lbAttr.map((x) => x.serviceArguments.port).sort(), [mtlsPort, plainPort].sort());
   const res = await fetch(`http://127.0.0.1:${plainPort}/v1/chat/completions`, { method: 'POST',
     headers: { 'content-type': 'application/json' }, body: '{"model":"m","messages":[]}' });
   assert.equal(res.status, 200);
+  await assert.rejects(post(mtlsPort, readFileSync(serverCa.cert)));
+  // Other changes are refused, naming it, until it is fixed or deleted.
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port: oldPort, workers: [up] }));
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.text, /client CA bundle/);
+  r = await api(gw.api, 'DELETE', `${LB_BASE}/externalipaddress/127.0.0.1/port/${mtlsPort}/protocol/tcp`);
+  assert.equal(r.status, 200, r.text);
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port: oldPort, workers: [up] }));
+  assert.equal(r.status, 200, r.text);
 });
