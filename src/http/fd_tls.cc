@@ -49,11 +49,18 @@ error_code FdTls::errorOf(int err) const {
 }
 
 // After an SSL call returned `ssl_result` <= 0: wait for what it wants, or the error it met.
-asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result) {
-  const int err = SSL_get_error(ssl_, ssl_result);
+asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result, int known) {
+  const int err = known ? known : SSL_get_error(ssl_, ssl_result);
   error_code ec;
-  if (err == SSL_ERROR_WANT_READ)
-    co_await sock.async_wait(tcp::socket::wait_read, useEc(ec));
+  if (err == SSL_ERROR_WANT_READ) {
+    // A one-byte peek rather than a readiness wait: Asio tries it at once and otherwise queues it
+    // on the descriptor's standing edge-triggered registration, where async_wait re-arms epoll
+    // with an epoll_ctl every time (a syscall per TLS read, measured). A peeked EOF is left for
+    // OpenSSL to report (close_notify or truncation).
+    char byte;
+    co_await sock.async_receive(asio::buffer(&byte, 1), tcp::socket::message_peek, useEc(ec));
+    if (ec == asio::error::eof) ec = {};
+  }
   else if (err == SSL_ERROR_WANT_WRITE)
     co_await sock.async_wait(tcp::socket::wait_write, useEc(ec));
   else
@@ -108,6 +115,12 @@ asio::awaitable<error_code> FdTls::handshake(tcp::socket& sock, bool server) {
 
 asio::awaitable<size_t> FdTls::readSome(tcp::socket& sock, char* p, size_t n, error_code& ec) {
   ec = {};
+  // Nothing buffered in OpenSSL: wait for the kernel first (the usual case, a read right after a
+  // write: OpenSSL's own attempt would be a recv that finds nothing).
+  if (!pending() && sock.is_open()) {
+    ec = co_await waitFor(sock, -1, SSL_ERROR_WANT_READ);
+    if (ec) co_return 0;
+  }
   for (;;) {
     if (!sock.is_open()) {
       ec = asio::error::operation_aborted;

@@ -15,9 +15,9 @@
 // number may already belong to another connection).
 //
 // SSL_MODE_AUTO_RETRY is off: one record per call, so a peer streaming records that carry no
-// data (KeyUpdate) cannot keep a worker inside SSL_read; the caller waits for readiness again,
-// which Asio's reactor re-checks when a wait is armed (an epoll_ctl MOD), so no byte the kernel
-// holds is missed. OpenSSL writes with write(2): SIGPIPE must be ignored (serve does).
+// data (KeyUpdate) cannot keep a worker inside SSL_read; the caller waits again (a one-byte
+// MSG_PEEK receive, which Asio tries at once before queueing it), so no byte the kernel holds is
+// missed. OpenSSL writes with write(2): SIGPIPE must be ignored (serve does).
 #pragma once
 #include <openssl/ssl.h>
 
@@ -52,7 +52,8 @@ class FdTls {
   asio::awaitable<error_code> write(tcp::socket& sock, std::string_view a, std::string_view b);
 
  private:
-  asio::awaitable<error_code> waitFor(tcp::socket& sock, int ssl_result);
+  // `known`: the SSL_get_error value when already known (else derived from ssl_result).
+  asio::awaitable<error_code> waitFor(tcp::socket& sock, int ssl_result, int known = 0);
   error_code errorOf(int ssl_error) const;
   asio::awaitable<error_code> writeAll(tcp::socket& sock, std::string_view d);
   SSL* ssl_ = nullptr;
