@@ -53,10 +53,12 @@ asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result, in
   const int err = known ? known : SSL_get_error(ssl_, ssl_result);
   error_code ec;
   if (err == SSL_ERROR_WANT_READ) {
-    // A one-byte peek rather than a readiness wait: Asio tries it at once and otherwise queues it
-    // on the descriptor's standing edge-triggered registration, where async_wait re-arms epoll
-    // with an epoll_ctl every time (a syscall per TLS read, measured). A peeked EOF is left for
-    // OpenSSL to report (close_notify or truncation).
+    // A one-byte peek rather than a readiness wait: Asio tries it at once (until a read of this
+    // socket has completed with 0 bytes: EOF or an error) and otherwise queues it on the
+    // descriptor's standing edge-triggered registration, where async_wait re-arms epoll with an
+    // epoll_ctl every time (a syscall per TLS read, measured). A peeked EOF is left for OpenSSL
+    // to report: close_notify, or a truncation (an error, so a bare TCP close never passes for
+    // the clean end of an until-close body).
     char byte;
     co_await sock.async_receive(asio::buffer(&byte, 1), tcp::socket::message_peek, useEc(ec));
     if (ec == asio::error::eof) ec = {};
@@ -117,21 +119,15 @@ asio::awaitable<size_t> FdTls::readSome(tcp::socket& sock, char* p, size_t n, er
   ec = {};
   // Nothing buffered in OpenSSL: wait for the kernel first (the usual case, a read right after a
   // write: OpenSSL's own attempt would be a recv that finds nothing).
-  if (!pending() && sock.is_open()) {
+  if (!pending() && !(SSL_get_shutdown(ssl_) & SSL_RECEIVED_SHUTDOWN) && sock.is_open()) {
     ec = co_await waitFor(sock, -1, SSL_ERROR_WANT_READ);
     if (ec) co_return 0;
   }
   for (;;) {
-    if (!sock.is_open()) {
-      ec = asio::error::operation_aborted;
-      co_return 0;
-    }
-    ERR_clear_error();
-    errno = 0;
-    size_t got = 0;
-    const int r = SSL_read_ex(ssl_, p, n, &got);
-    if (r == 1) co_return got;
-    ec = co_await waitFor(sock, r);
+    int want = 0;
+    const size_t got = readNow(sock, p, n, ec, want);
+    if (got > 0 || ec) co_return got;
+    ec = co_await waitFor(sock, -1, want == 1 ? SSL_ERROR_WANT_READ : SSL_ERROR_WANT_WRITE);
     if (ec) co_return 0;
   }
 }

@@ -4,7 +4,9 @@
 // is exact: a kept-alive upstream connection is checked before reuse as a plain one is, and bytes
 // an engine sent after its response can never reach the next request (upstream pool rule). Asio's
 // ssl::stream cannot give that guarantee: records it has read into its own buffers are visible to
-// neither check. Waits are readiness waits on the socket (the owner's deadline closes it). It also
+// neither check. Reads wait with a one-byte MSG_PEEK receive, writes with a writability wait (the
+// owner's deadline closes the socket). After a read met EOF, Asio attempts no further read of the
+// socket at once (it waits for the next edge): nothing should read it again. It also
 // costs no buffer of its own: an idle connection holds OpenSSL's state only (with
 // SSL_MODE_RELEASE_BUFFERS on the context), where an Asio ssl::stream keeps four 17 KiB buffers.
 // One read and one write may be pending at once (a write waiting for room while the client

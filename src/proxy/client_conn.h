@@ -275,6 +275,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   bool watching_ = false;
   bool watch_running_ = false;
   bool client_gone_ = false;
+  bool client_eof_ = false;  // a TLS read of the client met EOF or an error
   uint64_t watch_gen_ = 0;
   uint64_t source_key_ = 0;  // hash of the client's address (hash, persist fallback)
   std::chrono::steady_clock::time_point started_at_;  // when the current request's head arrived

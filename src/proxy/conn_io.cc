@@ -57,6 +57,7 @@ asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
     }
     auto room = b.prepare(kReadChunk);
     n = co_await tls_->readSome(client_, static_cast<char*>(room.data()), room.size(), ec);
+    client_eof_ |= ec || n == 0;
   } else {
     n = co_await s.async_read_some(b.prepare(kReadChunk), useEc(ec));
   }

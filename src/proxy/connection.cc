@@ -194,7 +194,10 @@ asio::awaitable<void> ClientConn::run() {
   }
   deadline_.stop();
   abortLegs(false);
-  if (client_.is_open() && !client_gone_ && !(tls_ && relay_cut_)) co_await lingeringClose(client_);
+  // (TLS: not after a read met the end; Asio attempts no read at once after a 0-byte peek, and
+  // nothing is left to drain anyway)
+  if (client_.is_open() && !client_gone_ && !(tls_ && (relay_cut_ || client_eof_)))
+    co_await lingeringClose(client_);
   closeClient();
 }
 

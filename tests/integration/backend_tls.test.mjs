@@ -5,49 +5,21 @@
 // certificates from files and inline, keep-alive reuse kept apart per client context, health
 // probes over TLS, and malformed fields refused with 400.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import https from 'node:https';
 import tls from 'node:tls';
 import path from 'node:path';
 import { test } from 'node:test';
-import { LB_BASE, api, freePort, makeCa, makeServerCert, rule, scrapeMetrics, startGateway,
+import { LB_BASE, api, freePort, makeCa, makeLeafCert, makeServerCert, rule, scrapeMetrics, startGateway,
   tempDir, waitFor } from './lib.mjs';
 
-function makeClientCert(dir, ca, serial, stem, cn) {
-  const key = path.join(dir, `${stem}.key`), csr = path.join(dir, `${stem}.csr`);
-  const crt = path.join(dir, `${stem}.crt`), ext = path.join(dir, `${stem}.ext`);
-  writeFileSync(ext, 'extendedKeyUsage=clientAuth\n');
-  execFileSync('openssl', ['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
-    '-subj', `/CN=${cn}`, '-keyout', key, '-out', csr], { stdio: 'pipe' });
-  execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key,
-    '-set_serial', String(serial), '-days', '2', '-extfile', ext, '-out', crt], { stdio: 'pipe' });
-  return { key, crt };
-}
-
-// A server certificate for 127.0.0.1 that also names `dns`.
-function makeNamedServerCert(dir, ca, serial, stem, dns) {
-  const key = path.join(dir, `${stem}.key`), csr = path.join(dir, `${stem}.csr`);
-  const crt = path.join(dir, `${stem}.crt`), ext = path.join(dir, `${stem}.ext`);
-  writeFileSync(ext, `subjectAltName=IP:127.0.0.1,DNS:${dns}\n`);
-  execFileSync('openssl', ['req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${dns}`,
-    '-keyout', key, '-out', csr], { stdio: 'pipe' });
-  execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key,
-    '-set_serial', String(serial), '-days', '2', '-extfile', ext, '-out', crt], { stdio: 'pipe' });
-  return { key, crt };
-}
-
-// A server certificate naming only `dns` (no IP subjectAltName).
-function makeDnsOnlyCert(dir, ca, serial, stem, dns) {
-  const key = path.join(dir, `${stem}.key`), csr = path.join(dir, `${stem}.csr`);
-  const crt = path.join(dir, `${stem}.crt`), ext = path.join(dir, `${stem}.ext`);
-  writeFileSync(ext, `subjectAltName=DNS:${dns}\n`);
-  execFileSync('openssl', ['req', '-newkey', 'rsa:2048', '-nodes', '-subj', `/CN=${dns}`,
-    '-keyout', key, '-out', csr], { stdio: 'pipe' });
-  execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key,
-    '-set_serial', String(serial), '-days', '2', '-extfile', ext, '-out', crt], { stdio: 'pipe' });
-  return { key, crt };
-}
+const makeClientCert = (dir, ca, serial, stem, cn) =>
+  makeLeafCert(dir, ca, serial, stem, { cn, ext: 'extendedKeyUsage=clientAuth' });
+// A server certificate for 127.0.0.1 that also names `dns`, and one naming only `dns`.
+const makeNamedServerCert = (dir, ca, serial, stem, dns) =>
+  makeLeafCert(dir, ca, serial, stem, { cn: dns, ext: `subjectAltName=IP:127.0.0.1,DNS:${dns}` });
+const makeDnsOnlyCert = (dir, ca, serial, stem, dns) =>
+  makeLeafCert(dir, ca, serial, stem, { cn: dns, ext: `subjectAltName=DNS:${dns}` });
 
 // An https engine. `clientCa`: client certificates are asked for and must chain to it when
 // `requireClient`. Records each request's client CN ('' = none) and each TLS connection.

@@ -270,7 +270,8 @@ export function within(p, ms) {
 }
 
 // Test certificates made by the openssl command line: a CA (`makeCa`), and a server certificate
-// for 127.0.0.1 signed by it with serial `serial` (`makeServerCert`: {key, crt} paths).
+// for 127.0.0.1 signed by it with serial `serial` (`makeServerCert`: {key, crt} paths), and any
+// other leaf (`makeLeafCert`).
 export function makeCa(dir, name) {
   const key = path.join(dir, `${name}.key`), cert = path.join(dir, `${name}.pem`);
   execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj',
@@ -278,12 +279,17 @@ export function makeCa(dir, name) {
   return { key, cert };
 }
 export function makeServerCert(dir, ca, serial, stem) {
+  return makeLeafCert(dir, ca, serial, stem, { cn: '127.0.0.1', ext: 'subjectAltName=IP:127.0.0.1', keyType: 'rsa' });
+}
+// A certificate signed by `ca` with subject CN `cn` and the openssl x509 extension lines `ext`
+// ({key, crt} paths); EC P-256 keys unless keyType 'rsa'.
+export function makeLeafCert(dir, ca, serial, stem, { cn, ext = '', keyType = 'ec' }) {
   const key = path.join(dir, `${stem}.key`), csr = path.join(dir, `${stem}.csr`);
-  const crt = path.join(dir, `${stem}.crt`), ext = path.join(dir, `${stem}.ext`);
-  writeFileSync(ext, 'subjectAltName=IP:127.0.0.1\n');
-  execFileSync('openssl', ['req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=127.0.0.1',
-    '-keyout', key, '-out', csr], { stdio: 'pipe' });
+  const crt = path.join(dir, `${stem}.crt`), extFile = path.join(dir, `${stem}.ext`);
+  writeFileSync(extFile, `${ext}\n`);
+  const keyArgs = keyType === 'rsa' ? ['-newkey', 'rsa:2048'] : ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256'];
+  execFileSync('openssl', ['req', ...keyArgs, '-nodes', '-subj', `/CN=${cn}`, '-keyout', key, '-out', csr], { stdio: 'pipe' });
   execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key,
-    '-set_serial', String(serial), '-days', '2', '-extfile', ext, '-out', crt], { stdio: 'pipe' });
+    '-set_serial', String(serial), '-days', '2', '-extfile', extFile, '-out', crt], { stdio: 'pipe' });
   return { key, crt };
 }

@@ -13,20 +13,15 @@ import http from 'node:http';
 import https from 'node:https';
 import path from 'node:path';
 import { test } from 'node:test';
-import { LB_BASE, api, freePort, makeCa, makeServerCert, rule, scrapeMetrics, startGateway,
+import { LB_BASE, api, freePort, makeCa, makeLeafCert, makeServerCert, rule, scrapeMetrics, startGateway,
   tempDir, waitFor } from './lib.mjs';
 
 // A client certificate signed by `ca`: subject CN `cn`, and DNS subjectAltNames `dns` (none when
 // empty).
 function makeClientCert(dir, ca, serial, stem, { cn, dns = [] }) {
-  const key = path.join(dir, `${stem}.key`), csr = path.join(dir, `${stem}.csr`);
-  const crt = path.join(dir, `${stem}.crt`), ext = path.join(dir, `${stem}.ext`);
-  writeFileSync(ext, 'extendedKeyUsage=clientAuth\n' +
-    (dns.length ? `subjectAltName=${dns.map((d) => `DNS:${d}`).join(',')}\n` : ''));
-  execFileSync('openssl', ['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes',
-    '-subj', `/CN=${cn}`, '-keyout', key, '-out', csr], { stdio: 'pipe' });
-  execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key,
-    '-set_serial', String(serial), '-days', '2', '-extfile', ext, '-out', crt], { stdio: 'pipe' });
+  const ext = 'extendedKeyUsage=clientAuth' +
+    (dns.length ? `\nsubjectAltName=${dns.map((d) => `DNS:${d}`).join(',')}` : '');
+  const { key, crt } = makeLeafCert(dir, ca, serial, stem, { cn, ext });
   return { key: readFileSync(key), cert: readFileSync(crt), crt };
 }
 
