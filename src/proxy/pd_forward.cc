@@ -208,10 +208,11 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
   using K = LegAnswer::Kind;
   for (int send_try = 0; send_try < 2; ++send_try) {
     UpstreamLeg::Result r;
-    if (send_try > 0 || !leg.takePooled(ep.state->id)) {
+    if (send_try > 0 || !leg.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx])) {
       phase_ = Phase::kConnect;
       deadline_.expireAfter(connect_timeout);
-      r = co_await leg.connect(ep.state->id, route.addresses[idx], ep.state->label);
+      r = co_await leg.connect(ep.state->id, route.addresses[idx], ep.state->label,
+                               route.backend_tls.get(), route.tls_names[idx]);
       deadline_.clear();
       if (client_gone_) {
         leg.release(false);
@@ -422,8 +423,10 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
   bool connect_failed = false;
   for (int send_try = 0; send_try < 2; ++send_try) {  // a stale pooled connection: once more
     UpstreamLeg::Result r;
-    if (send_try > 0 || !leg->takePooled(ep.state->id)) {
-      r = co_await leg->connect(ep.state->id, route->addresses[idx], ep.state->label);
+    if (send_try > 0 ||
+        !leg->takePooled(ep.state->id, route->backend_tls.get(), route->tls_names[idx])) {
+      r = co_await leg->connect(ep.state->id, route->addresses[idx], ep.state->label,
+                                route->backend_tls.get(), route->tls_names[idx]);
       if (!r.ok()) {
         connect_failed = true;
         error = r.error;

@@ -118,12 +118,15 @@ Faults (also settable at runtime with POST /sim/fault):
   --event-delay-ms MS           extra delay between stream events (default 0)
   (runtime only) kv_drop_batches N: the next N KV-event batches are kept off the live stream
                                 (still replayable); kv_restart true: a publisher restart
+  --tls-cert FILE --tls-key FILE  serve HTTPS (PEM certificate chain and key), as an engine
+                                behind TLS (the gateway's security 2)
   --log-level L                 debug, info, warn, error (default info; logs go to stderr)
   -h, --help                    show this help
 )";
 
 struct Options {
   SimConfig cfg;
+  std::string tls_cert, tls_key;
   size_t workers = 1;
   bool workers_set = false;
   bool models_set = false;
@@ -268,7 +271,7 @@ int parseArgs(int argc, char** argv, Options& o) {
         " --step-prefill-ms-per-token --step-attn-ms-per-pair --step-overhead-ms"
         " --step-seq-overhead-ms --prefill-factor --max-num-seqs --max-num-batched-tokens"
         " --role --pd-transfer-us-per-block --pd-hold-ms --pd-wait-ms --pd-bootstrap-port"
-        " --api-ms --step-jitter ";
+        " --api-ms --step-jitter --tls-cert --tls-key ";
     bool known =
         flag.find(' ') == std::string::npos && kKnown.find(" " + flag + " ") != std::string::npos;
     if (!known) return usage("unknown flag '" + flag + "'");
@@ -300,6 +303,10 @@ int parseArgs(int argc, char** argv, Options& o) {
       ok = intArg(1, kBig, o.cfg.pd_wait_ms);
     } else if (flag == "--pd-bootstrap-port") {
       ok = intArg(1, 65535, o.cfg.pd_bootstrap_port);
+    } else if (flag == "--tls-cert") {
+      o.tls_cert = value;
+    } else if (flag == "--tls-key") {
+      o.tls_key = value;
     } else if (flag == "--workers") {
       ok = intArg(1, 1024, o.workers);
       o.workers_set = true;
@@ -537,6 +544,18 @@ int main(int argc, char** argv) {
     tokenizers[m] = (*t)->kind();
   }
 
+  if (o.tls_cert.empty() != o.tls_key.empty()) {
+    std::cerr << "kvgate sim: --tls-cert and --tls-key go together\n";
+    return 2;
+  }
+  if (!o.tls_cert.empty()) {
+    auto t = http::TlsFiles::load(o.tls_cert, o.tls_key);
+    if (!t) {
+      std::cerr << "kvgate sim: " << t.error().what << "\n";
+      return 2;
+    }
+    o.cfg.tls = std::move(*t);
+  }
   o.cfg.kv_events.same_port = !o.hosts.empty();
   o.cfg.kv_hash_seed =
       o.cfg.kv_events.hash_seed.empty() ? randomHashSeed() : o.cfg.kv_events.hash_seed;

@@ -53,6 +53,7 @@ Worker::Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const F
           serverOptions(cfg)),
       faults_(cfg.faults),
       created_(unixNow()) {
+  if (cfg_.tls) server_.setTls(cfg_.tls);
   if (cfg_.models.empty()) cfg_.models.push_back("sim-model");
   if (cfg_.speedup <= 0) cfg_.speedup = 1.0;
   if (cfg_.max_concurrency == 0) cfg_.max_concurrency = 1;

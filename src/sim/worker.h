@@ -36,6 +36,7 @@
 
 #include "common/result.h"
 #include "http/server.h"
+#include "http/tls.h"
 #include "sim/batch_engine.h"
 #include "sim/kv_publisher.h"
 #include "sim/pd_exchange.h"
@@ -65,6 +66,7 @@ std::string applyFaultJson(const nlohmann::json& j, FaultState& f);
 
 struct SimConfig {
   std::string engine = "vllm";
+  std::shared_ptr<http::TlsFiles> tls;  // --tls-cert/--tls-key: every worker serves HTTPS
   std::vector<std::string> models{"sim-model"};  // first = default
   uint64_t seed = 1;
   double speedup = 1.0;

@@ -10,7 +10,7 @@ import https from 'node:https';
 import tls from 'node:tls';
 import path from 'node:path';
 import { test } from 'node:test';
-import { LB_BASE, api, freePort, makeCa, makeLeafCert, makeServerCert, rule, scrapeMetrics, startGateway,
+import { LB_BASE, api, freePort, makeCa, makeLeafCert, makeServerCert, rule, scrapeMetrics, startGateway, startSim,
   tempDir, waitFor } from './lib.mjs';
 
 const makeClientCert = (dir, ca, serial, stem, cn) =>
@@ -208,7 +208,7 @@ test('security 2: bytes an engine sends after its response never reach the next 
   assert.equal(connections, 2, 'the first connection was discarded, the second kept alive');
 });
 
-test('mtls_backend: malformed fields get 400; security 2 with P/D is not active yet', async (t) => {
+test('mtls_backend: malformed fields get 400; security 2 with kvExactMode is not active yet', async (t) => {
   const tmp = tempDir();
   t.after(() => tmp.remove());
   const gwCa = makeCa(tmp.dir, 'gw-ca');
@@ -235,12 +235,59 @@ test('mtls_backend: malformed fields get 400; security 2 with P/D is not active 
   }
   const all = JSON.parse((await api(gw.api, 'GET', `${LB_BASE}/all`)).text);
   assert.equal((all.lbAttr ?? []).length, 0);
-  // P/D with security 2: stored, traffic answered 501 not_active naming tls.
+  // kvExactMode with security 2 (the engine /metrics scraper is plain): stored, 501 naming tls.
   const port = await freePort();
-  const r = await api(gw.api, 'POST', LB_BASE, ruleWith({ port, workers: [{ ...w, ep_role: 1 }, { host: '127.0.0.1', port: 10, ep_role: 2 }],
-    extraArgs: { security: 2, pd_disagg_mode: true } }));
+  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w],
+    extraArgs: { security: 2, kvExactMode: 3, kvZmqPort: await freePort() } }));
   assert.equal(r.status, 200, r.text);
   const res = await post(port, readFileSync(gwCa.cert));
   assert.equal(res.status, 501, res.text);
   assert.match(res.text, /tls/);
 });
+
+// P/D over TLS: simulated prefill and decode engines serving HTTPS only (kvgate sim --tls-cert),
+// both legs verified; the sequential (vLLM) and concurrent (SGLang) drivers.
+for (const engine of ['vllm', 'sglang']) {
+  test(`security 2 with P/D (${engine} dialect): both legs over verified TLS`, async (t) => {
+    const tmp = tempDir();
+    t.after(() => tmp.remove());
+    const gwCa = makeCa(tmp.dir, 'gw-ca');
+    const engineCa = makeCa(tmp.dir, 'engine-ca');
+    const dp = makeServerCert(tmp.dir, gwCa, 9301, 'dp');
+    const simCert = makeServerCert(tmp.dir, engineCa, 9302, 'sim');
+    const sim = await startSim(['--engine', engine, '--workers', '2', '--port', '0', '--role', 'prefill,decode',
+      '--timing', 'fixed', '--prefill-base-ms', '1', '--itl-ms', '1', '--tls-cert', simCert.crt, '--tls-key', simCert.key]);
+    t.after(() => sim.stop());
+    const [prefill, decode] = sim.workers;
+    // The engines speak TLS only.
+    await assert.rejects(fetch(`http://127.0.0.1:${prefill.port}/health`));
+    const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'), extra: ['--tls-cert', dp.crt, '--tls-key', dp.key] });
+    t.after(() => gw.stop());
+    const port = await freePort();
+    const body = {
+      serviceArguments: { externalIP: '127.0.0.1', port, protocol: 'tcp', sel: 0, mode: 4, pd_disagg_mode: true,
+        kvEngineType: engine, security: 2, mtls_backend: { verify_server_cert: true, backend_ca_path: engineCa.cert } },
+      endpoints: [
+        { endpointIP: prefill.host, targetPort: prefill.port, weight: 1, ep_role: 1, nixl_port: 5600 },
+        { endpointIP: decode.host, targetPort: decode.port, weight: 1, ep_role: 2, nixl_port: 5601 },
+      ],
+    };
+    const r = await api(gw.api, 'POST', LB_BASE, body);
+    assert.equal(r.status, 200, r.text);
+    const gwCaPem = readFileSync(gwCa.cert);
+    for (let i = 0; i < 2; i++) {
+      const res = await new Promise((resolve, reject) => {
+        const req = https.request({ host: '127.0.0.1', port, method: 'POST', path: '/v1/completions', ca: gwCaPem,
+          agent: false, headers: { 'content-type': 'application/json' } }, (rs) => {
+          let text = '';
+          rs.on('data', (c) => { text += c; });
+          rs.on('end', () => resolve({ status: rs.statusCode, text }));
+        });
+        req.on('error', reject);
+        req.end(JSON.stringify({ model: 'sim-model', prompt: `prefill then decode ${i}`, max_tokens: 4 }));
+      });
+      assert.equal(res.status, 200, res.text);
+      assert.equal(JSON.parse(res.text).choices[0].finish_reason, 'length');
+    }
+  });
+}
