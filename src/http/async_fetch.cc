@@ -2,20 +2,42 @@
 #include "http/async_fetch.h"
 
 #include "http/chunked.h"
+#include "http/fd_tls.h"
 #include "http/parser.h"
 
 namespace kvgate::http {
+namespace {
 
-asio::awaitable<int> readFinalHead(tcp::socket& sock, std::string& buf, std::string_view method,
-                                   ResponseHead& rh, error_code& read_error,
-                                   std::string& parse_error) {
+// The exchange's byte stream: the socket, or TLS over it.
+struct FetchConn {
+  tcp::socket& sock;
+  std::unique_ptr<FdTls> tls;
+  asio::awaitable<size_t> readSome(char* p, size_t n, error_code& ec) {
+    if (tls) co_return co_await tls->readSome(sock, p, n, ec);
+    co_return co_await sock.async_read_some(asio::buffer(p, n), useEc(ec));
+  }
+  asio::awaitable<error_code> write(std::string_view d) {
+    if (tls) co_return co_await tls->write(sock, d, {});
+    error_code ec;
+    co_await asio::async_write(sock, asio::buffer(d.data(), d.size()), useEc(ec));
+    co_return ec;
+  }
+};
+
+asio::awaitable<int> readFinalHeadOf(FetchConn& c, std::string& buf, std::string_view method,
+                                     ResponseHead& rh, error_code& read_error,
+                                     std::string& parse_error) {
   char tmp[4096];
   ParseError perr;
   for (;;) {  // interim 1xx heads are skipped: the final answer follows
     int hn = 0;
     while ((hn = parseResponseHead(buf.data(), buf.size(), 16384, method, rh, perr)) == 0) {
-      size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(read_error));
+      size_t n = co_await c.readSome(tmp, sizeof tmp, read_error);
       if (read_error) co_return -1;
+      if (n == 0) {
+        read_error = asio::error::eof;
+        co_return -1;
+      }
       buf.append(tmp, n);
     }
     if (hn < 0) {
@@ -28,9 +50,19 @@ asio::awaitable<int> readFinalHead(tcp::socket& sock, std::string& buf, std::str
   }
 }
 
+}  // namespace
+
+asio::awaitable<int> readFinalHead(tcp::socket& sock, std::string& buf, std::string_view method,
+                                   ResponseHead& rh, error_code& read_error,
+                                   std::string& parse_error) {
+  FetchConn c{sock, nullptr};
+  co_return co_await readFinalHeadOf(c, buf, method, rh, read_error, parse_error);
+}
+
 asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::string method,
                                         std::string target, std::chrono::milliseconds timeout,
-                                        size_t max_body) {
+                                        size_t max_body, const TlsFiles* tls,
+                                        std::string tls_name) {
   FetchResult res;
   auto ex = co_await asio::this_coro::executor;
   tcp::socket sock(ex);
@@ -52,12 +84,26 @@ asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::st
     co_return res;
   }
   res.connected = true;
+  FetchConn conn{sock, nullptr};
+  std::shared_ptr<asio::ssl::context> ctx;  // (kept while the exchange runs)
+  if (tls) {
+    ctx = tls->current();
+    sock.non_blocking(true, ec);
+    conn.tls = std::make_unique<FdTls>(sock, ctx->native_handle());
+    ec = asio::error::invalid_argument;
+    if (conn.tls->ok() && tls->prepareClient(conn.tls->native(), tls_name))
+      ec = co_await conn.tls->handshake(sock);
+    if (ec) {
+      res.error = d.expired() ? "TLS handshake timed out" : "TLS handshake: " + ec.message();
+      co_return res;
+    }
+  }
   const bool v6 = host.find(':') != std::string::npos;
   const std::string req =
       method + " " + target + " HTTP/1.1\r\nHost: " + (v6 ? "[" + host + "]" : host) + ":" +
       std::to_string(port) +
       "\r\nUser-Agent: kvgate\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-  co_await asio::async_write(sock, asio::buffer(req), useEc(ec));
+  ec = co_await conn.write(req);
   if (ec) {
     res.error = "send: " + ec.message();
     co_return res;
@@ -67,7 +113,7 @@ asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::st
   char tmp[16384];
   ResponseHead rh;
   std::string perr;
-  const int hn = co_await readFinalHead(sock, buf, method, rh, ec, perr);
+  const int hn = co_await readFinalHeadOf(conn, buf, method, rh, ec, perr);
   if (hn < 0) {
     res.error =
         ec ? (d.expired() ? "timed out" : "read: " + ec.message()) : "bad response head: " + perr;
@@ -99,7 +145,8 @@ asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::st
     co_return res;
   }
   while (!done) {
-    size_t n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+    size_t n = co_await conn.readSome(tmp, sizeof tmp, ec);
+    if (!ec && n == 0) ec = asio::error::eof;
     if (n > 0 && !take(tmp, n)) {
       res.error = "bad or oversized body";
       co_return res;

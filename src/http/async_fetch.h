@@ -10,6 +10,7 @@
 
 #include "http/asio.h"
 #include "http/parser.h"
+#include "http/tls.h"
 
 namespace kvgate::http {
 
@@ -30,8 +31,11 @@ asio::awaitable<int> readFinalHead(tcp::socket& sock, std::string& buf, std::str
                                    ResponseHead& rh, error_code& read_error,
                                    std::string& parse_error);
 
+// `tls` (may be null: plain HTTP): the exchange runs over TLS with this client context, checked
+// for `tls_name` when the context verifies (TLS to engines, security 2).
 asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::string method,
                                         std::string target, std::chrono::milliseconds timeout,
-                                        size_t max_body);
+                                        size_t max_body, const TlsFiles* tls = nullptr,
+                                        std::string tls_name = {});
 
 }  // namespace kvgate::http

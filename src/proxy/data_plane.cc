@@ -351,7 +351,11 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
                                                                             : nullptr;
                  }));
   asio::post(workers_[0]->io, [p = prober_.get(), specs] { p->update(std::move(*specs)); });
-  auto scrapes = std::make_shared<std::vector<ScrapeSpec>>(scrapeSpecs(rules, states));
+  auto scrapes = std::make_shared<std::vector<ScrapeSpec>>(
+      scrapeSpecs(rules, states, [&](const config::RuleSpec& r) -> std::shared_ptr<http::TlsFiles> {
+        auto b = tls_plan->backends.find(r.key());
+        return b != tls_plan->backends.end() ? b->second : nullptr;
+      }));
   asio::post(workers_[0]->io, [p = scraper_.get(), scrapes] { p->update(std::move(*scrapes)); });
   return {};
 }

@@ -13,7 +13,8 @@ namespace kvgate::proxy {
 
 std::vector<ScrapeSpec> scrapeSpecs(
     const std::vector<config::RuleSpec>& rules,
-    const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps) {
+    const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps,
+    const std::function<std::shared_ptr<http::TlsFiles>(const config::RuleSpec&)>& tls_of) {
   std::vector<ScrapeSpec> out;
   std::set<const endpoints::EndpointState*> seen;
   for (const auto& r : rules) {
@@ -27,7 +28,11 @@ std::vector<ScrapeSpec> scrapeSpecs(
       const int64_t cap = e.json.is_object() ? e.json.value("kvCapacityBlocks", int64_t{0}) : 0;
       st->kv_capacity_override.store(cap, std::memory_order_relaxed);
       if (!seen.insert(st.get()).second) continue;
-      out.push_back(ScrapeSpec{st});
+      ScrapeSpec spec{st};
+      if (tls_of) spec.tls = tls_of(r);
+      spec.tls_name = e.json.is_object() ? e.json.value("domainName", "") : "";
+      if (spec.tls_name.empty()) spec.tls_name = e.ip;
+      out.push_back(std::move(spec));
     }
   }
   return out;
@@ -51,7 +56,8 @@ void LoadScraper::update(std::vector<ScrapeSpec> specs) {
 
 asio::awaitable<bool> LoadScraper::scrapeOnce(const ScrapeSpec& s) {
   http::FetchResult r =
-      co_await http::fetchAsync(s.ep->ip, s.ep->port, "GET", "/metrics", s.timeout, kMaxScrapeBody);
+      co_await http::fetchAsync(s.ep->ip, s.ep->port, "GET", "/metrics", s.timeout, kMaxScrapeBody,
+                                s.tls.get(), s.tls_name);
   if (!r.ok || r.status != 200) co_return false;
   const engines::EngineLoad load = engines::parseEngineMetrics(r.body);
   auto& ep = *s.ep;

@@ -9,27 +9,32 @@
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "config/rule.h"
 #include "endpoints/endpoint.h"
 #include "http/asio.h"
+#include "http/tls.h"
 
 namespace kvgate::proxy {
 
 struct ScrapeSpec {
   std::shared_ptr<endpoints::EndpointState> ep;
   std::chrono::milliseconds timeout{1000};
+  std::shared_ptr<http::TlsFiles> tls;  // a security 2 rule's TLS to its engines (null: plain)
+  std::string tls_name;                 // the endpoint's domainName, else its IP
 };
 
 constexpr size_t kMaxScrapeBody = 4 * 1024 * 1024;
 
 // Scrape specs for every endpoint of the kvExactMode 1/3 rules; also sets each endpoint's
-// capacity override from its kvCapacityBlocks field.
+// capacity override from its kvCapacityBlocks field. `tls_of`: a rule's TLS to its engines.
 std::vector<ScrapeSpec> scrapeSpecs(
     const std::vector<config::RuleSpec>& rules,
-    const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps);
+    const std::vector<std::shared_ptr<endpoints::EndpointState>>& eps,
+    const std::function<std::shared_ptr<http::TlsFiles>(const config::RuleSpec&)>& tls_of = {});
 
 class LoadScraper {
  public:

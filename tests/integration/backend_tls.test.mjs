@@ -57,7 +57,7 @@ function ruleWith({ port, workers, extraArgs }) {
   return body;
 }
 
-function post(port, ca) {
+function post(port, ca, model = 'm') {
   return new Promise((resolve, reject) => {
     const req = https.request({ host: '127.0.0.1', port, method: 'POST', path: '/v1/chat/completions',
       ca, agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
@@ -66,7 +66,7 @@ function post(port, ca) {
       res.on('end', () => resolve({ status: res.statusCode, text }));
     });
     req.on('error', reject);
-    req.end('{"model":"m","messages":[{"role":"user","content":"hi"}]}');
+    req.end(JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }] }));
   });
 }
 
@@ -235,14 +235,44 @@ test('mtls_backend: malformed fields get 400; security 2 with kvExactMode is not
   }
   const all = JSON.parse((await api(gw.api, 'GET', `${LB_BASE}/all`)).text);
   assert.equal((all.lbAttr ?? []).length, 0);
-  // kvExactMode with security 2 (the engine /metrics scraper is plain): stored, 501 naming tls.
+  // kvExactMode with security 2 on TensorRT-LLM (its KV-event drain is plain HTTP): stored, 501.
   const port = await freePort();
   const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w],
-    extraArgs: { security: 2, kvExactMode: 3, kvZmqPort: await freePort() } }));
+    extraArgs: { security: 2, kvExactMode: 3, kvEngineType: 'trtllm' } }));
   assert.equal(r.status, 200, r.text);
   const res = await post(port, readFileSync(gwCa.cert));
   assert.equal(res.status, 501, res.text);
   assert.match(res.text, /tls/);
+});
+
+// Tier 1.5 over TLS: the engines' /metrics scraped over verified TLS (their KV events stay on
+// ZeroMQ), and requests routed.
+test('security 2 with kvExactMode: engine load scraped over TLS', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const gwCa = makeCa(tmp.dir, 'gw-ca');
+  const engineCa = makeCa(tmp.dir, 'engine-ca');
+  const dp = makeServerCert(tmp.dir, gwCa, 9401, 'dp');
+  const simCert = makeLeafCert(tmp.dir, engineCa, 9402, 'sim', { cn: 'sim',
+    ext: 'subjectAltName=IP:127.0.0.12,IP:127.0.0.13' });
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.12-13', '--port', '0', '--kv-events-port', String(kvPort),
+    '--timing', 'fixed', '--prefill-base-ms', '1', '--itl-ms', '1', '--tls-cert', simCert.crt, '--tls-key', simCert.key]);
+  t.after(() => sim.stop());
+  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'), extra: ['--tls-cert', dp.crt, '--tls-key', dp.key] });
+  t.after(() => gw.stop());
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: sim.workers, extraArgs: { security: 2,
+    kvExactMode: 3, kvZmqPort: kvPort, mtls_backend: { verify_server_cert: true, backend_ca_path: engineCa.cert } } }));
+  assert.equal(r.status, 200, r.text);
+  const scraped = async () => {
+    const ms = await scrapeMetrics(gw.api);
+    return sim.workers.every((w) => ms.some((m) => m.name === 'kvgate_endpoint_kv_capacity_blocks' &&
+      m.labels.endpoint === `${w.host}:${w.port}` && m.value > 0));
+  };
+  assert.ok(await waitFor(scraped, 10000, 200), 'both engines scraped over TLS');
+  const res = await post(port, readFileSync(gwCa.cert), 'sim-model');
+  assert.equal(res.status, 200, res.text);
 });
 
 // P/D over TLS: simulated prefill and decode engines serving HTTPS only (kvgate sim --tls-cert),
