@@ -144,16 +144,11 @@ Result<http::ServerTlsOptions> parseServerTls(const json& sa, int security) {
     static const std::set<std::string> k13 = {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384",
                                               "TLS_CHACHA20_POLY1305_SHA256",
                                               "TLS_AES_128_CCM_SHA256", "TLS_AES_128_CCM_8_SHA256"};
-    for (size_t i = 0; i <= o.ciphers.size();) {
-      size_t j = o.ciphers.find_first_of(":, ", i);
-      if (j == std::string::npos) j = o.ciphers.size();
-      const std::string name = o.ciphers.substr(i, j - i);
-      if (name.rfind("TLS_", 0) == 0 && !k13.count(name))
+    for (const std::string& name : http::cipherNames(o.ciphers))
+      if (http::isTls13Suite(name) && !k13.count(name))
         return bad("tls_ciphers", "'" + name.substr(0, 64) +
                                       "' is not a TLS 1.3 suite (use OpenSSL names for TLS 1.2 "
                                       "ciphers, e.g. ECDHE-ECDSA-AES128-GCM-SHA256)");
-      i = j + 1;
-    }
   }
   if (auto it = sa.find("alpn_protocols"); it != sa.end() && it->is_array() && !it->empty()) {
     bool h1 = false;

@@ -8,23 +8,7 @@
 namespace kvgate::http {
 namespace {
 
-// The exchange's byte stream: the socket, or TLS over it.
-struct FetchConn {
-  tcp::socket& sock;
-  std::unique_ptr<FdTls> tls;
-  asio::awaitable<size_t> readSome(char* p, size_t n, error_code& ec) {
-    if (tls) co_return co_await tls->readSome(sock, p, n, ec);
-    co_return co_await sock.async_read_some(asio::buffer(p, n), useEc(ec));
-  }
-  asio::awaitable<error_code> write(std::string_view d) {
-    if (tls) co_return co_await tls->write(sock, d, {});
-    error_code ec;
-    co_await asio::async_write(sock, asio::buffer(d.data(), d.size()), useEc(ec));
-    co_return ec;
-  }
-};
-
-asio::awaitable<int> readFinalHeadOf(FetchConn& c, std::string& buf, std::string_view method,
+asio::awaitable<int> readFinalHeadOf(SocketOrTls& c, std::string& buf, std::string_view method,
                                      ResponseHead& rh, error_code& read_error,
                                      std::string& parse_error) {
   char tmp[4096];
@@ -55,7 +39,7 @@ asio::awaitable<int> readFinalHeadOf(FetchConn& c, std::string& buf, std::string
 asio::awaitable<int> readFinalHead(tcp::socket& sock, std::string& buf, std::string_view method,
                                    ResponseHead& rh, error_code& read_error,
                                    std::string& parse_error) {
-  FetchConn c{sock, nullptr};
+  SocketOrTls c{sock, nullptr, nullptr};
   co_return co_await readFinalHeadOf(c, buf, method, rh, read_error, parse_error);
 }
 
@@ -84,15 +68,9 @@ asio::awaitable<FetchResult> fetchAsync(std::string host, uint16_t port, std::st
     co_return res;
   }
   res.connected = true;
-  FetchConn conn{sock, nullptr};
-  std::shared_ptr<asio::ssl::context> ctx;  // (kept while the exchange runs)
+  SocketOrTls conn{sock, nullptr, nullptr};
   if (tls) {
-    ctx = tls->current();
-    sock.non_blocking(true, ec);
-    conn.tls = std::make_unique<FdTls>(sock, ctx->native_handle());
-    ec = asio::error::invalid_argument;
-    if (conn.tls->ok() && tls->prepareClient(conn.tls->native(), tls_name))
-      ec = co_await conn.tls->handshake(sock);
+    ec = co_await clientHandshake(sock, *tls, tls_name, conn.ctx, conn.tls);
     if (ec) {
       res.error = d.expired() ? "TLS handshake timed out" : "TLS handshake: " + ec.message();
       co_return res;

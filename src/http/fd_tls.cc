@@ -49,10 +49,16 @@ error_code FdTls::errorOf(int err) const {
 }
 
 // After an SSL call returned `ssl_result` <= 0: wait for what it wants, or the error it met.
-asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result, int known) {
-  const int err = known ? known : SSL_get_error(ssl_, ssl_result);
+asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result) {
+  const int err = SSL_get_error(ssl_, ssl_result);
+  if (err == SSL_ERROR_WANT_READ) co_return co_await waitFor(sock, Want::kRead);
+  if (err == SSL_ERROR_WANT_WRITE) co_return co_await waitFor(sock, Want::kWrite);
+  co_return errorOf(err);
+}
+
+asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, Want want) {
   error_code ec;
-  if (err == SSL_ERROR_WANT_READ) {
+  if (want == Want::kRead) {
     // A one-byte peek rather than a readiness wait: Asio tries it at once (until a read of this
     // socket has completed with 0 bytes: EOF or an error) and otherwise queues it on the
     // descriptor's standing edge-triggered registration, where async_wait re-arms epoll with an
@@ -62,17 +68,15 @@ asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result, in
     char byte;
     co_await sock.async_receive(asio::buffer(&byte, 1), tcp::socket::message_peek, useEc(ec));
     if (ec == asio::error::eof) ec = {};
-  }
-  else if (err == SSL_ERROR_WANT_WRITE)
+  } else {
     co_await sock.async_wait(tcp::socket::wait_write, useEc(ec));
-  else
-    ec = errorOf(err);
+  }
   co_return ec;
 }
 
-size_t FdTls::readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, int& want) {
+size_t FdTls::readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, Want& want) {
   ec = {};
-  want = 0;
+  want = Want::kNothing;
   if (!sock.is_open()) {
     ec = asio::error::operation_aborted;
     return 0;
@@ -84,7 +88,7 @@ size_t FdTls::readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, int&
   if (r == 1) return got;
   const int err = SSL_get_error(ssl_, r);
   if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-    want = err == SSL_ERROR_WANT_READ ? 1 : 2;
+    want = err == SSL_ERROR_WANT_READ ? Want::kRead : Want::kWrite;
     ERR_clear_error();
     return 0;
   }
@@ -120,14 +124,14 @@ asio::awaitable<size_t> FdTls::readSome(tcp::socket& sock, char* p, size_t n, er
   // Nothing buffered in OpenSSL: wait for the kernel first (the usual case, a read right after a
   // write: OpenSSL's own attempt would be a recv that finds nothing).
   if (!pending() && !(SSL_get_shutdown(ssl_) & SSL_RECEIVED_SHUTDOWN) && sock.is_open()) {
-    ec = co_await waitFor(sock, -1, SSL_ERROR_WANT_READ);
+    ec = co_await waitFor(sock, Want::kRead);
     if (ec) co_return 0;
   }
   for (;;) {
-    int want = 0;
+    Want want = Want::kNothing;
     const size_t got = readNow(sock, p, n, ec, want);
     if (got > 0 || ec) co_return got;
-    ec = co_await waitFor(sock, -1, want == 1 ? SSL_ERROR_WANT_READ : SSL_ERROR_WANT_WRITE);
+    ec = co_await waitFor(sock, want);
     if (ec) co_return 0;
   }
 }
@@ -162,6 +166,32 @@ asio::awaitable<error_code> FdTls::write(tcp::socket& sock, std::string_view a, 
   }
   if (error_code ec = co_await writeAll(sock, a)) co_return ec;
   co_return co_await writeAll(sock, b);
+}
+
+asio::awaitable<error_code> clientHandshake(tcp::socket& sock, const TlsFiles& files,
+                                            const std::string& name,
+                                            std::shared_ptr<asio::ssl::context>& ctx,
+                                            std::unique_ptr<FdTls>& out) {
+  ctx = files.current();
+  error_code ec;
+  sock.non_blocking(true, ec);  // (OpenSSL reads and writes the descriptor itself)
+  out = std::make_unique<FdTls>(sock, ctx->native_handle());
+  if (!out->ok()) co_return asio::error::no_memory;
+  if (!files.prepareClient(out->native(), name))
+    co_return asio::error::invalid_argument;  // (not a host name or address to verify)
+  co_return co_await out->handshake(sock);
+}
+
+asio::awaitable<size_t> SocketOrTls::readSome(char* p, size_t n, error_code& ec) {
+  if (tls) co_return co_await tls->readSome(sock, p, n, ec);
+  co_return co_await sock.async_read_some(asio::buffer(p, n), useEc(ec));
+}
+
+asio::awaitable<error_code> SocketOrTls::write(std::string_view d) {
+  if (tls) co_return co_await tls->write(sock, d, {});
+  error_code ec;
+  co_await asio::async_write(sock, asio::buffer(d.data(), d.size()), useEc(ec));
+  co_return ec;
 }
 
 }  // namespace kvgate::http

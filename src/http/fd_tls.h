@@ -23,14 +23,18 @@
 #pragma once
 #include <openssl/ssl.h>
 
+#include <memory>
+#include <string>
 #include <string_view>
 
 #include "http/asio.h"
+#include "http/tls.h"
 
 namespace kvgate::http {
 
 class FdTls {
  public:
+  enum class Want : uint8_t { kNothing, kRead, kWrite };  // what a call that got no bytes awaits
   FdTls(tcp::socket& sock, SSL_CTX* ctx);  // (SSL_new holds its own reference to ctx)
   ~FdTls();
   FdTls(const FdTls&) = delete;
@@ -45,21 +49,39 @@ class FdTls {
   asio::awaitable<error_code> handshake(tcp::socket& sock, bool server = false);
   // Sends close_notify (without waiting for the peer's: the TCP close follows).
   asio::awaitable<error_code> shutdown(tcp::socket& sock);
-  // Plaintext available without waiting: bytes; or 0 with `want` set (1: wait until readable,
-  // 2: until writable) or `ec` (EOF, close_notify or an error).
-  size_t readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, int& want);
+  // Plaintext available without waiting: bytes; or 0 with `want` set (wait until readable or
+  // writable) or `ec` (EOF, close_notify or an error).
+  size_t readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, Want& want);
   // Up to n bytes of plaintext; 0 with ec set on EOF (close_notify or TCP close) or error.
   asio::awaitable<size_t> readSome(tcp::socket& sock, char* p, size_t n, error_code& ec);
   // Both parts, in one record when they fit in one.
   asio::awaitable<error_code> write(tcp::socket& sock, std::string_view a, std::string_view b);
 
  private:
-  // `known`: the SSL_get_error value when already known (else derived from ssl_result).
-  asio::awaitable<error_code> waitFor(tcp::socket& sock, int ssl_result, int known = 0);
+  asio::awaitable<error_code> waitFor(tcp::socket& sock, int ssl_result);
+  asio::awaitable<error_code> waitFor(tcp::socket& sock, Want want);
   error_code errorOf(int ssl_error) const;
   asio::awaitable<error_code> writeAll(tcp::socket& sock, std::string_view d);
   SSL* ssl_ = nullptr;
   bool writing_ = false;
+};
+
+// The client side, on a connected socket (made non-blocking here): a handshake with `files`'
+// current context to `name` (SNI, and the name checked when the context verifies). On success
+// `ctx` and `out` hold the connection's context and TLS; the owner's deadline bounds it.
+asio::awaitable<error_code> clientHandshake(tcp::socket& sock, const TlsFiles& files,
+                                            const std::string& name,
+                                            std::shared_ptr<asio::ssl::context>& ctx,
+                                            std::unique_ptr<FdTls>& out);
+
+// A client exchange's byte stream: the socket, or TLS over it (gateway-made HTTP calls: health
+// probes, engine scrapes, TensorRT-LLM drains).
+struct SocketOrTls {
+  tcp::socket& sock;
+  std::unique_ptr<FdTls> tls;
+  std::shared_ptr<asio::ssl::context> ctx;  // (the TLS context, while the exchange runs)
+  asio::awaitable<size_t> readSome(char* p, size_t n, error_code& ec);
+  asio::awaitable<error_code> write(std::string_view d);
 };
 
 }  // namespace kvgate::http

@@ -170,13 +170,7 @@ Result<void> loadClientTrust(SSL_CTX* ctx, const ServerTlsOptions& o) {
 // tls_ciphers: TLS_* names are TLS 1.3 suites, the rest an OpenSSL TLS 1.2 cipher list.
 Result<void> setCiphers(SSL_CTX* ctx, const std::string& spec) {
   std::string v12, v13;
-  for (size_t i = 0; i <= spec.size();) {
-    size_t j = spec.find_first_of(":, ", i);
-    if (j == std::string::npos) j = spec.size();
-    const std::string name = spec.substr(i, j - i);
-    if (!name.empty()) (name.rfind("TLS_", 0) == 0 ? v13 : v12) += (name + ":");
-    i = j + 1;
-  }
+  for (const std::string& name : cipherNames(spec)) (isTls13Suite(name) ? v13 : v12) += name + ":";
   if (!v12.empty() && SSL_CTX_set_cipher_list(ctx, v12.substr(0, v12.size() - 1).c_str()) != 1)
     return fail(400, "tls_ciphers", sslError("tls_ciphers"));
   if (!v13.empty() && SSL_CTX_set_ciphersuites(ctx, v13.substr(0, v13.size() - 1).c_str()) != 1)

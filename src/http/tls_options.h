@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kvgate::http {
 
@@ -32,6 +33,20 @@ struct ServerTlsOptions {
   bool operator==(const ServerTlsOptions&) const = default;
   bool verifiesClients() const { return client_cert != ClientCert::kDisabled; }
 };
+
+// The names in a `tls_ciphers` list (separated by ':', ',' or spaces); TLS_* names are TLS 1.3
+// suites, the others OpenSSL's TLS 1.2 cipher names.
+inline std::vector<std::string> cipherNames(const std::string& spec) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i <= spec.size();) {
+    size_t j = spec.find_first_of(":, ", i);
+    if (j == std::string::npos) j = spec.size();
+    if (j > i) out.push_back(spec.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+inline bool isTls13Suite(const std::string& name) { return name.rfind("TLS_", 0) == 0; }
 
 // TLS from the gateway to a rule's engines (`security: 2`, its `mtls_backend`): TLS 1.2 or 1.3,
 // ALPN http/1.1. `verify_server_cert` (default false, as upstream) checks the engine's chain

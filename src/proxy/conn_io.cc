@@ -172,14 +172,14 @@ void ClientConn::armWatch(uint64_t gen) {
         break;
       }
       error_code ec;
-      int want = 0;
+      http::FdTls::Want want = http::FdTls::Want::kNothing;
       const size_t got = tls_->readNow(client_, buf, room, ec, want);
       if (got > 0) {
         pipelined_.append(buf, got);
         continue;
       }
-      if (want != 0) {
-        want_write = want == 2;
+      if (want != http::FdTls::Want::kNothing) {
+        want_write = want == http::FdTls::Want::kWrite;
         break;
       }
     } else {

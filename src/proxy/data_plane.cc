@@ -305,8 +305,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
     cfg->body_needs |= route->needs & routing::kBodyNeeds;
     if (auto t = tls_plan->listeners.find(rule.listenKey()); t != tls_plan->listeners.end())
       cfg->tls = t->second;
-    if (auto b = tls_plan->backends.find(rule.key()); b != tls_plan->backends.end())
-      route->backend_tls = b->second;
+    route->backend_tls = tls_plan->backendFor(rule);
     cfg->routes.push_back(std::move(route));
   }
   // 3. Publish: new snapshots for every VIP:port, start new listeners, close removed ones.
@@ -345,17 +344,13 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   auto specs =
       std::make_shared<std::vector<ProbeSpec>>(probeSpecs(rules, states, opts_.probe_timeout,
                  [&](const config::RuleSpec& r) -> std::shared_ptr<http::TlsFiles> {
-                   auto b = tls_plan->backends.find(r.key());
-                   if (b != tls_plan->backends.end()) return b->second;
+                   if (auto b = tls_plan->backendFor(r)) return b;
                    return r.service_args.value("probetype", "") == "https" ? listener_tls_->probe()
                                                                             : nullptr;
                  }));
   asio::post(workers_[0]->io, [p = prober_.get(), specs] { p->update(std::move(*specs)); });
   auto scrapes = std::make_shared<std::vector<ScrapeSpec>>(
-      scrapeSpecs(rules, states, [&](const config::RuleSpec& r) -> std::shared_ptr<http::TlsFiles> {
-        auto b = tls_plan->backends.find(r.key());
-        return b != tls_plan->backends.end() ? b->second : nullptr;
-      }));
+      scrapeSpecs(rules, states, [&](const config::RuleSpec& r) { return tls_plan->backendFor(r); }));
   asio::post(workers_[0]->io, [p = scraper_.get(), scrapes] { p->update(std::move(*scrapes)); });
   return {};
 }

@@ -27,6 +27,11 @@ class ListenerTls {
   struct Plan {
     std::map<std::string, std::shared_ptr<http::TlsFiles>> listeners;  // by vip:port
     std::map<std::string, std::shared_ptr<http::TlsFiles>> backends;   // by rule key
+    // A rule's TLS to its engines (null: plain).
+    std::shared_ptr<http::TlsFiles> backendFor(const config::RuleSpec& r) const {
+      auto b = backends.find(r.key());
+      return b != backends.end() ? b->second : nullptr;
+    }
   };
   explicit ListenerTls(std::shared_ptr<http::TlsFiles> base) : base_(std::move(base)) {}
   Result<Plan> plan(const std::vector<config::RuleSpec>& rules);

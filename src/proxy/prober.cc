@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "common/net.h"
+#include "http/fd_tls.h"
 #include "http/parser.h"
 
 namespace kvgate::proxy {
@@ -114,17 +115,9 @@ asio::awaitable<bool> Prober::probeOnce(const ProbeSpec& s) {
   std::string req = s.method + " " + s.path + " HTTP/1.1\r\nHost: " + s.ep->label +
                     "\r\nUser-Agent: kvgate-probe\r\nConnection: close\r\n\r\n";
   // TLS (security 2, probetype https): the handshake within the same timeout.
-  std::shared_ptr<asio::ssl::context> ctx = s.tls ? s.tls->current() : nullptr;
-  std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;
-  if (ctx) {
-    tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(sock, *ctx);
-    if (s.tls->prepareClient(tls->native_handle(), s.tls_name))
-      co_await tls->async_handshake(asio::ssl::stream_base::client, useEc(ec));
-    else
-      ec = asio::error::invalid_argument;
-  }
-  if (!ec && tls) co_await asio::async_write(*tls, asio::buffer(req), useEc(ec));
-  else if (!ec) co_await asio::async_write(sock, asio::buffer(req), useEc(ec));
+  http::SocketOrTls conn{sock, nullptr, nullptr};
+  if (s.tls) ec = co_await http::clientHandshake(sock, *s.tls, s.tls_name, conn.ctx, conn.tls);
+  if (!ec) ec = co_await conn.write(req);
   std::string buf;
   char tmp[4096];
   http::ResponseHead rh;
@@ -132,9 +125,7 @@ asio::awaitable<bool> Prober::probeOnce(const ProbeSpec& s) {
   int hn = 0;
   while (!ec &&
          (hn = http::parseResponseHead(buf.data(), buf.size(), 16384, s.method, rh, perr)) == 0) {
-    size_t n = 0;
-    if (tls) n = co_await tls->async_read_some(asio::buffer(tmp), useEc(ec));
-    else n = co_await sock.async_read_some(asio::buffer(tmp), useEc(ec));
+    const size_t n = co_await conn.readSome(tmp, sizeof tmp, ec);
     buf.append(tmp, n);
   }
   d.stop();

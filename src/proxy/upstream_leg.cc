@@ -65,15 +65,9 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId 
 asio::awaitable<UpstreamLeg::Result> UpstreamLeg::handshake(const http::BackendTls& tls,
                                                             std::string_view name,
                                                             std::string_view label) {
-  conn_.ctx = tls.current();
   conn_.tls_name = std::string(name);
-  conn_.tls = std::make_unique<http::FdTls>(conn_.sock, conn_.ctx->native_handle());
-  error_code ec = asio::error::no_memory;
-  if (conn_.tls->ok()) {
-    ec = asio::error::invalid_argument;  // ("not a host name to verify": domainName)
-    if (tls.prepareClient(conn_.tls->native(), conn_.tls_name))
-      ec = co_await conn_.tls->handshake(conn_.sock);
-  }
+  const error_code ec =
+      co_await http::clientHandshake(conn_.sock, tls, conn_.tls_name, conn_.ctx, conn_.tls);
   if (!ec && conn_.sock.is_open()) co_return Result{};
   close();
   Result r{Outcome::kConnectFailed, true, false, {}};

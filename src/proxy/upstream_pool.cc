@@ -11,7 +11,7 @@ namespace {
 bool stillUsable(UpstreamConn& conn) {
   if (!conn.drained()) return false;
   char c;
-  ssize_t n = ::recv(conn.raw().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  ssize_t n = ::recv(conn.sock.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
   return false;  // 0: EOF (closed while idle); >0: unsolicited bytes; <0: error
 }

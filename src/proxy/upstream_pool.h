@@ -41,7 +41,6 @@ struct UpstreamConn {
   std::shared_ptr<asio::ssl::context> ctx;
   std::unique_ptr<http::FdTls> tls;
   std::string tls_name;  // the name the peer's certificate was checked for
-  tcp::socket& raw() { return sock; }
   bool isOpen() { return sock.is_open(); }
   // No byte of a finished exchange is left anywhere but the kernel (checked with MSG_PEEK).
   bool drained() const { return !tls || !tls->pending(); }
