@@ -413,8 +413,10 @@ int serveMain(int argc, char** argv) {
         if (!s) return tl::unexpected(s.error());
         return {};
       },
-      [&kv_plane](const std::vector<config::RuleSpec>& rules) {
-        if (auto s = events::kvSources(rules)) kv_plane.setSources(std::move(*s));
+      [&kv_plane, &dp](const std::vector<config::RuleSpec>& rules) {
+        // TensorRT-LLM engines behind security 2 rules are drained over the rule's TLS.
+        auto tls_of = [&dp](const config::RuleSpec& r) { return dp.backendTlsFor(r); };
+        if (auto s = events::kvSources(rules, tls_of)) kv_plane.setSources(std::move(*s));
       });
   auto loaded = store.load();
   if (!loaded) {

@@ -283,9 +283,6 @@ Result<RuleSpec> parseRule(const json& body) {
   // events are followed.
   const std::string kv_engine = getOr<std::string>(stored, "kvEngineType", "vllm");
   need(kv_mode == 3 && kv_engine == "llamacpp", "kv_exact");
-  // security 1 and 2 (TLS terminated here; 2 also TLS to the engines) are active, except TLS to
-  // TensorRT-LLM engines whose KV events the gateway drains over HTTP (a later slice).
-  need(r.security == 2 && kv_mode != 0 && kv_engine == "trtllm", "tls");
   std::string fc = getOr<std::string>(stored, "fc_mode", "off");
   need((fc == "enforce" || fc == "inherit") && !pd, "admission");  // P/D rules: proxy/admission.h
   need(getOr<std::string>(stored, "backend_protocol", "http1") == "http2", "http2");

@@ -372,7 +372,15 @@ void EventPlane::applySpecs() {
   for (auto it = sources_.begin(); it != sources_.end();) {
     auto w = want.find(it->first);
     auto cur = it++;
-    if (w == want.end() || !(w->second == cur->second->spec)) closeSource(cur);
+    if (w == want.end() || !(w->second == cur->second->spec)) {
+      closeSource(cur);
+    } else if (w->second.tls_files != cur->second->spec.tls_files) {
+      // The same source, a new client context (a re-planned rule set): no reopening.
+      cur->second->spec.tls_files = w->second.tls_files;
+      std::lock_guard<std::mutex> g(mu_);
+      if (auto d = drain_specs_.find(cur->first); d != drain_specs_.end())
+        d->second.tls_files = w->second.tls_files;
+    }
   }
   for (auto& [key, spec] : want)
     if (!sources_.count(key)) openSource(key, spec);
@@ -828,21 +836,29 @@ void EventPlane::drainLoop() {
       // Until proven otherwise (an exception included): unreachable, and events lost.
       res.reachable = false;
       res.lost = true;
-      try {
-        http::FetchResult r = co_await http::fetchAsync(
-            spec.host, spec.port, "POST", "/kv_cache_events",
-            std::chrono::milliseconds(opts_.drain_timeout_ms), engines::kMaxTrtllmAnswer);
-        res.reachable = r.ok && r.status == 200;
-        // Sent but not answered in full: the engine may have dropped what it was answering. A
-        // complete non-200 answer delivered (and dropped) nothing.
-        res.lost = r.sent && !r.ok;
-        if (res.reachable && !engines::decodeTrtllmEvents(r.body, res.events, res.error))
+      // A TLS source without its context (never from serve: the plan sets it) is not polled in
+      // plain text; nothing was sent, so nothing was lost.
+      if (spec.tls && !spec.tls_files) {
+        res.lost = false;
+        res.error = "no TLS client context";
+      } else {
+        try {
+          http::FetchResult r = co_await http::fetchAsync(
+              spec.host, spec.port, "POST", "/kv_cache_events",
+              std::chrono::milliseconds(opts_.drain_timeout_ms), engines::kMaxTrtllmAnswer,
+              spec.tls_files.get(), spec.tls_name);
+          res.reachable = r.ok && r.status == 200;
+          // Sent but not answered in full: the engine may have dropped what it was answering. A
+          // complete non-200 answer delivered (and dropped) nothing.
+          res.lost = r.sent && !r.ok;
+          if (res.reachable && !engines::decodeTrtllmEvents(r.body, res.events, res.error))
+            res.decoded = false;
+          if (!r.ok) res.error = r.error;
+        } catch (const std::exception& e) {
+          res.events.clear();
           res.decoded = false;
-        if (!r.ok) res.error = r.error;
-      } catch (const std::exception& e) {
-        res.events.clear();
-        res.decoded = false;
-        res.error = e.what();
+          res.error = e.what();
+        }
       }
       --in_flight;
       size_t bytes = 0;

@@ -56,6 +56,9 @@
 namespace zmq {
 class context_t;
 }
+namespace kvgate::http {
+class TlsFiles;  // http/tls.h
+}
 
 namespace kvgate::events {
 
@@ -74,8 +77,20 @@ struct SourceSpec {
   // kvBlockSize: the tokens per block Tier 1.5 cuts prompts into. Stores of another size can
   // never match a prompt's chain: they are skipped and counted (reason block_size), and logged.
   uint32_t block_size = 16;
+  // TensorRT-LLM drained over TLS (a security 2 rule): the rule's mtls_backend fields (identity:
+  // a change reopens the source), the client context built from them (set by the data plane's
+  // TLS plan; a reload replaces it without reopening) and the name checked (the endpoint's
+  // domainName, else its IP). Unset: plain HTTP.
+  std::optional<http::ClientTlsOptions> tls{};
+  std::shared_ptr<http::TlsFiles> tls_files{};
+  std::string tls_name{};
   std::string key() const { return host + ":" + std::to_string(port); }
-  bool operator==(const SourceSpec&) const = default;
+  bool operator==(const SourceSpec& o) const {  // tls_files: not identity (see above)
+    return host == o.host && port == o.port && dp_ranks == o.dp_ranks && topic == o.topic &&
+           replay_port == o.replay_port && hash_algo == o.hash_algo &&
+           http_drain == o.http_drain && block_size == o.block_size && tls == o.tls &&
+           tls_name == o.tls_name;
+  }
 };
 
 struct EventPlaneOptions {

@@ -36,7 +36,8 @@ std::string hashAlgoOf(const config::RuleSpec& r) {
                                                  : "sha256_cbor");
 }
 
-Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& rules) {
+Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& rules,
+                                          const BackendTlsOf& tls_of) {
   struct Seen {
     SourceSpec spec;
     std::string engine;
@@ -83,6 +84,12 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
                    algo,
                    drain,
                    static_cast<uint32_t>(block_size)};
+      if (drain && r.security == 2) {
+        s.tls = r.backend_tls;
+        if (tls_of) s.tls_files = tls_of(r);
+        s.tls_name = ep.json.is_object() ? ep.json.value("domainName", "") : "";
+        if (s.tls_name.empty()) s.tls_name = ep.ip;
+      }
       auto [it, fresh] = seen.emplace(s.key(), Seen{s, engine, block_size, r.key()});
       if (fresh) continue;
       const Seen& o = it->second;
@@ -101,6 +108,14 @@ Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& r
                         engine + ", block size " + std::to_string(block_size) + ", " +
                         std::to_string(ranks) + " rank(s), replay port " + std::to_string(replay) +
                         "): one inventory cannot be both");
+      if (o.spec.tls != s.tls || o.spec.tls_name != s.tls_name)
+        return fail(400, "security",
+                    "the TensorRT-LLM engine " + s.key() + " is drained by rule " + o.rule +
+                        (o.spec.tls ? " over TLS" : " over plain HTTP") + " and by rule " +
+                        r.key() + (s.tls ? " over TLS" : " over plain HTTP") +
+                        (o.spec.tls && s.tls ? " with other mtls_backend fields or domainName"
+                                             : "") +
+                        ": one engine serves one way");
     }
   }
   std::vector<SourceSpec> out;

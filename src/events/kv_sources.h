@@ -10,6 +10,8 @@
 // kvDpRankCount or kvReplayPort conflict (400, naming both rules), since one inventory cannot be
 // two things. kvReplayPort (0 = none) must not overlap the event ports nor run past 65535.
 #pragma once
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "common/result.h"
@@ -18,7 +20,12 @@
 
 namespace kvgate::events {
 
-Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& rules);
+// TensorRT-LLM engines of a security 2 rule are drained over TLS with the rule's mtls_backend
+// fields; two rules naming one engine must agree on them (400). `tls_of` (may be empty: a check
+// before the data plane has a plan) gives a rule's client context.
+using BackendTlsOf = std::function<std::shared_ptr<http::TlsFiles>(const config::RuleSpec&)>;
+Result<std::vector<SourceSpec>> kvSources(const std::vector<config::RuleSpec>& rules,
+                                          const BackendTlsOf& tls_of = {});
 
 // The publisher key ("host:port") of endpoint `ep_idx` of a kvExactMode rule, as the event plane
 // names its source: endpointIP:kvZmqPort, or endpointIP:targetPort for TensorRT-LLM's drain; ""

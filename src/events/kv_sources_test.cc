@@ -95,5 +95,46 @@ TEST(KvSources, ReplayPorts) {
   EXPECT_NE(r.error().what.find("replay port"), std::string::npos);
 }
 
+// security 2 on TensorRT-LLM: the drain carries the rule's mtls_backend fields and checks the
+// endpoint's domainName (else its IP); a ZMQ publisher gets none (its events are not HTTP); two
+// rules must agree on how one engine is drained.
+TEST(KvSources, TensorRtLlmDrainOverTls) {
+  nlohmann::json tls_args = {{"kvExactMode", 3},
+                             {"kvEngineType", "trtllm"},
+                             {"security", 2},
+                             {"mtls_backend", {{"verify_server_cert", true}}}};
+  nlohmann::json named = ep("10.0.4.2", 8000);
+  named["domainName"] = "engine-2.example";
+  auto a = ruleOf(8001, tls_args, {ep("10.0.4.1", 8000), named});
+  auto vllm = ruleOf(8002, {{"kvExactMode", 3}, {"security", 2}}, {ep("10.0.5.1", 8000)});
+  int asked = 0;
+  auto s = kvSources({a, vllm}, [&asked](const config::RuleSpec&) {
+    ++asked;
+    return std::shared_ptr<http::TlsFiles>();
+  });
+  ASSERT_TRUE(s.has_value()) << s.error().what;
+  ASSERT_EQ(s->size(), 3u);
+  ASSERT_TRUE((*s)[0].tls.has_value());
+  EXPECT_TRUE((*s)[0].tls->verify_server_cert);
+  EXPECT_EQ((*s)[0].tls_name, "10.0.4.1");
+  EXPECT_EQ((*s)[1].tls_name, "engine-2.example");
+  EXPECT_FALSE((*s)[2].tls.has_value());  // vLLM: ZeroMQ, no TLS
+  EXPECT_EQ(asked, 2);
+  // The same engine drained in plain text by another rule: refused, naming both.
+  auto plain = ruleOf(8003, {{"kvExactMode", 3}, {"kvEngineType", "trtllm"}},
+                      {ep("10.0.4.1", 8000)});
+  auto r = kvSources({a, plain});
+  ASSERT_FALSE(r.has_value());
+  EXPECT_EQ(r.error().code, 400);
+  EXPECT_NE(r.error().what.find("over TLS and by rule"), std::string::npos) << r.error().what;
+  // Over TLS with other verification: refused too; with the same fields: one source.
+  nlohmann::json other = tls_args;
+  other["mtls_backend"] = nlohmann::json::object();
+  EXPECT_FALSE(kvSources({a, ruleOf(8004, other, {ep("10.0.4.1", 8000)})}).has_value());
+  auto same = kvSources({a, ruleOf(8005, tls_args, {ep("10.0.4.1", 8000)})});
+  ASSERT_TRUE(same.has_value()) << same.error().what;
+  EXPECT_EQ(same->size(), 2u);
+}
+
 }  // namespace
 }  // namespace kvgate::events

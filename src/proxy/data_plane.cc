@@ -77,6 +77,10 @@ DataPlane::~DataPlane() { stop(); }
 
 void DataPlane::refreshTls() { listener_tls_->refresh(); }
 
+std::shared_ptr<http::TlsFiles> DataPlane::backendTlsFor(const config::RuleSpec& rule) const {
+  return listener_tls_->backendFor(rule);
+}
+
 void DataPlane::setWorkerTokens(const routing::PromptTokens* tokens) {
   for (auto& w : workers_) w->prompt_tokens = tokens;
 }

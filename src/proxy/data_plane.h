@@ -86,6 +86,8 @@ class DataPlane {
   bool draining() const { return stats_.draining.load(); }
   // Renewed certificate, client CA and CRL files (control thread, every second).
   void refreshTls();
+  // The applied rule set's TLS client context to a rule's engines (null: plain; control thread).
+  std::shared_ptr<http::TlsFiles> backendTlsFor(const config::RuleSpec& rule) const;
 
  private:
   ProxyOptions opts_;

@@ -97,6 +97,7 @@ void ListenerTls::commit(const Plan& plan) {
     if (files != base_) by_options_[optionsKey(files->options())] = files;
   backends_.clear();
   for (auto& [rule, files] : plan.backends) backends_[backendKey(files->backendOptions())] = files;
+  by_rule_ = plan.backends;
 }
 
 void ListenerTls::refresh() {

@@ -39,11 +39,17 @@ class ListenerTls {
   void refresh();
   const http::ClientCertStats& clientCerts() const { return *stats_; }
   std::shared_ptr<http::TlsFiles> probe();
+  // The committed plan's TLS to a rule's engines (null: plain). Control thread.
+  std::shared_ptr<http::TlsFiles> backendFor(const config::RuleSpec& r) const {
+    auto b = by_rule_.find(r.key());
+    return b != by_rule_.end() ? b->second : nullptr;
+  }
 
  private:
   std::shared_ptr<http::TlsFiles> base_;  // serve's certificate, default TLS fields
   std::map<std::string, std::shared_ptr<http::TlsFiles>> by_options_;  // in use, by TLS fields
   std::map<std::string, std::shared_ptr<http::TlsFiles>> backends_;    // in use, by mtls_backend
+  std::map<std::string, std::shared_ptr<http::TlsFiles>> by_rule_;     // in use, by rule key
   std::shared_ptr<http::TlsFiles> probe_;
   std::shared_ptr<http::ClientCertStats> stats_ = std::make_shared<http::ClientCertStats>();
 };

@@ -57,16 +57,19 @@ function ruleWith({ port, workers, extraArgs }) {
   return body;
 }
 
-function post(port, ca, model = 'm') {
+// A chat request, or with `completion` ({prompt, max_tokens}) a completions request.
+function post(port, ca, model = 'm', completion = null) {
   return new Promise((resolve, reject) => {
-    const req = https.request({ host: '127.0.0.1', port, method: 'POST', path: '/v1/chat/completions',
+    const req = https.request({ host: '127.0.0.1', port, method: 'POST',
+      path: completion ? '/v1/completions' : '/v1/chat/completions',
       ca, agent: false, headers: { 'content-type': 'application/json' } }, (res) => {
       let text = '';
       res.on('data', (c) => { text += c; });
       res.on('end', () => resolve({ status: res.statusCode, text }));
     });
     req.on('error', reject);
-    req.end(JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }] }));
+    req.end(JSON.stringify(completion ? { model, ...completion }
+      : { model, messages: [{ role: 'user', content: 'hi' }] }));
   });
 }
 
@@ -208,7 +211,7 @@ test('security 2: bytes an engine sends after its response never reach the next 
   assert.equal(connections, 2, 'the first connection was discarded, the second kept alive');
 });
 
-test('mtls_backend: malformed fields get 400; security 2 with kvExactMode is not active yet', async (t) => {
+test('mtls_backend: malformed fields get 400; one TensorRT-LLM engine is drained one way', async (t) => {
   const tmp = tempDir();
   t.after(() => tmp.remove());
   const gwCa = makeCa(tmp.dir, 'gw-ca');
@@ -235,14 +238,15 @@ test('mtls_backend: malformed fields get 400; security 2 with kvExactMode is not
   }
   const all = JSON.parse((await api(gw.api, 'GET', `${LB_BASE}/all`)).text);
   assert.equal((all.lbAttr ?? []).length, 0);
-  // kvExactMode with security 2 on TensorRT-LLM (its KV-event drain is plain HTTP): stored, 501.
-  const port = await freePort();
-  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w],
+  // Two rules naming one TensorRT-LLM engine must agree on how it is drained.
+  const trt = { host: '127.0.0.1', port: 9 };
+  const plain = await api(gw.api, 'POST', LB_BASE, rule({ port: await freePort(), workers: [trt],
+    extraArgs: { kvExactMode: 3, kvEngineType: 'trtllm' } }));
+  assert.equal(plain.status, 200, plain.text);
+  const both = await api(gw.api, 'POST', LB_BASE, rule({ port: await freePort(), workers: [trt],
     extraArgs: { security: 2, kvExactMode: 3, kvEngineType: 'trtllm' } }));
-  assert.equal(r.status, 200, r.text);
-  const res = await post(port, readFileSync(gwCa.cert));
-  assert.equal(res.status, 501, res.text);
-  assert.match(res.text, /tls/);
+  assert.equal(both.status, 400, both.text);
+  assert.match(both.text, /over plain HTTP and by rule .* over TLS/);
 });
 
 // Tier 1.5 over TLS: the engines' /metrics scraped over verified TLS (their KV events stay on
@@ -273,6 +277,74 @@ test('security 2 with kvExactMode: engine load scraped over TLS', async (t) => {
   assert.ok(await waitFor(scraped, 10000, 200), 'both engines scraped over TLS');
   const res = await post(port, readFileSync(gwCa.cert), 'sim-model');
   assert.equal(res.status, 200, res.text);
+});
+
+// Tier 1.5 over TLS with TensorRT-LLM: its KV events are drained with POST /kv_cache_events on
+// the serving port, over the rule's verified TLS; routing follows what was drained.
+test('security 2 with kvExactMode: TensorRT-LLM KV events drained over verified TLS', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const gwCa = makeCa(tmp.dir, 'gw-ca');
+  const engineCa = makeCa(tmp.dir, 'engine-ca');
+  const otherCa = makeCa(tmp.dir, 'other-ca');
+  const dp = makeServerCert(tmp.dir, gwCa, 9501, 'dp');
+  const simCert = makeLeafCert(tmp.dir, engineCa, 9502, 'sim', { cn: 'sim',
+    ext: 'subjectAltName=IP:127.0.0.14,IP:127.0.0.15' });
+  const sim = await startSim(['--engine', 'trtllm', '--kv-events', '--hosts', '127.0.0.14-15', '--port', '0',
+    '--timing', 'fixed', '--prefill-base-ms', '1', '--itl-ms', '1', '--tls-cert', simCert.crt, '--tls-key', simCert.key]);
+  t.after(() => sim.stop());
+  const [a, b] = sim.workers;
+  await assert.rejects(fetch(`http://${b.host}:${b.port}/kv_cache_events`, { method: 'POST' }));  // TLS only
+  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'),
+    extra: ['--tls-cert', dp.crt, '--tls-key', dp.key, '--workers', '1'] });
+  t.after(() => gw.stop());
+  const gwCaPem = readFileSync(gwCa.cert);
+  const src = (w) => `${w.host}:${w.port}`;
+  const gauge = async (name, w) => (await scrapeMetrics(gw.api)).find((m) => m.name === name &&
+    m.labels.source === src(w))?.value;
+  // Blocks stored on b (a request sent to b directly, over TLS) wait in its drain queue.
+  const prefix = Array.from({ length: 64 }, (_, j) => j + 5000);
+  const direct = await new Promise((resolve, reject) => {
+    const req = https.request({ host: b.host, port: b.port, method: 'POST', path: '/v1/completions',
+      ca: readFileSync(engineCa.cert), agent: false, headers: { 'content-type': 'application/json' } }, (rs) => {
+      rs.resume();
+      rs.on('end', () => resolve(rs.statusCode));
+    });
+    req.on('error', reject);
+    req.end(JSON.stringify({ model: 'sim-model', prompt: prefix, max_tokens: 1 }));
+  });
+  assert.equal(direct, 200);
+  // Against the wrong CA the drain fails verification: never connected, nothing taken (the
+  // handshake fails before the destructive POST is sent).
+  const wrongPort = await freePort();
+  let r = await api(gw.api, 'POST', LB_BASE, rule({ port: wrongPort, workers: [a, b], extraArgs: { security: 2,
+    kvExactMode: 3, kvEngineType: 'trtllm', mtls_backend: { verify_server_cert: true, backend_ca_path: otherCa.cert } } }));
+  assert.equal(r.status, 200, r.text);
+  assert.ok(await waitFor(async () => (await gauge('loxilb_kv_subscriber_connected', b)) !== undefined, 10000));
+  await new Promise((res) => setTimeout(res, 1500));  // 15 drain periods
+  assert.equal(await gauge('loxilb_kv_subscriber_connected', b), 0, 'not drained without verification');
+  assert.equal(await gauge('kvgate_kv_blocks', b), 0);
+  r = await api(gw.api, 'DELETE', `${LB_BASE}/externalipaddress/127.0.0.1/port/${wrongPort}/protocol/tcp`);
+  assert.equal(r.status, 200, r.text);
+  // With the engines' CA: drained over TLS, the queued blocks included.
+  const port = await freePort();
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [a, b], extraArgs: { security: 2,
+    kvExactMode: 3, kvEngineType: 'trtllm', kvBlockSize: 16,
+    mtls_backend: { verify_server_cert: true, backend_ca_path: engineCa.cert } } }));
+  assert.equal(r.status, 200, r.text);
+  assert.ok(await waitFor(async () => (await gauge('loxilb_kv_subscriber_connected', b)) === 1, 10000),
+    'b is drained over TLS');
+  assert.ok(await waitFor(async () => (await gauge('kvgate_kv_blocks', b)) === 4, 10000),
+    'b\'s blocks were drained over TLS');
+  const sentTo = (ms, w) => ms.filter((m) => m.name === 'kvgate_requests_total' &&
+    m.labels.endpoint === src(w)).reduce((x, m) => x + m.value, 0);
+  const m0 = await scrapeMetrics(gw.api);
+  for (let i = 0; i < 3; i++) {
+    const res = await post(port, gwCaPem, 'sim-model', { prompt: prefix.concat([i]), max_tokens: 1 });
+    assert.equal(res.status, 200, res.text);
+  }
+  const m1 = await scrapeMetrics(gw.api);
+  assert.equal(sentTo(m1, b) - sentTo(m0, b), 3, 'requests sharing b\'s blocks go to b');
 });
 
 // P/D over TLS: simulated prefill and decode engines serving HTTPS only (kvgate sim --tls-cert),
