@@ -30,6 +30,9 @@ std::optional<Usage> parseUsage(std::string_view text) {
   };
   field("prompt_tokens", u.prompt_tokens);
   field("completion_tokens", u.completion_tokens);
+  // The Responses API names them input_tokens and output_tokens.
+  if (u.prompt_tokens < 0) field("input_tokens", u.prompt_tokens);
+  if (u.completion_tokens < 0) field("output_tokens", u.completion_tokens);
   field("total_tokens", u.total_tokens);
   if (u.charge() < 0) return std::nullopt;
   return u;
@@ -98,9 +101,14 @@ void UsageScanner::onByte(char c) {
       st_ = St::kBrace;
       return;
     }
+    after_response_ = false;
   } else if (st_ == St::kBrace) {
     st_ = St::kScan;
-    if (c == '{') {
+    if (after_response_) {
+      // "response": { ... } (a Responses API stream event): its "usage" member counts too.
+      after_response_ = false;
+      if (c == '{') resp_depth_ = depth_ + 1;
+    } else if (c == '{') {
       st_ = St::kCapture;
       cap_.assign(1, c);
       cap_depth_ = 1;
@@ -113,8 +121,8 @@ void UsageScanner::onByte(char c) {
 void UsageScanner::lex(char c) {
   if (in_str_) {
     if (c == '\n' || c == '\r') {  // (a raw line break never is inside a JSON string: resync)
-      in_str_ = esc_ = false;
-      depth_ = 0;
+      in_str_ = esc_ = after_response_ = false;
+      depth_ = resp_depth_ = 0;
       st_ = St::kScan;
       return;
     }
@@ -130,23 +138,35 @@ void UsageScanner::lex(char c) {
     }
     if (c == '"') {
       in_str_ = false;
-      st_ = st_ == St::kKey && key_len_ == 5 ? St::kColon : St::kScan;
+      if (st_ == St::kKey && key_len_ == 5) {
+        st_ = St::kColon;
+      } else if (st_ == St::kKey && resp_len_ == 8) {
+        st_ = St::kColon;
+        after_response_ = true;
+      } else {
+        st_ = St::kScan;
+      }
       return;
     }
-    if (st_ == St::kKey)
+    if (st_ == St::kKey) {
       key_len_ = key_len_ < 5 && c == "usage"[key_len_] ? uint8_t(key_len_ + 1) : uint8_t(255);
+      resp_len_ = depth_ == 1 && resp_len_ < 8 && c == "response"[resp_len_]
+                      ? uint8_t(resp_len_ + 1)
+                      : uint8_t(255);
+    }
     return;
   }
   if (c == '"') {
     in_str_ = true;
-    if (depth_ == 1) {
+    if (depth_ == 1 || (resp_depth_ && depth_ == resp_depth_)) {
       st_ = St::kKey;
-      key_len_ = 0;
+      key_len_ = resp_len_ = 0;
     }
   } else if (c == '{' || c == '[') {
     ++depth_;
   } else if (c == '}' || c == ']') {
     if (depth_ > 0) --depth_;
+    if (depth_ < resp_depth_) resp_depth_ = 0;  // the response object ended
   }
 }
 

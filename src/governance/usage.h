@@ -3,7 +3,8 @@
 // UsageScanner reads the response body as it is relayed (de-chunked bytes, in any pieces) and
 // keeps the last complete `"usage":{...}` member of a top-level JSON object it saw: the usage of
 // an OpenAI-style JSON answer, or of a stream's include_usage chunk (each SSE event's payload is
-// its own document). It follows strings and nesting, so neither completion text nor an object the
+// its own document); also the usage member of a top-level "response" object (the Responses API's
+// response.completed event), with input_tokens/output_tokens read as prompt/completion tokens. It follows strings and nesting, so neither completion text nor an object the
 // engine echoes deeper down (a tool schema, metadata) is taken for usage. A usage object is
 // captured up to 1 KiB (longer ones are ignored). It also counts a stream's data events (not
 // [DONE]): the completion-token estimate when a stream ends without usage.
@@ -48,6 +49,9 @@ class UsageScanner {
   int depth_ = 0;                // JSON nesting of the document being read
   bool in_str_ = false, esc_ = false;
   uint8_t key_len_ = 0;          // bytes of usage matched in the candidate key (255: no match)
+  uint8_t resp_len_ = 0;         // bytes of "response" matched (a top-level key only)
+  bool after_response_ = false;  // kColon/kBrace after the top-level key "response"
+  int resp_depth_ = 0;           // depth of the members of a top-level "response" object (0: none)
   int cap_depth_ = 0;            // nesting inside the captured object
   std::string cap_;
   std::optional<Usage> usage_;

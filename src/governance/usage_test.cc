@@ -48,6 +48,49 @@ TEST(UsageScanner, StreamUsageChunkAndEventCount) {
   EXPECT_EQ(s.dataEvents(), 2u);
 }
 
+// The Responses API: usage as input_tokens/output_tokens, at the top level of an answer, or
+// inside the top-level "response" object of a stream's response.completed event (where earlier
+// events carry "usage":null). A "usage" deeper in the response, or a "response" that is not a
+// top-level member, is not taken.
+TEST(UsageScanner, ResponsesApiUsage) {
+  const std::string answer =
+      R"({"id":"resp_1","object":"response","output":[{"type":"message","content":[)"
+      R"({"type":"output_text","text":"\"usage\":{\"total_tokens\":999}"}]}],)"
+      R"("usage":{"input_tokens":11,"input_tokens_details":{"cached_tokens":0},)"
+      R"("output_tokens":9,"output_tokens_details":{"reasoning_tokens":0}}})";
+  for (size_t step : {size_t(1), size_t(5), answer.size()}) {
+    auto s = scan(answer, step);
+    ASSERT_TRUE(s.usage()) << step;
+    EXPECT_EQ(s.usage()->prompt_tokens, 11);
+    EXPECT_EQ(s.usage()->completion_tokens, 9);
+    EXPECT_EQ(s.usage()->charge(), 20);  // 11 + 9: no total_tokens
+  }
+  const std::string stream =
+      "event: response.created\n"
+      R"(data: {"type":"response.created","response":{"id":"r","status":"in_progress","usage":null}})"
+      "\n\n"
+      "event: response.output_text.delta\n"
+      R"(data: {"type":"response.output_text.delta","delta":"{\"response\":{\"usage\":{\"total_tokens\":5}}}"})"
+      "\n\n"
+      "event: response.completed\n"
+      R"(data: {"type":"response.completed","sequence_number":9,"response":{"id":"r",)"
+      R"("metadata":{"usage":{"total_tokens":777}},"output":[],"usage":{"input_tokens":40,)"
+      R"("output_tokens":2,"total_tokens":42}}})"
+      "\n\n";
+  for (size_t step : {size_t(1), size_t(4), stream.size()}) {
+    auto s = scan(stream, step);
+    ASSERT_TRUE(s.usage()) << step;
+    EXPECT_EQ(s.usage()->charge(), 42) << step;  // not 5 (in a string) nor 777 (too deep)
+    EXPECT_EQ(s.dataEvents(), 3u);
+  }
+  // "response" nested below the top level is no Responses object.
+  auto s = scan(R"({"choices":[{"response":{"usage":{"total_tokens":3}}}]})", 2);
+  EXPECT_FALSE(s.usage());
+  // After a response object closes, a sibling's usage is not taken at its depth.
+  s = scan(R"({"response":{"id":1},"other":{"usage":{"total_tokens":3}}})", 3);
+  EXPECT_FALSE(s.usage());
+}
+
 TEST(UsageScanner, IgnoresHostileOrMalformedUsage) {
   EXPECT_FALSE(scan(R"({"usage":{"total_tokens":-5}})", 4).usage());
   EXPECT_FALSE(scan(R"({"usage":{"total_tokens":"5"}})", 4).usage());

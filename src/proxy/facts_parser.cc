@@ -175,13 +175,13 @@ bool wholeNumber(value v, int64_t& out, simdjson::error_code& e) {
 }
 
 // Optional request-shape facts: stream, stream_options (include_usage, and the raw object),
-// max_tokens / max_completion_tokens (the larger), n, lora_path.
+// max_tokens / max_completion_tokens / max_output_tokens (Responses API) (the larger), n, lora_path.
 Walk readShape(std::string_view key, value v, routing::RequestFacts& f) {
   simdjson::error_code e = simdjson::SUCCESS;
   if (key == "stream") {
     bool b;
     if (!(e = v.get_bool().get(b))) f.stream = b;
-  } else if (key == "max_tokens" || key == "max_completion_tokens") {
+  } else if (key == "max_tokens" || key == "max_completion_tokens" || key == "max_output_tokens") {
     int64_t n = 0;
     if (wholeNumber(v, n, e)) f.max_tokens = std::max(n, f.max_tokens.value_or(0));
   } else if (key == "n") {

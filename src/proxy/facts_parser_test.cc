@@ -187,6 +187,12 @@ TEST(Facts, QuotaShapeFacts) {
   EXPECT_FALSE(g.max_tokens);  // not whole numbers: no fact (the default applies)
   EXPECT_FALSE(g.n);
   EXPECT_EQ(g.prompt_id_count, 3u);
+  // The Responses API's max_output_tokens counts as well.
+  RequestFacts h;
+  ASSERT_EQ(parse(R"({"input":"hi","max_output_tokens":300,"max_tokens":12})", h,
+                  routing::kNeedRequestShape),
+            FactsStatus::kOk);
+  EXPECT_EQ(h.max_tokens, 300);
 }
 
 TEST(Facts, PromptTextAndTokenIdsWhenNeeded) {

@@ -7,7 +7,7 @@
 // without blocking the worker).
 //
 // Reservation: (prompt estimate + max_tokens) x n, each term clamped to 1e9. max_tokens is the
-// larger of max_tokens and max_completion_tokens, else serve --quota-max-tokens. The prompt
+// larger of max_tokens, max_completion_tokens and max_output_tokens, else serve --quota-max-tokens. The prompt
 // estimate: a token-id prompt's id count, else the rendered prompt's bytes / 4 rounded up (the
 // request facts' one parse; no tokenizer runs on the event loop for it), else, when the facts
 // found no prompt, the body's bytes / 4.
@@ -21,7 +21,8 @@
 // not ask for usage (no stream_options, or include_usage false) gets stream_options with
 // include_usage true appended as the body's last member (the client's other stream_options
 // members kept; the last duplicate wins in the engines' JSON parsers), and the relay strips the
-// usage chunk and the "usage":null members it adds (single-leg rules).
+// usage chunk and the "usage":null members it adds (single-leg rules). Not on the Responses API
+// (a target ending in /responses): its streams carry their usage in response.completed.
 #include <chrono>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,14 @@
 #include "proxy/client_conn.h"
 
 namespace kvgate::proxy {
+
+namespace {
+// POST /v1/responses (the OpenAI Responses API; any prefix, a query string ignored).
+bool isResponsesApi(std::string_view target) {
+  target = target.substr(0, target.find('?'));
+  return target.ends_with("/responses");
+}
+}  // namespace
 
 namespace {
 
@@ -156,9 +165,12 @@ asio::awaitable<ClientConn::KeyAdmission> ClientConn::admitQuota(const Route& ro
   quota_.reserved = reserve;
   quota_.head_request = req.head.method == "HEAD";
   if (!quota_.active) co_return KeyAdmission{};
-  // Ask a stream for its usage when the client did not (the relay hides it again).
+  // Ask a stream for its usage when the client did not (the relay hides it again). Not on the
+  // Responses API: its streams always end with response.completed, which carries the usage,
+  // and it has no include_usage (its response.created events carry "usage":null, which the
+  // relay's filter would strip).
   if (!route.pd_dialect && facts_parsed_ && facts_.stream.value_or(false) &&
-      !facts_.include_usage) {
+      !facts_.include_usage && !isResponsesApi(req.head.target)) {
     nlohmann::json so = nlohmann::json::object();
     if (facts_.has_stream_options) {
       so = nlohmann::json::parse(facts_.stream_options_json, nullptr, false);

@@ -68,7 +68,8 @@ struct RequestFacts {
   bool include_usage = false;         // stream_options.include_usage
   bool has_stream_options = false;    // the body has a "stream_options" member
   std::string stream_options_json;    // its raw text (at most 4 KiB; else empty)
-  std::optional<int64_t> max_tokens;  // the larger of max_tokens and max_completion_tokens
+  std::optional<int64_t> max_tokens;  // the larger of max_tokens, max_completion_tokens and
+                                      // max_output_tokens (the Responses API's)
   std::optional<int64_t> n;           // choices asked for
   std::string lora_adapter;           // SGLang "lora_path" (vLLM selects adapters by "model")
 

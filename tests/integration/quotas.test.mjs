@@ -27,6 +27,7 @@ async function engine(t, opts) {
     req.on('end', async () => {
       const j = JSON.parse(body || '{}');
       seen.push(j);
+      if (req.url === '/v1/responses') return responsesApi(j, res, opts);
       if (!j.stream) {
         const out = JSON.stringify({ id: 'x', object: 'chat.completion', model: j.model,
           choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }],
@@ -51,6 +52,28 @@ async function engine(t, opts) {
   await new Promise((r) => srv.listen(0, '127.0.0.1', r));
   t.after(() => { srv.closeAllConnections(); return new Promise((r) => srv.close(r)); });
   return { seen, worker: { host: '127.0.0.1', port: srv.address().port } };
+}
+
+// The Responses API as OpenAI and vLLM answer it: usage as input/output tokens, at the top level
+// of an answer; a stream's usage only inside response.completed's "response" object (earlier
+// events carry "usage":null there), with no include_usage option.
+async function responsesApi(j, res, opts) {
+  const usage = { input_tokens: 6, input_tokens_details: { cached_tokens: 0 }, output_tokens: opts.chunks ?? 1,
+    output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 6 + (opts.chunks ?? 1) };
+  const response = (status, u) => ({ id: 'resp_1', object: 'response', status, model: j.model, output: [], usage: u });
+  if (!j.stream) {
+    const out = JSON.stringify(response('completed', usage));
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
+    res.end(out);
+    return;
+  }
+  res.writeHead(200, { 'content-type': 'text/event-stream' });
+  let seq = 0;
+  const send = (type, data) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...data })}\n\n`);
+  send('response.created', { response: response('in_progress', null) });
+  for (let i = 0; i < (opts.chunks ?? 1); i++) send('response.output_text.delta', { delta: `t${i}` });
+  send('response.completed', { response: response('completed', usage) });
+  res.end();
 }
 
 async function setup(t, engineOpts, ruleArgs = { api_key_auth: 'required' }) {
@@ -308,6 +331,36 @@ test('streams: usage asked on the client\'s behalf is charged and hidden; a clie
   assert.equal(events(rest).length, 6, rest);
   assert.ok(!rest.includes('usage'));
   assert.ok(rest.endsWith('data: [DONE]\n\n'), JSON.stringify(rest.slice(-40)));
+});
+
+test('Responses API: usage read from response.completed, nothing injected, the stream unchanged', async (t) => {
+  const { gw, up, port } = await setup(t, { chunks: 4 });
+  const acme = await newKey(gw, 'acme');
+  let r = await api(gw.api, 'POST', TENANT, { tenant_id: 'acme', tokens_per_min: 100000 });
+  assert.equal(r.status, 204);
+  const post = async (body) => {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/responses`, { method: 'POST',
+      headers: { 'content-type': 'application/json', 'x-api-key': acme },
+      body: JSON.stringify({ model: 'm1', input: 'hello', max_output_tokens: 50, ...body }) });
+    return { status: res.status, text: await res.text() };
+  };
+  // A stream: sent as the client wrote it (no stream_options added), relayed byte for byte
+  // (response.created keeps its "usage":null), charged 6 + 4 from response.completed.
+  r = await post({ stream: true });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(up.seen.at(-1).stream_options, undefined, 'nothing injected into a Responses request');
+  const datas = r.text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
+  assert.deepEqual(datas.map((d) => d.type), ['response.created', 'response.output_text.delta',
+    'response.output_text.delta', 'response.output_text.delta', 'response.output_text.delta', 'response.completed']);
+  assert.equal(datas[0].response.usage, null, 'the client sees response.created as the engine sent it');
+  assert.equal(datas.at(-1).response.usage.total_tokens, 10);
+  // A plain answer: charged its top-level usage (input 6 + output 4 = total 10).
+  r = await post({});
+  assert.equal(r.status, 200, r.text);
+  assert.equal(JSON.parse(r.text).usage.total_tokens, 10);
+  const ms = await scrapeMetrics(gw.api);
+  assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), 20);
+  assert.equal(metric(ms, 'loxilb_ai_tokens_missing_total', { tenant: 'acme' }) ?? 0, 0);
 });
 
 test('a stream the client cancels is settled by estimate', async (t) => {
