@@ -16,6 +16,7 @@
 #include "common/net.h"
 #include "events/event_plane.h"
 #include "events/kv_sources.h"
+#include "metrics/ai_requests.h"
 #include "governance/redis_counters.h"
 #include "http/tls.h"
 #include "governance/state.h"
@@ -439,7 +440,8 @@ int serveMain(int argc, char** argv) {
         return dp.renderMetrics() + kv_plane.renderMetrics() +
                kv_plane.renderRuleBlocks(store.rules()) +
                (prompt_tokens ? prompt_tokens->renderMetrics() : std::string()) +
-               governance::renderKeyMetrics() + governance::renderJwtMetrics() +
+               metrics::aiRequests().render() + governance::renderKeyMetrics() +
+               governance::renderJwtMetrics() +
                (governance::redisCounters() ? governance::redisCounters()->renderMetrics()
                                              : std::string()) +
                governance::quotaMetrics().render(

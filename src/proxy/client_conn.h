@@ -18,6 +18,7 @@
 #include "endpoints/lease.h"
 #include "governance/quota.h"
 #include "governance/usage.h"
+#include "metrics/ai_requests.h"
 #include "http/chunked.h"
 #include "http/fd_tls.h"
 #include "http/parser.h"
@@ -84,6 +85,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
     // JWT's tenant and user claims (each at most 256 bytes). Empty: no check, or refused.
     std::string key_id, tenant, user;
     int64_t quota_tokens = -1;  // tokens a quota settlement charged (-1: none)
+    // loxilb_ai_requests_total's outcome: an engine's answer was relayed (completed), or a
+    // governance/admission gate refused (denied); else the gateway's own error (failed) or none.
+    bool engine_answered = false, denied = false;
   };
 
   // connection.cc
@@ -240,6 +244,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<error_code> tlsWrite(std::string_view a, std::string_view b);
   void countResponse(int status);
   void logAccess();
+  void countAiRequest();  // loxilb_ai_requests_total, once per request (metrics/ai_requests.h)
   // retry_after_s > 0: a Retry-After header (429 of a key's rate limit).
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
                                   std::string_view param = {}, bool close = false,

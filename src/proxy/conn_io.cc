@@ -218,6 +218,15 @@ void ClientConn::stopWatch() {
   client_.cancel(ec);
 }
 
+void ClientConn::countAiRequest() {
+  using metrics::AiOutcome;
+  const AiOutcome o = outcome_.status == 0    ? AiOutcome::kCancelled
+                      : outcome_.denied          ? AiOutcome::kDenied
+                      : outcome_.engine_answered ? AiOutcome::kCompleted
+                                                 : AiOutcome::kFailed;
+  metrics::aiRequests().count(outcome_.model, outcome_.tenant, outcome_.status, o);
+}
+
 // One structured access-log line for the request just answered (--access-log). Every field is
 // escaped by log::appendField, so client-controlled values cannot forge lines.
 void ClientConn::logAccess() {

@@ -44,6 +44,7 @@ asio::awaitable<int> ClientConn::readHead(http::RequestHead& head) {
   started_at_ = std::chrono::steady_clock::now();
   if (hn < 0) {
     co_await sendError(perr.status, "bad_request", perr.reason, {}, true);
+    countAiRequest();
     if (opts.access_log) logAccess();
     co_return -1;
   }
@@ -172,6 +173,7 @@ asio::awaitable<void> ClientConn::run() {
     request_bytes_ = req.head_bytes + req.raw_body_bytes;
     bool ok = co_await dispatch(req);
     stopWatch();  // no watcher outlives its request (it would read the next one)
+    countAiRequest();
     if (w_.opts.access_log) logAccess();
     cfg_.reset();
     facts_.shrink(kKeepBufferBytes);

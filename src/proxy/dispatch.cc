@@ -209,7 +209,10 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
       co_return !client_gone_;
     }
   }
-  outcome_.model = model;
+  // (the access log and loxilb_ai_requests_total: the pool's model, else the body's when parsed)
+  outcome_.model = !model.empty() || !facts_parsed_ || !facts_.has_model
+                       ? model
+                       : std::string_view(facts_.model);
   if (head.method == "GET" && (path == "/v1/models" || path == "/models") &&
       !cfg->models(host, path).empty()) {
     // On a listener with credential-checked rules the list needs a valid credential: a key
@@ -230,6 +233,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
         allowed = {"*"};
       }
       if (a.status != 0) {
+        outcome_.denied = true;
         co_await sendError(a.status, a.code, a.message, a.param);
         co_return !client_gone_;
       }
@@ -255,6 +259,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
       a = checkJwt(head, route->rule.jwt_profile);
     }
     if (a.status != 0) {
+      outcome_.denied = true;
       co_await sendError(a.status, a.code, a.message, a.param, false, a.retry_after_s);
       co_return !client_gone_;
     }
@@ -268,6 +273,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   if (metered) {  // (no coroutine frame per request where nothing is metered)
     KeyAdmission a = co_await admitQuota(*route, quota_model, req);
     if (a.status != 0) {
+      outcome_.denied = true;
       co_await sendError(a.status, a.code, a.message, a.param, false, a.retry_after_s);
       co_return !client_gone_;
     }

@@ -182,6 +182,7 @@ asio::awaitable<bool> ClientConn::answerWith(int status, std::string_view conten
   if (!keepAliveAfter()) h += "Connection: close\r\n";
   h += "\r\n";
   outcome_.status = status;
+  outcome_.engine_answered = true;  // (every caller relays an engine's answer)
   outcome_.bytes = body.size();
   countResponse(status);
   if (quota_.active) {  // settlement reads the answer's usage
@@ -516,6 +517,7 @@ asio::awaitable<void> ClientConn::sendAdmission(const Route& route, int status,
   if (!keepAliveAfter()) h += "Connection: close\r\n";
   h += "\r\n";
   outcome_.status = status;
+  outcome_.denied = true;  // the admission gate's answer
   countResponse(status);
   co_await writeClient(h, body);
 }

@@ -134,6 +134,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     client_keep_alive_ = false;
   buildDownstreamHead(rh, f.dechunk, rewrite);
   outcome_.status = rh.status;
+  outcome_.engine_answered = true;
   countResponse(rh.status);
   leg_.consumeHead(rh);
 
@@ -146,7 +147,11 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       if (on) s.active_streams.fetch_sub(1, std::memory_order_relaxed);
     }
   } stream_gauge{w_.stats, stream};
-  if (stream) w_.stats.active_streams.fetch_add(1, std::memory_order_relaxed);
+  metrics::StreamHold model_streams;  // loxilb_ai_active_streams{model}
+  if (stream) {
+    w_.stats.active_streams.fetch_add(1, std::memory_order_relaxed);
+    model_streams.open(metrics::aiRequests(), outcome_.model);
+  }
   bool ttft_pending = stream;
   const auto data_timeout = dataTimeout(rule);
   phase_ = stream ? Phase::kStream : Phase::kRelay;

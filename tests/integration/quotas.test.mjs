@@ -229,6 +229,18 @@ test('tenant TPM: usage settles, debt refuses with Retry-After, other tenants un
   assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), 500);
   assert.equal(metric(ms, 'loxilb_ai_token_quota_limit_tokens', { tenant: 'acme' }), 60);
   assert.ok(metric(ms, 'loxilb_ai_token_quota_utilization', { tenant: 'acme' }) > 5, 'in debt: over 1');
+  // loxilb_ai_requests_total: the engine's answers completed, the quota's refusal denied, by
+  // model and tenant; a bad key is denied without a tenant; a malformed request the gateway
+  // answers itself failed.
+  const ai = (labels) => metric(ms, 'loxilb_ai_requests_total', labels);
+  assert.equal(ai({ model: 'm1', tenant: 'acme', status: '200', outcome: 'completed' }), 1);
+  assert.equal(ai({ model: 'm1', tenant: 'acme', status: '429', outcome: 'denied' }), 1);
+  assert.equal(ai({ model: 'm1', tenant: 'other', status: '200', outcome: 'completed' }), 1);
+  assert.equal((await chat(port, { 'x-api-key': 'sk-not-a-key' }, {})).status, 401);
+  assert.match(await rawRequest(port, 'GARBAGE\r\n\r\n'), /^HTTP\/1\.1 400/);
+  const ms2 = await scrapeMetrics(gw.api);
+  assert.equal(metric(ms2, 'loxilb_ai_requests_total', { model: 'm1', tenant: '', status: '401', outcome: 'denied' }), 1);
+  assert.equal(metric(ms2, 'loxilb_ai_requests_total', { model: '', tenant: '', status: '400', outcome: 'failed' }), 1);
   // The access log carries what was charged.
   assert.ok(await waitFor(() => gw.proc.stderrText.includes('quota_tokens=500'), 5000));
 
@@ -318,6 +330,7 @@ test('streams: usage asked on the client\'s behalf is charged and hidden; a clie
 
   // All three were charged the engine's usage (4 + 5 each): 27 tokens, none estimated.
   const ms = await scrapeMetrics(gw.api);
+  assert.equal(metric(ms, 'loxilb_ai_active_streams', { model: 'm1' }), 0, 'every stream closed');
   assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), 27);
   assert.equal(metric(ms, 'loxilb_ai_tokens_missing_total', { tenant: 'acme' }) ?? 0, 0);
   // HTTP/1.0 client: the re-framed stream is sent as it is and ends at the close (no chunked

@@ -1,0 +1,86 @@
+// AiRequests: loxilb_ai_requests_total{model,tenant,status,outcome} and
+// loxilb_ai_active_streams{model} (upstream-gateway.md §2.7), for every request the data plane
+// answers.
+//
+// outcome: completed (an engine answered: its status, any code), denied (a governance or
+// admission gate refused: API key, JWT, model authorization, quota, P/D admission; the status the
+// client got), failed (the gateway answered an error of its own: bad request, no route, upstream
+// unreachable or broken), cancelled (the client left before any answer; status "0").
+//
+// Labels come from clients (model) and credentials (tenant): the first kMaxModels models and
+// kMaxTenants tenants seen get their own values, later ones are counted as "_other"; a model
+// label is cut at 128 bytes. At most kMaxSeries request series exist (beyond: model and tenant
+// "_other"). Counting is one atomic add when a worker thread counts the same series as its last
+// request (a thread-local hint, keyed by the table's id), else a mutex-guarded map lookup; series are never erased, so
+// the hint's pointer stays valid.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+
+namespace kvgate::metrics {
+
+enum class AiOutcome : uint8_t { kCompleted, kDenied, kFailed, kCancelled };
+const char* aiOutcomeName(AiOutcome o);
+
+class AiRequests {
+ public:
+  static constexpr size_t kMaxModels = 256, kMaxTenants = 1024, kMaxSeries = 8192;
+  static constexpr size_t kMaxModelBytes = 128;
+
+  void count(std::string_view model, std::string_view tenant, int status, AiOutcome outcome);
+  // The open-streams gauge of `model` (+1 now; the returned counter is decremented by the caller
+  // when the stream ends: StreamHold).
+  std::atomic<int64_t>& streamOpened(std::string_view model);
+  // Both families, Prometheus text (any thread).
+  std::string render() const;
+
+ private:
+  struct Key {
+    std::string model, tenant;
+    int status;
+    AiOutcome outcome;
+    bool operator<(const Key& o) const {
+      return std::tie(model, tenant, status, outcome) <
+             std::tie(o.model, o.tenant, o.status, o.outcome);
+    }
+  };
+  std::string modelLabel(std::string_view model);    // (mu_ held)
+  std::string tenantLabel(std::string_view tenant);  // (mu_ held)
+  static inline std::atomic<uint64_t> next_id_{1};
+  const uint64_t id_ = next_id_.fetch_add(1);  // (the thread-local hint's owner)
+  mutable std::mutex mu_;
+  std::set<std::string, std::less<>> models_, tenants_;
+  std::map<Key, std::unique_ptr<std::atomic<uint64_t>>> requests_;
+  std::map<std::string, std::unique_ptr<std::atomic<int64_t>>, std::less<>> streams_;
+};
+
+AiRequests& aiRequests();  // the process's table
+
+// RAII: one open stream of a model, closed on every path.
+class StreamHold {
+ public:
+  StreamHold() = default;
+  StreamHold(const StreamHold&) = delete;
+  StreamHold& operator=(const StreamHold&) = delete;
+  ~StreamHold() { release(); }
+  void open(AiRequests& t, std::string_view model) {
+    release();
+    g_ = &t.streamOpened(model);
+  }
+  void release() {
+    if (g_) g_->fetch_sub(1, std::memory_order_relaxed);
+    g_ = nullptr;
+  }
+
+ private:
+  std::atomic<int64_t>* g_ = nullptr;
+};
+
+}  // namespace kvgate::metrics
