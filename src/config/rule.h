@@ -40,6 +40,10 @@ struct RuleSpec {
   int security = 0;  // 0 plain, 1 TLS terminated at the gateway, 2 and TLS to the engines
   http::ServerTlsOptions tls;  // mtls_frontend, tls_versions, tls_ciphers (security 1, 2)
   http::ClientTlsOptions backend_tls;  // mtls_backend (security 2: TLS to the engines)
+  // hsts_enable (security 1, 2): the "Strict-Transport-Security: ...\r\n" line every answer of
+  // the rule carries (hsts_max_age, omitted = 31536000; hsts_include_subdomains, hsts_preload);
+  // "" = none.
+  std::string hsts_header;
   int64_t max_stream_duration_sec = 0;  // 0 = 86400
   int64_t timeout_connect_ms = 0;       // 0 = 500
   int64_t timeout_data_ms = 0;          // 0 = default (see proxy options)

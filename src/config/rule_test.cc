@@ -50,6 +50,46 @@ TEST(RuleParse, ActiveRuleFieldsAndKey) {
   EXPECT_EQ(r->key(), "||disabled|model:llama|127.0.0.1:8080/tcp");
 }
 
+// HSTS: the header line as RFC 6797 §6.1 spells it (directive names case-insensitive, max-age in
+// seconds); only on TLS rules. Store ids: stored, 501.
+TEST(RuleParse, HstsHeaderAndStoreIds) {
+  auto j = simple();
+  j["serviceArguments"]["security"] = 1;
+  j["serviceArguments"]["hsts_enable"] = true;
+  auto r = parseRule(j);
+  ASSERT_TRUE(r) << r.error().what;
+  EXPECT_EQ(r->hsts_header, "Strict-Transport-Security: max-age=31536000\r\n");
+  j["serviceArguments"]["hsts_max_age"] = 0;
+  j["serviceArguments"]["hsts_include_subdomains"] = true;
+  j["serviceArguments"]["hsts_preload"] = true;
+  r = parseRule(j);
+  ASSERT_TRUE(r) << r.error().what;
+  EXPECT_EQ(r->hsts_header,
+            "Strict-Transport-Security: max-age=0; includeSubDomains; preload\r\n");
+  j["serviceArguments"]["hsts_enable"] = false;
+  r = parseRule(j);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->hsts_header, "");
+  j["serviceArguments"]["hsts_enable"] = true;
+  j["serviceArguments"]["security"] = 0;
+  r = parseRule(j);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, 400);
+  EXPECT_NE(r.error().what.find("hsts_enable"), std::string::npos);
+  auto k = simple();
+  k["serviceArguments"]["backend_ca_cert_id"] = "ca-1";
+  r = parseRule(k);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->inactive_capability, "certificate_store");
+  k = simple();
+  k["serviceArguments"]["vip_qos_policy_id"] = "gold";
+  r = parseRule(k);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->inactive_capability, "qos_policy");
+  k["serviceArguments"]["vip_qos_policy_id"] = "";
+  EXPECT_EQ(parseRule(k)->inactive_capability, "");
+}
+
 struct BadCase {
   const char* name;
   const char* pointer;  // JSON pointer to set

@@ -244,7 +244,11 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<error_code> tlsWrite(std::string_view a, std::string_view b);
   void countResponse(int status);
   void logAccess();
-  void countAiRequest();  // loxilb_ai_requests_total, once per request (metrics/ai_requests.h)
+  void countAiRequest();
+  // Headers the request's rule adds to every answer (HSTS on TLS rules); "" before routing.
+  std::string_view ruleHeaders() const {
+    return outcome_.route ? std::string_view(outcome_.route->rule.hsts_header) : std::string_view();
+  }  // loxilb_ai_requests_total, once per request (metrics/ai_requests.h)
   // retry_after_s > 0: a Retry-After header (429 of a key's rate limit).
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
                                   std::string_view param = {}, bool close = false,

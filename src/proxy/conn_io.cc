@@ -108,6 +108,7 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
       "\r\n";
   if (!keepAliveAfter()) h += "Connection: close\r\n";
   if (retry_after_s > 0) h += "Retry-After: " + std::to_string(retry_after_s) + "\r\n";
+  h += ruleHeaders();
   h += "\r\n";
   outcome_.status = status;
   countResponse(status);

@@ -28,7 +28,8 @@ std::vector<ScrapeSpec> scrapeSpecs(
       const int64_t cap = e.json.is_object() ? e.json.value("kvCapacityBlocks", int64_t{0}) : 0;
       st->kv_capacity_override.store(cap, std::memory_order_relaxed);
       if (!seen.insert(st.get()).second) continue;
-      ScrapeSpec spec{st};
+      ScrapeSpec spec;
+      spec.ep = st;
       if (tls_of) spec.tls = tls_of(r);
       spec.tls_name = e.json.is_object() ? e.json.value("domainName", "") : "";
       if (spec.tls_name.empty()) spec.tls_name = e.ip;

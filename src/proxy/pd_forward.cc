@@ -179,6 +179,7 @@ asio::awaitable<bool> ClientConn::answerWith(int status, std::string_view conten
   h.append(content_type.empty() ? std::string_view("application/json") : content_type);
   h += "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nX-Request-Id: " + request_id_ +
        "\r\n";
+  h += ruleHeaders();
   if (!keepAliveAfter()) h += "Connection: close\r\n";
   h += "\r\n";
   outcome_.status = status;
@@ -514,6 +515,7 @@ asio::awaitable<void> ClientConn::sendAdmission(const Route& route, int status,
   h += "X-Loxilb-Admission-Inflight: " + std::to_string(st.admission_inflight.load()) +
        "\r\nX-Loxilb-Admission-Queued: " + std::to_string(st.admission_queued.load()) +
        "\r\nX-Loxilb-Admission-Limit: " + std::to_string(limit) + "\r\n";
+  h += ruleHeaders();
   if (!keepAliveAfter()) h += "Connection: close\r\n";
   h += "\r\n";
   outcome_.status = status;

@@ -17,9 +17,11 @@ void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk,
   h.append(rh.reason.empty() ? std::string_view(http::statusReason(rh.status)) : rh.reason);
   h.append("\r\n");
   bool has_rid = false;
+  const std::string_view hsts = ruleHeaders();
   for (size_t i = 0; i < rh.num_headers; ++i) {
     auto& x = rh.headers[i];
     if (http::isHopByHop(x.name)) continue;
+    if (!hsts.empty() && http::iequals(x.name, "strict-transport-security")) continue;  // ours
     if (rewrite && http::iequals(x.name, "content-length")) continue;
     if (http::iequals(x.name, "x-request-id")) {
       if (!leg_id_.empty()) continue;  // P/D: the engines saw the legs' id; the client its own
@@ -30,6 +32,7 @@ void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk,
   if (rewrite ? client_minor_ >= 1 : rh.body_kind == http::BodyKind::kChunked && !dechunk)
     h.append("Transfer-Encoding: chunked\r\n");
   if (!has_rid) h.append("X-Request-Id: ").append(request_id_).append("\r\n");
+  h.append(hsts);
   if (!keepAliveAfter()) h.append("Connection: close\r\n");
   h.append("\r\n");
 }

@@ -26,7 +26,8 @@ async function engine(t) {
       if (!j.stream) {
         const out = JSON.stringify({ id: 'x', object: 'chat.completion', choices: [{ index: 0,
           message: { role: 'assistant', content: 'hi over tls' }, finish_reason: 'stop' }] });
-        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
+        const own = j.engine_sts ? { 'strict-transport-security': 'max-age=5' } : {};
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out), ...own });
         res.end(out);
         return;
       }
@@ -54,7 +55,7 @@ function post(port, ca, body, { agent, onFirst } = {}) {
       const serial = res.socket.getPeerCertificate().serialNumber, localPort = res.socket.localPort;
       let text = '';
       res.on('data', (c) => { text += c; if (onFirst) { onFirst(req, res); onFirst = null; } });
-      res.on('end', () => resolve({ status: res.statusCode, text, serial, localPort }));
+      res.on('end', () => resolve({ status: res.statusCode, text, serial, localPort, headers: res.headers }));
       res.on('error', reject);
     });
     req.on('error', reject);
@@ -148,4 +149,56 @@ test('security 1: TLS terminated by the data plane', async (t) => {
   renameSync(`${certFile}.new`, certFile);
   assert.ok(await waitFor(async () => (await post(port, caPem, { model: 'm1', messages: [] })).serial === '1773', 10000),
     'a certificate renewed with the same key serves new connections');
+});
+
+// HSTS (hsts_enable on a TLS rule): every answer of the rule carries the configured
+// Strict-Transport-Security header (RFC 6797 syntax), relayed answers, streams and the gateway's
+// own errors alike; an engine's own header is replaced, never doubled. Refused without TLS.
+// Certificates by store id have no store in this build: stored, answered 501.
+test('hsts_* on TLS rules; certificate-store ids answered 501', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const ca = makeCa(tmp.dir, 'ca');
+  const cert = makeServerCert(tmp.dir, ca, 4101, 'dp');
+  const up = await engine(t);
+  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'), extra: ['--tls-cert', cert.crt, '--tls-key', cert.key] });
+  t.after(() => gw.stop());
+  const caPem = readFileSync(ca.cert);
+  const port = await freePort();
+  let r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [up.worker],
+    extraArgs: { security: 1, hsts_enable: true, hsts_include_subdomains: true } }));
+  assert.equal(r.status, 200, r.text);
+  const want = 'max-age=31536000; includeSubDomains';
+  const a = await post(port, caPem, { model: 'm1', messages: [] });
+  assert.equal(a.status, 200);
+  assert.equal(a.headers['strict-transport-security'], want);
+  const own = await post(port, caPem, { model: 'm1', messages: [], engine_sts: true });
+  assert.equal(own.headers['strict-transport-security'], want, 'the engine\'s header replaced, not doubled');
+  const s = await post(port, caPem, { model: 'm1', stream: true, messages: [] });
+  assert.equal(s.headers['strict-transport-security'], want);
+  // max-age and preload as configured, on the gateway's own error (no engine listening).
+  const deadPort = await freePort();
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port: deadPort, workers: [{ host: '127.0.0.1', port: await freePort() }],
+    extraArgs: { security: 1, hsts_enable: true, hsts_max_age: 600, hsts_preload: true } }));
+  assert.equal(r.status, 200, r.text);
+  const e = await post(deadPort, caPem, { model: 'm1', messages: [] });
+  assert.ok(e.status >= 502 && e.status <= 503, e.text);
+  assert.equal(e.headers['strict-transport-security'], 'max-age=600; preload');
+  // Without hsts_enable: no header.
+  const plainTls = await freePort();
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port: plainTls, workers: [up.worker], extraArgs: { security: 1 } }));
+  assert.equal(r.status, 200, r.text);
+  assert.equal((await post(plainTls, caPem, { model: 'm1', messages: [] })).headers['strict-transport-security'], undefined);
+  // HSTS over plain HTTP means nothing (RFC 6797 §7.2): refused, nothing stored.
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port: await freePort(), workers: [up.worker], extraArgs: { hsts_enable: true } }));
+  assert.equal(r.status, 400, r.text);
+  assert.match(r.text, /hsts_enable/);
+  // A certificate named by store id: stored, 501 certificate_store (never served without it).
+  const idPort = await freePort();
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port: idPort, workers: [up.worker],
+    extraArgs: { security: 1, backend_client_cert_id: 'cert-7' } }));
+  assert.equal(r.status, 200, r.text);
+  const n = await post(idPort, caPem, { model: 'm1', messages: [] });
+  assert.equal(n.status, 501, n.text);
+  assert.match(n.text, /certificate_store/);
 });
