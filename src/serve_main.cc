@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "events/event_plane.h"
+#include "common/secret_file.h"
 #include "events/kv_sources.h"
 #include "metrics/ai_requests.h"
 #include "governance/redis_counters.h"
@@ -48,6 +49,8 @@ const char* kServeHelp =
     "  --redis HOST:PORT          quota counters in Redis, shared by replicas (default: in this\n"
     "                             process; unreachable: 429 token_quota_warming for 3 s, then\n"
     "                             requests pass uncounted)\n"
+    "  --redis-auth-file FILE     Redis credentials (mode 0600): one line, PASSWORD or\n"
+    "                             USER PASSWORD (Redis 6 ACL user); sent with AUTH on connect\n"
     "  --workers N                data-plane worker threads (default: one per core)\n"
     "  --max-header-bytes N       request head limit, larger gets 431 (default 16384)\n"
     "  --max-body-bytes N         request body limit, larger gets 413 (default 33554432)\n"
@@ -98,6 +101,7 @@ struct ServeFlags {
   std::string state_dir = "kvgate-state";
   std::string state_db;  // PostgreSQL conninfo for governance state shared by replicas
   std::string redis;     // host:port of the Redis holding quota counters shared by replicas
+  std::string redis_auth_file;  // its credentials
   std::string models_dir;
   proxy::ProxyOptions opts;
 };
@@ -142,6 +146,8 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
       f.state_db = next();
     } else if (a == "--redis") {
       f.redis = next();
+    } else if (a == "--redis-auth-file") {
+      f.redis_auth_file = next();
     } else if (a == "--workers") {
       ok = net::parseUint(next(), 256, x) && x > 0;
       opts.workers = static_cast<int>(x);
@@ -392,6 +398,10 @@ int serveMain(int argc, char** argv) {
   // Made before the data plane and destroyed after it: requests still in flight at shutdown
   // settle into it, and its destructor sends the queued settlements.
   std::unique_ptr<governance::RedisCounters> redis;
+  if (flags.redis.empty() && !flags.redis_auth_file.empty()) {
+    std::fprintf(stderr, "kvgate serve: --redis-auth-file needs --redis\n");
+    return 2;
+  }
   if (!flags.redis.empty()) {
     auto rhp = net::parseHostPort(flags.redis);
     if (!rhp) {
@@ -399,7 +409,25 @@ int serveMain(int argc, char** argv) {
                    flags.redis.c_str());
       return 2;
     }
-    redis = std::make_unique<governance::RedisCounters>(rhp->host, rhp->port);
+    governance::RedisCounters::Auth auth;
+    if (!flags.redis_auth_file.empty()) {
+      auto lines = readSecretLines(flags.redis_auth_file, "--redis-auth-file", 4096);
+      if (!lines || lines->size() != 1) {
+        std::fprintf(stderr, "kvgate serve: %s\n",
+                     lines ? "--redis-auth-file must hold one line: PASSWORD or USER PASSWORD"
+                           : lines.error().what.c_str());
+        return 2;
+      }
+      const std::string& line = lines->front();
+      const size_t sp = line.find_first_of(" \t");
+      if (sp == std::string::npos) {
+        auth.password = line;
+      } else {
+        auth.user = line.substr(0, sp);
+        auth.password = line.substr(line.find_first_not_of(" \t", sp));
+      }
+    }
+    redis = std::make_unique<governance::RedisCounters>(rhp->host, rhp->port, std::move(auth));
     redis->start();
     governance::setRedisCounters(redis.get());
   }

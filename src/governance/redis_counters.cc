@@ -95,7 +95,8 @@ std::atomic<RedisCounters*> g_counters{nullptr};
 RedisCounters* redisCounters() { return g_counters.load(std::memory_order_acquire); }
 void setRedisCounters(RedisCounters* c) { g_counters.store(c, std::memory_order_release); }
 
-RedisCounters::RedisCounters(std::string host, int port) : host_(std::move(host)), port_(port) {
+RedisCounters::RedisCounters(std::string host, int port, Auth auth)
+    : host_(std::move(host)), port_(port), auth_(std::move(auth)) {
   down_since_ns_ = steadyNs();  // unknown until the first connect: warming
 }
 
@@ -205,6 +206,16 @@ bool RedisCounters::connect() {
     why = c_ ? c_->errstr : "out of memory";
   } else {
     redisSetTimeout(c_, tv);
+    if (!auth_.password.empty()) {
+      Reply r(auth_.user.empty()
+                  ? redisCommand(c_, "AUTH %b", auth_.password.data(), auth_.password.size())
+                  : redisCommand(c_, "AUTH %b %b", auth_.user.data(), auth_.user.size(),
+                                 auth_.password.data(), auth_.password.size()));
+      if (!r.r || r.r->type == REDIS_REPLY_ERROR)  // (never the password in the log)
+        why = "AUTH refused: " + std::string(r.r ? std::string(r.r->str, r.r->len) : c_->errstr);
+    }
+  }
+  if (why.empty() && c_) {
     for (auto [lua, sha] :
          {std::pair{kAdmitLua, &admit_sha_}, std::pair{kSettleLua, &settle_sha_}}) {
       Reply r(redisCommand(c_, "SCRIPT LOAD %s", lua));

@@ -20,6 +20,10 @@
 // would refund or charge twice). A script error (Redis out of memory) answers kOpen for that
 // request and keeps the connection.
 //
+// Authentication: with serve --redis-auth-file, AUTH [user] password right after each connect
+// (Redis 6 ACL users, or requirepass); a refused AUTH is a failed connect (logged, retried once a
+// second, quotas warming then open as below).
+//
 // Redis unreachable (connection refused, dropped, timed out): for the first 3 s the answer is
 // kWarming (the gateway answers 429 token_quota_warming with Retry-After: 1), then kOpen (the
 // request passes uncounted: loxilb_ai_token_quota_cold_open_total). Reconnects are tried at most
@@ -58,7 +62,12 @@ class RedisCounters {
   static constexpr int64_t kWarmingNs = 3'000'000'000;
   static constexpr int64_t kMaxWaitNs = 1'000'000'000;
 
-  RedisCounters(std::string host, int port);
+  // Credentials (serve --redis-auth-file): sent with AUTH after each connect; an empty
+  // password sends none, an empty user authenticates the default user (requirepass).
+  struct Auth {
+    std::string user, password;
+  };
+  RedisCounters(std::string host, int port, Auth auth = {});
   ~RedisCounters();
   void start();
   void stop();  // (jobs still queued are answered kOpen)
@@ -90,6 +99,7 @@ class RedisCounters {
 
   std::string host_;
   int port_;
+  Auth auth_;
   std::thread thread_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

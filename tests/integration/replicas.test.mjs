@@ -6,13 +6,13 @@
 // (counted), and the counters come back with Redis; PostgreSQL going away keeps the last state.
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { LB_BASE, api, freePort, rule, scrapeMetrics, sleep, startGateway, tempDir, waitFor } from './lib.mjs';
+import { LB_BASE, api, freePort, rule, scrapeMetrics, sleep, startGateway, startKvgate, tempDir, waitFor } from './lib.mjs';
 
 const KEYS = '/netlox/v1/config/ai/apikey';
 const TENANT = '/netlox/v1/config/ai/tenant/ratelimit';
@@ -42,18 +42,19 @@ async function startPostgres(t) {
 }
 
 // A Redis server without persistence on a free loopback port; `stop` and `start` again.
-async function startRedis(t) {
+async function startRedis(t, extra = []) {
   const port = await freePort();
   let proc = null;
   const ping = () => new Promise((resolve) => {
     const s = net.connect(port, '127.0.0.1');
     s.on('connect', () => s.write('PING\r\n'));
-    s.on('data', (d) => { s.destroy(); resolve(d.toString().startsWith('+PONG')); });
+    // (+PONG, or -NOAUTH from a server that requires a password: up either way)
+    s.on('data', (d) => { s.destroy(); resolve(/^(\+PONG|-NOAUTH)/.test(d.toString())); });
     s.on('error', () => resolve(false));
   });
   const start = async () => {
     proc = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '',
-      '--appendonly', 'no'], { stdio: 'ignore' });
+      '--appendonly', 'no', ...extra], { stdio: 'ignore' });
     assert.ok(await waitFor(ping, 10000), 'redis-server answers');
   };
   const stop = async () => {
@@ -180,4 +181,55 @@ test('two replicas: PostgreSQL keys and limits, Redis counters, failure modes', 
   assert.equal((await chat(a.port, gamma)).status, 200);
   r = await api(a.gw.api, 'POST', KEYS, { tenant_id: 'delta' });
   assert.equal(r.status, 503, r.text);
+});
+
+// A Redis that requires credentials (an ACL user, and the default user's requirepass): the
+// gateway authenticates from --redis-auth-file (mode 0600; refused otherwise); wrong credentials
+// count as Redis unreachable (warming, then open), never as a pass.
+test('Redis with AUTH: --redis-auth-file (ACL user or password)', async (t) => {
+  const redis = await startRedis(t, ['--requirepass', 'default-secret-1',
+    '--user', 'kvgate', 'on', '>acl-secret-2', '~kvgate:*', '+@all']);
+  const up = await engine(t);
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const file = (name, text, mode = 0o600) => {
+    const f = path.join(tmp.dir, name);
+    writeFileSync(f, text, { mode });
+    chmodSync(f, mode);
+    return f;
+  };
+  // A world-readable file, or two lines: refused at start.
+  const loose = file('loose', 'kvgate acl-secret-2\n', 0o644);
+  await assert.rejects(startKvgate(['serve', '--api-listen', '127.0.0.1:0', '--redis', redis.addr,
+    '--redis-auth-file', loose, '--state-dir', path.join(tmp.dir, 'x')]), /chmod 600/);
+  const two = file('two', 'kvgate acl-secret-2\nother line\n');
+  await assert.rejects(startKvgate(['serve', '--api-listen', '127.0.0.1:0', '--redis', redis.addr,
+    '--redis-auth-file', two, '--state-dir', path.join(tmp.dir, 'y')]), /one line/);
+  await assert.rejects(startKvgate(['serve', '--api-listen', '127.0.0.1:0', '--redis-auth-file', loose,
+    '--state-dir', path.join(tmp.dir, 'z')]), /needs --redis/);
+  const metered = async (authFile, stateDir) => {
+    const gw = await startGateway({ stateDir: path.join(tmp.dir, `state-${stateDir}`),
+      extra: ['--redis', redis.addr, '--redis-auth-file', authFile] });
+    t.after(() => gw.stop());
+    const port = await freePort();
+    let r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [up], extraArgs: { api_key_auth: 'required' } }));
+    assert.equal(r.status, 200, r.text);
+    r = await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', tokens_per_min: 100000 });
+    return { gw, port, key: r.json.raw_key };
+  };
+  for (const [name, text] of [['acl', '# an ACL user\nkvgate acl-secret-2\n'], ['pass', 'default-secret-1\n']]) {
+    const { gw, port, key } = await metered(file(name, text), name);
+    assert.ok(await waitFor(async () => (await chat(port, key)).status === 200 &&
+      metric(await scrapeMetrics(gw.api), 'kvgate_quota_redis_up') === 1, 10000), `${name}: authenticated`);
+  }
+  // Wrong password: never up; warming first, then open (counted).
+  const { gw, port, key } = await metered(file('wrong', 'kvgate not-the-password\n'), 'wrong');
+  const r = await chat(port, key);
+  assert.equal(r.status, 429);
+  assert.equal(r.json.error.code, 'token_quota_warming');
+  await sleep(3300);
+  assert.equal((await chat(port, key)).status, 200);
+  const ms = await scrapeMetrics(gw.api);
+  assert.equal(metric(ms, 'kvgate_quota_redis_up'), 0);
+  assert.ok(metric(ms, 'loxilb_ai_token_quota_cold_open_total') >= 1);
 });
