@@ -49,8 +49,8 @@ const char* kServeHelp =
     "  --redis HOST:PORT          quota counters in Redis, shared by replicas (default: in this\n"
     "                             process; unreachable: 429 token_quota_warming for 3 s, then\n"
     "                             requests pass uncounted)\n"
-    "  --redis-auth-file FILE     Redis credentials (mode 0600): one line, PASSWORD or\n"
-    "                             USER PASSWORD (Redis 6 ACL user); sent with AUTH on connect\n"
+    "  --redis-auth-file FILE     Redis credentials (mode 0600): a password=SECRET line and\n"
+    "                             optionally user=NAME (a Redis 6 ACL user); AUTH on connect\n"
     "  --workers N                data-plane worker threads (default: one per core)\n"
     "  --max-header-bytes N       request head limit, larger gets 431 (default 16384)\n"
     "  --max-body-bytes N         request body limit, larger gets 413 (default 33554432)\n"
@@ -411,24 +411,34 @@ int serveMain(int argc, char** argv) {
     }
     governance::RedisCounters::Auth auth;
     if (!flags.redis_auth_file.empty()) {
+      // user=NAME (optional: a Redis 6 ACL user) and password=SECRET lines: the value is
+      // everything after the first '=' (a password may hold spaces, '#' or '=').
       auto lines = readSecretLines(flags.redis_auth_file, "--redis-auth-file", 4096);
-      if (!lines || lines->size() != 1) {
-        std::fprintf(stderr, "kvgate serve: %s\n",
-                     lines ? "--redis-auth-file must hold one line: PASSWORD or USER PASSWORD"
-                           : lines.error().what.c_str());
-        return 2;
+      std::string why;
+      if (!lines) why = lines.error().what;
+      for (size_t i = 0; lines && i < lines->size() && why.empty(); ++i) {
+        const std::string& line = (*lines)[i];
+        const size_t eq = line.find('=');
+        const std::string key = line.substr(0, eq);
+        std::string* into = key == "user" ? &auth.user : key == "password" ? &auth.password : nullptr;
+        if (eq == std::string::npos || !into || !into->empty())
+          why = "--redis-auth-file line " + std::to_string(i + 1) +
+                ": expected one user=NAME and one password=SECRET line";
+        else
+          *into = line.substr(eq + 1);
       }
-      const std::string& line = lines->front();
-      const size_t sp = line.find_first_of(" \t");
-      if (sp == std::string::npos) {
-        auth.password = line;
-      } else {
-        auth.user = line.substr(0, sp);
-        auth.password = line.substr(line.find_first_not_of(" \t", sp));
+      if (why.empty() && auth.password.empty())
+        why = "--redis-auth-file: no password=SECRET line";
+      if (!why.empty()) {
+        std::fprintf(stderr, "kvgate serve: %s\n", why.c_str());
+        return 2;
       }
     }
     redis = std::make_unique<governance::RedisCounters>(rhp->host, rhp->port, std::move(auth));
-    redis->start();
+    if (auto st = redis->start(); !st) {
+      std::fprintf(stderr, "kvgate serve: %s\n", st.error().what.c_str());
+      return 2;
+    }
     governance::setRedisCounters(redis.get());
   }
   proxy::DataPlane dp(opts);

@@ -1,29 +1,51 @@
 #include "common/secret_file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <fstream>
 
 namespace kvgate {
 
 Result<std::vector<std::string>> readSecretLines(const std::string& path, const std::string& flag,
                                                  size_t max_bytes) {
   const std::string field = flag.substr(flag.find_first_not_of('-'));
+  // Opened once, without following a symbolic link and without blocking on a FIFO; every check
+  // is on the descriptor that is read (no window between a check and the read).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return fail(2, field,
+                flag + " " + path +
+                    (errno == ELOOP ? " is a symbolic link: name the file itself"
+                                    : ": cannot open it"));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return fail(2, field, flag + " " + path + ": cannot stat it");
+  if (::fstat(fd, &st) != 0) return fail(2, field, flag + " " + path + ": cannot stat it");
   if (!S_ISREG(st.st_mode)) return fail(2, field, flag + " " + path + " is not a regular file");
   if (st.st_uid != ::geteuid() && st.st_uid != 0)
     return fail(2, field, flag + " " + path + " must be owned by the user kvgate runs as");
   if (st.st_mode & 077)
     return fail(2, field, flag + " " + path + " is readable or writable by others: chmod 600 it");
-  if (static_cast<size_t>(st.st_size) > max_bytes)
-    return fail(2, field, flag + " " + path + " is over " + std::to_string(max_bytes) + " bytes");
-  std::ifstream f(path);
-  if (!f) return fail(2, field, flag + " " + path + ": cannot read it");
+  std::string text;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(2, field, flag + " " + path + ": cannot read it");
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > max_bytes)
+      return fail(2, field, flag + " " + path + " is over " + std::to_string(max_bytes) + " bytes");
+  }
   std::vector<std::string> out;
-  std::string line;
-  while (std::getline(f, line)) {
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t nl = text.find('\n', at);
+    if (nl == std::string::npos) nl = text.size();
+    std::string line = text.substr(at, nl - at);
+    at = nl + 1;
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
       line.pop_back();
     const size_t b = line.find_first_not_of(" \t");

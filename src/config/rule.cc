@@ -167,9 +167,10 @@ Result<RuleSpec> parseRule(const json& body) {
   auto backend_tls = parseBackendTls(stored, r.security);
   if (!backend_tls) return tl::unexpected(backend_tls.error());
   r.backend_tls = std::move(*backend_tls);
-  if (getOr<bool>(stored, "hsts_enable", false)) {
-    if (r.security == 0)
-      return bad("serviceArguments.hsts_enable", "needs security 1 or 2 (HSTS is sent over TLS)");
+  // HSTS on TLS rules only: browsers ignore it over plain HTTP (RFC 6797 §8.1), so a plain rule's
+  // hsts_* fields are stored and have no effect (a rule saved before HSTS was served keeps
+  // loading).
+  if (getOr<bool>(stored, "hsts_enable", false) && r.security != 0) {
     // RFC 6797 §6.1: max-age in seconds (0 tells browsers to forget the host's HSTS).
     r.hsts_header = "Strict-Transport-Security: max-age=" +
                     std::to_string(getOr<int64_t>(stored, "hsts_max_age", 31536000));
@@ -300,11 +301,12 @@ Result<RuleSpec> parseRule(const json& body) {
   need(getOr<int64_t>(stored, "connectionLimit", 0) != 0, "connection_limit");
   need(port_max != 0 && port_max != r.port, "port_range");
   need(getOr<bool>(stored, "proxyprotocolv2", false), "proxy_protocol");
-  // Certificates by id from a certificate store, QoS policies: stored; no store in this build.
-  need(!getOr<std::string>(stored, "backend_ca_cert_id", "").empty() ||
-           !getOr<std::string>(stored, "backend_client_cert_id", "").empty(),
+  // TLS to the engines with certificates named by id from a certificate store: this build has
+  // no store, and serving without the CA or client certificate asked for would be weaker than
+  // the operator meant. (On other rules the ids mean nothing; vip_qos_policy_id: stored.)
+  need(r.security == 2 && (!getOr<std::string>(stored, "backend_ca_cert_id", "").empty() ||
+                           !getOr<std::string>(stored, "backend_client_cert_id", "").empty()),
        "certificate_store");
-  need(!getOr<std::string>(stored, "vip_qos_policy_id", "").empty(), "qos_policy");
   for (const char* k : {"secondaryIPs", "secondaryVIPs", "allowedSources"}) {
     auto it = body.find(k);
     if (it != body.end() && !it->is_null()) {

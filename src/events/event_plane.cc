@@ -813,8 +813,10 @@ void EventPlane::drainLoop() {
   // a 16 MiB answer); each exchange is bounded (drain_timeout_ms), so stop() waits at most that.
   asio::io_context io(1);
   std::set<std::string> running;  // keys with a polling coroutine (this thread only)
+  std::set<std::string> warned_no_context;  // (this thread only)
   int in_flight = 0;
-  auto poll = [this, &running, &in_flight](std::string key) -> asio::awaitable<void> {
+  auto poll = [this, &running, &in_flight,
+               &warned_no_context](std::string key) -> asio::awaitable<void> {
     asio::steady_timer timer(co_await asio::this_coro::executor);
     auto sleepMs = [&timer](int ms) -> asio::awaitable<void> {
       timer.expires_after(std::chrono::milliseconds(ms));
@@ -836,12 +838,16 @@ void EventPlane::drainLoop() {
       // Until proven otherwise (an exception included): unreachable, and events lost.
       res.reachable = false;
       res.lost = true;
-      // A TLS source without its context (never from serve: the plan sets it) is not polled in
-      // plain text; nothing was sent, so nothing was lost.
+      // A TLS source without its context (its rule is saved but not served: a CA file missing
+      // at restart) is not polled in plain text; nothing was sent, so nothing was lost. Said
+      // once per source in the log (loxilb_kv_subscriber_connected stays 0).
       if (spec.tls && !spec.tls_files) {
         res.lost = false;
-        res.error = "no TLS client context";
+        res.error = "no TLS client context (the rule naming it is not served)";
+        if (warned_no_context.insert(key).second)
+          log::warn("events", "not draining " + key + " over TLS: " + res.error);
       } else {
+        warned_no_context.erase(key);
         try {
           http::FetchResult r = co_await http::fetchAsync(
               spec.host, spec.port, "POST", "/kv_cache_events",

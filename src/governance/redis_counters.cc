@@ -105,9 +105,13 @@ RedisCounters::~RedisCounters() {
   stop();
 }
 
-void RedisCounters::start() {
+Result<void> RedisCounters::start() {
   connect();  // (before serving: a healthy Redis means no warming at start)
+  if (!auth_error_.empty())
+    return fail(2, "redis-auth-file",
+                "Redis " + host_ + ":" + std::to_string(port_) + " refused AUTH: " + auth_error_);
   thread_ = std::thread([this] { run(); });
+  return {};
 }
 
 void RedisCounters::stop() {
@@ -211,8 +215,15 @@ bool RedisCounters::connect() {
                   ? redisCommand(c_, "AUTH %b", auth_.password.data(), auth_.password.size())
                   : redisCommand(c_, "AUTH %b %b", auth_.user.data(), auth_.user.size(),
                                  auth_.password.data(), auth_.password.size()));
-      if (!r.r || r.r->type == REDIS_REPLY_ERROR)  // (never the password in the log)
-        why = "AUTH refused: " + std::string(r.r ? std::string(r.r->str, r.r->len) : c_->errstr);
+      if (r.r && r.r->type == REDIS_REPLY_ERROR) {  // (never the password in the log)
+        auth_error_.assign(r.r->str, r.r->len);
+        auth_failures_.fetch_add(1, std::memory_order_relaxed);
+        why = "AUTH refused: " + auth_error_;
+      } else if (!r.r) {
+        why = c_->errstr;
+      } else {
+        auth_error_.clear();
+      }
     }
   }
   if (why.empty() && c_) {
@@ -263,7 +274,10 @@ RedisCounters::Call RedisCounters::call(const std::vector<std::string>& args, Ve
   if (r.r->type == REDIS_REPLY_ERROR) {
     errors_.fetch_add(1, std::memory_order_relaxed);
     const std::string msg(r.r->str, r.r->len);
-    log::warn("governance", "Redis quota script: " + msg);
+    if (steadyNs() - script_logged_ns_ >= 10'000'000'000) {  // (at most every 10 s)
+      script_logged_ns_ = steadyNs();
+      log::warn("governance", "Redis quota script (the request passes uncounted): " + msg);
+    }
     // The scripts are gone (SCRIPT FLUSH, a restarted server on the same connection): load again.
     if (msg.starts_with("NOSCRIPT")) {
       disconnect();
@@ -393,6 +407,9 @@ std::string RedisCounters::renderMetrics() const {
               up() ? 1 : 0) +
          line("kvgate_quota_redis_errors_total", "counter", "Failed Redis quota calls.",
               errors_.load()) +
+         line("kvgate_quota_redis_auth_failures_total", "counter",
+              "Connects whose AUTH Redis refused (serve --redis-auth-file).",
+              auth_failures_.load()) +
          line("kvgate_quota_redis_dropped_total", "counter",
               "Settlements not sent (queue full, Redis down, call failed; the hold costs at most "
               "one bucket capacity).",

@@ -21,8 +21,11 @@
 // request and keeps the connection.
 //
 // Authentication: with serve --redis-auth-file, AUTH [user] password right after each connect
-// (Redis 6 ACL users, or requirepass); a refused AUTH is a failed connect (logged, retried once a
-// second, quotas warming then open as below).
+// (Redis 6 ACL users, or requirepass). Refused at start: serve exits naming Redis's answer.
+// Refused later (a rotated password): a failed connect, counted in
+// kvgate_quota_redis_auth_failures_total and logged (without the password), retried once a
+// second, quotas warming then open as below. Script errors (NOPERM from an ACL user without the
+// commands the scripts run) are counted and logged at most every 10 s.
 //
 // Redis unreachable (connection refused, dropped, timed out): for the first 3 s the answer is
 // kWarming (the gateway answers 429 token_quota_warming with Retry-After: 1), then kOpen (the
@@ -42,6 +45,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/result.h"
 #include "governance/quota.h"
 
 struct redisContext;
@@ -69,7 +73,10 @@ class RedisCounters {
   };
   RedisCounters(std::string host, int port, Auth auth = {});
   ~RedisCounters();
-  void start();
+  // Connects (before serving: a healthy Redis means no warming at start) and starts the I/O
+  // thread. An error when Redis answered but refused the credentials (AUTH): a configuration
+  // mistake the operator must see at once, not a Redis outage.
+  Result<void> start();
   void stop();  // (jobs still queued are answered kOpen)
 
   // `done` runs on the I/O thread (or at once when Redis is known to be down): post from it.
@@ -112,6 +119,9 @@ class RedisCounters {
   std::atomic<bool> up_{false};
   std::atomic<int64_t> down_since_ns_{0};  // when Redis became unreachable (0: reachable)
   std::atomic<uint64_t> cold_open_{0}, warming_{0}, errors_{0}, dropped_{0}, shed_{0};
+  std::atomic<uint64_t> auth_failures_{0};
+  std::string auth_error_;              // the last refused AUTH (I/O thread; start())
+  int64_t script_logged_ns_ = INT64_MIN / 2;
 };
 
 // The process's shared counters (null: quotas count in this process only).

@@ -82,7 +82,7 @@ TEST(RedisCounters, SameVerdictsAsTheLocalLedger) {
   ASSERT_GT(server.pid, 0) << "redis-server (installed by scripts/setup.sh) did not start";
   ASSERT_TRUE(server.waitListening());
   RedisCounters rc("127.0.0.1", server.port);
-  rc.start();
+  ASSERT_TRUE(rc.start().has_value());
   ASSERT_TRUE(rc.up());
   QuotaLedger local;
   const std::string t = "t" + std::to_string(::getpid());  // (fresh keys per run)
@@ -129,7 +129,7 @@ TEST(RedisCounters, SameVerdictsAsTheLocalLedger) {
 
 TEST(RedisCounters, UnreachableIsWarmingNeverOpenAtOnce) {
   RedisCounters rc("127.0.0.1", freePort());  // nothing listens there
-  rc.start();
+  ASSERT_TRUE(rc.start().has_value());
   EXPECT_FALSE(rc.up());
   auto v = admit(rc, {{"k|x", LimitReason::kKeyRps, 1, 1}}, 0);
   EXPECT_EQ(v.state, RedisCounters::State::kWarming);  // (within 3 s of start: warming)

@@ -30,9 +30,17 @@ std::optional<Usage> parseUsage(std::string_view text) {
   };
   field("prompt_tokens", u.prompt_tokens);
   field("completion_tokens", u.completion_tokens);
-  // The Responses API names them input_tokens and output_tokens.
-  if (u.prompt_tokens < 0) field("input_tokens", u.prompt_tokens);
-  if (u.completion_tokens < 0) field("output_tokens", u.completion_tokens);
+  // The Responses API names them input_tokens and output_tokens: taken as a pair only (an
+  // output count alone, as other APIs' deltas send, would charge no prompt).
+  if (u.prompt_tokens < 0 && u.completion_tokens < 0) {
+    Usage r;
+    field("input_tokens", r.prompt_tokens);
+    field("output_tokens", r.completion_tokens);
+    if (r.prompt_tokens >= 0 && r.completion_tokens >= 0) {
+      u.prompt_tokens = r.prompt_tokens;
+      u.completion_tokens = r.completion_tokens;
+    }
+  }
   field("total_tokens", u.total_tokens);
   if (u.charge() < 0) return std::nullopt;
   return u;
@@ -128,12 +136,12 @@ void UsageScanner::lex(char c) {
     }
     if (esc_) {
       esc_ = false;
-      key_len_ = 255;
+      key_len_ = resp_len_ = 255;
       return;
     }
     if (c == '\\') {
       esc_ = true;
-      key_len_ = 255;
+      key_len_ = resp_len_ = 255;
       return;
     }
     if (c == '"') {

@@ -83,6 +83,11 @@ TEST(UsageScanner, ResponsesApiUsage) {
     EXPECT_EQ(s.usage()->charge(), 42) << step;  // not 5 (in a string) nor 777 (too deep)
     EXPECT_EQ(s.dataEvents(), 3u);
   }
+  // An output count alone is no usage (the prompt would go uncharged); an escaped key is not
+  // the key "response".
+  EXPECT_FALSE(scan(R"({"usage":{"output_tokens":7}})", 3).usage());
+  EXPECT_FALSE(scan(R"({"respon\u0073e":{"usage":{"total_tokens":3}}})", 2).usage());
+  EXPECT_FALSE(scan(R"({"response\"":{"usage":{"total_tokens":3}}})", 2).usage());
   // "response" nested below the top level is no Responses object.
   auto s = scan(R"({"choices":[{"response":{"usage":{"total_tokens":3}}}]})", 2);
   EXPECT_FALSE(s.usage());

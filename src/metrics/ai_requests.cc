@@ -1,6 +1,7 @@
 // AiRequests: see ai_requests.h.
 #include "metrics/ai_requests.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "metrics/text.h"
@@ -20,8 +21,42 @@ struct Hint {
 };
 thread_local Hint t_hint;
 
-std::string_view cut(std::string_view model) {
-  return model.substr(0, AiRequests::kMaxModelBytes);
+// A label value Prometheus accepts whatever the client sent: at most kMaxModelBytes, cut at a
+// character boundary, each byte that is not part of a well-formed UTF-8 character or is a
+// control character replaced by '?'.
+std::string labelOf(std::string_view v) {
+  std::string out;
+  out.reserve(std::min(v.size(), AiRequests::kMaxModelBytes));
+  size_t i = 0;
+  while (i < v.size()) {
+    const auto c = static_cast<unsigned char>(v[i]);
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = len > 0 && i + len <= v.size();
+    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(v[i + k]) & 0xC0) == 0x80;
+    if (ok && len == 2) ok = c >= 0xC2;  // (no overlong forms)
+    if (ok && len == 3) {
+      const auto c1 = static_cast<unsigned char>(v[i + 1]);
+      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong, surrogates
+    }
+    if (ok && len == 4) {
+      const auto c1 = static_cast<unsigned char>(v[i + 1]);
+      ok = c <= 0xF4 && !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90);
+    }
+    if (ok && len == 1) ok = c >= 0x20 && c != 0x7F;
+    if (!ok) len = 1;
+    if (out.size() + (ok ? len : 1) > AiRequests::kMaxModelBytes) break;
+    if (ok)
+      out.append(v.substr(i, len));
+    else
+      out += '?';
+    i += len;
+  }
+  return out;
+}
+
+// What the hint compares: enough of the raw value to decide its label.
+std::string_view hintKey(std::string_view model) {
+  return model.substr(0, 4 * AiRequests::kMaxModelBytes);
 }
 }  // namespace
 
@@ -36,21 +71,22 @@ const char* aiOutcomeName(AiOutcome o) {
 }
 
 std::string AiRequests::modelLabel(std::string_view model) {
-  model = cut(model);
-  if (models_.count(model)) return std::string(model);
+  std::string label = labelOf(model);
+  if (models_.count(label)) return label;
   if (models_.size() >= kMaxModels) return std::string(kOther);
-  return *models_.emplace(model).first;
+  return *models_.emplace(std::move(label)).first;
 }
 
 std::string AiRequests::tenantLabel(std::string_view tenant) {
-  if (tenants_.count(tenant)) return std::string(tenant);
+  std::string label = labelOf(tenant);
+  if (tenants_.count(label)) return label;
   if (tenants_.size() >= kMaxTenants) return std::string(kOther);
-  return *tenants_.emplace(tenant).first;
+  return *tenants_.emplace(std::move(label)).first;
 }
 
 void AiRequests::count(std::string_view model, std::string_view tenant, int status,
                        AiOutcome outcome) {
-  model = cut(model);
+  model = hintKey(model);
   Hint& h = t_hint;
   if (h.owner == id_ && h.status == status && h.outcome == outcome && h.model == model &&
       h.tenant == tenant) {
@@ -63,7 +99,9 @@ void AiRequests::count(std::string_view model, std::string_view tenant, int stat
     Key k{modelLabel(model), tenantLabel(tenant), status, outcome};
     auto it = requests_.find(k);
     if (it == requests_.end() && requests_.size() >= kMaxSeries) {
+      // Full: model and tenant "_other", the status by its class (an engine chooses it).
       k.model = k.tenant = std::string(kOther);
+      k.status = std::clamp(status / 100, 0, 9) * 100;
       it = requests_.find(k);
     }
     if (it == requests_.end())

@@ -8,9 +8,11 @@
 // unreachable or broken), cancelled (the client left before any answer; status "0").
 //
 // Labels come from clients (model) and credentials (tenant): the first kMaxModels models and
-// kMaxTenants tenants seen get their own values, later ones are counted as "_other"; a model
-// label is cut at 128 bytes. At most kMaxSeries request series exist (beyond: model and tenant
-// "_other"). Counting is one atomic add when a worker thread counts the same series as its last
+// kMaxTenants tenants seen get their own values, later ones are counted as "_other"; a label is
+// cut at 128 bytes on a character boundary and any byte that is not well-formed UTF-8, or is a
+// control character, becomes '?' (Prometheus refuses a whole scrape over one invalid label).
+// Beyond kMaxSeries request series, new ones count as model and tenant "_other" with the
+// status's class (200, 400, ...): at most kMaxSeries + 40 series. Counting is one atomic add when a worker thread counts the same series as its last
 // request (a thread-local hint, keyed by the table's id), else a mutex-guarded map lookup; series are never erased, so
 // the hint's pointer stays valid.
 #pragma once

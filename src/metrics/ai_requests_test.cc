@@ -55,7 +55,7 @@ TEST(AiRequests, HostileLabelsAreBoundedAndEscaped) {
   EXPECT_NE(r.find("model=\"" + std::string(AiRequests::kMaxModelBytes, 'm') + "\""),
             std::string::npos);
   EXPECT_EQ(r.find(std::string(AiRequests::kMaxModelBytes + 1, 'm')), std::string::npos);
-  EXPECT_NE(r.find("tenant=\"t\\\"\\n{x}\""), std::string::npos) << r;
+  EXPECT_NE(r.find("tenant=\"t\\\"?{x}\""), std::string::npos) << r;  // (quote escaped; newline '?')
   // Tenants are bounded too; and the series count overall.
   AiRequests many;
   for (size_t i = 0; i < AiRequests::kMaxTenants + 10; ++i)
@@ -63,11 +63,33 @@ TEST(AiRequests, HostileLabelsAreBoundedAndEscaped) {
   r = many.render();
   EXPECT_NE(r.find("{model=\"m\",tenant=\"_other\",status=\"200\",outcome=\"completed\"} 10\n"),
             std::string::npos);
+  // An engine choosing every status from 100 to 999: the series stop at kMaxSeries + the
+  // overflow's status classes.
   AiRequests wide;
-  for (int status = 100; status < 600; ++status)
+  for (int status = 100; status < 1000; ++status)
     for (int m = 0; m < 20; ++m)
-      wide.count("m" + std::to_string(m), "", status, AiOutcome::kFailed);
-  EXPECT_LE(countOf(wide.render(), "loxilb_ai_requests_total{"), AiRequests::kMaxSeries + 500);
+      for (auto o : {AiOutcome::kFailed, AiOutcome::kCompleted})
+        wide.count("m" + std::to_string(m), "", status, o);
+  r = wide.render();
+  EXPECT_LE(countOf(r, "loxilb_ai_requests_total{"), AiRequests::kMaxSeries + 40);
+  EXPECT_NE(r.find("{model=\"_other\",tenant=\"_other\",status=\"900\",outcome=\"failed\"}"),
+            std::string::npos);
+}
+
+// Invalid UTF-8 and control characters never reach the exposition (a scraper would refuse all
+// of it); a multibyte character is never cut in half.
+TEST(AiRequests, LabelsAreValidUtf8) {
+  AiRequests t;
+  t.count(std::string(127, 'a') + "\xC3\xA9", "", 200, AiOutcome::kCompleted);  // é at 127-128
+  t.count("bad\xFF\xC3(\x01x", "\xE2\x82", 200, AiOutcome::kCompleted);
+  t.count("\xE2\x82\xAC\xF0\x9F\x98\x80ok", "", 200, AiOutcome::kCompleted);  // € and 😀
+  t.count("\xC0\xAF\xED\xA0\x80", "", 200, AiOutcome::kCompleted);  // overlong, surrogate
+  const std::string r = t.render();
+  EXPECT_NE(r.find("model=\"" + std::string(127, 'a') + "\""), std::string::npos);
+  EXPECT_NE(r.find("model=\"bad?" "?(?x\",tenant=\"?" "?\""), std::string::npos) << r;
+  EXPECT_NE(r.find("model=\"\xE2\x82\xAC\xF0\x9F\x98\x80ok\""), std::string::npos);
+  EXPECT_NE(r.find("model=\"?" "?" "?" "?" "?\""), std::string::npos);
+  for (unsigned char c : r) EXPECT_TRUE(c == '\n' || c >= 0x20) << int(c);
 }
 
 TEST(AiRequests, StreamsGaugeReleasedOnEveryPath) {

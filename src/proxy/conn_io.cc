@@ -33,6 +33,7 @@ void ClientConn::onDeadline() {
       // (TLS: no plaintext on the wire; the connection just closes)
       if (!tls_) ::send(client_.native_handle(), k408, sizeof(k408) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
       l_->unrouted.inc(408);
+      if (phase_ == Phase::kBody) outcome_.status = 408;  // (counted as the request ends)
       closeClient();
       break;
     }
@@ -219,13 +220,25 @@ void ClientConn::stopWatch() {
   client_.cancel(ec);
 }
 
+// The request's loxilb_ai_requests_total series. The model label is the rule's model_name when
+// it has one; else the request's model only once something vouched for it (a credential was
+// admitted, or an engine answered it below 400), so unauthenticated clients cannot fill the
+// bounded label set with names no engine serves; else "".
 void ClientConn::countAiRequest() {
   using metrics::AiOutcome;
-  const AiOutcome o = outcome_.status == 0    ? AiOutcome::kCancelled
-                      : outcome_.denied          ? AiOutcome::kDenied
-                      : outcome_.engine_answered ? AiOutcome::kCompleted
-                                                 : AiOutcome::kFailed;
-  metrics::aiRequests().count(outcome_.model, outcome_.tenant, outcome_.status, o);
+  const bool cut = relay_cut_ && !client_gone_;  // the engine's answer broke off mid-body
+  const AiOutcome o = outcome_.status == 0 ? AiOutcome::kCancelled
+                      : outcome_.denied    ? AiOutcome::kDenied
+                      : cut                ? AiOutcome::kFailed
+                      : outcome_.engine_answered || outcome_.status < 400 ? AiOutcome::kCompleted
+                                                                          : AiOutcome::kFailed;
+  std::string_view model;
+  if (outcome_.route && !outcome_.route->rule.model_name.empty())
+    model = outcome_.route->rule.model_name;
+  else if (!outcome_.key_id.empty() || !outcome_.tenant.empty() || !outcome_.user.empty() ||
+           (outcome_.engine_answered && outcome_.status < 400))
+    model = outcome_.model;
+  metrics::aiRequests().count(model, outcome_.tenant, outcome_.status, o);
 }
 
 // One structured access-log line for the request just answered (--access-log). Every field is

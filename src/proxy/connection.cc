@@ -167,9 +167,13 @@ asio::awaitable<void> ClientConn::run() {
     client_keep_alive_ = req.head.keep_alive;
     if (l_->closed.load()) {
       co_await sendError(503, "service_unavailable", "service removed", {}, true);
+      countAiRequest();
       break;
     }
-    if (!co_await readBody(req)) break;
+    if (!co_await readBody(req)) {  // 413, a malformed chunked body, 408, or the client left
+      countAiRequest();
+      break;
+    }
     request_bytes_ = req.head_bytes + req.raw_body_bytes;
     bool ok = co_await dispatch(req);
     stopWatch();  // no watcher outlives its request (it would read the next one)

@@ -202,7 +202,9 @@ void ClientConn::settleQuota() {
   quota_.active = false;
   int64_t used = 0;
   bool measured = false, missing = false;
-  if (const auto& u = usage_.usage(); u && u->charge() >= 0) {
+  if (!quota_.generation) {
+    used = 0;  // a body-less request (GET /v1/responses/{id} replays a stored answer's usage)
+  } else if (const auto& u = usage_.usage(); u && u->charge() >= 0) {
     used = u->charge();
     measured = true;
   } else if (!quota_.sent || quota_.head_request) {
@@ -210,8 +212,8 @@ void ClientConn::settleQuota() {
   } else if (quota_.status == 0) {
     used = quota_.prompt_estimate;  // sent, then broken or abandoned before an answer
     missing = true;
-  } else if (quota_.status >= 400 || !quota_.generation) {
-    used = 0;  // the engine refused it, or it generated nothing (no body)
+  } else if (quota_.status >= 400) {
+    used = 0;  // the engine refused it
   } else {
     used = quota_.stream ? quota_.prompt_estimate + int64_t(usage_.dataEvents()) : quota_.reserved;
     missing = true;

@@ -57,6 +57,7 @@ async function engine(t, opts) {
 // The Responses API as OpenAI and vLLM answer it: usage as input/output tokens, at the top level
 // of an answer; a stream's usage only inside response.completed's "response" object (earlier
 // events carry "usage":null there), with no include_usage option.
+let sentStream = '';  // the last Responses stream the engine wrote, byte for byte
 async function responsesApi(j, res, opts) {
   const usage = { input_tokens: 6, input_tokens_details: { cached_tokens: 0 }, output_tokens: opts.chunks ?? 1,
     output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 6 + (opts.chunks ?? 1) };
@@ -69,7 +70,12 @@ async function responsesApi(j, res, opts) {
   }
   res.writeHead(200, { 'content-type': 'text/event-stream' });
   let seq = 0;
-  const send = (type, data) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...data })}\n\n`);
+  sentStream = '';
+  const send = (type, data) => {
+    const ev = `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...data })}\n\n`;
+    sentStream += ev;
+    res.write(ev);
+  };
   send('response.created', { response: response('in_progress', null) });
   for (let i = 0; i < (opts.chunks ?? 1); i++) send('response.output_text.delta', { delta: `t${i}` });
   send('response.completed', { response: response('completed', usage) });
@@ -223,6 +229,8 @@ test('tenant TPM: usage settles, debt refuses with Retry-After, other tenants un
   // Another tenant has no limit.
   assert.equal((await chat(port, { 'x-api-key': other }, {})).status, 200);
 
+  assert.ok(await waitFor(async () => metric(await scrapeMetrics(gw.api), 'loxilb_ai_requests_total',
+    { model: 'm1', tenant: 'other', status: '200', outcome: 'completed' }) === 1, 5000));
   const ms = await scrapeMetrics(gw.api);
   assert.equal(metric(ms, 'loxilb_ai_rate_limit_hits_total', { tenant: 'acme', reason: 'tenant_tpm' }), 1);
   assert.equal(metric(ms, 'loxilb_ai_token_quota_denied_total', { tenant: 'acme' }), 1);
@@ -238,8 +246,11 @@ test('tenant TPM: usage settles, debt refuses with Retry-After, other tenants un
   assert.equal(ai({ model: 'm1', tenant: 'other', status: '200', outcome: 'completed' }), 1);
   assert.equal((await chat(port, { 'x-api-key': 'sk-not-a-key' }, {})).status, 401);
   assert.match(await rawRequest(port, 'GARBAGE\r\n\r\n'), /^HTTP\/1\.1 400/);
+  assert.ok(await waitFor(async () => metric(await scrapeMetrics(gw.api), 'loxilb_ai_requests_total',
+    { model: '', tenant: '', status: '400', outcome: 'failed' }) === 1, 5000));
   const ms2 = await scrapeMetrics(gw.api);
-  assert.equal(metric(ms2, 'loxilb_ai_requests_total', { model: 'm1', tenant: '', status: '401', outcome: 'denied' }), 1);
+  // (no credential vouched for the model of the refused request: no model label)
+  assert.equal(metric(ms2, 'loxilb_ai_requests_total', { model: '', tenant: '', status: '401', outcome: 'denied' }), 1);
   assert.equal(metric(ms2, 'loxilb_ai_requests_total', { model: '', tenant: '', status: '400', outcome: 'failed' }), 1);
   // The access log carries what was charged.
   assert.ok(await waitFor(() => gw.proc.stderrText.includes('quota_tokens=500'), 5000));
@@ -329,8 +340,9 @@ test('streams: usage asked on the client\'s behalf is charged and hidden; a clie
   assert.equal(text, 't0t1t2t3t4');
 
   // All three were charged the engine's usage (4 + 5 each): 27 tokens, none estimated.
+  assert.ok(await waitFor(async () => metric(await scrapeMetrics(gw.api), 'loxilb_ai_active_streams',
+    { model: 'm1' }) === 0, 5000), 'every stream closed');
   const ms = await scrapeMetrics(gw.api);
-  assert.equal(metric(ms, 'loxilb_ai_active_streams', { model: 'm1' }), 0, 'every stream closed');
   assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), 27);
   assert.equal(metric(ms, 'loxilb_ai_tokens_missing_total', { tenant: 'acme' }) ?? 0, 0);
   // HTTP/1.0 client: the re-framed stream is sent as it is and ends at the close (no chunked
@@ -362,6 +374,7 @@ test('Responses API: usage read from response.completed, nothing injected, the s
   r = await post({ stream: true });
   assert.equal(r.status, 200, r.text);
   assert.equal(up.seen.at(-1).stream_options, undefined, 'nothing injected into a Responses request');
+  assert.equal(r.text, sentStream, 'relayed byte for byte');
   const datas = r.text.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
   assert.deepEqual(datas.map((d) => d.type), ['response.created', 'response.output_text.delta',
     'response.output_text.delta', 'response.output_text.delta', 'response.output_text.delta', 'response.completed']);
@@ -371,8 +384,10 @@ test('Responses API: usage read from response.completed, nothing injected, the s
   r = await post({});
   assert.equal(r.status, 200, r.text);
   assert.equal(JSON.parse(r.text).usage.total_tokens, 10);
+  // (settlement runs as the exchange ends, just after the client has its last byte)
+  assert.ok(await waitFor(async () => metric(await scrapeMetrics(gw.api), 'loxilb_ai_tokens_consumed_total',
+    { tenant: 'acme' }) === 20, 5000));
   const ms = await scrapeMetrics(gw.api);
-  assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), 20);
   assert.equal(metric(ms, 'loxilb_ai_tokens_missing_total', { tenant: 'acme' }) ?? 0, 0);
 });
 

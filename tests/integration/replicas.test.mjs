@@ -6,7 +6,7 @@
 // (counted), and the counters come back with Redis; PostgreSQL going away keeps the last state.
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
-import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import os from 'node:os';
@@ -183,12 +183,15 @@ test('two replicas: PostgreSQL keys and limits, Redis counters, failure modes', 
   assert.equal(r.status, 503, r.text);
 });
 
-// A Redis that requires credentials (an ACL user, and the default user's requirepass): the
-// gateway authenticates from --redis-auth-file (mode 0600; refused otherwise); wrong credentials
-// count as Redis unreachable (warming, then open), never as a pass.
-test('Redis with AUTH: --redis-auth-file (ACL user or password)', async (t) => {
+// A Redis that requires credentials: an ACL user with only what the quota scripts need, and the
+// default user's requirepass. The gateway authenticates from --redis-auth-file (mode 0600, no
+// symbolic link; refused otherwise); a wrong password at start stops serve with Redis's answer;
+// a password rotated under a running gateway is counted and quotas warm, then open, as for an
+// outage. No password ever reaches the log.
+test('Redis with AUTH: --redis-auth-file (minimal ACL user or password), refusals, rotation', async (t) => {
   const redis = await startRedis(t, ['--requirepass', 'default-secret-1',
-    '--user', 'kvgate', 'on', '>acl-secret-2', '~kvgate:*', '+@all']);
+    '--user', 'kvgate', 'on', '>acl-secret-2', '~kvgate:*', '+script|load', '+evalsha', '+hmget',
+    '+hset', '+expire', '+time']);
   const up = await engine(t);
   const tmp = tempDir();
   t.after(() => tmp.remove());
@@ -198,17 +201,25 @@ test('Redis with AUTH: --redis-auth-file (ACL user or password)', async (t) => {
     chmodSync(f, mode);
     return f;
   };
-  // A world-readable file, or two lines: refused at start.
-  const loose = file('loose', 'kvgate acl-secret-2\n', 0o644);
-  await assert.rejects(startKvgate(['serve', '--api-listen', '127.0.0.1:0', '--redis', redis.addr,
-    '--redis-auth-file', loose, '--state-dir', path.join(tmp.dir, 'x')]), /chmod 600/);
-  const two = file('two', 'kvgate acl-secret-2\nother line\n');
-  await assert.rejects(startKvgate(['serve', '--api-listen', '127.0.0.1:0', '--redis', redis.addr,
-    '--redis-auth-file', two, '--state-dir', path.join(tmp.dir, 'y')]), /one line/);
-  await assert.rejects(startKvgate(['serve', '--api-listen', '127.0.0.1:0', '--redis-auth-file', loose,
-    '--state-dir', path.join(tmp.dir, 'z')]), /needs --redis/);
-  const metered = async (authFile, stateDir) => {
-    const gw = await startGateway({ stateDir: path.join(tmp.dir, `state-${stateDir}`),
+  const serve = (authFile, dir) => startKvgate(['serve', '--api-listen', '127.0.0.1:0', '--redis', redis.addr,
+    '--redis-auth-file', authFile, '--state-dir', path.join(tmp.dir, dir)]);
+  // Refused at start: a file others can read, a symbolic link, a malformed line, no --redis.
+  const loose = file('loose', 'user=kvgate\npassword=acl-secret-2\n', 0o644);
+  await assert.rejects(serve(loose, 'x1'), /chmod 600/);
+  const acl = file('acl', '# a minimal ACL user\nuser=kvgate\npassword=acl-secret-2\n');
+  const link = path.join(tmp.dir, 'link');
+  symlinkSync(acl, link);
+  await assert.rejects(serve(link, 'x2'), /symbolic link/);
+  await assert.rejects(serve(file('bad', 'kvgate acl-secret-2\n'), 'x3'), /password=SECRET/);
+  await assert.rejects(startKvgate(['serve', '--api-listen', '127.0.0.1:0', '--redis-auth-file', acl,
+    '--state-dir', path.join(tmp.dir, 'x4')]), /needs --redis/);
+  // A wrong password at start: serve exits naming Redis's answer, without the password.
+  const wrong = file('wrong', 'user=kvgate\npassword=not-the-password\n');
+  await assert.rejects(serve(wrong, 'x5'), (e) => /refused AUTH: WRONGPASS/.test(e.message) &&
+    !e.message.includes('not-the-password'));
+
+  const metered = async (authFile, dir) => {
+    const gw = await startGateway({ stateDir: path.join(tmp.dir, dir),
       extra: ['--redis', redis.addr, '--redis-auth-file', authFile] });
     t.after(() => gw.stop());
     const port = await freePort();
@@ -217,19 +228,40 @@ test('Redis with AUTH: --redis-auth-file (ACL user or password)', async (t) => {
     r = await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', tokens_per_min: 100000 });
     return { gw, port, key: r.json.raw_key };
   };
-  for (const [name, text] of [['acl', '# an ACL user\nkvgate acl-secret-2\n'], ['pass', 'default-secret-1\n']]) {
-    const { gw, port, key } = await metered(file(name, text), name);
-    assert.ok(await waitFor(async () => (await chat(port, key)).status === 200 &&
-      metric(await scrapeMetrics(gw.api), 'kvgate_quota_redis_up') === 1, 10000), `${name}: authenticated`);
+  // The minimal ACL user and the default user's password both count quotas in Redis (a tenant
+  // bucket key appears there; an ACL user without a command the scripts run would fail them).
+  const gws = [];
+  for (const [name, authFile] of [['acl', acl], ['pass', file('pass', 'password=default-secret-1\n')]]) {
+    const g = await metered(authFile, `state-${name}`);
+    gws.push(g);
+    assert.equal((await chat(g.port, g.key)).status, 200);
+    const ms = await scrapeMetrics(g.gw.api);
+    assert.equal(metric(ms, 'kvgate_quota_redis_up'), 1, name);
+    assert.equal(metric(ms, 'kvgate_quota_redis_errors_total'), 0, `${name}: the scripts ran`);
+    assert.equal(metric(ms, 'loxilb_ai_token_quota_cold_open_total'), 0, name);
   }
-  // Wrong password: never up; warming first, then open (counted).
-  const { gw, port, key } = await metered(file('wrong', 'kvgate not-the-password\n'), 'wrong');
-  const r = await chat(port, key);
-  assert.equal(r.status, 429);
-  assert.equal(r.json.error.code, 'token_quota_warming');
-  await sleep(3300);
-  assert.equal((await chat(port, key)).status, 200);
-  const ms = await scrapeMetrics(gw.api);
-  assert.equal(metric(ms, 'kvgate_quota_redis_up'), 0);
-  assert.ok(metric(ms, 'loxilb_ai_token_quota_cold_open_total') >= 1);
+  // Rotation: the default user's password changes and connections are dropped; the 'pass'
+  // gateway's reconnect is refused: counted, down, then quotas open.
+  const [, g] = gws;
+  const rot = await new Promise((resolve, reject) => {
+    const [host, port] = redis.addr.split(':');
+    const s = net.connect(Number(port), host);
+    const cmd = (...a) => `*${a.length}\r\n` + a.map((x) => `$${Buffer.byteLength(x)}\r\n${x}\r\n`).join('');
+    s.on('connect', () => s.write(cmd('AUTH', 'default-secret-1') + cmd('CONFIG', 'SET', 'requirepass', 'rotated-secret-3') +
+      cmd('CLIENT', 'KILL', 'TYPE', 'normal')));
+    let buf = '';
+    s.on('data', (d) => { buf += d; if (buf.split('\r\n').length > 3) { s.destroy(); resolve(buf); } });
+    s.on('error', reject);
+  });
+  assert.match(rot, /^\+OK\r\n\+OK\r\n:\d+/);
+  assert.ok(await waitFor(async () => {
+    const st = (await chat(g.port, g.key)).status;
+    assert.ok(st === 200 || st === 429, `status ${st}`);
+    const ms = await scrapeMetrics(g.gw.api);
+    return metric(ms, 'kvgate_quota_redis_auth_failures_total') >= 1 && metric(ms, 'kvgate_quota_redis_up') === 0 &&
+      metric(ms, 'loxilb_ai_token_quota_cold_open_total') >= 1;
+  }, 15000, 200), 'the refused AUTH is counted and quotas open after the warming window');
+  for (const x of gws)
+    for (const secret of ['acl-secret-2', 'default-secret-1'])
+      assert.ok(!x.gw.proc.stderrText.includes(secret), 'no password in the log');
 });

@@ -153,9 +153,9 @@ test('security 1: TLS terminated by the data plane', async (t) => {
 
 // HSTS (hsts_enable on a TLS rule): every answer of the rule carries the configured
 // Strict-Transport-Security header (RFC 6797 syntax), relayed answers, streams and the gateway's
-// own errors alike; an engine's own header is replaced, never doubled. Refused without TLS.
-// Certificates by store id have no store in this build: stored, answered 501.
-test('hsts_* on TLS rules; certificate-store ids answered 501', async (t) => {
+// own errors alike; an engine's own header is replaced, never doubled; none over plain HTTP.
+// Certificates by store id have no store in this build: security 2 rules naming one answer 501.
+test('hsts_* on TLS rules; certificate-store ids with security 2 answered 501', async (t) => {
   const tmp = tempDir();
   t.after(() => tmp.remove());
   const ca = makeCa(tmp.dir, 'ca');
@@ -189,16 +189,23 @@ test('hsts_* on TLS rules; certificate-store ids answered 501', async (t) => {
   r = await api(gw.api, 'POST', LB_BASE, rule({ port: plainTls, workers: [up.worker], extraArgs: { security: 1 } }));
   assert.equal(r.status, 200, r.text);
   assert.equal((await post(plainTls, caPem, { model: 'm1', messages: [] })).headers['strict-transport-security'], undefined);
-  // HSTS over plain HTTP means nothing (RFC 6797 §7.2): refused, nothing stored.
-  r = await api(gw.api, 'POST', LB_BASE, rule({ port: await freePort(), workers: [up.worker], extraArgs: { hsts_enable: true } }));
-  assert.equal(r.status, 400, r.text);
-  assert.match(r.text, /hsts_enable/);
-  // A certificate named by store id: stored, 501 certificate_store (never served without it).
+  // Over plain HTTP browsers ignore HSTS (RFC 6797 §8.1): stored, served, no header.
+  const plainPort = await freePort();
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port: plainPort, workers: [up.worker], extraArgs: { hsts_enable: true } }));
+  assert.equal(r.status, 200, r.text);
+  const pr = await fetch(`http://127.0.0.1:${plainPort}/v1/chat/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'm1', messages: [] }) });
+  assert.equal(pr.status, 200);
+  assert.equal(pr.headers.get('strict-transport-security'), null);
+  await pr.text();
+  // TLS to the engines with a certificate named by store id: stored, 501 certificate_store
+  // (never served without the certificate it asks for), with the rule's HSTS.
   const idPort = await freePort();
   r = await api(gw.api, 'POST', LB_BASE, rule({ port: idPort, workers: [up.worker],
-    extraArgs: { security: 1, backend_client_cert_id: 'cert-7' } }));
+    extraArgs: { security: 2, backend_client_cert_id: 'cert-7', hsts_enable: true } }));
   assert.equal(r.status, 200, r.text);
   const n = await post(idPort, caPem, { model: 'm1', messages: [] });
   assert.equal(n.status, 501, n.text);
   assert.match(n.text, /certificate_store/);
+  assert.equal(n.headers['strict-transport-security'], 'max-age=31536000');
 });

@@ -20,6 +20,8 @@
 //                               round-robin behind it for misses
 //   kv-taper, kv-ttft           the same with our extensions (taper: a cap that tightens with
 //                               load; ttft: least estimated time to first token)
+//   kv-LAW-lc (kv-hard-lc, ...) any of these with least connections (sel 4) instead of
+//                               round-robin behind Tier 1.5
 //   sglang, sglang-cli          re-implementation of SGLang's cache_aware (its two default sets),
 //                               the rule's `selector` (approximate trees, no KV events)
 //   lmetric, dynamo, llm-d      re-implementations of LMetric, Dynamo's KV cost and llm-d's
@@ -86,7 +88,8 @@ Load:
   --requests N        requests per step (default 200)
   --arms LIST         comma-separated arms (default rr,lc,kv-hard,kv-soft); arms: random, rr, lc,
                       chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, kv-taper,
-                      kv-ttft, oracle (hard law), oracle-ttft (ttft law), and
+                      kv-ttft (each also as kv-LAW-lc: least connections behind it), oracle
+                      (hard law), oracle-ttft (ttft law), and
                       re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, llm-d
   --side-arms LIST    more arms, run only at --side-qps
   --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs;
@@ -158,8 +161,12 @@ std::optional<Arm> armOf(const std::string& name) {
     if (!law || routing::isPeerLaw(*law)) return std::nullopt;
     return Arm{name, 0, "", "", true, *law};
   }
-  for (const char* m : {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft"})
+  // kv-LAW: Tier 1.5 with that law, misses (and hard-law spills) to round-robin (sel 0);
+  // kv-LAW-lc: the same with least connections (sel 4) placing what Tier 1.5 does not.
+  for (const char* m : {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft"}) {
     if (name == std::string("kv-") + m) return Arm{name, 0, m, "", false};
+    if (name == std::string("kv-") + m + "-lc") return Arm{name, 4, m, "", false};
+  }
   // Peer re-implementations that read the KV index: kvExactMode 3 with that kvLbMode.
   for (const char* m : {"lmetric", "dynamo", "llm-d"})
     if (name == m) return Arm{name, 0, m, "", false};
