@@ -411,8 +411,8 @@ int serveMain(int argc, char** argv) {
     }
     governance::RedisCounters::Auth auth;
     if (!flags.redis_auth_file.empty()) {
-      // user=NAME (optional: a Redis 6 ACL user) and password=SECRET lines: the value is
-      // everything after the first '=' (a password may hold spaces, '#' or '=').
+      // user=NAME (optional: a Redis 6 ACL user) and password=SECRET entries: the value is
+      // what follows the first '=' (a password may hold spaces, '#' or '='), trimmed.
       auto lines = readSecretLines(flags.redis_auth_file, "--redis-auth-file", 4096);
       std::string why;
       if (!lines) why = lines.error().what;
@@ -421,11 +421,14 @@ int serveMain(int argc, char** argv) {
         const size_t eq = line.find('=');
         const std::string key = line.substr(0, eq);
         std::string* into = key == "user" ? &auth.user : key == "password" ? &auth.password : nullptr;
-        if (eq == std::string::npos || !into || !into->empty())
-          why = "--redis-auth-file line " + std::to_string(i + 1) +
-                ": expected one user=NAME and one password=SECRET line";
+        std::string value = eq == std::string::npos ? "" : line.substr(eq + 1);
+        value.erase(0, std::min(value.size(), value.find_first_not_of(" \t")));
+        if (!into || value.empty() || !into->empty())
+          why = "--redis-auth-file entry " + std::to_string(i + 1) +
+                " (comments and blank lines not counted): expected one user=NAME and one "
+                "password=SECRET, each non-empty";
         else
-          *into = line.substr(eq + 1);
+          *into = std::move(value);
       }
       if (why.empty() && auth.password.empty())
         why = "--redis-auth-file: no password=SECRET line";

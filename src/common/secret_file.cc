@@ -9,14 +9,11 @@ namespace kvgate {
 Result<std::vector<std::string>> readSecretLines(const std::string& path, const std::string& flag,
                                                  size_t max_bytes) {
   const std::string field = flag.substr(flag.find_first_not_of('-'));
-  // Opened once, without following a symbolic link and without blocking on a FIFO; every check
-  // is on the descriptor that is read (no window between a check and the read).
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0)
-    return fail(2, field,
-                flag + " " + path +
-                    (errno == ELOOP ? " is a symbolic link: name the file itself"
-                                    : ": cannot open it"));
+  // Opened once, without blocking on a FIFO; every check is on the descriptor that is read, so
+  // a symbolic link (as Kubernetes mounts secrets) is judged by the file it names, and nothing
+  // can be swapped between a check and the read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return fail(2, field, flag + " " + path + ": cannot open it");
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }

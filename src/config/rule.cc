@@ -304,9 +304,12 @@ Result<RuleSpec> parseRule(const json& body) {
   // TLS to the engines with certificates named by id from a certificate store: this build has
   // no store, and serving without the CA or client certificate asked for would be weaker than
   // the operator meant. (On other rules the ids mean nothing; vip_qos_policy_id: stored.)
-  need(r.security == 2 && (!getOr<std::string>(stored, "backend_ca_cert_id", "").empty() ||
-                           !getOr<std::string>(stored, "backend_client_cert_id", "").empty()),
-       "certificate_store");
+  // (An id beside the same material given in mtls_backend is redundant and served.)
+  const bool ca_missing = !getOr<std::string>(stored, "backend_ca_cert_id", "").empty() &&
+                          r.backend_tls.ca_path.empty();
+  const bool client_missing = !getOr<std::string>(stored, "backend_client_cert_id", "").empty() &&
+                              r.backend_tls.cert_path.empty() && r.backend_tls.cert_pem.empty();
+  need(r.security == 2 && (ca_missing || client_missing), "certificate_store");
   for (const char* k : {"secondaryIPs", "secondaryVIPs", "allowedSources"}) {
     auto it = body.find(k);
     if (it != body.end() && !it->is_null()) {

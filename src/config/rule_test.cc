@@ -87,6 +87,12 @@ TEST(RuleParse, HstsHeaderAndStoreIds) {
   r = parseRule(k);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->inactive_capability, "certificate_store");
+  // The same CA given as a path too: the id is redundant, the rule is served.
+  k["serviceArguments"]["mtls_backend"] = {{"verify_server_cert", true},
+                                           {"backend_ca_path", "/etc/ssl/certs/ca.pem"}};
+  r = parseRule(k);
+  ASSERT_TRUE(r) << r.error().what;
+  EXPECT_EQ(r->inactive_capability, "");
   k = simple();
   k["serviceArguments"]["vip_qos_policy_id"] = "gold";
   EXPECT_EQ(parseRule(k)->inactive_capability, "");

@@ -109,7 +109,7 @@ Result<void> RedisCounters::start() {
   connect();  // (before serving: a healthy Redis means no warming at start)
   if (!auth_error_.empty())
     return fail(2, "redis-auth-file",
-                "Redis " + host_ + ":" + std::to_string(port_) + " refused AUTH: " + auth_error_);
+                "Redis " + host_ + ":" + std::to_string(port_) + " refused: " + auth_error_);
   thread_ = std::thread([this] { run(); });
   return {};
 }
@@ -203,6 +203,7 @@ void RedisCounters::disconnect() {
 
 bool RedisCounters::connect() {
   last_connect_ns_ = steadyNs();
+  auth_error_.clear();
   timeval tv{0, 500000};
   c_ = redisConnectWithTimeout(host_.c_str(), port_, tv);
   std::string why;
@@ -215,14 +216,26 @@ bool RedisCounters::connect() {
                   ? redisCommand(c_, "AUTH %b", auth_.password.data(), auth_.password.size())
                   : redisCommand(c_, "AUTH %b %b", auth_.user.data(), auth_.user.size(),
                                  auth_.password.data(), auth_.password.size()));
-      if (r.r && r.r->type == REDIS_REPLY_ERROR) {  // (never the password in the log)
-        auth_error_.assign(r.r->str, r.r->len);
-        auth_failures_.fetch_add(1, std::memory_order_relaxed);
-        why = "AUTH refused: " + auth_error_;
+      if (r.r && r.r->type == REDIS_REPLY_ERROR) {
+        // Never the reply itself in a log or error: an unknown-command error echoes the
+        // arguments, the password included. Refused credentials are told apart from other
+        // errors (max clients reached: an outage, not a configuration mistake).
+        const std::string_view reply(r.r->str, r.r->len);
+        const bool refused = reply.starts_with("WRONGPASS") ||
+                             reply.find("invalid password") != std::string_view::npos ||
+                             reply.find("invalid username-password") != std::string_view::npos ||
+                             reply.find("no password is set") != std::string_view::npos ||
+                             reply.find("without any password configured") != std::string_view::npos;
+        const std::string code(reply.substr(0, std::min(reply.find(' '), reply.size())));
+        if (refused) {
+          auth_error_ = code + " (the credentials in --redis-auth-file)";
+          auth_failures_.fetch_add(1, std::memory_order_relaxed);
+          why = "AUTH refused: " + auth_error_;
+        } else {
+          why = "AUTH failed: " + code;
+        }
       } else if (!r.r) {
         why = c_->errstr;
-      } else {
-        auth_error_.clear();
       }
     }
   }
@@ -232,6 +245,9 @@ bool RedisCounters::connect() {
       Reply r(redisCommand(c_, "SCRIPT LOAD %s", lua));
       if (!r.r || r.r->type != REDIS_REPLY_STRING) {
         why = r.r && r.r->type == REDIS_REPLY_ERROR ? std::string(r.r->str) : c_->errstr;
+        // An ACL user without SCRIPT LOAD: a configuration mistake (serve exits at start).
+        if (r.r && r.r->type == REDIS_REPLY_ERROR && why.starts_with("NOPERM"))
+          auth_error_ = "NOPERM on SCRIPT LOAD (the ACL user needs +script|load)";
         break;
       }
       sha->assign(r.r->str, r.r->len);
@@ -276,7 +292,7 @@ RedisCounters::Call RedisCounters::call(const std::vector<std::string>& args, Ve
     const std::string msg(r.r->str, r.r->len);
     if (steadyNs() - script_logged_ns_ >= 10'000'000'000) {  // (at most every 10 s)
       script_logged_ns_ = steadyNs();
-      log::warn("governance", "Redis quota script (the request passes uncounted): " + msg);
+      log::warn("governance", "Redis quota script error: " + msg);
     }
     // The scripts are gone (SCRIPT FLUSH, a restarted server on the same connection): load again.
     if (msg.starts_with("NOSCRIPT")) {

@@ -148,9 +148,10 @@ std::string AiRequests::render() const {
     for (const auto& [m, c] : streams_) streams.emplace_back(m, c->load());
   }
   std::string s =
-      "# HELP loxilb_ai_requests_total Requests answered, by model (the body's \"model\"), tenant "
-      "(of the admitted credential, \"\" without), HTTP status sent (0: the client left first) and "
-      "outcome (completed, denied, failed, cancelled).\n"
+      "# HELP loxilb_ai_requests_total Requests, by model (the rule's model_name, else the "
+      "request's model when a credential was admitted, else \"\"), tenant (of the admitted "
+      "credential), HTTP status sent (0: none) and outcome (completed, denied, failed, "
+      "cancelled).\n"
       "# TYPE loxilb_ai_requests_total counter\n";
   for (const auto& r : rows)
     s += "loxilb_ai_requests_total{model=\"" + escapeLabel(r.model) + "\",tenant=\"" +

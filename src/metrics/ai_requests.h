@@ -2,10 +2,13 @@
 // loxilb_ai_active_streams{model} (upstream-gateway.md §2.7), for every request the data plane
 // answers.
 //
-// outcome: completed (an engine answered: its status, any code), denied (a governance or
-// admission gate refused: API key, JWT, model authorization, quota, P/D admission; the status the
-// client got), failed (the gateway answered an error of its own: bad request, no route, upstream
-// unreachable or broken), cancelled (the client left before any answer; status "0").
+// outcome: completed (an engine's answer relayed in full, any status, or the gateway's own
+// success such as /v1/models), denied (a governance or admission gate refused: API key, JWT,
+// model authorization, quota, the policy store, P/D admission; the status the client got),
+// failed (the gateway answered an error of its own: bad request, 408, 413, no route, upstream
+// unreachable; or the engine's answer broke off), cancelled (the client left before the answer
+// ended; status "0" when nothing was sent). The caller chooses the model label
+// (proxy/conn_io.cc aiModelLabel).
 //
 // Labels come from clients (model) and credentials (tenant): the first kMaxModels models and
 // kMaxTenants tenants seen get their own values, later ones are counted as "_other"; a label is

@@ -244,7 +244,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<error_code> tlsWrite(std::string_view a, std::string_view b);
   void countResponse(int status);
   void logAccess();
-  void countAiRequest();
+  void countAiRequest();  // loxilb_ai_requests_total, once per request (metrics/ai_requests.h)
+  std::string_view aiModelLabel() const;
   // Headers the request's rule adds to every answer (HSTS on TLS rules); "" before routing.
   std::string_view ruleHeaders() const {
     return outcome_.route ? std::string_view(outcome_.route->rule.hsts_header) : std::string_view();

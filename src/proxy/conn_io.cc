@@ -33,7 +33,8 @@ void ClientConn::onDeadline() {
       // (TLS: no plaintext on the wire; the connection just closes)
       if (!tls_) ::send(client_.native_handle(), k408, sizeof(k408) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
       l_->unrouted.inc(408);
-      if (phase_ == Phase::kBody) outcome_.status = 408;  // (counted as the request ends)
+      // (counted as the request ends; not over an answer already sent, e.g. a stalled 413)
+      if (phase_ == Phase::kBody && outcome_.status == 0) outcome_.status = 408;
       closeClient();
       break;
     }
@@ -220,25 +221,28 @@ void ClientConn::stopWatch() {
   client_.cancel(ec);
 }
 
-// The request's loxilb_ai_requests_total series. The model label is the rule's model_name when
-// it has one; else the request's model only once something vouched for it (a credential was
-// admitted, or an engine answered it below 400), so unauthenticated clients cannot fill the
-// bounded label set with names no engine serves; else "".
+// The model label of loxilb_ai_requests_total and loxilb_ai_active_streams: the rule's
+// model_name when it has one; else the request's model once a credential was admitted (engines
+// such as llama.cpp or SGLang answer any model name, so an answer vouches for nothing); else "".
+// Anonymous clients on a catch-all rule cannot fill the bounded label set.
+std::string_view ClientConn::aiModelLabel() const {
+  if (outcome_.route && !outcome_.route->rule.model_name.empty())
+    return outcome_.route->rule.model_name;
+  if (!outcome_.key_id.empty() || !outcome_.tenant.empty() || !outcome_.user.empty())
+    return outcome_.model;
+  return {};
+}
+
 void ClientConn::countAiRequest() {
   using metrics::AiOutcome;
-  const bool cut = relay_cut_ && !client_gone_;  // the engine's answer broke off mid-body
-  const AiOutcome o = outcome_.status == 0 ? AiOutcome::kCancelled
-                      : outcome_.denied    ? AiOutcome::kDenied
-                      : cut                ? AiOutcome::kFailed
+  // cancelled: no answer, or the client left before the answer ended; failed: the engine's
+  // answer broke off mid-body, or the gateway answered an error of its own.
+  const AiOutcome o = outcome_.status == 0 || client_gone_ ? AiOutcome::kCancelled
+                      : outcome_.denied                     ? AiOutcome::kDenied
+                      : relay_cut_                          ? AiOutcome::kFailed
                       : outcome_.engine_answered || outcome_.status < 400 ? AiOutcome::kCompleted
                                                                           : AiOutcome::kFailed;
-  std::string_view model;
-  if (outcome_.route && !outcome_.route->rule.model_name.empty())
-    model = outcome_.route->rule.model_name;
-  else if (!outcome_.key_id.empty() || !outcome_.tenant.empty() || !outcome_.user.empty() ||
-           (outcome_.engine_answered && outcome_.status < 400))
-    model = outcome_.model;
-  metrics::aiRequests().count(model, outcome_.tenant, outcome_.status, o);
+  metrics::aiRequests().count(aiModelLabel(), outcome_.tenant, outcome_.status, o);
 }
 
 // One structured access-log line for the request just answered (--access-log). Every field is

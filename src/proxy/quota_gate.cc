@@ -13,9 +13,10 @@
 // found no prompt, the body's bytes / 4.
 //
 // Settlement (settleQuota, run when dispatch ends on every path, client disconnects included):
-// the reservation goes back and each TPM bucket is charged the engine's usage (the relay's
+// the reservation goes back and each TPM bucket is charged nothing for a body-less request (it
+// generates nothing; GET /v1/responses/{id} replays a stored usage), else the engine's usage (the relay's
 // UsageScanner; P/D answers too), else an estimate, counted as missing usage: nothing when no
-// engine got the request, it answered an error, or the request was HEAD or had no body; the
+// engine got the request, it answered an error, or the request was HEAD; the
 // prompt estimate when the exchange broke before an answer; the prompt estimate plus the stream's
 // data events for a stream; the whole reservation for another answer. A stream whose client did
 // not ask for usage (no stream_options, or include_usage false) gets stream_options with

@@ -153,7 +153,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   metrics::StreamHold model_streams;  // loxilb_ai_active_streams{model}
   if (stream) {
     w_.stats.active_streams.fetch_add(1, std::memory_order_relaxed);
-    model_streams.open(metrics::aiRequests(), outcome_.model);
+    model_streams.open(metrics::aiRequests(), aiModelLabel());
   }
   bool ttft_pending = stream;
   const auto data_timeout = dataTimeout(rule);

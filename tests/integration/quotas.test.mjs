@@ -28,6 +28,13 @@ async function engine(t, opts) {
       const j = JSON.parse(body || '{}');
       seen.push(j);
       if (req.url === '/v1/responses') return responsesApi(j, res, opts);
+      if (req.url.startsWith('/v1/responses/')) {  // a stored response, with the usage it had
+        const out = JSON.stringify({ id: 'resp_1', object: 'response', status: 'completed', output: [],
+          usage: { input_tokens: 6, output_tokens: 4, total_tokens: 10 } });
+        res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(out) });
+        res.end(out);
+        return;
+      }
       if (!j.stream) {
         const out = JSON.stringify({ id: 'x', object: 'chat.completion', model: j.model,
           choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }],
@@ -246,12 +253,15 @@ test('tenant TPM: usage settles, debt refuses with Retry-After, other tenants un
   assert.equal(ai({ model: 'm1', tenant: 'other', status: '200', outcome: 'completed' }), 1);
   assert.equal((await chat(port, { 'x-api-key': 'sk-not-a-key' }, {})).status, 401);
   assert.match(await rawRequest(port, 'GARBAGE\r\n\r\n'), /^HTTP\/1\.1 400/);
+  assert.match(await rawRequest(port, 'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n' +
+    'Content-Length: 99999999999\r\n\r\n'), /^HTTP\/1\.1 413/);
   assert.ok(await waitFor(async () => metric(await scrapeMetrics(gw.api), 'loxilb_ai_requests_total',
     { model: '', tenant: '', status: '400', outcome: 'failed' }) === 1, 5000));
   const ms2 = await scrapeMetrics(gw.api);
   // (no credential vouched for the model of the refused request: no model label)
   assert.equal(metric(ms2, 'loxilb_ai_requests_total', { model: '', tenant: '', status: '401', outcome: 'denied' }), 1);
   assert.equal(metric(ms2, 'loxilb_ai_requests_total', { model: '', tenant: '', status: '400', outcome: 'failed' }), 1);
+  assert.equal(metric(ms2, 'loxilb_ai_requests_total', { model: '', tenant: '', status: '413', outcome: 'failed' }), 1);
   // The access log carries what was charged.
   assert.ok(await waitFor(() => gw.proc.stderrText.includes('quota_tokens=500'), 5000));
 
@@ -384,7 +394,13 @@ test('Responses API: usage read from response.completed, nothing injected, the s
   r = await post({});
   assert.equal(r.status, 200, r.text);
   assert.equal(JSON.parse(r.text).usage.total_tokens, 10);
+  // Fetching a stored response (no body: it generates nothing) is not charged its usage again.
+  const stored = await fetch(`http://127.0.0.1:${port}/v1/responses/resp_1`, { headers: { 'x-api-key': acme } });
+  assert.equal(stored.status, 200);
+  assert.equal((await stored.json()).usage.total_tokens, 10);
   // (settlement runs as the exchange ends, just after the client has its last byte)
+  assert.ok(await waitFor(async () => metric(await scrapeMetrics(gw.api), 'loxilb_ai_requests_total',
+    { model: '', tenant: 'acme', status: '200', outcome: 'completed' }) === 1, 5000));  // (no body: no model)
   assert.ok(await waitFor(async () => metric(await scrapeMetrics(gw.api), 'loxilb_ai_tokens_consumed_total',
     { tenant: 'acme' }) === 20, 5000));
   const ms = await scrapeMetrics(gw.api);

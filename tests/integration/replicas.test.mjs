@@ -206,16 +206,18 @@ test('Redis with AUTH: --redis-auth-file (minimal ACL user or password), refusal
   // Refused at start: a file others can read, a symbolic link, a malformed line, no --redis.
   const loose = file('loose', 'user=kvgate\npassword=acl-secret-2\n', 0o644);
   await assert.rejects(serve(loose, 'x1'), /chmod 600/);
-  const acl = file('acl', '# a minimal ACL user\nuser=kvgate\npassword=acl-secret-2\n');
+  const acl = file('acl', '# a minimal ACL user\nuser=kvgate\npassword= acl-secret-2\n');
+  // A symbolic link to a loose file is judged by that file (Kubernetes mounts secrets as links).
   const link = path.join(tmp.dir, 'link');
-  symlinkSync(acl, link);
-  await assert.rejects(serve(link, 'x2'), /symbolic link/);
+  symlinkSync(loose, link);
+  await assert.rejects(serve(link, 'x2'), /chmod 600/);
   await assert.rejects(serve(file('bad', 'kvgate acl-secret-2\n'), 'x3'), /password=SECRET/);
+  await assert.rejects(serve(file('empty', 'user=\npassword=x\n'), 'x6'), /non-empty/);
   await assert.rejects(startKvgate(['serve', '--api-listen', '127.0.0.1:0', '--redis-auth-file', acl,
     '--state-dir', path.join(tmp.dir, 'x4')]), /needs --redis/);
   // A wrong password at start: serve exits naming Redis's answer, without the password.
   const wrong = file('wrong', 'user=kvgate\npassword=not-the-password\n');
-  await assert.rejects(serve(wrong, 'x5'), (e) => /refused AUTH: WRONGPASS/.test(e.message) &&
+  await assert.rejects(serve(wrong, 'x5'), (e) => /refused: WRONGPASS/.test(e.message) &&
     !e.message.includes('not-the-password'));
 
   const metered = async (authFile, dir) => {
@@ -231,7 +233,9 @@ test('Redis with AUTH: --redis-auth-file (minimal ACL user or password), refusal
   // The minimal ACL user and the default user's password both count quotas in Redis (a tenant
   // bucket key appears there; an ACL user without a command the scripts run would fail them).
   const gws = [];
-  for (const [name, authFile] of [['acl', acl], ['pass', file('pass', 'password=default-secret-1\n')]]) {
+  const linked = path.join(tmp.dir, 'linked');
+  symlinkSync(acl, linked);  // (through a link to a protected file: accepted)
+  for (const [name, authFile] of [['acl', linked], ['pass', file('pass', 'password=default-secret-1\n')]]) {
     const g = await metered(authFile, `state-${name}`);
     gws.push(g);
     assert.equal((await chat(g.port, g.key)).status, 200);
