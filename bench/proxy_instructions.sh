@@ -7,6 +7,7 @@
 # under callgrind the same way: its whole process's instructions, less those of a start and stop
 # with no traffic, divided by the requests.
 # Usage: bench/proxy_instructions.sh BIN|nginx [BIN|nginx...]
+# KEEP=DIR keeps each kvgate run's callgrind output there (cgN.out: callgrind_annotate it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for t in nginx wrk valgrind callgrind_annotate; do command -v $t >/dev/null || { echo "missing $t: run scripts/setup.sh --bench and install valgrind" >&2; exit 1; }; done
@@ -67,4 +68,5 @@ for BIN in "$@"; do
   INS=$(callgrind_annotate --inclusive=yes "$W/cg$i.out" 2>/dev/null |
     awk '/DataPlane::start\(\)::\{lambda\(\)#1\}> > >::_M_run/ && !done {gsub(",","",$1); print $1; done=1}')
   echo "| $BIN | $N | $INS | $((INS / N)) |"
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; cp "$W/cg$i.out" "$KEEP/cg$i.out"; fi
 done
