@@ -1,6 +1,8 @@
 #include "common/ids.h"
 
+#include <bit>
 #include <chrono>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -24,12 +26,27 @@ struct Rng {
 };
 thread_local Rng t_rng;
 constexpr char kHex[] = "0123456789abcdef";
-void hex64(uint64_t v, char* out) {
-  for (int i = 15; i >= 0; --i) {
-    out[i] = kHex[v & 0xF];
-    v >>= 4;
-  }
+// Eight hex digits of 32 bits, most significant first: each nibble spread into its own byte,
+// then '0'-'9' / 'a'-'f' added to all eight at once.
+inline void hex32(uint32_t v, char* out) {
+  uint64_t x = v;
+  x = ((x & 0xFFFF0000ULL) << 16) | (x & 0xFFFFULL);
+  x = ((x & 0x0000FF000000FF00ULL) << 8) | (x & 0x000000FF000000FFULL);
+  x = ((x & 0x00F000F000F000F0ULL) << 4) | (x & 0x000F000F000F000FULL);
+  const uint64_t letters = ((x + 0x0606060606060606ULL) >> 4) & 0x0101010101010101ULL;  // > 9
+  x += 0x3030303030303030ULL + letters * ('a' - '0' - 10);
+  if constexpr (std::endian::native == std::endian::little)
+    x = __builtin_bswap64(x);  // the most significant nibble first in memory
+  std::memcpy(out, &x, 8);
 }
+}  // namespace
+
+void hex64(uint64_t v, char out[16]) {
+  hex32(static_cast<uint32_t>(v >> 32), out);
+  hex32(static_cast<uint32_t>(v), out + 8);
+}
+
+namespace {
 }  // namespace
 
 void newRequestId(char out[32]) {

@@ -95,6 +95,7 @@ int headerLineError(const char* p, const char* end, ParseError& err) {
 int parseHeaders(const char* p, const char* end, HeadCommon& h, ParseError& err, bool is_request) {
   h.num_headers = 0;
   h.headers.count = 0;
+  h.name_sizes = 0;
   bool seen_cl = false, seen_te = false;
   while (p < end) {
     const char* q = p;
@@ -115,6 +116,7 @@ int parseHeaders(const char* p, const char* end, HeadCommon& h, ParseError& err,
     p = cr + 2;
     if (h.num_headers == kMaxHeaders) return fail(err, 431, "too many headers");
     h.headers.set(h.num_headers++, Header{name, value});
+    h.name_sizes |= uint64_t{1} << (name.size() & 63);
     h.headers.count = h.num_headers;
 
     if (iequals(name, "content-length")) {
@@ -164,12 +166,15 @@ inline uint64_t lower8(uint64_t x) {
 }  // namespace
 
 bool iequalsSameSize(std::string_view a, std::string_view b) {
+  // Most calls compare different names of one size: the first byte usually tells.
+  if (a.empty()) return true;
+  if (lower(a[0]) != lower(b[0])) return false;
   size_t i = 0;
   for (; i + 8 <= a.size(); i += 8) {  // eight bytes a step (header names are 4-20 bytes)
     uint64_t x, y;
     std::memcpy(&x, a.data() + i, 8);
     std::memcpy(&y, b.data() + i, 8);
-    if (lower8(x) != lower8(y)) return false;
+    if (x != y && lower8(x) != lower8(y)) return false;
   }
   for (; i < a.size(); ++i)
     if (lower(a[i]) != lower(b[i])) return false;
@@ -205,12 +210,14 @@ bool isHopByHop(std::string_view n) {
 }
 
 std::string_view HeadCommon::get(std::string_view name) const {
+  if (!(name_sizes & (uint64_t{1} << (name.size() & 63)))) return {};
   for (size_t i = 0; i < num_headers; ++i)
     if (iequals(headers[i].name, name)) return headers[i].value;
   return {};
 }
 
 bool HeadCommon::has(std::string_view name) const {
+  if (!(name_sizes & (uint64_t{1} << (name.size() & 63)))) return false;
   for (size_t i = 0; i < num_headers; ++i)
     if (iequals(headers[i].name, name)) return true;
   return false;

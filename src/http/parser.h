@@ -86,6 +86,9 @@ struct HeadCommon {
   uint64_t content_length = 0;
   bool keep_alive = true;
   bool has_connection_header = false;
+  // Bit (size & 63) set for each header name's size: a lookup of a name no header has the size
+  // of (most lookups: X-Api-Key, X-Model, ... are usually absent) costs one test.
+  uint64_t name_sizes = 0;
 
   // Case-insensitive lookup of the first header with this name; empty view when absent.
   std::string_view get(std::string_view name) const;
