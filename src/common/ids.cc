@@ -46,9 +46,6 @@ void hex64(uint64_t v, char out[16]) {
   hex32(static_cast<uint32_t>(v), out + 8);
 }
 
-namespace {
-}  // namespace
-
 void newRequestId(char out[32]) {
   hex64(t_rng.next(), out);
   hex64(t_rng.next(), out + 16);

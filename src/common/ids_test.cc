@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace kvgate {
 namespace {

@@ -109,8 +109,14 @@ int parseHeaders(const char* p, const char* end, HeadCommon& h, ParseError& err,
       if (cr == end || *cr != '\t') break;
       ++cr;
     }
-    if (cr == end || cr[1] != '\n') return fail(err, 400, "malformed header line");
-    if (*cr != '\r') return fail(err, 400, "invalid header value");
+    if (cr == end) return fail(err, 400, "malformed header line");
+    if (*cr != '\r') {  // a control byte in the value, unless the line itself is broken
+      const void* eol = std::memchr(cr, '\r', static_cast<size_t>(end - cr));
+      if (!eol || static_cast<const char*>(eol)[1] != '\n')
+        return fail(err, 400, "malformed header line");
+      return fail(err, 400, "invalid header value");
+    }
+    if (cr[1] != '\n') return fail(err, 400, "malformed header line");
     const std::string_view value =
         trimOws(std::string_view(vbeg, static_cast<size_t>(cr - vbeg)));
     p = cr + 2;
@@ -243,6 +249,7 @@ int parseRequestHead(const char* data, size_t len, size_t max_head_bytes, Reques
   std::string_view line(p, static_cast<size_t>(eol - p));
   if (std::memchr(p, '\n', static_cast<size_t>(eol - p)))
     return fail(err, 400, "bare LF in request line");
+  if (eol[1] != '\n') return fail(err, 400, "bare CR in request line");  // (RFC 9112 §2.2)
   size_t sp1 = line.find(' ');
   size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
   if (sp1 == std::string_view::npos || sp2 == std::string_view::npos || sp1 == 0 || sp2 == sp1 + 1)
@@ -293,6 +300,7 @@ int parseResponseHead(const char* data, size_t len, size_t max_head_bytes,
   const char* head_end = data + end - 2;
   const char* eol = static_cast<const char*>(std::memchr(data, '\r', end));
   std::string_view line(data, static_cast<size_t>(eol - data));
+  if (eol[1] != '\n') return fail(err, 502, "malformed upstream status line");  // a bare CR
   out = ResponseHead{};
   if (line.size() < 12 || !parseVersion(line.substr(0, 8), out.version_minor) || line[8] != ' ')
     return fail(err, 502, "malformed upstream status line");
@@ -304,6 +312,10 @@ int parseResponseHead(const char* data, size_t len, size_t max_head_bytes,
   if (status < 100) return fail(err, 502, "malformed upstream status");
   out.status = status;
   out.reason = line.size() > 13 ? line.substr(13) : std::string_view{};
+  // The reason is relayed to the client: no control bytes (a bare LF would smuggle a header
+  // line past the relay's filters), HTAB and obs-text allowed (RFC 9112 §4).
+  for (unsigned char c : out.reason)
+    if ((c < 0x20 && c != '\t') || c == 0x7f) return fail(err, 502, "malformed upstream reason");
   out.keep_alive = out.version_minor == 1;
   if (parseHeaders(eol + 2, head_end, out, err, false) < 0) {
     err.status = 502;

@@ -106,7 +106,10 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"http2", "GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505},
         Bad{"double_space", "GET  / HTTP/1.1\r\nHost: a\r\n\r\n", 400},
         Bad{"ctl_in_target", "GET /\x01 HTTP/1.1\r\nHost: a\r\n\r\n", 400},
-        Bad{"bad_method", "G(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400}),
+        Bad{"bad_method", "G(T / HTTP/1.1\r\nHost: a\r\n\r\n", 400},
+        Bad{"bare_cr_request_line", "GET / HTTP/1.1\rXHost: a\r\n\r\n", 400},
+        Bad{"del_in_value", "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\x7f\r\n\r\n", 400},
+        Bad{"bare_cr_in_value", "GET / HTTP/1.1\r\nHost: a\r\nX-A: b\rc\r\n\r\n", 400}),
     [](const ::testing::TestParamInfo<Bad>& i) { return std::string(i.param.name); });
 
 TEST(RequestParser, OversizedHeadIs431EvenWhenIncomplete) {
@@ -196,6 +199,48 @@ TEST(ResponseParser, FramingRules) {
   s = "HTTP/1.1 2x0 OK\r\n\r\n";
   EXPECT_EQ(parseResponseHead(s.data(), s.size(), 65536, "GET", r, e), -1);
   EXPECT_EQ(e.status, 502);
+
+  // The reason phrase is relayed: a bare LF in it (a header line smuggled past the relay's
+  // filters), a bare CR ending the status line, or another control byte is refused.
+  for (std::string bad : {"HTTP/1.1 200 OK\nSet-Cookie: a=b\r\nContent-Length: 0\r\n\r\n",
+                          "HTTP/1.1 200 OK\rX-A: b\r\nContent-Length: 0\r\n\r\n",
+                          "HTTP/1.1 200 O\x01K\r\nContent-Length: 0\r\n\r\n"}) {
+    EXPECT_EQ(parseResponseHead(bad.data(), bad.size(), 65536, "GET", r, e), -1) << bad;
+    EXPECT_EQ(e.status, 502);
+  }
+  s = "HTTP/1.1 200 Fine\tand \xe2\x9c\x93\r\nContent-Length: 0\r\n\r\n";  // HTAB, obs-text
+  ASSERT_GT(parseResponseHead(s.data(), s.size(), 65536, "GET", r, e), 0);
+  EXPECT_EQ(r.reason, "Fine\tand \xe2\x9c\x93");
+}
+
+// The reason given for a control byte in a header value (it reaches the client's error body).
+TEST(RequestParser, ControlByteInValueIsNamedAsSuch) {
+  RequestHead h;
+  ParseError e;
+  for (std::string s : {std::string("GET / HTTP/1.1\r\nHost: a\r\nX-A: b\0c\r\n\r\n", 37),
+                        std::string("GET / HTTP/1.1\r\nHost: a\r\nX-A: a\x01\r\n\r\n")}) {
+    EXPECT_EQ(parseRequestHead(s.data(), s.size(), 65536, h, e), -1);
+    EXPECT_EQ(e.status, 400);
+    EXPECT_STREQ(e.reason, "invalid header value") << s;
+  }
+}
+
+// iequals against the byte-by-byte definition, for every size up to 17 and the bytes around
+// the letters' edges ('@' '[' '`' '{', high-bit look-alikes) at every position.
+TEST(HeaderTokens, CaseInsensitiveEqualityAgainstTheDefinition) {
+  auto lower = [](unsigned char c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; };
+  const unsigned char edge[] = {'@', 'A', 'Z', '[', '`', 'a', 'z', '{', 0x00, 0x7f, 0x80,
+                                0xC0, 0xC1, 0xDA, 0xDB, 0xE0, 0xE1, 0xFA, 0xFF, '-', '0'};
+  for (size_t n = 1; n <= 17; ++n)
+    for (size_t at = 0; at < n; ++at)
+      for (unsigned char x : edge)
+        for (unsigned char y : edge) {
+          std::string a(n, 'k'), b(n, 'K');
+          a[at] = static_cast<char>(x);
+          b[at] = static_cast<char>(y);
+          const bool want = lower(x) == lower(y);
+          ASSERT_EQ(iequals(a, b), want) << n << " " << at << " " << int(x) << " " << int(y);
+        }
 }
 
 TEST(HeaderTokens, ListMembership) {
