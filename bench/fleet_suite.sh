@@ -7,9 +7,9 @@
 #   bench/fleet_suite.sh [--full] [OUT]      (OUT relative to the current directory)
 #   ONLY="gsp speedup" bench/fleet_suite.sh   runs only the runs named (names below)
 #
-#   gsp          SGLang's generated-shared-prefix, quick mode (rr, lc, kv-hard, oracle over the
-#                ladder 10-80/s, every other arm at 20 and 80/s); --full: every arm over the
-#                whole ladder
+#   gsp          SGLang's generated-shared-prefix, quick mode (rr, lc, kv-hard, kv-taper-lc,
+#                oracle over the ladder 10-80/s, every other arm at 20 and 80/s); --full: every
+#                arm over the whole ladder
 #   nosharing    the control (lc, rr, kv-hard, kv-soft)
 #   llmd         llm-d's precise-routing shape (150 groups need --warmup 750 to be warm)
 #   multiround   multi-round chat
@@ -56,17 +56,17 @@ GSP=(--workload gsp --wl output_len=64 --workers 4 --requests 200)
 KEY="rr,kv-hard,oracle"
 if [ $FULL = 1 ]; then
   run gsp "${GSP[@]}" --qps 10,20,40,60,80 --speedup 0.5 \
-    --arms rr,lc,random,chwbl,kv-off,kv-hard,kv-soft,kv-adaptive,kv-adaptive-soft,kv-taper,kv-ttft,oracle,sglang,sglang-cli,lmetric,dynamo,llm-d
+    --arms rr,lc,random,chwbl,kv-off,kv-hard,kv-soft,kv-adaptive,kv-adaptive-soft,kv-taper,kv-ttft,kv-soft-lc,kv-taper-lc,oracle,sglang,sglang-cli,lmetric,dynamo,llm-d
 else
   run gsp "${GSP[@]}" --quick --qps 10,20,40,60,80 --speedup 0.5
 fi
 run nosharing --workload nosharing --wl output_len=64 --workers 4 --arms lc,rr,kv-hard,kv-soft \
   --qps 10,20,40,60 --requests 150 --speedup 0.5
 run llmd --workload llmd --wl output_len=64 --workers 4 --arms "$KEY" \
-  --side-arms lc,kv-ttft,sglang-cli,dynamo,llm-d --qps 8,12 --side-qps 12 \
+  --side-arms lc,kv-ttft,kv-taper-lc,sglang-cli,dynamo,llm-d --qps 8,12 --side-qps 12 \
   --requests 100 --warmup 750 --speedup 0.5
 run multiround --workload multiround --workers 4 --arms "$KEY",lc \
-  --side-arms kv-ttft,sglang-cli,dynamo,llm-d --qps 5,10,20,30 --side-qps 10,30 \
+  --side-arms kv-ttft,kv-taper-lc,sglang-cli,dynamo,llm-d --qps 5,10,20,30 --side-qps 10,30 \
   --requests 200 --speedup 0.5
 run speedup "${GSP[@]}" --arms "$KEY" --side-arms sglang-cli,dynamo --qps 5,10,20,30,40 \
   --side-qps 10,40 --speedup 0.25
@@ -75,6 +75,6 @@ run prefill-half "${GSP[@]}" --arms "$KEY" --side-arms sglang-cli,dynamo --qps 2
 run prefill-double "${GSP[@]}" --arms "$KEY" --side-arms sglang-cli,dynamo --qps 20,80 \
   --speedup 0.5 --sim-arg=--prefill-factor=2
 run mooncake --workload mooncake --workers 4 --arms "$KEY",lc \
-  --side-arms kv-ttft,sglang-cli,dynamo,llm-d --qps 8,16,24 --side-qps 24 \
+  --side-arms kv-ttft,kv-taper-lc,sglang-cli,dynamo,llm-d --qps 8,16,24 --side-qps 24 \
   --requests 100 --speedup 0.5
 echo "== all runs written to $OUT"
