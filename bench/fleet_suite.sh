@@ -20,7 +20,8 @@
 #                gsp's key arms with the simulated prefill cost halved and doubled
 #
 # Needs build/kvgate (make) and, for the charts, python3-matplotlib (scripts/setup.sh --bench).
-# Runtime on 2 cores: 54 minutes (quick), 64 (full), measured 2026-12-01; each run prints its own.
+# Runtime on 2 cores: 54 minutes (quick), 64 (full), measured 2026-12-01 (gsp quick: 636 s with
+# kv-taper-lc added to its ladder, 2026-12-02); each run prints its own.
 set -euo pipefail
 FULL=0
 OUT_ARG=""
