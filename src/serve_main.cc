@@ -15,7 +15,6 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "events/event_plane.h"
-#include "common/secret_file.h"
 #include "events/kv_sources.h"
 #include "metrics/ai_requests.h"
 #include "governance/redis_counters.h"
@@ -411,31 +410,12 @@ int serveMain(int argc, char** argv) {
     }
     governance::RedisCounters::Auth auth;
     if (!flags.redis_auth_file.empty()) {
-      // user=NAME (optional: a Redis 6 ACL user) and password=SECRET entries: the value is
-      // what follows the first '=' (a password may hold spaces, '#' or '='), trimmed.
-      auto lines = readSecretLines(flags.redis_auth_file, "--redis-auth-file", 4096);
-      std::string why;
-      if (!lines) why = lines.error().what;
-      for (size_t i = 0; lines && i < lines->size() && why.empty(); ++i) {
-        const std::string& line = (*lines)[i];
-        const size_t eq = line.find('=');
-        const std::string key = line.substr(0, eq);
-        std::string* into = key == "user" ? &auth.user : key == "password" ? &auth.password : nullptr;
-        std::string value = eq == std::string::npos ? "" : line.substr(eq + 1);
-        value.erase(0, std::min(value.size(), value.find_first_not_of(" \t")));
-        if (!into || value.empty() || !into->empty())
-          why = "--redis-auth-file entry " + std::to_string(i + 1) +
-                " (comments and blank lines not counted): expected one user=NAME and one "
-                "password=SECRET, each non-empty";
-        else
-          *into = std::move(value);
-      }
-      if (why.empty() && auth.password.empty())
-        why = "--redis-auth-file: no password=SECRET line";
-      if (!why.empty()) {
-        std::fprintf(stderr, "kvgate serve: %s\n", why.c_str());
+      auto a = governance::loadRedisAuth(flags.redis_auth_file);
+      if (!a) {
+        std::fprintf(stderr, "kvgate serve: %s\n", a.error().what.c_str());
         return 2;
       }
+      auth = std::move(*a);
     }
     redis = std::make_unique<governance::RedisCounters>(rhp->host, rhp->port, std::move(auth));
     if (auto st = redis->start(); !st) {

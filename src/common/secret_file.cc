@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/lines.h"
+
 namespace kvgate {
 
 Result<std::vector<std::string>> readSecretLines(const std::string& path, const std::string& flag,
@@ -39,15 +41,11 @@ Result<std::vector<std::string>> readSecretLines(const std::string& path, const 
   std::vector<std::string> out;
   size_t at = 0;
   while (at < text.size()) {
-    size_t nl = text.find('\n', at);
-    if (nl == std::string::npos) nl = text.size();
-    std::string line = text.substr(at, nl - at);
-    at = nl + 1;
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
-      line.pop_back();
+    std::string_view line = nextLine(text, at);
     const size_t b = line.find_first_not_of(" \t");
-    if (b == std::string::npos || line[b] == '#') continue;
-    out.push_back(line.substr(b));
+    if (b == std::string_view::npos || line[b] == '#') continue;
+    line = line.substr(b, line.find_last_not_of(" \t\r") + 1 - b);  // (as before: CRs trailing too)
+    out.emplace_back(line);
   }
   return out;
 }

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string>
 
+#include "common/lines.h"
+
 namespace kvgate::engines {
 namespace {
 
@@ -83,11 +85,7 @@ EngineLoad parseEngineMetrics(std::string_view text) {
   auto add = [](std::optional<double>& slot, double v) { slot = slot.value_or(0) + v; };
   size_t pos = 0;
   while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    if (nl == std::string_view::npos) nl = text.size();
-    std::string_view line = text.substr(pos, nl - pos);
-    pos = nl + 1;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::string_view line = nextLine(text, pos);
     if (line.empty() || line.front() == '#' || line.size() > kMaxMetricsLine) continue;
     std::string_view name, labels;
     double v = 0;

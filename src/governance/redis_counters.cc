@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "common/log.h"
+#include "common/secret_file.h"
 
 namespace kvgate::governance {
 
@@ -430,6 +431,28 @@ std::string RedisCounters::renderMetrics() const {
               "Settlements not sent (queue full, Redis down, call failed; the hold costs at most "
               "one bucket capacity).",
               dropped_.load());
+}
+
+Result<RedisCounters::Auth> loadRedisAuth(const std::string& path) {
+  auto lines = readSecretLines(path, "--redis-auth-file", 4096);
+  if (!lines) return tl::unexpected(lines.error());
+  RedisCounters::Auth auth;
+  for (size_t i = 0; i < lines->size(); ++i) {
+    const std::string& line = (*lines)[i];
+    const size_t eq = line.find('=');
+    const std::string key = line.substr(0, eq);
+    std::string* into = key == "user" ? &auth.user : key == "password" ? &auth.password : nullptr;
+    std::string value = eq == std::string::npos ? "" : line.substr(eq + 1);
+    value.erase(0, std::min(value.size(), value.find_first_not_of(" \t")));
+    if (!into || value.empty() || !into->empty())
+      return fail(2, "redis-auth-file",
+                  "--redis-auth-file entry " + std::to_string(i + 1) +
+                      " (comments and blank lines not counted): expected one user=NAME and one "
+                      "password=SECRET, each non-empty");
+    *into = std::move(value);
+  }
+  if (auth.password.empty()) return fail(2, "redis-auth-file", "--redis-auth-file: no password=SECRET line");
+  return auth;
 }
 
 }  // namespace kvgate::governance

@@ -124,6 +124,12 @@ class RedisCounters {
   int64_t script_logged_ns_ = INT64_MIN / 2;
 };
 
+// serve --redis-auth-file: `user=NAME` (optional, a Redis 6 ACL user) and `password=SECRET`
+// entries, each once and non-empty; the value is what follows the first '=' (spaces, '#' and '='
+// included), trimmed. The file itself is checked by common/secret_file.h (owner, mode 0600/0400,
+// at most 4 KiB). Errors name the flag and the entry.
+Result<RedisCounters::Auth> loadRedisAuth(const std::string& path);
+
 // The process's shared counters (null: quotas count in this process only).
 RedisCounters* redisCounters();
 void setRedisCounters(RedisCounters* c);

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -134,6 +135,45 @@ TEST(RedisCounters, UnreachableIsWarmingNeverOpenAtOnce) {
   auto v = admit(rc, {{"k|x", LimitReason::kKeyRps, 1, 1}}, 0);
   EXPECT_EQ(v.state, RedisCounters::State::kWarming);  // (within 3 s of start: warming)
   EXPECT_EQ(v.retry_after_s, 1);
+}
+
+// --redis-auth-file: user=/password= entries; malformed, duplicated, empty, oversized or
+// loosely protected files are refused naming the flag, and nothing else is guessed.
+TEST(RedisAuthFile, EntriesAndRefusals) {
+  char dir[] = "/tmp/kvgate-redis-auth-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  int n = 0;
+  auto file = [&](const std::string& text, mode_t mode = 0600) {
+    const std::string path = std::string(dir) + "/f" + std::to_string(n++);
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, mode);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(::write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    ::fchmod(fd, mode);
+    ::close(fd);
+    return path;
+  };
+  auto a = loadRedisAuth(file("# ops\nuser=kvgate\npassword= p#a ss=w0rd \n"));
+  ASSERT_TRUE(a.has_value()) << a.error().what;
+  EXPECT_EQ(a->user, "kvgate");
+  EXPECT_EQ(a->password, "p#a ss=w0rd");  // spaces, '#' and '=' kept; surrounding spaces not
+  a = loadRedisAuth(file("password=only\n"));
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->user, "");
+  for (const std::string& bad :
+       {std::string("kvgate secret\n"), std::string("user=kvgate\n"), std::string("password=\n"),
+        std::string("password=a\npassword=b\n"), std::string("user=\npassword=x\n"),
+        std::string("token=x\npassword=y\n"), std::string(""), std::string(5000, 'p')}) {
+    a = loadRedisAuth(file(bad));
+    ASSERT_FALSE(a.has_value()) << bad;
+    EXPECT_NE(a.error().what.find("--redis-auth-file"), std::string::npos) << a.error().what;
+  }
+  a = loadRedisAuth(file("password=x\n", 0644));
+  ASSERT_FALSE(a.has_value());
+  EXPECT_NE(a.error().what.find("chmod 600"), std::string::npos);
+  a = loadRedisAuth(std::string(dir) + "/missing");
+  ASSERT_FALSE(a.has_value());
+  for (int i = 0; i < n; ++i) ::unlink((std::string(dir) + "/f" + std::to_string(i)).c_str());
+  ::rmdir(dir);
 }
 
 }  // namespace
