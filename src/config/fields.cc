@@ -68,9 +68,9 @@ const std::vector<FieldSpec>& serviceFields() {
       {"chwbl_mean_load_factor", T::kInt, 100, 300},
       {"chwbl_replication", T::kInt, 1, 1024},
       {"chwbl_enable_cache_salt", T::kBool},
-      // Extension: a selector stage without a sel number, used instead of `sel` (the fleet
+      // Extension: a selector stage without a sel number, used instead of `sel` (lc_light, and the fleet
       // benchmark's baselines; routing/stage_registry.cc).
-      {"selector", T::kEnum, 0, 0, {"", "random", "sglang", "sglang-cli"}},
+      {"selector", T::kEnum, 0, 0, {"", "random", "lc_light", "sglang", "sglang-cli"}},
       // KV-exact.
       {"kvExactMode", T::kInt, 0, 3},
       {"kvBlockSize", T::kInt, 1, 4096},

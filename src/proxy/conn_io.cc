@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "http/server.h"
 #include "proxy/client_conn.h"
+#include "http/readiness.h"
 #include "http/tls.h"
 
 namespace kvgate::proxy {
@@ -60,12 +61,26 @@ asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
     auto room = b.prepare(kReadChunk);
     n = co_await tls_->readSome(client_, static_cast<char*>(room.data()), room.size(), ec);
     client_eof_ |= ec || n == 0;
-  } else {
-    n = co_await s.async_read_some(b.prepare(kReadChunk), useEc(ec));
+    if (ec || n == 0) co_return false;
+    b.commit(n);
+    co_return true;
   }
-  if (ec || n == 0) co_return false;
-  b.commit(n);
-  co_return true;
+  // Plain TCP: a recv only when bytes may be there, else a wait that costs no syscall
+  // (http/readiness.h); the buffer's room is taken when the bytes are.
+  for (;;) {
+    auto room = b.prepare(kReadChunk);
+    switch (http::tryRecv(s, static_cast<char*>(room.data()), room.size(), n, ec)) {
+      case http::RecvResult::kBytes:
+        b.commit(n);
+        co_return true;
+      case http::RecvResult::kWouldBlock:
+        break;
+      default:
+        co_return false;
+    }
+    co_await http::asyncWaitReadable(s, useEc(ec));
+    if (ec) co_return false;
+  }
 }
 
 asio::awaitable<bool> ClientConn::writeClient(std::string_view a, std::string_view b) {

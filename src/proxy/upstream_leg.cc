@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "http/readiness.h"
+
 namespace kvgate::proxy {
 
 // Upstream reads start with 4 KiB of room (an SSE event fits; an open stream keeps one page) and
@@ -21,7 +23,6 @@ void UpstreamLeg::begin(endpoints::EndpointId id) {
   id_ = id;
   timed_out_ = false;
   abandoned_ = false;
-  maybe_more_ = false;
   clean_eof_ = false;
   grow_room_ = true;
   interim_count_ = 0;
@@ -93,44 +94,48 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
 }
 
 asio::awaitable<bool> UpstreamLeg::readSome() {
-  // A read that filled the room it was given likely left more bytes in the kernel: take them with
-  // one non-blocking recv on the spot (no trip through the scheduler). Otherwise go to the reactor
-  // (a recv now would almost always fail with EAGAIN, a wasted syscall per request); its
-  // edge-triggered read op cannot miss bytes that arrive meanwhile, as it reads at once when an
-  // edge came while no op was queued. (A readiness wait before taking buffer memory was measured
-  // and dropped: Asio re-arms epoll with an epoll_ctl for every such wait, one more syscall per
-  // request.) When a read has to wait, the owner is told (it watches the client if the wait
-  // lasts).
+  // Plain TCP: a recv only when bytes may be there (the last read filled its room, or an epoll
+  // edge came since a read of ours drained the socket), else a wait that costs no syscall and
+  // takes no buffer memory (http/readiness.h; before it, each response began with a recv that
+  // failed with EAGAIN). When a read has to wait, the owner is told (it watches the client if
+  // the wait lasts).
   if (!conn_.isOpen()) co_return false;
-  if (maybe_more_ && !conn_.tls) {
-    int r = recvNow();
-    if (r >= 0) co_return r > 0;
-  }
-  observer_.onUpstreamWait();
   error_code ec;
-  auto b = buf_.prepare(readRoom());
-  size_t n = 0;
-  if (conn_.tls) n = co_await conn_.tls->readSome(conn_.sock, static_cast<char*>(b.data()), b.size(), ec);
-  else n = co_await conn_.sock.async_read_some(b, useEc(ec));
-  // A clean end: TCP EOF, or for TLS a close_notify (a TLS body cut by a bare TCP close is not).
-  clean_eof_ = (ec == asio::error::eof) || (!ec && n == 0);
-  if (ec || n == 0) co_return false;
-  noteRead(n, b.size());
-  co_return true;
-}
-
-int UpstreamLeg::recvNow() {
-  for (;;) {
+  if (conn_.tls) {
+    observer_.onUpstreamWait();
     auto b = buf_.prepare(readRoom());
-    ssize_t n = ::recv(conn_.sock.native_handle(), b.data(), b.size(), MSG_DONTWAIT);
-    if (n > 0) {
-      noteRead(static_cast<size_t>(n), b.size());
-      return 1;
+    size_t n =
+        co_await conn_.tls->readSome(conn_.sock, static_cast<char*>(b.data()), b.size(), ec);
+    // A clean end: a close_notify (a TLS body cut by a bare TCP close is not).
+    clean_eof_ = (ec == asio::error::eof) || (!ec && n == 0);
+    if (ec || n == 0) co_return false;
+    noteRead(n, b.size());
+    co_return true;
+  }
+  for (bool waited = false;; waited = true) {
+    if (http::mayBeReadable(conn_.sock)) {
+      auto b = buf_.prepare(readRoom());
+      size_t n = 0;
+      switch (http::tryRecv(conn_.sock, static_cast<char*>(b.data()), b.size(), n, ec)) {
+        case http::RecvResult::kBytes:
+          noteRead(n, b.size());
+          co_return true;
+        case http::RecvResult::kEof:
+          clean_eof_ = true;  // a clean end: TCP EOF
+          co_return false;
+        case http::RecvResult::kError:
+          clean_eof_ = false;
+          co_return false;
+        case http::RecvResult::kWouldBlock:
+          break;
+      }
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return -1;
-    clean_eof_ = n == 0;
-    return 0;  // closed or failed
+    if (!waited) observer_.onUpstreamWait();
+    co_await http::asyncWaitReadable(conn_.sock, useEc(ec));
+    if (ec || !conn_.isOpen()) {  // aborted: the deadline or the client's departure closed it
+      clean_eof_ = false;
+      co_return false;
+    }
   }
 }
 
@@ -145,8 +150,7 @@ size_t UpstreamLeg::readRoom() const {
 
 void UpstreamLeg::noteRead(size_t n, size_t room) {
   buf_.commit(n);
-  maybe_more_ = n == room;
-  if (maybe_more_ && grow_room_ && read_room_ < kLegReadMax) read_room_ *= 2;
+  if (n == room && grow_room_ && read_room_ < kLegReadMax) read_room_ *= 2;
 }
 
 asio::awaitable<UpstreamLeg::Result> UpstreamLeg::readHead(std::string_view method,

@@ -103,7 +103,6 @@ class UpstreamLeg {
   asio::awaitable<bool> readSome();
   void noteRead(size_t n, size_t room);
   size_t readRoom() const;
-  int recvNow();  // one non-blocking recv into buf_: 1 bytes, 0 closed or failed, -1 none yet
   void begin(endpoints::EndpointId id);
   void close() { conn_.close(); }
   asio::awaitable<Result> handshake(const http::BackendTls& tls, std::string_view name,
@@ -119,7 +118,6 @@ class UpstreamLeg {
   bool abandoned_ = false;
   size_t read_room_ = 4096;  // room asked for by the next read (grows for large bodies)
   int interim_count_ = 0;    // 1xx responses seen in this exchange
-  bool maybe_more_ = false;  // the last read filled its room: more bytes may wait in the kernel
   bool clean_eof_ = false;   // the last failed read was a clean end of stream
   bool grow_room_ = true;    // reads that fill their room double it (large bodies)
 };

@@ -4,12 +4,19 @@
 
 #include <cerrno>
 
+#include "http/readiness.h"
+
 namespace kvgate::proxy {
 namespace {
 // True when the peer has not closed the idle connection and sent nothing unexpected (for TLS:
-// nothing on the socket, and no record, decrypted or not, left in OpenSSL either).
+// nothing on the socket, and no record, decrypted or not, left in OpenSSL either). A plain socket
+// that a read of ours drained with no epoll edge since has nothing to show (http/readiness.h):
+// no MSG_PEEK then, a syscall saved per request. What that leaves unseen is only what arrived
+// since this worker last polled (the peek itself misses what arrives after it), as with nginx,
+// which watches idle upstream connections for events and checks nothing when it reuses one.
 bool stillUsable(UpstreamConn& conn) {
   if (!conn.drained()) return false;
+  if (!conn.tls && !http::mayBeReadable(conn.sock)) return true;
   char c;
   ssize_t n = ::recv(conn.sock.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
@@ -37,7 +44,7 @@ bool UpstreamPool::take(endpoints::EndpointId id, const asio::ssl::context* tls,
     if (v[i].conn.ctx.get() != tls || (tls && v[i].conn.tls_name != tls_name)) continue;
     PooledConn c = std::move(v[i]);
     v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
-    // Every reuse is checked with MSG_PEEK: a peer close is caught here (else by the caller's
+    // Every reuse is checked (stillUsable): a peer close is caught here (else by the caller's
     // resend-on-fresh-connection rule), and stray bytes a misbehaving upstream sent after its
     // response (they would be read as the next client's response) discard the connection.
     auto idle = now - c.idle_since;

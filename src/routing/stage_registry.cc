@@ -10,7 +10,7 @@
 namespace kvgate::routing {
 namespace {
 
-constexpr std::array<StageInfo, 15> kStages = {{
+constexpr std::array<StageInfo, 16> kStages = {{
     {"kv_exact", -1, &makeKvExactFromServices},
     {"session", -1, &makeSession},         // the P/D ladder's Tier 0
     {"prefix_trie", -1, &makePrefixTrie},  // Tier 1
@@ -23,7 +23,8 @@ constexpr std::array<StageInfo, 15> kStages = {{
     {"chwbl", 8, &makeChwbl},
     {"gpuaware", 9, &makeGpuAware},
     {"wrr_hash", 10, &makeWrrHash},
-    {"random", -1, &makeRandom},  // the rule field `selector` names stages without a sel number
+    {"random", -1, &makeRandom},
+    {"lc_light", -1, &makeLcLight},  // the rule field `selector` names stages without a sel number
     {"sglang", -1, &makeSglang},
     {"sglang-cli", -1, &makeSglangCli},
 }};

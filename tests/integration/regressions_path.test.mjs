@@ -284,3 +284,37 @@ test('bug 11: the management API listens on 127.0.0.1:11111 by default; 0.0.0.0 
   assert.ok(await waitFor(() => /no authentication/i.test(proc.stderrText), 2000),
     `no warning on stderr:\n${proc.stderrText}`);
 });
+
+// ---- pooled connections: bytes an upstream sends after its response
+
+test('bytes an upstream sends on an idle pooled connection are never read as the next answer', async (t) => {
+  // /stray/* is answered in full, then 100 ms later the upstream writes a bogus second response on
+  // the same connection while it sits idle in the worker's pool. The gateway's own readiness
+  // (http/readiness.h) skips the reuse check only when no byte came since its last read: here an
+  // edge came, so the check runs and the connection is discarded, and the next request gets its
+  // own answer over a new connection. Plain requests in a row still reuse one connection.
+  const up = await rawUpstream({
+    onRequest: async (req, sock) => {
+      reply(sock, 200, `echo:${req.path}`, { reason: 'OK' });
+      if (req.path.startsWith('/stray/')) {
+        await sleep(100);
+        if (!sock.destroyed) sock.write('HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nSTRAY');
+      }
+    },
+  });
+  t.after(up.close);
+  const gw = await gateway(t, ['--workers', '1']);  // one worker: one pool
+  const port = await service(gw, { sel: 0, workers: [up] });
+  const c = await RawClient.open(port);
+  t.after(() => c.close());
+  for (const p of ['/plain/1', '/plain/2', '/plain/3']) assert.equal((await c.get(p)).body, `echo:${p}`);
+  assert.equal(up.seen.connections, 1, 'requests in a row did not reuse the pooled connection');
+  assert.equal((await c.get('/stray/4')).body, 'echo:/stray/4');
+  await sleep(400);  // the stray bytes have arrived and the worker has polled since
+  for (const p of ['/plain/5', '/plain/6']) {
+    const r = await c.get(p);
+    assert.equal(r.status, 200, r.raw);
+    assert.equal(r.body, `echo:${p}`, `a stray response was relayed: ${r.raw}`);
+  }
+  assert.equal(up.seen.connections, 2, 'the connection that carried stray bytes was reused');
+});

@@ -22,6 +22,8 @@
 //                               load; ttft: least estimated time to first token)
 //   kv-LAW-lc (kv-hard-lc, ...) any of these with least connections (sel 4) instead of
 //                               round-robin behind Tier 1.5
+//   kv-LAW-lcl                  ... with lc_light behind it (least connections while the pool
+//                               is lightly loaded, round-robin otherwise)
 //   sglang, sglang-cli          re-implementation of SGLang's cache_aware (its two default sets),
 //                               the rule's `selector` (approximate trees, no KV events)
 //   lmetric, dynamo, llm-d      re-implementations of LMetric, Dynamo's KV cost and llm-d's
@@ -88,7 +90,8 @@ Load:
   --requests N        requests per step (default 200)
   --arms LIST         comma-separated arms (default rr,lc,kv-hard,kv-soft); arms: random, rr, lc,
                       chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, kv-taper,
-                      kv-ttft (each also as kv-LAW-lc: least connections behind it), oracle
+                      kv-ttft (each also as kv-LAW-lc: least connections behind it, and
+                      kv-LAW-lcl: lc_light behind it), oracle
                       (hard law), oracle-ttft (ttft law), and
                       re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, llm-d
   --side-arms LIST    more arms, run only at --side-qps
@@ -163,10 +166,12 @@ std::optional<Arm> armOf(const std::string& name) {
     return Arm{name, 0, "", "", true, *law};
   }
   // kv-LAW: Tier 1.5 with that law, misses (and hard-law spills) to round-robin (sel 0);
-  // kv-LAW-lc: the same with least connections (sel 4) placing what Tier 1.5 does not.
+  // kv-LAW-lc: the same with least connections (sel 4) placing what Tier 1.5 does not;
+  // kv-LAW-lcl: with lc_light (least connections while the pool is lightly loaded, else rr).
   for (const char* m : {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft"}) {
     if (name == std::string("kv-") + m) return Arm{name, 0, m, "", false};
     if (name == std::string("kv-") + m + "-lc") return Arm{name, 4, m, "", false};
+    if (name == std::string("kv-") + m + "-lcl") return Arm{name, 0, m, "lc_light", false};
   }
   // Peer re-implementations that read the KV index: kvExactMode 3 with that kvLbMode.
   for (const char* m : {"lmetric", "dynamo", "llm-d"})

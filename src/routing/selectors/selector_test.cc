@@ -1,6 +1,7 @@
 // The selector stages (sel 0..10) on plain data, through the stage registry.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 
 #include "routing/request_facts.h"
@@ -203,6 +204,62 @@ TEST(LeastConnections, PicksLowestInFlightAndRotatesTies) {
   EXPECT_EQ(n[0], 10);
   EXPECT_EQ(n[1], 10);
   EXPECT_EQ(n[2], 10);
+}
+
+// lc_light: least connections while the mean in-flight per eligible endpoint is below 2 (the
+// default LOXILB_LC_LIGHT_BELOW=200), round-robin at or above it; worked by hand.
+TEST(LcLight, LeastConnectionsWhenLightRoundRobinWhenBusy) {
+  auto eps = pool({1, 1, 1, 1});
+  const StageInfo* info = findStage("lc_light");
+  ASSERT_NE(info, nullptr);
+  EXPECT_EQ(info->sel, -1);  // chosen with the rule field `selector`
+  Sel s(info->make(StageServices{g_clock, g_rule, eps}));
+  std::vector<bool> none(4, false);
+  auto load = [&](int64_t a, int64_t b, int64_t c, int64_t d) {
+    eps[0].state->active = a;
+    eps[1].state->active = b;
+    eps[2].state->active = c;
+    eps[3].state->active = d;
+  };
+  load(2, 2, 2, 1);  // mean 7/4 = 1.75 < 2: the least loaded, whatever the rotation
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(s.pick(eps, none), 3);
+  load(1, 0, 3, 2);  // mean 1.5
+  EXPECT_EQ(s.pick(eps, none), 1);
+  load(2, 2, 2, 2);  // mean exactly 2: busy, so rotation: each endpoint once per four picks
+  std::map<int, int> n;
+  for (int i = 0; i < 40; ++i) n[s.pick(eps, none)]++;
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(n[i], 10) << i;
+  load(9, 0, 0, 0);  // mean 2.25 although three are idle: rotation, the busy one included
+  n.clear();
+  for (int i = 0; i < 40; ++i) n[s.pick(eps, none)]++;
+  EXPECT_EQ(n[0], 10);
+  // An excluded endpoint neither counts in the mean nor gets picked: over {1, 2, 3} the mean is
+  // 1 (light), so the idle one among them wins.
+  load(0, 1, 2, 0);
+  EXPECT_EQ(s.pick(eps, {true, false, false, false}), 3);
+  load(0, 3, 3, 3);  // over {1, 2, 3} the mean is 3 (busy): never the excluded idle endpoint 0
+  n.clear();
+  for (int i = 0; i < 30; ++i) n[s.pick(eps, {true, false, false, false})]++;
+  EXPECT_EQ(n[0], 0);
+  EXPECT_EQ(n[1] + n[2] + n[3], 30);
+  EXPECT_EQ(s.pick(eps, std::vector<bool>(4, true)), -1);
+}
+
+TEST(LcLight, ThresholdKnobZeroMeansAlwaysRoundRobin) {
+  auto eps = pool({1, 1});
+  ::setenv("LOXILB_LC_LIGHT_BELOW", "0", 1);
+  Sel s(findStage("lc_light")->make(StageServices{g_clock, g_rule, eps}));
+  ::unsetenv("LOXILB_LC_LIGHT_BELOW");
+  eps[0].state->active = 0;
+  eps[1].state->active = 0;
+  std::map<int, int> n;
+  for (int i = 0; i < 20; ++i) n[s.pick(eps, {false, false})]++;
+  EXPECT_EQ(n[0], 10);  // idle pool, yet rotation
+  EXPECT_EQ(n[1], 10);
+  eps[1].state->active = 50;  // and the busy one keeps its turn
+  n.clear();
+  for (int i = 0; i < 20; ++i) n[s.pick(eps, {false, false})]++;
+  EXPECT_EQ(n[1], 10);
 }
 
 int pickWith(Sel& s, const std::vector<PoolEndpoint>& eps, const std::vector<bool>& ex,

@@ -17,6 +17,8 @@ std::unique_ptr<Stage> makeChwbl(const StageServices& s);               // chwbl
 std::unique_ptr<Stage> makeGpuAware(const StageServices& s);            // gpuaware, sel 9
 std::unique_ptr<Stage> makeWrrHash(const StageServices& s);             // wrr_hash, sel 10
 std::unique_ptr<Stage> makeRandom(const StageServices& s);  // random (selector field): random.cc
+// lc below a mean in-flight threshold, rr above it (selector field): lc_light.cc
+std::unique_ptr<Stage> makeLcLight(const StageServices& s);
 // SGLang model gateway's cache_aware, re-implemented (selector field): sglang_cache_aware.cc
 std::unique_ptr<Stage> makeSglang(const StageServices& s);     // sglang: library defaults
 std::unique_ptr<Stage> makeSglangCli(const StageServices& s);  // sglang-cli: command-line ones

@@ -1,0 +1,67 @@
+// lc_light (rule field `selector: "lc_light"`) least connections while the pool is lightly
+// loaded, round-robin otherwise.
+//
+// Algorithm: over the endpoints not excluded, the mean in-flight count (this gateway's view,
+// counted from the moment of each pick). Below the threshold, the lowest in-flight count wins
+// (ties broken by a rotating start, as lc); at or above it, the next endpoint in rotation wins
+// (as rr). Falls through only when every endpoint is excluded.
+//
+// Why: behind Tier 1.5 (kvExactMode 3) this stage places what the KV index does not: the first
+// request of a prefix nobody holds, and the hard law's spills. That placement is also where the
+// prefix will live. At low load what counts is the request's own wait: the least-loaded endpoint
+// is the one not busy with another's full prefill. Near saturation what counts is how evenly the
+// prefixes' homes are spread: rotation gives each endpoint the same number of new prefixes, while
+// least connections follows the noise of the moment and unbalances the homes for good
+// (docs/benchmarks.md, "misses placed by least connections").
+//
+// Knob: env LOXILB_LC_LIGHT_BELOW, the threshold as mean in-flight requests per endpoint x 100
+// (0..100000, default 200: least connections while fewer than 2 requests per endpoint are in
+// flight; 0 = always round-robin).
+#include <atomic>
+
+#include "common/env.h"
+#include "routing/selectors/selectors.h"
+
+namespace kvgate::routing {
+namespace {
+
+class LcLightStage : public Stage {
+ public:
+  explicit LcLightStage(int64_t below_x100) : below_x100_(below_x100) {}
+
+  StageResult evaluate(const RequestContext&, CandidateSet& c) override {
+    size_t n = c.size();
+    uint64_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
+    int first = -1, best = -1;
+    int64_t best_load = 0, total = 0, eligible = 0;
+    for (size_t i = 0; i < n; ++i) {
+      size_t idx = (start + i) % n;
+      if (c.excluded[idx]) continue;
+      int64_t load = c.endpoints[idx].state->active.load(std::memory_order_relaxed);
+      if (load < 0) load = 0;
+      if (first < 0) first = static_cast<int>(idx);
+      if (best < 0 || load < best_load) {
+        best = static_cast<int>(idx);
+        best_load = load;
+      }
+      total += load;
+      ++eligible;
+    }
+    if (first < 0) return StageResult::fall(FallReason::kAllExcluded);
+    // mean < below / 100  <=>  total * 100 < below * eligible
+    bool light = total * 100 < below_x100_ * eligible;
+    return StageResult::pick(light ? best : first);
+  }
+
+ private:
+  int64_t below_x100_;
+  std::atomic<uint64_t> cursor_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<Stage> makeLcLight(const StageServices&) {
+  return std::make_unique<LcLightStage>(common::envInt("LOXILB_LC_LIGHT_BELOW", 0, 100'000, 200));
+}
+
+}  // namespace kvgate::routing
