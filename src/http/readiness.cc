@@ -1,7 +1,9 @@
-// Own read readiness under Asio's epoll reactor: see readiness.h for the algorithm and why it is
-// safe. The two accessors below are the only places that reach into Asio's private state.
+// Own read readiness under Asio's epoll reactor: see readiness.h for the algorithm and why no
+// byte or close can be missed. The accessors below are the only places that reach into Asio's
+// private state (Boost 1.74's epoll_reactor).
 #include "http/readiness.h"
 
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -19,26 +21,55 @@ struct SocketAccess : tcp::socket {
   static auto& impl(tcp::socket& s) { return (s.*(&SocketAccess::impl_)).get_implementation(); }
 };
 
-// epoll_reactor::descriptor_state::try_speculative_ is private: its address is taken in an
-// explicit instantiation (where access is not checked) and handed out by a friend function.
-using DescriptorState = std::remove_pointer_t<Reactor::per_descriptor_data>;
-struct TrySpeculative {
-  using type = bool (DescriptorState::*)[Reactor::max_ops];
-  friend type member(TrySpeculative);
-};
+// Private members: their addresses are taken in explicit instantiations (where access is not
+// checked) and handed out by friend functions.
 template <typename Tag, typename Tag::type M>
 struct Expose {
   friend typename Tag::type member(Tag) { return M; }
 };
+struct TrySpeculative {
+  using type = bool (DescriptorState::*)[Reactor::max_ops];
+  friend type member(TrySpeculative);
+};
 template struct Expose<TrySpeculative, &DescriptorState::try_speculative_>;
+struct RegisteredEvents {
+  using type = uint32_t DescriptorState::*;
+  friend type member(RegisteredEvents);
+};
+template struct Expose<RegisteredEvents, &DescriptorState::registered_events_>;
+struct EpollFd {
+  using type = int Reactor::*;
+  friend type member(EpollFd);
+};
+template struct Expose<EpollFd, &Reactor::epoll_fd_>;
+// The events epoll reported for a descriptor are its operation's task result while the reactor
+// performs its ops (descriptor_state derives from operation privately: a C-style cast reaches it).
+struct TaskResult {
+  using type = unsigned int asio::detail::scheduler_operation::*;
+  friend type member(TaskResult);
+};
+template struct Expose<TaskResult, &asio::detail::scheduler_operation::task_result_>;
 
 bool* readFlag(tcp::socket& s) {
   DescriptorState* d = SocketAccess::impl(s).reactor_data_;
-  if (!d) return nullptr;
-  return &((d->*member(TrySpeculative{}))[Reactor::read_op]);
+  return d ? &((d->*member(TrySpeculative{}))[Reactor::read_op]) : nullptr;
+}
+
+bool watchesPeerClose(DescriptorState* d) {
+  return d && ((d->*member(RegisteredEvents{})) & EPOLLRDHUP) != 0;
+}
+
+void noteDrained(tcp::socket& s) {
+  if (bool* f = readFlag(s)) *f = false;
 }
 
 }  // namespace
+
+uint32_t harvestedEvents(DescriptorState* d) {
+  // NOLINTNEXTLINE(google-readability-casting): the base is private, only a C-style cast reaches it
+  auto* op = (asio::detail::scheduler_operation*)d;
+  return op->*member(TaskResult{});
+}
 
 Reactor& reactorOf(tcp::socket& s) {
   // One reactor per io_context; a worker thread runs one io_context, so cache it per thread.
@@ -65,15 +96,27 @@ bool mayBeReadable(tcp::socket& s) {
   return !f || *f;
 }
 
-void noteDrained(tcp::socket& s) {
-  if (bool* f = readiness_detail::readFlag(s)) *f = false;
+void watchPeerClose(tcp::socket& s) {
+  using namespace readiness_detail;
+  DescriptorState* d = SocketAccess::impl(s).reactor_data_;
+  if (!d || watchesPeerClose(d)) return;
+  uint32_t& registered = d->*member(RegisteredEvents{});
+  epoll_event ev{};
+  ev.events = registered | EPOLLRDHUP;
+  ev.data.ptr = d;
+  // Asio keeps `registered` as the mask it re-arms with (EPOLLOUT is added to it the same way),
+  // so the flag survives its later epoll_ctl calls. A failure leaves the socket as it was: only
+  // EAGAIN proves it drained then.
+  if (::epoll_ctl(reactorOf(s).*member(EpollFd{}), EPOLL_CTL_MOD, fdOf(s), &ev) == 0)
+    registered = ev.events;
 }
 #else
 bool mayBeReadable(tcp::socket&) { return true; }
-void noteDrained(tcp::socket&) {}
+void watchPeerClose(tcp::socket&) {}
 #endif
 
-RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& ec) {
+RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& ec,
+                   uint32_t woke_by) {
   got = 0;
   if (!s.is_open()) {
     ec = asio::error::bad_descriptor;
@@ -84,13 +127,24 @@ RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& e
     ssize_t r = ::recv(s.native_handle(), p, n, MSG_DONTWAIT);
     if (r > 0) {
       got = static_cast<size_t>(r);
-      if (got < n) noteDrained(s);  // fewer bytes than asked for: the queue is empty now
+#if KVGATE_OWN_READINESS
+      // Fewer bytes than asked for after an edge that reported no close: the queue is empty and
+      // no FIN waits behind the bytes (it would have come with EPOLLRDHUP).
+      if (got < n && woke_by != kUnknownEvents &&
+          (woke_by & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) == 0 &&
+          readiness_detail::watchesPeerClose(readiness_detail::descriptorOf(s)))
+        readiness_detail::noteDrained(s);
+#else
+      (void)woke_by;
+#endif
       return RecvResult::kBytes;
     }
-    if (r == 0) return n == 0 ? RecvResult::kBytes : RecvResult::kEof;
+    if (r == 0) return RecvResult::kEof;
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      noteDrained(s);
+#if KVGATE_OWN_READINESS
+      readiness_detail::noteDrained(s);  // no bytes and no close
+#endif
       return RecvResult::kWouldBlock;
     }
     ec = error_code(errno, asio::error::get_system_category());

@@ -1,37 +1,47 @@
 // Read readiness of our own under Asio's epoll reactor: no receive that would find nothing.
 //
-// Asio tries a recv before every read it is asked to wait for (a "speculative" read). On a
-// keep-alive proxy that recv almost always fails with EAGAIN: right after a response is written
-// the client has not sent its next request yet, and right after a request is sent the engine has
-// not answered (measured before this file: 3.35 recvfrom per proxied request, 1.35 of them EAGAIN;
-// nginx makes 2). nginx avoids them by remembering that a short read drained the socket; this
-// file does the same with the reactor's own flag. epoll_reactor keeps per descriptor and op type
-// `try_speculative_`, which it sets whenever it harvests an epoll edge for the descriptor. After
-// a recv of ours finds the receive queue empty (EAGAIN, or fewer bytes than it asked for), we
-// clear the flag in the same handler: no epoll_wait runs on this thread between that recv and the
-// clear, so any byte that arrives later raises an edge that sets the flag again. Then a read is:
-//   flag set   -> recv on the spot (bytes; or EAGAIN: clear the flag and wait);
-//   flag clear -> a wait op queued with the reactor, no syscall (EPOLLIN is registered once,
-//                 edge-triggered, for the descriptor's life); the next edge completes it.
-// Asio's own async_wait cannot stand in: it never speculates, so it re-arms epoll with an
-// epoll_ctl per wait (one syscall traded for another). The wait op here is Asio's own
-// reactive_wait_op, started with speculation allowed.
+// Asio tries a recv before every read it is asked to wait for (a "speculative" read), and the
+// upstream pool checked every reuse with a MSG_PEEK: on a keep-alive proxy these fail with EAGAIN
+// about once per proxied request (measured: 3.35 recvfrom per request, 1.35 of them EAGAIN;
+// nginx makes 2). nginx avoids them by remembering that a short read drained the socket, unless
+// epoll reported the peer's close (EPOLLRDHUP) with the bytes. This file does the same on the
+// reactor's own state:
+//
+// - epoll_reactor keeps per descriptor a flag `try_speculative_[read_op]` that it sets whenever
+//   it harvests an epoll edge for the descriptor. We clear it when a recv of ours proves the
+//   receive queue empty; a read then costs no syscall until the next edge.
+// - Proof of empty: EAGAIN; or a short read (fewer bytes than asked for) that follows a wait of
+//   ours woken by an edge whose events did not include EPOLLRDHUP, EPOLLHUP or EPOLLERR, on a
+//   socket registered for EPOLLRDHUP (watchPeerClose). A short read alone proves nothing: a FIN
+//   that came with the bytes is reported by the next recv, and raises no further edge.
+// - The clear happens in the same handler as the recv that proved it, and the io_context is run
+//   by one thread, so no epoll_wait runs in between: any byte or FIN that arrives later raises an
+//   edge (edge-triggered EPOLLIN, registered once for the descriptor's life) that sets the flag.
+// - A read is then: flag set -> recv on the spot; flag clear -> a wait op queued with the reactor,
+//   no syscall; the edge completes it, with the events that woke it, and the recv follows.
+//   Asio's own async_wait cannot stand in: it never speculates, so it re-arms epoll with an
+//   epoll_ctl per wait (one syscall traded for another), and it does not report the events.
 //
 // Requirements: the socket's io_context is run by one thread (each worker's is); plain TCP (TLS
 // reads go through OpenSSL). This reaches into Boost.Asio 1.74's epoll reactor (Debian 12's
 // Boost), so it is compiled only there; any other build falls back to Asio's async_wait (correct,
-// with the epoll_ctl) and tells so through ownReadiness().
+// with the epoll_ctl and a recv that may find nothing) and says so through ownReadiness().
 #pragma once
 #include <sys/types.h>
 
 #include <boost/version.hpp>
+#include <cstdint>
 
 #include "http/asio.h"
 
 #if BOOST_VERSION == 107400 && defined(BOOST_ASIO_HAS_EPOLL) && !defined(BOOST_ASIO_HAS_IO_URING)
 #define KVGATE_OWN_READINESS 1
+#include <boost/asio/detail/bind_handler.hpp>
 #include <boost/asio/detail/epoll_reactor.hpp>
-#include <boost/asio/detail/reactive_wait_op.hpp>
+#include <boost/asio/detail/fenced_block.hpp>
+#include <boost/asio/detail/handler_alloc_helpers.hpp>
+#include <boost/asio/detail/handler_work.hpp>
+#include <boost/asio/detail/reactor_op.hpp>
 #else
 #define KVGATE_OWN_READINESS 0
 #endif
@@ -41,55 +51,116 @@ namespace kvgate::http {
 // True when this build tracks readiness itself (the fast path above).
 constexpr bool ownReadiness() { return KVGATE_OWN_READINESS != 0; }
 
+// The epoll events that woke a wait, or kUnknownEvents: the wait completed at once (an edge had
+// come before it was queued), was cancelled, or runs without own readiness.
+constexpr uint32_t kUnknownEvents = ~0u;
+
 // What tryRecv did.
 enum class RecvResult { kBytes, kEof, kWouldBlock, kError };
 
 // One receive of ours on a plain TCP socket, only when bytes may be there: up to `n` bytes into
-// `p` (their count in `got`). kWouldBlock: nothing to read now (the socket is known drained, so
-// no syscall was made, or the recv found nothing); wait with asyncWaitReadable, then call again.
-// A short read or EAGAIN marks the socket drained. kError sets `ec`.
-RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& ec);
+// `p` (their count in `got`). kWouldBlock: nothing to read now (the socket is known drained, so no
+// syscall was made, or the recv found nothing); wait with asyncWaitReadable, then call again with
+// the events it returned (kUnknownEvents otherwise). kError sets `ec`.
+RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& ec,
+                   uint32_t woke_by = kUnknownEvents);
 
-// Whether the socket may hold unread bytes (false only when a recv of ours drained it and no
-// epoll edge came since). Always true without own readiness.
+// Registers the socket for EPOLLRDHUP (one epoll_ctl, once per socket), so that a short read can
+// prove the socket drained; until then only EAGAIN does. No-op without own readiness.
+void watchPeerClose(tcp::socket& s);
+
+// Whether the socket may hold unread bytes or an unread close (false only when a recv of ours
+// proved it drained and no epoll edge came since). Always true without own readiness.
 bool mayBeReadable(tcp::socket& s);
-// Records that a recv of ours has just found the socket's receive queue empty. Call it in the
-// same handler as that recv, never after a co_await.
-void noteDrained(tcp::socket& s);
 
 #if KVGATE_OWN_READINESS
 namespace readiness_detail {
 using Reactor = asio::detail::epoll_reactor;
+using DescriptorState = std::remove_pointer_t<Reactor::per_descriptor_data>;
 Reactor& reactorOf(tcp::socket& s);
 int fdOf(tcp::socket& s);
 Reactor::per_descriptor_data& descriptorOf(tcp::socket& s);
+uint32_t harvestedEvents(DescriptorState* d);  // the events of the edge being performed
+
+// A reactor op that waits for an edge and completes with the events that woke it.
+template <typename Handler, typename IoExecutor>
+class EdgeWaitOp : public asio::detail::reactor_op {
+ public:
+  BOOST_ASIO_DEFINE_HANDLER_PTR(EdgeWaitOp);
+
+  EdgeWaitOp(Handler& h, const IoExecutor& ex, DescriptorState* d)
+      : reactor_op(error_code(), &EdgeWaitOp::doPerform, &EdgeWaitOp::doComplete),
+        handler_(std::move(h)),
+        work_(handler_, ex),
+        descriptor_(d) {}
+
+  bool starting = true;  // while start_op runs: a perform then is speculative, no edge behind it
+
+ private:
+  static status doPerform(reactor_op* base) {
+    auto* o = static_cast<EdgeWaitOp*>(base);
+    o->events_ = o->starting || !o->descriptor_ ? kUnknownEvents : harvestedEvents(o->descriptor_);
+    return done;
+  }
+
+  static void doComplete(void* owner, asio::detail::operation* base, const error_code&,
+                         std::size_t) {
+    auto* o = static_cast<EdgeWaitOp*>(base);
+    ptr p = {asio::detail::addressof(o->handler_), o, o};
+    asio::detail::handler_work<Handler, IoExecutor> w(std::move(o->work_));
+    // (the handler is moved out so the op's memory is freed before the upcall)
+    asio::detail::binder2<Handler, error_code, uint32_t> call(o->handler_, o->ec_, o->events_);
+    p.h = asio::detail::addressof(call.handler_);
+    p.reset();
+    if (owner) {
+      asio::detail::fenced_block b(asio::detail::fenced_block::half);
+      w.complete(call, call.handler_);
+    }
+  }
+
+  Handler handler_;
+  asio::detail::handler_work<Handler, IoExecutor> work_;
+  DescriptorState* descriptor_;
+  uint32_t events_ = kUnknownEvents;
+};
 
 struct InitiateWaitReadable {
   template <typename Handler>
   void operator()(Handler&& handler, tcp::socket* s) const {
     using H = std::decay_t<Handler>;
-    using Op = asio::detail::reactive_wait_op<H, tcp::socket::executor_type>;
+    using Op = EdgeWaitOp<H, tcp::socket::executor_type>;
     H h(std::forward<Handler>(handler));
+    Reactor::per_descriptor_data& d = descriptorOf(*s);
     typename Op::ptr p = {asio::detail::addressof(h), Op::ptr::allocate(h), nullptr};
-    p.p = new (p.v) Op(error_code(), h, s->get_executor());
-    // Speculation allowed: completes at once (posted) when an edge came since the last drain,
-    // else queued without a syscall.
-    reactorOf(*s).start_op(Reactor::read_op, fdOf(*s), descriptorOf(*s), p.p, false, true);
+    p.p = new (p.v) Op(h, s->get_executor(), d);
+    Op* op = p.p;
     p.v = p.p = nullptr;
+    // Speculation allowed: completes at once (posted) when an edge came since the last drain,
+    // else queued without a syscall. Single thread: the op is alive until its completion runs.
+    reactorOf(*s).start_op(Reactor::read_op, fdOf(*s), d, op, false, true);
+    op->starting = false;
   }
 };
 }  // namespace readiness_detail
 #endif
 
-// Waits until the socket may be readable (an epoll edge since the last drain; an error or a close
-// of the socket completes it too, cancel() aborts it). Completion signature void(error_code).
+// Waits until the socket may be readable: an epoll edge since the last proven drain (a close or
+// an error of the socket completes it too; cancel() and close() abort it). Completion signature
+// void(error_code, uint32_t events): the events that woke it, or kUnknownEvents.
 template <typename Token>
 auto asyncWaitReadable(tcp::socket& s, Token&& token) {
 #if KVGATE_OWN_READINESS
-  return asio::async_initiate<Token, void(error_code)>(readiness_detail::InitiateWaitReadable{},
-                                                       token, &s);
+  return asio::async_initiate<Token, void(error_code, uint32_t)>(
+      readiness_detail::InitiateWaitReadable{}, token, &s);
 #else
-  return s.async_wait(tcp::socket::wait_read, std::forward<Token>(token));
+  return asio::async_initiate<Token, void(error_code, uint32_t)>(
+      [](auto&& handler, tcp::socket* sock) {
+        sock->async_wait(tcp::socket::wait_read,
+                         [h = std::move(handler)](const error_code& ec) mutable {
+                           std::move(h)(ec, kUnknownEvents);
+                         });
+      },
+      token, &s);
 #endif
 }
 

@@ -1,10 +1,12 @@
 // Own read readiness (readiness.h) over real loopback TCP sockets on one io_context: the facts
 // the fast path rests on (the reactor raises the flag for an edge harvested while nothing waits;
-// a drained socket's wait is completed by the next byte, a close, or a cancel), and that every
-// byte is delivered once and in order.
+// a short read proves the socket drained only after an edge that reported no close; a drained
+// socket's wait is completed by the next byte, a close, or a cancel), and that every byte and the
+// end of the stream are delivered, once and in order.
 #include "http/readiness.h"
 
 #include <gtest/gtest.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <string>
@@ -20,23 +22,40 @@ struct Pair {
     tcp::acceptor acc(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
     a.connect(acc.local_endpoint());
     acc.accept(b);
-    // Both registered with the reactor (as an async op does for the data plane's sockets).
     a.non_blocking(true);
     b.non_blocking(true);
   }
   void send(const std::string& s) {
     ASSERT_EQ(::send(a.native_handle(), s.data(), s.size(), 0), static_cast<ssize_t>(s.size()));
   }
-  std::string recvAll(size_t room) {  // tryRecv until it would block
+  // tryRecv until it would block or the stream ends (eof set).
+  std::string recvAll(size_t room, uint32_t woke_by = kUnknownEvents, bool* eof = nullptr) {
     std::string out;
     for (;;) {
       char buf[64];
       size_t got = 0;
       error_code ec;
-      RecvResult r = tryRecv(b, buf, std::min(room, sizeof buf), got, ec);
+      RecvResult r = tryRecv(b, buf, std::min(room, sizeof buf), got, ec, woke_by);
+      woke_by = kUnknownEvents;  // (only the first recv after a wait follows its edge)
+      if (r == RecvResult::kEof && eof) *eof = true;
       if (r != RecvResult::kBytes) return out;
       out.append(buf, got);
     }
+  }
+  // Queues a wait on b and runs the loop until it completes; the events that woke it.
+  uint32_t waitForEdge(error_code* out_ec = nullptr) {
+    bool done = false;
+    uint32_t events = 0;
+    error_code e;
+    asyncWaitReadable(b, [&](error_code ec, uint32_t ev) {
+      done = true;
+      e = ec;
+      events = ev;
+    });
+    for (int i = 0; i < 100 && !done; ++i) io.run_one_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(done) << "the wait was never completed";
+    if (out_ec) *out_ec = e;
+    return events;
   }
 };
 
@@ -46,32 +65,102 @@ TEST(Readiness, BuildTracksReadinessItself) {
   EXPECT_TRUE(ownReadiness());
 }
 
-TEST(Readiness, ShortReadAndEagainMarkDrainedAndNoSyscallFollows) {
+TEST(Readiness, EagainProvesDrainedAndNoSyscallFollows) {
   Pair p;
   p.send("hello");
-  p.io.poll();  // (the reactor may harvest the edge first; either order must work)
   EXPECT_TRUE(mayBeReadable(p.b));
+  EXPECT_EQ(p.recvAll(64), "hello");  // ends with a recv that found nothing
+  EXPECT_FALSE(mayBeReadable(p.b));
+  char buf[8];
+  size_t got = 7;
+  error_code ec;
+  EXPECT_EQ(tryRecv(p.b, buf, sizeof buf, got, ec), RecvResult::kWouldBlock);
+  EXPECT_EQ(got, 0u);
+}
+
+TEST(Readiness, ShortReadAloneProvesNothing) {
+  Pair p;
+  p.send("hello");
   char buf[64];
   size_t got = 0;
   error_code ec;
   ASSERT_EQ(tryRecv(p.b, buf, sizeof buf, got, ec), RecvResult::kBytes);
   EXPECT_EQ(std::string(buf, got), "hello");
-  EXPECT_FALSE(mayBeReadable(p.b));  // 5 < 64 bytes: drained
-  // Known drained: no recv is made (nothing can be lost: no byte came since).
-  EXPECT_EQ(tryRecv(p.b, buf, sizeof buf, got, ec), RecvResult::kWouldBlock);
-  EXPECT_EQ(got, 0u);
+  EXPECT_TRUE(mayBeReadable(p.b));  // a FIN may wait behind the bytes
 }
 
 TEST(Readiness, FullReadLeavesTheSocketReadable) {
   Pair p;
+  watchPeerClose(p.b);
+  EXPECT_EQ(p.recvAll(64), "");
   p.send("0123456789");
+  uint32_t ev = p.waitForEdge();
   char buf[4];
   size_t got = 0;
   error_code ec;
-  ASSERT_EQ(tryRecv(p.b, buf, sizeof buf, got, ec), RecvResult::kBytes);
+  ASSERT_EQ(tryRecv(p.b, buf, sizeof buf, got, ec, ev), RecvResult::kBytes);
   EXPECT_EQ(got, 4u);
   EXPECT_TRUE(mayBeReadable(p.b));  // the room was filled: more may wait
   EXPECT_EQ(p.recvAll(4), "456789");
+}
+
+TEST(Readiness, ShortReadAfterAnEdgeWithoutCloseProvesDrained) {
+  Pair p;
+  watchPeerClose(p.b);
+  EXPECT_EQ(p.recvAll(64), "");  // drained (EAGAIN)
+  p.send("x");
+  uint32_t ev = p.waitForEdge();
+  ASSERT_NE(ev, kUnknownEvents);
+  EXPECT_TRUE(ev & EPOLLIN);
+  EXPECT_FALSE(ev & EPOLLRDHUP);
+  char buf[64];
+  size_t got = 0;
+  error_code ec;
+  ASSERT_EQ(tryRecv(p.b, buf, sizeof buf, got, ec, ev), RecvResult::kBytes);
+  EXPECT_EQ(std::string(buf, got), "x");
+  EXPECT_FALSE(mayBeReadable(p.b));  // no syscall for the next read
+}
+
+// Bytes and the peer's FIN in one edge: the short read must not be taken as drained, or the
+// close would never be seen (no further edge comes). nginx's pending_eof; a P/D prefill engine
+// that cut its answer found it.
+TEST(Readiness, BytesAndCloseInOneEdgeStillEndTheStream) {
+  for (bool watched : {true, false}) {
+    Pair p;
+    if (watched) watchPeerClose(p.b);
+    EXPECT_EQ(p.recvAll(64), "");
+    p.send("bye");
+    p.a.shutdown(tcp::socket::shutdown_send);  // both before the loop harvests anything
+    uint32_t ev = p.waitForEdge();
+    if (watched) EXPECT_TRUE(ev & EPOLLRDHUP) << ev;
+    bool eof = false;
+    EXPECT_EQ(p.recvAll(64, ev, &eof), "bye") << watched;
+    EXPECT_TRUE(eof) << "the close behind the bytes was lost (watched " << watched << ")";
+  }
+}
+
+// Asio re-arms epoll with its own mask when a write has to wait (EPOLLOUT): the EPOLLRDHUP
+// registration must survive it.
+TEST(Readiness, PeerCloseWatchSurvivesAsioWriteWait) {
+  Pair p;
+  watchPeerClose(p.b);
+  EXPECT_EQ(p.recvAll(64), "");
+  // b writes more than the loopback buffers hold to a that does not read: the write waits on
+  // EPOLLOUT, which Asio registers with an epoll_ctl of its own.
+  std::string big(64 << 20, 'w');
+  bool wrote = false;
+  asio::async_write(p.b, asio::buffer(big), [&](error_code, size_t) { wrote = true; });
+  p.io.poll();
+  ASSERT_FALSE(wrote);
+  p.send("bye");
+  p.a.shutdown(tcp::socket::shutdown_send);
+  uint32_t ev = p.waitForEdge();
+  EXPECT_TRUE(ev & EPOLLRDHUP) << ev;
+  bool eof = false;
+  EXPECT_EQ(p.recvAll(64, ev, &eof), "bye");
+  EXPECT_TRUE(eof);
+  p.b.cancel();
+  p.io.poll();
 }
 
 // The fact the fast path rests on: bytes that arrive after a drain, while no read is queued,
@@ -87,13 +176,13 @@ TEST(Readiness, EdgeHarvestedWhileNothingWaitsRaisesTheFlag) {
   EXPECT_EQ(p.recvAll(64), "late");
 }
 
-TEST(Readiness, DrainedWaitCompletesOnTheNextByte) {
+TEST(Readiness, DrainedWaitCompletesOnTheNextByteOnly) {
   Pair p;
   p.send("a");
   EXPECT_EQ(p.recvAll(64), "a");
   bool done = false;
   error_code wait_ec = asio::error::would_block;
-  asyncWaitReadable(p.b, [&](error_code ec) {
+  asyncWaitReadable(p.b, [&](error_code ec, uint32_t) {
     done = true;
     wait_ec = ec;
   });
@@ -111,9 +200,14 @@ TEST(Readiness, WaitAfterAnUnreadEdgeCompletesAtOnce) {
   p.send("a");
   p.io.poll();  // harvested with nothing waiting; nothing read
   bool done = false;
-  asyncWaitReadable(p.b, [&](error_code) { done = true; });
+  uint32_t events = 0;
+  asyncWaitReadable(p.b, [&](error_code, uint32_t ev) {
+    done = true;
+    events = ev;
+  });
   p.io.poll();
   EXPECT_TRUE(done);
+  EXPECT_EQ(events, kUnknownEvents);  // no edge of its own behind it
   EXPECT_EQ(p.recvAll(64), "a");
 }
 
@@ -122,7 +216,7 @@ TEST(Readiness, PeerCloseCompletesTheWaitAndReadsEof) {
   p.send("z");
   EXPECT_EQ(p.recvAll(64), "z");
   bool done = false;
-  asyncWaitReadable(p.b, [&](error_code) { done = true; });
+  asyncWaitReadable(p.b, [&](error_code, uint32_t) { done = true; });
   p.a.close();
   for (int i = 0; i < 100 && !done; ++i) p.io.run_one_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(done);
@@ -138,19 +232,17 @@ TEST(Readiness, CancelAndCloseAbortAWait) {
   EXPECT_EQ(p.recvAll(64), "z");
   error_code got_ec;
   bool done = false;
-  asyncWaitReadable(p.b, [&](error_code ec) {
+  auto h = [&](error_code ec, uint32_t) {
     done = true;
     got_ec = ec;
-  });
+  };
+  asyncWaitReadable(p.b, h);
   p.b.cancel();
   p.io.poll();
   ASSERT_TRUE(done);
   EXPECT_EQ(got_ec, asio::error::operation_aborted);
   done = false;
-  asyncWaitReadable(p.b, [&](error_code ec) {
-    done = true;
-    got_ec = ec;
-  });
+  asyncWaitReadable(p.b, h);
   p.b.close();
   p.io.poll();
   ASSERT_TRUE(done);
@@ -161,32 +253,42 @@ TEST(Readiness, CancelAndCloseAbortAWait) {
   EXPECT_EQ(tryRecv(p.b, buf, sizeof buf, n, ec), RecvResult::kError);  // closed: no recv
 }
 
-// A byte stream in pieces, read the way the data plane reads (try, else wait): every byte once,
-// in order, however the sends and reads interleave.
-TEST(Readiness, StreamArrivesWholeThroughTryAndWait) {
-  Pair p;
-  std::string sent, got;
-  for (int i = 0; i < 200; ++i) {
-    std::string piece(static_cast<size_t>(1 + (i * 37) % 97), static_cast<char>('a' + i % 26));
-    sent += piece;
-    p.send(piece);
-    if (i % 3 == 0) p.io.poll();  // sometimes the reactor harvests before the read
-    while (got.size() < sent.size()) {
-      char buf[50];  // smaller than some pieces: full reads too
-      size_t n = 0;
-      error_code ec;
-      RecvResult r = tryRecv(p.b, buf, sizeof buf, n, ec);
-      if (r == RecvResult::kBytes) {
-        got.append(buf, n);
-        continue;
+// A byte stream in pieces, read the way the data plane reads (try; else wait, then try with the
+// events that woke it), ending with the peer's close sent right behind the last piece: every byte
+// once, in order, then the end, however the sends, harvests and reads interleave.
+TEST(Readiness, StreamAndItsEndArriveWholeThroughTryAndWait) {
+  for (bool watched : {true, false}) {
+    Pair p;
+    if (watched) watchPeerClose(p.b);
+    std::string sent, got;
+    bool eof = false;
+    for (int i = 0; i < 200 && !eof; ++i) {
+      std::string piece(static_cast<size_t>(1 + (i * 37) % 97), static_cast<char>('a' + i % 26));
+      sent += piece;
+      p.send(piece);
+      if (i == 199) p.a.shutdown(tcp::socket::shutdown_send);
+      if (i % 3 == 0) p.io.poll();  // sometimes the reactor harvests before the read
+      uint32_t woke_by = kUnknownEvents;
+      while (got.size() < sent.size() || (i == 199 && !eof)) {
+        char buf[50];  // smaller than some pieces: full reads too
+        size_t n = 0;
+        error_code ec;
+        RecvResult r = tryRecv(p.b, buf, sizeof buf, n, ec, woke_by);
+        woke_by = kUnknownEvents;
+        if (r == RecvResult::kBytes) {
+          got.append(buf, n);
+          continue;
+        }
+        if (r == RecvResult::kEof) {
+          eof = true;
+          break;
+        }
+        ASSERT_EQ(r, RecvResult::kWouldBlock);
+        woke_by = p.waitForEdge();
       }
-      ASSERT_EQ(r, RecvResult::kWouldBlock);
-      bool done = false;  // the data plane's wait: the reactor's edge must come
-      asyncWaitReadable(p.b, [&](error_code) { done = true; });
-      for (int t = 0; t < 100 && !done; ++t) p.io.run_one_for(std::chrono::milliseconds(50));
-      ASSERT_TRUE(done) << "a wait missed bytes at piece " << i;
+      ASSERT_EQ(got, sent) << "piece " << i;
     }
-    ASSERT_EQ(got, sent) << "piece " << i;
+    EXPECT_TRUE(eof) << "watched " << watched;
   }
 }
 

@@ -67,9 +67,9 @@ asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
   }
   // Plain TCP: a recv only when bytes may be there, else a wait that costs no syscall
   // (http/readiness.h); the buffer's room is taken when the bytes are.
-  for (;;) {
+  for (uint32_t woke_by = http::kUnknownEvents;;) {
     auto room = b.prepare(kReadChunk);
-    switch (http::tryRecv(s, static_cast<char*>(room.data()), room.size(), n, ec)) {
+    switch (http::tryRecv(s, static_cast<char*>(room.data()), room.size(), n, ec, woke_by)) {
       case http::RecvResult::kBytes:
         b.commit(n);
         co_return true;
@@ -78,7 +78,8 @@ asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
       default:
         co_return false;
     }
-    co_await http::asyncWaitReadable(s, useEc(ec));
+    http::watchPeerClose(s);  // (once per connection: lets a short read prove it drained)
+    woke_by = co_await http::asyncWaitReadable(s, useEc(ec));
     if (ec) co_return false;
   }
 }

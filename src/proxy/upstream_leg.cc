@@ -112,11 +112,11 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
     noteRead(n, b.size());
     co_return true;
   }
-  for (bool waited = false;; waited = true) {
+  for (uint32_t woke_by = http::kUnknownEvents, waits = 0;; ++waits) {
     if (http::mayBeReadable(conn_.sock)) {
       auto b = buf_.prepare(readRoom());
       size_t n = 0;
-      switch (http::tryRecv(conn_.sock, static_cast<char*>(b.data()), b.size(), n, ec)) {
+      switch (http::tryRecv(conn_.sock, static_cast<char*>(b.data()), b.size(), n, ec, woke_by)) {
         case http::RecvResult::kBytes:
           noteRead(n, b.size());
           co_return true;
@@ -130,8 +130,9 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
           break;
       }
     }
-    if (!waited) observer_.onUpstreamWait();
-    co_await http::asyncWaitReadable(conn_.sock, useEc(ec));
+    if (waits == 0) observer_.onUpstreamWait();
+    http::watchPeerClose(conn_.sock);  // (once per connection: lets a short read prove it drained)
+    woke_by = co_await http::asyncWaitReadable(conn_.sock, useEc(ec));
     if (ec || !conn_.isOpen()) {  // aborted: the deadline or the client's departure closed it
       clean_eof_ = false;
       co_return false;

@@ -50,7 +50,8 @@ class LcLightStage : public Stage {
     if (first < 0) return StageResult::fall(FallReason::kAllExcluded);
     // mean < below / 100  <=>  total * 100 < below * eligible
     bool light = total * 100 < below_x100_ * eligible;
-    return StageResult::pick(light ? best : first);
+    // (the decision key says which: `load` for least connections, `rr` for the rotation)
+    return light ? StageResult::pick(best, DecisionKey::kLoad) : StageResult::pick(first);
   }
 
  private:

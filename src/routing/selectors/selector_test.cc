@@ -224,11 +224,15 @@ TEST(LcLight, LeastConnectionsWhenLightRoundRobinWhenBusy) {
   load(2, 2, 2, 1);  // mean 7/4 = 1.75 < 2: the least loaded, whatever the rotation
   for (int i = 0; i < 8; ++i) EXPECT_EQ(s.pick(eps, none), 3);
   load(1, 0, 3, 2);  // mean 1.5
-  EXPECT_EQ(s.pick(eps, none), 1);
+  PickInfo pi;
+  EXPECT_EQ(s.pick(eps, none, RequestContext{}, pi), 1);
+  EXPECT_STREQ(pi.key, "load");  // the metric's key: least connections decided
   load(2, 2, 2, 2);  // mean exactly 2: busy, so rotation: each endpoint once per four picks
   std::map<int, int> n;
   for (int i = 0; i < 40; ++i) n[s.pick(eps, none)]++;
   for (int i = 0; i < 4; ++i) EXPECT_EQ(n[i], 10) << i;
+  s.pick(eps, none, RequestContext{}, pi);
+  EXPECT_STREQ(pi.key, "rr");  // the rotation decided
   load(9, 0, 0, 0);  // mean 2.25 although three are idle: rotation, the busy one included
   n.clear();
   for (int i = 0; i < 40; ++i) n[s.pick(eps, none)]++;
