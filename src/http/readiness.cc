@@ -42,6 +42,11 @@ struct EpollFd {
   friend type member(EpollFd);
 };
 template struct Expose<EpollFd, &Reactor::epoll_fd_>;
+struct ReactorOf {
+  using type = Reactor* DescriptorState::*;
+  friend type member(ReactorOf);
+};
+template struct Expose<ReactorOf, &DescriptorState::reactor_>;
 // The events epoll reported for a descriptor are its operation's task result while the reactor
 // performs its ops (descriptor_state derives from operation privately: a C-style cast reaches it).
 struct TaskResult {
@@ -50,17 +55,17 @@ struct TaskResult {
 };
 template struct Expose<TaskResult, &asio::detail::scheduler_operation::task_result_>;
 
-bool* readFlag(tcp::socket& s) {
-  DescriptorState* d = SocketAccess::impl(s).reactor_data_;
+bool* readFlag(DescriptorState* d) {
   return d ? &((d->*member(TrySpeculative{}))[Reactor::read_op]) : nullptr;
 }
+bool* readFlag(tcp::socket& s) { return readFlag(SocketAccess::impl(s).reactor_data_); }
 
 bool watchesPeerClose(DescriptorState* d) {
   return d && ((d->*member(RegisteredEvents{})) & EPOLLRDHUP) != 0;
 }
 
-void noteDrained(tcp::socket& s) {
-  if (bool* f = readFlag(s)) *f = false;
+void setReadFlag(tcp::socket& s, bool may_be_readable) {
+  if (bool* f = readFlag(s)) *f = may_be_readable;
 }
 
 }  // namespace
@@ -71,16 +76,15 @@ uint32_t harvestedEvents(DescriptorState* d) {
   return op->*member(TaskResult{});
 }
 
+void clearReadFlag(DescriptorState* d) {
+  if (bool* f = readFlag(d)) *f = false;
+}
+
 Reactor& reactorOf(tcp::socket& s) {
-  // One reactor per io_context; a worker thread runs one io_context, so cache it per thread.
-  thread_local asio::execution_context* ctx = nullptr;
-  thread_local Reactor* reactor = nullptr;
-  asio::execution_context& c = asio::query(s.get_executor(), asio::execution::context);
-  if (&c != ctx) {
-    reactor = &asio::use_service<Reactor>(c);
-    ctx = &c;
-  }
-  return *reactor;
+  // The descriptor's own reactor when it is registered (no lookup, nothing cached that could
+  // outlive its io_context); the io_context's service otherwise.
+  if (DescriptorState* d = SocketAccess::impl(s).reactor_data_) return *(d->*member(ReactorOf{}));
+  return asio::use_service<Reactor>(asio::query(s.get_executor(), asio::execution::context));
 }
 
 int fdOf(tcp::socket& s) { return SocketAccess::impl(s).socket_; }
@@ -122,31 +126,36 @@ RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& e
     ec = asio::error::bad_descriptor;
     return RecvResult::kError;
   }
-  if (!mayBeReadable(s)) return RecvResult::kWouldBlock;
+  if (!worthRecv(s, woke_by)) return RecvResult::kWouldBlock;
   for (;;) {
     ssize_t r = ::recv(s.native_handle(), p, n, MSG_DONTWAIT);
     if (r > 0) {
       got = static_cast<size_t>(r);
 #if KVGATE_OWN_READINESS
-      // Fewer bytes than asked for after an edge that reported no close: the queue is empty and
-      // no FIN waits behind the bytes (it would have come with EPOLLRDHUP).
-      if (got < n && woke_by != kUnknownEvents &&
-          (woke_by & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) == 0 &&
-          readiness_detail::watchesPeerClose(readiness_detail::descriptorOf(s)))
-        readiness_detail::noteDrained(s);
+      // Fewer bytes than asked for after an edge that reported no close and no urgent data, on a
+      // socket watched for EPOLLRDHUP: the queue was emptied and no FIN waits behind the bytes
+      // (it would have come with EPOLLRDHUP, or raises an edge of its own). The wait's op left
+      // the flag clear, or a later edge set it: either stands. Anything else: may be more.
+      const bool drained = got < n && woke_by != kUnknownEvents &&
+                           (woke_by & (EPOLLRDHUP | EPOLLHUP | EPOLLERR | EPOLLPRI)) == 0 &&
+                           readiness_detail::watchesPeerClose(readiness_detail::descriptorOf(s));
+      if (!drained) readiness_detail::setReadFlag(s, true);
 #else
       (void)woke_by;
 #endif
       return RecvResult::kBytes;
     }
-    if (r == 0) return RecvResult::kEof;
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+    if (r < 0 && errno == EINTR) continue;
+    const bool would_block = r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    const int err = errno;
 #if KVGATE_OWN_READINESS
-      readiness_detail::noteDrained(s);  // no bytes and no close
+    // EAGAIN: nothing there, and anything arriving later raises an edge; else (EOF, an error):
+    // let every later read try.
+    readiness_detail::setReadFlag(s, !would_block);
 #endif
-      return RecvResult::kWouldBlock;
-    }
+    if (r == 0) return RecvResult::kEof;
+    if (would_block) return RecvResult::kWouldBlock;
+    errno = err;
     ec = error_code(errno, asio::error::get_system_category());
     return RecvResult::kError;
   }

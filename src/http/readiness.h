@@ -8,17 +8,24 @@
 // reactor's own state:
 //
 // - epoll_reactor keeps per descriptor a flag `try_speculative_[read_op]` that it sets whenever
-//   it harvests an epoll edge for the descriptor. We clear it when a recv of ours proves the
-//   receive queue empty; a read then costs no syscall until the next edge.
-// - Proof of empty: EAGAIN; or a short read (fewer bytes than asked for) that follows a wait of
-//   ours woken by an edge whose events did not include EPOLLRDHUP, EPOLLHUP or EPOLLERR, on a
-//   socket registered for EPOLLRDHUP (watchPeerClose). A short read alone proves nothing: a FIN
-//   that came with the bytes is reported by the next recv, and raises no further edge.
-// - The clear happens in the same handler as the recv that proved it, and the io_context is run
-//   by one thread, so no epoll_wait runs in between: any byte or FIN that arrives later raises an
-//   edge (edge-triggered EPOLLIN, registered once for the descriptor's life) that sets the flag.
-// - A read is then: flag set -> recv on the spot; flag clear -> a wait op queued with the reactor,
-//   no syscall; the edge completes it, with the events that woke it, and the recv follows.
+//   it harvests an epoll edge for the descriptor. A flag clear means: no byte and no close came
+//   since a recv of ours proved the receive queue empty; a read then costs no syscall until the
+//   next edge sets it again.
+// - A read is: flag set -> recv on the spot; flag clear -> a wait op queued with the reactor, no
+//   syscall. The edge performs the op, which records the edge's events and clears the flag (the
+//   reactor has just set it, before performing the op); the recv follows in the op's completion.
+//   An edge harvested after that one (bytes or a FIN that came later) sets the flag again,
+//   whenever the completion runs, so the flag can only err towards "may be readable".
+// - After that recv the flag stays clear only when the recv proved the queue empty as of the
+//   edge: a short read (fewer bytes than asked for) after an edge whose events carry none of
+//   EPOLLRDHUP, EPOLLHUP, EPOLLERR, EPOLLPRI, on a socket registered for EPOLLRDHUP
+//   (watchPeerClose). Otherwise (a full read, a close or urgent data reported with the edge, a
+//   socket not watched for EPOLLRDHUP) the recv sets the flag: a FIN that came with the bytes is
+//   reported only by the next recv and raises no further edge, and a recv stops short at the
+//   urgent mark. A recv that fails with EAGAIN clears the flag: nothing is there, and anything
+//   arriving later raises an edge harvested by a later epoll_wait.
+// - epoll reports a socket's state at the harvest (a FIN already queued shows as EPOLLRDHUP), and
+//   every later arrival raises a new edge (EPOLLET, registered once for the descriptor's life).
 //   Asio's own async_wait cannot stand in: it never speculates, so it re-arms epoll with an
 //   epoll_ctl per wait (one syscall traded for another), and it does not report the events.
 //
@@ -61,7 +68,8 @@ enum class RecvResult { kBytes, kEof, kWouldBlock, kError };
 // One receive of ours on a plain TCP socket, only when bytes may be there: up to `n` bytes into
 // `p` (their count in `got`). kWouldBlock: nothing to read now (the socket is known drained, so no
 // syscall was made, or the recv found nothing); wait with asyncWaitReadable, then call again with
-// the events it returned (kUnknownEvents otherwise). kError sets `ec`.
+// the events it returned (kUnknownEvents otherwise): after a wait that reported its events the
+// recv is made whatever the flag says (the edge was handed to it). kError sets `ec`.
 RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& ec,
                    uint32_t woke_by = kUnknownEvents);
 
@@ -73,6 +81,12 @@ void watchPeerClose(tcp::socket& s);
 // proved it drained and no epoll edge came since). Always true without own readiness.
 bool mayBeReadable(tcp::socket& s);
 
+// Whether tryRecv(s, ..., woke_by) would make a recv: after a wait that reported its events, or
+// when the socket may be readable.
+inline bool worthRecv(tcp::socket& s, uint32_t woke_by) {
+  return woke_by != kUnknownEvents || mayBeReadable(s);
+}
+
 #if KVGATE_OWN_READINESS
 namespace readiness_detail {
 using Reactor = asio::detail::epoll_reactor;
@@ -81,6 +95,8 @@ Reactor& reactorOf(tcp::socket& s);
 int fdOf(tcp::socket& s);
 Reactor::per_descriptor_data& descriptorOf(tcp::socket& s);
 uint32_t harvestedEvents(DescriptorState* d);  // the events of the edge being performed
+
+void clearReadFlag(DescriptorState* d);  // the edge being performed is handed to our recv
 
 // A reactor op that waits for an edge and completes with the events that woke it.
 template <typename Handler, typename IoExecutor>
@@ -99,7 +115,9 @@ class EdgeWaitOp : public asio::detail::reactor_op {
  private:
   static status doPerform(reactor_op* base) {
     auto* o = static_cast<EdgeWaitOp*>(base);
-    o->events_ = o->starting || !o->descriptor_ ? kUnknownEvents : harvestedEvents(o->descriptor_);
+    if (o->starting || !o->descriptor_) return done;  // (events unknown)
+    o->events_ = harvestedEvents(o->descriptor_);
+    clearReadFlag(o->descriptor_);  // our recv decides; a later edge sets it again
     return done;
   }
 

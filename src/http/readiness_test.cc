@@ -121,6 +121,48 @@ TEST(Readiness, ShortReadAfterAnEdgeWithoutCloseProvesDrained) {
   EXPECT_FALSE(mayBeReadable(p.b));  // no syscall for the next read
 }
 
+// The wait's completion may run after a later epoll_wait (the reactor defers every completed op
+// but the first of a descriptor's edge): bytes and a FIN that came after the edge that woke it
+// are harvested while nothing waits. The short read of them all must not hide the FIN.
+TEST(Readiness, AnEdgeHarvestedBeforeTheRecvIsNotLost) {
+  Pair p;
+  watchPeerClose(p.b);
+  EXPECT_EQ(p.recvAll(64), "");
+  p.send("one ");
+  uint32_t ev = p.waitForEdge();  // the edge of "one " is handed to the next recv...
+  ASSERT_NE(ev, kUnknownEvents);
+  ASSERT_FALSE(ev & EPOLLRDHUP);
+  p.send("two");
+  p.a.shutdown(tcp::socket::shutdown_send);
+  p.io.poll();  // ...but an epoll_wait harvests the later bytes and the FIN first
+  char buf[64];
+  size_t got = 0;
+  error_code ec;
+  ASSERT_EQ(tryRecv(p.b, buf, sizeof buf, got, ec, ev), RecvResult::kBytes);
+  EXPECT_EQ(std::string(buf, got), "one two");  // short, after an edge without RDHUP
+  EXPECT_TRUE(mayBeReadable(p.b)) << "the later edge was forgotten";
+  bool eof = false;
+  EXPECT_EQ(p.recvAll(64, kUnknownEvents, &eof), "");
+  EXPECT_TRUE(eof) << "the FIN was lost";
+}
+
+// A recv stops short at TCP's urgent mark: the edge reports EPOLLPRI, and the bytes behind the
+// mark must still be read without a further edge.
+TEST(Readiness, UrgentDataDoesNotPassForDrained) {
+  Pair p;
+  watchPeerClose(p.b);
+  EXPECT_EQ(p.recvAll(64), "");
+  p.send("abc");
+  ASSERT_EQ(::send(p.a.native_handle(), "!", 1, MSG_OOB), 1);
+  p.send("def");
+  uint32_t ev = p.waitForEdge();
+  ASSERT_NE(ev, kUnknownEvents);
+  EXPECT_TRUE(ev & EPOLLPRI) << ev;
+  std::string got = p.recvAll(64, ev);
+  // The urgent byte is taken out of band (no SO_OOBINLINE); every byte of the stream arrives.
+  EXPECT_EQ(got, "abcdef");
+}
+
 // Bytes and the peer's FIN in one edge: the short read must not be taken as drained, or the
 // close would never be seen (no further edge comes). nginx's pending_eof; a P/D prefill engine
 // that cut its answer found it.
@@ -132,7 +174,9 @@ TEST(Readiness, BytesAndCloseInOneEdgeStillEndTheStream) {
     p.send("bye");
     p.a.shutdown(tcp::socket::shutdown_send);  // both before the loop harvests anything
     uint32_t ev = p.waitForEdge();
-    if (watched) EXPECT_TRUE(ev & EPOLLRDHUP) << ev;
+    if (watched) {
+      EXPECT_TRUE(ev & EPOLLRDHUP) << ev;
+    }
     bool eof = false;
     EXPECT_EQ(p.recvAll(64, ev, &eof), "bye") << watched;
     EXPECT_TRUE(eof) << "the close behind the bytes was lost (watched " << watched << ")";
@@ -182,9 +226,11 @@ TEST(Readiness, DrainedWaitCompletesOnTheNextByteOnly) {
   EXPECT_EQ(p.recvAll(64), "a");
   bool done = false;
   error_code wait_ec = asio::error::would_block;
-  asyncWaitReadable(p.b, [&](error_code ec, uint32_t) {
+  uint32_t events = kUnknownEvents;
+  asyncWaitReadable(p.b, [&](error_code ec, uint32_t ev) {
     done = true;
     wait_ec = ec;
+    events = ev;
   });
   p.io.poll();
   EXPECT_FALSE(done);  // nothing to read: it waits
@@ -192,7 +238,8 @@ TEST(Readiness, DrainedWaitCompletesOnTheNextByteOnly) {
   for (int i = 0; i < 100 && !done; ++i) p.io.run_one_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(done);
   EXPECT_FALSE(wait_ec);
-  EXPECT_EQ(p.recvAll(64), "b");
+  EXPECT_NE(events, kUnknownEvents);
+  EXPECT_EQ(p.recvAll(64, events), "b");  // the edge was handed to this recv
 }
 
 TEST(Readiness, WaitAfterAnUnreadEdgeCompletesAtOnce) {
@@ -216,14 +263,19 @@ TEST(Readiness, PeerCloseCompletesTheWaitAndReadsEof) {
   p.send("z");
   EXPECT_EQ(p.recvAll(64), "z");
   bool done = false;
-  asyncWaitReadable(p.b, [&](error_code, uint32_t) { done = true; });
+  uint32_t events = kUnknownEvents;
+  asyncWaitReadable(p.b, [&](error_code, uint32_t ev) {
+    done = true;
+    events = ev;
+  });
   p.a.close();
   for (int i = 0; i < 100 && !done; ++i) p.io.run_one_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(done);
   char buf[8];
   size_t got = 0;
   error_code ec;
-  EXPECT_EQ(tryRecv(p.b, buf, sizeof buf, got, ec), RecvResult::kEof);
+  EXPECT_EQ(tryRecv(p.b, buf, sizeof buf, got, ec, events), RecvResult::kEof);
+  EXPECT_TRUE(mayBeReadable(p.b));  // an ended stream keeps answering its end
 }
 
 TEST(Readiness, CancelAndCloseAbortAWait) {

@@ -113,7 +113,7 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
     co_return true;
   }
   for (uint32_t woke_by = http::kUnknownEvents, waits = 0;; ++waits) {
-    if (http::mayBeReadable(conn_.sock)) {
+    if (http::worthRecv(conn_.sock, woke_by)) {
       auto b = buf_.prepare(readRoom());
       size_t n = 0;
       switch (http::tryRecv(conn_.sock, static_cast<char*>(b.data()), b.size(), n, ec, woke_by)) {
