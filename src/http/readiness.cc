@@ -119,6 +119,19 @@ bool mayBeReadable(tcp::socket&) { return true; }
 void watchPeerClose(tcp::socket&) {}
 #endif
 
+bool holdsNothing(tcp::socket& s) {
+  if (!mayBeReadable(s)) return true;
+  char c;
+  ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+#if KVGATE_OWN_READINESS
+    readiness_detail::setReadFlag(s, false);  // as a recv of ours finding nothing
+#endif
+    return true;
+  }
+  return false;  // 0: EOF; >0: bytes; <0: an error
+}
+
 RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& ec,
                    uint32_t woke_by) {
   got = 0;

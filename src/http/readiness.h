@@ -81,6 +81,11 @@ void watchPeerClose(tcp::socket& s);
 // proved it drained and no epoll edge came since). Always true without own readiness.
 bool mayBeReadable(tcp::socket& s);
 
+// Whether a plain TCP socket holds neither bytes nor a close: known drained (no syscall), or a
+// MSG_PEEK finds nothing (EAGAIN), which then marks it drained like a recv of ours. For an idle
+// pooled connection about to be reused.
+bool holdsNothing(tcp::socket& s);
+
 // Whether tryRecv(s, ..., woke_by) would make a recv: after a wait that reported its events, or
 // when the socket may be readable.
 inline bool worthRecv(tcp::socket& s, uint32_t woke_by) {

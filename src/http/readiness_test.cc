@@ -278,6 +278,31 @@ TEST(Readiness, PeerCloseCompletesTheWaitAndReadsEof) {
   EXPECT_TRUE(mayBeReadable(p.b));  // an ended stream keeps answering its end
 }
 
+// The pool's reuse check: a peek that finds nothing proves the socket empty (no syscall for the
+// next check); bytes or a close that arrive later are found.
+TEST(Readiness, HoldsNothingPeeksOnlyWhenSomethingMayHaveCome) {
+  Pair p;
+  p.send("reply");
+  EXPECT_EQ(p.recvAll(64), "reply");
+  EXPECT_TRUE(holdsNothing(p.b));  // known drained
+  p.send("stray");
+  p.io.poll();  // the edge is harvested while the connection idles
+  EXPECT_FALSE(holdsNothing(p.b)) << "bytes nobody asked for must discard the connection";
+  EXPECT_EQ(p.recvAll(64), "stray");  // (the peek consumed nothing)
+  Pair q;
+  q.send("x");
+  char buf[8];
+  size_t got = 0;
+  error_code ec;
+  ASSERT_EQ(tryRecv(q.b, buf, sizeof buf, got, ec), RecvResult::kBytes);  // short: unproven
+  EXPECT_TRUE(mayBeReadable(q.b));
+  EXPECT_TRUE(holdsNothing(q.b));    // the peek finds nothing...
+  EXPECT_FALSE(mayBeReadable(q.b));  // ...and says so for the next check
+  q.a.shutdown(tcp::socket::shutdown_send);
+  q.io.poll();
+  EXPECT_FALSE(holdsNothing(q.b)) << "a close while idle must discard the connection";
+}
+
 TEST(Readiness, CancelAndCloseAbortAWait) {
   Pair p;
   p.send("z");

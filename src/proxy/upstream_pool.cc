@@ -16,7 +16,7 @@ namespace {
 // which watches idle upstream connections for events and checks nothing when it reuses one.
 bool stillUsable(UpstreamConn& conn) {
   if (!conn.drained()) return false;
-  if (!conn.tls && !http::mayBeReadable(conn.sock)) return true;
+  if (!conn.tls) return http::holdsNothing(conn.sock);
   char c;
   ssize_t n = ::recv(conn.sock.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;

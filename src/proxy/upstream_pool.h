@@ -4,9 +4,10 @@
 // wanting the same context and name (never plain for TLS, one rule's client certificate for
 // another's, or a certificate checked for one name by a rule expecting another).
 //
-// Reuse: every pooled connection is checked with a non-blocking MSG_PEEK first (EOF or stray
-// bytes mean "discard": bytes an upstream sent after its response must never reach the next
-// client). A request that still fails on
+// Reuse: every pooled connection is checked first (EOF or stray bytes mean "discard": bytes an
+// upstream sent after its response must never reach the next client): a non-blocking MSG_PEEK,
+// or for plain TCP no syscall when our own read readiness knows no byte or close reached the
+// socket since a read of ours drained it (http/readiness.h). A request that still fails on
 // a reused connection before any response byte arrives is sent again on a fresh connection by
 // the caller (UpstreamLeg's retry_safe), so pool staleness loses nothing.
 // Reaping: sweep() (every second, from the worker) closes connections the upstream closed while
