@@ -163,6 +163,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
         rule.max_stream_duration_sec > 0 ? rule.max_stream_duration_sec : 86400));
     releaseRequestBytes();
     leg_.keepReadRoomSmall();
+    std::string().swap(up_head_);  // (a stream lasts: its request head is not kept meanwhile)
   }
 
   for (bool first = true;; first = false) {
@@ -195,6 +196,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       else if (!writeNow(client_, head, out, written, wec))
         wec = co_await writeRest(client_, head, out, written);
       bool ok = !wec;
+      if (first && stream) std::string().swap(down_head_);  // (written: not kept while it lasts)
       noteFirstBytes(route, ttft_pending, !chunk.empty());
       outcome_.bytes += out.size();
       if (!ok) {

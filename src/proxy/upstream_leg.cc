@@ -131,6 +131,7 @@ asio::awaitable<bool> UpstreamLeg::readSome() {
       }
     }
     if (waits == 0) observer_.onUpstreamWait();
+    if (!grow_room_) buf_.shrinkIfEmpty(0);  // an event stream between events (keepReadRoomSmall)
     http::watchPeerClose(conn_.sock);  // (once per connection: lets a short read prove it drained)
     woke_by = co_await http::asyncWaitReadable(conn_.sock, useEc(ec));
     if (ec || !conn_.isOpen()) {  // aborted: the deadline or the client's departure closed it
