@@ -160,7 +160,7 @@ RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& e
     }
     if (r < 0 && errno == EINTR) continue;
     const bool would_block = r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-    const int err = errno;
+    const int err = errno;  // (kept across the flag's update)
 #if KVGATE_OWN_READINESS
     // EAGAIN: nothing there, and anything arriving later raises an edge; else (EOF, an error):
     // let every later read try.

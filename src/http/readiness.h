@@ -14,8 +14,13 @@
 // - A read is: flag set -> recv on the spot; flag clear -> a wait op queued with the reactor, no
 //   syscall. The edge performs the op, which records the edge's events and clears the flag (the
 //   reactor has just set it, before performing the op); the recv follows in the op's completion.
-//   An edge harvested after that one (bytes or a FIN that came later) sets the flag again,
-//   whenever the completion runs, so the flag can only err towards "may be readable".
+//   An edge harvested after that one (bytes or a FIN that came later) sets the flag again when
+//   the reactor performs it, so no byte or close is lost. The completion normally runs at once
+//   (the first op an edge completes is invoked inline); only when another op of the descriptor
+//   completes on the same edge (our reads and writes of one socket never overlap) is it queued,
+//   and a later edge may then be queued behind it: until that edge is performed a pool check may
+//   skip its peek of a connection whose FIN is queued, which the pool's rule covers (a reused
+//   connection failing before any response byte is retried on a fresh one).
 // - After that recv the flag stays clear only when the recv proved the queue empty as of the
 //   edge: a short read (fewer bytes than asked for) after an edge whose events carry none of
 //   EPOLLRDHUP, EPOLLHUP, EPOLLERR, EPOLLPRI, on a socket registered for EPOLLRDHUP

@@ -20,7 +20,7 @@ namespace kvgate::proxy {
 void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::string_view body,
                                    std::string& out, size_t& host_at, bool identity) {
   const auto& head = req.head;
-  out.clear();  // reused across requests: no allocation once warm
+  out.clear();  // reused across requests: no allocation once warm (a stream frees it)
   out.append(head.method).append(" ").append(head.target).append(" HTTP/1.1\r\n");
   std::string_view conn_tokens = head.get("connection");
   // The length is ours to write when the client's body was chunked or is not what is sent.
