@@ -15,8 +15,9 @@
 // (docs/benchmarks.md, "misses placed by least connections").
 //
 // Knob: env LOXILB_LC_LIGHT_BELOW, the threshold as mean in-flight requests per endpoint x 100
-// (0..100000, default 200: least connections while fewer than 2 requests per endpoint are in
-// flight; 0 = always round-robin).
+// (0..100000, default 400: least connections while fewer than 4 requests per endpoint are in
+// flight; 0 = always round-robin). Measured on GSP (docs/benchmarks.md, "lc_light"): 400 closes
+// the low-load gap behind the soft law, 200 does not (the fleet is rarely under 2 per endpoint).
 #include <atomic>
 
 #include "common/env.h"
@@ -62,7 +63,7 @@ class LcLightStage : public Stage {
 }  // namespace
 
 std::unique_ptr<Stage> makeLcLight(const StageServices&) {
-  return std::make_unique<LcLightStage>(common::envInt("LOXILB_LC_LIGHT_BELOW", 0, 100'000, 200));
+  return std::make_unique<LcLightStage>(common::envInt("LOXILB_LC_LIGHT_BELOW", 0, 100'000, 400));
 }
 
 }  // namespace kvgate::routing

@@ -206,8 +206,8 @@ TEST(LeastConnections, PicksLowestInFlightAndRotatesTies) {
   EXPECT_EQ(n[2], 10);
 }
 
-// lc_light: least connections while the mean in-flight per eligible endpoint is below 2 (the
-// default LOXILB_LC_LIGHT_BELOW=200), round-robin at or above it; worked by hand.
+// lc_light: least connections while the mean in-flight per eligible endpoint is below 4 (the
+// default LOXILB_LC_LIGHT_BELOW=400), round-robin at or above it; worked by hand.
 TEST(LcLight, LeastConnectionsWhenLightRoundRobinWhenBusy) {
   auto eps = pool({1, 1, 1, 1});
   const StageInfo* info = findStage("lc_light");
@@ -227,13 +227,15 @@ TEST(LcLight, LeastConnectionsWhenLightRoundRobinWhenBusy) {
   PickInfo pi;
   EXPECT_EQ(s.pick(eps, none, RequestContext{}, pi), 1);
   EXPECT_STREQ(pi.key, "load");  // the metric's key: least connections decided
-  load(2, 2, 2, 2);  // mean exactly 2: busy, so rotation: each endpoint once per four picks
+  load(3, 3, 3, 2);  // mean 2.75: still light under the default (it was busy under 200)
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(s.pick(eps, none), 3);
+  load(4, 4, 4, 4);  // mean exactly 4: busy, so rotation: each endpoint once per four picks
   std::map<int, int> n;
   for (int i = 0; i < 40; ++i) n[s.pick(eps, none)]++;
   for (int i = 0; i < 4; ++i) EXPECT_EQ(n[i], 10) << i;
   s.pick(eps, none, RequestContext{}, pi);
   EXPECT_STREQ(pi.key, "rr");  // the rotation decided
-  load(9, 0, 0, 0);  // mean 2.25 although three are idle: rotation, the busy one included
+  load(17, 0, 0, 0);  // mean 4.25 although three are idle: rotation, the busy one included
   n.clear();
   for (int i = 0; i < 40; ++i) n[s.pick(eps, none)]++;
   EXPECT_EQ(n[0], 10);
@@ -241,7 +243,7 @@ TEST(LcLight, LeastConnectionsWhenLightRoundRobinWhenBusy) {
   // 1 (light), so the idle one among them wins.
   load(0, 1, 2, 0);
   EXPECT_EQ(s.pick(eps, {true, false, false, false}), 3);
-  load(0, 3, 3, 3);  // over {1, 2, 3} the mean is 3 (busy): never the excluded idle endpoint 0
+  load(0, 5, 5, 5);  // over {1, 2, 3} the mean is 5 (busy): never the excluded idle endpoint 0
   n.clear();
   for (int i = 0; i < 30; ++i) n[s.pick(eps, {true, false, false, false})]++;
   EXPECT_EQ(n[0], 0);
