@@ -31,28 +31,37 @@ class LcLightStage : public Stage {
   explicit LcLightStage(int64_t below_x100) : below_x100_(below_x100) {}
 
   StageResult evaluate(const RequestContext&, CandidateSet& c) override {
-    size_t n = c.size();
-    uint64_t start = cursor_.fetch_add(1, std::memory_order_relaxed);
-    int first = -1, best = -1;
-    int64_t best_load = 0, total = 0, eligible = 0;
-    for (size_t i = 0; i < n; ++i) {
-      size_t idx = (start + i) % n;
-      if (c.excluded[idx]) continue;
-      int64_t load = c.endpoints[idx].state->active.load(std::memory_order_relaxed);
-      if (load < 0) load = 0;
-      if (first < 0) first = static_cast<int>(idx);
-      if (best < 0 || load < best_load) {
-        best = static_cast<int>(idx);
-        best_load = load;
+    const size_t n = c.size();
+    auto load = [&](size_t i) {
+      int64_t v = c.endpoints[i].state->active.load(std::memory_order_relaxed);
+      return v < 0 ? 0 : v;
+    };
+    int64_t total = 0, eligible = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (!c.excluded[i]) {
+        total += load(i);
+        ++eligible;
       }
-      total += load;
-      ++eligible;
-    }
-    if (first < 0) return StageResult::fall(FallReason::kAllExcluded);
+    if (eligible == 0) return StageResult::fall(FallReason::kAllExcluded);
+    // The rotation counts eligible endpoints only, so an excluded one's turns are spread over
+    // all the others rather than handed to its successor.
+    uint64_t k = cursor_.fetch_add(1, std::memory_order_relaxed) % static_cast<uint64_t>(eligible);
+    size_t first = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (!c.excluded[i] && k-- == 0) {
+        first = i;
+        break;
+      }
     // mean < below / 100  <=>  total * 100 < below * eligible
-    bool light = total * 100 < below_x100_ * eligible;
-    // (the decision key says which: `load` for least connections, `rr` for the rotation)
-    return light ? StageResult::pick(best, DecisionKey::kLoad) : StageResult::pick(first);
+    if (total * 100 >= below_x100_ * eligible)
+      return StageResult::pick(static_cast<int>(first));  // busy: the rotation (key `rr`)
+    // Light: the least in flight, ties to the first from the rotation's position (key `load`).
+    size_t best = first;
+    for (size_t j = 1; j < n; ++j) {
+      size_t i = (first + j) % n;
+      if (!c.excluded[i] && load(i) < load(best)) best = i;
+    }
+    return StageResult::pick(static_cast<int>(best), DecisionKey::kLoad);
   }
 
  private:
