@@ -119,17 +119,19 @@ bool mayBeReadable(tcp::socket&) { return true; }
 void watchPeerClose(tcp::socket&) {}
 #endif
 
-bool holdsNothing(tcp::socket& s) {
-  if (!mayBeReadable(s)) return true;
+bool peekFindsNothing(tcp::socket& s) {
   char c;
   ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+  return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);  // (0: EOF; >0: bytes; else error)
+}
+
+bool holdsNothing(tcp::socket& s) {
+  if (!mayBeReadable(s)) return true;
+  if (!peekFindsNothing(s)) return false;
 #if KVGATE_OWN_READINESS
-    readiness_detail::setReadFlag(s, false);  // as a recv of ours finding nothing
+  readiness_detail::setReadFlag(s, false);  // as a recv of ours finding nothing
 #endif
-    return true;
-  }
-  return false;  // 0: EOF; >0: bytes; <0: an error
+  return true;
 }
 
 RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& ec,
@@ -158,9 +160,9 @@ RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& e
 #endif
       return RecvResult::kBytes;
     }
-    if (r < 0 && errno == EINTR) continue;
-    const bool would_block = r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
-    const int err = errno;  // (kept across the flag's update)
+    const int err = r < 0 ? errno : 0;
+    if (err == EINTR) continue;
+    const bool would_block = err == EAGAIN || err == EWOULDBLOCK;
 #if KVGATE_OWN_READINESS
     // EAGAIN: nothing there, and anything arriving later raises an edge; else (EOF, an error):
     // let every later read try.
@@ -168,8 +170,7 @@ RecvResult tryRecv(tcp::socket& s, char* p, size_t n, size_t& got, error_code& e
 #endif
     if (r == 0) return RecvResult::kEof;
     if (would_block) return RecvResult::kWouldBlock;
-    errno = err;
-    ec = error_code(errno, asio::error::get_system_category());
+    ec = error_code(err, asio::error::get_system_category());
     return RecvResult::kError;
   }
 }

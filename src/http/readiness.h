@@ -86,9 +86,13 @@ void watchPeerClose(tcp::socket& s);
 // proved it drained and no epoll edge came since). Always true without own readiness.
 bool mayBeReadable(tcp::socket& s);
 
-// Whether a plain TCP socket holds neither bytes nor a close: known drained (no syscall), or a
-// MSG_PEEK finds nothing (EAGAIN), which then marks it drained like a recv of ours. For an idle
-// pooled connection about to be reused.
+// Whether a non-blocking MSG_PEEK finds nothing on the socket (EAGAIN: no byte, no close, no
+// error). Consumes nothing; any socket, TLS ones included.
+bool peekFindsNothing(tcp::socket& s);
+
+// Whether a plain TCP socket holds neither bytes nor a close: known drained (no syscall), or
+// peekFindsNothing, which then marks it drained like a recv of ours. For an idle pooled
+// connection about to be reused.
 bool holdsNothing(tcp::socket& s);
 
 // Whether tryRecv(s, ..., woke_by) would make a recv: after a wait that reported its events, or

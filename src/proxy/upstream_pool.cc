@@ -1,9 +1,5 @@
 #include "proxy/upstream_pool.h"
 
-#include <sys/socket.h>
-
-#include <cerrno>
-
 #include "http/readiness.h"
 
 namespace kvgate::proxy {
@@ -16,11 +12,8 @@ namespace {
 // which watches idle upstream connections for events and checks nothing when it reuses one.
 bool stillUsable(UpstreamConn& conn) {
   if (!conn.drained()) return false;
-  if (!conn.tls) return http::holdsNothing(conn.sock);
-  char c;
-  ssize_t n = ::recv(conn.sock.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-  return false;  // 0: EOF (closed while idle); >0: unsolicited bytes; <0: error
+  // (TLS reads do not keep the readiness flag: always a peek)
+  return conn.tls ? http::peekFindsNothing(conn.sock) : http::holdsNothing(conn.sock);
 }
 }  // namespace
 

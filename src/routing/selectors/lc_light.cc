@@ -57,9 +57,14 @@ class LcLightStage : public Stage {
       return StageResult::pick(static_cast<int>(first));  // busy: the rotation (key `rr`)
     // Light: the least in flight, ties to the first from the rotation's position (key `load`).
     size_t best = first;
+    int64_t best_load = load(first);
     for (size_t j = 1; j < n; ++j) {
       size_t i = (first + j) % n;
-      if (!c.excluded[i] && load(i) < load(best)) best = i;
+      if (c.excluded[i]) continue;
+      if (int64_t l = load(i); l < best_load) {
+        best = i;
+        best_load = l;
+      }
     }
     return StageResult::pick(static_cast<int>(best), DecisionKey::kLoad);
   }

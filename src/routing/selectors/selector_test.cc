@@ -227,7 +227,8 @@ TEST(LcLight, LeastConnectionsWhenLightRoundRobinWhenBusy) {
   PickInfo pi;
   EXPECT_EQ(s.pick(eps, none, RequestContext{}, pi), 1);
   EXPECT_STREQ(pi.key, "load");  // the metric's key: least connections decided
-  load(3, 3, 3, 2);  // mean 2.75: still light under the default (it was busy under 200)
+  // mean 2.75: still light under the default (it was busy under 200)
+  load(3, 3, 3, 2);
   for (int i = 0; i < 8; ++i) EXPECT_EQ(s.pick(eps, none), 3);
   load(4, 4, 4, 4);  // mean exactly 4: busy, so rotation: each endpoint once per four picks
   std::map<int, int> n;
@@ -235,7 +236,8 @@ TEST(LcLight, LeastConnectionsWhenLightRoundRobinWhenBusy) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(n[i], 10) << i;
   s.pick(eps, none, RequestContext{}, pi);
   EXPECT_STREQ(pi.key, "rr");  // the rotation decided
-  load(17, 0, 0, 0);  // mean 4.25 although three are idle: rotation, the busy one included
+  // mean 4.25 although three are idle: rotation, the busy one included
+  load(17, 0, 0, 0);
   n.clear();
   for (int i = 0; i < 40; ++i) n[s.pick(eps, none)]++;
   EXPECT_EQ(n[0], 10);
