@@ -7,6 +7,7 @@
 # 127.0.0.1. Usage: bench/proxy_bench.sh [ROUNDS=3] [SECONDS=10] [CONNECTIONS=64]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 ROUNDS=${1:-3}; DURATION=${2:-10}; CONNS=${3:-64}
 BIN=${KVGATE_BIN:-build/kvgate}
 for t in nginx haproxy wrk taskset; do command -v $t >/dev/null || { echo "missing $t: run scripts/setup.sh --bench" >&2; exit 1; }; done
@@ -14,27 +15,11 @@ W=$(mktemp -d /tmp/kvgate-bench.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
-freeport() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 UP=$(freeport); NG=$(freeport); HA=$(freeport); KV=$(freeport)
 BODY='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"2, 3 and 5."},"finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":24,"completion_tokens":7,"total_tokens":31}}'
 
-mkdir -p "$W/up" "$W/ng"
-cat >"$W/up/nginx.conf" <<NGX
-worker_processes 1; pid $W/up/nginx.pid; error_log $W/up/error.log warn; daemon off;
-events { worker_connections 8192; }
-http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
-  client_body_buffer_size 16k;
-  server { listen 127.0.0.1:$UP backlog=4096;
-    location / { default_type application/json; return 200 '$BODY'; } } }
-NGX
-cat >"$W/ng/nginx.conf" <<NGX
-worker_processes 1; pid $W/ng/nginx.pid; error_log $W/ng/error.log warn; daemon off;
-events { worker_connections 8192; }
-http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
-  upstream up { server 127.0.0.1:$UP; keepalive 256; keepalive_requests 10000000; }
-  server { listen 127.0.0.1:$NG backlog=4096;
-    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
-NGX
+nginx_upstream_conf "$W/up" "$UP" "$BODY"
+nginx_proxy_conf "$W/ng" "$NG" "$UP"
 cat >"$W/haproxy.cfg" <<HAP
 global
   nbthread 1

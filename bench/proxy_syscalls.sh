@@ -7,6 +7,7 @@
 # Usage: bench/proxy_syscalls.sh [SECONDS=5] [CONNECTIONS=64]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 DURATION=${1:-5}; CONNS=${2:-64}
 BIN=${KVGATE_BIN:-build/kvgate}
 for t in nginx wrk strace; do command -v $t >/dev/null || { echo "missing $t: run scripts/setup.sh --bench and install strace" >&2; exit 1; }; done
@@ -14,23 +15,9 @@ W=$(mktemp -d /tmp/kvgate-sysc.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
-freeport() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 UP=$(freeport); NG=$(freeport); KV=$(freeport)
-mkdir -p "$W/up" "$W/ng"
-cat >"$W/up/nginx.conf" <<NGX
-worker_processes 1; pid $W/up/nginx.pid; error_log $W/up/error.log warn; daemon off;
-events { worker_connections 8192; }
-http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
-  server { listen 127.0.0.1:$UP backlog=4096; location / { default_type application/json; return 200 '{"ok":1}'; } } }
-NGX
-cat >"$W/ng/nginx.conf" <<NGX
-master_process off; worker_processes 1; pid $W/ng/nginx.pid; error_log $W/ng/error.log warn; daemon off;
-events { worker_connections 8192; }
-http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
-  upstream up { server 127.0.0.1:$UP; keepalive 256; keepalive_requests 10000000; }
-  server { listen 127.0.0.1:$NG backlog=4096;
-    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
-NGX
+nginx_upstream_conf "$W/up" "$UP" '{"ok":1}'
+nginx_proxy_conf "$W/ng" "$NG" "$UP" "master_process off; "
 nginx -p "$W/up" -c "$W/up/nginx.conf" & pids+=($!)
 nginx -p "$W/ng" -c "$W/ng/nginx.conf" & pids+=($!)
 NGPID=$!

@@ -1,0 +1,31 @@
+# Shared by the proxy benchmarks (source it): a free loopback port, and the nginx configurations
+# every comparison uses, so kvgate is always measured against the same reference proxy.
+freeport() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+
+# nginx_upstream_conf DIR PORT BODY: the upstream, one worker answering every request with BODY.
+nginx_upstream_conf() {
+  mkdir -p "$1"
+  cat >"$1/nginx.conf" <<NGX
+worker_processes 1; pid $1/nginx.pid; error_log $1/error.log warn; daemon off;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  client_body_buffer_size 16k;
+  server { listen 127.0.0.1:$2 backlog=4096;
+    location / { default_type application/json; return 200 '$3'; } } }
+NGX
+}
+
+# nginx_proxy_conf DIR PORT UPSTREAM_PORT [TOP]: nginx as a reverse proxy (one worker, proxy_pass
+# to an upstream block with keepalive 256, HTTP/1.1, Connection ""); TOP is prepended (for
+# example "master_process off;", so that strace or valgrind follows the worker itself).
+nginx_proxy_conf() {
+  mkdir -p "$1"
+  cat >"$1/nginx.conf" <<NGX
+${4:-}worker_processes 1; pid $1/nginx.pid; error_log $1/error.log warn; daemon off;
+events { worker_connections 8192; }
+http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
+  upstream up { server 127.0.0.1:$3; keepalive 256; keepalive_requests 10000000; }
+  server { listen 127.0.0.1:$2 backlog=4096;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
+NGX
+}
