@@ -1,7 +1,8 @@
 // /netlox/v1/config/ai/jwtauthprofile: JWT auth profiles (governance/jwt_auth.h), an upstream
 // route whose fields upstream does not document; ours:
 //   POST   {name*, jwks_file*, issuer, audience (string or array), algorithms (RS256, ES256),
-//           tenant_claim ("tenant"), user_claim ("sub"), clock_skew_sec (60, 0..600)}
+//           tenant_claim ("tenant"), user_claim ("sub"), clock_skew_sec (60, 0..600),
+//           missing_claims ("reject" | "allow": a token without the tenant or user claim)}
 //          -> 200 (created or replaced); 400 naming the field, or when the JWKS file does not
 //          load (nothing changes)
 //   GET    -> 200 [profile + {keys, loaded_at, error}...]

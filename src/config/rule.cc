@@ -5,6 +5,7 @@
 #include "common/net.h"
 #include "config/fields.h"
 #include "config/tls_fields.h"
+#include "http/target.h"
 
 namespace kvgate::config {
 namespace {
@@ -151,6 +152,12 @@ Result<RuleSpec> parseRule(const json& body) {
   r.path_match_mode = getOr<std::string>(stored, "path_match_mode", "disabled");
   if (!r.path_prefix.empty() && r.path_prefix.front() != '/')
     return bad("serviceArguments.path_prefix", "must start with '/'");
+  // Requests are matched on their normalized, decoded path (http/target.h): a prefix with an
+  // escape, "//" or a dot segment could never match as written.
+  if (!r.path_prefix.empty() && (!http::isCanonicalTarget(r.path_prefix) ||
+                                 r.path_prefix.find('?') != std::string::npos))
+    return bad("serviceArguments.path_prefix",
+               "must be a normalized path: no '%' escapes, '?', '//' or '.' / '..' segments");
   if (r.path_match_mode != "disabled" && r.path_prefix.empty())
     return bad("serviceArguments.path_prefix", "is required when path_match_mode is set");
   stored["path_match_mode"] = r.path_match_mode;

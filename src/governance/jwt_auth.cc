@@ -213,6 +213,10 @@ Result<JwtProfile> parseProfile(std::string_view text) {
           return fail(400, "algorithms", "only RS256 and ES256 are accepted (none and HMAC never)");
         p.algorithms.push_back(a.get<std::string>());
       }
+    } else if (k == "missing_claims") {
+      if (!v.is_string() || (v != "reject" && v != "allow"))
+        return fail(400, "missing_claims", "missing_claims must be \"reject\" or \"allow\"");
+      p.reject_missing_claims = v == "reject";
     } else if (k == "clock_skew_sec") {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 600)
         return fail(400, "clock_skew_sec", "clock_skew_sec must be an integer in 0..600");
@@ -265,7 +269,8 @@ std::string profileJson(const JwtProfile& p) {
   json j = {{"name", p.name},       {"issuer", p.issuer},
             {"audience", p.audiences}, {"algorithms", p.algorithms},
             {"tenant_claim", p.tenant_claim}, {"user_claim", p.user_claim},
-            {"clock_skew_sec", p.clock_skew_sec}};
+            {"clock_skew_sec", p.clock_skew_sec},
+            {"missing_claims", p.reject_missing_claims ? "reject" : "allow"}};
   if (!p.jwks_file.empty()) j["jwks_file"] = p.jwks_file;
   if (!p.jwks_url.empty()) j["jwks_url"] = p.jwks_url;
   if (!p.jwks_ca_file.empty()) j["jwks_ca_file"] = p.jwks_ca_file;
@@ -280,6 +285,7 @@ const char* jwtVerdictName(JwtVerdict v) {
     case JwtVerdict::kExpired: return "expired";
     case JwtVerdict::kStale: return "stale";
     case JwtVerdict::kNoProfile: return "no_profile";
+    case JwtVerdict::kMissingClaim: return "missing_claim";
   }
   return "invalid";
 }
@@ -385,23 +391,32 @@ JwtCheck verifyJwt(const JwtProfile& p, const JwtKeyset& ks, std::string_view to
   };
   c.tenant = claimStr(p.tenant_claim);
   c.user = claimStr(p.user_claim);
+  if (p.reject_missing_claims && (c.tenant.empty() || c.user.empty())) {
+    c.verdict = JwtVerdict::kMissingClaim;
+    c.why = "the token has no '" + (c.tenant.empty() ? p.tenant_claim : p.user_claim) +
+            "' claim (a string or an integer), which the profile's limits need "
+            "(missing_claims: reject)";
+    c.tenant.clear();
+    c.user.clear();
+    return c;
+  }
   c.verdict = JwtVerdict::kOk;
   return c;
 }
 
 namespace {
-std::atomic<uint64_t> g_jwt[6] = {};
+std::atomic<uint64_t> g_jwt[kJwtVerdicts] = {};
 }  // namespace
 
 void countJwt(JwtVerdict v) {
-  g_jwt[static_cast<size_t>(v) % 6].fetch_add(1, std::memory_order_relaxed);
+  g_jwt[static_cast<size_t>(v) % kJwtVerdicts].fetch_add(1, std::memory_order_relaxed);
 }
 
 std::string renderJwtMetrics() {
   std::string s =
       "# HELP kvgate_jwt_checks_total JWT checks of rules with api_key_auth jwt or apikey-or-jwt, "
       "by outcome.\n# TYPE kvgate_jwt_checks_total counter\n";
-  for (int i = 0; i < 6; ++i)
+  for (int i = 0; i < kJwtVerdicts; ++i)
     s += std::string("kvgate_jwt_checks_total{outcome=\"") + jwtVerdictName(JwtVerdict(i)) +
          "\"} " + std::to_string(g_jwt[i].load(std::memory_order_relaxed)) + "\n";
   return s;

@@ -50,6 +50,10 @@ struct JwtProfile {
   std::string tenant_claim = "tenant";  // copied to the request's tenant
   std::string user_claim = "sub";
   uint32_t clock_skew_sec = 60;
+  // A token without the tenant or the user claim would escape that kind's limits: "reject"
+  // (default) refuses it (401 invalid_token, outcome missing_claim); "allow" admits it without
+  // that identity (then only its other buckets apply).
+  bool reject_missing_claims = true;
 };
 // From the management API's JSON (unknown fields refused; the error names the field).
 Result<JwtProfile> parseProfile(std::string_view json);
@@ -61,8 +65,10 @@ struct JwtKeyset {
   std::string error;        // the last load's error, if it failed
 };
 
-enum class JwtVerdict { kOk, kMissing, kInvalid, kExpired, kStale, kNoProfile };
-const char* jwtVerdictName(JwtVerdict v);  // ok, missing, invalid, expired, stale, no_profile
+enum class JwtVerdict { kOk, kMissing, kInvalid, kExpired, kStale, kNoProfile, kMissingClaim };
+constexpr int kJwtVerdicts = 7;
+// ok, missing, invalid, expired, stale, no_profile, missing_claim
+const char* jwtVerdictName(JwtVerdict v);
 
 struct JwtCheck {
   JwtVerdict verdict = JwtVerdict::kMissing;

@@ -230,6 +230,48 @@ TEST_F(JwtTest, EachBadVariantIsRefused) {
   EXPECT_EQ(check(token(keys.rsa, h, claims)).verdict, JwtVerdict::kInvalid);
 }
 
+// Issue 28 §1.8: a token without the tenant (or user) claim escaped every tenant (user) limit.
+// By default it is refused; a profile that says missing_claims "allow" admits it without that
+// identity.
+TEST_F(JwtTest, MissingIdentityClaimsAreRefusedUnlessAllowed) {
+  const json h = {{"alg", "RS256"}, {"kid", "r1"}};
+  for (const char* drop : {"tenant", "sub"}) {
+    json c = claims;
+    c.erase(drop);
+    auto r = check(token(keys.rsa, h, c));
+    EXPECT_EQ(r.verdict, JwtVerdict::kMissingClaim) << drop;
+    EXPECT_NE(r.why.find(drop), std::string::npos) << r.why;
+    EXPECT_TRUE(r.tenant.empty() && r.user.empty());
+    c[drop] = json::array({"x"});  // not a string or an integer: no identity either
+    EXPECT_EQ(check(token(keys.rsa, h, c)).verdict, JwtVerdict::kMissingClaim) << drop;
+  }
+  json c = claims;
+  c["tenant"] = 42;  // an integer names the tenant "42"
+  auto r = check(token(keys.rsa, h, c));
+  EXPECT_EQ(r.verdict, JwtVerdict::kOk) << r.why;
+  EXPECT_EQ(r.tenant, "42");
+  prof.reject_missing_claims = false;
+  c.erase("tenant");
+  r = check(token(keys.rsa, h, c));
+  EXPECT_EQ(r.verdict, JwtVerdict::kOk) << r.why;
+  EXPECT_EQ(r.tenant, "");
+  EXPECT_EQ(r.user, "alice");
+  // The profile field: parsed, stored, and refused when it is anything else.
+  auto p = parseProfile(R"({"name":"p","issuer":"i","jwks_file":"f","missing_claims":"allow"})");
+  ASSERT_TRUE(p) << p.error().what;
+  EXPECT_FALSE(p->reject_missing_claims);
+  EXPECT_NE(profileJson(*p).find(R"("missing_claims":"allow")"), std::string::npos);
+  p = parseProfile(R"({"name":"p","issuer":"i","jwks_file":"f"})");
+  ASSERT_TRUE(p);
+  EXPECT_TRUE(p->reject_missing_claims);  // the default
+  for (const char* bad : {R"("ignore")", "true", "null", R"("")"}) {
+    auto e = parseProfile(std::string(R"({"name":"p","issuer":"i","jwks_file":"f","missing_claims":)") +
+                          bad + "}");
+    ASSERT_FALSE(e) << bad;
+    EXPECT_EQ(e.error().source, "missing_claims");
+  }
+}
+
 TEST_F(JwtTest, AStaleKeysetFailsClosed) {
   const std::string t = token(keys.rsa, {{"alg", "RS256"}, {"kid", "r1"}}, claims);
   ks.loaded_at_s = now() - kMaxKeysetAgeS - 10;

@@ -4,6 +4,7 @@
 // connection is re-established on the next call (PQreset); connect_timeout bounds a dead server.
 #include <libpq-fe.h>
 
+#include <cstdlib>
 #include <set>
 #include <vector>
 
@@ -137,7 +138,30 @@ class PgRows final : public RowStore {
 
 }  // namespace
 
-Result<std::unique_ptr<RowStore>> openPostgresRows(const std::string& conninfo) {
+namespace {
+
+// A libpq host list entry that never leaves this machine.
+bool localHost(std::string_view h) {
+  return h.empty() || h.front() == '/' || h.front() == '@' || h == "localhost" ||
+         h.starts_with("127.") || h == "::1" || h == "[::1]";
+}
+
+// Every entry of a comma-separated host (or hostaddr) list is local.
+bool allLocal(const std::string& list) {
+  size_t start = 0;
+  while (true) {
+    const size_t comma = list.find(',', start);
+    if (!localHost(std::string_view(list).substr(
+            start, (comma == std::string::npos ? list.size() : comma) - start)))
+      return false;
+    if (comma == std::string::npos) return true;
+    start = comma + 1;
+  }
+}
+
+}  // namespace
+
+Result<std::string> postgresConninfo(const std::string& conninfo) {
   // Bounds on every wait, unless the operator set them: connecting 3 s; a statement 5 s (server
   // side); a silent peer (a partition: no RST) 5 s of unacknowledged data or 9 s of keepalives,
   // so the control thread is never stuck for TCP's own ~15 minutes.
@@ -149,10 +173,15 @@ Result<std::unique_ptr<RowStore>> openPostgresRows(const std::string& conninfo) 
       {"options", uri ? "-c%20statement_timeout%3D5000" : "'-c statement_timeout=5000'"}};
   // (the operator's own settings are found by libpq's parser, not by a substring search)
   std::set<std::string> given;
+  std::string host, hostaddr;
   char* perr = nullptr;
   if (PQconninfoOption* o = PQconninfoParse(conninfo.c_str(), &perr)) {
-    for (PQconninfoOption* it = o; it->keyword; ++it)
-      if (it->val && *it->val) given.insert(it->keyword);
+    for (PQconninfoOption* it = o; it->keyword; ++it) {
+      if (!it->val || !*it->val) continue;
+      given.insert(it->keyword);
+      if (std::string_view(it->keyword) == "host") host = it->val;
+      if (std::string_view(it->keyword) == "hostaddr") hostaddr = it->val;
+    }
     PQconninfoFree(o);
   } else {
     std::string msg = perr ? perr : "unreadable";
@@ -160,12 +189,26 @@ Result<std::unique_ptr<RowStore>> openPostgresRows(const std::string& conninfo) 
     while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
     return fail(400, "state_db", "--state-db: " + msg);
   }
-  for (auto [k, v] : defaults) {
-    if (given.count(k)) continue;
+  auto add = [&](std::string_view k, std::string_view v) {
     if (uri) ci += (ci.find('?') == std::string::npos ? "?" : "&");
     else ci += " ";
-    ci += std::string(k) + "=" + v;
-  }
+    ci.append(k).append("=").append(v);
+  };
+  for (auto [k, v] : defaults)
+    if (!given.count(k)) add(k, v);
+  // (PGHOST and PGSSLMODE from the environment count as the operator's settings)
+  const char* env_host = std::getenv("PGHOST");
+  if (host.empty() && env_host) host = env_host;
+  if (!given.count("sslmode") && !std::getenv("PGSSLMODE") &&
+      !(allLocal(host) && allLocal(hostaddr)))
+    add("sslmode", "verify-full");
+  return ci;
+}
+
+Result<std::unique_ptr<RowStore>> openPostgresRows(const std::string& conninfo) {
+  auto cis = postgresConninfo(conninfo);
+  if (!cis) return tl::unexpected(cis.error());
+  const std::string& ci = *cis;
   PGconn* c = PQconnectdb(ci.c_str());
   if (PQstatus(c) != CONNECTION_OK) {
     std::string msg = PQerrorMessage(c);

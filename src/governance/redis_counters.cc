@@ -394,11 +394,22 @@ void RedisCounters::run() {
     Verdict v;
     Call c = doAdmit(j, v);
     if (c == Call::kLost && connect()) c = doAdmit(j, v);
-    if (c != Call::kOk) {
-      // Connection gone: warming, then open. A script error on a live connection: this request
-      // passes uncounted (counted as an error and a cold open).
-      v = c_ ? Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}} : downVerdict();
-      if (c_) cold_open_.fetch_add(1, std::memory_order_relaxed);
+    if (c == Call::kOk) {
+      script_failing_since_ns_ = 0;
+    } else if (!c_) {
+      v = downVerdict();  // connection gone: warming, then open
+    } else {
+      // A script error on a live connection: open for the first script_open_ns_ of the run
+      // (counted as an error and a cold open), then closed until an admission works again.
+      const int64_t now = steadyNs();
+      if (script_failing_since_ns_ == 0) script_failing_since_ns_ = now;
+      if (now - script_failing_since_ns_ < script_open_ns_) {
+        v = Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}};
+        cold_open_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        v = Verdict{State::kClosed, 1, LimitReason::kKeyRps, {}};
+        script_closed_.fetch_add(1, std::memory_order_relaxed);
+      }
     }
     j.done(std::move(v));
   }
@@ -420,6 +431,10 @@ std::string RedisCounters::renderMetrics() const {
               "Requests answered 429 token_quota_warming because the Redis queue was full or "
               "they waited in it over 1 s.",
               shed_.load()) +
+         line("kvgate_quota_redis_script_closed_total", "counter",
+              "Requests refused (503 quota_store_error) because the shared quota store's script "
+              "had failed for more than 10 s in a row (fail closed).",
+              script_closed_.load()) +
          line("kvgate_quota_redis_up", "gauge", "1 while the shared quota store is connected.",
               up() ? 1 : 0) +
          line("kvgate_quota_redis_errors_total", "counter", "Failed Redis quota calls.",

@@ -17,8 +17,11 @@
 // over kMaxWaitNs in it, is answered kShed (429 token_quota_warming, Retry-After 1). An admission
 // whose connection was gone (EOF, reset) reconnects once and is sent again (had the first run, its
 // hold costs at most one bucket capacity); a timed-out one is not, nor is any settlement (twice
-// would refund or charge twice). A script error (Redis out of memory) answers kOpen for that
-// request and keeps the connection.
+// would refund or charge twice). A script error on a live connection (Redis out of memory, an
+// ACL without the scripts' commands) keeps the connection and answers kOpen (the request passes
+// uncounted) for the first kScriptOpenNs (10 s) of an unbroken run of such errors, then kClosed
+// (the gateway answers 503 quota_store_error) until an admission succeeds again: a store that
+// keeps failing its script never lets traffic through uncounted for more than that window.
 //
 // Authentication: with serve --redis-auth-file, AUTH [user] password right after each connect
 // (Redis 6 ACL users, or requirepass). Refused at start: serve exits naming Redis's answer.
@@ -54,7 +57,8 @@ namespace kvgate::governance {
 
 class RedisCounters {
  public:
-  enum class State : uint8_t { kOk, kRefused, kWarming, kOpen };  // (kShed answers kWarming)
+  // (kShed answers kWarming; kClosed: the script has failed for over kScriptOpenNs)
+  enum class State : uint8_t { kOk, kRefused, kWarming, kOpen, kClosed };
   struct Verdict {
     State state = State::kOk;
     int64_t retry_after_s = 0;
@@ -65,6 +69,7 @@ class RedisCounters {
   static constexpr size_t kMaxQueue = 65536;
   static constexpr int64_t kWarmingNs = 3'000'000'000;
   static constexpr int64_t kMaxWaitNs = 1'000'000'000;
+  static constexpr int64_t kScriptOpenNs = 10'000'000'000;
 
   // Credentials (serve --redis-auth-file): sent with AUTH after each connect; an empty
   // password sends none, an empty user authenticates the default user (requirepass).
@@ -78,6 +83,9 @@ class RedisCounters {
   // mistake the operator must see at once, not a Redis outage.
   Result<void> start();
   void stop();  // (jobs still queued are answered kOpen)
+  // How long a run of script errors passes requests uncounted (default kScriptOpenNs); before
+  // start() only.
+  void setScriptOpenWindow(int64_t ns) { script_open_ns_ = ns; }
 
   // `done` runs on the I/O thread (or at once when Redis is known to be down): post from it.
   void admit(std::vector<BucketSpec> specs, int64_t tokens, Done done);
@@ -119,6 +127,11 @@ class RedisCounters {
   std::atomic<bool> up_{false};
   std::atomic<int64_t> down_since_ns_{0};  // when Redis became unreachable (0: reachable)
   std::atomic<uint64_t> cold_open_{0}, warming_{0}, errors_{0}, dropped_{0}, shed_{0};
+  std::atomic<uint64_t> script_closed_{0};  // admissions refused: script failing too long
+  // I/O thread only: when the current run of script errors began (0: the last call worked), and
+  // how long such a run passes requests uncounted (kScriptOpenNs; tests shorten it).
+  int64_t script_failing_since_ns_ = 0;
+  int64_t script_open_ns_ = kScriptOpenNs;
   std::atomic<uint64_t> auth_failures_{0};
   std::string auth_error_;              // the last refused AUTH (I/O thread; start())
   int64_t script_logged_ns_ = INT64_MIN / 2;

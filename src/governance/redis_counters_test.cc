@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <future>
 #include <thread>
 
@@ -126,6 +127,44 @@ TEST(RedisCounters, SameVerdictsAsTheLocalLedger) {
   EXPECT_EQ(r.reason, LimitReason::kKeyRps);
   EXPECT_EQ(r.retry_after_s, 86400);
   EXPECT_NE(rc.renderMetrics().find("kvgate_quota_redis_errors_total 0\n"), std::string::npos);
+}
+
+// Issue 28 §1.8: a script error used to let every request through uncounted, forever. Redis at
+// its memory limit (maxmemory 1, noeviction) fails the admission script's writes with OOM: the
+// first errors pass (within the open window), and once the run outlasts the window the
+// admissions are refused (kClosed) until one works again.
+TEST(RedisCounters, ScriptErrorsFailClosedAfterTheirWindow) {
+  RedisServer server;
+  ASSERT_GT(server.pid, 0);
+  ASSERT_TRUE(server.waitListening());
+  auto cli = [&](const std::string& args) {
+    return std::system(("redis-cli -p " + std::to_string(server.port) + " " + args +
+                        " >/dev/null 2>&1").c_str());
+  };
+  const std::vector<BucketSpec> specs{{"t|oom" + std::to_string(::getpid()),
+                                       LimitReason::kTenantRps, 1e-6, 1000}};
+  {
+    RedisCounters open("127.0.0.1", server.port);  // the default window: 10 s
+    ASSERT_TRUE(open.start().has_value());
+    ASSERT_EQ(admit(open, specs, 0).state, RedisCounters::State::kOk);
+    ASSERT_EQ(cli("CONFIG SET maxmemory-policy noeviction"), 0);
+    ASSERT_EQ(cli("CONFIG SET maxmemory 1"), 0);
+    EXPECT_EQ(admit(open, specs, 0).state, RedisCounters::State::kOpen);  // (inside the window)
+    EXPECT_NE(open.renderMetrics().find("kvgate_quota_redis_script_closed_total 0\n"),
+              std::string::npos);
+  }
+  RedisCounters rc("127.0.0.1", server.port);
+  rc.setScriptOpenWindow(0);  // no window: the first script error already fails closed
+  ASSERT_TRUE(rc.start().has_value());
+  auto v = admit(rc, specs, 0);
+  EXPECT_EQ(v.state, RedisCounters::State::kClosed);
+  EXPECT_EQ(admit(rc, specs, 0).state, RedisCounters::State::kClosed);
+  EXPECT_NE(rc.renderMetrics().find("kvgate_quota_redis_script_closed_total 2\n"),
+            std::string::npos)
+      << rc.renderMetrics();
+  // The store recovers: admissions work again.
+  ASSERT_EQ(cli("CONFIG SET maxmemory 0"), 0);
+  EXPECT_EQ(admit(rc, specs, 0).state, RedisCounters::State::kOk);
 }
 
 TEST(RedisCounters, UnreachableIsWarmingNeverOpenAtOnce) {

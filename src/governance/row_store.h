@@ -46,5 +46,11 @@ class RowStore {
 Result<std::unique_ptr<RowStore>> openSqliteRows(const std::string& dir);
 // `conninfo`: a libpq connection string or URI (postgresql://user@host:port/db).
 Result<std::unique_ptr<RowStore>> openPostgresRows(const std::string& conninfo);
+// The connection string openPostgresRows connects with: the operator's, plus bounds on every wait
+// and, when the operator set no sslmode, `sslmode=verify-full` for any host that is not local
+// (a Unix socket, localhost, 127.0.0.0/8, ::1): libpq's own default ("prefer") silently accepts
+// an unencrypted or unverified server, and the governance rows (API key hashes, limits) cross that
+// link. Unparseable strings are a 400 naming --state-db.
+Result<std::string> postgresConninfo(const std::string& conninfo);
 
 }  // namespace kvgate::governance

@@ -31,6 +31,10 @@ const Family kIngest{"kvgate_index_ingest_total", Type::kCounter,
     "Ingest: kind updates (CacheStateUpdate messages applied), entries (holdings added or "
     "refreshed), dropped (malformed prefix entries), refused (updates refused whole), events, "
     "events_refused, undecodable (messages protobuf could not decode).", {"kind"}};
+const Family kIngestRefused{"kvgate_index_ingest_refused_total", Type::kCounter,
+    "Ingest calls (ReportCacheState, PublishEvent) refused by the ingest policy: reason "
+    "unauthenticated (no or a wrong bearer token with --ingest-token-file), not_loopback (a "
+    "non-loopback client with neither a token file nor client certificates).", {"reason"}};
 const Family kPolicy{"kvgate_index_policy_reloads_total", Type::kCounter,
     "Policy file loads: result ok or error (an error keeps the previous policy).", {"result"}};
 // clang-format on
@@ -109,6 +113,10 @@ std::string HintMetrics::render(const HintIndex& index) const {
   w.sample(kIngest, {{"kind", "events"}}, double(events.load()));
   w.sample(kIngest, {{"kind", "events_refused"}}, double(events_refused.load()));
   w.sample(kIngest, {{"kind", "undecodable"}}, double(proto_errors.load()));
+  w.header(kIngestRefused);
+  w.sample(kIngestRefused, {{"reason", "unauthenticated"}},
+           double(ingest_unauthenticated.load()));
+  w.sample(kIngestRefused, {{"reason", "not_loopback"}}, double(ingest_not_loopback.load()));
   w.header(kPolicy);
   w.sample(kPolicy, {{"result", "ok"}}, double(policy_reloads.load()));
   w.sample(kPolicy, {{"result", "error"}}, double(policy_errors.load()));

@@ -30,6 +30,8 @@ class HintMetrics {
   // Messages protobuf refused to decode (a string field with invalid UTF-8, say): counted here
   // instead of a log line each, which a hostile client could otherwise flood.
   std::atomic<uint64_t> proto_errors{0};
+  // Ingest calls refused by the index's ingest policy (hints/ingest_auth.h).
+  std::atomic<uint64_t> ingest_unauthenticated{0}, ingest_not_loopback{0};
   std::string render(const HintIndex& index) const;
 
  private:

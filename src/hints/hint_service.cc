@@ -71,6 +71,36 @@ class ReportReactor final : public grpc::ServerReadReactor<pb::CacheStateUpdate>
   bool dropped_ = false;
 };
 
+// An ingest call refused before reading anything (hints/ingest_auth.h).
+class RefusedRead final : public grpc::ServerReadReactor<pb::CacheStateUpdate> {
+ public:
+  explicit RefusedRead(grpc::Status s) { Finish(std::move(s)); }
+  void OnDone() override { delete this; }
+};
+
+// The ingest policy's verdict for this call: OK, or the status to finish it with (counted).
+grpc::Status ingestAllowed(const ServiceDeps& deps, grpc::CallbackServerContext* ctx) {
+  std::string_view auth;
+  const auto& md = ctx->client_metadata();
+  if (auto it = md.find("authorization"); it != md.end())
+    auth = std::string_view(it->second.data(), it->second.size());
+  const std::string peer = ctx->peer();
+  switch (deps.ingest.check(auth, peer)) {
+    case IngestAuth::Verdict::kOk:
+      return grpc::Status::OK;
+    case IngestAuth::Verdict::kUnauthenticated:
+      deps.metrics->ingest_unauthenticated.fetch_add(1, std::memory_order_relaxed);
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "ingest needs authorization: Bearer <token> (--ingest-token-file)");
+    case IngestAuth::Verdict::kNotLoopback:
+      break;
+  }
+  deps.metrics->ingest_not_loopback.fetch_add(1, std::memory_order_relaxed);
+  return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                      "ingest from a non-loopback client needs --ingest-token-file or "
+                      "--tls-client-ca on the index");
+}
+
 // LookupRoute's request and response on one protobuf arena with an inline first block: a
 // 512-block chain's repeated bytes cost no malloc each.
 class ArenaMessages final
@@ -242,11 +272,17 @@ class Service final : public pb::InferenceCache::CallbackService {
 
   grpc::ServerReadReactor<pb::CacheStateUpdate>* ReportCacheState(
       grpc::CallbackServerContext* ctx, pb::Ack* ack) override {
+    if (grpc::Status s = ingestAllowed(deps_, ctx); !s.ok()) return new RefusedRead(std::move(s));
     return new ReportReactor(deps_, ack);
   }
 
   grpc::ServerUnaryReactor* PublishEvent(grpc::CallbackServerContext* ctx,
                                          const pb::CacheEvent* ev, pb::Ack* ack) override {
+    if (grpc::Status s = ingestAllowed(deps_, ctx); !s.ok()) {
+      auto* rx = ctx->DefaultReactor();
+      rx->Finish(std::move(s));
+      return rx;
+    }
     IngestResult r = applyEvent(*deps_.index, *ev);
     (r.accepted ? deps_.metrics->events : deps_.metrics->events_refused)
         .fetch_add(1, std::memory_order_relaxed);

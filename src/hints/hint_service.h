@@ -12,6 +12,7 @@
 
 #include "hints/hint_index.h"
 #include "hints/hint_metrics.h"
+#include "hints/ingest_auth.h"
 #include "hints/lookup.h"
 #include "hints/pd_topology.h"
 
@@ -29,6 +30,7 @@ struct ServiceDeps {
   std::function<Result<std::string>(std::string_view model, std::string_view messages_json)>
       render;
   const PdTopology* pd = nullptr;  // LookupPDRoute's roles (nullptr: NO_HINT)
+  IngestAuth ingest;               // who may call ReportCacheState and PublishEvent
 };
 
 std::unique_ptr<grpc::Service> makeHintService(ServiceDeps deps);

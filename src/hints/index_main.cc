@@ -24,6 +24,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/secret_file.h"
 #include "hints/engine_feed.h"
 #include "hints/hint_index.h"
 #include "hints/hint_metrics.h"
@@ -48,6 +49,10 @@ const char* kUsage =
     "  --replicas FILE             replicas: ids, scopes, KV-event addresses, P/D roles\n"
     "  --models-dir DIR            tokenizers for prompt_text and RenderTemplate\n"
     "  --tls-cert FILE --tls-key FILE   serve gRPC over TLS\n"
+    "  --tls-client-ca FILE        require client certificates signed by this CA (with TLS)\n"
+    "  --ingest-token-file FILE    ingest RPCs need authorization: Bearer <a token of FILE>\n"
+    "  --ingest-insecure           accept ingest from any client (default: loopback only\n"
+    "                              unless a token file or client CA is given)\n"
     "  --log-level LEVEL           debug, info (default), warn, error\n\n"
     "Prints one JSON line {\"event\":\"ready\",\"grpc\":\"ADDR:PORT\",\"metrics\":URL} on stdout "
     "once serving.\n";
@@ -80,7 +85,9 @@ int64_t mtimeNs(const std::string& path) {
 
 int indexMain(int argc, char** argv) {
   std::string listen = "127.0.0.1:9090", metrics_listen = "127.0.0.1:8080", policy_path,
-              replicas_path, models_dir, tls_cert, tls_key, log_level;
+              replicas_path, models_dir, tls_cert, tls_key, log_level, tls_client_ca,
+              ingest_token_file;
+  bool ingest_insecure = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](std::string& out) {
@@ -100,6 +107,9 @@ int indexMain(int argc, char** argv) {
     else if (a == "--tls-cert") ok = value(tls_cert);
     else if (a == "--tls-key") ok = value(tls_key);
     else if (a == "--log-level") ok = value(log_level);
+    else if (a == "--tls-client-ca") ok = value(tls_client_ca);
+    else if (a == "--ingest-token-file") ok = value(ingest_token_file);
+    else if (a == "--ingest-insecure") ingest_insecure = true;
     else {
       std::fprintf(stderr, "kvgate index: unknown flag '%s' (see --help)\n", a.c_str());
       return 2;
@@ -128,6 +138,22 @@ int indexMain(int argc, char** argv) {
   if (tls_cert.empty() != tls_key.empty()) {
     std::fprintf(stderr, "kvgate index: --tls-cert and --tls-key go together\n");
     return 2;
+  }
+  if (!tls_client_ca.empty() && tls_cert.empty()) {
+    std::fprintf(stderr, "kvgate index: --tls-client-ca needs --tls-cert and --tls-key\n");
+    return 2;
+  }
+  IngestAuth ingest;
+  ingest.insecure = ingest_insecure;
+  ingest.client_certs = !tls_client_ca.empty();
+  if (!ingest_token_file.empty()) {
+    auto lines = readSecretLines(ingest_token_file, "--ingest-token-file");
+    if (!lines || lines->empty()) {
+      std::fprintf(stderr, "kvgate index: %s\n",
+                   lines ? "--ingest-token-file holds no token" : lines.error().what.c_str());
+      return 2;
+    }
+    ingest.tokens = std::move(*lines);
   }
   CachePolicy policy;
   int64_t policy_mtime = -1;
@@ -183,6 +209,7 @@ int indexMain(int argc, char** argv) {
   deps.index = &index;
   deps.metrics = &metrics;
   deps.pd = topology.replicas.empty() ? nullptr : &topology;
+  deps.ingest = ingest;
   if (tokenizers) {
     tok::TokenizerRegistry* reg = tokenizers.get();
     deps.tokenize = [reg](std::string_view model,
@@ -226,6 +253,15 @@ int indexMain(int argc, char** argv) {
     }
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    if (!tls_client_ca.empty()) {
+      auto ca = readFile(tls_client_ca, 1 << 20);
+      if (!ca) {
+        std::fprintf(stderr, "kvgate index: cannot read --tls-client-ca\n");
+        return 2;
+      }
+      ssl.pem_root_certs = *ca;
+      ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
     creds = grpc::SslServerCredentials(ssl);
   }
   int grpc_port = 0;
@@ -308,6 +344,11 @@ int indexMain(int argc, char** argv) {
   std::fflush(stdout);
   log::info("index", "serving LookupRoute on " + grpc_hp->host + ":" + std::to_string(grpc_port) +
                          (tls_cert.empty() ? " (plaintext)" : " (TLS)"));
+  log::info("index", std::string("ingest: ") +
+                         (!ingest.tokens.empty()  ? "bearer token required"
+                          : ingest.client_certs   ? "client certificates required"
+                          : ingest.insecure       ? "accepted from anyone (--ingest-insecure)"
+                                                  : "loopback clients only"));
   while (g_signal.load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   log::info("index", "signal " + std::to_string(g_signal.load()) + ": stopping");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

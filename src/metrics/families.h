@@ -61,6 +61,11 @@ inline const Family kStageFallthrough{"kvgate_routing_fallthrough_total", Type::
     "no_key); stage \"none\" counts requests no stage could place.", {"rule", "stage", "reason"}};
 inline const Family kDecisionSeconds{"kvgate_routing_decision_seconds", Type::kHistogram,
     "Time the routing pipeline took to decide, per rule (buckets 1 us .. 60 ms).", {"rule"}};
+inline const Family kRequestsRefused{"kvgate_requests_refused_total", Type::kCounter,
+    "Requests refused because the gateway could not read them exactly as the engine will, by "
+    "reason: bad_path (a target that cannot be normalized), ambiguous_model (a repeated, "
+    "undecodable or unreached body model), body_unreadable (a body too large or not JSON where "
+    "the model matters).", {"reason"}};
 inline const Family kActiveConnections{"kvgate_active_client_connections", Type::kGauge,
     "Open client connections on the data plane.", {}};
 inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,

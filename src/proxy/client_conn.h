@@ -22,6 +22,7 @@
 #include "http/chunked.h"
 #include "http/fd_tls.h"
 #include "http/parser.h"
+#include "http/target.h"
 #include "proxy/buffer.h"
 #include "proxy/upstream_leg.h"
 #include "proxy/worker.h"
@@ -251,6 +252,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
     return outcome_.route ? std::string_view(outcome_.route->rule.hsts_header) : std::string_view();
   }  // loxilb_ai_requests_total, once per request (metrics/ai_requests.h)
   // retry_after_s > 0: a Retry-After header (429 of a key's rate limit).
+  std::string_view bodyModelOr(const Request& req, std::string_view header_model) const;
+  static bool jsonBody(const http::RequestHead& head);
+  void refuse(Refusal r);  // counts a refusal of an unreadable request (rule_stats.h)
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
                                   std::string_view param = {}, bool close = false,
                                   int64_t retry_after_s = 0);
@@ -295,6 +299,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   size_t request_bytes_ = 0;              // bytes of the current request in in_ (head + raw body)
   std::string model_copy_;                // outcome_.model when the request bytes were released
   routing::RequestFacts facts_;
+  http::NormalizedTarget norm_target_;  // a non-canonical target rewritten (http/target.h)
   bool facts_parsed_ = false;
   bool strip_authorization_ = false;  // a credential-checked rule: no bearer reaches the engine
   std::shared_ptr<const governance::ApiKey> key_;  // the API key that admitted the request

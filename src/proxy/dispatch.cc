@@ -145,6 +145,30 @@ ClientConn::KeyAdmission ClientConn::checkJwt(const http::RequestHead& head,
   }
 }
 
+// The model a key and a quota are checked against: the body's when it was read; else, for a
+// body that is not a JSON object (a form upload), none, because the engine reads the model from
+// that body and an X-Model header would name a model the gateway never saw; else X-Model.
+std::string_view ClientConn::bodyModelOr(const Request& req, std::string_view header_model) const {
+  if (facts_parsed_ && facts_.has_model) return facts_.model;
+  if (!req.body.empty() && !facts_parsed_) return {};
+  return header_model;
+}
+
+// A body the engine parses as JSON: Content-Type absent or application/json (or any +json type).
+bool ClientConn::jsonBody(const http::RequestHead& head) {
+  std::string_view ct = head.get("content-type");
+  ct = ct.substr(0, ct.find(';'));
+  while (!ct.empty() && (ct.back() == ' ' || ct.back() == '\t')) ct.remove_suffix(1);
+  if (ct.empty()) return true;
+  return http::iequals(ct, "application/json") ||
+         (ct.size() > 5 && http::iequals(ct.substr(ct.size() - 5), "+json"));
+}
+
+void ClientConn::refuse(Refusal r) {
+  outcome_.denied = true;
+  w_.stats.refused[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+}
+
 // Returns false when the connection must close (the client is gone or the exchange broke).
 asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   const auto& head = req.head;
@@ -162,8 +186,23 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
 
   cfg_ = l_->config.load();  // kept until the request is logged (outcome_ points into it)
   const auto& cfg = cfg_;
+  // The path as the engine reads it (http/target.h): a non-canonical target is rewritten, the
+  // rules match its decoded path and the rewritten target is what is forwarded; one that cannot
+  // be rewritten safely is refused.
   std::string_view path = head.target.substr(0, head.target.find('?'));
+  if (!http::isCanonicalTarget(head.target)) {
+    if (std::string why = http::normalizeTarget(head.target, norm_target_); !why.empty()) {
+      refuse(Refusal::kBadPath);
+      co_await sendError(400, "bad_path", why);
+      co_return !client_gone_;
+    }
+    req.head.target = norm_target_.forward;
+    path = norm_target_.match;
+  }
+  // The host without its port and one trailing dot ("api.example.com." names the same host);
+  // rules compare it case-insensitively.
   std::string_view host = hostWithoutPort(head.host);
+  if (host.size() > 1 && host.back() == '.') host.remove_suffix(1);
   std::string_view model = head.get("x-model");
   bool host_path_matched = false;
   const Route* route = nullptr;
@@ -198,6 +237,31 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity, needs,
                          w_.opts.prefix_key_bytes, facts_);
     if (st == FactsStatus::kInvalidJson && own_needs != 0) {
+      co_await sendError(400, "invalid_json", "request body is not valid JSON");
+      co_return !client_gone_;
+    }
+    // Where the model decides something (a pool, a key's allowed models, a quota), the gateway
+    // never acts on a model it could not read exactly as the engine will: a body over the parse
+    // limit, a repeated or undecodable "model", a walk that stopped before the object's end, or
+    // (on credential-checked listeners) a JSON body the gateway cannot parse at all.
+    const bool model_matters = model_from_body || cfg->checks_credentials || metered;
+    if (model_matters && st == FactsStatus::kTooLarge) {
+      refuse(Refusal::kBodyUnreadable);
+      co_await sendError(413, "request_too_large",
+                         "the body is larger than the gateway reads for its model (" +
+                             std::to_string(kMaxParseBytes >> 20) + " MiB)");
+      co_return !client_gone_;
+    }
+    if (model_matters && facts_.model_ambiguous) {
+      refuse(Refusal::kAmbiguousModel);
+      co_await sendError(400, "ambiguous_model",
+                         "the body's model cannot be read unambiguously (\"model\" given more "
+                         "than once, not decodable, or a member the gateway cannot read)",
+                         "model");
+      co_return !client_gone_;
+    }
+    if (cfg->checks_credentials && st == FactsStatus::kInvalidJson && jsonBody(head)) {
+      refuse(Refusal::kBodyUnreadable);
       co_await sendError(400, "invalid_json", "request body is not valid JSON");
       co_return !client_gone_;
     }
@@ -252,8 +316,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     if (mode == "required" ||
         (mode == "apikey-or-jwt" &&
          governance::carriesKey(head.get("x-api-key"), head.get("authorization")))) {
-      const std::string_view key_model =
-          facts_parsed_ && facts_.has_model ? std::string_view(facts_.model) : model;
+      const std::string_view key_model = bodyModelOr(req, model);
       a = checkApiKey(head, key_model, true, nullptr);
     } else {
       a = checkJwt(head, route->rule.jwt_profile);
@@ -268,8 +331,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     strip_authorization_ = !governance::requestKey({}, head.get("authorization")).empty();
   }
   // Quota admission (after credentials and the model, before routing), settled on every path.
-  const std::string_view quota_model =
-      facts_parsed_ && facts_.has_model ? std::string_view(facts_.model) : model;
+  const std::string_view quota_model = bodyModelOr(req, model);
   if (metered) {  // (no coroutine frame per request where nothing is metered)
     KeyAdmission a = co_await admitQuota(*route, quota_model, req);
     if (a.status != 0) {

@@ -47,6 +47,17 @@ bool fatal(simdjson::error_code e) {
 
 Walk walkOf(simdjson::error_code e) { return fatal(e) ? Walk::kFatal : Walk::kShape; }
 
+// An object member's key, unescaped. A key simdjson cannot decode (a lone surrogate escape such
+// as "\ud800", which Python's json accepts) can never equal one of the ASCII names we read, so
+// it reads as the empty name and its value is skipped: the walk goes on to the end of the object
+// and a later "model" is still seen. False only on a structural error.
+template <class Field>  // a field, or simdjson's result of one
+bool keyOf(Field& f, std::string_view& key) {
+  auto e = f.unescaped_key().get(key);
+  if (e == simdjson::STRING_ERROR) key = {};
+  return e == simdjson::SUCCESS || e == simdjson::STRING_ERROR;
+}
+
 // A value's JSON type, and when it is a string, the string (unescaped) in `s`.
 Walk typeAndString(value& v, json_type& t, std::string_view& s) {
   if (auto e = v.type().get(t)) return walkOf(e);
@@ -75,7 +86,7 @@ Walk renderContent(value v, Renderer& r) {
     }
     for (auto f : po) {
       std::string_view k;
-      if (f.unescaped_key().get(k)) return Walk::kFatal;
+      if (!keyOf(f, k)) return Walk::kFatal;
       if (k != "text") continue;
       std::string_view s;
       auto e = f.value().get_string().get(s);
@@ -105,7 +116,7 @@ Walk renderMessages(value v, Renderer& r) {
     Renderer c{content, r.limit};
     for (auto mf : mo) {
       std::string_view mk;
-      if (mf.unescaped_key().get(mk)) return Walk::kFatal;
+      if (!keyOf(mf, mk)) return Walk::kFatal;
       value mv;
       if (mf.value().get(mv)) return Walk::kFatal;
       if (mk == "role") {
@@ -251,19 +262,29 @@ Walk addChatExtra(std::string_view key, value v, routing::RequestFacts& f) {
 // Walks the top-level object once, extracting the facts in `needs`.
 Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
                 routing::RequestFacts& f) {
+  bool seen_model = false;
   for (auto field : obj) {
     std::string_view key;
-    if (field.unescaped_key().get(key)) return Walk::kFatal;
+    if (!keyOf(field, key)) return Walk::kFatal;
     value v;
     if (field.value().get(v)) return Walk::kFatal;
     std::string_view s;
     simdjson::error_code e = simdjson::SUCCESS;
-    if (key == "model") {  // a repeated key: the last wins, as in Python's json (the engine's view)
+    if (key == "model") {
+      // A repeated key: Python's json keeps the last, other readers the first: ambiguous.
+      f.model_ambiguous |= seen_model;
+      seen_model = true;
       f.has_model = false;
       f.model.clear();
-      if (!(e = v.get_string().get(s)) && s.size() <= kMaxFactString) {
-        f.model.assign(s);
-        f.has_model = true;
+      json_type t;
+      if ((e = v.type().get(t))) {
+      } else if (t == json_type::string) {
+        if (!(e = v.get_string().get(s)) && s.size() <= kMaxFactString) {
+          f.model.assign(s);
+          f.has_model = true;
+        } else {
+          f.model_ambiguous = true;  // a string we could not decode, or too long to keep
+        }
       }
     } else if (key == "cache_salt") {
       f.cache_salt.clear();
@@ -346,7 +367,10 @@ size_t factsParserCapacity() { return threadParser().capacity(); }
 FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t needs,
                        size_t prefix_bytes, routing::RequestFacts& out) {
   out.clear();
-  if (len > kMaxParseBytes) return FactsStatus::kTooLarge;
+  if (len > kMaxParseBytes) {
+    out.model_ambiguous = true;  // not read: the model is unknown, not absent
+    return FactsStatus::kTooLarge;
+  }
   std::unique_ptr<simdjson::padded_string> copy;
   if (capacity < len + kFactsPadding) {  // no padding reserved by the caller: copy (rare)
     copy = std::make_unique<simdjson::padded_string>(data, len);
@@ -381,6 +405,8 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
                : status == FactsStatus::kNotObject ? FactsStatus::kNotObject
                                                    : FactsStatus::kOk;
       out.has_prompt = false;  // the walk stopped part-way: no prompt key
+      // (a JSON object whose walk stopped part-way: a "model" may follow where we stopped)
+      if (status == FactsStatus::kOk) out.model_ambiguous = true;
     }
   }
   // Raw captures (messages, chat-template members) were skipped over, not validated. When they

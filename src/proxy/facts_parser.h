@@ -11,7 +11,10 @@
 // invalid_json), kTooLarge (over kMaxParseBytes: not parsed, routed without facts). A body whose
 // fields have unexpected shapes is still kOk, without those facts; so is a string the validator
 // rejects only for its escapes (a lone UTF-16 surrogate, which Python's json accepts: the engine
-// decides). "model", "cache_salt" and "user" longer than kMaxFactString are not facts.
+// decides); a key the validator cannot decode is skipped with its value (it is none of ours).
+// "model", "cache_salt" and "user" longer than kMaxFactString are not facts. Where the model
+// cannot be read exactly as the engine will (repeated, undecodable, too long, a walk stopped
+// part-way, a body over kMaxParseBytes), RequestFacts::model_ambiguous says so.
 #pragma once
 #include <cstddef>
 #include <cstdint>

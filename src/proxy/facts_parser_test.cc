@@ -76,8 +76,58 @@ TEST(Facts, ReadsTopLevelModelOnlyAndLastDuplicateWins) {
             "b");  // escapes decoded
   EXPECT_EQ(parse(R"({"tools":[{"model":"x"}],"metadata":{"model":"y"}})", f), FactsStatus::kOk);
   EXPECT_FALSE(f.has_model);
+  EXPECT_FALSE(f.model_ambiguous);
   EXPECT_EQ(parse(R"({"model":"a","model":"b"})", f), FactsStatus::kOk);
   EXPECT_EQ(f.model, "b");  // as Python's json (the engine's view)
+  EXPECT_TRUE(f.model_ambiguous);  // ... but other readers keep the first: never acted on
+}
+
+// Issue 28 §1.1: the model a key is checked against must be the one the engine serves. Python's
+// json (the engines') accepts a lone surrogate escape in a key and keeps the last duplicate, so
+// {"model":"allowed","\ud800":0,"model":"secret"} is served as "secret". Before the fix the walk
+// stopped at the undecodable key and kept "allowed".
+TEST(Facts, AmbiguousModelIsFlagged) {
+  struct Case {
+    std::string body;
+    bool ambiguous;
+    const char* model;  // nullptr: no model
+  };
+  const Case cases[] = {
+      {R"({"model":"allowed","\ud800":0,"model":"secret"})", true, "secret"},
+      {R"({"\ud800":0,"model":"secret"})", false, "secret"},  // the walk goes past the key
+      {R"({"model":"m","messages":[{"role":"user","\udc00":1,"content":"hi"}]})", false, "m"},
+      {R"({"model":"m","x":{"model":"y"},"y":[{"model":"z"}]})", false, "m"},  // nested: not ours
+      {R"({"mod\u0065l":"a","model":"b"})", true, "b"},  // an escaped name is the same key
+      {R"({"model":"a\ud800"})", true, nullptr},         // undecodable: the engine reads it
+      {R"({"model":null})", false, nullptr},             // the engine's default model
+      {R"({"model":5})", false, nullptr},                // the engine refuses it
+      {"{\"model\":\"" + std::string(kMaxFactString + 1, 'm') + "\"}", true, nullptr},
+      // A deep value is skipped, not a reason to stop: the model after it is read (and a
+      // repeated one is still seen).
+      {"{\"x\":" + std::string(5000, '[') + std::string(5000, ']') + ",\"model\":\"b\"}",
+       false, "b"},
+      {"{\"model\":\"a\",\"x\":" + std::string(5000, '[') + std::string(5000, ']') +
+           ",\"model\":\"b\"}",
+       true, "b"},
+  };
+  for (const auto& c : cases) {
+    RequestFacts f;
+    EXPECT_EQ(parse(c.body, f), FactsStatus::kOk) << c.body.substr(0, 80);
+    EXPECT_EQ(f.model_ambiguous, c.ambiguous) << c.body.substr(0, 80);
+    EXPECT_EQ(f.has_model, c.model != nullptr) << c.body.substr(0, 80);
+    if (c.model) {
+      EXPECT_EQ(f.model, c.model) << c.body.substr(0, 80);
+    }
+  }
+  // A body too large to parse: its model is unknown.
+  RequestFacts f;
+  std::string huge(kMaxParseBytes + 1, ' ');
+  EXPECT_EQ(parseFacts(huge.data(), huge.size(), 0, routing::kNeedModel, 1024, f),
+            FactsStatus::kTooLarge);
+  EXPECT_TRUE(f.model_ambiguous);
+  // Reused facts start clean.
+  EXPECT_EQ(parse(R"({"model":"m"})", f), FactsStatus::kOk);
+  EXPECT_FALSE(f.model_ambiguous);
 }
 
 // Bug 6 of issue 9: valid JSON of an unexpected shape is routed without a key, never invalid_json.

@@ -181,6 +181,10 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   w.sample(kActiveConnections, {}, static_cast<double>(stats_.active_connections.load()));
   w.header(kActiveStreams);
   w.sample(kActiveStreams, {}, static_cast<double>(stats_.active_streams.load()));
+  w.header(kRequestsRefused);
+  for (size_t i = 0; i < stats_.refused.size(); ++i)
+    w.sample(kRequestsRefused, {{"reason", refusalName(static_cast<Refusal>(i))}},
+             static_cast<double>(stats_.refused[i].load()));
   w.header(kTlsHandshakes);
   w.sample(kTlsHandshakes, {{"result", "ok"}}, static_cast<double>(stats_.tls_handshakes.load()));
   w.sample(kTlsHandshakes, {{"result", "failed"}},

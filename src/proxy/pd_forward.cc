@@ -18,7 +18,9 @@
 //     the prefill endpoint; a TensorRT-LLM context answer that already finished is the answer.
 //   sglang (concurrent): the same body goes to both at once; the decode answer is relayed and
 //     the prefill answer read and dropped by a background drain with its own deadline. A prefill
-//     leg that fails while decode has not answered ends the decode leg too: 502 prefill_failed.
+//     leg that fails while decode has not answered ends the decode leg too: 502 prefill_failed;
+//     a decode leg that fails (an error status, a broken or timed-out exchange) ends the prefill
+//     leg at once (its engine request aborted, its in-flight slot freed).
 // The second leg is relayed like any response (relay.cc); a decode endpoint that cannot be
 // reached is replaced by the next one (the first leg's work is not redone). A client that goes
 // away aborts every open leg (the watcher and the deadline abort both). The breaker and passive
@@ -361,7 +363,15 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
     setUpstreamHost(up_head_, up_host_at_, state.label);
     bool next_endpoint = false;
     bool ok = co_await exchange(req, body, route, static_cast<size_t>(idx), lease, next_endpoint);
-    if (!next_endpoint) co_return ok;
+    if (!next_endpoint) {
+      // SGLang: a decode leg that failed (an error status, or no whole answer) leaves nothing for
+      // the concurrent prefill to serve: it is given up now, so its engine request is aborted and
+      // its endpoint's in-flight slot freed at once, not when its own deadline ends.
+      if (pd_->drain && pd_->drain_request == request_seq_ &&
+          (outcome_.status == 0 || outcome_.status >= 400 || !ok))
+        pd_->drain->abandon();
+      co_return ok;
+    }
     if (client_gone_) co_return false;
     if (!pd_first_error_.empty()) {  // the concurrent prefill failed meanwhile
       co_await answerPrefillFailure();

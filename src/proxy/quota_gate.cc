@@ -16,9 +16,12 @@
 // the reservation goes back and each TPM bucket is charged nothing for a body-less request (it
 // generates nothing; GET /v1/responses/{id} replays a stored usage), else the engine's usage (the relay's
 // UsageScanner; P/D answers too), else an estimate, counted as missing usage: nothing when no
-// engine got the request, it answered an error, or the request was HEAD; the
-// prompt estimate when the exchange broke before an answer; the prompt estimate plus the stream's
-// data events for a stream; the whole reservation for another answer. A stream whose client did
+// engine got the request, it answered an error, or the request was HEAD; the whole reservation
+// when the client left a non-streamed request before its answer (the engine may have produced
+// all of it: cancelling just before completion must not cost only the prompt); the prompt
+// estimate when the exchange broke on the engine's side before an answer, or a stream's client
+// left before its head; the prompt estimate plus the stream's data events for a stream; the
+// whole reservation for another answer. A stream whose client did
 // not ask for usage (no stream_options, or include_usage false) gets stream_options with
 // include_usage true appended as the body's last member (the client's other stream_options
 // members kept; the last duplicate wins in the engines' JSON parsers), and the relay strips the
@@ -133,6 +136,15 @@ asio::awaitable<ClientConn::KeyAdmission> ClientConn::admitQuota(const Route& ro
       if (key_) governance::countCheck(0);
       co_return a;
     }
+    if (sv.state == S::kClosed) {  // (counted by the counters: script_closed)
+      KeyAdmission a = KeyAdmission::refused(
+          503, "quota_store_error",
+          "the shared quota store keeps failing its script; requests are refused until it "
+          "recovers");
+      a.retry_after_s = 1;
+      if (key_) governance::countCheck(0);
+      co_return a;
+    }
     if (sv.state == S::kOpen) {  // (counted by the counters: cold_open)
       if (key_) governance::countCheck(0);
       co_return KeyAdmission{};
@@ -211,7 +223,10 @@ void ClientConn::settleQuota() {
   } else if (!quota_.sent || quota_.head_request) {
     used = 0;  // no engine got the request, or it was a HEAD
   } else if (quota_.status == 0) {
-    used = quota_.prompt_estimate;  // sent, then broken or abandoned before an answer
+    // Sent, no answer yet. The client left: the engine may have generated everything up to the
+    // moment the abort reached it (a non-streamed answer comes whole at the end), so the whole
+    // reservation. The exchange broke on the engine's side: the prompt estimate.
+    used = client_gone_ && !quota_.stream ? quota_.reserved : quota_.prompt_estimate;
     missing = true;
   } else if (quota_.status >= 400) {
     used = 0;  // the engine refused it

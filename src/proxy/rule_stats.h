@@ -59,7 +59,26 @@ struct RuleStats {
   std::atomic<int64_t> admission_limit{-1};
 };
 
+// Requests the gateway refused because it could not read them exactly as the engine will
+// (kvgate_requests_refused_total{reason}; docs/governance.md "Reading requests as the engine does").
+enum class Refusal : uint8_t {
+  kBadPath,          // 400 bad_path: a target that cannot be normalized (http/target.h)
+  kAmbiguousModel,   // 400 ambiguous_model: repeated, undecodable or unreached body "model"
+  kBodyUnreadable,   // 413 body_too_large / 400 invalid_json: a body whose model the gateway
+                     // cannot read on a rule where the model matters
+  kCount
+};
+inline const char* refusalName(Refusal r) {
+  switch (r) {
+    case Refusal::kBadPath: return "bad_path";
+    case Refusal::kAmbiguousModel: return "ambiguous_model";
+    case Refusal::kBodyUnreadable: return "body_unreadable";
+    default: return "unknown";
+  }
+}
+
 struct DataPlaneStats {
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Refusal::kCount)> refused{};
   std::atomic<int64_t> active_connections{0};
   std::atomic<int64_t> active_streams{0};
   std::atomic<uint64_t> tls_handshakes{0}, tls_handshake_failures{0};  // security 1 listeners

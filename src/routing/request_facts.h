@@ -39,6 +39,12 @@ struct RequestFacts {
   bool parsed = false;     // the body was parsed and is a JSON object
   bool has_model = false;  // "model" was a string
   std::string model;       // body "model"
+  // The body's model cannot be read exactly as the engine reads it: "model" appears more than
+  // once (Python's json keeps the last, other parsers the first or refuse), its string could not
+  // be decoded (a lone surrogate escape) or was longer than kMaxFactString, or the walk stopped
+  // before the end of the object (a later "model" may follow). The gateway never authorizes,
+  // meters or routes a pool on such a body (proxy/dispatch.cc answers 400 ambiguous_model).
+  bool model_ambiguous = false;
   std::string cache_salt;  // vLLM "cache_salt": requests with different salts never share keys
   std::optional<std::string> user;     // body "user" (a string)
   std::optional<std::string> user_id;  // body "user_id" (a string, or an integer as decimal)
@@ -75,7 +81,7 @@ struct RequestFacts {
 
   // Resets every fact, keeping the strings' capacity (facts are reused per connection).
   void clear() {
-    parsed = has_model = has_prompt = include_usage = has_stream_options = false;
+    parsed = has_model = model_ambiguous = has_prompt = include_usage = has_stream_options = false;
     prompt_render_total = prompt_id_count = 0;
     model.clear();
     cache_salt.clear();

@@ -10,7 +10,8 @@ import { after, before, describe, test } from 'node:test';
 import grpc from '@grpc/grpc-js';
 import protoLoader from '@grpc/proto-loader';
 import { buildModelsDir } from '../../scripts/models_dir.mjs';
-import { freePort, parseMetrics, startKvgate, startSim, stop, tempDir, waitFor } from './lib.mjs';
+import { freePort, makeCa, makeLeafCert, makeServerCert, parseMetrics, startKvgate, startSim, stop, tempDir,
+  waitFor } from './lib.mjs';
 
 const PROTO = path.resolve('proto/inferencecache/v1alpha1/inferencecache.proto');
 const def = protoLoader.loadSync(PROTO, { keepCase: true, longs: String, enums: String, defaults: true,
@@ -350,5 +351,76 @@ describe('kvgate index: LookupRoute over gRPC', () => {
     fs.writeFileSync(path.join(bad.dir, 'p.json'), '{"minimumMatchedTokens": "x"}');
     await assert.rejects(startKvgate(['index', '--listen', '127.0.0.1:0', '--policy', path.join(bad.dir, 'p.json')]),
       /minimumMatchedTokens/);
+  });
+
+  // Issue 28 §1.8: the ingest RPCs accepted anyone. With --ingest-token-file they need the
+  // bearer token (a wrong or missing one is UNAUTHENTICATED and changes nothing); with
+  // --tls-client-ca every call needs a client certificate from that CA.
+  test('ingest needs its bearer token; mTLS needs a client certificate', async (t) => {
+    const dir = tempDir();
+    t.after(() => dir.remove());
+    const tokenFile = path.join(dir.dir, 'ingest.token');
+    fs.writeFileSync(tokenFile, '# the writers token\nw-0123456789abcdef\n', { mode: 0o600 });
+    const ix = await startIndex(t, ['--ingest-token-file', tokenFile]);
+    const c = new pb.InferenceCache(ix.grpc, grpc.credentials.createInsecure());
+    t.after(() => c.close());
+    const md = (v) => { const m = new grpc.Metadata(); if (v) m.add('authorization', v); return m; };
+    const publish = (m) => new Promise((resolve) => c.PublishEvent({ type: 'ALL_CLEARED', replica_id: 'r1',
+      model_id: 'm', tenant_id: 'acme' }, m, (e, r) => resolve({ e, r })));
+    const report = (m) => new Promise((resolve) => {
+      const st = c.ReportCacheState(m, (e, r) => resolve({ e, r }));
+      st.write(update('r1', [{ prefix_hash: Buffer.alloc(8, 7) }]));
+      st.end();
+    });
+    for (const v of [undefined, 'Bearer wrong', 'Bearer w-0123456789abcde', 'w-0123456789abcdef']) {
+      const p = await publish(md(v));
+      assert.equal(p.e?.code, grpc.status.UNAUTHENTICATED, `${v}: ${p.e}`);
+      const r = await report(md(v));
+      assert.equal(r.e?.code, grpc.status.UNAUTHENTICATED, `${v}: ${r.e}`);
+    }
+    // Nothing was written: the index holds nothing and applied no update.
+    const look = (p) => new Promise((resolve, reject) => c.LookupRoute(lookup({ prefix_hash: p }),
+      (e, r) => (e ? reject(e) : resolve(r))));
+    const ingested = async (kind) => (await metrics(ix)).find((x) => x.name === 'kvgate_index_ingest_total' &&
+      x.labels.kind === kind).value;
+    assert.equal((await look(Buffer.alloc(8, 7))).reason_code, 'NO_HINT');
+    assert.equal(await ingested('updates'), 0);
+    assert.equal(await ingested('events'), 0);
+    const ok = await report(md('Bearer w-0123456789abcdef'));
+    assert.equal(ok.e, null, String(ok.e));
+    assert.equal(ok.r.accepted, true);
+    assert.equal(await ingested('updates'), 1);
+    assert.notEqual((await look(Buffer.alloc(8, 7))).reason_code, 'NO_HINT');
+    assert.equal((await publish(md('Bearer w-0123456789abcdef'))).r.accepted, true);
+    const refused = (await metrics(ix)).find((x) => x.name === 'kvgate_index_ingest_refused_total' &&
+      x.labels.reason === 'unauthenticated');
+    assert.equal(refused.value, 8);
+    // A token file anyone may read is refused at start.
+    fs.chmodSync(tokenFile, 0o644);
+    await assert.rejects(startKvgate(['index', '--listen', '127.0.0.1:0', '--ingest-token-file', tokenFile]),
+      /ingest-token-file/);
+
+    // mTLS: a client without a certificate, or with one from another CA, gets no answer at all.
+    const ca = makeCa(dir.dir, 'ix-ca');
+    const server = makeServerCert(dir.dir, ca, 1, 'ix-server');
+    const clientCa = makeCa(dir.dir, 'ix-client-ca');
+    const good = makeLeafCert(dir.dir, clientCa, 2, 'ix-good', { cn: 'writer' });
+    const stranger = makeLeafCert(dir.dir, makeCa(dir.dir, 'ix-stranger-ca'), 3, 'ix-stranger', { cn: 'writer' });
+    const tls = await startIndex(t, ['--tls-cert', server.crt, '--tls-key', server.key, '--tls-client-ca', clientCa.cert]);
+    const root = fs.readFileSync(ca.cert);
+    const creds = (leaf) => (leaf ? grpc.credentials.createSsl(root, fs.readFileSync(leaf.key), fs.readFileSync(leaf.crt))
+      : grpc.credentials.createSsl(root));
+    const call = (leaf) => new Promise((resolve) => {
+      const cl = new pb.InferenceCache(tls.grpc, creds(leaf));
+      cl.PublishEvent({ type: 'ALL_CLEARED', replica_id: 'r1', model_id: 'm', tenant_id: 'acme' },
+        { deadline: Date.now() + 5000 }, (e, r) => { cl.close(); resolve({ e, r }); });
+    });
+    assert.notEqual((await call(null)).e, null, 'no client certificate: no call');
+    assert.notEqual((await call(stranger)).e, null, 'a certificate from another CA: no call');
+    const mt = await call(good);
+    assert.equal(mt.e, null, String(mt.e));
+    assert.equal(mt.r.accepted, true);
+    await assert.rejects(startKvgate(['index', '--listen', '127.0.0.1:0', '--tls-client-ca', clientCa.cert]),
+      /needs --tls-cert/);
   });
 });

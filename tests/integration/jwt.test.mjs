@@ -110,6 +110,9 @@ test('api_key_auth jwt: tokens from independent signers, every refusal, rotation
     [{ authorization: `Bearer ${rs256(r1.file, { alg: 'RS256', kid: 'r1' }, { ...claims, iss: 'https://evil' })}` }, 'invalid_token'],
     [{ authorization: `Bearer ${b64u('{"alg":"none"}')}.${b64u(JSON.stringify(claims))}.` }, 'invalid_token'],
     [{ authorization: `Bearer ${rs256(r1.file, { alg: 'RS256', kid: 'r1' }, { ...claims, pad: 'x'.repeat(4000) })}` }, 'invalid_token'],
+    // Issue 28 §1.8: without its tenant claim (org here) a token escaped every tenant limit.
+    [{ authorization: `Bearer ${rs256(r1.file, { alg: 'RS256', kid: 'r1' }, { ...claims, org: undefined })}` }, 'invalid_token'],
+    [{ authorization: `Bearer ${rs256(r1.file, { alg: 'RS256', kid: 'r1' }, { ...claims, sub: undefined })}` }, 'invalid_token'],
   ];
   // HS256 with the RSA public key's PEM as the HMAC secret (algorithm confusion).
   const pub = crypto.createPublicKey(fs.readFileSync(r1.file)).export({ type: 'spki', format: 'pem' });
@@ -190,7 +193,7 @@ test('model pools behind JWT: /v1/models needs a valid token', async (t) => {
       extraArgs: { api_key_auth: 'jwt', jwt_auth_profile: 'corp' } }))).status, 200);
   let r = await fetch(`http://127.0.0.1:${port}/v1/models`);
   assert.equal(r.status, 401);
-  const tok = rs256(r1.file, { alg: 'RS256', kid: 'r1' }, { aud: 'kvgate', exp: Math.floor(Date.now() / 1000) + 600 });
+  const tok = rs256(r1.file, { alg: 'RS256', kid: 'r1' }, { aud: 'kvgate', sub: 'u', tenant: 't', exp: Math.floor(Date.now() / 1000) + 600 });
   r = await fetch(`http://127.0.0.1:${port}/v1/models`, { headers: { authorization: `Bearer ${tok}` } });
   assert.equal(r.status, 200);
   assert.deepEqual((await r.json()).data.map((m) => m.id).sort(), ['m1', 'm2']);
@@ -260,9 +263,9 @@ test('JWKS from an https URL: verified, bounded, tokens accepted', async (t) => 
   assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [up.worker],
     extraArgs: { api_key_auth: 'jwt', jwt_auth_profile: 'u' } }))).status, 200);
   const now = Math.floor(Date.now() / 1000);
-  const tok = rs256(r1.file, { alg: 'RS256', kid: 'u1', typ: 'JWT' }, { iss: 'i', sub: 'bob', exp: now + 600 });
+  const tok = rs256(r1.file, { alg: 'RS256', kid: 'u1', typ: 'JWT' }, { iss: 'i', sub: 'bob', tenant: 't', exp: now + 600 });
   assert.equal((await call(port, { authorization: `Bearer ${tok}` })).status, 200);
   const r2 = rsaKey(tmp.dir, 'u2');
-  const tok2 = rs256(r2.file, { alg: 'RS256', kid: 'u2', typ: 'JWT' }, { iss: 'i', sub: 'bob', exp: now + 600 });
+  const tok2 = rs256(r2.file, { alg: 'RS256', kid: 'u2', typ: 'JWT' }, { iss: 'i', sub: 'bob', tenant: 't', exp: now + 600 });
   assert.equal((await call(port, { authorization: `Bearer ${tok2}` })).code, 'invalid_token');
 });

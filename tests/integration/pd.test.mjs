@@ -245,6 +245,30 @@ test('SGLang P/D: a prefill that fails ends the waiting decode leg', async (t) =
   await api(prefill.url, 'POST', '/sim/fault', { reset: true });
 });
 
+// Issue 28 §1.7: a decode leg that failed left the concurrent SGLang prefill leg, and its
+// endpoint's in-flight slot, alive until the prefill ended on its own. The prefill engine here
+// stalls 20 s; the decode engine refuses at once (503): the prefill leg must end within seconds.
+test('SGLang P/D: a decode that fails ends the concurrent prefill leg', async (t) => {
+  const sim = await fleet(t, 'sglang');
+  const [prefill, decode] = sim.workers;
+  const gw = await gateway(t);
+  const port = await freePort();
+  assert.equal((await api(gw.api, 'POST', LB_BASE, pdRule(port, prefill, decode, { kvEngineType: 'sglang' }))).status, 200);
+  await api(prefill.url, 'POST', '/sim/fault', { stall_ms: 20000 });
+  await api(decode.url, 'POST', '/sim/fault', { fail_requests: 1, fail_status: 503 });
+  const inflight = async () => (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_endpoint_inflight_requests' &&
+    s.labels.endpoint === `127.0.0.1:${prefill.port}`)?.value;
+  const t0 = Date.now();
+  const res = await post(port, '/v1/completions', { model: 'sim-model', prompt: 'decode refuses', max_tokens: 2 });
+  assert.equal(res.status, 503, res.text);
+  assert.ok(await waitFor(async () => (await inflight()) === 0, 5000), `prefill in flight: ${await inflight()}`);
+  assert.ok(Date.now() - t0 < 15000, 'the prefill leg ended long before its engine\'s 20 s stall');
+  assert.ok(await waitFor(async () => (await simMetrics(prefill)).kvgate_sim_requests_aborted_total >= 1, 8000),
+    'the prefill engine\'s request was aborted');
+  await api(prefill.url, 'POST', '/sim/fault', { reset: true });
+  await api(decode.url, 'POST', '/sim/fault', { reset: true });
+});
+
 // Seed 000's P/D example exactly as written (cache-aware, kvExactMode 1, sha256_cbor, block 16),
 // addresses moved to loopback: two prefill workers publishing KV events, one decode worker. Each
 // tier decides once where its signal is the strongest, and a pin to an endpoint that went away
