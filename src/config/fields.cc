@@ -95,7 +95,7 @@ const std::vector<FieldSpec>& serviceFields() {
        0,
        0,
        {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "lmetric", "dynamo",
-        "llm-d"}},
+        "llm-d", "llm-d-sticky"}},
       {"kvModelProfile", T::kString, 0, 256},
       // TLS.
       {"mtls_frontend", T::kObject},

@@ -221,6 +221,7 @@ std::string EventPlane::renderMetrics() const {
   }
   each(kKvHashContractBroken, [](const V& v) { return v.second.contract_broken ? 1 : 0; });
   each(kKvEvicted, [](const V& v) { return v.second.apply.evicted_blocks; });
+  each(kKvProbeLimited, [](const V& v) { return v.second.apply.probe_limited_blocks; });
   w.header(kKvLag);
   for (auto& [k, v] : snap) w.sample(kKvLag, {{"source", k}}, v.second.lag_seconds);
   w.header(kKvRejected);

@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 
@@ -38,44 +39,50 @@ void BlockTable::Free::operator()(Slot* p) const {
     std::free(p);
 }
 
-BlockTable::BlockTable(size_t capacity)
-    : slots_(nullptr, Free{roundPow2(capacity) * sizeof(Slot)}), cap_(roundPow2(capacity)) {
+BlockTable::BlockTable(size_t capacity, const TableKey& key)
+    : slots_(nullptr, Free{roundPow2(capacity) * sizeof(Slot)}),
+      cap_(roundPow2(capacity)),
+      key_(key) {
   void* mem = allocSlots(cap_ * sizeof(Slot));
   Slot* s = static_cast<Slot*>(mem);
   for (size_t i = 0; i < cap_; ++i) new (s + i) Slot();
   slots_.reset(s);
 }
 
-bool BlockTable::setBits(uint64_t fp, uint64_t bits) {
+BlockTable::Set BlockTable::setBits(uint64_t fp, uint64_t bits) {
   const uint64_t k = fp == 0 ? 1 : fp;
-  for (size_t i = slot(k);; i = (i + 1) & (cap_ - 1)) {
+  size_t i = slot(k);
+  for (size_t n = 0; n < kMaxProbe; ++n, i = (i + 1) & (cap_ - 1)) {
     const uint64_t sk = slots_[i].key.load(std::memory_order_relaxed);
     if (sk == k) {
       const uint64_t m = slots_[i].mask.load(std::memory_order_relaxed);
       if (m == 0 && bits != 0) --dead_;
       slots_[i].mask.store(m | bits, std::memory_order_release);
-      return true;
+      return Set::kOk;
     }
     if (sk == 0) {
-      if ((used_ + 1) * 10 > cap_ * 9) return false;  // keep probes short: caller rebuilds
+      if ((used_ + 1) * 10 > cap_ * 9) return Set::kFull;  // keep probes short: caller rebuilds
       slots_[i].mask.store(bits, std::memory_order_relaxed);
       slots_[i].key.store(k, std::memory_order_release);  // publishes the mask with it
       ++used_;
-      return true;
+      longest_probe_ = std::max(longest_probe_, n + 1);
+      return Set::kOk;
     }
   }
+  return Set::kProbeLimit;
 }
 
 void BlockTable::clearBits(uint64_t fp, uint64_t bits) {
   const uint64_t k = fp == 0 ? 1 : fp;
-  for (size_t i = slot(k);; i = (i + 1) & (cap_ - 1)) {
+  size_t i = slot(k);
+  for (size_t n = 0; n < kMaxProbe; ++n, i = (i + 1) & (cap_ - 1)) {
     const uint64_t sk = slots_[i].key.load(std::memory_order_relaxed);
     if (sk == 0) return;
     if (sk == k) {
       const uint64_t m = slots_[i].mask.load(std::memory_order_relaxed);
-      const uint64_t n = m & ~bits;
-      if (m != 0 && n == 0) ++dead_;
-      slots_[i].mask.store(n, std::memory_order_release);
+      const uint64_t left = m & ~bits;
+      if (m != 0 && left == 0) ++dead_;
+      slots_[i].mask.store(left, std::memory_order_release);
       return;
     }
   }
@@ -83,7 +90,7 @@ void BlockTable::clearBits(uint64_t fp, uint64_t bits) {
 
 std::unique_ptr<BlockTable> BlockTable::rebuilt(size_t extra) const {
   const size_t live = used_ - dead_ + extra;
-  auto t = std::make_unique<BlockTable>(live * 2 + 64);
+  auto t = std::make_unique<BlockTable>(live * 2 + 64, key_);
   for (size_t i = 0; i < cap_; ++i) {
     const uint64_t k = slots_[i].key.load(std::memory_order_relaxed);
     const uint64_t m = slots_[i].mask.load(std::memory_order_relaxed);

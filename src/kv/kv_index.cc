@@ -53,12 +53,15 @@ void KvIndex::removeWorker(int w) {
   inv_[static_cast<size_t>(w)].full_attention_groups = 0;
 }
 
-void KvIndex::setBits(uint64_t fp, uint64_t bits) {
-  if (table_->needsRebuild() || !table_->setBits(fp, bits)) {
+bool KvIndex::setBits(uint64_t fp, uint64_t bits) {
+  using Set = BlockTable::Set;
+  Set r = table_->needsRebuild() ? Set::kFull : table_->setBits(fp, bits);
+  if (r == Set::kFull) {
     std::shared_ptr<BlockTable> next = table_->rebuilt(1);
-    next->setBits(fp, bits);
+    r = next->setBits(fp, bits);
     publish(std::move(next));
   }
+  return r == Set::kOk;
 }
 
 void KvIndex::apply(int w, const engines::KvEventBatch& batch, ApplyStats& st) {
@@ -124,7 +127,7 @@ void KvIndex::addBlock(int w, uint64_t engine_hash, uint64_t fp, ApplyStats& st)
   inv.fifo.push_back(engine_hash);
   auto [refs, inserted] = inv.fp_refs.insert(fp, 0);
   if ((*refs)++ == 0) {
-    setBits(fp, uint64_t{1} << w);
+    if (!setBits(fp, uint64_t{1} << w)) ++st.probe_limited_blocks;
     inv.blocks.store(inv.fp_refs.size(), std::memory_order_relaxed);
   }
   ++st.stored_blocks;

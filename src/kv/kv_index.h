@@ -49,6 +49,7 @@ struct ApplyStats {
   uint64_t skipped_events = 0;    // another medium or KV-cache group, or no token ids
   uint64_t clears = 0;            // AllBlocksCleared applied
   uint64_t evicted_blocks = 0;    // dropped by the memory cap
+  uint64_t probe_limited_blocks = 0;  // not indexed: the block table's probe bound (flooding)
 };
 
 class KvIndex {
@@ -100,7 +101,7 @@ class KvIndex {
   void removeEvent(int w, const engines::KvEvent& e, ApplyStats& st);
   void addBlock(int w, uint64_t engine_hash, uint64_t fp, ApplyStats& st);
   bool dropEngineHash(int w, uint64_t engine_hash);
-  void setBits(uint64_t fp, uint64_t bits);
+  bool setBits(uint64_t fp, uint64_t bits);  // false: not stored (the probe bound)
   void compactFifo(Worker& inv);
   void markStale(Worker& inv, uint64_t engine_hash);
   void updateBytes();

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/prefetch.h"
+#include "kv/table_key.h"
 
 namespace kvgate::kv {
 
@@ -96,6 +97,8 @@ class BasicU64Map {
     cap_ = size_ = 0;
     has_zero_ = false;
   }
+  size_t slotOf(uint64_t k) const { return cap_ ? slot(k) : 0; }  // (tests)
+  size_t capacity() const { return cap_; }
   template <typename F>
   void forEach(F f) const {
     if (has_zero_) f(uint64_t{0}, zero_value_);
@@ -108,12 +111,9 @@ class BasicU64Map {
     uint64_t key = 0;
     V value{};
   };
-  size_t slot(uint64_t k) const {
-    k ^= k >> 33;  // keys are hashes already; mix the high bits down anyway
-    k *= 0xff51afd7ed558ccdULL;
-    k ^= k >> 33;
-    return static_cast<size_t>(k) & (cap_ - 1);
-  }
+  // Keys are hashes, but a client may choose them (the hint index's) or grind them: slots come
+  // from the process's secret mix (kv/table_key.h), so colliding keys cannot be chosen.
+  size_t slot(uint64_t k) const { return static_cast<size_t>(keyedMix(k, key_)) & (cap_ - 1); }
   void grow() { rehash(cap_ == 0 ? 16 : cap_ * 2); }
   // Tables of 4 MiB and more ask for transparent huge pages: a lookup into a big table is a
   // random access, and on 4 KiB pages each one also misses the TLB (a page walk, costlier still
@@ -150,6 +150,7 @@ class BasicU64Map {
           }
   }
   Storage e_;
+  TableKey key_ = tableKey();
   size_t cap_ = 0, size_ = 0;
   bool has_zero_ = false;
   V zero_value_{};

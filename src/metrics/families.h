@@ -149,6 +149,10 @@ inline const Family kKvHashContractBroken{"kvgate_kv_hash_contract_broken", Type
 inline const Family kKvEvicted{"kvgate_kv_evicted_blocks_total", Type::kCounter,
     "Blocks the index dropped for its memory cap (LOXILB_KV_MAX_BLOCKS per worker, oldest first).",
     {"source"}};
+inline const Family kKvProbeLimited{"kvgate_kv_probe_limited_blocks_total", Type::kCounter,
+    "Blocks the index did not store because their probe in the block table would pass its bound "
+    "(128 slots): a sign of colliding fingerprints (hash flooding); such blocks are not routed "
+    "to.", {"source"}};
 inline const Family kKvLag{"kvgate_kv_event_lag_seconds", Type::kGauge,
     "Age of the source's last applied batch when it was applied: the gateway's wall clock minus "
     "the batch's timestamp (publisher clock; skew shows here), 0 when negative.", {"source"}};
@@ -219,7 +223,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,
-      &kKvSubscriberReconnects, &kKvHashChecks, &kKvHashContractBroken, &kKvEvicted, &kKvLag,
+      &kKvSubscriberReconnects, &kKvHashChecks, &kKvHashContractBroken, &kKvEvicted, &kKvProbeLimited, &kKvLag,
       &kPdKvBlocks, &kKvRejected,        &kKvSkipped,     &kKvIndexBytes};
   return k;
 }

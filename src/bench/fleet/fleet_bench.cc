@@ -26,8 +26,10 @@
 //                               is lightly loaded, round-robin otherwise)
 //   sglang, sglang-cli          re-implementation of SGLang's cache_aware (its two default sets),
 //                               the rule's `selector` (approximate trees, no KV events)
-//   lmetric, dynamo, llm-d      re-implementations of LMetric, Dynamo's KV cost and llm-d's
-//                               scorers: kvExactMode 3 with that kvLbMode (routing/stages/
+//   lmetric, dynamo, llm-d, llm-d-sticky
+//                               re-implementations of LMetric, Dynamo's KV cost and llm-d's
+//                               older (weighted) and current ("sticky until saturated")
+//                               defaults: kvExactMode 3 with that kvLbMode (routing/stages/
 //                               selection_law.h), fed by the same KV index
 //   oracle                      the bound: this harness applies the same law (hard) to the
 //                               simulator's true state at decision time (POST /sim/cache_state:
@@ -79,7 +81,7 @@ constexpr const char* kUsage = R"(usage: kvgate bench fleet [options]
 Compares routing policies on one fleet over a QPS ladder (docs/benchmarks.md, Fleet benchmark).
 
 Workload:
-  --workload W        gsp (default), llmd, nosharing, multiround or mooncake
+  --workload W        gsp (default), llmd, nosharing, multiround, mooncake or agentic
                       (src/bench/fleet/workload.h)
   --trace FILE        replay a Mooncake-format JSONL trace (the mooncake workload)
   --trace-out FILE    write the mooncake workload's trace (generated or read) as JSONL
@@ -94,6 +96,7 @@ Load:
                       kv-LAW-lcl: lc_light behind it), oracle
                       (hard law), oracle-ttft (ttft law), and
                       re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, llm-d
+                      (the older weighted profile), llm-d-sticky (llm-d's current default)
   --side-arms LIST    more arms, run only at --side-qps
   --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs;
                       the whole ladder when it has two or fewer)
@@ -174,7 +177,7 @@ std::optional<Arm> armOf(const std::string& name) {
     if (name == std::string("kv-") + m + "-lcl") return Arm{name, 0, m, "lc_light", false};
   }
   // Peer re-implementations that read the KV index: kvExactMode 3 with that kvLbMode.
-  for (const char* m : {"lmetric", "dynamo", "llm-d"})
+  for (const char* m : {"lmetric", "dynamo", "llm-d", "llm-d-sticky"})
     if (name == m) return Arm{name, 0, m, "", false};
   return std::nullopt;
 }
@@ -792,7 +795,7 @@ std::string markdown(const ojson& doc) {
       "|---|---|---|---|---|---|---|---|---|---|---|\n";
   // The peers' policies are re-implementations here, and every table says so.
   static const std::set<std::string> kPeers = {"sglang", "sglang-cli", "lmetric", "dynamo",
-                                               "llm-d"};
+                                               "llm-d", "llm-d-sticky"};
   for (const auto& arm : doc["arms"])
     for (const auto& s : arm["steps"])
       md += "| " + arm["arm"].get<std::string>() +
@@ -863,7 +866,7 @@ int fleetBench(int argc, char** argv) {
   if (o.fleet.empty()) {
     blocks = o.num_blocks;
     if (blocks == 0) {
-      if (r.w.draw != Draw::kSequential || !r.w.trace_ms.empty()) {
+      if (r.w.draw != Draw::kSequential || !r.w.trace_ms.empty() || r.w.ideal_hit > 0) {
         // Prompts share prefixes: the working set fills kv_fill of the fleet's capacity.
         const double cap_tokens = static_cast<double>(r.w.working_set_tokens) / o.kv_fill;
         blocks = static_cast<size_t>(

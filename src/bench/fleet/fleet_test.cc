@@ -207,6 +207,71 @@ TEST(FleetWorkload, GeneratedMooncakeTraceRoundTrips) {
   EXPECT_GT(g.ideal_hit, 0.5);  // conversations grow: most blocks are seen before
 }
 
+// The agentic workload's shape, checked from its stated rules: a session's turn k is its turn
+// k-1 prompt plus that turn's answer and tool output plus a new message; sessions start on one of
+// the tool preambles; RAG prompts are a document plus a question; cold prompts share nothing.
+TEST(FleetWorkload, AgenticSessionsGrowOverSharedPreamblesWithRagAndCold) {
+  Workload w;
+  std::string err;
+  const std::map<std::string, double> small{{"requests", 400}, {"tools", 2},   {"tool_len", 64},
+                                            {"sessions", 3},   {"turns", 5},   {"user_len", 8},
+                                            {"tool_out_len", 32}, {"answer_len", 16},
+                                            {"docs", 5},       {"doc_len", 48}, {"question_len", 8},
+                                            {"cold_len", 40}};
+  ASSERT_TRUE(makeWorkload("agentic", small, 3, 0, w, err)) << err;
+  ASSERT_EQ(w.prompts.size(), 400u);
+  EXPECT_EQ(w.draw, Draw::kSequential);
+  std::map<uint32_t, std::vector<const Prompt*>> sessions;
+  size_t agent = 0, rag = 0, cold = 0;
+  for (const auto& p : w.prompts) {
+    if (p.group < 1'000'000) {
+      ++agent;
+      sessions[p.group].push_back(&p);
+      EXPECT_EQ(p.output_len, 200);
+    } else if (p.group < 2'000'000) {
+      ++rag;
+      EXPECT_EQ(p.tokens.size(), 48u + 8u);
+      EXPECT_EQ(p.output_len, 128);
+    } else {
+      ++cold;
+      EXPECT_EQ(p.tokens.size(), 40u);
+    }
+  }
+  // 60 / 30 / 10 % of 400, within wide bounds of the seeded draw.
+  EXPECT_GT(agent, 200u);
+  EXPECT_GT(rag, 80u);
+  EXPECT_GT(cold, 15u);
+  size_t full = 0;
+  for (const auto& [id, turns] : sessions) {
+    ASSERT_LE(turns.size(), 5u);
+    full += turns.size() == 5;
+    // Turn 1: a preamble (64) + a message (8); each later turn adds 16 + 32 + 8 tokens and
+    // starts with the whole previous prompt.
+    EXPECT_EQ(turns[0]->tokens.size(), 64u + 8u);
+    for (size_t k = 1; k < turns.size(); ++k) {
+      ASSERT_EQ(turns[k]->tokens.size(), turns[k - 1]->tokens.size() + 16 + 32 + 8);
+      EXPECT_TRUE(std::equal(turns[k - 1]->tokens.begin(), turns[k - 1]->tokens.end(),
+                             turns[k]->tokens.begin()));
+    }
+  }
+  EXPECT_GT(full, 10u);  // sessions run their 5 turns, then restart
+  // Sessions share one of the 2 preambles: at most 2 distinct first 64 tokens.
+  std::set<std::vector<uint32_t>> pre;
+  for (const auto& [id, turns] : sessions)
+    pre.insert(std::vector<uint32_t>(turns[0]->tokens.begin(), turns[0]->tokens.begin() + 64));
+  EXPECT_LE(pre.size(), 2u);
+  EXPECT_GT(w.ideal_hit, 0.5);  // most agent tokens and popular documents repeat
+  EXPECT_LT(w.ideal_hit, 1.0);
+  // Deterministic in the seed; invalid mixes refused.
+  Workload again;
+  ASSERT_TRUE(makeWorkload("agentic", small, 3, 0, again, err));
+  EXPECT_EQ(again.prompts[123].tokens, w.prompts[123].tokens);
+  auto bad = small;
+  bad["agent_pct"] = 80;
+  bad["rag_pct"] = 30;
+  EXPECT_FALSE(makeWorkload("agentic", bad, 3, 0, again, err));
+}
+
 TEST(FleetClient, SseTokenEventsAreCountedAcrossReads) {
   SseTokenScanner s;
   int tokens = 0;

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <sstream>
+#include <unordered_set>
+
+#include <xxhash.h>
 
 #include "common/splitmix.h"
 
@@ -99,6 +102,88 @@ void multiRound(Rng& r, int64_t users, int64_t rounds, int64_t sys, int64_t ctx,
         k == 0 ? static_cast<double>(sys) : static_cast<double>(sys + ctx + (k - 1) * (q + a) + q);
   }
   w.ideal_hit = total > 0 ? reused / total : 0;
+}
+
+// Infinite-cache bound of a sequential workload: the share of prompt tokens in leading 16-token
+// blocks an earlier request already sent (any worker), and the distinct blocks' tokens.
+void sequentialBound(Workload& w) {
+  std::unordered_set<uint64_t> seen;
+  double hit = 0, total = 0;
+  for (const auto& p : w.prompts) {
+    uint64_t h = 0;
+    bool leading = true;
+    for (size_t b = 0; b + 16 <= p.tokens.size(); b += 16) {
+      h = XXH3_64bits_withSeed(p.tokens.data() + b, 16 * sizeof(uint32_t), h);
+      const bool had = !seen.insert(h).second;
+      leading = leading && had;
+      if (leading) hit += 16;
+    }
+    total += static_cast<double>(p.tokens.size());
+  }
+  w.ideal_hit = total > 0 ? hit / total : 0;
+  w.working_set_tokens = static_cast<uint64_t>(seen.size()) * 16;
+}
+
+// Agent traffic (see workload.h): sessions over shared tool preambles that grow turn by turn,
+// Zipf-popular RAG documents and cold prompts, as one sequence in arrival order.
+struct AgenticShape {
+  int64_t requests, tools, tool_len, sessions, turns, user_len, tool_out_len, answer_len,
+      agent_output, agent_pct, rag_pct, docs, doc_len, zipf_milli, question_len, rag_output,
+      cold_len, cold_output;
+};
+
+void agentic(Rng& r, const AgenticShape& a, Workload& w) {
+  std::vector<std::vector<uint32_t>> preambles(static_cast<size_t>(a.tools));
+  for (auto& t : preambles) randomTokens(r, static_cast<size_t>(a.tool_len), t);
+  std::vector<std::vector<uint32_t>> docs(static_cast<size_t>(a.docs));
+  for (auto& d : docs) randomTokens(r, static_cast<size_t>(a.doc_len), d);
+  // Zipf over documents: P(rank k) ~ 1 / k^s.
+  const double s = static_cast<double>(a.zipf_milli) / 1000.0;
+  std::vector<double> cdf;
+  double acc = 0;
+  for (int64_t k = 1; k <= a.docs; ++k) cdf.push_back(acc += 1.0 / std::pow(double(k), s));
+  struct Session {
+    std::vector<uint32_t> history;
+    int64_t turn = 0;
+    uint32_t id = 0;
+  };
+  std::vector<Session> live(static_cast<size_t>(a.sessions));
+  uint32_t next_id = 0;
+  auto restart = [&](Session& ss) {
+    ss.history = preambles[r.next() % preambles.size()];
+    ss.turn = 0;
+    ss.id = next_id++;
+  };
+  for (auto& ss : live) restart(ss);
+  for (int64_t i = 0; i < a.requests; ++i) {
+    Prompt p;
+    const int64_t kind = static_cast<int64_t>(r.next() % 100);
+    if (kind < a.agent_pct) {
+      Session& ss = live[r.next() % live.size()];
+      randomTokens(r, static_cast<size_t>(a.user_len), ss.history);  // this turn's message
+      p.tokens = ss.history;
+      p.output_len = static_cast<int>(a.agent_output);
+      p.group = ss.id;
+      // The model's answer (a tool call) and the tool's output join the next turn's context.
+      randomTokens(r, static_cast<size_t>(a.answer_len), ss.history);
+      randomTokens(r, static_cast<size_t>(a.tool_out_len), ss.history);
+      if (++ss.turn >= a.turns) restart(ss);
+    } else if (kind < a.agent_pct + a.rag_pct) {
+      const double u = r.uniform() * acc;
+      const size_t d = static_cast<size_t>(std::lower_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+      p.tokens = docs[std::min(d, docs.size() - 1)];
+      randomTokens(r, static_cast<size_t>(a.question_len), p.tokens);
+      p.output_len = static_cast<int>(a.rag_output);
+      p.group = 1'000'000 + static_cast<uint32_t>(d);
+    } else {
+      randomTokens(r, static_cast<size_t>(a.cold_len), p.tokens);
+      p.output_len = static_cast<int>(a.cold_output);
+      p.group = 2'000'000 + static_cast<uint32_t>(i);
+    }
+    w.prompts.push_back(std::move(p));
+  }
+  w.draw = Draw::kSequential;
+  sequentialBound(w);
 }
 
 // A Mooncake-format trace, parsed (JSONL) into prompts.
@@ -281,6 +366,42 @@ bool makeWorkload(const std::string& name, const std::map<std::string, double>& 
     }
     multiRound(r, v["users"], v["rounds"], v["system_prompt_len"], v["user_context_len"],
                v["question_len"], v["answer_len"], v["output_len"], w);
+  } else if (name == "agentic") {
+    if (!take(o,
+              {{"requests", 600},
+               {"tools", 4},
+               {"tool_len", 6000},
+               {"sessions", 16},
+               {"turns", 20},
+               {"user_len", 200},
+               {"tool_out_len", 2400},
+               {"answer_len", 150},
+               {"agent_output", 200},
+               {"agent_pct", 60},
+               {"rag_pct", 30},
+               {"docs", 64},
+               {"doc_len", 3000},
+               {"zipf_milli", 1100},
+               {"question_len", 100},
+               {"rag_output", 128},
+               {"cold_len", 2000},
+               {"cold_output", 128}},
+              w.params, err, v))
+      return false;
+    if (v["requests"] < 1 || v["tools"] < 1 || v["sessions"] < 1 || v["turns"] < 1 ||
+        v["docs"] < 1 || v["agent_pct"] + v["rag_pct"] > 100 || v["agent_output"] < 1 ||
+        v["rag_output"] < 1 || v["cold_output"] < 1 || v["requests"] > 100000) {
+      err =
+          "agentic: requests (1..100000), tools, sessions, turns, docs and the outputs must be "
+          "positive, agent_pct + rag_pct at most 100";
+      return false;
+    }
+    agentic(r,
+            {v["requests"], v["tools"], v["tool_len"], v["sessions"], v["turns"], v["user_len"],
+             v["tool_out_len"], v["answer_len"], v["agent_output"], v["agent_pct"], v["rag_pct"],
+             v["docs"], v["doc_len"], v["zipf_milli"], v["question_len"], v["rag_output"],
+             v["cold_len"], v["cold_output"]},
+            w);
   } else if (name == "mooncake") {
     std::string text = trace;
     if (text.empty()) {
@@ -314,7 +435,7 @@ bool makeWorkload(const std::string& name, const std::map<std::string, double>& 
     }
     if (!parseTrace(text, w, err)) return false;
   } else {
-    err = "unknown workload " + name + " (gsp, llmd, nosharing, multiround, mooncake)";
+    err = "unknown workload " + name + " (gsp, llmd, nosharing, multiround, mooncake, agentic)";
     return false;
   }
   if (w.prompts.empty()) {

@@ -24,6 +24,15 @@
 //              that all start with block 0 (as the conversation trace does), a conversation's
 //              first turn 4 blocks and each later turn 2 more (at most 24), the last block cut
 //              at random, 64 output tokens, Poisson at 4 requests/s.
+//   agentic    agent traffic (issue 29 §4): `requests` requests in arrival order, replayed from
+//              the start at every rung. 60 % agent turns: 16 live sessions, each over one of 4
+//              tool preambles (6,000 tokens: system prompt and tool schemas); a turn sends the
+//              whole context so far plus a 200-token message, asks 200 output tokens, and adds
+//              the model's 150-token answer and a 2,400-token tool output to the context; after
+//              20 turns (~60k tokens) the session restarts on a random preamble. 30 % RAG: one
+//              of 64 3,000-token documents, Zipf-popular (s = 1.1), plus a 100-token question,
+//              128 output tokens. 10 % cold: a fresh 2,000-token prompt, 128 output tokens. The
+//              ideal hit rate is computed over the sequence (16-token blocks, infinite cache).
 //
 // Parameters can be overridden (`--wl key=value`); every value used is echoed in the output.
 // Requests of a shared workload are drawn uniformly, with replacement, from its prompt set (the

@@ -236,8 +236,8 @@ class KvExactStage : public Stage {
     const bool peer = isPeerLaw(opts_.law.mode);
     // Under ttft, whichever stage places a miss, its prefill is queued there: the whole prompt
     // (a shallow match: what the index does not hold).
-    const uint32_t miss_blocks =
-        opts_.law.mode == LawMode::kTtft ? static_cast<uint32_t>(n - std::min<size_t>(best, n)) : 0;
+    const bool pending = tracksPendingPrefill(opts_.law.mode);
+    const uint32_t miss_blocks = pending ? static_cast<uint32_t>(n - std::min<size_t>(best, n)) : 0;
     if (best == 0 && !peer) {
       StageResult miss =
           StageResult::fall(best_excluded > 0 ? FallReason::kExcluded : FallReason::kNoWorker);
@@ -256,7 +256,7 @@ class KvExactStage : public Stage {
     StageResult res = StageResult::pick(index_of[static_cast<size_t>(r.index)],
                                         DecisionKey::kKvOverlap, r.spilled);
     res.track_chain = opts_.law.mode == LawMode::kDynamo;
-    if (opts_.law.mode == LawMode::kTtft) res.prefill_blocks = r.uncached;
+    if (pending) res.prefill_blocks = r.uncached;
     if (peer) return res;  // no cold-start seeding: the re-implemented policies have none
     // Cold-start seeding, after the law (and its spill relief), on every Nth hit.
     const uint64_t hit = hits_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -271,7 +271,7 @@ class KvExactStage : public Stage {
         if (static_cast<int>(i) != res.index) {
           res.index = static_cast<int>(i);
           res.seeded = true;
-          if (opts_.law.mode == LawMode::kTtft)  // what the seeded endpoint must prefill
+          if (pending)  // what the seeded endpoint must prefill
             res.prefill_blocks = static_cast<uint32_t>(n - std::min<size_t>(overlapOf(i), n));
         }
         break;
@@ -322,6 +322,8 @@ LawParams lawParamsFromEnvironment() {
   p.ttft_miss_weight =
       static_cast<double>(envInt("LOXILB_KV_TTFT_MISS_WEIGHT_PCT", 0, 10'000, 800)) / 100.0;
   p.ttft_load_blocks = static_cast<double>(envInt("LOXILB_KV_TTFT_LOAD_BLOCKS", 0, 1'000'000, 2));
+  p.sticky_tau_tokens = static_cast<uint64_t>(
+      envInt("LOXILB_KV_STICKY_TAU_TOKENS", 1, 1'000'000'000, 286'720));
   if (const char* r = std::getenv("LOXILB_KV_SPILL_RELIEF"); r && *r) {
     const std::string_view v(r);
     if (v == "off" || v == "0" || v == "false")
@@ -356,6 +358,7 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
                : api == "chat"      ? ApiMode::kChat
                                     : ApiMode::kBoth;
   o.law = lawParamsFromEnvironment();
+  o.law.block_tokens = o.block_size;
   // Seed 000: pressure relief is on for single-pool mode 3 and off for P/D mode 1 unless
   // LOXILB_KV_SPILL_RELIEF says otherwise.
   if (const char* r = std::getenv("LOXILB_KV_SPILL_RELIEF");
@@ -370,7 +373,8 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
     else
       log::warn("routing", std::string("LOXILB_KV_LB_MODE='") + m +
                                "' is not a selection law (off, hard, soft, adaptive, "
-                               "adaptive-soft, taper, ttft, lmetric, dynamo, llm-d): using hard");
+                               "adaptive-soft, taper, ttft, lmetric, dynamo, llm-d, "
+                               "llm-d-sticky): using hard");
   }
   return o;
 }

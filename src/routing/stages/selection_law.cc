@@ -16,6 +16,7 @@ std::optional<LawMode> parseLawMode(std::string_view s) {
   if (s == "lmetric") return LawMode::kLmetric;
   if (s == "dynamo") return LawMode::kDynamo;
   if (s == "llm-d") return LawMode::kLlmd;
+  if (s == "llm-d-sticky") return LawMode::kLlmdSticky;
   return std::nullopt;
 }
 
@@ -41,6 +42,8 @@ std::string_view lawModeName(LawMode m) {
       return "dynamo";
     case LawMode::kLlmd:
       return "llm-d";
+    case LawMode::kLlmdSticky:
+      return "llm-d-sticky";
   }
   return "hard";
 }
@@ -102,6 +105,27 @@ LawResult peerLaw(std::span<const LawCandidate> c, const LawParams& p, int argma
   } else if (p.mode == LawMode::kDynamo) {
     r.index = extremum(
         c, [&](size_t i) { return uncached(i) + double(c[i].active_blocks); }, false);
+  } else if (p.mode == LawMode::kLlmdSticky) {
+    const double tau = double(p.sticky_tau_tokens) / double(std::max<uint32_t>(1, p.block_tokens));
+    auto token_load = [&](size_t i) { return double(c[i].pending_blocks) + uncached(i); };
+    auto affine = [&](size_t i) {
+      return p.prompt_blocks > 0 && double(c[i].overlap) >= 0.8 * double(p.prompt_blocks) &&
+             token_load(i) <= tau;
+    };
+    // Least token load, then least load, then lowest index, within `keep`.
+    auto pick = [&](auto keep) {
+      int b = -1;
+      for (size_t i = 0; i < c.size(); ++i) {
+        if (!keep(i)) continue;
+        const size_t j = static_cast<size_t>(b);
+        if (b < 0 || token_load(i) < token_load(j) ||
+            (token_load(i) == token_load(j) && c[i].load < c[j].load))
+          b = static_cast<int>(i);
+      }
+      return b;
+    };
+    r.index = pick(affine);
+    if (r.index < 0) r.index = pick([](size_t) { return true; });
   } else {  // llm-d
     int64_t wmin = -1, wmax = -1;
     for (const auto& x : c) {
@@ -173,6 +197,7 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
     case LawMode::kLmetric:
     case LawMode::kDynamo:
     case LawMode::kLlmd:
+    case LawMode::kLlmdSticky:
       return peerLaw(c, p, argmax);
     case LawMode::kTtft: {
       r.index = extremum(

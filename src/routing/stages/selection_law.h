@@ -54,7 +54,16 @@
 //    equal or unknown), kv_i = 1 - KV usage (1 when unknown), prefix_i = the matched blocks
 //    normalized min-max across the candidates ((m - min) / (max - min); 1 for all when equal, 0
 //    when nobody matches), as llm-d's precise scorer does. Its picker breaks ties at random;
-//    here least load, then lowest index, as everywhere.
+//    here least load, then lowest index, as everywhere. The router's older default profile.
+//  - llm-d-sticky (llm-d Router v1.0's default since 2026-08, "sticky until saturated";
+//    shared/reference/peers.md): the prefix-cache-affinity filter keeps the candidates whose
+//    prefix score (overlap / prompt blocks) is >= 0.8 and whose token load is at most tau; the
+//    token-load scorer ranks by uncached prefill tokens in flight plus this request's uncached
+//    tokens, token_load_i = pending_i + uncached_i (in blocks here: pending_blocks is what this
+//    gateway sent there that has not started to stream); the pick is the least token load in
+//    the filtered set, or over every candidate when the filter keeps none (affinity dropped).
+//    tau = peak prefill throughput x max TTFT penalty, calibrated once per hardware in llm-d;
+//    here LOXILB_KV_STICKY_TAU_TOKENS, default 286,720 (their example: 20,480 tokens/s x 14 s).
 // Ties everywhere: least load, then lowest index.
 // Spill relief (on by default for single-pool rules): when the pick is over its cap (the
 // saturated case), move to the least-loaded under-cap candidate of the whole set, zero-overlap
@@ -91,14 +100,22 @@ enum class LawMode : uint8_t {
   // Re-implementations of peers' published policies over the same inputs (not their code):
   kLmetric,  // "lmetric"
   kDynamo,   // "dynamo"
-  kLlmd,     // "llm-d"
+  kLlmd,     // "llm-d" (the older weighted profile)
+  kLlmdSticky,  // "llm-d-sticky" (llm-d's current default)
 };
 
 // True for the peer re-implementations: they decide on every request, a prompt nobody holds
 // included (their formulas have a miss rule of their own), so Tier 1.5's no_worker and shallow
 // guards do not apply to them.
 inline bool isPeerLaw(LawMode m) {
-  return m == LawMode::kLmetric || m == LawMode::kDynamo || m == LawMode::kLlmd;
+  return m == LawMode::kLmetric || m == LawMode::kDynamo || m == LawMode::kLlmd ||
+         m == LawMode::kLlmdSticky;
+}
+
+// True for the laws that read pending_blocks: the gateway then counts each streamed request's
+// uncached blocks as queued prefill on its endpoint until the first byte (EndpointLease).
+inline bool tracksPendingPrefill(LawMode m) {
+  return m == LawMode::kTtft || m == LawMode::kLlmdSticky;
 }
 
 // A law name (lawModeName's); nullopt for anything else.
@@ -125,6 +142,8 @@ struct LawParams {
   bool spill_relief = true;
   double ttft_miss_weight = 8.0;  // ttft: weight of the request's own uncached blocks
   double ttft_load_blocks = 2.0;  // ttft: blocks of cost per in-flight request
+  uint64_t sticky_tau_tokens = 286'720;  // llm-d-sticky: token load that drops affinity
+  uint32_t block_tokens = 16;            // tokens per block (llm-d-sticky's tau in blocks)
 };
 
 struct LawResult {

@@ -186,6 +186,37 @@ TEST(SelectionLaw, LlmdWeightsQueueKvAndPrefix) {
   EXPECT_EQ(parseLawMode("llm-d"), LawMode::kLlmd);
 }
 
+// llm-d's current default (peers.md: affinity filter at prefix score 0.8, token-load scorer,
+// affinity dropped past tau), by hand. Blocks of 16 tokens; tau 1,600 tokens = 100 blocks.
+TEST(SelectionLaw, LlmdStickyKeepsAffinityUntilTau) {
+  LawParams p{LawMode::kLlmdSticky};
+  p.prompt_blocks = 10;
+  p.block_tokens = 16;
+  p.sticky_tau_tokens = 1600;
+  auto pend = [](uint32_t overlap, uint32_t load, uint64_t pending) {
+    LawCandidate c = cand(overlap, load);
+    c.pending_blocks = pending;
+    return c;
+  };
+  // Scores .9, .8, .5: endpoints 0 and 1 pass the filter. Token loads 30 + 1 = 31, 20 + 2 = 22:
+  // endpoint 1, although endpoint 2 has less (0 + 5 = 5): it is not affine.
+  auto r = run({pend(9, 0, 30), pend(8, 0, 20), pend(5, 0, 0)}, p);
+  EXPECT_EQ(r.index, 1);
+  EXPECT_TRUE(r.spilled);  // not the overlap argmax (endpoint 0)
+  EXPECT_EQ(r.uncached, 2u);
+  // Endpoint 1 over tau (120 + 2 = 122 > 100): endpoint 0 alone passes (31).
+  EXPECT_EQ(run({pend(9, 0, 30), pend(8, 0, 120), pend(5, 0, 0)}, p).index, 0);
+  // Both affine ones over tau: affinity dropped, least token load over all: endpoint 2 (5).
+  EXPECT_EQ(run({pend(9, 0, 130), pend(8, 0, 120), pend(5, 0, 0)}, p).index, 2);
+  // A miss (nobody affine): least token load, then least load, then lowest index.
+  EXPECT_EQ(run({pend(0, 3, 4), pend(0, 1, 4), pend(0, 0, 9)}, p).index, 1);
+  EXPECT_EQ(parseLawMode("llm-d-sticky"), LawMode::kLlmdSticky);
+  EXPECT_EQ(lawModeName(LawMode::kLlmdSticky), "llm-d-sticky");
+  EXPECT_TRUE(isPeerLaw(LawMode::kLlmdSticky));
+  EXPECT_TRUE(tracksPendingPrefill(LawMode::kLlmdSticky));
+  EXPECT_FALSE(tracksPendingPrefill(LawMode::kHard));
+}
+
 TEST(SelectionLaw, TaperTightensAsTheWorkersFill) {
   LawParams p{LawMode::kTaper};
   // Four candidates, loads 3, 0, 0, 0: m = (3 + 1) / 4 = 1 -> f = clamp(3.0 + 1.75/14, ...) = 3.0;
