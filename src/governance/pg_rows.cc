@@ -2,7 +2,9 @@
 // Each change and the generation bump are one statement (data-modifying CTE), hence atomic. The
 // schema is created under an advisory lock, so replicas starting together do not race. A broken
 // connection is re-established on the next call (PQreset); connect_timeout bounds a dead server.
+#include <arpa/inet.h>
 #include <libpq-fe.h>
+#include <netinet/in.h>
 
 #include <cstdlib>
 #include <set>
@@ -140,10 +142,16 @@ class PgRows final : public RowStore {
 
 namespace {
 
-// A libpq host list entry that never leaves this machine.
+// A libpq host list entry that never leaves this machine: a Unix socket directory, "localhost",
+// or a literal loopback address (a name such as 127.db.example is not one).
 bool localHost(std::string_view h) {
-  return h.empty() || h.front() == '/' || h.front() == '@' || h == "localhost" ||
-         h.starts_with("127.") || h == "::1" || h == "[::1]";
+  if (h.empty() || h.front() == '/' || h.front() == '@' || h == "localhost") return true;
+  std::string a(h);
+  if (a.size() > 2 && a.front() == '[' && a.back() == ']') a = a.substr(1, a.size() - 2);
+  in_addr v4{};
+  if (inet_pton(AF_INET, a.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return inet_pton(AF_INET6, a.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 // Every entry of a comma-separated host (or hostaddr) list is local.
@@ -196,10 +204,15 @@ Result<std::string> postgresConninfo(const std::string& conninfo) {
   };
   for (auto [k, v] : defaults)
     if (!given.count(k)) add(k, v);
-  // (PGHOST and PGSSLMODE from the environment count as the operator's settings)
+  // (PGHOST, PGHOSTADDR and PGSSLMODE from the environment count as the operator's settings; a
+  // service (service=, PGSERVICE) may set its own sslmode in its file, which ours would override:
+  // left to it)
   const char* env_host = std::getenv("PGHOST");
+  const char* env_hostaddr = std::getenv("PGHOSTADDR");
   if (host.empty() && env_host) host = env_host;
-  if (!given.count("sslmode") && !std::getenv("PGSSLMODE") &&
+  if (hostaddr.empty() && env_hostaddr) hostaddr = env_hostaddr;
+  const bool service = given.count("service") || std::getenv("PGSERVICE");
+  if (!given.count("sslmode") && !std::getenv("PGSSLMODE") && !service &&
       !(allLocal(host) && allLocal(hostaddr)))
     add("sslmode", "verify-full");
   return ci;

@@ -18,8 +18,9 @@ TEST(PostgresConninfo, RemoteServersNeedVerifiedTls) {
   ::unsetenv("PGSSLMODE");
   for (const char* remote :
        {"host=db.example.com dbname=kvgate", "host=198.18.0.5 dbname=kvgate",
-        "postgresql://kvgate@db.example.com:5432/kvgate", "host=localhost,db.example.com",
-        "hostaddr=198.18.0.5 dbname=kvgate", "postgres://u@[2001:db8::1]/d"}) {
+        "host=127.db.example dbname=kvgate", "postgresql://kvgate@db.example.com:5432/kvgate",
+        "host=localhost,db.example.com", "hostaddr=198.18.0.5 dbname=kvgate",
+        "postgres://u@[2001:db8::1]/d"}) {
     auto ci = postgresConninfo(remote);
     ASSERT_TRUE(ci) << remote;
     EXPECT_TRUE(hasVerifyFull(*ci)) << *ci;
@@ -45,6 +46,11 @@ TEST(PostgresConninfo, RemoteServersNeedVerifiedTls) {
   ::setenv("PGHOST", "db.example.com", 1);
   EXPECT_TRUE(hasVerifyFull(*postgresConninfo("dbname=kvgate")));
   ::unsetenv("PGHOST");
+  ::setenv("PGHOSTADDR", "198.18.0.5", 1);
+  EXPECT_TRUE(hasVerifyFull(*postgresConninfo("dbname=kvgate")));
+  ::unsetenv("PGHOSTADDR");
+  // A service file may set its own sslmode: left to it.
+  EXPECT_FALSE(hasVerifyFull(*postgresConninfo("service=kvgate")));
   // Bounds are added; an unparseable string is a 400 naming the flag.
   EXPECT_NE(postgresConninfo("dbname=x")->find("connect_timeout=3"), std::string::npos);
   auto bad = postgresConninfo("host='unterminated");

@@ -144,8 +144,6 @@ int indexMain(int argc, char** argv) {
     return 2;
   }
   IngestAuth ingest;
-  ingest.insecure = ingest_insecure;
-  ingest.client_certs = !tls_client_ca.empty();
   if (!ingest_token_file.empty()) {
     auto lines = readSecretLines(ingest_token_file, "--ingest-token-file");
     if (!lines || lines->empty()) {
@@ -153,8 +151,20 @@ int indexMain(int argc, char** argv) {
                    lines ? "--ingest-token-file holds no token" : lines.error().what.c_str());
       return 2;
     }
-    ingest.tokens = std::move(*lines);
+    for (const auto& t : *lines)
+      if (t.size() < IngestAuth::kMinTokenBytes) {
+        std::fprintf(stderr, "kvgate index: --ingest-token-file: a token shorter than %zu bytes\n",
+                     IngestAuth::kMinTokenBytes);
+        return 2;
+      }
+    ingest = IngestAuth(std::move(*lines));
+    if (tls_cert.empty())
+      log::warn("index",
+                "--ingest-token-file on a plaintext listener: the token crosses the network in "
+                "clear (add --tls-cert/--tls-key beyond loopback)");
   }
+  ingest.insecure = ingest_insecure;
+  ingest.client_certs = !tls_client_ca.empty();
   CachePolicy policy;
   int64_t policy_mtime = -1;
   if (!policy_path.empty()) {
@@ -345,7 +355,7 @@ int indexMain(int argc, char** argv) {
   log::info("index", "serving LookupRoute on " + grpc_hp->host + ":" + std::to_string(grpc_port) +
                          (tls_cert.empty() ? " (plaintext)" : " (TLS)"));
   log::info("index", std::string("ingest: ") +
-                         (!ingest.tokens.empty()  ? "bearer token required"
+                         (ingest.needsToken()     ? "bearer token required"
                           : ingest.client_certs   ? "client certificates required"
                           : ingest.insecure       ? "accepted from anyone (--ingest-insecure)"
                                                   : "loopback clients only"));

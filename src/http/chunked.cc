@@ -2,14 +2,10 @@
 
 #include <algorithm>
 
+#include "common/hex.h"
+
 namespace kvgate::http {
 namespace {
-int hexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 constexpr size_t kMaxSizeLine = 4096;
 constexpr size_t kMaxTrailer = 8192;        // one trailer line
 constexpr size_t kMaxTrailerTotal = 16384;  // the whole trailer section
@@ -27,7 +23,7 @@ ChunkedScanner::Step ChunkedScanner::feed(const char* data, size_t len, std::str
     char c = data[i];
     switch (state_) {
       case State::kSize: {
-        int h = hexValue(c);
+        int h = hexDigitValue(c);
         if (h >= 0) {
           if (++size_digits_ > 15) return error();
           remaining_ = remaining_ * 16 + static_cast<uint64_t>(h);

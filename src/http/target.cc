@@ -1,14 +1,9 @@
 #include "http/target.h"
 
+#include "common/hex.h"
+
 namespace kvgate::http {
 namespace {
-
-int hexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 bool unreserved(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -51,6 +46,7 @@ std::string removeDotSegments(std::string_view in) {
 
 bool isCanonicalTarget(std::string_view target) {
   if (target.empty() || target.front() != '/') return false;
+  if (target.find('#') != std::string_view::npos) return false;
   std::string_view path = target.substr(0, target.find('?'));
   for (size_t i = 0; i < path.size(); ++i) {
     const char c = path[i];
@@ -68,6 +64,10 @@ std::string normalizeTarget(std::string_view target, NormalizedTarget& out) {
   out.match.clear();
   if (target.empty() || target.front() != '/')
     return "only origin-form request targets (starting with '/') are served";
+  // A fragment is never sent to a server (RFC 9112 §3.2); engines' URL parsers drop it, so the
+  // path they route on would not be the one matched here.
+  if (target.find('#') != std::string_view::npos)
+    return "a fragment ('#') in a request target is refused";
   const size_t q = target.find('?');
   const std::string_view path = target.substr(0, q);
   const std::string_view query =
@@ -78,8 +78,8 @@ std::string normalizeTarget(std::string_view target, NormalizedTarget& out) {
   for (size_t i = 0; i < path.size(); ++i) {
     char c = path[i];
     if (c == '%') {
-      const int hi = i + 2 < path.size() ? hexValue(path[i + 1]) : -1;
-      const int lo = hi >= 0 ? hexValue(path[i + 2]) : -1;
+      const int hi = i + 2 < path.size() ? hexDigitValue(path[i + 1]) : -1;
+      const int lo = hi >= 0 ? hexDigitValue(path[i + 2]) : -1;
       if (hi < 0 || lo < 0) return "malformed percent-encoding in the path";
       const auto b = static_cast<unsigned char>(hi * 16 + lo);
       if (b == '/' || b == '\\') return "an encoded '/' or '\\' (%2F, %5C) in the path is refused";
@@ -104,8 +104,8 @@ std::string normalizeTarget(std::string_view target, NormalizedTarget& out) {
   out.match.reserve(out.forward.size());
   for (size_t i = 0; i < out.forward.size(); ++i) {
     if (out.forward[i] == '%') {  // (well formed: written above)
-      out.match.push_back(
-          static_cast<char>(hexValue(out.forward[i + 1]) * 16 + hexValue(out.forward[i + 2])));
+      out.match.push_back(static_cast<char>(hexDigitValue(out.forward[i + 1]) * 16 +
+                                            hexDigitValue(out.forward[i + 2])));
       i += 2;
     } else {
       out.match.push_back(out.forward[i]);

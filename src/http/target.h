@@ -13,7 +13,9 @@
 //   3. runs of '/' are merged into one;
 //   4. dot segments ("." and "..") are removed as RFC 3986 §5.2.4 says (".." never climbs above
 //      the root);
-//   5. refused, because no rewrite keeps both readings equal: a malformed escape ('%' not followed
+//   5. refused, because no rewrite keeps both readings equal: a fragment ('#': engines' URL
+//      parsers drop it, so "/v1/chat/completions#x" would miss an exact rule and still be served
+//      as chat), a malformed escape ('%' not followed
 //      by two hex digits), an encoded '/' or '\' (%2F, %5C: the engine would decode them into
 //      separators the gateway did not match on), an encoded control byte (%00-%1F, %7F).
 // The rules are then matched against the fully decoded path (what the engine's router compares).

@@ -19,7 +19,7 @@ TEST(Target, CanonicalTargetsNeedNoRewrite) {
                         "/v1/chat/completions?q=//x"})
     EXPECT_TRUE(isCanonicalTarget(t)) << t;
   for (const char* t : {"/v1/%63hat", "//v1", "/v1//chat", "/v1/./chat", "/v1/../v1/chat", "/v1/.",
-                        "/v1/..", "*", "http://h/v1", ""})
+                        "/v1/..", "*", "http://h/v1", "", "/v1/chat#x", "/v1?x#y"})
     EXPECT_FALSE(isCanonicalTarget(t)) << t;
 }
 
@@ -66,10 +66,25 @@ TEST(Target, NormalizesAsTheEngineReads) {
 TEST(Target, RefusesWhatCannotBeNormalizedSafely) {
   for (const char* t :
        {"/v1%2Fchat/completions",  // an encoded slash would become a separator at the engine
-        "/v1%2fchat", "/v1/%5Cchat", "/v1/%5c", "/v1/%00x", "/v1/%0a",
-        "/v1/%7F",                                            // encoded control bytes
-        "/v1/%", "/v1/%4", "/v1/%G1", "/v1/%1G", "/v1/%%31",  // malformed escapes
-        "*", "http://kvgate.test/v1/chat", "v1/chat", ""}) {
+        "/v1%2fchat",
+        "/v1/%5Cchat",
+        "/v1/%5c",
+        "/v1/%00x",
+        "/v1/%0a",
+        "/v1/%7F",  // encoded control bytes
+        "/v1/%",
+        "/v1/%4",
+        "/v1/%G1",
+        "/v1/%1G",
+        "/v1/%%31",  // malformed escapes
+        "*",
+        "http://kvgate.test/v1/chat",
+        "v1/chat",
+        "",
+        "/v1/chat/completions#x",
+        "/v1/%63hat#",
+        "/x/..#f",
+        "/v1?q=#"}) {
     NormalizedTarget out;
     EXPECT_NE(normalizeTarget(t, out), "") << t;
   }

@@ -64,8 +64,9 @@ inline const Family kDecisionSeconds{"kvgate_routing_decision_seconds", Type::kH
 inline const Family kRequestsRefused{"kvgate_requests_refused_total", Type::kCounter,
     "Requests refused because the gateway could not read them exactly as the engine will, by "
     "reason: bad_path (a target that cannot be normalized), ambiguous_model (a repeated, "
-    "undecodable or unreached body model), body_unreadable (a body too large or not JSON where "
-    "the model matters).", {"reason"}};
+    "undecodable or unreached body model, or form field), body_unreadable (a body too large or "
+    "not JSON where the model matters), model_mismatch (X-Model names another model than the "
+    "body, or the body names none).", {"reason"}};
 inline const Family kActiveConnections{"kvgate_active_client_connections", Type::kGauge,
     "Open client connections on the data plane.", {}};
 inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,

@@ -300,6 +300,11 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string model_copy_;                // outcome_.model when the request bytes were released
   routing::RequestFacts facts_;
   http::NormalizedTarget norm_target_;  // a non-canonical target rewritten (http/target.h)
+  // The body's model as the engine reads it (dispatch.cc): read at all (a JSON object, or a
+  // form's model field), and the model it names (into facts_.model or form_model_).
+  bool body_read_ = false, body_has_model_ = false;
+  std::string_view body_model_;
+  std::string form_model_;
   bool facts_parsed_ = false;
   bool strip_authorization_ = false;  // a credential-checked rule: no bearer reaches the engine
   std::shared_ptr<const governance::ApiKey> key_;  // the API key that admitted the request

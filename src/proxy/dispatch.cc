@@ -11,6 +11,7 @@
 #include "http/server.h"
 #include "proxy/client_conn.h"
 #include "proxy/facts_parser.h"
+#include "proxy/form_model.h"
 
 namespace kvgate::proxy {
 
@@ -145,12 +146,13 @@ ClientConn::KeyAdmission ClientConn::checkJwt(const http::RequestHead& head,
   }
 }
 
-// The model a key and a quota are checked against: the body's when it was read; else, for a
-// body that is not a JSON object (a form upload), none, because the engine reads the model from
-// that body and an X-Model header would name a model the gateway never saw; else X-Model.
+// The model a key and a quota are checked against: the body's when it was read (a JSON object,
+// or a form's model field), none when the body named none or could not be read (the engine
+// reads the model from that body, and an X-Model header would name a model the gateway never
+// saw); X-Model only for a request without a body.
 std::string_view ClientConn::bodyModelOr(const Request& req, std::string_view header_model) const {
-  if (facts_parsed_ && facts_.has_model) return facts_.model;
-  if (!req.body.empty() && !facts_parsed_) return {};
+  if (body_read_) return body_has_model_ ? body_model_ : std::string_view();
+  if (!req.body.empty()) return {};
   return header_model;
 }
 
@@ -232,27 +234,30 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     needs |= routing::kNeedModel | routing::kNeedPromptPrefix | routing::kNeedRequestShape;
     if (w_.prompt_tokens) needs |= w_.prompt_tokens->needs();  // (the reservation's count)
   }
-  facts_parsed_ = false;
+  // Where the model decides something (a pool, a key's allowed models, a quota), the body is
+  // read for it whatever the route needs, and the gateway never acts on a model it could not
+  // read exactly as the engine will (governance.md, "Reading requests as the engine does").
+  const bool model_matters = cfg->has_model_pools || cfg->checks_credentials || metered;
+  if (model_matters) needs |= routing::kNeedModel;
+  facts_parsed_ = body_read_ = body_has_model_ = false;
+  body_model_ = {};
   if (needs && !req.body.empty()) {
+    const bool json = jsonBody(head);
     auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity, needs,
                          w_.opts.prefix_key_bytes, facts_);
-    if (st == FactsStatus::kInvalidJson && own_needs != 0) {
+    if (st == FactsStatus::kInvalidJson && json && (own_needs != 0 || cfg->checks_credentials)) {
+      refuse(Refusal::kBodyUnreadable);
       co_await sendError(400, "invalid_json", "request body is not valid JSON");
       co_return !client_gone_;
     }
-    // Where the model decides something (a pool, a key's allowed models, a quota), the gateway
-    // never acts on a model it could not read exactly as the engine will: a body over the parse
-    // limit, a repeated or undecodable "model", a walk that stopped before the object's end, or
-    // (on credential-checked listeners) a JSON body the gateway cannot parse at all.
-    const bool model_matters = model_from_body || cfg->checks_credentials || metered;
-    if (model_matters && st == FactsStatus::kTooLarge) {
+    if (model_matters && json && st == FactsStatus::kTooLarge) {
       refuse(Refusal::kBodyUnreadable);
       co_await sendError(413, "request_too_large",
                          "the body is larger than the gateway reads for its model (" +
                              std::to_string(kMaxParseBytes >> 20) + " MiB)");
       co_return !client_gone_;
     }
-    if (model_matters && facts_.model_ambiguous) {
+    if (model_matters && st == FactsStatus::kOk && facts_.model_ambiguous) {
       refuse(Refusal::kAmbiguousModel);
       co_await sendError(400, "ambiguous_model",
                          "the body's model cannot be read unambiguously (\"model\" given more "
@@ -260,23 +265,48 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
                          "model");
       co_return !client_gone_;
     }
-    if (cfg->checks_credentials && st == FactsStatus::kInvalidJson && jsonBody(head)) {
-      refuse(Refusal::kBodyUnreadable);
-      co_await sendError(400, "invalid_json", "request body is not valid JSON");
-      co_return !client_gone_;
-    }
     facts_parsed_ = st == FactsStatus::kOk;
-    if (model_from_body && facts_.has_model) model = facts_.model;
-    if (cfg->checks_credentials && !model_from_body && !model.empty() && facts_parsed_ &&
-        facts_.has_model && facts_.model != model) {
-      co_await sendError(400, "model_mismatch", "X-Model and the body's model differ", "model");
+    if (facts_parsed_) {
+      body_read_ = true;
+      body_has_model_ = facts_.has_model;
+      if (body_has_model_) body_model_ = facts_.model;
+    } else if (model_matters) {
+      // A form (the audio endpoints' multipart): its model field, as the engine reads it.
+      switch (formModel(head.get("content-type"), req.body, form_model_)) {
+        case FormModel::kOne:
+          body_read_ = body_has_model_ = true;
+          body_model_ = form_model_;
+          break;
+        case FormModel::kNone:
+          body_read_ = true;
+          break;
+        case FormModel::kAmbiguous:
+          refuse(Refusal::kAmbiguousModel);
+          co_await sendError(400, "ambiguous_model",
+                             "the form's model field cannot be read unambiguously (given more "
+                             "than once, a part the gateway cannot read, or a malformed form)",
+                             "model");
+          co_return !client_gone_;
+        case FormModel::kNotForm:
+          break;
+      }
+    }
+    if (model_from_body && body_has_model_) model = body_model_;
+    // X-Model on a credential-checked listener: the body must name that model too. A body that
+    // names none makes the engine serve its default model, which the header did not name.
+    if (cfg->checks_credentials && !model_from_body && !model.empty() && body_read_ &&
+        (!body_has_model_ || body_model_ != model)) {
+      refuse(Refusal::kModelMismatch);
+      co_await sendError(400, "model_mismatch",
+                         body_has_model_ ? "X-Model and the body's model differ"
+                                         : "X-Model names a model the body does not (the "
+                                           "engine would serve its default model)",
+                         "model");
       co_return !client_gone_;
     }
   }
   // (the access log and loxilb_ai_requests_total: the pool's model, else the body's when parsed)
-  outcome_.model = !model.empty() || !facts_parsed_ || !facts_.has_model
-                       ? model
-                       : std::string_view(facts_.model);
+  outcome_.model = !model.empty() || !body_has_model_ ? model : body_model_;
   if (head.method == "GET" && (path == "/v1/models" || path == "/models") &&
       !cfg->models(host, path).empty()) {
     // On a listener with credential-checked rules the list needs a valid credential: a key

@@ -173,10 +173,26 @@ Walk renderPrompt(value v, Renderer& r, routing::RequestFacts& f, uint32_t needs
   return Walk::kOk;
 }
 
-// A non-negative whole number, written as an integer or as an integral float (1e5, 10.0): what
-// the engines' request models accept.
+// A non-negative whole number, written as an integer, an integral float (1e5, 10.0), or a string
+// of decimal digits ("100000": pydantic's lax mode, the engines' request models, converts it):
+// what the engines accept.
 bool wholeNumber(value v, int64_t& out, simdjson::error_code& e) {
   if (!(e = v.get_int64().get(out))) return out >= 0;
+  std::string_view str;
+  if (e == simdjson::INCORRECT_TYPE && !v.get_string().get(str)) {
+    e = simdjson::SUCCESS;
+    while (!str.empty() && (str.front() == ' ' || str.front() == '\t')) str.remove_prefix(1);
+    while (!str.empty() && (str.back() == ' ' || str.back() == '\t')) str.remove_suffix(1);
+    if (!str.empty() && str.front() == '+') str.remove_prefix(1);
+    if (str.empty() || str.size() > 15) return false;
+    int64_t n = 0;
+    for (char c : str) {
+      if (c < '0' || c > '9') return false;
+      n = n * 10 + (c - '0');
+    }
+    out = n;
+    return true;
+  }
   if (e != simdjson::INCORRECT_TYPE && e != simdjson::NUMBER_OUT_OF_RANGE) return false;
   double d = 0;
   if ((e = v.get_double().get(d))) return false;
@@ -367,6 +383,13 @@ size_t factsParserCapacity() { return threadParser().capacity(); }
 FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t needs,
                        size_t prefix_bytes, routing::RequestFacts& out) {
   out.clear();
+  // A UTF-8 byte order mark: Python's json.loads(bytes) accepts it (the engines read such a body).
+  if (len >= 3 && static_cast<unsigned char>(data[0]) == 0xEF &&
+      static_cast<unsigned char>(data[1]) == 0xBB && static_cast<unsigned char>(data[2]) == 0xBF) {
+    data += 3;
+    len -= 3;
+    capacity = capacity >= 3 ? capacity - 3 : 0;
+  }
   if (len > kMaxParseBytes) {
     out.model_ambiguous = true;  // not read: the model is unknown, not absent
     return FactsStatus::kTooLarge;

@@ -164,6 +164,21 @@ TEST(Facts, LoneSurrogatesAreNotInvalidJson) {
             FactsStatus::kOk);
 }
 
+// Issue 28 review: pydantic's lax mode turns "100000" into 100000 for max_tokens and n, so the
+// reservation must read it too; a UTF-8 byte order mark is JSON to Python's json.loads(bytes).
+TEST(Facts, NumericStringsAndAByteOrderMark) {
+  RequestFacts f;
+  const uint32_t needs = routing::kNeedModel | routing::kNeedRequestShape;
+  ASSERT_EQ(parse(R"({"model":"m","max_tokens":"100000","n":" 8 "})", f, needs), FactsStatus::kOk);
+  EXPECT_EQ(f.max_tokens, 100000);
+  EXPECT_EQ(f.n, 8);
+  ASSERT_EQ(parse(R"({"model":"m","max_tokens":"1e5","n":"-2"})", f, needs), FactsStatus::kOk);
+  EXPECT_FALSE(f.max_tokens);  // not what the engine reads as an integer: no fact
+  EXPECT_FALSE(f.n);
+  ASSERT_EQ(parse("\xEF\xBB\xBF{\"model\":\"bom\"}", f, needs), FactsStatus::kOk);
+  EXPECT_EQ(f.model, "bom");
+}
+
 TEST(Facts, OverlongStringsAreNotFacts) {
   RequestFacts f;
   std::string big(kMaxFactString + 1, 'm');
@@ -235,7 +250,7 @@ TEST(Facts, QuotaShapeFacts) {
                   routing::kNeedRequestShape | routing::kNeedPromptPrefix),
             FactsStatus::kOk);
   EXPECT_FALSE(g.max_tokens);  // not whole numbers: no fact (the default applies)
-  EXPECT_FALSE(g.n);
+  EXPECT_EQ(g.n, 2);           // a digit string: pydantic's lax mode reads it (the engines do)
   EXPECT_EQ(g.prompt_id_count, 3u);
   // The Responses API's max_output_tokens counts as well.
   RequestFacts h;

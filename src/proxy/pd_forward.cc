@@ -365,11 +365,18 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
     bool ok = co_await exchange(req, body, route, static_cast<size_t>(idx), lease, next_endpoint);
     if (!next_endpoint) {
       // SGLang: a decode leg that failed (an error status, or no whole answer) leaves nothing for
-      // the concurrent prefill to serve: it is given up now, so its engine request is aborted and
-      // its endpoint's in-flight slot freed at once, not when its own deadline ends.
+      // the concurrent prefill to serve: it ends now, so its engine request is aborted and its
+      // endpoint's in-flight slot freed at once, not when its own deadline ends. A decode that
+      // timed out while the prefill had not answered either: the prefill is slow too, and its
+      // endpoint's health learns that (a black-holed prefill must open its own breaker, not only
+      // the decode's); any other decode failure is the decode's, and the prefill is given up.
       if (pd_->drain && pd_->drain_request == request_seq_ &&
-          (outcome_.status == 0 || outcome_.status >= 400 || !ok))
-        pd_->drain->abandon();
+          (outcome_.status == 0 || outcome_.status >= 400 || !ok)) {
+        if (leg_.timedOut())
+          pd_->drain->abort(true);
+        else
+          pd_->drain->abandon();
+      }
       co_return ok;
     }
     if (client_gone_) co_return false;
@@ -435,6 +442,8 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
   bool connect_failed = false;
   for (int send_try = 0; send_try < 2; ++send_try) {  // a stale pooled connection: once more
     UpstreamLeg::Result r;
+    // Given up before it started (the decode leg failed first): begin() would forget that.
+    if (leg->abandoned()) break;
     if (send_try > 0 ||
         !leg->takePooled(ep.state->id, route->backend_tls.get(), route->tls_names[idx])) {
       r = co_await leg->connect(ep.state->id, route->addresses[idx], ep.state->label,

@@ -226,7 +226,9 @@ void ClientConn::settleQuota() {
     // Sent, no answer yet. The client left: the engine may have generated everything up to the
     // moment the abort reached it (a non-streamed answer comes whole at the end), so the whole
     // reservation. The exchange broke on the engine's side: the prompt estimate.
-    used = client_gone_ && !quota_.stream ? quota_.reserved : quota_.prompt_estimate;
+    // (quota_.stream is known once a head came: before that, the request asked for a stream)
+    const bool stream = quota_.stream || (facts_parsed_ && facts_.stream.value_or(false));
+    used = client_gone_ && !stream ? quota_.reserved : quota_.prompt_estimate;
     missing = true;
   } else if (quota_.status >= 400) {
     used = 0;  // the engine refused it

@@ -66,6 +66,7 @@ enum class Refusal : uint8_t {
   kAmbiguousModel,   // 400 ambiguous_model: repeated, undecodable or unreached body "model"
   kBodyUnreadable,   // 413 body_too_large / 400 invalid_json: a body whose model the gateway
                      // cannot read on a rule where the model matters
+  kModelMismatch,    // 400 model_mismatch: X-Model names another model than the body (or none)
   kCount
 };
 inline const char* refusalName(Refusal r) {
@@ -73,6 +74,7 @@ inline const char* refusalName(Refusal r) {
     case Refusal::kBadPath: return "bad_path";
     case Refusal::kAmbiguousModel: return "ambiguous_model";
     case Refusal::kBodyUnreadable: return "body_unreadable";
+    case Refusal::kModelMismatch: return "model_mismatch";
     default: return "unknown";
   }
 }

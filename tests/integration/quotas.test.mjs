@@ -36,6 +36,7 @@ async function engine(t, opts) {
         return;
       }
       if (!j.stream && opts.hang) return;  // an answer that never comes (the client cancels)
+      if (j.stream && opts.hangStream) return;  // a stream that never begins
       if (!j.stream) {
         const out = JSON.stringify({ id: 'x', object: 'chat.completion', model: j.model,
           choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }],
@@ -457,4 +458,26 @@ test('a non-streamed request the client cancels is charged its reservation', asy
     return metric(ms, 'loxilb_ai_tokens_missing_total', { tenant: 'acme' }) === 1;
   }, 15000), JSON.stringify(ms.filter((s) => s.name.startsWith('loxilb_ai_tokens'))));
   assert.equal(metric(ms, 'loxilb_ai_tokens_estimated_total', { tenant: 'acme' }), 1003);
+});
+
+// Review of issue 28 §1.3: a stream the client leaves before it began was charged the whole
+// reservation (the gateway learned it was a stream only from the head); it pays the prompt
+// estimate, 3 tokens here (see above), as documented.
+test('a stream the client cancels before it begins is charged its prompt estimate', async (t) => {
+  const { gw, up, port } = await setup(t, { hangStream: true });
+  const acme = await newKey(gw, 'acme');
+  assert.equal((await api(gw.api, 'POST', TENANT, { tenant_id: 'acme', tokens_per_min: 100000 })).status, 204);
+  const ac = new AbortController();
+  const pending = fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST', signal: ac.signal,
+    headers: { 'content-type': 'application/json', 'x-api-key': acme },
+    body: JSON.stringify({ model: 'm1', stream: true, max_tokens: 1000, messages: [{ role: 'user', content: 'hello' }] }) });
+  pending.catch(() => {});
+  assert.ok(await waitFor(() => up.seen.length === 1, 10000), 'the engine got the request');
+  ac.abort();
+  let ms = [];
+  assert.ok(await waitFor(async () => {
+    ms = await scrapeMetrics(gw.api);
+    return metric(ms, 'loxilb_ai_tokens_missing_total', { tenant: 'acme' }) === 1;
+  }, 15000), JSON.stringify(ms.filter((s) => s.name.startsWith('loxilb_ai_tokens'))));
+  assert.equal(metric(ms, 'loxilb_ai_tokens_estimated_total', { tenant: 'acme' }), 3);
 });

@@ -107,12 +107,32 @@ test('a body whose model the engine reads differently is never authorized as ano
     body: '{"model":"allowed",' });
   assert.equal(r.status, 400, r.body);
   assert.equal(r.json.error.code, 'invalid_json');
-  // A form upload's model is read by the engine from the form: X-Model cannot vouch for it.
+  // A form upload's model is read from the form, as the engine reads it: X-Model cannot vouch
+  // for another one.
   r = await send(port, { target: '/v1/audio/transcriptions',
     headers: { ...key, 'X-Model': 'allowed', 'Content-Type': 'multipart/form-data; boundary=x' },
     body: '--x\r\nContent-Disposition: form-data; name="model"\r\n\r\nsecret\r\n--x--\r\n' });
+  assert.equal(r.status, 400, r.body);
+  assert.equal(r.json.error.code, 'model_mismatch');
+  // X-Model with a body that names no model (or null): the engine would serve its default model.
+  for (const body of ['{"prompt":"hi"}', '{"model":null,"prompt":"hi"}']) {
+    r = await send(port, { target: '/v1/completions', headers: { ...key, 'X-Model': 'allowed' }, body });
+    assert.equal(r.status, 400, `${body}: ${r.body}`);
+    assert.equal(r.json.error.code, 'model_mismatch');
+  }
+  // A form's model field is read as the engine reads it: named, the key's list applies to it.
+  r = await send(port, { target: '/v1/audio/transcriptions',
+    headers: { ...key, 'Content-Type': 'application/x-www-form-urlencoded' }, body: 'model=secret&x=1' });
   assert.equal(r.status, 403, r.body);
   assert.equal(r.json.error.code, 'model_not_allowed');
+  r = await send(port, { target: '/v1/audio/transcriptions',
+    headers: { ...key, 'Content-Type': 'multipart/form-data; boundary=x' },
+    body: '--x\r\nContent-Disposition: form-data; name="model"\r\n\r\nallowed\r\n--x--\r\n' });
+  assert.equal(r.status, 200, r.body);
+  // A UTF-8 byte order mark: JSON to Python, so to the gateway too.
+  r = await send(port, { target: '/v1/completions', headers: key, body: '\ufeff{"model":"allowed"}' });
+  assert.equal(r.status, 200, r.body);
+  assert.equal(r.json.model, 'allowed');
   // The ordinary request still works.
   r = await send(port, { target: '/v1/completions', headers: key, body: '{"model":"allowed","prompt":"hi"}' });
   assert.equal(r.status, 200, r.body);
@@ -140,6 +160,17 @@ test('model pools: an ambiguous model never picks a pool', async (t) => {
   assert.equal(r.status, 200, r.body);
   assert.equal(r.json.model, 'allowed');
   assert.equal((await eng.seen()).length, 1);
+  // A form body naming the keyed pool's model, with or without X-Model naming the open pool
+  // (the review's bypass: routed by the header, served as the form's model).
+  for (const [ct, body] of [['multipart/form-data; boundary=x',
+    '--x\r\nContent-Disposition: form-data; name="model"\r\n\r\nsecret\r\n--x--\r\n'],
+  ['application/x-www-form-urlencoded', 'model=secret']]) {
+    for (const extra of [{ 'X-Model': 'allowed' }, {}]) {
+      r = await send(port, { target: '/v1/audio/transcriptions', headers: { 'Content-Type': ct, ...extra }, body });
+      assert.ok(r.status === 400 || r.status === 401, `${ct} ${JSON.stringify(extra)}: ${r.status} ${r.body}`);
+    }
+  }
+  assert.equal((await eng.seen()).length, 1, 'no form reached the engine');
 });
 
 test('paths and hosts are matched as the engine reads them, and forwarded so', async (t) => {
@@ -148,7 +179,8 @@ test('paths and hosts are matched as the engine reads them, and forwarded so', a
   const port = await freePort();
   // /v1/chat needs a key; everything else on the listener is open; host api.test needs a key.
   for (const extra of [{ path_prefix: '/v1/chat', path_match_mode: 'prefix', api_key_auth: 'required' },
-    {}, { host: 'api.test', api_key_auth: 'required' }]) {
+    {}, { host: 'api.test', api_key_auth: 'required' },
+    { path_prefix: '/v1/embeddings', path_match_mode: 'exact', api_key_auth: 'required' }]) {
     const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [eng.worker], extraArgs: extra }));
     assert.equal(r.status, 200, r.text);
   }
@@ -159,12 +191,13 @@ test('paths and hosts are matched as the engine reads them, and forwarded so', a
 
   for (const target of ['/v1/%63hat/completions', '/v1/%63%68%61%74/completions', '//v1/chat/completions',
     '/v1//chat/completions', '/v1/x/../chat/completions', '/v1/./chat/completions', '/v1/x/%2e%2E/chat/completions',
-    '/v1/chat/completions']) {
+    '/v1/chat/completions', '/v1/embeddings', '/v1//embeddings', '/v1/%65mbeddings']) {
     const r = await send(port, { target, body });
     assert.equal(r.status, 401, `${target}: ${r.status} ${r.body}`);
   }
   for (const target of ['/v1%2Fchat/completions', '/v1%2fchat/completions', '/v1/%5cchat', '/v1/%zz',
-    '/v1/%00', 'http://kvgate.test/v1/chat/completions']) {
+    '/v1/%00', 'http://kvgate.test/v1/chat/completions', '/v1/chat/completions#x', '/v1/embeddings#x',
+    '/v1/%63hat/completions#frag', '/x/..#f']) {
     const r = await send(port, { target, body });
     assert.equal(r.status, 400, `${target}: ${r.status} ${r.body}`);
     assert.equal(r.json.error.code, 'bad_path');
@@ -185,5 +218,5 @@ test('paths and hosts are matched as the engine reads them, and forwarded so', a
     r = await send(port, { target: '/v1/completions', host, body });
     assert.equal(r.status, 401, `${host}: ${r.body}`);
   }
-  assert.ok(await refused(gw, 'bad_path') >= 6);
+  assert.ok(await refused(gw, 'bad_path') >= 9);
 });
