@@ -211,7 +211,9 @@ Result<std::string> postgresConninfo(const std::string& conninfo) {
   const char* env_hostaddr = std::getenv("PGHOSTADDR");
   if (host.empty() && env_host) host = env_host;
   if (hostaddr.empty() && env_hostaddr) hostaddr = env_hostaddr;
-  const bool service = given.count("service") || std::getenv("PGSERVICE");
+  // (a host given outside the service is ours to judge)
+  const bool service = (given.count("service") || std::getenv("PGSERVICE")) && host.empty() &&
+                       hostaddr.empty();
   if (!given.count("sslmode") && !std::getenv("PGSSLMODE") && !service &&
       !(allLocal(host) && allLocal(hostaddr)))
     add("sslmode", "verify-full");

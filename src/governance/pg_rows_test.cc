@@ -51,6 +51,7 @@ TEST(PostgresConninfo, RemoteServersNeedVerifiedTls) {
   ::unsetenv("PGHOSTADDR");
   // A service file may set its own sslmode: left to it.
   EXPECT_FALSE(hasVerifyFull(*postgresConninfo("service=kvgate")));
+  EXPECT_TRUE(hasVerifyFull(*postgresConninfo("service=kvgate host=db.example.com")));
   // Bounds are added; an unparseable string is a 400 naming the flag.
   EXPECT_NE(postgresConninfo("dbname=x")->find("connect_timeout=3"), std::string::npos);
   auto bad = postgresConninfo("host='unterminated");

@@ -372,36 +372,50 @@ bool HintIndex::sweep(size_t budget) {
 }
 
 void HintIndex::evictForCapacity() {
-  // Down to 31/32 of the bound in one pass, worst first: LRU by lastSeen; LFU by hits, then
-  // lastSeen. Ties go to the higher slab index (the newer entry survives... deterministically).
-  uint64_t target = policy_.max_entries - policy_.max_entries / 32;
-  if (holdings_ <= target) return;
-  uint64_t excess = holdings_ - target;
+  // Incremental (issue 28 §1.5): each call evicts only the excess over the bound (one holding
+  // per over-bound insert), each victim the worst of kEvictSample holdings drawn at random from
+  // the slab (Redis's approximated LRU/LFU); a slab of at most kEvictSample entries is scanned
+  // whole, so small indexes evict exactly. The exclusive lock is held for O(kEvictSample) work
+  // per victim, never for a pass over the whole index.
+  const bool lfu = policy_.eviction == Eviction::kLfu;
   struct Victim {
-    uint32_t hits;
-    int64_t seen;
-    uint32_t entry, replica;
+    uint32_t hits = 0;
+    int64_t seen = 0;
+    uint32_t entry = 0, idx = 0;
   };
-  std::vector<Victim> all;
-  all.reserve(holdings_);
-  bool lfu = policy_.eviction == Eviction::kLfu;
-  for (uint32_t i = 0; i < entries_.size(); ++i)
-    for (const Holding& h : entries_[i].holders)
-      all.push_back({lfu ? h.hits : 0, h.last_seen_ns, i, h.replica});
   auto worse = [](const Victim& a, const Victim& b) {
     if (a.hits != b.hits) return a.hits < b.hits;
     if (a.seen != b.seen) return a.seen < b.seen;
     return a.entry < b.entry;
   };
-  std::nth_element(all.begin(), all.begin() + static_cast<ptrdiff_t>(excess - 1), all.end(), worse);
-  for (size_t v = 0; v < excess; ++v) {
-    Entry& e = entries_[all[v].entry];
-    for (size_t i = 0; i < e.holders.size(); ++i)
-      if (e.holders[i].replica == all[v].replica) {
-        dropHolding(e, i);
-        counters_.evicted_capacity[int(policy_.eviction)].fetch_add(1, std::memory_order_relaxed);
-        break;
+  auto consider = [&](uint32_t i, bool& have, Victim& v) {
+    const Entry& e = entries_[i];
+    for (uint32_t h = 0; h < e.holders.size(); ++h) {
+      const Holding& x = e.holders[h];
+      Victim c{lfu ? x.hits : 0, x.last_seen_ns, i, h};
+      if (!have || worse(c, v)) v = c, have = true;
+    }
+  };
+  while (holdings_ > policy_.max_entries && !entries_.empty()) {
+    Victim v;
+    bool have = false;
+    const size_t n = entries_.size();
+    if (n <= kEvictSample) {
+      for (uint32_t i = 0; i < n; ++i) consider(i, have, v);
+    } else {
+      for (size_t s = 0; s < kEvictSample; ++s) {
+        const auto i = static_cast<uint32_t>(evict_rng_.next() % n);
+        if (entries_[i].live()) consider(i, have, v);
       }
+      // A sparse slab (most entries freed): the next live entry after a random start, within
+      // a bounded walk (else this insert leaves the bound passed by one; the next one evicts).
+      for (size_t k = 0, i = evict_rng_.next() % n; !have && k < 4096 && k < n;
+           ++k, i = (i + 1) % n)
+        if (entries_[i].live()) consider(static_cast<uint32_t>(i), have, v);
+    }
+    if (!have) break;  // (no holding left: holdings_ is 0)
+    dropHolding(entries_[v.entry], v.idx);
+    counters_.evicted_capacity[int(policy_.eviction)].fetch_add(1, std::memory_order_relaxed);
   }
 }
 

@@ -13,8 +13,10 @@
 //
 // Bounds: every (entry, replica) pair ("holding") ages out after evictionTTL (an incremental
 // sweep), and the index holds at most maxEntries holdings: past that the least recently
-// reported (LRU) or least used (LFU: fewest delivered hits, then oldest) holdings go first, in
-// batches of 1/32 of the bound. Scopes and entries that lose their last holding are freed.
+// reported (LRU) or least used (LFU: fewest delivered hits, then oldest) holding goes, one per
+// insert over the bound, approximated as Redis does (the worst of kEvictSample holdings drawn at
+// random; exact while the slab has at most kEvictSample entries), so no insert holds the lock
+// for a pass over the index. Scopes and entries that lose their last holding are freed.
 //
 // Threads: one writer-preferring reader-writer lock (common::RwLock). Lookups (lookup.cc) take it
 // shared and never change membership; the one thing they write is the LFU access count of the
@@ -35,6 +37,7 @@
 
 #include "common/clock.h"
 #include "common/rwlock.h"
+#include "common/splitmix.h"
 #include "hints/event_feed.h"
 #include "hints/policy.h"
 #include "kv/u64_map.h"
@@ -224,6 +227,7 @@ class HintIndex {
   // Whether the replica holds anything in (tenant, model), any scheme.
   bool holdsIn(uint32_t replica, std::string_view tenant, std::string_view model) const;
   static constexpr size_t kSummaryScan = 65536;
+  static constexpr size_t kEvictSample = 16;  // holdings' entries sampled per capacity victim
 
   const common::Clock& clock_;
   // Writer-preferring: a steady stream of lookups cannot starve ingest, events and the sweep.
@@ -242,6 +246,9 @@ class HintIndex {
   std::unordered_map<std::string, uint32_t> model_refs_;  // model -> live partitions
   uint64_t holdings_ = 0;
   size_t sweep_cursor_ = 0;
+  // Capacity eviction's samples, seeded from the process's secret (clients cannot predict which
+  // holdings a sample visits).
+  common::SplitMix64 evict_rng_{kv::tableKey().a ^ 0x6576696374ULL};
   IndexCounters counters_;
   const EventFeed* feed_ = nullptr;
 };

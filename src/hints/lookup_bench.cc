@@ -1,11 +1,13 @@
 // `kvgate bench lookup`: load generator for `kvgate index` over real gRPC.
 //
 //   kvgate bench lookup --target ADDR:PORT [--replicas 16] [--blocks 1000000] [--chain 512]
-//       [--concurrency 64] [--channels 4] [--duration-s 10] [--rate 0] [--no-preload]
+//       [--concurrency 64] [--channels 4] [--duration-s 10] [--rate 0] [--no-preload] [--churn 0]
 //
 // Preload: `blocks` random block hashes cut into chains of `chain` blocks, each chain reported
 // (ReportCacheState, one stream per replica, 4 threads) by one of `replicas` replicas: the
-// ingest rate in blocks/s. Then LookupRoute calls for whole chains (a full walk each: the worst
+// ingest rate in blocks/s. With --churn B, one more stream reports fresh chains at B blocks/s
+// during the lookups (an index at its maxEntries bound then evicts all along). Then LookupRoute
+// calls for whole chains (a full walk each: the worst
 // case), pre-serialized and sent through gRPC's generic callback stub so the client spends little
 // CPU, `concurrency` in flight over `channels` connections, for `duration-s`; with --rate R the
 // calls are paced at R/s (open loop; latency counts from the scheduled send). One JSON line:
@@ -50,6 +52,7 @@ struct Opts {
   double duration_s = 10;
   double rate = 0;
   bool preload = true;
+  double churn = 0;  // blocks/s of fresh chains reported during the lookups (0: none)
 };
 
 }  // namespace
@@ -68,6 +71,7 @@ int lookupBench(int argc, char** argv) {
     else if (a == "--duration-s") o.duration_s = std::atof(next());
     else if (a == "--rate") o.rate = std::atof(next());
     else if (a == "--no-preload") o.preload = false;
+    else if (a == "--churn") o.churn = std::atof(next());
     else {
       std::fprintf(stderr, "kvgate bench lookup: unknown flag '%s'\n", a.c_str());
       return 2;
@@ -78,7 +82,7 @@ int lookupBench(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: kvgate bench lookup --target ADDR:PORT [--replicas N] [--blocks N] "
                  "[--chain N] [--concurrency N] [--channels N] [--duration-s S] [--rate R] "
-                 "[--no-preload]\n");
+                 "[--no-preload] [--churn BLOCKS_PER_S]\n");
     return 2;
   }
   const int n_chains = static_cast<int>(o.blocks / o.chain);
@@ -168,6 +172,37 @@ int lookupBench(int argc, char** argv) {
   const auto end = start + std::chrono::duration_cast<Clock::duration>(
                                std::chrono::duration<double>(o.duration_s));
   std::atomic<bool> stopping{false};
+  // Churn: one stream reports fresh chains (new keys) at o.churn blocks/s while the lookups run;
+  // with the index's maxEntries at the preloaded size, every one of them evicts.
+  std::atomic<long> churned{0};
+  std::thread churner;
+  if (o.churn > 0)
+    churner = std::thread([&] {
+      auto stub = pb::InferenceCache::NewStub(channels[0]);
+      grpc::ClientContext ctx;
+      pb::Ack ack;
+      auto w = stub->ReportCacheState(&ctx, &ack);
+      std::mt19937_64 crng(7);
+      const auto gap = std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double>(double(o.chain) / o.churn));
+      for (auto next = Clock::now(); next < end; next += gap) {
+        std::this_thread::sleep_until(next);
+        pb::CacheStateUpdate u;
+        u.set_replica_id("replica-churn");
+        u.set_model_id("m");
+        u.set_tenant_id("t");
+        u.set_hash_scheme("vllm");
+        pb::PrefixEntry* p = u.add_prefixes();
+        for (int b = 0; b < o.chain; ++b) {
+          p->add_block_hashes(be8(crng() | 1));
+          p->add_block_token_counts(16);
+        }
+        if (!w->Write(u)) break;
+        churned.fetch_add(o.chain);
+      }
+      w->WritesDone();
+      (void)w->Finish();
+    });
   // One call; on completion, records and (closed loop) issues the next.
   std::function<void(Clock::time_point)> issue = [&](Clock::time_point scheduled) {
     long n = issued.fetch_add(1);
@@ -240,6 +275,7 @@ int lookupBench(int argc, char** argv) {
     sh.cv.wait(lk, [&] { return sh.inflight == 0; });
   }
   stopping.store(true);
+  if (churner.joinable()) churner.join();
   const double secs = std::chrono::duration<double>(std::min(Clock::now(), end) - start).count();
   std::lock_guard g(sh.mu);
   auto& v = sh.lat_us;
@@ -254,11 +290,11 @@ int lookupBench(int argc, char** argv) {
       "{\"replicas\":%d,\"blocks\":%ld,\"chain\":%d,\"ingest_s\":%.3f,\"ingest_blocks_per_s\":%.0f,"
       "\"concurrency\":%d,\"channels\":%d,\"rate_target\":%.0f,\"calls\":%zu,\"seconds\":%.3f,"
       "\"calls_per_s\":%.0f,\"p50_us\":%ld,\"p90_us\":%ld,\"p99_us\":%ld,\"p999_us\":%ld,"
-      "\"errors\":%ld,\"sampled_reasons\":{%s}}\n",
+      "\"errors\":%ld,\"churned_blocks\":%ld,\"sampled_reasons\":{%s}}\n",
       o.replicas, long(n_chains) * o.chain, o.chain, ingest_s,
       ingest_s > 0 ? double(n_chains) * o.chain / ingest_s : 0.0, o.concurrency, o.channels,
       o.rate, v.size(), secs, double(v.size()) / secs, long(pct(50)), long(pct(90)), long(pct(99)),
-      long(pct(99.9)), sh.errors, reasons.c_str());
+      long(pct(99.9)), sh.errors, churned.load(), reasons.c_str());
   return sh.errors ? 1 : 0;
 }
 

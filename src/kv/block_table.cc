@@ -88,13 +88,13 @@ void BlockTable::clearBits(uint64_t fp, uint64_t bits) {
   }
 }
 
-std::unique_ptr<BlockTable> BlockTable::rebuilt(size_t extra) const {
+std::unique_ptr<BlockTable> BlockTable::rebuilt(size_t extra, size_t* dropped) const {
   const size_t live = used_ - dead_ + extra;
   auto t = std::make_unique<BlockTable>(live * 2 + 64, key_);
   for (size_t i = 0; i < cap_; ++i) {
     const uint64_t k = slots_[i].key.load(std::memory_order_relaxed);
     const uint64_t m = slots_[i].mask.load(std::memory_order_relaxed);
-    if (k != 0 && m != 0) t->setBits(k, m);
+    if (k != 0 && m != 0 && t->setBits(k, m) != Set::kOk && dropped) ++*dropped;
   }
   return t;
 }

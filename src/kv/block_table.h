@@ -55,8 +55,9 @@ class BlockTable {
   size_t longestProbe() const { return longest_probe_; }  // slots the longest insert walked
   size_t bytes() const { return cap_ * sizeof(Slot); }
   bool needsRebuild() const { return used_ * 10 > cap_ * 7 || (dead_ > 4096 && dead_ * 2 > used_); }
-  // A new table holding this one's live entries, sized for them with room to grow.
-  std::unique_ptr<BlockTable> rebuilt(size_t extra = 0) const;
+  // A new table holding this one's live entries, sized for them with room to grow; `dropped`
+  // (when given) counts live entries the new table refused (the probe bound).
+  std::unique_ptr<BlockTable> rebuilt(size_t extra = 0, size_t* dropped = nullptr) const;
 
  private:
   struct Slot {

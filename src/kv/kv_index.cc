@@ -53,11 +53,16 @@ void KvIndex::removeWorker(int w) {
   inv_[static_cast<size_t>(w)].full_attention_groups = 0;
 }
 
-bool KvIndex::setBits(uint64_t fp, uint64_t bits) {
+bool KvIndex::setBits(uint64_t fp, uint64_t bits, ApplyStats& st) {
   using Set = BlockTable::Set;
   Set r = table_->needsRebuild() ? Set::kFull : table_->setBits(fp, bits);
-  if (r == Set::kFull) {
-    std::shared_ptr<BlockTable> next = table_->rebuilt(1);
+  // Past half full, random keys alone can make a probe over the bound (1 in about 2^20 at the
+  // 0.7 the table grows at): a rebuild (back to half full or less) is tried before refusing.
+  if (r == Set::kFull ||
+      (r == Set::kProbeLimit && table_->used() * 2 > table_->capacity())) {
+    size_t dropped = 0;
+    std::shared_ptr<BlockTable> next = table_->rebuilt(1, &dropped);
+    st.probe_limited_blocks += dropped;
     r = next->setBits(fp, bits);
     publish(std::move(next));
   }
@@ -127,7 +132,7 @@ void KvIndex::addBlock(int w, uint64_t engine_hash, uint64_t fp, ApplyStats& st)
   inv.fifo.push_back(engine_hash);
   auto [refs, inserted] = inv.fp_refs.insert(fp, 0);
   if ((*refs)++ == 0) {
-    if (!setBits(fp, uint64_t{1} << w)) ++st.probe_limited_blocks;
+    if (!setBits(fp, uint64_t{1} << w, st)) ++st.probe_limited_blocks;
     inv.blocks.store(inv.fp_refs.size(), std::memory_order_relaxed);
   }
   ++st.stored_blocks;

@@ -101,7 +101,7 @@ class KvIndex {
   void removeEvent(int w, const engines::KvEvent& e, ApplyStats& st);
   void addBlock(int w, uint64_t engine_hash, uint64_t fp, ApplyStats& st);
   bool dropEngineHash(int w, uint64_t engine_hash);
-  bool setBits(uint64_t fp, uint64_t bits);  // false: not stored (the probe bound)
+  bool setBits(uint64_t fp, uint64_t bits, ApplyStats& st);  // false: not stored (probe bound)
   void compactFifo(Worker& inv);
   void markStale(Worker& inv, uint64_t engine_hash);
   void updateBytes();

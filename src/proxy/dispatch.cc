@@ -266,13 +266,18 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
       co_return !client_gone_;
     }
     facts_parsed_ = st == FactsStatus::kOk;
-    if (facts_parsed_) {
+    // The reader follows the Content-Type, as the engine's does: a form is read as a form even
+    // when its bytes also parse as JSON.
+    const std::string_view ct = head.get("content-type");
+    const FormModel form =
+        model_matters ? formModel(ct, req.body, form_model_) : FormModel::kNotForm;
+    if (form == FormModel::kNotForm && facts_parsed_) {
       body_read_ = true;
       body_has_model_ = facts_.has_model;
       if (body_has_model_) body_model_ = facts_.model;
-    } else if (model_matters) {
+    } else {
       // A form (the audio endpoints' multipart): its model field, as the engine reads it.
-      switch (formModel(head.get("content-type"), req.body, form_model_)) {
+      switch (form) {
         case FormModel::kOne:
           body_read_ = body_has_model_ = true;
           body_model_ = form_model_;

@@ -184,6 +184,11 @@ bool wholeNumber(value v, int64_t& out, simdjson::error_code& e) {
     while (!str.empty() && (str.front() == ' ' || str.front() == '\t')) str.remove_prefix(1);
     while (!str.empty() && (str.back() == ' ' || str.back() == '\t')) str.remove_suffix(1);
     if (!str.empty() && str.front() == '+') str.remove_prefix(1);
+    // pydantic also takes "4.0" and "4." (a fraction of zeros) as 4.
+    if (const size_t dot = str.find('.'); dot != std::string_view::npos) {
+      if (str.substr(dot + 1).find_first_not_of('0') != std::string_view::npos) return false;
+      str = str.substr(0, dot);
+    }
     if (str.empty() || str.size() > 15) return false;
     int64_t n = 0;
     for (char c : str) {
@@ -206,14 +211,24 @@ bool wholeNumber(value v, int64_t& out, simdjson::error_code& e) {
 Walk readShape(std::string_view key, value v, routing::RequestFacts& f) {
   simdjson::error_code e = simdjson::SUCCESS;
   if (key == "stream") {
+    // The last member counts (Python's json); one that is not a JSON boolean (0, "false", which
+    // pydantic's lax mode reads) leaves the request's kind unknown: not a stream to the gateway.
+    f.stream.reset();
     bool b;
     if (!(e = v.get_bool().get(b))) f.stream = b;
-  } else if (key == "max_tokens" || key == "max_completion_tokens" || key == "max_output_tokens") {
+  } else if (key == "max_tokens" || key == "max_completion_tokens" || key == "max_output_tokens" ||
+             key == "n") {
+    json_type t;
+    if ((e = v.type().get(t))) return walkOf(e);
+    if (key == "n") f.n.reset();  // (the last member counts)
+    if (t == json_type::null) return Walk::kOk;  // null: the engine's default
     int64_t n = 0;
-    if (wholeNumber(v, n, e)) f.max_tokens = std::max(n, f.max_tokens.value_or(0));
-  } else if (key == "n") {
-    int64_t n = 0;
-    if (wholeNumber(v, n, e)) f.n = n;
+    if (!wholeNumber(v, n, e))
+      f.counts_unreadable = true;  // the engine may read a count the gateway cannot
+    else if (key == "n")
+      f.n = n;
+    else
+      f.max_tokens = std::max(n, f.max_tokens.value_or(0));
   } else if (key == "lora_path") {
     std::string_view s;
     if (!(e = v.get_string().get(s))) f.lora_adapter.assign(s);

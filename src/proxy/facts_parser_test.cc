@@ -173,8 +173,17 @@ TEST(Facts, NumericStringsAndAByteOrderMark) {
   EXPECT_EQ(f.max_tokens, 100000);
   EXPECT_EQ(f.n, 8);
   ASSERT_EQ(parse(R"({"model":"m","max_tokens":"1e5","n":"-2"})", f, needs), FactsStatus::kOk);
-  EXPECT_FALSE(f.max_tokens);  // not what the engine reads as an integer: no fact
+  EXPECT_FALSE(f.max_tokens);  // not what the gateway reads as an integer: no fact, and
   EXPECT_FALSE(f.n);
+  EXPECT_TRUE(f.counts_unreadable);  // the reservation assumes the worst
+  ASSERT_EQ(parse(R"({"max_tokens":"64.0","n":"2.","max_completion_tokens":null})", f, needs),
+            FactsStatus::kOk);
+  EXPECT_EQ(f.max_tokens, 64);
+  EXPECT_EQ(f.n, 2);
+  EXPECT_FALSE(f.counts_unreadable);
+  // The last "stream" counts; one that is not a boolean leaves the kind unknown.
+  ASSERT_EQ(parse(R"({"stream":true,"stream":0})", f, needs), FactsStatus::kOk);
+  EXPECT_FALSE(f.stream);
   ASSERT_EQ(parse("\xEF\xBB\xBF{\"model\":\"bom\"}", f, needs), FactsStatus::kOk);
   EXPECT_EQ(f.model, "bom");
 }

@@ -1,6 +1,10 @@
 #include "proxy/form_model.h"
 
+#include <string.h>
+
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "common/hex.h"
 #include "http/parser.h"
@@ -52,34 +56,102 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// The media type (lower-case comparison) and the value of parameter `param` (unquoted; "" when
-// absent; `bad` when quoted with an escape inside).
 std::string_view mediaType(std::string_view ct) { return trim(ct.substr(0, ct.find(';'))); }
 
-std::string_view paramOf(std::string_view header, std::string_view param, bool& bad) {
-  size_t pos = header.find(';');
-  while (pos != std::string_view::npos) {
-    std::string_view rest = header.substr(pos + 1);
-    const size_t next = rest.find(';');
-    std::string_view item = trim(rest.substr(0, next));
-    const size_t eq = item.find('=');
-    if (eq != std::string_view::npos && http::iequals(trim(item.substr(0, eq)), param)) {
-      std::string_view v = trim(item.substr(eq + 1));
-      if (v.size() >= 2 && v.front() == '"') {
-        // A quoted value: ends at the next quote; an escape or a ';' inside is not read.
-        const size_t close = v.find('"', 1);
-        if (close == std::string_view::npos ||
-            v.substr(1, close - 1).find('\\') != std::string_view::npos) {
-          bad = true;
-          return {};
-        }
-        return v.substr(1, close - 1);
-      }
-      return v;
-    }
-    pos = next == std::string_view::npos ? std::string_view::npos : pos + 1 + next;
+// A header value's parameters (`type; a=b; c="d"`), read strictly: only a form every reader
+// reads alike is accepted, anything else marks the value `bad` (the caller then refuses): a byte
+// outside printable ASCII and tab, a parameter name outside [A-Za-z0-9._-] (so no RFC 2231
+// `name*`), a name given twice (readers keep the first or the last), a quoted value with a
+// backslash (escapes differ), an unquoted value with '<' (python-multipart strips <...>).
+struct Params {
+  std::vector<std::pair<std::string_view, std::string_view>> items;
+  bool bad = false;
+  std::optional<std::string_view> get(std::string_view name) const {
+    for (const auto& [k, v] : items)
+      if (http::iequals(k, name)) return v;
+    return std::nullopt;
   }
-  return {};
+};
+
+Params parseParams(std::string_view value) {
+  Params p;
+  for (char c : value)
+    if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') ||
+        static_cast<unsigned char>(c) > 0x7e) {
+      p.bad = true;
+      return p;
+    }
+  size_t i = value.find(';');
+  auto sp = [&] {
+    while (i < value.size() && (value[i] == ' ' || value[i] == '\t')) ++i;
+  };
+  auto nameChar = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
+  };
+  while (i != std::string_view::npos && i < value.size()) {
+    ++i;  // past ';'
+    sp();
+    if (i >= value.size()) break;  // a trailing ';'
+    const size_t n0 = i;
+    while (i < value.size() && nameChar(value[i])) ++i;
+    std::string_view name = value.substr(n0, i - n0);
+    sp();
+    if (name.empty() || i >= value.size() || value[i] != '=') {
+      p.bad = true;
+      return p;
+    }
+    ++i;
+    sp();
+    std::string_view v;
+    if (i < value.size() && value[i] == '"') {
+      const size_t close = value.find('"', i + 1);
+      if (close == std::string_view::npos) {
+        p.bad = true;
+        return p;
+      }
+      v = value.substr(i + 1, close - i - 1);
+      if (v.find('\\') != std::string_view::npos) {
+        p.bad = true;
+        return p;
+      }
+      i = close + 1;
+    } else {
+      const size_t v0 = i;
+      while (i < value.size() && value[i] != ';' && value[i] != ' ' && value[i] != '\t' &&
+             value[i] != '"')
+        ++i;
+      v = value.substr(v0, i - v0);
+      if (v.empty() || v.front() == '<') {
+        p.bad = true;
+        return p;
+      }
+    }
+    if (p.get(name)) {
+      p.bad = true;  // a parameter given twice
+      return p;
+    }
+    p.items.emplace_back(name, v);
+    sp();
+    if (i < value.size() && value[i] != ';') {
+      p.bad = true;
+      return p;
+    }
+  }
+  return p;
+}
+
+// A charset other than UTF-8 would make the engine decode names and values otherwise.
+bool utf8Charset(const Params& p) {
+  auto cs = p.get("charset");
+  return !cs || http::iequals(*cs, "utf-8") || http::iequals(*cs, "utf8");
+}
+
+// memmem: linear whatever the needle (no quadratic walk over a hostile body).
+size_t findIn(std::string_view hay, size_t from, std::string_view needle) {
+  if (from > hay.size()) return std::string_view::npos;
+  const void* p = ::memmem(hay.data() + from, hay.size() - from, needle.data(), needle.size());
+  return p ? static_cast<size_t>(static_cast<const char*>(p) - hay.data()) : std::string_view::npos;
 }
 
 // Pairs split at any of `seps`.
@@ -104,6 +176,9 @@ FormModel urlencodedWith(std::string_view body, std::string_view seps, std::stri
 // Form parsers disagree on ';' as a pair separator (older Python split on it): both readings
 // must agree, else the field is ambiguous.
 FormModel urlencoded(std::string_view body, std::string& model) {
+  // Starlette reads raw bytes as latin-1, this reader as UTF-8: only ASCII reads alike.
+  for (char c : body)
+    if (static_cast<unsigned char>(c) >= 0x80) return FormModel::kAmbiguous;
   const FormModel amp = urlencodedWith(body, "&", model);
   if (body.find(';') == std::string_view::npos || amp == FormModel::kAmbiguous) return amp;
   std::string other;
@@ -111,14 +186,15 @@ FormModel urlencoded(std::string_view body, std::string& model) {
   return both == amp && other == model ? amp : FormModel::kAmbiguous;
 }
 
-FormModel multipart(std::string_view ct, std::string_view body, std::string& model) {
-  bool bad = false;
-  const std::string_view boundary = paramOf(ct, "boundary", bad);
-  if (bad || boundary.empty() || boundary.size() > 200) return FormModel::kAmbiguous;
-  const std::string delim = "--" + std::string(boundary);
-  // The first delimiter (a preamble before it is ignored, as RFC 2046 says).
-  size_t pos = body.find(delim);
-  if (pos == std::string_view::npos) return FormModel::kAmbiguous;
+FormModel multipart(const Params& ct, std::string_view body, std::string& model) {
+  const auto boundary = ct.get("boundary");
+  if (!boundary || boundary->empty() || boundary->size() > 70) return FormModel::kAmbiguous;
+  const std::string delim = "--" + std::string(*boundary);
+  const std::string next_delim = "\r\n" + delim;
+  // The body starts with the first delimiter (python-multipart reads no preamble): a delimiter
+  // found later could sit inside another form's field.
+  if (body.substr(0, delim.size()) != delim) return FormModel::kAmbiguous;
+  size_t pos = 0;
   int found = 0;
   for (int parts = 0;; ++parts) {
     if (parts > 10000) return FormModel::kAmbiguous;
@@ -127,42 +203,36 @@ FormModel multipart(std::string_view ct, std::string_view body, std::string& mod
     if (body.substr(pos, 2) != "\r\n") return FormModel::kAmbiguous;
     pos += 2;
     // The part's headers end at an empty line (the very next one when it has none).
-    const size_t head_end = body.substr(pos, 2) == "\r\n" ? pos : body.find("\r\n\r\n", pos);
+    const size_t head_end = body.substr(pos, 2) == "\r\n" ? pos : findIn(body, pos, "\r\n\r\n");
     if (head_end == std::string_view::npos) return FormModel::kAmbiguous;
     std::string_view headers = body.substr(pos, head_end - pos);
     const size_t data = head_end + (head_end == pos ? 2 : 4);
-    const size_t next = body.find("\r\n" + delim, data);
+    const size_t next = findIn(body, data, next_delim);
     if (next == std::string_view::npos) return FormModel::kAmbiguous;
-    // Content-Disposition: form-data; name="model" (and no filename: a file is not the field).
-    std::string_view disposition;
-    bool dup_disposition = false;
+    std::optional<std::string_view> disposition;
     size_t line = 0;
-    while (line <= headers.size()) {
+    while (line < headers.size()) {
       size_t end = headers.find("\r\n", line);
       if (end == std::string_view::npos) end = headers.size();
       std::string_view h = headers.substr(line, end - line);
+      if (!h.empty() && (h.front() == ' ' || h.front() == '\t')) return FormModel::kAmbiguous;
       const size_t colon = h.find(':');
-      if (colon != std::string_view::npos &&
-          http::iequals(trim(h.substr(0, colon)), "content-disposition")) {
-        dup_disposition |= !disposition.empty();
+      if (colon == std::string_view::npos) return FormModel::kAmbiguous;
+      if (http::iequals(trim(h.substr(0, colon)), "content-disposition")) {
+        if (disposition) return FormModel::kAmbiguous;  // twice
         disposition = h.substr(colon + 1);
       }
       line = end + 2;
     }
-    if (dup_disposition) return FormModel::kAmbiguous;
-    bool pbad = false;
-    const std::string_view name = paramOf(disposition, "name", pbad);
-    bool fbad = false;
-    const bool has_file = !paramOf(disposition, "filename", fbad).empty() || fbad ||
-                          disposition.find("filename*") != std::string_view::npos;
-    // A name the reader cannot read exactly may be "model" to the engine.
-    if (pbad || name.find('%') != std::string_view::npos ||
-        name.find("&#") != std::string_view::npos)
-      return FormModel::kAmbiguous;
-    if (name == "model" && !has_file) {
-      if (++found > 1) return FormModel::kAmbiguous;
-      model.assign(body.substr(data, next - data));
-      if (model.size() > kMaxFormModel || !validUtf8(model)) return FormModel::kAmbiguous;
+    if (disposition) {
+      const Params d = parseParams(*disposition);
+      const auto name = d.get("name");
+      if (d.bad || !name || name->find('%') != std::string_view::npos) return FormModel::kAmbiguous;
+      if (*name == "model" && !d.get("filename")) {  // a file part is not the field
+        if (++found > 1) return FormModel::kAmbiguous;
+        model.assign(body.substr(data, next - data));
+        if (model.size() > kMaxFormModel || !validUtf8(model)) return FormModel::kAmbiguous;
+      }
     }
     pos = next + 2;  // at the delimiter
   }
@@ -174,9 +244,11 @@ FormModel multipart(std::string_view ct, std::string_view body, std::string& mod
 FormModel formModel(std::string_view content_type, std::string_view body, std::string& model) {
   model.clear();
   const std::string_view type = mediaType(content_type);
-  if (http::iequals(type, "application/x-www-form-urlencoded")) return urlencoded(body, model);
-  if (http::iequals(type, "multipart/form-data")) return multipart(content_type, body, model);
-  return FormModel::kNotForm;
+  const bool url = http::iequals(type, "application/x-www-form-urlencoded");
+  if (!url && !http::iequals(type, "multipart/form-data")) return FormModel::kNotForm;
+  const Params ct = parseParams(content_type);
+  if (ct.bad || !utf8Charset(ct)) return FormModel::kAmbiguous;
+  return url ? urlencoded(body, model) : multipart(ct, body, model);
 }
 
 }  // namespace kvgate::proxy

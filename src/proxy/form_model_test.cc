@@ -27,7 +27,8 @@ TEST(FormModel, UrlencodedPairs) {
   EXPECT_EQ(formModel("Application/X-WWW-Form-Urlencoded; charset=utf-8", "model=x", m),
             FormModel::kOne);
   // Repeated, not valid UTF-8 after decoding, or read differently with ';' as a separator.
-  for (std::string_view b : {"model=a&model=b", "model=%ff", "x=1;model=secret", "model=a;b"})
+  for (std::string_view b : {"model=a&model=b", "model=%ff", "x=1;model=secret", "model=a;b",
+                             "model=caf\xc3\xa9"})  // (raw non-ASCII: latin-1 to Starlette)
     EXPECT_EQ(formModel(kUrl, b, m), FormModel::kAmbiguous) << b;
   EXPECT_EQ(formModel(kUrl, "model=a&x=1;y=2", m), FormModel::kOne);  // ';' changes nothing
   EXPECT_EQ(formModel(kUrl, "model=" + std::string(kMaxFormModel + 1, 'm'), m),
@@ -40,10 +41,47 @@ TEST(FormModel, MultipartParts) {
   std::string body = file + part("form-data; name=\"model\"", "whisper-large") + "--XyZ--\r\n";
   EXPECT_EQ(formModel(kMp, body, m), FormModel::kOne);
   EXPECT_EQ(m, "whisper-large");
-  // Quoted boundary, unquoted name, a preamble, header name case.
-  body = "preamble\r\n--XyZ\r\ncontent-disposition: form-data; name=model\r\n\r\nm1\r\n--XyZ--";
+  // Quoted boundary, unquoted name, header name case.
+  body = "--XyZ\r\ncontent-disposition: form-data; name=model\r\n\r\nm1\r\n--XyZ--";
   EXPECT_EQ(formModel("multipart/form-data; boundary=\"XyZ\"", body, m), FormModel::kOne);
   EXPECT_EQ(m, "m1");
+  EXPECT_EQ(formModel("multipart/form-data; boundary=XyZ; charset=UTF-8", body, m),
+            FormModel::kOne);
+  // The second review's differentials (python-multipart's reading in brackets): all refused.
+  for (const std::string& d :
+       {std::string("form-data; name=\"zzz\"; name=\"model\""),      // [last wins: model]
+        std::string("form-data; name=\"foo\"; name*=utf-8''model"),  // [RFC 2231: model]
+        std::string("form-data; name*0=mo; name*1=del"),             // [continuations]
+        std::string("form-data; name=<model>"),                      // [<> stripped]
+        std::string("form-data; name=model\xa0")}) {                 // [whitespace stripped]
+    const std::string b = part(d, "secret") + "--XyZ--\r\n";
+    EXPECT_EQ(formModel(kMp, b, m), FormModel::kAmbiguous) << d;
+  }
+  // A ';' inside a quoted value: both readers see the name zzz, not model.
+  EXPECT_EQ(formModel(kMp, part("form-data; x=\";name=model;\"; name=\"zzz\"", "s") + "--XyZ--", m),
+            FormModel::kNone);
+  // A quoted "filename*" inside another parameter does not make the part a file.
+  EXPECT_EQ(formModel(kMp, part("form-data; name=\"model\"; x=\"filename*\"", "m2") + "--XyZ--", m),
+            FormModel::kOne);
+  EXPECT_EQ(m, "m2");
+  // Another charset, a boundary given twice or in RFC 2231 form, a preamble, a folded header,
+  // a delimiter over 70 bytes: refused.
+  EXPECT_EQ(formModel("multipart/form-data; boundary=XyZ; charset=utf-7", body, m),
+            FormModel::kAmbiguous);
+  EXPECT_EQ(formModel("multipart/form-data; boundary=AAA; boundary=XyZ", body, m),
+            FormModel::kAmbiguous);
+  EXPECT_EQ(formModel("multipart/form-data; boundary*=''XyZ", body, m), FormModel::kAmbiguous);
+  EXPECT_EQ(formModel(kMp, "preamble\r\n" + body, m), FormModel::kAmbiguous);
+  EXPECT_EQ(
+      formModel(kMp, "--XyZ\r\nContent-Disposition: form-data;\r\n name=model\r\n\r\nx\r\n--XyZ--",
+                m),
+      FormModel::kAmbiguous);
+  EXPECT_EQ(formModel("multipart/form-data; boundary=" + std::string(71, 'b'), body, m),
+            FormModel::kAmbiguous);
+  // Linear on a hostile body: a long boundary over a body of its first byte.
+  const std::string hostile(8 << 20, '-');
+  EXPECT_EQ(formModel("multipart/form-data; boundary=" + std::string(69, '-') + "x", hostile, m),
+            FormModel::kAmbiguous);
   EXPECT_EQ(formModel(kMp, file + "--XyZ--\r\n", m), FormModel::kNone);
   EXPECT_EQ(formModel(kMp, "--XyZ\r\n\r\nhi\r\n--XyZ--\r\n", m), FormModel::kNone);  // no headers
   // A file part named model is not the field.

@@ -364,19 +364,15 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
     bool next_endpoint = false;
     bool ok = co_await exchange(req, body, route, static_cast<size_t>(idx), lease, next_endpoint);
     if (!next_endpoint) {
-      // SGLang: a decode leg that failed (an error status, or no whole answer) leaves nothing for
-      // the concurrent prefill to serve: it ends now, so its engine request is aborted and its
-      // endpoint's in-flight slot freed at once, not when its own deadline ends. A decode that
-      // timed out while the prefill had not answered either: the prefill is slow too, and its
-      // endpoint's health learns that (a black-holed prefill must open its own breaker, not only
-      // the decode's); any other decode failure is the decode's, and the prefill is given up.
+      // SGLang: a decode leg that failed (an error status, a timeout, or no whole answer)
+      // leaves nothing for the concurrent prefill to serve: it is given up now, so its engine
+      // request is aborted and its endpoint's in-flight slot freed at once, not when its own
+      // deadline ends. Its endpoint's health learns nothing from it: the two legs wait on each
+      // other (decode pulls the prefill's KV), so a stall cannot be pinned on either from here;
+      // the active probes and the prefill's own failures judge that endpoint.
       if (pd_->drain && pd_->drain_request == request_seq_ &&
-          (outcome_.status == 0 || outcome_.status >= 400 || !ok)) {
-        if (leg_.timedOut())
-          pd_->drain->abort(true);
-        else
-          pd_->drain->abandon();
-      }
+          (outcome_.status == 0 || outcome_.status >= 400 || !ok))
+        pd_->drain->abandon();
       co_return ok;
     }
     if (client_gone_) co_return false;

@@ -7,7 +7,9 @@
 // without blocking the worker).
 //
 // Reservation: (prompt estimate + max_tokens) x n, each term clamped to 1e9. max_tokens is the
-// larger of max_tokens, max_completion_tokens and max_output_tokens, else serve --quota-max-tokens. The prompt
+// larger of max_tokens, max_completion_tokens and max_output_tokens, else serve --quota-max-tokens
+// (digit strings count, as pydantic reads them; a count the gateway cannot read makes max_tokens
+// at least --quota-max-tokens and n 1024). The prompt
 // estimate: a token-id prompt's id count, else the rendered prompt's bytes / 4 rounded up (the
 // request facts' one parse; no tokenizer runs on the event loop for it), else, when the facts
 // found no prompt, the body's bytes / 4.
@@ -112,6 +114,12 @@ asio::awaitable<ClientConn::KeyAdmission> ClientConn::admitQuota(const Route& ro
   if (facts_parsed_) {
     if (facts_.max_tokens) max_tokens = *facts_.max_tokens;
     if (facts_.n && *facts_.n > 1) n = std::min<int64_t>(*facts_.n, 1024);
+    // A count the gateway could not read as the engine does: at least the default bound, and
+    // as many choices as it ever counts.
+    if (facts_.counts_unreadable) {
+      max_tokens = std::max(max_tokens, w_.opts.quota_max_tokens);
+      n = 1024;
+    }
   }
   // A body whose prompt the facts did not find (another endpoint's shape, or a walk cut short by
   // a string simdjson refuses): the body's own size stands in for it.

@@ -77,11 +77,15 @@ struct RequestFacts {
   std::optional<int64_t> max_tokens;  // the larger of max_tokens, max_completion_tokens and
                                       // max_output_tokens (the Responses API's)
   std::optional<int64_t> n;           // choices asked for
+  // max_tokens, max_completion_tokens, max_output_tokens or n held a value the gateway cannot
+  // read as the engine does (" 4", 4.5 as a string...): the quota reserves conservatively.
+  bool counts_unreadable = false;
   std::string lora_adapter;           // SGLang "lora_path" (vLLM selects adapters by "model")
 
   // Resets every fact, keeping the strings' capacity (facts are reused per connection).
   void clear() {
     parsed = has_model = model_ambiguous = has_prompt = include_usage = has_stream_options = false;
+    counts_unreadable = false;
     prompt_render_total = prompt_id_count = 0;
     model.clear();
     cache_salt.clear();
