@@ -372,50 +372,75 @@ bool HintIndex::sweep(size_t budget) {
 }
 
 void HintIndex::evictForCapacity() {
-  // Incremental (issue 28 §1.5): each call evicts only the excess over the bound (one holding
-  // per over-bound insert), each victim the worst of kEvictSample holdings drawn at random from
-  // the slab (Redis's approximated LRU/LFU); a slab of at most kEvictSample entries is scanned
-  // whole, so small indexes evict exactly. The exclusive lock is held for O(kEvictSample) work
-  // per victim, never for a pass over the whole index.
+  // Incremental (issue 28 §1.5): an insert over the bound evicts only the excess, each victim
+  // the worst of kEvictSample holdings drawn at random (one random holding of each of
+  // kEvictSample random slab entries: Redis's approximated LRU/LFU); a slab of at most
+  // kEvictSample entries is scanned whole, so small indexes evict exactly. When no sample lands
+  // on a live entry (a sparse slab), a clock hand that persists across calls takes the next
+  // live one, so the bound always holds. An excess larger than kBatchExcess (a policy change
+  // that lowers maxEntries) takes one batch pass instead: nth_element over every holding, O(n)
+  // once rather than O(excess x samples).
   const bool lfu = policy_.eviction == Eviction::kLfu;
   struct Victim {
     uint32_t hits = 0;
     int64_t seen = 0;
-    uint32_t entry = 0, idx = 0;
+    uint32_t entry = 0, replica = 0;
   };
   auto worse = [](const Victim& a, const Victim& b) {
     if (a.hits != b.hits) return a.hits < b.hits;
     if (a.seen != b.seen) return a.seen < b.seen;
     return a.entry < b.entry;
   };
-  auto consider = [&](uint32_t i, bool& have, Victim& v) {
-    const Entry& e = entries_[i];
-    for (uint32_t h = 0; h < e.holders.size(); ++h) {
-      const Holding& x = e.holders[h];
-      Victim c{lfu ? x.hits : 0, x.last_seen_ns, i, h};
-      if (!have || worse(c, v)) v = c, have = true;
-    }
+  auto victimOf = [&](uint32_t i, const Holding& x) {
+    return Victim{lfu ? x.hits : 0, x.last_seen_ns, i, x.replica};
   };
+  auto drop = [&](const Victim& v) {
+    Entry& e = entries_[v.entry];
+    for (size_t h = 0; h < e.holders.size(); ++h)
+      if (e.holders[h].replica == v.replica) {
+        dropHolding(e, h);
+        counters_.evicted_capacity[int(policy_.eviction)].fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+  };
+  if (holdings_ <= policy_.max_entries) return;
+  if (holdings_ - policy_.max_entries > kBatchExcess) {
+    const uint64_t excess = holdings_ - policy_.max_entries;
+    std::vector<Victim> all;
+    all.reserve(holdings_);
+    for (uint32_t i = 0; i < entries_.size(); ++i)
+      for (const Holding& h : entries_[i].holders) all.push_back(victimOf(i, h));
+    std::nth_element(all.begin(), all.begin() + static_cast<ptrdiff_t>(excess - 1), all.end(),
+                     worse);
+    for (size_t k = 0; k < excess; ++k) drop(all[k]);
+    return;
+  }
   while (holdings_ > policy_.max_entries && !entries_.empty()) {
     Victim v;
     bool have = false;
+    auto consider = [&](uint32_t i, const Holding& x) {
+      const Victim c = victimOf(i, x);
+      if (!have || worse(c, v)) v = c, have = true;
+    };
     const size_t n = entries_.size();
     if (n <= kEvictSample) {
-      for (uint32_t i = 0; i < n; ++i) consider(i, have, v);
+      for (uint32_t i = 0; i < n; ++i)
+        for (const Holding& x : entries_[i].holders) consider(i, x);
     } else {
       for (size_t s = 0; s < kEvictSample; ++s) {
         const auto i = static_cast<uint32_t>(evict_rng_.next() % n);
-        if (entries_[i].live()) consider(i, have, v);
+        const Entry& e = entries_[i];
+        if (e.live()) consider(i, e.holders[evict_rng_.next() % e.holders.size()]);
       }
-      // A sparse slab (most entries freed): the next live entry after a random start, within
-      // a bounded walk (else this insert leaves the bound passed by one; the next one evicts).
-      for (size_t k = 0, i = evict_rng_.next() % n; !have && k < 4096 && k < n;
-           ++k, i = (i + 1) % n)
-        if (entries_[i].live()) consider(static_cast<uint32_t>(i), have, v);
+      // The clock hand: the next live entry after the last one it found.
+      for (size_t k = 0; !have && k < n; ++k) {
+        evict_hand_ = (evict_hand_ + 1) % n;
+        const Entry& e = entries_[evict_hand_];
+        if (e.live()) consider(static_cast<uint32_t>(evict_hand_), e.holders.front());
+      }
     }
-    if (!have) break;  // (no holding left: holdings_ is 0)
-    dropHolding(entries_[v.entry], v.idx);
-    counters_.evicted_capacity[int(policy_.eviction)].fetch_add(1, std::memory_order_relaxed);
+    if (!have) break;  // (no live entry at all: holdings_ is 0)
+    drop(v);
   }
 }
 

@@ -15,8 +15,10 @@
 // sweep), and the index holds at most maxEntries holdings: past that the least recently
 // reported (LRU) or least used (LFU: fewest delivered hits, then oldest) holding goes, one per
 // insert over the bound, approximated as Redis does (the worst of kEvictSample holdings drawn at
-// random; exact while the slab has at most kEvictSample entries), so no insert holds the lock
-// for a pass over the index. Scopes and entries that lose their last holding are freed.
+// random; exact while the slab has at most kEvictSample entries; a clock hand when no sample is
+// live), so no insert holds the lock for a pass over the index; an excess over kBatchExcess (a
+// lowered maxEntries) takes one batch pass. Scopes and entries that lose their last holding are
+// freed.
 //
 // Threads: one writer-preferring reader-writer lock (common::RwLock). Lookups (lookup.cc) take it
 // shared and never change membership; the one thing they write is the LFU access count of the
@@ -228,6 +230,8 @@ class HintIndex {
   bool holdsIn(uint32_t replica, std::string_view tenant, std::string_view model) const;
   static constexpr size_t kSummaryScan = 65536;
   static constexpr size_t kEvictSample = 16;  // holdings' entries sampled per capacity victim
+  static constexpr uint64_t kBatchExcess = 65536;  // larger excess: one batch pass
+  size_t evict_hand_ = 0;  // the clock hand of capacity eviction (a sparse slab)
 
   const common::Clock& clock_;
   // Writer-preferring: a steady stream of lookups cannot starve ingest, events and the sweep.

@@ -265,13 +265,13 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
                          "model");
       co_return !client_gone_;
     }
-    facts_parsed_ = st == FactsStatus::kOk;
     // The reader follows the Content-Type, as the engine's does: a form is read as a form even
-    // when its bytes also parse as JSON.
+    // when its bytes also parse as JSON (and its JSON facts are then not the request's).
     const std::string_view ct = head.get("content-type");
     const FormModel form =
         model_matters ? formModel(ct, req.body, form_model_) : FormModel::kNotForm;
-    if (form == FormModel::kNotForm && facts_parsed_) {
+    facts_parsed_ = st == FactsStatus::kOk && form == FormModel::kNotForm;
+    if (facts_parsed_) {
       body_read_ = true;
       body_has_model_ = facts_.has_model;
       if (body_has_model_) body_model_ = facts_.model;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <simdjson.h>
 
+#include <cctype>
 #include <charconv>
 #include <memory>
 #include <string>
@@ -211,24 +212,46 @@ bool wholeNumber(value v, int64_t& out, simdjson::error_code& e) {
 Walk readShape(std::string_view key, value v, routing::RequestFacts& f) {
   simdjson::error_code e = simdjson::SUCCESS;
   if (key == "stream") {
-    // The last member counts (Python's json); one that is not a JSON boolean (0, "false", which
-    // pydantic's lax mode reads) leaves the request's kind unknown: not a stream to the gateway.
+    // The last member counts (Python's json), read as pydantic's lax mode reads a bool: true and
+    // false, 0 and 1, and the strings it accepts; anything else leaves the kind unknown.
     f.stream.reset();
-    bool b;
-    if (!(e = v.get_bool().get(b))) f.stream = b;
+    json_type t;
+    if ((e = v.type().get(t))) return walkOf(e);
+    if (t == json_type::boolean) {
+      bool b;
+      if (!(e = v.get_bool().get(b))) f.stream = b;
+    } else if (t == json_type::number) {
+      int64_t n = -1;
+      if (!v.get_int64().get(n) && (n == 0 || n == 1)) f.stream = n == 1;
+      e = simdjson::SUCCESS;
+    } else if (t == json_type::string) {
+      std::string_view sv;
+      if (!(e = v.get_string().get(sv)) && sv.size() <= 5) {
+        std::string l(sv);
+        for (char& c : l) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (l == "true" || l == "1" || l == "yes" || l == "on" || l == "t" || l == "y")
+          f.stream = true;
+        else if (l == "false" || l == "0" || l == "no" || l == "off" || l == "f" || l == "n")
+          f.stream = false;
+      }
+      e = simdjson::SUCCESS;
+    }
   } else if (key == "max_tokens" || key == "max_completion_tokens" || key == "max_output_tokens" ||
              key == "n") {
     json_type t;
     if ((e = v.type().get(t))) return walkOf(e);
-    if (key == "n") f.n.reset();  // (the last member counts)
-    if (t == json_type::null) return Walk::kOk;  // null: the engine's default
+    // The last member of each name counts (Python's json); null is the engine's default.
+    std::optional<int64_t>& slot = key == "n"                       ? f.n
+                                   : key == "max_tokens"            ? f.count_fields[0]
+                                   : key == "max_completion_tokens" ? f.count_fields[1]
+                                                                    : f.count_fields[2];
+    slot.reset();
+    if (t == json_type::null) return Walk::kOk;
     int64_t n = 0;
     if (!wholeNumber(v, n, e))
       f.counts_unreadable = true;  // the engine may read a count the gateway cannot
-    else if (key == "n")
-      f.n = n;
     else
-      f.max_tokens = std::max(n, f.max_tokens.value_or(0));
+      slot = n;
   } else if (key == "lora_path") {
     std::string_view s;
     if (!(e = v.get_string().get(s))) f.lora_adapter.assign(s);
@@ -469,6 +492,9 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
         renderMessages(mv, r) != Walk::kOk)
       out.has_prompt = false;
   }
+  // max_tokens: the larger of the three names' (last) values.
+  for (const auto& c : out.count_fields)
+    if (c) out.max_tokens = std::max(*c, out.max_tokens.value_or(0));
   out.prompt_render_total = r.total;
   out.parsed = status == FactsStatus::kOk;
   if (!out.parsed) out.has_prompt = false;

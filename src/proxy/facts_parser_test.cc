@@ -181,9 +181,17 @@ TEST(Facts, NumericStringsAndAByteOrderMark) {
   EXPECT_EQ(f.max_tokens, 64);
   EXPECT_EQ(f.n, 2);
   EXPECT_FALSE(f.counts_unreadable);
-  // The last "stream" counts; one that is not a boolean leaves the kind unknown.
+  // The last "stream" counts, read as pydantic's lax bool; anything else leaves it unknown.
   ASSERT_EQ(parse(R"({"stream":true,"stream":0})", f, needs), FactsStatus::kOk);
-  EXPECT_FALSE(f.stream);
+  EXPECT_EQ(f.stream, false);
+  ASSERT_EQ(parse(R"({"stream":"True"})", f, needs), FactsStatus::kOk);
+  EXPECT_EQ(f.stream, true);
+  ASSERT_EQ(parse(R"({"stream":true,"stream":"maybe"})", f, needs), FactsStatus::kOk);
+  EXPECT_FALSE(f.stream.has_value());
+  // Each count's last member counts: a later null is the engine's default (not the 1 before).
+  ASSERT_EQ(parse(R"({"max_tokens":1,"max_tokens":null,"max_completion_tokens":7})", f, needs),
+            FactsStatus::kOk);
+  EXPECT_EQ(f.max_tokens, 7);
   ASSERT_EQ(parse("\xEF\xBB\xBF{\"model\":\"bom\"}", f, needs), FactsStatus::kOk);
   EXPECT_EQ(f.model, "bom");
 }

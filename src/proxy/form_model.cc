@@ -73,8 +73,21 @@ struct Params {
   }
 };
 
+constexpr size_t kMaxParams = 16;        // parameters in one header value
+constexpr size_t kMaxHeaderLine = 4096;  // python-multipart caps a header at 4,224 bytes
+
+// RFC 7230 token characters: what every reader takes as an unquoted parameter value.
+bool tokenChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
 Params parseParams(std::string_view value) {
   Params p;
+  if (value.size() > kMaxHeaderLine) {
+    p.bad = true;
+    return p;
+  }
   for (char c : value)
     if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') ||
         static_cast<unsigned char>(c) > 0x7e) {
@@ -82,6 +95,12 @@ Params parseParams(std::string_view value) {
       return p;
     }
   size_t i = value.find(';');
+  // The value before the parameters (a media type, or the disposition type "form-data"): a
+  // quote or a backslash there shifts how Python's parser pairs the quotes that follow.
+  if (value.substr(0, i).find_first_of("\"\\") != std::string_view::npos) {
+    p.bad = true;
+    return p;
+  }
   auto sp = [&] {
     while (i < value.size() && (value[i] == ' ' || value[i] == '\t')) ++i;
   };
@@ -118,17 +137,15 @@ Params parseParams(std::string_view value) {
       i = close + 1;
     } else {
       const size_t v0 = i;
-      while (i < value.size() && value[i] != ';' && value[i] != ' ' && value[i] != '\t' &&
-             value[i] != '"')
-        ++i;
+      while (i < value.size() && tokenChar(value[i])) ++i;
       v = value.substr(v0, i - v0);
-      if (v.empty() || v.front() == '<') {
+      if (v.empty()) {  // ('<', ',', '/' and the like end a token: refused below)
         p.bad = true;
         return p;
       }
     }
-    if (p.get(name)) {
-      p.bad = true;  // a parameter given twice
+    if (p.items.size() >= kMaxParams || p.get(name)) {
+      p.bad = true;  // a parameter given twice, or too many to check cheaply
       return p;
     }
     p.items.emplace_back(name, v);
@@ -225,6 +242,9 @@ FormModel multipart(const Params& ct, std::string_view body, std::string& model)
       line = end + 2;
     }
     if (disposition) {
+      // Only "form-data" parts are read alike (the type is otherwise ignored by Starlette).
+      if (!http::iequals(trim(disposition->substr(0, disposition->find(';'))), "form-data"))
+        return FormModel::kAmbiguous;
       const Params d = parseParams(*disposition);
       const auto name = d.get("name");
       if (d.bad || !name || name->find('%') != std::string_view::npos) return FormModel::kAmbiguous;
@@ -243,9 +263,16 @@ FormModel multipart(const Params& ct, std::string_view body, std::string& model)
 
 FormModel formModel(std::string_view content_type, std::string_view body, std::string& model) {
   model.clear();
+  // A Content-Type the engine may read otherwise: bytes Python strips as whitespace (0x85, 0xA0)
+  // or any other non-ASCII byte, or a form type in another case (Starlette compares it exactly
+  // when parameters follow).
+  for (char c : content_type)
+    if (static_cast<unsigned char>(c) >= 0x80) return FormModel::kAmbiguous;
   const std::string_view type = mediaType(content_type);
   const bool url = http::iequals(type, "application/x-www-form-urlencoded");
   if (!url && !http::iequals(type, "multipart/form-data")) return FormModel::kNotForm;
+  if (type != "application/x-www-form-urlencoded" && type != "multipart/form-data")
+    return FormModel::kAmbiguous;
   const Params ct = parseParams(content_type);
   if (ct.bad || !utf8Charset(ct)) return FormModel::kAmbiguous;
   return url ? urlencoded(body, model) : multipart(ct, body, model);

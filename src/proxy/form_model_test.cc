@@ -24,8 +24,15 @@ TEST(FormModel, UrlencodedPairs) {
   EXPECT_EQ(formModel(kUrl, "model=a%zzb", m), FormModel::kOne);  // an invalid escape stays
   EXPECT_EQ(m, "a%zzb");
   EXPECT_EQ(formModel(kUrl, "a=1&b=2", m), FormModel::kNone);
-  EXPECT_EQ(formModel("Application/X-WWW-Form-Urlencoded; charset=utf-8", "model=x", m),
+  EXPECT_EQ(formModel("application/x-www-form-urlencoded; charset=utf-8", "model=x", m),
             FormModel::kOne);
+  // The third review: a form type in another case (Starlette compares it exactly), a non-ASCII
+  // byte Python strips as whitespace: refused, not read as a form or as no form.
+  EXPECT_EQ(formModel("Application/X-WWW-Form-Urlencoded; charset=utf-8", "model=x", m),
+            FormModel::kAmbiguous);
+  EXPECT_EQ(formModel("multipart/form-data\xa0; boundary=XyZ", "model=x", m),
+            FormModel::kAmbiguous);
+  EXPECT_EQ(formModel("application/json\x85", "{}", m), FormModel::kAmbiguous);
   // Repeated, not valid UTF-8 after decoding, or read differently with ';' as a separator.
   for (std::string_view b : {"model=a&model=b", "model=%ff", "x=1;model=secret", "model=a;b",
                              "model=caf\xc3\xa9"})  // (raw non-ASCII: latin-1 to Starlette)
@@ -56,6 +63,23 @@ TEST(FormModel, MultipartParts) {
         std::string("form-data; name=model\xa0")}) {                 // [whitespace stripped]
     const std::string b = part(d, "secret") + "--XyZ--\r\n";
     EXPECT_EQ(formModel(kMp, b, m), FormModel::kAmbiguous) << d;
+  }
+  // The third review's desync: a quote in the disposition type pairs the later quotes
+  // differently in Python's parser; a type other than form-data; a token ended by ','; too many
+  // parameters (each checked against the others).
+  {
+    const std::string b = part("form-data; name=model", "A") +
+                          part("\"; a=\"; name=model; b=\"; name=x", "B") + "--XyZ--\r\n";
+    EXPECT_EQ(formModel(kMp, b, m), FormModel::kAmbiguous);
+  }
+  EXPECT_EQ(formModel(kMp, part("attachment; name=model", "B") + "--XyZ--", m),
+            FormModel::kAmbiguous);
+  EXPECT_EQ(formModel(kMp, part("form-data; name=model,x", "B") + "--XyZ--", m),
+            FormModel::kAmbiguous);
+  {
+    std::string many = "form-data; name=q";
+    for (int i = 0; i < 20; ++i) many += "; p" + std::to_string(i) + "=1";
+    EXPECT_EQ(formModel(kMp, part(many, "B") + "--XyZ--", m), FormModel::kAmbiguous);
   }
   // A ';' inside a quoted value: both readers see the name zzz, not model.
   EXPECT_EQ(formModel(kMp, part("form-data; x=\";name=model;\"; name=\"zzz\"", "s") + "--XyZ--", m),

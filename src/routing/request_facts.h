@@ -9,6 +9,7 @@
 // is routed without that key and the engine answers it. Only bytes that are not JSON at all are
 // the gateway's 400 invalid_json.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -80,12 +81,16 @@ struct RequestFacts {
   // max_tokens, max_completion_tokens, max_output_tokens or n held a value the gateway cannot
   // read as the engine does (" 4", 4.5 as a string...): the quota reserves conservatively.
   bool counts_unreadable = false;
+  // The last value of max_tokens, max_completion_tokens and max_output_tokens (the parser's;
+  // max_tokens above is their maximum).
+  std::array<std::optional<int64_t>, 3> count_fields;
   std::string lora_adapter;           // SGLang "lora_path" (vLLM selects adapters by "model")
 
   // Resets every fact, keeping the strings' capacity (facts are reused per connection).
   void clear() {
     parsed = has_model = model_ambiguous = has_prompt = include_usage = has_stream_options = false;
     counts_unreadable = false;
+    count_fields = {};
     prompt_render_total = prompt_id_count = 0;
     model.clear();
     cache_salt.clear();
