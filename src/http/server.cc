@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "common/hex.h"
+#include "common/percent.h"
 #include "common/json_escape.h"
 #include "common/log.h"
 #include "http/chunked.h"
@@ -21,24 +21,6 @@ struct Server::State {
   std::shared_ptr<TlsFiles> tls;
 };
 
-namespace {
-std::string percentDecode(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '%' && i + 2 < s.size() && hexDigitValue(s[i + 1]) >= 0 && hexDigitValue(s[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(hexDigitValue(s[i + 1]) * 16 + hexDigitValue(s[i + 2])));
-      i += 2;
-    } else if (s[i] == '+') {
-      out.push_back(' ');
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-}  // namespace
-
 std::string Request::header(std::string_view name) const {
   for (auto& [k, v] : headers)
     if (iequals(k, name)) return v;
@@ -51,9 +33,9 @@ std::optional<std::string> Request::queryParam(std::string_view name) const {
     size_t amp = q.find('&');
     std::string_view item = q.substr(0, amp);
     size_t eq = item.find('=');
-    std::string key = percentDecode(item.substr(0, eq));
+    std::string key = percentDecode(item.substr(0, eq), true);
     if (key == name)
-      return eq == std::string_view::npos ? std::string() : percentDecode(item.substr(eq + 1));
+      return eq == std::string_view::npos ? std::string() : percentDecode(item.substr(eq + 1), true);
     if (amp == std::string_view::npos) break;
     q.remove_prefix(amp + 1);
   }

@@ -1,6 +1,7 @@
 #include "http/target.h"
 
 #include "common/hex.h"
+#include "common/percent.h"
 
 namespace kvgate::http {
 namespace {
@@ -101,16 +102,7 @@ std::string normalizeTarget(std::string_view target, NormalizedTarget& out) {
   // 2. Dot segments.
   out.forward = removeDotSegments(decoded);
   // 3. What the engine's router compares: every remaining escape decoded.
-  out.match.reserve(out.forward.size());
-  for (size_t i = 0; i < out.forward.size(); ++i) {
-    if (out.forward[i] == '%') {  // (well formed: written above)
-      out.match.push_back(static_cast<char>(hexDigitValue(out.forward[i + 1]) * 16 +
-                                            hexDigitValue(out.forward[i + 2])));
-      i += 2;
-    } else {
-      out.match.push_back(out.forward[i]);
-    }
-  }
+  out.match = percentDecode(out.forward, false);
   out.forward.append(query);
   return {};
 }

@@ -2,53 +2,15 @@
 
 #include <string.h>
 
-#include <cstdint>
 #include <optional>
 #include <vector>
 
-#include "common/hex.h"
+#include "common/percent.h"
+#include "common/utf8.h"
 #include "http/parser.h"
 
 namespace kvgate::proxy {
 namespace {
-
-// Python's unquote_plus: '+' is a space, %XY decoded, an invalid escape kept as written.
-std::string unquotePlus(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '+') {
-      out.push_back(' ');
-    } else if (s[i] == '%' && i + 2 < s.size() && hexDigitValue(s[i + 1]) >= 0 &&
-               hexDigitValue(s[i + 2]) >= 0) {
-      out.push_back(static_cast<char>(hexDigitValue(s[i + 1]) * 16 + hexDigitValue(s[i + 2])));
-      i += 2;
-    } else {
-      out.push_back(s[i]);
-    }
-  }
-  return out;
-}
-
-// Strict UTF-8 (no overlongs, surrogates or values past U+10FFFF): the engine decodes the
-// field's bytes as UTF-8, replacing what is not, so only valid text reads the same on both sides.
-bool validUtf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
-    for (size_t k = 1; k < n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xc0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3f);
-    }
-    static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-    i += n;
-  }
-  return true;
-}
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -61,8 +23,10 @@ std::string_view mediaType(std::string_view ct) { return trim(ct.substr(0, ct.fi
 // A header value's parameters (`type; a=b; c="d"`), read strictly: only a form every reader
 // reads alike is accepted, anything else marks the value `bad` (the caller then refuses): a byte
 // outside printable ASCII and tab, a parameter name outside [A-Za-z0-9._-] (so no RFC 2231
-// `name*`), a name given twice (readers keep the first or the last), a quoted value with a
-// backslash (escapes differ), an unquoted value with '<' (python-multipart strips <...>).
+// `name*`), a name given twice (readers keep the first or the last), a quote or backslash
+// before the parameters, a quoted value with a backslash (escapes differ), an unquoted value
+// beyond RFC 7230 token characters (python-multipart strips <...> and older versions stop at
+// ',' or '/'), more than kMaxParams parameters or a value over kMaxHeaderLine bytes.
 struct Params {
   std::vector<std::pair<std::string_view, std::string_view>> items;
   bool bad = false;
@@ -180,10 +144,11 @@ FormModel urlencodedWith(std::string_view body, std::string_view seps, std::stri
     if (amp == std::string_view::npos) amp = body.size();
     std::string_view pair = body.substr(start, amp - start);
     const size_t eq = pair.find('=');
-    if (!pair.empty() && unquotePlus(pair.substr(0, eq)) == "model") {
+    if (!pair.empty() && percentDecode(pair.substr(0, eq), true) == "model") {
       if (++found > 1) return FormModel::kAmbiguous;
-      model = unquotePlus(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1));
-      if (model.size() > kMaxFormModel || !validUtf8(model)) return FormModel::kAmbiguous;
+      model = percentDecode(eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1),
+                            true);
+      if (model.size() > kMaxFormModel || !isValidUtf8(model)) return FormModel::kAmbiguous;
     }
     start = amp + 1;
   }
@@ -251,7 +216,7 @@ FormModel multipart(const Params& ct, std::string_view body, std::string& model)
       if (*name == "model" && !d.get("filename")) {  // a file part is not the field
         if (++found > 1) return FormModel::kAmbiguous;
         model.assign(body.substr(data, next - data));
-        if (model.size() > kMaxFormModel || !validUtf8(model)) return FormModel::kAmbiguous;
+        if (model.size() > kMaxFormModel || !isValidUtf8(model)) return FormModel::kAmbiguous;
       }
     }
     pos = next + 2;  // at the delimiter

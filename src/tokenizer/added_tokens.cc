@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "tokenizer/unicode.h"
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace kvgate::tok {
 

@@ -9,7 +9,7 @@
 #include <queue>
 #include <unordered_map>
 
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace kvgate::tok {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "tokenizer/unicode.h"
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace kvgate::tok {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace kvgate::tok {
 

@@ -7,7 +7,7 @@
 
 #include "tokenizer/split_patterns.h"
 #include "tokenizer/split_regex.h"
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace kvgate::tok {
 

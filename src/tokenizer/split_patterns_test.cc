@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "tokenizer/pretokenizer.h"
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace kvgate::tok {
 namespace {

@@ -10,7 +10,7 @@
 
 #include "common/json_depth.h"
 #include "tokenizer/chat.h"
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace kvgate::tok {
 namespace {

@@ -1,12 +1,13 @@
-// UTF-8 helpers for the tokenizer: decoding one code point, and making arbitrary bytes valid
-// UTF-8 the way the reference binding sees them (WHATWG decoding: each maximal invalid subpart
-// becomes U+FFFD, as Node's Buffer->string and TextDecoder do before HF tokenizers gets a &str).
+// UTF-8 helpers (the tokenizer's, and the data plane's form reader): decoding one code point,
+// checking text is valid UTF-8, and making arbitrary bytes valid UTF-8 the way the reference
+// binding sees them (WHATWG decoding: each maximal invalid subpart becomes U+FFFD, as Node's
+// Buffer->string and TextDecoder do before HF tokenizers gets a &str).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <string_view>
 
-namespace kvgate::tok {
+namespace kvgate {
 
 // Decodes the code point at s[i] of VALID UTF-8 and advances i.
 inline uint32_t nextCodePoint(std::string_view s, size_t& i) {
@@ -83,6 +84,14 @@ inline size_t validSequence(std::string_view s, size_t i, size_t* bad) {
   return 0;
 }
 
+// True when `s` is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+inline bool isValidUtf8(std::string_view s) {
+  size_t bad = 0;
+  for (size_t i = 0, n; i < s.size(); i += n)
+    if ((n = validSequence(s, i, &bad)) == 0) return false;
+  return true;
+}
+
 // Returns true when `s` is valid UTF-8; otherwise writes the WHATWG-repaired text to *fixed.
 inline bool repairUtf8(std::string_view s, std::string* fixed) {
   size_t i = 0;
@@ -108,4 +117,4 @@ inline bool repairUtf8(std::string_view s, std::string* fixed) {
   return false;
 }
 
-}  // namespace kvgate::tok
+}  // namespace kvgate
