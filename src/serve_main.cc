@@ -85,12 +85,6 @@ bool parseMs(const char* v, std::chrono::milliseconds& out) {
   return true;
 }
 
-bool isLoopback(const std::string& host) {
-  error_code ec;
-  auto a = asio::ip::make_address(host, ec);
-  return !ec && a.is_loopback();
-}
-
 struct ServeFlags {
   std::string api_listen = "127.0.0.1:11111";
   std::string api_token_file;
@@ -334,11 +328,11 @@ int serveMain(int argc, char** argv) {
       return 2;
     }
     api_tokens = std::move(*t);
-  } else if (!isLoopback(hp->host) && flags.api_insecure) {
+  } else if (!net::isLoopbackLiteral(hp->host) && flags.api_insecure) {
     log::warn("serve", "the management API listens on " + hp->host +
                            " and has no authentication (--api-insecure): anyone who reaches it "
                            "can change the rules");
-  } else if (!isLoopback(hp->host)) {
+  } else if (!net::isLoopbackLiteral(hp->host)) {
     std::fprintf(stderr,
                  "kvgate serve: --api-listen %s is not a loopback address and the API has no\n"
                  "  --api-token-file: anyone who reaches it could change every rule. Give a token\n"

@@ -1,6 +1,7 @@
 #include "common/net.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include <charconv>
 
@@ -11,6 +12,17 @@ bool isIpLiteral(std::string_view s) {
   std::string z(s);
   unsigned char buf[16];
   return inet_pton(AF_INET, z.c_str(), buf) == 1 || inet_pton(AF_INET6, z.c_str(), buf) == 1;
+}
+
+bool isLoopbackLiteral(std::string_view s) {
+  if (s.size() > 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
+  if (s.empty() || s.size() > 64) return false;
+  std::string z(s.substr(0, s.find('%')));
+  in_addr v4{};
+  if (inet_pton(AF_INET, z.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, z.c_str(), &v6) != 1) return false;
+  return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
 }
 
 bool parseUint(std::string_view s, uint64_t max, uint64_t& out) {

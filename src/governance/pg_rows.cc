@@ -2,15 +2,14 @@
 // Each change and the generation bump are one statement (data-modifying CTE), hence atomic. The
 // schema is created under an advisory lock, so replicas starting together do not race. A broken
 // connection is re-established on the next call (PQreset); connect_timeout bounds a dead server.
-#include <arpa/inet.h>
 #include <libpq-fe.h>
-#include <netinet/in.h>
 
 #include <cstdlib>
 #include <set>
 #include <vector>
 
 #include "common/log.h"
+#include "common/net.h"
 #include "governance/row_store.h"
 
 namespace kvgate::governance {
@@ -145,13 +144,8 @@ namespace {
 // A libpq host list entry that never leaves this machine: a Unix socket directory, "localhost",
 // or a literal loopback address (a name such as 127.db.example is not one).
 bool localHost(std::string_view h) {
-  if (h.empty() || h.front() == '/' || h.front() == '@' || h == "localhost") return true;
-  std::string a(h);
-  if (a.size() > 2 && a.front() == '[' && a.back() == ']') a = a.substr(1, a.size() - 2);
-  in_addr v4{};
-  if (inet_pton(AF_INET, a.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6{};
-  return inet_pton(AF_INET6, a.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+  return h.empty() || h.front() == '/' || h.front() == '@' || h == "localhost" ||
+         net::isLoopbackLiteral(h);
 }
 
 // Every entry of a comma-separated host (or hostaddr) list is local.

@@ -1,36 +1,28 @@
 #include "hints/ingest_auth.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
+
+#include "common/net.h"
 
 namespace kvgate::hints {
 
 bool isLoopbackPeer(std::string_view peer) {
   if (peer.starts_with("unix:")) return true;
-  std::string addr;
   if (peer.starts_with("ipv4:")) {
-    std::string_view a = peer.substr(5);
-    addr.assign(a.substr(0, a.rfind(':')));
-    in_addr v4{};
-    return inet_pton(AF_INET, addr.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+    const std::string_view a = peer.substr(5);
+    return net::isLoopbackLiteral(a.substr(0, a.rfind(':')));
   }
   if (peer.starts_with("ipv6:")) {
     // gRPC writes "ipv6:[::1]:port", URI-escaped as "ipv6:%5B::1%5D:port" by newer versions.
     std::string a(peer.substr(5));
     for (std::string_view esc : {"%5B", "%5b"})
       if (a.starts_with(esc)) a.replace(0, 3, "[");
-    size_t close = a.find("%5D");
-    if (close == std::string::npos) close = a.find("%5d");
-    if (close != std::string::npos) a.replace(close, 3, "]");
-    if (a.empty() || a.front() != '[' || (close = a.find(']')) == std::string::npos) return false;
-    addr = a.substr(1, close - 1);
-    if (const size_t zone = addr.find('%'); zone != std::string::npos) addr.resize(zone);
-    in6_addr v6{};
-    if (inet_pton(AF_INET6, addr.c_str(), &v6) != 1) return false;
-    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
-    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+    for (std::string_view esc : {"%5D", "%5d"})
+      if (const size_t at = a.find(esc); at != std::string::npos) a.replace(at, 3, "]");
+    const size_t close = a.find(']');
+    return !a.empty() && a.front() == '[' && close != std::string::npos &&
+           net::isLoopbackLiteral(std::string_view(a).substr(0, close + 1));
   }
   return false;
 }
