@@ -251,10 +251,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string_view ruleHeaders() const {
     return outcome_.route ? std::string_view(outcome_.route->rule.hsts_header) : std::string_view();
   }  // loxilb_ai_requests_total, once per request (metrics/ai_requests.h)
-  // retry_after_s > 0: a Retry-After header (429 of a key's rate limit).
   std::string_view bodyModelOr(const Request& req, std::string_view header_model) const;
-  static bool jsonBody(const http::RequestHead& head);
+  static bool jsonBody(std::string_view content_type);
   void refuse(Refusal r);  // counts a refusal of an unreadable request (rule_stats.h)
+  // retry_after_s > 0: a Retry-After header (429 of a key's rate limit).
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
                                   std::string_view param = {}, bool close = false,
                                   int64_t retry_after_s = 0);

@@ -157,8 +157,7 @@ std::string_view ClientConn::bodyModelOr(const Request& req, std::string_view he
 }
 
 // A body the engine parses as JSON: Content-Type absent or application/json (or any +json type).
-bool ClientConn::jsonBody(const http::RequestHead& head) {
-  std::string_view ct = head.get("content-type");
+bool ClientConn::jsonBody(std::string_view ct) {
   ct = ct.substr(0, ct.find(';'));
   while (!ct.empty() && (ct.back() == ' ' || ct.back() == '\t')) ct.remove_suffix(1);
   if (ct.empty()) return true;
@@ -218,12 +217,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     route = cfg->find(host, path, model, host_path_matched);
     if (route) needs = route->needs & routing::kBodyNeeds;
   }
-  // A listener with credential-checked rules also reads the body's model (the one the engine
-  // serves): a key's allowed models are checked against it, and an X-Model that names another is
-  // refused, so a header cannot carry a request past a check or to a rule without one. A body
-  // that is not JSON is then no reason to refuse (a multipart upload): it has no model.
   const uint32_t own_needs = needs;
-  if (cfg->checks_credentials) needs |= routing::kNeedModel;
   // Where a quota may apply (credentials are checked, or shared-VIP defaults exist), the same
   // parse gives the quota stage its estimate: prompt size, max_tokens, stream (quota_gate.cc).
   resetQuota();
@@ -236,13 +230,17 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   }
   // Where the model decides something (a pool, a key's allowed models, a quota), the body is
   // read for it whatever the route needs, and the gateway never acts on a model it could not
-  // read exactly as the engine will (governance.md, "Reading requests as the engine does").
-  const bool model_matters = cfg->has_model_pools || cfg->checks_credentials || metered;
+  // read exactly as the engine will (governance.md, "Reading requests as the engine does"): a
+  // key's allowed models are checked against the body's model, and an X-Model that names another
+  // is refused, so a header cannot carry a request past a check or to a rule without one.
+  // (`metered` covers every credential-checked listener.)
+  const bool model_matters = cfg->has_model_pools || metered;
   if (model_matters) needs |= routing::kNeedModel;
   facts_parsed_ = body_read_ = body_has_model_ = false;
   body_model_ = {};
   if (needs && !req.body.empty()) {
-    const bool json = jsonBody(head);
+    const std::string_view ct = head.get("content-type");
+    const bool json = jsonBody(ct);
     auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity, needs,
                          w_.opts.prefix_key_bytes, facts_);
     if (st == FactsStatus::kInvalidJson && json && (own_needs != 0 || cfg->checks_credentials)) {
@@ -267,7 +265,6 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     }
     // The reader follows the Content-Type, as the engine's does: a form is read as a form even
     // when its bytes also parse as JSON (and its JSON facts are then not the request's).
-    const std::string_view ct = head.get("content-type");
     const FormModel form =
         model_matters ? formModel(ct, req.body, form_model_) : FormModel::kNotForm;
     facts_parsed_ = st == FactsStatus::kOk && form == FormModel::kNotForm;
