@@ -53,6 +53,7 @@ class BlockTable {
   size_t used() const { return used_; }  // slots holding a key
   size_t dead() const { return dead_; }  // of those, slots whose mask is 0
   size_t longestProbe() const { return longest_probe_; }  // slots the longest insert walked
+  size_t slotOf(uint64_t fp) const { return slot(fp == 0 ? 1 : fp); }  // a key's home (tests)
   size_t bytes() const { return cap_ * sizeof(Slot); }
   bool needsRebuild() const { return used_ * 10 > cap_ * 7 || (dead_ > 4096 && dead_ * 2 > used_); }
   // A new table holding this one's live entries, sized for them with room to grow; `dropped`
@@ -65,11 +66,6 @@ class BlockTable {
     std::atomic<uint64_t> mask{0};
   };
   size_t slot(uint64_t k) const { return static_cast<size_t>(keyedMix(k, key_)) & (cap_ - 1); }
-
- public:
-  size_t slotOf(uint64_t fp) const { return slot(fp == 0 ? 1 : fp); }  // (tests)
-
- private:
   struct Free {
     size_t bytes;
     void operator()(Slot* p) const;

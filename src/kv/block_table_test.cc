@@ -24,31 +24,28 @@ uint64_t inverseOdd(uint64_t a) {  // a^-1 mod 2^64 (Newton)
   for (int i = 0; i < 6; ++i) x *= 2 - a * x;
   return x;
 }
-// The former BlockTable slot mix: k ^= k >> 31; k *= 0x9e37...; k ^= k >> 29.
-uint64_t oldBlockMix(uint64_t k) {
-  k ^= k >> 31;
-  k *= 0x9e3779b97f4a7c15ULL;
-  return k ^ (k >> 29);
-}
-uint64_t oldBlockMixInverse(uint64_t y) {
-  return unXorShift(unXorShift(y, 29) * inverseOdd(0x9e3779b97f4a7c15ULL), 31);
-}
-// The former U64Map slot mix: k ^= k >> 33; k *= 0xff51...; k ^= k >> 33.
-uint64_t oldMapMix(uint64_t k) {
-  k ^= k >> 33;
-  k *= 0xff51afd7ed558ccdULL;
-  return k ^ (k >> 33);
-}
-uint64_t oldMapMixInverse(uint64_t y) {
-  return unXorShift(unXorShift(y, 33) * inverseOdd(0xff51afd7ed558ccdULL), 33);
-}
+// The tables' former public slot mixes, both k ^= k >> s1; k *= m; k ^= k >> s2 (BlockTable:
+// 31, 0x9e3779b97f4a7c15, 29; U64Map: 33, 0xff51afd7ed558ccd, 33), and their inverses.
+struct XorMulXor {
+  int s1;
+  uint64_t m;
+  int s2;
+  uint64_t operator()(uint64_t k) const {
+    k ^= k >> s1;
+    k *= m;
+    return k ^ (k >> s2);
+  }
+  uint64_t inverse(uint64_t y) const { return unXorShift(unXorShift(y, s2) * inverseOdd(m), s1); }
+};
+constexpr XorMulXor kOldBlockMix{31, 0x9e3779b97f4a7c15ULL, 29};
+constexpr XorMulXor kOldMapMix{33, 0xff51afd7ed558ccdULL, 33};
 
 TEST(HashFlooding, KeysCollidingUnderThePublicMixSpreadInTheBlockTable) {
   constexpr size_t kCap = 1 << 16;
   std::vector<uint64_t> keys;
   for (uint64_t i = 1; i <= 20000; ++i) {  // every one with old home slot 0 of a 2^16 table
-    const uint64_t k = oldBlockMixInverse(i << 16);
-    ASSERT_EQ(oldBlockMix(k) & (kCap - 1), 0u);
+    const uint64_t k = kOldBlockMix.inverse(i << 16);
+    ASSERT_EQ(kOldBlockMix(k) & (kCap - 1), 0u);
     keys.push_back(k);
   }
   BlockTable t(kCap);
@@ -89,8 +86,8 @@ TEST(HashFlooding, ProbesNeverPassTheBound) {
 TEST(HashFlooding, KeysCollidingUnderThePublicMixSpreadInTheFlatMap) {
   U64Map m;
   std::vector<uint64_t> keys;
-  for (uint64_t i = 1; i <= 4096; ++i) keys.push_back(oldMapMixInverse(i << 20));
-  for (uint64_t k : keys) ASSERT_EQ(oldMapMix(k) & ((1u << 20) - 1), 0u);
+  for (uint64_t i = 1; i <= 4096; ++i) keys.push_back(kOldMapMix.inverse(i << 20));
+  for (uint64_t k : keys) ASSERT_EQ(kOldMapMix(k) & ((1u << 20) - 1), 0u);
   for (uint64_t k : keys) m.insert(k, k);
   std::map<size_t, size_t> per_home;
   size_t worst = 0;

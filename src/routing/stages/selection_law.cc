@@ -112,20 +112,13 @@ LawResult peerLaw(std::span<const LawCandidate> c, const LawParams& p, int argma
       return p.prompt_blocks > 0 && double(c[i].overlap) >= 0.8 * double(p.prompt_blocks) &&
              token_load(i) <= tau;
     };
-    // Least token load, then least load, then lowest index, within `keep`.
-    auto pick = [&](auto keep) {
-      int b = -1;
-      for (size_t i = 0; i < c.size(); ++i) {
-        if (!keep(i)) continue;
-        const size_t j = static_cast<size_t>(b);
-        if (b < 0 || token_load(i) < token_load(j) ||
-            (token_load(i) == token_load(j) && c[i].load < c[j].load))
-          b = static_cast<int>(i);
-      }
-      return b;
+    // Least token load, then less load, then lower index.
+    auto lighter = [&](std::span<const LawCandidate> cs, size_t a, size_t b) {
+      if (token_load(a) != token_load(b)) return token_load(a) < token_load(b);
+      return lessLoaded(cs, a, b);
     };
-    r.index = pick(affine);
-    if (r.index < 0) r.index = pick([](size_t) { return true; });
+    r.index = best(c, affine, lighter);
+    if (r.index < 0) r.index = best(c, [](size_t) { return true; }, lighter);
   } else {  // llm-d
     int64_t wmin = -1, wmax = -1;
     for (const auto& x : c) {
