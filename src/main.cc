@@ -35,7 +35,8 @@ static void usage(FILE* out) {
                "  ctl     manage a running gateway over its REST API\n"
                "  bench   load generators (bench sse: SSE relay delay; bench fleet: routing "
                "policies compared\n"
-               "          on a fleet; bench tokenize)\n"
+               "          on a fleet; bench tokenize; bench lookup; bench quota: shared quota\n"
+               "          store admissions/s; bench relay: a TCP relay adding delay)\n"
                "  tokenize  print a prompt's token ids as the gateway computes them\n\n"
                "Run 'kvgate <command> --help' for the flags of each command.\n");
 }

@@ -50,6 +50,8 @@ const char* kServeHelp =
     "                             requests pass uncounted)\n"
     "  --redis-auth-file FILE     Redis credentials (mode 0600): a password=SECRET line and\n"
     "                             optionally user=NAME (a Redis 6 ACL user); AUTH on connect\n"
+    "  --redis-pipeline N         at most N quota script calls per Redis round trip, on each of\n"
+    "                             the admission and settlement connections (1..4096, default 128)\n"
     "  --workers N                data-plane worker threads (default: one per core)\n"
     "  --max-header-bytes N       request head limit, larger gets 431 (default 16384)\n"
     "  --max-body-bytes N         request body limit, larger gets 413 (default 33554432)\n"
@@ -95,6 +97,7 @@ struct ServeFlags {
   std::string state_db;  // PostgreSQL conninfo for governance state shared by replicas
   std::string redis;     // host:port of the Redis holding quota counters shared by replicas
   std::string redis_auth_file;  // its credentials
+  uint64_t redis_pipeline = governance::RedisCounters::kDefaultPipeline;
   std::string models_dir;
   proxy::ProxyOptions opts;
 };
@@ -141,6 +144,9 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
       f.redis = next();
     } else if (a == "--redis-auth-file") {
       f.redis_auth_file = next();
+    } else if (a == "--redis-pipeline") {
+      ok = net::parseUint(next(), governance::RedisCounters::kMaxPipeline, f.redis_pipeline) &&
+           f.redis_pipeline > 0;
     } else if (a == "--workers") {
       ok = net::parseUint(next(), 256, x) && x > 0;
       opts.workers = static_cast<int>(x);
@@ -412,6 +418,7 @@ int serveMain(int argc, char** argv) {
       auth = std::move(*a);
     }
     redis = std::make_unique<governance::RedisCounters>(rhp->host, rhp->port, std::move(auth));
+    redis->setPipeline(flags.redis_pipeline);
     if (auto st = redis->start(); !st) {
       std::fprintf(stderr, "kvgate serve: %s\n", st.error().what.c_str());
       return 2;

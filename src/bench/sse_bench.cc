@@ -119,6 +119,8 @@ int64_t pct(std::vector<int64_t>& v, double p) {
 }  // namespace
 
 int tokenizeBench(int argc, char** argv);
+int quotaBench(int argc, char** argv);
+int relayMain(int argc, char** argv);
 namespace fleet {
 int fleetBench(int argc, char** argv);
 }
@@ -126,6 +128,8 @@ int fleetBench(int argc, char** argv);
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "tokenize") return tokenizeBench(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "fleet") return fleet::fleetBench(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "quota") return quotaBench(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "relay") return relayMain(argc - 1, argv + 1);
   if (argc < 2 || std::string(argv[1]) != "sse") {
     std::fprintf(stderr,
                  "usage: kvgate bench sse --target HOST:PORT [--streams N] [--events E] "

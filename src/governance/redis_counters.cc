@@ -107,37 +107,55 @@ RedisCounters::~RedisCounters() {
 }
 
 Result<void> RedisCounters::start() {
-  connect();  // (before serving: a healthy Redis means no warming at start)
-  if (!auth_error_.empty())
+  // (before serving: a healthy Redis means no warming at start)
+  std::string refused;
+  connect(admit_lane_, &refused);
+  if (refused.empty()) connect(settle_lane_, &refused);
+  if (!refused.empty()) {
+    disconnect(admit_lane_);
     return fail(2, "redis-auth-file",
-                "Redis " + host_ + ":" + std::to_string(port_) + " refused: " + auth_error_);
-  thread_ = std::thread([this] { run(); });
+                "Redis " + host_ + ":" + std::to_string(port_) + " refused: " + refused);
+  }
+  admit_lane_.thread = std::thread([this] { run(admit_lane_); });
+  settle_lane_.thread = std::thread([this] { run(settle_lane_); });
   return {};
 }
 
 void RedisCounters::stop() {
-  {
-    std::lock_guard g(mu_);
-    if (stop_) return;
-    stop_ = true;
+  for (Lane* l : {&admit_lane_, &settle_lane_}) {
+    {
+      std::lock_guard g(l->mu);
+      l->stop = true;
+    }
+    l->cv.notify_all();
+    if (l->thread.joinable()) l->thread.join();
   }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-  // The settlements still queued are sent (for up to 2 s): a clean shutdown leaks no hold.
+  // Admissions still queued pass (the gateway is going away); the settlements still queued are
+  // sent (for up to 2 s): a clean shutdown leaks no hold.
   std::deque<Job> left;
   {
-    std::lock_guard g(mu_);
-    left.swap(queue_);
+    std::lock_guard g(admit_lane_.mu);
+    left.swap(admit_lane_.queue);
+  }
+  for (Job& j : left) j.done(Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}});
+  left.clear();
+  {
+    std::lock_guard g(settle_lane_.mu);
+    left.swap(settle_lane_.queue);
   }
   const int64_t until = steadyNs() + 2'000'000'000;
-  for (Job& j : left) {
-    if (j.done) {
-      j.done(Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}});
-      continue;
+  while (!left.empty() && settle_lane_.c && steadyNs() < until) {
+    std::vector<Job> batch;
+    while (!left.empty() && batch.size() < pipeline_) {
+      batch.push_back(std::move(left.front()));
+      left.pop_front();
     }
-    if (c_ && steadyNs() < until) doSettle(j);  // (a failure disconnects: the rest are dropped)
+    serveSettlements(settle_lane_, batch);  // (a failure disconnects: the rest are dropped)
   }
-  disconnect();
+  dropped_.fetch_add(left.size(), std::memory_order_relaxed);
+  up_ = false;  // (stopped, not unreachable: nothing to warn about)
+  disconnect(admit_lane_);
+  disconnect(settle_lane_);
 }
 
 RedisCounters::Verdict RedisCounters::downVerdict() {
@@ -168,10 +186,10 @@ void RedisCounters::admit(std::vector<BucketSpec> specs, int64_t tokens, Done do
     return;
   }
   {
-    std::lock_guard g(mu_);
-    if (queue_.size() < kMaxQueue && !stop_) {
-      queue_.push_back(Job{false, steadyNs(), std::move(specs), {}, tokens, std::move(done)});
-      cv_.notify_one();
+    std::lock_guard g(admit_lane_.mu);
+    if (admit_lane_.queue.size() < kMaxQueue && !admit_lane_.stop) {
+      admit_lane_.queue.push_back(Job{steadyNs(), std::move(specs), {}, tokens, std::move(done)});
+      admit_lane_.cv.notify_one();
       return;
     }
   }
@@ -180,21 +198,22 @@ void RedisCounters::admit(std::vector<BucketSpec> specs, int64_t tokens, Done do
 
 void RedisCounters::settle(std::vector<QuotaLedger::Held> held, int64_t used) {
   if (held.empty()) return;
-  std::lock_guard g(mu_);
-  // (settlements have room past the admissions' bound, so overload does not drop them; one that
-  // still finds no room is dropped, counted: its hold costs at most one capacity)
-  if (queue_.size() >= kMaxQueue + kMaxQueue / 4 || !up()) {
-    dropped_.fetch_add(1, std::memory_order_relaxed);
-    return;
+  {
+    std::lock_guard g(settle_lane_.mu);
+    // (one that finds no room is dropped, counted: its hold costs at most one capacity)
+    if (settle_lane_.queue.size() < kMaxQueue && !settle_lane_.stop && up()) {
+      settle_lane_.queue.push_back(Job{steadyNs(), {}, std::move(held), used, nullptr});
+      settle_lane_.cv.notify_one();
+      return;
+    }
   }
-  queue_.push_back(Job{true, steadyNs(), {}, std::move(held), used, nullptr});
-  cv_.notify_one();
+  dropped_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void RedisCounters::disconnect() {
-  if (c_) redisFree(c_);
-  c_ = nullptr;
-  if (up_.exchange(false)) {
+void RedisCounters::disconnect(Lane& l) {
+  if (l.c) redisFree(l.c);
+  l.c = nullptr;
+  if (l.admissions && up_.exchange(false)) {
     down_since_ns_ = steadyNs();
     log::warn("governance", "Redis " + host_ + ":" + std::to_string(port_) +
                                 " unreachable: quotas answer token_quota_warming for 3 s, then "
@@ -202,105 +221,95 @@ void RedisCounters::disconnect() {
   }
 }
 
-bool RedisCounters::connect() {
-  last_connect_ns_ = steadyNs();
-  auth_error_.clear();
+bool RedisCounters::connect(Lane& l, std::string* refused) {
+  l.last_connect_ns = steadyNs();
   timeval tv{0, 500000};
-  c_ = redisConnectWithTimeout(host_.c_str(), port_, tv);
+  l.c = redisConnectWithTimeout(host_.c_str(), port_, tv);
+  redisContext* c = l.c;
   std::string why;
-  if (!c_ || c_->err) {
-    why = c_ ? c_->errstr : "out of memory";
+  if (!c || c->err) {
+    why = c ? c->errstr : "out of memory";
   } else {
-    redisSetTimeout(c_, tv);
+    redisSetTimeout(c, tv);
     if (!auth_.password.empty()) {
       Reply r(auth_.user.empty()
-                  ? redisCommand(c_, "AUTH %b", auth_.password.data(), auth_.password.size())
-                  : redisCommand(c_, "AUTH %b %b", auth_.user.data(), auth_.user.size(),
+                  ? redisCommand(c, "AUTH %b", auth_.password.data(), auth_.password.size())
+                  : redisCommand(c, "AUTH %b %b", auth_.user.data(), auth_.user.size(),
                                  auth_.password.data(), auth_.password.size()));
       if (r.r && r.r->type == REDIS_REPLY_ERROR) {
         // Never the reply itself in a log or error: an unknown-command error echoes the
         // arguments, the password included. Refused credentials are told apart from other
         // errors (max clients reached: an outage, not a configuration mistake).
         const std::string_view reply(r.r->str, r.r->len);
-        const bool refused = reply.starts_with("WRONGPASS") ||
+        const bool wrong = reply.starts_with("WRONGPASS") ||
                              reply.find("invalid password") != std::string_view::npos ||
                              reply.find("invalid username-password") != std::string_view::npos ||
                              reply.find("no password is set") != std::string_view::npos ||
                              reply.find("without any password configured") != std::string_view::npos;
         const std::string code(reply.substr(0, std::min(reply.find(' '), reply.size())));
-        if (refused) {
-          auth_error_ = code + " (the credentials in --redis-auth-file)";
+        if (wrong) {
+          const std::string what = code + " (the credentials in --redis-auth-file)";
+          if (refused) *refused = what;
           auth_failures_.fetch_add(1, std::memory_order_relaxed);
-          why = "AUTH refused: " + auth_error_;
+          why = "AUTH refused: " + what;
         } else {
           why = "AUTH failed: " + code;
         }
       } else if (!r.r) {
-        why = c_->errstr;
+        why = c->errstr;
       }
     }
   }
-  if (why.empty() && c_) {
+  if (why.empty()) {
     for (auto [lua, sha] :
-         {std::pair{kAdmitLua, &admit_sha_}, std::pair{kSettleLua, &settle_sha_}}) {
-      Reply r(redisCommand(c_, "SCRIPT LOAD %s", lua));
+         {std::pair{kAdmitLua, &l.admit_sha}, std::pair{kSettleLua, &l.settle_sha}}) {
+      Reply r(redisCommand(c, "SCRIPT LOAD %s", lua));
       if (!r.r || r.r->type != REDIS_REPLY_STRING) {
-        why = r.r && r.r->type == REDIS_REPLY_ERROR ? std::string(r.r->str) : c_->errstr;
+        why = r.r && r.r->type == REDIS_REPLY_ERROR ? std::string(r.r->str) : c->errstr;
         // An ACL user without SCRIPT LOAD: a configuration mistake (serve exits at start).
-        if (r.r && r.r->type == REDIS_REPLY_ERROR && why.starts_with("NOPERM"))
-          auth_error_ = "NOPERM on SCRIPT LOAD (the ACL user needs +script|load)";
+        if (r.r && r.r->type == REDIS_REPLY_ERROR && why.starts_with("NOPERM") && refused)
+          *refused = "NOPERM on SCRIPT LOAD (the ACL user needs +script|load)";
         break;
       }
       sha->assign(r.r->str, r.r->len);
     }
   }
   if (!why.empty()) {
-    if (c_) redisFree(c_);
-    c_ = nullptr;
-    if (steadyNs() - connect_logged_ns_ >= 60'000'000'000) {  // (at most once a minute)
-      connect_logged_ns_ = steadyNs();
-      log::warn("governance", "Redis " + host_ + ":" + std::to_string(port_) + ": " + why);
+    if (l.c) redisFree(l.c);
+    l.c = nullptr;
+    if (steadyNs() - l.connect_logged_ns >= 60'000'000'000) {  // (at most once a minute)
+      l.connect_logged_ns = steadyNs();
+      log::warn("governance", "Redis " + host_ + ":" + std::to_string(port_) + " (" + l.name +
+                                  "): " + why);
     }
     return false;
   }
-  up_ = true;
-  down_since_ns_ = 0;
-  log::info("governance", "Redis " + host_ + ":" + std::to_string(port_) +
-                              " connected (shared quota counters)");
+  if (l.admissions) {
+    up_ = true;
+    down_since_ns_ = 0;
+    log::info("governance", "Redis " + host_ + ":" + std::to_string(port_) +
+                                " connected (shared quota counters)");
+  }
   return true;
 }
 
-// One script call. kLost: the connection was gone before the command could run (EOF, reset):
-// safe to send again on a new one. kFailed: a timeout (it may have run) or a script error.
-RedisCounters::Call RedisCounters::call(const std::vector<std::string>& args, Verdict* v,
-                                        const Job* j) {
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (const auto& a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  Reply r(redisCommandArgv(c_, int(argv.size()), argv.data(), lens.data()));
-  if (!r.r) {
-    errors_.fetch_add(1, std::memory_order_relaxed);
-    const bool lost = c_->err == REDIS_ERR_EOF ||
-                      (c_->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
-    disconnect();
-    return lost ? Call::kLost : Call::kFailed;
-  }
+void RedisCounters::maybeReconnect(Lane& l) {
+  if (!l.c && steadyNs() - l.last_connect_ns >= 1'000'000'000) connect(l);
+}
+
+// One reply. kLost: the scripts were gone (SCRIPT FLUSH, a restarted server on the same
+// connection): safe to send again after a reconnect loads them. kFailed: a script error.
+RedisCounters::Call RedisCounters::parseReply(void* reply, Verdict* v, const Job* j) {
+  Reply r(reply);
   if (r.r->type == REDIS_REPLY_ERROR) {
     errors_.fetch_add(1, std::memory_order_relaxed);
     const std::string msg(r.r->str, r.r->len);
-    if (steadyNs() - script_logged_ns_ >= 10'000'000'000) {  // (at most every 10 s)
-      script_logged_ns_ = steadyNs();
+    const int64_t now = steadyNs();
+    int64_t logged = script_logged_ns_.load(std::memory_order_relaxed);
+    if (now - logged >= 10'000'000'000 &&  // (at most every 10 s)
+        script_logged_ns_.compare_exchange_strong(logged, now))
       log::warn("governance", "Redis quota script error: " + msg);
-    }
-    // The scripts are gone (SCRIPT FLUSH, a restarted server on the same connection): load again.
-    if (msg.starts_with("NOSCRIPT")) {
-      disconnect();
-      return Call::kLost;
-    }
-    return Call::kFailed;
+    return msg.starts_with("NOSCRIPT") ? Call::kLost : Call::kFailed;
   }
   if (!v) return Call::kOk;
   if (r.r->type != REDIS_REPLY_ARRAY || r.r->elements < 1 ||
@@ -331,79 +340,119 @@ RedisCounters::Call RedisCounters::call(const std::vector<std::string>& args, Ve
   return Call::kOk;
 }
 
-RedisCounters::Call RedisCounters::doAdmit(const Job& j, Verdict& v) {
-  std::vector<std::string> args{"EVALSHA", admit_sha_, std::to_string(j.specs.size())};
-  for (const auto& s : j.specs) args.push_back("kvgate:q:" + s.key);
-  args.push_back(
-      std::to_string(std::clamp<int64_t>(j.tokens, 0, int64_t(QuotaLedger::kMaxTokens))));
-  for (const auto& s : j.specs) {
-    args.push_back(num(s.rate_per_s));
-    args.push_back(num(s.capacity));
-    args.push_back(isTpm(s.reason) ? "1" : "0");
-  }
-  v = Verdict{};
-  return call(args, &v, &j);
-}
-
-RedisCounters::Call RedisCounters::doSettle(const Job& j) {
-  std::vector<std::string> args{"EVALSHA", settle_sha_, std::to_string(j.held.size())};
-  for (const auto& h : j.held) args.push_back("kvgate:q:" + h.key);
-  args.push_back(
-      std::to_string(std::clamp<int64_t>(j.tokens, 0, int64_t(QuotaLedger::kMaxTokens))));
-  for (const auto& h : j.held) {
-    args.push_back(num(h.amount));
-    args.push_back(num(h.rate_per_s));
-    args.push_back(num(h.capacity));
-  }
-  return call(args, nullptr, &j);
-}
-
-void RedisCounters::run() {
-  for (;;) {
-    Job j;
-    {
-      std::unique_lock lk(mu_);
-      // Down: wake at least once a second to reconnect.
-      cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stop_ || !queue_.empty(); });
-      if (stop_) return;
-      if (queue_.empty()) {
-        lk.unlock();
-        if (!c_ && steadyNs() - last_connect_ns_ >= 1'000'000'000) connect();
-        continue;
+void RedisCounters::pipeline(Lane& l, const std::vector<Job*>& jobs, std::vector<Call>& calls,
+                             std::vector<Verdict>* out) {
+  calls.assign(jobs.size(), Call::kFailed);
+  if (out) out->assign(jobs.size(), Verdict{});
+  if (!l.c || jobs.empty()) return;
+  std::vector<std::string> args;
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (const Job* j : jobs) {
+    args.clear();
+    const bool adm = out != nullptr;
+    const size_t n = adm ? j->specs.size() : j->held.size();
+    args.push_back("EVALSHA");
+    args.push_back(adm ? l.admit_sha : l.settle_sha);
+    args.push_back(std::to_string(n));
+    if (adm)
+      for (const auto& s : j->specs) args.push_back("kvgate:q:" + s.key);
+    else
+      for (const auto& h : j->held) args.push_back("kvgate:q:" + h.key);
+    args.push_back(
+        std::to_string(std::clamp<int64_t>(j->tokens, 0, int64_t(QuotaLedger::kMaxTokens))));
+    if (adm) {
+      for (const auto& s : j->specs) {
+        args.push_back(num(s.rate_per_s));
+        args.push_back(num(s.capacity));
+        args.push_back(isTpm(s.reason) ? "1" : "0");
       }
-      j = std::move(queue_.front());
-      queue_.pop_front();
+    } else {
+      for (const auto& h : j->held) {
+        args.push_back(num(h.amount));
+        args.push_back(num(h.rate_per_s));
+        args.push_back(num(h.capacity));
+      }
     }
-    if (!c_ && steadyNs() - last_connect_ns_ >= 1'000'000'000) connect();
-    if (!j.settle && steadyNs() - j.queued_ns > kMaxWaitNs) {
+    argv.clear();
+    lens.clear();
+    for (const auto& a : args) {
+      argv.push_back(a.data());
+      lens.push_back(a.size());
+    }
+    // (only appends to the output buffer: fails on out of memory alone)
+    if (redisAppendCommandArgv(l.c, int(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+      errors_.fetch_add(1, std::memory_order_relaxed);
+      disconnect(l);
+      return;
+    }
+  }
+  l.round_trips.fetch_add(1, std::memory_order_relaxed);
+  l.commands.fetch_add(jobs.size(), std::memory_order_relaxed);
+  bool reload = false;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    void* reply = nullptr;
+    if (redisGetReply(l.c, &reply) != REDIS_OK || !reply) {
+      // The connection broke (or timed out) here: this job and every later one have no answer.
+      // Gone (EOF, reset): they may be sent again on a new connection; a timeout: they may have
+      // run, so they are not.
+      const bool lost = l.c->err == REDIS_ERR_EOF ||
+                        (l.c->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
+      errors_.fetch_add(jobs.size() - i, std::memory_order_relaxed);
+      for (size_t k = i; k < jobs.size(); ++k) calls[k] = lost ? Call::kLost : Call::kFailed;
+      disconnect(l);
+      return;
+    }
+    calls[i] = parseReply(reply, out ? &(*out)[i] : nullptr, jobs[i]);
+    if (calls[i] == Call::kLost) reload = true;
+  }
+  if (reload) disconnect(l);  // (NOSCRIPT: the next connect loads the scripts again)
+}
+
+void RedisCounters::serveAdmissions(Lane& l, std::vector<Job>& batch) {
+  std::vector<Job*> live;
+  const int64_t now = steadyNs();
+  for (Job& j : batch) {
+    if (now - j.queued_ns > kMaxWaitNs)
       j.done(shed());  // (waited too long: the client is better told to retry)
-      continue;
+    else
+      live.push_back(&j);
+  }
+  if (live.empty()) return;
+  std::vector<Call> calls;
+  std::vector<Verdict> verdicts;
+  pipeline(l, live, calls, &verdicts);
+  // Admissions whose connection was gone are sent once more on a new one (a Redis restart must
+  // not turn into warming): if the first did run, each such hold is never settled and costs at
+  // most one bucket capacity, refilled within a minute.
+  std::vector<Job*> again;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < live.size(); ++i)
+    if (calls[i] == Call::kLost) {
+      again.push_back(live[i]);
+      where.push_back(i);
     }
-    if (!c_) {
-      if (j.done) j.done(downVerdict());
-      else dropped_.fetch_add(1, std::memory_order_relaxed);
-      continue;
+  if (!again.empty() && connect(l)) {
+    std::vector<Call> calls2;
+    std::vector<Verdict> verdicts2;
+    pipeline(l, again, calls2, &verdicts2);
+    for (size_t k = 0; k < again.size(); ++k) {
+      calls[where[k]] = calls2[k];
+      verdicts[where[k]] = std::move(verdicts2[k]);
     }
-    if (j.settle) {  // (never resent: a settlement applied twice would refund or charge twice)
-      if (doSettle(j) != Call::kOk) dropped_.fetch_add(1, std::memory_order_relaxed);
-      continue;
-    }
-    // An admission whose connection was gone is sent once more on a new one (a Redis restart
-    // must not turn into warming): if the first did run, its hold is never settled and costs at
-    // most one bucket capacity, refilled within a minute.
-    Verdict v;
-    Call c = doAdmit(j, v);
-    if (c == Call::kLost && connect()) c = doAdmit(j, v);
-    if (c == Call::kOk) {
+  }
+  for (size_t i = 0; i < live.size(); ++i) {
+    Verdict v = std::move(verdicts[i]);
+    if (calls[i] == Call::kOk) {
       script_failing_since_ns_ = 0;
-    } else if (!c_) {
+    } else if (!l.c || calls[i] == Call::kLost) {
       v = downVerdict();  // connection gone: warming, then open
     } else {
       // A script error on a live connection: open for the first script_open_ns_ of the run
       // (counted as an error and a cold open), then closed until an admission works again.
-      const int64_t now = steadyNs();
-      if (script_failing_since_ns_ == 0) script_failing_since_ns_ = now;
-      if (now - script_failing_since_ns_ < script_open_ns_) {
+      const int64_t t = steadyNs();
+      if (script_failing_since_ns_ == 0) script_failing_since_ns_ = t;
+      if (t - script_failing_since_ns_ < script_open_ns_) {
         v = Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}};
         cold_open_.fetch_add(1, std::memory_order_relaxed);
       } else {
@@ -411,7 +460,47 @@ void RedisCounters::run() {
         script_closed_.fetch_add(1, std::memory_order_relaxed);
       }
     }
-    j.done(std::move(v));
+    live[i]->done(std::move(v));
+  }
+}
+
+void RedisCounters::serveSettlements(Lane& l, std::vector<Job>& batch) {
+  if (!l.c) {
+    dropped_.fetch_add(batch.size(), std::memory_order_relaxed);
+    return;
+  }
+  std::vector<Job*> jobs;
+  for (Job& j : batch) jobs.push_back(&j);
+  std::vector<Call> calls;
+  pipeline(l, jobs, calls, nullptr);
+  // (never resent: a settlement applied twice would refund or charge twice)
+  for (Call c : calls)
+    if (c != Call::kOk) dropped_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void RedisCounters::run(Lane& l) {
+  std::vector<Job> batch;
+  for (;;) {
+    batch.clear();
+    {
+      std::unique_lock lk(l.mu);
+      // Down: wake at least once a second to reconnect.
+      l.cv.wait_for(lk, std::chrono::seconds(1), [&] { return l.stop || !l.queue.empty(); });
+      if (l.stop) return;
+      while (!l.queue.empty() && batch.size() < pipeline_) {
+        batch.push_back(std::move(l.queue.front()));
+        l.queue.pop_front();
+      }
+    }
+    maybeReconnect(l);
+    if (batch.empty()) continue;
+    if (!l.admissions) {
+      serveSettlements(l, batch);
+    } else if (!l.c) {
+      for (Job& j : batch) j.done(downVerdict());
+    } else {
+      serveAdmissions(l, batch);
+    }
   }
 }
 
@@ -419,6 +508,9 @@ std::string RedisCounters::renderMetrics() const {
   auto line = [](const char* name, const char* type, const char* help, uint64_t v) {
     return std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
            name + " " + std::to_string(v) + "\n";
+  };
+  auto lane = [](const char* name, const char* l, uint64_t v) {
+    return std::string(name) + "{lane=\"" + l + "\"} " + std::to_string(v) + "\n";
   };
   return line("loxilb_ai_token_quota_cold_open_total", "counter",
               "Requests passed uncounted because the shared quota store (Redis) was unreachable "
@@ -442,6 +534,19 @@ std::string RedisCounters::renderMetrics() const {
          line("kvgate_quota_redis_auth_failures_total", "counter",
               "Connects whose AUTH Redis refused (serve --redis-auth-file).",
               auth_failures_.load()) +
+         "# HELP kvgate_quota_redis_round_trips_total Pipelined batches sent to the shared quota "
+         "store, by lane (admissions, settlements).\n# TYPE kvgate_quota_redis_round_trips_total "
+         "counter\n" +
+         lane("kvgate_quota_redis_round_trips_total", admit_lane_.name,
+              admit_lane_.round_trips.load()) +
+         lane("kvgate_quota_redis_round_trips_total", settle_lane_.name,
+              settle_lane_.round_trips.load()) +
+         "# HELP kvgate_quota_redis_commands_total Script calls sent to the shared quota store, by "
+         "lane (commands / round trips: the mean batch).\n# TYPE "
+         "kvgate_quota_redis_commands_total counter\n" +
+         lane("kvgate_quota_redis_commands_total", admit_lane_.name, admit_lane_.commands.load()) +
+         lane("kvgate_quota_redis_commands_total", settle_lane_.name,
+              settle_lane_.commands.load()) +
          line("kvgate_quota_redis_dropped_total", "counter",
               "Settlements not sent (queue full, Redis down, call failed; the hold costs at most "
               "one bucket capacity).",

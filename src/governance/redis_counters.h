@@ -10,18 +10,25 @@
 // debt allowed). Each bucket key expires once it would be full again (its state is then the same
 // as no state): Redis holds only buckets in use. Keys are "kvgate:q:" + the ledger's bucket key.
 //
-// Threads. One I/O thread owns the (synchronous, hiredis) connection and serves a bounded queue
-// (kMaxQueue jobs); data-plane workers never touch the socket: they post a job and their
-// coroutine resumes on its own executor when the answer is posted back. Timeouts: connect 500 ms,
-// each command 500 ms. Overload is shed, never opened: a full queue, or an admission that waited
-// over kMaxWaitNs in it, is answered kShed (429 token_quota_warming, Retry-After 1). An admission
-// whose connection was gone (EOF, reset) reconnects once and is sent again (had the first run, its
-// hold costs at most one bucket capacity); a timed-out one is not, nor is any settlement (twice
-// would refund or charge twice). A script error on a live connection (Redis out of memory, an
-// ACL without the scripts' commands) keeps the connection and answers kOpen (the request passes
-// uncounted) for the first kScriptOpenNs (10 s) of an unbroken run of such errors, then kClosed
-// (the gateway answers 503 quota_store_error) until an admission succeeds again: a store that
-// keeps failing its script never lets traffic through uncounted for more than that window.
+// Threads. Two I/O threads, each with its own (synchronous, hiredis) connection and bounded queue
+// (kMaxQueue jobs): one for admissions, one for settlements, so a burst of settlements never
+// delays an admission. Data-plane workers never touch a socket: they post a job and their
+// coroutine resumes on its own executor when the answer is posted back. Each thread takes up to
+// `pipeline` jobs (serve --redis-pipeline, default kDefaultPipeline) from its queue at once and
+// pipelines them: every script call of the batch is written, then the replies are read in order,
+// so a batch costs one round trip whatever its size (a lone job still goes at once: nothing
+// waits for a batch to fill). At 200 us RTT one job per round trip capped admissions near 2.5k/s;
+// figures in docs/benchmarks.md ("Shared quota store"). Timeouts: connect 500 ms, each read or
+// write 500 ms. Overload is shed, never opened: a full queue, or an admission that waited over
+// kMaxWaitNs in it, is answered kShed (429 token_quota_warming, Retry-After 1). Admissions whose
+// connection was gone (EOF, reset, a flushed script cache) reconnect once and are sent again (had
+// the first run, each hold costs at most one bucket capacity); timed-out ones are not, nor is any
+// settlement (twice would refund or charge twice). A script error on a live connection (Redis out
+// of memory, an ACL without the scripts' commands) keeps the connection and answers kOpen (the
+// request passes uncounted) for the first kScriptOpenNs (10 s) of an unbroken run of such
+// errors, then kClosed (the gateway answers 503 quota_store_error) until an admission succeeds
+// again: a store that keeps failing its script never lets traffic through uncounted for more
+// than that window.
 //
 // Authentication: with serve --redis-auth-file, AUTH [user] password right after each connect
 // (Redis 6 ACL users, or requirepass). Refused at start: serve exits naming Redis's answer.
@@ -37,6 +44,7 @@
 // sends the settlements still queued (for up to 2 s), so a clean shutdown leaks no reservation; a
 // hold that is never settled (kill -9) costs at most one bucket capacity (quota.h).
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -70,6 +78,8 @@ class RedisCounters {
   static constexpr int64_t kWarmingNs = 3'000'000'000;
   static constexpr int64_t kMaxWaitNs = 1'000'000'000;
   static constexpr int64_t kScriptOpenNs = 10'000'000'000;
+  static constexpr size_t kDefaultPipeline = 128;
+  static constexpr size_t kMaxPipeline = 4096;
 
   // Credentials (serve --redis-auth-file): sent with AUTH after each connect; an empty
   // password sends none, an empty user authenticates the default user (requirepass).
@@ -86,6 +96,9 @@ class RedisCounters {
   // How long a run of script errors passes requests uncounted (default kScriptOpenNs); before
   // start() only.
   void setScriptOpenWindow(int64_t ns) { script_open_ns_ = ns; }
+  // At most this many script calls per round trip (1..kMaxPipeline; 1 sends one at a time);
+  // before start() only.
+  void setPipeline(size_t n) { pipeline_ = std::clamp<size_t>(n, 1, kMaxPipeline); }
 
   // `done` runs on the I/O thread (or at once when Redis is known to be down): post from it.
   void admit(std::vector<BucketSpec> specs, int64_t tokens, Done done);
@@ -95,46 +108,63 @@ class RedisCounters {
 
  private:
   struct Job {
-    bool settle = false;
     int64_t queued_ns = 0;
-    std::vector<BucketSpec> specs;
-    std::vector<QuotaLedger::Held> held;
-    int64_t tokens = 0;
-    Done done;
+    std::vector<BucketSpec> specs;        // admission
+    std::vector<QuotaLedger::Held> held;  // settlement
+    int64_t tokens = 0;                   // the reservation, or the tokens used
+    Done done;                            // admission: the answer
   };
+  // One connection, its thread and its queue. The admission lane's connection is the store's
+  // up/down state (up(), warming, open); the settlement lane's only decides whether its
+  // settlements are sent or dropped (counted).
+  struct Lane {
+    Lane(const char* n, bool a) : name(n), admissions(a) {}
+    const char* name;
+    bool admissions;
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Job> queue;  // (mu)
+    bool stop = false;      // (mu)
+    redisContext* c = nullptr;  // (this lane's thread; stop() after the join)
+    std::string admit_sha, settle_sha;
+    int64_t last_connect_ns = 0;
+    int64_t connect_logged_ns = INT64_MIN / 2;
+    std::atomic<uint64_t> round_trips{0}, commands{0};
+  };
+  enum class Call : uint8_t { kOk, kLost, kFailed };  // kLost: the connection was gone (resend)
+
   Verdict downVerdict();  // warming or open, by how long Redis has been unreachable
   Verdict shed();         // overload: 429 warming
-  void run();
-  bool connect();
-  enum class Call : uint8_t { kOk, kLost, kFailed };  // kLost: the connection was gone (resend)
-  Call call(const std::vector<std::string>& args, Verdict* v, const Job* j);
-  Call doAdmit(const Job& j, Verdict& v);
-  Call doSettle(const Job& j);
-  void disconnect();
+  void run(Lane& l);
+  void serveAdmissions(Lane& l, std::vector<Job>& batch);
+  void serveSettlements(Lane& l, std::vector<Job>& batch);
+  // Writes one script call per job, then reads the replies in order (one round trip). calls[i]
+  // says how job i went; out (admissions only) receives their verdicts.
+  void pipeline(Lane& l, const std::vector<Job*>& jobs, std::vector<Call>& calls,
+                std::vector<Verdict>* out);
+  Call parseReply(void* reply, Verdict* v, const Job* j);
+  // (refused: set when Redis answered but refused the credentials or the scripts; start() only)
+  bool connect(Lane& l, std::string* refused = nullptr);
+  void maybeReconnect(Lane& l);  // (at most once a second)
+  void disconnect(Lane& l);
 
   std::string host_;
   int port_;
   Auth auth_;
-  std::thread thread_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Job> queue_;
-  bool stop_ = false;
-  redisContext* c_ = nullptr;  // (I/O thread only)
-  std::string admit_sha_, settle_sha_;
-  int64_t last_connect_ns_ = 0;
-  int64_t connect_logged_ns_ = INT64_MIN / 2;
+  Lane admit_lane_{"admissions", true};
+  Lane settle_lane_{"settlements", false};
+  size_t pipeline_ = kDefaultPipeline;
   std::atomic<bool> up_{false};
   std::atomic<int64_t> down_since_ns_{0};  // when Redis became unreachable (0: reachable)
   std::atomic<uint64_t> cold_open_{0}, warming_{0}, errors_{0}, dropped_{0}, shed_{0};
   std::atomic<uint64_t> script_closed_{0};  // admissions refused: script failing too long
-  // I/O thread only: when the current run of script errors began (0: the last call worked), and
-  // how long such a run passes requests uncounted (kScriptOpenNs; tests shorten it).
+  // Admission thread only: when the current run of script errors began (0: the last call
+  // worked), and how long such a run passes requests uncounted (kScriptOpenNs; tests shorten it).
   int64_t script_failing_since_ns_ = 0;
   int64_t script_open_ns_ = kScriptOpenNs;
   std::atomic<uint64_t> auth_failures_{0};
-  std::string auth_error_;              // the last refused AUTH (I/O thread; start())
-  int64_t script_logged_ns_ = INT64_MIN / 2;
+  std::atomic<int64_t> script_logged_ns_{INT64_MIN / 2};
 };
 
 // serve --redis-auth-file: `user=NAME` (optional, a Redis 6 ACL user) and `password=SECRET`

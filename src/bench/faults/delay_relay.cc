@@ -1,0 +1,340 @@
+#include "bench/faults/delay_relay.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace kvgate::bench {
+
+namespace {
+
+int64_t monoNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+bool sockaddrOf(const net::HostPort& hp, sockaddr_storage& ss, socklen_t& len) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string host = hp.host;
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  if (::getaddrinfo(host.c_str(), std::to_string(hp.port).c_str(), &hints, &res) != 0 || !res)
+    return false;
+  std::memcpy(&ss, res->ai_addr, res->ai_addrlen);
+  len = res->ai_addrlen;
+  ::freeaddrinfo(res);
+  return true;
+}
+
+struct Chunk {
+  int64_t due;
+  std::string bytes;
+  size_t off = 0;
+};
+
+// One direction of a pair: read from `from`, written to `to` once due.
+struct Dir {
+  int from = -1, to = -1;
+  std::deque<Chunk> q;
+  size_t queued = 0;
+  bool eof = false;       // `from` reached end of stream
+  bool shut = false;      // `to` was shut down for writing (after eof and an empty queue)
+  bool want_out = false;  // `to` would block: waiting for EPOLLOUT
+};
+
+struct Pair {
+  int fd[2];   // [0] the client, [1] the upstream
+  Dir dir[2];  // [0] client -> upstream, [1] upstream -> client
+};
+
+}  // namespace
+
+DelayRelay::DelayRelay(net::HostPort listen, net::HostPort upstream, int64_t delay_ns)
+    : listen_(std::move(listen)), upstream_(std::move(upstream)), delay_ns_(delay_ns) {}
+
+DelayRelay::~DelayRelay() { stop(); }
+
+Result<uint16_t> DelayRelay::start() {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (!sockaddrOf(listen_, ss, len)) return fail(2, "listen", "--listen: not an IP:PORT");
+  sockaddr_storage us{};
+  socklen_t ulen = 0;
+  if (!sockaddrOf(upstream_, us, ulen)) return fail(2, "upstream", "--upstream: not an IP:PORT");
+  listen_fd_ = ::socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&ss), len) != 0 ||
+      ::listen(listen_fd_, 1024) != 0)
+    return fail(2, "listen", std::string("relay listen: ") + std::strerror(errno));
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&ss), &len);
+  const uint16_t port =
+      ntohs(ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                    : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  for (int fd : {listen_fd_, timer_fd_, stop_fd_}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+  thread_ = std::thread([this] { run(); });
+  return port;
+}
+
+void DelayRelay::stop() {
+  if (thread_.joinable()) {
+    const uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(stop_fd_, &one, sizeof one);
+    thread_.join();
+  }
+  for (int* fd : {&listen_fd_, &epoll_fd_, &timer_fd_, &stop_fd_})
+    if (*fd >= 0) {
+      ::close(*fd);
+      *fd = -1;
+    }
+}
+
+void DelayRelay::run() {
+  sockaddr_storage us{};
+  socklen_t ulen = 0;
+  sockaddrOf(upstream_, us, ulen);
+  std::unordered_map<int, std::shared_ptr<Pair>> by_fd;
+  std::vector<char> buf(64 * 1024);
+
+  auto interest = [&](Pair& p, int side) {  // what to wait for on p.fd[side]
+    Dir& in = p.dir[side];                  // reads from this fd
+    Dir& out = p.dir[1 - side];             // writes to this fd
+    epoll_event ev{};
+    ev.data.fd = p.fd[side];
+    if (!in.eof && in.queued < kMaxQueuedBytes) ev.events |= EPOLLIN;
+    if (out.want_out) ev.events |= EPOLLOUT;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, p.fd[side], &ev);
+  };
+  auto closePair = [&](const std::shared_ptr<Pair>& p) {
+    for (int fd : p->fd) {
+      by_fd.erase(fd);
+      ::close(fd);
+    }
+  };
+  // Writes what is due in one direction; false when the pair failed.
+  auto flush = [&](Pair& p, int d, int64_t now) {
+    Dir& dir = p.dir[d];
+    while (!dir.q.empty() && dir.q.front().due <= now) {
+      Chunk& c = dir.q.front();
+      const ssize_t n =
+          ::send(dir.to, c.bytes.data() + c.off, c.bytes.size() - c.off, MSG_NOSIGNAL);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        dir.want_out = true;
+        return true;
+      }
+      if (n < 0) return false;
+      c.off += size_t(n);
+      dir.queued -= size_t(n);
+      if (c.off == c.bytes.size()) dir.q.pop_front();
+    }
+    dir.want_out = false;
+    if (dir.eof && dir.q.empty() && !dir.shut) {
+      ::shutdown(dir.to, SHUT_WR);
+      dir.shut = true;
+    }
+    return true;
+  };
+
+  for (;;) {
+    const int64_t now = monoNs();
+    int64_t next = INT64_MAX;
+    std::vector<std::shared_ptr<Pair>> done;
+    for (auto& [fd, p] : by_fd) {
+      if (fd != p->fd[0]) continue;  // (each pair once)
+      bool ok = true;
+      for (int d = 0; d < 2 && ok; ++d) ok = flush(*p, d, now);
+      if (!ok || (p->dir[0].shut && p->dir[1].shut)) {
+        done.push_back(p);
+        continue;
+      }
+      for (int d = 0; d < 2; ++d)
+        if (!p->dir[d].q.empty() && !p->dir[d].want_out)
+          next = std::min(next, p->dir[d].q.front().due);
+      interest(*p, 0);
+      interest(*p, 1);
+    }
+    for (auto& p : done) closePair(p);
+    itimerspec its{};
+    if (next != INT64_MAX) {
+      its.it_value.tv_sec = next / 1'000'000'000;
+      its.it_value.tv_nsec = next % 1'000'000'000;
+      if (its.it_value.tv_sec == 0 && its.it_value.tv_nsec == 0) its.it_value.tv_nsec = 1;
+    }
+    ::timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &its, nullptr);
+
+    epoll_event evs[64];
+    const int n = ::epoll_wait(epoll_fd_, evs, 64, -1);
+    if (n < 0 && errno != EINTR) break;
+    for (int i = 0; i < n; ++i) {
+      const int fd = evs[i].data.fd;
+      if (fd == stop_fd_) {
+        std::vector<std::shared_ptr<Pair>> all;
+        for (auto& [f, p] : by_fd)
+          if (f == p->fd[0]) all.push_back(p);
+        for (auto& p : all) closePair(p);
+        return;
+      }
+      if (fd == timer_fd_) {
+        uint64_t x;
+        [[maybe_unused]] auto r = ::read(timer_fd_, &x, sizeof x);
+        continue;
+      }
+      if (fd == listen_fd_) {
+        for (;;) {
+          const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (c < 0) break;
+          if (by_fd.size() / 2 >= kMaxConns) {
+            ::close(c);
+            continue;
+          }
+          const int u = ::socket(us.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+          if (u < 0 ||
+              (::connect(u, reinterpret_cast<sockaddr*>(&us), ulen) != 0 && errno != EINPROGRESS)) {
+            ::close(c);
+            if (u >= 0) ::close(u);
+            continue;
+          }
+          const int one = 1;
+          ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+          ::setsockopt(u, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+          auto p = std::make_shared<Pair>();
+          p->fd[0] = c;
+          p->fd[1] = u;
+          p->dir[0].from = c;
+          p->dir[0].to = u;
+          p->dir[1].from = u;
+          p->dir[1].to = c;
+          // (the upstream's connect completes in the background: the first write waits for it
+          // through EAGAIN/EPOLLOUT like any other)
+          for (int side = 0; side < 2; ++side) {
+            epoll_event ev{};
+            ev.events = EPOLLIN;
+            ev.data.fd = p->fd[side];
+            ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, p->fd[side], &ev);
+            by_fd[p->fd[side]] = p;
+          }
+        }
+        continue;
+      }
+      auto it = by_fd.find(fd);
+      if (it == by_fd.end()) continue;
+      std::shared_ptr<Pair> p = it->second;
+      const int side = fd == p->fd[0] ? 0 : 1;
+      Dir& in = p->dir[side];
+      bool failed = (evs[i].events & EPOLLERR) != 0;
+      if (!failed && (evs[i].events & (EPOLLIN | EPOLLHUP)) && !in.eof) {
+        const int64_t t = monoNs();
+        while (in.queued < kMaxQueuedBytes) {
+          const ssize_t r = ::recv(fd, buf.data(), buf.size(), 0);
+          if (r > 0) {
+            in.q.push_back(Chunk{t + delay_ns_, std::string(buf.data(), size_t(r))});
+            in.queued += size_t(r);
+            continue;
+          }
+          if (r == 0)
+            in.eof = true;
+          else if (errno != EAGAIN && errno != EWOULDBLOCK)
+            failed = true;
+          break;
+        }
+      }
+      if (evs[i].events & EPOLLOUT) p->dir[1 - side].want_out = false;  // (flushed next pass)
+      if (!failed && (evs[i].events & EPOLLHUP)) {
+        // The peer is gone both ways (epoll reports it whatever the interest): nothing more can
+        // be written to it, and the fd leaves the set so it is not reported again. What it sent
+        // before still reaches the other side, then the pair closes.
+        in.eof = true;
+        Dir& back = p->dir[1 - side];
+        back.q.clear();
+        back.queued = 0;
+        back.want_out = false;
+        back.shut = true;
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+      }
+      if (failed) closePair(p);
+    }
+  }
+}
+
+namespace {
+volatile sig_atomic_t g_stop = 0;
+void onSignal(int) { g_stop = 1; }
+}  // namespace
+
+int relayMain(int argc, char** argv) {
+  std::optional<net::HostPort> listen, upstream;
+  uint64_t delay_us = 0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const std::string v = i + 1 < argc ? argv[++i] : "";
+    bool ok = true;
+    if (a == "--listen") {
+      listen = net::parseHostPort(v);
+      ok = listen.has_value();
+    } else if (a == "--upstream") {
+      upstream = net::parseHostPort(v);
+      ok = upstream.has_value();
+    } else if (a == "--delay-us") {
+      ok = net::parseUint(v, 10'000'000, delay_us);
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "kvgate bench relay: bad or unknown flag %s %s\n", a.c_str(), v.c_str());
+      listen.reset();
+      break;
+    }
+  }
+  if (!listen || !upstream) {
+    std::fprintf(stderr,
+                 "usage: kvgate bench relay --listen IP:PORT --upstream IP:PORT [--delay-us N]\n"
+                 "Relays TCP, adding N microseconds each way (a round trip gains 2N).\n");
+    return 2;
+  }
+  DelayRelay relay(*listen, *upstream, int64_t(delay_us) * 1000);
+  auto port = relay.start();
+  if (!port) {
+    std::fprintf(stderr, "kvgate bench relay: %s\n", port.error().what.c_str());
+    return 2;
+  }
+  std::signal(SIGINT, onSignal);
+  std::signal(SIGTERM, onSignal);
+  std::printf("relay listening on port %u, +%llu us each way\n", unsigned(*port),
+              static_cast<unsigned long long>(delay_us));
+  std::fflush(stdout);
+  while (!g_stop) ::pause();
+  relay.stop();
+  return 0;
+}
+
+}  // namespace kvgate::bench
