@@ -174,8 +174,9 @@ int quotaBench(int argc, char** argv) {
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     const std::string m = rc.renderMetrics();
     rc.stop();
-    const uint64_t trips = metric(m, "kvgate_quota_redis_round_trips_total{lane=\"admissions\"}");
-    const uint64_t cmds = metric(m, "kvgate_quota_redis_commands_total{lane=\"admissions\"}");
+    const uint64_t trips = metric(m, "kvgate_quota_redis_round_trips_total");
+    const uint64_t cmds = metric(m, "kvgate_quota_redis_calls_total{kind=\"admission\"}") +
+                          metric(m, "kvgate_quota_redis_calls_total{kind=\"settlement\"}");
     std::printf(
         "{\"pipeline\":%llu,\"rtt_us\":%.0f,\"concurrency\":%llu,\"seconds\":%.2f,"
         "\"admissions_per_s\":%.0f,\"granted\":%llu,\"refused\":%llu,\"shed_or_warming\":%llu,"

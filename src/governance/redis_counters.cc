@@ -107,55 +107,45 @@ RedisCounters::~RedisCounters() {
 }
 
 Result<void> RedisCounters::start() {
-  // (before serving: a healthy Redis means no warming at start)
   std::string refused;
-  connect(admit_lane_, &refused);
-  if (refused.empty()) connect(settle_lane_, &refused);
-  if (!refused.empty()) {
-    disconnect(admit_lane_);
+  connect(&refused);  // (before serving: a healthy Redis means no warming at start)
+  if (!refused.empty())
     return fail(2, "redis-auth-file",
                 "Redis " + host_ + ":" + std::to_string(port_) + " refused: " + refused);
-  }
-  admit_lane_.thread = std::thread([this] { run(admit_lane_); });
-  settle_lane_.thread = std::thread([this] { run(settle_lane_); });
+  thread_ = std::thread([this] { run(); });
   return {};
 }
 
 void RedisCounters::stop() {
-  for (Lane* l : {&admit_lane_, &settle_lane_}) {
-    {
-      std::lock_guard g(l->mu);
-      l->stop = true;
-    }
-    l->cv.notify_all();
-    if (l->thread.joinable()) l->thread.join();
+  {
+    std::lock_guard g(mu_);
+    if (stop_) return;
+    stop_ = true;
   }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
   // Admissions still queued pass (the gateway is going away); the settlements still queued are
   // sent (for up to 2 s): a clean shutdown leaks no hold.
-  std::deque<Job> left;
+  std::deque<Job> adm, left;
   {
-    std::lock_guard g(admit_lane_.mu);
-    left.swap(admit_lane_.queue);
+    std::lock_guard g(mu_);
+    adm.swap(admissions_);
+    left.swap(settlements_);
   }
-  for (Job& j : left) j.done(Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}});
-  left.clear();
-  {
-    std::lock_guard g(settle_lane_.mu);
-    left.swap(settle_lane_.queue);
-  }
+  for (Job& j : adm) j.done(Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}});
   const int64_t until = steadyNs() + 2'000'000'000;
-  while (!left.empty() && settle_lane_.c && steadyNs() < until) {
+  while (!left.empty() && c_ && steadyNs() < until) {
     std::vector<Job> batch;
     while (!left.empty() && batch.size() < pipeline_) {
       batch.push_back(std::move(left.front()));
       left.pop_front();
     }
-    serveSettlements(settle_lane_, batch);  // (a failure disconnects: the rest are dropped)
+    serve(batch);  // (a failure disconnects: the rest are dropped below)
+    dropped_.fetch_add(batch.size(), std::memory_order_relaxed);  // (serve leaves the unsent)
   }
   dropped_.fetch_add(left.size(), std::memory_order_relaxed);
   up_ = false;  // (stopped, not unreachable: nothing to warn about)
-  disconnect(admit_lane_);
-  disconnect(settle_lane_);
+  disconnect();
 }
 
 RedisCounters::Verdict RedisCounters::downVerdict() {
@@ -186,10 +176,10 @@ void RedisCounters::admit(std::vector<BucketSpec> specs, int64_t tokens, Done do
     return;
   }
   {
-    std::lock_guard g(admit_lane_.mu);
-    if (admit_lane_.queue.size() < kMaxQueue && !admit_lane_.stop) {
-      admit_lane_.queue.push_back(Job{steadyNs(), std::move(specs), {}, tokens, std::move(done)});
-      admit_lane_.cv.notify_one();
+    std::lock_guard g(mu_);
+    if (admissions_.size() < kMaxQueue && !stop_) {
+      admissions_.push_back(Job{steadyNs(), std::move(specs), {}, tokens, std::move(done)});
+      cv_.notify_one();
       return;
     }
   }
@@ -199,33 +189,35 @@ void RedisCounters::admit(std::vector<BucketSpec> specs, int64_t tokens, Done do
 void RedisCounters::settle(std::vector<QuotaLedger::Held> held, int64_t used) {
   if (held.empty()) return;
   {
-    std::lock_guard g(settle_lane_.mu);
-    // (one that finds no room is dropped, counted: its hold costs at most one capacity)
-    if (settle_lane_.queue.size() < kMaxQueue && !settle_lane_.stop && up()) {
-      settle_lane_.queue.push_back(Job{steadyNs(), {}, std::move(held), used, nullptr});
-      settle_lane_.cv.notify_one();
+    std::lock_guard g(mu_);
+    // (one that finds no room is dropped, counted: its hold costs at most one capacity; while
+    // Redis is down they wait in the queue for the reconnect)
+    if (settlements_.size() < kMaxQueue && !stop_) {
+      settlements_.push_back(Job{steadyNs(), {}, std::move(held), used, nullptr});
+      cv_.notify_one();
       return;
     }
   }
   dropped_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void RedisCounters::disconnect(Lane& l) {
-  if (l.c) redisFree(l.c);
-  l.c = nullptr;
-  if (l.admissions && up_.exchange(false)) {
-    down_since_ns_ = steadyNs();
+void RedisCounters::disconnect() {
+  if (c_) redisFree(c_);
+  c_ = nullptr;
+  if (up_.load()) {
+    down_since_ns_ = steadyNs();  // (before up_ clears: a caller that sees down sees since when)
+    up_ = false;
     log::warn("governance", "Redis " + host_ + ":" + std::to_string(port_) +
                                 " unreachable: quotas answer token_quota_warming for 3 s, then "
                                 "pass uncounted");
   }
 }
 
-bool RedisCounters::connect(Lane& l, std::string* refused) {
-  l.last_connect_ns = steadyNs();
+bool RedisCounters::connect(std::string* refused) {
+  last_connect_ns_ = steadyNs();
   timeval tv{0, 500000};
-  l.c = redisConnectWithTimeout(host_.c_str(), port_, tv);
-  redisContext* c = l.c;
+  c_ = redisConnectWithTimeout(host_.c_str(), port_, tv);
+  redisContext* c = c_;
   std::string why;
   if (!c || c->err) {
     why = c ? c->errstr : "out of memory";
@@ -260,62 +252,69 @@ bool RedisCounters::connect(Lane& l, std::string* refused) {
       }
     }
   }
-  if (why.empty()) {
-    for (auto [lua, sha] :
-         {std::pair{kAdmitLua, &l.admit_sha}, std::pair{kSettleLua, &l.settle_sha}}) {
-      Reply r(redisCommand(c, "SCRIPT LOAD %s", lua));
-      if (!r.r || r.r->type != REDIS_REPLY_STRING) {
-        why = r.r && r.r->type == REDIS_REPLY_ERROR ? std::string(r.r->str) : c->errstr;
-        // An ACL user without SCRIPT LOAD: a configuration mistake (serve exits at start).
-        if (r.r && r.r->type == REDIS_REPLY_ERROR && why.starts_with("NOPERM") && refused)
-          *refused = "NOPERM on SCRIPT LOAD (the ACL user needs +script|load)";
-        break;
-      }
-      sha->assign(r.r->str, r.r->len);
-    }
-  }
+  if (why.empty()) why = loadScripts(refused);
   if (!why.empty()) {
-    if (l.c) redisFree(l.c);
-    l.c = nullptr;
-    if (steadyNs() - l.connect_logged_ns >= 60'000'000'000) {  // (at most once a minute)
-      l.connect_logged_ns = steadyNs();
-      log::warn("governance", "Redis " + host_ + ":" + std::to_string(port_) + " (" + l.name +
-                                  "): " + why);
+    if (c_) redisFree(c_);
+    c_ = nullptr;
+    if (steadyNs() - connect_logged_ns_ >= 60'000'000'000) {  // (at most once a minute)
+      connect_logged_ns_ = steadyNs();
+      log::warn("governance", "Redis " + host_ + ":" + std::to_string(port_) + ": " + why);
     }
     return false;
   }
-  if (l.admissions) {
-    up_ = true;
-    down_since_ns_ = 0;
-    log::info("governance", "Redis " + host_ + ":" + std::to_string(port_) +
-                                " connected (shared quota counters)");
-  }
+  last_used_ns_ = steadyNs();
+  down_since_ns_ = 0;
+  up_ = true;
+  log::info("governance", "Redis " + host_ + ":" + std::to_string(port_) +
+                              " connected (shared quota counters)");
   return true;
 }
 
-void RedisCounters::maybeReconnect(Lane& l) {
-  if (!l.c && steadyNs() - l.last_connect_ns >= 1'000'000'000) connect(l);
+std::string RedisCounters::loadScripts(std::string* refused) {
+  for (auto [lua, sha] : {std::pair{kAdmitLua, &admit_sha_}, std::pair{kSettleLua, &settle_sha_}}) {
+    Reply r(redisCommand(c_, "SCRIPT LOAD %s", lua));
+    if (!r.r || r.r->type != REDIS_REPLY_STRING) {
+      std::string why = r.r && r.r->type == REDIS_REPLY_ERROR ? std::string(r.r->str) : c_->errstr;
+      // An ACL user without SCRIPT LOAD: a configuration mistake (serve exits at start).
+      if (r.r && r.r->type == REDIS_REPLY_ERROR && why.starts_with("NOPERM") && refused)
+        *refused = "NOPERM on SCRIPT LOAD (the ACL user needs +script|load)";
+      return why.empty() ? "SCRIPT LOAD failed" : why;
+    }
+    sha->assign(r.r->str, r.r->len);
+  }
+  return {};
 }
 
-// One reply. kLost: the scripts were gone (SCRIPT FLUSH, a restarted server on the same
-// connection): safe to send again after a reconnect loads them. kFailed: a script error.
+void RedisCounters::pingIfIdle() {
+  if (!c_ || steadyNs() - last_used_ns_ < kIdlePingNs) return;
+  // A connection idle for long may have been closed by Redis's `timeout` or a middlebox: found
+  // now, not by the next batch, whose settlements would be lost.
+  Reply r(redisCommand(c_, "PING"));
+  last_used_ns_ = steadyNs();
+  if (!r.r || r.r->type == REDIS_REPLY_ERROR) disconnect();
+}
+
+void RedisCounters::maybeReconnect() {
+  if (!c_ && steadyNs() - last_connect_ns_ >= 1'000'000'000) connect();
+}
+
+// One reply: kOk, kNoScript or kScript.
 RedisCounters::Call RedisCounters::parseReply(void* reply, Verdict* v, const Job* j) {
   Reply r(reply);
   if (r.r->type == REDIS_REPLY_ERROR) {
     errors_.fetch_add(1, std::memory_order_relaxed);
     const std::string msg(r.r->str, r.r->len);
-    const int64_t now = steadyNs();
-    int64_t logged = script_logged_ns_.load(std::memory_order_relaxed);
-    if (now - logged >= 10'000'000'000 &&  // (at most every 10 s)
-        script_logged_ns_.compare_exchange_strong(logged, now))
+    if (steadyNs() - script_logged_ns_ >= 10'000'000'000) {  // (at most every 10 s)
+      script_logged_ns_ = steadyNs();
       log::warn("governance", "Redis quota script error: " + msg);
-    return msg.starts_with("NOSCRIPT") ? Call::kLost : Call::kFailed;
+    }
+    return msg.starts_with("NOSCRIPT") ? Call::kNoScript : Call::kScript;
   }
   if (!v) return Call::kOk;
   if (r.r->type != REDIS_REPLY_ARRAY || r.r->elements < 1 ||
       r.r->element[0]->type != REDIS_REPLY_INTEGER) {
     errors_.fetch_add(1, std::memory_order_relaxed);
-    return Call::kFailed;
+    return Call::kScript;
   }
   const long long i = r.r->element[0]->integer;
   if (i == 0) {
@@ -330,7 +329,7 @@ RedisCounters::Call RedisCounters::parseReply(void* reply, Verdict* v, const Job
   if (i < 1 || size_t(i) > j->specs.size() || r.r->elements < 2 ||
       r.r->element[1]->type != REDIS_REPLY_STRING) {
     errors_.fetch_add(1, std::memory_order_relaxed);
-    return Call::kFailed;
+    return Call::kScript;
   }
   v->state = State::kRefused;
   v->reason = j->specs[size_t(i - 1)].reason;
@@ -340,32 +339,31 @@ RedisCounters::Call RedisCounters::parseReply(void* reply, Verdict* v, const Job
   return Call::kOk;
 }
 
-void RedisCounters::pipeline(Lane& l, const std::vector<Job*>& jobs, std::vector<Call>& calls,
-                             std::vector<Verdict>* out) {
-  calls.assign(jobs.size(), Call::kFailed);
-  if (out) out->assign(jobs.size(), Verdict{});
-  if (!l.c || jobs.empty()) return;
+void RedisCounters::pipeline(const std::vector<Job*>& jobs, std::vector<Call>& calls,
+                             std::vector<Verdict>& verdicts) {
+  calls.assign(jobs.size(), Call::kBroken);
+  verdicts.assign(jobs.size(), Verdict{});
+  if (!c_ || jobs.empty()) return;
   std::vector<std::string> args;
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   for (const Job* j : jobs) {
     args.clear();
-    const bool adm = out != nullptr;
-    const size_t n = adm ? j->specs.size() : j->held.size();
+    const bool adm = j->done != nullptr;
     args.push_back("EVALSHA");
-    args.push_back(adm ? l.admit_sha : l.settle_sha);
-    args.push_back(std::to_string(n));
+    args.push_back(adm ? admit_sha_ : settle_sha_);
+    args.push_back(std::to_string(adm ? j->specs.size() : j->held.size()));
     if (adm)
-      for (const auto& s : j->specs) args.push_back("kvgate:q:" + s.key);
+      for (const auto& sp : j->specs) args.push_back("kvgate:q:" + sp.key);
     else
       for (const auto& h : j->held) args.push_back("kvgate:q:" + h.key);
     args.push_back(
         std::to_string(std::clamp<int64_t>(j->tokens, 0, int64_t(QuotaLedger::kMaxTokens))));
     if (adm) {
-      for (const auto& s : j->specs) {
-        args.push_back(num(s.rate_per_s));
-        args.push_back(num(s.capacity));
-        args.push_back(isTpm(s.reason) ? "1" : "0");
+      for (const auto& sp : j->specs) {
+        args.push_back(num(sp.rate_per_s));
+        args.push_back(num(sp.capacity));
+        args.push_back(isTpm(sp.reason) ? "1" : "0");
       }
     } else {
       for (const auto& h : j->held) {
@@ -380,127 +378,150 @@ void RedisCounters::pipeline(Lane& l, const std::vector<Job*>& jobs, std::vector
       argv.push_back(a.data());
       lens.push_back(a.size());
     }
-    // (only appends to the output buffer: fails on out of memory alone)
-    if (redisAppendCommandArgv(l.c, int(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
+    // (only appends to the output buffer: fails on out of memory alone, before anything was
+    // sent, so nothing ran)
+    if (redisAppendCommandArgv(c_, int(argv.size()), argv.data(), lens.data()) != REDIS_OK) {
       errors_.fetch_add(1, std::memory_order_relaxed);
-      disconnect(l);
+      calls.assign(jobs.size(), Call::kLost);
+      disconnect();
       return;
     }
+    (adm ? admit_calls_ : settle_calls_).fetch_add(1, std::memory_order_relaxed);
   }
-  l.round_trips.fetch_add(1, std::memory_order_relaxed);
-  l.commands.fetch_add(jobs.size(), std::memory_order_relaxed);
+  round_trips_.fetch_add(1, std::memory_order_relaxed);
+  last_used_ns_ = steadyNs();
   bool reload = false;
   for (size_t i = 0; i < jobs.size(); ++i) {
     void* reply = nullptr;
-    if (redisGetReply(l.c, &reply) != REDIS_OK || !reply) {
+    if (redisGetReply(c_, &reply) != REDIS_OK || !reply) {
       // The connection broke (or timed out) here: this job and every later one have no answer.
       // Gone (EOF, reset): they may be sent again on a new connection; a timeout: they may have
       // run, so they are not.
-      const bool lost = l.c->err == REDIS_ERR_EOF ||
-                        (l.c->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
+      const bool lost = c_->err == REDIS_ERR_EOF ||
+                        (c_->err == REDIS_ERR_IO && (errno == ECONNRESET || errno == EPIPE));
       errors_.fetch_add(jobs.size() - i, std::memory_order_relaxed);
-      for (size_t k = i; k < jobs.size(); ++k) calls[k] = lost ? Call::kLost : Call::kFailed;
-      disconnect(l);
+      for (size_t k = i; k < jobs.size(); ++k) calls[k] = lost ? Call::kLost : Call::kBroken;
+      disconnect();
       return;
     }
-    calls[i] = parseReply(reply, out ? &(*out)[i] : nullptr, jobs[i]);
-    if (calls[i] == Call::kLost) reload = true;
+    calls[i] = parseReply(reply, jobs[i]->done ? &verdicts[i] : nullptr, jobs[i]);
+    reload |= calls[i] == Call::kNoScript;
   }
-  if (reload) disconnect(l);  // (NOSCRIPT: the next connect loads the scripts again)
+  // NOSCRIPT: loaded again on this connection (it stays up); failing that, dropped.
+  if (reload && !loadScripts().empty()) disconnect();
 }
 
-void RedisCounters::serveAdmissions(Lane& l, std::vector<Job>& batch) {
+// One batch (settlements first, in queue order). Settlements left unsent (no connection) stay in
+// `batch`; everything else is answered or counted.
+void RedisCounters::serve(std::vector<Job>& batch) {
   std::vector<Job*> live;
   const int64_t now = steadyNs();
   for (Job& j : batch) {
-    if (now - j.queued_ns > kMaxWaitNs)
+    if (j.done && now - j.queued_ns > kMaxWaitNs)
       j.done(shed());  // (waited too long: the client is better told to retry)
+    else if (j.done && !c_)
+      j.done(downVerdict());
     else
       live.push_back(&j);
   }
-  if (live.empty()) return;
+  if (!c_) {  // no connection: the settlements (all that is left) wait for the reconnect
+    std::vector<Job> unsent;
+    for (Job* j : live) unsent.push_back(std::move(*j));
+    batch = std::move(unsent);
+    return;
+  }
   std::vector<Call> calls;
   std::vector<Verdict> verdicts;
-  pipeline(l, live, calls, &verdicts);
-  // Admissions whose connection was gone are sent once more on a new one (a Redis restart must
-  // not turn into warming): if the first did run, each such hold is never settled and costs at
-  // most one bucket capacity, refilled within a minute.
+  pipeline(live, calls, verdicts);
+  // Sent once more: what never ran (NOSCRIPT, any kind), and admissions whose connection was
+  // gone, on this connection or a new one (a Redis restart must not turn into warming; had a lost
+  // one run, its hold is never settled and costs at most one bucket capacity). A settlement whose
+  // connection was lost mid-batch is not: it may have run, and twice would refund twice.
   std::vector<Job*> again;
   std::vector<size_t> where;
   for (size_t i = 0; i < live.size(); ++i)
-    if (calls[i] == Call::kLost) {
+    if (calls[i] == Call::kNoScript || (calls[i] == Call::kLost && live[i]->done)) {
       again.push_back(live[i]);
       where.push_back(i);
     }
-  if (!again.empty() && connect(l)) {
+  if (!again.empty() && (c_ || connect())) {
     std::vector<Call> calls2;
     std::vector<Verdict> verdicts2;
-    pipeline(l, again, calls2, &verdicts2);
+    pipeline(again, calls2, verdicts2);
     for (size_t k = 0; k < again.size(); ++k) {
-      calls[where[k]] = calls2[k];
+      calls[where[k]] = calls2[k] == Call::kNoScript ? Call::kScript : calls2[k];
       verdicts[where[k]] = std::move(verdicts2[k]);
     }
   }
   for (size_t i = 0; i < live.size(); ++i) {
+    Job& j = *live[i];
+    if (!j.done) {  // a settlement: applied, or dropped (counted)
+      if (calls[i] != Call::kOk) dropped_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     Verdict v = std::move(verdicts[i]);
-    if (calls[i] == Call::kOk) {
-      script_failing_since_ns_ = 0;
-    } else if (!l.c || calls[i] == Call::kLost) {
-      v = downVerdict();  // connection gone: warming, then open
-    } else {
-      // A script error on a live connection: open for the first script_open_ns_ of the run
-      // (counted as an error and a cold open), then closed until an admission works again.
-      const int64_t t = steadyNs();
-      if (script_failing_since_ns_ == 0) script_failing_since_ns_ = t;
-      if (t - script_failing_since_ns_ < script_open_ns_) {
-        v = Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}};
-        cold_open_.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        v = Verdict{State::kClosed, 1, LimitReason::kKeyRps, {}};
-        script_closed_.fetch_add(1, std::memory_order_relaxed);
+    switch (calls[i]) {
+      case Call::kOk:
+        script_failing_since_ns_ = 0;
+        break;
+      case Call::kNoScript:  // (not sent again: no connection)
+      case Call::kLost:
+      case Call::kBroken:
+        v = downVerdict();  // the connection failed (and was dropped): warming, then open
+        break;
+      case Call::kScript: {
+        // A script error on a live connection: open for the first script_open_ns_ of the run
+        // (counted as an error and a cold open), then closed until an admission works again.
+        const int64_t t = steadyNs();
+        if (script_failing_since_ns_ == 0) script_failing_since_ns_ = t;
+        if (t - script_failing_since_ns_ < script_open_ns_) {
+          v = Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}};
+          cold_open_.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          v = Verdict{State::kClosed, 1, LimitReason::kKeyRps, {}};
+          script_closed_.fetch_add(1, std::memory_order_relaxed);
+        }
+        break;
       }
     }
-    live[i]->done(std::move(v));
+    j.done(std::move(v));
   }
+  batch.clear();
 }
 
-void RedisCounters::serveSettlements(Lane& l, std::vector<Job>& batch) {
-  if (!l.c) {
-    dropped_.fetch_add(batch.size(), std::memory_order_relaxed);
-    return;
-  }
-  std::vector<Job*> jobs;
-  for (Job& j : batch) jobs.push_back(&j);
-  std::vector<Call> calls;
-  pipeline(l, jobs, calls, nullptr);
-  // (never resent: a settlement applied twice would refund or charge twice)
-  for (Call c : calls)
-    if (c != Call::kOk) dropped_.fetch_add(1, std::memory_order_relaxed);
-}
-
-void RedisCounters::run(Lane& l) {
+void RedisCounters::run() {
   std::vector<Job> batch;
   for (;;) {
     batch.clear();
     {
-      std::unique_lock lk(l.mu);
-      // Down: wake at least once a second to reconnect.
-      l.cv.wait_for(lk, std::chrono::seconds(1), [&] { return l.stop || !l.queue.empty(); });
-      if (l.stop) return;
-      while (!l.queue.empty() && batch.size() < pipeline_) {
-        batch.push_back(std::move(l.queue.front()));
-        l.queue.pop_front();
+      std::unique_lock lk(mu_);
+      // Wake at least once a second: to reconnect when down, to check an idle connection.
+      cv_.wait_for(lk, std::chrono::seconds(1),
+                   [&] { return stop_ || !admissions_.empty() || !settlements_.empty(); });
+      if (stop_) return;
+      // Settlements first; admissions only once no settlement waits, so a settlement posted
+      // before an admission reaches Redis before it.
+      while (!settlements_.empty() && batch.size() < pipeline_) {
+        batch.push_back(std::move(settlements_.front()));
+        settlements_.pop_front();
+      }
+      while (settlements_.empty() && !admissions_.empty() && batch.size() < pipeline_) {
+        batch.push_back(std::move(admissions_.front()));
+        admissions_.pop_front();
       }
     }
-    maybeReconnect(l);
-    if (batch.empty()) continue;
-    if (!l.admissions) {
-      serveSettlements(l, batch);
-    } else if (!l.c) {
-      for (Job& j : batch) j.done(downVerdict());
-    } else {
-      serveAdmissions(l, batch);
+    maybeReconnect();
+    if (batch.empty()) {
+      pingIfIdle();
+      continue;
     }
+    serve(batch);
+    if (batch.empty()) continue;
+    // No connection: the settlements wait (in front, in order) for the next reconnect, a second
+    // away; the queue's bound still holds (new ones past it are dropped, counted).
+    std::unique_lock lk(mu_);
+    for (auto it = batch.rbegin(); it != batch.rend(); ++it) settlements_.push_front(std::move(*it));
+    cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stop_; });
   }
 }
 
@@ -509,8 +530,9 @@ std::string RedisCounters::renderMetrics() const {
     return std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n" +
            name + " " + std::to_string(v) + "\n";
   };
-  auto lane = [](const char* name, const char* l, uint64_t v) {
-    return std::string(name) + "{lane=\"" + l + "\"} " + std::to_string(v) + "\n";
+  auto kind = [](const char* k, uint64_t v) {
+    return std::string("kvgate_quota_redis_calls_total{kind=\"") + k + "\"} " +
+           std::to_string(v) + "\n";
   };
   return line("loxilb_ai_token_quota_cold_open_total", "counter",
               "Requests passed uncounted because the shared quota store (Redis) was unreachable "
@@ -534,19 +556,12 @@ std::string RedisCounters::renderMetrics() const {
          line("kvgate_quota_redis_auth_failures_total", "counter",
               "Connects whose AUTH Redis refused (serve --redis-auth-file).",
               auth_failures_.load()) +
-         "# HELP kvgate_quota_redis_round_trips_total Pipelined batches sent to the shared quota "
-         "store, by lane (admissions, settlements).\n# TYPE kvgate_quota_redis_round_trips_total "
-         "counter\n" +
-         lane("kvgate_quota_redis_round_trips_total", admit_lane_.name,
-              admit_lane_.round_trips.load()) +
-         lane("kvgate_quota_redis_round_trips_total", settle_lane_.name,
-              settle_lane_.round_trips.load()) +
-         "# HELP kvgate_quota_redis_commands_total Script calls sent to the shared quota store, by "
-         "lane (commands / round trips: the mean batch).\n# TYPE "
-         "kvgate_quota_redis_commands_total counter\n" +
-         lane("kvgate_quota_redis_commands_total", admit_lane_.name, admit_lane_.commands.load()) +
-         lane("kvgate_quota_redis_commands_total", settle_lane_.name,
-              settle_lane_.commands.load()) +
+         line("kvgate_quota_redis_round_trips_total", "counter",
+              "Pipelined batches sent to the shared quota store (Redis).", round_trips_.load()) +
+         "# HELP kvgate_quota_redis_calls_total Script calls sent to the shared quota store, by "
+         "kind (admission, settlement); divided by the round trips: the mean batch.\n# TYPE "
+         "kvgate_quota_redis_calls_total counter\n" +
+         kind("admission", admit_calls_.load()) + kind("settlement", settle_calls_.load()) +
          line("kvgate_quota_redis_dropped_total", "counter",
               "Settlements not sent (queue full, Redis down, call failed; the hold costs at most "
               "one bucket capacity).",

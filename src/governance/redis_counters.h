@@ -10,25 +10,29 @@
 // debt allowed). Each bucket key expires once it would be full again (its state is then the same
 // as no state): Redis holds only buckets in use. Keys are "kvgate:q:" + the ledger's bucket key.
 //
-// Threads. Two I/O threads, each with its own (synchronous, hiredis) connection and bounded queue
-// (kMaxQueue jobs): one for admissions, one for settlements, so a burst of settlements never
-// delays an admission. Data-plane workers never touch a socket: they post a job and their
-// coroutine resumes on its own executor when the answer is posted back. Each thread takes up to
-// `pipeline` jobs (serve --redis-pipeline, default kDefaultPipeline) from its queue at once and
-// pipelines them: every script call of the batch is written, then the replies are read in order,
-// so a batch costs one round trip whatever its size (a lone job still goes at once: nothing
-// waits for a batch to fill). At 200 us RTT one job per round trip capped admissions near 2.5k/s;
-// figures in docs/benchmarks.md ("Shared quota store"). Timeouts: connect 500 ms, each read or
-// write 500 ms. Overload is shed, never opened: a full queue, or an admission that waited over
+// Threads. One I/O thread owns the (synchronous, hiredis) connection and serves two bounded
+// queues (kMaxQueue jobs each): admissions and settlements, so neither kind can crowd the other
+// out of its queue. Data-plane workers never touch the socket: they post a job and their
+// coroutine resumes on its own executor when the answer is posted back. The thread pipelines:
+// each batch takes up to `pipeline` jobs (serve --redis-pipeline, default kDefaultPipeline),
+// settlements first, writes every script call, then reads the replies in order, so a batch
+// costs one round trip whatever its size (a lone job still goes at once: nothing waits for a
+// batch to fill). At 274 us RTT one call per round trip capped admissions near 2.7k/s,
+// pipelined 32k/s (docs/benchmarks.md, "Shared quota store"). Order: a batch takes admissions
+// only once the settlement queue is empty, so a settlement posted before an admission is
+// applied before it (a client's refund lands before its next request is admitted). Timeouts:
+// connect 500 ms, each read or write 500 ms; a connection idle for kIdlePingNs is PINGed.
+// Overload is shed, never opened: a full admission queue, or an admission that waited over
 // kMaxWaitNs in it, is answered kShed (429 token_quota_warming, Retry-After 1). Admissions whose
-// connection was gone (EOF, reset, a flushed script cache) reconnect once and are sent again (had
-// the first run, each hold costs at most one bucket capacity); timed-out ones are not, nor is any
-// settlement (twice would refund or charge twice). A script error on a live connection (Redis out
-// of memory, an ACL without the scripts' commands) keeps the connection and answers kOpen (the
-// request passes uncounted) for the first kScriptOpenNs (10 s) of an unbroken run of such
-// errors, then kClosed (the gateway answers 503 quota_store_error) until an admission succeeds
-// again: a store that keeps failing its script never lets traffic through uncounted for more
-// than that window.
+// connection was gone (EOF, reset) are sent once more on a new connection (had the first run,
+// each hold costs at most one bucket capacity); timed-out ones are not, nor is a settlement
+// whose outcome is unknown (twice would refund or charge twice). A call answered NOSCRIPT (a
+// flushed script cache) never ran: the scripts are loaded again and it is sent again, whatever
+// its kind. A script error on a live connection (Redis out of memory, an ACL without the
+// scripts' commands) keeps the connection and answers kOpen (the request passes uncounted) for
+// the first kScriptOpenNs (10 s) of an unbroken run of such errors, then kClosed (the gateway
+// answers 503 quota_store_error) until an admission succeeds again: a store that keeps failing
+// its script never lets traffic through uncounted for more than that window.
 //
 // Authentication: with serve --redis-auth-file, AUTH [user] password right after each connect
 // (Redis 6 ACL users, or requirepass). Refused at start: serve exits naming Redis's answer.
@@ -112,59 +116,57 @@ class RedisCounters {
     std::vector<BucketSpec> specs;        // admission
     std::vector<QuotaLedger::Held> held;  // settlement
     int64_t tokens = 0;                   // the reservation, or the tokens used
-    Done done;                            // admission: the answer
+    Done done;                            // admission: the answer (null: a settlement)
   };
-  // One connection, its thread and its queue. The admission lane's connection is the store's
-  // up/down state (up(), warming, open); the settlement lane's only decides whether its
-  // settlements are sent or dropped (counted).
-  struct Lane {
-    Lane(const char* n, bool a) : name(n), admissions(a) {}
-    const char* name;
-    bool admissions;
-    std::thread thread;
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<Job> queue;  // (mu)
-    bool stop = false;      // (mu)
-    redisContext* c = nullptr;  // (this lane's thread; stop() after the join)
-    std::string admit_sha, settle_sha;
-    int64_t last_connect_ns = 0;
-    int64_t connect_logged_ns = INT64_MIN / 2;
-    std::atomic<uint64_t> round_trips{0}, commands{0};
-  };
-  enum class Call : uint8_t { kOk, kLost, kFailed };  // kLost: the connection was gone (resend)
+  // kNoScript: the scripts were gone (SCRIPT FLUSH, a restarted server behind the same address):
+  // the call never ran, so it is sent again once they are loaded. kLost: the connection was gone
+  // (EOF, reset) before the reply: an admission is sent once more on a new connection. kBroken: a
+  // timeout or another I/O error (it may have run: never resent). kScript: a script error on a
+  // live connection (out of memory, ACL) or a reply of the wrong shape.
+  enum class Call : uint8_t { kOk, kNoScript, kLost, kBroken, kScript };
+  static constexpr int64_t kIdlePingNs = 15'000'000'000;
 
   Verdict downVerdict();  // warming or open, by how long Redis has been unreachable
   Verdict shed();         // overload: 429 warming
-  void run(Lane& l);
-  void serveAdmissions(Lane& l, std::vector<Job>& batch);
-  void serveSettlements(Lane& l, std::vector<Job>& batch);
+  void run();
+  void serve(std::vector<Job>& batch);
+  void pingIfIdle();
   // Writes one script call per job, then reads the replies in order (one round trip). calls[i]
-  // says how job i went; out (admissions only) receives their verdicts.
-  void pipeline(Lane& l, const std::vector<Job*>& jobs, std::vector<Call>& calls,
-                std::vector<Verdict>* out);
+  // says how jobs[i] went; an admission's verdict goes to verdicts[i].
+  void pipeline(const std::vector<Job*>& jobs, std::vector<Call>& calls,
+                std::vector<Verdict>& verdicts);
   Call parseReply(void* reply, Verdict* v, const Job* j);
   // (refused: set when Redis answered but refused the credentials or the scripts; start() only)
-  bool connect(Lane& l, std::string* refused = nullptr);
-  void maybeReconnect(Lane& l);  // (at most once a second)
-  void disconnect(Lane& l);
+  bool connect(std::string* refused = nullptr);
+  std::string loadScripts(std::string* refused = nullptr);  // "" or what failed
+  void maybeReconnect();  // (at most once a second)
+  void disconnect();
 
   std::string host_;
   int port_;
   Auth auth_;
-  Lane admit_lane_{"admissions", true};
-  Lane settle_lane_{"settlements", false};
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> admissions_, settlements_;  // (mu_)
+  bool stop_ = false;                         // (mu_)
+  redisContext* c_ = nullptr;                 // (the I/O thread; stop() after the join)
+  std::string admit_sha_, settle_sha_;
+  int64_t last_connect_ns_ = 0;
+  int64_t last_used_ns_ = 0;  // the last batch or PING (an idle connection is PINGed)
+  int64_t connect_logged_ns_ = INT64_MIN / 2;
   size_t pipeline_ = kDefaultPipeline;
   std::atomic<bool> up_{false};
   std::atomic<int64_t> down_since_ns_{0};  // when Redis became unreachable (0: reachable)
   std::atomic<uint64_t> cold_open_{0}, warming_{0}, errors_{0}, dropped_{0}, shed_{0};
   std::atomic<uint64_t> script_closed_{0};  // admissions refused: script failing too long
-  // Admission thread only: when the current run of script errors began (0: the last call
-  // worked), and how long such a run passes requests uncounted (kScriptOpenNs; tests shorten it).
+  std::atomic<uint64_t> round_trips_{0}, admit_calls_{0}, settle_calls_{0};
+  // I/O thread only: when the current run of script errors began (0: the last call worked),
+  // and how long such a run passes requests uncounted (kScriptOpenNs; tests shorten it).
   int64_t script_failing_since_ns_ = 0;
   int64_t script_open_ns_ = kScriptOpenNs;
   std::atomic<uint64_t> auth_failures_{0};
-  std::atomic<int64_t> script_logged_ns_{INT64_MIN / 2};
+  int64_t script_logged_ns_ = INT64_MIN / 2;
 };
 
 // serve --redis-auth-file: `user=NAME` (optional, a Redis 6 ACL user) and `password=SECRET`

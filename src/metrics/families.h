@@ -193,6 +193,9 @@ inline const Family kPromptTokenizer{"kvgate_kv_prompt_tokenizer_total", Type::k
 inline const Family kPdTierSelected{"loxilb_ai_pd_tier_selected_total", Type::kCounter,
     "P/D requests by the tier that chose the prefill endpoint: tier0 (session), tier1 (prefix "
     "trie), tier15 (KV-exact), tier2 (min-load), rescue (any-healthy, no P/D pair).", {"tier"}};
+inline const Family kPdPrefillRedone{"kvgate_pd_prefill_redone_total", Type::kCounter,
+    "P/D prefills sent again because the decode endpoint a push connector (vLLM without "
+    "kv_transfer_params) sent the KV to was unreachable.", {"rule"}};
 // The admission gate of P/D rules (proxy/admission.h), upstream's names; service = rule name.
 inline const Family kAdmissionDecisions{"loxilb_ai_admission_decisions_total", Type::kCounter,
     "Admission decisions: admit, park (parked, then admitted), shed (429), valve (503), timeout "
@@ -211,7 +214,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kRequests,          &kUnrouted,      &kUpstreamLatency,    &kStreamTtft,
       &kSelectorDecisions, &kSpills,        &kTier15Hits,         &kTier15Spills,
       &kTier15ColdSeeds,   &kTier15MissReason, &kTier15Fallthrough, &kKvSpeculativeCredits,
-      &kKvSpeculativeHits, &kStageFallthrough, &kPdTierSelected, &kAdmissionDecisions,
+      &kKvSpeculativeHits, &kStageFallthrough, &kPdTierSelected, &kPdPrefillRedone, &kAdmissionDecisions,
       &kAdmissionInflight, &kAdmissionQueued, &kAdmissionLimit,
       &kDecisionSeconds,
       &kActiveConnections, &kActiveStreams, &kTlsHandshakes, &kTlsClientCerts, &kQuotaPromptCounts,

@@ -196,9 +196,12 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
                                       endpoints::EndpointLease& lease, std::string_view body);
   asio::awaitable<bool> answerWith(int status, std::string_view content_type,
                                    std::string_view body);
+  // redo_prefill (a push connector: the KV follows the request id to the decode it names): set
+  // instead of moving to another decode endpoint when the first is unreachable.
   asio::awaitable<bool> secondLeg(const Request& req, const Route& route, size_t prefill_idx,
                                   const routing::RequestContext& rctx, std::string_view body,
-                                  endpoints::EndpointLease& first_lease, int first_idx);
+                                  endpoints::EndpointLease& first_lease, int first_idx,
+                                  bool* redo_prefill = nullptr);
   asio::awaitable<bool> concurrentLegs(const Request& req, const Route& route, size_t pidx,
                                        endpoints::EndpointLease& plase,
                                        const routing::RequestContext& rctx,

@@ -130,6 +130,11 @@ void DataPlane::renderRoutingMetrics(metrics::TextWriter& w) const {
   w.header(kPdTierSelected);
   for (size_t t = 0; t < tiers.size(); ++t)
     w.sample(kPdTierSelected, {{"tier", kPdTierNames[t]}}, static_cast<double>(tiers[t]));
+  w.header(kPdPrefillRedone);
+  for (auto& [key, st] : rule_stats_)
+    if (st->decode_pipeline)  // (P/D rules)
+      w.sample(kPdPrefillRedone, {{"rule", st->rule}},
+               static_cast<double>(st->pd_prefill_redone.load()));
   // The admission gate, for the rules that have it on.
   w.header(kAdmissionDecisions);
   for (auto& [key, st] : rule_stats_)

@@ -46,6 +46,7 @@ struct ClientConn::PdState {
   size_t host_at = std::string::npos;
   std::string first_body, second_body, answer, content_type;
   std::vector<bool> decode_excluded;
+  std::string id_suffix;  // the fresh part of the legs' request id (leg_id_)
   http::ResponseHead rh;
   // SGLang: the background drain of a prefill leg (cleared by the drain when it ends), the
   // request it serves, and a refusal it relays (status, with its body in `answer`).
@@ -347,8 +348,8 @@ int ClientConn::pickDecode(const routing::RequestContext& rctx, const Route& rou
 asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& route,
                                             size_t prefill_idx, const routing::RequestContext& rctx,
                                             std::string_view body,
-                                            endpoints::EndpointLease& first_lease, int first_idx) {
-  buildUpstreamHead(req, route, body, up_head_, up_host_at_);
+                                            endpoints::EndpointLease& first_lease, int first_idx,
+                                            bool* redo_prefill) {
   const std::string& prefill_label = route.endpoints[prefill_idx].state->label;
   pd_leg_note_ = " (decode leg, after the prefill on " + prefill_label + ")";
   last_error_.clear();
@@ -357,6 +358,12 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
     const int idx = attempt == 0 ? first_idx : pickDecode(rctx, route, lease);
     if (idx < 0) break;
     if (attempt == 0) lease = std::move(first_lease);
+    // The id names the decode endpoint this leg goes to (another one than the prefill's id
+    // named when the first was unreachable: a pull connector takes the KV from the prefill
+    // whatever the id says, and the id stays true in the engines' and our logs).
+    leg_id_ = pd::pdRequestId(route.transfer_addr[prefill_idx],
+                              route.transfer_addr[static_cast<size_t>(idx)], pd_->id_suffix);
+    buildUpstreamHead(req, route, body, up_head_, up_host_at_);
     const auto& state = *route.endpoints[static_cast<size_t>(idx)].state;
     outcome_.ep_index = idx;
     outcome_.endpoint = &state.label;
@@ -381,6 +388,10 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
       co_return true;
     }
     pd_->decode_excluded[static_cast<size_t>(idx)] = true;
+    if (redo_prefill) {  // a push connector sent the KV to this unreachable endpoint
+      *redo_prefill = true;
+      co_return true;
+    }
   }
   stopWatch();
   // No decode endpoint: a concurrent prefill of this request is given up too.
@@ -766,6 +777,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   int didx = -1;
   bool any_decode = false;
   for (bool x : st.decode_excluded) any_decode |= !x;
+  bool tier_counted = false;
   for (size_t attempt = 0; any_decode && attempt < 2 * route.endpoints.size(); ++attempt) {
     routing::Decision d;
     endpoints::EndpointLease plase;
@@ -819,9 +831,9 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     // may repeat or carry ':' digits an engine would misparse); the client keeps its id.
     char fresh[32];
     newRequestId(fresh);
-    leg_id_ =
-        pd::pdRequestId(route.transfer_addr[pidx], route.transfer_addr[static_cast<size_t>(didx)],
-                        std::string_view(fresh, sizeof fresh));
+    st.id_suffix.assign(fresh, sizeof fresh);
+    leg_id_ = pd::pdRequestId(route.transfer_addr[pidx],
+                              route.transfer_addr[static_cast<size_t>(didx)], st.id_suffix);
     // The first leg's body.
     Result<std::string> first =
         dialect == pd::Dialect::kVllm ? pd::vllmPrefillBody(req.body)
@@ -846,7 +858,8 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       excluded_[pidx] = true;
       continue;
     }
-    countTier(route, d.stage);  // the pick that served (connect failures are not counted)
+    if (!tier_counted) countTier(route, d.stage);  // the pick that served (connect failures
+    tier_counted = true;                           // and a redone prefill are not counted)
     if (a.kind == K::kClientGone) co_return false;
     plase.reset();  // the prefill endpoint's part is over
     if (a.kind == K::kFailed) {
@@ -862,8 +875,12 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       co_return co_await answerWith(a.status, st.content_type, st.answer);
     }
     Result<std::string> second;
+    bool kv_follows_id = false;
     if (dialect == pd::Dialect::kVllm) {
       auto params = pd::vllmTransferParams(st.answer);
+      // No kv_transfer_params: a push connector (P2P NCCL) sent the KV to the decode endpoint
+      // the request id names.
+      kv_follows_id = params && !params->has_value();
       if (params)
         second = pd::vllmDecodeBody(req.body, *params);
       else
@@ -895,7 +912,19 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       co_return true;
     }
     st.second_body = std::move(*second);
-    co_return co_await secondLeg(req, route, pidx, rctx, st.second_body, dlease, didx);
+    bool redo = false;
+    const bool ok = co_await secondLeg(req, route, pidx, rctx, st.second_body, dlease, didx,
+                                       kv_follows_id ? &redo : nullptr);
+    if (!redo) co_return ok;
+    // The decode endpoint the KV was pushed to was unreachable: the prefill is redone under a
+    // new id naming the next decode endpoint (its first transfer went nowhere).
+    route.stats->pd_prefill_redone.fetch_add(1, std::memory_order_relaxed);
+    log::warn("proxy", "decode endpoint unreachable after a pushed prefill on " + pstate.label +
+                           ": the prefill is redone for the next decode endpoint");
+    didx = -1;
+    any_decode = false;
+    for (bool x : st.decode_excluded) any_decode |= !x;
+    if (!any_decode) break;
   }
   // No prefill/decode pair: the any-healthy rescue over role-less endpoints.
   dlease.reset();

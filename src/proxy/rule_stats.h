@@ -48,6 +48,7 @@ struct RuleStats {
   std::shared_ptr<routing::PipelineStats> decode_pipeline, rescue_pipeline;
   // P/D requests by the tier that chose the prefill endpoint that served them.
   std::array<std::atomic<uint64_t>, static_cast<size_t>(PdTier::kCount)> pd_tiers{};
+  std::atomic<uint64_t> pd_prefill_redone{0};  // kvgate_pd_prefill_redone_total
   // P/D rules: Tier 0's pins and Tier 1's trie (made for the first P/D version of the rule).
   std::shared_ptr<routing::SessionTable> sessions;
   std::shared_ptr<routing::PrefixTrie> trie;

@@ -7,6 +7,12 @@
 //                    and holds the prompt's blocks under engine/request id.
 //           decode:  needs those params (do_remote_prefill true); pulls the hold, whose prompt
 //                    must be this request's.
+//   vllm with --pd-connector p2p (P2P NCCL, a push connector): both legs need an X-Request-Id
+//           ___prefill_addr_<p>___decode_addr_<d>_<id>, where the prefill must be <p> and the
+//           decode <d> (each worker's address is its host:port); the prefill pushes its blocks
+//           to <d> under the whole id and answers no kv_transfer_params; the decode pulls what
+//           was pushed to it under its id. A decode whose id names another worker is refused:
+//           the KV went there.
 //   sglang  both legs need bootstrap_host, bootstrap_port and bootstrap_room; prefill checks
 //           host and port are its own and holds the blocks under the room; decode waits (at
 //           most --pd-wait-ms) for the room's prefill, then pulls it.
@@ -46,6 +52,36 @@ asio::awaitable<Result<void>> Worker::pdBegin(RequestCtx& c, const Inference& in
                           (prefill ? "prefill" : "decode") + " worker (--role)";
   const size_t blocks = in.prompt.size() / cfg_.block_size;
   const std::string me = "sim-" + host_ + ":" + std::to_string(port_);
+  if (cfg_.engine == "vllm" && cfg_.pd_push) {
+    const std::string self = host_ + ":" + std::to_string(port_);
+    constexpr std::string_view kP = "___prefill_addr_", kD = "___decode_addr_";
+    const std::string_view id = request_id;
+    const size_t d_at = id.find(kD);
+    const size_t d_end =
+        d_at == std::string_view::npos ? d_at : id.find('_', d_at + kD.size());
+    if (!id.starts_with(kP) || d_end == std::string_view::npos)
+      co_return refuse(who + " (P2P): X-Request-Id must be ___prefill_addr_<p>___decode_addr_<d>_<id>");
+    const std::string_view p_addr = id.substr(kP.size(), d_at - kP.size());
+    const std::string_view d_addr = id.substr(d_at + kD.size(), d_end - d_at - kD.size());
+    if ((prefill ? p_addr : d_addr) != self)
+      co_return refuse(who + " (P2P): X-Request-Id names " + std::string(prefill ? p_addr : d_addr) +
+                       " as the " + (prefill ? "prefill" : "decode") + ", not this worker " + self);
+    const std::string key = "p2p/" + std::string(d_addr) + "/" + request_id;
+    if (prefill) {
+      plan.hold_key = key;  // (pushed to the decode; the answer carries no kv_transfer_params)
+      co_return Result<void>{};
+    }
+    switch (ex->pull(key, in.prompt)) {
+      case PdExchange::Pull::kOk:
+        plan.transfer_blocks = std::max<size_t>(blocks, 1);
+        co_return Result<void>{};
+      case PdExchange::Pull::kMissing:
+        co_return refuse(who + " (P2P): nothing was pushed here for " + request_id);
+      case PdExchange::Pull::kWrongPrompt:
+        co_return refuse(who + " (P2P): the blocks pushed for " + request_id +
+                         " are another prompt's");
+    }
+  }
   if (cfg_.engine == "vllm") {
     const json& p = in.kv_transfer_params;
     if (!p.is_object())

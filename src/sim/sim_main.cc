@@ -102,6 +102,10 @@ P/D disaggregation (docs/simulator.md "P/D"; the dialect is --engine's):
   --pd-wait-ms MS               SGLang decode: how long it waits for its room's prefill
                                 (default 30000)
   --pd-bootstrap-port P         SGLang prefill: the bootstrap port it expects (default 8998)
+  --pd-connector C              vLLM: nixl (default; the decode pulls with the prefill's
+                                kv_transfer_params) or p2p (P2P NCCL: the prefill pushes to the
+                                decode its X-Request-Id names, ___prefill_addr_<p>___decode_addr_<d>_,
+                                each worker's address being its own host:port)
 KV cache:
   --block-size N                tokens per KV block (default 16)
   --num-blocks N                KV capacity in blocks, per data-parallel rank (default 31250:
@@ -271,6 +275,7 @@ int parseArgs(int argc, char** argv, Options& o) {
         " --step-prefill-ms-per-token --step-attn-ms-per-pair --step-overhead-ms"
         " --step-seq-overhead-ms --prefill-factor --max-num-seqs --max-num-batched-tokens"
         " --role --pd-transfer-us-per-block --pd-hold-ms --pd-wait-ms --pd-bootstrap-port"
+        " --pd-connector"
         " --api-ms --step-jitter --tls-cert --tls-key ";
     bool known =
         flag.find(' ') == std::string::npos && kKnown.find(" " + flag + " ") != std::string::npos;
@@ -301,6 +306,10 @@ int parseArgs(int argc, char** argv, Options& o) {
       ok = intArg(1, kBig, o.cfg.pd_hold_ms);
     } else if (flag == "--pd-wait-ms") {
       ok = intArg(1, kBig, o.cfg.pd_wait_ms);
+    } else if (flag == "--pd-connector") {
+      if (value != "nixl" && value != "p2p")
+        return usage("--pd-connector takes nixl or p2p, not '" + value + "'");
+      o.cfg.pd_push = value == "p2p";
     } else if (flag == "--pd-bootstrap-port") {
       ok = intArg(1, 65535, o.cfg.pd_bootstrap_port);
     } else if (flag == "--tls-cert") {

@@ -101,6 +101,7 @@ struct SimConfig {
   int64_t pd_hold_ms = 480000;           // prefill: blocks held for a decode (vLLM's 480 s)
   int64_t pd_wait_ms = 30000;            // SGLang decode: wait for the prefill of its room
   uint16_t pd_bootstrap_port = 8998;     // SGLang prefill's bootstrap port
+  bool pd_push = false;                  // vLLM: --pd-connector p2p (push by request id)
   PdExchange* pd_exchange = nullptr;     // the fleet's meeting point (set by sim_main)
 };
 

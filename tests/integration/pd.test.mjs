@@ -179,6 +179,50 @@ test('P/D rescue: with no reachable prefill endpoint a role-less endpoint serves
   assert.match(JSON.parse(res2.text).error.message, /^prefill leg: connect to/);
 });
 
+// Issue 28 §1.7: the first decode endpoint picked is unreachable. With a pull connector (NIXL:
+// the decode takes the KV with the prefill's kv_transfer_params) the decode moves to the next
+// endpoint and the legs' id names the one that served; with a push connector (P2P NCCL: the
+// prefill sent the KV to the decode its request id named, and answers no kv_transfer_params)
+// the prefill is redone under an id naming the next decode endpoint. The simulated engines
+// refuse a decode whose id names another worker (P2P) and count every prefill and pull.
+for (const connector of ['p2p', 'nixl'])
+test(`P/D vLLM ${connector}: an unreachable decode endpoint is replaced and the id names the one that served`, async (t) => {
+  const sim = await fleet(t, 'vllm', 'prefill,decode', 2, ['--pd-connector', connector]);
+  const [prefill, decode] = sim.workers;
+  const gw = await gateway(t, ['--access-log']);
+  const port = await freePort();
+  const dead = await freePort();
+  const rule = {
+    serviceArguments: { externalIP: '127.0.0.1', port, protocol: 'tcp', sel: 0, mode: 4, host: '127.0.0.1',
+      pd_disagg_mode: true, kvEngineType: 'vllm' },
+    endpoints: [
+      { endpointIP: prefill.host, targetPort: prefill.port, weight: 1, ep_role: 1, nixl_port: prefill.port },
+      // The first decode endpoint (min-load's first tie): nothing listens there.
+      { endpointIP: '127.0.0.1', targetPort: dead, weight: 1, ep_role: 2, nixl_port: dead },
+      { endpointIP: decode.host, targetPort: decode.port, weight: 1, ep_role: 2, nixl_port: decode.port },
+    ],
+  };
+  assert.equal((await api(gw.api, 'POST', LB_BASE, rule)).status, 200);
+  const before = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
+  const res = await post(port, '/v1/completions', { model: 'sim-model', prompt: 'move the decode', max_tokens: 3 },
+    { 'x-request-id': `moved-${connector}` });
+  assert.equal(res.status, 200, res.text);
+  assert.equal(JSON.parse(res.text).choices[0].text.split(' ').length, 3);
+  const after = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
+  const prefills = after[0].kvgate_sim_requests_total - before[0].kvgate_sim_requests_total;
+  assert.equal(prefills, connector === 'p2p' ? 2 : 1, 'a push connector\'s prefill is redone, a pull one\'s is not');
+  assert.equal((after[1].kvgate_sim_pd_pulled_total ?? 0) - (before[1].kvgate_sim_pd_pulled_total ?? 0), 1);
+  assert.equal(after[0].kvgate_sim_pd_refused_total ?? 0, 0);
+  assert.equal(after[1].kvgate_sim_pd_refused_total ?? 0, 0, 'no decode leg named another worker');
+  const m = await scrapeMetrics(gw.api);
+  const redone = m.filter((s) => s.name === 'kvgate_pd_prefill_redone_total').reduce((a, s) => a + s.value, 0);
+  assert.equal(redone, connector === 'p2p' ? 1 : 0);
+  const line = await waitFor(() => accessLines(gw).find((l) => l.includes(`moved-${connector}`)));
+  assert.ok(line, gw.proc.stderrText);
+  assert.match(line, new RegExp(`leg_id=___prefill_addr_127\\.0\\.0\\.1:${prefill.port}___decode_addr_127\\.0\\.0\\.1:${decode.port}_[0-9a-f]{32}`));
+  assert.match(line, new RegExp(`endpoint=127\\.0\\.0\\.1:${decode.port}`));
+});
+
 // A client that leaves aborts the open leg (the gateway's watcher starts within about a second).
 async function cancelAfter(port, body, ms) {
   const ac = new AbortController();

@@ -65,8 +65,10 @@ struct Dir {
 };
 
 struct Pair {
-  int fd[2];   // [0] the client, [1] the upstream
-  Dir dir[2];  // [0] client -> upstream, [1] upstream -> client
+  uint64_t id = 0;
+  int fd[2];                      // [0] the client, [1] the upstream
+  Dir dir[2];                     // [0] client -> upstream, [1] upstream -> client
+  bool gone[2] = {false, false};  // that side hung up or was reset (out of the epoll set)
 };
 
 }  // namespace
@@ -96,12 +98,6 @@ Result<uint16_t> DelayRelay::start() {
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
   stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  for (int fd : {listen_fd_, timer_fd_, stop_fd_}) {
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
-  }
   thread_ = std::thread([this] { run(); });
   return port;
 }
@@ -123,22 +119,40 @@ void DelayRelay::run() {
   sockaddr_storage us{};
   socklen_t ulen = 0;
   sockaddrOf(upstream_, us, ulen);
-  std::unordered_map<int, std::shared_ptr<Pair>> by_fd;
+  // epoll data: kListen, kTimer, kStop, or a pair's id << 1 | side (ids, not fds: an fd closed
+  // earlier in a batch of events and reused by an accept must not receive the old pair's events).
+  constexpr uint64_t kListen = 0, kTimer = 1, kStop = 2;
+  std::unordered_map<uint64_t, std::shared_ptr<Pair>> pairs;
+  uint64_t next_id = 2;
+  bool listen_paused = false;
   std::vector<char> buf(64 * 1024);
+  auto ctl = [&](int op, int fd, uint32_t events, uint64_t data) {
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = data;
+    ::epoll_ctl(epoll_fd_, op, fd, &ev);
+  };
+  ctl(EPOLL_CTL_ADD, listen_fd_, EPOLLIN, kListen);
+  ctl(EPOLL_CTL_ADD, timer_fd_, EPOLLIN, kTimer);
+  ctl(EPOLL_CTL_ADD, stop_fd_, EPOLLIN, kStop);
 
   auto interest = [&](Pair& p, int side) {  // what to wait for on p.fd[side]
-    Dir& in = p.dir[side];                  // reads from this fd
-    Dir& out = p.dir[1 - side];             // writes to this fd
-    epoll_event ev{};
-    ev.data.fd = p.fd[side];
-    if (!in.eof && in.queued < kMaxQueuedBytes) ev.events |= EPOLLIN;
-    if (out.want_out) ev.events |= EPOLLOUT;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, p.fd[side], &ev);
+    if (p.gone[side]) return;
+    Dir& in = p.dir[side];       // reads from this fd
+    Dir& out = p.dir[1 - side];  // writes to this fd
+    uint32_t ev = 0;
+    if (!in.eof && in.queued < kMaxQueuedBytes) ev |= EPOLLIN;
+    if (out.want_out) ev |= EPOLLOUT;
+    ctl(EPOLL_CTL_MOD, p.fd[side], ev, p.id << 1 | uint64_t(side));
   };
-  auto closePair = [&](const std::shared_ptr<Pair>& p) {
-    for (int fd : p->fd) {
-      by_fd.erase(fd);
-      ::close(fd);
+  auto closePair = [&](uint64_t id) {
+    auto it = pairs.find(id);
+    if (it == pairs.end()) return;
+    for (int fd : it->second->fd) ::close(fd);
+    pairs.erase(it);
+    if (listen_paused) {  // (a descriptor is free again)
+      ctl(EPOLL_CTL_MOD, listen_fd_, EPOLLIN, kListen);
+      listen_paused = false;
     }
   };
   // Writes what is due in one direction; false when the pair failed.
@@ -168,13 +182,12 @@ void DelayRelay::run() {
   for (;;) {
     const int64_t now = monoNs();
     int64_t next = INT64_MAX;
-    std::vector<std::shared_ptr<Pair>> done;
-    for (auto& [fd, p] : by_fd) {
-      if (fd != p->fd[0]) continue;  // (each pair once)
+    std::vector<uint64_t> done;
+    for (auto& [id, p] : pairs) {
       bool ok = true;
       for (int d = 0; d < 2 && ok; ++d) ok = flush(*p, d, now);
       if (!ok || (p->dir[0].shut && p->dir[1].shut)) {
-        done.push_back(p);
+        done.push_back(id);
         continue;
       }
       for (int d = 0; d < 2; ++d)
@@ -183,7 +196,7 @@ void DelayRelay::run() {
       interest(*p, 0);
       interest(*p, 1);
     }
-    for (auto& p : done) closePair(p);
+    for (uint64_t id : done) closePair(id);
     itimerspec its{};
     if (next != INT64_MAX) {
       its.it_value.tv_sec = next / 1'000'000'000;
@@ -196,24 +209,27 @@ void DelayRelay::run() {
     const int n = ::epoll_wait(epoll_fd_, evs, 64, -1);
     if (n < 0 && errno != EINTR) break;
     for (int i = 0; i < n; ++i) {
-      const int fd = evs[i].data.fd;
-      if (fd == stop_fd_) {
-        std::vector<std::shared_ptr<Pair>> all;
-        for (auto& [f, p] : by_fd)
-          if (f == p->fd[0]) all.push_back(p);
-        for (auto& p : all) closePair(p);
+      const uint64_t tag = evs[i].data.u64;
+      if (tag == kStop) {
+        while (!pairs.empty()) closePair(pairs.begin()->first);
         return;
       }
-      if (fd == timer_fd_) {
+      if (tag == kTimer) {
         uint64_t x;
         [[maybe_unused]] auto r = ::read(timer_fd_, &x, sizeof x);
         continue;
       }
-      if (fd == listen_fd_) {
+      if (tag == kListen) {
         for (;;) {
           const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (c < 0) break;
-          if (by_fd.size() / 2 >= kMaxConns) {
+          if (c < 0) {
+            if (errno == EMFILE || errno == ENFILE) {  // (no spin: wait for a pair to close)
+              ctl(EPOLL_CTL_MOD, listen_fd_, 0, kListen);
+              listen_paused = true;
+            }
+            break;
+          }
+          if (pairs.size() >= kMaxConns) {
             ::close(c);
             continue;
           }
@@ -228,6 +244,7 @@ void DelayRelay::run() {
           ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
           ::setsockopt(u, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
           auto p = std::make_shared<Pair>();
+          p->id = next_id++;
           p->fd[0] = c;
           p->fd[1] = u;
           p->dir[0].from = c;
@@ -236,52 +253,48 @@ void DelayRelay::run() {
           p->dir[1].to = c;
           // (the upstream's connect completes in the background: the first write waits for it
           // through EAGAIN/EPOLLOUT like any other)
-          for (int side = 0; side < 2; ++side) {
-            epoll_event ev{};
-            ev.events = EPOLLIN;
-            ev.data.fd = p->fd[side];
-            ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, p->fd[side], &ev);
-            by_fd[p->fd[side]] = p;
-          }
+          for (int side = 0; side < 2; ++side)
+            ctl(EPOLL_CTL_ADD, p->fd[side], EPOLLIN, p->id << 1 | uint64_t(side));
+          pairs[p->id] = p;
         }
         continue;
       }
-      auto it = by_fd.find(fd);
-      if (it == by_fd.end()) continue;
-      std::shared_ptr<Pair> p = it->second;
-      const int side = fd == p->fd[0] ? 0 : 1;
-      Dir& in = p->dir[side];
-      bool failed = (evs[i].events & EPOLLERR) != 0;
-      if (!failed && (evs[i].events & (EPOLLIN | EPOLLHUP)) && !in.eof) {
+      auto it = pairs.find(tag >> 1);
+      if (it == pairs.end()) continue;  // (a pair closed earlier in this batch)
+      Pair& p = *it->second;
+      const int side = int(tag & 1);
+      const int fd = p.fd[side];
+      Dir& in = p.dir[side];
+      // The peer is gone (HUP) or reset (ERR): everything it still sent is read whatever the
+      // bound (the kernel's buffer bounds it) and still reaches the other side, delayed; nothing
+      // more is written to it, and its fd leaves the set (epoll reports HUP whatever the
+      // interest). The pair closes once the other direction has flushed.
+      const bool gone = (evs[i].events & (EPOLLHUP | EPOLLERR)) != 0;
+      if ((evs[i].events & EPOLLIN) || gone) {
         const int64_t t = monoNs();
-        while (in.queued < kMaxQueuedBytes) {
+        while (!in.eof && (gone || in.queued < kMaxQueuedBytes)) {
           const ssize_t r = ::recv(fd, buf.data(), buf.size(), 0);
           if (r > 0) {
             in.q.push_back(Chunk{t + delay_ns_, std::string(buf.data(), size_t(r))});
             in.queued += size_t(r);
             continue;
           }
-          if (r == 0)
-            in.eof = true;
-          else if (errno != EAGAIN && errno != EWOULDBLOCK)
-            failed = true;
+          if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) in.eof = true;
           break;
         }
       }
-      if (evs[i].events & EPOLLOUT) p->dir[1 - side].want_out = false;  // (flushed next pass)
-      if (!failed && (evs[i].events & EPOLLHUP)) {
-        // The peer is gone both ways (epoll reports it whatever the interest): nothing more can
-        // be written to it, and the fd leaves the set so it is not reported again. What it sent
-        // before still reaches the other side, then the pair closes.
+      if (evs[i].events & EPOLLOUT) p.dir[1 - side].want_out = false;  // (flushed next pass)
+      if (gone && !p.gone[side]) {
         in.eof = true;
-        Dir& back = p->dir[1 - side];
+        Dir& back = p.dir[1 - side];
         back.q.clear();
         back.queued = 0;
         back.want_out = false;
+        back.eof = true;
         back.shut = true;
+        p.gone[side] = true;
         ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
       }
-      if (failed) closePair(p);
     }
   }
 }

@@ -5,9 +5,12 @@
 // prints the RTT it saw). Used by `kvgate bench relay`, the quota-store benchmark and tests.
 //
 // One thread, epoll + a timerfd armed for the earliest chunk due. Bounds: each direction holds at
-// most kMaxQueuedBytes; past that the relay stops reading from that side (TCP flow control pushes
-// back on the sender), so a fast sender cannot grow the relay's memory. At most kMaxConns pairs;
-// more are refused (closed at accept). Stops (stop() or the destructor) closing every socket.
+// most kMaxQueuedBytes (plus one socket buffer read when its peer hangs up); past that the relay
+// stops reading from that side (TCP flow control pushes back on the sender): at most kMaxConns
+// pairs x 2 x 1 MiB, 2 GiB in the worst case, for a tool of tests and benchmarks. More pairs are
+// refused (closed at accept); out of descriptors, it stops accepting until a pair closes. A peer
+// that hangs up or resets: what it sent still reaches the other side (delayed), then the pair
+// closes. Stops (stop() or the destructor) closing every socket.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -20,8 +23,8 @@ namespace kvgate::bench {
 
 class DelayRelay {
  public:
-  static constexpr size_t kMaxQueuedBytes = 4u << 20;
-  static constexpr size_t kMaxConns = 4096;
+  static constexpr size_t kMaxQueuedBytes = 1u << 20;
+  static constexpr size_t kMaxConns = 1024;
   DelayRelay(net::HostPort listen, net::HostPort upstream, int64_t delay_ns);
   ~DelayRelay();
   DelayRelay(const DelayRelay&) = delete;
