@@ -12,8 +12,12 @@ build: setup
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD_DIR) -j$(JOBS)
 
+# The sanitizer legs (scripts/sanitize.sh, docs/reliability.md): ASan + UBSan and TSan builds
+# with clang in build-asan/ and build-tsan/, run after the tests above; SANITIZE=0 skips them.
+SANITIZE ?= 1
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j1
+	@if [ "$(SANITIZE)" = 1 ]; then bash scripts/sanitize.sh address && bash scripts/sanitize.sh thread; fi
 
 unit: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -R '^[A-Z]'
@@ -39,4 +43,4 @@ lint:
 	  --extra-arg=-DBOOST_ASIO_HAS_CO_AWAIT=1 --extra-arg=-DBOOST_ASIO_HAS_STD_COROUTINE=1
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) build-asan build-tsan

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH="${1:-60}"
 cmake -S . -B build-fuzz -DKVGATE_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang >/dev/null
-for t in ${FUZZ_TARGETS:-request_head chunked facts kv_events engine_metrics trtllm_events pd_dialect hint_rpc jwt target form_model}; do
+for t in ${FUZZ_TARGETS:-request_head chunked facts kv_events engine_metrics trtllm_events pd_dialect hint_rpc jwt target form_model rule_json jinja}; do
   cmake --build build-fuzz -j2 --target "fuzz_$t"
   work="$(mktemp -d)"
   cp tests/fuzz/corpus/$t/* "$work/"

@@ -29,10 +29,9 @@ APT_PACKAGES=(
   python3-zmq python3-msgpack python3-cbor2  # independent vLLM KV-event publisher (interop test)
 )
 
-# clang's libFuzzer and sanitizers, only for `make fuzz` (scripts/setup.sh --fuzz).
-if [ "${1:-}" = "--fuzz" ]; then
-  APT_PACKAGES+=(clang libclang-rt-14-dev)
-fi
+# clang with its sanitizer runtimes and libFuzzer: the sanitizer legs of `make test`
+# (scripts/sanitize.sh) and `make fuzz`.
+APT_PACKAGES+=(clang libclang-rt-14-dev)
 
 # Benchmark anchors and tools, only for `make bench` (scripts/setup.sh --bench).
 if [ "${1:-}" = "--bench" ]; then

@@ -133,6 +133,7 @@ void RedisCounters::stop() {
     left.swap(settlements_);
   }
   for (Job& j : adm) j.done(Verdict{State::kOpen, 0, LimitReason::kKeyRps, {}});
+  if (!left.empty() && !c_) connect();  // (one try: Redis may have come back meanwhile)
   const int64_t until = steadyNs() + 2'000'000'000;
   while (!left.empty() && c_ && steadyNs() < until) {
     std::vector<Job> batch;
@@ -151,7 +152,8 @@ void RedisCounters::stop() {
 RedisCounters::Verdict RedisCounters::downVerdict() {
   const int64_t since = down_since_ns_.load(std::memory_order_relaxed);
   Verdict v;
-  if (since != 0 && steadyNs() - since < kWarmingNs) {
+  // (since 0: a reconnect raced this caller's read of up(): warming, the safe side)
+  if (since == 0 || steadyNs() - since < kWarmingNs) {
     v.state = State::kWarming;
     v.retry_after_s = 1;
     warming_.fetch_add(1, std::memory_order_relaxed);
@@ -178,7 +180,8 @@ void RedisCounters::admit(std::vector<BucketSpec> specs, int64_t tokens, Done do
   {
     std::lock_guard g(mu_);
     if (admissions_.size() < kMaxQueue && !stop_) {
-      admissions_.push_back(Job{steadyNs(), std::move(specs), {}, tokens, std::move(done)});
+      admissions_.push_back(
+          Job{steadyNs(), std::move(specs), {}, tokens, std::move(done), next_seq_++});
       cv_.notify_one();
       return;
     }
@@ -193,7 +196,7 @@ void RedisCounters::settle(std::vector<QuotaLedger::Held> held, int64_t used) {
     // (one that finds no room is dropped, counted: its hold costs at most one capacity; while
     // Redis is down they wait in the queue for the reconnect)
     if (settlements_.size() < kMaxQueue && !stop_) {
-      settlements_.push_back(Job{steadyNs(), {}, std::move(held), used, nullptr});
+      settlements_.push_back(Job{steadyNs(), {}, std::move(held), used, nullptr, next_seq_++});
       cv_.notify_one();
       return;
     }
@@ -263,8 +266,8 @@ bool RedisCounters::connect(std::string* refused) {
     return false;
   }
   last_used_ns_ = steadyNs();
-  down_since_ns_ = 0;
   up_ = true;
+  down_since_ns_ = 0;
   log::info("governance", "Redis " + host_ + ":" + std::to_string(port_) +
                               " connected (shared quota counters)");
   return true;
@@ -453,10 +456,14 @@ void RedisCounters::serve(std::vector<Job>& batch) {
       verdicts[where[k]] = std::move(verdicts2[k]);
     }
   }
+  std::vector<Job> unsent;
   for (size_t i = 0; i < live.size(); ++i) {
     Job& j = *live[i];
-    if (!j.done) {  // a settlement: applied, or dropped (counted)
-      if (calls[i] != Call::kOk) dropped_.fetch_add(1, std::memory_order_relaxed);
+    if (!j.done) {  // a settlement: applied, parked (it never ran), or dropped (counted)
+      if (calls[i] == Call::kNoScript && !c_)
+        unsent.push_back(std::move(j));
+      else if (calls[i] != Call::kOk)
+        dropped_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     Verdict v = std::move(verdicts[i]);
@@ -486,7 +493,7 @@ void RedisCounters::serve(std::vector<Job>& batch) {
     }
     j.done(std::move(v));
   }
-  batch.clear();
+  batch = std::move(unsent);
 }
 
 void RedisCounters::run() {
@@ -499,18 +506,26 @@ void RedisCounters::run() {
       cv_.wait_for(lk, std::chrono::seconds(1),
                    [&] { return stop_ || !admissions_.empty() || !settlements_.empty(); });
       if (stop_) return;
-      // Settlements first; admissions only once no settlement waits, so a settlement posted
-      // before an admission reaches Redis before it.
-      while (!settlements_.empty() && batch.size() < pipeline_) {
-        batch.push_back(std::move(settlements_.front()));
-        settlements_.pop_front();
-      }
-      while (settlements_.empty() && !admissions_.empty() && batch.size() < pipeline_) {
-        batch.push_back(std::move(admissions_.front()));
-        admissions_.pop_front();
+      // In the order they were posted across both queues: a settlement posted before an
+      // admission reaches Redis before it.
+      while (batch.size() < pipeline_ && (!settlements_.empty() || !admissions_.empty())) {
+        std::deque<Job>& q = admissions_.empty() ? settlements_
+                             : settlements_.empty() || admissions_.front().seq < settlements_.front().seq
+                                 ? admissions_
+                                 : settlements_;
+        batch.push_back(std::move(q.front()));
+        q.pop_front();
       }
     }
     maybeReconnect();
+    if (!c_) {  // down: every waiting admission is answered now, whatever settlements wait
+      std::deque<Job> adm;
+      {
+        std::lock_guard g(mu_);
+        adm.swap(admissions_);
+      }
+      for (Job& j : adm) j.done(downVerdict());
+    }
     if (batch.empty()) {
       pingIfIdle();
       continue;
@@ -563,8 +578,8 @@ std::string RedisCounters::renderMetrics() const {
          "kvgate_quota_redis_calls_total counter\n" +
          kind("admission", admit_calls_.load()) + kind("settlement", settle_calls_.load()) +
          line("kvgate_quota_redis_dropped_total", "counter",
-              "Settlements not sent (queue full, Redis down, call failed; the hold costs at most "
-              "one bucket capacity).",
+              "Settlements not applied: their queue was full, or the connection broke before "
+              "their reply (the hold costs at most one bucket capacity).",
               dropped_.load());
 }
 

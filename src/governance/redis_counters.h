@@ -15,12 +15,13 @@
 // out of its queue. Data-plane workers never touch the socket: they post a job and their
 // coroutine resumes on its own executor when the answer is posted back. The thread pipelines:
 // each batch takes up to `pipeline` jobs (serve --redis-pipeline, default kDefaultPipeline),
-// settlements first, writes every script call, then reads the replies in order, so a batch
-// costs one round trip whatever its size (a lone job still goes at once: nothing waits for a
-// batch to fill). At 274 us RTT one call per round trip capped admissions near 2.7k/s,
-// pipelined 32k/s (docs/benchmarks.md, "Shared quota store"). Order: a batch takes admissions
-// only once the settlement queue is empty, so a settlement posted before an admission is
-// applied before it (a client's refund lands before its next request is admitted). Timeouts:
+// in the order they were posted across both queues, writes every script call, then reads the
+// replies in order, so a batch costs one round trip whatever its size (a lone job still goes at
+// once: nothing waits for a batch to fill). At 274 us RTT one call per round trip capped
+// admissions near 1.6k/s, pipelined 27.4k/s (docs/benchmarks.md, "Shared quota store"). Order:
+// a settlement posted before an admission is applied before it (a client's refund lands before
+// its next request is admitted). While Redis is down, admissions are answered at once (warming,
+// then open) and settlements wait in their queue for the reconnect, then go first. Timeouts:
 // connect 500 ms, each read or write 500 ms; a connection idle for kIdlePingNs is PINGed.
 // Overload is shed, never opened: a full admission queue, or an admission that waited over
 // kMaxWaitNs in it, is answered kShed (429 token_quota_warming, Retry-After 1). Admissions whose
@@ -117,6 +118,7 @@ class RedisCounters {
     std::vector<QuotaLedger::Held> held;  // settlement
     int64_t tokens = 0;                   // the reservation, or the tokens used
     Done done;                            // admission: the answer (null: a settlement)
+    uint64_t seq = 0;                     // arrival order across both queues
   };
   // kNoScript: the scripts were gone (SCRIPT FLUSH, a restarted server behind the same address):
   // the call never ran, so it is sent again once they are loaded. kLost: the connection was gone
@@ -149,6 +151,7 @@ class RedisCounters {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> admissions_, settlements_;  // (mu_)
+  uint64_t next_seq_ = 0;                     // (mu_)
   bool stop_ = false;                         // (mu_)
   redisContext* c_ = nullptr;                 // (the I/O thread; stop() after the join)
   std::string admit_sha_, settle_sha_;

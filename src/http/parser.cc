@@ -237,6 +237,7 @@ int parseRequestHead(const char* data, size_t len, size_t max_head_bytes, Reques
   size_t end = findHeadEnd(data + skip, len - skip);
   if (end == 0) {
     if (len > max_head_bytes) return fail(err, 431, "request header too large");
+    if (len == skip) return 0;  // (nothing yet: memchr on an empty, possibly null, buffer is UB)
     // A bare LF inside what we have so far means a non-CRLF client: reject early.
     const char* lf = static_cast<const char*>(std::memchr(data + skip, '\n', len - skip));
     if (lf && (lf == data + skip || lf[-1] != '\r')) return fail(err, 400, "bare LF in request");

@@ -38,6 +38,16 @@ TEST(RequestParser, IncompleteHeadNeedsMoreBytes) {
   EXPECT_EQ(parseReq("GET / HTTP/1.1\r\nHost: a\r\n", h, e), 0);
 }
 
+// An empty read buffer may have no storage at all (a null pointer): nothing yet, and no
+// library call on it (memchr(nullptr, c, 0) is undefined behaviour: found by the UBSan leg,
+// which this test also runs under).
+TEST(RequestParser, AnEmptyBufferWithoutStorageNeedsMoreBytes) {
+  RequestHead h;
+  ParseError e;
+  EXPECT_EQ(parseRequestHead(nullptr, 0, 16384, h, e), 0);
+  EXPECT_EQ(parseRequestHead("\r\n", 2, 16384, h, e), 0);
+}
+
 TEST(RequestParser, Http10DefaultsToCloseAndKeepAliveHeaderKeepsIt) {
   RequestHead h;
   ParseError e;

@@ -324,7 +324,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::unique_ptr<PdState> pd_;  // P/D scratch (the first leg, rewritten bodies): made on first use
   std::string pd_leg_note_;      // P/D: which leg an error answer is about ("" = single leg)
   std::string pd_first_error_;   // P/D (concurrent): the prefill leg failed, so the decode leg ends
-  std::string leg_id_;           // P/D: the X-Request-Id both legs carry ("" = request_id_)
+  std::string leg_id_;           // P/D: the X-Request-Id of the current leg ("" = request_id_)
   uint64_t request_seq_ = 0;     // requests dispatched on this connection (the drain's guard)
   http::ResponseHead resp_head_;  // the current response's head (views into the leg's buffer)
   std::vector<bool> excluded_;

@@ -9,8 +9,9 @@
 // its leg. When no pair can be formed, the any-healthy rescue serves the request as a plain
 // single-leg request over the role-less (ep_role 0) endpoints, else 503 no_healthy_upstream.
 //
-// Legs: both carry one X-Request-Id, ___prefill_addr_<ip:nixl_port>___decode_addr_<ip:nixl_port>
-// _<the client's id, else 32 hex> (upstream's form).
+// Legs: each carries the X-Request-Id ___prefill_addr_<ip:nixl_port>___decode_addr_<ip:nixl_port>
+// _<32 hex> (upstream's form), naming the endpoints of its pair: both legs carry the same one
+// unless the decode moved to another endpoint (below).
 //   vllm, trtllm (sequential): the first leg (prefill / context) is answered in full (at most
 //     kMaxLegAnswerBytes) before the second leg (decode / generation) starts; a connect failure
 //     moves to the next prefill endpoint; a first leg answered with a non-2xx status is relayed
@@ -22,7 +23,12 @@
 //     a decode leg that fails (an error status, a broken or timed-out exchange) ends the prefill
 //     leg at once (its engine request aborted, its in-flight slot freed).
 // The second leg is relayed like any response (relay.cc); a decode endpoint that cannot be
-// reached is replaced by the next one (the first leg's work is not redone). A client that goes
+// reached is replaced by the next one, and the decode leg's id names it. A pull connector (vLLM
+// NIXL's kv_transfer_params, TensorRT-LLM's disaggregated_params, SGLang's bootstrap room) lets
+// any decode take the prefill's KV, so the first leg is not redone; a vLLM prefill that answered
+// no kv_transfer_params is a push connector's (P2P NCCL: the KV went to the decode its id named),
+// so the prefill is redone under an id naming the next decode (kvgate_pd_prefill_redone_total);
+// when no decode endpoint is left: 502 decode_failed. A client that goes
 // away aborts every open leg (the watcher and the deadline abort both). The breaker and passive
 // health learn each leg's outcome on that leg's endpoint.
 #include <random>
@@ -778,6 +784,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   bool any_decode = false;
   for (bool x : st.decode_excluded) any_decode |= !x;
   bool tier_counted = false;
+  bool prefill_redone = false;  // a push connector's prefill was redone for another decode
   for (size_t attempt = 0; any_decode && attempt < 2 * route.endpoints.size(); ++attempt) {
     routing::Decision d;
     endpoints::EndpointLease plase;
@@ -924,7 +931,18 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     didx = -1;
     any_decode = false;
     for (bool x : st.decode_excluded) any_decode |= !x;
+    prefill_redone = true;
     if (!any_decode) break;
+  }
+  if (prefill_redone) {  // (a pushed prefill and no decode endpoint left: not the rescue)
+    stopWatch();
+    dlease.reset();
+    outcome_.ep_index = -1;
+    const std::string message =
+        (last_error_.empty() ? std::string("no healthy decode endpoint") : last_error_) +
+        pd_leg_note_;
+    co_await sendError(502, "decode_failed", message);
+    co_return true;
   }
   // No prefill/decode pair: the any-healthy rescue over role-less endpoints.
   dlease.reset();

@@ -53,13 +53,14 @@ asio::awaitable<Result<void>> Worker::pdBegin(RequestCtx& c, const Inference& in
   const size_t blocks = in.prompt.size() / cfg_.block_size;
   const std::string me = "sim-" + host_ + ":" + std::to_string(port_);
   if (cfg_.engine == "vllm" && cfg_.pd_push) {
-    const std::string self = host_ + ":" + std::to_string(port_);
+    const std::string self = (host_.find(':') != std::string::npos ? "[" + host_ + "]" : host_) +
+                             ":" + std::to_string(port_);  // (IPv6 bracketed, as the id has it)
     constexpr std::string_view kP = "___prefill_addr_", kD = "___decode_addr_";
     const std::string_view id = request_id;
     const size_t d_at = id.find(kD);
     const size_t d_end =
         d_at == std::string_view::npos ? d_at : id.find('_', d_at + kD.size());
-    if (!id.starts_with(kP) || d_end == std::string_view::npos)
+    if (!id.starts_with(kP) || d_end == std::string_view::npos || d_end + 1 >= id.size())
       co_return refuse(who + " (P2P): X-Request-Id must be ___prefill_addr_<p>___decode_addr_<d>_<id>");
     const std::string_view p_addr = id.substr(kP.size(), d_at - kP.size());
     const std::string_view d_addr = id.substr(d_at + kD.size(), d_end - d_at - kD.size());

@@ -221,6 +221,20 @@ test(`P/D vLLM ${connector}: an unreachable decode endpoint is replaced and the 
   assert.ok(line, gw.proc.stderrText);
   assert.match(line, new RegExp(`leg_id=___prefill_addr_127\\.0\\.0\\.1:${prefill.port}___decode_addr_127\\.0\\.0\\.1:${decode.port}_[0-9a-f]{32}`));
   assert.match(line, new RegExp(`endpoint=127\\.0\\.0\\.1:${decode.port}`));
+  if (connector !== 'p2p') return;
+  // Every decode endpoint unreachable: each pushed prefill is redone for the next one, then 502
+  // decode_failed (not the rescue, not a prefill failure).
+  const port2 = await freePort();
+  const dead2 = await freePort();
+  const rule2 = { ...rule, serviceArguments: { ...rule.serviceArguments, port: port2 },
+    endpoints: [rule.endpoints[0], rule.endpoints[1],
+      { endpointIP: '127.0.0.1', targetPort: dead2, weight: 1, ep_role: 2, nixl_port: dead2 }] };
+  assert.equal((await api(gw.api, 'POST', LB_BASE, rule2)).status, 200);
+  const p0 = (await simMetrics(prefill)).kvgate_sim_requests_total;
+  const res2 = await post(port2, '/v1/completions', { model: 'sim-model', prompt: 'nowhere to decode', max_tokens: 2 });
+  assert.equal(res2.status, 502, res2.text);
+  assert.equal(JSON.parse(res2.text).error.code, 'decode_failed', res2.text);
+  assert.equal((await simMetrics(prefill)).kvgate_sim_requests_total - p0, 2, 'one prefill per decode endpoint tried');
 });
 
 // A client that leaves aborts the open leg (the gateway's watcher starts within about a second).

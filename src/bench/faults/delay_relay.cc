@@ -125,6 +125,7 @@ void DelayRelay::run() {
   std::unordered_map<uint64_t, std::shared_ptr<Pair>> pairs;
   uint64_t next_id = 2;
   bool listen_paused = false;
+  int64_t paused_until = 0;  // (accept failed: listening resumes then, or when a pair closes)
   std::vector<char> buf(64 * 1024);
   auto ctl = [&](int op, int fd, uint32_t events, uint64_t data) {
     epoll_event ev{};
@@ -145,6 +146,26 @@ void DelayRelay::run() {
     if (out.want_out) ev |= EPOLLOUT;
     ctl(EPOLL_CTL_MOD, p.fd[side], ev, p.id << 1 | uint64_t(side));
   };
+  auto pauseListen = [&](int64_t now) {  // (no spin on a listen socket that stays readable)
+    ctl(EPOLL_CTL_MOD, listen_fd_, 0, kListen);
+    listen_paused = true;
+    paused_until = now + 100'000'000;
+  };
+  // That side hung up, was reset or failed a write: nothing more is written to it, its fd
+  // leaves the set (epoll reports HUP whatever the interest); what it sent still reaches the
+  // other side, then the pair closes.
+  auto markGone = [&](Pair& p, int side) {
+    if (p.gone[side]) return;
+    p.dir[side].eof = true;
+    Dir& back = p.dir[1 - side];
+    back.q.clear();
+    back.queued = 0;
+    back.want_out = false;
+    back.eof = true;
+    back.shut = true;
+    p.gone[side] = true;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, p.fd[side], nullptr);
+  };
   auto closePair = [&](uint64_t id) {
     auto it = pairs.find(id);
     if (it == pairs.end()) return;
@@ -155,7 +176,7 @@ void DelayRelay::run() {
       listen_paused = false;
     }
   };
-  // Writes what is due in one direction; false when the pair failed.
+  // Writes what is due in one direction (a failed write marks the receiving side gone).
   auto flush = [&](Pair& p, int d, int64_t now) {
     Dir& dir = p.dir[d];
     while (!dir.q.empty() && dir.q.front().due <= now) {
@@ -166,7 +187,10 @@ void DelayRelay::run() {
         dir.want_out = true;
         return true;
       }
-      if (n < 0) return false;
+      if (n < 0) {  // the receiving side is gone: the other direction still flushes
+        markGone(p, 1 - d);
+        return true;
+      }
       c.off += size_t(n);
       dir.queued -= size_t(n);
       if (c.off == c.bytes.size()) dir.q.pop_front();
@@ -182,6 +206,11 @@ void DelayRelay::run() {
   for (;;) {
     const int64_t now = monoNs();
     int64_t next = INT64_MAX;
+    if (listen_paused && now >= paused_until) {
+      ctl(EPOLL_CTL_MOD, listen_fd_, EPOLLIN, kListen);
+      listen_paused = false;
+    }
+    if (listen_paused) next = paused_until;
     std::vector<uint64_t> done;
     for (auto& [id, p] : pairs) {
       bool ok = true;
@@ -207,7 +236,10 @@ void DelayRelay::run() {
 
     epoll_event evs[64];
     const int n = ::epoll_wait(epoll_fd_, evs, 64, -1);
-    if (n < 0 && errno != EINTR) break;
+    if (n < 0 && errno != EINTR) {
+      while (!pairs.empty()) closePair(pairs.begin()->first);
+      return;
+    }
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = evs[i].data.u64;
       if (tag == kStop) {
@@ -223,10 +255,8 @@ void DelayRelay::run() {
         for (;;) {
           const int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
           if (c < 0) {
-            if (errno == EMFILE || errno == ENFILE) {  // (no spin: wait for a pair to close)
-              ctl(EPOLL_CTL_MOD, listen_fd_, 0, kListen);
-              listen_paused = true;
-            }
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+              pauseListen(monoNs());  // (out of descriptors or memory)
             break;
           }
           if (pairs.size() >= kMaxConns) {
@@ -234,10 +264,14 @@ void DelayRelay::run() {
             continue;
           }
           const int u = ::socket(us.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-          if (u < 0 ||
-              (::connect(u, reinterpret_cast<sockaddr*>(&us), ulen) != 0 && errno != EINPROGRESS)) {
+          if (u < 0) {  // (out of descriptors: the client is closed, accepting pauses)
             ::close(c);
-            if (u >= 0) ::close(u);
+            pauseListen(monoNs());
+            break;
+          }
+          if (::connect(u, reinterpret_cast<sockaddr*>(&us), ulen) != 0 && errno != EINPROGRESS) {
+            ::close(c);
+            ::close(u);
             continue;
           }
           const int one = 1;
@@ -284,17 +318,7 @@ void DelayRelay::run() {
         }
       }
       if (evs[i].events & EPOLLOUT) p.dir[1 - side].want_out = false;  // (flushed next pass)
-      if (gone && !p.gone[side]) {
-        in.eof = true;
-        Dir& back = p.dir[1 - side];
-        back.q.clear();
-        back.queued = 0;
-        back.want_out = false;
-        back.eof = true;
-        back.shut = true;
-        p.gone[side] = true;
-        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-      }
+      if (gone) markGone(p, side);
     }
   }
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The sanitizer legs of `make test` (issue 28 §2; docs/reliability.md):
+#   scripts/sanitize.sh address  ASan + UBSan build in build-asan: every unit test, then the
+#                                integration tests that drive the data plane, the event plane and
+#                                governance (INTEGRATION below) against that kvgate binary
+#   scripts/sanitize.sh thread   TSan build in build-tsan: kvgate_tsan_tests, the unit tests of
+#                                the parts that share state between threads (CMakeLists.txt names
+#                                them: event plane, KV index and tables, hint index, quota ledger
+#                                and its Redis store, logging, endpoint leases and health, P/D
+#                                sessions and controller, the delay relay)
+# Each process writes its sanitizer reports to a log directory (log_path): a report from any
+# kvgate the integration tests start (gateway, sim, index) fails the leg, even when the test that
+# started it passed. Builds use clang, ccache, -O1 and -j2.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+leg=${1:?usage: scripts/sanitize.sh address|thread}
+JOBS=${JOBS:-2}
+
+# The integration tests of the ASan leg: data plane (proxy, P/D, TLS, reading requests, the path
+# regressions), event plane (KV events, hints) and governance (keys, JWT, quotas, replicas).
+INTEGRATION=${INTEGRATION:-"proxy pd reading regressions_path regressions_review kv_events hints api_keys jwt quotas replicas tls"}
+case "$leg" in
+  address) dir=build-asan ;;
+  thread) dir=build-tsan ;;
+  *) echo "scripts/sanitize.sh: address or thread, not '$leg'" >&2; exit 2 ;;
+esac
+# clang: it builds these in about 2/3 of g++'s time (ASan + UBSan), and its runtimes are the
+# reference ones.
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+  -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang -DKVGATE_SANITIZE="$leg" >/dev/null
+if [ "$leg" = address ]; then
+  cmake --build "$dir" -j"$JOBS" --target kvgate kvgate_unit_tests
+else
+  cmake --build "$dir" -j"$JOBS" --target kvgate_tsan_tests
+fi
+
+logs=$(mktemp -d /tmp/kvgate-sanitize-XXXXXX)
+trap 'rm -rf "$logs"' EXIT
+export ASAN_OPTIONS="log_path=$logs/asan:detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0"
+export UBSAN_OPTIONS="log_path=$logs/ubsan:print_stacktrace=1:halt_on_error=1"
+export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=0:second_deadlock_stack=1:suppressions=$PWD/tests/sanitize/tsan.supp"
+status=0
+if [ "$leg" = address ]; then
+  "$dir/kvgate_unit_tests" --gtest_brief=1 || status=1
+  for t in $INTEGRATION; do
+    echo "== integration.$t (ASan + UBSan)"
+    KVGATE_BIN="$PWD/$dir/kvgate" node --test --test-concurrency=1 --test-reporter=dot \
+      "tests/integration/$t.test.mjs" || status=1
+  done
+else
+  "$dir/kvgate_tsan_tests" --gtest_brief=1 || status=1
+fi
+reports=$(find "$logs" -type f | sort)
+if [ -n "$reports" ]; then
+  echo "scripts/sanitize.sh $leg: sanitizer reports:" >&2
+  for f in $reports; do echo "---- $f" >&2; head -c 20000 "$f" >&2; done
+  status=1
+fi
+[ "$status" = 0 ] && echo "scripts/sanitize.sh $leg: passed"
+exit "$status"
