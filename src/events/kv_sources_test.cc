@@ -7,6 +7,15 @@ namespace kvgate::events {
 namespace {
 
 config::RuleSpec ruleOf(int vip_port, nlohmann::json args, nlohmann::json endpoints) {
+  // A one-element braced list is read differently by the compilers (g++: a one-element array or
+  // one-member object; clang: the element itself), so {{"k", v}} and {ep(...)} arrive here as
+  // ["k", v] and as one endpoint object under clang (the sanitizer legs): read them as meant.
+  if (args.is_array() && args.size() == 2 && args[0].is_string()) {
+    nlohmann::json o = nlohmann::json::object();
+    o[args[0].get<std::string>()] = args[1];
+    args = std::move(o);
+  }
+  if (endpoints.is_object()) endpoints = nlohmann::json::array({endpoints});
   nlohmann::json sa = {{"externalIP", "127.0.0.1"},
                        {"port", vip_port},
                        {"protocol", "tcp"},
