@@ -17,7 +17,8 @@ build: setup
 SANITIZE ?= 1
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j1
-	@if [ "$(SANITIZE)" = 1 ]; then bash scripts/sanitize.sh address && bash scripts/sanitize.sh thread; fi
+	@if [ "$(SANITIZE)" = 1 ]; then s=0; bash scripts/sanitize.sh address || s=1; \
+	  bash scripts/sanitize.sh thread || s=1; exit $$s; fi
 
 unit: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -R '^[A-Z]'

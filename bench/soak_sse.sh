@@ -17,7 +17,11 @@ W=$(mktemp -d /tmp/kvgate-soak.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
+# 10,000 streams are 20,000 descriptors in the gateway (client + upstream): raise the limit when
+# allowed (root), else use the hard limit as it is.
+ulimit -Hn 262144 2>/dev/null || true
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+echo "descriptor limit: $(ulimit -n)"
 "$BIN" sim --workers 1 --port 0 --timing fixed --stamp-events --itl-ms "$ITL" --prefill-base-ms 0 \
   --prefill-us-per-token 0 --max-concurrency 100000 >"$W/sim.out" 2>"$W/sim.err" & pids+=($!)
 "$BIN" serve --api-listen 127.0.0.1:0 --state-dir "$W/kv" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)

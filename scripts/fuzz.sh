@@ -12,7 +12,7 @@ for t in ${FUZZ_TARGETS:-request_head chunked facts kv_events engine_metrics trt
   work="$(mktemp -d)"
   cp tests/fuzz/corpus/$t/* "$work/"
   echo "fuzz: $t for ${SECONDS_EACH}s"
-  ./build-fuzz/fuzz_$t -max_total_time="$SECONDS_EACH" -max_len=65536 -rss_limit_mb=4096 \
+  ./build-fuzz/fuzz_$t -max_total_time="$SECONDS_EACH" -max_len=65536 -rss_limit_mb=4096 -timeout=10 \
     -print_final_stats=1 "$work" 2>&1 | tail -n 12
   # Keep only inputs that add coverage, small enough to commit.
   ./build-fuzz/fuzz_$t -merge=1 -max_len=16384 tests/fuzz/corpus/$t "$work" 2>&1 | tail -n 1

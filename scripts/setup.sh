@@ -29,9 +29,11 @@ APT_PACKAGES=(
   python3-zmq python3-msgpack python3-cbor2  # independent vLLM KV-event publisher (interop test)
 )
 
-# clang with its sanitizer runtimes and libFuzzer: the sanitizer legs of `make test`
-# (scripts/sanitize.sh) and `make fuzz`.
-APT_PACKAGES+=(clang libclang-rt-14-dev)
+# clang with its sanitizer runtimes, libFuzzer and llvm-symbolizer: the sanitizer legs of
+# `make test` (scripts/sanitize.sh calls scripts/setup.sh --sanitize) and `make fuzz`.
+if [ "${1:-}" = "--fuzz" ] || [ "${1:-}" = "--sanitize" ]; then
+  APT_PACKAGES+=(clang libclang-rt-14-dev llvm-14)
+fi
 
 # Benchmark anchors and tools, only for `make bench` (scripts/setup.sh --bench).
 if [ "${1:-}" = "--bench" ]; then

@@ -190,8 +190,14 @@ Result<void> RuleStore::post(config::RuleSpec rule) {
     if (rule.sameDefinition(next[i]))
       return fail(409, "rule", "lbrule-exists error: an identical rule already exists");
     auto& old = next[i].service_args;
+    // (a field at its zero value is the field left out: GET /all omits zeros, so posting back
+    // what GET returned must not read as a change)
+    auto given = [](const nlohmann::json& sa, const char* k) {
+      nlohmann::json v = sa.value(k, nlohmann::json());
+      return v == 0 || v == false || v == "" ? nlohmann::json() : v;
+    };
     for (const char* k : {"security", "egress", "mode", "kvEngineType"}) {
-      if (old.value(k, nlohmann::json()) != rule.service_args.value(k, nlohmann::json()))
+      if (given(old, k) != given(rule.service_args, k))
         return fail(
             409, std::string("serviceArguments.") + k,
             std::string("lbrule cant modify ") + k + " of an existing rule; delete it first");

@@ -15,6 +15,15 @@ using boost::system::error_code;
 // `co_await op(..., kUse[ec])`: completion token that stores the error instead of throwing.
 inline auto useEc(error_code& ec) { return asio::redirect_error(asio::use_awaitable, ec); }
 
+// An accept that failed for want of a resource: 1 descriptors (EMFILE, ENFILE), 2 memory
+// (ENOBUFS, ENOMEM), 0 anything else. The connection stays in the backlog and the listener
+// readable, so an accept loop must pause before retrying, not spin a core.
+inline int acceptStarved(const error_code& ec) {
+  if (ec == asio::error::no_descriptors || ec.value() == ENFILE) return 1;
+  if (ec == asio::error::no_buffer_space || ec == asio::error::no_memory) return 2;
+  return 0;
+}
+
 // One deadline per connection: a single timer that runs `on_expire` when the current phase
 // overruns. Moving the deadline is a field write; only a deadline earlier than the timer's
 // next wake-up (at most kTick ahead) re-arms it. The timer wakes at least every kTick; an

@@ -233,6 +233,10 @@ asio::awaitable<void> Server::acceptLoop(std::shared_ptr<tcp::acceptor> acc) {
     tcp::socket sock = co_await acc->async_accept(useEc(ec));
     if (ec) {
       if (!acc->is_open() || ec == asio::error::operation_aborted) break;
+      if (acceptStarved(ec)) {  // (out of descriptors or memory: pause, do not spin)
+        asio::steady_timer pause(io_, std::chrono::milliseconds(100));
+        co_await pause.async_wait(useEc(ec));
+      }
       continue;  // transient (EMFILE, ECONNABORTED): keep accepting
     }
     if (state->stopped) break;

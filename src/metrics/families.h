@@ -174,6 +174,11 @@ inline const Family kLogDropped{"kvgate_log_dropped_total", Type::kCounter,
     "Log lines dropped because a thread's bounded log buffer was full (the log writer fell "
     "behind).", {}};
 inline const Family kRules{"kvgate_rules", Type::kGauge, "Rules configured.", {}};
+inline const Family kAcceptFailures{"kvgate_accept_failures_total", Type::kCounter,
+    "Client connections the data plane could not accept for want of a resource: reason "
+    "descriptors (EMFILE, ENFILE: at the open-files limit) or memory (ENOBUFS, ENOMEM); each "
+    "pauses that listener 100 ms instead of spinning. The connection waits in the backlog.",
+    {"reason"}};
 inline const Family kBuildInfo{"kvgate_build_info", Type::kGauge, "Build information.",
     {"version"}};
 inline const Family kTokenizers{"kvgate_tokenizers", Type::kGauge,
@@ -223,7 +228,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointConnectFailures,
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
-      &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules,
+      &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,

@@ -214,11 +214,31 @@ asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::s
 
 asio::awaitable<void> acceptLoop(Worker& w, std::shared_ptr<Listener> l,
                                  std::shared_ptr<tcp::acceptor> acc) {
+  constexpr int kAcceptPauseMs = 100;
+  auto last_warned = std::chrono::steady_clock::time_point{};
   while (acc->is_open()) {
     error_code ec;
     tcp::socket s = co_await acc->async_accept(useEc(ec));
     if (ec) {
       if (!acc->is_open() || ec == asio::error::operation_aborted) break;
+      // Out of descriptors or memory: the pending connection stays in the backlog and the
+      // listener stays readable, so retrying at once would spin a core. Pause, count, and say
+      // so (at most every 10 s per worker); accepting resumes by itself once a descriptor frees.
+      const int starved = acceptStarved(ec);
+      const bool fds = starved == 1;
+      if (starved) {
+        w.stats.accept_failures[fds ? 0 : 1].fetch_add(1, std::memory_order_relaxed);
+        const auto now = std::chrono::steady_clock::now();
+        if (now - last_warned >= std::chrono::seconds(10)) {
+          last_warned = now;
+          log::warn("proxy", "accept failed (" + ec.message() +
+                                 "): new connections wait in the backlog; " +
+                                 (fds ? "raise the open-files limit (ulimit -n) or lower the load"
+                                      : "the machine is short of memory"));
+        }
+        asio::steady_timer pause(w.io, std::chrono::milliseconds(kAcceptPauseMs));
+        co_await pause.async_wait(useEc(ec));
+      }
       continue;
     }
     if (w.draining) break;

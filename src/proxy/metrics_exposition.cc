@@ -271,6 +271,11 @@ std::string DataPlane::renderMetrics() const {
   w.sample(kLogDropped, {}, static_cast<double>(log::droppedLines()));
   w.header(kRules);
   w.sample(kRules, {}, static_cast<double>(rule_count_));
+  w.header(kAcceptFailures);
+  w.sample(kAcceptFailures, {{"reason", "descriptors"}},
+           static_cast<double>(stats_.accept_failures[0].load()));
+  w.sample(kAcceptFailures, {{"reason", "memory"}},
+           static_cast<double>(stats_.accept_failures[1].load()));
   w.header(kBuildInfo);
   w.sample(kBuildInfo, {{"version", "0.1.0"}}, 1);
   return w.str();

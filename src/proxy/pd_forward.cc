@@ -859,6 +859,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     }
     buildUpstreamHead(req, route, st.first_body, st.head, st.host_at, /*identity=*/true);
     setUpstreamHost(st.head, st.host_at, pstate.label);
+    prefill_redone = false;  // (a new prefill: its own outcome decides the answer)
     LegAnswer a = co_await firstLeg(req, route, pidx, plase, st.first_body);
     using K = LegAnswer::Kind;
     if (a.kind == K::kConnectFailed) {
@@ -925,14 +926,14 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     if (!redo) co_return ok;
     // The decode endpoint the KV was pushed to was unreachable: the prefill is redone under a
     // new id naming the next decode endpoint (its first transfer went nowhere).
-    route.stats->pd_prefill_redone.fetch_add(1, std::memory_order_relaxed);
-    log::warn("proxy", "decode endpoint unreachable after a pushed prefill on " + pstate.label +
-                           ": the prefill is redone for the next decode endpoint");
     didx = -1;
     any_decode = false;
     for (bool x : st.decode_excluded) any_decode |= !x;
     prefill_redone = true;
     if (!any_decode) break;
+    route.stats->pd_prefill_redone.fetch_add(1, std::memory_order_relaxed);
+    log::warn("proxy", "decode endpoint unreachable after a pushed prefill on " + pstate.label +
+                           ": the prefill is redone for the next decode endpoint");
   }
   if (prefill_redone) {  // (a pushed prefill and no decode endpoint left: not the rescue)
     stopWatch();

@@ -90,6 +90,9 @@ struct DataPlaneStats {
   std::atomic<int64_t> idle_upstream{0};     // pooled keep-alive connections, all workers
   std::atomic<uint64_t> reaped_upstream{0};  // pooled connections closed: peer closed, too old
   std::atomic<bool> draining{false};         // SIGTERM: finishing in-flight requests
+  // Accepts that failed for want of a resource: [0] descriptors (EMFILE, ENFILE), [1] memory
+  // (ENOBUFS, ENOMEM); the listener pauses kAcceptPauseMs after each.
+  std::array<std::atomic<uint64_t>, 2> accept_failures{};
 };
 
 }  // namespace kvgate::proxy

