@@ -32,7 +32,7 @@ APT_PACKAGES=(
 # clang with its sanitizer runtimes, libFuzzer and llvm-symbolizer: the sanitizer legs of
 # `make test` (scripts/sanitize.sh calls scripts/setup.sh --sanitize) and `make fuzz`.
 if [ "${1:-}" = "--fuzz" ] || [ "${1:-}" = "--sanitize" ]; then
-  APT_PACKAGES+=(clang libclang-rt-14-dev llvm-14)
+  APT_PACKAGES+=(clang libclang-rt-14-dev llvm)  # (llvm: the unversioned llvm-symbolizer)
 fi
 
 # Benchmark anchors and tools, only for `make bench` (scripts/setup.sh --bench).

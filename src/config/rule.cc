@@ -356,7 +356,12 @@ json RuleSpec::toJson() const {
     }
     if (k.starts_with("chwbl_") && sel != 8 && sel != 10) continue;
     if (k == "session_header_name" && sel != 0 && sel != 3) continue;
-    if (k == "backend_protocol" || k == "mode" || !isZero(v)) sa[k] = v;
+    // (zeros are left out, as upstream's GET does, except where the default is not zero:
+    // adminStateUp false and hsts_max_age 0 must survive GET -> POST, or a disabled rule would
+    // come back enabled and "forget HSTS" would become a one-year pin)
+    if (k == "backend_protocol" || k == "mode" || k == "adminStateUp" || k == "hsts_max_age" ||
+        !isZero(v))
+      sa[k] = v;
   }
   sa["mode"] = mode;
   // An inline private key is never read back (it stays in the 0600 state file only).

@@ -175,9 +175,10 @@ inline const Family kLogDropped{"kvgate_log_dropped_total", Type::kCounter,
     "behind).", {}};
 inline const Family kRules{"kvgate_rules", Type::kGauge, "Rules configured.", {}};
 inline const Family kAcceptFailures{"kvgate_accept_failures_total", Type::kCounter,
-    "Client connections the data plane could not accept for want of a resource: reason "
-    "descriptors (EMFILE, ENFILE: at the open-files limit) or memory (ENOBUFS, ENOMEM); each "
-    "pauses that listener 100 ms instead of spinning. The connection waits in the backlog.",
+    "Accept attempts of the data plane that failed for want of a resource: reason descriptors "
+    "(EMFILE, ENFILE: at the open-files limit) or memory (ENOBUFS, ENOMEM); each pauses that "
+    "listener's accept loop on that worker 100 ms (about 10 a second while it lasts) instead of "
+    "spinning. The connection waits in the backlog.",
     {"reason"}};
 inline const Family kBuildInfo{"kvgate_build_info", Type::kGauge, "Build information.",
     {"version"}};

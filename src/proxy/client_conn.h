@@ -202,6 +202,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
                                   const routing::RequestContext& rctx, std::string_view body,
                                   endpoints::EndpointLease& first_lease, int first_idx,
                                   bool* redo_prefill = nullptr);
+  asio::awaitable<bool> answerNoDecode();
   asio::awaitable<bool> concurrentLegs(const Request& req, const Route& route, size_t pidx,
                                        endpoints::EndpointLease& plase,
                                        const routing::RequestContext& rctx,

@@ -399,9 +399,14 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
       co_return true;
     }
   }
-  stopWatch();
   // No decode endpoint: a concurrent prefill of this request is given up too.
   if (pd_->drain && pd_->drain_request == request_seq_) pd_->drain->abandon();
+  co_return co_await answerNoDecode();
+}
+
+// 502 decode_failed: no decode endpoint could be reached (the last one's error, the leg note).
+asio::awaitable<bool> ClientConn::answerNoDecode() {
+  stopWatch();
   outcome_.ep_index = -1;
   const std::string message =
       (last_error_.empty() ? std::string("no healthy decode endpoint") : last_error_) +
@@ -936,14 +941,8 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
                            ": the prefill is redone for the next decode endpoint");
   }
   if (prefill_redone) {  // (a pushed prefill and no decode endpoint left: not the rescue)
-    stopWatch();
     dlease.reset();
-    outcome_.ep_index = -1;
-    const std::string message =
-        (last_error_.empty() ? std::string("no healthy decode endpoint") : last_error_) +
-        pd_leg_note_;
-    co_await sendError(502, "decode_failed", message);
-    co_return true;
+    co_return co_await answerNoDecode();
   }
   // No prefill/decode pair: the any-healthy rescue over role-less endpoints.
   dlease.reset();

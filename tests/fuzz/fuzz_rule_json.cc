@@ -31,6 +31,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(again.has_value());
   check(again->key() == r->key());
   check(again->endpoints.size() == r->endpoints.size());
+  // What the rule does survives the round trip (fields whose default is not zero included).
+  check(again->admin_up == r->admin_up);
+  check(again->hsts_header == r->hsts_header);
   check(again->toJson().dump() == stored);
   return 0;
 }
