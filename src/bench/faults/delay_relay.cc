@@ -185,11 +185,11 @@ void DelayRelay::run() {
           ::send(dir.to, c.bytes.data() + c.off, c.bytes.size() - c.off, MSG_NOSIGNAL);
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         dir.want_out = true;
-        return true;
+        return;
       }
       if (n < 0) {  // the receiving side is gone: the other direction still flushes
         markGone(p, 1 - d);
-        return true;
+        return;
       }
       c.off += size_t(n);
       dir.queued -= size_t(n);
@@ -200,7 +200,6 @@ void DelayRelay::run() {
       ::shutdown(dir.to, SHUT_WR);
       dir.shut = true;
     }
-    return true;
   };
 
   for (;;) {
@@ -213,9 +212,8 @@ void DelayRelay::run() {
     if (listen_paused) next = paused_until;
     std::vector<uint64_t> done;
     for (auto& [id, p] : pairs) {
-      bool ok = true;
-      for (int d = 0; d < 2 && ok; ++d) ok = flush(*p, d, now);
-      if (!ok || (p->dir[0].shut && p->dir[1].shut)) {
+      for (int d = 0; d < 2; ++d) flush(*p, d, now);
+      if (p->dir[0].shut && p->dir[1].shut) {
         done.push_back(id);
         continue;
       }
