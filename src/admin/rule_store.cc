@@ -15,13 +15,17 @@
 namespace kvgate::admin {
 namespace {
 
+// 507 Insufficient Storage when the state disk is full (or the quota spent): the operator's
+// problem, not the request's; anything else 500.
+int storageStatus(int err) { return err == ENOSPC || err == EDQUOT ? 507 : 500; }
+
 Result<void> writeAll(int fd, const std::string& data, const std::string& path) {
   size_t off = 0;
   while (off < data.size()) {
     ssize_t n = ::write(fd, data.data() + off, data.size() - off);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return fail(500, "persist", "write " + path + ": " + std::strerror(errno));
+      return fail(storageStatus(errno), "persist", "write " + path + ": " + std::strerror(errno));
     }
     off += static_cast<size_t>(n);
   }
@@ -150,11 +154,17 @@ Result<void> RuleStore::persist(const std::vector<config::RuleSpec>& rules) {
   std::string data = j.dump(2) + "\n";
   std::string tmp = statePath() + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return fail(500, "persist", "open " + tmp + ": " + std::strerror(errno));
+  if (fd < 0)
+    return fail(storageStatus(errno), "persist", "open " + tmp + ": " + std::strerror(errno));
   auto w = writeAll(fd, data, tmp);
-  if (w && ::fsync(fd) != 0) w = fail(500, "persist", "fsync " + tmp + ": " + std::strerror(errno));
+  if (w && ::fsync(fd) != 0)
+    w = fail(storageStatus(errno), "persist", "fsync " + tmp + ": " + std::strerror(errno));
   ::close(fd);
-  if (!w) return w;
+  if (!w) {
+    ::unlink(tmp.c_str());  // (a half-written file would hold the space the next try needs)
+    log::error("state", "rules not saved, change refused: " + w.error().what);
+    return w;
+  }
   if (::rename(tmp.c_str(), statePath().c_str()) != 0)
     return fail(500, "persist", "rename " + tmp + ": " + std::strerror(errno));
   int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -7,7 +7,9 @@
 namespace kvgate::governance {
 
 tl::unexpected<Error> dbError(sqlite3* db, const std::string& what) {
-  return fail(503, "policy_store", what + ": " + (db ? sqlite3_errmsg(db) : "no database"), true);
+  // A full state disk (SQLITE_FULL) is 507 Insufficient Storage: the operator frees space.
+  const int status = db && sqlite3_errcode(db) == SQLITE_FULL ? 507 : 503;
+  return fail(status, "policy_store", what + ": " + (db ? sqlite3_errmsg(db) : "no database"), true);
 }
 
 Result<void> execSql(sqlite3* db, const char* sql) {

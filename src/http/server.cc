@@ -90,6 +90,8 @@ const char* statusReason(int s) {
       return "Gateway Timeout";
     case 505:
       return "HTTP Version Not Supported";
+    case 507:
+      return "Insufficient Storage";
     default:
       return "Unknown";
   }

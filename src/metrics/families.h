@@ -180,6 +180,13 @@ inline const Family kAcceptFailures{"kvgate_accept_failures_total", Type::kCount
     "listener's accept loop on that worker 100 ms (about 10 a second while it lasts) instead of "
     "spinning. The connection waits in the backlog.",
     {"reason"}};
+inline const Family kUpstreamSocketFailures{"kvgate_upstream_socket_failures_total",
+    Type::kCounter,
+    "Upstream connects that found no descriptor or memory for their socket (reason descriptors: "
+    "EMFILE, ENFILE; memory: ENOBUFS, ENOMEM): the gateway's own shortage, not the engine's. "
+    "The connect is tried again every 100 ms for up to 1 s, then the client gets 503 "
+    "gateway_out_of_resources; the endpoint's health and breaker are not charged.",
+    {"reason"}};
 inline const Family kBuildInfo{"kvgate_build_info", Type::kGauge, "Build information.",
     {"version"}};
 inline const Family kTokenizers{"kvgate_tokenizers", Type::kGauge,
@@ -229,7 +236,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointConnectFailures,
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
-      &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures,
+      &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures, &kUpstreamSocketFailures,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,

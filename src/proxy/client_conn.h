@@ -165,6 +165,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   }
   asio::awaitable<bool> exchange(const Request& req, std::string_view body, const Route& route,
                                  size_t idx, endpoints::EndpointLease& lease, bool& next_endpoint);
+  static constexpr int kStarvedConnectTries = 10;  // connectLeg: 100 ms apart
+  asio::awaitable<UpstreamLeg::Result> connectLeg(UpstreamLeg& leg, const Route& route, size_t idx);
   asio::awaitable<bool> failExchange(const UpstreamLeg::Result& r, const Route& route, size_t idx,
                                      endpoints::EndpointLease& lease);
   asio::awaitable<UpstreamLeg::Result> readFinalHead(std::string_view method,

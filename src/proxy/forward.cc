@@ -129,6 +129,30 @@ asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, con
   co_return true;
 }
 
+// A new connection to route endpoint `idx` on `leg`. A socket the gateway cannot make for want of
+// descriptors or memory is the gateway's shortage, not the engine's: counted
+// (kvgate_upstream_socket_failures_total), tried again every 100 ms for up to 1 s while the
+// client stays, and reported with Result::starved set so the caller neither blames the endpoint
+// nor moves on to the next one (which would fail the same way).
+asio::awaitable<UpstreamLeg::Result> ClientConn::connectLeg(UpstreamLeg& leg, const Route& route,
+                                                             size_t idx) {
+  const auto& ep = route.endpoints[idx];
+  for (int attempt = 0;; ++attempt) {
+    phase_ = Phase::kConnect;
+    deadline_.expireAfter(connectTimeout(route.rule));
+    auto r = co_await leg.connect(ep.state->id, route.addresses[idx], ep.state->label,
+                                  route.backend_tls.get(), route.tls_names[idx]);
+    deadline_.clear();
+    if (!r.starved || client_gone_) co_return r;
+    w_.stats.upstream_socket_failures[r.starved - 1].fetch_add(1, std::memory_order_relaxed);
+    if (attempt == kStarvedConnectTries - 1) co_return r;
+    asio::steady_timer pause(client_.get_executor(), std::chrono::milliseconds(100));
+    error_code ec;
+    co_await pause.async_wait(useEc(ec));
+    if (client_gone_) co_return r;
+  }
+}
+
 // One endpoint: up to two sends (a stale pooled connection is replaced once by a fresh one).
 // `next_endpoint` is set when the caller should try another endpoint.
 asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view body,
@@ -137,7 +161,6 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
   const auto& rule = route.rule;
   const auto& ep = route.endpoints[idx];
   const bool cb = rule.cb_enable;
-  const auto connect_timeout = connectTimeout(rule);
   const auto data_timeout = dataTimeout(rule);
   next_endpoint = false;
   for (int send_try = 0; send_try < 2; ++send_try) {
@@ -148,11 +171,7 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
         !leg_.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx])) {
       // Only a new connection arms the connect deadline: moving the deadline earlier re-arms
       // the timer, which a pooled reuse (the common case) must not pay.
-      phase_ = Phase::kConnect;
-      deadline_.expireAfter(connect_timeout);
-      r = co_await leg_.connect(ep.state->id, route.addresses[idx], ep.state->label,
-                                route.backend_tls.get(), route.tls_names[idx]);
-      deadline_.clear();
+      r = co_await connectLeg(leg_, route, idx);
       if (client_gone_) {  // the watcher saw the client leave (and aborted the connect)
         leg_.release(false);
         co_return false;
@@ -160,6 +179,17 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
     }
     if (!r.ok() && !pd_first_error_.empty())  // aborted: the concurrent prefill failed
       co_return co_await failExchange(r, route, idx, lease);
+    if (r.starved) {  // the gateway's shortage: the endpoint is not charged, nor are others tried
+      log::warn("proxy", r.error + " (the gateway is out of " +
+                             (r.starved == 1 ? "descriptors" : "memory") + ")");
+      leg_.release(false);
+      co_await sendError(503, "gateway_out_of_resources",
+                         "the gateway cannot open a connection to the engine now (" +
+                             std::string(r.starved == 1 ? "open-files limit" : "memory") +
+                             "); try again",
+                         {}, false, 1);
+      co_return true;
+    }
     if (!r.ok()) {
       lease.connectFailed(route.health, cb);
       log::warn("proxy", r.error);

@@ -276,6 +276,11 @@ std::string DataPlane::renderMetrics() const {
            static_cast<double>(stats_.accept_failures[0].load()));
   w.sample(kAcceptFailures, {{"reason", "memory"}},
            static_cast<double>(stats_.accept_failures[1].load()));
+  w.header(kUpstreamSocketFailures);
+  w.sample(kUpstreamSocketFailures, {{"reason", "descriptors"}},
+           static_cast<double>(stats_.upstream_socket_failures[0].load()));
+  w.sample(kUpstreamSocketFailures, {{"reason", "memory"}},
+           static_cast<double>(stats_.upstream_socket_failures[1].load()));
   w.header(kBuildInfo);
   w.sample(kBuildInfo, {{"version", "0.1.0"}}, 1);
   return w.str();

@@ -212,7 +212,6 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
   const auto& rule = route.rule;
   const auto& ep = route.endpoints[idx];
   const bool cb = rule.cb_enable;
-  const auto connect_timeout = connectTimeout(rule);
   const auto data_timeout = dataTimeout(rule);
   UpstreamLeg& leg = pd_->leg;
   LegAnswer a;
@@ -220,18 +219,14 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
   for (int send_try = 0; send_try < 2; ++send_try) {
     UpstreamLeg::Result r;
     if (send_try > 0 || !leg.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx])) {
-      phase_ = Phase::kConnect;
-      deadline_.expireAfter(connect_timeout);
-      r = co_await leg.connect(ep.state->id, route.addresses[idx], ep.state->label,
-                               route.backend_tls.get(), route.tls_names[idx]);
-      deadline_.clear();
+      r = co_await connectLeg(leg, route, idx);
       if (client_gone_) {
         leg.release(false);
         a.kind = K::kClientGone;
         co_return a;
       }
       if (!r.ok()) {
-        lease.connectFailed(route.health, cb);
+        if (!r.starved) lease.connectFailed(route.health, cb);  // (a shortage of ours: no blame)
         log::warn("proxy", r.error);
         last_error_ = r.error;
         a.kind = K::kConnectFailed;

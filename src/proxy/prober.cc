@@ -94,7 +94,7 @@ void Prober::stop() {
   tasks_.clear();
 }
 
-asio::awaitable<bool> Prober::probeOnce(const ProbeSpec& s) {
+asio::awaitable<std::optional<bool>> Prober::probeOnce(const ProbeSpec& s) {
   auto ex = co_await asio::this_coro::executor;
   tcp::socket sock(ex);
   bool timed_out = false;
@@ -108,6 +108,10 @@ asio::awaitable<bool> Prober::probeOnce(const ProbeSpec& s) {
   error_code ec;
   co_await sock.async_connect(tcp::endpoint(asio::ip::make_address(s.ep->ip, ec), s.port),
                               useEc(ec));
+  if (acceptStarved(ec)) {  // no socket for want of descriptors or memory: ours, no verdict
+    d.stop();
+    co_return std::nullopt;
+  }
   if (ec || !s.http) {
     d.stop();
     co_return !ec && !timed_out;
@@ -140,10 +144,12 @@ asio::awaitable<void> Prober::run(std::shared_ptr<Task> t, std::chrono::millisec
   asio::steady_timer timer(ex);
   int failures = 0;
   while (!t->stopped.load()) {
-    bool ok = co_await probeOnce(t->spec);
+    const std::optional<bool> verdict = co_await probeOnce(t->spec);
     if (t->stopped.load()) break;
     auto& h = t->spec.ep->health;
-    if (ok) {
+    if (!verdict) {
+      // The gateway's own shortage: the endpoint is neither up nor down for it.
+    } else if (*verdict) {
       failures = 0;
       if (!h.probeUp()) log::info("health", t->spec.ep->label + " is up (probe passed)");
       h.setProbeUp(true);

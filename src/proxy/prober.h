@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,7 +60,8 @@ class Prober {
     std::atomic<bool> stopped{false};
   };
   static asio::awaitable<void> run(std::shared_ptr<Task> t, std::chrono::milliseconds interval);
-  static asio::awaitable<bool> probeOnce(const ProbeSpec& s);
+  // true up, false down, nullopt: no verdict (the gateway had no descriptor or memory for the socket).
+  static asio::awaitable<std::optional<bool>> probeOnce(const ProbeSpec& s);
   asio::io_context& io_;
   std::chrono::milliseconds interval_;
   std::vector<std::shared_ptr<Task>> tasks_;

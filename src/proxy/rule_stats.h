@@ -93,6 +93,9 @@ struct DataPlaneStats {
   // Accepts that failed for want of a resource: [0] descriptors (EMFILE, ENFILE), [1] memory
   // (ENOBUFS, ENOMEM); the listener pauses kAcceptPauseMs after each.
   std::array<std::atomic<uint64_t>, 2> accept_failures{};
+  // Upstream connects whose socket could not be made for want of a resource (same reasons):
+  // the gateway's own shortage, never blamed on the engine (ClientConn::connectLeg).
+  std::array<std::atomic<uint64_t>, 2> upstream_socket_failures{};
 };
 
 }  // namespace kvgate::proxy

@@ -50,6 +50,7 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId 
   if (ec || !conn_.sock.is_open()) {
     close();
     Result r{Outcome::kConnectFailed, true, false, {}};
+    r.starved = acceptStarved(ec);  // (socket() failed: the same errno set as accept)
     r.error = "connect to " + std::string(label) +
               " failed: " + (timed_out_ ? std::string("timeout") : ec.message());
     co_return r;

@@ -53,6 +53,7 @@ class UpstreamLeg {
     bool retry_safe = false;
     bool interim = false;  // readHead: a 1xx (not 101); relay it, consumeHead(), read again
     std::string error;     // what failed, for logs and the client's error body
+    int starved = 0;       // kConnectFailed for want of a descriptor (1) or memory (2): ours
     bool ok() const { return outcome == Outcome::kOk; }
   };
   static constexpr size_t kMaxResponseHead = 64 * 1024;
