@@ -23,6 +23,7 @@
 #include "governance/quota.h"
 #include "http/server.h"
 #include "proxy/data_plane.h"
+#include "proxy/overload.h"
 #include "tokenizer/registry.h"
 #include "tokenizer/request_tokenizer.h"
 
@@ -55,6 +56,9 @@ const char* kServeHelp =
     "  --workers N                data-plane worker threads (default: one per core)\n"
     "  --max-header-bytes N       request head limit, larger gets 431 (default 16384)\n"
     "  --max-body-bytes N         request body limit, larger gets 413 (default 33554432)\n"
+    "  --max-heap-bytes N         memory bound: at 90 % of N in use new requests get 503\n"
+    "                             gateway_overloaded, at 98 % connections wait in the backlog\n"
+    "                             (default: 70 % of the cgroup's memory limit if any; 0 = off)\n"
     "  --header-timeout-ms N      time to receive a request head/body, else 408 (default 10000)\n"
     "  --idle-timeout-ms N        client keep-alive idle timeout (default 60000; a rule's\n"
     "                             inactiveTimeOut overrides it)\n"
@@ -98,6 +102,7 @@ struct ServeFlags {
   std::string redis;     // host:port of the Redis holding quota counters shared by replicas
   std::string redis_auth_file;  // its credentials
   uint64_t redis_pipeline = governance::RedisCounters::kDefaultPipeline;
+  bool max_heap_set = false;  // --max-heap-bytes given (else the cgroup's default)
   std::string models_dir;
   proxy::ProxyOptions opts;
 };
@@ -153,6 +158,10 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
     } else if (a == "--max-header-bytes") {
       ok = net::parseUint(next(), 1 << 20, x) && x >= 1024;
       opts.max_head_bytes = x;
+    } else if (a == "--max-heap-bytes") {
+      ok = net::parseUint(next(), 1ULL << 50, x) && (x == 0 || x >= (16ULL << 20));
+      opts.max_heap_bytes = x;
+      f.max_heap_set = true;
     } else if (a == "--max-body-bytes") {
       ok = net::parseUint(next(), 1ULL << 32, x);
       opts.max_body_bytes = x;
@@ -295,6 +304,12 @@ int serveMain(int argc, char** argv) {
   const std::string& api_listen = flags.api_listen;
   const std::string& models_dir = flags.models_dir;
   proxy::ProxyOptions& opts = flags.opts;
+  if (!flags.max_heap_set) opts.max_heap_bytes = proxy::defaultHeapLimit();
+  if (opts.max_heap_bytes > 0)
+    log::info("serve", "memory bound " + std::to_string(opts.max_heap_bytes >> 20) +
+                           " MiB of heap (" +
+                           (flags.max_heap_set ? "--max-heap-bytes" : "70 % of the cgroup's limit") +
+                           "): shedding at 90 %, not accepting at 98 %");
   auto hp = net::parseHostPort(api_listen);
   if (!hp) {
     std::fprintf(stderr, "kvgate serve: --api-listen must be ADDR:PORT, got '%s'\n",

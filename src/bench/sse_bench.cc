@@ -7,9 +7,15 @@
 // errors, events, and delay percentiles in microseconds. One thread, one io_context. --tls: over
 // TLS (no certificate verification: a benchmark of the relay, on loopback), one handshake per
 // stream.
+// Outcomes (for fault runs, docs/reliability.md): completed (a 200 that reached [DONE]),
+// truncated (a 200 cut before [DONE]), statuses (non-200 answers by status), connect_failed (no
+// connection or no request sent), aborted (--abort-after K: the client closed after K events, a
+// disconnect on purpose), and the fewest and most stamped events of a completed stream (equal
+// when no acknowledged stream lost an event).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,12 +36,16 @@ struct Options {
   int ramp_ms = 2000;
   std::string model = "sim-model";
   std::shared_ptr<asio::ssl::context> tls;  // --tls
+  int abort_after = -1;                      // --abort-after K: close after K stamped events
 };
 
 struct Stats {
   std::vector<int64_t> delays_us;
   int completed = 0;
   int errors = 0;
+  int truncated = 0, connect_failed = 0, aborted = 0;
+  std::map<int, int> statuses;  // non-200 answers
+  int64_t complete_min_events = -1, complete_max_events = -1;
 };
 
 int64_t nowUs() {
@@ -60,6 +70,7 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
   }
   if (ec) {
     ++st.errors;
+    ++st.connect_failed;
     co_return;
   }
   std::string body = "{\"model\":\"" + o.model + "\",\"prompt\":\"stream " + std::to_string(index) +
@@ -71,12 +82,15 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
   else co_await asio::async_write(s, asio::buffer(req), useEc(ec));
   if (ec) {
     ++st.errors;
+    ++st.connect_failed;
     co_return;
   }
   static constexpr std::string_view kStamp = "\"kvgate_sent_us\":";
   std::string buf;
   char tmp[16384];
   bool done = false;
+  int status = 0;  // from the status line
+  int64_t stamps = 0;
   for (;;) {
     size_t n = 0;
     if (tls) n = co_await tls->async_read_some(asio::buffer(tmp), useEc(ec));
@@ -84,6 +98,8 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
     if (ec || n == 0) break;
     int64_t now = nowUs();
     buf.append(tmp, n);
+    if (status == 0 && buf.size() >= 12 && buf.compare(0, 5, "HTTP/") == 0)
+      status = std::atoi(buf.c_str() + 9);
     size_t pos = 0;
     size_t keep_from = std::string::npos;
     for (;;) {
@@ -96,7 +112,12 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
         break;
       }
       st.delays_us.push_back(now - std::stoll(buf.substr(v, end - v)));
+      ++stamps;
       pos = end;
+    }
+    if (o.abort_after >= 0 && stamps >= o.abort_after) {  // a client that leaves on purpose
+      ++st.aborted;
+      co_return;  // (the socket closes with this frame)
     }
     if (buf.find("data: [DONE]") != std::string::npos) done = true;
     // Drop what was scanned; keep a partial marker (or the last bytes, which may start one).
@@ -104,10 +125,19 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
       keep_from = std::max(pos, buf.size() > kStamp.size() ? buf.size() - kStamp.size() : 0);
     buf.erase(0, keep_from);
   }
-  if (done)
+  if (done && status == 200) {
     ++st.completed;
+    if (st.complete_min_events < 0 || stamps < st.complete_min_events) st.complete_min_events = stamps;
+    st.complete_max_events = std::max(st.complete_max_events, stamps);
+    co_return;
+  }
+  ++st.errors;
+  if (status == 200)
+    ++st.truncated;
+  else if (status == 0)
+    ++st.connect_failed;  // connected, but no answer at all
   else
-    ++st.errors;
+    ++st.statuses[status];
 }
 
 int64_t pct(std::vector<int64_t>& v, double p) {
@@ -133,7 +163,7 @@ int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) != "sse") {
     std::fprintf(stderr,
                  "usage: kvgate bench sse --target HOST:PORT [--streams N] [--events E] "
-                 "[--ramp-ms MS] [--model NAME] [--tls]\n"
+                 "[--ramp-ms MS] [--model NAME] [--tls] [--abort-after K]\n"
                  "Runs N concurrent SSE streams of E events; needs `kvgate sim --stamp-events` "
                  "upstream. Prints one JSON line of results.\n");
     return 2;
@@ -160,6 +190,9 @@ int main(int argc, char** argv) {
     } else if (a == "--ramp-ms") {
       ok = net::parseUint(v, 600000, x);
       o.ramp_ms = static_cast<int>(x);
+    } else if (a == "--abort-after") {
+      ok = net::parseUint(v, 100000, x);
+      o.abort_after = static_cast<int>(x);
     } else if (a == "--model") {
       o.model = v;
     } else if (a == "--tls") {
@@ -188,10 +221,17 @@ int main(int argc, char** argv) {
   io.run();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::sort(st.delays_us.begin(), st.delays_us.end());
+  std::string statuses;
+  for (auto [s, n] : st.statuses)
+    statuses += (statuses.empty() ? "" : ",") + ("\"" + std::to_string(s) + "\":") + std::to_string(n);
   std::printf(
-      "{\"streams\":%d,\"completed\":%d,\"errors\":%d,\"events\":%zu,\"seconds\":%.2f,"
+      "{\"streams\":%d,\"completed\":%d,\"errors\":%d,\"truncated\":%d,\"connect_failed\":%d,"
+      "\"aborted\":%d,\"statuses\":{%s},\"complete_events\":{\"min\":%lld,\"max\":%lld},"
+      "\"events\":%zu,\"seconds\":%.2f,"
       "\"delay_us\":{\"p50\":%lld,\"p90\":%lld,\"p99\":%lld,\"p999\":%lld,\"max\":%lld}}\n",
-      o.streams, st.completed, st.errors, st.delays_us.size(), secs,
+      o.streams, st.completed, st.errors, st.truncated, st.connect_failed, st.aborted,
+      statuses.c_str(), static_cast<long long>(st.complete_min_events),
+      static_cast<long long>(st.complete_max_events), st.delays_us.size(), secs,
       static_cast<long long>(pct(st.delays_us, 50)), static_cast<long long>(pct(st.delays_us, 90)),
       static_cast<long long>(pct(st.delays_us, 99)),
       static_cast<long long>(pct(st.delays_us, 99.9)),

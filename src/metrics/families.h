@@ -187,6 +187,16 @@ inline const Family kUpstreamSocketFailures{"kvgate_upstream_socket_failures_tot
     "The connect is tried again every 100 ms for up to 1 s, then the client gets 503 "
     "gateway_out_of_resources; the endpoint's health and breaker are not charged.",
     {"reason"}};
+inline const Family kHeapBytes{"kvgate_heap_bytes", Type::kGauge,
+    "Heap in use by the gateway (glibc mallinfo2: allocated chunks plus mmapped ones), sampled "
+    "every 250 ms while a memory bound is set.", {}};
+inline const Family kHeapLimit{"kvgate_heap_limit_bytes", Type::kGauge,
+    "The memory bound (--max-heap-bytes, or 70 % of the cgroup's memory limit); 0 = none.", {}};
+inline const Family kOverloadState{"kvgate_overload_state", Type::kGauge,
+    "0 normal; 1 shedding (heap >= 90 % of the bound: new requests get 503 gateway_overloaded); "
+    "2 also not accepting (>= 98 %). Down a level below 5 points under the threshold.", {}};
+inline const Family kOverloadShed{"kvgate_overload_shed_total", Type::kCounter,
+    "Requests answered 503 gateway_overloaded at the memory bound.", {}};
 inline const Family kBuildInfo{"kvgate_build_info", Type::kGauge, "Build information.",
     {"version"}};
 inline const Family kTokenizers{"kvgate_tokenizers", Type::kGauge,
@@ -237,6 +247,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures, &kUpstreamSocketFailures,
+      &kHeapBytes, &kHeapLimit, &kOverloadState, &kOverloadShed,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,

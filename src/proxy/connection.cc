@@ -218,6 +218,14 @@ asio::awaitable<void> acceptLoop(Worker& w, std::shared_ptr<Listener> l,
   auto last_warned = std::chrono::steady_clock::time_point{};
   while (acc->is_open()) {
     error_code ec;
+    // The memory bound's last level (proxy/overload.h): no new connections; they wait in the
+    // backlog, checked again every 100 ms.
+    if (w.stats.overload.level.load(std::memory_order_relaxed) >=
+        static_cast<uint8_t>(Overload::kPause)) {
+      asio::steady_timer pause(w.io, std::chrono::milliseconds(kAcceptPauseMs));
+      co_await pause.async_wait(useEc(ec));
+      continue;
+    }
     tcp::socket s = co_await acc->async_accept(useEc(ec));
     if (ec) {
       if (!acc->is_open() || ec == asio::error::operation_aborted) break;

@@ -9,6 +9,7 @@
 #include "proxy/client_conn.h"
 #include "proxy/listener_tls.h"
 #include "proxy/load_scraper.h"
+#include "proxy/overload.h"
 #include "proxy/prober.h"
 #include "proxy/remote_hint.h"
 #include "proxy/worker.h"
@@ -88,6 +89,10 @@ void DataPlane::setWorkerTokens(const routing::PromptTokens* tokens) {
 void DataPlane::start() {
   if (started_) return;
   started_ = true;
+  OverloadLimits lim;
+  lim.limit = opts_.max_heap_bytes;
+  overload_ = std::make_unique<OverloadMonitor>(lim, stats_.overload, std::chrono::milliseconds(250));
+  overload_->start();
   for (auto& w : workers_) {
     Worker* wp = w.get();
     asio::co_spawn(w->io, poolSweeper(*wp), asio::detached);
@@ -113,6 +118,7 @@ void DataPlane::drain() {
 void DataPlane::stop() {
   if (!started_) return;
   started_ = false;
+  if (overload_) overload_->stop();
   for (auto& [k, l] : listeners_)
     for (size_t i = 0; i < l->acceptors.size(); ++i) {
       auto acc = l->acceptors[i];

@@ -49,6 +49,7 @@ struct ProxyOptions {
   std::chrono::milliseconds scrape_interval{1000};  // engine /metrics (kvExactMode rules); 0 = off
   const common::Clock* clock = nullptr;  // time for health and breaker rules (null = steady)
   std::shared_ptr<http::TlsFiles> tls;   // certificate of listeners with security 1 rules
+  uint64_t max_heap_bytes = 0;  // the overload monitor's L (proxy/overload.h); 0 = off
 };
 
 class Worker;
@@ -101,6 +102,7 @@ class DataPlane {
   std::map<std::string, std::shared_ptr<Listener>> listeners_;    // by vip:port
   std::map<std::string, std::shared_ptr<RuleStats>> rule_stats_;  // by rule key
   std::unique_ptr<class ListenerTls> listener_tls_;
+  std::unique_ptr<class OverloadMonitor> overload_;
   void renderRequestMetrics(metrics::TextWriter& w) const;
   void renderTier15Metrics(metrics::TextWriter& w) const;
   void renderRoutingMetrics(metrics::TextWriter& w) const;

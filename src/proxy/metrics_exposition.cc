@@ -281,6 +281,14 @@ std::string DataPlane::renderMetrics() const {
            static_cast<double>(stats_.upstream_socket_failures[0].load()));
   w.sample(kUpstreamSocketFailures, {{"reason", "memory"}},
            static_cast<double>(stats_.upstream_socket_failures[1].load()));
+  w.header(kHeapBytes);
+  w.sample(kHeapBytes, {}, static_cast<double>(stats_.overload.heap.load()));
+  w.header(kHeapLimit);
+  w.sample(kHeapLimit, {}, static_cast<double>(stats_.overload.limit.load()));
+  w.header(kOverloadState);
+  w.sample(kOverloadState, {}, static_cast<double>(stats_.overload.level.load()));
+  w.header(kOverloadShed);
+  w.sample(kOverloadShed, {}, static_cast<double>(stats_.overload_shed.load()));
   w.header(kBuildInfo);
   w.sample(kBuildInfo, {{"version", "0.1.0"}}, 1);
   return w.str();

@@ -11,6 +11,7 @@
 
 #include "metrics/histogram.h"
 #include "proxy/admission.h"
+#include "proxy/overload.h"
 #include "routing/pipeline.h"
 #include "routing/stages/prefix_trie.h"
 #include "routing/stages/session_table.h"
@@ -96,6 +97,8 @@ struct DataPlaneStats {
   // Upstream connects whose socket could not be made for want of a resource (same reasons):
   // the gateway's own shortage, never blamed on the engine (ClientConn::connectLeg).
   std::array<std::atomic<uint64_t>, 2> upstream_socket_failures{};
+  OverloadMonitor::Out overload;            // the memory bound's level and heap (overload.h)
+  std::atomic<uint64_t> overload_shed{0};  // requests answered 503 gateway_overloaded
 };
 
 }  // namespace kvgate::proxy

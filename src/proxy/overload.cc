@@ -1,0 +1,121 @@
+#include "proxy/overload.h"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/log.h"
+
+namespace kvgate::proxy {
+
+Overload nextOverload(Overload cur, uint64_t used, const OverloadLimits& l) {
+  if (l.limit == 0) return Overload::kNormal;
+  const double u = static_cast<double>(used) / static_cast<double>(l.limit);
+  if (u >= l.pause_ratio) return Overload::kPause;
+  if (cur == Overload::kPause && u >= l.pause_ratio - l.hysteresis) return Overload::kPause;
+  if (u >= l.shed_ratio) return Overload::kShed;
+  if (cur != Overload::kNormal && u >= l.shed_ratio - l.hysteresis) return Overload::kShed;
+  return Overload::kNormal;
+}
+
+namespace {
+
+std::optional<uint64_t> readLimit(const std::string& file) {
+  std::ifstream f(file);
+  std::string v;
+  if (!(f >> v) || v == "max") return std::nullopt;
+  uint64_t n = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9' || n > (UINT64_MAX - 9) / 10) return std::nullopt;
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return n;
+}
+
+}  // namespace
+
+std::optional<uint64_t> cgroupMemoryLimit(const std::string& root, uint64_t mem_total) {
+  // /proc/self/cgroup lines: "0::/path" (v2) or "N:memory:/path" (v1, controllers listed).
+  std::ifstream f(root + "/proc/self/cgroup");
+  std::string line;
+  std::optional<uint64_t> lim;
+  while (std::getline(f, line)) {
+    const size_t a = line.find(':');
+    const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string ctl = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (path.find("..") != std::string::npos) continue;
+    if (ctl.empty())
+      lim = readLimit(root + "/sys/fs/cgroup" + path + "/memory.max");
+    else if (("," + ctl + ",").find(",memory,") != std::string::npos)
+      lim = readLimit(root + "/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes");
+    if (lim) break;
+  }
+  if (!lim || *lim == 0 || (mem_total > 0 && *lim >= mem_total)) return std::nullopt;
+  return lim;
+}
+
+uint64_t defaultHeapLimit() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t total = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
+  auto lim = cgroupMemoryLimit("", total);
+  return lim ? *lim / 10 * 7 : 0;
+}
+
+uint64_t heapInUse() {
+  const struct mallinfo2 m = ::mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
+
+OverloadMonitor::OverloadMonitor(OverloadLimits limits, Out& out, std::chrono::milliseconds period,
+                                 std::function<uint64_t()> sample)
+    : limits_(limits), out_(out), period_(period), sample_(std::move(sample)) {
+  if (!sample_) sample_ = heapInUse;
+  out_.limit.store(limits_.limit, std::memory_order_relaxed);
+}
+
+OverloadMonitor::~OverloadMonitor() { stop(); }
+
+void OverloadMonitor::tick() {
+  const uint64_t used = sample_();
+  out_.heap.store(used, std::memory_order_relaxed);
+  const auto cur = static_cast<Overload>(out_.level.load(std::memory_order_relaxed));
+  const Overload next = nextOverload(cur, used, limits_);
+  if (next == cur) return;
+  out_.level.store(static_cast<uint8_t>(next), std::memory_order_relaxed);
+  const std::string mib = std::to_string(used >> 20) + " MiB of " +
+                          std::to_string(limits_.limit >> 20) + " MiB (--max-heap-bytes)";
+  if (next == Overload::kNormal)
+    log::info("overload", "heap " + mib + ": serving normally again");
+  else if (next == Overload::kShed)
+    log::warn("overload", "heap " + mib + ": new requests get 503 gateway_overloaded" +
+                              (cur == Overload::kPause ? "; accepting again" : ""));
+  else
+    log::warn("overload", "heap " + mib + ": not accepting connections, new requests get 503");
+}
+
+void OverloadMonitor::start() {
+  if (limits_.limit == 0 || thread_.joinable()) return;
+  thread_ = std::thread([this] {
+    std::unique_lock lk(mu_);
+    while (!stop_) {
+      lk.unlock();
+      tick();
+      lk.lock();
+      cv_.wait_for(lk, period_, [this] { return stop_; });
+    }
+  });
+}
+
+void OverloadMonitor::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace kvgate::proxy

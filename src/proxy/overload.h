@@ -1,0 +1,81 @@
+// OverloadMonitor: the gateway's memory bound (issue 28 §2 "limits"), in the spirit of Envoy's
+// overload manager with its fixed-heap monitor.
+//
+// Algorithm: a thread samples the heap in use (glibc mallinfo2: bytes in allocated chunks plus
+// mmapped ones; what the gateway holds, not what the allocator keeps cached) every `period`
+// (250 ms) and moves one level with hysteresis against the limit L:
+//   kNormal -> kShed   at >= shed_ratio x L (0.90): new requests answered 503 gateway_overloaded
+//                      (Retry-After: 1) before any routing or upstream work; streams in flight
+//                      go on;
+//   kShed -> kPause    at >= pause_ratio x L (0.98): the data plane's listeners also stop
+//                      accepting (connections wait in the kernel's backlog);
+//   back down a level only below (ratio - 0.05) x L, so the state does not flap.
+// Knobs: `serve --max-heap-bytes N` (L). Default: 70 % of the memory limit of the process's cgroup
+// (v2 memory.max, v1 memory.limit_in_bytes) when it has one below the machine's memory (the rest
+// is thread stacks, socket buffers the kernel charges to the cgroup, and allocator slack); none
+// otherwise (0 = off). Metrics: kvgate_heap_bytes, kvgate_heap_limit_bytes,
+// kvgate_overload_state (0, 1, 2), kvgate_overload_shed_total. Transitions are logged.
+// The bound is sampled, not enforced per allocation: a burst inside one period (large request
+// bodies, up to --max-body-bytes each) can pass it; the margins above are for that.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace kvgate::proxy {
+
+enum class Overload : uint8_t { kNormal = 0, kShed = 1, kPause = 2 };
+
+struct OverloadLimits {
+  uint64_t limit = 0;  // L in bytes; 0 = off
+  double shed_ratio = 0.90;
+  double pause_ratio = 0.98;
+  double hysteresis = 0.05;
+};
+
+// The next level from `cur` for `used` bytes (pure: the unit tests check it by hand).
+Overload nextOverload(Overload cur, uint64_t used, const OverloadLimits& l);
+
+// The memory limit of this process's cgroup (v2 memory.max or v1 memory.limit_in_bytes), read
+// under `root` (normally "" for / : /proc/self/cgroup and /sys/fs/cgroup); nullopt when there is
+// none, it is "max", or it is not below the machine's memory (`mem_total`, bytes).
+std::optional<uint64_t> cgroupMemoryLimit(const std::string& root, uint64_t mem_total);
+// The default L: 70 % of cgroupMemoryLimit(""), else 0.
+uint64_t defaultHeapLimit();
+
+class OverloadMonitor {
+ public:
+  struct Out {  // written by the monitor thread, read by every worker
+    std::atomic<uint8_t> level{0};
+    std::atomic<uint64_t> heap{0};
+    std::atomic<uint64_t> limit{0};
+  };
+  // `sample`: bytes in use (default mallinfo2); injectable for tests.
+  OverloadMonitor(OverloadLimits limits, Out& out, std::chrono::milliseconds period,
+                  std::function<uint64_t()> sample = {});
+  ~OverloadMonitor();
+  void start();
+  void stop();
+  // One sample and transition, on the caller's thread (the thread's loop body; tests).
+  void tick();
+
+ private:
+  OverloadLimits limits_;
+  Out& out_;
+  std::chrono::milliseconds period_;
+  std::function<uint64_t()> sample_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+uint64_t heapInUse();  // mallinfo2: uordblks + hblkhd
+
+}  // namespace kvgate::proxy

@@ -1,0 +1,87 @@
+#include "proxy/overload.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace kvgate::proxy {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(Overload, LevelsWithHysteresisByHand) {
+  OverloadLimits l;
+  l.limit = 1000;  // thresholds: shed 900, pause 980; down below 850 and 930
+  using O = Overload;
+  EXPECT_EQ(nextOverload(O::kNormal, 899, l), O::kNormal);
+  EXPECT_EQ(nextOverload(O::kNormal, 900, l), O::kShed);
+  EXPECT_EQ(nextOverload(O::kNormal, 980, l), O::kPause);
+  EXPECT_EQ(nextOverload(O::kShed, 860, l), O::kShed);     // within the hysteresis band
+  EXPECT_EQ(nextOverload(O::kShed, 849, l), O::kNormal);
+  EXPECT_EQ(nextOverload(O::kPause, 940, l), O::kPause);   // 940 >= 930: stays
+  EXPECT_EQ(nextOverload(O::kPause, 929, l), O::kShed);    // under 930, over 850: one level
+  EXPECT_EQ(nextOverload(O::kPause, 100, l), O::kNormal);
+  l.limit = 0;  // off
+  EXPECT_EQ(nextOverload(O::kPause, ~0ULL, l), O::kNormal);
+}
+
+TEST(Overload, MonitorTicksMoveTheSharedLevel) {
+  uint64_t used = 0;
+  OverloadMonitor::Out out;
+  OverloadLimits l;
+  l.limit = 100 << 20;
+  OverloadMonitor m(l, out, std::chrono::milliseconds(250), [&] { return used; });
+  EXPECT_EQ(out.limit.load(), 100u << 20);
+  used = 50 << 20;
+  m.tick();
+  EXPECT_EQ(out.level.load(), 0);
+  EXPECT_EQ(out.heap.load(), 50u << 20);
+  used = 95 << 20;
+  m.tick();
+  EXPECT_EQ(out.level.load(), 1);
+  used = 99 << 20;
+  m.tick();
+  EXPECT_EQ(out.level.load(), 2);
+  used = 10 << 20;
+  m.tick();
+  EXPECT_EQ(out.level.load(), 0);
+}
+
+// A fake root with /proc/self/cgroup and the controller files.
+struct FakeRoot {
+  fs::path dir = fs::temp_directory_path() / ("kvgate-cg-" + std::to_string(::getpid()));
+  FakeRoot() { fs::create_directories(dir / "proc/self"); }
+  ~FakeRoot() { fs::remove_all(dir); }
+  void write(const std::string& rel, const std::string& text) {
+    fs::create_directories((dir / rel).parent_path());
+    std::ofstream(dir / rel) << text;
+  }
+};
+
+TEST(Overload, CgroupV2Limit) {
+  FakeRoot r;
+  r.write("proc/self/cgroup", "0::/svc/kvgate.service\n");
+  r.write("sys/fs/cgroup/svc/kvgate.service/memory.max", "536870912\n");
+  EXPECT_EQ(cgroupMemoryLimit(r.dir.string(), 24ULL << 30), 536870912u);
+  r.write("sys/fs/cgroup/svc/kvgate.service/memory.max", "max\n");
+  EXPECT_EQ(cgroupMemoryLimit(r.dir.string(), 24ULL << 30), std::nullopt);
+}
+
+TEST(Overload, CgroupV1LimitAndUnlimited) {
+  FakeRoot r;
+  r.write("proc/self/cgroup", "5:cpu,cpuacct:/\n4:memory:/pod/a\n0::/\n");
+  r.write("sys/fs/cgroup/memory/pod/a/memory.limit_in_bytes", "268435456\n");
+  EXPECT_EQ(cgroupMemoryLimit(r.dir.string(), 24ULL << 30), 268435456u);
+  // v1's "no limit" is a huge number: not below the machine's memory, so none.
+  r.write("sys/fs/cgroup/memory/pod/a/memory.limit_in_bytes", "9223372036854771712\n");
+  EXPECT_EQ(cgroupMemoryLimit(r.dir.string(), 24ULL << 30), std::nullopt);
+  // Garbage and a path that climbs out are ignored.
+  r.write("sys/fs/cgroup/memory/pod/a/memory.limit_in_bytes", "12abc\n");
+  EXPECT_EQ(cgroupMemoryLimit(r.dir.string(), 24ULL << 30), std::nullopt);
+  r.write("proc/self/cgroup", "4:memory:/../../etc\n");
+  EXPECT_EQ(cgroupMemoryLimit(r.dir.string(), 24ULL << 30), std::nullopt);
+}
+
+}  // namespace
+}  // namespace kvgate::proxy
