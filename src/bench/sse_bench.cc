@@ -151,6 +151,7 @@ int64_t pct(std::vector<int64_t>& v, double p) {
 int tokenizeBench(int argc, char** argv);
 int quotaBench(int argc, char** argv);
 int relayMain(int argc, char** argv);
+int kvFloodMain(int argc, char** argv);
 namespace fleet {
 int fleetBench(int argc, char** argv);
 }
@@ -160,6 +161,7 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "fleet") return fleet::fleetBench(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "quota") return quotaBench(argc - 1, argv + 1);
   if (argc >= 2 && std::string(argv[1]) == "relay") return relayMain(argc - 1, argv + 1);
+  if (argc >= 2 && std::string(argv[1]) == "kvflood") return kvFloodMain(argc - 1, argv + 1);
   if (argc < 2 || std::string(argv[1]) != "sse") {
     std::fprintf(stderr,
                  "usage: kvgate bench sse --target HOST:PORT [--streams N] [--events E] "

@@ -187,6 +187,11 @@ inline const Family kUpstreamSocketFailures{"kvgate_upstream_socket_failures_tot
     "The connect is tried again every 100 ms for up to 1 s, then the client gets 503 "
     "gateway_out_of_resources; the endpoint's health and breaker are not charged.",
     {"reason"}};
+inline const Family kRelayCuts{"kvgate_relay_cuts_total", Type::kCounter,
+    "Responses cut after their head reached the client, by reason: upstream (the engine closed "
+    "or reset mid-body: the client's stream ends without its last chunk), client (the client "
+    "left: the engine's request is aborted), timeout (timeoutMemberData between reads or "
+    "max_stream_duration_sec), malformed (a chunked body that does not parse).", {"reason"}};
 inline const Family kHeapBytes{"kvgate_heap_bytes", Type::kGauge,
     "Heap in use by the gateway (glibc mallinfo2: allocated chunks plus mmapped ones), sampled "
     "every 250 ms while a memory bound is set.", {}};
@@ -247,7 +252,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures, &kUpstreamSocketFailures,
-      &kHeapBytes, &kHeapLimit, &kOverloadState, &kOverloadShed,
+      &kRelayCuts, &kHeapBytes, &kHeapLimit, &kOverloadState, &kOverloadShed,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,

@@ -281,6 +281,10 @@ std::string DataPlane::renderMetrics() const {
            static_cast<double>(stats_.upstream_socket_failures[0].load()));
   w.sample(kUpstreamSocketFailures, {{"reason", "memory"}},
            static_cast<double>(stats_.upstream_socket_failures[1].load()));
+  w.header(kRelayCuts);
+  for (size_t i = 0; i < stats_.relay_cuts.size(); ++i)
+    w.sample(kRelayCuts, {{"reason", relayCutName(i)}},
+             static_cast<double>(stats_.relay_cuts[i].load()));
   w.header(kHeapBytes);
   w.sample(kHeapBytes, {}, static_cast<double>(stats_.overload.heap.load()));
   w.header(kHeapLimit);

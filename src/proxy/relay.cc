@@ -108,8 +108,14 @@ void ClientConn::releaseRequestBytes() {
 }
 
 // Ends a relay that cannot complete: the upstream connection is closed, never pooled.
-bool ClientConn::abandonRelay() {
+bool ClientConn::abandonRelay(RelayCut why) {
   relay_cut_ = true;
+  w_.stats.relay_cuts[static_cast<size_t>(why)].fetch_add(1, std::memory_order_relaxed);
+  if (why == RelayCut::kUpstream && outcome_.endpoint)
+    log::warn("proxy", "response " + request_id_ + " from " + *outcome_.endpoint +
+                           " cut by the upstream after " + std::to_string(outcome_.bytes) +
+                           " bytes: the client's " + (quota_.stream ? "stream" : "body") +
+                           " ends unfinished");
   stopWatch();
   leg_.release(false);
   return false;
@@ -171,7 +177,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     if (!nextChunk(f, chunk)) {
       log::warn("proxy", "malformed chunked response from " + *outcome_.endpoint);
       if (first) co_await writeClient(down_head_);  // then cut the stream: the client sees it
-      co_return abandonRelay();
+      co_return abandonRelay(RelayCut::kMalformed);
     }
     if (!chunk.empty()) lease.prefillDone();  // the engine is past this request's prefill
     std::string_view out = chunk;  // what the client gets of this piece
@@ -201,7 +207,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       outcome_.bytes += out.size();
       if (!ok) {
         client_gone_ = true;  // client gone: abort the upstream request
-        co_return abandonRelay();
+        co_return abandonRelay(RelayCut::kClient);
       }
     }
     // Release what was forwarded (chunked consumed it already).
@@ -218,7 +224,9 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       // Truncated by the upstream, the deadline or a client disconnect: cut the client stream.
       if (leg_.timedOut() && stream)
         log::warn("proxy", "stream " + request_id_ + " hit max_stream_duration_sec");
-      co_return abandonRelay();
+      co_return abandonRelay(client_gone_       ? RelayCut::kClient
+                             : leg_.timedOut() ? RelayCut::kTimeout
+                                               : RelayCut::kUpstream);
     }
   }
   if (rewrite) {  // what the filter still holds, and the end of the re-framed body

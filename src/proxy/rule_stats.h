@@ -63,6 +63,18 @@ struct RuleStats {
 
 // Requests the gateway refused because it could not read them exactly as the engine will
 // (kvgate_requests_refused_total{reason}; docs/governance.md "Reading requests as the engine does").
+// Why a response was cut after its head went to the client (kvgate_relay_cuts_total{reason}).
+enum class RelayCut : uint8_t {
+  kUpstream,   // the engine closed or reset mid-body (killed, crashed, network reset)
+  kClient,     // the client left (or stopped reading)
+  kTimeout,    // timeoutMemberData between reads, or max_stream_duration_sec
+  kMalformed,  // a chunked body that does not parse
+};
+inline const char* relayCutName(size_t i) {
+  static const char* k[] = {"upstream", "client", "timeout", "malformed"};
+  return i < 4 ? k[i] : "unknown";
+}
+
 enum class Refusal : uint8_t {
   kBadPath,          // 400 bad_path: a target that cannot be normalized (http/target.h)
   kAmbiguousModel,   // 400 ambiguous_model: repeated, undecodable or unreached body "model"
@@ -97,6 +109,8 @@ struct DataPlaneStats {
   // Upstream connects whose socket could not be made for want of a resource (same reasons):
   // the gateway's own shortage, never blamed on the engine (ClientConn::connectLeg).
   std::array<std::atomic<uint64_t>, 2> upstream_socket_failures{};
+  // Responses cut mid-body (relay.cc abandonRelay), by RelayCut.
+  std::array<std::atomic<uint64_t>, 4> relay_cuts{};
   OverloadMonitor::Out overload;            // the memory bound's level and heap (overload.h)
   std::atomic<uint64_t> overload_shed{0};  // requests answered 503 gateway_overloaded
 };
