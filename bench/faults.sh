@@ -205,7 +205,7 @@ else
 fi
 simrunning >>"$OUT/$SCENARIO.state"
 {
-  echo "== $SCENARIO: $STREAMS streams of $EVENTS events"
+  echo "== $SCENARIO: $STREAMS streams of $([ "$SCENARIO" = memcap ] && echo 500 || echo "$EVENTS") events"
   cat "$W/bench.json"
   [ -f "$W/bench2.json" ] && { echo "second wave:"; cat "$W/bench2.json"; }
   [ -f "$W/flood.json" ] && { echo "publisher:"; tail -1 "$W/flood.json"; }
@@ -213,7 +213,7 @@ simrunning >>"$OUT/$SCENARIO.state"
   case "$SCENARIO" in
     loss|reset) echo "nft:"; ip netns exec "$NS" nft list ruleset | grep -o 'counter packets [0-9]* bytes [0-9]*' ;;
   esac
-  curl -sf "$API/metrics" 2>/dev/null | grep -E '^(kvgate_kv_(batches|lost_batches|restarts|clears|blocks|evicted_blocks|rejected)_total|kvgate_kv_blocks|kvgate_kv_index_bytes|kvgate_overload_(state|shed_total)|kvgate_heap_(bytes|limit_bytes)|kvgate_endpoint_connect_failures_total|kvgate_breaker_state|kvgate_requests_total)' | head -40 || true
+  curl -sf "$API/metrics" 2>/dev/null | grep -E '^(kvgate_kv_(batches|lost_batches|restarts|clears|blocks|evicted_blocks|rejected|skipped)_total|kvgate_kv_blocks|kvgate_kv_index_bytes|kvgate_overload_(state|shed_total)|kvgate_heap_(bytes|limit_bytes)|kvgate_endpoint_connect_failures_total|kvgate_breaker_state|kvgate_requests_total)' | head -40 || true
   if [ -n "$CG" ]; then
     echo "cgroup:"; cat "$CG/memory.events" 2>/dev/null || { cat "$CG/memory.failcnt"; grep oom_kill "$CG/memory.oom_control"; }
   fi

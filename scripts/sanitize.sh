@@ -20,7 +20,7 @@ JOBS=${JOBS:-2}
 
 # The integration tests of the ASan leg: data plane (proxy, P/D, TLS, reading requests, the path
 # regressions), event plane (KV events, hints) and governance (keys, JWT, quotas, replicas).
-INTEGRATION=${INTEGRATION:-"proxy pd reading regressions_path regressions_review kv_events hints api_keys jwt quotas replicas tls"}
+INTEGRATION=${INTEGRATION:-"proxy pd reading regressions_path regressions_review faults limits kv_events hints api_keys jwt quotas replicas tls"}
 case "$leg" in
   address) dir=build-asan ;;
   thread) dir=build-tsan ;;

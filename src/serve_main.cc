@@ -58,7 +58,8 @@ const char* kServeHelp =
     "  --max-body-bytes N         request body limit, larger gets 413 (default 33554432)\n"
     "  --max-heap-bytes N         memory bound: at 90 % of N in use new requests get 503\n"
     "                             gateway_overloaded, at 98 % connections wait in the backlog\n"
-    "                             (default: 70 % of the cgroup's memory limit if any; 0 = off)\n"
+    "                             (default: 70 % of what the cgroup's memory limit leaves\n"
+    "                             above the resident set at startup; no cgroup limit: off)\n"
     "  --header-timeout-ms N      time to receive a request head/body, else 408 (default 10000)\n"
     "  --idle-timeout-ms N        client keep-alive idle timeout (default 60000; a rule's\n"
     "                             inactiveTimeOut overrides it)\n"
@@ -308,7 +309,7 @@ int serveMain(int argc, char** argv) {
   if (opts.max_heap_bytes > 0)
     log::info("serve", "memory bound " + std::to_string(opts.max_heap_bytes >> 20) +
                            " MiB of heap (" +
-                           (flags.max_heap_set ? "--max-heap-bytes" : "70 % of the cgroup's limit") +
+                           (flags.max_heap_set ? "--max-heap-bytes" : "70 % of the cgroup's limit above the resident set") +
                            "): shedding at 90 %, not accepting at 98 %");
   auto hp = net::parseHostPort(api_listen);
   if (!hp) {

@@ -196,7 +196,8 @@ inline const Family kHeapBytes{"kvgate_heap_bytes", Type::kGauge,
     "Heap in use by the gateway (glibc mallinfo2: allocated chunks plus mmapped ones), sampled "
     "every 250 ms while a memory bound is set.", {}};
 inline const Family kHeapLimit{"kvgate_heap_limit_bytes", Type::kGauge,
-    "The memory bound (--max-heap-bytes, or 70 % of the cgroup's memory limit); 0 = none.", {}};
+    "The memory bound (--max-heap-bytes, or 70 % of what the cgroup's memory limit leaves above "
+    "the resident set at startup); 0 = none.", {}};
 inline const Family kOverloadState{"kvgate_overload_state", Type::kGauge,
     "0 normal; 1 shedding (heap >= 90 % of the bound: new requests get 503 gateway_overloaded); "
     "2 also not accepting (>= 98 %). Down a level below 5 points under the threshold.", {}};

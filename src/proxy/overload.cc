@@ -3,6 +3,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -61,7 +62,17 @@ uint64_t defaultHeapLimit() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   const uint64_t total = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
   auto lim = cgroupMemoryLimit("", total);
-  return lim ? *lim / 10 * 7 : 0;
+  if (!lim) return 0;
+  // What the process holds outside the heap already (code, libraries, stacks): resident now.
+  uint64_t size = 0, resident = 0;
+  if (std::ifstream statm("/proc/self/statm"); !(statm >> size >> resident)) resident = 0;
+  const uint64_t held = resident * static_cast<uint64_t>(page > 0 ? page : 4096);
+  return defaultHeapBound(*lim, held);
+}
+
+uint64_t defaultHeapBound(uint64_t cgroup_limit, uint64_t resident) {
+  if (cgroup_limit <= resident) return 16ULL << 20;  // (the smallest bound serve accepts)
+  return std::max<uint64_t>((cgroup_limit - resident) / 10 * 7, 16ULL << 20);
 }
 
 uint64_t heapInUse() {

@@ -10,10 +10,11 @@
 //   kShed -> kPause    at >= pause_ratio x L (0.98): the data plane's listeners also stop
 //                      accepting (connections wait in the kernel's backlog);
 //   back down a level only below (ratio - 0.05) x L, so the state does not flap.
-// Knobs: `serve --max-heap-bytes N` (L). Default: 70 % of the memory limit of the process's cgroup
-// (v2 memory.max, v1 memory.limit_in_bytes) when it has one below the machine's memory (the rest
-// is thread stacks, socket buffers the kernel charges to the cgroup, and allocator slack); none
-// otherwise (0 = off). Metrics: kvgate_heap_bytes, kvgate_heap_limit_bytes,
+// Knobs: `serve --max-heap-bytes N` (L). Default, when the process's cgroup has a memory limit
+// below the machine's memory (v2 memory.max, v1 memory.limit_in_bytes): 70 % of that limit less
+// what is resident at startup (code, libraries, stacks); the other 30 % is for allocator slack,
+// socket buffers the kernel charges to the cgroup, and the page cache the binary needs (squeezed,
+// it is re-read from disk and everything slows). None otherwise (0 = off). Metrics: kvgate_heap_bytes, kvgate_heap_limit_bytes,
 // kvgate_overload_state (0, 1, 2), kvgate_overload_shed_total. Transitions are logged.
 // The bound is sampled, not enforced per allocation: a burst inside one period (large request
 // bodies, up to --max-body-bytes each) can pass it; the margins above are for that.
@@ -46,8 +47,11 @@ Overload nextOverload(Overload cur, uint64_t used, const OverloadLimits& l);
 // under `root` (normally "" for / : /proc/self/cgroup and /sys/fs/cgroup); nullopt when there is
 // none, it is "max", or it is not below the machine's memory (`mem_total`, bytes).
 std::optional<uint64_t> cgroupMemoryLimit(const std::string& root, uint64_t mem_total);
-// The default L: 70 % of cgroupMemoryLimit(""), else 0.
+// The default L: defaultHeapBound(cgroupMemoryLimit(""), resident set now), else 0.
 uint64_t defaultHeapLimit();
+// 70 % of what the cgroup leaves above what is resident already (code, libraries, stacks); at
+// least 16 MiB.
+uint64_t defaultHeapBound(uint64_t cgroup_limit, uint64_t resident);
 
 class OverloadMonitor {
  public:

@@ -48,6 +48,16 @@ TEST(Overload, MonitorTicksMoveTheSharedLevel) {
   EXPECT_EQ(out.level.load(), 0);
 }
 
+TEST(Overload, DefaultBoundLeavesRoomByHand) {
+  // 64 MiB cgroup, 24 MiB resident at startup: 70 % of the 40 MiB left = 28 MiB.
+  EXPECT_EQ(defaultHeapBound(64ULL << 20, 24ULL << 20), (40ULL << 20) / 10 * 7);
+  // 8 GiB, 30 MiB resident: about 5.71 GiB.
+  EXPECT_EQ(defaultHeapBound(8ULL << 30, 30ULL << 20), ((8ULL << 30) - (30ULL << 20)) / 10 * 7);
+  // Nothing left, or less than the floor: 16 MiB.
+  EXPECT_EQ(defaultHeapBound(20ULL << 20, 24ULL << 20), 16ULL << 20);
+  EXPECT_EQ(defaultHeapBound(30ULL << 20, 24ULL << 20), 16ULL << 20);
+}
+
 // A fake root with /proc/self/cgroup and the controller files.
 struct FakeRoot {
   fs::path dir = fs::temp_directory_path() / ("kvgate-cg-" + std::to_string(::getpid()));

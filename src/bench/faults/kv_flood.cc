@@ -2,7 +2,8 @@
 // a vLLM engine does and sends vLLM KV-event batches [topic, seq (8 bytes BE), msgpack batch] as
 // fast as --rate allows: each batch --batch BlockStored events of one block (16 token ids, the
 // parent the previous block, hashes from a counter: never seen before, so every one is new to the
-// index), paced every millisecond. --restart-at S closes the socket after S seconds, waits
+// index) chained from the root within the batch (one new prompt per batch, as an engine's
+// scheduler step stores it), paced every millisecond. --restart-at S closes the socket after S seconds, waits
 // 500 ms and binds again with the sequence back at 0 (an engine restart). Sends never block:
 // beyond ZMQ's high-water mark (--sndhwm, default 1000 messages) messages are dropped, as the
 // engine's would be. Prints one JSON line: events and batches offered, seconds, restarts.
@@ -97,6 +98,7 @@ int kvFloodMain(int argc, char** argv) {
     const double elapsed = std::chrono::duration<double>(now - t0).count();
     const uint64_t due = static_cast<uint64_t>(elapsed * static_cast<double>(rate));
     while (sent_events + batch <= due + batch / 2) {
+      parent.reset();  // each batch a new prompt's blocks, chained from the root
       for (auto& e : events) {
         e.kind = engines::VllmEventOut::Kind::kStored;
         e.block_hashes.assign(1, next_hash);
