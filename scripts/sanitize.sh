@@ -20,7 +20,10 @@ JOBS=${JOBS:-2}
 
 # The integration tests of the ASan leg: data plane (proxy, P/D, TLS, reading requests, the path
 # regressions), event plane (KV events, hints) and governance (keys, JWT, quotas, replicas).
-INTEGRATION=${INTEGRATION:-"proxy pd reading regressions_path regressions_review faults limits kv_events hints api_keys jwt quotas replicas tls"}
+# Not `limits`: at the open-files limit UBSan's vptr check cannot make the pipe it probes memory
+# with (IsAccessibleMemoryRange) and reports "invalid vptr" on sound objects. Not `overload`:
+# under ASan, glibc's mallinfo2 does not see ASan's heap.
+INTEGRATION=${INTEGRATION:-"proxy pd reading regressions_path regressions_review faults kv_events hints api_keys jwt quotas replicas tls"}
 case "$leg" in
   address) dir=build-asan ;;
   thread) dir=build-tsan ;;
