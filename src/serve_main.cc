@@ -24,6 +24,8 @@
 #include "http/server.h"
 #include "proxy/data_plane.h"
 #include "proxy/overload.h"
+#include "routing/routing_env.h"
+#include "routing/rule_profile.h"
 #include "tokenizer/registry.h"
 #include "tokenizer/request_tokenizer.h"
 
@@ -441,10 +443,15 @@ int serveMain(int argc, char** argv) {
     }
     governance::setRedisCounters(redis.get());
   }
+  // The environment's routing defaults, read once here (routing/routing_env.h).
+  std::vector<std::string> env_warnings;
+  const routing::RoutingEnv routing_env = routing::readRoutingEnv(std::getenv, env_warnings);
+  for (const auto& w : env_warnings) log::warn("config", w);
   proxy::DataPlane dp(opts);
   dp.start();
   kv_plane.start();
   dp.setKv(&kv_index, &kv_plane, prompt_tokens.get(), &kv_overlay);  // Tier 1.5 (kvExactMode 3)
+  dp.setRoutingEnv(&routing_env);
   admin::RuleStore store(flags.state_dir, dp);
   store.setListener(
       [](const std::vector<config::RuleSpec>& rules) -> Result<void> {
@@ -496,6 +503,9 @@ int serveMain(int argc, char** argv) {
   };
   handOut();
   api.setTokens(std::move(api_tokens));
+  api.setEffective([&routing_env](const config::RuleSpec& r) {
+    return routing::effectiveRouting(r, routing_env);
+  });
   api.setInventory([&kv_plane](const std::string& key, int rank, size_t offset,
                                size_t limit) -> Result<admin::Api::KvInventory> {
     auto inv = kv_plane.inventory(key, rank, offset, limit);

@@ -387,7 +387,7 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
       auto project = req.queryParam("projectId");
       for (auto& r : store_.rules()) {
         if (project && r.service_args.value("projectId", "") != *project) continue;
-        out["lbAttr"].push_back(r.toJson());
+        out["lbAttr"].push_back(ruleJson(r));
       }
       co_await w.send(200, "application/json", out.dump());
     } else if (req.method == "DELETE") {
@@ -464,7 +464,7 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
     } else if (req.method == "GET") {
       nlohmann::json out = {{"lbAttr", nlohmann::json::array()}};
       for (auto& r : store_.rules())
-        if (pred(r)) out["lbAttr"].push_back(r.toJson());
+        if (pred(r)) out["lbAttr"].push_back(ruleJson(r));
       if (out["lbAttr"].empty())
         co_await err(404, "no-rule error: no rule matches " + what);
       else

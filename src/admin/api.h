@@ -45,6 +45,9 @@ class Api {
   }
   asio::awaitable<void> handle(http::Request& req, http::ResponseWriter& w);
   void setInventory(InventoryFn fn) { inventory_ = std::move(fn); }
+  // The read-only "effective" block of each rule's GET (routing/rule_profile.h); unset: none.
+  using EffectiveFn = std::function<nlohmann::json(const config::RuleSpec&)>;
+  void setEffective(EffectiveFn fn) { effective_ = std::move(fn); }
   // The API key store (/netlox/v1/config/ai/apikey); null: those routes answer 503.
   void setKeyStore(governance::KeyStore* keys) { keys_ = keys; }
   // Bearer tokens every route but /healthz needs (--api-token-file); none: no authentication.
@@ -95,6 +98,12 @@ class Api {
   int tokenize_in_flight_ = 0;                          // control thread only
   asio::thread_pool tokenize_pool_{1};
   InventoryFn inventory_;
+  EffectiveFn effective_;
+  nlohmann::json ruleJson(const config::RuleSpec& r) const {
+    nlohmann::json j = r.toJson();
+    if (effective_) j["effective"] = effective_(r);
+    return j;
+  }
   int inventory_in_flight_ = 0;          // control thread only
   asio::thread_pool inventory_pool_{1};  // waits for the KV event thread's answers
 };

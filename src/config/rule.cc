@@ -110,7 +110,8 @@ Result<RuleSpec> parseRule(const json& body) {
   for (auto& [k, v] : body.items()) {
     static const std::set<std::string> top = {"serviceArguments", "endpoints",      "secondaryIPs",
                                               "secondaryVIPs",    "allowedSources", "offload_state",
-                                              "hw_pkts",          "hw_bytes"};
+                                              "hw_pkts",          "hw_bytes",
+                                              "effective"};  // (GET's read-only blocks: ignored)
     if (!top.count(k)) return bad(k, "unknown field");
   }
   auto sa_it = body.find("serviceArguments");

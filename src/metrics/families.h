@@ -187,6 +187,11 @@ inline const Family kUpstreamSocketFailures{"kvgate_upstream_socket_failures_tot
     "The connect is tried again every 100 ms for up to 1 s, then the client gets 503 "
     "gateway_out_of_resources; the endpoint's health and breaker are not charged.",
     {"reason"}};
+inline const Family kRuleRoutingInfo{"kvgate_rule_routing_info", Type::kGauge,
+    "What each rule routes with (always 1): knob stages (the pipeline, comma-terminated), then "
+    "every routing knob its stages use with its effective value (the rule's field, else the "
+    "environment's default read at start, else the built-in one), as in the rule's GET "
+    "\"effective\" block.", {"rule", "knob", "value"}};
 inline const Family kRelayCuts{"kvgate_relay_cuts_total", Type::kCounter,
     "Responses cut after their head reached the client, by reason: upstream (the engine closed "
     "or reset mid-body: the client's stream ends without its last chunk), client (the client "
@@ -253,7 +258,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures, &kUpstreamSocketFailures,
-      &kRelayCuts, &kHeapBytes, &kHeapLimit, &kOverloadState, &kOverloadShed,
+      &kRuleRoutingInfo, &kRelayCuts, &kHeapBytes, &kHeapLimit, &kOverloadState, &kOverloadShed,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,

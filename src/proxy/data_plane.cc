@@ -13,6 +13,7 @@
 #include "proxy/prober.h"
 #include "proxy/remote_hint.h"
 #include "proxy/worker.h"
+#include "routing/rule_profile.h"
 #include "routing/stage_registry.h"
 #include "routing/stages/pd_ladder.h"
 
@@ -23,37 +24,19 @@ const common::Clock& clockOf(const ProxyOptions& o) {
   return o.clock ? *o.clock : common::SteadyClock::instance();
 }
 
-// The stage names of a rule's pipeline: Tier 1.5 (kv_exact) first for kvExactMode 3, then its
-// selector stage: the extension field `selector` when set (stages without a sel number, such as
-// random), else `sel`; empty when this build lacks the selector.
-std::vector<std::string> stageNames(const config::RuleSpec& rule) {
-  if (rule.service_args.value("pd_disagg_mode", false)) {  // the P/D ladder's prefill pick
-    std::vector<std::string> names{"session"};
-    if (rule.service_args.value("pd_cache_aware_mode", false)) names.push_back("prefix_trie");
-    if (rule.service_args.value("kvExactMode", 0) == 1) names.push_back("kv_exact");
-    names.emplace_back("min_load");
-    return names;
-  }
-  const std::string named = rule.service_args.value("selector", std::string());
-  const routing::StageInfo* info =
-      named.empty() ? routing::stageForSel(rule.sel) : routing::findStage(named);
-  if (!info) return {};
-  std::vector<std::string> names;
-  if (rule.service_args.value("kvExactMode", 0) == 3) names.push_back("kv_exact");
-  names.emplace_back(info->name);
-  return names;
-}
+using routing::stageNames;
 
 std::unique_ptr<routing::Pipeline> buildPipeline(
     const Route& route, const common::Clock& clock, const kv::KvIndex* kv_index,
     const kv::WorkerLookup* kv_lookup, const routing::PromptTokens* tokens,
     kv::SpeculativeOverlay* overlay, const std::vector<std::string>& names,
-    const std::shared_ptr<routing::PipelineStats>& stats) {
+    const std::shared_ptr<routing::PipelineStats>& stats, const routing::RoutingEnv* env) {
   if (names.empty()) return nullptr;
   routing::StageServices services{clock,     route.rule, route.endpoints, kv_index,
                                   kv_lookup, tokens,     overlay};
   services.sessions = route.stats->sessions.get();
   services.trie = route.stats->trie.get();
+  services.env = env;
   auto p = routing::Pipeline::build(names, services, stats);
   if (!p) {
     log::error("proxy", "rule " + route.rule.key() + ": " + p.error().what);
@@ -171,6 +154,10 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   if (stats->stages != stages)  // other stages: counts start over
     stats->pipeline = std::make_shared<routing::PipelineStats>();
   stats->stages = stages;
+  stats->routing_knobs.clear();
+  const nlohmann::json effective = routing::effectiveRouting(rule, routingEnv());
+  for (auto& [k, v] : effective.items())
+    if (k != "stages") stats->routing_knobs.emplace_back(k, v.is_string() ? v.get<std::string>() : v.dump());
   stats->rule = rule.name.empty() ? rule.key() : rule.name;
   stats->model = rule.model_name;
   stats->selector = config::selectorName(rule.sel);
@@ -185,12 +172,12 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   route->stats = stats;
   if (rule.service_args.value("pd_disagg_mode", false)) {  // Tier 0 and Tier 1 tables
     if (!stats->sessions)
-      stats->sessions = std::make_shared<routing::SessionTable>(routing::sessionTableMaxEntries());
+      stats->sessions = std::make_shared<routing::SessionTable>(routingEnv().session_max);
     if (!stats->trie)
-      stats->trie = std::make_shared<routing::PrefixTrie>(routing::prefixTrieMaxNodes());
+      stats->trie = std::make_shared<routing::PrefixTrie>(routingEnv().trie_max_nodes);
   }
   route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_, kv_overlay_,
-                                  stageNames(rule), stats->pipeline);
+                                  stageNames(rule), stats->pipeline, routing_env_);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
   if (rule.service_args.value("pd_disagg_mode", false)) buildPd(*route, clock);
   return route;
@@ -203,13 +190,13 @@ void DataPlane::buildPd(Route& route, const common::Clock& clock) {
   auto& st = *route.stats;
   if (!st.decode_pipeline) st.decode_pipeline = std::make_shared<routing::PipelineStats>();
   route.decode_pipeline = buildPipeline(route, clock, nullptr, nullptr, nullptr, nullptr,
-                                        {"min_load"}, st.decode_pipeline);
+                                        {"min_load"}, st.decode_pipeline, routing_env_);
   bool plain = false;
   for (const auto& e : route.endpoints) plain |= e.role == 0;
   if (plain) {
     if (!st.rescue_pipeline) st.rescue_pipeline = std::make_shared<routing::PipelineStats>();
     route.rescue_pipeline = buildPipeline(route, clock, nullptr, nullptr, nullptr, nullptr,
-                                          {"min_load"}, st.rescue_pipeline);
+                                          {"min_load"}, st.rescue_pipeline, routing_env_);
   }
   for (const auto& e : route.rule.endpoints) {
     const int nixl = e.json.value("nixl_port", 0);

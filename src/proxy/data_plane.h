@@ -77,6 +77,12 @@ class DataPlane {
     kv_overlay_ = overlay;
     setWorkerTokens(tokens);
   }
+  // The environment's routing defaults (read once at start); before the first apply(). Must
+  // outlive the data plane. Unset: every default.
+  void setRoutingEnv(const routing::RoutingEnv* env) { routing_env_ = env; }
+  const routing::RoutingEnv& routingEnv() const {
+    return routing_env_ ? *routing_env_ : routing::defaultRoutingEnv();
+  }
   const ProxyOptions& options() const { return opts_; }
   // Prometheus text for every data-plane family (control thread only, like apply()).
   std::string renderMetrics() const;
@@ -96,6 +102,7 @@ class DataPlane {
   const kv::WorkerLookup* kv_lookup_ = nullptr;
   const routing::PromptTokens* prompt_tokens_ = nullptr;
   kv::SpeculativeOverlay* kv_overlay_ = nullptr;
+  const routing::RoutingEnv* routing_env_ = nullptr;
   DataPlaneStats stats_;  // before workers_: their pools and frames write it while destroyed
   endpoints::EndpointTable endpoints_;
   std::vector<std::unique_ptr<Worker>> workers_;

@@ -123,6 +123,12 @@ void DataPlane::renderRoutingMetrics(metrics::TextWriter& w) const {
                       {"key", routing::kDecisionKeyNames[k]}},
                      static_cast<double>(v));
     }
+  w.header(kRuleRoutingInfo);
+  for (auto& [key, st] : rule_stats_) {
+    w.sample(kRuleRoutingInfo, {{"rule", st->rule}, {"knob", "stages"}, {"value", st->stages}}, 1);
+    for (auto& [k, v] : st->routing_knobs)
+      w.sample(kRuleRoutingInfo, {{"rule", st->rule}, {"knob", k}, {"value", v}}, 1);
+  }
   // P/D: the tier that chose each request's prefill endpoint, summed over the P/D rules.
   std::array<uint64_t, static_cast<size_t>(PdTier::kCount)> tiers{};
   for (auto& [key, st] : rule_stats_)

@@ -8,6 +8,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "metrics/histogram.h"
 #include "proxy/admission.h"
@@ -37,6 +39,8 @@ struct RuleStats {
   std::string model;     // model_name ("" = catch-all)
   std::string selector;  // selector name
   std::string stages;    // the pipeline's stage names (stage counters restart when they change)
+  // The rule's effective routing knobs (routing/rule_profile.h), flattened: (knob, value).
+  std::vector<std::pair<std::string, std::string>> routing_knobs;
   // By endpoint label; shared with the snapshots' routes so a request that outlives a rule
   // change still counts safely; entries of endpoints that left the rule are dropped.
   std::map<std::string, std::shared_ptr<StatusCounters>> per_endpoint;

@@ -17,6 +17,7 @@
 #include "endpoints/endpoint.h"
 #include "routing/prompt_tokens.h"
 #include "routing/request_context.h"
+#include "routing/routing_env.h"
 
 namespace kvgate::kv {
 class KvIndex;
@@ -138,6 +139,9 @@ struct StageServices {
   // P/D rules: Tier 0's pins and Tier 1's trie (kept with the rule's counters across updates).
   SessionTable* sessions = nullptr;
   PrefixTrie* trie = nullptr;
+  // The environment's routing defaults, read once at start (routing_env.h); null = every default.
+  const RoutingEnv* env = nullptr;
+  const RoutingEnv& envOrDefault() const { return env ? *env : defaultRoutingEnv(); }
 };
 
 }  // namespace kvgate::routing

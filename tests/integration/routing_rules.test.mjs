@@ -6,7 +6,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  BIN, api, freePort, rawRequest, rule, simMetrics, startGateway, startSim, tempDir, requestCounts, delta } from './lib.mjs';
+  BIN, LB_BASE, api, freePort, gateway, rawRequest, rule, scrapeMetrics, simMetrics, startGateway, startSim, tempDir, requestCounts, delta } from './lib.mjs';
 
 const BASE = '/netlox/v1/config/loadbalancer';
 
@@ -153,4 +153,36 @@ describe('rule matching and protocol corners', () => {
     assert.equal(ctl('bogus').status, 2);
     assert.match(execFileSync(BIN, ['ctl', '--help']).toString(), /usage: kvgate ctl/);
   });
+});
+
+// Issue 29 §1 typed config: the environment's routing defaults are read once at start and every
+// rule's GET shows what it routes with ("effective"), as does kvgate_rule_routing_info; an
+// ignored environment value is warned about at start; GET's output POSTs back unchanged.
+test('a rule shows its effective routing knobs: rule field, else environment, else default', async (t) => {
+  const gw = await gateway(t, [], { env: { LOXILB_KV_LB_MODE: 'soft', LOXILB_KV_MEAN_LOAD_FACTOR: '999',
+    LOXILB_KV_SPECULATIVE_TTL_MS: '500' } });
+  const port = await freePort();
+  const body = rule({ port, workers: [{ host: '127.0.0.1', port: 9 }], extraArgs: { kvExactMode: 3, kvZmqPort: 5999 } });
+  assert.equal((await api(gw.api, 'POST', LB_BASE, body)).status, 200);
+  const get = await api(gw.api, 'GET', `${LB_BASE}/all`);
+  const eff = get.json.lbAttr[0].effective;
+  assert.deepEqual(eff.stages, ['kv_exact', 'rr']);
+  assert.equal(eff.kvLbMode, 'soft');
+  assert.equal(eff.kvLbModeFrom, 'environment');
+  assert.equal(eff.mean_load_factor_pct, 175, 'an out-of-range value keeps the default');
+  assert.equal(eff.speculative_ttl_ms, 500);
+  assert.equal(eff.spill_relief, true);
+  assert.equal(eff.min_match_tokens, 16);
+  assert.match(gw.proc.stderrText, /ignoring LOXILB_KV_MEAN_LOAD_FACTOR='999' \(not 100\.\.300\); using 175/);
+  const info = (await scrapeMetrics(gw.api)).filter((s) => s.name === 'kvgate_rule_routing_info');
+  assert.ok(info.some((s) => s.labels.knob === 'kvLbMode' && s.labels.value === 'soft' && s.value === 1));
+  assert.ok(info.some((s) => s.labels.knob === 'stages' && s.labels.value === 'kv_exact,rr,'));
+  // The rule's own field beats the environment; GET's output (with its effective block) POSTs back.
+  const mine = get.json.lbAttr[0];
+  mine.serviceArguments.kvLbMode = 'ttft';
+  assert.equal((await api(gw.api, 'POST', LB_BASE, mine)).status, 200);
+  const again = (await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr[0];
+  assert.equal(again.effective.kvLbMode, 'ttft');
+  assert.equal(again.effective.kvLbModeFrom, 'rule');
+  assert.equal(again.serviceArguments.kvLbMode, 'ttft');
 });

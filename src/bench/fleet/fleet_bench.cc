@@ -66,9 +66,9 @@
 #include "bench/fleet/stats.h"
 #include "bench/fleet/stream_client.h"
 #include "bench/fleet/workload.h"
-#include "common/env.h"
 #include "common/net.h"
 #include "http/client.h"
+#include "routing/routing_env.h"
 #include "routing/stages/kv_exact.h"
 #include "routing/stages/selection_law.h"
 
@@ -415,12 +415,19 @@ struct Run {
   uint16_t kv_port = 0;
   Child* gateway = nullptr;
   size_t blocks = 0;  // KV blocks per worker (the oracle's capacity)
-  routing::LawParams law_env = routing::lawParamsFromEnvironment();  // the gateway's tuning
+  // The gateway's tuning, read from the same environment the gateway child gets.
+  routing::RoutingEnv env = [] {
+    std::vector<std::string> warnings;
+    return routing::readRoutingEnv(std::getenv, warnings);
+  }();
+  routing::LawParams law_env = [this] {
+    routing::LawParams p = env.law;
+    p.spill_relief = env.spill_relief.value_or(true);
+    return p;
+  }();
   // The gateway's cold-start seeding (kv_exact.cc), which the oracle mirrors.
-  size_t seed_nth =
-      static_cast<size_t>(common::envInt("LOXILB_KV_COLDSTART_SEED_Nth", 0, 1'000'000, 16));
-  size_t seed_min_blocks =
-      static_cast<size_t>(common::envInt("LOXILB_KV_COLDSTART_MIN_BLOCKS", 0, 1'000'000'000, 16));
+  size_t seed_nth = env.coldstart_seed_nth;
+  size_t seed_min_blocks = env.coldstart_min_blocks;
 };
 
 // The oracle's running counts over one rung.

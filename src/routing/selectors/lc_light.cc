@@ -20,7 +20,6 @@
 // the low-load gap behind the soft law, 200 does not (the fleet is rarely under 2 per endpoint).
 #include <atomic>
 
-#include "common/env.h"
 #include "routing/selectors/selectors.h"
 
 namespace kvgate::routing {
@@ -76,8 +75,8 @@ class LcLightStage : public Stage {
 
 }  // namespace
 
-std::unique_ptr<Stage> makeLcLight(const StageServices&) {
-  return std::make_unique<LcLightStage>(common::envInt("LOXILB_LC_LIGHT_BELOW", 0, 100'000, 400));
+std::unique_ptr<Stage> makeLcLight(const StageServices& s) {
+  return std::make_unique<LcLightStage>(s.envOrDefault().lc_light_below_x100);
 }
 
 }  // namespace kvgate::routing

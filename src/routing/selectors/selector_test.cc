@@ -259,9 +259,11 @@ TEST(LcLight, LeastConnectionsWhenLightRoundRobinWhenBusy) {
 
 TEST(LcLight, ThresholdKnobZeroMeansAlwaysRoundRobin) {
   auto eps = pool({1, 1});
-  ::setenv("LOXILB_LC_LIGHT_BELOW", "0", 1);
-  Sel s(findStage("lc_light")->make(StageServices{g_clock, g_rule, eps}));
-  ::unsetenv("LOXILB_LC_LIGHT_BELOW");
+  RoutingEnv env;
+  env.lc_light_below_x100 = 0;  // (LOXILB_LC_LIGHT_BELOW=0)
+  StageServices svc{g_clock, g_rule, eps};
+  svc.env = &env;
+  Sel s(findStage("lc_light")->make(svc));
   eps[0].state->active = 0;
   eps[1].state->active = 0;
   std::map<int, int> n;

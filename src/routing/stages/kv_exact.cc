@@ -7,14 +7,12 @@
 #include <map>
 #include <vector>
 
-#include "common/env.h"
 #include "common/log.h"
 #include "kv/fingerprint.h"
 
 namespace kvgate::routing {
 namespace {
 
-using common::envInt;
 
 // Blocks of a prompt that are scored (128k tokens at block size 16); the rest is not looked at.
 constexpr size_t kMaxBlocks = 8192;
@@ -315,29 +313,7 @@ class NoKvStage : public Stage {
 
 }  // namespace
 
-LawParams lawParamsFromEnvironment() {
-  LawParams p;
-  p.mean_load_factor_pct =
-      static_cast<uint32_t>(envInt("LOXILB_KV_MEAN_LOAD_FACTOR", 100, 300, 175));
-  p.ttft_miss_weight =
-      static_cast<double>(envInt("LOXILB_KV_TTFT_MISS_WEIGHT_PCT", 0, 10'000, 800)) / 100.0;
-  p.ttft_load_blocks = static_cast<double>(envInt("LOXILB_KV_TTFT_LOAD_BLOCKS", 0, 1'000'000, 2));
-  p.sticky_tau_tokens = static_cast<uint64_t>(
-      envInt("LOXILB_KV_STICKY_TAU_TOKENS", 1, 1'000'000'000, 286'720));
-  if (const char* r = std::getenv("LOXILB_KV_SPILL_RELIEF"); r && *r) {
-    const std::string_view v(r);
-    if (v == "off" || v == "0" || v == "false")
-      p.spill_relief = false;
-    else if (v == "on" || v == "1" || v == "true")
-      p.spill_relief = true;
-    else
-      log::warn("routing", "LOXILB_KV_SPILL_RELIEF='" + std::string(v) +
-                               "' is not on/off/1/0/true/false: spill relief stays on");
-  }
-  return p;
-}
-
-KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
+KvExactOptions kvExactOptions(const config::RuleSpec& rule, const RoutingEnv& env) {
   KvExactOptions o;
   static const nlohmann::json kNone = nlohmann::json::object();
   const auto& sa = rule.service_args.is_object() ? rule.service_args : kNone;
@@ -346,42 +322,32 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule) {
   o.warmup_sec = static_cast<uint32_t>(sa.value("kvWarmupSec", 0));
   o.remote = !sa.value("kvIndexAddr", std::string()).empty();
   o.serving_port_key = sa.value("kvEngineType", std::string("vllm")) == "trtllm";
-  o.min_match_tokens = static_cast<uint32_t>(envInt("LLB_KV_MIN_MATCH_TOKENS", 0, 4096, 16));
-  o.speculative_ttl_ms =
-      static_cast<uint32_t>(envInt("LOXILB_KV_SPECULATIVE_TTL_MS", 0, 600'000, 2000));
-  o.coldstart_min_blocks =
-      static_cast<uint32_t>(envInt("LOXILB_KV_COLDSTART_MIN_BLOCKS", 0, 1'000'000'000, 16));
-  o.coldstart_seed_nth =
-      static_cast<uint32_t>(envInt("LOXILB_KV_COLDSTART_SEED_Nth", 0, 1'000'000, 16));
+  o.min_match_tokens = env.min_match_tokens;
+  o.speculative_ttl_ms = env.speculative_ttl_ms;
+  o.coldstart_min_blocks = env.coldstart_min_blocks;
+  o.coldstart_seed_nth = env.coldstart_seed_nth;
   const std::string api = sa.value("kvExactApiMode", std::string("both"));
   o.api_mode = api == "completions" ? ApiMode::kCompletions
                : api == "chat"      ? ApiMode::kChat
                                     : ApiMode::kBoth;
-  o.law = lawParamsFromEnvironment();
+  o.law = env.law;
+  o.law.mode = LawMode::kHard;
   o.law.block_tokens = o.block_size;
   // Seed 000: pressure relief is on for single-pool mode 3 and off for P/D mode 1 unless
   // LOXILB_KV_SPILL_RELIEF says otherwise.
-  if (const char* r = std::getenv("LOXILB_KV_SPILL_RELIEF");
-      (!r || !*r) && sa.value("pd_disagg_mode", false))
-    o.law.spill_relief = false;
+  o.law.spill_relief = env.spill_relief.value_or(!sa.value("pd_disagg_mode", false));
   if (auto m = sa.find("kvLbMode"); m != sa.end() && m->is_string()) {
     // The rule's field beats the environment (validated when the rule was stored).
     if (auto mode = parseLawMode(m->get<std::string>())) o.law.mode = *mode;
-  } else if (const char* m = std::getenv("LOXILB_KV_LB_MODE"); m && *m) {
-    if (auto mode = parseLawMode(m))
-      o.law.mode = *mode;
-    else
-      log::warn("routing", std::string("LOXILB_KV_LB_MODE='") + m +
-                               "' is not a selection law (off, hard, soft, adaptive, "
-                               "adaptive-soft, taper, ttft, lmetric, dynamo, llm-d, "
-                               "llm-d-sticky): using hard");
+  } else if (env.lb_mode) {
+    o.law.mode = *env.lb_mode;
   }
   return o;
 }
 
 std::unique_ptr<Stage> makeKvExactFromServices(const StageServices& s) {
   if (!s.kv_index || !s.kv_lookup) return std::make_unique<NoKvStage>();
-  return makeKvExact(s, *s.kv_index, *s.kv_lookup, kvExactOptions(s.rule));
+  return makeKvExact(s, *s.kv_index, *s.kv_lookup, kvExactOptions(s.rule, s.envOrDefault()));
 }
 
 std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& index,

@@ -87,10 +87,8 @@ std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& in
 // LOXILB_KV_SPILL_RELIEF: on|off, default on for single-pool rules). Without KV services every
 // request falls through (no_worker).
 std::unique_ptr<Stage> makeKvExactFromServices(const StageServices& s);
-// The options makeKvExactFromServices uses for a rule (exposed for tests and docs).
-KvExactOptions kvExactOptions(const config::RuleSpec& rule);
-// The law's tuning from the environment (LOXILB_KV_MEAN_LOAD_FACTOR, LOXILB_KV_TTFT_*,
-// LOXILB_KV_SPILL_RELIEF); the mode is left at hard (the rule and LOXILB_KV_LB_MODE choose it).
-LawParams lawParamsFromEnvironment();
+// The options makeKvExactFromServices uses for a rule: its fields over the environment's
+// defaults (routing_env.h), read once at start (exposed for tests and the effective block).
+KvExactOptions kvExactOptions(const config::RuleSpec& rule, const RoutingEnv& env);
 
 }  // namespace kvgate::routing

@@ -400,33 +400,40 @@ TEST(KvExact, ApiModeGatesChatAndCompletions) {
   EXPECT_EQ(g.run().reason, FallReason::kApiMode);
 }
 
+// An environment of exactly these variables (RoutingEnv reads through a lookup, never getenv).
+RoutingEnv envOf(std::map<std::string, std::string> vars) {
+  std::vector<std::string> warnings;
+  return readRoutingEnv(
+      [&vars](const char* name) -> const char* {
+        auto it = vars.find(name);
+        return it == vars.end() ? nullptr : it->second.c_str();
+      },
+      warnings);
+}
+
 TEST(KvExact, RuleFieldsChooseApiModeAndLawMode) {
   config::RuleSpec r;
   r.service_args = {{"kvExactApiMode", "chat"}, {"kvLbMode", "soft"}};
-  auto o = kvExactOptions(r);
+  auto o = kvExactOptions(r, defaultRoutingEnv());
   EXPECT_EQ(o.api_mode, ApiMode::kChat);
   EXPECT_EQ(o.law.mode, LawMode::kSoft);
-  ::setenv("LOXILB_KV_LB_MODE", "off", 1);
-  EXPECT_EQ(kvExactOptions(r).law.mode, LawMode::kSoft);  // the rule beats the environment
+  const RoutingEnv off = envOf({{"LOXILB_KV_LB_MODE", "off"}});
+  EXPECT_EQ(kvExactOptions(r, off).law.mode, LawMode::kSoft);  // the rule beats the environment
   r.service_args.erase("kvLbMode");
-  EXPECT_EQ(kvExactOptions(r).law.mode, LawMode::kOff);  // then the environment
-  ::unsetenv("LOXILB_KV_LB_MODE");
-  EXPECT_EQ(kvExactOptions(r).law.mode, LawMode::kHard);  // then hard
-  EXPECT_EQ(kvExactOptions(config::RuleSpec{}).api_mode, ApiMode::kBoth);
+  EXPECT_EQ(kvExactOptions(r, off).law.mode, LawMode::kOff);  // then the environment
+  EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kHard);  // then hard
+  EXPECT_EQ(kvExactOptions(config::RuleSpec{}, defaultRoutingEnv()).api_mode, ApiMode::kBoth);
 }
 
 TEST(KvExact, SpillReliefIsOffForPdRulesUnlessTheEnvironmentSaysOtherwise) {
   // Seed 000: unset means on for single-pool mode 3, off for P/D mode 1.
-  ::unsetenv("LOXILB_KV_SPILL_RELIEF");
   config::RuleSpec single, pd;
   pd.service_args = {{"pd_disagg_mode", true}, {"kvExactMode", 1}};
-  EXPECT_TRUE(kvExactOptions(single).law.spill_relief);
-  EXPECT_FALSE(kvExactOptions(pd).law.spill_relief);
-  ::setenv("LOXILB_KV_SPILL_RELIEF", "on", 1);
-  EXPECT_TRUE(kvExactOptions(pd).law.spill_relief);  // an explicit value overrides every service
-  ::setenv("LOXILB_KV_SPILL_RELIEF", "off", 1);
-  EXPECT_FALSE(kvExactOptions(single).law.spill_relief);
-  ::unsetenv("LOXILB_KV_SPILL_RELIEF");
+  EXPECT_TRUE(kvExactOptions(single, defaultRoutingEnv()).law.spill_relief);
+  EXPECT_FALSE(kvExactOptions(pd, defaultRoutingEnv()).law.spill_relief);
+  // An explicit value overrides every service.
+  EXPECT_TRUE(kvExactOptions(pd, envOf({{"LOXILB_KV_SPILL_RELIEF", "on"}})).law.spill_relief);
+  EXPECT_FALSE(kvExactOptions(single, envOf({{"LOXILB_KV_SPILL_RELIEF", "off"}})).law.spill_relief);
 }
 
 // Text and chat prompts through a real tokenizer (the tiny one: character i of the alphabet is

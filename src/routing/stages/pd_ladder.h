@@ -14,8 +14,5 @@ std::unique_ptr<Stage> makeSession(const StageServices& s);     // session (Tier
 std::unique_ptr<Stage> makePrefixTrie(const StageServices& s);  // prefix_trie (Tier 1)
 std::unique_ptr<Stage> makeMinLoad(const StageServices& s);     // min_load (Tier 2): min_load.cc
 
-// The tables' bounds from the environment (LOXILB_PD_SESSION_MAX, LOXILB_PD_TRIE_MAX_NODES).
-size_t sessionTableMaxEntries();
-size_t prefixTrieMaxNodes();
 
 }  // namespace kvgate::routing

@@ -14,7 +14,6 @@
 
 #include <xxhash.h>
 
-#include "common/env.h"
 #include "routing/stages/pd_ladder.h"
 
 namespace kvgate::routing {
@@ -132,9 +131,5 @@ std::unique_ptr<Stage> makePrefixTrie(const StageServices& s) {
   return std::make_unique<PrefixTrieStage>(s, *s.trie);
 }
 
-size_t prefixTrieMaxNodes() {
-  return static_cast<size_t>(
-      common::envInt("LOXILB_PD_TRIE_MAX_NODES", 16, 100'000'000, PrefixTrie::kDefaultMaxNodes));
-}
 
 }  // namespace kvgate::routing

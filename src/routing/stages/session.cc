@@ -11,7 +11,6 @@
 // pd_session_ttl_sec after the conversation's last request. Knobs: pd_session_ttl_sec (rule; 0 =
 // 300 s), LOXILB_PD_SESSION_MAX (entries per rule, 100000). Falls: no_key (no conversation key),
 // unpinned (no live pin), pin_evicted.
-#include "common/env.h"
 #include "routing/stages/pd_ladder.h"
 #include "routing/stages/session_table.h"
 
@@ -86,9 +85,5 @@ std::unique_ptr<Stage> makeSession(const StageServices& s) {
   return std::make_unique<SessionStage>(s, *s.sessions);
 }
 
-size_t sessionTableMaxEntries() {
-  return static_cast<size_t>(
-      common::envInt("LOXILB_PD_SESSION_MAX", 1, 100'000'000, SessionTable::kDefaultMaxEntries));
-}
 
 }  // namespace kvgate::routing

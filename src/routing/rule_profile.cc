@@ -1,0 +1,56 @@
+#include "routing/rule_profile.h"
+
+#include <algorithm>
+
+#include "routing/stage_registry.h"
+#include "routing/stages/kv_exact.h"
+
+namespace kvgate::routing {
+
+std::vector<std::string> stageNames(const config::RuleSpec& rule) {
+  const auto& sa = rule.service_args;
+  if (!sa.is_object()) return {};
+  if (sa.value("pd_disagg_mode", false)) {  // the P/D ladder's prefill pick
+    std::vector<std::string> names{"session"};
+    if (sa.value("pd_cache_aware_mode", false)) names.push_back("prefix_trie");
+    if (sa.value("kvExactMode", 0) == 1) names.push_back("kv_exact");
+    names.emplace_back("min_load");
+    return names;
+  }
+  const std::string named = sa.value("selector", std::string());
+  const StageInfo* info = named.empty() ? stageForSel(rule.sel) : findStage(named);
+  if (!info) return {};
+  std::vector<std::string> names;
+  if (sa.value("kvExactMode", 0) == 3) names.push_back("kv_exact");
+  names.emplace_back(info->name);
+  return names;
+}
+
+nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& env) {
+  const auto names = stageNames(rule);
+  nlohmann::json out = {{"stages", names}};
+  auto has = [&](std::string_view n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  if (has("kv_exact")) {
+    const KvExactOptions o = kvExactOptions(rule, env);
+    const auto& sa = rule.service_args;
+    const bool from_rule = sa.contains("kvLbMode") && sa["kvLbMode"].is_string();
+    out["kvLbMode"] = std::string(lawModeName(o.law.mode));
+    out["kvLbModeFrom"] = from_rule ? "rule" : env.lb_mode ? "environment" : "default";
+    out["kvBlockSize"] = o.block_size;
+    out["mean_load_factor_pct"] = o.law.mean_load_factor_pct;
+    out["ttft_miss_weight"] = o.law.ttft_miss_weight;
+    out["ttft_load_blocks"] = o.law.ttft_load_blocks;
+    out["sticky_tau_tokens"] = o.law.sticky_tau_tokens;
+    out["spill_relief"] = o.law.spill_relief;
+    out["min_match_tokens"] = o.min_match_tokens;
+    out["speculative_ttl_ms"] = o.speculative_ttl_ms;
+    out["coldstart_min_blocks"] = o.coldstart_min_blocks;
+    out["coldstart_seed_nth"] = o.coldstart_seed_nth;
+  }
+  if (has("session")) out["session_max"] = env.session_max;
+  if (has("prefix_trie")) out["trie_max_nodes"] = env.trie_max_nodes;
+  if (has("lc_light")) out["lc_light_below_x100"] = env.lc_light_below_x100;
+  return out;
+}
+
+}  // namespace kvgate::routing
