@@ -143,18 +143,21 @@ gwstate() {  # label: RSS, descriptors, open client connections, in-flight upstr
   local infl; infl=$(awk '/^kvgate_endpoint_inflight/{s+=$2} END{print s+0}' <<<"$m")
   echo "{\"at\":\"$1\",\"rss_kib\":$(awk '/VmRSS/{print $2}' /proc/$GW/status),\"fds\":$(ls /proc/$GW/fd | wc -l),\"client_connections\":${conns:-0},\"idle_upstream\":${idle:-0},\"endpoint_inflight\":$infl}"
 }
-simrunning() {  # the engines' running requests (the dead one's: "gone")
+simrunning() {  # the engines' running and aborted requests (the dead one's: "gone")
   local out="" i
   for i in 0 1; do
-    local v
-    v=$(ip netns exec "$NS" curl -s --max-time 2 "http://$NS_IP:${simports[$i]}/metrics" 2>/dev/null |
-      awk '/^vllm:num_requests_running/{print $2}' | head -1 || true)
-    out+="${out:+,}\"sim$i\":\"${v:-gone}\""
+    local m run ab
+    m=$(ip netns exec "$NS" curl -s --max-time 2 "http://$NS_IP:${simports[$i]}/metrics" 2>/dev/null || true)
+    run=$(awk '/^vllm:num_requests_running/{print $2}' <<<"$m" | head -1 || true)
+    ab=$(awk '/^kvgate_sim_requests_aborted_total/{s+=$2} END{if (NR) print s}' <<<"$m" || true)
+    out+="${out:+,}\"sim$i\":{\"running\":\"${run:-gone}\",\"aborted\":\"${ab:-gone}\"}"
   done
   echo "{$out}"
 }
 
 sleep 0.5
+# disconnect: streams of 20 s, so that nothing running 3 s after the clients left shows aborts.
+[ "$SCENARIO" = disconnect ] && EVENTS=1000
 gwstate before >"$OUT/$SCENARIO.state"
 BENCH=(bench sse --target "127.0.0.1:$VIP" --streams "$STREAMS" --events "$EVENTS" --ramp-ms 8000)
 [ "$SCENARIO" = disconnect ] && BENCH+=(--abort-after 5)
@@ -213,9 +216,16 @@ simrunning >>"$OUT/$SCENARIO.state"
   case "$SCENARIO" in
     loss|reset) echo "nft:"; ip netns exec "$NS" nft list ruleset | grep -o 'counter packets [0-9]* bytes [0-9]*' ;;
   esac
-  curl -sf "$API/metrics" 2>/dev/null | grep -E '^(kvgate_kv_(batches|lost_batches|restarts|clears|blocks|evicted_blocks|rejected|skipped)_total|kvgate_kv_blocks|kvgate_kv_index_bytes|kvgate_overload_(state|shed_total)|kvgate_heap_(bytes|limit_bytes)|kvgate_endpoint_connect_failures_total|kvgate_breaker_state|kvgate_requests_total)' | head -40 || true
+  curl -sf "$API/metrics" 2>/dev/null | grep -E '^(kvgate_kv_(batches|lost_batches|restarts|clears|blocks|evicted_blocks|rejected|skipped)_total|kvgate_relay_cuts_total|kvgate_upstream_socket_failures_total|kvgate_kv_blocks|kvgate_kv_index_bytes|kvgate_overload_(state|shed_total)|kvgate_heap_(bytes|limit_bytes)|kvgate_endpoint_connect_failures_total|kvgate_breaker_state|kvgate_requests_total)' | head -40 || true
   if [ -n "$CG" ]; then
-    echo "cgroup:"; cat "$CG/memory.events" 2>/dev/null || { cat "$CG/memory.failcnt"; grep oom_kill "$CG/memory.oom_control"; }
+    echo "cgroup:"
+    if [ -f "$CG/memory.events" ]; then
+      echo "peak $(cat "$CG/memory.peak" 2>/dev/null)"; cat "$CG/memory.events"
+    else
+      echo "max_usage_in_bytes $(cat "$CG/memory.max_usage_in_bytes")"
+      echo "failcnt $(cat "$CG/memory.failcnt") memsw.failcnt $(cat "$CG/memory.memsw.failcnt" 2>/dev/null)"
+      grep oom_kill "$CG/memory.oom_control"
+    fi
   fi
   grep -cE ' (WARN|ERROR) ' "$W/gw.err" | sed 's/^/gateway warnings+errors: /'
   grep -E ' (WARN|ERROR) ' "$W/gw.err" | sed -E 's/^[^ ]+ //' | cut -c1-160 | sort | uniq -c | sort -rn | head -8

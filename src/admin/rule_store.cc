@@ -148,6 +148,13 @@ Result<void> RuleStore::keepRejected(const nlohmann::json& rejected) {
 }
 
 Result<void> RuleStore::persist(const std::vector<config::RuleSpec>& rules) {
+  if (auto w = writeTemp(rules); !w) return w;
+  return publishTemp();
+}
+
+// Step 1 of a save: the whole rule set written to rules.json.tmp and fsynced, where a full disk
+// (ENOSPC, EDQUOT: 507) or any other write error shows, before anything else changes.
+Result<void> RuleStore::writeTemp(const std::vector<config::RuleSpec>& rules) {
   if (auto r = mkdirs(dir_); !r) return r;
   nlohmann::json j = {{"version", 1}, {"rules", nlohmann::json::array()}};
   for (auto& r : rules) j["rules"].push_back(storedJson(r));
@@ -165,8 +172,17 @@ Result<void> RuleStore::persist(const std::vector<config::RuleSpec>& rules) {
     log::error("state", "rules not saved, change refused: " + w.error().what);
     return w;
   }
-  if (::rename(tmp.c_str(), statePath().c_str()) != 0)
-    return fail(500, "persist", "rename " + tmp + ": " + std::strerror(errno));
+  return {};
+}
+
+// Step 2: the written file renamed over rules.json (atomic) and the directory fsynced.
+Result<void> RuleStore::publishTemp() {
+  const std::string tmp = statePath() + ".tmp";
+  if (::rename(tmp.c_str(), statePath().c_str()) != 0) {
+    auto e = fail(500, "persist", "rename " + tmp + ": " + std::strerror(errno));
+    ::unlink(tmp.c_str());
+    return e;
+  }
   int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
@@ -178,9 +194,16 @@ Result<void> RuleStore::persist(const std::vector<config::RuleSpec>& rules) {
 Result<void> RuleStore::commit(std::vector<config::RuleSpec> next) {
   if (check_)
     if (auto c = check_(next); !c) return c;
-  if (auto a = dp_.apply(next); !a) return a;
-  if (auto p = persist(next); !p) {
-    dp_.apply(rules_);  // roll the data plane back: the change is not acknowledged
+  // Written first: a full disk refuses the change before the data plane sees any of it (no VIP
+  // bound for a moment, no endpoint state dropped and recreated by a rollback).
+  if (auto w = writeTemp(next); !w) return w;
+  if (auto a = dp_.apply(next); !a) {
+    ::unlink((statePath() + ".tmp").c_str());
+    return a;
+  }
+  if (auto p = publishTemp(); !p) {
+    if (auto back = dp_.apply(rules_); !back)  // the change is not acknowledged: roll back
+      log::error("state", "rolling the data plane back failed: " + back.error().what);
     return p;
   }
   rules_ = std::move(next);

@@ -1,9 +1,10 @@
 // The rule set of the management API: validation result in, data plane and state file out.
 //
-// Every change goes through commit(): the data plane applies the new set first (a VIP that
-// cannot be bound fails the change and nothing moves), then the state file is written
-// atomically (temp file, fsync, rename, fsync of the directory) before the API acknowledges,
-// so a kill -9 at any moment loses no acknowledged rule. Used from the control thread only.
+// Every change goes through commit(): the new set is written to a temp file and fsynced first (a
+// full disk, 507, refuses the change before anything moves), then the data plane applies it (a
+// VIP that cannot be bound fails the change: the temp file is dropped), then the file is renamed
+// over the state file and the directory fsynced before the API acknowledges, so a kill -9 at any
+// moment loses no acknowledged rule. Used from the control thread only.
 #pragma once
 #include <functional>
 #include <string>
@@ -39,7 +40,9 @@ class RuleStore {
 
  private:
   Result<void> commit(std::vector<config::RuleSpec> next);
-  Result<void> persist(const std::vector<config::RuleSpec>& rules);
+  Result<void> persist(const std::vector<config::RuleSpec>& rules);  // writeTemp + publishTemp
+  Result<void> writeTemp(const std::vector<config::RuleSpec>& rules);
+  Result<void> publishTemp();
   Result<void> keepRejected(const nlohmann::json& rejected);
   std::string dir_;
   proxy::DataPlane& dp_;

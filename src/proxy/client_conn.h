@@ -166,6 +166,12 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<bool> exchange(const Request& req, std::string_view body, const Route& route,
                                  size_t idx, endpoints::EndpointLease& lease, bool& next_endpoint);
   static constexpr int kStarvedConnectTries = 10;  // connectLeg: 100 ms apart
+  bool starvedLogDue() {  // at most one starved-connect log line every 10 s per worker
+    const auto now = std::chrono::steady_clock::now();
+    if (now - w_.starved_logged < std::chrono::seconds(10)) return false;
+    w_.starved_logged = now;
+    return true;
+  }
   asio::awaitable<UpstreamLeg::Result> connectLeg(UpstreamLeg& leg, const Route& route, size_t idx);
   asio::awaitable<bool> failExchange(const UpstreamLeg::Result& r, const Route& route, size_t idx,
                                      endpoints::EndpointLease& lease);

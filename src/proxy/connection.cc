@@ -170,6 +170,16 @@ asio::awaitable<void> ClientConn::run() {
       countAiRequest();
       break;
     }
+    // Over the memory bound (proxy/overload.h): refused before its body is read or anything is
+    // routed, and the connection closed (it holds memory and a descriptor).
+    if (w_.stats.overload.level.load(std::memory_order_relaxed) != 0) {
+      w_.stats.overload_shed.fetch_add(1, std::memory_order_relaxed);
+      co_await sendError(503, "gateway_overloaded",
+                         "the gateway is at its memory bound (--max-heap-bytes); try again", {},
+                         true, 1);
+      countAiRequest();
+      break;
+    }
     if (!co_await readBody(req)) {  // 413, a malformed chunked body, 408, or the client left
       countAiRequest();
       break;

@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "proxy/client_conn.h"
 #include "proxy/listener_tls.h"
+#include "kv/kv_index.h"
 #include "proxy/load_scraper.h"
 #include "proxy/overload.h"
 #include "proxy/prober.h"
@@ -74,7 +75,11 @@ void DataPlane::start() {
   started_ = true;
   OverloadLimits lim;
   lim.limit = opts_.max_heap_bytes;
-  overload_ = std::make_unique<OverloadMonitor>(lim, stats_.overload, std::chrono::milliseconds(250));
+  OverloadMonitor::Probes probes;
+  probes.exempt = [this] { return kv_index_ ? static_cast<uint64_t>(kv_index_->bytes()) : 0; };
+  probes.idle = [this] { return stats_.active_connections.load() == 0; };
+  overload_ = std::make_unique<OverloadMonitor>(lim, stats_.overload, std::chrono::milliseconds(250),
+                                                std::move(probes));
   overload_->start();
   for (auto& w : workers_) {
     Worker* wp = w.get();

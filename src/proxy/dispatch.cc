@@ -187,14 +187,6 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
 
   cfg_ = l_->config.load();  // kept until the request is logged (outcome_ points into it)
   const auto& cfg = cfg_;
-  // Over the memory bound (proxy/overload.h): refused before any routing or upstream work.
-  if (w_.stats.overload.level.load(std::memory_order_relaxed) != 0) {
-    w_.stats.overload_shed.fetch_add(1, std::memory_order_relaxed);
-    co_await sendError(503, "gateway_overloaded",
-                       "the gateway is at its memory bound (--max-heap-bytes); try again", {},
-                       false, 1);
-    co_return !client_gone_;
-  }
   // The path as the engine reads it (http/target.h): a non-canonical target is rewritten, the
   // rules match its decoded path and the rewritten target is what is forwarded; one that cannot
   // be rewritten safely is refused.

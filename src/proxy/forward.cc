@@ -144,12 +144,14 @@ asio::awaitable<UpstreamLeg::Result> ClientConn::connectLeg(UpstreamLeg& leg, co
                                   route.backend_tls.get(), route.tls_names[idx]);
     deadline_.clear();
     if (!r.starved || client_gone_) co_return r;
-    w_.stats.upstream_socket_failures[r.starved - 1].fetch_add(1, std::memory_order_relaxed);
+    if (attempt == 0)  // (once per connect that found none)
+      w_.stats.upstream_socket_failures[r.starved - 1].fetch_add(1, std::memory_order_relaxed);
     if (attempt == kStarvedConnectTries - 1) co_return r;
     asio::steady_timer pause(client_.get_executor(), std::chrono::milliseconds(100));
     error_code ec;
     co_await pause.async_wait(useEc(ec));
-    if (client_gone_) co_return r;
+    // The client left, or (SGLang P/D) the concurrent prefill failed meanwhile: stop here.
+    if (client_gone_ || !pd_first_error_.empty()) co_return r;
   }
 }
 
@@ -177,18 +179,23 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
         co_return false;
       }
     }
-    if (!r.ok() && !pd_first_error_.empty())  // aborted: the concurrent prefill failed
-      co_return co_await failExchange(r, route, idx, lease);
+    // The concurrent prefill (SGLang P/D) failed while this leg connected: however the connect
+    // ended, the decode is not sent.
+    if (!pd_first_error_.empty()) co_return co_await failExchange(r, route, idx, lease);
     if (r.starved) {  // the gateway's shortage: the endpoint is not charged, nor are others tried
-      log::warn("proxy", r.error + " (the gateway is out of " +
-                             (r.starved == 1 ? "descriptors" : "memory") + ")");
+      if (starvedLogDue())
+        log::warn("proxy", r.error + " (the gateway is out of " +
+                               (r.starved == 1 ? "descriptors" : "memory") +
+                               "; at most one such line every 10 s per worker)");
       leg_.release(false);
+      outcome_.ep_index = -1;  // (answered by the gateway: no engine's status)
+      // The connection is closed after the answer: it holds a descriptor the gateway lacks.
       co_await sendError(503, "gateway_out_of_resources",
                          "the gateway cannot open a connection to the engine now (" +
                              std::string(r.starved == 1 ? "open-files limit" : "memory") +
                              "); try again",
-                         {}, false, 1);
-      co_return true;
+                         {}, true, 1);
+      co_return false;
     }
     if (!r.ok()) {
       lease.connectFailed(route.health, cb);

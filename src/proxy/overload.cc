@@ -37,6 +37,23 @@ std::optional<uint64_t> readLimit(const std::string& file) {
 
 }  // namespace
 
+// The smallest limit in `file` at `path` and each of its ancestors under `base` (a limit set on a
+// parent, such as a systemd slice, binds its children; in a container without a cgroup
+// namespace the path names the host's hierarchy, which is not mounted, and the container's own
+// cgroup is the mount's root: reached as the last ancestor).
+std::optional<uint64_t> smallestUp(const std::string& base, std::string path,
+                                   const std::string& file) {
+  std::optional<uint64_t> best;
+  for (;;) {
+    if (auto v = readLimit(base + path + (path.empty() || path.back() != '/' ? "/" : "") + file))
+      if (!best || *v < *best) best = v;
+    if (path.empty() || path == "/") break;
+    const size_t cut = path.find_last_of('/');
+    path = cut == std::string::npos || cut == 0 ? "/" : path.substr(0, cut);
+  }
+  return best;
+}
+
 std::optional<uint64_t> cgroupMemoryLimit(const std::string& root, uint64_t mem_total) {
   // /proc/self/cgroup lines: "0::/path" (v2) or "N:memory:/path" (v1, controllers listed).
   std::ifstream f(root + "/proc/self/cgroup");
@@ -47,14 +64,15 @@ std::optional<uint64_t> cgroupMemoryLimit(const std::string& root, uint64_t mem_
     const size_t b = a == std::string::npos ? a : line.find(':', a + 1);
     if (b == std::string::npos) continue;
     const std::string ctl = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
-    if (path.find("..") != std::string::npos) continue;
+    if (path.empty() || path[0] != '/' || path.find("..") != std::string::npos) continue;
+    std::optional<uint64_t> v;
     if (ctl.empty())
-      lim = readLimit(root + "/sys/fs/cgroup" + path + "/memory.max");
+      v = smallestUp(root + "/sys/fs/cgroup", path, "memory.max");
     else if (("," + ctl + ",").find(",memory,") != std::string::npos)
-      lim = readLimit(root + "/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes");
-    if (lim) break;
+      v = smallestUp(root + "/sys/fs/cgroup/memory", path, "memory.limit_in_bytes");
+    if (v && *v > 0 && (!lim || *v < *lim)) lim = v;
   }
-  if (!lim || *lim == 0 || (mem_total > 0 && *lim >= mem_total)) return std::nullopt;
+  if (!lim || (mem_total > 0 && *lim >= mem_total)) return std::nullopt;
   return lim;
 }
 
@@ -81,19 +99,33 @@ uint64_t heapInUse() {
 }
 
 OverloadMonitor::OverloadMonitor(OverloadLimits limits, Out& out, std::chrono::milliseconds period,
-                                 std::function<uint64_t()> sample)
-    : limits_(limits), out_(out), period_(period), sample_(std::move(sample)) {
-  if (!sample_) sample_ = heapInUse;
+                                 Probes probes)
+    : limits_(limits), out_(out), period_(period), probes_(std::move(probes)) {
+  if (!probes_.sample) probes_.sample = heapInUse;
   out_.limit.store(limits_.limit, std::memory_order_relaxed);
 }
 
 OverloadMonitor::~OverloadMonitor() { stop(); }
 
 void OverloadMonitor::tick() {
-  const uint64_t used = sample_();
+  const uint64_t heap = probes_.sample();
+  const uint64_t exempt = probes_.exempt ? probes_.exempt() : 0;
+  const uint64_t used = heap > exempt ? heap - exempt : 0;
   out_.heap.store(used, std::memory_order_relaxed);
   const auto cur = static_cast<Overload>(out_.level.load(std::memory_order_relaxed));
-  const Overload next = nextOverload(cur, used, limits_);
+  Overload next = nextOverload(cur, used, limits_);
+  if (next != Overload::kNormal && probes_.idle && probes_.idle()) {
+    if (++idle_over_ >= kIdleOverSamples) {
+      if (idle_over_ == kIdleOverSamples)  // (once per episode)
+        log::error("overload", "heap " + std::to_string(used >> 20) + " MiB is over the bound (" +
+                                   std::to_string(limits_.limit >> 20) +
+                                   " MiB, --max-heap-bytes) with no client connection open: it "
+                                   "is not the requests'; serving normally (raise the bound)");
+      next = Overload::kNormal;
+    }
+  } else {
+    idle_over_ = 0;
+  }
   if (next == cur) return;
   out_.level.store(static_cast<uint8_t>(next), std::memory_order_relaxed);
   const std::string mib = std::to_string(used >> 20) + " MiB of " +

@@ -2,14 +2,17 @@
 // overload manager with its fixed-heap monitor.
 //
 // Algorithm: a thread samples the heap in use (glibc mallinfo2: bytes in allocated chunks plus
-// mmapped ones; what the gateway holds, not what the allocator keeps cached) every `period`
-// (250 ms) and moves one level with hysteresis against the limit L:
+// mmapped ones; what the gateway holds, not what the allocator keeps cached) less what refusing
+// requests cannot free (the KV index, which has its own cap) every `period` (250 ms) and moves
+// one level with hysteresis against the limit L:
 //   kNormal -> kShed   at >= shed_ratio x L (0.90): new requests answered 503 gateway_overloaded
 //                      (Retry-After: 1) before any routing or upstream work; streams in flight
 //                      go on;
 //   kShed -> kPause    at >= pause_ratio x L (0.98): the data plane's listeners also stop
 //                      accepting (connections wait in the kernel's backlog);
-//   back down a level only below (ratio - 0.05) x L, so the state does not flap.
+//   back down a level only below (ratio - 0.05) x L, so the state does not flap;
+//   over the bound for 2 s (8 samples) with no client connection open (shedding closes each
+//   refused connection), the memory is not the requests': back to normal, an error logged.
 // Knobs: `serve --max-heap-bytes N` (L). Default, when the process's cgroup has a memory limit
 // below the machine's memory (v2 memory.max, v1 memory.limit_in_bytes): 70 % of that limit less
 // what is resident at startup (code, libraries, stacks); the other 30 % is for allocator slack,
@@ -60,9 +63,18 @@ class OverloadMonitor {
     std::atomic<uint64_t> heap{0};
     std::atomic<uint64_t> limit{0};
   };
-  // `sample`: bytes in use (default mallinfo2); injectable for tests.
+  struct Probes {
+    std::function<uint64_t()> sample;  // heap bytes in use (default mallinfo2)
+    // Bytes of the heap that refusing requests cannot free (the KV index, bounded by its own
+    // cap): left out of the measure. Null: none.
+    std::function<uint64_t()> exempt;
+    // True when no client connection is open: over the bound with nothing to shed, the memory is
+    // not the requests'; shedding would refuse every request for good, so the level goes back
+    // to normal with an error log (raise the bound). Null: never.
+    std::function<bool()> idle;
+  };
   OverloadMonitor(OverloadLimits limits, Out& out, std::chrono::milliseconds period,
-                  std::function<uint64_t()> sample = {});
+                  Probes probes = {});
   ~OverloadMonitor();
   void start();
   void stop();
@@ -73,7 +85,9 @@ class OverloadMonitor {
   OverloadLimits limits_;
   Out& out_;
   std::chrono::milliseconds period_;
-  std::function<uint64_t()> sample_;
+  Probes probes_;
+  int idle_over_ = 0;  // consecutive samples over the bound with no connection open
+  static constexpr int kIdleOverSamples = 8;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -31,7 +31,9 @@ TEST(Overload, MonitorTicksMoveTheSharedLevel) {
   OverloadMonitor::Out out;
   OverloadLimits l;
   l.limit = 100 << 20;
-  OverloadMonitor m(l, out, std::chrono::milliseconds(250), [&] { return used; });
+  OverloadMonitor::Probes probes;
+  probes.sample = [&] { return used; };
+  OverloadMonitor m(l, out, std::chrono::milliseconds(250), probes);
   EXPECT_EQ(out.limit.load(), 100u << 20);
   used = 50 << 20;
   m.tick();
@@ -56,6 +58,39 @@ TEST(Overload, DefaultBoundLeavesRoomByHand) {
   // Nothing left, or less than the floor: 16 MiB.
   EXPECT_EQ(defaultHeapBound(20ULL << 20, 24ULL << 20), 16ULL << 20);
   EXPECT_EQ(defaultHeapBound(30ULL << 20, 24ULL << 20), 16ULL << 20);
+}
+
+TEST(Overload, TheKvIndexIsLeftOutAndNothingToShedReleases) {
+  uint64_t heap = 0, index = 0;
+  bool idle = false;
+  OverloadMonitor::Out out;
+  OverloadLimits l;
+  l.limit = 100 << 20;
+  OverloadMonitor::Probes probes;
+  probes.sample = [&] { return heap; };
+  probes.exempt = [&] { return index; };
+  probes.idle = [&] { return idle; };
+  OverloadMonitor m(l, out, std::chrono::milliseconds(250), probes);
+  heap = 150 << 20;  // 150 MiB, of which the index holds 80: 70 MiB counted, under 90
+  index = 80 << 20;
+  m.tick();
+  EXPECT_EQ(out.heap.load(), 70u << 20);
+  EXPECT_EQ(out.level.load(), 0);
+  index = 0;  // the index emptied, the heap did not: 150 MiB counted
+  m.tick();
+  EXPECT_EQ(out.level.load(), 2);
+  idle = true;  // no connection open: 7 samples still shed, the 8th releases
+  for (int i = 0; i < 7; ++i) {
+    m.tick();
+    EXPECT_EQ(out.level.load(), 2) << i;
+  }
+  m.tick();
+  EXPECT_EQ(out.level.load(), 0);
+  m.tick();  // stays released while idle
+  EXPECT_EQ(out.level.load(), 0);
+  idle = false;  // a connection again: the bound applies again
+  m.tick();
+  EXPECT_EQ(out.level.load(), 2);
 }
 
 // A fake root with /proc/self/cgroup and the controller files.
@@ -91,6 +126,27 @@ TEST(Overload, CgroupV1LimitAndUnlimited) {
   EXPECT_EQ(cgroupMemoryLimit(r.dir.string(), 24ULL << 30), std::nullopt);
   r.write("proc/self/cgroup", "4:memory:/../../etc\n");
   EXPECT_EQ(cgroupMemoryLimit(r.dir.string(), 24ULL << 30), std::nullopt);
+}
+
+TEST(Overload, CgroupLimitOfAParentOrOfTheMountRootBinds) {
+  FakeRoot r;
+  // v2: the service has no limit of its own, its slice has 1 GiB.
+  r.write("proc/self/cgroup", "0::/system.slice/kvgate.service\n");
+  r.write("sys/fs/cgroup/system.slice/memory.max", "1073741824\n");
+  r.write("sys/fs/cgroup/system.slice/kvgate.service/memory.max", "max\n");
+  EXPECT_EQ(cgroupMemoryLimit(r.dir.string(), 24ULL << 30), 1073741824u);
+  // ...and a smaller limit below it wins.
+  r.write("sys/fs/cgroup/system.slice/kvgate.service/memory.max", "536870912\n");
+  EXPECT_EQ(cgroupMemoryLimit(r.dir.string(), 24ULL << 30), 536870912u);
+}
+
+TEST(Overload, CgroupV1ContainerWithoutNamespaceReadsTheMountRoot) {
+  FakeRoot r;
+  // /proc/self/cgroup names the host's path, which is not mounted in the container; the
+  // container's own cgroup is the root of /sys/fs/cgroup/memory.
+  r.write("proc/self/cgroup", "9:memory:/kubepods/burstable/pod1/abc\n");
+  r.write("sys/fs/cgroup/memory/memory.limit_in_bytes", "268435456\n");
+  EXPECT_EQ(cgroupMemoryLimit(r.dir.string(), 24ULL << 30), 268435456u);
 }
 
 }  // namespace

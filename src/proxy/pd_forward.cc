@@ -462,7 +462,9 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
       r = co_await leg->connect(ep.state->id, route->addresses[idx], ep.state->label,
                                 route->backend_tls.get(), route->tls_names[idx]);
       if (!r.ok()) {
-        connect_failed = true;
+        connect_failed = !r.starved;  // (no socket for want of descriptors: ours, no blame)
+        if (r.starved)
+          w_.stats.upstream_socket_failures[r.starved - 1].fetch_add(1, std::memory_order_relaxed);
         error = r.error;
         break;
       }

@@ -37,6 +37,8 @@ class Worker {
   // Live client connections of this worker (this thread only), for draining on shutdown.
   std::unordered_set<ClientConn*> conns;
   bool draining = false;  // this thread only: set by DataPlane::drain()
+  // This thread only: when a starved upstream connect was last logged (rate limit).
+  std::chrono::steady_clock::time_point starved_logged{};
   // The prompt tokenizer (serve --models-dir; null without): quota reservations count with it.
   // Set by DataPlane::setKv before the first rule (no request reads it earlier).
   const routing::PromptTokens* prompt_tokens = nullptr;

@@ -134,6 +134,8 @@ test('a full state disk refuses changes with 507, changes nothing, and recovers'
   assert.equal(fs.readFileSync(`${dir}/rules.json`, 'utf8'), saved, 'the saved file is untouched');
   assert.ok(!fs.existsSync(`${dir}/rules.json.tmp`), 'no half-written file holds the space');
   await assert.rejects(fetch(`http://127.0.0.1:${newPort}/v1/models`), 'the refused VIP does not listen');
+  assert.ok(!gw.proc.stderrText.includes(`listening on 127.0.0.1:${newPort}`),
+    'the data plane never saw the refused rule (the file is written before it applies)');
   const ok = await fetch(`http://127.0.0.1:${served}/v1/models`);
   assert.equal(ok.status, 200, 'the data plane serves on');
   await ok.text();
