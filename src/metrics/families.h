@@ -183,9 +183,10 @@ inline const Family kAcceptFailures{"kvgate_accept_failures_total", Type::kCount
 inline const Family kUpstreamSocketFailures{"kvgate_upstream_socket_failures_total",
     Type::kCounter,
     "Upstream connects that found no descriptor or memory for their socket (reason descriptors: "
-    "EMFILE, ENFILE; memory: ENOBUFS, ENOMEM): the gateway's own shortage, not the engine's. "
-    "The connect is tried again every 100 ms for up to 1 s, then the client gets 503 "
-    "gateway_out_of_resources; the endpoint's health and breaker are not charged.",
+    "EMFILE, ENFILE; memory: ENOBUFS, ENOMEM), once per connect: the gateway's own shortage, "
+    "not the engine's. The connect is tried again every 100 ms for up to 1 s, then the client "
+    "gets 503 gateway_out_of_resources (P/D legs: the leg fails); no endpoint's health or "
+    "breaker is charged.",
     {"reason"}};
 inline const Family kRuleRoutingInfo{"kvgate_rule_routing_info", Type::kGauge,
     "What each rule routes with (always 1): knob stages (the pipeline, comma-terminated), then "
@@ -198,8 +199,9 @@ inline const Family kRelayCuts{"kvgate_relay_cuts_total", Type::kCounter,
     "left: the engine's request is aborted), timeout (timeoutMemberData between reads or "
     "max_stream_duration_sec), malformed (a chunked body that does not parse).", {"reason"}};
 inline const Family kHeapBytes{"kvgate_heap_bytes", Type::kGauge,
-    "Heap in use by the gateway (glibc mallinfo2: allocated chunks plus mmapped ones), sampled "
-    "every 250 ms while a memory bound is set.", {}};
+    "Heap in use by the gateway (glibc mallinfo2: allocated chunks plus mmapped ones) less the KV "
+    "index (bounded by its own cap; shedding cannot free it), sampled every 250 ms while a "
+    "memory bound is set: what the bound is compared with.", {}};
 inline const Family kHeapLimit{"kvgate_heap_limit_bytes", Type::kGauge,
     "The memory bound (--max-heap-bytes, or 70 % of what the cgroup's memory limit leaves above "
     "the resident set at startup); 0 = none.", {}};

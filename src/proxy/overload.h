@@ -6,8 +6,8 @@
 // requests cannot free (the KV index, which has its own cap) every `period` (250 ms) and moves
 // one level with hysteresis against the limit L:
 //   kNormal -> kShed   at >= shed_ratio x L (0.90): new requests answered 503 gateway_overloaded
-//                      (Retry-After: 1) before any routing or upstream work; streams in flight
-//                      go on;
+//                      (Retry-After: 1) as soon as their head is read (before the body, routing
+//                      or upstream work), their connection closed; streams in flight go on;
 //   kShed -> kPause    at >= pause_ratio x L (0.98): the data plane's listeners also stop
 //                      accepting (connections wait in the kernel's backlog);
 //   back down a level only below (ratio - 0.05) x L, so the state does not flap;

@@ -139,14 +139,23 @@ test('a full state disk refuses changes with 507, changes nothing, and recovers'
   const ok = await fetch(`http://127.0.0.1:${served}/v1/models`);
   assert.equal(ok.status, 200, 'the data plane serves on');
   await ok.text();
+  // A governance write on the full disk: SQLite says SQLITE_FULL, the API 507, and no key exists.
+  const KEYS = '/netlox/v1/config/ai/apikey';
+  const key = await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', name: 'full' });
+  assert.equal(key.status, 507, key.text);
+  assert.match(key.text, /database or disk is full/);
+  assert.deepEqual((await api(gw.api, 'GET', KEYS)).json, [], 'the refused key is not in the key set');
   const logged = /rules not saved, change refused: write .*No space left on device/;
   assert.ok(await waitFor(() => logged.test(gw.proc.stderrText), 5000), gw.proc.stderrText);
   // Space returns: the same change is taken, and kept across a restart.
   fs.unlinkSync(filler);
   const again = await api(gw.api, 'POST', LB_BASE, rule({ port: newPort, workers: sim.workers }));
   assert.equal(again.status, 200, again.text);
+  const key2 = await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', name: 'full' });
+  assert.equal(key2.status, 201, key2.text);
   await gw.stop();
   gw = await startGateway({ stateDir: dir });
   const after = await api(gw.api, 'GET', `${LB_BASE}/all`);
   assert.deepEqual(after.json.lbAttr.map((a) => a.serviceArguments.port).sort(), [served, newPort].sort());
+  assert.deepEqual((await api(gw.api, 'GET', KEYS)).json.map((k) => k.name), ['full'], 'the key taken once space returned is kept');
 });
