@@ -149,7 +149,7 @@ simrunning() {  # the engines' running and aborted requests (the dead one's: "go
     local m run ab
     m=$(ip netns exec "$NS" curl -s --max-time 2 "http://$NS_IP:${simports[$i]}/metrics" 2>/dev/null || true)
     run=$(awk '/^vllm:num_requests_running/{print $2}' <<<"$m" | head -1 || true)
-    ab=$(awk '/^kvgate_sim_requests_aborted_total/{s+=$2} END{if (NR) print s}' <<<"$m" || true)
+    ab=$(awk '/^kvgate_sim_requests_aborted_total/{s+=$2; n++} END{if (n) print s}' <<<"$m" || true)
     out+="${out:+,}\"sim$i\":{\"running\":\"${run:-gone}\",\"aborted\":\"${ab:-gone}\"}"
   done
   echo "{$out}"

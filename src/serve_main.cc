@@ -307,12 +307,20 @@ int serveMain(int argc, char** argv) {
   const std::string& api_listen = flags.api_listen;
   const std::string& models_dir = flags.models_dir;
   proxy::ProxyOptions& opts = flags.opts;
-  if (!flags.max_heap_set) opts.max_heap_bytes = proxy::defaultHeapLimit();
+  if (!flags.max_heap_set) {
+    const proxy::OverloadLimits d = proxy::defaultHeapLimits();
+    opts.max_heap_bytes = d.limit;
+    opts.heap_budget_bytes = d.budget;
+  }
   if (opts.max_heap_bytes > 0)
-    log::info("serve", "memory bound " + std::to_string(opts.max_heap_bytes >> 20) +
-                           " MiB of heap (" +
-                           (flags.max_heap_set ? "--max-heap-bytes" : "70 % of the cgroup's limit above the resident set") +
-                           "): shedding at 90 %, not accepting at 98 %");
+    log::info("serve",
+              "memory bound " + std::to_string(opts.max_heap_bytes >> 20) + " MiB of heap (" +
+                  (flags.max_heap_set ? std::string("--max-heap-bytes")
+                                      : "70 % of the cgroup's limit above the resident set; the "
+                                        "whole heap, KV index included, within " +
+                                            std::to_string(opts.heap_budget_bytes >> 20) +
+                                            " MiB") +
+                  "): shedding at 90 %, not accepting at 98 %");
   auto hp = net::parseHostPort(api_listen);
   if (!hp) {
     std::fprintf(stderr, "kvgate serve: --api-listen must be ADDR:PORT, got '%s'\n",
@@ -448,10 +456,11 @@ int serveMain(int argc, char** argv) {
   const routing::RoutingEnv routing_env = routing::readRoutingEnv(std::getenv, env_warnings);
   for (const auto& w : env_warnings) log::warn("config", w);
   proxy::DataPlane dp(opts);
-  dp.start();
-  kv_plane.start();
+  // (Both before start(): the overload monitor's thread reads the index pointer.)
   dp.setKv(&kv_index, &kv_plane, prompt_tokens.get(), &kv_overlay);  // Tier 1.5 (kvExactMode 3)
   dp.setRoutingEnv(&routing_env);
+  dp.start();
+  kv_plane.start();
   admin::RuleStore store(flags.state_dir, dp);
   store.setListener(
       [](const std::vector<config::RuleSpec>& rules) -> Result<void> {

@@ -160,7 +160,8 @@ Result<void> RuleStore::writeTemp(const std::vector<config::RuleSpec>& rules) {
   for (auto& r : rules) j["rules"].push_back(storedJson(r));
   std::string data = j.dump(2) + "\n";
   std::string tmp = statePath() + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ::unlink(tmp.c_str());  // (a left-over file keeps its mode: always create it 0600 afresh)
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0)
     return fail(storageStatus(errno), "persist", "open " + tmp + ": " + std::strerror(errno));
   auto w = writeAll(fd, data, tmp);

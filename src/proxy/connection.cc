@@ -8,6 +8,7 @@
 // at once; one with a request in flight closes after answering it.
 #include <sys/socket.h>
 
+#include "common/ids.h"
 #include "common/log.h"
 #include "http/chunked.h"
 #include "http/tls.h"
@@ -174,10 +175,14 @@ asio::awaitable<void> ClientConn::run() {
     // routed, and the connection closed (it holds memory and a descriptor).
     if (w_.stats.overload.level.load(std::memory_order_relaxed) != 0) {
       w_.stats.overload_shed.fetch_add(1, std::memory_order_relaxed);
+      char rid[32];
+      newRequestId(rid);  // (the access log's id: this request never reaches dispatch)
+      request_id_.assign(rid, sizeof rid);
       co_await sendError(503, "gateway_overloaded",
                          "the gateway is at its memory bound (--max-heap-bytes); try again", {},
                          true, 1);
       countAiRequest();
+      if (w_.opts.access_log) logAccess();
       break;
     }
     if (!co_await readBody(req)) {  // 413, a malformed chunked body, 408, or the client left

@@ -75,6 +75,7 @@ void DataPlane::start() {
   started_ = true;
   OverloadLimits lim;
   lim.limit = opts_.max_heap_bytes;
+  lim.budget = opts_.heap_budget_bytes;
   OverloadMonitor::Probes probes;
   probes.exempt = [this] { return kv_index_ ? static_cast<uint64_t>(kv_index_->bytes()) : 0; };
   probes.idle = [this] { return stats_.active_connections.load() == 0; };

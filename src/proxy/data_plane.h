@@ -49,7 +49,8 @@ struct ProxyOptions {
   std::chrono::milliseconds scrape_interval{1000};  // engine /metrics (kvExactMode rules); 0 = off
   const common::Clock* clock = nullptr;  // time for health and breaker rules (null = steady)
   std::shared_ptr<http::TlsFiles> tls;   // certificate of listeners with security 1 rules
-  uint64_t max_heap_bytes = 0;  // the overload monitor's L (proxy/overload.h); 0 = off
+  uint64_t max_heap_bytes = 0;     // the overload monitor's L (proxy/overload.h); 0 = off
+  uint64_t heap_budget_bytes = 0;  // its C (the cgroup default only); 0 = none
 };
 
 class Worker;

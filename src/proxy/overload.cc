@@ -13,7 +13,19 @@ namespace kvgate::proxy {
 
 Overload nextOverload(Overload cur, uint64_t used, const OverloadLimits& l) {
   if (l.limit == 0) return Overload::kNormal;
-  const double u = static_cast<double>(used) / static_cast<double>(l.limit);
+  return nextOverloadAt(cur, static_cast<double>(used) / static_cast<double>(l.limit), l);
+}
+
+double overloadPressure(uint64_t heap, uint64_t index, const OverloadLimits& l) {
+  double p = 0;
+  if (l.limit > 0)
+    p = static_cast<double>(heap > index ? heap - index : 0) / static_cast<double>(l.limit);
+  if (l.budget > 0) p = std::max(p, static_cast<double>(heap) / static_cast<double>(l.budget));
+  return p;
+}
+
+Overload nextOverloadAt(Overload cur, double u, const OverloadLimits& l) {
+  if (l.limit == 0 && l.budget == 0) return Overload::kNormal;
   if (u >= l.pause_ratio) return Overload::kPause;
   if (cur == Overload::kPause && u >= l.pause_ratio - l.hysteresis) return Overload::kPause;
   if (u >= l.shed_ratio) return Overload::kShed;
@@ -76,16 +88,25 @@ std::optional<uint64_t> cgroupMemoryLimit(const std::string& root, uint64_t mem_
   return lim;
 }
 
-uint64_t defaultHeapLimit() {
+OverloadLimits defaultHeapLimits() {
+  OverloadLimits out;
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   const uint64_t total = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page : 0;
   auto lim = cgroupMemoryLimit("", total);
-  if (!lim) return 0;
+  if (!lim) return out;
   // What the process holds outside the heap already (code, libraries, stacks): resident now.
   uint64_t size = 0, resident = 0;
   if (std::ifstream statm("/proc/self/statm"); !(statm >> size >> resident)) resident = 0;
   const uint64_t held = resident * static_cast<uint64_t>(page > 0 ? page : 4096);
-  return defaultHeapBound(*lim, held);
+  out.limit = defaultHeapBound(*lim, held);
+  out.budget = defaultHeapBudget(*lim, held);
+  return out;
+}
+
+uint64_t defaultHeapBudget(uint64_t cgroup_limit, uint64_t resident) {
+  const uint64_t bound = defaultHeapBound(cgroup_limit, resident);
+  if (cgroup_limit <= resident) return bound;
+  return std::max<uint64_t>((cgroup_limit - resident) / 20 * 17, bound);
 }
 
 uint64_t defaultHeapBound(uint64_t cgroup_limit, uint64_t resident) {
@@ -109,19 +130,20 @@ OverloadMonitor::~OverloadMonitor() { stop(); }
 
 void OverloadMonitor::tick() {
   const uint64_t heap = probes_.sample();
-  const uint64_t exempt = probes_.exempt ? probes_.exempt() : 0;
-  const uint64_t used = heap > exempt ? heap - exempt : 0;
+  const uint64_t index = probes_.exempt ? probes_.exempt() : 0;
+  const uint64_t used = heap > index ? heap - index : 0;
   out_.heap.store(used, std::memory_order_relaxed);
   const auto cur = static_cast<Overload>(out_.level.load(std::memory_order_relaxed));
-  Overload next = nextOverload(cur, used, limits_);
+  const Overload next = nextOverloadAt(cur, overloadPressure(heap, index, limits_), limits_);
   if (next != Overload::kNormal && probes_.idle && probes_.idle()) {
-    if (++idle_over_ >= kIdleOverSamples) {
-      if (idle_over_ == kIdleOverSamples)  // (once per episode)
-        log::error("overload", "heap " + std::to_string(used >> 20) + " MiB is over the bound (" +
-                                   std::to_string(limits_.limit >> 20) +
-                                   " MiB, --max-heap-bytes) with no client connection open: it "
-                                   "is not the requests'; serving normally (raise the bound)");
-      next = Overload::kNormal;
+    const auto now = std::chrono::steady_clock::now();
+    if (++idle_over_ >= kIdleOverSamples && now - idle_logged_ >= std::chrono::minutes(1)) {
+      idle_logged_ = now;
+      log::error("overload", "heap " + std::to_string(heap >> 20) + " MiB (KV index " +
+                                 std::to_string(index >> 20) +
+                                 " MiB) is over the bound with no client connection open: the "
+                                 "memory is not the requests'; raise the memory limit (or "
+                                 "--max-heap-bytes) or lower LOXILB_KV_MAX_BLOCKS");
     }
   } else {
     idle_over_ = 0;
@@ -129,7 +151,10 @@ void OverloadMonitor::tick() {
   if (next == cur) return;
   out_.level.store(static_cast<uint8_t>(next), std::memory_order_relaxed);
   const std::string mib = std::to_string(used >> 20) + " MiB of " +
-                          std::to_string(limits_.limit >> 20) + " MiB (--max-heap-bytes)";
+                          std::to_string(limits_.limit >> 20) + " MiB (--max-heap-bytes)" +
+                          (limits_.budget ? ", whole heap " + std::to_string(heap >> 20) +
+                                                " MiB of " + std::to_string(limits_.budget >> 20)
+                                          : std::string());
   if (next == Overload::kNormal)
     log::info("overload", "heap " + mib + ": serving normally again");
   else if (next == Overload::kShed)
@@ -140,7 +165,7 @@ void OverloadMonitor::tick() {
 }
 
 void OverloadMonitor::start() {
-  if (limits_.limit == 0 || thread_.joinable()) return;
+  if ((limits_.limit == 0 && limits_.budget == 0) || thread_.joinable()) return;
   thread_ = std::thread([this] {
     std::unique_lock lk(mu_);
     while (!stop_) {

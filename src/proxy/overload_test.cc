@@ -60,37 +60,57 @@ TEST(Overload, DefaultBoundLeavesRoomByHand) {
   EXPECT_EQ(defaultHeapBound(30ULL << 20, 24ULL << 20), 16ULL << 20);
 }
 
-TEST(Overload, TheKvIndexIsLeftOutAndNothingToShedReleases) {
+TEST(Overload, TheKvIndexIsLeftOutOfTheBoundButNotOfTheBudget) {
   uint64_t heap = 0, index = 0;
   bool idle = false;
   OverloadMonitor::Out out;
   OverloadLimits l;
-  l.limit = 100 << 20;
+  l.limit = 100 << 20;  // L: the requests' heap
   OverloadMonitor::Probes probes;
   probes.sample = [&] { return heap; };
   probes.exempt = [&] { return index; };
   probes.idle = [&] { return idle; };
-  OverloadMonitor m(l, out, std::chrono::milliseconds(250), probes);
-  heap = 150 << 20;  // 150 MiB, of which the index holds 80: 70 MiB counted, under 90
-  index = 80 << 20;
-  m.tick();
-  EXPECT_EQ(out.heap.load(), 70u << 20);
-  EXPECT_EQ(out.level.load(), 0);
-  index = 0;  // the index emptied, the heap did not: 150 MiB counted
-  m.tick();
-  EXPECT_EQ(out.level.load(), 2);
-  idle = true;  // no connection open: 7 samples still shed, the 8th releases
-  for (int i = 0; i < 7; ++i) {
+  {
+    OverloadMonitor m(l, out, std::chrono::milliseconds(250), probes);
+    heap = 150 << 20;  // 150 MiB, of which the index holds 80: 70 MiB counted, under 90
+    index = 80 << 20;
     m.tick();
-    EXPECT_EQ(out.level.load(), 2) << i;
+    EXPECT_EQ(out.heap.load(), 70u << 20);
+    EXPECT_EQ(out.level.load(), 0);
+    index = 0;  // the index emptied, the heap did not: 150 MiB counted
+    m.tick();
+    EXPECT_EQ(out.level.load(), 2);
+    idle = true;  // nothing to shed: the level stays (requests would only add to it)
+    for (int i = 0; i < 10; ++i) m.tick();
+    EXPECT_EQ(out.level.load(), 2);
   }
+  // With a budget C (the cgroup default), a big index counts against it: 120 MiB of heap, 100
+  // of it index, is 20 % of L but 120 / 130 = 92 % of C: shed.
+  out.level = 0;
+  idle = false;
+  l.budget = 130 << 20;
+  OverloadMonitor m(l, out, std::chrono::milliseconds(250), probes);
+  heap = 120 << 20;
+  index = 100 << 20;
   m.tick();
-  EXPECT_EQ(out.level.load(), 0);
-  m.tick();  // stays released while idle
-  EXPECT_EQ(out.level.load(), 0);
-  idle = false;  // a connection again: the bound applies again
-  m.tick();
-  EXPECT_EQ(out.level.load(), 2);
+  EXPECT_EQ(out.heap.load(), 20u << 20);
+  EXPECT_EQ(out.level.load(), 1);
+}
+
+TEST(Overload, PressureIsTheLargerOfTheTwoByHand) {
+  OverloadLimits l;
+  l.limit = 1000;
+  EXPECT_DOUBLE_EQ(overloadPressure(900, 300, l), 0.6);  // no budget: (900 - 300) / 1000
+  l.budget = 1200;
+  EXPECT_DOUBLE_EQ(overloadPressure(900, 300, l), 0.75);  // 900 / 1200 > 0.6
+  EXPECT_DOUBLE_EQ(overloadPressure(900, 0, l), 0.9);     // 900 / 1000 > 0.75
+  EXPECT_DOUBLE_EQ(overloadPressure(100, 300, l), 100.0 / 1200);  // (index > heap: 0 requests)
+}
+
+TEST(Overload, DefaultBudgetByHand) {
+  // 64 MiB cgroup, 24 MiB resident: 85 % of 40 MiB = 34 MiB; the bound is 28 MiB.
+  EXPECT_EQ(defaultHeapBudget(64ULL << 20, 24ULL << 20), (40ULL << 20) / 20 * 17);
+  EXPECT_GE(defaultHeapBudget(20ULL << 20, 24ULL << 20), defaultHeapBound(20ULL << 20, 24ULL << 20));
 }
 
 // A fake root with /proc/self/cgroup and the controller files.

@@ -49,9 +49,11 @@ RoutingEnv readRoutingEnv(const EnvLookup& env, std::vector<std::string>& warnin
       e.spill_relief = false;
     else if (s == "on" || s == "1" || s == "true")
       e.spill_relief = true;
-    else
+    else {  // (as before RoutingEnv: a value that is set but unreadable leaves relief on, P/D too)
+      e.spill_relief = true;
       warnings.push_back("ignoring LOXILB_KV_SPILL_RELIEF='" + std::string(s) +
-                         "' (not on/off/1/0/true/false): spill relief stays at its default");
+                         "' (not on/off/1/0/true/false): spill relief stays on");
+    }
   }
   if (const char* v = env("LOXILB_KV_LB_MODE"); v && *v) {
     e.lb_mode = parseLawMode(v);

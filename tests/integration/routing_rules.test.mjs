@@ -6,7 +6,7 @@ import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import {
-  BIN, LB_BASE, api, freePort, gateway, rawRequest, rule, scrapeMetrics, simMetrics, startGateway, startSim, tempDir, requestCounts, delta } from './lib.mjs';
+  BIN, LB_BASE, api, freePort, gateway, rawRequest, rule, scrapeMetrics, simMetrics, startGateway, startSim, tempDir, requestCounts, delta, waitFor } from './lib.mjs';
 
 const BASE = '/netlox/v1/config/loadbalancer';
 
@@ -173,7 +173,8 @@ test('a rule shows its effective routing knobs: rule field, else environment, el
   assert.equal(eff.speculative_ttl_ms, 500);
   assert.equal(eff.spill_relief, true);
   assert.equal(eff.min_match_tokens, 16);
-  assert.match(gw.proc.stderrText, /ignoring LOXILB_KV_MEAN_LOAD_FACTOR='999' \(not 100\.\.300\); using 175/);
+  assert.ok(await waitFor(() => /ignoring LOXILB_KV_MEAN_LOAD_FACTOR='999' \(not 100\.\.300\); using 175/
+    .test(gw.proc.stderrText), 5000), gw.proc.stderrText);
   const info = (await scrapeMetrics(gw.api)).filter((s) => s.name === 'kvgate_rule_routing_info');
   assert.ok(info.some((s) => s.labels.knob === 'kvLbMode' && s.labels.value === 'soft' && s.value === 1));
   assert.ok(info.some((s) => s.labels.knob === 'stages' && s.labels.value === 'kv_exact,rr,'));

@@ -10,6 +10,7 @@
 #include <map>
 #include <numeric>
 
+#include "../../../tests/support/routing_env.h"
 #include "../../../tests/support/test_util.h"
 #include "../../../tests/support/tiny_tokenizer.h"
 #include "config/rule.h"
@@ -400,16 +401,7 @@ TEST(KvExact, ApiModeGatesChatAndCompletions) {
   EXPECT_EQ(g.run().reason, FallReason::kApiMode);
 }
 
-// An environment of exactly these variables (RoutingEnv reads through a lookup, never getenv).
-RoutingEnv envOf(std::map<std::string, std::string> vars) {
-  std::vector<std::string> warnings;
-  return readRoutingEnv(
-      [&vars](const char* name) -> const char* {
-        auto it = vars.find(name);
-        return it == vars.end() ? nullptr : it->second.c_str();
-      },
-      warnings);
-}
+using testing::envOf;  // (RoutingEnv reads through a lookup, never getenv)
 
 TEST(KvExact, RuleFieldsChooseApiModeAndLawMode) {
   config::RuleSpec r;
