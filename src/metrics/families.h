@@ -205,9 +205,15 @@ inline const Family kHeapBytes{"kvgate_heap_bytes", Type::kGauge,
 inline const Family kHeapLimit{"kvgate_heap_limit_bytes", Type::kGauge,
     "The memory bound (--max-heap-bytes, or 70 % of what the cgroup's memory limit leaves above "
     "the resident set at startup); 0 = none.", {}};
+inline const Family kHeapTotal{"kvgate_heap_total_bytes", Type::kGauge,
+    "The whole heap in use (mallinfo2), KV index included, sampled with kvgate_heap_bytes.", {}};
+inline const Family kHeapBudget{"kvgate_heap_budget_bytes", Type::kGauge,
+    "The whole heap's budget: 85 % of what the cgroup's memory limit leaves above the resident "
+    "set at startup (the cgroup default only); 0 = none.", {}};
 inline const Family kOverloadState{"kvgate_overload_state", Type::kGauge,
-    "0 normal; 1 shedding (heap >= 90 % of the bound: new requests get 503 gateway_overloaded); "
-    "2 also not accepting (>= 98 %). Down a level below 5 points under the threshold.", {}};
+    "0 normal; 1 shedding (the requests' heap >= 90 % of its bound, or the whole heap >= 90 % "
+    "of its budget: new requests get 503 gateway_overloaded); 2 also not accepting (>= 98 %). "
+    "Down a level below 5 points under the threshold.", {}};
 inline const Family kOverloadShed{"kvgate_overload_shed_total", Type::kCounter,
     "Requests answered 503 gateway_overloaded at the memory bound.", {}};
 inline const Family kBuildInfo{"kvgate_build_info", Type::kGauge, "Build information.",
@@ -260,7 +266,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures, &kUpstreamSocketFailures,
-      &kRuleRoutingInfo, &kRelayCuts, &kHeapBytes, &kHeapLimit, &kOverloadState, &kOverloadShed,
+      &kRuleRoutingInfo, &kRelayCuts, &kHeapBytes, &kHeapLimit, &kHeapTotal, &kHeapBudget, &kOverloadState, &kOverloadShed,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,

@@ -175,9 +175,14 @@ asio::awaitable<void> ClientConn::run() {
     // routed, and the connection closed (it holds memory and a descriptor).
     if (w_.stats.overload.level.load(std::memory_order_relaxed) != 0) {
       w_.stats.overload_shed.fetch_add(1, std::memory_order_relaxed);
-      char rid[32];
-      newRequestId(rid);  // (the access log's id: this request never reaches dispatch)
-      request_id_.assign(rid, sizeof rid);
+      // (The access log's id, as dispatch takes it: this request never reaches dispatch.)
+      if (const std::string_view given = req.head.get("x-request-id"); isAcceptableRequestId(given)) {
+        request_id_.assign(given);
+      } else {
+        char rid[32];
+        newRequestId(rid);
+        request_id_.assign(rid, sizeof rid);
+      }
       co_await sendError(503, "gateway_overloaded",
                          "the gateway is at its memory bound (--max-heap-bytes); try again", {},
                          true, 1);

@@ -65,8 +65,9 @@ class DataPlane {
   void stop();
   // Installs the complete rule set (control thread only).
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
-  // The KV index and publisher lookup Tier 1.5 stages read (kvExactMode 3 rules); set before the
-  // first apply(). Both must outlive the data plane.
+  // The KV index and publisher lookup Tier 1.5 stages read (kvExactMode 3 rules); set before
+  // start() (the overload monitor's thread reads the index's size). Both must outlive the data
+  // plane.
   // `tokens` (may be null: no --models-dir) turns text and chat prompts into token ids.
   // `overlay` (may be null: speculative insert off) is written by the Tier 1.5 stages.
   void setKv(const kv::KvIndex* index, const kv::WorkerLookup* lookup,

@@ -57,7 +57,7 @@ void DataPlane::renderTier15Metrics(metrics::TextWriter& w) const {
   for (auto& [key, st] : rule_stats_) {
     const auto& p = *st->pipeline;
     for (size_t s = 0; s < p.stage_count; ++s)
-      if (p.stage_names[s] == "kv_exact") rules.push_back({st.get(), s});
+      if (p.stage_ladder[s] == routing::Ladder::kTier15) rules.push_back({st.get(), s});
   }
   auto per_rule = [&](const Family& f, auto value) {
     w.header(f);
@@ -295,6 +295,10 @@ std::string DataPlane::renderMetrics() const {
   w.sample(kHeapBytes, {}, static_cast<double>(stats_.overload.heap.load()));
   w.header(kHeapLimit);
   w.sample(kHeapLimit, {}, static_cast<double>(stats_.overload.limit.load()));
+  w.header(kHeapTotal);
+  w.sample(kHeapTotal, {}, static_cast<double>(stats_.overload.total.load()));
+  w.header(kHeapBudget);
+  w.sample(kHeapBudget, {}, static_cast<double>(stats_.overload.budget.load()));
   w.header(kOverloadState);
   w.sample(kOverloadState, {}, static_cast<double>(stats_.overload.level.load()));
   w.header(kOverloadShed);

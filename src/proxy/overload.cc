@@ -124,6 +124,7 @@ OverloadMonitor::OverloadMonitor(OverloadLimits limits, Out& out, std::chrono::m
     : limits_(limits), out_(out), period_(period), probes_(std::move(probes)) {
   if (!probes_.sample) probes_.sample = heapInUse;
   out_.limit.store(limits_.limit, std::memory_order_relaxed);
+  out_.budget.store(limits_.budget, std::memory_order_relaxed);
 }
 
 OverloadMonitor::~OverloadMonitor() { stop(); }
@@ -134,10 +135,16 @@ void OverloadMonitor::tick() {
   const uint64_t used = heap > index ? heap - index : 0;
   out_.heap.store(used, std::memory_order_relaxed);
   const auto cur = static_cast<Overload>(out_.level.load(std::memory_order_relaxed));
-  const Overload next = nextOverloadAt(cur, overloadPressure(heap, index, limits_), limits_);
+  out_.total.store(heap, std::memory_order_relaxed);
+  Overload next = nextOverloadAt(cur, overloadPressure(heap, index, limits_), limits_);
   if (next != Overload::kNormal && probes_.idle && probes_.idle()) {
     const auto now = std::chrono::steady_clock::now();
-    if (++idle_over_ >= kIdleOverSamples && now - idle_logged_ >= std::chrono::minutes(1)) {
+    // Not the requests' memory: at most shed (a fast 503, the connection closed), never pause,
+    // or connections would wait in the backlog until their clients gave up.
+    if (++idle_over_ >= kIdleOverSamples && next == Overload::kPause) next = Overload::kShed;
+    if (idle_over_ >= kIdleOverSamples &&
+        (!idle_logged_once_ || now - idle_logged_ >= std::chrono::minutes(1))) {
+      idle_logged_once_ = true;
       idle_logged_ = now;
       log::error("overload", "heap " + std::to_string(heap >> 20) + " MiB (KV index " +
                                  std::to_string(index >> 20) +
@@ -151,10 +158,11 @@ void OverloadMonitor::tick() {
   if (next == cur) return;
   out_.level.store(static_cast<uint8_t>(next), std::memory_order_relaxed);
   const std::string mib = std::to_string(used >> 20) + " MiB of " +
-                          std::to_string(limits_.limit >> 20) + " MiB (--max-heap-bytes)" +
+                          std::to_string(limits_.limit >> 20) + " MiB" +
                           (limits_.budget ? ", whole heap " + std::to_string(heap >> 20) +
-                                                " MiB of " + std::to_string(limits_.budget >> 20)
-                                          : std::string());
+                                                " MiB of " + std::to_string(limits_.budget >> 20) +
+                                                " MiB (the cgroup's room)"
+                                          : std::string(" (--max-heap-bytes)"));
   if (next == Overload::kNormal)
     log::info("overload", "heap " + mib + ": serving normally again");
   else if (next == Overload::kShed)

@@ -19,13 +19,16 @@
 //   back down a level only below (threshold - 0.05), so the state does not flap.
 // Over 0.90 with no client connection open for 2 s, the memory is not the requests' (the KV
 // index and other state fill the budget): an error says so once a minute (raise the memory
-// limit or lower LOXILB_KV_MAX_BLOCKS); the level stays, as requests would only add to it.
+// limit or lower LOXILB_KV_MAX_BLOCKS); the level stays at most kShed (requests get a fast 503
+// rather than wait in a backlog nobody accepts from), as requests would only add to it.
 // Knobs: `serve --max-heap-bytes N` (L). Default, when the process's cgroup (or a parent) has a
 // memory limit below the machine's memory (v2 memory.max, v1 memory.limit_in_bytes): L = 70 % of
 // that limit less the resident set at startup, C = 85 % of it; the rest is for allocator slack,
 // socket buffers the kernel charges to the cgroup, and the page cache the binary needs. None
 // otherwise (0 = off). Metrics: kvgate_heap_bytes (H - K), kvgate_heap_limit_bytes (L),
-// kvgate_overload_state (0, 1, 2), kvgate_overload_shed_total. Transitions are logged.
+// kvgate_heap_total_bytes (H), kvgate_heap_budget_bytes (C), kvgate_overload_state (0, 1, 2),
+// kvgate_overload_shed_total. Transitions are logged. The index itself is not capped here
+// (LOXILB_KV_MAX_BLOCKS is its cap); at 90 % of C new requests are refused.
 // The bound is sampled, not enforced per allocation: a burst inside one period (large request
 // bodies, up to --max-body-bytes each) can pass it; the margins above are for that.
 #pragma once
@@ -74,13 +77,16 @@ class OverloadMonitor {
  public:
   struct Out {  // written by the monitor thread, read by every worker
     std::atomic<uint8_t> level{0};
-    std::atomic<uint64_t> heap{0};
-    std::atomic<uint64_t> limit{0};
+    std::atomic<uint64_t> heap{0};    // H - K: against L
+    std::atomic<uint64_t> total{0};   // H: against C
+    std::atomic<uint64_t> limit{0};   // L
+    std::atomic<uint64_t> budget{0};  // C
   };
   struct Probes {
     std::function<uint64_t()> sample;  // heap bytes in use (default mallinfo2)
     // Bytes of the heap that refusing requests cannot free (the KV index, bounded by its own
-    // cap): left out of the measure. Null: none.
+    // cap): left out of the requests' measure (H - K against L), not of the whole (H against
+    // C). Null: none.
     std::function<uint64_t()> exempt;
     // True when no client connection is open: over the bound so, the memory is not the
     // requests' (an error log says so). Null: never.
@@ -102,6 +108,7 @@ class OverloadMonitor {
   int idle_over_ = 0;  // consecutive samples over the bound with no connection open
   static constexpr int kIdleOverSamples = 8;
   std::chrono::steady_clock::time_point idle_logged_{};
+  bool idle_logged_once_ = false;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -80,9 +80,9 @@ TEST(Overload, TheKvIndexIsLeftOutOfTheBoundButNotOfTheBudget) {
     index = 0;  // the index emptied, the heap did not: 150 MiB counted
     m.tick();
     EXPECT_EQ(out.level.load(), 2);
-    idle = true;  // nothing to shed: the level stays (requests would only add to it)
+    idle = true;  // nothing to shed: shedding stays (requests would only add to it), no pause
     for (int i = 0; i < 10; ++i) m.tick();
-    EXPECT_EQ(out.level.load(), 2);
+    EXPECT_EQ(out.level.load(), 1);
   }
   // With a budget C (the cgroup default), a big index counts against it: 120 MiB of heap, 100
   // of it index, is 20 % of L but 120 / 130 = 92 % of C: shed.
@@ -94,7 +94,21 @@ TEST(Overload, TheKvIndexIsLeftOutOfTheBoundButNotOfTheBudget) {
   index = 100 << 20;
   m.tick();
   EXPECT_EQ(out.heap.load(), 20u << 20);
+  EXPECT_EQ(out.total.load(), 120u << 20);
   EXPECT_EQ(out.level.load(), 1);
+  heap = 128 << 20;  // 128 / 130 = 98.5 % of C: pause
+  m.tick();
+  EXPECT_EQ(out.level.load(), 2);
+  idle = true;  // no connection: the memory is not the requests'; after 8 samples, shed at most
+  for (int i = 0; i < 7; ++i) m.tick();
+  EXPECT_EQ(out.level.load(), 2);
+  m.tick();
+  EXPECT_EQ(out.level.load(), 1);
+  m.tick();
+  EXPECT_EQ(out.level.load(), 1);  // (stays shedding: requests would only add to it)
+  idle = false;  // connections again: the pause applies again
+  m.tick();
+  EXPECT_EQ(out.level.load(), 2);
 }
 
 TEST(Overload, PressureIsTheLargerOfTheTwoByHand) {

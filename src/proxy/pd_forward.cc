@@ -311,11 +311,12 @@ void ClientConn::countTier(const Route& route, int stage) {
   if (stage == -1) {
     t = PdTier::kAdmission;
   } else if (stage >= 0) {
-    const std::string& n = route.pipeline->stageName(stage);
-    t = n == "session"       ? PdTier::kTier0
-        : n == "prefix_trie" ? PdTier::kTier1
-        : n == "kv_exact"    ? PdTier::kTier15
-                             : PdTier::kTier2;
+    switch (route.pipeline->stageLadder(stage)) {
+      case routing::Ladder::kTier0: t = PdTier::kTier0; break;
+      case routing::Ladder::kTier1: t = PdTier::kTier1; break;
+      case routing::Ladder::kTier15: t = PdTier::kTier15; break;
+      default: t = PdTier::kTier2; break;
+    }
   }
   route.stats->pd_tiers[static_cast<size_t>(t)].fetch_add(1, std::memory_order_relaxed);
 }

@@ -32,7 +32,11 @@ std::unique_ptr<Pipeline> Pipeline::make(std::vector<std::unique_ptr<Stage>> sta
   for (auto& s : p->stages_) p->needs_ |= s->needs();
   auto& st = *p->stats_;
   st.stage_count = p->names_.size();
-  for (size_t i = 0; i < p->names_.size(); ++i) st.stage_names[i] = p->names_[i];
+  for (size_t i = 0; i < p->names_.size(); ++i) {
+    st.stage_names[i] = p->names_[i];
+    const StageInfo* info = findStage(p->names_[i]);
+    st.stage_ladder[i] = info ? info->ladder : Ladder::kNone;
+  }
   return p;
 }
 

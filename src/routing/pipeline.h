@@ -27,6 +27,7 @@ constexpr size_t kMaxStages = 8;
 // Counters of one rule's pipeline; they outlive snapshots (owned through shared_ptr).
 struct PipelineStats {
   std::array<std::string, kMaxStages> stage_names;
+  std::array<Ladder, kMaxStages> stage_ladder{};  // each stage's registry tier
   size_t stage_count = 0;
   // decided[stage][key]
   std::array<std::array<std::atomic<uint64_t>, static_cast<size_t>(DecisionKey::kCount)>,
@@ -76,6 +77,7 @@ class Pipeline {
 
   uint32_t needs() const { return needs_; }  // union of the stages' FactNeeds
   const std::string& stageName(int i) const { return names_[static_cast<size_t>(i)]; }
+  Ladder stageLadder(int i) const { return stats_->stage_ladder[static_cast<size_t>(i)]; }
 
  private:
   Pipeline(const common::Clock& clock, std::shared_ptr<PipelineStats> stats)

@@ -11,10 +11,10 @@ namespace kvgate::routing {
 namespace {
 
 constexpr std::array<StageInfo, 16> kStages = {{
-    {"kv_exact", -1, &makeKvExactFromServices},
-    {"session", -1, &makeSession},         // the P/D ladder's Tier 0
-    {"prefix_trie", -1, &makePrefixTrie},  // Tier 1
-    {"min_load", -1, &makeMinLoad},        // Tier 2 and the decode pick
+    {"kv_exact", -1, &makeKvExactFromServices, Ladder::kTier15},
+    {"session", -1, &makeSession, Ladder::kTier0},          // the P/D ladder's Tier 0
+    {"prefix_trie", -1, &makePrefixTrie, Ladder::kTier1},  // Tier 1
+    {"min_load", -1, &makeMinLoad, Ladder::kTier2},        // Tier 2 and the decode pick
     {"rr", 0, &makeRoundRobin},
     {"hash", 1, &makeSourceHash},
     {"wrr", 2, &makeWeightedRoundRobin},

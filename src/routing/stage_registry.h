@@ -18,6 +18,7 @@ struct StageInfo {
   std::string_view name;
   int sel;  // the seed's selector number, -1 when the stage has none
   StageFactory make;
+  Ladder ladder = Ladder::kNone;  // the P/D ladder tier it stands for
 };
 
 // The stage registered under `name` (or a decimal `sel` alias such as "8"); null when unknown.
