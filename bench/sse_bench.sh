@@ -4,11 +4,14 @@
 # the simulator's send stamps (sim --stamp-events); kvgate's memory per open stream is its RSS
 # at the peak minus its idle RSS, divided by the streams open. TLS=1 adds kvgate-tls (a rule with
 # security 1) and nginx-tls (listen ... ssl) arms: the same streams over TLS, one ECDSA P-256
-# certificate for both, a handshake per stream.
-# Usage: bench/sse_bench.sh [STREAMS=1000] [EVENTS=200] [ITL_MS=20] [ROUNDS=2] [TLS=0]
+# certificate for both, a handshake per stream. ROUNDS rounds run on the same processes (a
+# process that has served a round before behaves differently: issue 34); after the table, the
+# worst p99 of each arm over the rounds, and kvgate's event-loop lag histogram
+# (kvgate_worker_loop_lag_seconds) over the whole run.
+# Usage: bench/sse_bench.sh [STREAMS=1000] [EVENTS=200] [ITL_MS=20] [ROUNDS=5] [TLS=0]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STREAMS=${1:-1000}; EVENTS=${2:-200}; ITL=${3:-20}; ROUNDS=${4:-2}; TLS=${5:-0}
+STREAMS=${1:-1000}; EVENTS=${2:-200}; ITL=${3:-20}; ROUNDS=${4:-5}; TLS=${5:-0}
 BIN=${KVGATE_BIN:-build/kvgate}
 W=$(mktemp -d /tmp/kvgate-sse.XXXXXX)
 pids=()
@@ -67,8 +70,14 @@ cpu_ticks() { local t=0 p; for p in $1 $(pgrep -P "$1" || true); do t=$((t + $(a
 # RSS of a process and its children, KiB.
 rss_kb() { local t=0 p; for p in $1 $(pgrep -P "$1" || true); do t=$((t + $(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo $t; }
 sleep 0.5
-echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | relay peak RSS - idle (KiB) | relay CPU us/event |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
+# kvgate's event-loop lag ticks: "late-by-10ms-or-more total" from its histogram (all workers).
+lag_ticks() {
+  curl -sf "$API/metrics" | awk '/^kvgate_worker_loop_lag_seconds_bucket/ {
+      if ($0 ~ /le="\+Inf"/) all += $2; else if ($0 ~ /le="0.01"/) under += $2 }
+    END { printf "%d %d\n", all - under, all }'
+}
+echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | relay peak RSS - idle (KiB) | relay CPU us/event | kvgate loop ticks >= 10 ms late |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
   for arm in direct kvgate ${NGX:+nginx} ${VIPTLS:+kvgate-tls} ${NGXTLS:+nginx-tls}; do
     port=$SIMPORT; tlsflag=()
@@ -77,19 +86,37 @@ for r in $(seq 1 "$ROUNDS"); do
       kvgate-tls) port=$VIPTLS; tlsflag=(--tls) ;; nginx-tls) port=$NGXTLS; tlsflag=(--tls) ;;
     esac
     RELAY=$KVPID; case $arm in nginx*) RELAY=$NGPID ;; esac
-    idle=$(rss_kb "$RELAY"); peak=$idle; c0=$(cpu_ticks "$RELAY")
+    idle=$(rss_kb "$RELAY"); peak=$idle; c0=$(cpu_ticks "$RELAY"); read -r late0 all0 < <(lag_ticks)
     "$BIN" bench sse --target "127.0.0.1:$port" --streams "$STREAMS" --events "$EVENTS" --ramp-ms 2000 "${tlsflag[@]}" >"$W/res.json" &
     bp=$!
     while kill -0 $bp 2>/dev/null; do r2=$(rss_kb "$RELAY"); [ "$r2" -gt "$peak" ] && peak=$r2; sleep 0.2; done
     wait $bp || true
-    c1=$(cpu_ticks "$RELAY")
-    /usr/bin/python3 - "$W/res.json" "$r" "$arm" "$((peak - idle))" "$((c1 - c0))" <<'PY'
+    c1=$(cpu_ticks "$RELAY"); read -r late1 all1 < <(lag_ticks)
+    lag="$((late1 - late0))/$((all1 - all0))"; case $arm in kvgate*) ;; *) lag="n/a" ;; esac
+    /usr/bin/python3 - "$W/res.json" "$r" "$arm" "$((peak - idle))" "$((c1 - c0))" "$lag" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); d = j['delay_us']
 relay = sys.argv[3] != 'direct'
 mem = sys.argv[4] if relay else 'n/a'
 cpu = f"{int(sys.argv[5]) * 10000 / max(1, j['events']):.1f}" if relay else 'n/a'
-print(f"| {sys.argv[2]} | {sys.argv[3]} | {j['completed']}/{j['streams']} | {j['errors']} | {j['events']} | {d['p50']} | {d['p90']} | {d['p99']} | {d['p999']} | {d['max']} | {mem} | {cpu} |")
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {j['completed']}/{j['streams']} | {j['errors']} | {j['events']} | {d['p50']} | {d['p90']} | {d['p99']} | {d['p999']} | {d['max']} | {mem} | {cpu} | {sys.argv[6]} |")
 PY
+    echo -e "$arm\t$r\t$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["delay_us"]["p99"])' "$W/res.json")" >>"$W/p99.tsv"
   done
 done
+echo
+echo "| arm | worst p99 us (round) over $ROUNDS rounds |"
+echo "|---|---|"
+/usr/bin/python3 - "$W/p99.tsv" <<'PY'
+import sys
+worst = {}
+for line in open(sys.argv[1]):
+    arm, r, p99 = line.split()
+    if arm not in worst or int(p99) > worst[arm][0]:
+        worst[arm] = (int(p99), r)
+for arm, (p99, r) in worst.items():
+    print(f"| {arm} | {p99} ({r}) |")
+PY
+echo
+echo "kvgate event-loop lag over the run (kvgate_worker_loop_lag_seconds, cumulative buckets):"
+curl -sf "$API/metrics" | grep '^kvgate_worker_loop_lag_seconds' || true

@@ -188,6 +188,10 @@ inline const Family kUpstreamSocketFailures{"kvgate_upstream_socket_failures_tot
     "gets 503 gateway_out_of_resources (P/D legs: the leg fails); no endpoint's health or "
     "breaker is charged.",
     {"reason"}};
+inline const Family kLoopLag{"kvgate_worker_loop_lag_seconds", Type::kHistogram,
+    "How late each data-plane worker's event loop ran a timer due every 100 ms: the wait any "
+    "event queued at that moment had (long handlers, handshake bursts, blocking calls). Buckets "
+    "10 us .. 600 ms.", {"worker"}};
 inline const Family kRuleRoutingInfo{"kvgate_rule_routing_info", Type::kGauge,
     "What each rule routes with (always 1): knob stages (the pipeline, comma-terminated), then "
     "every routing knob its stages use with its effective value (the rule's field, else the "
@@ -266,7 +270,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures, &kUpstreamSocketFailures,
-      &kRuleRoutingInfo, &kRelayCuts, &kHeapBytes, &kHeapLimit, &kHeapTotal, &kHeapBudget, &kOverloadState, &kOverloadShed,
+      &kLoopLag, &kRuleRoutingInfo, &kRelayCuts, &kHeapBytes, &kHeapLimit, &kHeapTotal, &kHeapBudget, &kOverloadState, &kOverloadShed,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,

@@ -287,6 +287,22 @@ asio::awaitable<void> poolSweeper(Worker& w) {
   w.pool.clear();
 }
 
+asio::awaitable<void> loopLagProbe(Worker& w) {
+  // A timer due every 100 ms; the time between when it was due and when this coroutine runs is
+  // what any handler queued then waited for the loop (a long handler, a burst of handshakes,
+  // a stall in a blocking call).
+  asio::steady_timer t(w.io);
+  while (!w.draining) {
+    const auto due = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    t.expires_at(due);
+    error_code ec;
+    co_await t.async_wait(useEc(ec));
+    if (ec) break;
+    w.loop_lag.observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - due).count());
+  }
+}
+
 void drainWorker(Worker& w) {
   w.draining = true;
   // Copy: closing a connection may end its coroutine, which erases it from the set.

@@ -85,6 +85,7 @@ void DataPlane::start() {
   for (auto& w : workers_) {
     Worker* wp = w.get();
     asio::co_spawn(w->io, poolSweeper(*wp), asio::detached);
+    asio::co_spawn(w->io, loopLagProbe(*wp), asio::detached);
     w->thread = std::thread([wp] { wp->io.run(); });
   }
 }

@@ -287,6 +287,9 @@ std::string DataPlane::renderMetrics() const {
            static_cast<double>(stats_.upstream_socket_failures[0].load()));
   w.sample(kUpstreamSocketFailures, {{"reason", "memory"}},
            static_cast<double>(stats_.upstream_socket_failures[1].load()));
+  w.header(kLoopLag);
+  for (size_t i = 0; i < workers_.size(); ++i)
+    w.histogram(kLoopLag, {{"worker", std::to_string(i)}}, workers_[i]->loop_lag);
   w.header(kRelayCuts);
   for (size_t i = 0; i < stats_.relay_cuts.size(); ++i)
     w.sample(kRelayCuts, {{"reason", relayCutName(i)}},

@@ -39,6 +39,9 @@ class Worker {
   bool draining = false;  // this thread only: set by DataPlane::drain()
   // This thread only: when a starved upstream connect was last logged (rate limit).
   std::chrono::steady_clock::time_point starved_logged{};
+  // How late this worker's event loop ran a timer due every 100 ms (loopLagProbe): 10 us .. 600
+  // ms buckets (kvgate_worker_loop_lag_seconds{worker}). Written by this thread, read by scrapes.
+  metrics::Histogram loop_lag{0.01};
   // The prompt tokenizer (serve --models-dir; null without): quota reservations count with it.
   // Set by DataPlane::setKv before the first rule (no request reads it earlier).
   const routing::PromptTokens* prompt_tokens = nullptr;
@@ -65,6 +68,8 @@ asio::awaitable<void> acceptLoop(Worker& w, std::shared_ptr<Listener> l,
 asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::socket sock);
 // Every second: reap the worker's idle upstream connections.
 asio::awaitable<void> poolSweeper(Worker& w);
+// Every 100 ms: how late the loop ran a timer due then (event-loop lag) into w.loop_lag.
+asio::awaitable<void> loopLagProbe(Worker& w);
 // On the worker's thread: stop taking new requests, close idle client connections.
 void drainWorker(Worker& w);
 
