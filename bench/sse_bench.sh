@@ -8,7 +8,8 @@
 # process that has served a round before behaves differently: issue 34); after the table, the
 # worst p99 of each arm over the rounds, and kvgate's event-loop lag histogram
 # (kvgate_worker_loop_lag_seconds) over the whole run.
-# Usage: bench/sse_bench.sh [STREAMS=1000] [EVENTS=200] [ITL_MS=20] [ROUNDS=5] [TLS=0]
+# Usage: [SERVE_ENV="VAR=value ..."] bench/sse_bench.sh [STREAMS=1000] [EVENTS=200] [ITL_MS=20]
+#        [ROUNDS=5] [TLS=0]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STREAMS=${1:-1000}; EVENTS=${2:-200}; ITL=${3:-20}; ROUNDS=${4:-5}; TLS=${5:-0}
@@ -26,7 +27,9 @@ if [ "$TLS" = 1 ]; then
     -subj /CN=127.0.0.1 -keyout "$W/key.pem" -out "$W/cert.pem" 2>/dev/null
   TLSARGS=(--tls-cert "$W/cert.pem" --tls-key "$W/key.pem")
 fi
-"$BIN" serve --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" "${TLSARGS[@]}" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
+# SERVE_ENV (e.g. LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2): variables for the
+# gateway only, for A/B runs of its allocator.
+env ${SERVE_ENV:-} "$BIN" serve --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" "${TLSARGS[@]}" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
 KVPID=$!
 for _ in $(seq 1 50); do grep -q ready "$W/kv.out" 2>/dev/null && grep -q ready "$W/sim.out" 2>/dev/null && break; sleep 0.1; done
 SIMPORT=$(sed -E 's/.*"port":([0-9]+).*/\1/' "$W/sim.out" | head -1)
