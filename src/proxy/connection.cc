@@ -167,22 +167,17 @@ asio::awaitable<void> ClientConn::run() {
     client_minor_ = req.head.version_minor;
     client_keep_alive_ = req.head.keep_alive;
     if (l_->closed.load()) {
+      takeRequestId(req.head);
       co_await sendError(503, "service_unavailable", "service removed", {}, true);
       countAiRequest();
+      if (w_.opts.access_log) logAccess();
       break;
     }
     // Over the memory bound (proxy/overload.h): refused before its body is read or anything is
     // routed, and the connection closed (it holds memory and a descriptor).
     if (w_.stats.overload.level.load(std::memory_order_relaxed) != 0) {
       w_.stats.overload_shed.fetch_add(1, std::memory_order_relaxed);
-      // (The access log's id, as dispatch takes it: this request never reaches dispatch.)
-      if (const std::string_view given = req.head.get("x-request-id"); isAcceptableRequestId(given)) {
-        request_id_.assign(given);
-      } else {
-        char rid[32];
-        newRequestId(rid);
-        request_id_.assign(rid, sizeof rid);
-      }
+      takeRequestId(req.head);
       co_await sendError(503, "gateway_overloaded",
                          "the gateway is at its memory bound (--max-heap-bytes); try again", {},
                          true, 1);
@@ -192,6 +187,10 @@ asio::awaitable<void> ClientConn::run() {
     }
     if (!co_await readBody(req)) {  // 413, a malformed chunked body, 408, or the client left
       countAiRequest();
+      if (w_.opts.access_log && outcome_.status != 0) {  // (answered: logged like any answer)
+        takeRequestId(req.head);
+        logAccess();
+      }
       break;
     }
     request_bytes_ = req.head_bytes + req.raw_body_bytes;

@@ -171,15 +171,21 @@ void ClientConn::refuse(Refusal r) {
 }
 
 // Returns false when the connection must close (the client is gone or the exchange broke).
+// The request's id: the client's X-Request-Id when acceptable (common/ids.h), else a new one.
+void ClientConn::takeRequestId(const http::RequestHead& head) {
+  const std::string_view given = head.get("x-request-id");
+  if (isAcceptableRequestId(given)) {
+    request_id_.assign(given);
+    return;
+  }
+  char rid[32];
+  newRequestId(rid);
+  request_id_.assign(rid, sizeof rid);
+}
+
 asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   const auto& head = req.head;
-  char rid_buf[32];
-  std::string_view rid = head.get("x-request-id");
-  if (!isAcceptableRequestId(rid)) {
-    newRequestId(rid_buf);
-    rid = std::string_view(rid_buf, 32);
-  }
-  request_id_.assign(rid);
+  takeRequestId(head);
   ++request_seq_;  // this request's P/D state starts clean
   pd_first_error_.clear();
   pd_leg_note_.clear();

@@ -62,6 +62,11 @@ describe('metrics', () => {
     assert.equal(lines.length, 9);  // 7 answered 200, the 503 for the unknown model, the 400
     assert.ok(lines.some((l) => /status=503/.test(l) && /model=nope/.test(l)));
     assert.match(lines[0], /id=[0-9a-f]{32} listener=127\.0\.0\.1:\d+ rule=m1 model=sim-model endpoint=127\.0\.0\.1:\d+ selector=rr tier=rr key=rr status=200 bytes=\d+ ttfb_ms=[\d.]+ dur_ms=[\d.]+/);
+    // A body the gateway refuses while reading it (a malformed chunk) is answered and logged too,
+    // under the client's X-Request-Id.
+    assert.match(await rawRequest(port, 'POST /v1/completions HTTP/1.1\r\nHost: a\r\nX-Request-Id: bad-chunk-1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n'), /^HTTP\/1.1 400/);
+    for (let i = 0; i < 100 && accessLines().length < 10; ++i) await sleep(50);
+    assert.ok(accessLines().some((l) => /id=bad-chunk-1 /.test(l) && /status=400/.test(l)), accessLines().join('\n'));
   });
 });
 
