@@ -285,7 +285,9 @@ test('SGLang P/D: a prefill that fails ends the waiting decode leg', async (t) =
   const port = await freePort();
   assert.equal((await api(gw.api, 'POST', LB_BASE, pdRule(port, prefill, decode, { kvEngineType: 'sglang' }))).status, 200);
   // The prefill engine answers 500: its answer is the client's; the waiting decode is ended.
-  await api(prefill.url, 'POST', '/sim/fault', { fail_requests: 1, fail_status: 500 });
+  // It answers after 3 s, so the decode engine has read its leg before the gateway ends it (a
+  // leg ended before its engine read it is not an abort the engine can count).
+  await api(prefill.url, 'POST', '/sim/fault', { fail_requests: 1, fail_status: 500, stall_ms: 3000 });
   const t0 = Date.now();
   let res = await post(port, '/v1/completions', { model: 'sim-model', prompt: 'room without prefill', max_tokens: 2 });
   assert.equal(res.status, 500, res.text);
@@ -294,7 +296,7 @@ test('SGLang P/D: a prefill that fails ends the waiting decode leg', async (t) =
   assert.ok(await waitFor(async () => (await simMetrics(decode)).kvgate_sim_requests_aborted_total >= 1, 8000),
     'the decode engine\'s waiting request was aborted');
   // The prefill engine cuts its answer: 502 prefill_failed naming it.
-  await api(prefill.url, 'POST', '/sim/fault', { close_mid_stream_after: 0 });
+  await api(prefill.url, 'POST', '/sim/fault', { stall_ms: 0, close_mid_stream_after: 0 });
   res = await post(port, '/v1/completions', { model: 'sim-model', prompt: 'cut prefill', max_tokens: 2 });
   assert.equal(res.status, 502, res.text);
   const e = JSON.parse(res.text).error;
@@ -313,7 +315,8 @@ test('SGLang P/D: a decode that fails ends the concurrent prefill leg', async (t
   const port = await freePort();
   assert.equal((await api(gw.api, 'POST', LB_BASE, pdRule(port, prefill, decode, { kvEngineType: 'sglang' }))).status, 200);
   await api(prefill.url, 'POST', '/sim/fault', { stall_ms: 20000 });
-  await api(decode.url, 'POST', '/sim/fault', { fail_requests: 1, fail_status: 503 });
+  // The decode engine refuses after 3 s, so the prefill engine has read its leg by then.
+  await api(decode.url, 'POST', '/sim/fault', { fail_requests: 1, fail_status: 503, stall_ms: 3000 });
   const inflight = async () => (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_endpoint_inflight_requests' &&
     s.labels.endpoint === `127.0.0.1:${prefill.port}`)?.value;
   const t0 = Date.now();
