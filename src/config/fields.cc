@@ -94,8 +94,8 @@ const std::vector<FieldSpec>& serviceFields() {
        T::kEnum,
        0,
        0,
-       {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "lmetric", "dynamo",
-        "llm-d", "llm-d-sticky"}},
+       {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "predict", "lmetric",
+        "dynamo", "llm-d", "llm-d-sticky"}},
       {"kvModelProfile", T::kString, 0, 256},
       // TLS.
       {"mtls_frontend", T::kObject},

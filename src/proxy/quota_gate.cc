@@ -77,8 +77,14 @@ int64_t ClientConn::promptCount() {
   }
   const int64_t bytes = static_cast<int64_t>(facts_.prompt_render_total);
   if (const routing::PromptTokens* tok = w_.prompt_tokens) {
-    std::vector<uint32_t> ids;
-    if (tok->tokens(facts_, ids) == routing::TokensStatus::kOk && !ids.empty()) {
+    // Into the request's cache: Tier 1.5 reuses the ids instead of rendering and tokenizing the
+    // same facts again.
+    std::vector<uint32_t>& ids = chain_cache_.tokens;
+    if (!chain_cache_.tokens_ready) {
+      chain_cache_.tokens_ok = tok->tokens(facts_, ids) == routing::TokensStatus::kOk;
+      chain_cache_.tokens_ready = true;
+    }
+    if (chain_cache_.tokens_ok && !ids.empty()) {
       w_.stats.quota_prompt_tokenizer.fetch_add(1, std::memory_order_relaxed);
       const int64_t bound = static_cast<int64_t>(std::min<size_t>(tok->textBound(), INT64_MAX));
       const int64_t beyond = bytes > bound ? (bytes - bound + 3) / 4 : 0;  // (cut: estimated)

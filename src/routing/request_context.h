@@ -14,12 +14,24 @@
 
 namespace kvgate::routing {
 
-// What a stage computed for a request on its first attempt and may reuse on a retry (the routing
-// pipeline runs again after an endpoint fails): kv_exact's prompt chain, so a retry does not
-// tokenize and hash again. Owned by the connection (capacity reused across requests).
+// What a request's prompt costs to compute, computed once per request and shared: its token ids
+// (whoever needs them first tokenizes: the quota gate's count or kv_exact; the other reuses
+// them, so a metered Tier 1.5 chat request is rendered and tokenized once), and kv_exact's chain,
+// which a retry (the routing pipeline runs again after an endpoint fails) reuses instead of
+// hashing again. Owned by the connection (capacity reused across requests); the connection
+// clears it after each request.
 struct ChainCache {
   std::vector<uint64_t> chain;
   bool ready = false;
+  // PromptTokens::tokens()'s answer for this request's facts (tokens_ready: it was asked).
+  std::vector<uint32_t> tokens;
+  bool tokens_ready = false;
+  bool tokens_ok = false;  // the answer was kOk
+  void clear() {
+    ready = false;
+    tokens_ready = false;
+    tokens_ok = false;
+  }
 };
 
 // A remote LookupRoute answer for this request (kv_exact with kvIndexAddr): the stage sets

@@ -83,3 +83,66 @@ test('quota reservation: the prompt counted by the model\'s tokenizer', async (t
   release();
   assert.equal((await held).status, 200);
 });
+
+// One render and one tokenize per request (issue 29 §1): a metered chat request on a Tier 1.5
+// rule is counted by the quota gate and keyed by kv_exact from the same token ids. The observable
+// is the tokenizer's own `truncated` event, counted once per tokenize of a prompt over
+// LOXILB_KV_TOKENIZE_MAX_BYTES: one per request, metered or not (two before the ids were shared).
+test('a metered Tier 1.5 chat request is tokenized once', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const modelsDir = path.join(tmp.dir, 'models');
+  await buildModelsDir(modelsDir);
+  const srv = http.createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      const out = JSON.stringify({ object: 'chat.completion', choices: [{ index: 0,
+        message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+      usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': out.length });
+      res.end(out);
+    });
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  t.after(() => { srv.closeAllConnections(); return new Promise((r) => srv.close(r)); });
+  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'), extra: ['--models-dir', modelsDir],
+    env: { LOXILB_KV_TOKENIZE_MAX_BYTES: '1024' } });
+  t.after(() => gw.stop());
+  const kvPort = await freePort();
+  const workers = [{ host: '127.0.0.1', port: srv.address().port }];
+  const metered = await freePort();
+  const open = await freePort();
+  const kv = { kvExactMode: 3, kvZmqPort: kvPort };
+  let r = await api(gw.api, 'POST', LB_BASE, rule({ port: metered, workers, extraArgs: { ...kv, api_key_auth: 'required' } }));
+  assert.equal(r.status, 200, r.text);
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port: open, workers, extraArgs: kv }));
+  assert.equal(r.status, 200, r.text);
+  r = await api(gw.api, 'POST', '/netlox/v1/config/ai/tenant/ratelimit',
+    { tenant_id: 'acme', tokens_per_min: 600000, burst_pct: 100 });
+  assert.equal(r.status, 204, r.text);
+  r = await api(gw.api, 'POST', '/netlox/v1/config/ai/apikey', { tenant_id: 'acme' });
+  assert.equal(r.status, 201, r.text);
+  const key = r.json.raw_key;
+  // 1,500 bytes: over the 1,024 cut, under twice it (where a chat is not rendered at all).
+  const messages = [{ role: 'user', content: 'hello '.repeat(250) }];
+  const chat = async (port, headers = {}) => {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST',
+      headers: { 'content-type': 'application/json', ...headers },
+      body: JSON.stringify({ model: MODEL, messages, max_tokens: 10 }) });
+    assert.equal(res.status, 200, await res.text());
+  };
+  const truncated = async () => metric(await scrapeMetrics(gw.api), 'kvgate_kv_prompt_tokenizer_total',
+    { event: 'truncated' }) ?? 0;
+  // Until the tokenizer is loaded nothing is tokenized.
+  assert.ok(await waitFor(async () => { await chat(open); return (await truncated()) > 0; }, 15000, 200),
+    'the tokenizer loaded and cut the prompt');
+  let before = await truncated();
+  await chat(open);
+  assert.equal(await truncated(), before + 1, 'an unmetered request: kv_exact tokenizes once');
+  before = await truncated();
+  await chat(metered, { authorization: `Bearer ${key}` });
+  assert.equal(await truncated(), before + 1, 'a metered request: the quota count and kv_exact share one tokenize');
+  const ms = await scrapeMetrics(gw.api);
+  assert.ok((metric(ms, 'kvgate_quota_prompt_counts_total', { method: 'tokenizer' }) ?? 0) >= 1,
+    'the quota gate counted with the tokenizer');
+});

@@ -18,8 +18,10 @@
 //   kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft
 //                               kvExactMode 3 with that kvLbMode (the selection law of seed 000),
 //                               round-robin behind it for misses
-//   kv-taper, kv-ttft           the same with our extensions (taper: a cap that tightens with
-//                               load; ttft: least estimated time to first token)
+//   kv-taper, kv-ttft, kv-predict
+//                               the same with our extensions (taper: a cap that tightens with
+//                               load; ttft: least estimated time to first token; predict:
+//                               LMetric's cost on hits, Tier 1.5 misses)
 //   kv-LAW-lc (kv-hard-lc, ...) any of these with least connections (sel 4) instead of
 //                               round-robin behind Tier 1.5
 //   kv-LAW-lcl                  ... with lc_light behind it (least connections while the pool
@@ -92,7 +94,7 @@ Load:
   --requests N        requests per step (default 200)
   --arms LIST         comma-separated arms (default rr,lc,kv-hard,kv-soft); arms: random, rr, lc,
                       chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, kv-taper,
-                      kv-ttft (each also as kv-LAW-lc: least connections behind it, and
+                      kv-ttft, kv-predict (each also as kv-LAW-lc: least connections behind it, and
                       kv-LAW-lcl: lc_light behind it), oracle
                       (hard law), oracle-ttft (ttft law), and
                       re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, llm-d
@@ -171,7 +173,8 @@ std::optional<Arm> armOf(const std::string& name) {
   // kv-LAW: Tier 1.5 with that law, misses (and hard-law spills) to round-robin (sel 0);
   // kv-LAW-lc: the same with least connections (sel 4) placing what Tier 1.5 does not;
   // kv-LAW-lcl: with lc_light (least connections while the pool is lightly loaded, else rr).
-  for (const char* m : {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft"}) {
+  for (const char* m :
+       {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "predict"}) {
     if (name == std::string("kv-") + m) return Arm{name, 0, m, "", false};
     if (name == std::string("kv-") + m + "-lc") return Arm{name, 4, m, "", false};
     if (name == std::string("kv-") + m + "-lcl") return Arm{name, 0, m, "lc_light", false};

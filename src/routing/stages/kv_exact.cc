@@ -115,6 +115,8 @@ class KvExactStage : public Stage {
       n = chain.size();
     } else {
       tokens.clear();
+      ChainCache* cache = ctx.chain_cache;
+      const std::vector<uint32_t>* ids = &tokens;  // the prompt's ids
       if (ids_given) {
         const size_t take = std::min(f->prompt_token_ids.size(), kMaxBlocks * opts_.block_size);
         for (size_t i = 0; i < take; ++i) {
@@ -122,11 +124,23 @@ class KvExactStage : public Stage {
           if (t < 0 || t > UINT32_MAX) return StageResult::fall(FallReason::kHashes);
           tokens.push_back(static_cast<uint32_t>(t));
         }
+      } else if (cache && cache->tokens_ready) {
+        // Tokenized earlier in this request (the quota gate's count): the same facts, the same
+        // ids, not computed twice.
+        if (!cache->tokens_ok) return StageResult::fall(FallReason::kTokenize);
+        ids = &cache->tokens;
       } else {
-        if (!tokens_ || tokens_->tokens(*f, tokens) != TokensStatus::kOk)
-          return StageResult::fall(FallReason::kTokenize);
+        // Into the request's cache when there is one (a retry, or nothing else, reuses them).
+        std::vector<uint32_t>& out = cache ? cache->tokens : tokens;
+        const bool ok = tokens_ && tokens_->tokens(*f, out) == TokensStatus::kOk;
+        if (cache) {
+          cache->tokens_ready = true;
+          cache->tokens_ok = ok;
+        }
+        if (!ok) return StageResult::fall(FallReason::kTokenize);
+        ids = &out;
       }
-      const size_t blocks = std::min<size_t>(tokens.size() / opts_.block_size, kMaxBlocks);
+      const size_t blocks = std::min<size_t>(ids->size() / opts_.block_size, kMaxBlocks);
       chain.resize(blocks);
       // The partition: a LoRA adapter named by the request (SGLang's lora_path, else a "model"
       // that the publishers' events name as an adapter: vLLM selects adapters by model name) and
@@ -136,12 +150,12 @@ class KvExactStage : public Stage {
         const std::shared_ptr<const kv::AdapterSet> loras = lookup_.adapters();
         if (!loras->empty() && loras->count(std::string_view(f->model))) adapter = f->model;
       }
-      n = kv::prefixChain(tokens.data(), blocks * opts_.block_size, opts_.block_size,
+      n = kv::prefixChain(ids->data(), blocks * opts_.block_size, opts_.block_size,
                           kv::partitionRoot(adapter, f->cache_salt), chain.data(), blocks);
       chain.resize(n);
-      if (ctx.chain_cache) {
-        ctx.chain_cache->chain.assign(chain.begin(), chain.end());
-        ctx.chain_cache->ready = true;
+      if (cache) {
+        cache->chain.assign(chain.begin(), chain.end());
+        cache->ready = true;
       }
     }
     // Remote mode: ask the index once per request (the proxy runs the pipeline again with the
@@ -219,6 +233,7 @@ class KvExactStage : public Stage {
       // Dynamo's decode term: the distinct blocks in flight there with this prompt's added.
       if (opts_.law.mode == LawMode::kDynamo)
         lc.active_blocks = st.active_set.unionSize(chain.data(), n);
+
       lc.waiting = st.engine_waiting.load(std::memory_order_relaxed);
       const int64_t ppm = st.kv_usage_ppm.load(std::memory_order_relaxed);
       lc.kv_usage = ppm < 0 ? -1.0 : static_cast<double>(ppm) / 1e6;

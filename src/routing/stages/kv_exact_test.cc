@@ -354,6 +354,82 @@ TEST(KvExact, TtftWeighsQueuedPrefill) {
   EXPECT_EQ(r.prefill_blocks, 4u);
 }
 
+// The predict law: a prompt someone holds by new prefill x batch; one nobody holds is a Tier 1.5
+// miss (the rule's selector places it).
+TEST(KvExact, PredictWeighsNewPrefillByBatch) {
+  KvExactOptions o;
+  o.law.mode = LawMode::kPredict;
+  Fixture f(o);
+  // Overlaps 4, 2, 0 of 4 blocks, idle: (0 + 1) x 1, (2 + 1) x 1, (4 + 1) x 1: endpoint 0.
+  EXPECT_EQ(f.run().index, 0);
+  // Endpoint 0 with 3 in flight: 1 x 4 = 4 > 3: endpoint 1, a spill.
+  f.eps[0].state->active.store(3);
+  auto r = f.run();
+  EXPECT_EQ(r.index, 1);
+  EXPECT_TRUE(r.spilled);
+  for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 1000 + t;  // nobody holds these
+  r = f.run();
+  EXPECT_EQ(r.index, -1);
+  EXPECT_EQ(r.reason, FallReason::kNoWorker);
+}
+
+// A text prompt's ids, 0..63 (what the fixture's endpoints hold), counting the calls.
+struct CountingTokens : PromptTokens {
+  mutable int calls = 0;
+  uint32_t needs() const override { return 0; }
+  TokensStatus tokens(const RequestFacts&, std::vector<uint32_t>& out) const override {
+    ++calls;
+    out.resize(64);
+    std::iota(out.begin(), out.end(), 0u);
+    return TokensStatus::kOk;
+  }
+};
+
+// One tokenize per request: ids already in the request's cache (the quota gate's count asked
+// first) are used as they are; without them the stage tokenizes into the cache, and a retry
+// reuses the chain; a failed answer in the cache is a tokenize miss without asking again.
+TEST(KvExact, TheRequestsIdsAreTokenizedOnce) {
+  Fixture f;
+  CountingTokens tok;
+  StageServices s{g_clock, f.rule, f.eps};
+  s.prompt_tokens = &tok;
+  auto stage = makeKvExact(s, f.index, f.lookup, {});
+  RequestFacts text;
+  text.parsed = true;
+  text.has_model = true;
+  text.model = "m";
+  text.prompt_text = "sixty-four tokens";
+  ChainCache cache;
+  RequestContext ctx;
+  ctx.facts = &text;
+  ctx.run = 1;
+  ctx.chain_cache = &cache;
+  CandidateSet c{f.eps, f.excluded};
+  // The cache holds ids 0..31 from an earlier ask: the stage scores those (2 blocks: endpoint 0
+  // and 1 both hold them; 0 wins on load and index) without calling the tokenizer.
+  cache.tokens.resize(32);
+  std::iota(cache.tokens.begin(), cache.tokens.end(), 0u);
+  cache.tokens_ready = cache.tokens_ok = true;
+  EXPECT_EQ(stage->evaluate(ctx, c).index, 0);
+  EXPECT_EQ(tok.calls, 0);
+  EXPECT_EQ(cache.chain.size(), 2u);
+  // A fresh request: the stage asks once, into the cache; its retry asks nothing.
+  cache.clear();
+  ctx.run = 2;
+  EXPECT_EQ(stage->evaluate(ctx, c).index, 0);
+  EXPECT_EQ(tok.calls, 1);
+  EXPECT_TRUE(cache.tokens_ready);
+  EXPECT_EQ(cache.tokens.size(), 64u);
+  EXPECT_EQ(cache.chain.size(), 4u);
+  EXPECT_EQ(stage->evaluate(ctx, c).index, 0);
+  EXPECT_EQ(tok.calls, 1);
+  // The earlier ask failed (a tokenizer still loading): a tokenize miss, not a second ask.
+  cache.clear();
+  cache.tokens_ready = true;
+  EXPECT_EQ(stage->evaluate(ctx, c).reason, FallReason::kTokenize);
+  EXPECT_EQ(tok.calls, 1);
+}
+
 // A retry of the same request reuses the chain its first attempt stored in the request's chain
 // cache (no tokenizing or hashing again): here the cache holds the chain of tokens 0..63 while the
 // facts say 1000..1063, so the pick follows the cache.

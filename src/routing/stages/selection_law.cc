@@ -17,6 +17,7 @@ std::optional<LawMode> parseLawMode(std::string_view s) {
   if (s == "dynamo") return LawMode::kDynamo;
   if (s == "llm-d") return LawMode::kLlmd;
   if (s == "llm-d-sticky") return LawMode::kLlmdSticky;
+  if (s == "predict") return LawMode::kPredict;
   return std::nullopt;
 }
 
@@ -44,6 +45,8 @@ std::string_view lawModeName(LawMode m) {
       return "llm-d";
     case LawMode::kLlmdSticky:
       return "llm-d-sticky";
+    case LawMode::kPredict:
+      return "predict";
   }
   return "hard";
 }
@@ -202,6 +205,16 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
           },
           false);
       r.spilled = r.index != argmax && c[static_cast<size_t>(argmax)].overlap > 0;
+      return r;
+    }
+    case LawMode::kPredict: {
+      r.index = extremum(
+          c,
+          [&](size_t i) {
+            return (double(uncachedBlocks(p, c[i])) + 1) * (double(c[i].load) + 1);
+          },
+          false);
+      r.spilled = r.index != argmax;
       return r;
     }
     case LawMode::kSoft:

@@ -37,6 +37,16 @@
 //    queue of the moment unbalanced the fleet in the benchmark (its siblings follow it for good),
 //    while the rule's round-robin spreads new prefixes evenly.
 //
+//  - predict (an extension, issue 29's candidate default; not the default yet): LMetric's cost
+//    on the prompts someone holds, argmin of (uncached_i + 1) x (load_i + 1) (new prefill blocks
+//    x batch, as the lmetric peer arm below), and the seed's Tier 1.5 miss for a prompt nobody
+//    holds (the rule's selector places it, round-robin by default, with cold-start seeding), so
+//    a new prefix is not put where the load of the moment happens to be lowest (which, near
+//    saturation, spreads a group over more workers than round-robin does: the lc finding in
+//    docs/benchmarks.md). The product keeps a long session home until the home's batch is about
+//    (uncached elsewhere + 1) / (uncached home + 1) times another's, which bounds decode
+//    concentration by request count where the ttft and soft laws let it grow.
+//
 // Peer re-implementations, from their published descriptions (shared/reference/peers.md), over
 // the same candidates; a prompt nobody holds is decided by the same formula (overlap 0):
 //  - lmetric (LMetric, arXiv 2603.15202, adopted by Dynamo): argmin of new prefill blocks x batch
@@ -102,6 +112,7 @@ enum class LawMode : uint8_t {
   kDynamo,   // "dynamo"
   kLlmd,     // "llm-d" (the older weighted profile)
   kLlmdSticky,  // "llm-d-sticky" (llm-d's current default)
+  kPredict,     // an extension: LMetric's cost on hits, Tier 1.5 misses
 };
 
 // True for the peer re-implementations: they decide on every request, a prompt nobody holds

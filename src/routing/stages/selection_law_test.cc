@@ -281,5 +281,29 @@ TEST(SelectionLaw, TtftIsQueuedPrefillPlusOwnUncachedPlusLoad) {
   EXPECT_FALSE(isPeerLaw(LawMode::kTtft));  // ours: misses are Tier 1.5's, as under hard
 }
 
+TEST(SelectionLaw, PredictIsNewPrefillTimesBatch) {
+  LawParams p{LawMode::kPredict};
+  p.prompt_blocks = 100;
+  // A session's home holds 90 of 100 blocks with 9 requests in flight: (10 + 1) x 10 = 110; an
+  // idle endpoint holding the shared 20-block preamble: (80 + 1) x 1 = 81: the idle one (a spill).
+  auto r = run({{90, 9, 1000}, {20, 0, 1000}}, p);
+  EXPECT_EQ(r.index, 1);
+  EXPECT_TRUE(r.spilled);
+  EXPECT_EQ(r.uncached, 80u);
+  // Home at 6 in flight: 11 x 7 = 77 < 81: home.
+  r = run({{90, 6, 1000}, {20, 0, 1000}}, p);
+  EXPECT_EQ(r.index, 0);
+  EXPECT_FALSE(r.spilled);
+  // A full hit still computes the last token: (0 + 1) x 41 = 41 against (60 + 1) x 1 = 61.
+  EXPECT_EQ(run({{100, 40, 1000}, {40, 0, 1000}}, p).index, 0);
+  // Half the prompt held behind one request: (50 + 1) x 2 = 102 against a cold idle endpoint's
+  // (100 + 1) x 1 = 101: the cold one.
+  EXPECT_EQ(run({{50, 1, 1000}, {0, 0, 1000}}, p).index, 1);
+  EXPECT_EQ(parseLawMode("predict"), LawMode::kPredict);
+  EXPECT_EQ(lawModeName(LawMode::kPredict), "predict");
+  EXPECT_FALSE(isPeerLaw(LawMode::kPredict));  // misses are Tier 1.5's, as under hard
+  EXPECT_FALSE(tracksPendingPrefill(LawMode::kPredict));
+}
+
 }  // namespace
 }  // namespace kvgate::routing

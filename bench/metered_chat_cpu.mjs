@@ -1,0 +1,122 @@
+// Gateway CPU per metered Tier 1.5 chat request (issue 29 §1, "one render, one tokenize"): two
+// kvgate binaries side by side in one run, each in front of the same instant engine stand-in, each
+// with a Tier 1.5 rule (kvExactMode 3) behind an API key whose tenant has a token quota, so every
+// request is counted by the quota gate and keyed by kv_exact. The chat request carries a system
+// prompt of about 6 KB (a tool preamble) and a short user turn, rendered by Qwen3-8B's template.
+// CPU is the gateway's own (utime + stime of /proc/<pid>/stat) over REQUESTS requests at
+// CONCURRENCY, after a warm-up that loads the tokenizer; rounds alternate the binaries.
+// Usage: node bench/metered_chat_cpu.mjs --before PATH --after PATH [--requests 2000]
+//        [--concurrency 8] [--rounds 3]
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import readline from 'node:readline';
+import { buildModelsDir } from '../scripts/models_dir.mjs';
+import { LB_BASE, api, freePort, rule, scrapeMetrics, stop, tempDir, waitFor } from '../tests/integration/lib.mjs';
+
+const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) => {
+  if (a.startsWith('--')) acc.push([a.slice(2), all[i + 1]]);
+  return acc;
+}, []));
+const REQUESTS = Number(args.requests ?? 2000);
+const CONCURRENCY = Number(args.concurrency ?? 8);
+const ROUNDS = Number(args.rounds ?? 3);
+const BINS = { before: args.before, after: args.after };
+for (const [k, v] of Object.entries(BINS)) if (!v || !fs.existsSync(v)) throw new Error(`--${k} PATH: a kvgate binary`);
+const MODEL = 'Qwen/Qwen3-8B';
+const TICK = 100;  // USER_HZ
+
+const tmp = tempDir();
+const modelsDir = path.join(tmp.dir, 'models');
+await buildModelsDir(modelsDir);
+const body = Buffer.from(JSON.stringify({ model: MODEL, max_tokens: 16, messages: [
+  { role: 'system', content: 'You are a coding agent with these tools. '.repeat(150) },
+  { role: 'user', content: 'List the files of the repository and explain the build.' }] }));
+const answer = JSON.stringify({ object: 'chat.completion', choices: [{ index: 0,
+  message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+usage: { prompt_tokens: 1500, completion_tokens: 1, total_tokens: 1501 } });
+const engine = http.createServer((req, res) => {
+  req.resume();
+  req.on('end', () => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-length': answer.length });
+    res.end(answer);
+  });
+});
+await new Promise((r) => engine.listen(0, '127.0.0.1', r));
+
+const cpuTicks = (pid) => {
+  const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const rest = f.slice(f.lastIndexOf(')') + 2).split(' ');
+  return Number(rest[11]) + Number(rest[12]);  // utime, stime (fields 14 and 15)
+};
+
+// A gateway from the given binary, once it printed its ready line.
+function serve(bin, dir) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(bin, ['serve', '--api-listen', '127.0.0.1:0', '--state-dir', dir, '--workers', '1',
+      '--models-dir', modelsDir], { stdio: ['ignore', 'pipe', 'ignore'] });
+    proc.on('exit', (code) => reject(new Error(`${bin} exited with ${code}`)));
+    readline.createInterface({ input: proc.stdout }).on('line', (line) => {
+      try {
+        const j = JSON.parse(line);
+        if (j.event === 'ready') resolve({ proc, api: j.api });
+      } catch { /* not the ready line */ }
+    });
+  });
+}
+
+async function round(name) {
+  const gw = await serve(BINS[name], path.join(tmp.dir, `${name}-${Date.now()}`));
+  try {
+    const port = await freePort();
+    let r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: engine.address().port }],
+      extraArgs: { kvExactMode: 3, kvZmqPort: await freePort(), api_key_auth: 'required' } }));
+    if (r.status !== 200) throw new Error(r.text);
+    r = await api(gw.api, 'POST', '/netlox/v1/config/ai/tenant/ratelimit',
+      { tenant_id: 'acme', tokens_per_min: 1e9, burst_pct: 100 });
+    if (r.status !== 204) throw new Error(r.text);
+    r = await api(gw.api, 'POST', '/netlox/v1/config/ai/apikey', { tenant_id: 'acme' });
+    const key = r.json.raw_key;
+    const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
+    const send = () => new Promise((resolve, reject) => {
+      const q = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/v1/chat/completions', agent,
+        headers: { 'content-type': 'application/json', 'content-length': body.length, authorization: `Bearer ${key}` } },
+      (res) => { res.resume(); res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`status ${res.statusCode}`)))); });
+      q.on('error', reject);
+      q.end(body);
+    });
+    // Warm-up: until the quota gate counts with the tokenizer (loaded off the event loop).
+    const counted = async () => (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_quota_prompt_counts_total' &&
+      s.labels.method === 'tokenizer')?.value ?? 0;
+    if (!await waitFor(async () => { await send(); return (await counted()) > 0; }, 20000, 100)) throw new Error('tokenizer never loaded');
+    for (let i = 0; i < 200; ++i) await send();
+    const c0 = cpuTicks(gw.proc.pid);
+    const t0 = process.hrtime.bigint();
+    let next = 0;
+    await Promise.all(Array.from({ length: CONCURRENCY }, async () => { while (next++ < REQUESTS) await send(); }));
+    const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+    const cpuUs = (cpuTicks(gw.proc.pid) - c0) * (1e6 / TICK);
+    agent.destroy();
+    return { us_per_request: cpuUs / REQUESTS, requests_per_s: REQUESTS / secs };
+  } finally {
+    await stop(gw.proc);
+  }
+}
+
+const results = { before: [], after: [] };
+for (let i = 0; i < ROUNDS; ++i) {
+  for (const name of ['before', 'after']) {
+    const r = await round(name);
+    results[name].push(r);
+    console.log(`round ${i + 1} ${name.padEnd(6)} ${r.us_per_request.toFixed(1)} us CPU/request  ${r.requests_per_s.toFixed(0)} req/s`);
+  }
+}
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+const mb = median(results.before.map((r) => r.us_per_request));
+const ma = median(results.after.map((r) => r.us_per_request));
+console.log(JSON.stringify({ requests: REQUESTS, concurrency: CONCURRENCY, rounds: ROUNDS,
+  before_us_median: Number(mb.toFixed(1)), after_us_median: Number(ma.toFixed(1)), ratio: Number((ma / mb).toFixed(3)) }));
+engine.closeAllConnections();
+engine.close();
+tmp.remove();
