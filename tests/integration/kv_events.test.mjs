@@ -441,7 +441,9 @@ test('Tier 1.5: speculative insert keeps a burst of siblings together', async (t
     const gw = await gateway(t, ['--workers', '1'], { env });
     const port = await freePort();
     const r = await api(gw.api, 'POST', LB_BASE,
-      rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort } }));
+      // (The seed's hard law, whose cap keeps a burst together; the default predict law weighs
+      // each sibling's batch on the home and spreads a burst by design.)
+      rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort, kvLbMode: 'hard' } }));
     assert.equal(r.status, 200, r.text);
     await joinSubscriptions(gw, [a, b], kvPort, 500000 + (arm === 'on' ? 0 : 250000));
     const m0 = await scrapeMetrics(gw.api);
@@ -625,7 +627,8 @@ test('KV events: duplicate stores are idempotent, orphans are skipped', async (t
   assert.equal(await metric(o, 'kvgate_kv_clears_total'), 0);
 });
 
-// The selection law end to end: with LOXILB_KV_MEAN_LOAD_FACTOR=100 (cap = ceil(L x cap_i / C))
+// The seed's hard selection law end to end (kvLbMode hard; predict is the default of mode 3
+// rules): with LOXILB_KV_MEAN_LOAD_FACTOR=100 (cap = ceil(L x cap_i / C))
 // the warm worker holding one request in flight is at its cap (L = 1 + 1, cap = ceil(2 / 2) = 1),
 // so the next request spills to the cold one; every 4th hit is a cold-start seed
 // (LOXILB_KV_COLDSTART_SEED_Nth=4, MIN_BLOCKS=8); and misses are counted by reason.
@@ -640,7 +643,8 @@ test('Tier 1.5 spills over its cap, seeds cold workers and counts misses', async
   });
   const port = await freePort();
   const r = await api(gw.api, 'POST', LB_BASE,
-    rule({ port, workers: [warm, cold], extraArgs: { name: 'law', kvExactMode: 3, kvZmqPort: kvPort, kvExactApiMode: 'completions' } }));
+    rule({ port, workers: [warm, cold], extraArgs: { name: 'law', kvExactMode: 3, kvZmqPort: kvPort, kvExactApiMode: 'completions',
+      kvLbMode: 'hard' } }));
   assert.equal(r.status, 200, r.text);
   await joinSubscriptions(gw, [warm, cold], kvPort, 900000);
   const blocks = async (w) => kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${w.host}:${kvPort}`).value;

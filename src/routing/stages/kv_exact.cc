@@ -346,7 +346,10 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule, const RoutingEnv& en
                : api == "chat"      ? ApiMode::kChat
                                     : ApiMode::kBoth;
   o.law = env.law;
-  o.law.mode = LawMode::kHard;
+  // The default law: predict on single-pool (kvExactMode 3) rules (issue 29: better than hard and
+  // round-robin on every workload of the fleet benchmark, docs/benchmarks.md); the seed's hard on
+  // P/D rules (kvExactMode 1), whose prefill pool the seed's ladder was tuned for.
+  o.law.mode = sa.value("kvExactMode", 0) == 3 ? LawMode::kPredict : LawMode::kHard;
   o.law.block_tokens = o.block_size;
   // Seed 000: pressure relief is on for single-pool mode 3 and off for P/D mode 1 unless
   // LOXILB_KV_SPILL_RELIEF says otherwise.

@@ -489,7 +489,13 @@ TEST(KvExact, RuleFieldsChooseApiModeAndLawMode) {
   EXPECT_EQ(kvExactOptions(r, off).law.mode, LawMode::kSoft);  // the rule beats the environment
   r.service_args.erase("kvLbMode");
   EXPECT_EQ(kvExactOptions(r, off).law.mode, LawMode::kOff);  // then the environment
-  EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kHard);  // then hard
+  // Then the default: the seed's hard (a rule without kvExactMode 3: P/D mode 1 here) ...
+  EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kHard);
+  r.service_args["kvExactMode"] = 1;
+  EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kHard);
+  // ... and predict on single-pool kvExactMode 3 rules (issue 29).
+  r.service_args["kvExactMode"] = 3;
+  EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kPredict);
   EXPECT_EQ(kvExactOptions(config::RuleSpec{}, defaultRoutingEnv()).api_mode, ApiMode::kBoth);
 }
 

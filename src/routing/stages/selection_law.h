@@ -2,9 +2,10 @@
 // rule's healthy endpoints from each one's cache overlap with the prompt, its load and its KV
 // capacity. Pure: no clock, no index, no endpoint state; the KV-exact stage gathers the inputs.
 //
-// Modes (kvLbMode on the rule, else LOXILB_KV_LB_MODE, else hard; see parseLawMode):
+// Modes (kvLbMode on the rule, else LOXILB_KV_LB_MODE, else predict on kvExactMode 3 rules and
+// hard on P/D rules; see parseLawMode):
 //  - off: overlap argmax.
-//  - hard (default): capacity-weighted bounded load. cap_i = ceil(f * L * capacity_i / C) with
+//  - hard (the seed's default; ours on P/D rules): capacity-weighted bounded load. cap_i = ceil(f * L * capacity_i / C) with
 //    f = mean_load_factor_pct / 100 (default 175 = 1.75, i.e. epsilon 0.75), L the total load and
 //    C the total capacity over the candidates. The affinity set is the candidates with positive
 //    overlap; among its members under their cap (load_i < cap_i) the highest overlap wins.
@@ -37,7 +38,7 @@
 //    queue of the moment unbalanced the fleet in the benchmark (its siblings follow it for good),
 //    while the rule's round-robin spreads new prefixes evenly.
 //
-//  - predict (an extension, issue 29's candidate default; not the default yet): LMetric's cost
+//  - predict (an extension; the default of kvExactMode 3 rules since issue 29): LMetric's cost
 //    on the prompts someone holds, argmin of (uncached_i + 1) x (load_i + 1) (new prefill blocks
 //    x batch, as the lmetric peer arm below), and the seed's Tier 1.5 miss for a prompt nobody
 //    holds (the rule's selector places it, round-robin by default, with cold-start seeding), so
