@@ -338,7 +338,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   uint64_t request_seq_ = 0;     // requests dispatched on this connection (the drain's guard)
   http::ResponseHead resp_head_;  // the current response's head (views into the leg's buffer)
   std::vector<bool> excluded_;
-  routing::ChainCache chain_cache_;  // kv_exact's chain, reused by a request's retries
+  // The request's prompt ids (quota count and kv_exact share them) and kv_exact's chain, which
+  // its retries reuse; cleared after each request.
+  routing::ChainCache chain_cache_;
   routing::RemoteHint remote_hint_;  // kv_exact with kvIndexAddr: this request's answer
   std::string last_error_;           // why the last endpoint tried could not serve (502 message)
   Outcome outcome_;

@@ -283,6 +283,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
   last_error_.clear();
   for (size_t attempt = 0; attempt < 2 * n; ++attempt) {
     routing::Decision d = co_await decide(route, *pipeline, rctx, cands);
+    chain_cache_.releaseTokens();  // (the chain, if any, is what a retry reuses)
     if (d.index < 0) break;
     const size_t idx = static_cast<size_t>(d.index);
     auto& state = *route.endpoints[idx].state;

@@ -808,6 +808,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       if (trial) plase.takeTrial();
     } else {
       d = co_await decide(route, *route.pipeline, rctx, cands);
+      chain_cache_.releaseTokens();
       if (d.index < 0) break;
       auto& s = *route.endpoints[static_cast<size_t>(d.index)].state;
       bool trial = false;

@@ -10,8 +10,9 @@
 // larger of max_tokens, max_completion_tokens and max_output_tokens, else serve --quota-max-tokens
 // (digit strings count, as pydantic reads them; a count the gateway cannot read makes max_tokens
 // at least --quota-max-tokens and n 1024). The prompt
-// estimate: a token-id prompt's id count, else the rendered prompt's bytes / 4 rounded up (the
-// request facts' one parse; no tokenizer runs on the event loop for it), else, when the facts
+// estimate: a token-id prompt's id count, else the model's tokenizer (serve --models-dir; loaded
+// off the event loop, bounded text; the ids stay in the request's ChainCache for Tier 1.5), else
+// the rendered prompt's bytes / 4 rounded up (the request facts' one parse), else, when the facts
 // found no prompt, the body's bytes / 4.
 //
 // Settlement (settleQuota, run when dispatch ends on every path, client disconnects included):

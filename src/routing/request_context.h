@@ -23,6 +23,9 @@ namespace kvgate::routing {
 struct ChainCache {
   std::vector<uint64_t> chain;
   bool ready = false;
+  // Blocks of the prompt beyond the chain (a text cut before tokenizing, ids past kv_exact's
+  // bound), estimated: uncached everywhere.
+  uint32_t tail_blocks = 0;
   // PromptTokens::tokens()'s answer for this request's facts (tokens_ready: it was asked).
   std::vector<uint32_t> tokens;
   bool tokens_ready = false;
@@ -31,6 +34,13 @@ struct ChainCache {
     ready = false;
     tokens_ready = false;
     tokens_ok = false;
+  }
+  // The ids are not kept while the response streams (up to 4x the tokenizer's text bound per
+  // request): routing calls this once it has decided; a later run (a P/D rescue) asks again.
+  void releaseTokens() {
+    if (!tokens_ready) return;
+    std::vector<uint32_t>().swap(tokens);
+    tokens_ready = tokens_ok = false;
   }
 };
 

@@ -307,7 +307,7 @@ test('SGLang P/D: a prefill that fails ends the waiting decode leg', async (t) =
 
 // Issue 28 §1.7: a decode leg that failed left the concurrent SGLang prefill leg, and its
 // endpoint's in-flight slot, alive until the prefill ended on its own. The prefill engine here
-// stalls 20 s; the decode engine refuses at once (503): the prefill leg must end within seconds.
+// stalls 20 s; the decode engine refuses after 3 s (503): the prefill leg must end within seconds.
 test('SGLang P/D: a decode that fails ends the concurrent prefill leg', async (t) => {
   const sim = await fleet(t, 'sglang');
   const [prefill, decode] = sim.workers;

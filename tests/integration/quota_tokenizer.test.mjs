@@ -113,7 +113,8 @@ test('a metered Tier 1.5 chat request is tokenized once', async (t) => {
   const metered = await freePort();
   const open = await freePort();
   const kv = { kvExactMode: 3, kvZmqPort: kvPort };
-  let r = await api(gw.api, 'POST', LB_BASE, rule({ port: metered, workers, extraArgs: { ...kv, api_key_auth: 'required' } }));
+  let r = await api(gw.api, 'POST', LB_BASE, rule({ port: metered, workers,
+    extraArgs: { ...kv, name: 'metered', api_key_auth: 'required' } }));
   assert.equal(r.status, 200, r.text);
   r = await api(gw.api, 'POST', LB_BASE, rule({ port: open, workers, extraArgs: kv }));
   assert.equal(r.status, 200, r.text);
@@ -140,8 +141,19 @@ test('a metered Tier 1.5 chat request is tokenized once', async (t) => {
   await chat(open);
   assert.equal(await truncated(), before + 1, 'an unmetered request: kv_exact tokenizes once');
   before = await truncated();
+  const tier15 = async () => {
+    const m = await scrapeMetrics(gw.api);
+    return { tokenize: metric(m, 'loxilb_pd_kv_tier15_miss_reason_total', { service: 'metered', reason: 'tokenize' }) ?? 0,
+      keyed: (metric(m, 'loxilb_pd_kv_tier15_hits_total', { service: 'metered' }) ?? 0) +
+        (metric(m, 'loxilb_pd_kv_tier15_miss_reason_total', { service: 'metered', reason: 'no_worker' }) ?? 0) };
+  };
+  const t0 = await tier15();
   await chat(metered, { authorization: `Bearer ${key}` });
   assert.equal(await truncated(), before + 1, 'a metered request: the quota count and kv_exact share one tokenize');
+  const t1 = await tier15();
+  // ... and kv_exact did key the request with those ids (not a tokenize miss).
+  assert.equal(t1.tokenize, t0.tokenize, 'no tokenize miss');
+  assert.equal(t1.keyed, t0.keyed + 1, 'Tier 1.5 keyed the request');
   const ms = await scrapeMetrics(gw.api);
   assert.ok((metric(ms, 'kvgate_quota_prompt_counts_total', { method: 'tokenizer' }) ?? 0) >= 1,
     'the quota gate counted with the tokenizer');

@@ -96,7 +96,7 @@ Load:
                       chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, kv-taper,
                       kv-ttft, kv-predict (each also as kv-LAW-lc: least connections behind it, and
                       kv-LAW-lcl: lc_light behind it), oracle
-                      (hard law), oracle-ttft (ttft law), and
+                      (hard law), oracle-ttft, oracle-predict (that law), and
                       re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, llm-d
                       (the older weighted profile), llm-d-sticky (llm-d's current default)
   --side-arms LIST    more arms, run only at --side-qps
@@ -275,7 +275,7 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
         return false;
       }
       // (kv-taper-lc over the whole ladder: the setting measured best on GSP at low load)
-      o.arms = {"rr", "lc", "kv-hard", "kv-taper-lc", "oracle"};
+      o.arms = {"rr", "lc", "kv-hard", "kv-predict", "kv-taper-lc", "oracle"};
       o.side_arms = {"random",           "chwbl",    "kv-soft", "kv-adaptive",
                      "kv-adaptive-soft", "kv-taper", "kv-ttft", "kv-soft-lc",
                      "sglang",           "sglang-cli", "lmetric", "dynamo", "llm-d",
@@ -570,7 +570,7 @@ asio::awaitable<size_t> oraclePick(const Run& r, routing::LawMode law, StreamCli
   for (const auto& x : c) any = any || x.overlap > 0;
   size_t pick = 0;
   uncached = static_cast<uint32_t>(chain.size());
-  if (!any) {
+  if (!any && !routing::decidesMisses(law)) {  // (predict places misses itself)
     ++tally.cold;
     pick = tally.cursor++ % c.size();
   } else {
@@ -581,7 +581,7 @@ asio::awaitable<size_t> oraclePick(const Run& r, routing::LawMode law, StreamCli
     if (lr.spilled) ++tally.spills;
     pick = lr.index < 0 ? 0 : static_cast<size_t>(lr.index);
     uncached = lr.uncached;
-    if (r.seed_nth > 0 && ++tally.hits % r.seed_nth == 0) {
+    if (!routing::decidesMisses(law) && r.seed_nth > 0 && ++tally.hits % r.seed_nth == 0) {
       for (size_t i = 0; i < c.size(); ++i) {
         if (held[i] >= r.seed_min_blocks) continue;
         if (i != pick) {

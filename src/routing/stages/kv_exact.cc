@@ -110,9 +110,11 @@ class KvExactStage : public Stage {
     std::vector<uint32_t>& tokens = sc.tokens;
     std::vector<uint64_t>& chain = sc.chain;
     size_t n = 0;
+    uint32_t tail = 0;  // blocks of the prompt beyond the chain, estimated
     if (ctx.chain_cache && ctx.chain_cache->ready) {
       chain = ctx.chain_cache->chain;
       n = chain.size();
+      tail = ctx.chain_cache->tail_blocks;
     } else {
       tokens.clear();
       ChainCache* cache = ctx.chain_cache;
@@ -153,8 +155,16 @@ class KvExactStage : public Stage {
       n = kv::prefixChain(ids->data(), blocks * opts_.block_size, opts_.block_size,
                           kv::partitionRoot(adapter, f->cache_salt), chain.data(), blocks);
       chain.resize(n);
+      // The prompt's whole length in blocks: ids past the bound, and a text cut before
+      // tokenizing (its cut bytes at 4 a token, as the quota gate estimates them).
+      size_t total = ids_given ? f->prompt_token_ids.size() : ids->size();
+      if (!ids_given && tokens_ && f->prompt_render_total > tokens_->textBound())
+        total += (f->prompt_render_total - tokens_->textBound() + 3) / 4;
+      const size_t whole = total / opts_.block_size;
+      tail = static_cast<uint32_t>(std::min<size_t>(whole > n ? whole - n : 0, UINT32_MAX / 2));
       if (cache) {
         cache->chain.assign(chain.begin(), chain.end());
+        cache->tail_blocks = tail;
         cache->ready = true;
       }
     }
@@ -246,11 +256,12 @@ class KvExactStage : public Stage {
     // Nobody holds a leading block; or only excluded endpoints do (an excluded winner already
     // fell to the next-best overlap above: the law only sees candidates left). The peer laws
     // decide misses by their own formula.
-    const bool peer = isPeerLaw(opts_.law.mode);
+    const bool peer = decidesMisses(opts_.law.mode);
     // Under ttft, whichever stage places a miss, its prefill is queued there: the whole prompt
     // (a shallow match: what the index does not hold).
     const bool pending = tracksPendingPrefill(opts_.law.mode);
-    const uint32_t miss_blocks = pending ? static_cast<uint32_t>(n - std::min<size_t>(best, n)) : 0;
+    const uint32_t miss_blocks =
+        pending ? static_cast<uint32_t>(n - std::min<size_t>(best, n)) + tail : 0;
     if (best == 0 && !peer) {
       StageResult miss =
           StageResult::fall(best_excluded > 0 ? FallReason::kExcluded : FallReason::kNoWorker);
@@ -263,14 +274,17 @@ class KvExactStage : public Stage {
       return miss;
     }
     LawParams p = opts_.law;
-    p.prompt_blocks = static_cast<uint32_t>(n);
+    p.prompt_blocks = static_cast<uint32_t>(n) + tail;  // (the tail is nobody's overlap)
     LawResult r = applyLaw(cands, p);
     if (r.index < 0) return StageResult::fall(FallReason::kAllExcluded);
+    // A prompt nobody holds, placed by a law that decides misses (predict, the peers'): key
+    // `load`, so Tier 1.5's hit count stays the requests routed by cache overlap.
     StageResult res = StageResult::pick(index_of[static_cast<size_t>(r.index)],
-                                        DecisionKey::kKvOverlap, r.spilled);
+                                        best == 0 ? DecisionKey::kLoad : DecisionKey::kKvOverlap,
+                                        r.spilled);
     res.track_chain = opts_.law.mode == LawMode::kDynamo;
     if (pending) res.prefill_blocks = r.uncached;
-    if (peer) return res;  // no cold-start seeding: the re-implemented policies have none
+    if (peer) return res;  // no cold-start seeding: the laws that place misses have none
     // Cold-start seeding, after the law (and its spill relief), on every Nth hit.
     const uint64_t hit = hits_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (opts_.coldstart_seed_nth > 0 && hit % opts_.coldstart_seed_nth == 0) {
@@ -285,7 +299,8 @@ class KvExactStage : public Stage {
           res.index = static_cast<int>(i);
           res.seeded = true;
           if (pending)  // what the seeded endpoint must prefill
-            res.prefill_blocks = static_cast<uint32_t>(n - std::min<size_t>(overlapOf(i), n));
+            res.prefill_blocks =
+                static_cast<uint32_t>(n - std::min<size_t>(overlapOf(i), n)) + tail;
         }
         break;
       }

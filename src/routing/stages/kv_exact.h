@@ -28,9 +28,11 @@
 // contract (events/hash_contract.h) are not scored.
 //
 // A retry of the same request (the pipeline runs again after an endpoint failed) reuses the chain
-// its first attempt stored in RequestContext::chain_cache: no second tokenize or hash.
+// its first attempt stored in RequestContext::chain_cache: no second tokenize or hash; ids the
+// quota gate already computed for the request are taken from there too (one tokenize a request).
 // Knobs: kvBlockSize, kvZmqPort, kvExactApiMode, kvLbMode (rule) > LOXILB_KV_LB_MODE (env) >
-// hard; LOXILB_KV_MEAN_LOAD_FACTOR, LOXILB_KV_SPILL_RELIEF, LLB_KV_MIN_MATCH_TOKENS; the text
+// predict on kvExactMode 3 rules, hard on P/D rules; LOXILB_KV_MEAN_LOAD_FACTOR,
+// LOXILB_KV_SPILL_RELIEF, LLB_KV_MIN_MATCH_TOKENS; the text
 // bound LOXILB_KV_TOKENIZE_MAX_BYTES (tokenizer/request_tokenizer.h). Bounds: at most 8192
 // leading blocks are hashed and scored. Endpoints sharing one address (one publisher key) are
 // not scored. Cold-start seeding (after the law, the seed's flowchart order): while a followed,

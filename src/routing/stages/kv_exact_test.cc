@@ -354,23 +354,52 @@ TEST(KvExact, TtftWeighsQueuedPrefill) {
   EXPECT_EQ(r.prefill_blocks, 4u);
 }
 
-// The predict law: a prompt someone holds by new prefill x batch; one nobody holds is a Tier 1.5
-// miss (the rule's selector places it).
-TEST(KvExact, PredictWeighsNewPrefillByBatch) {
+// The predict law: (queued + own prefill) x batch over every candidate, a prompt nobody holds
+// included (no Tier 1.5 miss), and the pick's uncached blocks are what its lease queues.
+TEST(KvExact, PredictDecidesEveryRequestByPrefillTimesBatch) {
   KvExactOptions o;
   o.law.mode = LawMode::kPredict;
   Fixture f(o);
   // Overlaps 4, 2, 0 of 4 blocks, idle: (0 + 1) x 1, (2 + 1) x 1, (4 + 1) x 1: endpoint 0.
-  EXPECT_EQ(f.run().index, 0);
-  // Endpoint 0 with 3 in flight: 1 x 4 = 4 > 3: endpoint 1, a spill.
-  f.eps[0].state->active.store(3);
   auto r = f.run();
-  EXPECT_EQ(r.index, 1);
-  EXPECT_TRUE(r.spilled);
-  for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 1000 + t;  // nobody holds these
+  EXPECT_EQ(r.index, 0);
+  EXPECT_EQ(r.prefill_blocks, 0u);
+  // Loads 5, 5, 0: 1 x 6 = 6, 3 x 6 = 18, 5 x 1 = 5: the cold idle endpoint, a spill (the hard
+  // law keeps endpoint 0: L = 11, cap = ceil(1.75 x 11 / 3) = 7 > 5).
+  f.eps[0].state->active.store(5);
+  f.eps[1].state->active.store(5);
   r = f.run();
-  EXPECT_EQ(r.index, -1);
-  EXPECT_EQ(r.reason, FallReason::kNoWorker);
+  EXPECT_EQ(r.index, 2);
+  EXPECT_TRUE(r.spilled);
+  EXPECT_EQ(r.prefill_blocks, 4u);
+  // A prompt nobody holds: the law places it, (0 + 4 + 1) x 6, x 6, x 1: endpoint 2, with its 4
+  // blocks queued; with 30 blocks queued there: (30 + 5) x 1 = 35 > 30: endpoint 0.
+  for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 1000 + t;
+  r = f.run();
+  EXPECT_EQ(r.index, 2);
+  EXPECT_FALSE(r.spilled);
+  EXPECT_EQ(r.prefill_blocks, 4u);
+  EXPECT_EQ(r.key, DecisionKey::kLoad);  // not a Tier 1.5 hit
+  f.eps[2].state->pending_prefill_blocks.store(30);
+  EXPECT_EQ(f.run().index, 0);
+}
+
+// A token-id prompt past kv_exact's 8192-block bound counts its cut tail as uncached everywhere:
+// 8192 + 100 blocks, the endpoint holding the first 4 at load 1 costs (8192 + 100 - 4 + 1) x 2,
+// the idle cold one (8292 + 1) x 1: the cold one. Without the tail the holder would cost
+// (8188 + 1) x 2 = 16378 against 8193, the same pick; so the test also checks the queued blocks.
+TEST(KvExact, PredictCountsAPromptsCutTail) {
+  KvExactOptions o;
+  o.law.mode = LawMode::kPredict;
+  Fixture f(o);
+  f.facts.prompt_token_ids.resize((8192 + 100) * 16);
+  for (size_t t = 64; t < f.facts.prompt_token_ids.size(); ++t)
+    f.facts.prompt_token_ids[t] = static_cast<int64_t>(5000 + t);
+  f.eps[0].state->active.store(1);
+  f.eps[1].state->active.store(1);
+  auto r = f.run();
+  EXPECT_EQ(r.index, 2);
+  EXPECT_EQ(r.prefill_blocks, 8292u);  // the whole prompt, tail included
 }
 
 // A text prompt's ids, 0..63 (what the fixture's endpoints hold), counting the calls.

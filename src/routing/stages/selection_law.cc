@@ -208,13 +208,24 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
       return r;
     }
     case LawMode::kPredict: {
-      r.index = extremum(
-          c,
-          [&](size_t i) {
-            return (double(uncachedBlocks(p, c[i])) + 1) * (double(c[i].load) + 1);
-          },
-          false);
-      r.spilled = r.index != argmax;
+      // The batch counts relative to the endpoint's share of KV capacity (capacity x the external
+      // controller's weight; unknown = the mean): an engine twice the mean size carries a batch
+      // twice as large for the same cost.
+      const double cap_mean = cap_total / static_cast<double>(c.size());
+      auto cost = [&](size_t i) {
+        return (double(c[i].pending_blocks) + double(uncachedBlocks(p, c[i])) + 1) *
+               (double(c[i].load) + 1) * cap_mean / capacity(i);
+      };
+      double bs = 0;
+      for (size_t i = 0; i < c.size(); ++i) {
+        const double s = cost(i);
+        // Ties: more overlap (keep the cache), then less load, then lower index.
+        if (r.index < 0 || s < bs || (s == bs && moreAffine(c, i, static_cast<size_t>(r.index)))) {
+          r.index = static_cast<int>(i);
+          bs = s;
+        }
+      }
+      r.spilled = r.index != argmax && c[static_cast<size_t>(argmax)].overlap > 0;
       return r;
     }
     case LawMode::kSoft:

@@ -5,7 +5,8 @@
 // Modes (kvLbMode on the rule, else LOXILB_KV_LB_MODE, else predict on kvExactMode 3 rules and
 // hard on P/D rules; see parseLawMode):
 //  - off: overlap argmax.
-//  - hard (the seed's default; ours on P/D rules): capacity-weighted bounded load. cap_i = ceil(f * L * capacity_i / C) with
+//  - hard (the seed's default; ours on P/D rules): capacity-weighted bounded load.
+//    cap_i = ceil(f * L * capacity_i / C) with
 //    f = mean_load_factor_pct / 100 (default 175 = 1.75, i.e. epsilon 0.75), L the total load and
 //    C the total capacity over the candidates. The affinity set is the candidates with positive
 //    overlap; among its members under their cap (load_i < cap_i) the highest overlap wins.
@@ -38,15 +39,24 @@
 //    queue of the moment unbalanced the fleet in the benchmark (its siblings follow it for good),
 //    while the rule's round-robin spreads new prefixes evenly.
 //
-//  - predict (an extension; the default of kvExactMode 3 rules since issue 29): LMetric's cost
-//    on the prompts someone holds, argmin of (uncached_i + 1) x (load_i + 1) (new prefill blocks
-//    x batch, as the lmetric peer arm below), and the seed's Tier 1.5 miss for a prompt nobody
-//    holds (the rule's selector places it, round-robin by default, with cold-start seeding), so
-//    a new prefix is not put where the load of the moment happens to be lowest (which, near
-//    saturation, spreads a group over more workers than round-robin does: the lc finding in
-//    docs/benchmarks.md). The product keeps a long session home until the home's batch is about
-//    (uncached elsewhere + 1) / (uncached home + 1) times another's, which bounds decode
-//    concentration by request count where the ttft and soft laws let it grow.
+//  - predict (an extension; the default of kvExactMode 3 rules since issue 29): argmin of
+//    (pending_i + uncached_i + 1) x (load_i + 1) / share_i, the prefill that must run there before
+//    this request's first token (what this gateway queued there and has not seen start
+//    streaming, plus the request's own uncached blocks, plus its last token) times the batch it
+//    shares the engine with (the requests in flight there, this one counted), relative to the
+//    endpoint's share of KV capacity (share_i = capacity_i / the candidates' mean capacity, so
+//    the controller's weight and kvCapacityBlocks count as under hard; 1 when all are equal or
+//    unknown). Ties: more overlap, then less load. It is LMetric's new prefill x
+//    batch (the lmetric peer arm below) with the queued prefill added, and it decides every
+//    request, a prompt nobody holds included (no Tier 1.5 miss, no cold-start seeding): a miss
+//    goes where the least prefill is queued per unit of batch, so a new prefix is not put behind
+//    a long prompt's prefill, which least connections (LMetric's miss rule) cannot see and
+//    round-robin ignores. The product keeps a long session home until the home's batch is about
+//    (its prefill elsewhere) / (its prefill at home) times another's, which bounds decode
+//    concentration by requests where the ttft and soft laws let it grow without bound. A prompt
+//    cut before tokenizing (LOXILB_KV_TOKENIZE_MAX_BYTES, or past 8192 blocks) counts its cut
+//    tail as uncached everywhere (kv_exact adds the estimate to prompt_blocks), so a long
+//    session's home is not mistaken for a full hit.
 //
 // Peer re-implementations, from their published descriptions (shared/reference/peers.md), over
 // the same candidates; a prompt nobody holds is decided by the same formula (overlap 0):
@@ -75,8 +85,9 @@
 //    the filtered set, or over every candidate when the filter keeps none (affinity dropped).
 //    tau = peak prefill throughput x max TTFT penalty, calibrated once per hardware in llm-d;
 //    here LOXILB_KV_STICKY_TAU_TOKENS, default 286,720 (their example: 20,480 tokens/s x 14 s).
-// Ties everywhere: least load, then lowest index.
-// Spill relief (on by default for single-pool rules): when the pick is over its cap (the
+// Ties everywhere (but predict's, above): least load, then lowest index.
+// Spill relief (the capped laws: hard, adaptive, taper; on by default for single-pool rules;
+// predict, ttft and soft leave affinity by their cost instead): when the pick is over its cap (the
 // saturated case), move to the least-loaded under-cap candidate of the whole set, zero-overlap
 // ones included. A pick that is not the overlap argmax is a spill.
 //
@@ -106,14 +117,14 @@ enum class LawMode : uint8_t {
   kSoft,
   kAdaptive,
   kAdaptiveSoft,
-  kTaper,  // an extension: hard with a cap factor that tightens as the workers fill
-  kTtft,   // an extension: argmin of estimated time to first token (queued prefill + own)
+  kTaper,    // an extension: hard with a cap factor that tightens as the workers fill
+  kTtft,     // an extension: argmin of estimated time to first token (queued prefill + own)
+  kPredict,  // an extension: (queued + own prefill) x batch; the default of mode 3 rules
   // Re-implementations of peers' published policies over the same inputs (not their code):
   kLmetric,  // "lmetric"
   kDynamo,   // "dynamo"
   kLlmd,     // "llm-d" (the older weighted profile)
   kLlmdSticky,  // "llm-d-sticky" (llm-d's current default)
-  kPredict,     // an extension: LMetric's cost on hits, Tier 1.5 misses
 };
 
 // True for the peer re-implementations: they decide on every request, a prompt nobody holds
@@ -124,10 +135,14 @@ inline bool isPeerLaw(LawMode m) {
          m == LawMode::kLlmdSticky;
 }
 
+// True for the laws that decide a prompt nobody holds themselves (no Tier 1.5 miss, no cold-start
+// seeding): the peers' and predict.
+inline bool decidesMisses(LawMode m) { return isPeerLaw(m) || m == LawMode::kPredict; }
+
 // True for the laws that read pending_blocks: the gateway then counts each streamed request's
 // uncached blocks as queued prefill on its endpoint until the first byte (EndpointLease).
 inline bool tracksPendingPrefill(LawMode m) {
-  return m == LawMode::kTtft || m == LawMode::kLlmdSticky;
+  return m == LawMode::kTtft || m == LawMode::kLlmdSticky || m == LawMode::kPredict;
 }
 
 // A law name (lawModeName's); nullopt for anything else.
