@@ -87,7 +87,8 @@ inline const Family kEndpointInflight{"kvgate_endpoint_inflight_requests", Type:
 inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blocks",
     Type::kGauge,
     "Uncached prompt blocks of streaming requests this gateway sent to an endpoint whose first "
-    "response byte has not arrived yet (the prefill queued there; rules with kvLbMode ttft).",
+    "response byte has not arrived yet (the prefill queued there; rules whose law is ttft or "
+    "llm-d-sticky).",
     {"endpoint"}};
 inline const Family kEndpointConnectFailures{"kvgate_endpoint_connect_failures_total",
     Type::kCounter, "Failed connection attempts to an endpoint.", {"endpoint"}};

@@ -82,13 +82,15 @@ int64_t ClientConn::promptCount() {
     // same facts again.
     std::vector<uint32_t>& ids = chain_cache_.tokens;
     if (!chain_cache_.tokens_ready) {
-      chain_cache_.tokens_ok = tok->tokens(facts_, ids) == routing::TokensStatus::kOk;
+      chain_cache_.tokens_ok =
+          tok->tokens(facts_, ids, &chain_cache_.tokens_cut) == routing::TokensStatus::kOk;
       chain_cache_.tokens_ready = true;
     }
     if (chain_cache_.tokens_ok && !ids.empty()) {
       w_.stats.quota_prompt_tokenizer.fetch_add(1, std::memory_order_relaxed);
-      const int64_t bound = static_cast<int64_t>(std::min<size_t>(tok->textBound(), INT64_MAX));
-      const int64_t beyond = bytes > bound ? (bytes - bound + 3) / 4 : 0;  // (cut: estimated)
+      // (what the tokenizer's bound cut, estimated by it)
+      const int64_t beyond =
+          static_cast<int64_t>(std::min<size_t>(chain_cache_.tokens_cut, INT64_MAX / 2));
       return static_cast<int64_t>(ids.size()) + beyond;
     }
   }

@@ -28,8 +28,11 @@ class PromptTokens {
   // The FactNeeds bits the facts must carry for tokens().
   virtual uint32_t needs() const = 0;
   // Ids of the prompt (a completions prompt string, or a chat request rendered), at most the
-  // implementation's byte bound of text; `out` is replaced. Thread-safe, never blocks on I/O.
-  virtual TokensStatus tokens(const RequestFacts& f, std::vector<uint32_t>& out) const = 0;
+  // implementation's byte bound of text; `out` is replaced. With `cut` (not null), how many ids
+  // the bound left out, estimated (the cut text at 4 bytes an id, plus the ids dropped at the
+  // cut); 0 when nothing was cut. Thread-safe, never blocks on I/O.
+  virtual TokensStatus tokens(const RequestFacts& f, std::vector<uint32_t>& out,
+                              size_t* cut = nullptr) const = 0;
   // Bytes of prompt text tokens() looks at; beyond it the text is cut (SIZE_MAX: never).
   virtual size_t textBound() const { return SIZE_MAX; }
 };

@@ -28,6 +28,7 @@ struct ChainCache {
   uint32_t tail_blocks = 0;
   // PromptTokens::tokens()'s answer for this request's facts (tokens_ready: it was asked).
   std::vector<uint32_t> tokens;
+  size_t tokens_cut = 0;  // ids the tokenizer's bound left out, estimated (PromptTokens::tokens)
   bool tokens_ready = false;
   bool tokens_ok = false;  // the answer was kOk
   void clear() {
@@ -36,10 +37,10 @@ struct ChainCache {
     tokens_ok = false;
   }
   // The ids are not kept while the response streams (up to 4x the tokenizer's text bound per
-  // request): routing calls this once it has decided; a later run (a P/D rescue) asks again.
+  // request): routing calls this once it has decided (a later run that needs them asks again),
+  // and the connection after every request, whichever path it took.
   void releaseTokens() {
-    if (!tokens_ready) return;
-    std::vector<uint32_t>().swap(tokens);
+    if (tokens.capacity() > 0) std::vector<uint32_t>().swap(tokens);
     tokens_ready = tokens_ok = false;
   }
 };

@@ -121,8 +121,9 @@ void RequestTokenizer::loaderLoop() {
 
 std::vector<uint32_t> RequestTokenizer::encodeBounded(const std::shared_ptr<const Tokenizer>& t,
                                                       std::string_view text, bool special,
-                                                      bool chat) const {
+                                                      bool chat, size_t* cut_ids) const {
   bool cut = false;
+  if (cut_ids) *cut_ids = 0;
   if (text.size() > opts_.max_bytes) {
     size_t end = opts_.max_bytes;
     const size_t floor = end > 1024 ? end - 1024 : 0;
@@ -132,6 +133,7 @@ std::vector<uint32_t> RequestTokenizer::encodeBounded(const std::shared_ptr<cons
     } else {
       while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
     }
+    if (cut_ids) *cut_ids = (text.size() - end + 3) / 4 + kTailDrop;
     text = text.substr(0, end);
     cut = true;
     stats_.truncated.fetch_add(1, std::memory_order_relaxed);
@@ -164,15 +166,16 @@ std::vector<uint32_t> RequestTokenizer::encodeBounded(const std::shared_ptr<cons
 }
 
 TokensStatus RequestTokenizer::tokens(const routing::RequestFacts& f,
-                                      std::vector<uint32_t>& out) const {
+                                      std::vector<uint32_t>& out, size_t* cut) const {
   out.clear();
+  if (cut) *cut = 0;
   const bool chat = !f.messages_json.empty();
   if (!chat && f.prompt_text.empty()) return TokensStatus::kTextEmpty;
   if (!f.has_model || f.model.empty()) return TokensStatus::kModelEmpty;
   std::shared_ptr<const Tokenizer> t = find(f.model);
   if (!t) return TokensStatus::kNotLoaded;
   if (!chat) {
-    out = encodeBounded(t, f.prompt_text, f.add_special_tokens.value_or(true), false);
+    out = encodeBounded(t, f.prompt_text, f.add_special_tokens.value_or(true), false, cut);
     return TokensStatus::kOk;
   }
   // Bounded work on the caller's event loop: a chat request larger than twice the text bound, or
@@ -198,7 +201,7 @@ TokensStatus RequestTokenizer::tokens(const routing::RequestFacts& f,
   if (!in) return TokensStatus::kFailed;
   auto text = renderChat(*t, *in);
   if (!text) return TokensStatus::kFailed;
-  out = encodeBounded(t, *text, in->add_special_tokens, true);
+  out = encodeBounded(t, *text, in->add_special_tokens, true, cut);
   return TokensStatus::kOk;
 }
 

@@ -55,8 +55,8 @@ class RequestTokenizer : public routing::PromptTokens {
   RequestTokenizer& operator=(const RequestTokenizer&) = delete;
 
   uint32_t needs() const override;
-  routing::TokensStatus tokens(const routing::RequestFacts& f,
-                               std::vector<uint32_t>& out) const override;
+  routing::TokensStatus tokens(const routing::RequestFacts& f, std::vector<uint32_t>& out,
+                               size_t* cut = nullptr) const override;
   size_t textBound() const override { return opts_.max_bytes; }
 
   // The model's tokenizer when loaded; otherwise queues a load (unless one is queued, or the
@@ -75,8 +75,10 @@ class RequestTokenizer : public routing::PromptTokens {
  private:
   using Map = std::map<std::string, std::shared_ptr<const Tokenizer>, std::less<>>;
   void loaderLoop();
+  // `cut_ids` (not null): the ids the byte bound left out, estimated (PromptTokens::tokens).
   std::vector<uint32_t> encodeBounded(const std::shared_ptr<const Tokenizer>& t,
-                                      std::string_view text, bool special, bool chat) const;
+                                      std::string_view text, bool special, bool chat,
+                                      size_t* cut_ids = nullptr) const;
 
   TokenizerRegistry& registry_;
   RequestTokenizerOptions opts_;

@@ -98,8 +98,7 @@ test('Tier 1.5: requests go to the worker that holds their prefix', async (t) =>
   const [a, b] = sim.workers;
   const gw = await gateway(t, ['--workers', '1']);
   const port = await freePort();
-  // The seed's hard law, whose misses fall through to the rule's selector (upstream's counters
-  // below); the default predict law places a prompt nobody holds itself (key `load`).
+  // The seed's hard law as upstream runs it (its counters below: no spills, no cold seeds).
   const r = await api(gw.api, 'POST', LB_BASE,
     rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort, kvLbMode: 'hard' } }));
   assert.equal(r.status, 200, r.text);

@@ -20,8 +20,8 @@
 //                               round-robin behind it for misses
 //   kv-taper, kv-ttft, kv-predict
 //                               the same with our extensions (taper: a cap that tightens with
-//                               load; ttft: least estimated time to first token; predict:
-//                               LMetric's cost on hits, Tier 1.5 misses)
+//                               load; ttft: least estimated time to first token; predict, the
+//                               default of mode 3 rules: new prefill x batch on hits)
 //   kv-LAW-lc (kv-hard-lc, ...) any of these with least connections (sel 4) instead of
 //                               round-robin behind Tier 1.5
 //   kv-LAW-lcl                  ... with lc_light behind it (least connections while the pool
@@ -570,7 +570,7 @@ asio::awaitable<size_t> oraclePick(const Run& r, routing::LawMode law, StreamCli
   for (const auto& x : c) any = any || x.overlap > 0;
   size_t pick = 0;
   uncached = static_cast<uint32_t>(chain.size());
-  if (!any && !routing::decidesMisses(law)) {  // (predict places misses itself)
+  if (!any) {
     ++tally.cold;
     pick = tally.cursor++ % c.size();
   } else {
@@ -581,7 +581,7 @@ asio::awaitable<size_t> oraclePick(const Run& r, routing::LawMode law, StreamCli
     if (lr.spilled) ++tally.spills;
     pick = lr.index < 0 ? 0 : static_cast<size_t>(lr.index);
     uncached = lr.uncached;
-    if (!routing::decidesMisses(law) && r.seed_nth > 0 && ++tally.hits % r.seed_nth == 0) {
+    if (r.seed_nth > 0 && ++tally.hits % r.seed_nth == 0) {
       for (size_t i = 0; i < c.size(); ++i) {
         if (held[i] >= r.seed_min_blocks) continue;
         if (i != pick) {

@@ -119,6 +119,7 @@ class KvExactStage : public Stage {
       tokens.clear();
       ChainCache* cache = ctx.chain_cache;
       const std::vector<uint32_t>* ids = &tokens;  // the prompt's ids
+      size_t cut = 0;  // ids the tokenizer's bound left out, estimated
       if (ids_given) {
         const size_t take = std::min(f->prompt_token_ids.size(), kMaxBlocks * opts_.block_size);
         for (size_t i = 0; i < take; ++i) {
@@ -131,13 +132,15 @@ class KvExactStage : public Stage {
         // ids, not computed twice.
         if (!cache->tokens_ok) return StageResult::fall(FallReason::kTokenize);
         ids = &cache->tokens;
+        cut = cache->tokens_cut;
       } else {
         // Into the request's cache when there is one (a retry, or nothing else, reuses them).
         std::vector<uint32_t>& out = cache ? cache->tokens : tokens;
-        const bool ok = tokens_ && tokens_->tokens(*f, out) == TokensStatus::kOk;
+        const bool ok = tokens_ && tokens_->tokens(*f, out, &cut) == TokensStatus::kOk;
         if (cache) {
           cache->tokens_ready = true;
           cache->tokens_ok = ok;
+          cache->tokens_cut = cut;
         }
         if (!ok) return StageResult::fall(FallReason::kTokenize);
         ids = &out;
@@ -155,11 +158,9 @@ class KvExactStage : public Stage {
       n = kv::prefixChain(ids->data(), blocks * opts_.block_size, opts_.block_size,
                           kv::partitionRoot(adapter, f->cache_salt), chain.data(), blocks);
       chain.resize(n);
-      // The prompt's whole length in blocks: ids past the bound, and a text cut before
-      // tokenizing (its cut bytes at 4 a token, as the quota gate estimates them).
-      size_t total = ids_given ? f->prompt_token_ids.size() : ids->size();
-      if (!ids_given && tokens_ && f->prompt_render_total > tokens_->textBound())
-        total += (f->prompt_render_total - tokens_->textBound() + 3) / 4;
+      // The prompt's whole length in blocks: ids past the 8192-block bound, and what the
+      // tokenizer's text bound cut (its estimate).
+      const size_t total = (ids_given ? f->prompt_token_ids.size() : ids->size()) + cut;
       const size_t whole = total / opts_.block_size;
       tail = static_cast<uint32_t>(std::min<size_t>(whole > n ? whole - n : 0, UINT32_MAX / 2));
       if (cache) {
@@ -256,7 +257,7 @@ class KvExactStage : public Stage {
     // Nobody holds a leading block; or only excluded endpoints do (an excluded winner already
     // fell to the next-best overlap above: the law only sees candidates left). The peer laws
     // decide misses by their own formula.
-    const bool peer = decidesMisses(opts_.law.mode);
+    const bool peer = isPeerLaw(opts_.law.mode);
     // Under ttft, whichever stage places a miss, its prefill is queued there: the whole prompt
     // (a shallow match: what the index does not hold).
     const bool pending = tracksPendingPrefill(opts_.law.mode);
@@ -275,16 +276,17 @@ class KvExactStage : public Stage {
     }
     LawParams p = opts_.law;
     p.prompt_blocks = static_cast<uint32_t>(n) + tail;  // (the tail is nobody's overlap)
+    if (p.mode == LawMode::kPredict) p.rotate = turns_.fetch_add(1, std::memory_order_relaxed);
     LawResult r = applyLaw(cands, p);
     if (r.index < 0) return StageResult::fall(FallReason::kAllExcluded);
-    // A prompt nobody holds, placed by a law that decides misses (predict, the peers'): key
-    // `load`, so Tier 1.5's hit count stays the requests routed by cache overlap.
+    // A prompt nobody holds, placed by a peer law (they decide misses themselves): key `load`,
+    // so Tier 1.5's hit count stays the requests routed by cache overlap.
     StageResult res = StageResult::pick(index_of[static_cast<size_t>(r.index)],
                                         best == 0 ? DecisionKey::kLoad : DecisionKey::kKvOverlap,
                                         r.spilled);
     res.track_chain = opts_.law.mode == LawMode::kDynamo;
     if (pending) res.prefill_blocks = r.uncached;
-    if (peer) return res;  // no cold-start seeding: the laws that place misses have none
+    if (peer) return res;  // no cold-start seeding: the re-implemented policies have none
     // Cold-start seeding, after the law (and its spill relief), on every Nth hit.
     const uint64_t hit = hits_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (opts_.coldstart_seed_nth > 0 && hit % opts_.coldstart_seed_nth == 0) {
@@ -330,7 +332,8 @@ class KvExactStage : public Stage {
   kv::SpeculativeOverlay* overlay_;
   const common::Clock& clock_;
   KvExactOptions opts_;
-  std::atomic<uint64_t> hits_{0};  // decisions so far (cold-start seeding's counter)
+  std::atomic<uint64_t> hits_{0};   // decisions so far (cold-start seeding's counter)
+  std::atomic<uint64_t> turns_{0};  // predict's tie-break cursor
   std::vector<std::string> keys_;  // per endpoint: its publisher's key
 };
 

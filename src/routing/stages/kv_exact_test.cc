@@ -354,60 +354,57 @@ TEST(KvExact, TtftWeighsQueuedPrefill) {
   EXPECT_EQ(r.prefill_blocks, 4u);
 }
 
-// The predict law: (queued + own prefill) x batch over every candidate, a prompt nobody holds
-// included (no Tier 1.5 miss), and the pick's uncached blocks are what its lease queues.
-TEST(KvExact, PredictDecidesEveryRequestByPrefillTimesBatch) {
+// The predict law (the default of kvExactMode 3 rules): new prefill x batch over every candidate
+// on a prompt someone holds; a prompt nobody holds is a Tier 1.5 miss (the rule's selector).
+TEST(KvExact, PredictWeighsNewPrefillByBatch) {
   KvExactOptions o;
   o.law.mode = LawMode::kPredict;
   Fixture f(o);
   // Overlaps 4, 2, 0 of 4 blocks, idle: (0 + 1) x 1, (2 + 1) x 1, (4 + 1) x 1: endpoint 0.
-  auto r = f.run();
-  EXPECT_EQ(r.index, 0);
-  EXPECT_EQ(r.prefill_blocks, 0u);
+  EXPECT_EQ(f.run().index, 0);
   // Loads 5, 5, 0: 1 x 6 = 6, 3 x 6 = 18, 5 x 1 = 5: the cold idle endpoint, a spill (the hard
   // law keeps endpoint 0: L = 11, cap = ceil(1.75 x 11 / 3) = 7 > 5).
   f.eps[0].state->active.store(5);
   f.eps[1].state->active.store(5);
-  r = f.run();
+  auto r = f.run();
   EXPECT_EQ(r.index, 2);
   EXPECT_TRUE(r.spilled);
-  EXPECT_EQ(r.prefill_blocks, 4u);
-  // A prompt nobody holds: the law places it, (0 + 4 + 1) x 6, x 6, x 1: endpoint 2, with its 4
-  // blocks queued; with 30 blocks queued there: (30 + 5) x 1 = 35 > 30: endpoint 0.
-  for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 1000 + t;
+  EXPECT_EQ(r.key, DecisionKey::kKvOverlap);
+  for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 1000 + t;  // nobody holds these
   r = f.run();
-  EXPECT_EQ(r.index, 2);
-  EXPECT_FALSE(r.spilled);
-  EXPECT_EQ(r.prefill_blocks, 4u);
-  EXPECT_EQ(r.key, DecisionKey::kLoad);  // not a Tier 1.5 hit
-  f.eps[2].state->pending_prefill_blocks.store(30);
-  EXPECT_EQ(f.run().index, 0);
+  EXPECT_EQ(r.index, -1);
+  EXPECT_EQ(r.reason, FallReason::kNoWorker);
 }
 
-// A token-id prompt past kv_exact's 8192-block bound counts its cut tail as uncached everywhere:
-// 8192 + 100 blocks, the endpoint holding the first 4 at load 1 costs (8192 + 100 - 4 + 1) x 2,
-// the idle cold one (8292 + 1) x 1: the cold one. Without the tail the holder would cost
-// (8188 + 1) x 2 = 16378 against 8193, the same pick; so the test also checks the queued blocks.
-TEST(KvExact, PredictCountsAPromptsCutTail) {
+// A token-id prompt past kv_exact's 8192-block bound: 8192 + 100 blocks; the chain covers 8192,
+// the 100 blocks beyond are its tail, kept with the chain for retries, uncached everywhere.
+TEST(KvExact, APromptPastTheBlockBoundKeepsItsTail) {
   KvExactOptions o;
   o.law.mode = LawMode::kPredict;
   Fixture f(o);
-  f.facts.prompt_token_ids.resize((8192 + 100) * 16);
+  f.facts.prompt_token_ids.resize((8192 + 100) * 16 + 7);  // (7 ids: not a block)
   for (size_t t = 64; t < f.facts.prompt_token_ids.size(); ++t)
     f.facts.prompt_token_ids[t] = static_cast<int64_t>(5000 + t);
-  f.eps[0].state->active.store(1);
-  f.eps[1].state->active.store(1);
-  auto r = f.run();
-  EXPECT_EQ(r.index, 2);
-  EXPECT_EQ(r.prefill_blocks, 8292u);  // the whole prompt, tail included
+  ChainCache cache;
+  RequestContext ctx;
+  ctx.facts = &f.facts;
+  ctx.run = 1;
+  ctx.chain_cache = &cache;
+  CandidateSet c{f.eps, f.excluded};
+  EXPECT_EQ(f.stage->evaluate(ctx, c).index, 0);
+  EXPECT_EQ(cache.chain.size(), 8192u);
+  EXPECT_EQ(cache.tail_blocks, 100u);
 }
 
 // A text prompt's ids, 0..63 (what the fixture's endpoints hold), counting the calls.
 struct CountingTokens : PromptTokens {
   mutable int calls = 0;
+  size_t cut_ids = 0;  // what the "bound" left out, as reported
   uint32_t needs() const override { return 0; }
-  TokensStatus tokens(const RequestFacts&, std::vector<uint32_t>& out) const override {
+  TokensStatus tokens(const RequestFacts&, std::vector<uint32_t>& out,
+                      size_t* cut = nullptr) const override {
     ++calls;
+    if (cut) *cut = cut_ids;
     out.resize(64);
     std::iota(out.begin(), out.end(), 0u);
     return TokensStatus::kOk;
@@ -457,6 +454,40 @@ TEST(KvExact, TheRequestsIdsAreTokenizedOnce) {
   cache.tokens_ready = true;
   EXPECT_EQ(stage->evaluate(ctx, c).reason, FallReason::kTokenize);
   EXPECT_EQ(tok.calls, 1);
+}
+
+// A text prompt the tokenizer's bound cut (it reports 1,600 ids left out: 100 blocks) counts that
+// tail as uncached everywhere, so a full hit on the window is not a full hit. Loads 1, 0, 5:
+// without the tail (0 + 1) x 2 = 2, (2 + 1) x 1 = 3, (4 + 1) x 6 = 30: endpoint 0; with it
+// (100 + 1) x 2 = 202, (102 + 1) x 1 = 103, (104 + 1) x 6 = 630: endpoint 1.
+TEST(KvExact, PredictCountsWhatTheTokenizerCut) {
+  Fixture f;
+  CountingTokens tok;
+  StageServices s{g_clock, f.rule, f.eps};
+  s.prompt_tokens = &tok;
+  KvExactOptions o;
+  o.law.mode = LawMode::kPredict;
+  auto stage = makeKvExact(s, f.index, f.lookup, o);
+  RequestFacts text;
+  text.parsed = true;
+  text.has_model = true;
+  text.model = "m";
+  text.prompt_text = "a long prompt";
+  f.eps[0].state->active.store(1);
+  f.eps[2].state->active.store(5);
+  ChainCache cache;
+  RequestContext ctx;
+  ctx.facts = &text;
+  ctx.run = 1;
+  ctx.chain_cache = &cache;
+  CandidateSet c{f.eps, f.excluded};
+  EXPECT_EQ(stage->evaluate(ctx, c).index, 0);
+  tok.cut_ids = 1600;
+  cache.clear();
+  ctx.run = 2;
+  EXPECT_EQ(stage->evaluate(ctx, c).index, 1);
+  EXPECT_EQ(cache.tail_blocks, 100u);
+  EXPECT_EQ(stage->evaluate(ctx, c).index, 1);  // a retry: the chain and its tail from the cache
 }
 
 // A retry of the same request reuses the chain its first attempt stored in the request's chain

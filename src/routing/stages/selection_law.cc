@@ -213,14 +213,22 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
       // twice as large for the same cost.
       const double cap_mean = cap_total / static_cast<double>(c.size());
       auto cost = [&](size_t i) {
-        return (double(c[i].pending_blocks) + double(uncachedBlocks(p, c[i])) + 1) *
-               (double(c[i].load) + 1) * cap_mean / capacity(i);
+        return (double(uncachedBlocks(p, c[i])) + 1) * (double(c[i].load) + 1) * cap_mean /
+               capacity(i);
+      };
+      // Ties: more overlap (keep the cache), then less load, then the candidate after the
+      // caller's rotating cursor (an idle fleet's new prefixes spread, not all on the first).
+      const size_t n = c.size();
+      auto turn = [&](size_t i) { return (i + n - static_cast<size_t>(p.rotate % n)) % n; };
+      auto wins = [&](size_t i, size_t b) {
+        if (c[i].overlap != c[b].overlap) return c[i].overlap > c[b].overlap;
+        if (c[i].load != c[b].load) return c[i].load < c[b].load;
+        return turn(i) < turn(b);
       };
       double bs = 0;
-      for (size_t i = 0; i < c.size(); ++i) {
+      for (size_t i = 0; i < n; ++i) {
         const double s = cost(i);
-        // Ties: more overlap (keep the cache), then less load, then lower index.
-        if (r.index < 0 || s < bs || (s == bs && moreAffine(c, i, static_cast<size_t>(r.index)))) {
+        if (r.index < 0 || s < bs || (s == bs && wins(i, static_cast<size_t>(r.index)))) {
           r.index = static_cast<int>(i);
           bs = s;
         }

@@ -39,24 +39,24 @@
 //    queue of the moment unbalanced the fleet in the benchmark (its siblings follow it for good),
 //    while the rule's round-robin spreads new prefixes evenly.
 //
-//  - predict (an extension; the default of kvExactMode 3 rules since issue 29): argmin of
-//    (pending_i + uncached_i + 1) x (load_i + 1) / share_i, the prefill that must run there before
-//    this request's first token (what this gateway queued there and has not seen start
-//    streaming, plus the request's own uncached blocks, plus its last token) times the batch it
-//    shares the engine with (the requests in flight there, this one counted), relative to the
-//    endpoint's share of KV capacity (share_i = capacity_i / the candidates' mean capacity, so
-//    the controller's weight and kvCapacityBlocks count as under hard; 1 when all are equal or
-//    unknown). Ties: more overlap, then less load. It is LMetric's new prefill x
-//    batch (the lmetric peer arm below) with the queued prefill added, and it decides every
-//    request, a prompt nobody holds included (no Tier 1.5 miss, no cold-start seeding): a miss
-//    goes where the least prefill is queued per unit of batch, so a new prefix is not put behind
-//    a long prompt's prefill, which least connections (LMetric's miss rule) cannot see and
-//    round-robin ignores. The product keeps a long session home until the home's batch is about
-//    (its prefill elsewhere) / (its prefill at home) times another's, which bounds decode
-//    concentration by requests where the ttft and soft laws let it grow without bound. A prompt
-//    cut before tokenizing (LOXILB_KV_TOKENIZE_MAX_BYTES, or past 8192 blocks) counts its cut
-//    tail as uncached everywhere (kv_exact adds the estimate to prompt_blocks), so a long
-//    session's home is not mistaken for a full hit.
+//  - predict (an extension; the default of kvExactMode 3 rules since issue 29): on a prompt some
+//    candidate holds, argmin of (uncached_i + 1) x (load_i + 1) / share_i: the request's new
+//    prefill there (its uncached blocks plus its last token) times the batch it joins (the
+//    requests in flight there, this one counted), relative to the endpoint's share of KV capacity
+//    (share_i = capacity_i / the candidates' mean capacity, so kvCapacityBlocks and the
+//    controller's weight count as under hard; 1 when all are equal or unknown). This is LMetric's
+//    new prefill x batch (the lmetric peer arm below) with capacity shares; unlike LMetric, a
+//    prompt nobody holds is the seed's Tier 1.5 miss (the rule's selector places it, round-robin
+//    by default, with cold-start seeding): placing it by the load of the moment (LMetric's rule)
+//    measured 1.5x worse near saturation on GSP, and adding the queued prefill to the first factor
+//    spread prompts away from their cache under overload (hit rate 72 % against 90 % at GSP 80/s;
+//    docs/benchmarks.md "routing v2"). The product keeps a long session home until the home's
+//    batch is about (its prefill elsewhere) / (its prefill at home) times another's, a bound on
+//    decode concentration by requests where the ttft and soft laws have none. Ties: more overlap,
+//    then less load, then the first candidate at or after a cursor the caller advances per
+//    decision. A prompt cut before tokenizing (LOXILB_KV_TOKENIZE_MAX_BYTES, or past 8192 blocks)
+//    counts its cut tail as uncached everywhere (kv_exact adds the tokenizer's estimate to
+//    prompt_blocks), so a long session's home is not mistaken for a full hit.
 //
 // Peer re-implementations, from their published descriptions (shared/reference/peers.md), over
 // the same candidates; a prompt nobody holds is decided by the same formula (overlap 0):
@@ -119,7 +119,7 @@ enum class LawMode : uint8_t {
   kAdaptiveSoft,
   kTaper,    // an extension: hard with a cap factor that tightens as the workers fill
   kTtft,     // an extension: argmin of estimated time to first token (queued prefill + own)
-  kPredict,  // an extension: (queued + own prefill) x batch; the default of mode 3 rules
+  kPredict,  // an extension: new prefill x batch / capacity share; the default of mode 3 rules
   // Re-implementations of peers' published policies over the same inputs (not their code):
   kLmetric,  // "lmetric"
   kDynamo,   // "dynamo"
@@ -135,14 +135,10 @@ inline bool isPeerLaw(LawMode m) {
          m == LawMode::kLlmdSticky;
 }
 
-// True for the laws that decide a prompt nobody holds themselves (no Tier 1.5 miss, no cold-start
-// seeding): the peers' and predict.
-inline bool decidesMisses(LawMode m) { return isPeerLaw(m) || m == LawMode::kPredict; }
-
 // True for the laws that read pending_blocks: the gateway then counts each streamed request's
 // uncached blocks as queued prefill on its endpoint until the first byte (EndpointLease).
 inline bool tracksPendingPrefill(LawMode m) {
-  return m == LawMode::kTtft || m == LawMode::kLlmdSticky || m == LawMode::kPredict;
+  return m == LawMode::kTtft || m == LawMode::kLlmdSticky;
 }
 
 // A law name (lawModeName's); nullopt for anything else.
@@ -171,6 +167,7 @@ struct LawParams {
   double ttft_load_blocks = 2.0;  // ttft: blocks of cost per in-flight request
   uint64_t sticky_tau_tokens = 286'720;  // llm-d-sticky: token load that drops affinity
   uint32_t block_tokens = 16;            // tokens per block (llm-d-sticky's tau in blocks)
+  uint64_t rotate = 0;  // predict: a cursor the caller advances per decision (last tie-break)
 };
 
 struct LawResult {

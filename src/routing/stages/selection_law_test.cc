@@ -281,48 +281,45 @@ TEST(SelectionLaw, TtftIsQueuedPrefillPlusOwnUncachedPlusLoad) {
   EXPECT_FALSE(isPeerLaw(LawMode::kTtft));  // ours: misses are Tier 1.5's, as under hard
 }
 
-TEST(SelectionLaw, PredictIsQueuedAndOwnPrefillTimesBatch) {
+TEST(SelectionLaw, PredictIsNewPrefillTimesBatchOverCapacityShare) {
   LawParams p{LawMode::kPredict};
   p.prompt_blocks = 100;
-  auto c = [](uint32_t overlap, uint32_t load, uint64_t pending, double capacity = 1000) {
-    LawCandidate x{overlap, load, capacity};
-    x.pending_blocks = pending;
-    return x;
+  auto c = [](uint32_t overlap, uint32_t load, double capacity = 1000) {
+    return LawCandidate{overlap, load, capacity};
   };
-  // A session's home holds 90 of 100 blocks with 9 requests in flight, nothing queued:
-  // (0 + 10 + 1) x 10 = 110; an idle endpoint holding the shared 20-block preamble:
-  // (0 + 80 + 1) x 1 = 81: the idle one, a spill that queues its 80 uncached blocks.
-  auto r = run({c(90, 9, 0), c(20, 0, 0)}, p);
+  // A session's home holds 90 of 100 blocks with 9 requests in flight: (10 + 1) x 10 = 110; an
+  // idle endpoint holding the shared 20-block preamble: (80 + 1) x 1 = 81: the idle one, a
+  // spill.
+  auto r = run({c(90, 9), c(20, 0)}, p);
   EXPECT_EQ(r.index, 1);
   EXPECT_TRUE(r.spilled);
   EXPECT_EQ(r.uncached, 80u);
   // Home at 6 in flight: 11 x 7 = 77 < 81: home.
-  r = run({c(90, 6, 0), c(20, 0, 0)}, p);
+  r = run({c(90, 6), c(20, 0)}, p);
   EXPECT_EQ(r.index, 0);
   EXPECT_FALSE(r.spilled);
-  // The same home with 40 blocks queued there and not started: (40 + 10 + 1) x 7 = 357 against
-  // 81: the queue moves it.
-  EXPECT_EQ(run({c(90, 6, 40), c(20, 0, 0)}, p).index, 1);
-  // A prompt nobody holds goes where the least prefill is queued per batch: (30 + 100 + 1) x 1 =
-  // 131, (0 + 101) x 2 = 202, (5 + 101) x 1 = 106: the third; not a spill (nobody holds it).
-  r = run({c(0, 0, 30), c(0, 1, 0), c(0, 0, 5)}, p);
-  EXPECT_EQ(r.index, 2);
-  EXPECT_FALSE(r.spilled);
-  EXPECT_EQ(r.uncached, 100u);
-  // Capacity share: 3000 and 1000 blocks, mean 2000. Home (the small engine) (0 + 10 + 1) x 4 x
-  // 2000 / 1000 = 88; the large one (0 + 80 + 1) x 2 x 2000 / 3000 = 108: home. With home at 5
-  // in flight: 11 x 6 x 2 = 132 > 108: the large engine.
-  EXPECT_EQ(run({c(90, 3, 0, 1000), c(20, 1, 0, 3000)}, p).index, 0);
-  EXPECT_EQ(run({c(90, 5, 0, 1000), c(20, 1, 0, 3000)}, p).index, 1);
-  // Ties go to more overlap: (0 + 1 + 1) x 2 = 4 (overlap 99, load 1) against (0 + 3 + 1) x 1 = 4
+  // A full hit still computes the last token: (0 + 1) x 41 = 41 against (60 + 1) x 1 = 61.
+  EXPECT_EQ(run({c(100, 40), c(40, 0)}, p).index, 0);
+  // Capacity share: 1000 and 3000 blocks, mean 2000. Home (the small engine) at 3 in flight:
+  // (10 + 1) x 4 x 2000 / 1000 = 88; the large one at 1: (80 + 1) x 2 x 2000 / 3000 = 108: home.
+  // Home at 5: 11 x 6 x 2 = 132 > 108: the large engine.
+  EXPECT_EQ(run({c(90, 3, 1000), c(20, 1, 3000)}, p).index, 0);
+  EXPECT_EQ(run({c(90, 5, 1000), c(20, 1, 3000)}, p).index, 1);
+  // Ties go to more overlap: (1 + 1) x 2 = 4 (overlap 99, load 1) against (3 + 1) x 1 = 4
   // (overlap 97, idle): the holder of more.
-  EXPECT_EQ(run({c(97, 0, 0), c(99, 1, 0)}, p).index, 1);
+  EXPECT_EQ(run({c(97, 0), c(99, 1)}, p).index, 1);
+  // Equal cost, overlap and load: the caller's cursor decides (0 -> the first, 1 -> the second,
+  // 5 -> 5 mod 3 = the third); it never beats a lower cost.
+  EXPECT_EQ(run({c(50, 0), c(50, 0), c(50, 0)}, p).index, 0);
+  p.rotate = 1;
+  EXPECT_EQ(run({c(50, 0), c(50, 0), c(50, 0)}, p).index, 1);
+  p.rotate = 5;
+  EXPECT_EQ(run({c(50, 0), c(50, 0), c(50, 0)}, p).index, 2);
+  EXPECT_EQ(run({c(50, 0), c(50, 1), c(49, 0)}, p).index, 0);
   EXPECT_EQ(parseLawMode("predict"), LawMode::kPredict);
   EXPECT_EQ(lawModeName(LawMode::kPredict), "predict");
-  EXPECT_FALSE(isPeerLaw(LawMode::kPredict));
-  EXPECT_TRUE(decidesMisses(LawMode::kPredict));
-  EXPECT_FALSE(decidesMisses(LawMode::kHard));
-  EXPECT_TRUE(tracksPendingPrefill(LawMode::kPredict));
+  EXPECT_FALSE(isPeerLaw(LawMode::kPredict));  // misses are Tier 1.5's, as under hard
+  EXPECT_FALSE(tracksPendingPrefill(LawMode::kPredict));
 }
 
 }  // namespace
