@@ -82,6 +82,17 @@ struct Fixture {
   }
 };
 
+// A request's routing context over `facts` with a chain cache, as the proxy gives it.
+struct CachedCtx {
+  ChainCache cache;
+  RequestContext ctx;
+  explicit CachedCtx(const RequestFacts& f) {
+    ctx.facts = &f;
+    ctx.run = 1;
+    ctx.chain_cache = &cache;
+  }
+};
+
 TEST(KvExact, TheWarmestEndpointWins) {
   Fixture f;
   auto r = f.run();
@@ -385,11 +396,9 @@ TEST(KvExact, APromptPastTheBlockBoundKeepsItsTail) {
   f.facts.prompt_token_ids.resize((8192 + 100) * 16 + 7);  // (7 ids: not a block)
   for (size_t t = 64; t < f.facts.prompt_token_ids.size(); ++t)
     f.facts.prompt_token_ids[t] = static_cast<int64_t>(5000 + t);
-  ChainCache cache;
-  RequestContext ctx;
-  ctx.facts = &f.facts;
-  ctx.run = 1;
-  ctx.chain_cache = &cache;
+  CachedCtx cc(f.facts);
+  ChainCache& cache = cc.cache;
+  RequestContext& ctx = cc.ctx;
   CandidateSet c{f.eps, f.excluded};
   EXPECT_EQ(f.stage->evaluate(ctx, c).index, 0);
   EXPECT_EQ(cache.chain.size(), 8192u);
@@ -425,11 +434,9 @@ TEST(KvExact, TheRequestsIdsAreTokenizedOnce) {
   text.has_model = true;
   text.model = "m";
   text.prompt_text = "sixty-four tokens";
-  ChainCache cache;
-  RequestContext ctx;
-  ctx.facts = &text;
-  ctx.run = 1;
-  ctx.chain_cache = &cache;
+  CachedCtx cc(text);
+  ChainCache& cache = cc.cache;
+  RequestContext& ctx = cc.ctx;
   CandidateSet c{f.eps, f.excluded};
   // The cache holds ids 0..31 from an earlier ask: the stage scores those (2 blocks: endpoint 0
   // and 1 both hold them; 0 wins on load and index) without calling the tokenizer.
@@ -475,11 +482,9 @@ TEST(KvExact, PredictCountsWhatTheTokenizerCut) {
   text.prompt_text = "a long prompt";
   f.eps[0].state->active.store(1);
   f.eps[2].state->active.store(5);
-  ChainCache cache;
-  RequestContext ctx;
-  ctx.facts = &text;
-  ctx.run = 1;
-  ctx.chain_cache = &cache;
+  CachedCtx cc(text);
+  ChainCache& cache = cc.cache;
+  RequestContext& ctx = cc.ctx;
   CandidateSet c{f.eps, f.excluded};
   EXPECT_EQ(stage->evaluate(ctx, c).index, 0);
   tok.cut_ids = 1600;
@@ -495,11 +500,9 @@ TEST(KvExact, PredictCountsWhatTheTokenizerCut) {
 // facts say 1000..1063, so the pick follows the cache.
 TEST(KvExact, RetriesReuseTheRequestsChain) {
   Fixture f;
-  ChainCache cache;
-  RequestContext ctx;
-  ctx.facts = &f.facts;
-  ctx.run = 1;
-  ctx.chain_cache = &cache;
+  CachedCtx cc(f.facts);
+  ChainCache& cache = cc.cache;
+  RequestContext& ctx = cc.ctx;
   CandidateSet c{f.eps, f.excluded};
   EXPECT_EQ(f.stage->evaluate(ctx, c).index, 0);  // first attempt: computes and stores
   ASSERT_TRUE(cache.ready);
