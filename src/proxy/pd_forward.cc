@@ -792,6 +792,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     routing::Decision d;
     endpoints::EndpointLease plase;
     if (granted >= 0) {  // parked, then handed a slot there: that is the pick
+      chain_cache_.releaseTokens();  // (no pipeline run needs the request's ids now)
       d.index = granted;
       plase = std::move(granted_lease);
       granted = -1;

@@ -35,6 +35,7 @@ struct ChainCache {
     ready = false;
     tokens_ready = false;
     tokens_ok = false;
+    tokens_cut = 0;
   }
   // The ids are not kept while the response streams (up to 4x the tokenizer's text bound per
   // request): routing calls this once it has decided (a later run that needs them asks again),
@@ -42,6 +43,7 @@ struct ChainCache {
   void releaseTokens() {
     if (tokens.capacity() > 0) std::vector<uint32_t>().swap(tokens);
     tokens_ready = tokens_ok = false;
+    tokens_cut = 0;
   }
 };
 

@@ -133,17 +133,23 @@ TEST(RequestTokenizer, LongTextsAreCutNearTheBoundAndTheTailDropped) {
   RequestTokenizer rt(reg, o);
   ASSERT_TRUE(loaded(rt, "tiny/model"));
   Ids ids;
-  // 600 'a', a space, 600 'b' (1201 bytes): cut at the space (byte 600), 600 ids, minus 32.
-  EXPECT_EQ(rt.tokens(completion(std::string(600, 'a') + " " + std::string(600, 'b')), ids),
+  size_t cut = 99;
+  // 600 'a', a space, 600 'b' (1201 bytes): cut at the space (byte 600), 600 ids, minus 32; the
+  // cut is estimated as the 601 bytes left out at 4 a token, rounded up, plus the 32 dropped:
+  // 151 + 32 = 183.
+  EXPECT_EQ(rt.tokens(completion(std::string(600, 'a') + " " + std::string(600, 'b')), ids, &cut),
             TokensStatus::kOk);
   EXPECT_EQ(ids, Ids(600 - RequestTokenizer::kTailDrop, 10));
-  // No space near the bound: cut at 1024 bytes, 1024 - 32 ids.
-  EXPECT_EQ(rt.tokens(completion(std::string(2000, 'c')), ids), TokensStatus::kOk);
+  EXPECT_EQ(cut, 183u);
+  // No space near the bound: cut at 1024 bytes, 1024 - 32 ids; 976 bytes out: 244 + 32 = 276.
+  EXPECT_EQ(rt.tokens(completion(std::string(2000, 'c')), ids, &cut), TokensStatus::kOk);
   EXPECT_EQ(ids, Ids(1024 - RequestTokenizer::kTailDrop, 12));
+  EXPECT_EQ(cut, 276u);
   EXPECT_EQ(rt.stats().truncated.load(), 2u);
   // At the bound: not cut.
-  EXPECT_EQ(rt.tokens(completion(std::string(1024, 'c')), ids), TokensStatus::kOk);
+  EXPECT_EQ(rt.tokens(completion(std::string(1024, 'c')), ids, &cut), TokensStatus::kOk);
   EXPECT_EQ(ids.size(), 1024u);
+  EXPECT_EQ(cut, 0u);
 }
 
 }  // namespace

@@ -102,8 +102,8 @@ Load:
   --side-arms LIST    more arms, run only at --side-qps
   --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs;
                       the whole ladder when it has two or fewer)
-  --quick             arms rr,lc,kv-hard,kv-taper-lc,oracle over the ladder and every other arm
-                      at two points
+  --quick             arms rr,lc,kv-hard,kv-predict,kv-taper-lc,oracle over the ladder and every
+                      other arm at two points
   --warmup N          unmeasured requests before each rung's measured ones (default requests/2);
                       every rung starts from empty caches
   --timeout-s S       per-request timeout (default 600)

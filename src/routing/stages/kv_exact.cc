@@ -364,8 +364,9 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule, const RoutingEnv& en
                : api == "chat"      ? ApiMode::kChat
                                     : ApiMode::kBoth;
   o.law = env.law;
-  // The default law: predict on single-pool (kvExactMode 3) rules (issue 29: better than hard and
-  // round-robin on every workload of the fleet benchmark, docs/benchmarks.md); the seed's hard on
+  // The default law: predict on single-pool (kvExactMode 3) rules (issue 29: better than
+  // round-robin at every rung measured and than hard at 7 of 9, level at the other two;
+  // docs/benchmarks.md "Routing v2"); the seed's hard on
   // P/D rules (kvExactMode 1), whose prefill pool the seed's ladder was tuned for.
   o.law.mode = sa.value("kvExactMode", 0) == 3 ? LawMode::kPredict : LawMode::kHard;
   o.law.block_tokens = o.block_size;

@@ -493,6 +493,31 @@ TEST(KvExact, PredictCountsWhatTheTokenizerCut) {
   EXPECT_EQ(stage->evaluate(ctx, c).index, 1);
   EXPECT_EQ(cache.tail_blocks, 100u);
   EXPECT_EQ(stage->evaluate(ctx, c).index, 1);  // a retry: the chain and its tail from the cache
+  // The quota gate asked first (its ids and its cut in the cache): the same tail, no second ask.
+  const int asked = tok.calls;
+  cache.clear();
+  cache.tokens.resize(64);
+  std::iota(cache.tokens.begin(), cache.tokens.end(), 0u);
+  cache.tokens_cut = 1600;
+  cache.tokens_ready = cache.tokens_ok = true;
+  ctx.run = 3;
+  EXPECT_EQ(stage->evaluate(ctx, c).index, 1);
+  EXPECT_EQ(cache.tail_blocks, 100u);
+  EXPECT_EQ(tok.calls, asked);
+}
+
+// A peer law places a prompt nobody holds itself, keyed `load` (not a Tier 1.5 hit).
+TEST(KvExact, APeerLawsMissIsKeyedLoad) {
+  KvExactOptions o;
+  o.law.mode = LawMode::kLmetric;
+  Fixture f(o);
+  for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 1000 + t;  // nobody holds these
+  f.eps[0].state->active.store(2);
+  f.eps[1].state->active.store(1);
+  auto r = f.run();
+  EXPECT_EQ(r.index, 2);  // (4 + 1) x 1 against x 3 and x 2
+  EXPECT_EQ(r.key, DecisionKey::kLoad);
+  EXPECT_FALSE(r.spilled);
 }
 
 // A retry of the same request reuses the chain its first attempt stored in the request's chain

@@ -217,7 +217,7 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
                capacity(i);
       };
       // Ties: more overlap (keep the cache), then less load, then the candidate after the
-      // caller's rotating cursor (an idle fleet's new prefixes spread, not all on the first).
+      // caller's rotating cursor (equal holders of a shared prefix take turns).
       const size_t n = c.size();
       auto turn = [&](size_t i) { return (i + n - static_cast<size_t>(p.rotate % n)) % n; };
       auto wins = [&](size_t i, size_t b) {
@@ -233,7 +233,8 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
           bs = s;
         }
       }
-      r.spilled = r.index != argmax && c[static_cast<size_t>(argmax)].overlap > 0;
+      // (a tie among equal holders broken by the cursor is not a spill)
+      r.spilled = c[static_cast<size_t>(r.index)].overlap < c[static_cast<size_t>(argmax)].overlap;
       return r;
     }
     case LawMode::kSoft:

@@ -47,8 +47,8 @@
 //    controller's weight count as under hard; 1 when all are equal or unknown). This is LMetric's
 //    new prefill x batch (the lmetric peer arm below) with capacity shares; unlike LMetric, a
 //    prompt nobody holds is the seed's Tier 1.5 miss (the rule's selector places it, round-robin
-//    by default, with cold-start seeding): placing it by the load of the moment (LMetric's rule)
-//    measured 1.5x worse near saturation on GSP, and adding the queued prefill to the first factor
+//    by default; cold-start seeding still diverts every Nth hit): placing it by the load of the
+//    moment (LMetric's rule) measured 1.5x worse at GSP 40/s and 1.2x at 80/s, and adding the queued prefill to the first factor
 //    spread prompts away from their cache under overload (hit rate 72 % against 90 % at GSP 80/s;
 //    docs/benchmarks.md "routing v2"). The product keeps a long session home until the home's
 //    batch is about (its prefill elsewhere) / (its prefill at home) times another's, a bound on
@@ -59,7 +59,8 @@
 //    prompt_blocks), so a long session's home is not mistaken for a full hit.
 //
 // Peer re-implementations, from their published descriptions (shared/reference/peers.md), over
-// the same candidates; a prompt nobody holds is decided by the same formula (overlap 0):
+// the same candidates; a prompt nobody holds is decided by the same formula (overlap 0); their
+// prompt_blocks includes a cut prompt's tail, as predict's does:
 //  - lmetric (LMetric, arXiv 2603.15202, adopted by Dynamo): argmin of new prefill blocks x batch
 //    size = (prompt_blocks - overlap_i + 1) x (load_i + 1): the + 1 block is the prompt's last
 //    token, computed even on a full hit (so load still counts), and the batch counts the request
@@ -153,7 +154,7 @@ struct LawCandidate {
   uint64_t active_blocks = 0;  // dynamo: distinct blocks in flight there, this prompt's added
   int64_t waiting = -1;        // llm-d: the engine's waiting requests (/metrics); -1 unknown
   double kv_usage = -1;        // llm-d: the engine's KV-cache usage 0..1 (/metrics); -1 unknown
-  // ttft only: uncached blocks of streams sent there still awaiting their first byte.
+  // ttft and llm-d-sticky: uncached blocks of streams sent there still awaiting their first byte.
   uint64_t pending_blocks = 0;
 };
 
@@ -161,7 +162,7 @@ struct LawParams {
   LawMode mode = LawMode::kHard;
   uint32_t mean_load_factor_pct = 175;  // hard: (1 + epsilon) * 100
   double soft_lambda = 32;
-  uint32_t prompt_blocks = 0;  // soft: blocks of the prompt
+  uint32_t prompt_blocks = 0;  // blocks of the prompt, a cut tail included (all but hard's family)
   bool spill_relief = true;
   double ttft_miss_weight = 8.0;  // ttft: weight of the request's own uncached blocks
   double ttft_load_blocks = 2.0;  // ttft: blocks of cost per in-flight request

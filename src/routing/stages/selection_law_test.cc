@@ -312,7 +312,9 @@ TEST(SelectionLaw, PredictIsNewPrefillTimesBatchOverCapacityShare) {
   // 5 -> 5 mod 3 = the third); it never beats a lower cost.
   EXPECT_EQ(run({c(50, 0), c(50, 0), c(50, 0)}, p).index, 0);
   p.rotate = 1;
-  EXPECT_EQ(run({c(50, 0), c(50, 0), c(50, 0)}, p).index, 1);
+  r = run({c(50, 0), c(50, 0), c(50, 0)}, p);
+  EXPECT_EQ(r.index, 1);
+  EXPECT_FALSE(r.spilled);  // equal holders: no spill
   p.rotate = 5;
   EXPECT_EQ(run({c(50, 0), c(50, 0), c(50, 0)}, p).index, 2);
   EXPECT_EQ(run({c(50, 0), c(50, 1), c(49, 0)}, p).index, 0);
