@@ -96,6 +96,8 @@ const std::vector<FieldSpec>& serviceFields() {
        0,
        {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "predict", "lmetric",
         "dynamo", "llm-d", "llm-d-sticky"}},
+      // Extension: a scoring profile instead of a law (config/scoring_profile.h).
+      {"kvScoringProfile", T::kJson},
       {"kvModelProfile", T::kString, 0, 256},
       // TLS.
       {"mtls_frontend", T::kObject},

@@ -18,7 +18,8 @@ enum class FieldType {
   kObject,
   kStringArray,
   kStringMap,
-  kArray
+  kArray,
+  kJson  // any JSON value up to 64 KiB; parseRule validates its content
 };
 
 struct FieldSpec {

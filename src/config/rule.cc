@@ -4,6 +4,7 @@
 
 #include "common/net.h"
 #include "config/fields.h"
+#include "config/scoring_profile.h"
 #include "config/tls_fields.h"
 #include "http/target.h"
 
@@ -70,6 +71,9 @@ Result<void> checkField(const FieldSpec& f, const std::string& path, const json&
       break;
     case FieldType::kArray:
       if (!v.is_array()) return bad(path, "must be an array");
+      break;
+    case FieldType::kJson:
+      if (v.dump().size() > 64 * 1024) return bad(path, "too large");
       break;
   }
   return {};
@@ -225,6 +229,14 @@ Result<RuleSpec> parseRule(const json& body) {
               std::stoi(addr.substr(colon + 1)) <= 65535 &&
               addr.find_first_of(" /\t\r\n") == std::string::npos;
     if (!ok) return bad("serviceArguments.kvIndexAddr", "must be HOST:PORT of a kvgate index");
+  }
+  if (auto sp = stored.find("kvScoringProfile"); sp != stored.end()) {
+    if (kv_mode == 0) return bad("serviceArguments.kvScoringProfile", "requires kvExactMode 1 or 3");
+    if (stored.contains("kvLbMode"))
+      return bad("serviceArguments.kvScoringProfile",
+                 "and kvLbMode are exclusive (a profile replaces the law)");
+    if (auto p = parseScoringProfile(*sp, "serviceArguments.kvScoringProfile"); !p)
+      return tl::unexpected(p.error());
   }
   std::string auth = getOr<std::string>(stored, "api_key_auth", "");
   if (stored.contains("jwt_auth_profile") && auth != "jwt" && auth != "apikey-or-jwt")

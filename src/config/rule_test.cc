@@ -195,6 +195,40 @@ TEST(RuleParse, MissingRequiredAndWrongShapes) {
   EXPECT_EQ(parseRule(j).error().source, "endpoints");
 }
 
+// kvScoringProfile (config/scoring_profile.h; its own tests in routing/scoring/scoring_test.cc):
+// only on Tier 1.5 rules, not with kvLbMode, and a bad profile names its part.
+TEST(RuleParse, ScoringProfileOnTier15RulesOnly) {
+  json j = simple();
+  j["serviceArguments"]["kvScoringProfile"] = "llm-d-sticky";
+  auto r = parseRule(j);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().what.find("requires kvExactMode 1 or 3"), std::string::npos);
+  j["serviceArguments"]["kvExactMode"] = 3;
+  ASSERT_TRUE(parseRule(j)) << parseRule(j).error().what;
+  j["serviceArguments"]["kvLbMode"] = "hard";
+  r = parseRule(j);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().what.find("exclusive"), std::string::npos);
+  j["serviceArguments"].erase("kvLbMode");
+  j["serviceArguments"]["kvScoringProfile"] =
+      json::parse(R"({"scorers":[{"name":"load","weight":2000}]})");
+  r = parseRule(j);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, 400);
+  EXPECT_EQ(r.error().source, "serviceArguments.kvScoringProfile.scorers[0].weight");
+  j["serviceArguments"]["kvScoringProfile"] = std::string(70000, '{');  // oversized
+  r = parseRule(j);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().what.find("too large"), std::string::npos);
+  j["serviceArguments"]["kvScoringProfile"] =
+      json::parse(R"({"scorers":[{"name":"prefix","weight":3},{"name":"load"}],"picker":"random"})");
+  ASSERT_TRUE(parseRule(j));
+  // P/D rules with Tier 1.5 (kvExactMode 1) take one too.
+  json pd = seedPd();
+  pd["serviceArguments"]["kvScoringProfile"] = "predict";
+  EXPECT_TRUE(parseRule(pd));
+}
+
 TEST(RuleParse, ModeErrorMessageNamesTheMode) {
   json j = simple();
   j["serviceArguments"]["mode"] = 2;

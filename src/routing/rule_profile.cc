@@ -34,8 +34,12 @@ nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& 
     const KvExactOptions o = kvExactOptions(rule, env);
     const auto& sa = rule.service_args;
     const bool from_rule = sa.contains("kvLbMode") && sa["kvLbMode"].is_string();
-    out["kvLbMode"] = std::string(lawModeName(o.law.mode));
-    out["kvLbModeFrom"] = from_rule ? "rule" : env.lb_mode ? "environment" : "default";
+    if (o.profile) {  // a scoring profile replaces the law
+      out["kvScoringProfile"] = o.profile->spec().toJson();
+    } else {
+      out["kvLbMode"] = std::string(lawModeName(o.law.mode));
+      out["kvLbModeFrom"] = from_rule ? "rule" : env.lb_mode ? "environment" : "default";
+    }
     out["kvBlockSize"] = o.block_size;
     out["mean_load_factor_pct"] = o.law.mean_load_factor_pct;
     out["ttft_miss_weight"] = o.law.ttft_miss_weight;

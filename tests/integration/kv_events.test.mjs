@@ -833,3 +833,76 @@ test('Tier 1.5 ttft law: queued prefill is counted until the first byte and move
   assert.equal(gauge(m2, warm), 0, 'queued prefill leaked on the warm worker');
   assert.equal(gauge(m2, cold), 0);
 });
+
+// Issue 29 §1: a scoring profile (kvScoringProfile) replaces the law. A bad profile is a 400 naming
+// its part and changes nothing; the rule's GET shows the profile with every default spelled out
+// (and kvgate_rule_routing_info the same); a prefix-only profile sends every request of a prefix
+// one worker holds to it, where round-robin would split them; a load-only profile with onMiss
+// score places a prompt nobody holds itself (key `load`, not a Tier 1.5 miss).
+test('a scoring profile routes Tier 1.5 end to end; a bad one is refused', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.50-51', '--port', '0', '--kv-events-port', String(kvPort)]);
+  t.after(() => sim.stop());
+  const [warm, cold] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1'], { env: { LOXILB_KV_SPECULATIVE_TTL_MS: '0',
+    LOXILB_KV_COLDSTART_SEED_Nth: '0' } });
+  const port = await freePort();
+  const args = (profile) => rule({ port, workers: [warm, cold], extraArgs: { name: 'prof', kvExactMode: 3,
+    kvZmqPort: kvPort, kvExactApiMode: 'completions', kvScoringProfile: profile } });
+  for (const [profile, culprit] of [
+    [{ scorers: [{ name: 'prefix', weight: -1 }] }, /kvScoringProfile\.scorers\[0\]\.weight/],
+    [{ scorers: [{ name: 'telepathy' }] }, /unknown scorer 'telepathy'/],
+    [{ filters: [{ name: 'prefix_affinity', threshold: 2 }], scorers: [{ name: 'load' }] }, /threshold: must be a number in 0\.\.1/],
+    ['llm-x', /unknown built-in profile/],
+    [{ scorers: [] }, /at least one scorer/],
+  ]) {
+    const bad = await api(gw.api, 'POST', LB_BASE, args(profile));
+    assert.equal(bad.status, 400, bad.text);
+    assert.match(bad.text, culprit);
+  }
+  assert.equal((await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr.length, 0, 'a refused rule was stored');
+
+  assert.equal((await api(gw.api, 'POST', LB_BASE, args({ scorers: [{ name: 'prefix' }] }))).status, 200);
+  const got = (await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr[0];
+  assert.deepEqual(got.effective.stages, ['kv_exact', 'rr']);
+  assert.deepEqual(got.effective.kvScoringProfile,
+    { filters: [], scorers: [{ name: 'prefix', weight: 1 }], picker: 'max', onMiss: 'score' });
+  assert.equal(got.effective.kvLbMode, undefined, 'a profile replaces the law');
+  const info = (await scrapeMetrics(gw.api)).filter((s) => s.name === 'kvgate_rule_routing_info' && s.labels.rule === 'prof');
+  assert.ok(info.some((s) => s.labels.knob === 'kvScoringProfile' && /"prefix"/.test(s.labels.value)), JSON.stringify(info));
+
+  await joinSubscriptions(gw, [warm, cold], kvPort, 950000);
+  const blocks = async (w) => kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${w.host}:${kvPort}`).value;
+  const wb = await blocks(warm);
+  await complete(warm, 7000, 64);  // 4 blocks only the warm worker holds
+  assert.ok(await waitFor(async () => (await blocks(warm)) >= wb + 4, 10000));
+  const send = (i, first) => fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', prompt: Array.from({ length: 64 }, (_, j) => first + j).concat([i]), max_tokens: 1 }),
+  }).then(async (res) => { assert.equal(res.status, 200); await res.arrayBuffer(); });
+  const m0 = await scrapeMetrics(gw.api);
+  for (let i = 0; i < 4; i++) await send(i, 7000);
+  const m1 = await scrapeMetrics(gw.api);
+  assert.deepEqual([sentTo(m1, warm) - sentTo(m0, warm), sentTo(m1, cold) - sentTo(m0, cold)], [4, 0]);
+
+  // Load only, misses scored: a prompt nobody holds goes to the idle worker while the warm one
+  // holds a stalled request, decided by kv_exact under key load.
+  const load = got;
+  load.serviceArguments.kvScoringProfile = { scorers: [{ name: 'load' }], onMiss: 'score' };
+  assert.equal((await api(gw.api, 'POST', LB_BASE, load)).status, 200, 'GET output with a profile POSTs back');
+  await (await fetch(`${warm.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 1500 }) })).arrayBuffer();
+  const stalled = send(20, 7000);
+  assert.ok(await waitFor(async () => {
+    const m = await scrapeMetrics(gw.api);
+    return m.find((s) => s.name === 'kvgate_endpoint_inflight_requests' && s.labels.endpoint === `${warm.host}:${warm.port}`)?.value === 1;
+  }, 5000, 20), 'the stalled request is not in flight');
+  await (await fetch(`${warm.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 0 }) })).arrayBuffer();
+  const m2 = await scrapeMetrics(gw.api);
+  await send(21, 880000);  // nobody holds it
+  const m3 = await scrapeMetrics(gw.api);
+  assert.equal(sentTo(m3, cold) - sentTo(m2, cold), 1, 'the miss was not placed on the idle worker');
+  const decided = (m, key) => m.filter((s) => s.name === 'kvgate_selector_decisions_total' && s.labels.rule === 'prof' &&
+    s.labels.selector === 'kv_exact' && s.labels.key === key).reduce((x, s) => x + s.value, 0);
+  assert.equal(decided(m3, 'load') - decided(m2, 'load'), 1, 'the miss was not keyed load by kv_exact');
+  await stalled;
+});

@@ -33,6 +33,10 @@
 //                               older (weighted) and current ("sticky until saturated")
 //                               defaults: kvExactMode 3 with that kvLbMode (routing/stages/
 //                               selection_law.h), fed by the same KV index
+//   profile-llm-d, profile-llm-d-sticky, profile-predict
+//                               kvExactMode 3 with that built-in scoring profile
+//                               (kvScoringProfile, routing/scoring/): the same policies composed
+//                               of filters, scorers and a picker
 //   oracle                      the bound: this harness applies the same law (hard) to the
 //                               simulator's true state at decision time (POST /sim/cache_state:
 //                               cached and queued blocks, no event lag or loss) and its own
@@ -69,6 +73,7 @@
 #include "bench/fleet/stream_client.h"
 #include "bench/fleet/workload.h"
 #include "common/net.h"
+#include "config/scoring_profile.h"
 #include "http/client.h"
 #include "routing/routing_env.h"
 #include "routing/stages/kv_exact.h"
@@ -98,7 +103,9 @@ Load:
                       kv-LAW-lcl: lc_light behind it), oracle
                       (hard law), oracle-ttft, oracle-predict (that law), and
                       re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, llm-d
-                      (the older weighted profile), llm-d-sticky (llm-d's current default)
+                      (the older weighted profile), llm-d-sticky (llm-d's current default);
+                      profile-llm-d, profile-llm-d-sticky, profile-predict (built-in scoring
+                      profiles, kvScoringProfile)
   --side-arms LIST    more arms, run only at --side-qps
   --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs;
                       the whole ladder when it has two or fewer)
@@ -182,6 +189,10 @@ std::optional<Arm> armOf(const std::string& name) {
   // Peer re-implementations that read the KV index: kvExactMode 3 with that kvLbMode.
   for (const char* m : {"lmetric", "dynamo", "llm-d", "llm-d-sticky"})
     if (name == m) return Arm{name, 0, m, "", false};
+  // profile-NAME: kvExactMode 3 with the built-in scoring profile NAME (kvScoringProfile).
+  if (name.rfind("profile-", 0) == 0)
+    for (auto b : config::builtinProfileNames())
+      if (name.substr(8) == b) return Arm{name, 0, "profile:" + std::string(b), "", false};
   return std::nullopt;
 }
 
@@ -454,7 +465,10 @@ std::string ruleBody(const Run& r, const Arm& arm, size_t generation) {
   if (!arm.kv_mode.empty()) {
     sa["kvExactMode"] = 3;
     sa["kvZmqPort"] = r.kv_port;
-    sa["kvLbMode"] = arm.kv_mode;
+    if (arm.kv_mode.rfind("profile:", 0) == 0)
+      sa["kvScoringProfile"] = arm.kv_mode.substr(8);
+    else
+      sa["kvLbMode"] = arm.kv_mode;
     sa["kvBlockSize"] = r.o.block_size;
   }
   json eps = json::array();

@@ -216,6 +216,8 @@ class KvExactStage : public Stage {
     sc.stage = this;
     sc.n = n;
     std::vector<LawCandidate>& cands = sc.cands;
+    const scoring::ScoringProfile* profile = opts_.profile.get();  // replaces the law when set
+    const bool dynamo = !profile && opts_.law.mode == LawMode::kDynamo;
     std::vector<int>& index_of = sc.index_of;
     cands.clear();
     index_of.clear();
@@ -242,7 +244,7 @@ class KvExactStage : public Stage {
       LawCandidate lc{ov, static_cast<uint32_t>(std::max<int64_t>(0, load)),
                       st.kvCapacity() * st.controller(now).weight};
       // Dynamo's decode term: the distinct blocks in flight there with this prompt's added.
-      if (opts_.law.mode == LawMode::kDynamo)
+      if (dynamo)
         lc.active_blocks = st.active_set.unionSize(chain.data(), n);
 
       lc.waiting = st.engine_waiting.load(std::memory_order_relaxed);
@@ -257,10 +259,11 @@ class KvExactStage : public Stage {
     // Nobody holds a leading block; or only excluded endpoints do (an excluded winner already
     // fell to the next-best overlap above: the law only sees candidates left). The peer laws
     // decide misses by their own formula.
-    const bool peer = isPeerLaw(opts_.law.mode);
+    const bool peer = isPeerLaw(opts_.law.mode) || (profile && profile->scoresMisses());
     // Under ttft, whichever stage places a miss, its prefill is queued there: the whole prompt
     // (a shallow match: what the index does not hold).
-    const bool pending = tracksPendingPrefill(opts_.law.mode);
+    const bool pending =
+        tracksPendingPrefill(opts_.law.mode) || (profile && profile->readsPending());
     const uint32_t miss_blocks =
         pending ? static_cast<uint32_t>(n - std::min<size_t>(best, n)) + tail : 0;
     if (best == 0 && !peer) {
@@ -276,15 +279,16 @@ class KvExactStage : public Stage {
     }
     LawParams p = opts_.law;
     p.prompt_blocks = static_cast<uint32_t>(n) + tail;  // (the tail is nobody's overlap)
-    if (p.mode == LawMode::kPredict) p.rotate = turns_.fetch_add(1, std::memory_order_relaxed);
-    LawResult r = applyLaw(cands, p);
+    if (p.mode == LawMode::kPredict || profile)
+      p.rotate = turns_.fetch_add(1, std::memory_order_relaxed);
+    LawResult r = profile ? profile->pick(cands, p) : applyLaw(cands, p);
     if (r.index < 0) return StageResult::fall(FallReason::kAllExcluded);
     // A prompt nobody holds, placed by a peer law (they decide misses themselves): key `load`,
     // so Tier 1.5's hit count stays the requests routed by cache overlap.
     StageResult res = StageResult::pick(index_of[static_cast<size_t>(r.index)],
                                         best == 0 ? DecisionKey::kLoad : DecisionKey::kKvOverlap,
                                         r.spilled);
-    res.track_chain = opts_.law.mode == LawMode::kDynamo;
+    res.track_chain = dynamo;
     if (pending) res.prefill_blocks = r.uncached;
     if (peer) return res;  // no cold-start seeding: the re-implemented policies have none
     // Cold-start seeding, after the law (and its spill relief), on every Nth hit.
@@ -373,6 +377,18 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule, const RoutingEnv& en
   // Seed 000: pressure relief is on for single-pool mode 3 and off for P/D mode 1 unless
   // LOXILB_KV_SPILL_RELIEF says otherwise.
   o.law.spill_relief = env.spill_relief.value_or(!sa.value("pd_disagg_mode", false));
+  if (auto sp = sa.find("kvScoringProfile"); sp != sa.end()) {
+    // (validated when the rule was stored; a profile replaces the law, kvLbMode is refused)
+    auto spec = config::parseScoringProfile(*sp, "kvScoringProfile");
+    auto built = spec ? scoring::ScoringProfile::build(*spec)
+                      : Result<std::shared_ptr<const scoring::ScoringProfile>>(
+                            tl::unexpected(spec.error()));
+    if (built)
+      o.profile = *built;
+    else
+      log::warn("routing", "rule " + rule.key() + ": kvScoringProfile not applied: " +
+                               built.error().what);
+  }
   if (auto m = sa.find("kvLbMode"); m != sa.end() && m->is_string()) {
     // The rule's field beats the environment (validated when the rule was stored).
     if (auto mode = parseLawMode(m->get<std::string>())) o.law.mode = *mode;

@@ -53,6 +53,7 @@
 
 #include "kv/kv_index.h"
 #include "kv/worker_lookup.h"
+#include "routing/scoring/profile.h"
 #include "routing/stage.h"
 #include "routing/stages/selection_law.h"
 
@@ -78,6 +79,9 @@ struct KvExactOptions {
   // endpoints' "ip:port") instead of this gateway's own subscriptions.
   bool remote = false;
   LawParams law;
+  // kvScoringProfile (routing/scoring/profile.h): replaces the law when set; onMiss score makes it
+  // decide prompts nobody holds too, as the peer laws do.
+  std::shared_ptr<const scoring::ScoringProfile> profile;
 };
 
 std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& index,

@@ -520,6 +520,42 @@ TEST(KvExact, APeerLawsMissIsKeyedLoad) {
   EXPECT_FALSE(r.spilled);
 }
 
+// A scoring profile replaces the law (routing/scoring/profile.h); onMiss says who places a prompt
+// nobody holds: the profile (score, keyed load) or the rule's selector (a Tier 1.5 miss).
+TEST(KvExact, AScoringProfileReplacesTheLaw) {
+  config::RuleSpec r;
+  r.service_args = {{"kvExactMode", 3},
+                    {"kvScoringProfile", {{"scorers", {{{"name", "load"}}}}}}};
+  KvExactOptions o = kvExactOptions(r, defaultRoutingEnv());
+  ASSERT_NE(o.profile, nullptr);
+  Fixture f(o);
+  // Overlaps 4, 2, 0 but a load-only profile: loads 2, 1, 0 -> the idle endpoint 2, a spill.
+  f.eps[0].state->active.store(2);
+  f.eps[1].state->active.store(1);
+  auto res = f.run();
+  EXPECT_EQ(res.index, 2);
+  EXPECT_TRUE(res.spilled);
+  EXPECT_EQ(res.key, DecisionKey::kKvOverlap);
+  for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 1000 + t;  // nobody holds these
+  res = f.run();
+  EXPECT_EQ(res.index, 2);  // onMiss score: placed by the profile, keyed load
+  EXPECT_EQ(res.key, DecisionKey::kLoad);
+  r.service_args["kvScoringProfile"] = "predict";  // onMiss selector
+  Fixture g(kvExactOptions(r, defaultRoutingEnv()));
+  for (int t = 0; t < 64; ++t) g.facts.prompt_token_ids[t] = 1000 + t;
+  EXPECT_EQ(g.run().reason, FallReason::kNoWorker);
+  // A profile reading queued prefill turns its tracking on: the pick reports its uncached blocks.
+  r.service_args["kvScoringProfile"] = "llm-d-sticky";
+  Fixture h(kvExactOptions(r, defaultRoutingEnv()));
+  auto sticky = h.run();  // 4 blocks of 4 held by endpoint 0 (>= 0.8): kept alone
+  EXPECT_EQ(sticky.index, 0);
+  EXPECT_EQ(sticky.prefill_blocks, 0u);
+  h.excluded[0] = true;  // endpoint 1 holds 2 of 4: affinity dropped, token loads 2 and 4
+  sticky = h.run();
+  EXPECT_EQ(sticky.index, 1);
+  EXPECT_EQ(sticky.prefill_blocks, 2u);
+}
+
 // A retry of the same request reuses the chain its first attempt stored in the request's chain
 // cache (no tokenizing or hashing again): here the cache holds the chain of tokens 0..63 while the
 // facts say 1000..1063, so the pick follows the cache.

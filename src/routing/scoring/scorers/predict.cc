@@ -1,0 +1,53 @@
+// predict: the predict law's cost as a score (stages/selection_law.h): cost_i = (uncached_i + 1)
+// x (load_i + 1) / share_i, share_i = capacity_i / the kept candidates' mean capacity (unknown
+// capacity = the mean of the known ones, or 1); score_i = min cost / cost_i, so the cheapest
+// candidate scores 1 and one twice as dear 0.5. No parameters.
+#include <algorithm>
+#include <memory>
+
+#include "config/scoring_profile.h"
+#include "routing/scoring/scorer.h"
+
+namespace kvgate::routing::scoring {
+namespace {
+
+class PredictScorer : public Scorer {
+ public:
+  void score(const ScoringRequest& r, std::span<const uint8_t> keep,
+             std::span<double> out) const override {
+    double known = 0, cap_known = 0, kept = 0;
+    for (size_t i = 0; i < r.c.size(); ++i) {
+      if (!keep[i]) continue;
+      ++kept;
+      if (r.c[i].capacity > 0) {
+        ++known;
+        cap_known += r.c[i].capacity;
+      }
+    }
+    if (kept == 0) return;
+    const double cap_default = known > 0 ? cap_known / known : 1.0;
+    auto cap = [&](size_t i) { return r.c[i].capacity > 0 ? r.c[i].capacity : cap_default; };
+    double cap_total = 0;
+    for (size_t i = 0; i < r.c.size(); ++i)
+      if (keep[i]) cap_total += cap(i);
+    const double cap_mean = cap_total / kept;
+    double lo = 0;
+    bool any = false;
+    for (size_t i = 0; i < r.c.size(); ++i) {
+      if (!keep[i]) continue;
+      out[i] = (double(r.uncached(i)) + 1) * (double(r.c[i].load) + 1) * cap_mean / cap(i);
+      lo = any ? std::min(lo, out[i]) : out[i];
+      any = true;
+    }
+    for (size_t i = 0; i < r.c.size(); ++i)
+      if (keep[i]) out[i] = lo / out[i];
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Scorer> makePredictScorer(const config::ScoringPart&) {
+  return std::make_unique<PredictScorer>();
+}
+
+}  // namespace kvgate::routing::scoring

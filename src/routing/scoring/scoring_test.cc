@@ -1,0 +1,327 @@
+// Scoring profiles: the rule field's parser (hostile input included), each scorer and filter on
+// a case worked by hand, the pickers, and the built-in peer profiles against the independent
+// law implementations of the same published policies (stages/selection_law.cc).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "common/splitmix.h"
+#include "config/scoring_profile.h"
+#include "routing/scoring/profile.h"
+#include "routing/scoring/registry.h"
+
+namespace kvgate::routing::scoring {
+namespace {
+
+using nlohmann::json;
+
+config::ScoringProfileSpec spec(const json& v) {
+  auto s = config::parseScoringProfile(v, "p");
+  EXPECT_TRUE(s.has_value()) << (s ? "" : s.error().what);
+  return s ? *s : config::ScoringProfileSpec{};
+}
+
+std::string errorOf(const json& v) {
+  auto s = config::parseScoringProfile(v, "p");
+  return s ? std::string("accepted") : s.error().what;
+}
+
+std::shared_ptr<const ScoringProfile> profile(const json& v) {
+  auto p = ScoringProfile::build(spec(v));
+  EXPECT_TRUE(p.has_value());
+  return p ? *p : nullptr;
+}
+
+// One scorer's scores over every candidate (all kept).
+std::vector<double> scores(const char* name, std::vector<LawCandidate> c, uint32_t prompt) {
+  config::ScoringPart part{name, 1, {}};
+  auto make = findScorer(name);
+  EXPECT_NE(make, nullptr) << name;
+  std::vector<uint8_t> keep(c.size(), 1);
+  std::vector<double> out(c.size(), -1);
+  make(part)->score({c, prompt, 16}, keep, out);
+  return out;
+}
+
+std::vector<uint8_t> kept(const char* name, std::map<std::string, double> params,
+                          std::vector<LawCandidate> c, uint32_t prompt) {
+  config::ScoringPart part{name, 1, std::move(params)};
+  std::vector<uint8_t> keep(c.size(), 1);
+  findFilter(name)(part)->apply({c, prompt, 16}, keep);
+  return keep;
+}
+
+LawCandidate cand(uint32_t overlap, uint32_t load, int64_t waiting = -1, double kv = -1,
+                  uint64_t pending = 0, double capacity = 0) {
+  LawCandidate x;
+  x.overlap = overlap;
+  x.load = load;
+  x.capacity = capacity;
+  x.waiting = waiting;
+  x.kv_usage = kv;
+  x.pending_blocks = pending;
+  return x;
+}
+
+TEST(ScoringProfileSpec, BuiltinsExpandToTheirParts) {
+  auto s = spec("llm-d-sticky");
+  EXPECT_EQ(s.builtin, "llm-d-sticky");
+  ASSERT_EQ(s.filters.size(), 1u);
+  EXPECT_EQ(s.filters[0].name, "prefix_affinity");
+  EXPECT_DOUBLE_EQ(s.filters[0].param("threshold"), 0.8);        // llm-d's 0.8
+  EXPECT_DOUBLE_EQ(s.filters[0].param("tauTokens"), 286720.0);  // 20,480 tokens/s x 14 s
+  ASSERT_EQ(s.scorers.size(), 1u);
+  EXPECT_EQ(s.scorers[0].name, "token_load");
+  EXPECT_TRUE(s.score_misses);
+  auto l = spec("llm-d");
+  ASSERT_EQ(l.scorers.size(), 3u);
+  EXPECT_DOUBLE_EQ(l.scorers[0].weight + l.scorers[1].weight + l.scorers[2].weight, 7.0);  // 2+2+3
+  EXPECT_FALSE(spec("predict").score_misses);
+  // The effective block spells every default out.
+  json j = spec(json{{"scorers", {{{"name", "load"}}}}, {"filters", {{{"name", "kv_usage_below"}}}}})
+               .toJson();
+  EXPECT_EQ(j["picker"], "max");
+  EXPECT_EQ(j["onMiss"], "score");
+  EXPECT_EQ(j["scorers"][0]["weight"], 1.0);
+  EXPECT_EQ(j["filters"][0]["threshold"], 0.95);
+}
+
+TEST(ScoringProfileSpec, BadProfilesAreRefusedNamingTheCulprit) {
+  EXPECT_NE(errorOf("llm-x").find("unknown built-in profile 'llm-x'"), std::string::npos);
+  EXPECT_NE(errorOf(7).find("a built-in profile's name or an object"), std::string::npos);
+  EXPECT_NE(errorOf(json::object()).find("p.scorers: at least one scorer"), std::string::npos);
+  EXPECT_NE(errorOf(json{{"scorers", {{{"name", "nope"}}}}}).find("p.scorers[0].name: unknown scorer 'nope'"),
+            std::string::npos);
+  EXPECT_NE(errorOf(json{{"scorers", {{{"name", "prefix_affinity"}}}}}).find("unknown scorer"),
+            std::string::npos);  // a filter is not a scorer
+  EXPECT_NE(errorOf(json{{"scorers", {{{"weight", 1}}}}}).find("p.scorers[0].name: is required"),
+            std::string::npos);
+  EXPECT_NE(errorOf(json{{"scorers", {"load"}}}).find("must be an object"), std::string::npos);
+  EXPECT_NE(errorOf(json{{"scorers", {{{"name", "load"}, {"weight", -1}}}}}).find("0..1000"),
+            std::string::npos);
+  EXPECT_NE(errorOf(json{{"scorers", {{{"name", "load"}, {"weight", "2"}}}}}).find("0..1000"),
+            std::string::npos);
+  EXPECT_NE(errorOf(json{{"scorers", {{{"name", "load"}, {"weight", 0}}}}}).find("must not all be 0"),
+            std::string::npos);
+  EXPECT_NE(errorOf(json{{"scorers", {{{"name", "load"}, {"depth", 1}}}}})
+                .find("p.scorers[0].depth: unknown parameter of load"),
+            std::string::npos);
+  EXPECT_NE(errorOf(json{{"scorers", {{{"name", "load"}}, {{"name", "load"}}}}}).find("listed twice"),
+            std::string::npos);
+  json thr = {{"scorers", {{{"name", "load"}}}},
+              {"filters", {{{"name", "prefix_affinity"}, {"threshold", 1.5}}}}};
+  EXPECT_NE(errorOf(thr).find("p.filters[0].threshold: must be a number in 0..1"), std::string::npos);
+  thr["filters"][0]["threshold"] = nullptr;
+  EXPECT_NE(errorOf(thr).find("must be a number"), std::string::npos);
+  json many = {{"scorers", json::array()}};
+  for (const char* n : {"prefix", "prefix_minmax", "queue", "kv_utilization", "load", "token_load",
+                        "predict", "prefix", "load"})
+    many["scorers"].push_back({{"name", n}});
+  EXPECT_NE(errorOf(many).find("at most 8"), std::string::npos);
+  EXPECT_NE(errorOf(json{{"scorers", {{{"name", "load"}}}}, {"picker", "min"}}).find("max or random"),
+            std::string::npos);
+  EXPECT_NE(errorOf(json{{"scorers", {{{"name", "load"}}}}, {"onMiss", true}}).find("score or selector"),
+            std::string::npos);
+  EXPECT_NE(errorOf(json{{"scorers", {{{"name", "load"}}}}, {"weights", 1}}).find("p.weights: unknown field"),
+            std::string::npos);
+  // A hostile name is not echoed whole.
+  const std::string huge(5000, 'x');
+  EXPECT_LT(errorOf(json{{"scorers", {{{"name", huge}}}}}).size(), 400u);
+  EXPECT_LT(errorOf(huge).size(), 400u);
+}
+
+TEST(ScoringRegistry, EveryPartTheConfigKnowsIsBuilt) {
+  for (const auto& s : config::scorerInfos()) EXPECT_NE(findScorer(s.name), nullptr) << s.name;
+  for (const auto& f : config::filterInfos()) EXPECT_NE(findFilter(f.name), nullptr) << f.name;
+  EXPECT_EQ(findScorer("prefix_affinity"), nullptr);
+  for (auto b : config::builtinProfileNames()) EXPECT_NE(profile(std::string(b)), nullptr) << b;
+}
+
+TEST(Scorers, EachScoresAWorkedExample) {
+  // prefix: overlap / prompt, prompt of 10 blocks.
+  EXPECT_EQ(scores("prefix", {cand(10, 0), cand(5, 0), cand(0, 0)}, 10),
+            (std::vector<double>{1, 0.5, 0}));
+  EXPECT_EQ(scores("prefix", {cand(3, 0)}, 0), (std::vector<double>{0}));  // empty prompt
+  // prefix_minmax: overlaps 8, 4, 2 -> (m - 2) / 6 = 1, 1/3, 0; nobody -> 0; all equal -> 1.
+  auto mm = scores("prefix_minmax", {cand(8, 0), cand(4, 0), cand(2, 0)}, 10);
+  EXPECT_DOUBLE_EQ(mm[0], 1);
+  EXPECT_DOUBLE_EQ(mm[1], 1.0 / 3);
+  EXPECT_DOUBLE_EQ(mm[2], 0);
+  EXPECT_EQ(scores("prefix_minmax", {cand(0, 0), cand(0, 0)}, 10), (std::vector<double>{0, 0}));
+  EXPECT_EQ(scores("prefix_minmax", {cand(4, 0), cand(4, 0)}, 10), (std::vector<double>{1, 1}));
+  // queue: waiting 5, 1, unknown, 3 -> (5 - w) / 4 = 0, 1, 1 (unknown), 0.5.
+  EXPECT_EQ(scores("queue", {cand(0, 0, 5), cand(0, 0, 1), cand(0, 0, -1), cand(0, 0, 3)}, 10),
+            (std::vector<double>{0, 1, 1, 0.5}));
+  // kv_utilization: 1 - usage; unknown 1; out of range clamped.
+  EXPECT_EQ(scores("kv_utilization", {cand(0, 0, -1, 0.25), cand(0, 0, -1, -1),
+                                      cand(0, 0, -1, 1.5)},
+                   10),
+            (std::vector<double>{0.75, 1, 0}));
+  // load: loads 4, 2, 0 -> (4 - l) / 4 = 0, 0.5, 1.
+  EXPECT_EQ(scores("load", {cand(0, 4), cand(0, 2), cand(0, 0)}, 10),
+            (std::vector<double>{0, 0.5, 1}));
+  // token_load: prompt 10; overlaps 10, 0, 5; pending 6, 0, 2 -> 6 + 0, 0 + 10, 2 + 5 = 6, 10, 7
+  // -> (10 - t) / 4 = 1, 0, 0.75.
+  EXPECT_EQ(scores("token_load", {cand(10, 0, -1, -1, 6), cand(0, 0, -1, -1, 0),
+                                  cand(5, 0, -1, -1, 2)},
+                   10),
+            (std::vector<double>{1, 0, 0.75}));
+  // predict: prompt 10; (uncached + 1) x (load + 1): (0 + 1) x 4 = 4 and (10 + 1) x 1 = 11 ->
+  // 4 / 4 = 1 and 4 / 11; capacities 1000 and 3000 (mean 2000): 4 x 2 = 8 and 11 x 2/3 = 7.33
+  // -> 7.33 / 8 = 0.9167 and 1.
+  auto pr = scores("predict", {cand(10, 3), cand(0, 0)}, 10);
+  EXPECT_DOUBLE_EQ(pr[0], 1);
+  EXPECT_DOUBLE_EQ(pr[1], 4.0 / 11);
+  pr = scores("predict", {cand(10, 3, -1, -1, 0, 1000), cand(0, 0, -1, -1, 0, 3000)}, 10);
+  EXPECT_NEAR(pr[0], (22.0 / 3) / 8, 1e-12);
+  EXPECT_DOUBLE_EQ(pr[1], 1);
+}
+
+TEST(Scorers, NormalizeOverTheKeptCandidatesOnly) {
+  // loads 9, 2, 0 with the idle one filtered out: over {9, 2}: 0 and 1.
+  std::vector<LawCandidate> c = {cand(0, 9), cand(0, 2), cand(0, 0)};
+  std::vector<uint8_t> keep = {1, 1, 0};
+  std::vector<double> out(3, -1);
+  findScorer("load")({"load", 1, {}})->score({c, 10, 16}, keep, out);
+  EXPECT_EQ(out[0], 0);
+  EXPECT_EQ(out[1], 1);
+  EXPECT_EQ(out[2], -1);  // not written
+}
+
+TEST(Filters, EachKeepsAWorkedExample) {
+  // prefix_affinity at 0.8 of a 10-block prompt: overlaps 8, 7, 10 -> 0 and 2 kept.
+  EXPECT_EQ(kept("prefix_affinity", {{"threshold", 0.8}, {"tauTokens", 1e9}},
+                 {cand(8, 0), cand(7, 0), cand(10, 0)}, 10),
+            (std::vector<uint8_t>{1, 0, 1}));
+  // tau of 48 tokens = 3 blocks of 16: token loads 2 (uncached), 3 + 5 pending, 0 + 4 pending.
+  EXPECT_EQ(kept("prefix_affinity", {{"threshold", 0.8}, {"tauTokens", 48}},
+                 {cand(8, 0), cand(7, 0, -1, -1, 5), cand(10, 0, -1, -1, 4)}, 10),
+            (std::vector<uint8_t>{1, 0, 0}));
+  // An empty prompt has no affinity.
+  EXPECT_EQ(kept("prefix_affinity", {{"threshold", 0.8}, {"tauTokens", 1e9}}, {cand(0, 0)}, 0),
+            (std::vector<uint8_t>{0}));
+  // kv_usage_below 0.9: 0.95 dropped, unknown and 0.5 kept, exactly 0.9 kept.
+  EXPECT_EQ(kept("kv_usage_below", {{"threshold", 0.9}},
+                 {cand(0, 0, -1, 0.95), cand(0, 0, -1, -1), cand(0, 0, -1, 0.5),
+                  cand(0, 0, -1, 0.9)},
+                 10),
+            (std::vector<uint8_t>{0, 1, 1, 1}));
+}
+
+LawParams prompt(uint32_t blocks, uint64_t rotate = 0) {
+  LawParams p;
+  p.prompt_blocks = blocks;
+  p.rotate = rotate;
+  return p;
+}
+
+TEST(ScoringProfile, MaxPicksTheWeightedSum) {
+  // prefix x 3 + load x 1, prompt 10: overlaps 10, 6, 0; loads 8, 0, 4.
+  // prefix: 1, 0.6, 0; load: (8 - l) / 8 = 0, 1, 0.5 -> 3, 2.8, 0.5: endpoint 0.
+  auto p = profile(json{{"scorers", {{{"name", "prefix"}, {"weight", 3}}, {{"name", "load"}}}}});
+  std::vector<LawCandidate> c = {cand(10, 8), cand(6, 0), cand(0, 4)};
+  auto r = p->pick(c, prompt(10));
+  EXPECT_EQ(r.index, 0);
+  EXPECT_FALSE(r.spilled);
+  EXPECT_EQ(r.uncached, 0u);
+  // prefix x 1 + load x 1: 1, 1.6, 0.5: endpoint 1, a spill (it holds less than endpoint 0).
+  p = profile(json{{"scorers", {{{"name", "prefix"}}, {{"name", "load"}}}}});
+  r = p->pick(c, prompt(10));
+  EXPECT_EQ(r.index, 1);
+  EXPECT_TRUE(r.spilled);
+  EXPECT_EQ(r.uncached, 4u);
+}
+
+TEST(ScoringProfile, AFilterThatKeepsNoneIsUndone) {
+  // Nobody holds 0.8 of the prompt: the affinity filter is dropped, token load decides over all:
+  // overlaps 7, 2, 0 of 10 -> token loads 3, 8 + 0, 10 -> endpoint 0.
+  auto p = profile("llm-d-sticky");
+  EXPECT_EQ(p->pick(std::vector<LawCandidate>{cand(7, 5), cand(2, 0), cand(0, 0)}, prompt(10)).index,
+            0);
+  // With a holder over 0.8 (endpoint 1, 9 of 10), it alone is kept, however loaded its queue.
+  EXPECT_EQ(p->pick(std::vector<LawCandidate>{cand(7, 0), cand(9, 9, -1, -1, 50), cand(0, 0)},
+                    prompt(10))
+                .index,
+            1);
+  EXPECT_TRUE(p->readsPending());
+  EXPECT_TRUE(p->scoresMisses());
+}
+
+TEST(ScoringProfile, TiesGoToOverlapThenLoadThenTheCursor) {
+  auto p = profile(json{{"scorers", {{{"name", "kv_utilization"}}}}});  // all score 1
+  std::vector<LawCandidate> c = {cand(2, 1), cand(4, 1), cand(4, 0), cand(4, 0)};
+  EXPECT_EQ(p->pick(c, prompt(10, 0)).index, 2);  // overlap 4, load 0; the cursor at 0
+  EXPECT_EQ(p->pick(c, prompt(10, 3)).index, 3);  // the cursor at 3 takes 3 before 2
+  EXPECT_EQ(p->pick(c, prompt(10, 4)).index, 2);  // and wraps
+  EXPECT_FALSE(p->pick(c, prompt(10, 3)).spilled);  // an equal holder is not a spill
+}
+
+TEST(ScoringProfile, RandomPicksInProportionToTheScore) {
+  // prefix scores 0.75 and 0.25 of a 4-block prompt (overlaps 3, 1): 3 to 1 over 4000 cursors.
+  auto p = profile(json{{"scorers", {{{"name", "prefix"}}}}, {"picker", "random"}});
+  std::vector<LawCandidate> c = {cand(3, 0), cand(1, 0), cand(0, 0)};
+  int first = 0, third = 0;
+  for (uint64_t k = 0; k < 4000; ++k) {
+    const int i = p->pick(c, prompt(4, k)).index;
+    first += i == 0;
+    third += i == 2;
+  }
+  EXPECT_EQ(third, 0);  // score 0: never
+  EXPECT_GT(first, 2800);
+  EXPECT_LT(first, 3200);
+  // All zero: uniform over the candidates.
+  std::vector<LawCandidate> z = {cand(0, 0), cand(0, 0)};
+  int zero = 0;
+  for (uint64_t k = 0; k < 4000; ++k) zero += p->pick(z, prompt(4, k)).index == 0;
+  EXPECT_GT(zero, 1800);
+  EXPECT_LT(zero, 2200);
+  EXPECT_EQ(p->pick(std::vector<LawCandidate>{}, prompt(4)).index, -1);
+}
+
+TEST(ScoringProfile, PicksBeyondTheInlineBuffer) {
+  // 100 candidates (past the 64 kept on the stack): the only holder wins.
+  auto p = profile(json{{"scorers", {{{"name", "prefix"}}}}});
+  std::vector<LawCandidate> c(100, cand(0, 0));
+  c[77] = cand(5, 3);
+  EXPECT_EQ(p->pick(c, prompt(10)).index, 77);
+}
+
+// The built-in peer profiles, composed of parts, against the laws that implement the same
+// published policies in one formula (written independently, before the framework): on random
+// fleets they pick the same endpoint. Loads, queues, KV usage and pending prefill are drawn
+// from wide ranges so exact ties (where the two break them differently) do not occur.
+TEST(ScoringProfile, BuiltinPeerProfilesAgreeWithTheLaws) {
+  common::SplitMix64 rng{42};
+  auto below = [&](uint64_t n) { return rng.next() % n; };
+  struct Case {
+    const char* profile;
+    LawMode law;
+  };
+  for (Case k : {Case{"llm-d", LawMode::kLlmd}, Case{"llm-d-sticky", LawMode::kLlmdSticky},
+                 Case{"predict", LawMode::kPredict}}) {
+    auto p = profile(k.profile);
+    int differ = 0;
+    for (int t = 0; t < 3000; ++t) {
+      const uint32_t blocks = 1 + static_cast<uint32_t>(below(400));
+      std::vector<LawCandidate> c(2 + below(7));
+      for (auto& x : c) {
+        x.overlap = below(4) == 0 ? 0 : static_cast<uint32_t>(below(blocks + 1));
+        x.load = static_cast<uint32_t>(below(1000));
+        x.waiting = below(5) == 0 ? -1 : static_cast<int64_t>(below(100000));
+        x.kv_usage = below(5) == 0 ? -1 : rng.uniform();
+        x.pending_blocks = below(1'000'000);
+        x.capacity = below(3) == 0 ? 0 : 1000 + static_cast<double>(below(100000));
+      }
+      LawParams lp = prompt(blocks, below(1000));
+      lp.mode = k.law;
+      const auto law = applyLaw(c, lp);
+      const auto got = p->pick(c, lp);
+      differ += law.index != got.index;
+      EXPECT_EQ(law.uncached, got.uncached);
+    }
+    EXPECT_EQ(differ, 0) << k.profile;
+  }
+}
+
+}  // namespace
+}  // namespace kvgate::routing::scoring
