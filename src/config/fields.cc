@@ -95,7 +95,7 @@ const std::vector<FieldSpec>& serviceFields() {
        0,
        0,
        {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "predict", "lmetric",
-        "dynamo", "llm-d", "llm-d-sticky"}},
+        "dynamo", "dynamo-v1", "llm-d", "llm-d-sticky"}},
       // Extension: a scoring profile instead of a law (config/scoring_profile.h).
       {"kvScoringProfile", T::kJson},
       {"kvModelProfile", T::kString, 0, 256},

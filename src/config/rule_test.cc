@@ -227,6 +227,11 @@ TEST(RuleParse, ScoringProfileOnTier15RulesOnly) {
   json pd = seedPd();
   pd["serviceArguments"]["kvScoringProfile"] = "predict";
   EXPECT_TRUE(parseRule(pd));
+  // ... but not one reading the queued prefill, which P/D rules do not count.
+  pd["serviceArguments"]["kvScoringProfile"] = "llm-d-sticky";
+  r = parseRule(pd);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().what.find("'token_load' reads the queued prefill"), std::string::npos);
 }
 
 TEST(RuleParse, ModeErrorMessageNamesTheMode) {

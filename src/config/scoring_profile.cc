@@ -117,15 +117,16 @@ std::optional<ScoringProfileSpec> builtin(std::string_view name) {
 const std::vector<ScoringPartInfo>& scorerInfos() {
   // (routing/scoring/registry.cc registers one scorer for each; a test checks both lists agree)
   static const std::vector<ScoringPartInfo> k = {
-      {"prefix", {}},          {"prefix_minmax", {}}, {"queue", {}},     {"kv_utilization", {}},
-      {"load", {}},            {"token_load", {}},    {"predict", {}},
+      {"prefix", {}},         {"prefix_minmax", {}}, {"queue", {}},
+      {"kv_utilization", {}}, {"load", {}},          {"token_load", {}, true},
+      {"predict", {}},
   };
   return k;
 }
 
 const std::vector<ScoringPartInfo>& filterInfos() {
   static const std::vector<ScoringPartInfo> k = {
-      {"prefix_affinity", {{"threshold", 0, 1, 0.8}, {"tauTokens", 0, 1e12, 286720}}},
+      {"prefix_affinity", {{"threshold", 0, 1, 0.8}, {"tauTokens", 0, 1e12, 286720}}, true},
       {"kv_usage_below", {{"threshold", 0, 1, 0.95}}},
   };
   return k;
@@ -134,6 +135,14 @@ const std::vector<ScoringPartInfo>& filterInfos() {
 const std::vector<std::string_view>& builtinProfileNames() {
   static const std::vector<std::string_view> k = {"llm-d", "llm-d-sticky", "predict"};
   return k;
+}
+
+std::string ScoringProfileSpec::readsPending() const {
+  for (const auto& p : scorers)
+    if (const auto* i = findInfo(scorerInfos(), p.name); i && i->reads_pending) return p.name;
+  for (const auto& p : filters)
+    if (const auto* i = findInfo(filterInfos(), p.name); i && i->reads_pending) return p.name;
+  return {};
 }
 
 json ScoringProfileSpec::toJson() const {
@@ -151,7 +160,6 @@ json ScoringProfileSpec::toJson() const {
               {"scorers", parts(scorers, true)},
               {"picker", picker == Picker::kRandom ? "random" : "max"},
               {"onMiss", score_misses ? "score" : "selector"}};
-  if (!builtin.empty()) out["builtin"] = builtin;
   return out;
 }
 

@@ -34,6 +34,9 @@ struct ScoringParam {
 struct ScoringPartInfo {
   std::string_view name;
   std::vector<ScoringParam> params;
+  // It reads the queued prefill this gateway counts per endpoint (streamed requests of
+  // single-pool rules, until their first byte): refused on P/D rules, which do not count it.
+  bool reads_pending = false;
 };
 const std::vector<ScoringPartInfo>& scorerInfos();
 const std::vector<ScoringPartInfo>& filterInfos();
@@ -55,7 +58,10 @@ struct ScoringProfileSpec {
   std::vector<ScoringPart> scorers;
   enum class Picker : uint8_t { kMax, kRandom } picker = Picker::kMax;
   bool score_misses = true;  // onMiss "score"
-  // The profile with every default spelled out (the rule's GET "effective" block).
+  // The name of a part that reads queued prefill (ScoringPartInfo::reads_pending), or empty.
+  std::string readsPending() const;
+  // The profile with every default spelled out, itself a valid field value (the rule's GET
+  // "effective" block shows it, and the built-in's name beside it).
   nlohmann::json toJson() const;
 };
 

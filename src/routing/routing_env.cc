@@ -60,7 +60,7 @@ RoutingEnv readRoutingEnv(const EnvLookup& env, std::vector<std::string>& warnin
     if (!e.lb_mode)
       warnings.push_back(std::string("ignoring LOXILB_KV_LB_MODE='") + v +
                          "' (not a selection law: off, hard, soft, adaptive, adaptive-soft, "
-                         "taper, ttft, predict, lmetric, dynamo, llm-d, llm-d-sticky): using the "
+                         "taper, ttft, predict, lmetric, dynamo, dynamo-v1, llm-d, llm-d-sticky): using the "
                          "default (predict on kvExactMode 3 rules, hard on P/D rules)");
   }
   e.min_match_tokens = static_cast<uint32_t>(r.integer("LLB_KV_MIN_MATCH_TOKENS", 0, 4096, 16));

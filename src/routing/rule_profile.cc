@@ -26,6 +26,18 @@ std::vector<std::string> stageNames(const config::RuleSpec& rule) {
   return names;
 }
 
+namespace {
+// The knobs of the stages other than kv_exact.
+nlohmann::json withOthers(nlohmann::json out, const std::vector<std::string>& names,
+                          const RoutingEnv& env) {
+  auto has = [&](std::string_view n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  if (has("session")) out["session_max"] = env.session_max;
+  if (has("prefix_trie")) out["trie_max_nodes"] = env.trie_max_nodes;
+  if (has("lc_light")) out["lc_light_below_x100"] = env.lc_light_below_x100;
+  return out;
+}
+}  // namespace
+
 nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& env) {
   const auto names = stageNames(rule);
   nlohmann::json out = {{"stages", names}};
@@ -34,13 +46,24 @@ nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& 
     const KvExactOptions o = kvExactOptions(rule, env);
     const auto& sa = rule.service_args;
     const bool from_rule = sa.contains("kvLbMode") && sa["kvLbMode"].is_string();
-    if (o.profile) {  // a scoring profile replaces the law
-      out["kvScoringProfile"] = o.profile->spec().toJson();
-    } else {
-      out["kvLbMode"] = std::string(lawModeName(o.law.mode));
-      out["kvLbModeFrom"] = from_rule ? "rule" : env.lb_mode ? "environment" : "default";
-    }
     out["kvBlockSize"] = o.block_size;
+    if (o.profile) {
+      // A scoring profile replaces the law: its parts with every default filled in (a valid
+      // kvScoringProfile value as it stands), the built-in it came from, and only the knobs that
+      // still apply (the miss guards and cold-start seeding only when misses fall through).
+      const auto& spec = o.profile->spec();
+      out["kvScoringProfile"] = spec.toJson();
+      if (!spec.builtin.empty()) out["kvScoringProfileBuiltin"] = spec.builtin;
+      if (!spec.score_misses) {
+        out["min_match_tokens"] = o.min_match_tokens;
+        out["coldstart_min_blocks"] = o.coldstart_min_blocks;
+        out["coldstart_seed_nth"] = o.coldstart_seed_nth;
+      }
+      out["speculative_ttl_ms"] = o.speculative_ttl_ms;
+      return withOthers(out, names, env);
+    }
+    out["kvLbMode"] = std::string(lawModeName(o.law.mode));
+    out["kvLbModeFrom"] = from_rule ? "rule" : env.lb_mode ? "environment" : "default";
     out["mean_load_factor_pct"] = o.law.mean_load_factor_pct;
     out["ttft_miss_weight"] = o.law.ttft_miss_weight;
     out["ttft_load_blocks"] = o.law.ttft_load_blocks;
@@ -51,10 +74,7 @@ nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& 
     out["coldstart_min_blocks"] = o.coldstart_min_blocks;
     out["coldstart_seed_nth"] = o.coldstart_seed_nth;
   }
-  if (has("session")) out["session_max"] = env.session_max;
-  if (has("prefix_trie")) out["trie_max_nodes"] = env.trie_max_nodes;
-  if (has("lc_light")) out["lc_light_below_x100"] = env.lc_light_below_x100;
-  return out;
+  return withOthers(out, names, env);
 }
 
 }  // namespace kvgate::routing

@@ -867,6 +867,7 @@ test('a scoring profile routes Tier 1.5 end to end; a bad one is refused', async
   assert.deepEqual(got.effective.stages, ['kv_exact', 'rr']);
   assert.deepEqual(got.effective.kvScoringProfile,
     { filters: [], scorers: [{ name: 'prefix', weight: 1 }], picker: 'max', onMiss: 'score' });
+  assert.equal(got.effective.mean_load_factor_pct, undefined, 'a law knob shown under a profile');
   assert.equal(got.effective.kvLbMode, undefined, 'a profile replaces the law');
   const info = (await scrapeMetrics(gw.api)).filter((s) => s.name === 'kvgate_rule_routing_info' && s.labels.rule === 'prof');
   assert.ok(info.some((s) => s.labels.knob === 'kvScoringProfile' && /"prefix"/.test(s.labels.value)), JSON.stringify(info));
@@ -890,16 +891,17 @@ test('a scoring profile routes Tier 1.5 end to end; a bad one is refused', async
   const load = got;
   load.serviceArguments.kvScoringProfile = { scorers: [{ name: 'load' }], onMiss: 'score' };
   assert.equal((await api(gw.api, 'POST', LB_BASE, load)).status, 200, 'GET output with a profile POSTs back');
-  await (await fetch(`${warm.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 1500 }) })).arrayBuffer();
+  // (the stall outlasts the miss by seconds; the fault is cleared only after it)
+  await (await fetch(`${warm.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 8000 }) })).arrayBuffer();
   const stalled = send(20, 7000);
   assert.ok(await waitFor(async () => {
     const m = await scrapeMetrics(gw.api);
     return m.find((s) => s.name === 'kvgate_endpoint_inflight_requests' && s.labels.endpoint === `${warm.host}:${warm.port}`)?.value === 1;
   }, 5000, 20), 'the stalled request is not in flight');
-  await (await fetch(`${warm.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 0 }) })).arrayBuffer();
   const m2 = await scrapeMetrics(gw.api);
   await send(21, 880000);  // nobody holds it
   const m3 = await scrapeMetrics(gw.api);
+  await (await fetch(`${warm.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 0 }) })).arrayBuffer();
   assert.equal(sentTo(m3, cold) - sentTo(m2, cold), 1, 'the miss was not placed on the idle worker');
   const decided = (m, key) => m.filter((s) => s.name === 'kvgate_selector_decisions_total' && s.labels.rule === 'prof' &&
     s.labels.selector === 'kv_exact' && s.labels.key === key).reduce((x, s) => x + s.value, 0);

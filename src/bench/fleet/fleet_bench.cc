@@ -28,8 +28,9 @@
 //                               is lightly loaded, round-robin otherwise)
 //   sglang, sglang-cli          re-implementation of SGLang's cache_aware (its two default sets),
 //                               the rule's `selector` (approximate trees, no KV events)
-//   lmetric, dynamo, llm-d, llm-d-sticky
-//                               re-implementations of LMetric, Dynamo's KV cost and llm-d's
+//   lmetric, dynamo, dynamo-v1, llm-d, llm-d-sticky
+//                               re-implementations of LMetric, Dynamo's KV cost (before 1.x, and
+//                               1.x's with queued prefill) and llm-d's
 //                               older (weighted) and current ("sticky until saturated")
 //                               defaults: kvExactMode 3 with that kvLbMode (routing/stages/
 //                               selection_law.h), fed by the same KV index
@@ -102,7 +103,7 @@ Load:
                       kv-ttft, kv-predict (each also as kv-LAW-lc: least connections behind it, and
                       kv-LAW-lcl: lc_light behind it), oracle
                       (hard law), oracle-ttft, oracle-predict (that law), and
-                      re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, llm-d
+                      re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, dynamo-v1, llm-d
                       (the older weighted profile), llm-d-sticky (llm-d's current default);
                       profile-llm-d, profile-llm-d-sticky, profile-predict (built-in scoring
                       profiles, kvScoringProfile)
@@ -187,7 +188,7 @@ std::optional<Arm> armOf(const std::string& name) {
     if (name == std::string("kv-") + m + "-lcl") return Arm{name, 0, m, "lc_light", false};
   }
   // Peer re-implementations that read the KV index: kvExactMode 3 with that kvLbMode.
-  for (const char* m : {"lmetric", "dynamo", "llm-d", "llm-d-sticky"})
+  for (const char* m : {"lmetric", "dynamo", "dynamo-v1", "llm-d", "llm-d-sticky"})
     if (name == m) return Arm{name, 0, m, "", false};
   // profile-NAME: kvExactMode 3 with the built-in scoring profile NAME (kvScoringProfile).
   if (name.rfind("profile-", 0) == 0)
@@ -289,7 +290,7 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
       o.arms = {"rr", "lc", "kv-hard", "kv-predict", "kv-taper-lc", "oracle"};
       o.side_arms = {"random",           "chwbl",    "kv-soft", "kv-adaptive",
                      "kv-adaptive-soft", "kv-taper", "kv-ttft", "kv-soft-lc",
-                     "sglang",           "sglang-cli", "lmetric", "dynamo", "llm-d",
+                     "sglang",           "sglang-cli", "lmetric", "dynamo", "dynamo-v1", "llm-d",
                      "llm-d-sticky"};
     } else if (a == "--warmup") {
       if (!num(0, 1e6, x)) return false;
@@ -820,7 +821,8 @@ std::string markdown(const ojson& doc) {
       "|---|---|---|---|---|---|---|---|---|---|---|\n";
   // The peers' policies are re-implementations here, and every table says so.
   static const std::set<std::string> kPeers = {"sglang", "sglang-cli", "lmetric", "dynamo",
-                                               "llm-d", "llm-d-sticky"};
+                                               "dynamo-v1", "llm-d", "llm-d-sticky",
+                                               "profile-llm-d", "profile-llm-d-sticky"};
   for (const auto& arm : doc["arms"])
     for (const auto& s : arm["steps"])
       md += "| " + arm["arm"].get<std::string>() +

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
+#include <random>
 
 #include "common/splitmix.h"
 #include "routing/scoring/registry.h"
@@ -23,8 +25,9 @@ struct Buffer {
   }
 };
 
+// Equal within 1e-9 of the larger (the same sum taken in another order).
 bool nearlyEqual(double a, double b) {
-  return std::fabs(a - b) <= 1e-9 * std::max({1.0, std::fabs(a), std::fabs(b)});
+  return std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b));
 }
 
 }  // namespace
@@ -33,6 +36,7 @@ Result<std::shared_ptr<const ScoringProfile>> ScoringProfile::build(
     const config::ScoringProfileSpec& s) {
   auto p = std::make_shared<ScoringProfile>();
   p->spec_ = s;
+  p->salt_ = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   for (const auto& f : s.filters) {
     FilterFactory make = findFilter(f.name);
     if (!make) return fail(400, "kvScoringProfile", "this build has no filter '" + f.name + "'");
@@ -49,15 +53,9 @@ Result<std::shared_ptr<const ScoringProfile>> ScoringProfile::build(
   return std::shared_ptr<const ScoringProfile>(std::move(p));
 }
 
-LawResult ScoringProfile::pick(std::span<const LawCandidate> c, const LawParams& p) const {
-  LawResult r;
-  const size_t n = c.size();
-  if (n == 0) return r;
-  const ScoringRequest req{c, p.prompt_blocks, p.block_tokens};
-  Buffer<uint8_t> keep_buf, prev_buf;
-  Buffer<double> total_buf, tmp_buf;
-  std::span<uint8_t> keep = keep_buf.get(n), prev = prev_buf.get(n);
-  std::span<double> total = total_buf.get(n), tmp = tmp_buf.get(n);
+void ScoringProfile::evaluate(const ScoringRequest& req, std::span<uint8_t> keep,
+                              std::span<uint8_t> prev, std::span<double> total,
+                              std::span<double> tmp) const {
   std::fill(keep.begin(), keep.end(), uint8_t{1});
   for (const auto& f : filters_) {
     std::copy(keep.begin(), keep.end(), prev.begin());
@@ -69,9 +67,32 @@ LawResult ScoringProfile::pick(std::span<const LawCandidate> c, const LawParams&
   for (const auto& [weight, scorer] : scorers_) {
     if (weight <= 0) continue;
     scorer->score(req, keep, tmp);
-    for (size_t i = 0; i < n; ++i)
+    for (size_t i = 0; i < keep.size(); ++i)
       if (keep[i]) total[i] += weight * tmp[i];
   }
+}
+
+std::vector<double> ScoringProfile::totals(std::span<const LawCandidate> c,
+                                           const LawParams& p) const {
+  const size_t n = c.size();
+  std::vector<uint8_t> keep(n), prev(n);
+  std::vector<double> total(n), tmp(n);
+  evaluate({c, p.prompt_blocks, p.block_tokens}, keep, prev, total, tmp);
+  for (size_t i = 0; i < n; ++i)
+    if (!keep[i]) total[i] = -std::numeric_limits<double>::infinity();
+  return total;
+}
+
+LawResult ScoringProfile::pick(std::span<const LawCandidate> c, const LawParams& p) const {
+  LawResult r;
+  const size_t n = c.size();
+  if (n == 0) return r;
+  const ScoringRequest req{c, p.prompt_blocks, p.block_tokens};
+  Buffer<uint8_t> keep_buf, prev_buf;
+  Buffer<double> total_buf, tmp_buf;
+  std::span<uint8_t> keep = keep_buf.get(n), prev = prev_buf.get(n);
+  std::span<double> total = total_buf.get(n), tmp = tmp_buf.get(n);
+  evaluate(req, keep, prev, total, tmp);
   int b = -1;
   if (spec_.picker == config::ScoringProfileSpec::Picker::kRandom) {
     double sum = 0;
@@ -81,7 +102,7 @@ LawResult ScoringProfile::pick(std::span<const LawCandidate> c, const LawParams&
         sum += std::max(0.0, total[i]);
         ++kept;
       }
-    common::SplitMix64 rng{p.rotate * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL};
+    common::SplitMix64 rng{(p.rotate ^ salt_) * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL};
     const double u = rng.uniform();  // (0, 1)
     if (sum > 0) {
       double at = u * sum;
@@ -95,9 +116,9 @@ LawResult ScoringProfile::pick(std::span<const LawCandidate> c, const LawParams&
       for (size_t i = 0; i < n && b < 0; ++i)
         if (keep[i] && k-- == 0) b = static_cast<int>(i);
     }
-    if (b < 0)  // rounding left u * sum at the end: the last kept candidate
+    if (b < 0)  // rounding left u * sum at the end: the last kept candidate with a score
       for (size_t i = n; i-- > 0 && b < 0;)
-        if (keep[i]) b = static_cast<int>(i);
+        if (keep[i] && (sum <= 0 || total[i] > 0)) b = static_cast<int>(i);
   } else {
     auto turn = [&](size_t i) { return (i + n - static_cast<size_t>(p.rotate % n)) % n; };
     for (size_t i = 0; i < n; ++i) {

@@ -217,7 +217,8 @@ class KvExactStage : public Stage {
     sc.n = n;
     std::vector<LawCandidate>& cands = sc.cands;
     const scoring::ScoringProfile* profile = opts_.profile.get();  // replaces the law when set
-    const bool dynamo = !profile && opts_.law.mode == LawMode::kDynamo;
+    const bool dynamo =
+        !profile && (opts_.law.mode == LawMode::kDynamo || opts_.law.mode == LawMode::kDynamoV1);
     std::vector<int>& index_of = sc.index_of;
     cands.clear();
     index_of.clear();
@@ -259,11 +260,13 @@ class KvExactStage : public Stage {
     // Nobody holds a leading block; or only excluded endpoints do (an excluded winner already
     // fell to the next-best overlap above: the law only sees candidates left). The peer laws
     // decide misses by their own formula.
-    const bool peer = isPeerLaw(opts_.law.mode) || (profile && profile->scoresMisses());
+    // (a profile says itself whether it places misses and reads queued prefill: the law, which
+    // LOXILB_KV_LB_MODE may still name, does not run)
+    const bool peer = profile ? profile->scoresMisses() : isPeerLaw(opts_.law.mode);
     // Under ttft, whichever stage places a miss, its prefill is queued there: the whole prompt
     // (a shallow match: what the index does not hold).
     const bool pending =
-        tracksPendingPrefill(opts_.law.mode) || (profile && profile->readsPending());
+        profile ? profile->readsPending() : tracksPendingPrefill(opts_.law.mode);
     const uint32_t miss_blocks =
         pending ? static_cast<uint32_t>(n - std::min<size_t>(best, n)) + tail : 0;
     if (best == 0 && !peer) {
@@ -389,7 +392,9 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule, const RoutingEnv& en
       log::warn("routing", "rule " + rule.key() + ": kvScoringProfile not applied: " +
                                built.error().what);
   }
-  if (auto m = sa.find("kvLbMode"); m != sa.end() && m->is_string()) {
+  if (o.profile) {
+    // (no law runs: neither kvLbMode, refused with a profile, nor LOXILB_KV_LB_MODE applies)
+  } else if (auto m = sa.find("kvLbMode"); m != sa.end() && m->is_string()) {
     // The rule's field beats the environment (validated when the rule was stored).
     if (auto mode = parseLawMode(m->get<std::string>())) o.law.mode = *mode;
   } else if (env.lb_mode) {

@@ -556,6 +556,41 @@ TEST(KvExact, AScoringProfileReplacesTheLaw) {
   EXPECT_EQ(sticky.prefill_blocks, 2u);
 }
 
+// The environment's default law does not leak into a profile rule: with LOXILB_KV_LB_MODE naming
+// a peer law (which places misses itself), the predict profile (onMiss selector) still lets a
+// prompt nobody holds fall through, and a profile reading no queued prefill reports none.
+TEST(KvExact, TheEnvironmentsLawDoesNotLeakIntoAProfile) {
+  config::RuleSpec r;
+  r.service_args = {{"kvExactMode", 3}, {"kvScoringProfile", "predict"}};
+  const RoutingEnv env = testing::envOf({{"LOXILB_KV_LB_MODE", "llm-d"}});
+  Fixture f(kvExactOptions(r, env));
+  for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 1000 + t;
+  EXPECT_EQ(f.run().reason, FallReason::kNoWorker);
+  const RoutingEnv ttft = testing::envOf({{"LOXILB_KV_LB_MODE", "ttft"}});
+  Fixture g(kvExactOptions(r, ttft));
+  g.excluded[0] = true;  // endpoint 1 holds 2 of 4 blocks
+  auto res = g.run();
+  EXPECT_EQ(res.index, 1);
+  EXPECT_EQ(res.prefill_blocks, 0u);  // predict reads no queued prefill: none reported
+}
+
+// dynamo-v1 through the stage: queued prefill and the active set are both tracked.
+TEST(KvExact, DynamoV1TracksQueuedPrefillAndTheActiveSet) {
+  KvExactOptions o;
+  o.law.mode = LawMode::kDynamoV1;
+  Fixture f(o);
+  // pending + uncached + active: 0 + 0 + 4 (this prompt's blocks) on endpoint 0: it wins.
+  auto r = f.run();
+  EXPECT_EQ(r.index, 0);
+  EXPECT_TRUE(r.track_chain);
+  EXPECT_EQ(r.prefill_blocks, 0u);
+  // 40 blocks queued on endpoint 0: 40 + 0 + 4 = 44 against 0 + 2 + 4 = 6 on endpoint 1.
+  f.eps[0].state->pending_prefill_blocks.store(40);
+  r = f.run();
+  EXPECT_EQ(r.index, 1);
+  EXPECT_EQ(r.prefill_blocks, 2u);  // its uncached blocks, queued there until the first byte
+}
+
 // A retry of the same request reuses the chain its first attempt stored in the request's chain
 // cache (no tokenizing or hashing again): here the cache holds the chain of tokens 0..63 while the
 // facts say 1000..1063, so the pick follows the cache.

@@ -15,6 +15,7 @@ std::optional<LawMode> parseLawMode(std::string_view s) {
   if (s == "ttft") return LawMode::kTtft;
   if (s == "lmetric") return LawMode::kLmetric;
   if (s == "dynamo") return LawMode::kDynamo;
+  if (s == "dynamo-v1") return LawMode::kDynamoV1;
   if (s == "llm-d") return LawMode::kLlmd;
   if (s == "llm-d-sticky") return LawMode::kLlmdSticky;
   if (s == "predict") return LawMode::kPredict;
@@ -41,6 +42,8 @@ std::string_view lawModeName(LawMode m) {
       return "lmetric";
     case LawMode::kDynamo:
       return "dynamo";
+    case LawMode::kDynamoV1:
+      return "dynamo-v1";
     case LawMode::kLlmd:
       return "llm-d";
     case LawMode::kLlmdSticky:
@@ -108,6 +111,14 @@ LawResult peerLaw(std::span<const LawCandidate> c, const LawParams& p, int argma
   } else if (p.mode == LawMode::kDynamo) {
     r.index = extremum(
         c, [&](size_t i) { return uncached(i) + double(c[i].active_blocks); }, false);
+  } else if (p.mode == LawMode::kDynamoV1) {
+    // Dynamo 1.x: the prefill term counts the prompt work already queued there too.
+    r.index = extremum(
+        c,
+        [&](size_t i) {
+          return double(c[i].pending_blocks) + uncached(i) + double(c[i].active_blocks);
+        },
+        false);
   } else if (p.mode == LawMode::kLlmdSticky) {
     const double tau = double(p.sticky_tau_tokens) / double(std::max<uint32_t>(1, p.block_tokens));
     auto token_load = [&](size_t i) { return double(c[i].pending_blocks) + uncached(i); };
@@ -192,6 +203,7 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
       return r;
     case LawMode::kLmetric:
     case LawMode::kDynamo:
+    case LawMode::kDynamoV1:
     case LawMode::kLlmd:
     case LawMode::kLlmdSticky:
       return peerLaw(c, p, argmax);

@@ -71,6 +71,13 @@
 //    flight on i with this prompt's added (Dynamo's ActiveSequences: shared prefixes count once);
 //    Dynamo splits active blocks between prefill and decode, which a proxy that does not see the
 //    engine's phases cannot do: all count in the decode term here.
+//  - dynamo-v1 (Dynamo 1.x's KV cost, routing-concepts and configuration-and-tuning pages of its
+//    docs, defaults): argmin of prefill_load_scale x max(active_prefill_i + prompt_blocks -
+//    overlap_credit_i, 0) + decode_blocks_i with scale 1, device credit 1 (host 0.75 and disk
+//    0.25 tiers: none here) and the credit decay off (its default 0): pending_blocks_i + uncached_i
+//    + active_blocks_i, active prefill = the uncached blocks of the streams this gateway sent there
+//    that have not started to stream (Dynamo's active prefill tokens, released at the first output
+//    token, as here). Its predicted-on-route side index is our speculative insert (kv_exact).
 //  - llm-d (llm-d Router's default profile): argmax of 2 x queue + 2 x kv-utilization + 3 x prefix,
 //    queue_i = (max_w - w_i) / (max_w - min_w) over the engines' waiting requests (1 for all when
 //    equal or unknown), kv_i = 1 - KV usage (1 when unknown), prefix_i = the matched blocks
@@ -123,7 +130,8 @@ enum class LawMode : uint8_t {
   kPredict,  // an extension: new prefill x batch / capacity share; the default of mode 3 rules
   // Re-implementations of peers' published policies over the same inputs (not their code):
   kLmetric,  // "lmetric"
-  kDynamo,   // "dynamo"
+  kDynamo,   // "dynamo" (its cost before 1.x: no queued prefill)
+  kDynamoV1,  // "dynamo-v1" (Dynamo 1.x's KV cost)
   kLlmd,     // "llm-d" (the older weighted profile)
   kLlmdSticky,  // "llm-d-sticky" (llm-d's current default)
 };
@@ -132,14 +140,15 @@ enum class LawMode : uint8_t {
 // included (their formulas have a miss rule of their own), so Tier 1.5's no_worker and shallow
 // guards do not apply to them.
 inline bool isPeerLaw(LawMode m) {
-  return m == LawMode::kLmetric || m == LawMode::kDynamo || m == LawMode::kLlmd ||
+  return m == LawMode::kLmetric || m == LawMode::kDynamo || m == LawMode::kDynamoV1 ||
+         m == LawMode::kLlmd ||
          m == LawMode::kLlmdSticky;
 }
 
 // True for the laws that read pending_blocks: the gateway then counts each streamed request's
 // uncached blocks as queued prefill on its endpoint until the first byte (EndpointLease).
 inline bool tracksPendingPrefill(LawMode m) {
-  return m == LawMode::kTtft || m == LawMode::kLlmdSticky;
+  return m == LawMode::kTtft || m == LawMode::kLlmdSticky || m == LawMode::kDynamoV1;
 }
 
 // A law name (lawModeName's); nullopt for anything else.

@@ -169,6 +169,26 @@ TEST(SelectionLaw, DynamoIsUncachedPrefillPlusDecodeBlocks) {
   EXPECT_EQ(lawModeName(LawMode::kDynamo), "dynamo");
 }
 
+// Dynamo 1.x: the prefill term adds the prompt work already queued there (active prefill).
+TEST(SelectionLaw, DynamoV1AddsQueuedPrefill) {
+  LawParams p{LawMode::kDynamoV1};
+  p.prompt_blocks = 10;
+  auto withPending = [](LawCandidate c, uint64_t pending) {
+    c.pending_blocks = pending;
+    return c;
+  };
+  // pending + uncached + active: 30 + 2 + 5 = 37; 0 + 10 + 5 = 15; 0 + 4 + 12 = 16: endpoint 1,
+  // where the old dynamo cost (2 + 5 = 7) keeps endpoint 0, the holder, behind its queue.
+  std::vector<LawCandidate> c = {withPending(cand(8, 1, 5), 30), cand(0, 1, 5), cand(6, 1, 12)};
+  EXPECT_EQ(run(c, p).index, 1);
+  EXPECT_TRUE(run(c, p).spilled);
+  EXPECT_EQ(run(c, LawParams{LawMode::kDynamo, 175, 32, 10}).index, 0);
+  EXPECT_EQ(parseLawMode("dynamo-v1"), LawMode::kDynamoV1);
+  EXPECT_EQ(lawModeName(LawMode::kDynamoV1), "dynamo-v1");
+  EXPECT_TRUE(isPeerLaw(LawMode::kDynamoV1));
+  EXPECT_TRUE(tracksPendingPrefill(LawMode::kDynamoV1));
+}
+
 TEST(SelectionLaw, LlmdWeightsQueueKvAndPrefix) {
   LawParams p{LawMode::kLlmd};
   p.prompt_blocks = 8;
