@@ -340,8 +340,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::vector<bool> excluded_;
   // The request's prompt ids (quota count and kv_exact share them) and kv_exact's chain, which
   // its retries reuse; cleared after each request.
-  routing::ChainCache chain_cache_;
-  routing::RemoteHint remote_hint_;  // kv_exact with kvIndexAddr: this request's answer
+  routing::CycleState cycle_;  // what this request's routing computes once (routing/cycle_state.h)
   std::string last_error_;           // why the last endpoint tried could not serve (502 message)
   Outcome outcome_;
 };

@@ -201,9 +201,9 @@ asio::awaitable<void> ClientConn::run() {
     cfg_.reset();
     facts_.shrink(kKeepBufferBytes);
     pdAfterRequest();
-    chain_cache_.releaseTokens();  // (e.g. a request refused after its quota count: its ids)
-    chain_cache_.clear();  // one huge prompt's chain does not pin its size per connection
-    if (chain_cache_.chain.capacity() > 512) std::vector<uint64_t>().swap(chain_cache_.chain);
+    // (e.g. a request refused after its quota count: its ids; one huge prompt's chain does not
+    // pin its size per connection)
+    cycle_.endRequest();
     if (!ok || client_gone_) break;
     in_.consume(std::min(req.head_bytes + req.raw_body_bytes, in_.size()));
     in_.shrinkIfEmpty(kKeepBufferBytes);  // one huge body does not pin its size per connection

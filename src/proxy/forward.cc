@@ -245,7 +245,7 @@ asio::awaitable<routing::Decision> ClientConn::decide(const Route& route,
                                                       const routing::RequestContext& rctx,
                                                       routing::CandidateSet& cands) {
   routing::Decision d = pipeline.run(rctx, cands);
-  if (!d.need_remote || !rctx.remote || !rctx.chain_cache) co_return d;
+  if (!d.need_remote || !rctx.cycle) co_return d;
   const auto& sa = route.rule.service_args;
   RemoteIndexCall c;
   c.addr = sa.value("kvIndexAddr", std::string());
@@ -253,9 +253,10 @@ asio::awaitable<routing::Decision> ClientConn::decide(const Route& route,
   c.tenant = sa.value("kvIndexTenant", std::string("default"));
   c.block_size = static_cast<uint32_t>(sa.value("kvBlockSize", 16));
   c.model = facts_parsed_ && facts_.has_model ? facts_.model : sa.value("model_name", std::string());
-  co_await askRemoteIndex(w_.io, c, rctx.chain_cache->chain, *rctx.remote);
-  if (rctx.remote->state == routing::RemoteHint::State::kWanted)
-    rctx.remote->state = routing::RemoteHint::State::kFailed;  // (never asks twice)
+  routing::RemoteHint& remote = rctx.cycle->remote;
+  co_await askRemoteIndex(w_.io, c, rctx.cycle->chain, remote);
+  if (remote.state == routing::RemoteHint::State::kWanted)
+    remote.state = routing::RemoteHint::State::kFailed;  // (never asks twice)
   co_return pipeline.run(rctx, cands, static_cast<size_t>(d.stage));
 }
 
@@ -273,17 +274,15 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
   }
   routing::RequestContext rctx =
       requestContext(req.head, facts_parsed_ ? &facts_ : nullptr, route, source_key_);
-  chain_cache_.ready = false;  // (at most 8192 entries: kv_exact's block bound)
-  rctx.chain_cache = &chain_cache_;
-  remote_hint_ = {};
-  rctx.remote = &remote_hint_;
+  cycle_.beginRouting();  // (the chain: at most 8192 entries, kv_exact's block bound)
+  rctx.cycle = &cycle_;
   const bool cb = route.rule.cb_enable;
   maskUnhealthy(route, excluded_, role);
   routing::CandidateSet cands{route.endpoints, excluded_};
   last_error_.clear();
   for (size_t attempt = 0; attempt < 2 * n; ++attempt) {
     routing::Decision d = co_await decide(route, *pipeline, rctx, cands);
-    chain_cache_.releaseTokens();  // (the chain, if any, is what a retry reuses)
+    cycle_.releaseTokens();  // (the chain, if any, is what a retry reuses)
     if (d.index < 0) break;
     const size_t idx = static_cast<size_t>(d.index);
     auto& state = *route.endpoints[idx].state;
@@ -293,8 +292,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
       continue;
     }
     endpoints::EndpointLease lease(state, trial);  // in flight from the pick on
-    if (d.track_chain && rctx.chain_cache && rctx.chain_cache->ready)
-      lease.addChain(rctx.chain_cache->chain);
+    if (d.track_chain && cycle_.chain_ready) lease.addChain(cycle_.chain);
     // (ttft law) until the first response byte: only a stream's first byte marks the end of its
     // prefill (a non-streaming answer arrives when the whole generation is done).
     if (facts_parsed_ && facts_.stream.value_or(false)) lease.addPrefill(d.prefill_blocks);

@@ -756,10 +756,8 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   if (!pd_) pd_ = std::make_unique<PdState>(w_, static_cast<LegObserver&>(*this));
   PdState& st = *pd_;
   routing::RequestContext rctx = requestContext(req.head, &facts_, route, source_key_);
-  chain_cache_.ready = false;
-  rctx.chain_cache = &chain_cache_;
-  remote_hint_ = {};
-  rctx.remote = &remote_hint_;
+  cycle_.beginRouting();
+  rctx.cycle = &cycle_;
   // DRAINING endpoints stay for now: Tier 0 may still send a pinned conversation there.
   maskUnhealthy(route, excluded_, 1, false);
   maskUnhealthy(route, st.decode_excluded, 2, false);
@@ -792,7 +790,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     routing::Decision d;
     endpoints::EndpointLease plase;
     if (granted >= 0) {  // parked, then handed a slot there: that is the pick
-      chain_cache_.releaseTokens();  // (no pipeline run needs the request's ids now)
+      cycle_.releaseTokens();  // (no pipeline run needs the request's ids now)
       d.index = granted;
       plase = std::move(granted_lease);
       granted = -1;
@@ -809,7 +807,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       if (trial) plase.takeTrial();
     } else {
       d = co_await decide(route, *route.pipeline, rctx, cands);
-      chain_cache_.releaseTokens();
+      cycle_.releaseTokens();
       if (d.index < 0) break;
       auto& s = *route.endpoints[static_cast<size_t>(d.index)].state;
       bool trial = false;
@@ -821,8 +819,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     }
     const size_t pidx = static_cast<size_t>(d.index);
     auto& pstate = *route.endpoints[pidx].state;
-    if (d.track_chain && rctx.chain_cache && rctx.chain_cache->ready)
-      plase.addChain(rctx.chain_cache->chain);
+    if (d.track_chain && cycle_.chain_ready) plase.addChain(cycle_.chain);
     if (didx < 0) {
       didx = pinnedDecode(route, d.peer, dlease);
       if (didx < 0) didx = pickDecode(rctx, route, dlease);

@@ -11,7 +11,7 @@
 // (digit strings count, as pydantic reads them; a count the gateway cannot read makes max_tokens
 // at least --quota-max-tokens and n 1024). The prompt
 // estimate: a token-id prompt's id count, else the model's tokenizer (serve --models-dir; loaded
-// off the event loop, bounded text; the ids stay in the request's ChainCache for Tier 1.5), else
+// off the event loop, bounded text; the ids stay in the request's CycleState for Tier 1.5), else
 // the rendered prompt's bytes / 4 rounded up (the request facts' one parse), else, when the facts
 // found no prompt, the body's bytes / 4.
 //
@@ -80,17 +80,17 @@ int64_t ClientConn::promptCount() {
   if (const routing::PromptTokens* tok = w_.prompt_tokens) {
     // Into the request's cache: Tier 1.5 reuses the ids instead of rendering and tokenizing the
     // same facts again.
-    std::vector<uint32_t>& ids = chain_cache_.tokens;
-    if (!chain_cache_.tokens_ready) {
-      chain_cache_.tokens_ok =
-          tok->tokens(facts_, ids, &chain_cache_.tokens_cut) == routing::TokensStatus::kOk;
-      chain_cache_.tokens_ready = true;
+    std::vector<uint32_t>& ids = cycle_.tokens;
+    if (!cycle_.tokens_ready) {
+      cycle_.tokens_ok =
+          tok->tokens(facts_, ids, &cycle_.tokens_cut) == routing::TokensStatus::kOk;
+      cycle_.tokens_ready = true;
     }
-    if (chain_cache_.tokens_ok && !ids.empty()) {
+    if (cycle_.tokens_ok && !ids.empty()) {
       w_.stats.quota_prompt_tokenizer.fetch_add(1, std::memory_order_relaxed);
       // (what the tokenizer's bound cut, estimated by it)
       const int64_t beyond =
-          static_cast<int64_t>(std::min<size_t>(chain_cache_.tokens_cut, INT64_MAX / 2));
+          static_cast<int64_t>(std::min<size_t>(cycle_.tokens_cut, INT64_MAX / 2));
       return static_cast<int64_t>(ids.size()) + beyond;
     }
   }

@@ -23,8 +23,6 @@ routing::RequestContext requestContext(const http::RequestHead& head,
                                        const routing::RequestFacts* facts, const Route& route,
                                        uint64_t source_key) {
   routing::RequestContext ctx;
-  thread_local uint64_t runs = 0;
-  ctx.run = ++runs;
   ctx.facts = facts;
   ctx.source_key = source_key;
   const auto& rule = route.rule;

@@ -1,5 +1,7 @@
 #include "routing/pipeline.h"
 
+#include <optional>
+
 #include "routing/stage_registry.h"
 
 namespace kvgate::routing {
@@ -40,8 +42,17 @@ std::unique_ptr<Pipeline> Pipeline::make(std::vector<std::unique_ptr<Stage>> sta
   return p;
 }
 
-Decision Pipeline::run(const RequestContext& ctx, CandidateSet& c, size_t from) const {
+Decision Pipeline::run(const RequestContext& given, CandidateSet& c, size_t from) const {
   const int64_t t0 = clock_.nowNs();
+  // Every stage sees a cycle state: the request's, or one lent for this run.
+  std::optional<CycleState> lent;
+  RequestContext lent_ctx;
+  if (!given.cycle) {
+    lent.emplace();
+    lent_ctx = given;
+    lent_ctx.cycle = &*lent;
+  }
+  const RequestContext& ctx = given.cycle ? given : lent_ctx;
   Decision d;
   auto& st = *stats_;
   uint32_t miss_prefill = 0;  // what a stage that fell said the pick will prefill (ttft law)

@@ -10,58 +10,16 @@
 #include <utility>
 #include <vector>
 
+#include "routing/cycle_state.h"
 #include "routing/request_facts.h"
 
 namespace kvgate::routing {
 
-// What a request's prompt costs to compute, computed once per request and shared: its token ids
-// (whoever needs them first tokenizes: the quota gate's count or kv_exact; the other reuses
-// them, so a metered Tier 1.5 chat request is rendered and tokenized once), and kv_exact's chain,
-// which a retry (the routing pipeline runs again after an endpoint fails) reuses instead of
-// hashing again. Owned by the connection (capacity reused across requests); the connection
-// clears it after each request.
-struct ChainCache {
-  std::vector<uint64_t> chain;
-  bool ready = false;
-  // Blocks of the prompt beyond the chain (a text cut before tokenizing, ids past kv_exact's
-  // bound), estimated: uncached everywhere.
-  uint32_t tail_blocks = 0;
-  // PromptTokens::tokens()'s answer for this request's facts (tokens_ready: it was asked).
-  std::vector<uint32_t> tokens;
-  size_t tokens_cut = 0;  // ids the tokenizer's bound left out, estimated (PromptTokens::tokens)
-  bool tokens_ready = false;
-  bool tokens_ok = false;  // the answer was kOk
-  void clear() {
-    ready = false;
-    tokens_ready = false;
-    tokens_ok = false;
-    tokens_cut = 0;
-  }
-  // The ids are not kept while the response streams (up to 4x the tokenizer's text bound per
-  // request): routing calls this once it has decided (a later run that needs them asks again),
-  // and the connection after every request, whichever path it took.
-  void releaseTokens() {
-    if (tokens.capacity() > 0) std::vector<uint32_t>().swap(tokens);
-    tokens_ready = tokens_ok = false;
-    tokens_cut = 0;
-  }
-};
-
-// A remote LookupRoute answer for this request (kv_exact with kvIndexAddr): the stage sets
-// kWanted with the chain in the chain cache; the proxy asks the index and fills the rest.
-struct RemoteHint {
-  enum class State : uint8_t { kNone, kWanted, kAnswered, kFailed };
-  State state = State::kNone;
-  bool timed_out = false;  // kFailed: the deadline passed (else an error)
-  std::vector<std::pair<std::string, int32_t>> replicas;  // replica id ("ip:port"), matched tokens
-  std::string reason_code;  // the index's reason code
-};
-
 struct RequestContext {
   const RequestFacts* facts = nullptr;  // null when nothing was parsed
-  RemoteHint* remote = nullptr;         // null: this path cannot ask a remote index
-  uint64_t run = 0;                     // a per-thread id of this request's routing (never 0)
-  ChainCache* chain_cache = nullptr;    // null: nothing is kept between attempts
+  // What this request's routing computes once and shares (routing/cycle_state.h); the pipeline
+  // lends a fresh one to a run that has none (tests, benchmarks).
+  CycleState* cycle = nullptr;
   // XXH3 of model, cache_salt and the first K bytes of the rendered prompt (chwbl, gpuaware,
   // wrr_hash).
   std::optional<uint64_t> prefix_key;

@@ -87,6 +87,14 @@ TEST(ScoringProfileSpec, BuiltinsExpandToTheirParts) {
   EXPECT_EQ(j["filters"][0]["threshold"], 0.95);
 }
 
+// The effective block's form of a profile is itself a valid field value, meaning the same.
+TEST(ScoringProfileSpec, TheSpelledOutFormParsesBackToItself) {
+  for (auto b : config::builtinProfileNames()) {
+    const json once = spec(std::string(b)).toJson();
+    EXPECT_EQ(spec(once).toJson(), once) << b;
+  }
+}
+
 TEST(ScoringProfileSpec, BadProfilesAreRefusedNamingTheCulprit) {
   EXPECT_NE(errorOf("llm-x").find("unknown built-in profile 'llm-x'"), std::string::npos);
   EXPECT_NE(errorOf(7).find("a built-in profile's name or an object"), std::string::npos);

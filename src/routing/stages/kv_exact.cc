@@ -18,22 +18,22 @@ namespace {
 constexpr size_t kMaxBlocks = 8192;
 constexpr size_t kKeepScratch = 64 * 1024;  // scratch elements kept per thread between requests
 
-// Per-thread scratch of one decision (no per-request allocation once warm), and what observe()
-// needs from it: the chain of the request evaluated last on this thread, by which stage.
+// Per-thread temporaries of one decision (no per-request allocation once warm); nothing in them
+// outlives the call (what a later call needs is in the request's cycle state).
 struct Scratch {
-  std::vector<uint64_t> masks;
   std::vector<uint8_t> connected;  // per candidate: its publisher's subscribers are connected
-  std::vector<uint32_t> tokens;
-  std::vector<uint64_t> chain;
+  std::vector<uint32_t> tokens;    // a token-id prompt's ids, narrowed
   std::vector<LawCandidate> cands;
   std::vector<int> index_of;
-  std::vector<uint32_t> remote_ov;      // kvIndexAddr: each candidate's overlap from the answer
-  const RequestContext* ctx = nullptr;  // set when `chain` holds ctx's chain
-  uint64_t run = 0;                     // and that request's routing run
-  const void* stage = nullptr;
-  size_t n = 0;
+  std::vector<uint32_t> remote_ov;  // kvIndexAddr: each candidate's overlap from the answer
 };
 thread_local Scratch t_scratch;
+
+// This stage's slot in the request's cycle state: what observe() needs after the decision.
+struct KvSlot {
+  std::vector<uint64_t> masks;  // per candidate: its publisher's index workers
+  bool scored = false;          // the cycle's chain was scored by this stage in this request
+};
 
 class KvExactStage : public Stage {
  public:
@@ -63,7 +63,10 @@ class KvExactStage : public Stage {
 
   StageResult evaluate(const RequestContext& ctx, CandidateSet& c) override {
     Scratch& sc = t_scratch;
-    sc.ctx = nullptr;
+    CycleState local;  // (only when called outside a pipeline without one: tests)
+    CycleState& cy = ctx.cycle ? *ctx.cycle : local;
+    KvSlot& slot = cy.slot<KvSlot>(this);
+    slot.scored = false;
     if (!c.anyLeft()) return StageResult::fall(FallReason::kAllExcluded);
     const RequestFacts* f = ctx.facts;
     if (!f || !f->parsed) return StageResult::fall(FallReason::kTextEmpty);
@@ -74,7 +77,7 @@ class KvExactStage : public Stage {
     const bool ids_given = !chat && !f->prompt_token_ids.empty();
     // Which candidates' caches are known (excluded ones too: the `excluded` reason), and whether
     // one is warm: the warm-up guard comes first in upstream's ladder.
-    std::vector<uint64_t>& masks = sc.masks;
+    std::vector<uint64_t>& masks = slot.masks;
     masks.assign(c.size(), 0);
     sc.connected.assign(c.size(), 0);
     uint64_t all = 0;
@@ -104,20 +107,18 @@ class KvExactStage : public Stage {
       if (!tokens_) return StageResult::fall(FallReason::kTokenize);  // no --models-dir
     }
     if (opts_.block_size == 0) return StageResult::fall(FallReason::kHashes);
-    // The chain of at most kMaxBlocks leading blocks (a huge prompt costs a bounded walk), in
-    // per-thread scratch that is released when a huge prompt grew it; a retry of the same request
-    // takes it from the request's chain cache instead of tokenizing and hashing again.
+    // The chain of at most kMaxBlocks leading blocks (a huge prompt costs a bounded walk), in the
+    // request's cycle state: a retry of the same request takes it from there instead of
+    // tokenizing and hashing again.
     std::vector<uint32_t>& tokens = sc.tokens;
-    std::vector<uint64_t>& chain = sc.chain;
+    std::vector<uint64_t>& chain = cy.chain;
     size_t n = 0;
     uint32_t tail = 0;  // blocks of the prompt beyond the chain, estimated
-    if (ctx.chain_cache && ctx.chain_cache->ready) {
-      chain = ctx.chain_cache->chain;
+    if (cy.chain_ready) {
       n = chain.size();
-      tail = ctx.chain_cache->tail_blocks;
+      tail = cy.tail_blocks;
     } else {
       tokens.clear();
-      ChainCache* cache = ctx.chain_cache;
       const std::vector<uint32_t>* ids = &tokens;  // the prompt's ids
       size_t cut = 0;  // ids the tokenizer's bound left out, estimated
       if (ids_given) {
@@ -127,23 +128,20 @@ class KvExactStage : public Stage {
           if (t < 0 || t > UINT32_MAX) return StageResult::fall(FallReason::kHashes);
           tokens.push_back(static_cast<uint32_t>(t));
         }
-      } else if (cache && cache->tokens_ready) {
+      } else if (cy.tokens_ready) {
         // Tokenized earlier in this request (the quota gate's count): the same facts, the same
         // ids, not computed twice.
-        if (!cache->tokens_ok) return StageResult::fall(FallReason::kTokenize);
-        ids = &cache->tokens;
-        cut = cache->tokens_cut;
+        if (!cy.tokens_ok) return StageResult::fall(FallReason::kTokenize);
+        ids = &cy.tokens;
+        cut = cy.tokens_cut;
       } else {
-        // Into the request's cache when there is one (a retry, or nothing else, reuses them).
-        std::vector<uint32_t>& out = cache ? cache->tokens : tokens;
-        const bool ok = tokens_ && tokens_->tokens(*f, out, &cut) == TokensStatus::kOk;
-        if (cache) {
-          cache->tokens_ready = true;
-          cache->tokens_ok = ok;
-          cache->tokens_cut = cut;
-        }
+        // Into the request's cycle state (a retry, or nothing else, reuses them).
+        const bool ok = tokens_ && tokens_->tokens(*f, cy.tokens, &cut) == TokensStatus::kOk;
+        cy.tokens_ready = true;
+        cy.tokens_ok = ok;
+        cy.tokens_cut = cut;
         if (!ok) return StageResult::fall(FallReason::kTokenize);
-        ids = &out;
+        ids = &cy.tokens;
       }
       const size_t blocks = std::min<size_t>(ids->size() / opts_.block_size, kMaxBlocks);
       chain.resize(blocks);
@@ -163,11 +161,8 @@ class KvExactStage : public Stage {
       const size_t total = (ids_given ? f->prompt_token_ids.size() : ids->size()) + cut;
       const size_t whole = total / opts_.block_size;
       tail = static_cast<uint32_t>(std::min<size_t>(whole > n ? whole - n : 0, UINT32_MAX / 2));
-      if (cache) {
-        cache->chain.assign(chain.begin(), chain.end());
-        cache->tail_blocks = tail;
-        cache->ready = true;
-      }
+      cy.tail_blocks = tail;
+      cy.chain_ready = true;
     }
     // Remote mode: ask the index once per request (the proxy runs the pipeline again with the
     // answer); a failed or late answer falls through, counted by its reason.
@@ -175,9 +170,9 @@ class KvExactStage : public Stage {
     remote_ov.clear();
     if (opts_.remote) {
       if (n == 0) return StageResult::fall(FallReason::kShallow);
-      RemoteHint* rh = ctx.remote;
-      if (!rh || !ctx.chain_cache || !ctx.chain_cache->ready)
-        return StageResult::fall(FallReason::kRemoteError);
+      // (only the data plane's own cycle state is asked: a lent one has nobody to ask)
+      if (!ctx.cycle) return StageResult::fall(FallReason::kRemoteError);
+      RemoteHint* rh = &cy.remote;
       if (rh->state == RemoteHint::State::kNone) {
         rh->state = RemoteHint::State::kWanted;
         StageResult ask;
@@ -211,10 +206,7 @@ class KvExactStage : public Stage {
       index_.score(chain.data(), n, all, overlap);
     }
     if (tokens.capacity() > kKeepScratch) std::vector<uint32_t>().swap(tokens);
-    sc.ctx = &ctx;  // chain (at most kMaxBlocks entries, never released) is this request's now
-    sc.run = ctx.run;
-    sc.stage = this;
-    sc.n = n;
+    slot.scored = ctx.cycle != nullptr;  // (observe() credits the cycle's chain)
     std::vector<LawCandidate>& cands = sc.cands;
     const scoring::ScoringProfile* profile = opts_.profile.get();  // replaces the law when set
     const bool dynamo =
@@ -320,15 +312,16 @@ class KvExactStage : public Stage {
   // Speculative insert: the chain just scored is credited to the endpoint the pipeline chose
   // (whichever stage chose it), for speculative_ttl_ms, if its publisher is followed.
   void observe(const RequestContext& ctx, int chosen) override {
-    Scratch& sc = t_scratch;
-    if (!overlay_ || opts_.speculative_ttl_ms == 0 || sc.ctx != &ctx || sc.run != ctx.run ||
-        sc.stage != this)
+    if (!overlay_ || opts_.speculative_ttl_ms == 0 || !ctx.cycle) return;
+    CycleState& cy = *ctx.cycle;
+    KvSlot& slot = cy.slot<KvSlot>(this);
+    if (!slot.scored) return;  // this request's chain was not scored here (a guard fell)
+    slot.scored = false;
+    if (chosen < 0 || static_cast<size_t>(chosen) >= slot.masks.size() || cy.chain.empty())
       return;
-    sc.ctx = nullptr;
-    if (chosen < 0 || static_cast<size_t>(chosen) >= sc.masks.size() || sc.n == 0) return;
-    const uint64_t m = sc.masks[static_cast<size_t>(chosen)];
+    const uint64_t m = slot.masks[static_cast<size_t>(chosen)];
     if (m == 0) return;
-    overlay_->credit(sc.chain.data(), sc.n, std::countr_zero(m),
+    overlay_->credit(cy.chain.data(), cy.chain.size(), std::countr_zero(m),
                      clock_.nowNs() + int64_t{opts_.speculative_ttl_ms} * 1'000'000);
   }
 

@@ -28,7 +28,7 @@
 // contract (events/hash_contract.h) are not scored.
 //
 // A retry of the same request (the pipeline runs again after an endpoint failed) reuses the chain
-// its first attempt stored in RequestContext::chain_cache: no second tokenize or hash; ids the
+// its first attempt stored in the request's cycle state (routing/cycle_state.h): no second tokenize or hash; ids the
 // quota gate already computed for the request are taken from there too (one tokenize a request).
 // Knobs: kvBlockSize, kvZmqPort, kvExactApiMode, kvLbMode (rule) > LOXILB_KV_LB_MODE (env) >
 // predict on kvExactMode 3 rules, hard on P/D rules; LOXILB_KV_MEAN_LOAD_FACTOR,

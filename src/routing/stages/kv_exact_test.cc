@@ -84,12 +84,11 @@ struct Fixture {
 
 // A request's routing context over `facts` with a chain cache, as the proxy gives it.
 struct CachedCtx {
-  ChainCache cache;
+  CycleState cache;
   RequestContext ctx;
   explicit CachedCtx(const RequestFacts& f) {
     ctx.facts = &f;
-    ctx.run = 1;
-    ctx.chain_cache = &cache;
+    ctx.cycle = &cache;
   }
 };
 
@@ -397,7 +396,7 @@ TEST(KvExact, APromptPastTheBlockBoundKeepsItsTail) {
   for (size_t t = 64; t < f.facts.prompt_token_ids.size(); ++t)
     f.facts.prompt_token_ids[t] = static_cast<int64_t>(5000 + t);
   CachedCtx cc(f.facts);
-  ChainCache& cache = cc.cache;
+  CycleState& cache = cc.cache;
   RequestContext& ctx = cc.ctx;
   CandidateSet c{f.eps, f.excluded};
   EXPECT_EQ(f.stage->evaluate(ctx, c).index, 0);
@@ -435,7 +434,7 @@ TEST(KvExact, TheRequestsIdsAreTokenizedOnce) {
   text.model = "m";
   text.prompt_text = "sixty-four tokens";
   CachedCtx cc(text);
-  ChainCache& cache = cc.cache;
+  CycleState& cache = cc.cache;
   RequestContext& ctx = cc.ctx;
   CandidateSet c{f.eps, f.excluded};
   // The cache holds ids 0..31 from an earlier ask: the stage scores those (2 blocks: endpoint 0
@@ -447,8 +446,7 @@ TEST(KvExact, TheRequestsIdsAreTokenizedOnce) {
   EXPECT_EQ(tok.calls, 0);
   EXPECT_EQ(cache.chain.size(), 2u);
   // A fresh request: the stage asks once, into the cache; its retry asks nothing.
-  cache.clear();
-  ctx.run = 2;
+  cache.endRequest();
   EXPECT_EQ(stage->evaluate(ctx, c).index, 0);
   EXPECT_EQ(tok.calls, 1);
   EXPECT_TRUE(cache.tokens_ready);
@@ -457,7 +455,7 @@ TEST(KvExact, TheRequestsIdsAreTokenizedOnce) {
   EXPECT_EQ(stage->evaluate(ctx, c).index, 0);
   EXPECT_EQ(tok.calls, 1);
   // The earlier ask failed (a tokenizer still loading): a tokenize miss, not a second ask.
-  cache.clear();
+  cache.endRequest();
   cache.tokens_ready = true;
   EXPECT_EQ(stage->evaluate(ctx, c).reason, FallReason::kTokenize);
   EXPECT_EQ(tok.calls, 1);
@@ -483,24 +481,22 @@ TEST(KvExact, PredictCountsWhatTheTokenizerCut) {
   f.eps[0].state->active.store(1);
   f.eps[2].state->active.store(5);
   CachedCtx cc(text);
-  ChainCache& cache = cc.cache;
+  CycleState& cache = cc.cache;
   RequestContext& ctx = cc.ctx;
   CandidateSet c{f.eps, f.excluded};
   EXPECT_EQ(stage->evaluate(ctx, c).index, 0);
   tok.cut_ids = 1600;
-  cache.clear();
-  ctx.run = 2;
+  cache.endRequest();
   EXPECT_EQ(stage->evaluate(ctx, c).index, 1);
   EXPECT_EQ(cache.tail_blocks, 100u);
   EXPECT_EQ(stage->evaluate(ctx, c).index, 1);  // a retry: the chain and its tail from the cache
   // The quota gate asked first (its ids and its cut in the cache): the same tail, no second ask.
   const int asked = tok.calls;
-  cache.clear();
+  cache.endRequest();
   cache.tokens.resize(64);
   std::iota(cache.tokens.begin(), cache.tokens.end(), 0u);
   cache.tokens_cut = 1600;
   cache.tokens_ready = cache.tokens_ok = true;
-  ctx.run = 3;
   EXPECT_EQ(stage->evaluate(ctx, c).index, 1);
   EXPECT_EQ(cache.tail_blocks, 100u);
   EXPECT_EQ(tok.calls, asked);
@@ -597,15 +593,15 @@ TEST(KvExact, DynamoV1TracksQueuedPrefillAndTheActiveSet) {
 TEST(KvExact, RetriesReuseTheRequestsChain) {
   Fixture f;
   CachedCtx cc(f.facts);
-  ChainCache& cache = cc.cache;
+  CycleState& cache = cc.cache;
   RequestContext& ctx = cc.ctx;
   CandidateSet c{f.eps, f.excluded};
   EXPECT_EQ(f.stage->evaluate(ctx, c).index, 0);  // first attempt: computes and stores
-  ASSERT_TRUE(cache.ready);
+  ASSERT_TRUE(cache.chain_ready);
   EXPECT_EQ(cache.chain.size(), 4u);
   for (auto& t : f.facts.prompt_token_ids) t += 1000;  // (what a fresh hash would now see)
   EXPECT_EQ(f.stage->evaluate(ctx, c).index, 0);       // the retry uses the stored chain
-  cache.ready = false;
+  cache.chain_ready = false;
   EXPECT_EQ(f.stage->evaluate(ctx, c).reason, FallReason::kNoWorker);  // recomputed: nobody
 }
 

@@ -122,14 +122,15 @@ TEST(PrefixTrie, ChainCutsTheRenderedPromptInChunks) {
 // A request context whose rendered prompt is `text` (the whole prompt: nothing cut).
 struct Prompt {
   RequestFacts f;
+  CycleState cycle;  // this request's
   RequestContext ctx;
-  Prompt(const std::string& text, uint64_t run) {
+  Prompt(const std::string& text, uint64_t /*request number*/) {
     f.parsed = f.has_prompt = true;
     f.model = "m";
     f.prompt_prefix = text;
     f.prompt_render_total = text.size();
     ctx.facts = &f;
-    ctx.run = run;
+    ctx.cycle = &cycle;
   }
 };
 

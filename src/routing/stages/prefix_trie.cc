@@ -77,39 +77,39 @@ class PrefixTrieStage : public Stage {
   void observe(const RequestContext& ctx, int chosen) override {
     if (const std::vector<TrieNode>* chain = chainOf(ctx)) {
       trie_.insert(*chain, endpoints_[static_cast<size_t>(chosen)].state->id, matchOf(ctx));
-      scratch().match_run = 0;  // the trie changed: a later look in this run matches again
+      memo(ctx)->match_ready = false;  // the trie changed: a later look matches again
     }
   }
 
  private:
-  // The request's chain and its match, computed once per routing run on this thread.
-  struct Scratch {
+  // The request's chain and its match, computed once per request (its cycle-state slot).
+  struct Memo {
     std::vector<TrieNode> chain;
-    uint64_t run = 0;
+    bool chain_ready = false;
     PrefixTrie::Match match;
-    uint64_t match_run = 0;
+    bool match_ready = false;
   };
-  static Scratch& scratch() {
-    thread_local Scratch s;
-    return s;
+  Memo* memo(const RequestContext& ctx) const {
+    return ctx.cycle ? &ctx.cycle->slot<Memo>(this) : nullptr;
   }
-  static const std::vector<TrieNode>* chainOf(const RequestContext& ctx) {
+  const std::vector<TrieNode>* chainOf(const RequestContext& ctx) const {
     const RequestFacts* f = ctx.facts;
-    if (!f || !f->parsed || !f->has_prompt || f->prompt_prefix.empty()) return nullptr;
-    Scratch& s = scratch();
-    if (s.run != ctx.run) {
-      trieChain(f->model, f->cache_salt, f->prompt_prefix, s.chain);
-      s.run = ctx.run;
+    Memo* m = memo(ctx);
+    if (!m || !f || !f->parsed || !f->has_prompt || f->prompt_prefix.empty()) return nullptr;
+    if (!m->chain_ready) {
+      trieChain(f->model, f->cache_salt, f->prompt_prefix, m->chain);
+      m->chain_ready = true;
     }
-    return &s.chain;
+    return &m->chain;
   }
   PrefixTrie::Match matchOf(const RequestContext& ctx) const {
-    Scratch& s = scratch();
-    if (s.match_run != ctx.run) {
-      s.match = chainOf(ctx) ? trie_.longest(s.chain) : PrefixTrie::Match{};
-      s.match_run = ctx.run;
+    Memo* m = memo(ctx);
+    if (!m) return {};
+    if (!m->match_ready) {
+      m->match = chainOf(ctx) ? trie_.longest(m->chain) : PrefixTrie::Match{};
+      m->match_ready = true;
     }
-    return s.match;
+    return m->match;
   }
   const std::vector<PoolEndpoint>& endpoints_;
   PrefixTrie& trie_;
