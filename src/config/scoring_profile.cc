@@ -101,6 +101,8 @@ std::optional<ScoringProfileSpec> builtin(std::string_view name) {
   if (name == "llm-d") {  // llm-d's older default profile (the llm-d law's weights)
     s.scorers = {part("queue", 2), part("kv_utilization", 2), part("prefix_minmax", 3)};
   } else if (name == "llm-d-sticky") {  // llm-d's current default: sticky until saturated
+    // (llm-d's tau is a constant calibrated per hardware: its example's 286,720 tokens; a custom
+    // profile's tauSeconds derives it from the prefill rate measured online instead)
     s.filters = {part("prefix_affinity", 1)};
     s.scorers = {part("token_load", 1)};
   } else if (name == "predict") {  // the predict law (misses to the rule's selector)
@@ -126,7 +128,9 @@ const std::vector<ScoringPartInfo>& scorerInfos() {
 
 const std::vector<ScoringPartInfo>& filterInfos() {
   static const std::vector<ScoringPartInfo> k = {
-      {"prefix_affinity", {{"threshold", 0, 1, 0.8}, {"tauTokens", 0, 1e12, 286720}}, true},
+      {"prefix_affinity",
+       {{"threshold", 0, 1, 0.8}, {"tauTokens", 0, 1e12, 286720}, {"tauSeconds", 0, 3600, 0}},
+       true},
       {"kv_usage_below", {{"threshold", 0, 1, 0.95}}},
   };
   return k;

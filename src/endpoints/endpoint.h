@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "endpoints/prefill_rate.h"
 #include "endpoints/admission_queue.h"
 #include "endpoints/controller.h"
 #include "endpoints/health.h"
@@ -69,9 +70,12 @@ struct EndpointState {
   std::atomic<int64_t> queued{0};  // requests the admission gate parked for this endpoint
   AdmissionQueue admission;        // those requests, first come first served
   ActiveBlockSet active_set;       // their distinct blocks (rules with the dynamo law only)
-  // Uncached prompt blocks of those requests that have not received a first response byte yet:
-  // the prefill queued there by this gateway (rules with the ttft law only).
+  // Uncached prompt blocks (and tokens) of those requests that have not received a first
+  // response byte yet: the prefill queued there by this gateway (streamed requests Tier 1.5 keyed,
+  // single-pool rules).
   std::atomic<int64_t> pending_prefill_blocks{0};
+  std::atomic<int64_t> pending_prefill_tokens{0};
+  PrefillRate prefill_rate;  // tokens/s, estimated from those requests' first bytes
   std::atomic<uint64_t> requests{0};  // requests sent
   std::atomic<uint64_t> connect_failures{0};
   Health health;  // probe result, passive detection, circuit breaker

@@ -8,6 +8,8 @@
 // (addPrefill, given back by prefillDone at the first response byte or at the end) travel the
 // same way.
 #pragma once
+#include <algorithm>
+
 #include "endpoints/endpoint.h"
 
 namespace kvgate::endpoints {
@@ -22,7 +24,13 @@ class EndpointLease {
   struct Adopt {};
   EndpointLease(EndpointState& s, bool trial, Adopt) : s_(&s), trial_(trial) {}
   EndpointLease(EndpointLease&& o) noexcept
-      : s_(o.s_), trial_(o.trial_), prefill_(o.prefill_), chain_(std::move(o.chain_)) {
+      : s_(o.s_),
+        trial_(o.trial_),
+        prefill_(o.prefill_),
+        prefill_tokens_(o.prefill_tokens_),
+        ahead_tokens_(o.ahead_tokens_),
+        sent_ns_(o.sent_ns_),
+        chain_(std::move(o.chain_)) {
     o.s_ = nullptr;
     o.prefill_ = 0;
     o.chain_.clear();
@@ -33,6 +41,9 @@ class EndpointLease {
       s_ = o.s_;
       trial_ = o.trial_;
       prefill_ = o.prefill_;
+      prefill_tokens_ = o.prefill_tokens_;
+      ahead_tokens_ = o.ahead_tokens_;
+      sent_ns_ = o.sent_ns_;
       chain_ = std::move(o.chain_);
       o.s_ = nullptr;
       o.prefill_ = 0;
@@ -48,16 +59,27 @@ class EndpointLease {
     chain_ = chain;
     s_->active_set.add(chain_);
   }
-  // Counts `blocks` uncached prompt blocks as prefill queued on the endpoint until prefillDone().
-  void addPrefill(uint32_t blocks) {
+  // Counts `blocks` uncached prompt blocks (of `block_tokens` tokens) as prefill queued on the
+  // endpoint until prefillDone(); `now_ns` is when the request is sent.
+  void addPrefill(uint32_t blocks, uint32_t block_tokens, int64_t now_ns) {
     if (!s_ || blocks == 0 || prefill_ != 0) return;
     prefill_ = blocks;
+    prefill_tokens_ = int64_t{blocks} * block_tokens;
+    ahead_tokens_ = std::max<int64_t>(
+        0, s_->pending_prefill_tokens.fetch_add(prefill_tokens_, std::memory_order_relaxed));
+    sent_ns_ = now_ns;
     s_->pending_prefill_blocks.fetch_add(blocks, std::memory_order_relaxed);
   }
-  // The first response byte arrived: the engine is past this request's prefill.
-  void prefillDone() {
+  // The first response byte arrived at `now_ns` (the engine is past this request's prefill: a
+  // sample of its prefill rate, endpoints/prefill_rate.h), or, with -1, the request ended
+  // without one (no sample).
+  void prefillDone(int64_t now_ns = -1) {
     if (!s_ || prefill_ == 0) return;
     s_->pending_prefill_blocks.fetch_sub(prefill_, std::memory_order_relaxed);
+    s_->pending_prefill_tokens.fetch_sub(prefill_tokens_, std::memory_order_relaxed);
+    if (now_ns >= 0 && now_ns > sent_ns_)
+      s_->prefill_rate.observe(static_cast<double>(ahead_tokens_ + prefill_tokens_),
+                               static_cast<double>(now_ns - sent_ns_) / 1e9);
     prefill_ = 0;
   }
   EndpointLease(const EndpointLease&) = delete;
@@ -97,6 +119,9 @@ class EndpointLease {
   EndpointState* s_ = nullptr;
   bool trial_ = false;
   uint32_t prefill_ = 0;         // addPrefill's blocks, not yet given back
+  int64_t prefill_tokens_ = 0;   // and their tokens
+  int64_t ahead_tokens_ = 0;     // queued prefill tokens there when this request was sent
+  int64_t sent_ns_ = 0;
   std::vector<uint64_t> chain_;  // addChain's blocks, removed from the endpoint's set at the end
 };
 

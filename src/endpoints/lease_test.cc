@@ -13,8 +13,8 @@ TEST(EndpointLease, QueuedPrefillIsGivenBackAtTheFirstByteOrTheEnd) {
   EndpointState s(1, "127.0.0.1", 8000, clock);
   {
     EndpointLease a(s, false);
-    a.addPrefill(120);
-    a.addPrefill(7);  // a second call does not add again
+    a.addPrefill(120, 16, 0);
+    a.addPrefill(7, 16, 0);  // a second call does not add again
     EXPECT_EQ(s.active.load(), 1);
     EXPECT_EQ(s.pending_prefill_blocks.load(), 120);
     a.prefillDone();  // first response byte
@@ -27,7 +27,7 @@ TEST(EndpointLease, QueuedPrefillIsGivenBackAtTheFirstByteOrTheEnd) {
     // No first byte (an error, a client that left): the end gives it back; a moved-from lease
     // gives nothing back twice.
     EndpointLease b(s, false);
-    b.addPrefill(50);
+    b.addPrefill(50, 16, 0);
     EndpointLease c(std::move(b));
     EXPECT_EQ(s.pending_prefill_blocks.load(), 50);
     b.reset();
@@ -38,10 +38,40 @@ TEST(EndpointLease, QueuedPrefillIsGivenBackAtTheFirstByteOrTheEnd) {
     EXPECT_EQ(s.active.load(), 1);
   }
   EXPECT_EQ(s.pending_prefill_blocks.load(), 0);
+  EXPECT_EQ(s.pending_prefill_tokens.load(), 0);
+  EXPECT_EQ(s.prefill_rate.samples(), 0u);  // no first byte with a time: no rate sample
   EXPECT_EQ(s.active.load(), 0);
   EndpointLease none;
-  none.addPrefill(5);  // no endpoint: nothing counted
+  none.addPrefill(5, 16, 0);  // no endpoint: nothing counted
   EXPECT_EQ(s.pending_prefill_blocks.load(), 0);
+}
+
+// The prefill rate, sampled at first bytes (endpoints/prefill_rate.h), by hand: a request sent
+// with 10 blocks (160 tokens) queued ahead and 6 of its own (96 tokens), first byte 0.5 s later:
+// 256 tokens / 0.5 s = 512 tokens/s. A second: nothing ahead, 64 blocks (1024 tokens) in 1 s:
+// 512 + 0.1 x (1024 - 512) = 563.2. Under 64 tokens (3 blocks of 16 = 48): skipped.
+TEST(EndpointLease, FirstBytesSampleThePrefillRate) {
+  common::ManualClock clock;
+  EndpointState s(1, "127.0.0.1", 8000, clock);
+  EXPECT_EQ(s.prefill_rate.tokensPerSecond(), 0.0);
+  EndpointLease ahead(s, false);
+  ahead.addPrefill(10, 16, 0);  // queued before the request, still waiting
+  EndpointLease a(s, false);
+  a.addPrefill(6, 16, 1'000'000'000);
+  EXPECT_EQ(s.pending_prefill_tokens.load(), 256);
+  a.prefillDone(1'500'000'000);
+  EXPECT_DOUBLE_EQ(s.prefill_rate.tokensPerSecond(), 512.0);
+  ahead.reset();  // (ended without a first byte: no sample)
+  EXPECT_EQ(s.prefill_rate.samples(), 1u);
+  EndpointLease b(s, false);
+  b.addPrefill(64, 16, 2'000'000'000);
+  b.prefillDone(3'000'000'000);
+  EXPECT_DOUBLE_EQ(s.prefill_rate.tokensPerSecond(), 563.2);
+  EndpointLease tiny(s, false);
+  tiny.addPrefill(3, 16, 4'000'000'000);
+  tiny.prefillDone(4'001'000'000);
+  EXPECT_EQ(s.prefill_rate.samples(), 2u);
+  EXPECT_EQ(s.pending_prefill_tokens.load(), 0);
 }
 
 // The admission gate's hand-off: a lease that ends hands its slot to the first request still

@@ -87,8 +87,20 @@ inline const Family kEndpointInflight{"kvgate_endpoint_inflight_requests", Type:
 inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blocks",
     Type::kGauge,
     "Uncached prompt blocks of streaming requests this gateway sent to an endpoint whose first "
-    "response byte has not arrived yet (the prefill queued there; rules whose law is ttft or "
-    "llm-d-sticky).",
+    "response byte has not arrived yet (the prefill queued there; streams Tier 1.5 keyed on "
+    "single-pool rules).",
+    {"endpoint"}};
+inline const Family kEndpointPendingPrefillTokens{"kvgate_endpoint_pending_prefill_tokens",
+    Type::kGauge, "The same queued prefill in tokens.", {"endpoint"}};
+inline const Family kEndpointPrefillRate{"kvgate_endpoint_prefill_rate_tokens_per_second",
+    Type::kGauge,
+    "An endpoint's prefill throughput estimated online from those streams' first bytes: (queued "
+    "tokens ahead + the request's own uncached tokens) / time to its first byte, averaged "
+    "exponentially (weight 0.1; samples under 64 tokens skipped); 0 until the first sample.",
+    {"endpoint"}};
+inline const Family kEndpointPrefillWait{"kvgate_endpoint_prefill_wait_seconds", Type::kGauge,
+    "The queueing delay a new request's prefill would meet there: queued prefill tokens / the "
+    "estimated rate (0 while no rate is known).",
     {"endpoint"}};
 inline const Family kEndpointConnectFailures{"kvgate_endpoint_connect_failures_total",
     Type::kCounter, "Failed connection attempts to an endpoint.", {"endpoint"}};
@@ -271,6 +283,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointUp,        &kEndpointKvCapacity, &kEndpointEngineRequests, &kEndpointKvUsage,
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures, &kUpstreamSocketFailures,
+      &kEndpointPendingPrefillTokens, &kEndpointPrefillRate, &kEndpointPrefillWait,
       &kLoopLag, &kRuleRoutingInfo, &kRelayCuts, &kHeapBytes, &kHeapLimit, &kHeapTotal, &kHeapBudget, &kOverloadState, &kOverloadShed,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,

@@ -295,7 +295,10 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     if (d.track_chain && cycle_.chain_ready) lease.addChain(cycle_.chain);
     // (ttft law) until the first response byte: only a stream's first byte marks the end of its
     // prefill (a non-streaming answer arrives when the whole generation is done).
-    if (facts_parsed_ && facts_.stream.value_or(false)) lease.addPrefill(d.prefill_blocks);
+    if (d.prefill_blocks > 0 && facts_parsed_ && facts_.stream.value_or(false))
+      lease.addPrefill(d.prefill_blocks,
+                       static_cast<uint32_t>(route.rule.service_args.value("kvBlockSize", 16)),
+                       nowNs());
     outcome_.ep_index = d.index;
     outcome_.endpoint = &state.label;
     outcome_.key = routing::decisionKeyName(d.key);

@@ -218,6 +218,19 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointPendingPrefill, {{"endpoint", e->label}},
              static_cast<double>(e->pending_prefill_blocks.load()));
+  w.header(kEndpointPendingPrefillTokens);
+  for (auto& [key, e] : endpoints_.all())
+    w.sample(kEndpointPendingPrefillTokens, {{"endpoint", e->label}},
+             static_cast<double>(std::max<int64_t>(0, e->pending_prefill_tokens.load())));
+  w.header(kEndpointPrefillRate);
+  for (auto& [key, e] : endpoints_.all())
+    w.sample(kEndpointPrefillRate, {{"endpoint", e->label}}, e->prefill_rate.tokensPerSecond());
+  w.header(kEndpointPrefillWait);
+  for (auto& [key, e] : endpoints_.all()) {
+    const double rate = e->prefill_rate.tokensPerSecond();
+    const double queued = static_cast<double>(std::max<int64_t>(0, e->pending_prefill_tokens.load()));
+    w.sample(kEndpointPrefillWait, {{"endpoint", e->label}}, rate > 0 ? queued / rate : 0);
+  }
   w.header(kEndpointConnectFailures);
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointConnectFailures, {{"endpoint", e->label}},

@@ -179,7 +179,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       if (first) co_await writeClient(down_head_);  // then cut the stream: the client sees it
       co_return abandonRelay(RelayCut::kMalformed);
     }
-    if (!chunk.empty()) lease.prefillDone();  // the engine is past this request's prefill
+    if (!chunk.empty()) lease.prefillDone(nowNs());  // the engine is past this request's prefill
     std::string_view out = chunk;  // what the client gets of this piece
     if (scan) {
       const std::string_view payload =

@@ -908,3 +908,36 @@ test('a scoring profile routes Tier 1.5 end to end; a bad one is refused', async
   assert.equal(decided(m3, 'load') - decided(m2, 'load'), 1, 'the miss was not keyed load by kv_exact');
   await stalled;
 });
+
+// Issue 29 §2: load in tokens, measured online. Streams Tier 1.5 keyed (the default law, a
+// prompt nobody holds placed by round-robin behind it) count their uncached tokens as prefill
+// queued on their endpoint until the first byte, and each first byte samples the endpoint's
+// prefill rate (tokens ahead + own / time to it): the gauges show the rate once streams have
+// run, the queue back at 0, and the predicted wait 0 with nothing queued.
+test('Tier 1.5 streams measure each endpoint\'s prefill rate online', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.52-53', '--port', '0', '--kv-events-port', String(kvPort)]);
+  t.after(() => sim.stop());
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: sim.workers,
+    extraArgs: { name: 'rate', kvExactMode: 3, kvZmqPort: kvPort, kvExactApiMode: 'completions', sse_mode: true } }));
+  assert.equal(r.status, 200, r.text);
+  await joinSubscriptions(gw, sim.workers, kvPort, 960000);
+  for (let i = 0; i < 4; i++) {  // 160-token prompts nobody holds: 10 uncached blocks each
+    const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', stream: true, max_tokens: 2,
+        prompt: Array.from({ length: 160 }, (_, j) => 5000000 + 1000 * i + j) }),
+    });
+    assert.equal(res.status, 200);
+    assert.match(await res.text(), /\[DONE\]/);
+  }
+  const m = await scrapeMetrics(gw.api);
+  const of = (name, w) => m.find((s) => s.name === name && s.labels.endpoint === `${w.host}:${w.port}`)?.value;
+  for (const w of sim.workers) {  // round-robin placed two on each
+    assert.ok(of('kvgate_endpoint_prefill_rate_tokens_per_second', w) > 0, `no rate for ${w.host}`);
+    assert.equal(of('kvgate_endpoint_pending_prefill_tokens', w), 0);
+    assert.equal(of('kvgate_endpoint_prefill_wait_seconds', w), 0);
+  }
+});

@@ -206,8 +206,23 @@ TEST(Filters, EachKeepsAWorkedExample) {
   EXPECT_EQ(kept("prefix_affinity", {{"threshold", 0.8}, {"tauTokens", 48}},
                  {cand(8, 0), cand(7, 0, -1, -1, 5), cand(10, 0, -1, -1, 4)}, 10),
             (std::vector<uint8_t>{1, 0, 0}));
+  // tauSeconds: tau from the candidate's prefill rate measured online (rate x seconds) once one is
+  // known, else tauTokens. 2 s at 64 tokens/s = 128 tokens = 8 blocks: token loads 2 + 5 = 7 kept,
+  // 0 + 9 = 9 dropped; the third has no rate (0): tauTokens 48 (3 blocks) drops its load 2 + 5.
+  {
+    auto rated = [](LawCandidate x, double rate) {
+      x.prefill_rate = rate;
+      return x;
+    };
+    EXPECT_EQ(kept("prefix_affinity", {{"threshold", 0.8}, {"tauTokens", 48}, {"tauSeconds", 2}},
+                   {rated(cand(8, 0, -1, -1, 5), 64), rated(cand(10, 0, -1, -1, 9), 64),
+                    cand(8, 0, -1, -1, 5)},
+                   10),
+              (std::vector<uint8_t>{1, 0, 0}));
+  }
   // An empty prompt has no affinity.
-  EXPECT_EQ(kept("prefix_affinity", {{"threshold", 0.8}, {"tauTokens", 1e9}}, {cand(0, 0)}, 0),
+  EXPECT_EQ(kept("prefix_affinity", {{"threshold", 0.8}, {"tauTokens", 1e9}, {"tauSeconds", 0}},
+                 {cand(0, 0)}, 0),
             (std::vector<uint8_t>{0}));
   // kv_usage_below 0.9: 0.95 dropped, unknown and 0.5 kept, exactly 0.9 kept.
   EXPECT_EQ(kept("kv_usage_below", {{"threshold", 0.9}},

@@ -245,6 +245,7 @@ class KvExactStage : public Stage {
       lc.kv_usage = ppm < 0 ? -1.0 : static_cast<double>(ppm) / 1e6;
       lc.pending_blocks = static_cast<uint64_t>(
           std::max<int64_t>(0, st.pending_prefill_blocks.load(std::memory_order_relaxed)));
+      lc.prefill_rate = st.prefill_rate.tokensPerSecond();
       cands.push_back(lc);
       index_of.push_back(static_cast<int>(i));
     }
@@ -255,12 +256,11 @@ class KvExactStage : public Stage {
     // (a profile says itself whether it places misses and reads queued prefill: the law, which
     // LOXILB_KV_LB_MODE may still name, does not run)
     const bool peer = profile ? profile->scoresMisses() : isPeerLaw(opts_.law.mode);
-    // Under ttft, whichever stage places a miss, its prefill is queued there: the whole prompt
-    // (a shallow match: what the index does not hold).
-    const bool pending =
-        profile ? profile->readsPending() : tracksPendingPrefill(opts_.law.mode);
-    const uint32_t miss_blocks =
-        pending ? static_cast<uint32_t>(n - std::min<size_t>(best, n)) + tail : 0;
+    // Whichever stage places the request, its prefill is queued there until its first byte (the
+    // data plane counts it for streams: the laws and scorers that read queued prefill, and the
+    // endpoint's online prefill-rate estimate, endpoints/prefill_rate.h): on a miss the whole
+    // prompt (a shallow match: what the index does not hold).
+    const uint32_t miss_blocks = static_cast<uint32_t>(n - std::min<size_t>(best, n)) + tail;
     if (best == 0 && !peer) {
       StageResult miss =
           StageResult::fall(best_excluded > 0 ? FallReason::kExcluded : FallReason::kNoWorker);
@@ -284,7 +284,7 @@ class KvExactStage : public Stage {
                                         best == 0 ? DecisionKey::kLoad : DecisionKey::kKvOverlap,
                                         r.spilled);
     res.track_chain = dynamo;
-    if (pending) res.prefill_blocks = r.uncached;
+    res.prefill_blocks = r.uncached;
     if (peer) return res;  // no cold-start seeding: the re-implemented policies have none
     // Cold-start seeding, after the law (and its spill relief), on every Nth hit.
     const uint64_t hit = hits_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -299,9 +299,8 @@ class KvExactStage : public Stage {
         if (static_cast<int>(i) != res.index) {
           res.index = static_cast<int>(i);
           res.seeded = true;
-          if (pending)  // what the seeded endpoint must prefill
-            res.prefill_blocks =
-                static_cast<uint32_t>(n - std::min<size_t>(overlapOf(i), n)) + tail;
+          // what the seeded endpoint must prefill
+          res.prefill_blocks = static_cast<uint32_t>(n - std::min<size_t>(overlapOf(i), n)) + tail;
         }
         break;
       }

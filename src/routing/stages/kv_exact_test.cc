@@ -562,12 +562,12 @@ TEST(KvExact, TheEnvironmentsLawDoesNotLeakIntoAProfile) {
   Fixture f(kvExactOptions(r, env));
   for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 1000 + t;
   EXPECT_EQ(f.run().reason, FallReason::kNoWorker);
-  const RoutingEnv ttft = testing::envOf({{"LOXILB_KV_LB_MODE", "ttft"}});
-  Fixture g(kvExactOptions(r, ttft));
-  g.excluded[0] = true;  // endpoint 1 holds 2 of 4 blocks
-  auto res = g.run();
-  EXPECT_EQ(res.index, 1);
-  EXPECT_EQ(res.prefill_blocks, 0u);  // predict reads no queued prefill: none reported
+  // ... and a law's miss rule does not either: with LOXILB_KV_LB_MODE=lmetric a load-only profile
+  // that lets misses fall through still falls.
+  r.service_args["kvScoringProfile"] = {{"scorers", {{{"name", "load"}}}}, {"onMiss", "selector"}};
+  Fixture g(kvExactOptions(r, testing::envOf({{"LOXILB_KV_LB_MODE", "lmetric"}})));
+  for (int t = 0; t < 64; ++t) g.facts.prompt_token_ids[t] = 1000 + t;
+  EXPECT_EQ(g.run().reason, FallReason::kNoWorker);
 }
 
 // dynamo-v1 through the stage: queued prefill and the active set are both tracked.

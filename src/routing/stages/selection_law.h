@@ -165,6 +165,9 @@ struct LawCandidate {
   double kv_usage = -1;        // llm-d: the engine's KV-cache usage 0..1 (/metrics); -1 unknown
   // ttft and llm-d-sticky: uncached blocks of streams sent there still awaiting their first byte.
   uint64_t pending_blocks = 0;
+  // The endpoint's prefill throughput estimated online (endpoints/prefill_rate.h), tokens/s;
+  // 0 unknown (the prefix_affinity filter's tauSeconds).
+  double prefill_rate = 0;
 };
 
 struct LawParams {
