@@ -70,7 +70,7 @@ const std::vector<FieldSpec>& serviceFields() {
       {"chwbl_enable_cache_salt", T::kBool},
       // Extension: a selector stage without a sel number, used instead of `sel` (lc_light, and the fleet
       // benchmark's baselines; routing/stage_registry.cc).
-      {"selector", T::kEnum, 0, 0, {"", "random", "lc_light", "sglang", "sglang-cli"}},
+      {"selector", T::kEnum, 0, 0, {"", "random", "lc_light", "sglang", "sglang-cli", "smg"}},
       // KV-exact.
       {"kvExactMode", T::kInt, 0, 3},
       {"kvBlockSize", T::kInt, 1, 4096},

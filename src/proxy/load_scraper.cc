@@ -19,7 +19,9 @@ std::vector<ScrapeSpec> scrapeSpecs(
   std::set<const endpoints::EndpointState*> seen;
   for (const auto& r : rules) {
     const int mode = r.service_args.is_object() ? r.service_args.value("kvExactMode", 0) : 0;
-    if (mode != 1 && mode != 3) continue;
+    // (the smg selector reads the engines' waiting requests and KV usage too)
+    const bool smg = r.service_args.is_object() && r.service_args.value("selector", "") == "smg";
+    if (mode != 1 && mode != 3 && !smg) continue;
     for (const auto& e : r.endpoints) {
       std::shared_ptr<endpoints::EndpointState> st;
       for (auto& s : eps)

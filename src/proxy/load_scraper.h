@@ -1,4 +1,5 @@
-// Engine load scraping: one coroutine per endpoint of a kvExactMode rule on worker 0's event loop,
+// Engine load scraping: one coroutine per endpoint of a kvExactMode rule (or of a rule whose
+// selector is smg, which reads the engines' queues) on worker 0's event loop,
 // GET /metrics on the endpoint's serving port every LOXILB_KV_METRICS_INTERVAL_MS (default 1000;
 // 0 disables), parsed by engines/engine_metrics.h into the endpoint's state: KV capacity in blocks
 // (the Tier 1.5 selection law's capacity_i; an endpoint's kvCapacityBlocks field overrides it),
@@ -29,7 +30,7 @@ struct ScrapeSpec {
 
 constexpr size_t kMaxScrapeBody = 4 * 1024 * 1024;
 
-// Scrape specs for every endpoint of the kvExactMode 1/3 rules; also sets each endpoint's
+// Scrape specs for every endpoint of the kvExactMode 1/3 rules and the smg-selector rules; also sets each endpoint's
 // capacity override from its kvCapacityBlocks field. `tls_of`: a rule's TLS to its engines.
 std::vector<ScrapeSpec> scrapeSpecs(
     const std::vector<config::RuleSpec>& rules,

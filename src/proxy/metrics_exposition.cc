@@ -73,10 +73,9 @@ void DataPlane::renderTier15Metrics(metrics::TextWriter& w) const {
            [](const routing::PipelineStats& p, size_t s) { return p.stage_seeds[s].load(); });
   w.header(kTier15MissReason);
   for (auto& r : rules)
-    for (size_t k = 0; k < static_cast<size_t>(routing::FallReason::kCount); ++k) {
-      const auto reason = static_cast<routing::FallReason>(k);
-      if (reason == routing::FallReason::kEmptyPool || reason == routing::FallReason::kNoKey)
-        continue;  // not kv_exact's reasons
+    for (routing::FallReason reason : r.st->pipeline->stage_reasons[r.stage]) {
+      if (reason == routing::FallReason::kEmptyPool) continue;  // (the seed's names: a guard's)
+      const auto k = static_cast<size_t>(reason);
       w.sample(kTier15MissReason,
                {{"service", r.st->rule}, {"reason", routing::kFallReasonNames[k]}},
                static_cast<double>(r.st->pipeline->fallthrough[r.stage][k].load()));

@@ -38,6 +38,7 @@ std::unique_ptr<Pipeline> Pipeline::make(std::vector<std::unique_ptr<Stage>> sta
     st.stage_names[i] = p->names_[i];
     const StageInfo* info = findStage(p->names_[i]);
     st.stage_ladder[i] = info ? info->ladder : Ladder::kNone;
+    st.stage_reasons[i] = info ? info->reasons : std::span<const FallReason>(kSelectorReasons);
   }
   return p;
 }

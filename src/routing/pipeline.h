@@ -13,6 +13,7 @@
 #include <array>
 #include <atomic>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ constexpr size_t kMaxStages = 8;
 struct PipelineStats {
   std::array<std::string, kMaxStages> stage_names;
   std::array<Ladder, kMaxStages> stage_ladder{};  // each stage's registry tier
+  std::array<std::span<const FallReason>, kMaxStages> stage_reasons{};  // each stage's reasons
   size_t stage_count = 0;
   // decided[stage][key]
   std::array<std::array<std::atomic<uint64_t>, static_cast<size_t>(DecisionKey::kCount)>,

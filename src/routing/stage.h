@@ -88,6 +88,11 @@ inline constexpr const char* kFallReasonNames[] = {
     "shallow",      "unpinned",   "pin_evicted", "imbalance",     "remote_timeout", "remote_error",
     "remote_unknown_key"};
 static_assert(std::size(kFallReasonNames) == static_cast<size_t>(FallReason::kCount));
+// The reasons of the selector stages (rr, chwbl, ...): an empty pool, or every candidate
+// excluded, or no key (a prefix-keyed stage without a prompt). A stage with reasons of its own
+// declares them beside its factory (kv_exact.h, pd_ladder.h) and its registry entry names them.
+inline constexpr FallReason kSelectorReasons[] = {FallReason::kAllExcluded, FallReason::kEmptyPool,
+                                                  FallReason::kNoKey};
 
 struct StageResult {
   int index = -1;  // the chosen endpoint, or -1: fall through

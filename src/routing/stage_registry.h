@@ -5,6 +5,7 @@
 // 4 lc, 8 chwbl, 9 gpuaware, 10 wrr_hash. A factory receives StageServices, never globals.
 #pragma once
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,9 @@ struct StageInfo {
   int sel;  // the seed's selector number, -1 when the stage has none
   StageFactory make;
   Ladder ladder = Ladder::kNone;  // the P/D ladder tier it stands for
+  // The reasons it falls through with, declared by the stage (its header): metrics show these
+  // for it (all_excluded and empty_pool, which the pipeline itself may record, come first).
+  std::span<const FallReason> reasons = kSelectorReasons;
 };
 
 // The stage registered under `name` (or a decimal `sel` alias such as "8"); null when unknown.

@@ -2,7 +2,7 @@
 // wrr-hash weights, persist stickiness by header/cookie/query, source hash.
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { api, freePort, rule, simMetrics, startGateway, startSim, tempDir, requestCounts, delta } from './lib.mjs';
+import { api, freePort, gateway, rule, scrapeMetrics, simMetrics, startGateway, startSim, tempDir, requestCounts, delta, waitFor } from './lib.mjs';
 
 const BASE = '/netlox/v1/config/loadbalancer';
 const SYSTEM = 'You are a meticulous assistant. '.repeat(50);  // > 1 KiB: the whole prefix key
@@ -144,4 +144,30 @@ describe('key-based selectors', () => {
     assert.equal(Math.max(...d), 5, `conversation split: ${d}`);
     await svc.remove();
   });
+});
+
+// The smg selector (SMG's current cache_aware) reads the engines' queues and KV usage: a rule
+// with it makes the gateway scrape its endpoints' /metrics (kvgate_endpoint_engine_requests),
+// and a repeated prompt goes back to the endpoint that served it first.
+test('the smg selector scrapes its engines and follows a repeated prompt', async (t) => {
+  const sim = await startSim(['--workers', '2', '--port', '0']);
+  t.after(() => sim.stop());
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', BASE, rule({ port, workers: sim.workers, extraArgs: { selector: 'smg' } }));
+  assert.equal(r.status, 200, r.text);
+  const waiting = (m, w) => m.find((s) => s.name === 'kvgate_endpoint_engine_requests' &&
+    s.labels.endpoint === `${w.host}:${w.port}` && s.labels.state === 'waiting')?.value;
+  assert.ok(await waitFor(async () => {
+    const m = await scrapeMetrics(gw.api);
+    return sim.workers.every((w) => waiting(m, w) === 0);
+  }, 10000, 100), 'the engines were not scraped');
+  const send = () => fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', prompt: 'You are a careful assistant. '.repeat(20), max_tokens: 1 }),
+  }).then(async (res) => { assert.equal(res.status, 200); await res.arrayBuffer(); });
+  const c0 = await requestCounts(sim.workers);
+  for (let i = 0; i < 4; i++) await send();
+  const d = delta(c0, await requestCounts(sim.workers));
+  assert.equal(Math.max(...d), 4, `a repeated prompt split: ${d}`);
 });

@@ -28,6 +28,8 @@
 //                               is lightly loaded, round-robin otherwise)
 //   sglang, sglang-cli          re-implementation of SGLang's cache_aware (its two default sets),
 //                               the rule's `selector` (approximate trees, no KV events)
+//   smg                         SMG's current cache_aware (matched holders behind a load gate,
+//                               least expected wait from the engines' /metrics; the same trees)
 //   lmetric, dynamo, dynamo-v1, llm-d, llm-d-sticky
 //                               re-implementations of LMetric, Dynamo's KV cost (before 1.x, and
 //                               1.x's with queued prefill) and llm-d's
@@ -103,7 +105,7 @@ Load:
                       kv-ttft, kv-predict (each also as kv-LAW-lc: least connections behind it, and
                       kv-LAW-lcl: lc_light behind it), oracle
                       (hard law), oracle-ttft, oracle-predict (that law), and
-                      re-implementations of peers: sglang, sglang-cli, lmetric, dynamo, dynamo-v1, llm-d
+                      re-implementations of peers: sglang, sglang-cli, smg, lmetric, dynamo, dynamo-v1, llm-d
                       (the older weighted profile), llm-d-sticky (llm-d's current default);
                       profile-llm-d, profile-llm-d-sticky, profile-predict (built-in scoring
                       profiles, kvScoringProfile)
@@ -170,7 +172,7 @@ std::optional<Arm> armOf(const std::string& name) {
   if (name == "rr") return Arm{name, 0, "", "", false};
   if (name == "lc") return Arm{name, 4, "", "", false};
   if (name == "chwbl") return Arm{name, 8, "", "", false};
-  if (name == "random" || name == "sglang" || name == "sglang-cli")
+  if (name == "random" || name == "sglang" || name == "sglang-cli" || name == "smg")
     return Arm{name, 0, "", name, false};
   if (name == "oracle") return Arm{name, 0, "", "", true};
   if (name.rfind("oracle-", 0) == 0) {
@@ -290,7 +292,7 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
       o.arms = {"rr", "lc", "kv-hard", "kv-predict", "kv-taper-lc", "oracle"};
       o.side_arms = {"random",           "chwbl",    "kv-soft", "kv-adaptive",
                      "kv-adaptive-soft", "kv-taper", "kv-ttft", "kv-soft-lc",
-                     "sglang",           "sglang-cli", "lmetric", "dynamo", "dynamo-v1", "llm-d",
+                     "sglang",           "sglang-cli", "smg", "lmetric", "dynamo", "dynamo-v1", "llm-d",
                      "llm-d-sticky"};
     } else if (a == "--warmup") {
       if (!num(0, 1e6, x)) return false;
@@ -820,7 +822,7 @@ std::string markdown(const ojson& doc) {
       "output tok/s | hit rate | load max/mean | errors |\n"
       "|---|---|---|---|---|---|---|---|---|---|---|\n";
   // The peers' policies are re-implementations here, and every table says so.
-  static const std::set<std::string> kPeers = {"sglang", "sglang-cli", "lmetric", "dynamo",
+  static const std::set<std::string> kPeers = {"sglang", "sglang-cli", "smg", "lmetric", "dynamo",
                                                "dynamo-v1", "llm-d", "llm-d-sticky",
                                                "profile-llm-d", "profile-llm-d-sticky"};
   for (const auto& arm : doc["arms"])

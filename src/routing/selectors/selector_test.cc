@@ -106,6 +106,85 @@ TEST(Random, UniformOverTheNonExcludedOnly) {
   EXPECT_EQ(s.pick(eps, std::vector<bool>(4, true)), -1);
 }
 
+// SMG's current cache_aware (sglang_cache_aware.cc "smg"), worked by hand with its command-line
+// defaults (threshold 0.3, gate rel 1.5 / abs 64) and LeastLoad's constants (1024 tokens a
+// request, 2000 tokens/s, 0.15 s x k/(1 - k)).
+TEST(SmgCacheAware, HoldersBehindALoadGateElseTheLeastExpectedWait) {
+  auto eps = pool({1, 1, 1});
+  std::vector<bool> none(3, false);
+  auto ids = [](int64_t first, size_t n) {
+    std::vector<int64_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = first + static_cast<int64_t>(i);
+    return v;
+  };
+  auto pickWith = [&](Sel& s, std::vector<int64_t> prompt, PickInfo& info) {
+    RequestFacts f;
+    f.parsed = true;
+    f.prompt_token_ids = std::move(prompt);
+    RequestContext ctx;
+    ctx.facts = &f;
+    return s.pick(eps, none, ctx, info);
+  };
+  {
+    Sel s(findStage("smg")->make(StageServices{g_clock, g_rule, eps}));
+    PickInfo info;
+    // No engine metrics anywhere: a miss goes to the shortest queue (loads 2, 0, 1).
+    eps[0].state->active.store(2);
+    eps[2].state->active.store(1);
+    EXPECT_EQ(pickWith(s, ids(0, 64), info), 1);
+    EXPECT_STREQ(info.key, "load");
+    // The same prompt: endpoint 1 holds it all (1 > 0.3) and passes the gate: a hit.
+    EXPECT_EQ(pickWith(s, ids(0, 64), info), 1);
+    EXPECT_STREQ(info.key, "prefix");
+    EXPECT_FALSE(info.spilled);
+    // Loads 10, 300, 0: mean 103.3; 300 > 1.5 x 103.3 and > 103.3 + 64: the holder is gated, a
+    // spill to the least expected wait among the others (no metrics: the shortest queue, 2).
+    eps[0].state->active.store(10);
+    eps[1].state->active.store(300);
+    eps[2].state->active.store(0);
+    EXPECT_EQ(pickWith(s, ids(0, 64), info), 2);
+    EXPECT_TRUE(info.spilled);
+    EXPECT_STREQ(info.key, "prefix");
+    // Loads 10, 100, 0: mean 36.7; 100 > 55 but not > 100.7: endpoint 1 passes the gate. Both 1
+    // and 2 hold the prompt now (the spill inserted it): the least expected wait among them,
+    // the shorter queue, 2; no spill.
+    eps[1].state->active.store(100);
+    EXPECT_EQ(pickWith(s, ids(0, 64), info), 2);
+    EXPECT_FALSE(info.spilled);
+  }
+  for (auto& e : eps) e.state->active.store(0);
+  {
+    // Engine metrics: waiting 5, 1, 4 -> (w x 1024) / 2000 = 2.56, 0.512, 2.048: endpoint 1.
+    Sel s(findStage("smg")->make(StageServices{g_clock, g_rule, eps}));
+    PickInfo info;
+    eps[0].state->engine_waiting.store(5);
+    eps[1].state->engine_waiting.store(1);
+    eps[2].state->engine_waiting.store(4);
+    EXPECT_EQ(pickWith(s, ids(10000, 64), info), 1);
+    // One dispatched since its last scrape: (1024 + 1024) / 2000 = 1.024: endpoint 1 again.
+    EXPECT_EQ(pickWith(s, ids(20000, 64), info), 1);
+    // Two: (1024 + 2048) / 2000 = 1.536 < 2.048: still 1. A scrape resets the count.
+    EXPECT_EQ(pickWith(s, ids(30000, 64), info), 1);
+    eps[1].state->scrapes_ok.fetch_add(1);
+    EXPECT_EQ(pickWith(s, ids(40000, 64), info), 1);  // 0.512 again
+    // KV pressure: k = 0.95 on endpoint 1 adds 0.15 x 19 = 2.85 (0.512 + 1 x 0.512 = 1.024 +
+    // 2.85 = 3.874) against endpoint 2's 2.048: endpoint 2.
+    eps[1].state->kv_usage_ppm.store(950000);
+    EXPECT_EQ(pickWith(s, ids(50000, 64), info), 2);
+    // An endpoint without metrics scores the best reporting score + in-flight x 1024 / 2000:
+    // endpoint 2 (one dispatched) (4096 + 1024) / 2000 = 2.56 is the best; endpoint 0 with 3 in
+    // flight 2.56 + 1.536; endpoint 1 3.874: endpoint 2.
+    eps[0].state->engine_waiting.store(-1);
+    eps[0].state->active.store(3);
+    EXPECT_EQ(pickWith(s, ids(60000, 64), info), 2);
+  }
+  for (auto& e : eps) {
+    e.state->active.store(0);
+    e.state->engine_waiting.store(-1);
+    e.state->kv_usage_ppm.store(-1);
+  }
+}
+
 // SGLang's cache_aware, re-implemented (sglang_cache_aware.cc), worked by hand with the library
 // defaults: threshold 0.5, balance abs 32, rel 1.1.
 TEST(SglangCacheAware, PrefixMatchSmallestTreeAndImbalance) {

@@ -22,6 +22,7 @@ std::unique_ptr<Stage> makeLcLight(const StageServices& s);
 // SGLang model gateway's cache_aware, re-implemented (selector field): sglang_cache_aware.cc
 std::unique_ptr<Stage> makeSglang(const StageServices& s);     // sglang: library defaults
 std::unique_ptr<Stage> makeSglangCli(const StageServices& s);  // sglang-cli: command-line ones
+std::unique_ptr<Stage> makeSmg(const StageServices& s);  // smg: SMG's current cache_aware
 
 // Smooth weighted round-robin order for the given weights (length = sum of effective weights).
 std::vector<int> smoothWrrSchedule(const std::vector<int>& weights);

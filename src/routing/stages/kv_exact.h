@@ -84,6 +84,14 @@ struct KvExactOptions {
   std::shared_ptr<const scoring::ScoringProfile> profile;
 };
 
+// The reasons kv_exact falls through with, in upstream's guard order (metrics: Tier 1.5 misses).
+inline constexpr FallReason kKvExactReasons[] = {
+    FallReason::kAllExcluded, FallReason::kEmptyPool,  FallReason::kApiMode,
+    FallReason::kWarmup,      FallReason::kTextEmpty,  FallReason::kModelEmpty,
+    FallReason::kTokenize,    FallReason::kHashes,     FallReason::kHashContract,
+    FallReason::kNoWorker,    FallReason::kExcluded,   FallReason::kShallow,
+    FallReason::kRemoteTimeout, FallReason::kRemoteError, FallReason::kRemoteUnknown};
+
 std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& index,
                                    const kv::WorkerLookup& lookup, KvExactOptions opts);
 // The registry's factory ("kv_exact"): options from the rule (kvBlockSize, kvZmqPort,

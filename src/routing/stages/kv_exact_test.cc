@@ -3,6 +3,8 @@
 // worked by hand.
 #include "routing/stages/kv_exact.h"
 
+#include "routing/stage_registry.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -603,6 +605,19 @@ TEST(KvExact, RetriesReuseTheRequestsChain) {
   EXPECT_EQ(f.stage->evaluate(ctx, c).index, 0);       // the retry uses the stored chain
   cache.chain_ready = false;
   EXPECT_EQ(f.stage->evaluate(ctx, c).reason, FallReason::kNoWorker);  // recomputed: nobody
+}
+
+// kv_exact declares its reasons (metrics: loxilb_pd_kv_tier15_miss_reason_total) in upstream's
+// guard order, as docs/metrics.md lists them (empty_pool aside: the pipeline's own).
+TEST(KvExact, DeclaresTheTier15MissReasons) {
+  std::vector<std::string> names;
+  for (FallReason r : kKvExactReasons)
+    if (r != FallReason::kEmptyPool) names.push_back(kFallReasonNames[static_cast<size_t>(r)]);
+  EXPECT_EQ(names, (std::vector<std::string>{"all_excluded", "api_mode", "warmup", "text_empty",
+                                             "model_empty", "tokenize", "hashes", "hash_contract",
+                                             "no_worker", "excluded", "shallow", "remote_timeout",
+                                             "remote_error", "remote_unknown_key"}));
+  EXPECT_EQ(findStage("kv_exact")->reasons.size(), std::size(kKvExactReasons));
 }
 
 TEST(KvExact, OnlyExcludedHoldersIsTheExcludedReason) {

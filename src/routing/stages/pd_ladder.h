@@ -10,6 +10,14 @@
 
 namespace kvgate::routing {
 
+// The reasons each falls through with.
+inline constexpr FallReason kSessionReasons[] = {FallReason::kAllExcluded, FallReason::kEmptyPool,
+                                                 FallReason::kNoKey, FallReason::kUnpinned,
+                                                 FallReason::kPinEvicted};
+inline constexpr FallReason kPrefixTrieReasons[] = {
+    FallReason::kAllExcluded, FallReason::kEmptyPool, FallReason::kNoKey, FallReason::kImbalance,
+    FallReason::kNoWorker,    FallReason::kShallow,   FallReason::kExcluded};
+
 std::unique_ptr<Stage> makeSession(const StageServices& s);     // session (Tier 0): session.cc
 std::unique_ptr<Stage> makePrefixTrie(const StageServices& s);  // prefix_trie (Tier 1)
 std::unique_ptr<Stage> makeMinLoad(const StageServices& s);     // min_load (Tier 2): min_load.cc
