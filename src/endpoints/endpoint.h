@@ -87,6 +87,7 @@ struct EndpointState {
   std::atomic<int64_t> engine_running{-1}, engine_waiting{-1};
   std::atomic<int64_t> kv_usage_ppm{-1};  // KV-cache usage, parts per million
   std::atomic<uint64_t> scrapes_ok{0}, scrapes_failed{0};
+  std::atomic<bool> scrape_fresh{false};  // the last scrape succeeded (the values above are now)
   // The external controller's last word (endpoints/controller.h); interval 0 = none.
   std::atomic<int> ctl_state{0};
   std::atomic<int64_t> ctl_weight_milli{1000};

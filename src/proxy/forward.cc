@@ -293,8 +293,8 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     }
     endpoints::EndpointLease lease(state, trial);  // in flight from the pick on
     if (d.track_chain && cycle_.chain_ready) lease.addChain(cycle_.chain);
-    // (ttft law) until the first response byte: only a stream's first byte marks the end of its
-    // prefill (a non-streaming answer arrives when the whole generation is done).
+    // Queued prefill until the first response byte: only a stream's first byte marks the end of
+    // its prefill (a non-streaming answer arrives when the whole generation is done).
     if (d.prefill_blocks > 0 && facts_parsed_ && facts_.stream.value_or(false))
       lease.addPrefill(d.prefill_blocks,
                        static_cast<uint32_t>(route.rule.service_args.value("kvBlockSize", 16)),

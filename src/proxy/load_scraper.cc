@@ -82,9 +82,11 @@ asio::awaitable<void> LoadScraper::run(std::shared_ptr<Task> t,
     const bool ok = co_await scrapeOnce(t->spec);
     if (t->stopped.load()) break;
     (ok ? t->spec.ep->scrapes_ok : t->spec.ep->scrapes_failed).fetch_add(1);
+    t->spec.ep->scrape_fresh.store(ok, std::memory_order_relaxed);
     if (!ok && !failing)
       log::info("scrape", "GET /metrics of " + t->spec.ep->label +
-                              " failed; the selection law keeps its last KV capacity");
+                              " failed; the last values stay (the selection law's KV capacity; smg treats the endpoint as "
+                              "reporting nothing until a scrape succeeds)");
     failing = !ok;
     timer.expires_after(interval);
     error_code ec;

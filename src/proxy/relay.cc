@@ -179,7 +179,9 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       if (first) co_await writeClient(down_head_);  // then cut the stream: the client sees it
       co_return abandonRelay(RelayCut::kMalformed);
     }
-    if (!chunk.empty()) lease.prefillDone(nowNs());  // the engine is past this request's prefill
+    // The engine is past this request's prefill; only a successful event stream's first byte
+    // times it (an error answers at once: no prefill rate sample).
+    if (!chunk.empty()) lease.prefillDone(rh.status < 300 && stream ? nowNs() : -1);
     std::string_view out = chunk;  // what the client gets of this piece
     if (scan) {
       const std::string_view payload =

@@ -46,9 +46,11 @@ class CycleState {
   uint32_t tail_blocks = 0;  // blocks beyond the chain (cut text, ids past the bound), estimated
   // --- the remote index's answer
   RemoteHint remote;
+  bool lent = false;  // the pipeline's own, for a run without one: nobody asks a remote index
 
   // This request's slot of type T for `owner` (a stage), value-initialized on first use in the
-  // request. A slot of another type under the same owner is replaced.
+  // request. A slot of another type under the same owner is another slot. A reference stays
+  // valid until the next slot() call of another owner or type.
   template <typename T>
   T& slot(const void* owner) {
     for (auto& s : slots_)
@@ -59,7 +61,8 @@ class CycleState {
         }
         return static_cast<Slot<T>*>(s.get())->value;
       }
-    if (slots_.size() >= kMaxSlots) slots_.clear();  // (owners of rules since removed)
+    if (slots_.size() >= kMaxSlots)  // (owners of rules since removed): the ones unused now go
+      std::erase_if(slots_, [](const std::unique_ptr<SlotBase>& s) { return !s->fresh; });
     auto made = std::make_unique<Slot<T>>();
     made->owner = owner;
     made->tag = tagOf<T>();

@@ -62,11 +62,17 @@ TEST(CycleState, EndRequestDropsTheRequestsState) {
 TEST(CycleState, SlotsOfOwnersSinceGoneAreBounded) {
   CycleState cy;
   std::vector<int> owners(100);
-  for (auto& o : owners) cy.slot<Memo>(&o).ready = true;  // 100 stages (rules come and go)
+  for (auto& o : owners) {  // 100 stages over 100 requests (rules come and go)
+    cy.beginRouting();
+    cy.slot<Memo>(&o).ready = true;
+  }
   EXPECT_LE(cy.slotCount(), 16u);
-  // Still correct for the live owner: its slot is fresh or its own.
+  // The slots in use in the current request are kept when the bound drops the others.
   Memo& last = cy.slot<Memo>(&owners.back());
   EXPECT_TRUE(last.ready);
+  cy.beginRouting();
+  for (int i = 0; i < 12; ++i) cy.slot<Memo>(&owners[static_cast<size_t>(i)]).ready = true;
+  for (int i = 0; i < 12; ++i) EXPECT_TRUE(cy.slot<Memo>(&owners[static_cast<size_t>(i)]).ready);
 }
 
 }  // namespace

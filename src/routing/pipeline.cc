@@ -50,6 +50,7 @@ Decision Pipeline::run(const RequestContext& given, CandidateSet& c, size_t from
   RequestContext lent_ctx;
   if (!given.cycle) {
     lent.emplace();
+    lent->lent = true;
     lent_ctx = given;
     lent_ctx.cycle = &*lent;
   }

@@ -33,8 +33,8 @@ class Scorer {
   // Normalizations across candidates (min-max) run over the kept ones.
   virtual void score(const ScoringRequest& r, std::span<const uint8_t> keep,
                      std::span<double> out) const = 0;
-  // True when it reads LawCandidate::pending_blocks: the data plane then counts each streamed
-  // request's uncached blocks as queued prefill on its endpoint until the first byte.
+  // True when it reads LawCandidate::pending_blocks (the queued prefill the data plane counts for
+  // streams Tier 1.5 keyed on single-pool rules): such a profile is refused on P/D rules.
   virtual bool readsPending() const { return false; }
 };
 

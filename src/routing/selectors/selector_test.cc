@@ -106,24 +106,31 @@ TEST(Random, UniformOverTheNonExcludedOnly) {
   EXPECT_EQ(s.pick(eps, std::vector<bool>(4, true)), -1);
 }
 
+// n token ids from `first` on, and a pick of a token-id prompt (the cache_aware tests).
+std::vector<int64_t> tokenIds(int64_t first, size_t n) {
+  std::vector<int64_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = first + static_cast<int64_t>(i);
+  return v;
+}
+int pickIds(Sel& s, const std::vector<PoolEndpoint>& eps, const std::vector<bool>& excluded,
+            std::vector<int64_t> prompt, PickInfo& info) {
+  RequestFacts f;
+  f.parsed = true;
+  f.prompt_token_ids = std::move(prompt);
+  RequestContext ctx;
+  ctx.facts = &f;
+  return s.pick(eps, excluded, ctx, info);
+}
+
 // SMG's current cache_aware (sglang_cache_aware.cc "smg"), worked by hand with its command-line
 // defaults (threshold 0.3, gate rel 1.5 / abs 64) and LeastLoad's constants (1024 tokens a
 // request, 2000 tokens/s, 0.15 s x k/(1 - k)).
 TEST(SmgCacheAware, HoldersBehindALoadGateElseTheLeastExpectedWait) {
   auto eps = pool({1, 1, 1});
   std::vector<bool> none(3, false);
-  auto ids = [](int64_t first, size_t n) {
-    std::vector<int64_t> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = first + static_cast<int64_t>(i);
-    return v;
-  };
+  auto ids = tokenIds;
   auto pickWith = [&](Sel& s, std::vector<int64_t> prompt, PickInfo& info) {
-    RequestFacts f;
-    f.parsed = true;
-    f.prompt_token_ids = std::move(prompt);
-    RequestContext ctx;
-    ctx.facts = &f;
-    return s.pick(eps, none, ctx, info);
+    return pickIds(s, eps, none, std::move(prompt), info);
   };
   {
     Sel s(findStage("smg")->make(StageServices{g_clock, g_rule, eps}));
@@ -160,6 +167,7 @@ TEST(SmgCacheAware, HoldersBehindALoadGateElseTheLeastExpectedWait) {
     eps[0].state->engine_waiting.store(5);
     eps[1].state->engine_waiting.store(1);
     eps[2].state->engine_waiting.store(4);
+    for (auto& e : eps) e.state->scrape_fresh.store(true);
     EXPECT_EQ(pickWith(s, ids(10000, 64), info), 1);
     // One dispatched since its last scrape: (1024 + 1024) / 2000 = 1.024: endpoint 1 again.
     EXPECT_EQ(pickWith(s, ids(20000, 64), info), 1);
@@ -177,11 +185,18 @@ TEST(SmgCacheAware, HoldersBehindALoadGateElseTheLeastExpectedWait) {
     eps[0].state->engine_waiting.store(-1);
     eps[0].state->active.store(3);
     EXPECT_EQ(pickWith(s, ids(60000, 64), info), 2);
+    // A failed scrape leaves stale values: not trusted. Endpoint 2's last scrape failed: only
+    // endpoint 1 reports, (1024 + 1024) / 2000 + 2.85 = 3.874; endpoint 2 scores that + 0 in
+    // flight x 1024 / 2000 (a tie), endpoint 0 3.874 + 1.536: 1 or 2, never 0.
+    eps[2].state->scrape_fresh.store(false);
+    const int p = pickWith(s, ids(70000, 64), info);
+    EXPECT_TRUE(p == 1 || p == 2) << p;
   }
   for (auto& e : eps) {
     e.state->active.store(0);
     e.state->engine_waiting.store(-1);
     e.state->kv_usage_ppm.store(-1);
+    e.state->scrape_fresh.store(false);
   }
 }
 
@@ -191,18 +206,9 @@ TEST(SglangCacheAware, PrefixMatchSmallestTreeAndImbalance) {
   auto eps = pool({1, 1, 1});
   Sel s(findStage("sglang")->make(StageServices{g_clock, g_rule, eps}));
   std::vector<bool> none(3, false);
-  auto ids = [](int64_t first, size_t n) {
-    std::vector<int64_t> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = first + static_cast<int64_t>(i);
-    return v;
-  };
+  auto ids = tokenIds;
   auto pick = [&](std::vector<int64_t> prompt, PickInfo& info) {
-    RequestFacts f;
-    f.parsed = true;
-    f.prompt_token_ids = std::move(prompt);
-    RequestContext ctx;
-    ctx.facts = &f;
-    return s.pick(eps, none, ctx, info);
+    return pickIds(s, eps, none, std::move(prompt), info);
   };
   PickInfo info;
   // Empty trees: no match (rate 0 <= 0.5), all trees size 0: the lowest index.

@@ -39,8 +39,9 @@
 //   waiting_i the engine's waiting requests and k its KV usage (clamped to 0..0.999) from its
 //   /metrics (this gateway scrapes the endpoints of smg rules, LOXILB_KV_METRICS_INTERVAL_MS,
 //   default 1 s; SMG polls every 10 s), dispatched_i the requests sent there since the last
-//   successful scrape. Endpoints without metrics: the best reporting score + in-flight x 1024 /
-//   2000; none reporting: the least in-flight. Ties at random, as SMG's.
+//   successful scrape. Endpoints without metrics (never scraped, or the last scrape failed): the
+//   best reporting score + in-flight x 1024 / 2000; none reporting: the least in-flight. Ties at
+//   random, as SMG's. Use it alone (not behind kvExactMode: it does not see Tier 1.5's picks).
 #include <xxhash.h>
 
 #include <algorithm>
@@ -210,7 +211,8 @@ class SglangStage : public Stage {
       if (!in[i]) continue;
       const auto& st = *c.endpoints[i].state;
       const int64_t waiting = st.engine_waiting.load(std::memory_order_relaxed);
-      if (waiting < 0) continue;
+      // (values a failed scrape left behind are not now's: as SMG, no metrics)
+      if (waiting < 0 || !st.scrape_fresh.load(std::memory_order_relaxed)) continue;
       const int64_t ppm = st.kv_usage_ppm.load(std::memory_order_relaxed);
       const double k = std::clamp(ppm < 0 ? 0.0 : static_cast<double>(ppm) / 1e6, 0.0, 0.999);
       score[i] = (static_cast<double>(waiting) * 1024 + 1024 * static_cast<double>(since_[i].sent)) /

@@ -170,8 +170,8 @@ class KvExactStage : public Stage {
     remote_ov.clear();
     if (opts_.remote) {
       if (n == 0) return StageResult::fall(FallReason::kShallow);
-      // (only the data plane's own cycle state is asked: a lent one has nobody to ask)
-      if (!ctx.cycle) return StageResult::fall(FallReason::kRemoteError);
+      // (only the data plane's own cycle state is asked: one the pipeline lent has nobody to ask)
+      if (!ctx.cycle || cy.lent) return StageResult::fall(FallReason::kRemoteError);
       RemoteHint* rh = &cy.remote;
       if (rh->state == RemoteHint::State::kNone) {
         rh->state = RemoteHint::State::kWanted;
@@ -193,8 +193,12 @@ class KvExactStage : public Stage {
     }
     // No candidate's events are followed (or only contract breakers): upstream's no_worker,
     // after tokenize and hashes as its ladder orders them.
-    if (all == 0 && !opts_.remote)
-      return StageResult::fall(broken ? FallReason::kHashContract : FallReason::kNoWorker);
+    if (all == 0 && !opts_.remote) {
+      StageResult miss =
+          StageResult::fall(broken ? FallReason::kHashContract : FallReason::kNoWorker);
+      miss.prefill_blocks = static_cast<uint32_t>(n) + tail;  // (the whole prompt, wherever)
+      return miss;
+    }
     std::array<uint32_t, kv::kMaxWorkers> overlap{};
     if (opts_.remote) {
       // (the overlaps are remote_ov's)

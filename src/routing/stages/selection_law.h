@@ -145,11 +145,6 @@ inline bool isPeerLaw(LawMode m) {
          m == LawMode::kLlmdSticky;
 }
 
-// True for the laws that read pending_blocks: the gateway then counts each streamed request's
-// uncached blocks as queued prefill on its endpoint until the first byte (EndpointLease).
-inline bool tracksPendingPrefill(LawMode m) {
-  return m == LawMode::kTtft || m == LawMode::kLlmdSticky || m == LawMode::kDynamoV1;
-}
 
 // A law name (lawModeName's); nullopt for anything else.
 std::optional<LawMode> parseLawMode(std::string_view s);

@@ -186,7 +186,6 @@ TEST(SelectionLaw, DynamoV1AddsQueuedPrefill) {
   EXPECT_EQ(parseLawMode("dynamo-v1"), LawMode::kDynamoV1);
   EXPECT_EQ(lawModeName(LawMode::kDynamoV1), "dynamo-v1");
   EXPECT_TRUE(isPeerLaw(LawMode::kDynamoV1));
-  EXPECT_TRUE(tracksPendingPrefill(LawMode::kDynamoV1));
 }
 
 TEST(SelectionLaw, LlmdWeightsQueueKvAndPrefix) {
@@ -233,8 +232,6 @@ TEST(SelectionLaw, LlmdStickyKeepsAffinityUntilTau) {
   EXPECT_EQ(parseLawMode("llm-d-sticky"), LawMode::kLlmdSticky);
   EXPECT_EQ(lawModeName(LawMode::kLlmdSticky), "llm-d-sticky");
   EXPECT_TRUE(isPeerLaw(LawMode::kLlmdSticky));
-  EXPECT_TRUE(tracksPendingPrefill(LawMode::kLlmdSticky));
-  EXPECT_FALSE(tracksPendingPrefill(LawMode::kHard));
 }
 
 TEST(SelectionLaw, TaperTightensAsTheWorkersFill) {
@@ -341,7 +338,6 @@ TEST(SelectionLaw, PredictIsNewPrefillTimesBatchOverCapacityShare) {
   EXPECT_EQ(parseLawMode("predict"), LawMode::kPredict);
   EXPECT_EQ(lawModeName(LawMode::kPredict), "predict");
   EXPECT_FALSE(isPeerLaw(LawMode::kPredict));  // misses are Tier 1.5's, as under hard
-  EXPECT_FALSE(tracksPendingPrefill(LawMode::kPredict));
 }
 
 }  // namespace
