@@ -94,7 +94,8 @@ const std::vector<FieldSpec>& serviceFields() {
        T::kEnum,
        0,
        0,
-       {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "predict", "lmetric",
+       {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "predict", "predict-q",
+        "lmetric",
         "dynamo", "dynamo-v1", "llm-d", "llm-d-sticky"}},
       // Extension: a scoring profile instead of a law (config/scoring_profile.h).
       {"kvScoringProfile", T::kJson},

@@ -184,7 +184,8 @@ std::optional<Arm> armOf(const std::string& name) {
   // kv-LAW-lc: the same with least connections (sel 4) placing what Tier 1.5 does not;
   // kv-LAW-lcl: with lc_light (least connections while the pool is lightly loaded, else rr).
   for (const char* m :
-       {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "predict"}) {
+       {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "predict",
+        "predict-q"}) {
     if (name == std::string("kv-") + m) return Arm{name, 0, m, "", false};
     if (name == std::string("kv-") + m + "-lc") return Arm{name, 4, m, "", false};
     if (name == std::string("kv-") + m + "-lcl") return Arm{name, 0, m, "lc_light", false};

@@ -259,7 +259,7 @@ class KvExactStage : public Stage {
     // decide misses by their own formula.
     // (a profile says itself whether it places misses and reads queued prefill: the law, which
     // LOXILB_KV_LB_MODE may still name, does not run)
-    const bool peer = profile ? profile->scoresMisses() : isPeerLaw(opts_.law.mode);
+    const bool peer = profile ? profile->scoresMisses() : placesMisses(opts_.law.mode);
     // Whichever stage places the request, its prefill is queued there until its first byte (the
     // data plane counts it for streams: the laws and scorers that read queued prefill, and the
     // endpoint's online prefill-rate estimate, endpoints/prefill_rate.h): on a miss the whole
@@ -278,7 +278,7 @@ class KvExactStage : public Stage {
     }
     LawParams p = opts_.law;
     p.prompt_blocks = static_cast<uint32_t>(n) + tail;  // (the tail is nobody's overlap)
-    if (p.mode == LawMode::kPredict || profile)
+    if (p.mode == LawMode::kPredict || p.mode == LawMode::kPredictQ || profile)
       p.rotate = turns_.fetch_add(1, std::memory_order_relaxed);
     LawResult r = profile ? profile->pick(cands, p) : applyLaw(cands, p);
     if (r.index < 0) return StageResult::fall(FallReason::kAllExcluded);
@@ -289,7 +289,9 @@ class KvExactStage : public Stage {
                                         r.spilled);
     res.track_chain = dynamo;
     res.prefill_blocks = r.uncached;
-    if (peer) return res;  // no cold-start seeding: the re-implemented policies have none
+    // No cold-start seeding under the peer laws (the re-implemented policies have none), a profile
+    // that places misses, or on a miss placed by the law (predict-q).
+    if (best == 0 || (profile ? profile->scoresMisses() : isPeerLaw(opts_.law.mode))) return res;
     // Cold-start seeding, after the law (and its spill relief), on every Nth hit.
     const uint64_t hit = hits_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (opts_.coldstart_seed_nth > 0 && hit % opts_.coldstart_seed_nth == 0) {

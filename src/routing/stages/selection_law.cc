@@ -19,6 +19,7 @@ std::optional<LawMode> parseLawMode(std::string_view s) {
   if (s == "llm-d") return LawMode::kLlmd;
   if (s == "llm-d-sticky") return LawMode::kLlmdSticky;
   if (s == "predict") return LawMode::kPredict;
+  if (s == "predict-q") return LawMode::kPredictQ;
   return std::nullopt;
 }
 
@@ -50,6 +51,8 @@ std::string_view lawModeName(LawMode m) {
       return "llm-d-sticky";
     case LawMode::kPredict:
       return "predict";
+    case LawMode::kPredictQ:
+      return "predict-q";
   }
   return "hard";
 }
@@ -219,6 +222,20 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
       r.spilled = r.index != argmax && c[static_cast<size_t>(argmax)].overlap > 0;
       return r;
     }
+    case LawMode::kPredictQ:
+      if (c[static_cast<size_t>(argmax)].overlap == 0) {  // nobody holds it: least queued prefill
+        const size_t n = c.size();
+        auto turn = [&](size_t i) { return (i + n - static_cast<size_t>(p.rotate % n)) % n; };
+        for (size_t i = 0; i < n; ++i) {
+          const size_t b = static_cast<size_t>(r.index);
+          if (r.index < 0 || c[i].pending_blocks < c[b].pending_blocks ||
+              (c[i].pending_blocks == c[b].pending_blocks &&
+               (c[i].load < c[b].load || (c[i].load == c[b].load && turn(i) < turn(b)))))
+            r.index = static_cast<int>(i);
+        }
+        return r;
+      }
+      [[fallthrough]];
     case LawMode::kPredict: {
       // The batch counts relative to the endpoint's share of KV capacity (capacity x the external
       // controller's weight; unknown = the mean): an engine twice the mean size carries a batch

@@ -57,6 +57,11 @@
 //    decision. A prompt cut before tokenizing (LOXILB_KV_TOKENIZE_MAX_BYTES, or past 8192 blocks)
 //    counts its cut tail as uncached everywhere (kv_exact adds the tokenizer's estimate to
 //    prompt_blocks), so a long session's home is not mistaken for a full hit.
+//  - predict-q (an extension, measured against predict in docs/benchmarks.md): predict on a
+//    prompt some candidate holds; a prompt nobody holds goes to the candidate with the least
+//    queued prefill (pending_blocks: uncached blocks of streams sent there not yet started),
+//    ties to less load, then the candidate at or after the rotating cursor, instead of falling
+//    through to the rule's selector.
 //
 // Peer re-implementations, from their published descriptions (shared/reference/peers.md), over
 // the same candidates; a prompt nobody holds is decided by the same formula (overlap 0); their
@@ -128,6 +133,7 @@ enum class LawMode : uint8_t {
   kTaper,    // an extension: hard with a cap factor that tightens as the workers fill
   kTtft,     // an extension: argmin of estimated time to first token (queued prefill + own)
   kPredict,  // an extension: new prefill x batch / capacity share; the default of mode 3 rules
+  kPredictQ,  // an extension: predict, and a prompt nobody holds to the least queued prefill
   // Re-implementations of peers' published policies over the same inputs (not their code):
   kLmetric,  // "lmetric"
   kDynamo,   // "dynamo" (its cost before 1.x: no queued prefill)
@@ -145,6 +151,10 @@ inline bool isPeerLaw(LawMode m) {
          m == LawMode::kLlmdSticky;
 }
 
+
+// True for the laws that place a prompt nobody holds themselves (the peer laws, predict-q): no
+// Tier 1.5 miss falls through to the rule's selector under them.
+inline bool placesMisses(LawMode m) { return isPeerLaw(m) || m == LawMode::kPredictQ; }
 
 // A law name (lawModeName's); nullopt for anything else.
 std::optional<LawMode> parseLawMode(std::string_view s);

@@ -169,6 +169,31 @@ TEST(SelectionLaw, DynamoIsUncachedPrefillPlusDecodeBlocks) {
   EXPECT_EQ(lawModeName(LawMode::kDynamo), "dynamo");
 }
 
+// predict-q: predict on a held prompt; a prompt nobody holds to the least queued prefill, ties
+// to less load, then the rotating cursor.
+TEST(SelectionLaw, PredictQPlacesMissesByQueuedPrefill) {
+  LawParams p{LawMode::kPredictQ};
+  p.prompt_blocks = 10;
+  auto q = [](LawCandidate c, uint64_t pending) {
+    c.pending_blocks = pending;
+    return c;
+  };
+  // Nobody holds it: queued 30, 5, 5 blocks, loads 0, 2, 1: endpoint 2 (5, then load 1 < 2).
+  EXPECT_EQ(run({q(cand(0, 0), 30), q(cand(0, 2), 5), q(cand(0, 1), 5)}, p).index, 2);
+  // All equal: the cursor takes turns.
+  p.rotate = 1;
+  EXPECT_EQ(run({cand(0, 0), cand(0, 0), cand(0, 0)}, p).index, 1);
+  p.rotate = 2;
+  EXPECT_EQ(run({cand(0, 0), cand(0, 0), cand(0, 0)}, p).index, 2);
+  // A held prompt: predict's cost, whatever the queues: (0 + 1) x 1 against (10 + 1) x 1.
+  p.rotate = 0;
+  EXPECT_EQ(run({q(cand(10, 0), 500), cand(0, 0)}, p).index, 0);
+  EXPECT_EQ(parseLawMode("predict-q"), LawMode::kPredictQ);
+  EXPECT_TRUE(placesMisses(LawMode::kPredictQ));
+  EXPECT_FALSE(isPeerLaw(LawMode::kPredictQ));
+  EXPECT_FALSE(placesMisses(LawMode::kPredict));
+}
+
 // Dynamo 1.x: the prefill term adds the prompt work already queued there (active prefill).
 TEST(SelectionLaw, DynamoV1AddsQueuedPrefill) {
   LawParams p{LawMode::kDynamoV1};
