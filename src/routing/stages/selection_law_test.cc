@@ -143,6 +143,12 @@ LawCandidate cand(uint32_t overlap, uint32_t load, uint64_t active = 0, int64_t 
   return c;
 }
 
+// The same candidate with `pending` blocks of prefill queued there.
+LawCandidate pending(LawCandidate c, uint64_t blocks) {
+  c.pending_blocks = blocks;
+  return c;
+}
+
 TEST(SelectionLaw, LmetricIsNewPrefillTimesBatch) {
   LawParams p{LawMode::kLmetric};
   p.prompt_blocks = 10;
@@ -174,10 +180,7 @@ TEST(SelectionLaw, DynamoIsUncachedPrefillPlusDecodeBlocks) {
 TEST(SelectionLaw, PredictQPlacesMissesByQueuedPrefill) {
   LawParams p{LawMode::kPredictQ};
   p.prompt_blocks = 10;
-  auto q = [](LawCandidate c, uint64_t pending) {
-    c.pending_blocks = pending;
-    return c;
-  };
+  auto q = pending;
   // Nobody holds it: queued 30, 5, 5 blocks, loads 0, 2, 1: endpoint 2 (5, then load 1 < 2).
   EXPECT_EQ(run({q(cand(0, 0), 30), q(cand(0, 2), 5), q(cand(0, 1), 5)}, p).index, 2);
   // All equal: the cursor takes turns.
@@ -198,10 +201,7 @@ TEST(SelectionLaw, PredictQPlacesMissesByQueuedPrefill) {
 TEST(SelectionLaw, DynamoV1AddsQueuedPrefill) {
   LawParams p{LawMode::kDynamoV1};
   p.prompt_blocks = 10;
-  auto withPending = [](LawCandidate c, uint64_t pending) {
-    c.pending_blocks = pending;
-    return c;
-  };
+  auto withPending = pending;
   // pending + uncached + active: 30 + 2 + 5 = 37; 0 + 10 + 5 = 15; 0 + 4 + 12 = 16: endpoint 1,
   // where the old dynamo cost (2 + 5 = 7) keeps endpoint 0, the holder, behind its queue.
   std::vector<LawCandidate> c = {withPending(cand(8, 1, 5), 30), cand(0, 1, 5), cand(6, 1, 12)};
