@@ -70,6 +70,7 @@ class EndpointLease {
     sent_ns_ = now_ns;
     s_->pending_prefill_blocks.fetch_add(blocks, std::memory_order_relaxed);
   }
+  bool prefillPending() const { return prefill_ != 0; }
   // The first response byte arrived at `now_ns` (the engine is past this request's prefill: a
   // sample of its prefill rate, endpoints/prefill_rate.h), or, with -1, the request ended
   // without one (no sample).

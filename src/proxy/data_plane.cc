@@ -186,6 +186,7 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_, kv_overlay_,
                                   stageNames(rule), stats->pipeline, routing_env_);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
+  route->kv_block_tokens = static_cast<uint32_t>(rule.service_args.value("kvBlockSize", 16));
   if (rule.service_args.value("pd_disagg_mode", false)) buildPd(*route, clock);
   return route;
 }

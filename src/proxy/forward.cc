@@ -296,9 +296,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     // Queued prefill until the first response byte: only a stream's first byte marks the end of
     // its prefill (a non-streaming answer arrives when the whole generation is done).
     if (d.prefill_blocks > 0 && facts_parsed_ && facts_.stream.value_or(false))
-      lease.addPrefill(d.prefill_blocks,
-                       static_cast<uint32_t>(route.rule.service_args.value("kvBlockSize", 16)),
-                       nowNs());
+      lease.addPrefill(d.prefill_blocks, route.kv_block_tokens, nowNs());
     outcome_.ep_index = d.index;
     outcome_.endpoint = &state.label;
     outcome_.key = routing::decisionKeyName(d.key);

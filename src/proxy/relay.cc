@@ -181,7 +181,8 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     }
     // The engine is past this request's prefill; only a successful event stream's first byte
     // times it (an error answers at once: no prefill rate sample).
-    if (!chunk.empty()) lease.prefillDone(rh.status < 300 && stream ? nowNs() : -1);
+    if (!chunk.empty() && lease.prefillPending())  // (the clock is read once a stream)
+      lease.prefillDone(rh.status < 300 && stream ? nowNs() : -1);
     std::string_view out = chunk;  // what the client gets of this piece
     if (scan) {
       const std::string_view payload =

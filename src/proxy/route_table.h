@@ -29,6 +29,7 @@ struct Route {
   std::vector<tcp::endpoint> addresses;         // one per endpoint, same order
   std::unique_ptr<routing::Pipeline> pipeline;  // null when the rule's selector is inactive
   uint32_t needs = 0;                           // FactNeeds of the pipeline's stages
+  uint32_t kv_block_tokens = 16;                // kvBlockSize (queued prefill in tokens)
   std::shared_ptr<RuleStats> stats;             // survives snapshots (kept by rule key)
   std::vector<std::shared_ptr<StatusCounters>> ep_counters;  // per endpoint, same order
   // P/D rules (pd_disagg_mode; proxy/pd_forward.cc): `pipeline` picks the prefill endpoint,

@@ -48,15 +48,20 @@ class CycleState {
   RemoteHint remote;
   bool lent = false;  // the pipeline's own, for a run without one: nobody asks a remote index
 
-  // This request's slot of type T for `owner` (a stage), value-initialized on first use in the
-  // request. A slot of another type under the same owner is another slot. A reference stays
+  // This request's slot of type T for `owner` (a stage), fresh on first use in the request: its
+  // reset() when T has one (so a slot keeps its buffers' capacity from request to request, no
+  // allocation once warm), else value-initialized. A slot of another type under the same owner is another slot. A reference stays
   // valid until the next slot() call of another owner or type.
   template <typename T>
   T& slot(const void* owner) {
     for (auto& s : slots_)
       if (s->owner == owner && s->tag == tagOf<T>()) {
         if (!s->fresh) {  // first use in this request
-          static_cast<Slot<T>*>(s.get())->value = T{};
+          T& v = static_cast<Slot<T>*>(s.get())->value;
+          if constexpr (requires { v.reset(); })
+            v.reset();
+          else
+            v = T{};
           s->fresh = true;
         }
         return static_cast<Slot<T>*>(s.get())->value;

@@ -32,6 +32,29 @@ TEST(CycleState, ASlotLastsOneRequest) {
   EXPECT_EQ(cy.slot<Other>(&a).x, 0);
 }
 
+// A slot type with reset() keeps its buffers' capacity from request to request.
+struct Kept {
+  std::vector<int> v;
+  bool ready = false;
+  void reset() {
+    v.clear();
+    ready = false;
+  }
+};
+
+TEST(CycleState, ASlotWithResetKeepsItsCapacity) {
+  CycleState cy;
+  const int a = 0;
+  Kept& k = cy.slot<Kept>(&a);
+  k.v.assign(1000, 1);
+  k.ready = true;
+  cy.beginRouting();
+  Kept& again = cy.slot<Kept>(&a);
+  EXPECT_FALSE(again.ready);
+  EXPECT_TRUE(again.v.empty());
+  EXPECT_GE(again.v.capacity(), 1000u);  // no allocation for the next request
+}
+
 TEST(CycleState, EndRequestDropsTheRequestsState) {
   CycleState cy;
   cy.tokens.assign(100000, 5);

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "common/log.h"
@@ -33,6 +34,10 @@ thread_local Scratch t_scratch;
 struct KvSlot {
   std::vector<uint64_t> masks;  // per candidate: its publisher's index workers
   bool scored = false;          // the cycle's chain was scored by this stage in this request
+  void reset() {  // (a new request: the capacity stays)
+    masks.clear();
+    scored = false;
+  }
 };
 
 class KvExactStage : public Stage {
@@ -63,8 +68,8 @@ class KvExactStage : public Stage {
 
   StageResult evaluate(const RequestContext& ctx, CandidateSet& c) override {
     Scratch& sc = t_scratch;
-    CycleState local;  // (only when called outside a pipeline without one: tests)
-    CycleState& cy = ctx.cycle ? *ctx.cycle : local;
+    std::optional<CycleState> local;  // (only when called outside a pipeline without one: tests)
+    CycleState& cy = ctx.cycle ? *ctx.cycle : local.emplace();
     KvSlot& slot = cy.slot<KvSlot>(this);
     slot.scored = false;
     if (!c.anyLeft()) return StageResult::fall(FallReason::kAllExcluded);

@@ -88,6 +88,10 @@ class PrefixTrieStage : public Stage {
     bool chain_ready = false;
     PrefixTrie::Match match;
     bool match_ready = false;
+    void reset() {  // (a new request: the chain's capacity stays)
+      chain.clear();
+      chain_ready = match_ready = false;
+    }
   };
   Memo* memo(const RequestContext& ctx) const {
     return ctx.cycle ? &ctx.cycle->slot<Memo>(this) : nullptr;
