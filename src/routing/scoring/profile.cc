@@ -41,13 +41,11 @@ Result<std::shared_ptr<const ScoringProfile>> ScoringProfile::build(
     FilterFactory make = findFilter(f.name);
     if (!make) return fail(400, "kvScoringProfile", "this build has no filter '" + f.name + "'");
     p->filters_.push_back(make(f));
-    p->reads_pending_ |= p->filters_.back()->readsPending();
   }
   for (const auto& sc : s.scorers) {
     ScorerFactory make = findScorer(sc.name);
     if (!make) return fail(400, "kvScoringProfile", "this build has no scorer '" + sc.name + "'");
     p->scorers_.emplace_back(sc.weight, make(sc));
-    p->reads_pending_ |= p->scorers_.back().second->readsPending();
   }
   if (p->scorers_.empty()) return fail(400, "kvScoringProfile", "a profile needs a scorer");
   return std::shared_ptr<const ScoringProfile>(std::move(p));

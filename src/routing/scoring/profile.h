@@ -40,7 +40,6 @@ class ScoringProfile {
   std::vector<double> totals(std::span<const LawCandidate> c, const LawParams& p) const;
 
   bool scoresMisses() const { return spec_.score_misses; }
-  bool readsPending() const { return reads_pending_; }
   const config::ScoringProfileSpec& spec() const { return spec_; }
 
  private:
@@ -50,7 +49,6 @@ class ScoringProfile {
   config::ScoringProfileSpec spec_;
   std::vector<std::unique_ptr<Filter>> filters_;
   std::vector<std::pair<double, std::unique_ptr<Scorer>>> scorers_;  // (weight, scorer)
-  bool reads_pending_ = false;
   uint64_t salt_ = 0;  // random per profile: replicas' random pickers draw differently
 };
 

@@ -3,6 +3,9 @@
 // (LawCandidate: overlap, in-flight load, KV capacity, the engine's waiting requests and KV
 // usage, queued prefill blocks) and the request's prompt length; both are pure and stateless.
 //
+// Which parts read the queued prefill (LawCandidate::pending_blocks, refused on P/D rules) is
+// said once, in config/scoring_profile.cc's tables.
+//
 // Adding a scorer: one file under scorers/ (its algorithm in a comment at the top, a class
 // deriving Scorer, a factory), one line in registry.cc, its name and parameters in
 // config/scoring_profile.cc's scorerInfos(), and its test in scoring_test.cc
@@ -33,9 +36,6 @@ class Scorer {
   // Normalizations across candidates (min-max) run over the kept ones.
   virtual void score(const ScoringRequest& r, std::span<const uint8_t> keep,
                      std::span<double> out) const = 0;
-  // True when it reads LawCandidate::pending_blocks (the queued prefill the data plane counts for
-  // streams Tier 1.5 keyed on single-pool rules): such a profile is refused on P/D rules.
-  virtual bool readsPending() const { return false; }
 };
 
 class Filter {
@@ -44,7 +44,6 @@ class Filter {
   // Clears keep[i] for the candidates it drops (the profile restores the set when a filter
   // would drop every candidate: a filter narrows, it never empties).
   virtual void apply(const ScoringRequest& r, std::span<uint8_t> keep) const = 0;
-  virtual bool readsPending() const { return false; }
 };
 
 // Min-max normalization helper: out[i] = (v_i - lo) / (hi - lo) over the kept candidates, or

@@ -31,7 +31,6 @@ class PrefixAffinityFilter : public Filter {
         keep[i] = 0;
     }
   }
-  bool readsPending() const override { return true; }
 
  private:
   double threshold_, tau_tokens_, tau_seconds_;

@@ -18,7 +18,6 @@ class TokenLoadScorer : public Scorer {
     minMax(keep, out,
            [&](size_t i) { return double(r.c[i].pending_blocks) + double(r.uncached(i)); }, true);
   }
-  bool readsPending() const override { return true; }
 };
 
 }  // namespace
