@@ -6,9 +6,13 @@
 # security 1) and nginx-tls (listen ... ssl) arms: the same streams over TLS, one ECDSA P-256
 # certificate for both, a handshake per stream. ROUNDS rounds run on the same processes (a
 # process that has served a round before behaves differently: issue 34); after the table, the
-# worst p99 of each arm over the rounds, and kvgate's event-loop lag histogram
-# (kvgate_worker_loop_lag_seconds) over the whole run.
-# Usage: [SERVE_ENV="VAR=value ..."] bench/sse_bench.sh [STREAMS=1000] [EVENTS=200] [ITL_MS=20]
+# worst p99 of each arm over the rounds, kvgate's event-loop lag histogram
+# (kvgate_worker_loop_lag_seconds) over the whole run, its stalls by cause and its warnings.
+# PERF_SYSCALLS=1 adds each relay's system calls per event (perf stat), after the tables;
+# THREADS=1 lists kvgate's threads' CPU ticks and context switches after each kvgate arm;
+# PERF_RECORD=DIR writes each relay arm's top symbols (perf record -g) to DIR/round<r>-<arm>.txt
+# (and the profile itself, .data).
+# Usage: [SERVE_ENV="VAR=value ..."] [PERF_SYSCALLS=1] [PERF_RECORD=DIR] [THREADS=1] bench/sse_bench.sh [STREAMS=1000] [EVENTS=200] [ITL_MS=20]
 #        [ROUNDS=5] [TLS=0]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +53,7 @@ if command -v nginx >/dev/null; then
     NGXTLS=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
     NGXTLSCONF="server { listen 127.0.0.1:$NGXTLS ssl backlog=4096;
     ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem; ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_session_cache off; ssl_session_tickets off;
+    ssl_session_cache off;
     location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\";
                  proxy_buffering off; proxy_read_timeout 300s; } }"
   fi
@@ -70,17 +74,22 @@ NGXC
 fi
 # CPU ticks (utime+stime, 1/100 s) of a process and its children.
 cpu_ticks() { local t=0 p; for p in $1 $(pgrep -P "$1" || true); do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done; echo $t; }
+# Run-queue wait (ready, no CPU) of every thread of a process and its children, ms.
+wait_ms() { local t=0 p f; for p in $1 $(pgrep -P "$1" || true); do for f in /proc/$p/task/*/schedstat; do t=$((t + $(awk '{print $2}' "$f" 2>/dev/null || echo 0))); done; done; echo $((t / 1000000)); }
 # RSS of a process and its children, KiB.
 rss_kb() { local t=0 p; for p in $1 $(pgrep -P "$1" || true); do t=$((t + $(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0))); done; echo $t; }
 sleep 0.5
-# kvgate's event-loop lag ticks: "late-by-10ms-or-more total" from its histogram (all workers).
+# kvgate's event-loop probe: ticks >= 10 ms late, all ticks, stalls by cause (busy, cpu_wait,
+# steal, blocked) and the workers' CPU-wait seconds (kvgate_worker_loop_* and _cpu_wait_*).
 lag_ticks() {
   curl -sf "$API/metrics" | awk '/^kvgate_worker_loop_lag_seconds_bucket/ {
       if ($0 ~ /le="\+Inf"/) all += $2; else if ($0 ~ /le="0.01"/) under += $2 }
-    END { printf "%d %d\n", all - under, all }'
+    /^kvgate_worker_loop_stalls_total/ { match($0, /cause="[a-z_]+"/); c[substr($0, RSTART + 7, RLENGTH - 8)] += $2 }
+    /^kvgate_worker_cpu_wait_seconds_total/ { wait += $2 }
+    END { printf "%d %d %d %d %d %d %.0f\n", all - under, all, c["busy"], c["cpu_wait"], c["steal"], c["blocked"], wait * 1000 }'
 }
-echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | relay peak RSS - idle (KiB) | relay CPU us/event | kvgate loop ticks >= 10 ms late |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | relay peak RSS - idle (KiB) | relay CPU us/event | kvgate loop ticks >= 10 ms late | stalls busy/cpu_wait/steal/blocked | worker CPU wait ms | relay threads CPU wait ms | p99 us while streams start / after | setup p50/p99 us | load generator CPU % of a core |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
   for arm in direct kvgate ${NGX:+nginx} ${VIPTLS:+kvgate-tls} ${NGXTLS:+nginx-tls}; do
     port=$SIMPORT; tlsflag=()
@@ -89,20 +98,52 @@ for r in $(seq 1 "$ROUNDS"); do
       kvgate-tls) port=$VIPTLS; tlsflag=(--tls) ;; nginx-tls) port=$NGXTLS; tlsflag=(--tls) ;;
     esac
     RELAY=$KVPID; case $arm in nginx*) RELAY=$NGPID ;; esac
-    idle=$(rss_kb "$RELAY"); peak=$idle; c0=$(cpu_ticks "$RELAY"); read -r late0 all0 < <(lag_ticks)
-    "$BIN" bench sse --target "127.0.0.1:$port" --streams "$STREAMS" --events "$EVENTS" --ramp-ms 2000 "${tlsflag[@]}" >"$W/res.json" &
+    idle=$(rss_kb "$RELAY"); peak=$idle; c0=$(cpu_ticks "$RELAY"); rw0=$(wait_ms "$RELAY"); read -r late0 all0 b0 q0 s0 k0 wt0 < <(lag_ticks)
+    # PERF_SYSCALLS=1: the relay's system calls during the arm (perf stat on its threads).
+    sp=""
+    if [ "${PERF_SYSCALLS:-0}" = 1 ] && [ "$arm" != direct ]; then
+      perf stat -x, -o "$W/sys.csv" -e 'syscalls:sys_enter_read,syscalls:sys_enter_write,syscalls:sys_enter_recvfrom,syscalls:sys_enter_sendto,syscalls:sys_enter_sendmsg,syscalls:sys_enter_writev,syscalls:sys_enter_readv,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_epoll_ctl,syscalls:sys_enter_timerfd_settime,syscalls:sys_enter_futex,syscalls:sys_enter_madvise,syscalls:sys_enter_mprotect,syscalls:sys_enter_brk,syscalls:sys_enter_mmap,syscalls:sys_enter_munmap' \
+        -p "$(echo "$RELAY" $(pgrep -P "$RELAY" || true) | tr ' ' ,)" 2>/dev/null & sp=$!
+      sleep 0.3
+    fi
+    # PERF_RECORD=DIR: a CPU profile of the relay during the arm, its top symbols in DIR.
+    pr=""
+    if [ -n "${PERF_RECORD:-}" ] && [ "$arm" != direct ]; then
+      mkdir -p "$PERF_RECORD"
+      perf record -q -F 999 -g -o "$W/perf.data" -p "$(echo "$RELAY" $(pgrep -P "$RELAY" || true) | tr ' ' ,)" >/dev/null 2>&1 & pr=$!
+      sleep 0.3
+    fi
+    /usr/bin/time -f "%e %U %S" -o "$W/client.time" "$BIN" bench sse --target "127.0.0.1:$port" --streams "$STREAMS" --events "$EVENTS" --ramp-ms 2000 "${tlsflag[@]}" >"$W/res.json" &
     bp=$!
     while kill -0 $bp 2>/dev/null; do r2=$(rss_kb "$RELAY"); [ "$r2" -gt "$peak" ] && peak=$r2; sleep 0.2; done
     wait $bp || true
-    c1=$(cpu_ticks "$RELAY"); read -r late1 all1 < <(lag_ticks)
-    lag="$((late1 - late0))/$((all1 - all0))"; case $arm in kvgate*) ;; *) lag="n/a" ;; esac
-    /usr/bin/python3 - "$W/res.json" "$r" "$arm" "$((peak - idle))" "$((c1 - c0))" "$lag" <<'PY'
+    if [ -n "$pr" ]; then
+      kill -INT "$pr" 2>/dev/null || true; wait "$pr" 2>/dev/null || true
+      { perf report -i "$W/perf.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9]'
+        echo
+        perf report -i "$W/perf.data" --no-children --sort dso,symbol --percent-limit 0.3 --stdio 2>/dev/null \
+          | grep -E '^ +[0-9]' | sed -E 's/ +- +- +$//' | cut -c1-160; } >"$PERF_RECORD/round$r-$arm.txt" || true
+      cp "$W/perf.data" "$PERF_RECORD/round$r-$arm.data"
+    fi
+    if [ -n "${THREADS:-}" ] && [ "$RELAY" = "$KVPID" ]; then
+      echo "threads of kvgate after round $r, $arm (name tid utime+stime ticks, voluntary/involuntary switches):" >>"$W/threads.txt"
+      for f in /proc/$KVPID/task/*; do echo "  $(cat $f/comm) ${f##*/} $(awk '{print $14+$15}' $f/stat) $(awk '/^voluntary_ctxt/ {v=$2} /^nonvoluntary_ctxt/ {n=$2} END {print v"/"n}' $f/status)"; done >>"$W/threads.txt"
+    fi
+    if [ -n "$sp" ]; then
+      kill -INT "$sp" 2>/dev/null || true; wait "$sp" 2>/dev/null || true
+      echo "syscalls per event, round $r, $arm: $(awk -F, -v ev=$((STREAMS * EVENTS)) '$3 ~ /sys_enter/ && $1 > 0 { sub("syscalls:sys_enter_", "", $3); printf "%s %.2f  ", $3, $1 / ev }' "$W/sys.csv")" >>"$W/syscalls.txt"
+    fi
+    c1=$(cpu_ticks "$RELAY"); rw1=$(wait_ms "$RELAY"); read -r late1 all1 b1 q1 s1 k1 wt1 < <(lag_ticks)
+    lag="$((late1 - late0))/$((all1 - all0))"; causes="$((b1 - b0))/$((q1 - q0))/$((s1 - s0))/$((k1 - k0))"
+    waitms=$((wt1 - wt0)); case $arm in kvgate*) ;; *) lag="n/a"; causes="n/a"; waitms="n/a" ;; esac
+    client_cpu=$(awk 'NR == 1 && $1 > 0 { printf "%.0f", 100 * ($2 + $3) / $1 }' "$W/client.time" 2>/dev/null || echo -)
+    /usr/bin/python3 - "$W/res.json" "$r" "$arm" "$((peak - idle))" "$((c1 - c0))" "$lag" "$causes" "$waitms" "$((rw1 - rw0))" "$client_cpu" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); d = j['delay_us']
 relay = sys.argv[3] != 'direct'
 mem = sys.argv[4] if relay else 'n/a'
 cpu = f"{int(sys.argv[5]) * 10000 / max(1, j['events']):.1f}" if relay else 'n/a'
-print(f"| {sys.argv[2]} | {sys.argv[3]} | {j['completed']}/{j['streams']} | {j['errors']} | {j['events']} | {d['p50']} | {d['p90']} | {d['p99']} | {d['p999']} | {d['max']} | {mem} | {cpu} | {sys.argv[6]} |")
+print(f"| {sys.argv[2]} | {sys.argv[3]} | {j['completed']}/{j['streams']} | {j['errors']} | {j['events']} | {d['p50']} | {d['p90']} | {d['p99']} | {d['p999']} | {d['max']} | {mem} | {cpu} | {sys.argv[6]} | {sys.argv[7]} | {sys.argv[8]} | {sys.argv[9] if relay else 'n/a'} | {j.get('ramp_delay_us', {}).get('p99', '-')} / {j.get('steady_delay_us', {}).get('p99', '-')} | {j.get('setup_us', {}).get('p50', '-')}/{j.get('setup_us', {}).get('p99', '-')} | {sys.argv[10]} |")
 PY
     echo -e "$arm\t$r\t$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["delay_us"]["p99"])' "$W/res.json")" >>"$W/p99.tsv"
   done
@@ -122,4 +163,9 @@ for arm, (p99, r) in worst.items():
 PY
 echo
 echo "kvgate event-loop lag over the run (kvgate_worker_loop_lag_seconds, cumulative buckets):"
-curl -sf "$API/metrics" | grep '^kvgate_worker_loop_lag_seconds' || true
+curl -sf "$API/metrics" | grep -E '^kvgate_worker_(loop_lag_seconds|loop_stalls_total|cpu_seconds_total|cpu_wait_seconds_total)' || true
+[ -f "$W/syscalls.txt" ] && { echo; cat "$W/syscalls.txt"; }
+[ -f "$W/threads.txt" ] && { echo; cat "$W/threads.txt"; }
+echo
+echo "kvgate's stall warnings (at most one a second per worker):"
+grep -h "event loop ran" "$W/kv.err" "$W/kv.out" 2>/dev/null | tail -40 || true

@@ -41,6 +41,11 @@ struct Options {
 
 struct Stats {
   std::vector<int64_t> delays_us;
+  // The same delays split by when the event was sent: while streams still start (the ramp:
+  // handshakes and routing interleave with relaying) and after.
+  std::vector<int64_t> ramp_us, steady_us;
+  int64_t ramp_end_us = 0;
+  std::vector<int64_t> setup_us;  // connect (+ TLS handshake) to request written, per stream
   int completed = 0;
   int errors = 0;
   int truncated = 0, connect_failed = 0, aborted = 0;
@@ -62,6 +67,7 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
   error_code ec;
   co_await t.async_wait(useEc(ec));
   tcp::socket s(ex);
+  const int64_t setup_from = nowUs();
   co_await s.async_connect(tcp::endpoint(asio::ip::make_address(o.host), o.port), useEc(ec));
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;
   if (!ec && o.tls) {
@@ -85,6 +91,7 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
     ++st.connect_failed;
     co_return;
   }
+  st.setup_us.push_back(nowUs() - setup_from);
   static constexpr std::string_view kStamp = "\"kvgate_sent_us\":";
   std::string buf;
   char tmp[16384];
@@ -111,7 +118,9 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
         keep_from = at;
         break;
       }
-      st.delays_us.push_back(now - std::stoll(buf.substr(v, end - v)));
+      const int64_t sent = std::stoll(buf.substr(v, end - v));
+      st.delays_us.push_back(now - sent);
+      (sent < st.ramp_end_us ? st.ramp_us : st.steady_us).push_back(now - sent);
       ++stamps;
       pos = end;
     }
@@ -218,11 +227,15 @@ int main(int argc, char** argv) {
   asio::io_context io(1);
   Stats st;
   st.delays_us.reserve(static_cast<size_t>(o.streams) * static_cast<size_t>(o.events));
+  st.ramp_end_us = nowUs() + int64_t{o.ramp_ms} * 1000;
   for (int i = 0; i < o.streams; ++i) asio::co_spawn(io, oneStream(o, i, st), asio::detached);
   auto t0 = std::chrono::steady_clock::now();
   io.run();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::sort(st.delays_us.begin(), st.delays_us.end());
+  std::sort(st.ramp_us.begin(), st.ramp_us.end());
+  std::sort(st.steady_us.begin(), st.steady_us.end());
+  std::sort(st.setup_us.begin(), st.setup_us.end());
   std::string statuses;
   for (auto [s, n] : st.statuses)
     statuses += (statuses.empty() ? "" : ",") + ("\"" + std::to_string(s) + "\":") + std::to_string(n);
@@ -230,14 +243,19 @@ int main(int argc, char** argv) {
       "{\"streams\":%d,\"completed\":%d,\"errors\":%d,\"truncated\":%d,\"connect_failed\":%d,"
       "\"aborted\":%d,\"statuses\":{%s},\"complete_events\":{\"min\":%lld,\"max\":%lld},"
       "\"events\":%zu,\"seconds\":%.2f,"
-      "\"delay_us\":{\"p50\":%lld,\"p90\":%lld,\"p99\":%lld,\"p999\":%lld,\"max\":%lld}}\n",
+      "\"delay_us\":{\"p50\":%lld,\"p90\":%lld,\"p99\":%lld,\"p999\":%lld,\"max\":%lld},"
+      "\"ramp_delay_us\":{\"events\":%zu,\"p99\":%lld},\"steady_delay_us\":{\"events\":%zu,\"p99\":%lld},"
+      "\"setup_us\":{\"p50\":%lld,\"p99\":%lld}}\n",
       o.streams, st.completed, st.errors, st.truncated, st.connect_failed, st.aborted,
       statuses.c_str(), static_cast<long long>(st.complete_min_events),
       static_cast<long long>(st.complete_max_events), st.delays_us.size(), secs,
       static_cast<long long>(pct(st.delays_us, 50)), static_cast<long long>(pct(st.delays_us, 90)),
       static_cast<long long>(pct(st.delays_us, 99)),
       static_cast<long long>(pct(st.delays_us, 99.9)),
-      static_cast<long long>(st.delays_us.empty() ? 0 : st.delays_us.back()));
+      static_cast<long long>(st.delays_us.empty() ? 0 : st.delays_us.back()), st.ramp_us.size(),
+      static_cast<long long>(pct(st.ramp_us, 99)), st.steady_us.size(),
+      static_cast<long long>(pct(st.steady_us, 99)), static_cast<long long>(pct(st.setup_us, 50)),
+      static_cast<long long>(pct(st.setup_us, 99)));
   return st.errors == 0 ? 0 : 1;
 }
 

@@ -58,8 +58,13 @@ class FdTls {
   asio::awaitable<error_code> write(tcp::socket& sock, std::string_view a, std::string_view b);
 
  private:
-  asio::awaitable<error_code> waitFor(tcp::socket& sock, int ssl_result);
-  asio::awaitable<error_code> waitFor(tcp::socket& sock, Want want);
+  // `read_last`: the call was a read or a handshake step, so a WANT_READ means its read of the
+  // socket met EAGAIN (a write or a shutdown that wants a read - a TLS 1.2 renegotiation - may
+  // not have read last, and its wait does not mark the socket drained).
+  asio::awaitable<error_code> waitFor(tcp::socket& sock, int ssl_result, bool read_last);
+  // `drained`: OpenSSL's own read of the socket has just met EAGAIN (a WANT_READ from a read or
+  // a handshake step).
+  asio::awaitable<error_code> waitFor(tcp::socket& sock, Want want, bool drained);
   error_code errorOf(int ssl_error) const;
   asio::awaitable<error_code> writeAll(tcp::socket& sock, std::string_view d);
   SSL* ssl_ = nullptr;

@@ -119,6 +119,22 @@ bool mayBeReadable(tcp::socket&) { return true; }
 void watchPeerClose(tcp::socket&) {}
 #endif
 
+void markDrained(tcp::socket& s) {
+#if KVGATE_OWN_READINESS
+  readiness_detail::setReadFlag(s, false);  // (an edge harvested later sets it again)
+#else
+  (void)s;
+#endif
+}
+
+void markMaybeReadable(tcp::socket& s) {
+#if KVGATE_OWN_READINESS
+  readiness_detail::setReadFlag(s, true);
+#else
+  (void)s;
+#endif
+}
+
 bool peekFindsNothing(tcp::socket& s) {
   char c;
   ssize_t n = ::recv(s.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);

@@ -86,6 +86,15 @@ void watchPeerClose(tcp::socket& s);
 // proved it drained and no epoll edge came since). Always true without own readiness.
 bool mayBeReadable(tcp::socket& s);
 
+// A read of the caller's own on the descriptor (OpenSSL's, which reads the socket itself) has
+// just met EAGAIN, on this thread, with no epoll_wait since: the socket holds nothing until the
+// next edge, so asyncWaitReadable queues without a syscall. No-op without own readiness.
+void markDrained(tcp::socket& s);
+// The edge a wait reported is handed to a reader whose result this file cannot see (OpenSSL's:
+// a full read leaves bytes, a FIN reported with the bytes raises no further edge): the socket
+// may hold bytes or a close until markDrained says otherwise. No-op without own readiness.
+void markMaybeReadable(tcp::socket& s);
+
 // Whether a non-blocking MSG_PEEK finds nothing on the socket (EAGAIN: no byte, no close, no
 // error). Consumes nothing; any socket, TLS ones included.
 bool peekFindsNothing(tcp::socket& s);

@@ -205,6 +205,17 @@ inline const Family kLoopLag{"kvgate_worker_loop_lag_seconds", Type::kHistogram,
     "How late each data-plane worker's event loop ran a timer due every 100 ms: the wait any "
     "event queued at that moment had (long handlers, handshake bursts, blocking calls). Buckets "
     "10 us .. 600 ms.", {"worker"}};
+inline const Family kLoopStalls{"kvgate_worker_loop_stalls_total", Type::kCounter,
+    "Ticks of a worker's loop probe that ran 10 ms or more late, by cause (proxy/loop_probe.h): "
+    "busy (its own handlers ran), cpu_wait (ready, but other threads or processes held the "
+    "CPUs), steal (the VM's host ran something else), blocked (asleep in a blocking call), "
+    "unknown (no scheduler accounting).", {"worker", "cause"}};
+inline const Family kWorkerCpu{"kvgate_worker_cpu_seconds_total", Type::kCounter,
+    "Time each data-plane worker's thread spent on a CPU (/proc/thread-self/schedstat).",
+    {"worker"}};
+inline const Family kWorkerCpuWait{"kvgate_worker_cpu_wait_seconds_total", Type::kCounter,
+    "Time each data-plane worker's thread was ready to run but waited for a CPU: a machine "
+    "short of cores shows here before it shows in latency.", {"worker"}};
 inline const Family kRuleRoutingInfo{"kvgate_rule_routing_info", Type::kGauge,
     "What each rule routes with (always 1): knob stages (the pipeline, comma-terminated), then "
     "every routing knob its stages use with its effective value (the rule's field, else the "
@@ -284,7 +295,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures, &kUpstreamSocketFailures,
       &kEndpointPendingPrefillTokens, &kEndpointPrefillRate, &kEndpointPrefillWait,
-      &kLoopLag, &kRuleRoutingInfo, &kRelayCuts, &kHeapBytes, &kHeapLimit, &kHeapTotal, &kHeapBudget, &kOverloadState, &kOverloadShed,
+      &kLoopLag, &kLoopStalls, &kWorkerCpu, &kWorkerCpuWait, &kRuleRoutingInfo, &kRelayCuts, &kHeapBytes, &kHeapLimit, &kHeapTotal, &kHeapBudget, &kOverloadState, &kOverloadShed,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,

@@ -51,6 +51,7 @@ std::string openAiError(int status, std::string_view code, std::string_view mess
 class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegObserver {
  public:
   ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s);  // (pd_forward.cc)
+  void setPeer(const tcp::endpoint& peer) { peer_ = peer; }  // before run()
   ~ClientConn();
 
   asio::awaitable<void> run();
@@ -305,6 +306,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   bool client_eof_ = false;  // a TLS read of the client met EOF or an error
   uint64_t watch_gen_ = 0;
   uint64_t source_key_ = 0;  // hash of the client's address (hash, persist fallback)
+  tcp::endpoint peer_;       // the client's address, as accept gave it (setPeer)
   std::chrono::steady_clock::time_point started_at_;  // when the current request's head arrived
   std::string pipelined_;  // client bytes the watcher read during a response (bounded)
   // Per-request scratch kept across requests so a warm connection allocates nothing for them.

@@ -97,7 +97,8 @@ asio::awaitable<bool> ClientConn::acceptTls(const http::TlsFiles& files,
                                             const std::shared_ptr<asio::ssl::context>& ctx) {
   tls_ctx_ = ctx;
   error_code ec;
-  client_.non_blocking(true, ec);  // (OpenSSL reads and writes the descriptor itself)
+  // (OpenSSL reads and writes the descriptor itself; the accept loop made it non-blocking)
+  if (!client_.non_blocking()) client_.non_blocking(true, ec);
   tls_ = std::make_unique<http::FdTls>(client_, tls_ctx_->native_handle());
   phase_ = Phase::kHead;  // (the deadline's expiry closes a stalled handshake)
   deadline_.expireAfter(w_.opts.header_timeout);

@@ -140,9 +140,7 @@ asio::awaitable<void> ClientConn::run() {
     }
   } registration(w_, this);
   {
-    error_code ec;
-    auto ep = client_.remote_endpoint(ec);
-    std::string ip = ec ? std::string() : ep.address().to_string();
+    const std::string ip = peer_.port() == 0 ? std::string() : peer_.address().to_string();
     source_key_ = routing::hashBytes(ip.data(), ip.size());
   }
   idle_timeout_ = w_.opts.client_idle_timeout;
@@ -227,8 +225,10 @@ asio::awaitable<void> ClientConn::run() {
   closeClient();
 }
 
-asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::socket sock) {
+asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::socket sock,
+                                  tcp::endpoint peer) {
   auto conn = std::make_shared<ClientConn>(w, std::move(l), std::move(sock));
+  conn->setPeer(peer);
   co_await conn->run();
 }
 
@@ -246,7 +246,8 @@ asio::awaitable<void> acceptLoop(Worker& w, std::shared_ptr<Listener> l,
       co_await pause.async_wait(useEc(ec));
       continue;
     }
-    tcp::socket s = co_await acc->async_accept(useEc(ec));
+    tcp::endpoint peer;  // (from accept itself: no getpeername later)
+    tcp::socket s = co_await acc->async_accept(peer, useEc(ec));
     if (ec) {
       if (!acc->is_open() || ec == asio::error::operation_aborted) break;
       // Out of descriptors or memory: the pending connection stays in the backlog and the
@@ -272,7 +273,7 @@ asio::awaitable<void> acceptLoop(Worker& w, std::shared_ptr<Listener> l,
     if (w.draining) break;
     s.set_option(tcp::no_delay(true), ec);
     s.non_blocking(true, ec);  // for the non-blocking first write (writeTwo)
-    asio::co_spawn(w.io, serveClient(w, l, std::move(s)), asio::detached);
+    asio::co_spawn(w.io, serveClient(w, l, std::move(s), peer), asio::detached);
   }
 }
 
@@ -285,22 +286,6 @@ asio::awaitable<void> poolSweeper(Worker& w) {
     w.pool.sweep(std::chrono::steady_clock::now());
   }
   w.pool.clear();
-}
-
-asio::awaitable<void> loopLagProbe(Worker& w) {
-  // A timer due every 100 ms; the time between when it was due and when this coroutine runs is
-  // what any handler queued then waited for the loop (a long handler, a burst of handshakes,
-  // a stall in a blocking call).
-  asio::steady_timer t(w.io);
-  while (!w.draining) {
-    const auto due = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-    t.expires_at(due);
-    error_code ec;
-    co_await t.async_wait(useEc(ec));
-    if (ec) break;
-    w.loop_lag.observe(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - due).count());
-  }
 }
 
 void drainWorker(Worker& w) {

@@ -302,6 +302,19 @@ std::string DataPlane::renderMetrics() const {
   w.header(kLoopLag);
   for (size_t i = 0; i < workers_.size(); ++i)
     w.histogram(kLoopLag, {{"worker", std::to_string(i)}}, workers_[i]->loop_lag);
+  w.header(kLoopStalls);
+  for (size_t i = 0; i < workers_.size(); ++i)
+    for (size_t c = 0; c < kStallCauseNames.size(); ++c)
+      w.sample(kLoopStalls, {{"worker", std::to_string(i)}, {"cause", kStallCauseNames[c]}},
+               static_cast<double>(workers_[i]->loop_stats.stalls[c].load()));
+  w.header(kWorkerCpu);
+  for (size_t i = 0; i < workers_.size(); ++i)
+    w.sample(kWorkerCpu, {{"worker", std::to_string(i)}},
+             static_cast<double>(workers_[i]->loop_stats.cpu_ns.load()) * 1e-9);
+  w.header(kWorkerCpuWait);
+  for (size_t i = 0; i < workers_.size(); ++i)
+    w.sample(kWorkerCpuWait, {{"worker", std::to_string(i)}},
+             static_cast<double>(workers_[i]->loop_stats.cpu_wait_ns.load()) * 1e-9);
   w.header(kRelayCuts);
   for (size_t i = 0; i < stats_.relay_cuts.size(); ++i)
     w.sample(kRelayCuts, {{"reason", relayCutName(i)}},

@@ -9,6 +9,7 @@
 
 #include "http/asio.h"
 #include "proxy/data_plane.h"
+#include "proxy/loop_probe.h"
 #include "proxy/route_table.h"
 #include "proxy/upstream_pool.h"
 
@@ -42,6 +43,7 @@ class Worker {
   // How late this worker's event loop ran a timer due every 100 ms (loopLagProbe): 10 us .. 600
   // ms buckets (kvgate_worker_loop_lag_seconds{worker}). Written by this thread, read by scrapes.
   metrics::Histogram loop_lag{0.01};
+  LoopStats loop_stats;  // stalls by cause, CPU and CPU-wait time (proxy/loop_probe.h)
   // The prompt tokenizer (serve --models-dir; null without): quota reservations count with it.
   // Set by DataPlane::setKv before the first rule (no request reads it earlier).
   const routing::PromptTokens* prompt_tokens = nullptr;
@@ -65,11 +67,10 @@ struct Listener {
 // Accept loop of one worker for one listener; each connection runs serveClient().
 asio::awaitable<void> acceptLoop(Worker& w, std::shared_ptr<Listener> l,
                                  std::shared_ptr<tcp::acceptor> acc);
-asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::socket sock);
+asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::socket sock,
+                                  tcp::endpoint peer);
 // Every second: reap the worker's idle upstream connections.
 asio::awaitable<void> poolSweeper(Worker& w);
-// Every 100 ms: how late the loop ran a timer due then (event-loop lag) into w.loop_lag.
-asio::awaitable<void> loopLagProbe(Worker& w);
 // On the worker's thread: stop taking new requests, close idle client connections.
 void drainWorker(Worker& w);
 

@@ -2,6 +2,7 @@
 // was sent (requests by endpoint and status, answers before routing, histograms, gauges).
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import { api, freePort, rawRequest, rule, sleep, startGateway, startSim, tempDir } from './lib.mjs';
 
@@ -84,7 +85,17 @@ test('the event-loop lag histogram ticks on every worker', async () => {
       assert.ok(count >= 3, `worker ${w} ticked ${count} times in 1 s`);
       const inf = Number(text.match(new RegExp(`^kvgate_worker_loop_lag_seconds_bucket\\{worker="${w}",le="\\+Inf"\\} (\\S+)`, 'm'))?.[1]);
       assert.equal(inf, count, 'every tick lands in a bucket');
+      // Stalls are counted by cause (every cause exported, from 0), and the worker's CPU time is
+      // read from the scheduler's accounting (positive once it has run a second).
+      for (const cause of ['busy', 'cpu_wait', 'steal', 'blocked', 'unknown'])
+        assert.match(text, new RegExp(`^kvgate_worker_loop_stalls_total\\{worker="${w}",cause="${cause}"\\} \\d+$`, 'm'));
+      const cpu = Number(text.match(new RegExp(`^kvgate_worker_cpu_seconds_total\\{worker="${w}"\\} (\\S+)`, 'm'))?.[1]);
+      assert.ok(cpu > 0, `worker ${w} cpu ${cpu}`);
+      assert.match(text, new RegExp(`^kvgate_worker_cpu_wait_seconds_total\\{worker="${w}"\\} \\S+$`, 'm'));
     }
+    // The worker threads carry their names (top -H, perf and ps -L show them).
+    const names = readdirSync(`/proc/${gw.proc.pid}/task`).map((t) => readFileSync(`/proc/${gw.proc.pid}/task/${t}/comm`, 'utf8').trim());
+    assert.ok(names.includes('kvgate-w0') && names.includes('kvgate-w1'), names.join(','));
   } finally {
     await gw.stop();
     tmp.remove();
