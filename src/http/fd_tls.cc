@@ -65,7 +65,8 @@ asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, int ssl_result, bo
 asio::awaitable<error_code> FdTls::waitFor(tcp::socket& sock, Want want, bool drained) {
   error_code ec;
   if (want == Want::kRead && ownReadiness()) {
-    // As nginx waits: OpenSSL's read has just met EAGAIN, so the socket is marked drained and the
+    // As nginx waits: OpenSSL's read has just met EAGAIN (errno says so right after the call), so
+    // the socket is marked drained and the
     // wait is queued on the descriptor's standing edge-triggered registration without a syscall
     // (http/readiness.h); the next edge (bytes, a close, an error) completes it. Not drained: it
     // completes at once when the socket may be readable. The edge goes to OpenSSL's next read,
@@ -103,6 +104,7 @@ size_t FdTls::readNow(tcp::socket& sock, char* p, size_t n, error_code& ec, Want
   errno = 0;
   size_t got = 0;
   const int r = SSL_read_ex(ssl_, p, n, &got);
+  read_met_eagain_ = errno == EAGAIN || errno == EWOULDBLOCK;  // (before any other call)
   if (r == 1) return got;
   const int err = SSL_get_error(ssl_, r);
   if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
@@ -132,25 +134,23 @@ asio::awaitable<error_code> FdTls::handshake(tcp::socket& sock, bool server) {
     ERR_clear_error();
     errno = 0;
     const int r = server ? SSL_accept(ssl_) : SSL_connect(ssl_);
+    read_met_eagain_ = errno == EAGAIN || errno == EWOULDBLOCK;
     if (r == 1) co_return error_code{};
-    if (error_code ec = co_await waitFor(sock, r, true)) co_return ec;
+    if (error_code ec = co_await waitFor(sock, r, read_met_eagain_)) co_return ec;
   }
 }
 
 asio::awaitable<size_t> FdTls::readSome(tcp::socket& sock, char* p, size_t n, error_code& ec) {
   ec = {};
-  // Nothing buffered in OpenSSL and the socket known drained (OpenSSL's last read met EAGAIN, no
-  // edge since): wait for the kernel first. Otherwise OpenSSL reads at once.
-  if (!pending() && !(SSL_get_shutdown(ssl_) & SSL_RECEIVED_SHUTDOWN) && sock.is_open() &&
-      !mayBeReadable(sock)) {
-    ec = co_await waitFor(sock, Want::kRead, false);
-    if (ec) co_return 0;
-  }
+  // OpenSSL reads first: after each wait the socket counts as maybe readable (waitFor), so a
+  // read right after a write costs one recv that finds nothing, then a wait with no syscall.
   for (;;) {
     Want want = Want::kNothing;
     const size_t got = readNow(sock, p, n, ec, want);
     if (got > 0 || ec) co_return got;
-    ec = co_await waitFor(sock, want, want == Want::kRead);
+    // (a WANT_READ after a post-handshake message - a TLS 1.3 session ticket or key update, with
+    // auto-retry off - comes without OpenSSL's read meeting EAGAIN: more may be on the socket)
+    ec = co_await waitFor(sock, want, want == Want::kRead && read_met_eagain_);
     if (ec) co_return 0;
   }
 }

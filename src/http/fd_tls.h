@@ -1,24 +1,27 @@
 // FdTls: TLS over a non-blocking TCP socket (either side), with OpenSSL reading and writing
-// the descriptor itself (SSL_set_fd; no memory BIOs, no read-ahead). Nothing is buffered outside
+// the descriptor itself (SSL_set_fd; no memory BIOs). OpenSSL reads ahead (one read per flight,
+// not two per record); what it read ahead stays in its own buffer, which pending()
+// (SSL_has_pending: decrypted or not, whole records or not) counts. Nothing is buffered outside
 // OpenSSL and the kernel, so "nothing pending" (pending() false and a MSG_PEEK finding no byte)
 // is exact: a kept-alive upstream connection is checked before reuse as a plain one is, and bytes
 // an engine sent after its response can never reach the next request (upstream pool rule). Asio's
 // ssl::stream cannot give that guarantee: records it has read into its own buffers are visible to
-// neither check. Reads wait with a one-byte MSG_PEEK receive, writes with a writability wait (the
-// owner's deadline closes the socket). After a read met EOF, Asio attempts no further read of the
-// socket at once (it waits for the next edge): nothing should read it again. It also
-// costs no buffer of its own: an idle connection holds OpenSSL's state only (with
-// SSL_MODE_RELEASE_BUFFERS on the context), where an Asio ssl::stream keeps four 17 KiB buffers.
-// One read and one write may be pending at once (a write waiting for room while the client
-// watcher reads), as OpenSSL allows on one thread.
+// neither check. Reads wait on the descriptor's edge-triggered registration (http/readiness.h:
+// no syscall for the wait; without that build, a one-byte MSG_PEEK receive), writes with a
+// writability wait (the owner's deadline closes the socket). It costs no buffer of its own: an
+// idle connection holds OpenSSL's state only (with SSL_MODE_RELEASE_BUFFERS on the context),
+// where an Asio ssl::stream keeps four 17 KiB buffers. One read and one write may be pending at
+// once (a write waiting for room while the client watcher reads), as OpenSSL allows on one
+// thread.
 //
 // The SSL object holds the descriptor number, not the socket: the socket may move (into the
 // pool) with its descriptor; every call takes the socket and refuses to touch a closed one (its
 // number may already belong to another connection).
 //
 // SSL_MODE_AUTO_RETRY is off: one record per call, so a peer streaming records that carry no
-// data (KeyUpdate) cannot keep a worker inside SSL_read; the caller waits again (a one-byte
-// MSG_PEEK receive, which Asio tries at once before queueing it), so no byte the kernel holds is
+// data (KeyUpdate) cannot keep a worker inside SSL_read. Such a call returns WANT_READ without
+// its read meeting EAGAIN, so a wait marks the socket drained only when errno says the read did
+// (else the wait completes at once and OpenSSL reads again): no byte or close the kernel holds is
 // missed. OpenSSL writes with write(2): SIGPIPE must be ignored (serve does).
 #pragma once
 #include <openssl/ssl.h>
@@ -58,9 +61,9 @@ class FdTls {
   asio::awaitable<error_code> write(tcp::socket& sock, std::string_view a, std::string_view b);
 
  private:
-  // `read_last`: the call was a read or a handshake step, so a WANT_READ means its read of the
-  // socket met EAGAIN (a write or a shutdown that wants a read - a TLS 1.2 renegotiation - may
-  // not have read last, and its wait does not mark the socket drained).
+  // `read_last`: the call was a read or a handshake step whose read of the socket met EAGAIN
+  // (errno right after the call); otherwise - a write or a shutdown that wants a read, or a read
+  // that stopped after a post-handshake message - the wait does not mark the socket drained.
   asio::awaitable<error_code> waitFor(tcp::socket& sock, int ssl_result, bool read_last);
   // `drained`: OpenSSL's own read of the socket has just met EAGAIN (a WANT_READ from a read or
   // a handshake step).
@@ -69,6 +72,7 @@ class FdTls {
   asio::awaitable<error_code> writeAll(tcp::socket& sock, std::string_view d);
   SSL* ssl_ = nullptr;
   bool writing_ = false;
+  bool read_met_eagain_ = false;  // the last read or handshake call's read of the socket did
 };
 
 // The client side, on a connected socket (made non-blocking here): a handshake with `files`'

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <mutex>
 
 #include "common/log.h"
 #include "proxy/worker.h"
@@ -43,6 +44,37 @@ class ProcFile {
   std::array<char, 2048> buf_{};  // /proc/stat's cpu lines come first; the rest is not needed
 };
 
+// The machine's stolen ticks, read from /proc/stat by one worker's probe at a time (at most
+// every 50 ms) and shared: the kernel builds the whole file (every CPU's and IRQ's line) for a
+// read, so N workers do not each read it every tick.
+struct SharedSteal {
+  std::mutex mu;  // (held across the read only by the worker that won the turn: try_lock)
+  ProcFile file{"/proc/stat"};
+  std::atomic<uint64_t> ticks{0};
+  std::atomic<bool> known{false};
+  std::atomic<int64_t> read_at_ns{0};
+};
+SharedSteal& sharedSteal() {
+  static SharedSteal s;
+  return s;
+}
+std::optional<uint64_t> stolenTicks() {
+  SharedSteal& s = sharedSteal();
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (now - s.read_at_ns.load(std::memory_order_relaxed) >= 50'000'000 && s.mu.try_lock()) {
+    std::lock_guard lk(s.mu, std::adopt_lock);
+    if (auto st = parseProcStatSteal(s.file.read())) {
+      s.ticks.store(st->ticks, std::memory_order_relaxed);
+      s.known.store(true, std::memory_order_release);
+    }
+    s.read_at_ns.store(now, std::memory_order_relaxed);
+  }
+  if (!s.known.load(std::memory_order_acquire)) return std::nullopt;
+  return s.ticks.load(std::memory_order_relaxed);
+}
+
 }  // namespace
 
 StallCause classifyStall(const LoopInterval& iv) {
@@ -50,8 +82,11 @@ StallCause classifyStall(const LoopInterval& iv) {
   const double half = iv.lag / 2;
   if (iv.steal >= half) return StallCause::kSteal;
   if (iv.cpu_wait >= half) return StallCause::kCpuWait;
-  // On a CPU or waiting for one for less than half the lag: asleep through most of it.
-  if (iv.on_cpu + iv.cpu_wait < half) return StallCause::kBlocked;
+  // Asleep while the timer was due: the time neither on a CPU nor waiting for one, less the
+  // 100 ms the loop may have idled in epoll before it (a lower bound of the blocked time).
+  const double asleep = iv.interval - iv.on_cpu - iv.cpu_wait;
+  if (asleep - kProbePeriodSeconds >= half || iv.on_cpu + iv.cpu_wait < half)
+    return StallCause::kBlocked;
   return StallCause::kBusy;
 }
 
@@ -81,13 +116,17 @@ std::optional<StealTicks> parseProcStatSteal(std::string_view text) {
 asio::awaitable<void> loopLagProbe(Worker& w, size_t index) {
   // A timer due every 100 ms; the time between when it was due and when this coroutine runs is
   // what any handler queued then waited for the loop.
-  ProcFile sched("/proc/thread-self/schedstat"), stat("/proc/stat");
+  ProcFile sched("/proc/thread-self/schedstat");
   static const double kTick = [] {
     const long hz = ::sysconf(_SC_CLK_TCK);
     return 1.0 / static_cast<double>(hz > 0 ? hz : 100);
   }();
+  static const double kCpus = [] {
+    const long n = ::sysconf(_SC_NPROCESSORS_ONLN);
+    return static_cast<double>(n > 0 ? n : 1);
+  }();
   std::optional<ThreadSched> last_sched = parseSchedstat(sched.read());
-  std::optional<StealTicks> last_steal = parseProcStatSteal(stat.read());
+  std::optional<uint64_t> last_steal = stolenTicks();
   std::chrono::steady_clock::time_point last_warned{};
   asio::steady_timer t(w.io);
   while (!w.draining) {
@@ -99,6 +138,7 @@ asio::awaitable<void> loopLagProbe(Worker& w, size_t index) {
     const auto now = std::chrono::steady_clock::now();
     LoopInterval iv;
     iv.lag = std::chrono::duration<double>(now - due).count();
+    iv.interval = kProbePeriodSeconds + iv.lag;
     w.loop_lag.observe(iv.lag);
     const auto s = parseSchedstat(sched.read());
     if (s && last_sched && s->on_cpu_ns >= last_sched->on_cpu_ns &&
@@ -113,9 +153,9 @@ asio::awaitable<void> loopLagProbe(Worker& w, size_t index) {
       iv.known = false;
     }
     last_sched = s;
-    const auto st = parseProcStatSteal(stat.read());
-    if (st && last_steal && st->ticks >= last_steal->ticks)
-      iv.steal = static_cast<double>(st->ticks - last_steal->ticks) * kTick / st->cpus;
+    const auto st = stolenTicks();
+    if (st && last_steal && *st >= *last_steal)
+      iv.steal = static_cast<double>(*st - *last_steal) * kTick / kCpus;
     last_steal = st;
     if (iv.lag >= kStallSeconds) {
       const StallCause cause = classifyStall(iv);

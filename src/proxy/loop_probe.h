@@ -3,15 +3,21 @@
 //
 // Algorithm: at each tick the worker reads its own thread's scheduler accounting
 // (/proc/thread-self/schedstat: nanoseconds on a CPU, nanoseconds runnable but waiting for one)
-// and the machine's stolen time (/proc/stat: a VM's vCPU that the host did not run). Over the
-// interval since the previous tick (100 ms + the lag), a stall of `lag` is put down to:
+// and the machine's stolen time (/proc/stat's steal column, read by one worker at a time at most
+// every 50 ms and shared; divided by the online CPUs: a VM's vCPUs the host did not run). Over
+// the interval since the previous tick (100 ms + the lag), a stall of `lag` is put down to:
 //   steal     the host ran something else: stolen CPU time >= lag / 2 (our thread's "on a CPU"
-//             time includes it, so this is checked first);
+//             time may include it, so this is checked first; 10 ms tick resolution);
 //   cpu_wait  the thread was ready but other threads or processes held the CPUs: its run-queue
 //             wait grew by >= lag / 2;
-//   blocked   it was neither on a CPU nor waiting for one for most of the lag: asleep in a call
-//             that blocks (disk, a lock, a page fault from disk) while a timer was due;
+//   blocked   asleep in a call that blocks (disk, a lock, a page fault from disk) while a timer
+//             was due: the interval's time neither on a CPU nor waiting for one, less the 100 ms
+//             the loop may have idled before the due time, >= lag / 2 (or on a CPU and waiting
+//             together < lag / 2);
 //   busy      otherwise: its own handlers ran (long handlers, a burst of handshakes).
+// The counters cover the whole interval, not the lag alone: steal and cpu_wait are exact when
+// they happen at all; busy against blocked is a lower-bound judgement (a loop that ran 20 ms and
+// then blocked 30 ms reads as busy).
 // Knobs: none (the 100 ms period and the 10 ms stall bar are constants). Metrics:
 // kvgate_worker_loop_lag_seconds{worker}, kvgate_worker_loop_stalls_total{worker,cause},
 // kvgate_worker_cpu_seconds_total{worker}, kvgate_worker_cpu_wait_seconds_total{worker}; a
@@ -34,10 +40,12 @@ enum class StallCause : uint8_t { kBusy, kCpuWait, kSteal, kBlocked, kUnknown };
 inline constexpr std::array<std::string_view, 5> kStallCauseNames = {"busy", "cpu_wait", "steal",
                                                                      "blocked", "unknown"};
 inline constexpr double kStallSeconds = 0.010;  // a tick this late is a stall
+inline constexpr double kProbePeriodSeconds = 0.100;
 
 // What one interval between ticks held, in seconds (deltas of the counters above).
 struct LoopInterval {
   double lag = 0;       // how late the tick ran
+  double interval = 0;  // since the previous tick (the 100 ms period + lag)
   double on_cpu = 0;    // the thread's time on a CPU (schedstat field 1)
   double cpu_wait = 0;  // its time runnable, waiting for a CPU (schedstat field 2)
   double steal = 0;     // the machine's stolen time, per CPU (/proc/stat steal / CPUs)

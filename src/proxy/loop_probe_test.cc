@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <time.h>
+
 #include <thread>
 
 namespace kvgate::proxy {
@@ -13,6 +15,7 @@ LoopInterval iv(double lag, double on_cpu, double wait, double steal) {
   v.on_cpu = on_cpu;
   v.cpu_wait = wait;
   v.steal = steal;
+  v.interval = kProbePeriodSeconds + lag;
   return v;
 }
 
@@ -23,7 +26,14 @@ TEST(LoopProbe, StallCausesByHand) {
   EXPECT_EQ(classifyStall(iv(0.020, 0.090, 0.010, 0.0)), StallCause::kCpuWait);  // exactly half
   EXPECT_EQ(classifyStall(iv(0.020, 0.100, 0.015, 0.010)), StallCause::kSteal);  // steal first
   EXPECT_EQ(classifyStall(iv(0.020, 0.004, 0.003, 0.0)), StallCause::kBlocked);  // 7 < 10 ms
-  EXPECT_EQ(classifyStall(iv(0.020, 0.006, 0.004, 0.0)), StallCause::kBusy);     // 10: not blocked
+  // 120 ms interval, 9 on a CPU or waiting: 111 asleep, of which at most 100 idle before the
+  // due time, so 11 ms (over half the lag) asleep after it.
+  EXPECT_EQ(classifyStall(iv(0.020, 0.005, 0.004, 0.0)), StallCause::kBlocked);
+  EXPECT_EQ(classifyStall(iv(0.020, 0.008, 0.004, 0.0)), StallCause::kBusy);  // 8 asleep after
+  // Lag 50: 20 ms on a CPU, 130 asleep: >= 30 of them after the due time.
+  EXPECT_EQ(classifyStall(iv(0.050, 0.020, 0.0, 0.0)), StallCause::kBlocked);
+  // The documented limit: 40 ms on a CPU then blocked: only 10 ms provably asleep after due.
+  EXPECT_EQ(classifyStall(iv(0.050, 0.040, 0.0, 0.0)), StallCause::kBusy);
   LoopInterval unknown = iv(0.020, 0, 0, 0);
   unknown.known = false;
   EXPECT_EQ(classifyStall(unknown), StallCause::kUnknown);
@@ -71,13 +81,19 @@ TEST(LoopProbe, ThisKernelsAccountingReads) {
       return parseSchedstat(std::string_view(buf, n));
     };
     before = read();
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
+    // Spin until this thread has had 30 ms of CPU (its own clock: a busy machine only slows it).
+    auto cpu = [] {
+      timespec ts{};
+      ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return ts.tv_sec * 1'000'000'000LL + ts.tv_nsec;
+    };
+    const long long until = cpu() + 30'000'000LL;
     volatile uint64_t x = 0;
-    while (std::chrono::steady_clock::now() < until) x = x + 1;
+    while (cpu() < until) x = x + 1;
     after = read();
   }).join();
   ASSERT_TRUE(before && after);
-  EXPECT_GE(after->on_cpu_ns - before->on_cpu_ns, 5'000'000u);  // >= 5 of the 30 ms spun
+  EXPECT_GE(after->on_cpu_ns - before->on_cpu_ns, 20'000'000u);  // (scheduler tick granularity)
   FILE* f = std::fopen("/proc/stat", "r");
   ASSERT_TRUE(f);
   char buf[2048];

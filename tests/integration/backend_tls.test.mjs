@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import https from 'node:https';
+import net from 'node:net';
 import tls from 'node:tls';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -209,6 +210,51 @@ test('security 2: bytes an engine sends after its response never reach the next 
     assert.match(next.text, /fresh-[1-9]/);
   }
   assert.equal(connections, 2, 'the first connection was discarded, the second kept alive');
+});
+
+// A TLS 1.3 engine sends its session tickets after the handshake; one that then closes at once
+// (a terminator with no backend, a connection limit) must fail the request at once, not after
+// the 600 s data timeout. (The read that handles the tickets may return WANT_READ without
+// meeting EAGAIN; the wait after it does not take the socket for drained. This run did not
+// catch a build that did: the close's own edge came later here.)
+test('security 2: an engine that closes right after the handshake fails fast, every time', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const gwCa = makeCa(tmp.dir, 'gw-ca');
+  const engineCa = makeCa(tmp.dir, 'engine-ca');
+  const dp = makeServerCert(tmp.dir, gwCa, 9211, 'dp');
+  const cert = makeServerCert(tmp.dir, engineCa, 9212, 'engine');
+  // The TCP close right behind the session tickets, with no close_notify (a bare close: what
+  // OpenSSL's read of the tickets does not see, and no later edge reports).
+  const socks = new Set();
+  const key = readFileSync(cert.key), crt = readFileSync(cert.crt);
+  const srv = net.createServer({ allowHalfOpen: true }, (raw) => {  // (no RST when the request comes)
+    socks.add(raw);
+    raw.on('close', () => socks.delete(raw));
+    raw.on('error', () => {});
+    const s = new tls.TLSSocket(raw, { isServer: true, key, cert: crt });
+    s.on('error', () => {});
+    s.on('secure', () => raw.end());
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  // (the gateway may hold a half-closed connection - a health probe's - until it stops)
+  t.after(() => { for (const s of socks) s.destroy(); srv.close(); });
+  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'),
+    extra: ['--tls-cert', dp.crt, '--tls-key', dp.key, '--workers', '1'] });
+  t.after(() => gw.stop());
+  const port = await freePort();
+  const r0 = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: srv.address().port }],
+    extraArgs: { security: 2, mtls_backend: { verify_server_cert: true, backend_ca_path: engineCa.cert } } }));
+  assert.equal(r0.status, 200, r0.text);
+  const gwCaPem = readFileSync(gwCa.cert);
+  for (let i = 0; i < 8; i++) {
+    let timer;
+    const timeout = new Promise((resolve) => { timer = setTimeout(() => resolve(null), 10000); });
+    const r = await Promise.race([post(port, gwCaPem), timeout]);
+    clearTimeout(timer);
+    assert.ok(r, `request ${i} waited 10 s`);
+    assert.ok(r.status >= 500, `request ${i}: ${r.status} ${r.text}`);
+  }
 });
 
 test('mtls_backend: malformed fields get 400; one TensorRT-LLM engine is drained one way', async (t) => {
