@@ -276,9 +276,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   void startWatch();
   void armWatch(uint64_t gen);
   void stopWatch();
-  void closeClient() {
+  void closeClient() {  // (close alone: a shutdown first would only add a syscall)
     error_code ec;
-    client_.shutdown(tcp::socket::shutdown_both, ec);
     client_.close(ec);
   }
   bool keepAliveAfter() const { return client_keep_alive_ && !w_.draining && !l_->closed.load(); }
