@@ -166,6 +166,19 @@ test('security 2: TLS to the engines, verified, with client certificates', async
 
 // A raw TLS engine that, on its first connection, sends bytes after its response (a second TLS
 // record): they must never reach the next request (the pooled connection is discarded).
+// A gateway (one worker, its listener's certificate `dp`) with a security 2 rule to one engine
+// whose certificate chains to `engineCa`: the rule's port.
+async function gatewayToTlsEngine(t, tmp, dp, enginePort, engineCa) {
+  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'),
+    extra: ['--tls-cert', dp.crt, '--tls-key', dp.key, '--workers', '1'] });
+  t.after(() => gw.stop());
+  const port = await freePort();
+  const r0 = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: enginePort }],
+    extraArgs: { security: 2, mtls_backend: { verify_server_cert: true, backend_ca_path: engineCa.cert } } }));
+  assert.equal(r0.status, 200, r0.text);
+  return port;
+}
+
 test('security 2: bytes an engine sends after its response never reach the next client', async (t) => {
   const tmp = tempDir();
   t.after(() => tmp.remove());
@@ -192,13 +205,7 @@ test('security 2: bytes an engine sends after its response never reach the next 
   });
   await new Promise((r) => srv.listen(0, '127.0.0.1', r));
   t.after(() => new Promise((r) => srv.close(r)));
-  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'),
-    extra: ['--tls-cert', dp.crt, '--tls-key', dp.key, '--workers', '1'] });
-  t.after(() => gw.stop());
-  const port = await freePort();
-  const r0 = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: srv.address().port }],
-    extraArgs: { security: 2, mtls_backend: { verify_server_cert: true, backend_ca_path: engineCa.cert } } }));
-  assert.equal(r0.status, 200, r0.text);
+  const port = await gatewayToTlsEngine(t, tmp, dp, srv.address().port, engineCa);
   const gwCaPem = readFileSync(gwCa.cert);
   const first = await post(port, gwCaPem);
   assert.match(first.text, /fresh-0/);
@@ -239,13 +246,7 @@ test('security 2: an engine that closes right after the handshake fails fast, ev
   await new Promise((r) => srv.listen(0, '127.0.0.1', r));
   // (the gateway may hold a half-closed connection - a health probe's - until it stops)
   t.after(() => { for (const s of socks) s.destroy(); srv.close(); });
-  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'),
-    extra: ['--tls-cert', dp.crt, '--tls-key', dp.key, '--workers', '1'] });
-  t.after(() => gw.stop());
-  const port = await freePort();
-  const r0 = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: srv.address().port }],
-    extraArgs: { security: 2, mtls_backend: { verify_server_cert: true, backend_ca_path: engineCa.cert } } }));
-  assert.equal(r0.status, 200, r0.text);
+  const port = await gatewayToTlsEngine(t, tmp, dp, srv.address().port, engineCa);
   const gwCaPem = readFileSync(gwCa.cert);
   for (let i = 0; i < 8; i++) {
     let timer;
