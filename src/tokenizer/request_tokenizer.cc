@@ -12,6 +12,7 @@
 #include "metrics/text.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/incremental.h"
+#include "tokenizer/json_dom.h"
 
 namespace kvgate::tok {
 
@@ -185,13 +186,19 @@ TokensStatus RequestTokenizer::tokens(const routing::RequestFacts& f,
     return TokensStatus::kFailed;
   }
   std::string body;
-  body.reserve(f.messages_json.size() + f.chat_extras_json.size() + 16);
+  body.reserve(f.messages_json.size() + f.chat_extras_json.size() + 16 + domFromJsonPadding());
   body.append("{\"messages\":").append(f.messages_json);
   if (!f.chat_extras_json.empty()) body.append(",").append(f.chat_extras_json);
   body.push_back('}');
-  if (!jsonDepthWithin(body)) return TokensStatus::kFailed;
-  auto j = nlohmann::ordered_json::parse(body, nullptr, false);
-  if (j.is_discarded()) return TokensStatus::kFailed;
+  // One simdjson pass builds the template's DOM (tokenizer/json_dom.h); whatever it refuses goes
+  // through nlohmann's parser as before, with its depth guard.
+  std::optional<nlohmann::ordered_json> dom = domFromJson(body, kMaxJsonDepth);
+  if (!dom) {
+    if (!jsonDepthWithin(body)) return TokensStatus::kFailed;
+    dom = nlohmann::ordered_json::parse(body, nullptr, false);
+    if (dom->is_discarded()) return TokensStatus::kFailed;
+  }
+  nlohmann::ordered_json& j = *dom;
   if (j["messages"].is_array() && j["messages"].size() > kMaxMessages) {
     stats_.too_large.fetch_add(1, std::memory_order_relaxed);
     return TokensStatus::kFailed;
