@@ -8,6 +8,8 @@ namespace {
 using simdjson::ondemand::json_type;
 using J = nlohmann::ordered_json;
 
+constexpr size_t kKeepBytes = 256 * 1024;  // parser capacity kept between calls
+
 simdjson::ondemand::parser& threadParser() {
   thread_local simdjson::ondemand::parser parser;
   return parser;
@@ -56,8 +58,11 @@ bool convert(simdjson::ondemand::value v, J& out, size_t depth, size_t max_depth
     }
     case json_type::number: {
       // nlohmann reads the token itself: its integer, unsigned and float types and values
-      // ("-0", 1e400, 2^64) are exactly what its parser would make.
+      // ("-0", 1e400, 2^64) are exactly what its parser would make. A NUL right after the
+      // digits is part of simdjson's token but ends nlohmann's input ("1\0x" would read as 1):
+      // refused, as a parse of the whole body refuses it.
       std::string_view raw = v.raw_json_token();
+      if (raw.find('\0') != std::string_view::npos) return false;
       out = J::parse(raw, nullptr, false);
       return !out.is_discarded();
     }
@@ -84,9 +89,15 @@ size_t domFromJsonPadding() { return simdjson::SIMDJSON_PADDING; }
 
 std::optional<J> domFromJson(const std::string& text, size_t max_depth) {
   if (text.capacity() < text.size() + simdjson::SIMDJSON_PADDING) return std::nullopt;
+  simdjson::ondemand::parser& parser = threadParser();
+  struct Shrink {  // the parser keeps ~6x the largest body it saw: not past this call
+    simdjson::ondemand::parser& p;
+    ~Shrink() {
+      if (p.capacity() > kKeepBytes) (void)p.allocate(kKeepBytes, p.max_depth());
+    }
+  } shrink{parser};
   simdjson::ondemand::document doc;
-  if (threadParser().iterate(text.data(), text.size(), text.capacity()).get(doc))
-    return std::nullopt;
+  if (parser.iterate(text.data(), text.size(), text.capacity()).get(doc)) return std::nullopt;
   simdjson::ondemand::object root;  // (the request bodies converted here are objects)
   if (doc.get_object().get(root)) return std::nullopt;
   J out = J::object();

@@ -4,6 +4,8 @@
 
 #include <functional>
 #include <random>
+#include <string>
+#include <vector>
 
 namespace kvgate::tok {
 namespace {
@@ -17,15 +19,48 @@ std::string padded(std::string_view s) {
   return out;
 }
 
+// Same value, same member order (dump) and the same types all the way down (dump and == do
+// not tell a signed from an unsigned integer).
+bool sameTyped(const J& a, const J& b) {
+  if (a.type() != b.type() || a.size() != b.size()) return false;
+  if (a.is_object()) {
+    auto ia = a.items().begin();
+    for (const auto& [k, v] : b.items()) {
+      if (ia.key() != k || !sameTyped(ia.value(), v)) return false;
+      ++ia;
+    }
+    return true;
+  }
+  if (a.is_array()) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!sameTyped(a[i], b[i])) return false;
+    return true;
+  }
+  return a == b;
+}
+
 // The reference is nlohmann's own parser: the DOM must be the same value, with the same member
-// order and the same number types (dump() shows both).
+// order and the same number types.
 void expectSameAsNlohmann(std::string_view text) {
   SCOPED_TRACE(std::string(text.substr(0, 200)));
   const J want = J::parse(text);
   auto got = domFromJson(padded(text), 128);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->dump(), want.dump());
-  EXPECT_EQ(*got, want);
+  EXPECT_TRUE(sameTyped(*got, want));
+}
+
+// What nlohmann refuses is refused; what both accept is the same DOM.
+void expectNeverDiffers(const std::string& text) {
+  SCOPED_TRACE(text.substr(0, 200));
+  const J want = J::parse(text, nullptr, false);
+  auto got = domFromJson(padded(text), 128);
+  if (want.is_discarded()) {
+    EXPECT_FALSE(got.has_value());
+  } else if (got) {
+    EXPECT_EQ(got->dump(), want.dump());
+    EXPECT_TRUE(sameTyped(*got, want));
+  }
 }
 
 TEST(JsonDom, SameDomAsNlohmannOnChatShapes) {
@@ -72,7 +107,36 @@ TEST(JsonDom, SameDomOnRandomDocuments) {
   }
 }
 
+// Byte mutations of chat-shaped documents (NUL and control bytes, whitespace, quotes,
+// brackets, escapes, repeated keys, number edges spliced in at random places).
+TEST(JsonDom, MutatedDocumentsNeverDiffer) {
+  const std::vector<std::string> seeds = {
+      R"({"messages":[{"role":"user","content":"hi \u00e9 \ud83d\ude00"}],"n":[1,-0,1.5e3,18446744073709551615]})",
+      R"({"a":{"b":[true,false,null,{"c":"x"}]},"a":2,"d":"\\\"/"})",
+      R"({"tools":[{"function":{"parameters":{"minimum":-9223372036854775808,"x":0.1}}}]})"};
+  const std::vector<std::string> inserts = {std::string(1, '\0'), "\x01", " ", "\n", "\"", "\\",
+      ",", ":", "{", "}", "[", "]", "0", "-", "e", ".", "\\u0000", "\\ud800", "\\udc00", "\xff",
+      R"("a":1,)", "1e400", "\t"};
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 4000; ++i) {
+    std::string t = seeds[rng() % seeds.size()];
+    for (int m = 0, n = 1 + static_cast<int>(rng() % 3); m < n; ++m) {
+      const size_t at = rng() % (t.size() + 1);
+      if (rng() % 4 == 0 && at < t.size())
+        t.erase(at, 1);
+      else
+        t.insert(at, inserts[rng() % inserts.size()]);
+    }
+    expectNeverDiffers(t);
+  }
+  // The NUL after a number: simdjson's token, the end of nlohmann's input.
+  expectNeverDiffers(std::string("{\"a\":1\0xyz}", 11));
+  EXPECT_FALSE(domFromJson(padded(std::string("{\"a\":1\0\"x\"}", 11)), 128));
+}
+
 TEST(JsonDom, RefusesWhatTheFallbackMustJudge) {
+  EXPECT_FALSE(domFromJson(padded(R"({"a":"\udc00"})"), 128));     // a lone low surrogate
+  EXPECT_FALSE(domFromJson(padded("{\"a\":\"x\x01y\"}"), 128));     // a raw control byte
   EXPECT_FALSE(domFromJson(padded(R"({"a":"\ud800"})"), 128));   // a lone surrogate
   EXPECT_FALSE(domFromJson(padded(R"({"a":1} x)"), 128));        // trailing content
   EXPECT_FALSE(domFromJson(padded(R"({"a":[1,2)"), 128));         // cut short
@@ -84,9 +148,13 @@ TEST(JsonDom, RefusesWhatTheFallbackMustJudge) {
   std::string deep(200, '[');
   deep += std::string(200, ']');
   EXPECT_FALSE(domFromJson(padded("{\"a\":" + deep + "}"), 128));  // deeper than the bound
-  std::string ok(100, '[');
-  ok += std::string(100, ']');
+  // The bound: the root object is level 1, so 127 more levels pass and 128 more do not.
+  std::string ok(127, '[');
+  ok += std::string(127, ']');
   expectSameAsNlohmann("{\"a\":" + ok + "}");
+  std::string over(128, '[');
+  over += std::string(128, ']');
+  EXPECT_FALSE(domFromJson(padded("{\"a\":" + over + "}"), 128));
 }
 
 }  // namespace
