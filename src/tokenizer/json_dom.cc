@@ -15,6 +15,23 @@ simdjson::ondemand::parser& threadParser() {
   return parser;
 }
 
+bool convert(simdjson::ondemand::value v, J& out, size_t depth, size_t max_depth);
+
+// An object's members into `out` (made an object), their values at `depth`.
+bool convertMembers(simdjson::ondemand::object o, J& out, size_t depth, size_t max_depth) {
+  out = J::object();
+  for (auto field : o) {
+    std::string_view key;
+    if (field.unescaped_key().get(key)) return false;
+    simdjson::ondemand::value fv;
+    if (field.value().get(fv)) return false;
+    // (operator[]: a repeated key keeps its place and takes the later value, as nlohmann's
+    // parser does)
+    if (!convert(fv, out[std::string(key)], depth, max_depth)) return false;
+  }
+  return true;
+}
+
 // Converts one value; false on any error (the caller falls back to nlohmann).
 bool convert(simdjson::ondemand::value v, J& out, size_t depth, size_t max_depth) {
   json_type t;
@@ -24,17 +41,7 @@ bool convert(simdjson::ondemand::value v, J& out, size_t depth, size_t max_depth
       if (depth >= max_depth) return false;
       simdjson::ondemand::object o;
       if (v.get_object().get(o)) return false;
-      out = J::object();
-      for (auto field : o) {
-        std::string_view key;
-        if (field.unescaped_key().get(key)) return false;
-        simdjson::ondemand::value fv;
-        if (field.value().get(fv)) return false;
-        // (operator[]: a repeated key keeps its place and takes the later value, as nlohmann's
-        // parser does)
-        if (!convert(fv, out[std::string(key)], depth + 1, max_depth)) return false;
-      }
-      return true;
+      return convertMembers(o, out, depth + 1, max_depth);
     }
     case json_type::array: {
       if (depth >= max_depth) return false;
@@ -100,14 +107,8 @@ std::optional<J> domFromJson(const std::string& text, size_t max_depth) {
   if (parser.iterate(text.data(), text.size(), text.capacity()).get(doc)) return std::nullopt;
   simdjson::ondemand::object root;  // (the request bodies converted here are objects)
   if (doc.get_object().get(root)) return std::nullopt;
-  J out = J::object();
-  for (auto field : root) {
-    std::string_view key;
-    if (field.unescaped_key().get(key)) return std::nullopt;
-    simdjson::ondemand::value fv;
-    if (field.value().get(fv)) return std::nullopt;
-    if (!convert(fv, out[std::string(key)], 1, max_depth)) return std::nullopt;
-  }
+  J out;
+  if (!convertMembers(root, out, 1, max_depth)) return std::nullopt;
   const char* rest = nullptr;
   if (doc.current_location().get(rest) == simdjson::SUCCESS) return std::nullopt;  // bytes after
   return out;
