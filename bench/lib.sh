@@ -29,3 +29,16 @@ http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
     location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 NGX
 }
+
+# nginx_tls_relay_server PORT CERT KEY: a server block (for an http {} holding `upstream up`)
+# relaying over TLS 1.2/1.3 as the streaming benchmarks compare it: no session cache, session
+# tickets on (nginx's default, and what kvgate issues), proxy_buffering off (as for SSE).
+nginx_tls_relay_server() {
+  cat <<NGX
+server { listen 127.0.0.1:$1 ssl backlog=4096;
+    ssl_certificate $2; ssl_certificate_key $3; ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache off;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection "";
+                 proxy_buffering off; proxy_read_timeout 300s; } }
+NGX
+}

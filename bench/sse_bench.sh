@@ -16,6 +16,7 @@
 #        [ROUNDS=5] [TLS=0]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 STREAMS=${1:-1000}; EVENTS=${2:-200}; ITL=${3:-20}; ROUNDS=${4:-5}; TLS=${5:-0}
 BIN=${KVGATE_BIN:-build/kvgate}
 W=$(mktemp -d /tmp/kvgate-sse.XXXXXX)
@@ -38,24 +39,20 @@ KVPID=$!
 for _ in $(seq 1 50); do grep -q ready "$W/kv.out" 2>/dev/null && grep -q ready "$W/sim.out" 2>/dev/null && break; sleep 0.1; done
 SIMPORT=$(sed -E 's/.*"port":([0-9]+).*/\1/' "$W/sim.out" | head -1)
 API=$(sed -E 's/.*"api":"([^"]+)".*/\1/' "$W/kv.out")
-VIP=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+VIP=$(freeport)
 curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "{\"serviceArguments\":{\"externalIP\":\"127.0.0.1\",\"port\":$VIP,\"protocol\":\"tcp\",\"mode\":4,\"sse_mode\":true},\"endpoints\":[{\"endpointIP\":\"127.0.0.1\",\"targetPort\":$SIMPORT,\"weight\":1}]}" >/dev/null
 VIPTLS=""
 if [ "$TLS" = 1 ]; then
-  VIPTLS=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  VIPTLS=$(freeport)
   curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "{\"serviceArguments\":{\"externalIP\":\"127.0.0.1\",\"port\":$VIPTLS,\"protocol\":\"tcp\",\"mode\":4,\"sse_mode\":true,\"security\":1},\"endpoints\":[{\"endpointIP\":\"127.0.0.1\",\"targetPort\":$SIMPORT,\"weight\":1}]}" >/dev/null
 fi
 # nginx as a reference relay for the same streams (proxy_buffering off, as for SSE), if present.
 NGX=""; NGXTLS=""; NGXTLSCONF=""
 if command -v nginx >/dev/null; then
-  NGX=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
+  NGX=$(freeport)
   if [ "$TLS" = 1 ]; then
-    NGXTLS=$(/usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])')
-    NGXTLSCONF="server { listen 127.0.0.1:$NGXTLS ssl backlog=4096;
-    ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem; ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_session_cache off;
-    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\";
-                 proxy_buffering off; proxy_read_timeout 300s; } }"
+    NGXTLS=$(freeport)
+    NGXTLSCONF=$(nginx_tls_relay_server "$NGXTLS" "$W/cert.pem" "$W/key.pem")
   fi
   mkdir -p "$W/ng"
   cat >"$W/ng/nginx.conf" <<NGXC

@@ -8,6 +8,7 @@
 # Usage: bench/tls_handshake_cost.sh [ROUNDS=2] [SECONDS=3]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 ROUNDS=${1:-2}; DURATION=${2:-3}
 BIN=${KVGATE_BIN:-build/kvgate}
 for t in nginx openssl perf; do command -v $t >/dev/null || { echo "missing $t" >&2; exit 1; }; done
@@ -15,7 +16,6 @@ W=$(mktemp -d /tmp/kvgate-hs.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
-freeport() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 -subj /CN=127.0.0.1 \
   -keyout "$W/key.pem" -out "$W/cert.pem" 2>/dev/null
 "$BIN" sim --workers 1 --port 0 --timing fixed >"$W/sim.out" 2>/dev/null & pids+=($!)
@@ -33,10 +33,7 @@ worker_processes 1; pid $W/ng/nginx.pid; error_log $W/ng/error.log warn; daemon 
 events { worker_connections 20000; }
 http { access_log off;
   upstream up { server 127.0.0.1:$SIMPORT; keepalive 256; }
-  server { listen 127.0.0.1:$NGPORT ssl backlog=4096;
-    ssl_certificate $W/cert.pem; ssl_certificate_key $W/key.pem; ssl_protocols TLSv1.2 TLSv1.3;
-    ssl_session_cache off;
-    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; } } }
+  $(nginx_tls_relay_server "$NGPORT" "$W/cert.pem" "$W/key.pem") }
 NGXC
 nginx -p "$W/ng" -c "$W/ng/nginx.conf" & pids+=($!)
 NG=$!
