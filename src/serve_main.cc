@@ -16,12 +16,13 @@
 #include "common/net.h"
 #include "events/event_plane.h"
 #include "events/kv_sources.h"
-#include "metrics/ai_requests.h"
-#include "governance/redis_counters.h"
-#include "http/tls.h"
-#include "governance/state.h"
 #include "governance/quota.h"
+#include "governance/redis_counters.h"
+#include "governance/services.h"
+#include "governance/state.h"
 #include "http/server.h"
+#include "http/tls.h"
+#include "metrics/ai_requests.h"
 #include "proxy/data_plane.h"
 #include "proxy/overload.h"
 #include "routing/routing_env.h"
@@ -459,6 +460,12 @@ int serveMain(int argc, char** argv) {
   // (Both before start(): the overload monitor's thread reads the index pointer.)
   dp.setKv(&kv_index, &kv_plane, prompt_tokens.get(), &kv_overlay);  // Tier 1.5 (kvExactMode 3)
   dp.setRoutingEnv(&routing_env);
+  {
+    // The gates' governance services: this process's registries and the shared counters.
+    governance::Services gov = governance::Services::processWide();
+    gov.shared = redis.get();
+    dp.setGovernance(gov);
+  }
   dp.start();
   kv_plane.start();
   admin::RuleStore store(flags.state_dir, dp);

@@ -1,11 +1,13 @@
 // ClientConn: one client connection of the mode-4 fullproxy (internal to src/proxy).
 //
 // Files: connection.cc (the request loop: head, body, drain), dispatch.cc (request facts, pool
-// lookup, the gateway's own answers), forward.cc (routing pipeline and upstream legs),
-// pd_forward.cc (P/D rules: the prefill and decode picks, the dialects' two legs, rescue),
-// relay.cc (the response relay, SSE), conn_io.cc (deadline, client writes, errors, the
-// client-disconnect watcher, access log).
+// lookup, the gateway's own answers, the rule's request filters of filters/), forward.cc
+// (routing pipeline and upstream legs), pd_forward.cc (P/D rules: the prefill and decode picks,
+// the dialects' two legs, rescue), relay.cc (the response relay, SSE), conn_io.cc (deadline,
+// client writes, errors, the client-disconnect watcher, access log). The request's own state is
+// a RequestCtx (request_ctx.h), begun afresh for each request.
 #pragma once
+#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -13,17 +15,16 @@
 #include <string_view>
 #include <vector>
 
-#include <boost/asio/ssl.hpp>
-
 #include "endpoints/lease.h"
 #include "governance/quota.h"
 #include "governance/usage.h"
-#include "metrics/ai_requests.h"
 #include "http/chunked.h"
 #include "http/fd_tls.h"
 #include "http/parser.h"
 #include "http/target.h"
+#include "metrics/ai_requests.h"
 #include "proxy/buffer.h"
+#include "proxy/request_ctx.h"
 #include "proxy/upstream_leg.h"
 #include "proxy/worker.h"
 #include "routing/request_facts.h"
@@ -62,36 +63,6 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
  private:
   enum class Phase { kIdle, kHead, kBody, kConnect, kAwaitResponse, kRelay, kStream };
 
-  // The request being served: head, body bytes and what the gateway decided about it.
-  struct Request {
-    http::RequestHead head;
-    size_t head_bytes = 0;
-    size_t raw_body_bytes = 0;  // body bytes still in in_ (chunked bodies: dropped as scanned)
-    std::string_view body;      // the payload (de-chunked when chunked)
-    size_t body_capacity = 0;   // readable bytes from body.data() (parser padding)
-  };
-
-  struct Outcome {
-    int status = 0;
-    uint64_t bytes = 0;
-    const std::string* endpoint = nullptr;  // label of the chosen endpoint (owned by the route)
-    const char* key = "";                   // which key decided
-    const char* stage = "";                 // which pipeline stage decided (access-log tier)
-    bool spilled = false;
-    const Route* route = nullptr;  // set once the request's rule is known
-    int ep_index = -1;             // set once an endpoint is chosen (P/D: the decode endpoint)
-    const std::string* prefill = nullptr;  // P/D: label of the prefill endpoint
-    double ttfb_ms = -1;     // first response byte to the client (stream: first event)
-    std::string_view model;  // the model the pool lookup used
-    // Who the credential check admitted (governance): the API key's id and tenant, or the
-    // JWT's tenant and user claims (each at most 256 bytes). Empty: no check, or refused.
-    std::string key_id, tenant, user;
-    int64_t quota_tokens = -1;  // tokens a quota settlement charged (-1: none)
-    // loxilb_ai_requests_total's outcome: an engine's answer was relayed (completed), or a
-    // governance/admission gate refused (denied); else the gateway's own error (failed) or none.
-    bool engine_answered = false, denied = false;
-  };
-
   // connection.cc
   asio::awaitable<int> readHead(http::RequestHead& head);  // >0 head bytes, 0 closed, <0 answered
   asio::awaitable<bool> readBody(Request& req);
@@ -102,47 +73,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<bool> answerModels(const VipConfig& cfg, std::string_view host,
                                      std::string_view path,
                                      const std::vector<std::string>* allowed = nullptr);
-  // api_key_auth "required": the key (X-Api-Key or Authorization: Bearer) checked against the
-  // current key table, then (check_model) the model against the key's allowed models, which go
-  // to `models` when given ("*": any). status 0: admitted; else the error to answer.
-  struct KeyAdmission {
-    int status = 0;
-    std::string code, message, param;
-    int64_t retry_after_s = 0;  // a 429's Retry-After
-    static KeyAdmission refused(int status, std::string code, std::string message) {
-      KeyAdmission a;
-      a.status = status;
-      a.code = std::move(code);
-      a.message = std::move(message);
-      return a;
-    }
-  };
-  KeyAdmission checkApiKey(const http::RequestHead& head, std::string_view model, bool check_model,
-                           std::vector<std::string>* models);
-  KeyAdmission checkJwt(const http::RequestHead& head, const std::string& profile);
   asio::awaitable<bool> answerUnroutable(const Route* route, bool host_path_matched,
                                          std::string_view model);
-  // quota_gate.cc
-  // The quota stage: the request's buckets reserve (status 0, quota_ holds the reservation) or
-  // the 429 to answer. `body` is the client's (include_usage may be added into quota_body_).
-  int64_t promptCount();  // quota_gate.cc
-  asio::awaitable<KeyAdmission> admitQuota(const Route& route, std::string_view model,
-                                           const Request& req);
-  // Returns the reservation and charges the usage the relay saw, or an estimate (once).
-  void settleQuota();
-  void resetQuota();  // per request
-  struct QuotaState {
-    bool active = false;  // holds a reservation not yet settled
-    bool inject = false;  // include_usage was added for the gateway (the relay strips it)
-    bool sent = false;    // the request was written to an engine
-    bool stream = false;  // the answer is an event stream
-    bool shared = false;  // the reservation is in the shared counters (Redis)
-    bool head_request = false;
-    bool generation = false;  // the body carried a prompt (an answer without usage is charged)
-    int status = 0;       // the engine's answer status (0: none)
-    int64_t prompt_estimate = 0, reserved = 0;
-    std::vector<governance::QuotaLedger::Held> held;
-  };
   // forward.cc
   // `pipeline` null: the route's; `role` >= 0: only endpoints of that ep_role are candidates.
   asio::awaitable<bool> forward(const Request& req, const Route& route,
@@ -263,8 +195,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string_view aiModelLabel() const;
   // Headers the request's rule adds to every answer (HSTS on TLS rules); "" before routing.
   std::string_view ruleHeaders() const {
-    return outcome_.route ? std::string_view(outcome_.route->rule.hsts_header) : std::string_view();
-  }  // loxilb_ai_requests_total, once per request (metrics/ai_requests.h)
+    return rq_.outcome.route ? std::string_view(rq_.outcome.route->rule.hsts_header)
+                             : std::string_view();
+  }
   std::string_view bodyModelOr(const Request& req, std::string_view header_model) const;
   static bool jsonBody(std::string_view content_type);
   void refuse(Refusal r);  // counts a refusal of an unreadable request (rule_stats.h)
@@ -306,44 +239,15 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   uint64_t watch_gen_ = 0;
   uint64_t source_key_ = 0;  // hash of the client's address (hash, persist fallback)
   tcp::endpoint peer_;       // the client's address, as accept gave it (setPeer)
-  std::chrono::steady_clock::time_point started_at_;  // when the current request's head arrived
   std::string pipelined_;  // client bytes the watcher read during a response (bounded)
-  // Per-request scratch kept across requests so a warm connection allocates nothing for them.
-  std::shared_ptr<const VipConfig> cfg_;  // the snapshot this request was routed with
-  size_t request_bytes_ = 0;              // bytes of the current request in in_ (head + raw body)
-  std::string model_copy_;                // outcome_.model when the request bytes were released
-  routing::RequestFacts facts_;
-  http::NormalizedTarget norm_target_;  // a non-canonical target rewritten (http/target.h)
-  // The body's model as the engine reads it (dispatch.cc): read at all (a JSON object, or a
-  // form's model field), and the model it names (into facts_.model or form_model_).
-  bool body_read_ = false, body_has_model_ = false;
-  std::string_view body_model_;
-  std::string form_model_;
-  bool facts_parsed_ = false;
-  bool strip_authorization_ = false;  // a credential-checked rule: no bearer reaches the engine
-  std::shared_ptr<const governance::ApiKey> key_;  // the API key that admitted the request
-  QuotaState quota_;
-  governance::UsageScanner usage_;       // the response's usage (quota settlement)
-  governance::SseUsageFilter usage_filter_;
-  std::string quota_body_;  // the body with include_usage added (quota_.inject)
-  std::string relay_out_;   // a re-framed piece of the response (quota_.inject)
-  std::string dechunked_;
-  std::string request_id_;
-  std::string up_head_;
-  size_t up_host_at_ = std::string::npos;  // where an added Host header goes (HTTP/1.0 clients)
-  std::string down_head_;
+  // The request being served (request_ctx.h): one per connection, reused so a warm connection
+  // allocates nothing for it.
+  RequestCtx rq_;
+  size_t request_bytes_ = 0;     // bytes of the current request in in_ (head + raw body)
+  std::string dechunked_;        // a chunked request's payload
+  std::string down_head_;        // the response head to the client
   std::unique_ptr<PdState> pd_;  // P/D scratch (the first leg, rewritten bodies): made on first use
-  std::string pd_leg_note_;      // P/D: which leg an error answer is about ("" = single leg)
-  std::string pd_first_error_;   // P/D (concurrent): the prefill leg failed, so the decode leg ends
-  std::string leg_id_;           // P/D: the X-Request-Id of the current leg ("" = request_id_)
   uint64_t request_seq_ = 0;     // requests dispatched on this connection (the drain's guard)
-  http::ResponseHead resp_head_;  // the current response's head (views into the leg's buffer)
-  std::vector<bool> excluded_;
-  // The request's prompt ids (quota count and kv_exact share them) and kv_exact's chain, which
-  // its retries reuse; cleared after each request.
-  routing::CycleState cycle_;  // what this request's routing computes once (routing/cycle_state.h)
-  std::string last_error_;           // why the last endpoint tried could not serve (502 message)
-  Outcome outcome_;
 };
 
 }  // namespace kvgate::proxy

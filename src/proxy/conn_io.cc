@@ -35,7 +35,7 @@ void ClientConn::onDeadline() {
       if (!tls_) ::send(client_.native_handle(), k408, sizeof(k408) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
       l_->unrouted.inc(408);
       // (counted as the request ends; not over an answer already sent, e.g. a stalled 413)
-      if (phase_ == Phase::kBody && outcome_.status == 0) outcome_.status = 408;
+      if (phase_ == Phase::kBody && rq_.outcome.status == 0) rq_.outcome.status = 408;
       closeClient();
       break;
     }
@@ -129,7 +129,7 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
   if (retry_after_s > 0) h += "Retry-After: " + std::to_string(retry_after_s) + "\r\n";
   h += ruleHeaders();
   h += "\r\n";
-  outcome_.status = status;
+  rq_.outcome.status = status;
   countResponse(status);
   co_await writeClient(h, body);
 }
@@ -137,10 +137,10 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
 // Counts the response once, under the most specific owner known: the endpoint, else the rule,
 // else the listener (answers before routing).
 void ClientConn::countResponse(int status) {
-  if (outcome_.route && outcome_.ep_index >= 0)
-    outcome_.route->ep_counters[static_cast<size_t>(outcome_.ep_index)]->inc(status);
-  else if (outcome_.route)
-    outcome_.route->stats->no_endpoint.inc(status);
+  if (rq_.outcome.route && rq_.outcome.ep_index >= 0)
+    rq_.outcome.route->ep_counters[static_cast<size_t>(rq_.outcome.ep_index)]->inc(status);
+  else if (rq_.outcome.route)
+    rq_.outcome.route->stats->no_endpoint.inc(status);
   else
     l_->unrouted.inc(status);
 }
@@ -243,10 +243,10 @@ void ClientConn::stopWatch() {
 // such as llama.cpp or SGLang answer any model name, so an answer vouches for nothing); else "".
 // Anonymous clients on a catch-all rule cannot fill the bounded label set.
 std::string_view ClientConn::aiModelLabel() const {
-  if (outcome_.route && !outcome_.route->rule.model_name.empty())
-    return outcome_.route->rule.model_name;
-  if (!outcome_.key_id.empty() || !outcome_.tenant.empty() || !outcome_.user.empty())
-    return outcome_.model;
+  if (rq_.outcome.route && !rq_.outcome.route->rule.model_name.empty())
+    return rq_.outcome.route->rule.model_name;
+  if (!rq_.outcome.key_id.empty() || !rq_.outcome.tenant.empty() || !rq_.outcome.user.empty())
+    return rq_.outcome.model;
   return {};
 }
 
@@ -254,46 +254,48 @@ void ClientConn::countAiRequest() {
   using metrics::AiOutcome;
   // cancelled: no answer, or the client left before the answer ended; failed: the engine's
   // answer broke off mid-body, or the gateway answered an error of its own.
-  const AiOutcome o = outcome_.status == 0 || client_gone_ ? AiOutcome::kCancelled
-                      : outcome_.denied                     ? AiOutcome::kDenied
-                      : relay_cut_                          ? AiOutcome::kFailed
-                      : outcome_.engine_answered || outcome_.status < 400 ? AiOutcome::kCompleted
-                                                                          : AiOutcome::kFailed;
-  metrics::aiRequests().count(aiModelLabel(), outcome_.tenant, outcome_.status, o);
+  const AiOutcome o = rq_.outcome.status == 0 || client_gone_ ? AiOutcome::kCancelled
+                      : rq_.outcome.denied                    ? AiOutcome::kDenied
+                      : relay_cut_                            ? AiOutcome::kFailed
+                      : rq_.outcome.engine_answered || rq_.outcome.status < 400
+                          ? AiOutcome::kCompleted
+                          : AiOutcome::kFailed;
+  metrics::aiRequests().count(aiModelLabel(), rq_.outcome.tenant, rq_.outcome.status, o);
 }
 
 // One structured access-log line for the request just answered (--access-log). Every field is
 // escaped by log::appendField, so client-controlled values cannot forge lines.
 void ClientConn::logAccess() {
-  const Route* route = outcome_.route;
+  const Route* route = rq_.outcome.route;
   std::string line = "access";
-  log::appendField(line, "id", request_id_);
-  if (!leg_id_.empty()) log::appendField(line, "leg_id", leg_id_);  // P/D
+  log::appendField(line, "id", rq_.request_id);
+  if (!rq_.leg_id.empty()) log::appendField(line, "leg_id", rq_.leg_id);  // P/D
   log::appendField(line, "listener", l_->key);
   log::appendField(line, "rule",
                    !route                     ? ""
                    : route->rule.name.empty() ? route->rule.key()
                                               : route->rule.name);
-  log::appendField(line, "model", outcome_.model.substr(0, 256));  // client-chosen: bounded
-  if (!outcome_.tenant.empty()) log::appendField(line, "tenant", outcome_.tenant);  // governance
-  if (!outcome_.user.empty()) log::appendField(line, "user", outcome_.user);
-  if (!outcome_.key_id.empty()) log::appendField(line, "api_key", outcome_.key_id);
-  if (outcome_.quota_tokens >= 0)  // tokens the quota settlement charged
-    log::appendField(line, "quota_tokens", std::to_string(outcome_.quota_tokens));
-  log::appendField(line, "endpoint", outcome_.endpoint ? *outcome_.endpoint : "");
-  if (outcome_.prefill) log::appendField(line, "prefill", *outcome_.prefill);  // P/D
+  log::appendField(line, "model", rq_.outcome.model.substr(0, 256));  // client-chosen: bounded
+  if (!rq_.outcome.tenant.empty())
+    log::appendField(line, "tenant", rq_.outcome.tenant);  // governance
+  if (!rq_.outcome.user.empty()) log::appendField(line, "user", rq_.outcome.user);
+  if (!rq_.outcome.key_id.empty()) log::appendField(line, "api_key", rq_.outcome.key_id);
+  if (rq_.outcome.quota_tokens >= 0)  // tokens the quota settlement charged
+    log::appendField(line, "quota_tokens", std::to_string(rq_.outcome.quota_tokens));
+  log::appendField(line, "endpoint", rq_.outcome.endpoint ? *rq_.outcome.endpoint : "");
+  if (rq_.outcome.prefill) log::appendField(line, "prefill", *rq_.outcome.prefill);  // P/D
   log::appendField(line, "selector", route ? config::selectorName(route->rule.sel) : "");
-  log::appendField(line, "tier", outcome_.stage);
-  log::appendField(line, "key", outcome_.key);
-  if (outcome_.spilled) log::appendField(line, "spill", "1");
-  log::appendField(line, "status", std::to_string(outcome_.status));
-  log::appendField(line, "bytes", std::to_string(outcome_.bytes));
+  log::appendField(line, "tier", rq_.outcome.stage);
+  log::appendField(line, "key", rq_.outcome.key);
+  if (rq_.outcome.spilled) log::appendField(line, "spill", "1");
+  log::appendField(line, "status", std::to_string(rq_.outcome.status));
+  log::appendField(line, "bytes", std::to_string(rq_.outcome.bytes));
   char ms[32];
-  std::snprintf(ms, sizeof ms, "%.3f", outcome_.ttfb_ms < 0 ? 0.0 : outcome_.ttfb_ms);
+  std::snprintf(ms, sizeof ms, "%.3f", rq_.outcome.ttfb_ms < 0 ? 0.0 : rq_.outcome.ttfb_ms);
   log::appendField(line, "ttfb_ms", ms);
   std::snprintf(
       ms, sizeof ms, "%.3f",
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_at_)
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - rq_.started_at)
           .count());
   log::appendField(line, "dur_ms", ms);
   log::info("proxy", line);

@@ -40,9 +40,7 @@ asio::awaitable<int> ClientConn::readHead(http::RequestHead& head) {
       deadline_.expireAfter(opts.header_timeout);
     }
   }
-  outcome_ = Outcome{};
-  request_id_.clear();
-  started_at_ = std::chrono::steady_clock::now();
+  rq_.begin(std::chrono::steady_clock::now());  // (request_ctx.h: nothing of the last one left)
   if (hn < 0) {
     co_await sendError(perr.status, "bad_request", perr.reason, {}, true);
     countAiRequest();
@@ -185,7 +183,7 @@ asio::awaitable<void> ClientConn::run() {
     }
     if (!co_await readBody(req)) {  // 413, a malformed chunked body, 408, or the client left
       countAiRequest();
-      if (w_.opts.access_log && outcome_.status != 0) {  // (answered: logged like any answer)
+      if (w_.opts.access_log && rq_.outcome.status != 0) {  // (answered: logged like any answer)
         takeRequestId(req.head);
         logAccess();
       }
@@ -196,12 +194,8 @@ asio::awaitable<void> ClientConn::run() {
     stopWatch();  // no watcher outlives its request (it would read the next one)
     countAiRequest();
     if (w_.opts.access_log) logAccess();
-    cfg_.reset();
-    facts_.shrink(kKeepBufferBytes);
+    rq_.end(kKeepBufferBytes);
     pdAfterRequest();
-    // (e.g. a request refused after its quota count: its ids; one huge prompt's chain does not
-    // pin its size per connection)
-    cycle_.endRequest();
     if (!ok || client_gone_) break;
     in_.consume(std::min(req.head_bytes + req.raw_body_bytes, in_.size()));
     in_.shrinkIfEmpty(kKeepBufferBytes);  // one huge body does not pin its size per connection

@@ -8,9 +8,10 @@
 #include <thread>
 
 #include "common/log.h"
-#include "proxy/client_conn.h"
-#include "proxy/listener_tls.h"
 #include "kv/kv_index.h"
+#include "proxy/client_conn.h"
+#include "proxy/filters/request_filter.h"
+#include "proxy/listener_tls.h"
 #include "proxy/load_scraper.h"
 #include "proxy/overload.h"
 #include "proxy/prober.h"
@@ -54,7 +55,7 @@ DataPlane::DataPlane(ProxyOptions opts) : opts_(opts), endpoints_(clockOf(opts))
   int n = opts_.workers > 0 ? opts_.workers : static_cast<int>(std::thread::hardware_concurrency());
   if (n <= 0) n = 1;
   opts_.workers = n;
-  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(opts_, stats_));
+  for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(opts_, stats_, gov_));
   prober_ = std::make_unique<Prober>(workers_[0]->io, opts_.probe_interval);
   scraper_ = std::make_unique<LoadScraper>(workers_[0]->io, opts_.scrape_interval);
   listener_tls_ = std::make_unique<ListenerTls>(opts_.tls);
@@ -192,6 +193,7 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
                                   stageNames(rule), stats->pipeline, routing_env_);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
   route->kv_block_tokens = static_cast<uint32_t>(rule.service_args.value("kvBlockSize", 16));
+  route->filters = requestFilters(rule);
   if (rule.service_args.value("pd_disagg_mode", false)) buildPd(*route, clock);
   return route;
 }

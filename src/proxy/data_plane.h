@@ -19,6 +19,7 @@
 #include "common/result.h"
 #include "config/rule.h"
 #include "endpoints/endpoint_table.h"
+#include "governance/services.h"
 #include "http/asio.h"
 #include "metrics/text.h"
 #include "proxy/route_table.h"
@@ -79,6 +80,9 @@ class DataPlane {
     kv_overlay_ = overlay;
     setWorkerTokens(tokens);
   }
+  // The governance services the request gates use (governance/services.h); before start().
+  // Unset: the process-wide registries and the shared counters set when the plane was made.
+  void setGovernance(const governance::Services& gov) { gov_ = gov; }
   // The environment's routing defaults (read once at start); before the first apply(). Must
   // outlive the data plane. Unset: every default.
   void setRoutingEnv(const routing::RoutingEnv* env) { routing_env_ = env; }
@@ -105,6 +109,7 @@ class DataPlane {
   const routing::PromptTokens* prompt_tokens_ = nullptr;
   kv::SpeculativeOverlay* kv_overlay_ = nullptr;
   const routing::RoutingEnv* routing_env_ = nullptr;
+  governance::Services gov_ = governance::Services::processWide();  // (workers refer to it)
   DataPlaneStats stats_;  // before workers_: their pools and frames write it while destroyed
   endpoints::EndpointTable endpoints_;
   std::vector<std::unique_ptr<Worker>> workers_;

@@ -11,6 +11,8 @@
 #include "http/server.h"
 #include "proxy/client_conn.h"
 #include "proxy/facts_parser.h"
+#include "proxy/filters/credentials.h"
+#include "proxy/filters/quota.h"
 #include "proxy/form_model.h"
 
 namespace kvgate::proxy {
@@ -31,11 +33,11 @@ asio::awaitable<bool> ClientConn::answerModels(const VipConfig& cfg, std::string
   }
   b += "]}";
   std::string h =
-      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " + request_id_ +
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " + rq_.request_id +
       "\r\nContent-Length: " + std::to_string(b.size()) + "\r\n";
   if (!keepAliveAfter()) h += "Connection: close\r\n";
   h += "\r\n";
-  outcome_.status = 200;
+  rq_.outcome.status = 200;
   countResponse(200);
   co_return co_await writeClient(h, b);
 }
@@ -59,99 +61,12 @@ asio::awaitable<bool> ClientConn::answerUnroutable(const Route* route, bool host
   co_return true;
 }
 
-// The key check of api_key_auth "required" (and of /v1/models on such a listener): the verdict,
-// the error to answer and, when `models` is given, the key's allowed models. The key's own rate
-// and token limits are buckets of the quota stage (quota_gate.cc), which the model list skips.
-// Nothing here suspends: the table snapshot is released before the caller writes.
-ClientConn::KeyAdmission ClientConn::checkApiKey(const http::RequestHead& head,
-                                                 std::string_view model, bool check_model,
-                                                 std::vector<std::string>* models) {
-  using governance::KeyVerdict;
-  auto table = governance::keyRegistry().current();
-  if (!table->loaded) {
-    governance::countCheck(governance::kOutcomeStoreUnavailable);
-    return KeyAdmission::refused(503, "policy_store_unavailable",
-                                 "the API key store is not available");
-  }
-  const std::string_view raw =
-      governance::requestKey(head.get("x-api-key"), head.get("authorization"));
-  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-  const governance::KeyCheck c = governance::checkKey(*table, raw, now_s);
-  if (c.verdict != KeyVerdict::kOk) {
-    governance::countCheck(static_cast<size_t>(c.verdict));
-    return KeyAdmission::refused(
-        401, "invalid_api_key",
-        c.verdict == KeyVerdict::kMissing    ? "no API key: send X-Api-Key or Authorization: Bearer"
-        : c.verdict == KeyVerdict::kExpired  ? "the API key has expired"
-        : c.verdict == KeyVerdict::kDisabled ? "the API key is disabled"
-                                             : "the API key is not valid");
-  }
-  const governance::ApiKey& key = *c.key;
-  if (check_model && !key.allows(model)) {
-    governance::countCheck(governance::kOutcomeModelNotAllowed);
-    KeyAdmission a = KeyAdmission::refused(
-        403, "model_not_allowed",
-        model.empty() ? std::string("this API key is limited to named models")
-                      : "this API key may not use model '" + std::string(model) + "'");
-    a.param = "model";
-    return a;
-  }
-  if (models) {
-    if (key.allowed_models.empty()) models->push_back("*");
-    else *models = key.allowed_models;
-  } else {
-    key_ = table->by_id.at(key.key_id);  // (the quota stage reads its limits)
-  }
-  if (models) governance::countCheck(0);  // (the request path counts after the quota stage)
-  outcome_.key_id = key.key_id;
-  outcome_.tenant = key.tenant_id;
-  return {};  // status 0: admitted
-}
-
-// The JWT check of api_key_auth "jwt" (and of "apikey-or-jwt" without a key): the bearer token
-// against the rule's profile and its keyset (governance/jwt_auth.h).
-ClientConn::KeyAdmission ClientConn::checkJwt(const http::RequestHead& head,
-                                              const std::string& profile) {
-  using governance::JwtVerdict;
-  auto table = governance::jwtRegistry().current();
-  auto it = table->by_name.find(profile);
-  if (!table->loaded || it == table->by_name.end()) {
-    governance::countJwt(JwtVerdict::kNoProfile);
-    return KeyAdmission::refused(503, "policy_store_unavailable",
-                                 "JWT profile '" + profile + "' is not configured");
-  }
-  const std::string_view token = governance::requestKey({}, head.get("authorization"));
-  const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
-                            std::chrono::system_clock::now().time_since_epoch())
-                            .count();
-  governance::JwtCheck c =
-      governance::verifyJwt(it->second.profile, *it->second.keyset, token, now_s);
-  governance::countJwt(c.verdict);
-  switch (c.verdict) {
-    case JwtVerdict::kOk:
-      outcome_.tenant = std::move(c.tenant);
-      outcome_.user = std::move(c.user);
-      return {};
-    case JwtVerdict::kMissing:
-      return KeyAdmission::refused(401, "missing_token", "a bearer token is required");
-    case JwtVerdict::kExpired:
-      return KeyAdmission::refused(401, "token_expired", "the token has expired");
-    case JwtVerdict::kStale:
-      return KeyAdmission::refused(503, "policy_store_unavailable",
-                                   "the JWT keyset is not current");
-    default:
-      return KeyAdmission::refused(401, "invalid_token", "the token is not valid: " + c.why);
-  }
-}
-
 // The model a key and a quota are checked against: the body's when it was read (a JSON object,
 // or a form's model field), none when the body named none or could not be read (the engine
 // reads the model from that body, and an X-Model header would name a model the gateway never
 // saw); X-Model only for a request without a body.
 std::string_view ClientConn::bodyModelOr(const Request& req, std::string_view header_model) const {
-  if (body_read_) return body_has_model_ ? body_model_ : std::string_view();
+  if (rq_.body_read) return rq_.body_has_model ? rq_.body_model : std::string_view();
   if (!req.body.empty()) return {};
   return header_model;
 }
@@ -166,7 +81,7 @@ bool ClientConn::jsonBody(std::string_view ct) {
 }
 
 void ClientConn::refuse(Refusal r) {
-  outcome_.denied = true;
+  rq_.outcome.denied = true;
   w_.stats.refused[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -175,36 +90,33 @@ void ClientConn::refuse(Refusal r) {
 void ClientConn::takeRequestId(const http::RequestHead& head) {
   const std::string_view given = head.get("x-request-id");
   if (isAcceptableRequestId(given)) {
-    request_id_.assign(given);
+    rq_.request_id.assign(given);
     return;
   }
   char rid[32];
   newRequestId(rid);
-  request_id_.assign(rid, sizeof rid);
+  rq_.request_id.assign(rid, sizeof rid);
 }
 
 asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   const auto& head = req.head;
   takeRequestId(head);
-  ++request_seq_;  // this request's P/D state starts clean
-  pd_first_error_.clear();
-  pd_leg_note_.clear();
-  leg_id_.clear();
+  ++request_seq_;  // (the P/D drain's guard; the request's own state began clean: rq_.begin)
 
-  cfg_ = l_->config.load();  // kept until the request is logged (outcome_ points into it)
-  const auto& cfg = cfg_;
+  rq_.cfg = l_->config.load();  // kept until the request is logged (rq_.outcome points into it)
+  const auto& cfg = rq_.cfg;
   // The path as the engine reads it (http/target.h): a non-canonical target is rewritten, the
   // rules match its decoded path and the rewritten target is what is forwarded; one that cannot
   // be rewritten safely is refused.
   std::string_view path = head.target.substr(0, head.target.find('?'));
   if (!http::isCanonicalTarget(head.target)) {
-    if (std::string why = http::normalizeTarget(head.target, norm_target_); !why.empty()) {
+    if (std::string why = http::normalizeTarget(head.target, rq_.norm_target); !why.empty()) {
       refuse(Refusal::kBadPath);
       co_await sendError(400, "bad_path", why);
       co_return !client_gone_;
     }
-    req.head.target = norm_target_.forward;
-    path = norm_target_.match;
+    req.head.target = rq_.norm_target.forward;
+    path = rq_.norm_target.match;
   }
   // The host without its port and one trailing dot ("api.example.com." names the same host);
   // rules compare it case-insensitively.
@@ -225,11 +137,9 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   }
   const uint32_t own_needs = needs;
   // Where a quota may apply (credentials are checked, or shared-VIP defaults exist), the same
-  // parse gives the quota stage its estimate: prompt size, max_tokens, stream (quota_gate.cc).
-  resetQuota();
+  // parse gives the quota stage its estimate: prompt size, max_tokens, stream (filters/quota.cc).
   // (keyless traffic on a listener without credential checks pays only shared-VIP buckets)
-  const bool metered =
-      cfg->checks_credentials || governance::limitRegistry().current()->hasVipDefaults();
+  const bool metered = cfg->checks_credentials || w_.gov.limits->current()->hasVipDefaults();
   if (metered) {
     needs |= routing::kNeedModel | routing::kNeedPromptPrefix | routing::kNeedRequestShape;
     if (w_.prompt_tokens) needs |= w_.prompt_tokens->needs();  // (the reservation's count)
@@ -242,13 +152,11 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   // (`metered` covers every credential-checked listener.)
   const bool model_matters = cfg->has_model_pools || metered;
   if (model_matters) needs |= routing::kNeedModel;
-  facts_parsed_ = body_read_ = body_has_model_ = false;
-  body_model_ = {};
   if (needs && !req.body.empty()) {
     const std::string_view ct = head.get("content-type");
     const bool json = jsonBody(ct);
     auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity, needs,
-                         w_.opts.prefix_key_bytes, facts_);
+                         w_.opts.prefix_key_bytes, rq_.facts);
     if (st == FactsStatus::kInvalidJson && json && (own_needs != 0 || cfg->checks_credentials)) {
       refuse(Refusal::kBodyUnreadable);
       co_await sendError(400, "invalid_json", "request body is not valid JSON");
@@ -261,7 +169,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
                              std::to_string(kMaxParseBytes >> 20) + " MiB)");
       co_return !client_gone_;
     }
-    if (model_matters && st == FactsStatus::kOk && facts_.model_ambiguous) {
+    if (model_matters && st == FactsStatus::kOk && rq_.facts.model_ambiguous) {
       refuse(Refusal::kAmbiguousModel);
       co_await sendError(400, "ambiguous_model",
                          "the body's model cannot be read unambiguously (\"model\" given more "
@@ -272,21 +180,21 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     // The reader follows the Content-Type, as the engine's does: a form is read as a form even
     // when its bytes also parse as JSON (and its JSON facts are then not the request's).
     const FormModel form =
-        model_matters ? formModel(ct, req.body, form_model_) : FormModel::kNotForm;
-    facts_parsed_ = st == FactsStatus::kOk && form == FormModel::kNotForm;
-    if (facts_parsed_) {
-      body_read_ = true;
-      body_has_model_ = facts_.has_model;
-      if (body_has_model_) body_model_ = facts_.model;
+        model_matters ? formModel(ct, req.body, rq_.form_model) : FormModel::kNotForm;
+    rq_.facts_parsed = st == FactsStatus::kOk && form == FormModel::kNotForm;
+    if (rq_.facts_parsed) {
+      rq_.body_read = true;
+      rq_.body_has_model = rq_.facts.has_model;
+      if (rq_.body_has_model) rq_.body_model = rq_.facts.model;
     } else {
       // A form (the audio endpoints' multipart): its model field, as the engine reads it.
       switch (form) {
         case FormModel::kOne:
-          body_read_ = body_has_model_ = true;
-          body_model_ = form_model_;
+          rq_.body_read = rq_.body_has_model = true;
+          rq_.body_model = rq_.form_model;
           break;
         case FormModel::kNone:
-          body_read_ = true;
+          rq_.body_read = true;
           break;
         case FormModel::kAmbiguous:
           refuse(Refusal::kAmbiguousModel);
@@ -299,43 +207,43 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
           break;
       }
     }
-    if (model_from_body && body_has_model_) model = body_model_;
+    if (model_from_body && rq_.body_has_model) model = rq_.body_model;
     // X-Model on a credential-checked listener: the body must name that model too. A body that
     // names none makes the engine serve its default model, which the header did not name.
-    if (cfg->checks_credentials && !model_from_body && !model.empty() && body_read_ &&
-        (!body_has_model_ || body_model_ != model)) {
+    if (cfg->checks_credentials && !model_from_body && !model.empty() && rq_.body_read &&
+        (!rq_.body_has_model || rq_.body_model != model)) {
       refuse(Refusal::kModelMismatch);
       co_await sendError(400, "model_mismatch",
-                         body_has_model_ ? "X-Model and the body's model differ"
-                                         : "X-Model names a model the body does not (the "
-                                           "engine would serve its default model)",
+                         rq_.body_has_model ? "X-Model and the body's model differ"
+                                            : "X-Model names a model the body does not (the "
+                                              "engine would serve its default model)",
                          "model");
       co_return !client_gone_;
     }
   }
   // (the access log and loxilb_ai_requests_total: the pool's model, else the body's when parsed)
-  outcome_.model = !model.empty() || !body_has_model_ ? model : body_model_;
+  rq_.outcome.model = !model.empty() || !rq_.body_has_model ? model : rq_.body_model;
   if (head.method == "GET" && (path == "/v1/models" || path == "/models") &&
       !cfg->models(host, path).empty()) {
     // On a listener with credential-checked rules the list needs a valid credential: a key
     // (then only the models it may use) or a token valid for one of the rules' JWT profiles.
     std::vector<std::string> allowed;
     if (cfg->checks_credentials) {
-      KeyAdmission a;
+      Verdict a;
       if (cfg->takes_keys &&
           (governance::carriesKey(head.get("x-api-key"), head.get("authorization")) ||
            cfg->jwt_profiles.empty())) {
-        a = checkApiKey(head, {}, false, &allowed);
+        a = checkApiKey(w_.gov, head, {}, false, &allowed, rq_);
       } else {
-        a = KeyAdmission::refused(401, "missing_token", "a bearer token is required");
+        a = Verdict::refused(401, "missing_token", "a bearer token is required");
         for (const auto& p : cfg->jwt_profiles) {
-          a = checkJwt(head, p);
-          if (a.status == 0) break;
+          a = checkJwt(w_.gov, head, p, rq_);
+          if (a.ok()) break;
         }
         allowed = {"*"};
       }
-      if (a.status != 0) {
-        outcome_.denied = true;
+      if (!a.ok()) {
+        rq_.outcome.denied = true;
         co_await sendError(a.status, a.code, a.message, a.param);
         co_return !client_gone_;
       }
@@ -343,45 +251,33 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     co_return co_await answerModels(*cfg, host, path, cfg->checks_credentials ? &allowed : nullptr);
   }
   if (model_from_body) route = cfg->find(host, path, model, host_path_matched);
-  outcome_.route = route;
+  rq_.outcome.route = route;
   if (!route || !route->rule.inactive_capability.empty() || !route->rule.admin_up)
     co_return co_await answerUnroutable(route, host_path_matched, model) && !client_gone_;
-  strip_authorization_ = false;
-  if (const std::string& mode = route->rule.api_key_auth;
-      mode == "required" || mode == "jwt" || mode == "apikey-or-jwt") {
-    // apikey-or-jwt: a present key decides alone; else the bearer token is a JWT.
-    KeyAdmission a;
-    if (mode == "required" ||
-        (mode == "apikey-or-jwt" &&
-         governance::carriesKey(head.get("x-api-key"), head.get("authorization")))) {
-      const std::string_view key_model = bodyModelOr(req, model);
-      a = checkApiKey(head, key_model, true, nullptr);
-    } else {
-      a = checkJwt(head, route->rule.jwt_profile);
-    }
-    if (a.status != 0) {
-      outcome_.denied = true;
-      co_await sendError(a.status, a.code, a.message, a.param, false, a.retry_after_s);
-      co_return !client_gone_;
-    }
-    // No credential of this request reaches the engine: X-Api-Key goes by strip_api_key, any
-    // bearer Authorization (a JWT beside a deciding key too) here.
-    strip_authorization_ = !governance::requestKey({}, head.get("authorization")).empty();
-  }
-  // Quota admission (after credentials and the model, before routing), settled on every path.
-  const std::string_view quota_model = bodyModelOr(req, model);
-  if (metered) {  // (no coroutine frame per request where nothing is metered)
-    KeyAdmission a = co_await admitQuota(*route, quota_model, req);
-    if (a.status != 0) {
-      outcome_.denied = true;
-      co_await sendError(a.status, a.code, a.message, a.param, false, a.retry_after_s);
-      co_return !client_gone_;
-    }
-  }
+  // The rule's request filters (filters/request_filter.h): credentials, quota. A reservation
+  // the quota filter makes is settled when this request ends, on every path.
   struct Settle {
     ClientConn& c;
-    ~Settle() { c.settleQuota(); }
+    ~Settle() { settleQuota(c.rq_, c.w_.gov, c.client_gone_, c.nowNs()); }
   } settle{*this};
+  {
+    FilterEnv env{req,      rq_,    *route,  bodyModelOr(req, model),
+                  metered,  w_.gov, w_.opts, w_.prompt_tokens,
+                  w_.stats, nowNs()};
+    for (const RequestFilter& f : route->filters) {
+      Verdict v;
+      if (f.check) {
+        v = f.check(env);
+      } else if (f.applies(env)) {  // (no co_await in a condition: GCC 12)
+        v = co_await f.check_async(env);
+      }
+      if (!v.ok()) {
+        rq_.outcome.denied = true;
+        co_await sendError(v.status, v.code, v.message, v.param, false, v.retry_after_s);
+        co_return !client_gone_;
+      }
+    }
+  }
   if (route->rule.inactive_timeout_sec > 0)
     idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
   bool ok;  // (no co_await in a conditional: GCC 12)

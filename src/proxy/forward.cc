@@ -32,13 +32,15 @@ void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::
         http::iequals(h.name, "expect") ||
         (own_length && http::iequals(h.name, "content-length")) ||
         (route.rule.strip_api_key && http::iequals(h.name, "x-api-key")) ||
-        (strip_authorization_ && http::iequals(h.name, "authorization")) ||
+        (rq_.strip_authorization && http::iequals(h.name, "authorization")) ||
         (identity && http::iequals(h.name, "accept-encoding")) ||
         (!conn_tokens.empty() && http::headerHasToken(conn_tokens, h.name)))
       continue;
     out.append(h.name).append(": ").append(h.value).append("\r\n");
   }
-  out.append("X-Request-Id: ").append(leg_id_.empty() ? request_id_ : leg_id_).append("\r\n");
+  out.append("X-Request-Id: ")
+      .append(rq_.leg_id.empty() ? rq_.request_id : rq_.leg_id)
+      .append("\r\n");
   if (identity) out.append("Accept-Encoding: identity\r\n");
   // An HTTP/1.0 client may send no Host; HTTP/1.1 upstreams need one (setUpstreamHost).
   host_at = head.host.empty() ? out.size() : std::string::npos;
@@ -107,7 +109,7 @@ asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, con
   stopWatch();
   leg_.release(false);
   if (client_gone_) co_return false;  // the lease releases an unsettled trial
-  if (!pd_first_error_.empty()) {     // P/D: the concurrent prefill failed; decode is not to blame
+  if (!rq_.pd_first_error.empty()) {  // P/D: the concurrent prefill failed; decode is not to blame
     co_await answerPrefillFailure();
     co_return true;
   }
@@ -117,14 +119,14 @@ asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, con
   if (r.outcome == O::kTimeout) {
     lease.settle(route.health, cb, 504);
     co_await sendError(504, "upstream_timeout",
-                       "upstream " + label + " did not answer in time" + pd_leg_note_);
+                       "upstream " + label + " did not answer in time" + rq_.pd_leg_note);
   } else if (r.outcome == O::kBadResponse) {
     lease.settle(route.health, cb, 502);
-    co_await sendError(502, "bad_upstream_response", r.error + pd_leg_note_);
+    co_await sendError(502, "bad_upstream_response", r.error + rq_.pd_leg_note);
   } else {
     lease.settle(route.health, cb, 502);
     co_await sendError(502, "upstream_closed",
-                       "upstream " + label + " closed the connection" + pd_leg_note_);
+                       "upstream " + label + " closed the connection" + rq_.pd_leg_note);
   }
   co_return true;
 }
@@ -151,7 +153,7 @@ asio::awaitable<UpstreamLeg::Result> ClientConn::connectLeg(UpstreamLeg& leg, co
     error_code ec;
     co_await pause.async_wait(useEc(ec));
     // The client left, or (SGLang P/D) the concurrent prefill failed meanwhile: stop here.
-    if (client_gone_ || !pd_first_error_.empty()) co_return r;
+    if (client_gone_ || !rq_.pd_first_error.empty()) co_return r;
   }
 }
 
@@ -167,7 +169,7 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
   next_endpoint = false;
   for (int send_try = 0; send_try < 2; ++send_try) {
     UpstreamLeg::Result r;
-    if (!pd_first_error_.empty())  // P/D: the concurrent prefill failed before this leg started
+    if (!rq_.pd_first_error.empty())  // P/D: the concurrent prefill failed before this leg started
       co_return co_await failExchange(r, route, idx, lease);
     if (send_try > 0 ||
         !leg_.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx])) {
@@ -181,14 +183,14 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
     }
     // The concurrent prefill (SGLang P/D) failed while this leg connected: however the connect
     // ended, the decode is not sent.
-    if (!pd_first_error_.empty()) co_return co_await failExchange(r, route, idx, lease);
+    if (!rq_.pd_first_error.empty()) co_return co_await failExchange(r, route, idx, lease);
     if (r.starved) {  // the gateway's shortage: the endpoint is not charged, nor are others tried
       if (starvedLogDue())
         log::warn("proxy", r.error + " (the gateway is out of " +
                                (r.starved == 1 ? "descriptors" : "memory") +
                                "; at most one such line every 10 s per worker)");
       leg_.release(false);
-      outcome_.ep_index = -1;  // (answered by the gateway: no engine's status)
+      rq_.outcome.ep_index = -1;  // (answered by the gateway: no engine's status)
       // The connection is closed after the answer: it holds a descriptor the gateway lacks.
       co_await sendError(503, "gateway_out_of_resources",
                          "the gateway cannot open a connection to the engine now (" +
@@ -200,18 +202,18 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
     if (!r.ok()) {
       lease.connectFailed(route.health, cb);
       log::warn("proxy", r.error);
-      last_error_ = r.error;
+      rq_.last_error = r.error;
       next_endpoint = true;
       co_return true;
     }
     phase_ = Phase::kAwaitResponse;
     deadline_.expireAfter(data_timeout);
-    r = co_await leg_.send(up_head_, body);
+    r = co_await leg_.send(rq_.up_head, body);
     const auto sent_at = std::chrono::steady_clock::now();
     if (r.ok()) {
-      quota_.sent = true;
+      rq_.quota.sent = true;
       ep.state->requests.fetch_add(1, std::memory_order_relaxed);
-      http::ResponseHead& rh = resp_head_;  // a member: a 3 KB frame per request costs a malloc
+      http::ResponseHead& rh = rq_.resp_head;  // a member: a 3 KB frame per request costs a malloc
       r = co_await readFinalHead(req.head.method, rh);
       if (r.ok()) {
         lease.settle(route.health, cb, rh.status);
@@ -227,8 +229,8 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
       continue;
     }
     if (r.outcome == UpstreamLeg::Outcome::kSendFailed && !client_gone_) {
-      last_error_ = "send to " + ep.state->label + " failed: " + r.error;
-      log::warn("proxy", last_error_);
+      rq_.last_error = "send to " + ep.state->label + " failed: " + r.error;
+      log::warn("proxy", rq_.last_error);
       lease.settle(route.health, cb, 502);
       leg_.release(false);
       next_endpoint = true;
@@ -252,7 +254,8 @@ asio::awaitable<routing::Decision> ClientConn::decide(const Route& route,
   c.timeout = std::chrono::milliseconds(sa.value("kvIndexTimeoutMs", 5));
   c.tenant = sa.value("kvIndexTenant", std::string("default"));
   c.block_size = static_cast<uint32_t>(sa.value("kvBlockSize", 16));
-  c.model = facts_parsed_ && facts_.has_model ? facts_.model : sa.value("model_name", std::string());
+  c.model = rq_.facts_parsed && rq_.facts.has_model ? rq_.facts.model
+                                                    : sa.value("model_name", std::string());
   routing::RemoteHint& remote = rctx.cycle->remote;
   co_await askRemoteIndex(w_.io, c, rctx.cycle->chain, remote);
   if (remote.state == routing::RemoteHint::State::kWanted)
@@ -264,56 +267,56 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
                                           const routing::Pipeline* pipeline, int role) {
   const size_t n = route.endpoints.size();
   if (!pipeline) pipeline = route.pipeline.get();
-  // (the quota stage may have asked a stream for its usage: quota_gate.cc)
-  const std::string_view body = quota_.inject ? std::string_view(quota_body_) : req.body;
+  // (the quota stage may have asked a stream for its usage: filters/quota.cc)
+  const std::string_view body = rq_.quota.inject ? std::string_view(rq_.quota_body) : req.body;
   // (an answer the gateway reads for usage must not come compressed)
-  buildUpstreamHead(req, route, body, up_head_, up_host_at_, quota_.active);
+  buildUpstreamHead(req, route, body, rq_.up_head, rq_.up_host_at, rq_.quota.active);
   if (n == 0 || !pipeline) {
     co_await sendError(503, "no_healthy_upstream", "service has no endpoints");
     co_return true;
   }
   routing::RequestContext rctx =
-      requestContext(req.head, facts_parsed_ ? &facts_ : nullptr, route, source_key_);
-  cycle_.beginRouting();  // (the chain: at most 8192 entries, kv_exact's block bound)
-  rctx.cycle = &cycle_;
+      requestContext(req.head, rq_.facts_parsed ? &rq_.facts : nullptr, route, source_key_);
+  rq_.cycle.beginRouting();  // (the chain: at most 8192 entries, kv_exact's block bound)
+  rctx.cycle = &rq_.cycle;
   const bool cb = route.rule.cb_enable;
-  maskUnhealthy(route, excluded_, role);
-  routing::CandidateSet cands{route.endpoints, excluded_};
-  last_error_.clear();
+  maskUnhealthy(route, rq_.excluded, role);
+  routing::CandidateSet cands{route.endpoints, rq_.excluded};
+  rq_.last_error.clear();
   for (size_t attempt = 0; attempt < 2 * n; ++attempt) {
     routing::Decision d = co_await decide(route, *pipeline, rctx, cands);
-    cycle_.releaseTokens();  // (the chain, if any, is what a retry reuses)
+    rq_.cycle.releaseTokens();  // (the chain, if any, is what a retry reuses)
     if (d.index < 0) break;
     const size_t idx = static_cast<size_t>(d.index);
     auto& state = *route.endpoints[idx].state;
     bool trial = false;  // a half-open breaker's single trial request
     if (!state.health.admits(cb, trial)) {
-      excluded_[idx] = true;  // half-open with its trial already out
+      rq_.excluded[idx] = true;  // half-open with its trial already out
       continue;
     }
     endpoints::EndpointLease lease(state, trial);  // in flight from the pick on
-    if (d.track_chain && cycle_.chain_ready) lease.addChain(cycle_.chain);
+    if (d.track_chain && rq_.cycle.chain_ready) lease.addChain(rq_.cycle.chain);
     // Queued prefill until the first response byte: only a stream's first byte marks the end of
     // its prefill (a non-streaming answer arrives when the whole generation is done).
-    if (d.prefill_blocks > 0 && facts_parsed_ && facts_.stream.value_or(false))
+    if (d.prefill_blocks > 0 && rq_.facts_parsed && rq_.facts.stream.value_or(false))
       lease.addPrefill(d.prefill_blocks, route.kv_block_tokens, nowNs());
-    outcome_.ep_index = d.index;
-    outcome_.endpoint = &state.label;
-    outcome_.key = routing::decisionKeyName(d.key);
-    outcome_.stage = pipeline->stageName(d.stage).c_str();
-    outcome_.spilled = d.spilled;
-    setUpstreamHost(up_head_, up_host_at_, state.label);
+    rq_.outcome.ep_index = d.index;
+    rq_.outcome.endpoint = &state.label;
+    rq_.outcome.key = routing::decisionKeyName(d.key);
+    rq_.outcome.stage = pipeline->stageName(d.stage).c_str();
+    rq_.outcome.spilled = d.spilled;
+    setUpstreamHost(rq_.up_head, rq_.up_host_at, state.label);
     bool next_endpoint = false;
     bool ok = co_await exchange(req, body, route, idx, lease, next_endpoint);
     if (!next_endpoint) co_return ok;
     if (client_gone_) co_return false;
-    excluded_[idx] = true;
+    rq_.excluded[idx] = true;
   }
   stopWatch();
-  outcome_.ep_index = -1;
+  rq_.outcome.ep_index = -1;
   // Named locals: GCC 12 double-destroys a conditional's temporary inside co_await.
-  const bool tried = !last_error_.empty();
-  const std::string message = tried ? last_error_ : std::string("no healthy endpoint");
+  const bool tried = !rq_.last_error.empty();
+  const std::string message = tried ? rq_.last_error : std::string("no healthy endpoint");
   const char* code = tried ? "upstream_connect_failed" : "no_healthy_upstream";
   co_await sendError(tried ? 502 : 503, code, message);
   co_return true;

@@ -52,7 +52,7 @@ struct ClientConn::PdState {
   size_t host_at = std::string::npos;
   std::string first_body, second_body, answer, content_type;
   std::vector<bool> decode_excluded;
-  std::string id_suffix;  // the fresh part of the legs' request id (leg_id_)
+  std::string id_suffix;  // the fresh part of the legs' request id (rq_.leg_id)
   http::ResponseHead rh;
   // SGLang: the background drain of a prefill leg (cleared by the drain when it ends), the
   // request it serves, and a refusal it relays (status, with its body in `answer`).
@@ -165,7 +165,7 @@ asio::awaitable<void> ClientConn::answerPrefillFailure() {
     co_await answerWith(pd_->first_status, "application/json", pd_->answer);
     co_return;
   }
-  co_await sendError(502, "prefill_failed", pd_first_error_);
+  co_await sendError(502, "prefill_failed", rq_.pd_first_error);
 }
 
 void ClientConn::abortLegs(bool timeout) {
@@ -186,18 +186,18 @@ asio::awaitable<bool> ClientConn::answerWith(int status, std::string_view conten
   std::string h = "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
                   "\r\nContent-Type: ";
   h.append(content_type.empty() ? std::string_view("application/json") : content_type);
-  h += "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nX-Request-Id: " + request_id_ +
-       "\r\n";
+  h += "\r\nContent-Length: " + std::to_string(body.size()) +
+       "\r\nX-Request-Id: " + rq_.request_id + "\r\n";
   h += ruleHeaders();
   if (!keepAliveAfter()) h += "Connection: close\r\n";
   h += "\r\n";
-  outcome_.status = status;
-  outcome_.engine_answered = true;  // (every caller relays an engine's answer)
-  outcome_.bytes = body.size();
+  rq_.outcome.status = status;
+  rq_.outcome.engine_answered = true;  // (every caller relays an engine's answer)
+  rq_.outcome.bytes = body.size();
   countResponse(status);
-  if (quota_.active) {  // settlement reads the answer's usage
-    quota_.status = status;
-    usage_.feed(body);
+  if (rq_.quota.active) {  // settlement reads the answer's usage
+    rq_.quota.status = status;
+    rq_.usage.feed(body);
   }
   co_return co_await writeClient(h, body);
 }
@@ -228,7 +228,7 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
       if (!r.ok()) {
         if (!r.starved) lease.connectFailed(route.health, cb);  // (a shortage of ours: no blame)
         log::warn("proxy", r.error);
-        last_error_ = r.error;
+        rq_.last_error = r.error;
         a.kind = K::kConnectFailed;
         co_return a;
       }
@@ -236,7 +236,7 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
     phase_ = Phase::kAwaitResponse;
     deadline_.expireAfter(data_timeout);
     r = co_await leg.send(pd_->head, body);
-    if (r.ok()) quota_.sent = true;  // (settlement: the engine has the request)
+    if (r.ok()) rq_.quota.sent = true;  // (settlement: the engine has the request)
     if (r.ok()) {
       ep.state->requests.fetch_add(1, std::memory_order_relaxed);
       http::ResponseHead& rh = pd_->rh;
@@ -353,8 +353,8 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
                                             endpoints::EndpointLease& first_lease, int first_idx,
                                             bool* redo_prefill) {
   const std::string& prefill_label = route.endpoints[prefill_idx].state->label;
-  pd_leg_note_ = " (decode leg, after the prefill on " + prefill_label + ")";
-  last_error_.clear();
+  rq_.pd_leg_note = " (decode leg, after the prefill on " + prefill_label + ")";
+  rq_.last_error.clear();
   for (size_t attempt = 0; attempt < 2 * route.endpoints.size(); ++attempt) {
     endpoints::EndpointLease lease;
     const int idx = attempt == 0 ? first_idx : pickDecode(rctx, route, lease);
@@ -363,13 +363,13 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
     // The id names the decode endpoint this leg goes to (another one than the prefill's id
     // named when the first was unreachable: a pull connector takes the KV from the prefill
     // whatever the id says, and the id stays true in the engines' and our logs).
-    leg_id_ = pd::pdRequestId(route.transfer_addr[prefill_idx],
-                              route.transfer_addr[static_cast<size_t>(idx)], pd_->id_suffix);
-    buildUpstreamHead(req, route, body, up_head_, up_host_at_);
+    rq_.leg_id = pd::pdRequestId(route.transfer_addr[prefill_idx],
+                                 route.transfer_addr[static_cast<size_t>(idx)], pd_->id_suffix);
+    buildUpstreamHead(req, route, body, rq_.up_head, rq_.up_host_at);
     const auto& state = *route.endpoints[static_cast<size_t>(idx)].state;
-    outcome_.ep_index = idx;
-    outcome_.endpoint = &state.label;
-    setUpstreamHost(up_head_, up_host_at_, state.label);
+    rq_.outcome.ep_index = idx;
+    rq_.outcome.endpoint = &state.label;
+    setUpstreamHost(rq_.up_head, rq_.up_host_at, state.label);
     bool next_endpoint = false;
     bool ok = co_await exchange(req, body, route, static_cast<size_t>(idx), lease, next_endpoint);
     if (!next_endpoint) {
@@ -380,12 +380,12 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
       // other (decode pulls the prefill's KV), so a stall cannot be pinned on either from here;
       // the active probes and the prefill's own failures judge that endpoint.
       if (pd_->drain && pd_->drain_request == request_seq_ &&
-          (outcome_.status == 0 || outcome_.status >= 400 || !ok))
+          (rq_.outcome.status == 0 || rq_.outcome.status >= 400 || !ok))
         pd_->drain->abandon();
       co_return ok;
     }
     if (client_gone_) co_return false;
-    if (!pd_first_error_.empty()) {  // the concurrent prefill failed meanwhile
+    if (!rq_.pd_first_error.empty()) {  // the concurrent prefill failed meanwhile
       co_await answerPrefillFailure();
       co_return true;
     }
@@ -403,10 +403,10 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
 // 502 decode_failed: no decode endpoint could be reached (the last one's error, the leg note).
 asio::awaitable<bool> ClientConn::answerNoDecode() {
   stopWatch();
-  outcome_.ep_index = -1;
+  rq_.outcome.ep_index = -1;
   const std::string message =
-      (last_error_.empty() ? std::string("no healthy decode endpoint") : last_error_) +
-      pd_leg_note_;
+      (rq_.last_error.empty() ? std::string("no healthy decode endpoint") : rq_.last_error) +
+      rq_.pd_leg_note;
   co_await sendError(502, "decode_failed", message);
   co_return true;
 }
@@ -427,7 +427,7 @@ asio::awaitable<bool> ClientConn::concurrentLegs(const Request& req, const Route
   st.drain_request = request_seq_;
   st.first_status = 0;
   asio::co_spawn(w_.io,
-                 drainPrefill(shared_from_this(), cfg_, &route, pidx, leg, std::move(plase),
+                 drainPrefill(shared_from_this(), rq_.cfg, &route, pidx, leg, std::move(plase),
                               std::move(head), st.first_body, request_seq_),
                  asio::detached);
   co_return co_await secondLeg(req, route, pidx, rctx, st.first_body, dlease, didx);
@@ -523,7 +523,7 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
   // decode sends at once (then only an engine's refusal ends it: a broken prefill connection
   // may still have transferred the KV).
   if (current && !client_gone_) {
-    pd_first_error_ = "prefill leg to " + ep.state->label + " failed: " + error;
+    rq_.pd_first_error = "prefill leg to " + ep.state->label + " failed: " + error;
     if (status >= 400) {
       pd_->first_status = status;
       pd_->answer = std::move(answer);
@@ -545,7 +545,7 @@ asio::awaitable<void> ClientConn::sendAdmission(const Route& route, int status,
   std::string h =
       "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
       "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\nX-Request-Id: " + request_id_ + "\r\n";
+      "\r\nX-Request-Id: " + rq_.request_id + "\r\n";
   if (status == 429 || status == 503) h += "Retry-After: 1\r\n";
   h += "X-Loxilb-Admission-Inflight: " + std::to_string(st.admission_inflight.load()) +
        "\r\nX-Loxilb-Admission-Queued: " + std::to_string(st.admission_queued.load()) +
@@ -553,8 +553,8 @@ asio::awaitable<void> ClientConn::sendAdmission(const Route& route, int status,
   h += ruleHeaders();
   if (!keepAliveAfter()) h += "Connection: close\r\n";
   h += "\r\n";
-  outcome_.status = status;
-  outcome_.denied = true;  // the admission gate's answer
+  rq_.outcome.status = status;
+  rq_.outcome.denied = true;  // the admission gate's answer
   countResponse(status);
   co_await writeClient(h, body);
 }
@@ -716,7 +716,7 @@ asio::awaitable<int> ClientConn::admit(const Route& route, int& granted,
     bool free = false;
     std::vector<size_t> siblings;  // the prefill endpoints the mask left (a parked request's)
     for (size_t i = 0; i < n; ++i) {
-      if (excluded_[i]) continue;
+      if (rq_.excluded[i]) continue;
       siblings.push_back(i);
       const auto& es = *route.endpoints[i].state;
       if (usable < 0 ||
@@ -725,7 +725,7 @@ asio::awaitable<int> ClientConn::admit(const Route& route, int& granted,
       if (load(i) < a.prefill_max && es.queued.load() == 0)
         free = true;
       else if (enforce)
-        excluded_[i] = true;
+        rq_.excluded[i] = true;
     }
     if (usable >= 0 && !free) {
       if (!enforce) {
@@ -748,21 +748,21 @@ asio::awaitable<int> ClientConn::admit(const Route& route, int& granted,
 }
 
 asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& route) {
-  if (!facts_parsed_) {
+  if (!rq_.facts_parsed) {
     co_await sendError(400, "invalid_request", "a prefill/decode service needs a JSON object body",
                        "body");
     co_return !client_gone_;
   }
   if (!pd_) pd_ = std::make_unique<PdState>(w_, static_cast<LegObserver&>(*this));
   PdState& st = *pd_;
-  routing::RequestContext rctx = requestContext(req.head, &facts_, route, source_key_);
-  cycle_.beginRouting();
-  rctx.cycle = &cycle_;
+  routing::RequestContext rctx = requestContext(req.head, &rq_.facts, route, source_key_);
+  rq_.cycle.beginRouting();
+  rctx.cycle = &rq_.cycle;
   // DRAINING endpoints stay for now: Tier 0 may still send a pinned conversation there.
-  maskUnhealthy(route, excluded_, 1, false);
+  maskUnhealthy(route, rq_.excluded, 1, false);
   maskUnhealthy(route, st.decode_excluded, 2, false);
-  routing::CandidateSet cands{route.endpoints, excluded_};
-  last_error_.clear();
+  routing::CandidateSet cands{route.endpoints, rq_.excluded};
+  rq_.last_error.clear();
   const bool cb = route.rule.cb_enable;
   const pd::Dialect dialect = *route.pd_dialect;
   // The admission gate (default off): may mask capped endpoints, park or answer.
@@ -790,7 +790,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     routing::Decision d;
     endpoints::EndpointLease plase;
     if (granted >= 0) {  // parked, then handed a slot there: that is the pick
-      cycle_.releaseTokens();  // (no pipeline run needs the request's ids now)
+      rq_.cycle.releaseTokens();  // (no pipeline run needs the request's ids now)
       d.index = granted;
       plase = std::move(granted_lease);
       granted = -1;
@@ -801,48 +801,48 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       if (s.controller(nowNs()).state == endpoints::ControllerState::kDisabled ||
           !s.health.admits(cb, trial)) {  // (in this order: admits may take a half-open trial)
         plase.reset();
-        excluded_[static_cast<size_t>(d.index)] = true;
+        rq_.excluded[static_cast<size_t>(d.index)] = true;
         continue;
       }
       if (trial) plase.takeTrial();
     } else {
       d = co_await decide(route, *route.pipeline, rctx, cands);
-      cycle_.releaseTokens();
+      rq_.cycle.releaseTokens();
       if (d.index < 0) break;
       auto& s = *route.endpoints[static_cast<size_t>(d.index)].state;
       bool trial = false;
       if (!s.health.admits(cb, trial)) {
-        excluded_[static_cast<size_t>(d.index)] = true;
+        rq_.excluded[static_cast<size_t>(d.index)] = true;
         continue;
       }
       plase = endpoints::EndpointLease(s, trial);
     }
     const size_t pidx = static_cast<size_t>(d.index);
     auto& pstate = *route.endpoints[pidx].state;
-    if (d.track_chain && cycle_.chain_ready) plase.addChain(cycle_.chain);
+    if (d.track_chain && rq_.cycle.chain_ready) plase.addChain(rq_.cycle.chain);
     if (didx < 0) {
       didx = pinnedDecode(route, d.peer, dlease);
       if (didx < 0) didx = pickDecode(rctx, route, dlease);
       if (didx < 0) break;  // no decode endpoint admits the request: rescue
     }
     // Until the second leg starts, answers are the prefill endpoint's (counters, access log).
-    outcome_.ep_index = static_cast<int>(pidx);
-    outcome_.endpoint = &pstate.label;
+    rq_.outcome.ep_index = static_cast<int>(pidx);
+    rq_.outcome.endpoint = &pstate.label;
     if (rctx.conversation_key && route.stats->sessions)  // Tier 0: (re)pin the pair
       route.stats->sessions->pin(
           *rctx.conversation_key, {pstate.id, route.endpoints[static_cast<size_t>(didx)].state->id},
           w_.opts.clock ? w_.opts.clock->nowNs() : common::SteadyClock::instance().nowNs());
-    outcome_.prefill = &pstate.label;
-    outcome_.key = routing::decisionKeyName(d.key);
-    outcome_.stage = d.stage >= 0 ? route.pipeline->stageName(d.stage).c_str() : "admission";
-    outcome_.spilled = d.spilled;
+    rq_.outcome.prefill = &pstate.label;
+    rq_.outcome.key = routing::decisionKeyName(d.key);
+    rq_.outcome.stage = d.stage >= 0 ? route.pipeline->stageName(d.stage).c_str() : "admission";
+    rq_.outcome.spilled = d.spilled;
     // The legs' id names both transfer addresses and a fresh suffix of our own (the client's id
     // may repeat or carry ':' digits an engine would misparse); the client keeps its id.
     char fresh[32];
     newRequestId(fresh);
     st.id_suffix.assign(fresh, sizeof fresh);
-    leg_id_ = pd::pdRequestId(route.transfer_addr[pidx],
-                              route.transfer_addr[static_cast<size_t>(didx)], st.id_suffix);
+    rq_.leg_id = pd::pdRequestId(route.transfer_addr[pidx],
+                                 route.transfer_addr[static_cast<size_t>(didx)], st.id_suffix);
     // The first leg's body.
     Result<std::string> first =
         dialect == pd::Dialect::kVllm ? pd::vllmPrefillBody(req.body)
@@ -865,7 +865,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     LegAnswer a = co_await firstLeg(req, route, pidx, plase, st.first_body);
     using K = LegAnswer::Kind;
     if (a.kind == K::kConnectFailed) {
-      excluded_[pidx] = true;
+      rq_.excluded[pidx] = true;
       continue;
     }
     if (!tier_counted) countTier(route, d.stage);  // the pick that served (connect failures
@@ -900,7 +900,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       if (ctx && ctx->finished) {  // generation is over already: the context answer is it
         stopWatch();
         dlease.reset();
-        const bool stream = facts_.stream.value_or(false);
+        const bool stream = rq_.facts.stream.value_or(false);
         auto final = pd::trtllmFinalAnswer(st.answer, stream);
         if (final) {
           st.answer = std::move(*final);
@@ -943,18 +943,18 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   }
   // No prefill/decode pair: the any-healthy rescue over role-less endpoints.
   dlease.reset();
-  leg_id_.clear();
-  outcome_.ep_index = -1;
-  outcome_.prefill = nullptr;
-  outcome_.endpoint = nullptr;
+  rq_.leg_id.clear();
+  rq_.outcome.ep_index = -1;
+  rq_.outcome.prefill = nullptr;
+  rq_.outcome.endpoint = nullptr;
   if (route.rescue_pipeline) {
     countTier(route, -2);
     co_return co_await forward(req, route, route.rescue_pipeline.get(), 0);
   }
   stopWatch();
-  const bool tried = !last_error_.empty();
+  const bool tried = !rq_.last_error.empty();
   const std::string message =
-      tried ? "prefill leg: " + last_error_ : std::string("no healthy prefill/decode pair");
+      tried ? "prefill leg: " + rq_.last_error : std::string("no healthy prefill/decode pair");
   co_await sendError(tried ? 502 : 503, tried ? "upstream_connect_failed" : "no_healthy_upstream",
                      message);
   co_return true;

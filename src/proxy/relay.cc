@@ -24,14 +24,14 @@ void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk,
     if (!hsts.empty() && http::iequals(x.name, "strict-transport-security")) continue;  // ours
     if (rewrite && http::iequals(x.name, "content-length")) continue;
     if (http::iequals(x.name, "x-request-id")) {
-      if (!leg_id_.empty()) continue;  // P/D: the engines saw the legs' id; the client its own
+      if (!rq_.leg_id.empty()) continue;  // P/D: the engines saw the legs' id; the client its own
       has_rid = true;
     }
     h.append(x.name).append(": ").append(x.value).append("\r\n");
   }
   if (rewrite ? client_minor_ >= 1 : rh.body_kind == http::BodyKind::kChunked && !dechunk)
     h.append("Transfer-Encoding: chunked\r\n");
-  if (!has_rid) h.append("X-Request-Id: ").append(request_id_).append("\r\n");
+  if (!has_rid) h.append("X-Request-Id: ").append(rq_.request_id).append("\r\n");
   h.append(hsts);
   if (!keepAliveAfter()) h.append("Connection: close\r\n");
   h.append("\r\n");
@@ -70,7 +70,7 @@ bool ClientConn::nextChunk(RelayFraming& f, std::string_view& chunk) {
   return true;
 }
 
-// A re-framed piece (quota_.inject): one chunk for an HTTP/1.1 client (`last`: and the final
+// A re-framed piece (rq_.quota.inject): one chunk for an HTTP/1.1 client (`last`: and the final
 // zero-size chunk), the bytes themselves for an HTTP/1.0 one (its body ends at the close).
 std::string_view ClientConn::frameRewritten(std::string& piece, bool last) {
   if (client_minor_ == 0) return piece;
@@ -86,13 +86,13 @@ std::string_view ClientConn::frameRewritten(std::string& piece, bool last) {
 
 // Time to first byte (and, for a stream, to its first event) of the response being relayed.
 void ClientConn::noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload) {
-  if (outcome_.ttfb_ms >= 0 && !(ttft_pending && had_payload)) return;
-  outcome_.ttfb_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started_at_)
+  if (rq_.outcome.ttfb_ms >= 0 && !(ttft_pending && had_payload)) return;
+  rq_.outcome.ttfb_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - rq_.started_at)
           .count();
   if (ttft_pending && had_payload) {
     ttft_pending = false;
-    route.stats->stream_ttft.observe(outcome_.ttfb_ms / 1000.0);
+    route.stats->stream_ttft.observe(rq_.outcome.ttfb_ms / 1000.0);
   }
 }
 
@@ -101,8 +101,8 @@ void ClientConn::noteFirstBytes(const Route& route, bool& ttft_pending, bool had
 // model for the access log, is copied first; run() then consumes nothing.
 void ClientConn::releaseRequestBytes() {
   if (in_.size() != request_bytes_) return;  // pipelined bytes follow: keep them
-  model_copy_.assign(outcome_.model);
-  outcome_.model = model_copy_;
+  rq_.model_copy.assign(rq_.outcome.model);
+  rq_.outcome.model = rq_.model_copy;
   in_.clear();
   in_.shrinkIfEmpty(0);
 }
@@ -111,10 +111,10 @@ void ClientConn::releaseRequestBytes() {
 bool ClientConn::abandonRelay(RelayCut why) {
   relay_cut_ = true;
   w_.stats.relay_cuts[static_cast<size_t>(why)].fetch_add(1, std::memory_order_relaxed);
-  if (why == RelayCut::kUpstream && outcome_.endpoint)
-    log::warn("proxy", "response " + request_id_ + " from " + *outcome_.endpoint +
-                           " cut by the upstream after " + std::to_string(outcome_.bytes) +
-                           " bytes: the client's " + (quota_.stream ? "stream" : "body") +
+  if (why == RelayCut::kUpstream && rq_.outcome.endpoint)
+    log::warn("proxy", "response " + rq_.request_id + " from " + *rq_.outcome.endpoint +
+                           " cut by the upstream after " + std::to_string(rq_.outcome.bytes) +
+                           " bytes: the client's " + (rq_.quota.stream ? "stream" : "body") +
                            " ends unfinished");
   stopWatch();
   leg_.release(false);
@@ -133,17 +133,17 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   f.reusable = rh.keep_alive;
   // Quota settlement reads the usage from the payload; a stream asked for usage on the client's
   // behalf is re-framed without it (chunked to HTTP/1.1 clients, until close to HTTP/1.0 ones).
-  const bool scan = quota_.active && !head_request;
-  const bool rewrite = scan && quota_.inject && rh.event_stream && rh.status < 300 &&
+  const bool scan = rq_.quota.active && !head_request;
+  const bool rewrite = scan && rq_.quota.inject && rh.event_stream && rh.status < 300 &&
                        rh.body_kind != http::BodyKind::kNone;
   f.decode = scan;
-  quota_.status = rh.status;
-  quota_.stream = rh.event_stream;
+  rq_.quota.status = rh.status;
+  rq_.quota.stream = rh.event_stream;
   if (rh.body_kind == http::BodyKind::kUntilClose || f.dechunk || (rewrite && client_minor_ == 0))
     client_keep_alive_ = false;
   buildDownstreamHead(rh, f.dechunk, rewrite);
-  outcome_.status = rh.status;
-  outcome_.engine_answered = true;
+  rq_.outcome.status = rh.status;
+  rq_.outcome.engine_answered = true;
   countResponse(rh.status);
   leg_.consumeHead(rh);
 
@@ -169,13 +169,13 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
         rule.max_stream_duration_sec > 0 ? rule.max_stream_duration_sec : 86400));
     releaseRequestBytes();
     leg_.keepReadRoomSmall();
-    std::string().swap(up_head_);  // (a stream lasts: its request head is not kept meanwhile)
+    std::string().swap(rq_.up_head);  // (a stream lasts: its request head is not kept meanwhile)
   }
 
   for (bool first = true;; first = false) {
     std::string_view chunk;
     if (!nextChunk(f, chunk)) {
-      log::warn("proxy", "malformed chunked response from " + *outcome_.endpoint);
+      log::warn("proxy", "malformed chunked response from " + *rq_.outcome.endpoint);
       if (first) co_await writeClient(down_head_);  // then cut the stream: the client sees it
       co_return abandonRelay(RelayCut::kMalformed);
     }
@@ -187,11 +187,11 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     if (scan) {
       const std::string_view payload =
           f.kind == http::BodyKind::kChunked ? std::string_view(f.decoded) : chunk;
-      usage_.feed(payload);
+      rq_.usage.feed(payload);
       if (rewrite) {
-        relay_out_.clear();
-        usage_filter_.feed(payload, relay_out_);
-        out = frameRewritten(relay_out_, false);
+        rq_.relay_out.clear();
+        rq_.usage_filter.feed(payload, rq_.relay_out);
+        out = frameRewritten(rq_.relay_out, false);
       }
     }
     if (first || !out.empty()) {
@@ -207,7 +207,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       bool ok = !wec;
       if (first && stream) std::string().swap(down_head_);  // (written: not kept while it lasts)
       noteFirstBytes(route, ttft_pending, !chunk.empty());
-      outcome_.bytes += out.size();
+      rq_.outcome.bytes += out.size();
       if (!ok) {
         client_gone_ = true;  // client gone: abort the upstream request
         co_return abandonRelay(RelayCut::kClient);
@@ -226,16 +226,16 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       }
       // Truncated by the upstream, the deadline or a client disconnect: cut the client stream.
       if (leg_.timedOut() && stream)
-        log::warn("proxy", "stream " + request_id_ + " hit max_stream_duration_sec");
+        log::warn("proxy", "stream " + rq_.request_id + " hit max_stream_duration_sec");
       co_return abandonRelay(client_gone_       ? RelayCut::kClient
                              : leg_.timedOut() ? RelayCut::kTimeout
                                                : RelayCut::kUpstream);
     }
   }
   if (rewrite) {  // what the filter still holds, and the end of the re-framed body
-    relay_out_.clear();
-    usage_filter_.finish(relay_out_);
-    const std::string_view tail = frameRewritten(relay_out_, true);
+    rq_.relay_out.clear();
+    rq_.usage_filter.finish(rq_.relay_out);
+    const std::string_view tail = frameRewritten(rq_.relay_out, true);
     if (!tail.empty() && !co_await writeClient(tail)) client_gone_ = true;
   }
   deadline_.clear();

@@ -14,6 +14,7 @@
 #include "engines/pd_dialect.h"
 #include "http/asio.h"
 #include "proxy/admission.h"
+#include "proxy/filters/filter_chain.h"
 #include "proxy/rule_stats.h"
 #include "routing/pipeline.h"
 
@@ -44,6 +45,8 @@ struct Route {
   // seed's P/D breaker (3 failures, 30 s) for P/D rules.
   endpoints::HealthOptions health;
   AdmissionConfig admission;  // P/D rules: the admission gate (proxy/admission.h)
+  // The gates a request passes before it is routed (proxy/filters/request_filter.h), in order.
+  std::vector<RequestFilter> filters;
   // security 2: TLS to the engines with this client context; the name each endpoint's
   // certificate must carry (its domainName, else its IP), same order as `endpoints`.
   std::shared_ptr<http::TlsFiles> backend_tls;

@@ -19,9 +19,10 @@ class ClientConn;
 
 class Worker {
  public:
-  Worker(const ProxyOptions& opts, DataPlaneStats& stats)
+  Worker(const ProxyOptions& opts, DataPlaneStats& stats, const governance::Services& gov)
       : opts(opts),
         stats(stats),
+        gov(gov),
         pool(opts.max_idle_per_endpoint, opts.upstream_idle_timeout, stats),
         work(asio::make_work_guard(io)) {}
   // (after the thread is joined) The idle upstream sockets go first, while the io_context lives;
@@ -34,6 +35,8 @@ class Worker {
   }
   const ProxyOptions& opts;
   DataPlaneStats& stats;  // shared by all workers (atomics)
+  // Credentials, limits and quota counters the request gates use (the data plane's, injected).
+  const governance::Services& gov;
   UpstreamPool pool;      // touched only on this worker's thread
   // Live client connections of this worker (this thread only), for draining on shutdown.
   std::unordered_set<ClientConn*> conns;

@@ -1,4 +1,4 @@
-// The quota stage of the request path (issue 14 §2; governance/quota.h for the ledger's law):
+// The quota filter of the request path (request_filter.h) (issue 14 §2; governance/quota.h for the ledger's law):
 // after the credential check and before routing, the request's buckets (governance/limits.h
 // planBuckets: key, user, tenant and shared-VIP RPS, then key, user, user+model, tenant,
 // tenant+model and shared-VIP TPM) must admit it; a refusal is a 429 with Retry-After. The
@@ -15,7 +15,7 @@
 // the rendered prompt's bytes / 4 rounded up (the request facts' one parse), else, when the facts
 // found no prompt, the body's bytes / 4.
 //
-// Settlement (settleQuota, run when dispatch ends on every path, client disconnects included):
+// Settlement (settleQuota, run when the request ends on every path, client disconnects included):
 // the reservation goes back and each TPM bucket is charged nothing for a body-less request (it
 // generates nothing; GET /v1/responses/{id} replays a stored usage), else the engine's usage (the relay's
 // UsageScanner; P/D answers too), else an estimate, counted as missing usage: nothing when no
@@ -30,13 +30,19 @@
 // members kept; the last duplicate wins in the engines' JSON parsers), and the relay strips the
 // usage chunk and the "usage":null members it adds (single-leg rules). Not on the Responses API
 // (a target ending in /responses): its streams carry their usage in response.completed.
+#include "proxy/filters/quota.h"
+
+#include <algorithm>
 #include <chrono>
 
 #include <nlohmann/json.hpp>
 
 #include "governance/api_keys.h"
+#include "governance/limits.h"
+#include "governance/quota.h"
 #include "governance/redis_counters.h"
-#include "proxy/client_conn.h"
+#include "governance/services.h"
+#include "routing/prompt_tokens.h"
 
 namespace kvgate::proxy {
 
@@ -46,9 +52,6 @@ bool isResponsesApi(std::string_view target) {
   target = target.substr(0, target.find('?'));
   return target.ends_with("/responses");
 }
-}  // namespace
-
-namespace {
 
 // Waits for the shared counters' answer on the caller's executor (the worker's event loop).
 template <class Token>
@@ -68,65 +71,70 @@ auto asyncSharedAdmit(governance::RedisCounters& rc, std::vector<governance::Buc
 
 constexpr int64_t kMaxTerm = 1'000'000'000;
 
-}  // namespace
-
 // The prompt's token count for the reservation (0: the facts hold no prompt).
-int64_t ClientConn::promptCount() {
-  if (facts_.prompt_id_count > 0) {
-    w_.stats.quota_prompt_ids.fetch_add(1, std::memory_order_relaxed);
-    return static_cast<int64_t>(facts_.prompt_id_count);
+int64_t promptCount(FilterEnv& env) {
+  if (env.rq.facts.prompt_id_count > 0) {
+    env.stats.quota_prompt_ids.fetch_add(1, std::memory_order_relaxed);
+    return static_cast<int64_t>(env.rq.facts.prompt_id_count);
   }
-  const int64_t bytes = static_cast<int64_t>(facts_.prompt_render_total);
-  if (const routing::PromptTokens* tok = w_.prompt_tokens) {
+  const int64_t bytes = static_cast<int64_t>(env.rq.facts.prompt_render_total);
+  if (const routing::PromptTokens* tok = env.prompt_tokens) {
     // Into the request's cache: Tier 1.5 reuses the ids instead of rendering and tokenizing the
     // same facts again.
-    std::vector<uint32_t>& ids = cycle_.tokens;
-    if (!cycle_.tokens_ready) {
-      cycle_.tokens_ok =
-          tok->tokens(facts_, ids, &cycle_.tokens_cut) == routing::TokensStatus::kOk;
-      cycle_.tokens_ready = true;
+    std::vector<uint32_t>& ids = env.rq.cycle.tokens;
+    if (!env.rq.cycle.tokens_ready) {
+      env.rq.cycle.tokens_ok =
+          tok->tokens(env.rq.facts, ids, &env.rq.cycle.tokens_cut) == routing::TokensStatus::kOk;
+      env.rq.cycle.tokens_ready = true;
     }
-    if (cycle_.tokens_ok && !ids.empty()) {
-      w_.stats.quota_prompt_tokenizer.fetch_add(1, std::memory_order_relaxed);
+    if (env.rq.cycle.tokens_ok && !ids.empty()) {
+      env.stats.quota_prompt_tokenizer.fetch_add(1, std::memory_order_relaxed);
       // (what the tokenizer's bound cut, estimated by it)
       const int64_t beyond =
-          static_cast<int64_t>(std::min<size_t>(cycle_.tokens_cut, INT64_MAX / 2));
+          static_cast<int64_t>(std::min<size_t>(env.rq.cycle.tokens_cut, INT64_MAX / 2));
       return static_cast<int64_t>(ids.size()) + beyond;
     }
   }
   if (bytes == 0) return 0;
-  w_.stats.quota_prompt_bytes.fetch_add(1, std::memory_order_relaxed);
+  env.stats.quota_prompt_bytes.fetch_add(1, std::memory_order_relaxed);
   return (bytes + 3) / 4;
 }
 
-asio::awaitable<ClientConn::KeyAdmission> ClientConn::admitQuota(const Route& route,
-                                                                  std::string_view model,
-                                                                  const Request& req) {
+}  // namespace
+
+bool quotaApplies(const FilterEnv& env) { return env.metered; }
+
+asio::awaitable<Verdict> quotaFilter(FilterEnv& env) {
+  const Route& route = env.route;
+  const Request& req = env.req;
+  const std::string_view model = env.model;
+  RequestCtx& rq = env.rq;
   using governance::LimitReason;
-  auto limits = governance::limitRegistry().current();
-  const bool credentialed = key_ || !outcome_.tenant.empty() || !outcome_.user.empty();
+  auto limits = env.gov.limits->current();
+  const bool credentialed = rq.key || !rq.outcome.tenant.empty() || !rq.outcome.user.empty();
   if (!limits->loaded && credentialed) {
     // Limits unknown (the governance store did not open): fail closed, like the keys.
-    if (key_) governance::countCheck(governance::kOutcomeStoreUnavailable);
-    co_return KeyAdmission::refused(503, "policy_store_unavailable",
+    if (rq.key) governance::countCheck(governance::kOutcomeStoreUnavailable);
+    co_return Verdict::refused(503, "policy_store_unavailable",
                                     "the limit store is not available");
   }
-  if (!key_ && limits->empty()) co_return KeyAdmission{};  // nothing limits this traffic
-  const governance::Principal who{key_.get(), outcome_.tenant, outcome_.user};
+  if (!rq.key && limits->empty()) co_return Verdict{};  // nothing limits this traffic
+  const governance::Principal who{rq.key.get(), rq.outcome.tenant, rq.outcome.user};
   auto specs =
       governance::planBuckets(*limits, who, model, route.rule.listenKey(), route.rule.name);
   if (specs.empty()) {
-    if (key_) governance::countCheck(0);
-    co_return KeyAdmission{};
+    if (rq.key) governance::countCheck(0);
+    co_return Verdict{};
   }
-  int64_t prompt = facts_parsed_ ? promptCount() : 0, max_tokens = w_.opts.quota_max_tokens, n = 1;
-  if (facts_parsed_) {
-    if (facts_.max_tokens) max_tokens = *facts_.max_tokens;
-    if (facts_.n && *facts_.n > 1) n = std::min<int64_t>(*facts_.n, 1024);
+  int64_t prompt = rq.facts_parsed ? promptCount(env) : 0, max_tokens = env.opts.quota_max_tokens,
+          n = 1;
+  if (rq.facts_parsed) {
+    if (rq.facts.max_tokens) max_tokens = *rq.facts.max_tokens;
+    if (rq.facts.n && *rq.facts.n > 1) n = std::min<int64_t>(*rq.facts.n, 1024);
     // A count the gateway could not read as the engine does: at least the default bound, and
     // as many choices as it ever counts.
-    if (facts_.counts_unreadable) {
-      max_tokens = std::max(max_tokens, w_.opts.quota_max_tokens);
+    if (rq.facts.counts_unreadable) {
+      max_tokens = std::max(max_tokens, env.opts.quota_max_tokens);
       n = 1024;
     }
   }
@@ -134,54 +142,54 @@ asio::awaitable<ClientConn::KeyAdmission> ClientConn::admitQuota(const Route& ro
   // a string simdjson refuses): the body's own size stands in for it.
   if (prompt == 0) {
     prompt = static_cast<int64_t>((req.body.size() + 3) / 4);
-    w_.stats.quota_prompt_bytes.fetch_add(1, std::memory_order_relaxed);
+    env.stats.quota_prompt_bytes.fetch_add(1, std::memory_order_relaxed);
   }
-  quota_.generation = !req.body.empty();  // (a body-less request generates nothing)
+  rq.quota.generation = !req.body.empty();  // (a body-less request generates nothing)
   prompt = std::min(prompt, kMaxTerm);
   max_tokens = std::clamp<int64_t>(max_tokens, 0, kMaxTerm);
   const int64_t reserve = std::min<int64_t>((prompt + max_tokens) * n, kMaxTerm);
 
   governance::QuotaLedger::Verdict v;
-  quota_.shared = false;
-  if (governance::RedisCounters* rc = governance::redisCounters()) {
+  rq.quota.shared = false;
+  if (governance::RedisCounters* rc = env.gov.shared) {
     auto sv = co_await asyncSharedAdmit(*rc, std::move(specs), reserve, asio::use_awaitable);
     using S = governance::RedisCounters::State;
     if (sv.state == S::kWarming) {
-      KeyAdmission a = KeyAdmission::refused(
+      Verdict a = Verdict::refused(
           429, "token_quota_warming", "the shared quota state is not reachable yet; retry");
       a.retry_after_s = 1;
-      if (key_) governance::countCheck(0);
+      if (rq.key) governance::countCheck(0);
       co_return a;
     }
     if (sv.state == S::kClosed) {  // (counted by the counters: script_closed)
-      KeyAdmission a = KeyAdmission::refused(
+      Verdict a = Verdict::refused(
           503, "quota_store_error",
           "the shared quota store keeps failing its script; requests are refused until it "
           "recovers");
       a.retry_after_s = 1;
-      if (key_) governance::countCheck(0);
+      if (rq.key) governance::countCheck(0);
       co_return a;
     }
     if (sv.state == S::kOpen) {  // (counted by the counters: cold_open)
-      if (key_) governance::countCheck(0);
-      co_return KeyAdmission{};
+      if (rq.key) governance::countCheck(0);
+      co_return Verdict{};
     }
     v.ok = sv.state == S::kOk;
     v.reason = sv.reason;
     v.retry_after_s = sv.retry_after_s;
     v.held = std::move(sv.held);
-    quota_.shared = true;
+    rq.quota.shared = true;
   } else {
-    v = governance::quotaLedger().admit(specs, reserve, nowNs());
+    v = env.gov.ledger->admit(specs, reserve, env.now_ns);
   }
-  if (key_)
+  if (rq.key)
     governance::countCheck(!v.ok && v.reason == LimitReason::kKeyRps
                                ? governance::kOutcomeRateLimited
                                : size_t{0});
   if (!v.ok) {
-    governance::quotaMetrics().hit(outcome_.tenant, v.reason);
+    env.gov.quota_metrics->hit(rq.outcome.tenant, v.reason);
     const bool tpm = governance::isTpm(v.reason);
-    KeyAdmission a = KeyAdmission::refused(
+    Verdict a = Verdict::refused(
         429, tpm ? "token_quota_exceeded" : "rate_limit_exceeded",
         std::string(tpm ? "token quota" : "request rate") + " exceeded (" +
             governance::reasonName(v.reason) + "); retry after " +
@@ -189,22 +197,22 @@ asio::awaitable<ClientConn::KeyAdmission> ClientConn::admitQuota(const Route& ro
     a.retry_after_s = v.retry_after_s;
     co_return a;
   }
-  quota_.held = std::move(v.held);
-  quota_.active = !quota_.held.empty();
-  quota_.prompt_estimate = prompt;
-  quota_.reserved = reserve;
-  quota_.head_request = req.head.method == "HEAD";
-  if (!quota_.active) co_return KeyAdmission{};
+  rq.quota.held = std::move(v.held);
+  rq.quota.active = !rq.quota.held.empty();
+  rq.quota.prompt_estimate = prompt;
+  rq.quota.reserved = reserve;
+  rq.quota.head_request = req.head.method == "HEAD";
+  if (!rq.quota.active) co_return Verdict{};
   // Ask a stream for its usage when the client did not (the relay hides it again). Not on the
   // Responses API: its streams always end with response.completed, which carries the usage,
   // and it has no include_usage (its response.created events carry "usage":null, which the
   // relay's filter would strip).
-  if (!route.pd_dialect && facts_parsed_ && facts_.stream.value_or(false) &&
-      !facts_.include_usage && !isResponsesApi(req.head.target)) {
+  if (!route.pd_dialect && rq.facts_parsed && rq.facts.stream.value_or(false) &&
+      !rq.facts.include_usage && !isResponsesApi(req.head.target)) {
     nlohmann::json so = nlohmann::json::object();
-    if (facts_.has_stream_options) {
-      so = nlohmann::json::parse(facts_.stream_options_json, nullptr, false);
-      if (!so.is_object()) co_return KeyAdmission{};  // (unreadable: settled by estimate)
+    if (rq.facts.has_stream_options) {
+      so = nlohmann::json::parse(rq.facts.stream_options_json, nullptr, false);
+      if (!so.is_object()) co_return Verdict{};  // (unreadable: settled by estimate)
     }
     so["include_usage"] = true;
     const std::string_view body = req.body;
@@ -212,70 +220,59 @@ asio::awaitable<ClientConn::KeyAdmission> ClientConn::admitQuota(const Route& ro
     while (end > 0 && (body[end - 1] == ' ' || body[end - 1] == '\t' || body[end - 1] == '\r' ||
                        body[end - 1] == '\n'))
       --end;
-    if (end == 0 || body[end - 1] != '}') co_return KeyAdmission{};
+    if (end == 0 || body[end - 1] != '}') co_return Verdict{};
     size_t before = end - 1;  // the last member, or the opening brace of an empty object
     while (before > 0 && (body[before - 1] == ' ' || body[before - 1] == '\t' ||
                           body[before - 1] == '\r' || body[before - 1] == '\n'))
       --before;
-    quota_body_.assign(body.substr(0, end - 1));
-    if (before > 0 && body[before - 1] != '{') quota_body_ += ',';
-    quota_body_ += "\"stream_options\":";
-    quota_body_ += so.dump();
-    quota_body_ += '}';
-    quota_.inject = true;
+    rq.quota_body.assign(body.substr(0, end - 1));
+    if (before > 0 && body[before - 1] != '{') rq.quota_body += ',';
+    rq.quota_body += "\"stream_options\":";
+    rq.quota_body += so.dump();
+    rq.quota_body += '}';
+    rq.quota.inject = true;
   }
-  co_return KeyAdmission{};
+  co_return Verdict{};
 }
 
-void ClientConn::settleQuota() {
-  if (!quota_.active) return;
-  quota_.active = false;
+void settleQuota(RequestCtx& rq, const governance::Services& gov, bool client_gone,
+                 int64_t now_ns) {
+  if (!rq.quota.active) return;
+  rq.quota.active = false;
   int64_t used = 0;
   bool measured = false, missing = false;
-  if (!quota_.generation) {
+  if (!rq.quota.generation) {
     used = 0;  // a body-less request (GET /v1/responses/{id} replays a stored answer's usage)
-  } else if (const auto& u = usage_.usage(); u && u->charge() >= 0) {
+  } else if (const auto& u = rq.usage.usage(); u && u->charge() >= 0) {
     used = u->charge();
     measured = true;
-  } else if (!quota_.sent || quota_.head_request) {
+  } else if (!rq.quota.sent || rq.quota.head_request) {
     used = 0;  // no engine got the request, or it was a HEAD
-  } else if (quota_.status == 0) {
+  } else if (rq.quota.status == 0) {
     // Sent, no answer yet. The client left: the engine may have generated everything up to the
     // moment the abort reached it (a non-streamed answer comes whole at the end), so the whole
     // reservation. The exchange broke on the engine's side: the prompt estimate.
-    // (quota_.stream is known once a head came: before that, the request asked for a stream)
-    const bool stream = quota_.stream || (facts_parsed_ && facts_.stream.value_or(false));
-    used = client_gone_ && !stream ? quota_.reserved : quota_.prompt_estimate;
+    // (rq.quota.stream is known once a head came: before that, the request asked for a stream)
+    const bool stream = rq.quota.stream || (rq.facts_parsed && rq.facts.stream.value_or(false));
+    used = client_gone && !stream ? rq.quota.reserved : rq.quota.prompt_estimate;
     missing = true;
-  } else if (quota_.status >= 400) {
+  } else if (rq.quota.status >= 400) {
     used = 0;  // the engine refused it
   } else {
-    used = quota_.stream ? quota_.prompt_estimate + int64_t(usage_.dataEvents()) : quota_.reserved;
+    used = rq.quota.stream ? rq.quota.prompt_estimate + int64_t(rq.usage.dataEvents())
+                            : rq.quota.reserved;
     missing = true;
   }
   used = std::clamp<int64_t>(used, 0, kMaxTerm);
-  if (quota_.shared) {
-    if (governance::RedisCounters* rc = governance::redisCounters())
-      rc->settle(std::move(quota_.held), used);
+  if (rq.quota.shared) {
+    if (governance::RedisCounters* rc = gov.shared) rc->settle(std::move(rq.quota.held), used);
   } else {
-    governance::quotaLedger().settle(quota_.held, used, nowNs());
+    gov.ledger->settle(rq.quota.held, used, now_ns);
   }
-  governance::quotaMetrics().settled(outcome_.tenant, measured ? used : 0, measured ? 0 : used,
-                                     missing);
-  outcome_.quota_tokens = used;
-  quota_.held.clear();
-  if (quota_body_.capacity() > kKeepBufferBytes) std::string().swap(quota_body_);
-}
-
-void ClientConn::resetQuota() {
-  quota_.active = quota_.inject = quota_.sent = quota_.stream = quota_.shared = false;
-  quota_.head_request = quota_.generation = false;
-  quota_.status = 0;
-  quota_.held.clear();
-  usage_.reset();
-  usage_filter_.reset();
-  quota_body_.clear();
-  key_.reset();
+  gov.quota_metrics->settled(rq.outcome.tenant, measured ? used : 0, measured ? 0 : used,
+                                missing);
+  rq.outcome.quota_tokens = used;
+  rq.quota.held.clear();
 }
 
 }  // namespace kvgate::proxy

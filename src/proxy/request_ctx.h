@@ -1,0 +1,151 @@
+// RequestCtx: the state of one request the gateway serves (internal to src/proxy).
+//
+// A connection frames bytes into a Request (the head and the body); what the gateway reads,
+// decides and holds for that request lives in a RequestCtx: the rule snapshot it was routed with,
+// its facts and model, who was admitted (identity), the quota reservation, the routing cycle
+// state, the upstream head, the outcome that metrics and the access log report, and its timings.
+// begin() starts a request with nothing left of the previous one (the one place the state is
+// reset); end() drops what one request made big. An HTTP/1.1 connection serves one request at a
+// time and reuses one RequestCtx, so a warm connection allocates nothing for it (strings keep
+// their capacity); a multiplexed connection keeps one per open stream.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "governance/quota.h"
+#include "governance/usage.h"
+#include "http/parser.h"
+#include "http/target.h"
+#include "proxy/route_table.h"
+#include "routing/cycle_state.h"
+#include "routing/request_facts.h"
+
+namespace kvgate::governance {
+struct ApiKey;
+}
+
+namespace kvgate::proxy {
+
+// The request as the client sent it: head, body bytes (views into the connection's buffers).
+struct Request {
+  http::RequestHead head;
+  size_t head_bytes = 0;
+  size_t raw_body_bytes = 0;  // body bytes still in the read buffer (chunked: dropped as scanned)
+  std::string_view body;      // the payload (de-chunked when chunked)
+  size_t body_capacity = 0;   // readable bytes from body.data() (parser padding)
+};
+
+// What was answered and why: read by the metrics, loxilb_ai_requests_total and the access log.
+struct RequestOutcome {
+  int status = 0;
+  uint64_t bytes = 0;
+  const std::string* endpoint = nullptr;  // label of the chosen endpoint (owned by the route)
+  const char* key = "";                   // which key decided
+  const char* stage = "";                 // which pipeline stage decided (access-log tier)
+  bool spilled = false;
+  const Route* route = nullptr;  // set once the request's rule is known
+  int ep_index = -1;             // set once an endpoint is chosen (P/D: the decode endpoint)
+  const std::string* prefill = nullptr;  // P/D: label of the prefill endpoint
+  double ttfb_ms = -1;                   // first response byte to the client (stream: first event)
+  std::string_view model;                // the model the pool lookup used
+  // Who the credential check admitted (governance): the API key's id and tenant, or the
+  // JWT's tenant and user claims (each at most 256 bytes). Empty: no check, or refused.
+  std::string key_id, tenant, user;
+  int64_t quota_tokens = -1;  // tokens a quota settlement charged (-1: none)
+  // loxilb_ai_requests_total's outcome: an engine's answer was relayed (completed), or a
+  // governance/admission gate refused (denied); else the gateway's own error (failed) or none.
+  bool engine_answered = false, denied = false;
+};
+
+// The quota filter's reservation and what settlement needs to know (filters/quota.cc).
+struct QuotaState {
+  bool active = false;  // holds a reservation not yet settled
+  bool inject = false;  // include_usage was added for the gateway (the relay strips it)
+  bool sent = false;    // the request was written to an engine
+  bool stream = false;  // the answer is an event stream
+  bool shared = false;  // the reservation is in the shared counters (Redis)
+  bool head_request = false;
+  bool generation = false;  // the body carried a prompt (an answer without usage is charged)
+  int status = 0;           // the engine's answer status (0: none)
+  int64_t prompt_estimate = 0, reserved = 0;
+  std::vector<governance::QuotaLedger::Held> held;
+};
+
+struct RequestCtx {
+  // Timing and identity of the request.
+  std::chrono::steady_clock::time_point started_at;  // when its head arrived
+  std::string request_id;  // the client's X-Request-Id when acceptable, else a new one
+  std::shared_ptr<const VipConfig> cfg;  // the snapshot it was routed with (outcome points in)
+  // What the body says, read as the engine reads it (dispatch.cc): read at all (a JSON object,
+  // or a form's model field), the model it names (into facts.model or form_model).
+  routing::RequestFacts facts;
+  bool facts_parsed = false;
+  bool body_read = false, body_has_model = false;
+  std::string_view body_model;
+  std::string form_model;
+  http::NormalizedTarget norm_target;  // a non-canonical target rewritten (http/target.h)
+  // Identity: the API key that admitted it; a credential-checked rule sends no bearer upstream.
+  std::shared_ptr<const governance::ApiKey> key;
+  bool strip_authorization = false;
+  // Quota: the reservation, the response's usage, the body with include_usage added
+  // (quota.inject) and a re-framed piece of the response (the relay strips the added usage).
+  QuotaState quota;
+  governance::UsageScanner usage;
+  governance::SseUsageFilter usage_filter;
+  std::string quota_body;
+  std::string relay_out;
+  // Routing: what this request's routing computes once (its prompt ids, kv_exact's chain),
+  // endpoints ruled out, and why the last endpoint tried could not serve (a 502's message).
+  routing::CycleState cycle;
+  std::vector<bool> excluded;
+  std::string last_error;
+  // Upstream: the request head sent to the engine, where an added Host header goes (HTTP/1.0
+  // clients), and the engine's response head (views into the leg's buffer).
+  std::string up_head;
+  size_t up_host_at = std::string::npos;
+  http::ResponseHead resp_head;
+  // P/D: which leg an error answer is about ("" = single leg), the concurrent prefill's failure
+  // (the decode leg ends), the X-Request-Id of the current leg ("" = request_id).
+  std::string pd_leg_note, pd_first_error, leg_id;
+  RequestOutcome outcome;
+  std::string model_copy;  // outcome.model once the request's bytes were released
+
+  // A new request's head arrived at `now`: nothing of the previous request is left.
+  void begin(std::chrono::steady_clock::time_point now) {
+    started_at = now;
+    request_id.clear();
+    cfg.reset();
+    facts_parsed = body_read = body_has_model = false;
+    body_model = {};
+    key.reset();
+    strip_authorization = false;
+    quota.active = quota.inject = quota.sent = quota.stream = quota.shared = false;
+    quota.head_request = quota.generation = false;
+    quota.status = 0;
+    quota.prompt_estimate = quota.reserved = 0;
+    quota.held.clear();
+    usage.reset();
+    usage_filter.reset();
+    quota_body.clear();
+    last_error.clear();
+    pd_leg_note.clear();
+    pd_first_error.clear();
+    leg_id.clear();
+    outcome = RequestOutcome{};
+  }
+  // The request was answered and logged: the snapshot goes, big scratch is freed
+  // (`keep_bytes`: capacity kept for the next request).
+  void end(size_t keep_bytes) {
+    cfg.reset();
+    facts.shrink(keep_bytes);
+    // (e.g. a request refused after its quota count: its ids; one huge prompt's chain does not
+    // pin its size per connection)
+    cycle.endRequest();
+    if (quota_body.capacity() > keep_bytes) std::string().swap(quota_body);
+  }
+};
+
+}  // namespace kvgate::proxy
