@@ -247,7 +247,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string dechunked_;        // a chunked request's payload
   std::string down_head_;        // the response head to the client
   std::unique_ptr<PdState> pd_;  // P/D scratch (the first leg, rewritten bodies): made on first use
-  uint64_t request_seq_ = 0;     // requests dispatched on this connection (the drain's guard)
+  uint64_t request_seq_ = 0;     // request heads read on this connection (the drain's guard)
 };
 
 }  // namespace kvgate::proxy

@@ -40,7 +40,11 @@ asio::awaitable<int> ClientConn::readHead(http::RequestHead& head) {
       deadline_.expireAfter(opts.header_timeout);
     }
   }
-  rq_.begin(std::chrono::steady_clock::now());  // (request_ctx.h: nothing of the last one left)
+  // A new request: nothing of the last one is left (request_ctx.h), and from here a P/D prefill
+  // drain still running for the last one no longer writes into this one's state (pd_forward.cc:
+  // it compares request_seq_).
+  rq_.begin(std::chrono::steady_clock::now());
+  ++request_seq_;
   if (hn < 0) {
     co_await sendError(perr.status, "bad_request", perr.reason, {}, true);
     countAiRequest();

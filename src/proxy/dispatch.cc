@@ -101,7 +101,6 @@ void ClientConn::takeRequestId(const http::RequestHead& head) {
 asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   const auto& head = req.head;
   takeRequestId(head);
-  ++request_seq_;  // (the P/D drain's guard; the request's own state began clean: rq_.begin)
 
   rq_.cfg = l_->config.load();  // kept until the request is logged (rq_.outcome points into it)
   const auto& cfg = rq_.cfg;

@@ -216,6 +216,44 @@ TEST(RequestFilters, QuotaUsesTheInjectedLedger) {
   EXPECT_EQ(rq2.outcome.quota_tokens, -1);
 }
 
+TEST(RequestFilters, QuotaSettlesTheUsageInTheInjectedLedger) {
+  Fixture f;
+  // A key with 600 tokens a minute (capacity 600, 10 tokens/s) and no RPS limit.
+  governance::ApiKey k = *f.keys.current()->by_id.at(f.key_id);
+  k.rate_limit_rps = 0;
+  k.burst_size = 0;
+  k.tokens_per_min = 600;
+  auto t = std::make_shared<governance::KeyTable>(*f.keys.current());
+  t->by_id[k.key_id] = std::make_shared<const governance::ApiKey>(k);
+  f.keys.publish(t);
+  f.route.rule.api_key_auth = "required";
+  const std::vector<RequestFilter> chain = requestFilters(f.route.rule);
+  Req r("POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nX-Api-Key: " + f.raw_key +
+        "\r\nContent-Length: 2\r\n\r\n{}");
+  r.req.body = "{}";
+  RequestCtx rq;
+  rq.begin({});
+  FilterEnv env = envOf(f, r, rq, "m1");
+  ASSERT_TRUE(chain[0].check(env).ok());
+  ASSERT_TRUE(runAsync(chain[1], env).ok());
+  // Reserved: (prompt estimate 1 = ceil(2 bytes / 4) + --quota-max-tokens 256) x 1.
+  ASSERT_TRUE(rq.quota.active);
+  EXPECT_EQ(rq.quota.reserved, 257);
+  const std::string bucket = "kq|" + f.key_id;
+  const int64_t now = 1'000'000'000'000;
+  EXPECT_DOUBLE_EQ(f.ledger.level(bucket, 10.0, 600.0, now), 600.0 - 257.0);
+  // The engine answered with its usage: the reservation goes back, 15 tokens are charged.
+  rq.quota.sent = true;
+  rq.quota.status = 200;
+  rq.usage.feed(R"({"id":"x","usage":{"prompt_tokens":10,"completion_tokens":5,"total_tokens":15}})");
+  settleQuota(rq, f.gov, false, now);
+  EXPECT_FALSE(rq.quota.active);
+  EXPECT_EQ(rq.outcome.quota_tokens, 15);
+  EXPECT_DOUBLE_EQ(f.ledger.level(bucket, 10.0, 600.0, now), 600.0 - 15.0);
+  settleQuota(rq, f.gov, false, now);  // once only
+  EXPECT_DOUBLE_EQ(f.ledger.level(bucket, 10.0, 600.0, now), 600.0 - 15.0);
+}
+
 TEST(RequestCtx, BeginLeavesNothingOfThePreviousRequest) {
   RequestCtx rq;
   rq.begin({});
@@ -233,6 +271,10 @@ TEST(RequestCtx, BeginLeavesNothingOfThePreviousRequest) {
   rq.body_read = rq.body_has_model = rq.facts_parsed = true;
   rq.body_model = "m";
   rq.key = std::make_shared<const governance::ApiKey>();
+  rq.quota.inject = rq.quota.sent = rq.quota.stream = rq.quota.shared = true;
+  rq.quota.status = 500;
+  rq.quota.held.emplace_back();
+  rq.usage.feed(R"({"usage":{"total_tokens":3}})");
   rq.begin(std::chrono::steady_clock::time_point(std::chrono::seconds(5)));
   EXPECT_TRUE(rq.request_id.empty());
   EXPECT_EQ(rq.outcome.status, 0);
@@ -246,6 +288,10 @@ TEST(RequestCtx, BeginLeavesNothingOfThePreviousRequest) {
   EXPECT_FALSE(rq.quota.active);
   EXPECT_EQ(rq.quota.reserved, 0);
   EXPECT_TRUE(rq.quota_body.empty());
+  EXPECT_FALSE(rq.quota.inject || rq.quota.sent || rq.quota.stream || rq.quota.shared);
+  EXPECT_EQ(rq.quota.status, 0);
+  EXPECT_TRUE(rq.quota.held.empty());
+  EXPECT_FALSE(rq.usage.usage().has_value());
   EXPECT_FALSE(rq.body_read || rq.body_has_model || rq.facts_parsed);
   EXPECT_TRUE(rq.body_model.empty());
   EXPECT_FALSE(rq.key);
