@@ -1,6 +1,8 @@
 // The Anthropic Messages API's chat form and errors (anthropic_messages.h).
 #include "engines/anthropic_messages.h"
 
+#include <optional>
+
 #include "common/json_depth.h"
 #include "common/json_escape.h"
 
@@ -16,6 +18,21 @@ Path pathOf(std::string_view target) {
 }
 
 namespace {
+
+// A member's string value: absent or null -> `dflt`; another type -> nullopt (a body the engine
+// refuses). Never throws (nlohmann's value() does on a mismatched type).
+std::optional<std::string> strOf(const ojson& o, const char* key, const char* dflt = "") {
+  if (!o.is_object()) return std::string(dflt);
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return std::string(dflt);
+  if (!it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+bool isType(const ojson& o, std::string_view type) {
+  if (!o.is_object()) return false;
+  auto it = o.find("type");
+  return it != o.end() && it->is_string() && it->get_ref<const std::string&>() == type;
+}
 
 void dumpTo(std::string& out, const ojson& v) {
   switch (v.type()) {
@@ -53,28 +70,34 @@ void dumpTo(std::string& out, const ojson& v) {
 }
 
 // The text of a "system" value or of a system message's content: a string, or its non-empty
-// text blocks (the billing header dropped).
-void systemText(const ojson& v, std::string& out) {
+// text blocks (the billing header dropped). False: a shape the engine refuses.
+bool systemText(const ojson& v, std::string& out) {
+  if (v.is_null()) return true;
   if (v.is_string()) {
     out += v.get_ref<const std::string&>();
-    return;
+    return true;
   }
-  if (!v.is_array()) return;
+  if (!v.is_array()) return false;
   for (const auto& b : v) {
-    if (!b.is_object() || b.value("type", "") != "text") continue;
-    auto t = b.find("text");
-    if (t == b.end() || !t->is_string()) continue;
-    const std::string& text = t->get_ref<const std::string&>();
-    if (text.empty() || text.starts_with("x-anthropic-billing-header")) continue;
-    out += text;
+    if (!b.is_object() || !b.contains("type") || !b["type"].is_string()) return false;
+    if (!isType(b, "text")) continue;
+    auto text = strOf(b, "text");
+    if (!text) return false;
+    if (text->empty() || text->starts_with("x-anthropic-billing-header")) continue;
+    out += *text;
   }
+  return true;
 }
 
-std::string imageUrl(const ojson& source) {
-  if (!source.is_object()) return "";
-  if (source.value("type", "") == "url") return source.value("url", "");
-  return "data:" + source.value("media_type", std::string("image/jpeg")) + ";base64," +
-         source.value("data", "");
+// An image source as a URL ("" when it has none: not an object, or empty, which Python skips;
+// nullopt when a member has a type the engine refuses).
+std::optional<std::string> imageUrl(const ojson& source) {
+  if (!source.is_object() || source.empty()) return std::string();
+  if (isType(source, "url")) return strOf(source, "url");
+  auto media = strOf(source, "media_type", "image/jpeg");
+  auto data = strOf(source, "data");
+  if (!media || !data) return std::nullopt;
+  return "data:" + *media + ";base64," + *data;
 }
 
 bool fail(ChatForm& f, std::string why) {
@@ -86,7 +109,9 @@ bool fail(ChatForm& f, std::string why) {
 
 // One non-system message into `out` (tool results first, then the message itself).
 bool convertMessage(const ojson& msg, ojson& out, ChatForm& f) {
-  const std::string& role = msg["role"].get_ref<const std::string&>();
+  // (vLLM maps the roles "ctx" and "msg", which Claude Code sends, to "user")
+  std::string role = msg["role"].get<std::string>();
+  if (role == "ctx" || role == "msg") role = "user";
   const ojson& content = msg["content"];
   ojson m = ojson::object();
   m["role"] = role;
@@ -102,26 +127,37 @@ bool convertMessage(const ojson& msg, ojson& out, ChatForm& f) {
     if (!b.is_object() || !b.contains("type") || !b["type"].is_string())
       return fail(f, "a content block needs a string \"type\"");
     const std::string& type = b["type"].get_ref<const std::string&>();
+    // (block members are typed by the engine's model: a present member of another type is a
+    // body it refuses)
     if (type == "text") {
-      auto t = b.find("text");
-      if (t != b.end() && t->is_string() && !t->get_ref<const std::string&>().empty())
-        parts.push_back({{"type", "text"}, {"text", *t}});
+      auto t = strOf(b, "text");
+      if (!t) return fail(f, "a text block's text is not a string");
+      if (!t->empty()) parts.push_back({{"type", "text"}, {"text", *t}});
     } else if (type == "image") {
-      if (auto s = b.find("source"); s != b.end() && !s->is_null())
-        parts.push_back({{"type", "image_url"}, {"image_url", {{"url", imageUrl(*s)}}}});
+      auto s = b.find("source");
+      if (s != b.end() && !s->is_null() && !s->is_object())
+        return fail(f, "an image block's source is not an object");
+      if (s != b.end() && s->is_object() && !s->empty()) {
+        auto url = imageUrl(*s);
+        if (!url) return fail(f, "an image source member is not a string");
+        parts.push_back({{"type", "image_url"}, {"image_url", {{"url", *url}}}});
+      }
     } else if (type == "thinking") {
-      if (auto t = b.find("thinking"); t != b.end() && t->is_string()) {
+      if (auto t = b.find("thinking"); t != b.end() && !t->is_null()) {
+        if (!t->is_string()) return fail(f, "a thinking block's thinking is not a string");
         reasoning += t->get_ref<const std::string&>();
         has_reasoning = true;
       }
     } else if (type == "tool_use") {
-      const ojson input = b.contains("input") && !b["input"].is_null() && !b["input"].empty()
-                              ? b["input"]
-                              : ojson::object();
-      calls.push_back({{"id", b.value("id", std::string())},
+      auto in = b.find("input");
+      if (in != b.end() && !in->is_null() && !in->is_object())
+        return fail(f, "a tool_use input is not an object");
+      const ojson input = in != b.end() && in->is_object() ? *in : ojson::object();
+      auto id = strOf(b, "id"), name = strOf(b, "name");
+      if (!id || !name) return fail(f, "a tool_use id or name is not a string");
+      calls.push_back({{"id", *id},
                        {"type", "function"},
-                       {"function",
-                        {{"name", b.value("name", std::string())}, {"arguments", pyDumps(input)}}}});
+                       {"function", {{"name", *name}, {"arguments", pyDumps(input)}}}});
     } else if (type == "tool_result") {
       const ojson* c = b.contains("content") ? &b["content"] : nullptr;
       if (role != "user") {  // "Tool result: " + Python's str() of the content
@@ -132,29 +168,45 @@ bool convertMessage(const ojson& msg, ojson& out, ChatForm& f) {
         continue;
       }
       std::string text;
-      ojson images = ojson::array();
+      ojson images = ojson::array(), refs = ojson::array();
       if (c && c->is_string()) {
         text = c->get<std::string>();
       } else if (c && c->is_array()) {
         bool first = true;
         for (const auto& item : *c) {
-          if (!item.is_object()) continue;
-          const std::string it = item.value("type", "");
-          if (it == "text") {
+          if (isType(item, "text")) {  // (Python: item.get("text", ""); None cannot be joined)
+            auto t = strOf(item, "text");
+            if (!t || (item.contains("text") && item["text"].is_null()))
+              return fail(f, "a tool_result text item whose text is not a string");
             if (!first) text += '\n';
             first = false;
-            text += item.value("text", "");
-          } else if (it == "image") {
-            std::string url = imageUrl(item.value("source", ojson::object()));
-            if (!url.empty())
-              images.push_back({{"type", "image_url"}, {"image_url", {{"url", std::move(url)}}}});
+            text += *t;
+          } else if (isType(item, "image")) {  // (Python: item.get("source", {}))
+            auto src = item.find("source");
+            std::optional<std::string> url;
+            if (src == item.end())
+              url = "data:image/jpeg;base64,";
+            else if (!src->is_object())
+              return fail(f, "an image source is not an object");
+            else
+              url = src->empty() ? std::optional<std::string>("data:image/jpeg;base64,")
+                                 : imageUrl(*src);
+            if (!url) return fail(f, "an image source member is not a string");
+            images.push_back({{"type", "image_url"}, {"image_url", {{"url", std::move(*url)}}}});
+          } else if (isType(item, "tool_reference")) {
+            auto name = strOf(item, "tool_name");
+            if (name && name->empty()) name = strOf(item, "name");
+            if (!name) return fail(f, "a tool_reference name is not a string");
+            if (!name->empty()) refs.push_back({{"type", "tool_reference"}, {"name", *name}});
           }
         }
       }
-      out.push_back({{"role", "tool"},
-                     {"tool_call_id", b.value("tool_use_id", std::string())},
-                     {"content", text}});
+      auto id = strOf(b, "tool_use_id");
+      if (!id) return fail(f, "a tool_result tool_use_id is not a string");
+      out.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", text}});
       if (!images.empty()) out.push_back({{"role", "user"}, {"content", std::move(images)}});
+      if (!refs.empty())
+        out.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", std::move(refs)}});
     }
     // redacted_thinking, tool_reference and unknown types: nothing
   }
@@ -169,6 +221,10 @@ bool convertMessage(const ojson& msg, ojson& out, ChatForm& f) {
   return true;
 }
 
+}  // namespace
+
+namespace {
+ChatForm convert(const ojson& j, bool count_tokens);
 }  // namespace
 
 std::string pyDumps(const ojson& value) {
@@ -192,6 +248,19 @@ ChatForm toChat(std::string_view body, bool count_tokens) {
 }
 
 ChatForm toChatForm(const ojson& j, bool count_tokens) {
+  // (every member is type-checked before it is read; this catch is the last line: a body that
+  // still made nlohmann throw is one the conversion does not take, never a thrown request)
+  try {
+    return convert(j, count_tokens);
+  } catch (const std::exception& e) {
+    ChatForm f;
+    fail(f, std::string("the body could not be converted: ") + e.what());
+    return f;
+  }
+}
+
+namespace {
+ChatForm convert(const ojson& j, bool count_tokens) {
   ChatForm f;
   if (!j.is_object()) return fail(f, "the body is not a JSON object"), f;
   if (!j.contains("model") || !j["model"].is_string())
@@ -208,11 +277,18 @@ ChatForm toChatForm(const ojson& j, bool count_tokens) {
         !m.contains("content") || !(m["content"].is_string() || m["content"].is_array()))
       return fail(f, "each message needs a string \"role\" and a string or list \"content\""), f;
   }
+  for (const auto& m : *ms) {
+    const std::string& role = m["role"].get_ref<const std::string&>();
+    if (role != "user" && role != "assistant" && role != "system" && role != "ctx" && role != "msg")
+      return fail(f, "a message role is not user, assistant or system"), f;
+  }
   ojson messages = ojson::array();
   std::string system;
-  if (auto s = j.find("system"); s != j.end()) systemText(*s, system);
+  if (auto s = j.find("system"); s != j.end() && !systemText(*s, system))
+    return fail(f, "\"system\" must be a string or a list of text blocks"), f;
   for (const auto& m : *ms)
-    if (m["role"] == "system") systemText(m["content"], system);
+    if (m["role"] == "system" && !systemText(m["content"], system))
+      return fail(f, "a system message's content is not text"), f;
   if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
   for (const auto& m : *ms) {
     if (m["role"] == "system") continue;
@@ -228,10 +304,15 @@ ChatForm toChatForm(const ojson& j, bool count_tokens) {
         return fail(f, "each tool needs a string \"name\""), f;
       ojson fn = ojson::object();
       fn["name"] = tool["name"];
-      if (auto d = tool.find("description"); d != tool.end() && !d->is_null())
+      if (auto d = tool.find("description"); d != tool.end() && !d->is_null()) {
+        if (!d->is_string()) return fail(f, "a tool description is not a string"), f;
         fn["description"] = *d;
-      ojson params = tool.value("input_schema", ojson::object());
-      if (params.is_object() && !params.contains("type")) params["type"] = "object";
+      }
+      auto schema = tool.find("input_schema");
+      if (schema == tool.end() || !schema->is_object())
+        return fail(f, "each tool needs an object \"input_schema\""), f;
+      ojson params = *schema;
+      if (!params.contains("type")) params["type"] = "object";
       fn["parameters"] = std::move(params);
       tools.push_back({{"type", "function"}, {"function", std::move(fn)}});
     }
@@ -242,6 +323,7 @@ ChatForm toChatForm(const ojson& j, bool count_tokens) {
   f.ok = true;
   return f;
 }
+}  // namespace
 
 const char* errorType(int status) {
   switch (status) {

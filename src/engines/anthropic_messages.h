@@ -21,7 +21,8 @@
 //   chat_template_kwargs (vLLM's extension) passed on. tool_choice steers decoding, not the
 //   template: not part of the form.
 // - required: "model" (a string), "messages" (a list of objects with a string role and a string
-//   or list content), and for /v1/messages "max_tokens" (an integer > 0).
+//   or list content), and for /v1/messages "max_tokens" (an integer > 0; pydantic also takes a
+//   digit string, which is not converted here).
 //
 // Not modelled (the request is then not converted: the gateway routes it without a prompt key):
 // an assistant's tool_result whose content is not a string (vLLM renders Python's str() of it).

@@ -74,28 +74,64 @@ TEST(AnthropicMessages, ToolUseAndResults) {
       R"("parameters":{"properties":{},"type":"object"}}}]})");
 }
 
+// vLLM's current rules for Claude Code's roles, tool references and empty image sources.
+TEST(AnthropicMessages, NewerRules) {
+  EXPECT_EQ(
+      chatOf(R"({"model":"m","max_tokens":5,"messages":[{"role":"ctx","content":"c"},
+        {"role":"msg","content":[{"type":"text","text":"m"},{"type":"image","source":{}}]},
+        {"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":[
+          {"type":"tool_reference","tool_name":"grep"},{"type":"tool_reference","name":"ls"},
+          {"type":"image"},{"type":"text"}]}]}]})"),
+      R"({"messages":[{"role":"user","content":"c"},{"role":"user","content":"m"},)"
+      R"({"role":"tool","tool_call_id":"t","content":""},)"
+      R"({"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/jpeg;base64,"}}]},)"
+      R"({"role":"tool","tool_call_id":"t","content":[{"type":"tool_reference","name":"grep"},)"
+      R"({"type":"tool_reference","name":"ls"}]}]})");
+}
+
 TEST(AnthropicMessages, PyDumps) {
   EXPECT_EQ(pyDumps(ojson::parse(R"({"b":1,"a":[null,false,"\u00e9\n"],"c":{}})")),
             R"({"b": 1, "a": [null, false, "\u00e9\n"], "c": {}})");
   EXPECT_EQ(pyDumps(ojson::parse(R"("\ud83d\ude00")")), R"("\ud83d\ude00")");
 }
 
-TEST(AnthropicMessages, RefusesWhatTheEngineRefuses) {
-  for (const char* body : {
-           R"([])",
-           R"({"max_tokens":5,"messages":[]})",                          // no model
-           R"({"model":"m","messages":[]})",                             // no max_tokens
-           R"({"model":"m","max_tokens":0,"messages":[]})",              // max_tokens 0
-           R"({"model":"m","max_tokens":"5","messages":[]})",            // a string
-           R"({"model":"m","max_tokens":5,"messages":{}})",              // not a list
-           R"({"model":"m","max_tokens":5,"messages":[{"role":"user"}]})",
-           R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":5}]})",
-           R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[5]}]})",
-           R"({"model":"m","max_tokens":5,"messages":[],"tools":[{"input_schema":{}}]})",
-           R"({"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":)"
-           R"([{"type":"tool_result","content":[{"type":"text","text":"x"}]}]}]})",
-           "not json",
-       }) {
+// Bodies the engine refuses (and a digit-string max_tokens, which pydantic would take but the
+// conversion does not): not converted, never thrown.
+TEST(AnthropicMessages, RefusesWhatItDoesNotConvert) {
+  for (
+      const char* body : {
+          R"([])",
+          R"({"max_tokens":5,"messages":[]})",                // no model
+          R"({"model":"m","messages":[]})",                   // no max_tokens
+          R"({"model":"m","max_tokens":0,"messages":[]})",    // max_tokens 0
+          R"({"model":"m","max_tokens":"5","messages":[]})",  // a string
+          R"({"model":"m","max_tokens":5,"messages":{}})",    // not a list
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"user"}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":5}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[5]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[],"tools":[{"input_schema":{}}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":)"
+          R"([{"type":"tool_result","content":[{"type":"text","text":"x"}]}]}]})",
+          "not json",
+          // a member of another type than the engine's model declares (nlohmann's value()
+          // would throw on each of these)
+          R"({"model":"m","max_tokens":5,"system":[{"type":1}],"messages":[]})",
+          R"({"model":"m","max_tokens":5,"system":[{"type":"text","text":5}],"messages":[]})",
+          R"({"model":"m","max_tokens":5,"system":{"a":1},"messages":[]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"tool","content":"x"}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"text","text":1}]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":"u"}]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":3}}]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"image","source":{"data":[]}}]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":1}]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"tool_use","input":[1]}]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":{}}]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","tool_use_id":2}]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"text","text":null}]}]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[{"role":"user","content":[{"type":"tool_result","content":[{"type":"image","source":7}]}]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[],"tools":[{"name":"t","input_schema":[]}]})",
+          R"({"model":"m","max_tokens":5,"messages":[],"tools":[{"name":"t","description":5,"input_schema":{}}]})",
+      }) {
     ChatForm f = toChat(body, false);
     EXPECT_FALSE(f.ok) << body;
     EXPECT_FALSE(f.error.empty()) << body;

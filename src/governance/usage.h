@@ -4,10 +4,15 @@
 // keeps the last complete `"usage":{...}` member of a top-level JSON object it saw: the usage of
 // an OpenAI-style JSON answer, or of a stream's include_usage chunk (each SSE event's payload is
 // its own document); also the usage member of a top-level "response" object (the Responses API's
-// response.completed event), with input_tokens/output_tokens read as prompt/completion tokens. It follows strings and nesting, so neither completion text nor an object the
-// engine echoes deeper down (a tool schema, metadata) is taken for usage. A usage object is
-// captured up to 1 KiB (longer ones are ignored). It also counts a stream's data events (not
-// [DONE]): the completion-token estimate when a stream ends without usage.
+// response.completed event), with input_tokens/output_tokens read as prompt/completion tokens
+// (also the Messages API's answer and its streams' message_delta usage, as reported: its
+// cache_read_input_tokens / cache_creation_input_tokens are not added, since SGLang counts them
+// inside input_tokens and vLLM with prompt-token details outside it; so cached prompt tokens
+// are charged on SGLang and not on such a vLLM). It follows strings and nesting, so neither
+// completion text nor an object the engine echoes deeper down (a tool schema, metadata) is taken
+// for usage. A usage object is captured up to 1 KiB (longer ones are ignored). It also counts a
+// stream's data events (not [DONE]): the completion-token estimate when a stream ends without
+// usage.
 //
 // SseUsageFilter is the relay's filter when the gateway asked for usage the client did not
 // (stream_options.include_usage injected into the request): it passes every event through except

@@ -96,6 +96,42 @@ TEST(UsageScanner, ResponsesApiUsage) {
   EXPECT_FALSE(s.usage());
 }
 
+// The Anthropic Messages API as vLLM and SGLang stream it: message_start carries the input count
+// inside "message" (not taken: too deep), message_delta the input and output counts at the top
+// level (taken, as reported); unknown event types and pings pass without effect.
+TEST(UsageScanner, MessagesApiUsage) {
+  const std::string stream =
+      "event: message_start\n"
+      R"(data: {"type":"message_start","message":{"id":"m","content":[],"usage":{"input_tokens":16,"output_tokens":0}}})"
+      "\n\n"
+      "event: ping\ndata: {\"type\": \"ping\"}\n\n"
+      "event: content_block_delta\n"
+      R"(data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\"usage\":{\"input_tokens\":1,\"output_tokens\":1}"}})"
+      "\n\n"
+      "event: something_new\ndata: {\"type\":\"something_new\",\"usage\":[1,2]}\n\n"
+      "event: message_delta\n"
+      R"(data: {"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},)"
+      R"("usage":{"input_tokens":16,"output_tokens":2,"cache_read_input_tokens":0}})"
+      "\n\n"
+      "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+  for (size_t step : {size_t(1), size_t(7), stream.size()}) {
+    auto s = scan(stream, step);
+    ASSERT_TRUE(s.usage()) << step;
+    EXPECT_EQ(s.usage()->prompt_tokens, 16) << step;
+    EXPECT_EQ(s.usage()->completion_tokens, 2) << step;
+    EXPECT_EQ(s.usage()->charge(), 18) << step;
+    EXPECT_EQ(s.dataEvents(), 6u) << step;
+  }
+  // A stream cut before message_delta has no usage (settled by estimate).
+  EXPECT_FALSE(scan(stream.substr(0, stream.find("event: message_delta")), 5).usage());
+  // A non-streamed answer.
+  auto s = scan(R"({"id":"m","type":"message","content":[{"type":"text","text":"hi"}],)"
+                R"("usage":{"input_tokens":25,"output_tokens":4}})",
+                3);
+  ASSERT_TRUE(s.usage());
+  EXPECT_EQ(s.usage()->charge(), 29);
+}
+
 TEST(UsageScanner, IgnoresHostileOrMalformedUsage) {
   EXPECT_FALSE(scan(R"({"usage":{"total_tokens":-5}})", 4).usage());
   EXPECT_FALSE(scan(R"({"usage":{"total_tokens":"5"}})", 4).usage());

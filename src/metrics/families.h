@@ -67,6 +67,16 @@ inline const Family kRequestsRefused{"kvgate_requests_refused_total", Type::kCou
     "undecodable or unreached body model, or form field), body_unreadable (a body too large or "
     "not JSON where the model matters), model_mismatch (X-Model names another model than the "
     "body, or the body names none).", {"reason"}};
+inline const Family kInternalErrors{"kvgate_internal_errors_total", Type::kCounter,
+    "Client connections closed because a request failed inside the gateway (an exception: a bug "
+    "to report; the log says which).", {}};
+inline const Family kApiRequests{"kvgate_api_requests_total", Type::kCounter,
+    "Requests dispatched, by the API their path names: openai (completions, chat and every other "
+    "path), messages (Anthropic Messages, .../v1/messages), messages_count_tokens.", {"api"}};
+inline const Family kMessagesPrompt{"kvgate_messages_prompt_total", Type::kCounter,
+    "Messages API requests whose prompt a rule needed, by result: converted (read from the chat "
+    "form the engine renders), unconvertible (a body the engine would refuse: routed without a "
+    "prompt key), too_large (over 2 MiB: not converted, routed without a prompt key).", {"result"}};
 inline const Family kActiveConnections{"kvgate_active_client_connections", Type::kGauge,
     "Open client connections on the data plane.", {}};
 inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,

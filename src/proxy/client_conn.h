@@ -64,6 +64,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   enum class Phase { kIdle, kHead, kBody, kConnect, kAwaitResponse, kRelay, kStream };
 
   // connection.cc
+  asio::awaitable<void> serve();
   asio::awaitable<int> readHead(http::RequestHead& head);  // >0 head bytes, 0 closed, <0 answered
   asio::awaitable<bool> readBody(Request& req);
   asio::awaitable<bool> readChunkedBody(Request& req);
@@ -201,6 +202,8 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string_view bodyModelOr(const Request& req, std::string_view header_model) const;
   static bool jsonBody(std::string_view content_type);
   void refuse(Refusal r);  // counts a refusal of an unreadable request (rule_stats.h)
+  std::string errorBody(int status, std::string_view code, std::string_view message,
+                        std::string_view param = {}) const;  // in the request's API shape
   // retry_after_s > 0: a Retry-After header (429 of a key's rate limit).
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
                                   std::string_view param = {}, bool close = false,

@@ -5,10 +5,11 @@
 #include <cerrno>
 
 #include "common/log.h"
-#include "http/server.h"
-#include "proxy/client_conn.h"
+#include "engines/anthropic_messages.h"
 #include "http/readiness.h"
+#include "http/server.h"
 #include "http/tls.h"
+#include "proxy/client_conn.h"
 
 namespace kvgate::proxy {
 
@@ -20,6 +21,15 @@ std::string openAiError(int status, std::string_view code, std::string_view mess
   b += param.empty() ? std::string("null") : "\"" + http::jsonEscape(param) + "\"";
   b += ",\"code\":\"" + http::jsonEscape(code) + "\"}}";
   return b;
+}
+
+// The error body in the request's API shape: OpenAI's, or Anthropic's on the Messages paths
+// ({"type":"error","error":{"type","message"}}: the type from the status, the gateway's code in
+// the access log and metrics only).
+std::string ClientConn::errorBody(int status, std::string_view code, std::string_view message,
+                                  std::string_view param) const {
+  if (rq_.api == Api::kOpenAi) return openAiError(status, code, message, param);
+  return engines::anthropic::errorBody(engines::anthropic::errorType(status), message);
 }
 
 void ClientConn::onDeadline() {
@@ -120,7 +130,7 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
                                             std::string_view param, bool close,
                                             int64_t retry_after_s) {
   if (close) client_keep_alive_ = false;
-  std::string body = openAiError(status, code, msg, param);
+  std::string body = errorBody(status, code, msg, param);
   std::string h =
       "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
       "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "http/chunked.h"
 #include "http/tls.h"
+#include "proxy/api_facts.h"
 #include "proxy/client_conn.h"
 #include "proxy/facts_parser.h"
 #include "routing/selectors/hash_ring.h"
@@ -141,6 +142,31 @@ asio::awaitable<void> ClientConn::run() {
       w.stats.active_connections.fetch_sub(1, std::memory_order_relaxed);
     }
   } registration(w_, this);
+  // A request path that throws is a bug; it must still never leak the connection (the deadline's
+  // coroutine holds it alive until stopped): it is logged, counted and closed.
+  std::string failure;
+  try {
+    co_await serve();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (failure.empty()) co_return;
+  w_.stats.internal_errors.fetch_add(1, std::memory_order_relaxed);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - w_.internal_error_logged >= std::chrono::seconds(10)) {
+    w_.internal_error_logged = now;
+    log::error("proxy",
+               "a request failed inside the gateway (the connection is closed): " + failure);
+  }
+  stopWatch();
+  deadline_.stop();
+  abortLegs(false);
+  closeClient();
+}
+
+// The connection's requests, one after another, until it closes (run() registers it and
+// guards it).
+asio::awaitable<void> ClientConn::serve() {
   {
     const std::string ip = peer_.port() == 0 ? std::string() : peer_.address().to_string();
     source_key_ = routing::hashBytes(ip.data(), ip.size());
@@ -161,6 +187,7 @@ asio::awaitable<void> ClientConn::run() {
     int hn = co_await readHead(req.head);
     if (hn <= 0) break;
     req.head_bytes = static_cast<size_t>(hn);
+    rq_.api = apiOf(req.head.target);  // (errors before dispatch answer in the API's shape)
     req.raw_body_bytes = 0;
     req.body = {};
     req.body_capacity = 0;

@@ -9,6 +9,7 @@
 #include "governance/jwt_auth.h"
 #include "governance/limits.h"
 #include "http/server.h"
+#include "proxy/api_facts.h"
 #include "proxy/client_conn.h"
 #include "proxy/facts_parser.h"
 #include "proxy/filters/credentials.h"
@@ -117,6 +118,8 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     req.head.target = rq_.norm_target.forward;
     path = rq_.norm_target.match;
   }
+  rq_.api = apiOf(path);  // (the API its engine serves there: its errors' shape, its prompt)
+  w_.stats.api_requests[static_cast<size_t>(rq_.api)].fetch_add(1, std::memory_order_relaxed);
   // The host without its port and one trailing dot ("api.example.com." names the same host);
   // rules compare it case-insensitively.
   std::string_view host = hostWithoutPort(head.host);
@@ -185,6 +188,12 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
       rq_.body_read = true;
       rq_.body_has_model = rq_.facts.has_model;
       if (rq_.body_has_model) rq_.body_model = rq_.facts.model;
+      // The Messages API: the prompt as the engine renders it, from its chat form.
+      if (rq_.api != Api::kOpenAi) messagesShape(rq_.api, rq_.facts);
+      if (rq_.api == Api::kMessages && (needs & kPromptNeeds)) {
+        const Conversion c = messagesPromptFacts(req.body, needs, w_.opts.prefix_key_bytes, rq_);
+        w_.stats.messages_prompt[static_cast<size_t>(c)].fetch_add(1, std::memory_order_relaxed);
+      }
     } else {
       // A form (the audio endpoints' multipart): its model field, as the engine reads it.
       switch (form) {

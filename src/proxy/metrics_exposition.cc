@@ -195,6 +195,20 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   for (size_t i = 0; i < stats_.refused.size(); ++i)
     w.sample(kRequestsRefused, {{"reason", refusalName(static_cast<Refusal>(i))}},
              static_cast<double>(stats_.refused[i].load()));
+  w.header(kInternalErrors);
+  w.sample(kInternalErrors, {}, static_cast<double>(stats_.internal_errors.load()));
+  w.header(kApiRequests);
+  static const char* const kApiNames[] = {"openai", "messages", "messages_count_tokens"};
+  for (size_t i = 0; i < stats_.api_requests.size(); ++i)
+    w.sample(kApiRequests, {{"api", kApiNames[i]}},
+             static_cast<double>(stats_.api_requests[i].load()));
+  w.header(kMessagesPrompt);
+  w.sample(kMessagesPrompt, {{"result", "converted"}},
+           static_cast<double>(stats_.messages_prompt[0].load()));
+  w.sample(kMessagesPrompt, {{"result", "unconvertible"}},
+           static_cast<double>(stats_.messages_prompt[1].load()));
+  w.sample(kMessagesPrompt, {{"result", "too_large"}},
+           static_cast<double>(stats_.messages_prompt[2].load()));
   w.header(kTlsHandshakes);
   w.sample(kTlsHandshakes, {{"result", "ok"}}, static_cast<double>(stats_.tls_handshakes.load()));
   w.sample(kTlsHandshakes, {{"result", "failed"}},

@@ -534,12 +534,12 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
   }
 }
 
-// An admission answer: the OpenAI-style error with the gate's fields (`extra`: more members of
-// the error object), Retry-After for 429 and 503, and the X-Loxilb-Admission-* headers.
+// An admission answer: the error in the API's shape with the gate's fields (`extra`: more members
+// of the error object), Retry-After for 429 and 503, and the X-Loxilb-Admission-* headers.
 asio::awaitable<void> ClientConn::sendAdmission(const Route& route, int status,
                                                 std::string_view code, std::string_view message,
                                                 std::string_view extra, int64_t limit) {
-  std::string body = openAiError(status, code, message);
+  std::string body = errorBody(status, code, message);
   if (!extra.empty()) body.insert(body.size() - 2, std::string(",").append(extra));
   const auto& st = *route.stats;
   std::string h =

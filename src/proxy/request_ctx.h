@@ -74,7 +74,16 @@ struct QuotaState {
   std::vector<governance::QuotaLedger::Held> held;
 };
 
+// The API a request speaks, by its path: errors answer in its shape, and its prompt is read in
+// its form (proxy/api_facts.h).
+enum class Api : uint8_t {
+  kOpenAi,       // OpenAI-style (completions, chat, and every other path)
+  kMessages,     // Anthropic Messages (.../v1/messages)
+  kCountTokens,  // Anthropic Messages' .../v1/messages/count_tokens (nothing is generated)
+};
+
 struct RequestCtx {
+  Api api = Api::kOpenAi;
   // Timing and identity of the request.
   std::chrono::steady_clock::time_point started_at;  // when its head arrived
   std::string request_id;  // the client's X-Request-Id when acceptable, else a new one
@@ -112,9 +121,13 @@ struct RequestCtx {
   std::string pd_leg_note, pd_first_error, leg_id;
   RequestOutcome outcome;
   std::string model_copy;  // outcome.model once the request's bytes were released
+  // Scratch of an API read in another form (api_facts.h): the converted body and its facts.
+  std::string api_body;
+  routing::RequestFacts api_facts;
 
   // A new request's head arrived at `now`: nothing of the previous request is left.
   void begin(std::chrono::steady_clock::time_point now) {
+    api = Api::kOpenAi;
     started_at = now;
     request_id.clear();
     cfg.reset();
@@ -145,6 +158,8 @@ struct RequestCtx {
     // pin its size per connection)
     cycle.endRequest();
     if (quota_body.capacity() > keep_bytes) std::string().swap(quota_body);
+    if (api_body.capacity() > keep_bytes) std::string().swap(api_body);
+    api_facts.shrink(keep_bytes);
   }
 };
 

@@ -43,6 +43,7 @@ class Worker {
   bool draining = false;  // this thread only: set by DataPlane::drain()
   // This thread only: when a starved upstream connect was last logged (rate limit).
   std::chrono::steady_clock::time_point starved_logged{};
+  std::chrono::steady_clock::time_point internal_error_logged{};  // (same, for internal errors)
   // How late this worker's event loop ran a timer due every 100 ms (loopLagProbe): 10 us .. 600
   // ms buckets (kvgate_worker_loop_lag_seconds{worker}). Written by this thread, read by scrapes.
   metrics::Histogram loop_lag{0.01};

@@ -17,6 +17,7 @@
 #include "common/ids.h"
 #include "common/json_depth.h"
 #include "common/log.h"
+#include "engines/anthropic_messages.h"
 #include "sim/request_ctx.h"
 #include "sim/wire.h"
 
@@ -392,18 +393,78 @@ Result<Worker::Inference> Worker::parseInference(const std::string& body, bool c
   return in;
 }
 
-asio::awaitable<void> Worker::handleInference(http::Request& req, http::ResponseWriter& w,
-                                              bool chat, const http::HeaderList& hdrs) {
+namespace {
+// vLLM's error type names, which its Anthropic router puts in the Anthropic error shape.
+const char* vllmErrorType(int code) {
+  switch (code) {
+    case 404:
+      return "NotFoundError";
+    case 422:
+      return "UnprocessableEntityError";
+    case 501:
+      return "NotImplementedError";
+    default:
+      return code >= 500 ? "InternalServerError" : "BadRequestError";
+  }
+}
+
+// The chat-completions body vLLM builds from a Messages request (engines/anthropic_messages.h),
+// with the fields the simulator reads; an error in vLLM's validation shape (OpenAI's) when the
+// body is not a Messages request.
+Result<std::string> messagesAsChat(const std::string& body, bool count_tokens) {
+  const auto form = engines::anthropic::toChat(body, count_tokens);
+  if (!form.ok) return fail(400, "", form.error);
+  nlohmann::ordered_json chat = form.chat;
+  const auto j = nlohmann::ordered_json::parse(body);  // (toChat parsed it: valid)
+  for (const char* key : {"model", "max_tokens", "stream"}) {
+    if (count_tokens && std::string_view(key) != "model") continue;  // (ignored there)
+    if (auto it = j.find(key); it != j.end()) chat[key] = *it;
+  }
+  return chat.dump();
+}
+}  // namespace
+
+asio::awaitable<void> Worker::handleCountTokens(http::Request& req, http::ResponseWriter& w,
+                                                const http::HeaderList& hdrs) {
+  auto chat = messagesAsChat(req.body, true);
+  auto parsed = chat ? parseInference(*chat, true) : tl::unexpected(chat.error());
+  if (!parsed) {
+    const Error& e = parsed.error();
+    co_await w.send(e.code, "application/json",
+                    chat ? engines::anthropic::errorBody(vllmErrorType(e.code), e.what)
+                         : vllmError(e.code, e.what),
+                    hdrs);
+    co_return;
+  }
+  const std::string n = std::to_string(parsed->prompt.size());
+  co_await w.send(
+      200, "application/json",
+      "{\"input_tokens\":" + n + ",\"context_management\":{\"original_input_tokens\":" + n + "}}",
+      hdrs);
+}
+
+asio::awaitable<void> Worker::handleInference(http::Request& req, http::ResponseWriter& w, Api api,
+                                              const http::HeaderList& hdrs) {
   ++requests_total_;
   RequestCtx ctx(*this, w.socket());
   if (!co_await faultPreamble(ctx, w, hdrs)) co_return;
   const int64_t close_after = faults_.close_mid_stream_after;
   const double event_delay = static_cast<double>(faults_.event_delay_ms);
-  auto parsed = parseInference(req.body, chat);
+  const bool chat = api != Api::kCompletions;
+  const bool messages = api == Api::kMessages;
+  // An error answer in the API's shape (the Messages API: Anthropic's, with vLLM's type names).
+  auto errorBody = [messages](const Error& e) {
+    return messages ? engines::anthropic::errorBody(vllmErrorType(e.code), e.what)
+                    : vllmError(e.code, e.what, e.source.empty() ? nullptr : e.source.c_str());
+  };
+  Result<std::string> as_chat = messages ? messagesAsChat(req.body, false) : std::string();
+  if (!as_chat) {  // (vLLM's request validation answers in its OpenAI shape)
+    co_await w.send(400, "application/json", vllmError(400, as_chat.error().what), hdrs);
+    co_return;
+  }
+  auto parsed = parseInference(messages ? *as_chat : req.body, chat);
   if (!parsed) {
-    const Error& e = parsed.error();
-    co_await w.send(e.code, "application/json",
-                    vllmError(e.code, e.what, e.source.empty() ? nullptr : e.source.c_str()), hdrs);
+    co_await w.send(parsed.error().code, "application/json", errorBody(parsed.error()), hdrs);
     co_return;
   }
   const Inference& in = *parsed;
@@ -440,7 +501,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       const std::string msg = "The request needs " + std::to_string(plen + ntok) +
                               " tokens of KV cache but the engine holds " +
                               std::to_string(any.cache.capacity() * cfg_.block_size) + ".";
-      co_await w.send(400, "application/json", vllmError(400, msg), hdrs);
+      co_await w.send(400, "application/json", errorBody(Error{400, "", false, msg}), hdrs);
       co_return;
     }
   }
@@ -537,24 +598,37 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
     }
     cacheDecodeBlocks(rank, in.model, in.prompt,
                       ctx.seq ? ctx.seq->keys.size() : ctx.alloc.keys.size(), text);
-    ojson choice = {{"index", 0}};
-    if (chat)
-      choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else
-      choice["text"] = text;
-    choice["finish_reason"] = "length";
-    choice["logprobs"] = nullptr;
-    if (!plan.answer_params.is_null() && cfg_.engine == "trtllm")
-      choice["disaggregated_params"] = plan.answer_params;
-    ojson resp = {{"id", id},
-                  {"object", chat ? "chat.completion" : "text_completion"},
-                  {"created", created},
-                  {"model", in.model},
-                  {"choices", ojson::array({choice})},
-                  {"usage", ojson::parse(usage)}};
-    if (!plan.answer_params.is_null() && cfg_.engine == "vllm")
-      resp["kv_transfer_params"] = plan.answer_params;
-    std::string body = dumpJson(resp);
+    std::string body;
+    if (messages) {  // vLLM's messages_full_converter: the chat id, the text block, usage
+      ojson resp = {{"id", id},
+                    {"type", "message"},
+                    {"role", "assistant"},
+                    {"content", ojson::array({{{"type", "text"}, {"text", text}}})},
+                    {"model", in.model},
+                    {"stop_reason", "max_tokens"},
+                    {"stop_sequence", nullptr},
+                    {"usage", {{"input_tokens", plen}, {"output_tokens", ntok}}}};
+      body = dumpJson(resp);
+    } else {
+      ojson choice = {{"index", 0}};
+      if (chat)
+        choice["message"] = {{"role", "assistant"}, {"content", text}};
+      else
+        choice["text"] = text;
+      choice["finish_reason"] = "length";
+      choice["logprobs"] = nullptr;
+      if (!plan.answer_params.is_null() && cfg_.engine == "trtllm")
+        choice["disaggregated_params"] = plan.answer_params;
+      ojson resp = {{"id", id},
+                    {"object", chat ? "chat.completion" : "text_completion"},
+                    {"created", created},
+                    {"model", in.model},
+                    {"choices", ojson::array({choice})},
+                    {"usage", ojson::parse(usage)}};
+      if (!plan.answer_params.is_null() && cfg_.engine == "vllm")
+        resp["kv_transfer_params"] = plan.answer_params;
+      body = dumpJson(resp);
+    }
     if (close_after >= 0) {  // fault: headers only, then close
       ++faults_injected_;
       std::string head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n";
@@ -578,8 +652,13 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
                            (chat ? "chat.completion.chunk" : "text_completion") +
                            "\",\"created\":" + std::to_string(created) + ",\"model\":\"" +
                            http::jsonEscape(in.model) + "\",\"choices\":[";
-  const int64_t first_tok = chat ? 1 : 0;
-  const int64_t total = first_tok + ntok + (in.include_usage ? 1 : 0) + 1;
+  // Messages (vLLM's message_stream_converter): message_start, content_block_start, a
+  // content_block_delta per token, content_block_stop, message_delta (stop reason, usage),
+  // message_stop; each `event: <type>` then `data: <json>`.
+  const int64_t first_tok = messages ? 2 : chat ? 1 : 0;
+  const int64_t total =
+      messages ? first_tok + ntok + 3 : first_tok + ntok + (in.include_usage ? 1 : 0) + 1;
+  const std::string usage_in = "{\"input_tokens\":" + std::to_string(plen);
   std::string generated;  // for the decode blocks (cfg.cache_decode)
   if (event_delay > 0) ++faults_injected_;
   for (int64_t e = 0; e < total; ++e) {
@@ -598,33 +677,69 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       abortRequest(w);
       co_return;
     }
-    std::string ev = "data: ";
-    if (tok < 0) {
-      ev += head +
-            "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
-            "\"logprobs\":null,\"finish_reason\":null}]" +
-            usage_null + "}";
-    } else if (is_token) {
-      ++generation_tokens_;
-      ev += head + (chat ? "{\"index\":0,\"delta\":{\"content\":\"" : "{\"index\":0,\"text\":\"");
-      const std::string word = nextToken(tok);
-      if (cfg_.cache_decode) generated += word;
-      ev += http::jsonEscape(word);
-      ev += chat ? "\"}" : "\"";
-      ev += ",\"logprobs\":null,\"finish_reason\":";
-      ev += tok == ntok - 1 ? "\"length\"" : "null";
-      ev += "}]" + usage_null;
-      if (cfg_.stamp_events) {  // benchmark aid: wall-clock send time for relay-delay figures
-        ev += ",\"kvgate_sent_us\":";
-        ev += std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count());
+    std::string ev;
+    if (messages) {
+      auto event = [&ev](const char* type, const std::string& data) {
+        ev = std::string("event: ") + type + "\ndata: " + data;
+      };
+      if (tok == -2) {
+        event("message_start",
+              "{\"type\":\"message_start\",\"message\":{\"id\":\"" + http::jsonEscape(id) +
+                  "\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"" +
+                  http::jsonEscape(in.model) +
+                  "\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":" + usage_in +
+                  ",\"output_tokens\":0}}}");
+      } else if (tok == -1) {
+        event("content_block_start",
+              "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":"
+              "\"text\",\"text\":\"\"}}");
+      } else if (is_token) {
+        ++generation_tokens_;
+        const std::string word = nextToken(tok);
+        if (cfg_.cache_decode) generated += word;
+        event("content_block_delta",
+              "{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\","
+              "\"text\":\"" +
+                  http::jsonEscape(word) + "\"}}");
+      } else if (tok == ntok) {
+        event("content_block_stop", "{\"type\":\"content_block_stop\",\"index\":0}");
+      } else if (tok == ntok + 1) {
+        event("message_delta",
+              "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\","
+              "\"stop_sequence\":null},\"usage\":" +
+                  usage_in + ",\"output_tokens\":" + std::to_string(ntok) + "}}");
+      } else {
+        event("message_stop", "{\"type\":\"message_stop\"}");
       }
-      ev += "}";
-    } else if (tok == ntok && in.include_usage) {
-      ev += head + "],\"usage\":" + usage + "}";
     } else {
-      ev += "[DONE]";
+      ev = "data: ";
+      if (tok < 0) {
+        ev += head +
+              "{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},"
+              "\"logprobs\":null,\"finish_reason\":null}]" +
+              usage_null + "}";
+      } else if (is_token) {
+        ++generation_tokens_;
+        ev += head + (chat ? "{\"index\":0,\"delta\":{\"content\":\"" : "{\"index\":0,\"text\":\"");
+        const std::string word = nextToken(tok);
+        if (cfg_.cache_decode) generated += word;
+        ev += http::jsonEscape(word);
+        ev += chat ? "\"}" : "\"";
+        ev += ",\"logprobs\":null,\"finish_reason\":";
+        ev += tok == ntok - 1 ? "\"length\"" : "null";
+        ev += "}]" + usage_null;
+        if (cfg_.stamp_events) {  // benchmark aid: wall-clock send time for relay-delay figures
+          ev += ",\"kvgate_sent_us\":";
+          ev += std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+        }
+        ev += "}";
+      } else if (tok == ntok && in.include_usage) {
+        ev += head + "],\"usage\":" + usage + "}";
+      } else {
+        ev += "[DONE]";
+      }
     }
     ev += "\n\n";
     if (!co_await w.writeChunk(ev)) {
@@ -701,7 +816,18 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
   const bool post = req.method == "POST";
   if (p == "/v1/chat/completions" || p == "/v1/completions") {
     if (post) {
-      co_await handleInference(req, w, p == "/v1/chat/completions", hdrs);
+      co_await handleInference(req, w, p == "/v1/chat/completions" ? Api::kChat : Api::kCompletions,
+                               hdrs);
+      co_return;
+    }
+  } else if (p == "/v1/messages") {
+    if (post) {
+      co_await handleInference(req, w, Api::kMessages, hdrs);
+      co_return;
+    }
+  } else if (p == "/v1/messages/count_tokens") {
+    if (post) {
+      co_await handleCountTokens(req, w, hdrs);
       co_return;
     }
   } else if (p == "/v1/embeddings") {

@@ -140,8 +140,14 @@ class Worker {
   struct PdPlan;
 
   asio::awaitable<void> handle(http::Request& req, http::ResponseWriter& w);
-  asio::awaitable<void> handleInference(http::Request& req, http::ResponseWriter& w, bool chat,
+  // The APIs of an inference request: /v1/completions, /v1/chat/completions, and the Anthropic
+  // Messages API (/v1/messages: converted to its chat form as vLLM does, answered in its shape).
+  enum class Api { kCompletions, kChat, kMessages };
+  asio::awaitable<void> handleInference(http::Request& req, http::ResponseWriter& w, Api api,
                                         const http::HeaderList& hdrs);
+  // POST /v1/messages/count_tokens: the chat form's rendered length, as vLLM answers it.
+  asio::awaitable<void> handleCountTokens(http::Request& req, http::ResponseWriter& w,
+                                          const http::HeaderList& hdrs);
   asio::awaitable<void> handleEmbeddings(http::Request& req, http::ResponseWriter& w,
                                          const http::HeaderList& hdrs);
   asio::awaitable<void> handleFault(http::Request& req, http::ResponseWriter& w);

@@ -1,10 +1,10 @@
-// The quota filter of the request path (request_filter.h) (issue 14 §2; governance/quota.h for the ledger's law):
-// after the credential check and before routing, the request's buckets (governance/limits.h
-// planBuckets: key, user, tenant and shared-VIP RPS, then key, user, user+model, tenant,
-// tenant+model and shared-VIP TPM) must admit it; a refusal is a 429 with Retry-After. The
-// buckets live in this process (governance/quota.h) or, with serve --redis, in Redis shared by
-// the replicas (governance/redis_counters.h; its I/O thread answers, this coroutine waits
-// without blocking the worker).
+// The quota filter of the request path (request_filter.h) (issue 14 §2; governance/quota.h for the
+// ledger's law): after the credential check and before routing, the request's buckets
+// (governance/limits.h planBuckets: key, user, tenant and shared-VIP RPS, then key, user,
+// user+model, tenant, tenant+model and shared-VIP TPM) must admit it; a refusal is a 429 with
+// Retry-After. The buckets live in this process (governance/quota.h) or, with serve --redis, in
+// Redis shared by the replicas (governance/redis_counters.h; its I/O thread answers, this coroutine
+// waits without blocking the worker).
 //
 // Reservation: (prompt estimate + max_tokens) x n, each term clamped to 1e9. max_tokens is the
 // larger of max_tokens, max_completion_tokens and max_output_tokens, else serve --quota-max-tokens
@@ -17,9 +17,9 @@
 //
 // Settlement (settleQuota, run when the request ends on every path, client disconnects included):
 // the reservation goes back and each TPM bucket is charged nothing for a body-less request (it
-// generates nothing; GET /v1/responses/{id} replays a stored usage), else the engine's usage (the relay's
-// UsageScanner; P/D answers too), else an estimate, counted as missing usage: nothing when no
-// engine got the request, it answered an error, or the request was HEAD; the whole reservation
+// generates nothing; GET /v1/responses/{id} replays a stored usage), else the engine's usage (the
+// relay's UsageScanner; P/D answers too), else an estimate, counted as missing usage: nothing when
+// no engine got the request, it answered an error, or the request was HEAD; the whole reservation
 // when the client left a non-streamed request before its answer (the engine may have produced
 // all of it: cancelling just before completion must not cost only the prompt); the prompt
 // estimate when the exchange broke on the engine's side before an answer, or a stream's client
@@ -29,7 +29,10 @@
 // include_usage true appended as the body's last member (the client's other stream_options
 // members kept; the last duplicate wins in the engines' JSON parsers), and the relay strips the
 // usage chunk and the "usage":null members it adds (single-leg rules). Not on the Responses API
-// (a target ending in /responses): its streams carry their usage in response.completed.
+// (a target ending in /responses): its streams carry their usage in response.completed; nor on
+// the Messages API, whose streams carry it in message_delta (input_tokens and output_tokens,
+// governance/usage.h). A Messages count_tokens request
+// generates nothing and is charged nothing.
 #include "proxy/filters/quota.h"
 
 #include <algorithm>
@@ -144,7 +147,8 @@ asio::awaitable<Verdict> quotaFilter(FilterEnv& env) {
     prompt = static_cast<int64_t>((req.body.size() + 3) / 4);
     env.stats.quota_prompt_bytes.fetch_add(1, std::memory_order_relaxed);
   }
-  rq.quota.generation = !req.body.empty();  // (a body-less request generates nothing)
+  // (a body-less request generates nothing, nor does a Messages count_tokens)
+  rq.quota.generation = !req.body.empty() && rq.api != Api::kCountTokens;
   prompt = std::min(prompt, kMaxTerm);
   max_tokens = std::clamp<int64_t>(max_tokens, 0, kMaxTerm);
   const int64_t reserve = std::min<int64_t>((prompt + max_tokens) * n, kMaxTerm);
@@ -208,7 +212,7 @@ asio::awaitable<Verdict> quotaFilter(FilterEnv& env) {
   // and it has no include_usage (its response.created events carry "usage":null, which the
   // relay's filter would strip).
   if (!route.pd_dialect && rq.facts_parsed && rq.facts.stream.value_or(false) &&
-      !rq.facts.include_usage && !isResponsesApi(req.head.target)) {
+      !rq.facts.include_usage && rq.api == Api::kOpenAi && !isResponsesApi(req.head.target)) {
     nlohmann::json so = nlohmann::json::object();
     if (rq.facts.has_stream_options) {
       so = nlohmann::json::parse(rq.facts.stream_options_json, nullptr, false);

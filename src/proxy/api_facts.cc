@@ -1,0 +1,72 @@
+// Request APIs other than OpenAI's (api_facts.h).
+#include "proxy/api_facts.h"
+
+#include "engines/anthropic_messages.h"
+#include "proxy/facts_parser.h"
+
+namespace kvgate::proxy {
+
+Api apiOf(std::string_view path) {
+  switch (engines::anthropic::pathOf(path)) {
+    case engines::anthropic::Path::kMessages:
+      return Api::kMessages;
+    case engines::anthropic::Path::kCountTokens:
+      return Api::kCountTokens;
+    case engines::anthropic::Path::kNone:
+      break;
+  }
+  return Api::kOpenAi;
+}
+
+namespace {
+void clearPrompt(routing::RequestFacts& f) {
+  f.has_prompt = false;
+  f.prompt_prefix.clear();
+  f.prefix_key_len = SIZE_MAX;
+  f.prompt_render_total = f.prompt_id_count = 0;
+  f.prompt_text.clear();
+  f.prompt_token_ids.clear();
+  f.messages_json.clear();
+  f.chat_extras_json.clear();
+}
+}  // namespace
+
+void messagesShape(Api api, routing::RequestFacts& f) {
+  f.n.reset();
+  if (api == Api::kCountTokens) {
+    f.max_tokens = 0;
+    f.counts_unreadable = false;
+    return;
+  }
+  f.max_tokens = f.count_fields[0];
+  // (an unreadable count of a member the engine ignores does not make this one unreadable; an
+  // unreadable max_tokens, which left no value, still does)
+  if (f.count_fields[0]) f.counts_unreadable = false;
+}
+
+Conversion messagesPromptFacts(std::string_view body, uint32_t needs, size_t prefix_bytes,
+                               RequestCtx& rq) {
+  routing::RequestFacts& facts = rq.facts;
+  clearPrompt(facts);
+  const uint32_t want = needs & kPromptNeeds;
+  if (body.size() > kMaxConvertBytes) return Conversion::kTooLarge;
+  const engines::anthropic::ChatForm form = engines::anthropic::toChat(body, false);
+  if (!form.ok) return Conversion::kUnconvertible;
+  rq.api_body = form.chat.dump();
+  const size_t len = rq.api_body.size();
+  rq.api_body.reserve(len + kFactsPadding);  // the facts parser reads in place
+  routing::RequestFacts& chat = rq.api_facts;
+  chat.clear();
+  if (parseFacts(rq.api_body.data(), len, rq.api_body.capacity(), want, prefix_bytes, chat) !=
+      FactsStatus::kOk)
+    return Conversion::kUnconvertible;
+  facts.has_prompt = chat.has_prompt;
+  facts.prompt_prefix.swap(chat.prompt_prefix);
+  facts.prefix_key_len = chat.prefix_key_len;
+  facts.prompt_render_total = chat.prompt_render_total;
+  facts.messages_json.swap(chat.messages_json);
+  facts.chat_extras_json.swap(chat.chat_extras_json);
+  return Conversion::kConverted;
+}
+
+}  // namespace kvgate::proxy
