@@ -4,14 +4,12 @@
 // things are refused; Tier 1.5 routes by what the index holds. Loopback only, free ports,
 // everything stopped at the end.
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { test } from 'node:test';
 import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, startSim, waitFor } from './lib.mjs';
-import { buildModelsDir } from '../../scripts/models_dir.mjs';
+import { tokenizedFleet } from './tokenized_fleet.mjs';
 
 const kvSample = (samples, name, source, extra = {}) => samples.find((s) => s.name === name &&
   s.labels.source === source && Object.entries(extra).every(([k, v]) => s.labels[k] === v));
@@ -180,32 +178,7 @@ test('Tier 1.5: requests go to the worker that holds their prefix', async (t) =>
 // chat that shares a long system prompt with what a worker cached lands there.
 test('Tier 1.5: chat and text prompts are tokenized and routed by the cache', async (t) => {
   const MODEL = 'Qwen/Qwen3-8B';
-  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvgate-kv-models-'));
-  t.after(() => fs.rmSync(tmp, { recursive: true, force: true }));
-  const dir = path.join(tmp, 'models');
-  await buildModelsDir(dir);
-  const kvPort = await freePort();
-  const sim = await startSim(['--hosts', '127.0.0.12-13', '--port', '0', '--kv-events-port', String(kvPort),
-    '--model', MODEL, '--models-dir', dir]);
-  t.after(() => sim.stop());
-  const [a, b] = sim.workers;
-  const gw = await gateway(t, ['--workers', '1', '--models-dir', dir]);
-  const port = await freePort();
-  const r = await api(gw.api, 'POST', LB_BASE,
-    rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort } }));
-  assert.equal(r.status, 200, r.text);
-  const post = (url, p, body) => fetch(`${url}${p}`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body),
-  }).then(async (res) => ({ status: res.status, text: await res.text() }));
-  const blocks = async (w) => kvSample(await scrapeMetrics(gw.api), 'kvgate_kv_blocks', `${w.host}:${kvPort}`)?.value ?? 0;
-  // Join both subscriptions (throwaway prompts until each has a batch applied).
-  let k = 0;
-  for (const w of [a, b]) {
-    assert.ok(await waitFor(async () => {
-      await post(w.url, '/v1/completions', { model: MODEL, prompt: `warm-up number ${k++} `.repeat(20), max_tokens: 1 });
-      return (await blocks(w)) > 0;
-    }, 15000, 100), `no KV batch from ${w.host}`);
-  }
+  const { a, b, gw, port, post, blocks, fall } = await tokenizedFleet(t, { hosts: '127.0.0.12-13', model: MODEL });
   // A long system prompt cached on b, directly.
   const system = Array.from({ length: 60 }, (_, i) => `Rule ${i}: answer politely and cite sources.`).join(' ');
   const chat = (q) => ({ model: MODEL, max_tokens: 1, messages: [{ role: 'system', content: system }, { role: 'user', content: q }] });
@@ -213,8 +186,6 @@ test('Tier 1.5: chat and text prompts are tokenized and routed by the cache', as
   assert.equal((await post(b.url, '/v1/chat/completions', chat('first question'))).status, 200);
   assert.ok(await waitFor(async () => (await blocks(b)) >= before + 20, 10000), 'b\'s blocks did not arrive');
   // The tokenizer loads off the request path: the first request may miss with reason tokenize.
-  const fall = async (reason) => (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_routing_fallthrough_total' &&
-    s.labels.stage === 'kv_exact' && s.labels.reason === reason)?.value ?? 0;
   // Warm it with a prompt under one block (cached nowhere): once loaded, the miss is `shallow`.
   assert.ok(await waitFor(async () => {
     await post(`http://127.0.0.1:${port}`, '/v1/completions', { model: MODEL, prompt: 'hi', max_tokens: 1 });

@@ -4,13 +4,10 @@
 // Expected figures are the engine's own (what the simulator reports when asked directly) or worked
 // out by hand in the comments; routing claims read the gateway's per-endpoint request counters.
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
 import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, startSim, waitFor } from './lib.mjs';
-import { buildModelsDir } from '../../scripts/models_dir.mjs';
+import { tokenizedFleet } from './tokenized_fleet.mjs';
 
 const KEYS = '/netlox/v1/config/ai/apikey';
 const metric = (ms, name, labels) => ms.find((s) => s.name === name &&
@@ -180,32 +177,9 @@ test('Messages requests: hostile and malformed bodies get clear errors and chang
 // sent as a chat completion.
 test('Tier 1.5: Messages conversations go to the worker holding their prefix', async (t) => {
   const MODEL = 'Qwen/Qwen3-8B';
-  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'kvgate-msg-models-'));
-  t.after(() => fs.rmSync(tmp, { recursive: true, force: true }));
-  const dir = path.join(tmp, 'models');
-  await buildModelsDir(dir);
-  const kvPort = await freePort();
-  const sim = await startSim(['--hosts', '127.0.0.14-15', '--port', '0', '--kv-events-port', String(kvPort),
-    '--model', MODEL, '--models-dir', dir]);
-  t.after(() => sim.stop());
-  const [a, b] = sim.workers;
-  const gw = await gateway(t, ['--workers', '1', '--models-dir', dir]);
-  const port = await freePort();
-  const r = await api(gw.api, 'POST', LB_BASE,
-    rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort, kvExactApiMode: 'both' } }));
-  assert.equal(r.status, 200, r.text);
-  const blocks = async (w) => (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_kv_blocks' &&
-    s.labels.source === `${w.host}:${kvPort}`)?.value ?? 0;
-  let k = 0;
-  for (const w of [a, b]) {
-    assert.ok(await waitFor(async () => {
-      await post(w.url, '/v1/completions', { model: MODEL, prompt: `warm-up number ${k++} `.repeat(20), max_tokens: 1 });
-      return (await blocks(w)) > 0;
-    }, 15000, 100), `no KV batch from ${w.host}`);
-  }
+  const { a, b, gw, port, post, blocks, fall } = await tokenizedFleet(t,
+    { hosts: '127.0.0.14-15', model: MODEL, ruleArgs: { kvExactApiMode: 'both' } });
   // The tokenizer loads off the request path: warm it until a short prompt misses as `shallow`.
-  const fall = async (reason) => (await scrapeMetrics(gw.api)).find((s) => s.name === 'kvgate_routing_fallthrough_total' &&
-    s.labels.stage === 'kv_exact' && s.labels.reason === reason)?.value ?? 0;
   assert.ok(await waitFor(async () => {
     await post(`http://127.0.0.1:${port}`, '/v1/messages', { model: MODEL, max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] });
     return (await fall('shallow')) > 0;
