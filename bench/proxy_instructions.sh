@@ -66,7 +66,7 @@ for BIN in "$@"; do
   N=$(wrk -t1 -c8 -d10 -s bench/post.lua "http://127.0.0.1:$VIP/v1/chat/completions" | awk '/requests in/ {print $1}')
   kill -TERM "$vp"; wait "$vp" 2>/dev/null || true
   INS=$(callgrind_annotate --inclusive=yes "$W/cg$i.out" 2>/dev/null |
-    awk '/DataPlane::start\(\)::\{lambda\(\)#1\}> > >::_M_run/ && !done {gsub(",","",$1); print $1; done=1}')
+    awk '/DataPlane::start\(\)::\{lambda\(\)#[0-9]+\}> > >::_M_run/ && !done {gsub(",","",$1); print $1; done=1}')
   echo "| $BIN | $N | $INS | $((INS / N)) |"
   if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP"; cp "$W/cg$i.out" "$KEEP/cg$i.out"; fi
 done

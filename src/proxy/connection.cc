@@ -187,7 +187,9 @@ asio::awaitable<void> ClientConn::serve() {
     int hn = co_await readHead(req.head);
     if (hn <= 0) break;
     req.head_bytes = static_cast<size_t>(hn);
-    rq_.api = apiOf(req.head.target);  // (errors before dispatch answer in the API's shape)
+    // The API the target names (its errors' shape, its prompt's form); dispatch reads it again
+    // from a target it normalizes.
+    rq_.api = apiOf(req.head.target);
     req.raw_body_bytes = 0;
     req.body = {};
     req.body_capacity = 0;

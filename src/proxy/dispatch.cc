@@ -117,8 +117,8 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     }
     req.head.target = rq_.norm_target.forward;
     path = rq_.norm_target.match;
+    rq_.api = apiOf(path);  // (read from the raw target at its head: now from the engine's path)
   }
-  rq_.api = apiOf(path);  // (the API its engine serves there: its errors' shape, its prompt)
   w_.stats.api_requests[static_cast<size_t>(rq_.api)].fetch_add(1, std::memory_order_relaxed);
   // The host without its port and one trailing dot ("api.example.com." names the same host);
   // rules compare it case-insensitively.

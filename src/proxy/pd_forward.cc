@@ -1,6 +1,6 @@
 // Forwarding a request of a P/D rule (pd_disagg_mode): seed 000's ladder picks a prefill and a
-// decode endpoint, then the rule's engine dialect (kvEngineType; engines/pd_dialect.h) runs the
-// two legs.
+// decode endpoint, then the rule's engine dialect (kvEngineType; proxy/pd/: one file per engine,
+// over the wire rules of engines/pd_dialect.h) shapes the two legs.
 //
 // Picks: the prefill pick runs the rule's pipeline (kv_exact for kvExactMode 1, then min_load)
 // over the ep_role 1 endpoints that are up and not behind an open breaker; the decode pick runs
@@ -39,6 +39,7 @@
 #include "engines/pd_dialect.h"
 #include "http/server.h"
 #include "proxy/client_conn.h"
+#include "proxy/pd/dialect.h"
 #include "proxy/request_keys.h"
 
 namespace kvgate::proxy {
@@ -764,7 +765,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   routing::CandidateSet cands{route.endpoints, rq_.excluded};
   rq_.last_error.clear();
   const bool cb = route.rule.cb_enable;
-  const pd::Dialect dialect = *route.pd_dialect;
+  const PdDialect& dialect = pdDialect(*route.pd_dialect);
   // The admission gate (default off): may mask capped endpoints, park or answer.
   int granted = -1;  // a parked request's prefill endpoint (its slot in granted_lease)
   endpoints::EndpointLease granted_lease;
@@ -843,19 +844,16 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     st.id_suffix.assign(fresh, sizeof fresh);
     rq_.leg_id = pd::pdRequestId(route.transfer_addr[pidx],
                                  route.transfer_addr[static_cast<size_t>(didx)], st.id_suffix);
-    // The first leg's body.
+    // The first leg's body (both legs' for a concurrent dialect).
     Result<std::string> first =
-        dialect == pd::Dialect::kVllm ? pd::vllmPrefillBody(req.body)
-        : dialect == pd::Dialect::kTrtllm
-            ? pd::trtllmContextBody(req.body, newRoom())
-            : pd::sglangBody(req.body, pstate.ip, route.bootstrap_port, newRoom());
+        dialect.firstBody(req.body, PdLegSite{pstate.ip, route.bootstrap_port, newRoom()});
     if (!first) {
       dlease.reset();
       co_await sendError(400, "invalid_request", first.error().what, "body");
       co_return !client_gone_;
     }
     st.first_body = std::move(*first);
-    if (dialect == pd::Dialect::kSglang) {
+    if (dialect.concurrent()) {
       countTier(route, d.stage);
       co_return co_await concurrentLegs(req, route, pidx, plase, rctx, dlease, didx);
     }
@@ -884,44 +882,22 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       dlease.reset();
       co_return co_await answerWith(a.status, st.content_type, st.answer);
     }
-    Result<std::string> second;
-    bool kv_follows_id = false;
-    if (dialect == pd::Dialect::kVllm) {
-      auto params = pd::vllmTransferParams(st.answer);
-      // No kv_transfer_params: a push connector (P2P NCCL) sent the KV to the decode endpoint
-      // the request id names.
-      kv_follows_id = params && !params->has_value();
-      if (params)
-        second = pd::vllmDecodeBody(req.body, *params);
-      else
-        second = tl::unexpected(params.error());
-    } else {
-      auto ctx = pd::trtllmContextAnswer(st.answer);
-      if (ctx && ctx->finished) {  // generation is over already: the context answer is it
-        stopWatch();
-        dlease.reset();
-        const bool stream = rq_.facts.stream.value_or(false);
-        auto final = pd::trtllmFinalAnswer(st.answer, stream);
-        if (final) {
-          st.answer = std::move(*final);
-          co_return co_await answerWith(200, stream ? "text/event-stream" : "application/json",
-                                        st.answer);
-        }
-        ctx = tl::unexpected(final.error());
-      }
-      if (ctx)
-        second = pd::trtllmGenerationBody(req.body, ctx->params);
-      else
-        second = tl::unexpected(ctx.error());
+    PdAfterFirst next = dialect.afterFirst(req.body, st.answer, rq_.facts.stream.value_or(false));
+    if (next.kind == PdAfterFirst::Kind::kFinalAnswer) {  // generation is over already
+      stopWatch();
+      dlease.reset();
+      st.answer = std::move(next.body);
+      co_return co_await answerWith(200, next.content_type, st.answer);
     }
-    if (!second) {
+    if (next.kind == PdAfterFirst::Kind::kError) {
       stopWatch();
       dlease.reset();
       co_await sendError(502, "bad_upstream_response",
-                         "prefill leg to " + pstate.label + ": " + second.error().what);
+                         "prefill leg to " + pstate.label + ": " + next.error);
       co_return true;
     }
-    st.second_body = std::move(*second);
+    const bool kv_follows_id = next.kv_follows_id;
+    st.second_body = std::move(next.body);
     bool redo = false;
     const bool ok = co_await secondLeg(req, route, pidx, rctx, st.second_body, dlease, didx,
                                        kv_follows_id ? &redo : nullptr);

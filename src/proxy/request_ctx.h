@@ -158,8 +158,10 @@ struct RequestCtx {
     // pin its size per connection)
     cycle.endRequest();
     if (quota_body.capacity() > keep_bytes) std::string().swap(quota_body);
-    if (api_body.capacity() > keep_bytes) std::string().swap(api_body);
-    api_facts.shrink(keep_bytes);
+    if (api != Api::kOpenAi) {  // (only another API's requests use the scratch)
+      if (api_body.capacity() > keep_bytes) std::string().swap(api_body);
+      api_facts.shrink(keep_bytes);
+    }
   }
 };
 

@@ -32,15 +32,17 @@ namespace kvgate::proxy {
 
 // A filter's answer: status 0 admits; else the error to answer (OpenAI-shaped), with a
 // Retry-After when retry_after_s > 0.
+// (code and param name static strings: a Verdict held across a suspension stays small)
 struct Verdict {
   int status = 0;
-  std::string code, message, param;
+  std::string_view code, param;
+  std::string message;
   int64_t retry_after_s = 0;
   bool ok() const { return status == 0; }
-  static Verdict refused(int status, std::string code, std::string message) {
+  static Verdict refused(int status, std::string_view code, std::string message) {
     Verdict v;
     v.status = status;
-    v.code = std::move(code);
+    v.code = code;
     v.message = std::move(message);
     return v;
   }
