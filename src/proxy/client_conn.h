@@ -128,7 +128,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
                  endpoints::EndpointLease& lease);
   int pinnedDecode(const Route& route, int peer, endpoints::EndpointLease& lease);
   void countTier(const Route& route, int stage);
-  asio::awaitable<void> answerPrefillFailure();
+  // Another leg of the request failed (rq_.sibling_failure), ending this one: its answer (a P/D
+  // prefill's: pd_forward.cc).
+  asio::awaitable<void> answerSiblingFailure();
   // Runs `pipeline`; when a stage asks for the remote index's answer (kvIndexAddr), asks it
   // (proxy/remote_hint.h) and runs again.
   asio::awaitable<routing::Decision> decide(const Route& route, const routing::Pipeline& pipeline,

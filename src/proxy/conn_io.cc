@@ -279,7 +279,7 @@ void ClientConn::logAccess() {
   const Route* route = rq_.outcome.route;
   std::string line = "access";
   log::appendField(line, "id", rq_.request_id);
-  if (!rq_.leg_id.empty()) log::appendField(line, "leg_id", rq_.leg_id);  // P/D
+  if (!rq_.upstream_id.empty()) log::appendField(line, "leg_id", rq_.upstream_id);
   log::appendField(line, "listener", l_->key);
   log::appendField(line, "rule",
                    !route                     ? ""

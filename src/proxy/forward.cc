@@ -39,7 +39,7 @@ void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::
     out.append(h.name).append(": ").append(h.value).append("\r\n");
   }
   out.append("X-Request-Id: ")
-      .append(rq_.leg_id.empty() ? rq_.request_id : rq_.leg_id)
+      .append(rq_.upstream_id.empty() ? rq_.request_id : rq_.upstream_id)
       .append("\r\n");
   if (identity) out.append("Accept-Encoding: identity\r\n");
   // An HTTP/1.0 client may send no Host; HTTP/1.1 upstreams need one (setUpstreamHost).
@@ -109,8 +109,8 @@ asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, con
   stopWatch();
   leg_.release(false);
   if (client_gone_) co_return false;  // the lease releases an unsettled trial
-  if (!rq_.pd_first_error.empty()) {  // P/D: the concurrent prefill failed; decode is not to blame
-    co_await answerPrefillFailure();
+  if (!rq_.sibling_failure.empty()) {  // another leg failed: this one's endpoint is not to blame
+    co_await answerSiblingFailure();
     co_return true;
   }
   const bool cb = route.rule.cb_enable;
@@ -119,14 +119,14 @@ asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, con
   if (r.outcome == O::kTimeout) {
     lease.settle(route.health, cb, 504);
     co_await sendError(504, "upstream_timeout",
-                       "upstream " + label + " did not answer in time" + rq_.pd_leg_note);
+                       "upstream " + label + " did not answer in time" + rq_.leg_note);
   } else if (r.outcome == O::kBadResponse) {
     lease.settle(route.health, cb, 502);
-    co_await sendError(502, "bad_upstream_response", r.error + rq_.pd_leg_note);
+    co_await sendError(502, "bad_upstream_response", r.error + rq_.leg_note);
   } else {
     lease.settle(route.health, cb, 502);
     co_await sendError(502, "upstream_closed",
-                       "upstream " + label + " closed the connection" + rq_.pd_leg_note);
+                       "upstream " + label + " closed the connection" + rq_.leg_note);
   }
   co_return true;
 }
@@ -152,8 +152,8 @@ asio::awaitable<UpstreamLeg::Result> ClientConn::connectLeg(UpstreamLeg& leg, co
     asio::steady_timer pause(client_.get_executor(), std::chrono::milliseconds(100));
     error_code ec;
     co_await pause.async_wait(useEc(ec));
-    // The client left, or (SGLang P/D) the concurrent prefill failed meanwhile: stop here.
-    if (client_gone_ || !rq_.pd_first_error.empty()) co_return r;
+    // The client left, or another leg of the request failed meanwhile: stop here.
+    if (client_gone_ || !rq_.sibling_failure.empty()) co_return r;
   }
 }
 
@@ -169,7 +169,7 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
   next_endpoint = false;
   for (int send_try = 0; send_try < 2; ++send_try) {
     UpstreamLeg::Result r;
-    if (!rq_.pd_first_error.empty())  // P/D: the concurrent prefill failed before this leg started
+    if (!rq_.sibling_failure.empty())  // another leg failed before this one started
       co_return co_await failExchange(r, route, idx, lease);
     if (send_try > 0 ||
         !leg_.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx])) {
@@ -181,9 +181,9 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
         co_return false;
       }
     }
-    // The concurrent prefill (SGLang P/D) failed while this leg connected: however the connect
-    // ended, the decode is not sent.
-    if (!rq_.pd_first_error.empty()) co_return co_await failExchange(r, route, idx, lease);
+    // Another leg of the request failed while this one connected: however the connect
+    // ended, this leg is not sent.
+    if (!rq_.sibling_failure.empty()) co_return co_await failExchange(r, route, idx, lease);
     if (r.starved) {  // the gateway's shortage: the endpoint is not charged, nor are others tried
       if (starvedLogDue())
         log::warn("proxy", r.error + " (the gateway is out of " +

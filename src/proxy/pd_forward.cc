@@ -53,7 +53,7 @@ struct ClientConn::PdState {
   size_t host_at = std::string::npos;
   std::string first_body, second_body, answer, content_type;
   std::vector<bool> decode_excluded;
-  std::string id_suffix;  // the fresh part of the legs' request id (rq_.leg_id)
+  std::string id_suffix;  // the fresh part of the legs' request id (rq_.upstream_id)
   http::ResponseHead rh;
   // SGLang: the background drain of a prefill leg (cleared by the drain when it ends), the
   // request it serves, and a refusal it relays (status, with its body in `answer`).
@@ -160,13 +160,13 @@ ClientConn::~ClientConn() = default;
 
 // The concurrent prefill leg failed while the decode leg waited: the prefill engine's own answer
 // when it refused the request with one, else 502 prefill_failed.
-asio::awaitable<void> ClientConn::answerPrefillFailure() {
+asio::awaitable<void> ClientConn::answerSiblingFailure() {
   stopWatch();
   if (pd_ && pd_->first_status >= 400) {
     co_await answerWith(pd_->first_status, "application/json", pd_->answer);
     co_return;
   }
-  co_await sendError(502, "prefill_failed", rq_.pd_first_error);
+  co_await sendError(502, "prefill_failed", rq_.sibling_failure);
 }
 
 void ClientConn::abortLegs(bool timeout) {
@@ -354,7 +354,7 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
                                             endpoints::EndpointLease& first_lease, int first_idx,
                                             bool* redo_prefill) {
   const std::string& prefill_label = route.endpoints[prefill_idx].state->label;
-  rq_.pd_leg_note = " (decode leg, after the prefill on " + prefill_label + ")";
+  rq_.leg_note = " (decode leg, after the prefill on " + prefill_label + ")";
   rq_.last_error.clear();
   for (size_t attempt = 0; attempt < 2 * route.endpoints.size(); ++attempt) {
     endpoints::EndpointLease lease;
@@ -364,8 +364,9 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
     // The id names the decode endpoint this leg goes to (another one than the prefill's id
     // named when the first was unreachable: a pull connector takes the KV from the prefill
     // whatever the id says, and the id stays true in the engines' and our logs).
-    rq_.leg_id = pd::pdRequestId(route.transfer_addr[prefill_idx],
-                                 route.transfer_addr[static_cast<size_t>(idx)], pd_->id_suffix);
+    rq_.upstream_id =
+        pd::pdRequestId(route.transfer_addr[prefill_idx],
+                        route.transfer_addr[static_cast<size_t>(idx)], pd_->id_suffix);
     buildUpstreamHead(req, route, body, rq_.up_head, rq_.up_host_at);
     const auto& state = *route.endpoints[static_cast<size_t>(idx)].state;
     rq_.outcome.ep_index = idx;
@@ -386,8 +387,8 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
       co_return ok;
     }
     if (client_gone_) co_return false;
-    if (!rq_.pd_first_error.empty()) {  // the concurrent prefill failed meanwhile
-      co_await answerPrefillFailure();
+    if (!rq_.sibling_failure.empty()) {  // the concurrent prefill failed meanwhile
+      co_await answerSiblingFailure();
       co_return true;
     }
     pd_->decode_excluded[static_cast<size_t>(idx)] = true;
@@ -407,7 +408,7 @@ asio::awaitable<bool> ClientConn::answerNoDecode() {
   rq_.outcome.ep_index = -1;
   const std::string message =
       (rq_.last_error.empty() ? std::string("no healthy decode endpoint") : rq_.last_error) +
-      rq_.pd_leg_note;
+      rq_.leg_note;
   co_await sendError(502, "decode_failed", message);
   co_return true;
 }
@@ -524,7 +525,7 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
   // decode sends at once (then only an engine's refusal ends it: a broken prefill connection
   // may still have transferred the KV).
   if (current && !client_gone_) {
-    rq_.pd_first_error = "prefill leg to " + ep.state->label + " failed: " + error;
+    rq_.sibling_failure = "prefill leg to " + ep.state->label + " failed: " + error;
     if (status >= 400) {
       pd_->first_status = status;
       pd_->answer = std::move(answer);
@@ -842,8 +843,8 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     char fresh[32];
     newRequestId(fresh);
     st.id_suffix.assign(fresh, sizeof fresh);
-    rq_.leg_id = pd::pdRequestId(route.transfer_addr[pidx],
-                                 route.transfer_addr[static_cast<size_t>(didx)], st.id_suffix);
+    rq_.upstream_id = pd::pdRequestId(route.transfer_addr[pidx],
+                                      route.transfer_addr[static_cast<size_t>(didx)], st.id_suffix);
     // The first leg's body (both legs' for a concurrent dialect).
     Result<std::string> first =
         dialect.firstBody(req.body, PdLegSite{pstate.ip, route.bootstrap_port, newRoom()});
@@ -919,7 +920,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   }
   // No prefill/decode pair: the any-healthy rescue over role-less endpoints.
   dlease.reset();
-  rq_.leg_id.clear();
+  rq_.upstream_id.clear();
   rq_.outcome.ep_index = -1;
   rq_.outcome.prefill = nullptr;
   rq_.outcome.endpoint = nullptr;

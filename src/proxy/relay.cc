@@ -24,7 +24,7 @@ void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk,
     if (!hsts.empty() && http::iequals(x.name, "strict-transport-security")) continue;  // ours
     if (rewrite && http::iequals(x.name, "content-length")) continue;
     if (http::iequals(x.name, "x-request-id")) {
-      if (!rq_.leg_id.empty()) continue;  // P/D: the engines saw the legs' id; the client its own
+      if (!rq_.upstream_id.empty()) continue;  // the engines saw the legs' id; the client its own
       has_rid = true;
     }
     h.append(x.name).append(": ").append(x.value).append("\r\n");

@@ -116,9 +116,11 @@ struct RequestCtx {
   std::string up_head;
   size_t up_host_at = std::string::npos;
   http::ResponseHead resp_head;
-  // P/D: which leg an error answer is about ("" = single leg), the concurrent prefill's failure
-  // (the decode leg ends), the X-Request-Id of the current leg ("" = request_id).
-  std::string pd_leg_note, pd_first_error, leg_id;
+  // A request with several upstream legs (a P/D pair): which leg an error answer is about
+  // ("" = the only one), another leg's failure that ends this one (a concurrent prefill), and
+  // the X-Request-Id the engines see when it is not the client's (the legs name their pair;
+  // the access log's leg_id).
+  std::string leg_note, sibling_failure, upstream_id;
   RequestOutcome outcome;
   std::string model_copy;  // outcome.model once the request's bytes were released
   // Scratch of an API read in another form (api_facts.h): the converted body and its facts.
@@ -144,9 +146,9 @@ struct RequestCtx {
     usage_filter.reset();
     quota_body.clear();
     last_error.clear();
-    pd_leg_note.clear();
-    pd_first_error.clear();
-    leg_id.clear();
+    leg_note.clear();
+    sibling_failure.clear();
+    upstream_id.clear();
     outcome = RequestOutcome{};
   }
   // The request was answered and logged: the snapshot goes, big scratch is freed

@@ -260,9 +260,9 @@ TEST(RequestCtx, BeginLeavesNothingOfThePreviousRequest) {
   rq.request_id = "r1";
   rq.outcome.status = 200;
   rq.outcome.key_id = "k";
-  rq.leg_id = "leg";
-  rq.pd_first_error = "e";
-  rq.pd_leg_note = " (prefill)";
+  rq.upstream_id = "leg";
+  rq.sibling_failure = "e";
+  rq.leg_note = " (prefill)";
   rq.last_error = "x";
   rq.strip_authorization = true;
   rq.quota.active = true;
@@ -280,9 +280,9 @@ TEST(RequestCtx, BeginLeavesNothingOfThePreviousRequest) {
   EXPECT_EQ(rq.outcome.status, 0);
   EXPECT_TRUE(rq.outcome.key_id.empty());
   EXPECT_EQ(rq.outcome.quota_tokens, -1);
-  EXPECT_TRUE(rq.leg_id.empty());
-  EXPECT_TRUE(rq.pd_first_error.empty());
-  EXPECT_TRUE(rq.pd_leg_note.empty());
+  EXPECT_TRUE(rq.upstream_id.empty());
+  EXPECT_TRUE(rq.sibling_failure.empty());
+  EXPECT_TRUE(rq.leg_note.empty());
   EXPECT_TRUE(rq.last_error.empty());
   EXPECT_FALSE(rq.strip_authorization);
   EXPECT_FALSE(rq.quota.active);
