@@ -72,11 +72,13 @@ inline const Family kInternalErrors{"kvgate_internal_errors_total", Type::kCount
     "to report; the log says which).", {}};
 inline const Family kApiRequests{"kvgate_api_requests_total", Type::kCounter,
     "Requests dispatched, by the API their path names: openai (completions, chat and every other "
-    "path), messages (Anthropic Messages, .../v1/messages), messages_count_tokens.", {"api"}};
-inline const Family kMessagesPrompt{"kvgate_messages_prompt_total", Type::kCounter,
-    "Messages API requests whose prompt a rule needed, by result: converted (read from the chat "
-    "form the engine renders), unconvertible (a body the engine would refuse: routed without a "
-    "prompt key), too_large (over 2 MiB: not converted, routed without a prompt key).", {"result"}};
+    "path), messages (Anthropic Messages, .../v1/messages), messages_count_tokens, responses "
+    "(OpenAI Responses, .../v1/responses).", {"api"}};
+inline const Family kApiPrompt{"kvgate_api_prompt_total", Type::kCounter,
+    "Messages and Responses requests whose prompt a rule needed, by API and result: converted "
+    "(read from the chat form the engine renders), unconvertible (a body the engine would refuse, "
+    "or a Responses request continuing a stored one: routed without a prompt key), too_large "
+    "(over 2 MiB: not converted, routed without a prompt key).", {"api", "result"}};
 inline const Family kActiveConnections{"kvgate_active_client_connections", Type::kGauge,
     "Open client connections on the data plane.", {}};
 inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,

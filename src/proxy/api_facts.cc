@@ -2,6 +2,7 @@
 #include "proxy/api_facts.h"
 
 #include "engines/anthropic_messages.h"
+#include "engines/openai_responses.h"
 #include "proxy/facts_parser.h"
 
 namespace kvgate::proxy {
@@ -15,7 +16,7 @@ Api apiOf(std::string_view path) {
     case engines::anthropic::Path::kNone:
       break;
   }
-  return Api::kOpenAi;
+  return engines::responses::isResponsesPath(path) ? Api::kResponses : Api::kOpenAi;
 }
 
 namespace {
@@ -44,13 +45,21 @@ void messagesShape(Api api, routing::RequestFacts& f) {
   if (f.count_fields[0]) f.counts_unreadable = false;
 }
 
-Conversion messagesPromptFacts(std::string_view body, uint32_t needs, size_t prefix_bytes,
-                               RequestCtx& rq) {
+void responsesShape(routing::RequestFacts& f) {
+  f.n.reset();
+  f.max_tokens = f.count_fields[2];
+  if (f.count_fields[2]) f.counts_unreadable = false;  // (as messagesShape)
+}
+
+Conversion apiPromptFacts(std::string_view body, uint32_t needs, size_t prefix_bytes,
+                          RequestCtx& rq) {
   routing::RequestFacts& facts = rq.facts;
   clearPrompt(facts);
   const uint32_t want = needs & kPromptNeeds;
   if (body.size() > kMaxConvertBytes) return Conversion::kTooLarge;
-  const engines::anthropic::ChatForm form = engines::anthropic::toChat(body, false);
+  const engines::anthropic::ChatForm form = rq.api == Api::kResponses
+                                                ? engines::responses::toChat(body)
+                                                : engines::anthropic::toChat(body, false);
   if (!form.ok) return Conversion::kUnconvertible;
   rq.api_body = form.chat.dump();
   const size_t len = rq.api_body.size();

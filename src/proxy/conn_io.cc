@@ -28,7 +28,8 @@ std::string openAiError(int status, std::string_view code, std::string_view mess
 // the access log and metrics only).
 std::string ClientConn::errorBody(int status, std::string_view code, std::string_view message,
                                   std::string_view param) const {
-  if (rq_.api == Api::kOpenAi) return openAiError(status, code, message, param);
+  if (rq_.api != Api::kMessages && rq_.api != Api::kCountTokens)
+    return openAiError(status, code, message, param);
   return engines::anthropic::errorBody(engines::anthropic::errorType(status), message);
 }
 

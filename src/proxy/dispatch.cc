@@ -188,11 +188,15 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
       rq_.body_read = true;
       rq_.body_has_model = rq_.facts.has_model;
       if (rq_.body_has_model) rq_.body_model = rq_.facts.model;
-      // The Messages API: the prompt as the engine renders it, from its chat form.
-      if (rq_.api != Api::kOpenAi) messagesShape(rq_.api, rq_.facts);
-      if (rq_.api == Api::kMessages && (needs & kPromptNeeds)) {
-        const Conversion c = messagesPromptFacts(req.body, needs, w_.opts.prefix_key_bytes, rq_);
-        w_.stats.messages_prompt[static_cast<size_t>(c)].fetch_add(1, std::memory_order_relaxed);
+      // The Messages and Responses APIs: the prompt as the engine renders it, from its chat form.
+      if (rq_.api == Api::kMessages || rq_.api == Api::kCountTokens)
+        messagesShape(rq_.api, rq_.facts);
+      else if (rq_.api == Api::kResponses)
+        responsesShape(rq_.facts);
+      if ((rq_.api == Api::kMessages || rq_.api == Api::kResponses) && (needs & kPromptNeeds)) {
+        const Conversion c = apiPromptFacts(req.body, needs, w_.opts.prefix_key_bytes, rq_);
+        w_.stats.api_prompt[rq_.api == Api::kResponses][static_cast<size_t>(c)].fetch_add(
+            1, std::memory_order_relaxed);
       }
     } else {
       // A form (the audio endpoints' multipart): its model field, as the engine reads it.

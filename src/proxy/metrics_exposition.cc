@@ -198,17 +198,17 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   w.header(kInternalErrors);
   w.sample(kInternalErrors, {}, static_cast<double>(stats_.internal_errors.load()));
   w.header(kApiRequests);
-  static const char* const kApiNames[] = {"openai", "messages", "messages_count_tokens"};
+  static const char* const kApiNames[] = {"openai", "messages", "messages_count_tokens",
+                                          "responses"};
   for (size_t i = 0; i < stats_.api_requests.size(); ++i)
     w.sample(kApiRequests, {{"api", kApiNames[i]}},
              static_cast<double>(stats_.api_requests[i].load()));
-  w.header(kMessagesPrompt);
-  w.sample(kMessagesPrompt, {{"result", "converted"}},
-           static_cast<double>(stats_.messages_prompt[0].load()));
-  w.sample(kMessagesPrompt, {{"result", "unconvertible"}},
-           static_cast<double>(stats_.messages_prompt[1].load()));
-  w.sample(kMessagesPrompt, {{"result", "too_large"}},
-           static_cast<double>(stats_.messages_prompt[2].load()));
+  w.header(kApiPrompt);
+  static const char* const kResults[] = {"converted", "unconvertible", "too_large"};
+  for (size_t a = 0; a < 2; ++a)
+    for (size_t r = 0; r < 3; ++r)
+      w.sample(kApiPrompt, {{"api", a ? "responses" : "messages"}, {"result", kResults[r]}},
+               static_cast<double>(stats_.api_prompt[a][r].load()));
   w.header(kTlsHandshakes);
   w.sample(kTlsHandshakes, {{"result", "ok"}}, static_cast<double>(stats_.tls_handshakes.load()));
   w.sample(kTlsHandshakes, {{"result", "failed"}},

@@ -755,6 +755,13 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
                        "body");
     co_return !client_gone_;
   }
+  if (rq_.api == Api::kResponses) {  // (its token limit is max_output_tokens: the dialects'
+                                     // one-token prefill would generate the whole answer)
+    co_await sendError(400, "invalid_request",
+                       "the Responses API is not served on a prefill/decode service; use "
+                       "/v1/chat/completions or /v1/completions");
+    co_return !client_gone_;
+  }
   if (!pd_) pd_ = std::make_unique<PdState>(w_, static_cast<LegObserver&>(*this));
   PdState& st = *pd_;
   routing::RequestContext rctx = requestContext(req.head, &rq_.facts, route, source_key_);

@@ -74,12 +74,13 @@ struct QuotaState {
   std::vector<governance::QuotaLedger::Held> held;
 };
 
-// The API a request speaks, by its path: errors answer in its shape, and its prompt is read in
-// its form (proxy/api_facts.h).
+// The API a request speaks, by its path: errors answer in its shape (Anthropic's on the Messages
+// paths), and its prompt is read in its form (proxy/api_facts.h).
 enum class Api : uint8_t {
   kOpenAi,       // OpenAI-style (completions, chat, and every other path)
   kMessages,     // Anthropic Messages (.../v1/messages)
   kCountTokens,  // Anthropic Messages' .../v1/messages/count_tokens (nothing is generated)
+  kResponses,    // OpenAI Responses (.../v1/responses)
 };
 
 struct RequestCtx {

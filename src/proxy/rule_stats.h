@@ -119,11 +119,11 @@ struct DataPlaneStats {
   std::atomic<uint64_t> overload_shed{0};  // requests answered 503 gateway_overloaded
   std::atomic<uint64_t> internal_errors{0};  // connections closed by an exception (a bug)
   // Requests dispatched by the API their path names ([0] openai, [1] messages, [2]
-  // messages_count_tokens: request_ctx.h Api), and Messages bodies whose prompt was read from
-  // their chat form ([0] converted) or could not be ([1] unconvertible, [2] too_large: routed
-  // unkeyed; api_facts.h Conversion).
-  std::array<std::atomic<uint64_t>, 3> api_requests{};
-  std::array<std::atomic<uint64_t>, 3> messages_prompt{};
+  // messages_count_tokens, [3] responses: request_ctx.h Api), and Messages [0] / Responses [1]
+  // bodies whose prompt was read from their chat form ([0] converted) or could not be ([1]
+  // unconvertible, [2] too_large: routed unkeyed; api_facts.h Conversion).
+  std::array<std::atomic<uint64_t>, 4> api_requests{};
+  std::array<std::array<std::atomic<uint64_t>, 3>, 2> api_prompt{};
 };
 
 }  // namespace kvgate::proxy

@@ -50,8 +50,9 @@ std::string contentText(const nlohmann::json& content) {
     if (!part.is_object()) continue;
     auto type = part.find("type");
     auto text = part.find("text");
-    if (type != part.end() && type->is_string() && *type == "text" && text != part.end() &&
-        text->is_string())
+    if (type != part.end() && type->is_string() &&
+        (*type == "text" || *type == "input_text" || *type == "output_text") &&
+        text != part.end() && text->is_string())
       out += text->get_ref<const std::string&>();
   }
   return out;

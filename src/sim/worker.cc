@@ -18,6 +18,7 @@
 #include "common/json_depth.h"
 #include "common/log.h"
 #include "engines/anthropic_messages.h"
+#include "engines/openai_responses.h"
 #include "sim/request_ctx.h"
 #include "sim/wire.h"
 
@@ -422,6 +423,19 @@ Result<std::string> messagesAsChat(const std::string& body, bool count_tokens) {
   }
   return chat.dump();
 }
+
+// The chat-completions body vLLM builds from a Responses request (engines/openai_responses.h):
+// its chat form, the model, max_output_tokens as max_tokens, stream.
+Result<std::string> responsesAsChat(const std::string& body) {
+  const auto form = engines::responses::toChat(body);
+  if (!form.ok) return fail(400, "", form.error);
+  nlohmann::ordered_json chat = form.chat;
+  const auto j = nlohmann::ordered_json::parse(body);  // (toChat parsed it: valid)
+  if (auto it = j.find("model"); it != j.end()) chat["model"] = *it;
+  if (auto it = j.find("max_output_tokens"); it != j.end()) chat["max_tokens"] = *it;
+  if (auto it = j.find("stream"); it != j.end()) chat["stream"] = *it;
+  return chat.dump();
+}
 }  // namespace
 
 asio::awaitable<void> Worker::handleCountTokens(http::Request& req, http::ResponseWriter& w,
@@ -457,12 +471,30 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
     return messages ? engines::anthropic::errorBody(vllmErrorType(e.code), e.what)
                     : vllmError(e.code, e.what, e.source.empty() ? nullptr : e.source.c_str());
   };
-  Result<std::string> as_chat = messages ? messagesAsChat(req.body, false) : std::string();
+  const bool responses = api == Api::kResponses;
+  if (responses) {  // vLLM without VLLM_ENABLE_RESPONSES_API_STORE keeps no response
+    const auto j = nlohmann::json::parse(req.body, nullptr, false);
+    if (j.is_object() && j.contains("previous_response_id") &&
+        j["previous_response_id"].is_string()) {
+      const std::string id = j["previous_response_id"].get<std::string>();
+      // (serving_responses.py _make_not_found_error: the {"error": {...}} shape)
+      const ojson err = {{"error",
+                          {{"message", "Response with id '" + id + "' not found."},
+                           {"type", "invalid_request_error"},
+                           {"param", "response_id"},
+                           {"code", 404}}}};
+      co_await w.send(404, "application/json", dumpJson(err), hdrs);
+      co_return;
+    }
+  }
+  Result<std::string> as_chat = messages    ? messagesAsChat(req.body, false)
+                                : responses ? responsesAsChat(req.body)
+                                            : std::string();
   if (!as_chat) {  // (vLLM's request validation answers in its OpenAI shape)
     co_await w.send(400, "application/json", vllmError(400, as_chat.error().what), hdrs);
     co_return;
   }
-  auto parsed = parseInference(messages ? *as_chat : req.body, chat);
+  auto parsed = parseInference(messages || responses ? *as_chat : req.body, chat);
   if (!parsed) {
     co_await w.send(parsed.error().code, "application/json", errorBody(parsed.error()), hdrs);
     co_return;
@@ -485,7 +517,41 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       co_return;
     }
   }
-  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + base;
+  const std::string id = (responses ? "resp_" : chat ? "chatcmpl-" : "cmpl-") + base;
+  // The Responses API's objects (vLLM's ResponsesResponse and its output message).
+  const std::string msg_id = "msg_" + base;
+  auto responsesUsage = [&](int64_t plen_, int64_t ntok_, int64_t cached_) {
+    return ojson{{"input_tokens", plen_},
+                 {"input_tokens_details", {{"cached_tokens", cached_}}},
+                 {"output_tokens", ntok_},
+                 {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                 {"total_tokens", plen_ + ntok_}};
+  };
+  auto responsesPart = [](const std::string& text) {
+    return ojson{{"type", "output_text"}, {"text", text}, {"annotations", ojson::array()}};
+  };
+  auto responsesItem = [&](const std::string& text, bool done) {
+    return ojson{{"id", msg_id},
+                 {"type", "message"},
+                 {"role", "assistant"},
+                 {"status", done ? "completed" : "in_progress"},
+                 {"content", done ? ojson::array({responsesPart(text)}) : ojson::array()}};
+  };
+  // (the simulator stops at max tokens, finish reason length: vLLM's status "incomplete")
+  auto responsesObject = [&](const char* status, ojson output, ojson usage) {
+    ojson r = {{"id", id},
+               {"object", "response"},
+               {"created_at", unixNow()},
+               {"model", in.model},
+               {"status", status},
+               {"output", std::move(output)},
+               {"tools", ojson::array()},
+               {"usage", std::move(usage)}};
+    if (std::string_view(status) == "incomplete")
+      r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+    return r;
+  };
+
   const int64_t created = unixNow();
   const auto plen = static_cast<int64_t>(in.prompt.size());
   const int64_t ntok = role_ == Role::kPrefill ? 1 : in.max_tokens;  // prefill: one token
@@ -599,7 +665,10 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
     cacheDecodeBlocks(rank, in.model, in.prompt,
                       ctx.seq ? ctx.seq->keys.size() : ctx.alloc.keys.size(), text);
     std::string body;
-    if (messages) {  // vLLM's messages_full_converter: the chat id, the text block, usage
+    if (responses) {
+      body = dumpJson(responsesObject("incomplete", ojson::array({responsesItem(text, true)}),
+                                      responsesUsage(plen, ntok, cached)));
+    } else if (messages) {  // vLLM's messages_full_converter: the chat id, the text block, usage
       ojson resp = {{"id", id},
                     {"type", "message"},
                     {"role", "assistant"},
@@ -655,9 +724,15 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
   // Messages (vLLM's message_stream_converter): message_start, content_block_start, a
   // content_block_delta per token, content_block_stop, message_delta (stop reason, usage),
   // message_stop; each `event: <type>` then `data: <json>`.
-  const int64_t first_tok = messages ? 2 : chat ? 1 : 0;
-  const int64_t total =
-      messages ? first_tok + ntok + 3 : first_tok + ntok + (in.include_usage ? 1 : 0) + 1;
+  // Responses (vLLM's stream): response.created, response.in_progress,
+  // response.output_item.added, response.content_part.added, a response.output_text.delta per
+  // token, response.output_text.done, response.content_part.done, response.output_item.done,
+  // response.completed (with the usage); each with its sequence_number.
+  const int64_t first_tok = responses ? 4 : messages ? 2 : chat ? 1 : 0;
+  const int64_t total = responses  ? first_tok + ntok + 4
+                        : messages ? first_tok + ntok + 3
+                                   : first_tok + ntok + (in.include_usage ? 1 : 0) + 1;
+  std::string streamed;  // (Responses: the text so far, for the done events)
   const std::string usage_in = "{\"input_tokens\":" + std::to_string(plen);
   std::string generated;  // for the decode blocks (cfg.cache_decode)
   if (event_delay > 0) ++faults_injected_;
@@ -678,7 +753,50 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       co_return;
     }
     std::string ev;
-    if (messages) {
+    if (responses) {
+      auto event = [&ev, e](const char* type, ojson data) {
+        ojson j = {{"type", type}, {"sequence_number", e}};
+        for (auto it = data.begin(); it != data.end(); ++it) j[it.key()] = it.value();
+        ev = std::string("event: ") + type + "\ndata: " + dumpJson(j);
+      };
+      const ojson at = {{"item_id", msg_id}, {"output_index", 0}, {"content_index", 0}};
+      auto with = [&at](ojson extra) {
+        ojson j = at;
+        for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
+        return j;
+      };
+      if (tok == -4) {
+        event("response.created",
+              {{"response", responsesObject("in_progress", ojson::array(), nullptr)}});
+      } else if (tok == -3) {
+        event("response.in_progress",
+              {{"response", responsesObject("in_progress", ojson::array(), nullptr)}});
+      } else if (tok == -2) {
+        event("response.output_item.added",
+              {{"output_index", 0}, {"item", responsesItem("", false)}});
+      } else if (tok == -1) {
+        event("response.content_part.added", with({{"part", responsesPart("")}}));
+      } else if (is_token) {
+        ++generation_tokens_;
+        const std::string word = nextToken(tok);
+        streamed += word;
+        if (cfg_.cache_decode) generated += word;
+        event("response.output_text.delta", with({{"delta", word}, {"logprobs", ojson::array()}}));
+      } else if (tok == ntok) {
+        event("response.output_text.done",
+              with({{"text", streamed}, {"logprobs", ojson::array()}}));
+      } else if (tok == ntok + 1) {
+        event("response.content_part.done", with({{"part", responsesPart(streamed)}}));
+      } else if (tok == ntok + 2) {
+        event("response.output_item.done",
+              {{"output_index", 0}, {"item", responsesItem(streamed, true)}});
+      } else {
+        event("response.completed",
+              {{"response",
+                responsesObject("incomplete", ojson::array({responsesItem(streamed, true)}),
+                                responsesUsage(plen, ntok, cached))}});
+      }
+    } else if (messages) {
       auto event = [&ev](const char* type, const std::string& data) {
         ev = std::string("event: ") + type + "\ndata: " + data;
       };
@@ -823,6 +941,11 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
   } else if (p == "/v1/messages") {
     if (post) {
       co_await handleInference(req, w, Api::kMessages, hdrs);
+      co_return;
+    }
+  } else if (p == "/v1/responses") {
+    if (post) {
+      co_await handleInference(req, w, Api::kResponses, hdrs);
       co_return;
     }
   } else if (p == "/v1/messages/count_tokens") {

@@ -142,7 +142,9 @@ class Worker {
   asio::awaitable<void> handle(http::Request& req, http::ResponseWriter& w);
   // The APIs of an inference request: /v1/completions, /v1/chat/completions, and the Anthropic
   // Messages API (/v1/messages: converted to its chat form as vLLM does, answered in its shape).
-  enum class Api { kCompletions, kChat, kMessages };
+  // The OpenAI Responses API (/v1/responses) likewise, with vLLM's defaults: no response store
+  // (previous_response_id: 404).
+  enum class Api { kCompletions, kChat, kMessages, kResponses };
   asio::awaitable<void> handleInference(http::Request& req, http::ResponseWriter& w, Api api,
                                         const http::HeaderList& hdrs);
   // POST /v1/messages/count_tokens: the chat form's rendered length, as vLLM answers it.

@@ -164,9 +164,9 @@ test('Messages requests: hostile and malformed bodies get clear errors and chang
   assert.equal(sentTo(ms, w), 12);
   // Of the JSON bodies, eight could not be converted (the three wrong types, the four typed
   // members, the deep one: routed unkeyed), one was too large, three were converted.
-  assert.equal(metric(ms, 'kvgate_messages_prompt_total', { result: 'unconvertible' }), 8);
-  assert.equal(metric(ms, 'kvgate_messages_prompt_total', { result: 'too_large' }), 1);
-  assert.equal(metric(ms, 'kvgate_messages_prompt_total', { result: 'converted' }), 3);
+  assert.equal(metric(ms, 'kvgate_api_prompt_total', { api: 'messages', result: 'unconvertible' }), 8);
+  assert.equal(metric(ms, 'kvgate_api_prompt_total', { api: 'messages', result: 'too_large' }), 1);
+  assert.equal(metric(ms, 'kvgate_api_prompt_total', { api: 'messages', result: 'converted' }), 3);
   assert.equal(metric(ms, 'kvgate_api_requests_total', { api: 'messages' }), 13);
   assert.equal(metric(ms, 'kvgate_internal_errors_total', {}), 0);
 });

@@ -739,3 +739,22 @@ test('P/D regressions: cancels spare the breaker, refusals relayed, ids unique, 
   assert.doesNotMatch(second.text, /prefill|decode leg/);
   await api(plain.url, 'POST', '/sim/fault', { worker: 2, reset: true });
 });
+
+// The Responses API bounds its answer with max_output_tokens, which the dialects' one-token
+// prefill does not rewrite: a P/D rule refuses it with a clear 400 and runs no leg.
+test('P/D: a Responses request is refused with a clear error, no leg runs', async (t) => {
+  const sim = await fleet(t, 'vllm');
+  const [prefill, decode] = sim.workers;
+  const gw = await gateway(t);
+  const port = await freePort();
+  assert.equal((await api(gw.api, 'POST', LB_BASE, pdRule(port, prefill, decode))).status, 200);
+  const before = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
+  const res = await post(port, '/v1/responses', { model: 'sim-model', input: 'hi', max_output_tokens: 3 });
+  assert.equal(res.status, 400, res.text);
+  assert.match(JSON.parse(res.text).error.message, /Responses API is not served on a prefill\/decode service/);
+  const after = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
+  assert.deepEqual(after.map((m) => m.kvgate_sim_requests_total), before.map((m) => m.kvgate_sim_requests_total));
+  // Chat still works on the same rule.
+  const ok = await post(port, '/v1/chat/completions', { model: 'sim-model', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
+  assert.equal(ok.status, 200, ok.text);
+});

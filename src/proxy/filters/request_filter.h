@@ -39,7 +39,7 @@ struct Verdict {
   std::string message;
   int64_t retry_after_s = 0;
   bool ok() const { return status == 0; }
-  static Verdict refused(int status, std::string_view code, std::string message) {
+  static Verdict refused(int status, const char* code, std::string message) {
     Verdict v;
     v.status = status;
     v.code = code;

@@ -1,0 +1,157 @@
+// The OpenAI Responses API through the gateway (issue 31): the official `openai` npm SDK
+// (responses.create, streaming) against `kvgate serve` in front of `kvgate sim`, which serves
+// /v1/responses as vLLM does (its chat form, its events, its usage; no response store). Expected
+// figures are the engine's own (asked directly) or worked out by hand in the comments.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import OpenAI from 'openai';
+import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, startSim } from './lib.mjs';
+import { tokenizedFleet } from './tokenized_fleet.mjs';
+
+const KEYS = '/netlox/v1/config/ai/apikey';
+const metric = (ms, name, labels) => ms.find((s) => s.name === name &&
+  Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
+const sentTo = (ms, w) => ms.filter((s) => s.name === 'kvgate_requests_total' &&
+  s.labels.endpoint === `${w.host}:${w.port}`).reduce((x, s) => x + s.value, 0);
+
+test('the openai SDK through the gateway: responses.create, streaming, quota and errors', async (t) => {
+  const sim = await startSim(['--port', '0']);
+  t.after(() => sim.stop());
+  const [w] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  let r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w], extraArgs: { api_key_auth: 'required' } }));
+  assert.equal(r.status, 200, r.text);
+  r = await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', tokens_per_min: 100000 });
+  assert.equal(r.status, 201, r.text);
+  const client = new OpenAI({ apiKey: r.json.raw_key, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+  const request = { model: 'sim-model', instructions: 'You are terse.', input: 'Tell me about prefix caches.' };
+
+  // What the engine itself reports for this prompt (asked directly).
+  const direct = await (await fetch(`${w.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ ...request, max_output_tokens: 4 }) })).json();
+  const inputTokens = direct.usage.input_tokens;
+  assert.ok(inputTokens > 0);
+
+  const resp = await client.responses.create({ ...request, max_output_tokens: 4 });
+  assert.equal(resp.object, 'response');
+  // (it stopped at max_output_tokens: vLLM's status incomplete, with the reason)
+  assert.equal(resp.status, 'incomplete');
+  assert.equal(resp.incomplete_details.reason, 'max_output_tokens');
+  assert.equal(resp.output_text.split(' ').length, 4);
+  assert.equal(resp.usage.input_tokens, inputTokens);
+  assert.equal(resp.usage.output_tokens, 4);
+
+  // A stream: every event of the engine's order reaches the SDK; the last carries the usage.
+  const stream = await client.responses.create({ ...request, max_output_tokens: 3, stream: true });
+  const types = [];
+  let completed = null;
+  for await (const ev of stream) {
+    types.push(ev.type);
+    if (ev.type === 'response.completed') completed = ev.response;
+  }
+  assert.deepEqual(types, ['response.created', 'response.in_progress', 'response.output_item.added',
+    'response.content_part.added', 'response.output_text.delta', 'response.output_text.delta',
+    'response.output_text.delta', 'response.output_text.done', 'response.content_part.done',
+    'response.output_item.done', 'response.completed']);
+  assert.equal(completed.usage.output_tokens, 3);
+
+  // Charged what the engine reported: (input + 4) + (input + 3); nothing estimated.
+  const ms = await scrapeMetrics(gw.api);
+  assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), 2 * inputTokens + 7);
+  assert.equal(metric(ms, 'loxilb_ai_tokens_estimated_total', { tenant: 'acme' }) ?? 0, 0);
+  assert.equal(metric(ms, 'kvgate_api_requests_total', { api: 'responses' }), 2);
+
+  // previous_response_id: the engine (vLLM without its store) answers 404, relayed as the SDK's
+  // NotFoundError; the gateway's own refusals keep OpenAI's shape on this path.
+  let err = await client.responses.create({ ...request, previous_response_id: 'resp_missing' }).catch((e) => e);
+  assert.ok(err instanceof OpenAI.NotFoundError, String(err));
+  assert.match(err.message, /resp_missing/);
+  const bad = new OpenAI({ apiKey: 'nope', baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+  err = await bad.responses.create(request).catch((e) => e);
+  assert.ok(err instanceof OpenAI.AuthenticationError, String(err));
+  assert.equal(err.code, 'invalid_api_key');
+});
+
+test('Responses requests: hostile and malformed bodies are routed unkeyed and answered by the engine', async (t) => {
+  const sim = await startSim(['--port', '0']);
+  t.after(() => sim.stop());
+  const [w] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w], extraArgs: { kvExactMode: 3, kvExactApiMode: 'both' } }));
+  assert.equal(r.status, 200, r.text);
+  const post = (body) => fetch(`http://127.0.0.1:${port}/v1/responses`, { method: 'POST',
+    headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) })
+    .then(async (res) => ({ status: res.status, text: await res.text() }));
+  for (const body of [
+    { model: 'sim-model', input: 5 },
+    { model: 'sim-model', input: [{ type: 'function_call', call_id: 1, name: 'f', arguments: '' }] },
+    { model: 'sim-model', input: [{ role: 'user' }] },
+    { model: 'sim-model', input: 'x', tools: [{ type: 'function', name: 'f', parameters: [] }] },
+    { model: 'sim-model', input: 'x', reasoning: { effort: 3 } },
+  ]) {
+    const res = await post(body);
+    assert.equal(res.status, 400, `${JSON.stringify(body)} -> ${res.text}`);
+  }
+  // 100,000 levels of nesting in an input item: refused, the gateway keeps serving.
+  const deep = `{"model":"sim-model","input":[{"role":"user","content":${'['.repeat(100000)}${']'.repeat(100000)}}]}`;
+  assert.equal((await post(deep)).status, 400);
+  // 5,000 function tools: converted and answered.
+  const tools = Array.from({ length: 5000 }, (_, i) => ({ type: 'function', name: `t${i}`, parameters: { type: 'object' } }));
+  assert.equal((await post({ model: 'sim-model', input: 'x', max_output_tokens: 1, tools })).status, 200);
+  const ms = await scrapeMetrics(gw.api);
+  assert.equal(metric(ms, 'kvgate_api_prompt_total', { api: 'responses', result: 'unconvertible' }), 6);
+  assert.equal(metric(ms, 'kvgate_api_prompt_total', { api: 'responses', result: 'converted' }), 1);
+  assert.equal(metric(ms, 'kvgate_internal_errors_total', {}), 0);
+});
+
+// Tier 1.5 keys a Responses request by the chat form its engine renders (instructions first, input
+// items as messages): requests sharing long instructions go to the worker holding them, and the
+// Responses form of a conversation a worker cached from the chat API lands there too.
+test('Tier 1.5: Responses requests go to the worker holding their prefix', async (t) => {
+  const MODEL = 'Qwen/Qwen3-8B';
+  const { a, b, gw, url, post, blocks, fall } = await tokenizedFleet(t,
+    { hosts: '127.0.0.16-17', model: MODEL, ruleArgs: { kvExactApiMode: 'both' } });
+  // The tokenizer loads off the request path: warm it until a short prompt misses as `shallow`.
+  for (let i = 0; i < 150 && (await fall('shallow')) === 0; i++)
+    await post(url, '/v1/responses', { model: MODEL, max_output_tokens: 1, input: 'hi' });
+  assert.ok((await fall('shallow')) > 0, 'the gateway never loaded the tokenizer');
+
+  const rules = Array.from({ length: 60 }, (_, i) => `Rule ${i}: answer politely and cite sources.`).join(' ');
+  const ask = (q) => ({ model: MODEL, max_output_tokens: 1, instructions: rules,
+    input: [{ role: 'user', content: [{ type: 'input_text', text: q }] }] });
+  let before = await blocks(b);
+  assert.equal((await post(b.url, '/v1/responses', ask('first question'))).status, 200);
+  for (let i = 0; i < 100 && (await blocks(b)) < before + 20; i++) await new Promise((r) => setTimeout(r, 100));
+  assert.ok((await blocks(b)) >= before + 20, 'b\'s blocks did not arrive');
+  const m0 = await scrapeMetrics(gw.api);
+  for (let i = 0; i < 5; i++) {
+    const res = await post(url, '/v1/responses', ask(`question ${i}?`));
+    assert.equal(res.status, 200, res.text);
+  }
+  const m1 = await scrapeMetrics(gw.api);
+  assert.equal(sentTo(m1, b) - sentTo(m0, b), 5, 'every Responses request sharing the instructions goes to b');
+
+  // a holds a chat conversation; its Responses form (instructions, an assistant turn as an
+  // output message item, a new question) lands on a.
+  const doc = Array.from({ length: 80 }, (_, i) => `Clause ${i} of the shared contract applies.`).join(' ');
+  before = await blocks(a);
+  const chat = await post(a.url, '/v1/chat/completions', { model: MODEL, max_tokens: 1, messages: [
+    { role: 'system', content: doc }, { role: 'user', content: 'Summarise the contract.' },
+    { role: 'assistant', content: 'It has 80 clauses.' }, { role: 'user', content: 'And clause 3?' }] });
+  assert.equal(chat.status, 200, chat.text);
+  for (let i = 0; i < 100 && (await blocks(a)) < before + 20; i++) await new Promise((r) => setTimeout(r, 100));
+  assert.ok((await blocks(a)) >= before + 20, 'a\'s blocks did not arrive');
+  for (let i = 0; i < 3; i++) {
+    const res = await post(url, '/v1/responses', { model: MODEL, max_output_tokens: 1, instructions: doc, input: [
+      { role: 'user', content: 'Summarise the contract.' },
+      { type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'It has 80 clauses.', annotations: [] }] },
+      { role: 'user', content: `And clause ${10 + i}?` }] });
+    assert.equal(res.status, 200, res.text);
+  }
+  const m2 = await scrapeMetrics(gw.api);
+  assert.equal(sentTo(m2, a) - sentTo(m1, a), 3, 'the Responses form of a chat conversation goes to a');
+  assert.equal(metric(m2, 'kvgate_api_prompt_total', { api: 'responses', result: 'unconvertible' }), 0);
+  assert.ok(metric(m2, 'kvgate_api_prompt_total', { api: 'responses', result: 'converted' }) >= 9);
+});
