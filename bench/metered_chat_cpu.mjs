@@ -7,6 +7,9 @@
 // CONCURRENCY, after a warm-up that loads the tokenizer; rounds alternate the binaries.
 // Usage: node bench/metered_chat_cpu.mjs --before PATH --after PATH [--requests 2000]
 //        [--concurrency 8] [--rounds 3]
+//   or:  node bench/metered_chat_cpu.mjs --apis PATH [...]: one binary, the same conversation as a
+//        chat request (before) and as an Anthropic Messages request (after: /v1/messages, the
+//        system prompt as `system`, keyed from the chat form the engine renders), side by side.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
@@ -22,7 +25,9 @@ const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) =>
 const REQUESTS = Number(args.requests ?? 2000);
 const CONCURRENCY = Number(args.concurrency ?? 8);
 const ROUNDS = Number(args.rounds ?? 3);
-const BINS = { before: args.before, after: args.after };
+const APIS = args.apis;  // one binary: chat (before) against Messages (after)
+const BINS = APIS ? { before: APIS, after: APIS } : { before: args.before, after: args.after };
+const API_OF = { before: 'chat', after: APIS ? 'messages' : 'chat' };
 for (const [k, v] of Object.entries(BINS)) if (!v || !fs.existsSync(v)) throw new Error(`--${k} PATH: a kvgate binary`);
 const MODEL = 'Qwen/Qwen3-8B';
 const TICK = 100;  // USER_HZ
@@ -30,14 +35,24 @@ const TICK = 100;  // USER_HZ
 const tmp = tempDir();
 const modelsDir = path.join(tmp.dir, 'models');
 await buildModelsDir(modelsDir);
-const body = Buffer.from(JSON.stringify({ model: MODEL, max_tokens: 16, messages: [
-  { role: 'system', content: 'You are a coding agent with these tools. '.repeat(150) },
-  { role: 'user', content: 'List the files of the repository and explain the build.' }] }));
-const answer = JSON.stringify({ object: 'chat.completion', choices: [{ index: 0,
-  message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
-usage: { prompt_tokens: 1500, completion_tokens: 1, total_tokens: 1501 } });
+const SYSTEM = 'You are a coding agent with these tools. '.repeat(150);
+const QUESTION = 'List the files of the repository and explain the build.';
+const BODIES = {
+  chat: { path: '/v1/chat/completions', body: Buffer.from(JSON.stringify({ model: MODEL, max_tokens: 16, messages: [
+    { role: 'system', content: SYSTEM }, { role: 'user', content: QUESTION }] })) },
+  messages: { path: '/v1/messages', body: Buffer.from(JSON.stringify({ model: MODEL, max_tokens: 16, system: SYSTEM,
+    messages: [{ role: 'user', content: QUESTION }] })) },
+};
+const ANSWERS = {
+  chat: JSON.stringify({ object: 'chat.completion', choices: [{ index: 0,
+    message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }],
+  usage: { prompt_tokens: 1500, completion_tokens: 1, total_tokens: 1501 } }),
+  messages: JSON.stringify({ id: 'm', type: 'message', role: 'assistant', content: [{ type: 'text', text: 'ok' }],
+    stop_reason: 'end_turn', usage: { input_tokens: 1500, output_tokens: 1 } }),
+};
 const engine = http.createServer((req, res) => {
   req.resume();
+  const answer = req.url.startsWith('/v1/messages') ? ANSWERS.messages : ANSWERS.chat;
   req.on('end', () => {
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': answer.length });
     res.end(answer);
@@ -67,6 +82,7 @@ function serve(bin, dir) {
 }
 
 async function round(name) {
+  const { path: target, body } = BODIES[API_OF[name]];
   const gw = await serve(BINS[name], path.join(tmp.dir, `${name}-${Date.now()}`));
   try {
     const port = await freePort();
@@ -80,7 +96,7 @@ async function round(name) {
     const key = r.json.raw_key;
     const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
     const send = () => new Promise((resolve, reject) => {
-      const q = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/v1/chat/completions', agent,
+      const q = http.request({ host: '127.0.0.1', port, method: 'POST', path: target, agent,
         headers: { 'content-type': 'application/json', 'content-length': body.length, authorization: `Bearer ${key}` } },
       (res) => { res.resume(); res.on('end', () => (res.statusCode === 200 ? resolve() : reject(new Error(`status ${res.statusCode}`)))); });
       q.on('error', reject);
@@ -109,7 +125,7 @@ for (let i = 0; i < ROUNDS; ++i) {
   for (const name of ['before', 'after']) {
     const r = await round(name);
     results[name].push(r);
-    console.log(`round ${i + 1} ${name.padEnd(6)} ${r.us_per_request.toFixed(1)} us CPU/request  ${r.requests_per_s.toFixed(0)} req/s`);
+    console.log(`round ${i + 1} ${name.padEnd(6)} (${API_OF[name]}) ${r.us_per_request.toFixed(1)} us CPU/request  ${r.requests_per_s.toFixed(0)} req/s`);
   }
 }
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];

@@ -157,8 +157,11 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   if (needs && !req.body.empty()) {
     const std::string_view ct = head.get("content-type");
     const bool json = jsonBody(ct);
-    auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity, needs,
-                         w_.opts.prefix_key_bytes, rq_.facts);
+    // (a Messages or Responses body's prompt facts come from its chat form: not walked here)
+    const bool converted_api = rq_.api == Api::kMessages || rq_.api == Api::kResponses;
+    auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity,
+                         converted_api ? needs & ~kPromptNeeds : needs, w_.opts.prefix_key_bytes,
+                         rq_.facts);
     if (st == FactsStatus::kInvalidJson && json && (own_needs != 0 || cfg->checks_credentials)) {
       refuse(Refusal::kBodyUnreadable);
       co_await sendError(400, "invalid_json", "request body is not valid JSON");
@@ -193,7 +196,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
         messagesShape(rq_.api, rq_.facts);
       else if (rq_.api == Api::kResponses)
         responsesShape(rq_.facts);
-      if ((rq_.api == Api::kMessages || rq_.api == Api::kResponses) && (needs & kPromptNeeds)) {
+      if (converted_api && (needs & kPromptNeeds)) {
         const Conversion c = apiPromptFacts(req.body, needs, w_.opts.prefix_key_bytes, rq_);
         w_.stats.api_prompt[rq_.api == Api::kResponses][static_cast<size_t>(c)].fetch_add(
             1, std::memory_order_relaxed);
