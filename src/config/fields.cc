@@ -68,7 +68,8 @@ const std::vector<FieldSpec>& serviceFields() {
       {"chwbl_mean_load_factor", T::kInt, 100, 300},
       {"chwbl_replication", T::kInt, 1, 1024},
       {"chwbl_enable_cache_salt", T::kBool},
-      // Extension: a selector stage without a sel number, used instead of `sel` (lc_light, and the fleet
+      // Extension: a selector stage without a sel number, used instead of `sel` (lc_light, and the
+      // fleet
       // benchmark's baselines; routing/stage_registry.cc).
       {"selector", T::kEnum, 0, 0, {"", "random", "lc_light", "sglang", "sglang-cli", "smg"}},
       // KV-exact.
@@ -90,13 +91,14 @@ const std::vector<FieldSpec>& serviceFields() {
       {"kvDpRankCount", T::kInt, 1, 8},
       {"pdBootstrapPort", T::kInt, 0, 65535},
       {"kvExactApiMode", T::kEnum, 0, 0, {"completions", "chat", "both"}},
+      // Extension: how pooling requests (embeddings, rerank, score, classify) are placed.
+      {"kvPoolingLb", T::kEnum, 0, 0, {"least_loaded", "rule"}},
       {"kvLbMode",
        T::kEnum,
        0,
        0,
        {"off", "hard", "soft", "adaptive", "adaptive-soft", "taper", "ttft", "predict", "predict-q",
-        "lmetric",
-        "dynamo", "dynamo-v1", "llm-d", "llm-d-sticky"}},
+        "lmetric", "dynamo", "dynamo-v1", "llm-d", "llm-d-sticky"}},
       // Extension: a scoring profile instead of a law (config/scoring_profile.h).
       {"kvScoringProfile", T::kJson},
       {"kvModelProfile", T::kString, 0, 256},

@@ -73,7 +73,8 @@ inline const Family kInternalErrors{"kvgate_internal_errors_total", Type::kCount
 inline const Family kApiRequests{"kvgate_api_requests_total", Type::kCounter,
     "Requests dispatched, by the API their path names: openai (completions, chat and every other "
     "path), messages (Anthropic Messages, .../v1/messages), messages_count_tokens, responses "
-    "(OpenAI Responses, .../v1/responses).", {"api"}};
+    "(OpenAI Responses, .../v1/responses), pooling (embeddings, rerank, score, classify).",
+    {"api"}};
 inline const Family kApiPrompt{"kvgate_api_prompt_total", Type::kCounter,
     "Messages and Responses requests whose prompt a rule needed, by API and result: converted "
     "(read from the chat form the engine renders), unconvertible (a body the engine would refuse, "

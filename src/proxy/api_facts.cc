@@ -16,7 +16,11 @@ Api apiOf(std::string_view path) {
     case engines::anthropic::Path::kNone:
       break;
   }
-  return engines::responses::isResponsesPath(path) ? Api::kResponses : Api::kOpenAi;
+  if (engines::responses::isResponsesPath(path)) return Api::kResponses;
+  const std::string_view p = path.substr(0, path.find('?'));
+  for (std::string_view pooling : {"/embeddings", "/rerank", "/score", "/classify", "/pooling"})
+    if (p.ends_with(pooling)) return Api::kPooling;
+  return Api::kOpenAi;
 }
 
 namespace {
@@ -43,6 +47,12 @@ void messagesShape(Api api, routing::RequestFacts& f) {
   // (an unreadable count of a member the engine ignores does not make this one unreadable; an
   // unreadable max_tokens, which left no value, still does)
   if (f.count_fields[0]) f.counts_unreadable = false;
+}
+
+void poolingShape(routing::RequestFacts& f) {
+  f.n.reset();
+  f.max_tokens = 0;
+  f.counts_unreadable = false;
 }
 
 void responsesShape(routing::RequestFacts& f) {

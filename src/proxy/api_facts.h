@@ -2,7 +2,8 @@
 //
 // apiOf: the API a request's path names (request_ctx.h Api): the Anthropic Messages API at
 // .../v1/messages and .../v1/messages/count_tokens, the OpenAI Responses API at
-// .../v1/responses, else OpenAI-style (completions, chat and every other path).
+// .../v1/responses, the pooling APIs (paths ending /embeddings, /rerank, /score, /classify,
+// /pooling: vLLM's and SGLang's), else OpenAI-style (completions, chat and every other path).
 //
 // apiPromptFacts: the engine renders a Messages or Responses request as the chat-completions
 // request it converts it to (engines/anthropic_messages.h: system first, blocks to parts, tool
@@ -38,6 +39,9 @@ constexpr size_t kMaxConvertBytes = 2 * 1024 * 1024;
 // max_tokens counts (the request has no n, max_completion_tokens or max_output_tokens), and a
 // count_tokens request generates nothing (max_tokens 0).
 void messagesShape(Api api, routing::RequestFacts& facts);
+// The same for a pooling request (embeddings, rerank, ...): it generates nothing, so its
+// reservation is its input alone.
+void poolingShape(routing::RequestFacts& facts);
 // The same for a Responses body: only max_output_tokens counts (no n, max_tokens or
 // max_completion_tokens).
 void responsesShape(routing::RequestFacts& facts);

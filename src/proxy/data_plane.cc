@@ -194,7 +194,14 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
   route->kv_block_tokens = static_cast<uint32_t>(rule.service_args.value("kvBlockSize", 16));
   route->filters = requestFilters(rule);
-  if (rule.service_args.value("pd_disagg_mode", false)) buildPd(*route, clock);
+  if (rule.service_args.value("pd_disagg_mode", false)) {
+    buildPd(*route, clock);
+  } else if (rule.service_args.value("kvPoolingLb", std::string("least_loaded")) != "rule") {
+    if (!stats->pooling_pipeline)
+      stats->pooling_pipeline = std::make_shared<routing::PipelineStats>();
+    route->pooling_pipeline = buildPipeline(*route, clock, nullptr, nullptr, nullptr, nullptr,
+                                            {"min_load"}, stats->pooling_pipeline, routing_env_);
+  }
   return route;
 }
 

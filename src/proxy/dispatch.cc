@@ -196,6 +196,8 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
         messagesShape(rq_.api, rq_.facts);
       else if (rq_.api == Api::kResponses)
         responsesShape(rq_.facts);
+      else if (rq_.api == Api::kPooling)
+        poolingShape(rq_.facts);
       if (converted_api && (needs & kPromptNeeds)) {
         const Conversion c = apiPromptFacts(req.body, needs, w_.opts.prefix_key_bytes, rq_);
         w_.stats.api_prompt[rq_.api == Api::kResponses][static_cast<size_t>(c)].fetch_add(
@@ -296,10 +298,14 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   if (route->rule.inactive_timeout_sec > 0)
     idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
   bool ok;  // (no co_await in a conditional: GCC 12)
+  // A pooling request (embeddings, rerank, ...) has no prefix to follow: the rule's least-loaded
+  // pipeline places it (kvPoolingLb, default least_loaded; null: the rule's own).
+  const routing::Pipeline* pipeline =
+      rq_.api == Api::kPooling ? route->pooling_pipeline.get() : nullptr;
   if (route->pd_dialect)
     ok = co_await forwardPd(req, *route);
   else
-    ok = co_await forward(req, *route);
+    ok = co_await forward(req, *route, pipeline);
   if (!ok) client_keep_alive_ = false;
   co_return ok;
 }

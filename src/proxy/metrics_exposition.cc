@@ -95,12 +95,14 @@ void DataPlane::renderTier15Metrics(metrics::TextWriter& w) const {
 namespace {
 
 // A rule's pipelines with the prefix of their stage labels: the main one (a P/D rule's prefill
-// pick), and a P/D rule's decode pick ("decode:") and rescue ("rescue:").
+// pick), a P/D rule's decode pick ("decode:") and rescue ("rescue:"), and the pooling
+// requests' pipeline of a single-leg rule ("pooling:").
 std::vector<std::pair<std::string, const routing::PipelineStats*>> pipelinesOf(
     const RuleStats& st) {
   std::vector<std::pair<std::string, const routing::PipelineStats*>> out{{"", st.pipeline.get()}};
   if (st.decode_pipeline) out.emplace_back("decode:", st.decode_pipeline.get());
   if (st.rescue_pipeline) out.emplace_back("rescue:", st.rescue_pipeline.get());
+  if (st.pooling_pipeline) out.emplace_back("pooling:", st.pooling_pipeline.get());
   return out;
 }
 
@@ -199,7 +201,7 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   w.sample(kInternalErrors, {}, static_cast<double>(stats_.internal_errors.load()));
   w.header(kApiRequests);
   static const char* const kApiNames[] = {"openai", "messages", "messages_count_tokens",
-                                          "responses"};
+                                          "responses", "pooling"};
   for (size_t i = 0; i < stats_.api_requests.size(); ++i)
     w.sample(kApiRequests, {{"api", kApiNames[i]}},
              static_cast<double>(stats_.api_requests[i].load()));

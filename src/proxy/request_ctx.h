@@ -81,6 +81,7 @@ enum class Api : uint8_t {
   kMessages,     // Anthropic Messages (.../v1/messages)
   kCountTokens,  // Anthropic Messages' .../v1/messages/count_tokens (nothing is generated)
   kResponses,    // OpenAI Responses (.../v1/responses)
+  kPooling,      // embeddings, rerank, score, classify, pooling: nothing generated, no prefix
 };
 
 struct RequestCtx {

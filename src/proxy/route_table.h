@@ -39,6 +39,9 @@ struct Route {
   std::optional<engines::pd::Dialect> pd_dialect;  // nullopt: not a P/D rule
   std::unique_ptr<routing::Pipeline> decode_pipeline;
   std::unique_ptr<routing::Pipeline> rescue_pipeline;
+  // Single-leg rules: the pipeline of pooling requests (embeddings, rerank, score, classify):
+  // least loaded (min_load), no prefix affinity; null with kvPoolingLb "rule" (the rule's own).
+  std::unique_ptr<routing::Pipeline> pooling_pipeline;
   std::vector<std::string> transfer_addr;  // per endpoint: "ip:nixl_port" (P/D request ids)
   uint16_t bootstrap_port = 8998;          // SGLang's bootstrap port (pdBootstrapPort)
   // Breaker and passive detection for this rule's endpoints: the data plane's options, with the

@@ -50,7 +50,7 @@ struct RuleStats {
   // Which stage decided, fall-through reasons, decision time (recorded by the pipeline).
   std::shared_ptr<routing::PipelineStats> pipeline = std::make_shared<routing::PipelineStats>();
   // P/D rules: the decode pick's and the any-healthy rescue's pipelines (null otherwise).
-  std::shared_ptr<routing::PipelineStats> decode_pipeline, rescue_pipeline;
+  std::shared_ptr<routing::PipelineStats> decode_pipeline, rescue_pipeline, pooling_pipeline;
   // P/D requests by the tier that chose the prefill endpoint that served them.
   std::array<std::atomic<uint64_t>, static_cast<size_t>(PdTier::kCount)> pd_tiers{};
   std::atomic<uint64_t> pd_prefill_redone{0};  // kvgate_pd_prefill_redone_total
@@ -119,10 +119,11 @@ struct DataPlaneStats {
   std::atomic<uint64_t> overload_shed{0};  // requests answered 503 gateway_overloaded
   std::atomic<uint64_t> internal_errors{0};  // connections closed by an exception (a bug)
   // Requests dispatched by the API their path names ([0] openai, [1] messages, [2]
-  // messages_count_tokens, [3] responses: request_ctx.h Api), and Messages [0] / Responses [1]
+  // messages_count_tokens, [3] responses, [4] pooling: request_ctx.h Api), and Messages [0] /
+  // Responses [1]
   // bodies whose prompt was read from their chat form ([0] converted) or could not be ([1]
   // unconvertible, [2] too_large: routed unkeyed; api_facts.h Conversion).
-  std::array<std::atomic<uint64_t>, 4> api_requests{};
+  std::array<std::atomic<uint64_t>, 5> api_requests{};
   std::array<std::array<std::atomic<uint64_t>, 3>, 2> api_prompt{};
 };
 

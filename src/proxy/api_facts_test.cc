@@ -1,0 +1,59 @@
+// The API a path names and the request shape each API's engine reads (api_facts.h).
+#include "proxy/api_facts.h"
+
+#include <gtest/gtest.h>
+
+namespace kvgate::proxy {
+namespace {
+
+TEST(ApiFacts, PathsNameTheirApi) {
+  EXPECT_EQ(apiOf("/v1/chat/completions"), Api::kOpenAi);
+  EXPECT_EQ(apiOf("/v1/completions"), Api::kOpenAi);
+  EXPECT_EQ(apiOf("/v1/messages"), Api::kMessages);
+  EXPECT_EQ(apiOf("/anthropic/v1/messages?beta=true"), Api::kMessages);
+  EXPECT_EQ(apiOf("/v1/messages/count_tokens"), Api::kCountTokens);
+  EXPECT_EQ(apiOf("/v1/responses"), Api::kResponses);
+  EXPECT_EQ(apiOf("/v1/responses/resp_1"), Api::kOpenAi);  // GET a stored response
+  for (const char* p : {"/v1/embeddings", "/v1/rerank", "/rerank", "/v2/rerank", "/score", "/v1/score",
+                        "/classify", "/pooling", "/v1/embeddings?x=1"})
+    EXPECT_EQ(apiOf(p), Api::kPooling) << p;
+  EXPECT_EQ(apiOf("/v1/embeddingsx"), Api::kOpenAi);
+}
+
+TEST(ApiFacts, ShapesAsTheEnginesRead) {
+  routing::RequestFacts f;
+  // The body said max_tokens 100, max_completion_tokens 7, max_output_tokens 50, n 4, and one of
+  // them was unreadable.
+  auto body = [&] {
+    f.clear();
+    f.count_fields = {100, 7, 50};
+    f.max_tokens = 100;
+    f.n = 4;
+    f.counts_unreadable = true;
+  };
+  body();
+  messagesShape(Api::kMessages, f);  // only max_tokens
+  EXPECT_EQ(f.max_tokens, 100);
+  EXPECT_FALSE(f.n);
+  EXPECT_FALSE(f.counts_unreadable);
+  body();
+  messagesShape(Api::kCountTokens, f);  // nothing generated
+  EXPECT_EQ(f.max_tokens, 0);
+  body();
+  responsesShape(f);  // only max_output_tokens
+  EXPECT_EQ(f.max_tokens, 50);
+  EXPECT_FALSE(f.n);
+  body();
+  poolingShape(f);
+  EXPECT_EQ(f.max_tokens, 0);
+  EXPECT_FALSE(f.counts_unreadable);
+  // A Messages body whose max_tokens was unreadable stays conservative.
+  body();
+  f.count_fields[0].reset();
+  messagesShape(Api::kMessages, f);
+  EXPECT_FALSE(f.max_tokens);
+  EXPECT_TRUE(f.counts_unreadable);
+}
+
+}  // namespace
+}  // namespace kvgate::proxy
