@@ -80,6 +80,11 @@ inline const Family kApiPrompt{"kvgate_api_prompt_total", Type::kCounter,
     "(read from the chat form the engine renders), unconvertible (a body the engine would refuse, "
     "or a Responses request continuing a stored one: routed without a prompt key), too_large "
     "(over 2 MiB: not converted, routed without a prompt key).", {"api", "result"}};
+inline const Family kResponsePins{"kvgate_responses_previous_total", Type::kCounter,
+    "The Responses API's stored responses, by rule and event: remembered (an answer's id and its "
+    "endpoint), pinned (a request with previous_response_id sent to that endpoint), unknown (an "
+    "id this gateway did not relay: routed as any request), refused (503: the endpoint holding it "
+    "is down or no longer in the rule).", {"rule", "event"}};
 inline const Family kActiveConnections{"kvgate_active_client_connections", Type::kGauge,
     "Open client connections on the data plane.", {}};
 inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,

@@ -57,3 +57,38 @@ TEST(ApiFacts, ShapesAsTheEnginesRead) {
 
 }  // namespace
 }  // namespace kvgate::proxy
+
+namespace kvgate::proxy {
+namespace {
+
+TEST(ResponseHomes, IdFromTheFirstBytesOfAnAnswer) {
+  EXPECT_EQ(responseIdIn(R"({"id":"resp_abc-1","object":"response","output":[{"id":"msg_x"}]})"),
+            "resp_abc-1");
+  EXPECT_EQ(responseIdIn("event: response.created\ndata: {\"type\":\"response.created\","
+                         "\"sequence_number\":0,\"response\":{\"id\": \"resp_9\",\"status\":1}}"),
+            "resp_9");
+  EXPECT_EQ(responseIdIn(R"({"id":"resp_cut)"), "");         // not complete yet
+  EXPECT_EQ(responseIdIn(R"({"id":"bad id"})"), "");         // not [A-Za-z0-9_-]
+  EXPECT_EQ(responseIdIn(R"({"item_id":"x","id":5})"), "");  // no string id
+  EXPECT_EQ(responseIdIn(R"({"id":""})"), "");
+  EXPECT_EQ(responseIdIn(std::string("{\"id\":\"") + std::string(300, 'a') + "\"}"), "");
+}
+
+TEST(ResponseHomes, RemembersBoundedOldestFirst) {
+  ResponseHomes h;
+  h.remember("resp_0", "10.0.0.1:8000");
+  EXPECT_EQ(h.find("resp_0"), "10.0.0.1:8000");
+  h.remember("resp_0", "10.0.0.2:8000");  // answered again elsewhere: the latest endpoint
+  EXPECT_EQ(h.find("resp_0"), "10.0.0.2:8000");
+  EXPECT_EQ(h.find("resp_none"), "");
+  for (size_t i = 1; i <= ResponseHomes::kMaxHomes; ++i)
+    h.remember("resp_" + std::to_string(i), "e");
+  EXPECT_EQ(h.size(), ResponseHomes::kMaxHomes);
+  EXPECT_EQ(h.find("resp_0"), "");  // the oldest went first
+  EXPECT_EQ(h.find("resp_1"), "e");
+  h.remember(std::string(ResponseHomes::kMaxIdBytes + 1, 'x'), "e");  // too long: not kept
+  EXPECT_EQ(h.size(), ResponseHomes::kMaxHomes);
+}
+
+}  // namespace
+}  // namespace kvgate::proxy

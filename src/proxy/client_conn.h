@@ -179,6 +179,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   bool nextChunk(RelayFraming& f, std::string_view& chunk);
   std::string_view frameRewritten(std::string& piece, bool last);
   void noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload);
+  void noteResponseId(ResponseHomes& homes, std::string_view payload);
   bool abandonRelay(RelayCut why);
   void takeRequestId(const http::RequestHead& head);  // dispatch.cc  // counted in kvgate_relay_cuts_total{reason}
   void releaseRequestBytes();

@@ -196,11 +196,15 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   route->filters = requestFilters(rule);
   if (rule.service_args.value("pd_disagg_mode", false)) {
     buildPd(*route, clock);
-  } else if (rule.service_args.value("kvPoolingLb", std::string("least_loaded")) != "rule") {
-    if (!stats->pooling_pipeline)
-      stats->pooling_pipeline = std::make_shared<routing::PipelineStats>();
-    route->pooling_pipeline = buildPipeline(*route, clock, nullptr, nullptr, nullptr, nullptr,
-                                            {"min_load"}, stats->pooling_pipeline, routing_env_);
+  } else {
+    // Single-leg rules: the Responses API's response homes, and the pooling requests' pipeline.
+    if (!stats->response_homes) stats->response_homes = std::make_shared<ResponseHomes>();
+    if (rule.service_args.value("kvPoolingLb", std::string("least_loaded")) != "rule") {
+      if (!stats->pooling_pipeline)
+        stats->pooling_pipeline = std::make_shared<routing::PipelineStats>();
+      route->pooling_pipeline = buildPipeline(*route, clock, nullptr, nullptr, nullptr, nullptr,
+                                              {"min_load"}, stats->pooling_pipeline, routing_env_);
+    }
   }
   return route;
 }

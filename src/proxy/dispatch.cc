@@ -154,6 +154,8 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   // (`metered` covers every credential-checked listener.)
   const bool model_matters = cfg->has_model_pools || metered;
   if (model_matters) needs |= routing::kNeedModel;
+  // A Responses request continuing a stored one is pinned to its endpoint (forward.cc).
+  if (rq_.api == Api::kResponses) needs |= routing::kNeedResponseLink;
   if (needs && !req.body.empty()) {
     const std::string_view ct = head.get("content-type");
     const bool json = jsonBody(ct);

@@ -346,6 +346,10 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
     } else if (key == "user" && (needs & routing::kNeedUser)) {
       f.user.reset();
       if (!(e = v.get_string().get(s)) && s.size() <= kMaxFactString) f.user = std::string(s);
+    } else if (key == "previous_response_id" && (needs & routing::kNeedResponseLink)) {
+      f.previous_response_id.clear();  // (the last member counts; null: none)
+      if (!(e = v.get_string().get(s)) && s.size() <= kMaxFactString)
+        f.previous_response_id.assign(s);  // (not a string: none; the engine answers it)
     } else if (key == "user_id" && (needs & routing::kNeedUserId)) {
       f.user_id.reset();
       json_type t;

@@ -205,6 +205,13 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   for (size_t i = 0; i < stats_.api_requests.size(); ++i)
     w.sample(kApiRequests, {{"api", kApiNames[i]}},
              static_cast<double>(stats_.api_requests[i].load()));
+  w.header(kResponsePins);
+  static const char* const kPinEvents[] = {"remembered", "pinned", "unknown", "refused"};
+  for (auto& [key, st] : rule_stats_)
+    if (st->response_homes)
+      for (size_t e = 0; e < st->response_pins.size(); ++e)
+        w.sample(kResponsePins, {{"rule", st->rule}, {"event", kPinEvents[e]}},
+                 static_cast<double>(st->response_pins[e].load()));
   w.header(kApiPrompt);
   static const char* const kResults[] = {"converted", "unconvertible", "too_large"};
   for (size_t a = 0; a < 2; ++a)

@@ -121,6 +121,23 @@ bool ClientConn::abandonRelay(RelayCut why) {
   return false;
 }
 
+// The id of a Responses API answer, from its first 4 KiB: remembered with the endpoint that
+// answered (a later request continuing it is pinned there: forward.cc).
+void ClientConn::noteResponseId(ResponseHomes& homes, std::string_view payload) {
+  constexpr size_t kProbeBytes = 4096;
+  std::string& probe = rq_.response_probe;
+  probe.append(payload.substr(0, kProbeBytes - std::min(probe.size(), kProbeBytes)));
+  const std::string_view id = responseIdIn(probe);
+  if (!id.empty() && rq_.outcome.endpoint) {
+    homes.remember(id, *rq_.outcome.endpoint);
+    rq_.response_id_seen = true;
+    rq_.outcome.route->stats->response_pins[0].fetch_add(1, std::memory_order_relaxed);
+  } else if (probe.size() >= kProbeBytes) {
+    rq_.response_id_seen = true;  // (none in the first 4 KiB: not looked for any more)
+  }
+  if (rq_.response_id_seen) std::string().swap(probe);
+}
+
 asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, const Route& route,
                                                 bool head_request,
                                                 endpoints::EndpointLease& lease) {
@@ -134,9 +151,14 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   // Quota settlement reads the usage from the payload; a stream asked for usage on the client's
   // behalf is re-framed without it (chunked to HTTP/1.1 clients, until close to HTTP/1.0 ones).
   const bool scan = rq_.quota.active && !head_request;
+  // A Responses API answer: its id is remembered with this endpoint (response_homes.h).
+  ResponseHomes* homes = rq_.api == Api::kResponses && rh.status >= 200 && rh.status < 300 &&
+                                 !head_request && route.stats->response_homes
+                             ? route.stats->response_homes.get()
+                             : nullptr;
   const bool rewrite = scan && rq_.quota.inject && rh.event_stream && rh.status < 300 &&
                        rh.body_kind != http::BodyKind::kNone;
-  f.decode = scan;
+  f.decode = scan || homes;
   rq_.quota.status = rh.status;
   rq_.quota.stream = rh.event_stream;
   if (rh.body_kind == http::BodyKind::kUntilClose || f.dechunk || (rewrite && client_minor_ == 0))
@@ -184,6 +206,9 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     if (!chunk.empty() && lease.prefillPending())  // (the clock is read once a stream)
       lease.prefillDone(rh.status < 300 && stream ? nowNs() : -1);
     std::string_view out = chunk;  // what the client gets of this piece
+    if (homes && !rq_.response_id_seen && !chunk.empty())
+      noteResponseId(*homes,
+                     f.kind == http::BodyKind::kChunked ? std::string_view(f.decoded) : chunk);
     if (scan) {
       const std::string_view payload =
           f.kind == http::BodyKind::kChunked ? std::string_view(f.decoded) : chunk;

@@ -125,6 +125,9 @@ struct RequestCtx {
   std::string leg_note, sibling_failure, upstream_id;
   RequestOutcome outcome;
   std::string model_copy;  // outcome.model once the request's bytes were released
+  // A Responses API answer's first bytes, until its id is found (response_homes.h).
+  std::string response_probe;
+  bool response_id_seen = false;
   // Scratch of an API read in another form (api_facts.h): the converted body and its facts.
   std::string api_body;
   routing::RequestFacts api_facts;
@@ -152,6 +155,8 @@ struct RequestCtx {
     sibling_failure.clear();
     upstream_id.clear();
     outcome = RequestOutcome{};
+    response_probe.clear();
+    response_id_seen = false;
   }
   // The request was answered and logged: the snapshot goes, big scratch is freed
   // (`keep_bytes`: capacity kept for the next request).

@@ -14,6 +14,7 @@
 #include "metrics/histogram.h"
 #include "proxy/admission.h"
 #include "proxy/overload.h"
+#include "proxy/response_homes.h"
 #include "routing/pipeline.h"
 #include "routing/stages/prefix_trie.h"
 #include "routing/stages/session_table.h"
@@ -51,6 +52,12 @@ struct RuleStats {
   std::shared_ptr<routing::PipelineStats> pipeline = std::make_shared<routing::PipelineStats>();
   // P/D rules: the decode pick's and the any-healthy rescue's pipelines (null otherwise).
   std::shared_ptr<routing::PipelineStats> decode_pipeline, rescue_pipeline, pooling_pipeline;
+  // Single-leg rules: which endpoint answered each Responses API response (response_homes.h).
+  std::shared_ptr<ResponseHomes> response_homes;
+  // previous_response_id (response_homes.h): [0] ids remembered, [1] requests pinned to the
+  // endpoint holding theirs, [2] unknown (routed as any request), [3] refused (the endpoint
+  // holding it is down or no longer in the rule).
+  std::array<std::atomic<uint64_t>, 4> response_pins{};
   // P/D requests by the tier that chose the prefill endpoint that served them.
   std::array<std::atomic<uint64_t>, static_cast<size_t>(PdTier::kCount)> pd_tiers{};
   std::atomic<uint64_t> pd_prefill_redone{0};  // kvgate_pd_prefill_redone_total

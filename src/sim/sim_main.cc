@@ -110,6 +110,9 @@ KV cache:
   --block-size N                tokens per KV block (default 16)
   --num-blocks N                KV capacity in blocks, per data-parallel rank (default 31250:
                                 ~500k tokens, an 8B model on one H100)
+  --responses-store             keep the Responses API's answers (as vLLM with
+                                VLLM_ENABLE_RESPONSES_API_STORE): a previous_response_id this
+                                worker answered is served, another one is a 404 (default: none is)
   --kv-cache-decode             blocks completed during decode (prompt + generated tokens) enter
                                 the cache and are published, as in vLLM (off by default: earlier
                                 benchmark figures assume prompt blocks only)
@@ -213,6 +216,10 @@ int parseArgs(int argc, char** argv, Options& o) {
     }
     if (flag == "--stamp-events") {
       o.cfg.stamp_events = true;
+      continue;
+    }
+    if (flag == "--responses-store") {
+      o.cfg.responses_store = true;
       continue;
     }
     if (flag == "--kv-cache-decode") {

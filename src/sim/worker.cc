@@ -426,11 +426,17 @@ Result<std::string> messagesAsChat(const std::string& body, bool count_tokens) {
 
 // The chat-completions body vLLM builds from a Responses request (engines/openai_responses.h):
 // its chat form, the model, max_output_tokens as max_tokens, stream.
+// (a continuation of a stored response: the simulator renders the new input alone, without the
+// stored history vLLM would put before it)
 Result<std::string> responsesAsChat(const std::string& body) {
-  const auto form = engines::responses::toChat(body);
+  if (!jsonDepthWithin(body)) return fail(400, "", "Request body is nested too deeply.");
+  auto j = nlohmann::ordered_json::parse(body, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    return fail(400, "", "Request body is not a JSON object.");
+  j.erase("previous_response_id");
+  const auto form = engines::responses::toChatForm(j);
   if (!form.ok) return fail(400, "", form.error);
   nlohmann::ordered_json chat = form.chat;
-  const auto j = nlohmann::ordered_json::parse(body);  // (toChat parsed it: valid)
   if (auto it = j.find("model"); it != j.end()) chat["model"] = *it;
   if (auto it = j.find("max_output_tokens"); it != j.end()) chat["max_tokens"] = *it;
   if (auto it = j.find("stream"); it != j.end()) chat["stream"] = *it;
@@ -475,7 +481,9 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
   if (responses) {  // vLLM without VLLM_ENABLE_RESPONSES_API_STORE keeps no response
     const auto j = nlohmann::json::parse(req.body, nullptr, false);
     if (j.is_object() && j.contains("previous_response_id") &&
-        j["previous_response_id"].is_string()) {
+        j["previous_response_id"].is_string() &&
+        !(cfg_.responses_store &&
+          stored_responses_.count(j["previous_response_id"].get<std::string>()))) {
       const std::string id = j["previous_response_id"].get<std::string>();
       // (serving_responses.py _make_not_found_error: the {"error": {...}} shape)
       const ojson err = {{"error",
@@ -518,6 +526,13 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
     }
   }
   const std::string id = (responses ? "resp_" : chat ? "chatcmpl-" : "cmpl-") + base;
+  if (responses && cfg_.responses_store && stored_responses_.insert(id).second) {
+    stored_order_.push_back(id);
+    if (stored_order_.size() > 65536) {
+      stored_responses_.erase(stored_order_.front());
+      stored_order_.pop_front();
+    }
+  }
   // The Responses API's objects (vLLM's ResponsesResponse and its output message).
   const std::string msg_id = "msg_" + base;
   auto responsesUsage = [&](int64_t plen_, int64_t ntok_, int64_t cached_) {

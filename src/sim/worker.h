@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "common/result.h"
@@ -85,6 +86,7 @@ struct SimConfig {
   int64_t max_model_len = 131072;
   uint64_t keepalive_timeout_ms = 5000;  // idle keep-alive connections closed (uvicorn: 5 s)
   bool stamp_events = false;             // add "kvgate_sent_us" (send time) to each token event
+  bool responses_store = false;  // --responses-store: keep served Responses ids (vLLM's store)
   bool cache_decode = false;             // --kv-cache-decode: blocks completed during decode
                                          // enter the prefix cache (and KV events), as in vLLM
   KvEventsConfig kv_events;              // --kv-events*: publish vLLM KV events over ZMQ
@@ -160,6 +162,10 @@ class Worker {
   nlohmann::ordered_json faultJson() const;
   Result<void> setFaults(const FaultState& next);
   Result<Inference> parseInference(const std::string& body, bool chat) const;
+  // --responses-store: the ids of the Responses this worker answered (vLLM keeps the responses
+  // themselves in memory; the simulator only whether it has one), oldest forgotten past 65536.
+  std::unordered_set<std::string> stored_responses_;
+  std::deque<std::string> stored_order_;
 
   // Fault preamble of an inference request (fail_requests, stall_ms); false = already answered.
   asio::awaitable<bool> faultPreamble(RequestCtx& c, http::ResponseWriter& w,

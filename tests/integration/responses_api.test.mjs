@@ -106,6 +106,60 @@ test('Responses requests: hostile and malformed bodies are routed unkeyed and an
   assert.equal(metric(ms, 'kvgate_internal_errors_total', {}), 0);
 });
 
+// previous_response_id: the engine keeps a response's history in its own memory (vLLM with its
+// store on: `kvgate sim --responses-store`), so a request continuing it must reach that engine. The
+// gateway remembers which endpoint answered each response it relayed and pins the continuation
+// there; a response whose endpoint left the rule is a clear 503, not an engine's 404.
+test('previous_response_id: continuations go to the endpoint holding the response', async (t) => {
+  const sim = await startSim(['--workers', '2', '--port', '0', '--responses-store']);
+  t.after(() => sim.stop());
+  const [a, b] = sim.workers;
+  const gw = await gateway(t, ['--workers', '2']);
+  const port = await freePort();
+  let r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [a, b] }));  // round-robin
+  assert.equal(r.status, 200, r.text);
+  const client = new OpenAI({ apiKey: 'x', baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+  const first = await client.responses.create({ model: 'sim-model', input: 'Start a story.', max_output_tokens: 2 });
+  const m0 = await scrapeMetrics(gw.api);
+  const home = sentTo(m0, a) === 1 ? a : b;
+  const other = home === a ? b : a;
+  // Four continuations (each answered: without the pin, round-robin would send half to the
+  // endpoint that does not hold the response, which answers 404).
+  for (let i = 0; i < 4; i++) {
+    const next = await client.responses.create({ model: 'sim-model', input: `Go on (${i}).`,
+      previous_response_id: first.id, max_output_tokens: 2 });
+    assert.equal(next.object, 'response');
+  }
+  const mLoop = await scrapeMetrics(gw.api);
+  assert.equal(sentTo(mLoop, home) - sentTo(m0, home), 4, 'every continuation went to the home');
+  // A streamed answer's id (from response.created) is remembered too.
+  const stream = await client.responses.create({ model: 'sim-model', input: 'Another.', max_output_tokens: 2, stream: true });
+  let streamedId = null;
+  for await (const ev of stream) if (ev.type === 'response.created') streamedId = ev.response.id;
+  const cont = await client.responses.create({ model: 'sim-model', input: 'More.', previous_response_id: streamedId,
+    max_output_tokens: 2 });
+  assert.equal(cont.object, 'response');
+  const m1 = await scrapeMetrics(gw.api);
+  const events = (e) => metric(m1, 'kvgate_responses_previous_total', { event: e });
+  assert.equal(events('pinned'), 5);
+  assert.equal(events('remembered'), 7);  // every answer relayed: 1 + 4 + 1 + 1
+  // An id this gateway never relayed is routed as any request; the engine answers 404.
+  const err = await client.responses.create({ model: 'sim-model', input: 'x', previous_response_id: 'resp_unknown' })
+    .catch((e) => e);
+  assert.ok(err instanceof OpenAI.NotFoundError, String(err));
+  assert.equal(metric(await scrapeMetrics(gw.api), 'kvgate_responses_previous_total', { event: 'unknown' }), 1);
+  // The endpoint holding the first response leaves the rule: its continuation is a clear 503.
+  r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [other] }));
+  assert.equal(r.status, 200, r.text);
+  const gone = await fetch(`http://127.0.0.1:${port}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', input: 'again', previous_response_id: first.id }) });
+  assert.equal(gone.status, 503);
+  const body = await gone.json();
+  assert.equal(body.error.code, 'previous_response_unavailable');
+  assert.match(body.error.message, new RegExp(`stored on endpoint ${home.host}:${home.port}, which is no longer in this rule`));
+  assert.equal(metric(await scrapeMetrics(gw.api), 'kvgate_responses_previous_total', { event: 'refused' }), 1);
+});
+
 // Tier 1.5 keys a Responses request by the chat form its engine renders (instructions first, input
 // items as messages): requests sharing long instructions go to the worker holding them, and the
 // Responses form of a conversation a worker cached from the chat API lands there too.

@@ -1,0 +1,81 @@
+// ResponseHomes: which endpoint answered each OpenAI Responses API response a rule relayed (its
+// id, read from the answer's first bytes), so that a request continuing it
+// (previous_response_id) goes to that endpoint: the engine keeps the stored history in its own
+// memory (vLLM with VLLM_ENABLE_RESPONSES_API_STORE), and no other endpoint can serve it.
+//
+// Bounded: at most kMaxHomes ids per rule, the oldest forgotten first (a forgotten id is routed
+// as any request, and an engine that still holds it answers it only if it is picked). Shared by
+// the workers: one mutex, held for a lookup or an insert, never across I/O. Kept with the rule's
+// statistics (proxy/rule_stats.h), so a rule update keeps it; freed with the rule.
+#pragma once
+#include <cstddef>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace kvgate::proxy {
+
+class ResponseHomes {
+ public:
+  static constexpr size_t kMaxHomes = 65536;
+  static constexpr size_t kMaxIdBytes = 256;
+
+  // `id` was answered by the endpoint labelled `endpoint` ("ip:port").
+  void remember(std::string_view id, std::string_view endpoint) {
+    if (id.empty() || id.size() > kMaxIdBytes) return;
+    std::lock_guard g(mu_);
+    auto [it, fresh] = map_.try_emplace(std::string(id), std::string(endpoint));
+    if (!fresh) {
+      it->second.assign(endpoint);
+      return;
+    }
+    order_.push_back(it->first);
+    while (map_.size() > kMaxHomes) {
+      map_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  // The label of the endpoint that answered `id`; "" when it is not known.
+  std::string find(std::string_view id) const {
+    std::lock_guard g(mu_);
+    auto it = map_.find(std::string(id));
+    return it == map_.end() ? std::string() : it->second;
+  }
+  size_t size() const {
+    std::lock_guard g(mu_);
+    return map_.size();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::string> map_;
+  std::deque<std::string> order_;  // ids, oldest first
+};
+
+// The id of a Responses API answer from its first bytes: the first `"id":"…"` member, which is
+// the response object's own (a JSON answer's first member; a stream's first event,
+// response.created, has it first in its "response" object). Returns "" while not found; an id
+// must be 1-256 bytes of [A-Za-z0-9_-].
+inline std::string_view responseIdIn(std::string_view head) {
+  for (size_t at = head.find("\"id\""); at != std::string_view::npos;
+       at = head.find("\"id\"", at + 4)) {
+    size_t i = at + 4;
+    while (i < head.size() && (head[i] == ' ' || head[i] == ':')) ++i;
+    if (i >= head.size() || head[i] != '"') continue;
+    const size_t start = ++i;
+    while (i < head.size() && i - start <= ResponseHomes::kMaxIdBytes) {
+      const char c = head[i];
+      if (c == '"') return i > start ? head.substr(start, i - start) : std::string_view();
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '_' || c == '-'))
+        return {};
+      ++i;
+    }
+    return {};  // (cut: more bytes may complete it; the caller looks again)
+  }
+  return {};
+}
+
+}  // namespace kvgate::proxy
