@@ -233,18 +233,23 @@ std::string pyDumps(const ojson& value) {
   return out;
 }
 
-ChatForm toChat(std::string_view body, bool count_tokens) {
-  ChatForm f;
+std::optional<ojson> parseObject(std::string_view body, ChatForm& f) {
   if (!jsonDepthWithin(body)) {
     fail(f, "the body is nested too deeply");
-    return f;
+    return std::nullopt;
   }
   ojson j = ojson::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     fail(f, "the body is not a JSON object");
-    return f;
+    return std::nullopt;
   }
-  return toChatForm(j, count_tokens);
+  return j;
+}
+
+ChatForm toChat(std::string_view body, bool count_tokens) {
+  ChatForm f;
+  auto j = parseObject(body, f);
+  return j ? toChatForm(*j, count_tokens) : f;
 }
 
 ChatForm toChatForm(const ojson& j, bool count_tokens) {

@@ -29,10 +29,10 @@
 //
 // Errors on these paths are Anthropic-shaped: {"type":"error","error":{"type","message"}}.
 #pragma once
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 namespace kvgate::engines::anthropic {
 
@@ -46,6 +46,10 @@ struct ChatForm {
   std::string error;           // why the body is not a request the engine accepts (ok false)
   nlohmann::ordered_json chat;  // {"messages":[...]} plus "tools", "chat_template_kwargs"
 };
+// A request body as a JSON object (nesting bounded first, no exception); nullopt with `f`
+// failed (its error set) when it is not one. (Shared by the APIs' conversions.)
+std::optional<nlohmann::ordered_json> parseObject(std::string_view body, ChatForm& f);
+
 // The chat-completions form of a Messages request body (`count_tokens`: max_tokens optional).
 ChatForm toChat(std::string_view body, bool count_tokens);
 // The same from a parsed body (the simulator parses it once for its own checks).

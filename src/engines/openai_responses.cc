@@ -1,8 +1,6 @@
 // The Responses API's chat form (openai_responses.h).
 #include "engines/openai_responses.h"
 
-#include "common/json_depth.h"
-
 namespace kvgate::engines::responses {
 
 using ojson = nlohmann::ordered_json;
@@ -225,16 +223,8 @@ ChatForm toChatForm(const ojson& request) {
 
 ChatForm toChat(std::string_view body) {
   ChatForm f;
-  if (!jsonDepthWithin(body)) {
-    fail(f, "the body is nested too deeply");
-    return f;
-  }
-  ojson j = ojson::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    fail(f, "the body is not a JSON object");
-    return f;
-  }
-  return toChatForm(j);
+  auto j = anthropic::parseObject(body, f);
+  return j ? toChatForm(*j) : f;
 }
 
 }  // namespace kvgate::engines::responses

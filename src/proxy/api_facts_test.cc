@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "proxy/response_homes.h"
+
 namespace kvgate::proxy {
 namespace {
 
@@ -76,17 +78,21 @@ TEST(ResponseHomes, IdFromTheFirstBytesOfAnAnswer) {
 
 TEST(ResponseHomes, RemembersBoundedOldestFirst) {
   ResponseHomes h;
-  h.remember("resp_0", "10.0.0.1:8000");
-  EXPECT_EQ(h.find("resp_0"), "10.0.0.1:8000");
-  h.remember("resp_0", "10.0.0.2:8000");  // answered again elsewhere: the latest endpoint
-  EXPECT_EQ(h.find("resp_0"), "10.0.0.2:8000");
-  EXPECT_EQ(h.find("resp_none"), "");
+  h.remember("resp_0", "10.0.0.1:8000", "key-a");
+  EXPECT_EQ(h.find("resp_0", "key-a"), "10.0.0.1:8000");
+  // The first answer wins: a second one with the same id (a client choosing request_id) moves
+  // nothing; another principal does not see the id at all.
+  h.remember("resp_0", "10.0.0.2:8000", "key-b");
+  EXPECT_EQ(h.find("resp_0", "key-a"), "10.0.0.1:8000");
+  EXPECT_EQ(h.find("resp_0", "key-b"), "");
+  EXPECT_EQ(h.find("resp_0", ""), "");
+  EXPECT_EQ(h.find("resp_none", "key-a"), "");
   for (size_t i = 1; i <= ResponseHomes::kMaxHomes; ++i)
-    h.remember("resp_" + std::to_string(i), "e");
+    h.remember("resp_" + std::to_string(i), "e", "");
   EXPECT_EQ(h.size(), ResponseHomes::kMaxHomes);
-  EXPECT_EQ(h.find("resp_0"), "");  // the oldest went first
-  EXPECT_EQ(h.find("resp_1"), "e");
-  h.remember(std::string(ResponseHomes::kMaxIdBytes + 1, 'x'), "e");  // too long: not kept
+  EXPECT_EQ(h.find("resp_0", "key-a"), "");  // the oldest went first
+  EXPECT_EQ(h.find("resp_1", ""), "e");
+  h.remember(std::string(ResponseHomes::kMaxIdBytes + 1, 'x'), "e", "");  // too long: not kept
   EXPECT_EQ(h.size(), ResponseHomes::kMaxHomes);
 }
 

@@ -180,6 +180,11 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string_view frameRewritten(std::string& piece, bool last);
   void noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload);
   void noteResponseId(ResponseHomes& homes, std::string_view payload);
+  // Whose stored responses a request may continue: the API key's id, else the tenant, else "".
+  std::string_view responseOwner() const {
+    return !rq_.outcome.key_id.empty() ? std::string_view(rq_.outcome.key_id)
+                                       : std::string_view(rq_.outcome.tenant);
+  }
   bool abandonRelay(RelayCut why);
   void takeRequestId(const http::RequestHead& head);  // dispatch.cc  // counted in kvgate_relay_cuts_total{reason}
   void releaseRequestBytes();

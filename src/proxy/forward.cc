@@ -280,32 +280,37 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
   rq_.cycle.beginRouting();  // (the chain: at most 8192 entries, kv_exact's block bound)
   rctx.cycle = &rq_.cycle;
   const bool cb = route.rule.cb_enable;
-  maskUnhealthy(route, rq_.excluded, role);
   // A Responses request continuing a stored response goes where that response is (the engine
-  // holds its history): every other endpoint is excluded; when that one cannot serve, a clear
-  // error rather than an engine that answers 404 (response_homes.h).
-  if (rq_.api == Api::kResponses && !rq_.facts.previous_response_id.empty() &&
+  // holds its history): every other endpoint is excluded, and a draining home still takes it (the
+  // conversation finishes there); when the home cannot serve, a clear error rather than an
+  // engine that answers 404 (response_homes.h).
+  std::string home;
+  if (rq_.api == Api::kResponses && rq_.facts_parsed && !rq_.facts.previous_response_id.empty() &&
       route.stats->response_homes) {
+    home = route.stats->response_homes->find(rq_.facts.previous_response_id, responseOwner());
+    if (home.empty())
+      route.stats->response_pins[2].fetch_add(1, std::memory_order_relaxed);  // routed as any
+  }
+  maskUnhealthy(route, rq_.excluded, role, /*draining=*/home.empty());
+  if (!home.empty()) {
     auto& pins = route.stats->response_pins;
-    const std::string home = route.stats->response_homes->find(rq_.facts.previous_response_id);
-    if (home.empty()) {
-      pins[2].fetch_add(1, std::memory_order_relaxed);  // unknown here: routed as any request
-    } else {
-      size_t at = n;
-      for (size_t i = 0; i < n; ++i)
-        if (route.endpoints[i].state->label == home) at = i;
-      if (at == n || rq_.excluded[at]) {
-        pins[3].fetch_add(1, std::memory_order_relaxed);
-        const std::string why = "response '" + rq_.facts.previous_response_id +
-                                "' is stored on endpoint " + home + ", which is " +
-                                (at == n ? "no longer in this rule" : "not available now") +
-                                "; its history cannot be used elsewhere";
-        co_await sendError(503, "previous_response_unavailable", why, "previous_response_id");
-        co_return true;
-      }
-      pins[1].fetch_add(1, std::memory_order_relaxed);
-      for (size_t i = 0; i < n; ++i) rq_.excluded[i] = rq_.excluded[i] || i != at;
+    size_t at = n;
+    for (size_t i = 0; i < n; ++i)
+      if (route.endpoints[i].state->label == home) at = i;
+    if (at == n || rq_.excluded[at]) {
+      pins[3].fetch_add(1, std::memory_order_relaxed);
+      log::warn("proxy", "previous_response_id " + rq_.facts.previous_response_id +
+                             ": its endpoint " + home + " is " +
+                             (at == n ? "no longer in the rule" : "not available"));
+      const std::string why = "response '" + rq_.facts.previous_response_id +
+                              "' is stored on an endpoint that is " +
+                              (at == n ? "no longer in this service" : "not available now") +
+                              "; its history cannot be used elsewhere";
+      co_await sendError(503, "previous_response_unavailable", why, "previous_response_id");
+      co_return true;
     }
+    pins[1].fetch_add(1, std::memory_order_relaxed);
+    for (size_t i = 0; i < n; ++i) rq_.excluded[i] = rq_.excluded[i] || i != at;
   }
   routing::CandidateSet cands{route.endpoints, rq_.excluded};
   rq_.last_error.clear();

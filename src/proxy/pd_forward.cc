@@ -755,11 +755,15 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
                        "body");
     co_return !client_gone_;
   }
-  if (rq_.api == Api::kResponses) {  // (its token limit is max_output_tokens: the dialects'
-                                     // one-token prefill would generate the whole answer)
+  // The Responses API bounds its answer with max_output_tokens, which the dialects' one-token
+  // prefill does not set; a pooling request (embeddings, rerank) has nothing to decode.
+  if (rq_.api == Api::kResponses || rq_.api == Api::kPooling) {
     co_await sendError(400, "invalid_request",
-                       "the Responses API is not served on a prefill/decode service; use "
-                       "/v1/chat/completions or /v1/completions");
+                       std::string(rq_.api == Api::kResponses ? "the Responses API"
+                                                              : "a pooling request (embeddings, "
+                                                                "rerank, score, classify)") +
+                           " is not served on a prefill/decode service; use "
+                           "/v1/chat/completions or /v1/completions");
     co_return !client_gone_;
   }
   if (!pd_) pd_ = std::make_unique<PdState>(w_, static_cast<LegObserver&>(*this));

@@ -129,9 +129,9 @@ void ClientConn::noteResponseId(ResponseHomes& homes, std::string_view payload) 
   probe.append(payload.substr(0, kProbeBytes - std::min(probe.size(), kProbeBytes)));
   const std::string_view id = responseIdIn(probe);
   if (!id.empty() && rq_.outcome.endpoint) {
-    homes.remember(id, *rq_.outcome.endpoint);
+    if (homes.remember(id, *rq_.outcome.endpoint, responseOwner()))
+      rq_.outcome.route->stats->response_pins[0].fetch_add(1, std::memory_order_relaxed);
     rq_.response_id_seen = true;
-    rq_.outcome.route->stats->response_pins[0].fetch_add(1, std::memory_order_relaxed);
   } else if (probe.size() >= kProbeBytes) {
     rq_.response_id_seen = true;  // (none in the first 4 KiB: not looked for any more)
   }
@@ -206,9 +206,11 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     if (!chunk.empty() && lease.prefillPending())  // (the clock is read once a stream)
       lease.prefillDone(rh.status < 300 && stream ? nowNs() : -1);
     std::string_view out = chunk;  // what the client gets of this piece
-    if (homes && !rq_.response_id_seen && !chunk.empty())
+    if (homes && !rq_.response_id_seen && !chunk.empty()) {
       noteResponseId(*homes,
                      f.kind == http::BodyKind::kChunked ? std::string_view(f.decoded) : chunk);
+      if (rq_.response_id_seen) f.decode = scan;  // (no more decoding for the id)
+    }
     if (scan) {
       const std::string_view payload =
           f.kind == http::BodyKind::kChunked ? std::string_view(f.decoded) : chunk;

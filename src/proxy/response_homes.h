@@ -3,8 +3,12 @@
 // (previous_response_id) goes to that endpoint: the engine keeps the stored history in its own
 // memory (vLLM with VLLM_ENABLE_RESPONSES_API_STORE), and no other endpoint can serve it.
 //
-// Bounded: at most kMaxHomes ids per rule, the oldest forgotten first (a forgotten id is routed
-// as any request, and an engine that still holds it answers it only if it is picked). Shared by
+// Each id is bound to the principal whose request produced it (the API key, else the tenant): a
+// lookup by another principal finds nothing, so knowing another's id moves no traffic; the first
+// answer with an id wins, so a client choosing its response id (vLLM's request_id) cannot move
+// another's home. Bounded: at most kMaxHomes ids per rule, the oldest forgotten first (a
+// forgotten id is routed as any request, and an engine that still holds it answers it only if it
+// is picked; ~400 bytes an entry at most). Shared by
 // the workers: one mutex, held for a lookup or an insert, never across I/O. Kept with the rule's
 // statistics (proxy/rule_stats.h), so a rule update keeps it; freed with the rule.
 #pragma once
@@ -22,26 +26,29 @@ class ResponseHomes {
   static constexpr size_t kMaxHomes = 65536;
   static constexpr size_t kMaxIdBytes = 256;
 
-  // `id` was answered by the endpoint labelled `endpoint` ("ip:port").
-  void remember(std::string_view id, std::string_view endpoint) {
-    if (id.empty() || id.size() > kMaxIdBytes) return;
+  // `id` was answered by the endpoint labelled `endpoint` ("ip:port") for `owner` (the API key's
+  // id, else the tenant, else "" for keyless traffic). The first answer wins: a later one with
+  // the same id (a client that chose vLLM's request_id) moves nothing.
+  // True when the id is new (remembered).
+  bool remember(std::string_view id, std::string_view endpoint, std::string_view owner) {
+    if (id.empty() || id.size() > kMaxIdBytes) return false;
     std::lock_guard g(mu_);
-    auto [it, fresh] = map_.try_emplace(std::string(id), std::string(endpoint));
-    if (!fresh) {
-      it->second.assign(endpoint);
-      return;
-    }
-    order_.push_back(it->first);
+    auto [it, fresh] =
+        map_.try_emplace(std::string(id), Home{std::string(endpoint), std::string(owner)});
+    if (!fresh) return false;
+    order_.push_back(it->first);  // (a view of the map's key: nodes do not move)
     while (map_.size() > kMaxHomes) {
-      map_.erase(order_.front());
+      map_.erase(std::string(order_.front()));
       order_.pop_front();
     }
+    return true;
   }
-  // The label of the endpoint that answered `id`; "" when it is not known.
-  std::string find(std::string_view id) const {
+  // The label of the endpoint that answered `id` for `owner`; "" when it is not known (or was
+  // another owner's: one principal cannot route by another's response).
+  std::string find(std::string_view id, std::string_view owner) const {
     std::lock_guard g(mu_);
     auto it = map_.find(std::string(id));
-    return it == map_.end() ? std::string() : it->second;
+    return it == map_.end() || it->second.owner != owner ? std::string() : it->second.endpoint;
   }
   size_t size() const {
     std::lock_guard g(mu_);
@@ -49,9 +56,12 @@ class ResponseHomes {
   }
 
  private:
+  struct Home {
+    std::string endpoint, owner;
+  };
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::string> map_;
-  std::deque<std::string> order_;  // ids, oldest first
+  std::unordered_map<std::string, Home> map_;
+  std::deque<std::string_view> order_;  // the map's keys, oldest first
 };
 
 // The id of a Responses API answer from its first bytes: the first `"id":"…"` member, which is

@@ -429,17 +429,16 @@ Result<std::string> messagesAsChat(const std::string& body, bool count_tokens) {
 // (a continuation of a stored response: the simulator renders the new input alone, without the
 // stored history vLLM would put before it)
 Result<std::string> responsesAsChat(const std::string& body) {
-  if (!jsonDepthWithin(body)) return fail(400, "", "Request body is nested too deeply.");
-  auto j = nlohmann::ordered_json::parse(body, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return fail(400, "", "Request body is not a JSON object.");
-  j.erase("previous_response_id");
-  const auto form = engines::responses::toChatForm(j);
+  engines::responses::ChatForm parsed;
+  auto j = engines::anthropic::parseObject(body, parsed);
+  if (!j) return fail(400, "", parsed.error);
+  j->erase("previous_response_id");
+  const auto form = engines::responses::toChatForm(*j);
   if (!form.ok) return fail(400, "", form.error);
   nlohmann::ordered_json chat = form.chat;
-  if (auto it = j.find("model"); it != j.end()) chat["model"] = *it;
-  if (auto it = j.find("max_output_tokens"); it != j.end()) chat["max_tokens"] = *it;
-  if (auto it = j.find("stream"); it != j.end()) chat["stream"] = *it;
+  if (auto it = j->find("model"); it != j->end()) chat["model"] = *it;
+  if (auto it = j->find("max_output_tokens"); it != j->end()) chat["max_tokens"] = *it;
+  if (auto it = j->find("stream"); it != j->end()) chat["stream"] = *it;
   return chat.dump();
 }
 }  // namespace
@@ -478,8 +477,11 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
                     : vllmError(e.code, e.what, e.source.empty() ? nullptr : e.source.c_str());
   };
   const bool responses = api == Api::kResponses;
+  std::string chosen_id;  // vLLM's request_id: the response's id when the client names one
   if (responses) {  // vLLM without VLLM_ENABLE_RESPONSES_API_STORE keeps no response
     const auto j = nlohmann::json::parse(req.body, nullptr, false);
+    if (j.is_object() && j.contains("request_id") && j["request_id"].is_string())
+      chosen_id = j["request_id"].get<std::string>();
     if (j.is_object() && j.contains("previous_response_id") &&
         j["previous_response_id"].is_string() &&
         !(cfg_.responses_store &&
@@ -525,7 +527,11 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       co_return;
     }
   }
-  const std::string id = (responses ? "resp_" : chat ? "chatcmpl-" : "cmpl-") + base;
+  const std::string id = !chosen_id.empty() ? chosen_id
+                                            : (responses ? "resp_"
+                                               : chat    ? "chatcmpl-"
+                                                         : "cmpl-") +
+                                                  base;
   if (responses && cfg_.responses_store && stored_responses_.insert(id).second) {
     stored_order_.push_back(id);
     if (stored_order_.size() > 65536) {

@@ -233,6 +233,19 @@ export async function gateway(t, extra = [], { stopSignal = 'SIGTERM', env = {} 
   return gw;
 }
 
+// One simulated worker (`kvgate sim --port 0 ...simArgs`) behind a fresh gateway with one rule
+// over it (rule({port, workers: [w], extraArgs: ruleArgs})); everything stops when the test ends.
+export async function simBehindGateway(t, { simArgs = [], ruleArgs = {}, gatewayArgs = ['--workers', '1'] } = {}) {
+  const sim = await startSim(['--port', '0', ...simArgs]);
+  t.after(() => sim.stop());
+  const [w] = sim.workers;
+  const gw = await gateway(t, gatewayArgs);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w], extraArgs: ruleArgs }));
+  if (r.status !== 200) throw new Error(`the rule was refused: ${r.status} ${r.text}`);
+  return { sim, w, gw, port };
+}
+
 // Creates (or replaces) the rule rule({port, ...opts}) on a fresh VIP port, or on `opts.port` when
 // given; asserts the API took it; returns the port.
 export async function service(gw, opts) {

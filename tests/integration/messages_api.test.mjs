@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
-import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, startSim, waitFor } from './lib.mjs';
+import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, simBehindGateway, startSim, waitFor } from './lib.mjs';
 import { tokenizedFleet } from './tokenized_fleet.mjs';
 
 const KEYS = '/netlox/v1/config/ai/apikey';
@@ -25,13 +25,7 @@ async function newKey(gw, tenant, extra = {}) {
 }
 
 test('the Anthropic SDK through the gateway: create, stream, countTokens, keys, quota and errors', async (t) => {
-  const sim = await startSim(['--port', '0']);
-  t.after(() => sim.stop());
-  const [w] = sim.workers;
-  const gw = await gateway(t, ['--workers', '1']);
-  const port = await freePort();
-  let r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w], extraArgs: { api_key_auth: 'required' } }));
-  assert.equal(r.status, 200, r.text);
+  const { w, gw, port } = await simBehindGateway(t, { ruleArgs: { api_key_auth: 'required' } });
   const key = await newKey(gw, 'acme', { tokens_per_min: 100000 });  // (a TPM bucket: settled)
   const baseURL = `http://127.0.0.1:${port}`;
   const client = new Anthropic({ apiKey: key, baseURL, maxRetries: 0 });
@@ -106,13 +100,7 @@ test('the Anthropic SDK through the gateway: create, stream, countTokens, keys, 
 });
 
 test('Messages requests: hostile and malformed bodies get clear errors and change nothing', async (t) => {
-  const sim = await startSim(['--port', '0']);
-  t.after(() => sim.stop());
-  const [w] = sim.workers;
-  const gw = await gateway(t, ['--workers', '1']);
-  const port = await freePort();
-  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w], extraArgs: { kvExactMode: 3, kvExactApiMode: 'both' } }));
-  assert.equal(r.status, 200, r.text);
+  const { w, gw, port } = await simBehindGateway(t, { ruleArgs: { kvExactMode: 3, kvExactApiMode: 'both' } });
   const url = `http://127.0.0.1:${port}`;
   const ok = { model: 'sim-model', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] };
   // Wrong types: the engine's validation answers (400), relayed; the gateway routed it unkeyed.

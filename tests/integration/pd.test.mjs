@@ -742,7 +742,7 @@ test('P/D regressions: cancels spare the breaker, refusals relayed, ids unique, 
 
 // The Responses API bounds its answer with max_output_tokens, which the dialects' one-token
 // prefill does not rewrite: a P/D rule refuses it with a clear 400 and runs no leg.
-test('P/D: a Responses request is refused with a clear error, no leg runs', async (t) => {
+test('P/D: Responses and pooling requests are refused with a clear error, no leg runs', async (t) => {
   const sim = await fleet(t, 'vllm');
   const [prefill, decode] = sim.workers;
   const gw = await gateway(t);
@@ -752,6 +752,10 @@ test('P/D: a Responses request is refused with a clear error, no leg runs', asyn
   const res = await post(port, '/v1/responses', { model: 'sim-model', input: 'hi', max_output_tokens: 3 });
   assert.equal(res.status, 400, res.text);
   assert.match(JSON.parse(res.text).error.message, /Responses API is not served on a prefill\/decode service/);
+  // Nor is a pooling request (nothing to decode).
+  const emb = await post(port, '/v1/embeddings', { model: 'sim-model', input: 'hi' });
+  assert.equal(emb.status, 400, emb.text);
+  assert.match(JSON.parse(emb.text).error.message, /pooling request .* is not served on a prefill\/decode service/);
   const after = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
   assert.deepEqual(after.map((m) => m.kvgate_sim_requests_total), before.map((m) => m.kvgate_sim_requests_total));
   // Chat still works on the same rule.

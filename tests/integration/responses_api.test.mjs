@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import OpenAI from 'openai';
-import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, startSim } from './lib.mjs';
+import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, simBehindGateway, startSim } from './lib.mjs';
 import { tokenizedFleet } from './tokenized_fleet.mjs';
 
 const KEYS = '/netlox/v1/config/ai/apikey';
@@ -15,14 +15,8 @@ const sentTo = (ms, w) => ms.filter((s) => s.name === 'kvgate_requests_total' &&
   s.labels.endpoint === `${w.host}:${w.port}`).reduce((x, s) => x + s.value, 0);
 
 test('the openai SDK through the gateway: responses.create, streaming, quota and errors', async (t) => {
-  const sim = await startSim(['--port', '0']);
-  t.after(() => sim.stop());
-  const [w] = sim.workers;
-  const gw = await gateway(t, ['--workers', '1']);
-  const port = await freePort();
-  let r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w], extraArgs: { api_key_auth: 'required' } }));
-  assert.equal(r.status, 200, r.text);
-  r = await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', tokens_per_min: 100000 });
+  const { w, gw, port } = await simBehindGateway(t, { ruleArgs: { api_key_auth: 'required' } });
+  const r = await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', tokens_per_min: 100000 });
   assert.equal(r.status, 201, r.text);
   const client = new OpenAI({ apiKey: r.json.raw_key, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
   const request = { model: 'sim-model', instructions: 'You are terse.', input: 'Tell me about prefix caches.' };
@@ -74,13 +68,7 @@ test('the openai SDK through the gateway: responses.create, streaming, quota and
 });
 
 test('Responses requests: hostile and malformed bodies are routed unkeyed and answered by the engine', async (t) => {
-  const sim = await startSim(['--port', '0']);
-  t.after(() => sim.stop());
-  const [w] = sim.workers;
-  const gw = await gateway(t, ['--workers', '1']);
-  const port = await freePort();
-  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w], extraArgs: { kvExactMode: 3, kvExactApiMode: 'both' } }));
-  assert.equal(r.status, 200, r.text);
+  const { gw, port } = await simBehindGateway(t, { ruleArgs: { kvExactMode: 3, kvExactApiMode: 'both' } });
   const post = (body) => fetch(`http://127.0.0.1:${port}/v1/responses`, { method: 'POST',
     headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : JSON.stringify(body) })
     .then(async (res) => ({ status: res.status, text: await res.text() }));
@@ -139,10 +127,24 @@ test('previous_response_id: continuations go to the endpoint holding the respons
   const cont = await client.responses.create({ model: 'sim-model', input: 'More.', previous_response_id: streamedId,
     max_output_tokens: 2 });
   assert.equal(cont.object, 'response');
+  const post = (p, body) => fetch(`http://127.0.0.1:${p}/v1/responses`, { method: 'POST',
+    headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) })
+    .then(async (res) => ({ status: res.status, text: await res.text() }));
   const m1 = await scrapeMetrics(gw.api);
   const events = (e) => metric(m1, 'kvgate_responses_previous_total', { event: e });
   assert.equal(events('pinned'), 5);
   assert.equal(events('remembered'), 7);  // every answer relayed: 1 + 4 + 1 + 1
+  // A client that chooses its response's id (vLLM's request_id, which the simulator honours too)
+  // cannot move the home: the first answer with an id wins. Two such answers, one of them from
+  // the other endpoint (round-robin), then two continuations: both at the home.
+  for (let i = 0; i < 2; i++) {
+    const hijack = await post(port, { model: 'sim-model', input: 'mine', request_id: first.id, max_output_tokens: 1 });
+    assert.equal(hijack.status, 200, hijack.text);
+  }
+  const mHijack = await scrapeMetrics(gw.api);
+  for (let i = 0; i < 2; i++)
+    await client.responses.create({ model: 'sim-model', input: 'still mine?', previous_response_id: first.id, max_output_tokens: 1 });
+  assert.equal(sentTo(await scrapeMetrics(gw.api), home) - sentTo(mHijack, home), 2, 'the home did not move');
   // An id this gateway never relayed is routed as any request; the engine answers 404.
   const err = await client.responses.create({ model: 'sim-model', input: 'x', previous_response_id: 'resp_unknown' })
     .catch((e) => e);
@@ -156,7 +158,7 @@ test('previous_response_id: continuations go to the endpoint holding the respons
   assert.equal(gone.status, 503);
   const body = await gone.json();
   assert.equal(body.error.code, 'previous_response_unavailable');
-  assert.match(body.error.message, new RegExp(`stored on endpoint ${home.host}:${home.port}, which is no longer in this rule`));
+  assert.equal(body.error.message, `response '${first.id}' is stored on an endpoint that is no longer in this service; its history cannot be used elsewhere`);
   assert.equal(metric(await scrapeMetrics(gw.api), 'kvgate_responses_previous_total', { event: 'refused' }), 1);
 });
 
