@@ -92,7 +92,7 @@ const std::vector<FieldSpec>& serviceFields() {
       {"pdBootstrapPort", T::kInt, 0, 65535},
       {"kvExactApiMode", T::kEnum, 0, 0, {"completions", "chat", "both"}},
       // Extension: how pooling requests (embeddings, rerank, score, classify) are placed.
-      {"kvPoolingLb", T::kEnum, 0, 0, {"least_loaded", "rule"}},
+      {"kvPoolingLb", T::kEnum, 0, 0, {"auto", "least_loaded", "rule"}},
       {"kvLbMode",
        T::kEnum,
        0,

@@ -199,7 +199,10 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   } else {
     // Single-leg rules: the Responses API's response homes, and the pooling requests' pipeline.
     if (!stats->response_homes) stats->response_homes = std::make_shared<ResponseHomes>();
-    if (rule.service_args.value("kvPoolingLb", std::string("least_loaded")) != "rule") {
+    // kvPoolingLb auto (the default): least loaded where the rule's selector spreads requests
+    // anyway (rr, lc); a selector that keys them (hash, persist, chwbl, ...) keeps its affinity.
+    const std::string pooling = rule.service_args.value("kvPoolingLb", std::string("auto"));
+    if (pooling == "least_loaded" || (pooling == "auto" && (rule.sel == 0 || rule.sel == 4))) {
       if (!stats->pooling_pipeline)
         stats->pooling_pipeline = std::make_shared<routing::PipelineStats>();
       route->pooling_pipeline = buildPipeline(*route, clock, nullptr, nullptr, nullptr, nullptr,

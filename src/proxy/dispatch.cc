@@ -301,7 +301,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
   bool ok;  // (no co_await in a conditional: GCC 12)
   // A pooling request (embeddings, rerank, ...) has no prefix to follow: the rule's least-loaded
-  // pipeline places it (kvPoolingLb, default least_loaded; null: the rule's own).
+  // pipeline places it (kvPoolingLb; null: the rule's own).
   const routing::Pipeline* pipeline =
       rq_.api == Api::kPooling ? route->pooling_pipeline.get() : nullptr;
   if (route->pd_dialect)

@@ -40,7 +40,8 @@ struct Route {
   std::unique_ptr<routing::Pipeline> decode_pipeline;
   std::unique_ptr<routing::Pipeline> rescue_pipeline;
   // Single-leg rules: the pipeline of pooling requests (embeddings, rerank, score, classify):
-  // least loaded (min_load), no prefix affinity; null with kvPoolingLb "rule" (the rule's own).
+  // least loaded (min_load), no prefix affinity; null (the rule's own pipeline) with kvPoolingLb
+  // "rule", or "auto" on a rule whose selector keys requests (hash, persist, chwbl, ...).
   std::unique_ptr<routing::Pipeline> pooling_pipeline;
   std::vector<std::string> transfer_addr;  // per endpoint: "ip:nixl_port" (P/D request ids)
   uint16_t bootstrap_port = 8998;          // SGLang's bootstrap port (pdBootstrapPort)

@@ -1,6 +1,7 @@
 // Pooling requests (embeddings, rerank, score, classify; issue 31): no prefix to follow, so a
-// single-leg rule places them on the least-loaded endpoint by default (kvPoolingLb
-// least_loaded), not by its own selector; kvPoolingLb "rule" restores the rule's pipeline.
+// round-robin rule places them on the least-loaded endpoint by default (kvPoolingLb auto), not by
+// its own selector; kvPoolingLb "rule" restores the rule's pipeline. (A key-based selector keeps
+// its affinity under auto: selectors.test.mjs, chwbl's X-Conversation-Id on /v1/embeddings.)
 // Load is the gateway's own requests in flight: slow streams held open on one endpoint.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
