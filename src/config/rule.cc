@@ -201,6 +201,9 @@ Result<RuleSpec> parseRule(const json& body) {
   bool pd = getOr<bool>(stored, "pd_disagg_mode", false);
   if (getOr<bool>(stored, "pd_cache_aware_mode", false) && !pd)
     return bad("serviceArguments.pd_cache_aware_mode", "requires pd_disagg_mode");
+  if (pd && stored.contains("kvPoolingLb"))
+    return bad("serviceArguments.kvPoolingLb",
+               "applies to single-leg rules (a P/D rule refuses pooling requests)");
   int kv_mode = getOr<int>(stored, "kvExactMode", 0);
   if (kv_mode == 2) return bad("serviceArguments.kvExactMode", "2 is reserved (nats)");
   if (kv_mode == 1 && !pd) return bad("serviceArguments.kvExactMode", "1 requires pd_disagg_mode");

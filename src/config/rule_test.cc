@@ -197,6 +197,28 @@ TEST(RuleParse, MissingRequiredAndWrongShapes) {
 
 // kvScoringProfile (config/scoring_profile.h; its own tests in routing/scoring/scoring_test.cc):
 // only on Tier 1.5 rules, not with kvLbMode, and a bad profile names its part.
+// kvPoolingLb: auto, least_loaded or rule on single-leg rules; not on a P/D rule, which refuses
+// pooling requests.
+TEST(RuleParse, PoolingPlacementOnSingleLegRulesOnly) {
+  json j = simple();
+  for (const char* v : {"auto", "least_loaded", "rule"}) {
+    j["serviceArguments"]["kvPoolingLb"] = v;
+    EXPECT_TRUE(parseRule(j)) << v;
+  }
+  j["serviceArguments"]["kvPoolingLb"] = "nearest";
+  auto r = parseRule(j);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().source, "serviceArguments.kvPoolingLb");
+  json pd = seedPd();
+  ASSERT_TRUE(parseRule(pd));
+  pd["serviceArguments"]["kvPoolingLb"] = "auto";
+  r = parseRule(pd);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, 400);
+  EXPECT_EQ(r.error().source, "serviceArguments.kvPoolingLb");
+  EXPECT_NE(r.error().what.find("single-leg"), std::string::npos);
+}
+
 TEST(RuleParse, ScoringProfileOnTier15RulesOnly) {
   json j = simple();
   j["serviceArguments"]["kvScoringProfile"] = "llm-d-sticky";
