@@ -413,13 +413,15 @@ const char* vllmErrorType(int code) {
 // with the fields the simulator reads; an error in vLLM's validation shape (OpenAI's) when the
 // body is not a Messages request.
 Result<std::string> messagesAsChat(const std::string& body, bool count_tokens) {
-  const auto form = engines::anthropic::toChat(body, count_tokens);
+  engines::anthropic::ChatForm parsed;
+  const auto j = engines::anthropic::parseObject(body, parsed);  // (one parse, no exception)
+  if (!j) return fail(400, "", parsed.error);
+  const auto form = engines::anthropic::toChatForm(*j, count_tokens);
   if (!form.ok) return fail(400, "", form.error);
   nlohmann::ordered_json chat = form.chat;
-  const auto j = nlohmann::ordered_json::parse(body);  // (toChat parsed it: valid)
   for (const char* key : {"model", "max_tokens", "stream"}) {
     if (count_tokens && std::string_view(key) != "model") continue;  // (ignored there)
-    if (auto it = j.find(key); it != j.end()) chat[key] = *it;
+    if (auto it = j->find(key); it != j->end()) chat[key] = *it;
   }
   return chat.dump();
 }
