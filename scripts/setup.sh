@@ -17,6 +17,8 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev
   libbenchmark-dev        # Google Benchmark: micro-benchmarks under bench/ (built with the rest)
   libzmq3-dev cppzmq-dev  # KV events: ZMQ SUB (gateway) and PUB (simulator)
+  libnghttp2-dev          # HTTP/2 framing and HPACK (src/proxy/h2)
+  nghttp2-client python3-h2  # HTTP/2 clients of the tests (nghttp, h2load; a raw frame client)
   libssl-dev              # SHA-256 for vLLM's sha256_cbor block hashes (simulator, hash contract)
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # kvgate index (LookupRoute)
   libsqlite3-dev sqlite3  # governance state (API keys) in --state-dir; sqlite3 CLI for the tests

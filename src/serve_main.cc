@@ -64,6 +64,9 @@ const char* kServeHelp =
     "                             (default: 70 % of what the cgroup's memory limit leaves\n"
     "                             above the resident set at startup; no cgroup limit: off)\n"
     "  --header-timeout-ms N      time to receive a request head/body, else 408 (default 10000)\n"
+    "  --http2 on|off             HTTP/2 by prior knowledge (h2c) on plain listeners (default on)\n"
+    "  --h2-max-streams N         concurrent request streams per HTTP/2 connection (1..1000,\n"
+    "                             default 100)\n"
     "  --idle-timeout-ms N        client keep-alive idle timeout (default 60000; a rule's\n"
     "                             inactiveTimeOut overrides it)\n"
     "  --upstream-timeout-ms N    default upstream data timeout, else 504 (default 600000;\n"
@@ -171,6 +174,13 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
       opts.max_body_bytes = x;
     } else if (a == "--header-timeout-ms") {
       ok = parseMs(next(), opts.header_timeout);
+    } else if (a == "--http2") {
+      const std::string v = next();
+      ok = v == "on" || v == "off";
+      opts.http2 = v == "on";
+    } else if (a == "--h2-max-streams") {
+      ok = net::parseUint(next(), 1000, x) && x >= 1;
+      opts.h2_max_streams = static_cast<uint32_t>(x);
     } else if (a == "--idle-timeout-ms") {
       ok = parseMs(next(), opts.client_idle_timeout);
     } else if (a == "--upstream-timeout-ms") {

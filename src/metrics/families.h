@@ -89,6 +89,16 @@ inline const Family kActiveConnections{"kvgate_active_client_connections", Type:
     "Open client connections on the data plane.", {}};
 inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,
     "Responses being relayed as text/event-stream right now.", {}};
+inline const Family kH2Connections{"kvgate_h2_connections", Type::kGauge,
+    "Open HTTP/2 client connections (h2c by prior knowledge), counted in "
+    "kvgate_active_client_connections too.", {}};
+inline const Family kH2ActiveStreams{"kvgate_h2_active_streams", Type::kGauge,
+    "HTTP/2 request streams whose request is being served right now.", {}};
+inline const Family kH2Streams{"kvgate_h2_streams_total", Type::kCounter,
+    "HTTP/2 request streams, by event: opened, refused (over --h2-max-streams: RST_STREAM "
+    "REFUSED_STREAM), client_reset (the client sent RST_STREAM).", {"event"}};
+inline const Family kH2ProtocolErrors{"kvgate_h2_protocol_errors_total", Type::kCounter,
+    "HTTP/2 connections ended by a protocol error or a flood (GOAWAY sent).", {}};
 inline const Family kTlsHandshakes{"kvgate_tls_handshakes_total", Type::kCounter,
     "TLS handshakes on data-plane listeners (rules with security 1), by result (ok, failed).",
     {"result"}};

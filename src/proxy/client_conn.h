@@ -25,6 +25,7 @@
 #include "metrics/ai_requests.h"
 #include "proxy/buffer.h"
 #include "proxy/request_ctx.h"
+#include "proxy/stream_sink.h"
 #include "proxy/upstream_leg.h"
 #include "proxy/worker.h"
 #include "routing/request_facts.h"
@@ -35,6 +36,7 @@ class TlsFiles;
 
 namespace kvgate::proxy {
 
+class H2Conn;
 using Clock = std::chrono::steady_clock;
 // Client reads ask for at least this much room; a buffer that fills doubles (bodies), so small
 // requests and idle streams keep one page per connection.
@@ -56,6 +58,12 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   ~ClientConn();
 
   asio::awaitable<void> run();
+  // Stream mode: serves the one request of a multiplexed connection's stream (h2/h2_conn.h):
+  // `request` is its HTTP/1.1 head text and body (h2/bridge.h), the response goes to `sink`,
+  // which is finished before this returns.
+  asio::awaitable<void> runStream(std::string request, StreamSink& sink);
+  // Stream mode: the client reset the stream or left; the engine request is aborted.
+  void onStreamReset();
   // Shutdown (worker thread): a connection idle between requests closes now; one with a request
   // in flight closes after answering it.
   void onDrain();
@@ -65,7 +73,18 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
 
   // connection.cc
   asio::awaitable<void> serve();
-  asio::awaitable<int> readHead(http::RequestHead& head);  // >0 head bytes, 0 closed, <0 answered
+  // One request whose head (`hn` bytes) is in in_: its body, dispatch, counting and logging.
+  // False: the connection must close.
+  asio::awaitable<bool> serveRequest(Request& req, int hn);
+  void noteFailure(const std::string& what);  // a request path threw: logged, counted
+  // The response is the payload alone (no chunk framing, no interim answers): an HTTP/1.0
+  // client, or a stream of a multiplexed connection.
+  bool payloadOnly() const { return client_minor_ == 0 || sink_ != nullptr; }
+  // >0 head bytes, 0 closed, <0 answered, kH2PrefaceSeen: HTTP/2's preface (a plain
+  // connection's first bytes, with --http2 on).
+  asio::awaitable<int> readHead(http::RequestHead& head);
+  static constexpr int kH2PrefaceSeen = -2;
+  asio::awaitable<void> serveH2();
   asio::awaitable<bool> readBody(Request& req);
   asio::awaitable<bool> readChunkedBody(Request& req);
   void reparseHeadIfMoved(Request& req, const char* head_base);
@@ -228,7 +247,9 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
 
   Worker& w_;
   std::shared_ptr<Listener> l_;
-  tcp::socket client_;
+  tcp::socket client_;          // (stream mode: never opened)
+  StreamSink* sink_ = nullptr;  // stream mode: the client side of the request
+  std::shared_ptr<H2Conn> h2_;  // an HTTP/2 connection this one turned into (prior knowledge)
   // (the context, and the client-certificate check its ex data points to, live while tls_ does)
   std::shared_ptr<asio::ssl::context> tls_ctx_;
   std::unique_ptr<http::FdTls> tls_;  // OpenSSL on client_'s descriptor (http/fd_tls.h)

@@ -43,7 +43,8 @@ void ClientConn::onDeadline() {
           "not received in time\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":"
           "\"timeout\"}}";
       // (TLS: no plaintext on the wire; the connection just closes)
-      if (!tls_) ::send(client_.native_handle(), k408, sizeof(k408) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (!tls_ && !sink_)
+        ::send(client_.native_handle(), k408, sizeof(k408) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
       l_->unrouted.inc(408);
       // (counted as the request ends; not over an answer already sent, e.g. a stalled 413)
       if (phase_ == Phase::kBody && rq_.outcome.status == 0) rq_.outcome.status = 408;
@@ -63,6 +64,7 @@ void ClientConn::onDeadline() {
 asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
   error_code ec;
   size_t n = 0;
+  if (sink_ && &s == &client_) co_return false;  // (stream mode: the request is all in in_)
   if (tls_ && &s == &client_) {
     if (!pipelined_.empty()) {  // (decrypted by the watcher: they come first)
       b.append(pipelined_.data(), pipelined_.size());
@@ -96,6 +98,7 @@ asio::awaitable<bool> ClientConn::readMore(Buffer& b, tcp::socket& s) {
 }
 
 asio::awaitable<bool> ClientConn::writeClient(std::string_view a, std::string_view b) {
+  if (sink_) co_return co_await sink_->write(a, b);
   if (tls_) co_return !(co_await tlsWrite(a, b));
   co_return !(co_await writeTwo(client_, a, b));
 }
@@ -167,6 +170,7 @@ void ClientConn::onUpstreamWait() { watch_wanted_ = true; }
 // watcher if a request still waits on its upstream, unless
 // the watcher already holds the bound of pipelined bytes (then TCP pushes back on the client).
 void ClientConn::onTick() {
+  if (sink_) return;  // (stream mode: the connection sees a reset or a close)
   if (!watch_wanted_ || watch_running_ || client_gone_ || pipelined_.size() >= kMaxPipelinedBytes)
     return;
   if (phase_ != Phase::kConnect && phase_ != Phase::kAwaitResponse && phase_ != Phase::kRelay &&
@@ -280,6 +284,7 @@ void ClientConn::logAccess() {
   const Route* route = rq_.outcome.route;
   std::string line = "access";
   log::appendField(line, "id", rq_.request_id);
+  if (sink_) log::appendField(line, "proto", "h2");
   if (!rq_.upstream_id.empty()) log::appendField(line, "leg_id", rq_.upstream_id);
   log::appendField(line, "listener", l_->key);
   log::appendField(line, "rule",

@@ -15,6 +15,7 @@
 #include "proxy/api_facts.h"
 #include "proxy/client_conn.h"
 #include "proxy/facts_parser.h"
+#include "proxy/h2/h2_conn.h"
 #include "routing/selectors/hash_ring.h"
 
 namespace kvgate::proxy {
@@ -32,8 +33,23 @@ asio::awaitable<int> ClientConn::readHead(http::RequestHead& head) {
   deadline_.expireAfter(in_.empty() ? idle_timeout_ : opts.header_timeout);
   http::ParseError perr;
   int hn;
-  while ((hn = http::parseRequestHead(in_.data(), in_.size(), opts.max_head_bytes, head, perr)) ==
-         0) {
+  // The first bytes of a plain connection may be HTTP/2's preface (h2c by prior knowledge).
+  bool maybe_h2 = request_seq_ == 0 && !tls_ && !sink_ && w_.opts.http2;
+  for (;;) {
+    bool need_more = false;
+    if (maybe_h2) {
+      const size_t n = std::min(in_.size(), kH2Preface.size());
+      if (n > 0 && std::string_view(in_.data(), n) == kH2Preface.substr(0, n)) {
+        if (n == kH2Preface.size()) co_return kH2PrefaceSeen;
+        need_more = true;
+      } else if (n > 0) {
+        maybe_h2 = false;
+      }
+    }
+    if (!need_more) {
+      hn = http::parseRequestHead(in_.data(), in_.size(), opts.max_head_bytes, head, perr);
+      if (hn != 0) break;
+    }
     bool was_empty = in_.empty();
     if (!co_await readMore(in_, client_)) co_return 0;
     if (was_empty) {
@@ -118,6 +134,10 @@ asio::awaitable<bool> ClientConn::readBody(Request& req) {
 }
 
 void ClientConn::onDrain() {
+  if (h2_) {  // an HTTP/2 connection: GOAWAY, its streams finish
+    h2_->drain();
+    return;
+  }
   if (phase_ != Phase::kIdle) return;  // a request in progress is answered, then the conn closes
   // Idle between requests: close now, unless request bytes already wait in the kernel (a
   // connection accepted just before the drain): those are read and answered first.
@@ -151,13 +171,7 @@ asio::awaitable<void> ClientConn::run() {
     failure = e.what();
   }
   if (failure.empty()) co_return;
-  w_.stats.internal_errors.fetch_add(1, std::memory_order_relaxed);
-  const auto now = std::chrono::steady_clock::now();
-  if (now - w_.internal_error_logged >= std::chrono::seconds(10)) {
-    w_.internal_error_logged = now;
-    log::error("proxy",
-               "a request failed inside the gateway (the connection is closed): " + failure);
-  }
+  noteFailure(failure);
   stopWatch();
   deadline_.stop();
   abortLegs(false);
@@ -185,51 +199,12 @@ asio::awaitable<void> ClientConn::serve() {
   Request req;
   while (client_.is_open()) {
     int hn = co_await readHead(req.head);
+    if (hn == kH2PrefaceSeen) {
+      co_await serveH2();
+      break;
+    }
     if (hn <= 0) break;
-    req.head_bytes = static_cast<size_t>(hn);
-    // The API the target names (its errors' shape, its prompt's form); dispatch reads it again
-    // from a target it normalizes.
-    rq_.api = apiOf(req.head.target);
-    req.raw_body_bytes = 0;
-    req.body = {};
-    req.body_capacity = 0;
-    client_minor_ = req.head.version_minor;
-    client_keep_alive_ = req.head.keep_alive;
-    if (l_->closed.load()) {
-      takeRequestId(req.head);
-      co_await sendError(503, "service_unavailable", "service removed", {}, true);
-      countAiRequest();
-      if (w_.opts.access_log) logAccess();
-      break;
-    }
-    // Over the memory bound (proxy/overload.h): refused before its body is read or anything is
-    // routed, and the connection closed (it holds memory and a descriptor).
-    if (w_.stats.overload.level.load(std::memory_order_relaxed) != 0) {
-      w_.stats.overload_shed.fetch_add(1, std::memory_order_relaxed);
-      takeRequestId(req.head);
-      co_await sendError(503, "gateway_overloaded",
-                         "the gateway is at its memory bound (--max-heap-bytes); try again", {},
-                         true, 1);
-      countAiRequest();
-      if (w_.opts.access_log) logAccess();
-      break;
-    }
-    if (!co_await readBody(req)) {  // 413, a malformed chunked body, 408, or the client left
-      countAiRequest();
-      if (w_.opts.access_log && rq_.outcome.status != 0) {  // (answered: logged like any answer)
-        takeRequestId(req.head);
-        logAccess();
-      }
-      break;
-    }
-    request_bytes_ = req.head_bytes + req.raw_body_bytes;
-    bool ok = co_await dispatch(req);
-    stopWatch();  // no watcher outlives its request (it would read the next one)
-    countAiRequest();
-    if (w_.opts.access_log) logAccess();
-    rq_.end(kKeepBufferBytes);
-    pdAfterRequest();
-    if (!ok || client_gone_) break;
+    if (!co_await serveRequest(req, hn)) break;
     in_.consume(std::min(req.head_bytes + req.raw_body_bytes, in_.size()));
     in_.shrinkIfEmpty(kKeepBufferBytes);  // one huge body does not pin its size per connection
     if (dechunked_.capacity() > kKeepBufferBytes) std::string().swap(dechunked_);
@@ -250,6 +225,108 @@ asio::awaitable<void> ClientConn::serve() {
   if (client_.is_open() && !client_gone_ && !(tls_ && (relay_cut_ || client_eof_)))
     co_await lingeringClose(client_);
   closeClient();
+}
+
+// One request whose head is in in_ (serve() and runStream()).
+asio::awaitable<bool> ClientConn::serveRequest(Request& req, int hn) {
+  req.head_bytes = static_cast<size_t>(hn);
+  // The API the target names (its errors' shape, its prompt's form); dispatch reads it again
+  // from a target it normalizes.
+  rq_.api = apiOf(req.head.target);
+  req.raw_body_bytes = 0;
+  req.body = {};
+  req.body_capacity = 0;
+  client_minor_ = req.head.version_minor;
+  client_keep_alive_ = req.head.keep_alive;
+  if (l_->closed.load()) {
+    takeRequestId(req.head);
+    co_await sendError(503, "service_unavailable", "service removed", {}, true);
+    countAiRequest();
+    if (w_.opts.access_log) logAccess();
+    co_return false;
+  }
+  // Over the memory bound (proxy/overload.h): refused before its body is read or anything is
+  // routed, and the connection closed (it holds memory and a descriptor).
+  if (w_.stats.overload.level.load(std::memory_order_relaxed) != 0) {
+    w_.stats.overload_shed.fetch_add(1, std::memory_order_relaxed);
+    takeRequestId(req.head);
+    co_await sendError(503, "gateway_overloaded",
+                       "the gateway is at its memory bound (--max-heap-bytes); try again", {}, true,
+                       1);
+    countAiRequest();
+    if (w_.opts.access_log) logAccess();
+    co_return false;
+  }
+  if (!co_await readBody(req)) {  // 413, a malformed chunked body, 408, or the client left
+    countAiRequest();
+    if (w_.opts.access_log && rq_.outcome.status != 0) {  // (answered: logged like any answer)
+      takeRequestId(req.head);
+      logAccess();
+    }
+    co_return false;
+  }
+  request_bytes_ = req.head_bytes + req.raw_body_bytes;
+  bool ok = co_await dispatch(req);
+  stopWatch();  // no watcher outlives its request (it would read the next one)
+  countAiRequest();
+  if (w_.opts.access_log) logAccess();
+  rq_.end(kKeepBufferBytes);
+  pdAfterRequest();
+  co_return ok && !client_gone_;
+}
+
+void ClientConn::noteFailure(const std::string& what) {
+  w_.stats.internal_errors.fetch_add(1, std::memory_order_relaxed);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - w_.internal_error_logged >= std::chrono::seconds(10)) {
+    w_.internal_error_logged = now;
+    log::error("proxy", "a request failed inside the gateway (the connection is closed): " + what);
+  }
+}
+
+// The connection opened with HTTP/2's preface: an H2Conn takes the socket and the bytes read.
+asio::awaitable<void> ClientConn::serveH2() {
+  deadline_.clear();
+  phase_ = Phase::kIdle;
+  std::string preread(in_.data(), in_.size());
+  in_.clear();
+  in_.shrinkIfEmpty(0);
+  h2_ = std::make_shared<H2Conn>(w_, l_, std::move(client_), peer_);
+  const std::shared_ptr<H2Conn> h2 = h2_;
+  co_await h2->run(std::move(preread));
+  h2_.reset();
+}
+
+asio::awaitable<void> ClientConn::runStream(std::string request, StreamSink& sink) {
+  auto self = shared_from_this();
+  sink_ = &sink;
+  deadline_.start([self] { self->onDeadline(); }, [self] { self->onTick(); });
+  {
+    const std::string ip = peer_.port() == 0 ? std::string() : peer_.address().to_string();
+    source_key_ = routing::hashBytes(ip.data(), ip.size());
+  }
+  in_.append(request.data(), request.size());
+  std::string().swap(request);
+  std::string failure;
+  try {
+    Request req;
+    const int hn = co_await readHead(req.head);
+    if (hn > 0) co_await serveRequest(req, hn);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) noteFailure(failure);
+  deadline_.stop();
+  abortLegs(false);
+  const bool complete = failure.empty() && !relay_cut_ && !client_gone_ && rq_.outcome.status != 0;
+  sink_ = nullptr;
+  sink.finish(complete);
+}
+
+void ClientConn::onStreamReset() {
+  if (client_gone_) return;
+  client_gone_ = true;
+  abortLegs(false);
 }
 
 asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::socket sock,

@@ -52,6 +52,8 @@ struct ProxyOptions {
   std::shared_ptr<http::TlsFiles> tls;   // certificate of listeners with security 1 rules
   uint64_t max_heap_bytes = 0;     // the overload monitor's L (proxy/overload.h); 0 = off
   uint64_t heap_budget_bytes = 0;  // its C (the cgroup default only); 0 = none
+  bool http2 = true;               // h2c by prior knowledge on plain listeners (h2/h2_conn.h)
+  uint32_t h2_max_streams = 100;   // SETTINGS_MAX_CONCURRENT_STREAMS per HTTP/2 connection
 };
 
 class Worker;

@@ -89,7 +89,7 @@ asio::awaitable<UpstreamLeg::Result> ClientConn::readFinalHead(std::string_view 
     UpstreamLeg::Result r = co_await leg_.readHead(method, rh);
     if (!r.ok() || !r.interim) co_return r;
     // 100 Continue answered our own Expect handling (we strip Expect): not the client's.
-    if (client_minor_ >= 1 && rh.status != 100) {
+    if (!payloadOnly() && rh.status != 100) {
       if (!co_await writeClient(std::string_view(leg_.buf().data(), rh.head_bytes))) {
         client_gone_ = true;
         leg_.abort(false);

@@ -218,6 +218,18 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
     for (size_t r = 0; r < 3; ++r)
       w.sample(kApiPrompt, {{"api", a ? "responses" : "messages"}, {"result", kResults[r]}},
                static_cast<double>(stats_.api_prompt[a][r].load()));
+  w.header(kH2Connections);
+  w.sample(kH2Connections, {}, static_cast<double>(stats_.h2_connections.load()));
+  w.header(kH2ActiveStreams);
+  w.sample(kH2ActiveStreams, {}, static_cast<double>(stats_.h2_active_streams.load()));
+  w.header(kH2Streams);
+  w.sample(kH2Streams, {{"event", "opened"}}, static_cast<double>(stats_.h2_streams_total.load()));
+  w.sample(kH2Streams, {{"event", "refused"}},
+           static_cast<double>(stats_.h2_refused_streams.load()));
+  w.sample(kH2Streams, {{"event", "client_reset"}},
+           static_cast<double>(stats_.h2_client_resets.load()));
+  w.header(kH2ProtocolErrors);
+  w.sample(kH2ProtocolErrors, {}, static_cast<double>(stats_.h2_protocol_errors.load()));
   w.header(kTlsHandshakes);
   w.sample(kTlsHandshakes, {{"result", "ok"}}, static_cast<double>(stats_.tls_handshakes.load()));
   w.sample(kTlsHandshakes, {{"result", "failed"}},

@@ -29,7 +29,7 @@ void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk,
     }
     h.append(x.name).append(": ").append(x.value).append("\r\n");
   }
-  if (rewrite ? client_minor_ >= 1 : rh.body_kind == http::BodyKind::kChunked && !dechunk)
+  if (rewrite ? !payloadOnly() : rh.body_kind == http::BodyKind::kChunked && !dechunk)
     h.append("Transfer-Encoding: chunked\r\n");
   if (!has_rid) h.append("X-Request-Id: ").append(rq_.request_id).append("\r\n");
   h.append(hsts);
@@ -73,7 +73,7 @@ bool ClientConn::nextChunk(RelayFraming& f, std::string_view& chunk) {
 // A re-framed piece (rq_.quota.inject): one chunk for an HTTP/1.1 client (`last`: and the final
 // zero-size chunk), the bytes themselves for an HTTP/1.0 one (its body ends at the close).
 std::string_view ClientConn::frameRewritten(std::string& piece, bool last) {
-  if (client_minor_ == 0) return piece;
+  if (payloadOnly()) return piece;
   if (!piece.empty()) {
     char size[24];
     const int n = std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
@@ -144,7 +144,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   const auto& rule = route.rule;
   RelayFraming f;
   f.kind = rh.body_kind;
-  f.dechunk = rh.body_kind == http::BodyKind::kChunked && client_minor_ == 0;
+  f.dechunk = rh.body_kind == http::BodyKind::kChunked && payloadOnly();
   f.remaining = rh.body_kind == http::BodyKind::kLength ? rh.content_length : 0;
   f.complete = rh.body_kind == http::BodyKind::kNone || head_request;
   f.reusable = rh.keep_alive;
@@ -161,7 +161,8 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   f.decode = scan || homes;
   rq_.quota.status = rh.status;
   rq_.quota.stream = rh.event_stream;
-  if (rh.body_kind == http::BodyKind::kUntilClose || f.dechunk || (rewrite && client_minor_ == 0))
+  if (!sink_ &&
+      (rh.body_kind == http::BodyKind::kUntilClose || f.dechunk || (rewrite && payloadOnly())))
     client_keep_alive_ = false;
   buildDownstreamHead(rh, f.dechunk, rewrite);
   rq_.outcome.status = rh.status;
@@ -227,7 +228,9 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       const std::string_view head = first ? std::string_view(down_head_) : std::string_view();
       size_t written = 0;
       error_code wec;
-      if (tls_)
+      if (sink_)
+        wec = co_await sink_->write(head, out) ? error_code() : asio::error::broken_pipe;
+      else if (tls_)
         wec = co_await tlsWrite(head, out);
       else if (!writeNow(client_, head, out, written, wec))
         wec = co_await writeRest(client_, head, out, written);

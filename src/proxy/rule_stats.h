@@ -109,6 +109,11 @@ struct DataPlaneStats {
   std::atomic<int64_t> active_connections{0};
   std::atomic<int64_t> active_streams{0};
   std::atomic<uint64_t> tls_handshakes{0}, tls_handshake_failures{0};  // security 1 listeners
+  // HTTP/2 (h2/h2_conn.h): open connections and request streams being served; streams opened,
+  // refused (over the stream bound), reset by the client; connections ended by a protocol error.
+  std::atomic<int64_t> h2_connections{0}, h2_active_streams{0};
+  std::atomic<uint64_t> h2_streams_total{0}, h2_refused_streams{0}, h2_client_resets{0},
+      h2_protocol_errors{0};
   // How quota reservations counted the prompt: token ids, the model's tokenizer, bytes / 4.
   std::atomic<uint64_t> quota_prompt_ids{0}, quota_prompt_tokenizer{0}, quota_prompt_bytes{0};
   std::atomic<int64_t> idle_upstream{0};     // pooled keep-alive connections, all workers

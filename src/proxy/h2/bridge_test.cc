@@ -1,0 +1,116 @@
+// The HTTP/2 bridge: requests read as the HTTP/1.1 text the request path parses, responses as
+// HTTP/2 fields. Expected values are written out by hand from RFC 9113 §8.3 and §8.2.3.
+#include "proxy/h2/bridge.h"
+
+#include <gtest/gtest.h>
+
+#include "http/parser.h"
+
+namespace kvgate::proxy::h2 {
+namespace {
+
+std::string build(const std::vector<std::pair<std::string, std::string>>& fields, size_t body,
+                  RequestHeadBuilder* out = nullptr, size_t max = 16384) {
+  RequestHeadBuilder b(max);
+  for (const auto& [n, v] : fields) b.add(n, v);
+  std::string text;
+  const bool ok = b.finish(body, text);
+  if (out) *out = b;
+  return ok ? text : "ERR " + std::to_string(b.status()) + " " + b.error();
+}
+
+TEST(H2Bridge, RequestLineHostAndLength) {
+  const std::string t = build({{":method", "POST"},
+                               {":scheme", "http"},
+                               {":authority", "gw.example:8080"},
+                               {":path", "/v1/chat/completions?x=1"},
+                               {"content-type", "application/json"},
+                               {"content-length", "999"},  // replaced by the real length
+                               {"x-api-key", "k1"}},
+                              42);
+  EXPECT_EQ(t,
+            "POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: gw.example:8080\r\n"
+            "content-type: application/json\r\nx-api-key: k1\r\ncontent-length: 42\r\n\r\n");
+  // What the request path reads from it.
+  http::RequestHead h;
+  http::ParseError e;
+  ASSERT_EQ(http::parseRequestHead(t.data(), t.size(), 16384, h, e), static_cast<int>(t.size()));
+  EXPECT_EQ(h.method, "POST");
+  EXPECT_EQ(h.target, "/v1/chat/completions?x=1");
+  EXPECT_EQ(h.host, "gw.example:8080");
+  EXPECT_EQ(h.content_length, 42u);
+  EXPECT_EQ(h.get("X-Api-Key"), "k1");
+}
+
+TEST(H2Bridge, GetHasNoLengthAndCookiesJoin) {
+  EXPECT_EQ(build({{":method", "GET"},
+                   {":scheme", "http"},
+                   {":authority", "a"},
+                   {":path", "/v1/models"},
+                   {"cookie", "a=1"},
+                   {"accept", "*/*"},
+                   {"cookie", "b=2"}},
+                  0),
+            "GET /v1/models HTTP/1.1\r\nhost: a\r\naccept: */*\r\ncookie: a=1; b=2\r\n\r\n");
+  // A POST with no body still states its length (the engine must not wait for one).
+  EXPECT_EQ(build({{":method", "POST"}, {":authority", "a"}, {":path", "/x"}}, 0),
+            "POST /x HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\n\r\n");
+}
+
+TEST(H2Bridge, HostFieldMustAgreeWithAuthority) {
+  // Same value: kept once (as the client's host field).
+  EXPECT_EQ(build({{":method", "GET"}, {":authority", "a"}, {":path", "/"}, {"host", "a"}}, 0),
+            "GET / HTTP/1.1\r\nhost: a\r\n\r\n");
+  // Different: routing must not read one and the engine the other.
+  EXPECT_EQ(build({{":method", "GET"}, {":authority", "a"}, {":path", "/"}, {"host", "b"}}, 0),
+            "ERR 400 host field differs from :authority");
+  EXPECT_EQ(build({{":method", "GET"}, {":path", "/"}, {"host", "a"}, {"host", "a"}}, 0),
+            "ERR 400 more than one host field");
+  // Host alone (no :authority) is allowed.
+  EXPECT_EQ(build({{":method", "GET"}, {":path", "/"}, {"host", "h"}}, 0),
+            "GET / HTTP/1.1\r\nhost: h\r\n\r\n");
+  EXPECT_EQ(build({{":method", "GET"}, {":path", "/"}}, 0), "ERR 400 missing :authority");
+}
+
+TEST(H2Bridge, RefusalsAndDroppedFields) {
+  EXPECT_EQ(build({{":method", "CONNECT"}, {":authority", "a:443"}}, 0),
+            "ERR 501 CONNECT is not served");
+  EXPECT_EQ(build({{":method", "GET"}, {":authority", "a"}}, 0),
+            "ERR 400 missing :method or :path");
+  // expect and te mean nothing once the whole body is here.
+  EXPECT_EQ(build({{":method", "POST"},
+                   {":authority", "a"},
+                   {":path", "/"},
+                   {"expect", "100-continue"},
+                   {"te", "trailers"}},
+                  3),
+            "POST / HTTP/1.1\r\nhost: a\r\ncontent-length: 3\r\n\r\n");
+}
+
+TEST(H2Bridge, HeadBound) {
+  // 40 fields of 40 bytes ("x-fNN: " + 32 bytes + CRLF) against a 1,024-byte bound.
+  std::vector<std::pair<std::string, std::string>> f = {
+      {":method", "GET"}, {":authority", "a"}, {":path", "/"}};
+  for (int i = 0; i < 40; ++i) f.emplace_back("x-f" + std::to_string(10 + i), std::string(32, 'v'));
+  EXPECT_EQ(build(f, 0, nullptr, 1024), "ERR 431 request header fields too large");
+  EXPECT_NE(build(f, 0, nullptr, 4096).substr(0, 3), "ERR");
+}
+
+TEST(H2Bridge, ResponseFields) {
+  int status = 0;
+  std::vector<Field> f;
+  ASSERT_TRUE(responseFields(
+      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+      "Connection: close\r\nKeep-Alive: timeout=5\r\nX-Request-Id: r1\r\n\r\n",
+      "POST", status, f));
+  EXPECT_EQ(status, 200);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].name, "content-type");
+  EXPECT_EQ(f[0].value, "text/event-stream");
+  EXPECT_EQ(f[1].name, "x-request-id");
+  EXPECT_EQ(f[1].value, "r1");
+  EXPECT_FALSE(responseFields("garbage\r\n\r\n", "GET", status, f));
+}
+
+}  // namespace
+}  // namespace kvgate::proxy::h2

@@ -1,0 +1,505 @@
+// One HTTP/2 client connection (h2_conn.h says the design and the bounds).
+#include "proxy/h2/h2_conn.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "http/server.h"
+#include "proxy/client_conn.h"
+#include "proxy/h2/bridge.h"
+#include "proxy/stream_sink.h"
+#include "proxy/worker.h"
+
+namespace kvgate::proxy {
+
+namespace {
+constexpr size_t kStreamOutBound = 64 * 1024;  // unframed response bytes per stream
+constexpr size_t kWriteAhead = 64 * 1024;      // frames made ahead of the socket
+constexpr int32_t kStreamWindow = 256 * 1024;  // request body window per stream
+constexpr int32_t kConnWindow = 1024 * 1024;   // and per connection
+constexpr size_t kReadBytes = 16 * 1024;
+}  // namespace
+
+struct H2Conn::Stream final : StreamSink {
+  Stream(H2Conn& c, int32_t id, size_t max_head)
+      : c(c), id(id), head(max_head), opened(std::chrono::steady_clock::now()) {}
+  H2Conn& c;
+  int32_t id;
+  h2::RequestHeadBuilder head;
+  std::string body;
+  std::chrono::steady_clock::time_point opened;
+  bool request_done = false;  // END_STREAM from the client, or answered without a request path
+  bool closed = false;        // libnghttp2 closed it (ended, reset, or the connection went)
+  bool running = false;       // its request path runs
+  std::shared_ptr<ClientConn> runner;
+  size_t held = 0;  // request bytes counted in the connection's body_bytes_
+  // The response.
+  std::string resp_head;  // head text until its end was seen
+  bool submitted = false;
+  bool eof = false;
+  bool deferred = false;     // the data source said "nothing yet": resume when bytes come
+  bool reset_after = false;  // answered before the request ended: RST_STREAM once it is sent
+  std::string out;           // payload not yet framed
+  size_t out_off = 0;
+  std::unique_ptr<asio::steady_timer> waiter;  // the request path waits for room
+
+  size_t pending() const { return out.size() - out_off; }
+  bool submitHead();
+  asio::awaitable<bool> write(std::string_view a, std::string_view b) override;
+  void finish(bool complete) override;
+  void wake() {
+    if (waiter) waiter->cancel();
+  }
+};
+
+// The response head text is complete in resp_head: HEADERS (and the data source).
+bool H2Conn::Stream::submitHead() {
+  int status = 0;
+  std::vector<h2::Field> fields;
+  if (!h2::responseFields(resp_head, head.method(), status, fields) || status < 200) {
+    nghttp2_submit_rst_stream(c.session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_INTERNAL_ERROR);
+    return false;
+  }
+  const std::string code = std::to_string(status);
+  std::vector<nghttp2_nv> nva;
+  nva.reserve(fields.size() + 1);
+  auto nv = [](std::string_view n, std::string_view v) {
+    return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(n.data())),
+                      reinterpret_cast<uint8_t*>(const_cast<char*>(v.data())), n.size(), v.size(),
+                      NGHTTP2_NV_FLAG_NONE};
+  };
+  nva.push_back(nv(":status", code));
+  for (const auto& f : fields) nva.push_back(nv(f.name, f.value));
+  const bool no_body = head.method() == "HEAD" || status == 204 || status == 304;
+  nghttp2_data_provider prd;
+  prd.source.ptr = this;
+  prd.read_callback = &H2Conn::readData;
+  // (libnghttp2 copies the fields)
+  const int rv =
+      nghttp2_submit_response(c.session_, id, nva.data(), nva.size(), no_body ? nullptr : &prd);
+  submitted = true;
+  std::string().swap(resp_head);
+  if (rv != 0) return false;
+  if (no_body) eof = true;
+  return true;
+}
+
+asio::awaitable<bool> H2Conn::Stream::write(std::string_view a, std::string_view b) {
+  for (std::string_view piece : {a, b}) {
+    if (closed || c.closed_) co_return false;
+    if (piece.empty()) continue;
+    if (!submitted) {
+      const size_t before = resp_head.size();
+      resp_head.append(piece);
+      const size_t end = resp_head.find("\r\n\r\n", before >= 3 ? before - 3 : 0);
+      if (end == std::string::npos) continue;
+      const std::string rest = resp_head.substr(end + 4);
+      resp_head.resize(end + 4);
+      if (!submitHead()) {
+        c.wakeWriter();
+        co_return false;
+      }
+      if (!eof) out.append(rest);
+    } else if (!eof) {
+      out.append(piece);
+    }
+  }
+  if (deferred && pending() > 0) {
+    deferred = false;
+    nghttp2_session_resume_data(c.session_, id);
+  }
+  c.wakeWriter();
+  while (pending() > kStreamOutBound && !closed && !c.closed_) {
+    if (!waiter) waiter = std::make_unique<asio::steady_timer>(c.w_.io);
+    waiter->expires_at(asio::steady_timer::time_point::max());
+    error_code ec;
+    co_await waiter->async_wait(useEc(ec));
+  }
+  co_return !closed && !c.closed_;
+}
+
+void H2Conn::Stream::finish(bool complete) {
+  if (closed || c.closed_) return;
+  if (!submitted || !complete) {
+    nghttp2_submit_rst_stream(c.session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_INTERNAL_ERROR);
+  } else if (!eof) {
+    eof = true;
+    if (deferred) {
+      deferred = false;
+      nghttp2_session_resume_data(c.session_, id);
+    }
+  }
+  c.wakeWriter();
+}
+
+H2Conn::H2Conn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s, tcp::endpoint peer)
+    : w_(w),
+      l_(std::move(l)),
+      sock_(std::move(s)),
+      peer_(peer),
+      wake_(w.io),
+      closed_wait_(w.io),
+      idle_since_(std::chrono::steady_clock::now()) {
+  nghttp2_session_callbacks* cb = nullptr;
+  nghttp2_session_callbacks_new(&cb);
+  nghttp2_session_callbacks_set_on_begin_headers_callback(cb, &H2Conn::onBeginHeaders);
+  nghttp2_session_callbacks_set_on_header_callback(cb, &H2Conn::onHeader);
+  nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, &H2Conn::onDataChunk);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cb, &H2Conn::onFrameRecv);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cb, &H2Conn::onStreamClose);
+  nghttp2_session_callbacks_set_on_frame_send_callback(cb, &H2Conn::onFrameSend);
+  nghttp2_option* opt = nullptr;
+  nghttp2_option_new(&opt);
+  nghttp2_option_set_no_auto_window_update(opt, 1);  // the windows follow the body budget
+  nghttp2_session_server_new2(&session_, cb, this, opt);
+  nghttp2_option_del(opt);
+  nghttp2_session_callbacks_del(cb);
+  const nghttp2_settings_entry iv[] = {
+      {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, w_.opts.h2_max_streams},
+      {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(kStreamWindow)},
+      {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<uint32_t>(w_.opts.max_head_bytes)},
+  };
+  nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, iv, std::size(iv));
+  nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnWindow);
+  w_.stats.h2_connections.fetch_add(1, std::memory_order_relaxed);
+}
+
+H2Conn::~H2Conn() {
+  streams_.clear();
+  nghttp2_session_del(session_);
+  w_.stats.h2_connections.fetch_sub(1, std::memory_order_relaxed);
+}
+
+int H2Conn::onBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+  auto* c = static_cast<H2Conn*>(user);
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  const int32_t id = frame->hd.stream_id;
+  // Request paths still running count against the limit too: a stream the client reset still
+  // has its engine request to abort.
+  if (c->draining_ || c->running_ >= c->w_.opts.h2_max_streams ||
+      c->streams_.size() >= 2 * static_cast<size_t>(c->w_.opts.h2_max_streams)) {
+    c->w_.stats.h2_refused_streams.fetch_add(1, std::memory_order_relaxed);
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, id, NGHTTP2_REFUSED_STREAM);
+    return 0;  // (no stream data: its headers and DATA are ignored)
+  }
+  auto s = std::make_unique<Stream>(*c, id, c->w_.opts.max_head_bytes);
+  nghttp2_session_set_stream_user_data(session, id, s.get());
+  c->streams_.emplace(id, std::move(s));
+  c->w_.stats.h2_streams_total.fetch_add(1, std::memory_order_relaxed);
+  return 0;
+}
+
+int H2Conn::onHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
+                     size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void*) {
+  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+  auto* s =
+      static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+  if (!s || s->request_done) return 0;  // (trailers: not read)
+  s->head.add(std::string_view(reinterpret_cast<const char*>(name), namelen),
+              std::string_view(reinterpret_cast<const char*>(value), valuelen));
+  return 0;
+}
+
+int H2Conn::onDataChunk(nghttp2_session* session, uint8_t, int32_t id, const uint8_t* data,
+                        size_t len, void* user) {
+  auto* c = static_cast<H2Conn*>(user);
+  auto* s = static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, id));
+  if (!s || s->request_done) {  // (answered already: the bytes are dropped, the window reopened)
+    nghttp2_session_consume(session, id, len);
+    return 0;
+  }
+  if (s->body.size() + len > c->w_.opts.max_body_bytes) {
+    nghttp2_session_consume(session, id, len);
+    c->answer(*s, 413, "request_too_large", "request body too large");
+    return 0;
+  }
+  s->body.append(reinterpret_cast<const char*>(data), len);
+  s->held += len;
+  c->body_bytes_ += len;
+  if (c->body_bytes_ <= c->w_.opts.max_body_bytes)
+    nghttp2_session_consume(session, id, len);
+  else
+    c->unconsumed_.push_back({id, len});  // the client waits until requests finish
+  return 0;
+}
+
+int H2Conn::onFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+  auto* c = static_cast<H2Conn*>(user);
+  if (frame->hd.type == NGHTTP2_RST_STREAM) {
+    c->w_.stats.h2_client_resets.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+      !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+    return 0;
+  auto* s =
+      static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+  if (s && !s->request_done) c->startStream(*s);
+  return 0;
+}
+
+// The gateway's own answer to a request still being sent went out: the client is told to stop
+// sending (RFC 9113 §8.1), after the answer so the reset does not overtake it.
+int H2Conn::onFrameSend(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+  if (frame->hd.type == NGHTTP2_GOAWAY && frame->goaway.error_code != NGHTTP2_NO_ERROR) {
+    // libnghttp2 ended the connection: a protocol error or a flood of the client's
+    static_cast<H2Conn*>(user)->w_.stats.h2_protocol_errors.fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  }
+  if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+      !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+    return 0;
+  auto* s =
+      static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+  if (s && s->reset_after) {
+    s->reset_after = false;
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);
+  }
+  return 0;
+}
+
+int H2Conn::onStreamClose(nghttp2_session* session, int32_t id, uint32_t, void* user) {
+  auto* c = static_cast<H2Conn*>(user);
+  auto* s = static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, id));
+  if (!s) return 0;
+  nghttp2_session_set_stream_user_data(session, id, nullptr);
+  s->closed = true;
+  s->wake();
+  if (s->running && s->runner) s->runner->onStreamReset();  // its engine request is aborted
+  c->eraseIfDone(*s);
+  return 0;
+}
+
+ssize_t H2Conn::readData(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32_t* flags,
+                         nghttp2_data_source* src, void*) {
+  auto* s = static_cast<Stream*>(src->ptr);
+  const size_t n = std::min(length, s->pending());
+  if (n > 0) {
+    std::memcpy(buf, s->out.data() + s->out_off, n);
+    s->out_off += n;
+    if (s->out_off == s->out.size()) {
+      s->out.clear();
+      s->out_off = 0;
+    }
+    if (s->pending() <= kStreamOutBound) s->wake();
+  }
+  if (s->pending() == 0 && s->eof) {
+    *flags |= NGHTTP2_DATA_FLAG_EOF;
+  } else if (n == 0) {
+    s->deferred = true;
+    return NGHTTP2_ERR_DEFERRED;
+  }
+  return static_cast<ssize_t>(n);
+}
+
+void H2Conn::startStream(Stream& s) {
+  s.request_done = true;
+  std::string bytes;
+  if (!s.head.finish(s.body.size(), bytes)) {
+    answer(s, s.head.status(),
+           s.head.status() == 431   ? "request_header_too_large"
+           : s.head.status() == 501 ? "not_implemented"
+                                    : "bad_request",
+           s.head.error());
+    return;
+  }
+  bytes.append(s.body);
+  std::string().swap(s.body);
+  body_bytes_ += bytes.size() - s.held;  // (the head's bytes too, while the request runs)
+  s.held = bytes.size();
+  s.running = true;
+  ++running_;
+  w_.stats.h2_active_streams.fetch_add(1, std::memory_order_relaxed);
+  asio::co_spawn(w_.io, serveStream(shared_from_this(), &s, std::move(bytes)), asio::detached);
+}
+
+asio::awaitable<void> H2Conn::serveStream(std::shared_ptr<H2Conn> self, Stream* s,
+                                          std::string bytes) {
+  auto conn = std::make_shared<ClientConn>(w_, l_, tcp::socket(w_.io));
+  conn->setPeer(peer_);
+  s->runner = conn;
+  co_await conn->runStream(std::move(bytes), *s);
+  s->runner.reset();
+  s->running = false;
+  --running_;
+  w_.stats.h2_active_streams.fetch_sub(1, std::memory_order_relaxed);
+  if (running_ == 0) idle_since_ = std::chrono::steady_clock::now();
+  releaseBody(*s);
+  eraseIfDone(*s);
+  wakeWriter();
+}
+
+void H2Conn::answer(Stream& s, int status, std::string_view code, std::string_view message) {
+  s.reset_after = !s.request_done;
+  s.request_done = true;
+  releaseBody(s);
+  std::string().swap(s.body);
+  const std::string body = openAiError(status, code, message);
+  s.resp_head =
+      "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
+      "\r\ncontent-type: application/json\r\ncontent-length: " + std::to_string(body.size()) +
+      "\r\n\r\n";
+  l_->unrouted.inc(status);
+  if (!s.submitHead()) return;
+  s.out = body;
+  s.eof = true;
+  wakeWriter();
+}
+
+void H2Conn::releaseBody(Stream& s) {
+  body_bytes_ -= std::min(body_bytes_, s.held);
+  s.held = 0;
+  consumePending();
+}
+
+// DATA held back while the connection's budget was full: the windows reopen as it frees.
+void H2Conn::consumePending() {
+  size_t i = 0;
+  for (; i < unconsumed_.size() && body_bytes_ <= w_.opts.max_body_bytes; ++i) {
+    const auto& u = unconsumed_[i];
+    if (nghttp2_session_find_stream(session_, u.stream_id))
+      nghttp2_session_consume(session_, u.stream_id, u.bytes);
+    else
+      nghttp2_session_consume_connection(session_, u.bytes);
+  }
+  unconsumed_.erase(unconsumed_.begin(), unconsumed_.begin() + static_cast<ptrdiff_t>(i));
+  if (i > 0) wakeWriter();
+}
+
+void H2Conn::eraseIfDone(Stream& s) {
+  if (!s.closed || s.running) return;
+  releaseBody(s);
+  streams_.erase(s.id);
+  if (streams_.empty()) idle_since_ = std::chrono::steady_clock::now();
+}
+
+void H2Conn::wakeWriter() {
+  if (writer_waiting_) wake_.cancel();
+}
+
+bool H2Conn::done() const {
+  return closed_ || (!nghttp2_session_want_read(session_) &&
+                     !nghttp2_session_want_write(session_) && running_ == 0);
+}
+
+void H2Conn::closeNow() {
+  if (closed_) return;
+  closed_ = true;
+  error_code ec;
+  sock_.close(ec);
+  closed_wait_.cancel();
+  for (auto& [id, s] : streams_) {
+    s->wake();
+    if (s->running && s->runner) s->runner->onStreamReset();
+  }
+  wakeWriter();
+}
+
+void H2Conn::drain() {
+  if (draining_ || closed_) return;
+  draining_ = true;
+  nghttp2_submit_goaway(session_, NGHTTP2_FLAG_NONE,
+                        nghttp2_session_get_last_proc_stream_id(session_), NGHTTP2_NO_ERROR,
+                        nullptr, 0);
+  wakeWriter();
+}
+
+// Frames what libnghttp2 has to send (at most kWriteAhead ahead of the socket) and writes it.
+asio::awaitable<void> H2Conn::writer() {
+  auto self = shared_from_this();
+  while (!closed_) {
+    out_.clear();
+    while (out_.size() < kWriteAhead) {
+      const uint8_t* data = nullptr;
+      const ssize_t n = nghttp2_session_mem_send(session_, &data);
+      if (n < 0) {
+        log::debug("proxy", std::string("HTTP/2 send failed: ") + nghttp2_strerror(int(n)));
+        closeNow();
+        co_return;
+      }
+      if (n == 0) break;
+      out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+    }
+    if (!out_.empty()) {
+      error_code ec;
+      co_await asio::async_write(sock_, asio::buffer(out_), useEc(ec));
+      if (ec) {
+        closeNow();
+        co_return;
+      }
+      continue;
+    }
+    if (done() || (draining_ && running_ == 0 && streams_.empty())) {
+      closeNow();
+      co_return;
+    }
+    writer_waiting_ = true;
+    wake_.expires_at(asio::steady_timer::time_point::max());
+    error_code ec;
+    co_await wake_.async_wait(useEc(ec));
+    writer_waiting_ = false;
+  }
+}
+
+// Every second: streams whose request is not complete within --header-timeout get 408; a
+// connection with no stream for --client-idle-timeout is closed.
+asio::awaitable<void> H2Conn::ticker() {
+  auto self = shared_from_this();
+  asio::steady_timer t(w_.io);
+  while (!closed_) {
+    t.expires_after(std::chrono::seconds(1));
+    error_code ec;
+    co_await t.async_wait(useEc(ec));
+    if (closed_) break;
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<Stream*> late;
+    for (auto& [id, s] : streams_)
+      if (!s->request_done && !s->closed && now - s->opened > w_.opts.header_timeout)
+        late.push_back(s.get());
+    for (Stream* s : late)
+      answer(*s, 408, "timeout", "request header or body not received in time");
+    if (streams_.empty() && running_ == 0 && now - idle_since_ > w_.opts.client_idle_timeout)
+      drain();
+  }
+}
+
+asio::awaitable<void> H2Conn::run(std::string preread) {
+  auto self = shared_from_this();
+  asio::co_spawn(w_.io, writer(), asio::detached);
+  asio::co_spawn(w_.io, ticker(), asio::detached);
+  std::string buf = std::move(preread);
+  for (;;) {
+    if (!buf.empty()) {
+      const ssize_t n = nghttp2_session_mem_recv(
+          session_, reinterpret_cast<const uint8_t*>(buf.data()), buf.size());
+      if (n < 0) {
+        log::debug("proxy", std::string("HTTP/2 connection error: ") + nghttp2_strerror(int(n)));
+        // (a fatal error: libnghttp2 queued a GOAWAY, counted as it is sent, before the close)
+        draining_ = true;
+        wakeWriter();
+        break;
+      }
+      if (!streams_.empty()) idle_since_ = std::chrono::steady_clock::now();
+      wakeWriter();
+    }
+    if (closed_ || !nghttp2_session_want_read(session_)) break;
+    buf.resize(kReadBytes);
+    error_code ec;
+    const size_t n = co_await sock_.async_read_some(asio::buffer(buf), useEc(ec));
+    if (ec || n == 0) {
+      closeNow();
+      break;
+    }
+    buf.resize(n);
+  }
+  // The writer ends the connection once what is queued is out and the streams are done.
+  if (!closed_) {
+    wakeWriter();
+    closed_wait_.expires_at(asio::steady_timer::time_point::max());
+    error_code ec;
+    co_await closed_wait_.async_wait(useEc(ec));
+  }
+}
+
+}  // namespace kvgate::proxy

@@ -1,0 +1,148 @@
+#!/usr/bin/python3
+"""A raw HTTP/2 client (python3-h2, an implementation independent of libnghttp2) for the
+gateway's hostile-input tests. Prints one JSON object with what the server did.
+
+usage: h2_raw_client.py CMD PORT [ARG]
+  streams N       open N request streams (HEADERS, no END_STREAM) before reading anything
+  garbage         the preface, then bytes that are no valid frame
+  rapid-reset N   N complete requests each reset at once, then one normal request
+  slow            one request whose body never ends (HEADERS only)
+  host-mismatch   a GET whose host field differs from its :authority
+  body N          one POST with an N-byte body
+"""
+import json
+import socket
+import sys
+import time
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+
+CMD, PORT = sys.argv[1], int(sys.argv[2])
+ARG = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else 0
+BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                   "max_tokens": 3}).encode()
+
+
+def headers(method="POST", path="/v1/chat/completions", extra=()):
+    return [(":method", method), (":scheme", "http"), (":authority", f"127.0.0.1:{PORT}"),
+            (":path", path), ("content-type", "application/json"), *extra]
+
+
+sock = socket.create_connection(("127.0.0.1", PORT))
+sock.settimeout(15)
+# (outbound checks off: the gateway, not this client, must refuse what is malformed)
+cfg = h2.config.H2Configuration(client_side=True, header_encoding="utf-8",
+                                validate_outbound_headers=False)
+conn = h2.connection.H2Connection(config=cfg)
+conn.initiate_connection()
+out = {"status": {}, "resets": {}, "goaway": None, "bodies": {}, "ended": []}
+
+
+def pump(until, deadline_s=15.0):
+    """Reads and handles events until until() is true, the peer closes, or the deadline."""
+    end = time.monotonic() + deadline_s
+    sock.sendall(conn.data_to_send())
+    first = True
+    while (first or not until()) and (first or time.monotonic() < end):
+        first = False
+        if deadline_s == 0:  # a poll: only what already arrived
+            sock.setblocking(False)
+        try:
+            data = sock.recv(65536)
+        except (socket.timeout, BlockingIOError):
+            break
+        finally:
+            sock.settimeout(15)
+        if not data:
+            out["closed"] = True
+            break
+        try:
+            events = conn.receive_data(data)
+        except h2.exceptions.ProtocolError as e:
+            out["client_error"] = str(e)
+            break
+        for ev in events:
+            if isinstance(ev, h2.events.ResponseReceived):
+                out["status"][ev.stream_id] = dict(ev.headers)[":status"]
+            elif isinstance(ev, h2.events.DataReceived):
+                out["bodies"][ev.stream_id] = out["bodies"].get(ev.stream_id, "") + \
+                    ev.data.decode("utf-8", "replace")
+                conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            elif isinstance(ev, h2.events.StreamEnded):
+                out["ended"].append(ev.stream_id)
+            elif isinstance(ev, h2.events.StreamReset):
+                out["resets"][ev.stream_id] = int(ev.error_code)
+            elif isinstance(ev, h2.events.ConnectionTerminated):
+                out["goaway"] = int(ev.error_code)
+        sock.sendall(conn.data_to_send())
+
+
+if CMD == "streams":
+    ids = []
+    for _ in range(ARG):
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(sid, headers())
+        ids.append(sid)
+    pump(lambda: len(out["resets"]) + len(out["status"]) >= ARG, 5)
+    out["refused"] = sum(1 for v in out["resets"].values() if v == 7)  # REFUSED_STREAM
+elif CMD == "garbage":
+    sock.sendall(conn.data_to_send())
+    sock.sendall(b"\x00\x00\x04\x99\x00\x00\x00\x00\x01abcd" + b"\xff" * 64)
+    pump(lambda: out["goaway"] is not None or out.get("closed"), 5)
+elif CMD == "rapid-reset":
+    for _ in range(ARG):
+        sid = conn.get_next_available_stream_id()
+        conn.send_headers(sid, headers())
+        conn.send_data(sid, BODY, end_stream=True)
+        conn.reset_stream(sid, error_code=8)  # CANCEL
+        sock.sendall(conn.data_to_send())
+    last = conn.get_next_available_stream_id()
+    conn.send_headers(last, headers())
+    conn.send_data(last, BODY, end_stream=True)
+    pump(lambda: last in out["ended"] or last in out["resets"], 30)
+    out["last"] = {"status": out["status"].get(last), "ended": last in out["ended"],
+                   "body": out["bodies"].get(last, "")[:200]}
+    out["status"] = len(out["status"])
+    out["bodies"] = len(out["bodies"])
+elif CMD == "slow":
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, headers())
+    t0 = time.monotonic()
+    pump(lambda: sid in out["status"], 15)
+    out["seconds"] = time.monotonic() - t0
+elif CMD == "host-mismatch":
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, headers("GET", "/v1/models", [("host", "other.example")]), end_stream=True)
+    pump(lambda: sid in out["ended"] or sid in out["resets"], 10)
+elif CMD == "body":
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, headers())
+    sent = 0
+    chunk = b"x" * 16384
+    # Send what the windows allow; a refusal stops the upload.
+    while sent < ARG and sid not in out["status"] and sid not in out["resets"]:
+        room = min(conn.local_flow_control_window(sid), conn.max_outbound_frame_size, ARG - sent)
+        if room > 0:
+            try:
+                conn.send_data(sid, chunk[:room] if room <= len(chunk) else b"x" * room)
+            except h2.exceptions.StreamClosedError:
+                break
+            sent += room
+            sock.sendall(conn.data_to_send())
+            pump(lambda: True, 0)  # (what the server said so far: a refusal stops the upload)
+        else:
+            pump(lambda: conn.local_flow_control_window(sid) > 0 or sid in out["status"], 5)
+            if conn.local_flow_control_window(sid) == 0 and sid not in out["status"]:
+                break
+    if sid not in out["status"] and sid not in out["resets"]:
+        try:
+            conn.end_stream(sid)
+        except h2.exceptions.ProtocolError:
+            pass
+    pump(lambda: sid in out["ended"] or sid in out["resets"], 15)
+    out["sent"] = sent
+print(json.dumps(out))
+sock.close()

@@ -1,0 +1,293 @@
+// HTTP/2 on the client side (issue 30 §2): h2c by prior knowledge through real clients (Node's
+// http2 module, nghttp from nghttp2-client) and a raw python3-h2 client for hostile input.
+// Every AI feature runs per stream: routing, SSE relay, auth, one stream's cancel aborting only
+// its own engine request.
+import assert from 'node:assert/strict';
+import { execFile, execFileSync } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import http2 from 'node:http2';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+
+import {
+  api, freePort, gateway, LB_BASE, parseMetrics, rawRequest, rule, simMetrics, sleep,
+  startSim, tempDir, waitFor,
+} from './lib.mjs';
+
+const chat = (content, extra = {}) =>
+  JSON.stringify({ model: 'm', messages: [{ role: 'user', content }], max_tokens: 4, ...extra });
+
+// One request on session `s`; resolves with {status, headers, body}.
+function request(s, { method = 'POST', path = '/v1/chat/completions', body, headers = {} } = {}) {
+  return new Promise((resolve, reject) => {
+    const q = s.request({ ':method': method, ':path': path, 'content-type': 'application/json', ...headers });
+    let h = {};
+    let data = '';
+    q.setEncoding('utf8');
+    q.on('response', (x) => { h = x; });
+    q.on('data', (d) => { data += d; });
+    q.on('end', () => resolve({ status: h[':status'], headers: h, body: data }));
+    q.on('error', reject);
+    q.end(body);
+  });
+}
+
+function raw(cmd, port, arg) {
+  return new Promise((resolve, reject) => {
+    execFile('/usr/bin/python3', ['tests/integration/h2_raw_client.py', cmd, String(port), String(arg ?? '')],
+      { timeout: 60000 }, (err, stdout, stderr) => {
+        if (err) reject(new Error(`${cmd}: ${err.message}\n${stderr}`));
+        else resolve(JSON.parse(stdout));
+      });
+  });
+}
+
+// The gateway's samples as {'name{labels}': value}, keys as exposed.
+async function gwMetrics(gw) {
+  const out = {};
+  for (const m of parseMetrics(await (await fetch(`${gw.api}/metrics`)).text())) {
+    const l = Object.entries(m.labels).map(([k, v]) => `${k}="${v}"`).join(',');
+    out[l ? `${m.name}{${l}}` : m.name] = m.value;
+  }
+  return out;
+}
+
+describe('HTTP/2 (h2c by prior knowledge)', () => {
+  const t = { fns: [], after(f) { this.fns.push(f); } };
+  let sim;
+  let gw;
+  let port;
+  let keyed;  // a port whose rule requires an API key
+  before(async () => {
+    sim = await startSim(['--workers', '2', '--port', '0', '--model', 'm', '--timing', 'fixed', '--itl-ms', '20']);
+    gw = await gateway(t, ['--workers', '1', '--h2-max-streams', '8', '--header-timeout-ms', '1500',
+      '--max-body-bytes', '200000']);
+    port = await freePort();
+    let r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: sim.workers }));
+    assert.equal(r.status, 200, r.text);
+    keyed = await freePort();
+    r = await api(gw.api, 'POST', LB_BASE,
+      rule({ port: keyed, workers: sim.workers, extraArgs: { api_key_auth: 'required' } }));
+    assert.equal(r.status, 200, r.text);
+  });
+  after(async () => {
+    for (const f of t.fns.reverse()) await f();
+    await sim?.stop();
+  });
+
+  test('concurrent requests on one connection are routed and answered per stream', async () => {
+    const s = http2.connect(`http://127.0.0.1:${port}`);
+    try {
+      const before = await simMetrics(sim.workers[0]);
+      const before1 = await simMetrics(sim.workers[1]);
+      const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => request(s, { body: chat(`hello ${i}`) })));
+      for (const a of answers) {
+        assert.equal(a.status, 200, a.body);
+        assert.equal(a.headers['content-type'], 'application/json');
+        assert.match(a.headers['x-request-id'], /.+/);
+        assert.equal(a.headers.connection, undefined);  // no hop-by-hop field on HTTP/2
+        const j = JSON.parse(a.body);
+        assert.equal(j.object, 'chat.completion');
+        assert.ok(j.choices[0].message.content.length > 0);
+      }
+      const after0 = await simMetrics(sim.workers[0]);
+      const after1 = await simMetrics(sim.workers[1]);
+      const got = (after0.kvgate_sim_requests_total - before.kvgate_sim_requests_total)
+        + (after1.kvgate_sim_requests_total - before1.kvgate_sim_requests_total);
+      assert.equal(got, 6);  // every stream reached an engine, once
+      // The gateway's own answers too, in their usual shape.
+      const models = await request(s, { method: 'GET', path: '/v1/models' });
+      assert.equal(models.status, 200);
+      assert.deepEqual(JSON.parse(models.body).data.map((m) => m.id), ['m']);
+      const nf = await request(s, { body: chat('x', { model: 'nope' }) });
+      assert.equal(nf.status, 404);  // the engine's answer for an unknown model, relayed
+      const m = await gwMetrics(gw);
+      assert.ok(m['kvgate_h2_streams_total{event="opened"}'] >= 8);
+      assert.equal(m.kvgate_h2_connections, 1);
+    } finally {
+      s.close();
+    }
+  });
+
+  test('an SSE stream is relayed event by event, whole', async () => {
+    const s = http2.connect(`http://127.0.0.1:${port}`);
+    try {
+      const q = s.request({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json' });
+      q.setEncoding('utf8');
+      let headers;
+      const arrivals = [];
+      let body = '';
+      q.on('response', (h) => { headers = h; });
+      q.on('data', (d) => { arrivals.push(Date.now()); body += d; });
+      await new Promise((resolve, reject) => { q.on('end', resolve); q.on('error', reject); q.end(chat('stream it', { stream: true, max_tokens: 8 })); });
+      assert.equal(headers[':status'], 200);
+      assert.equal(headers['content-type'], 'text/event-stream');
+      const events = body.split('\n\n').filter((e) => e.startsWith('data: '));
+      assert.equal(events.at(-1), 'data: [DONE]');
+      const tokens = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)));
+      assert.ok(tokens.length >= 8, `${tokens.length} events`);
+      // Flushed as generated (20 ms apart at the engine), not in one piece at the end.
+      assert.ok(arrivals.length >= 4, `${arrivals.length} DATA arrivals`);
+    } finally {
+      s.close();
+    }
+  });
+
+  test('cancelling one stream aborts its engine request and leaves its sibling alone', async () => {
+    const s = http2.connect(`http://127.0.0.1:${port}`);
+    try {
+      const abortedBefore = (await simMetrics(sim.workers[0])).kvgate_sim_requests_aborted_total
+        + (await simMetrics(sim.workers[1])).kvgate_sim_requests_aborted_total;
+      const long = chat('long one', { stream: true, max_tokens: 400 });
+      const doomed = s.request({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json' });
+      doomed.on('error', () => {});
+      let firstEvent;
+      const gotFirst = new Promise((r) => { firstEvent = r; });
+      doomed.on('data', () => firstEvent());
+      doomed.end(long);
+      const sibling = request(s, { body: chat('sibling', { stream: true, max_tokens: 30 }) });
+      await gotFirst;
+      doomed.close(http2.constants.NGHTTP2_CANCEL);
+      const sib = await sibling;
+      assert.equal(sib.status, 200);
+      assert.ok(sib.body.trimEnd().endsWith('data: [DONE]'), 'the sibling stream ended whole');
+      const aborted = await waitFor(async () => {
+        const n = (await simMetrics(sim.workers[0])).kvgate_sim_requests_aborted_total
+          + (await simMetrics(sim.workers[1])).kvgate_sim_requests_aborted_total;
+        return n > abortedBefore ? n : 0;
+      }, 10000);
+      assert.equal(aborted, abortedBefore + 1);
+      const m = await gwMetrics(gw);
+      assert.ok(m['kvgate_h2_streams_total{event="client_reset"}'] >= 1);
+      assert.equal(m.kvgate_h2_active_streams, 0);
+    } finally {
+      s.close();
+    }
+  });
+
+  test('credentials are checked per stream', async () => {
+    const s = http2.connect(`http://127.0.0.1:${keyed}`);
+    try {
+      const a = await request(s, { body: chat('no key') });
+      assert.equal(a.status, 401);
+      assert.equal(JSON.parse(a.body).error.code, 'invalid_api_key');
+      const b = await request(s, { body: chat('bad key'), headers: { authorization: 'Bearer sk-nope' } });
+      assert.equal(b.status, 401);
+    } finally {
+      s.close();
+    }
+  });
+
+  test('malformed requests get clear errors and change nothing', async () => {
+    const s = http2.connect(`http://127.0.0.1:${port}`);
+    try {
+      // A head over --max-header-bytes (16 KiB by default).
+      const big = await request(s, { method: 'GET', path: '/v1/models', headers: { 'x-big': 'v'.repeat(20000) } })
+        .catch((e) => ({ error: e.code }));
+      assert.ok(big.status === 431 || big.error, JSON.stringify(big));
+      // The connection still serves.
+      const ok = await request(s, { body: chat('still fine') });
+      assert.equal(ok.status, 200);
+    } finally {
+      s.close();
+    }
+  });
+
+  test('a host field that differs from :authority is refused', async () => {
+    // Routing must not read one and the engine the other.
+    const r = await raw('host-mismatch', port);
+    const [sid] = Object.keys(r.status);
+    assert.equal(r.status[sid], '400');
+    assert.match(JSON.parse(r.bodies[sid]).error.message, /differs from :authority/);
+  });
+
+  test('a body over --max-body-bytes gets 413 and the upload is stopped', async () => {
+    const r = await raw('body', port, 4000000);
+    const [sid] = Object.keys(r.status);
+    assert.equal(r.status[sid], '413');
+    assert.match(r.bodies[sid], /request body too large/);
+    assert.equal(r.resets[sid], 0);  // RST_STREAM NO_ERROR after the answer: stop sending
+    assert.ok(r.sent < 4000000, `sent ${r.sent}`);
+  });
+
+  test('a request that never ends gets 408 after --header-timeout-ms', async () => {
+    const r = await raw('slow', port);
+    const [sid] = Object.keys(r.status);
+    assert.equal(r.status[sid], '408');
+    assert.ok(r.seconds >= 1.0, `${r.seconds} s`);  // not before the 1.5 s timeout (tick: 1 s)
+  });
+
+  test('streams past --h2-max-streams are refused, the connection lives', async () => {
+    const r = await raw('streams', port, 20);
+    assert.ok(r.refused >= 12, JSON.stringify(r));  // 8 allowed
+    assert.equal(r.goaway, null);
+  });
+
+  test('a rapid-reset flood does not take the gateway down', async () => {
+    const r = await raw('rapid-reset', port, 500);
+    // The connection may be ended by the flood limit; the gateway answers a new one.
+    if (r.last.status) assert.equal(r.last.status, '200', JSON.stringify(r.last));
+    const s = http2.connect(`http://127.0.0.1:${port}`);
+    try {
+      const ok = await request(s, { body: chat('after the flood') });
+      assert.equal(ok.status, 200);
+    } finally {
+      s.close();
+    }
+    const m = await waitFor(async () => {
+      const x = await gwMetrics(gw);
+      return x.kvgate_h2_active_streams === 0 ? x : null;
+    }, 10000);
+    assert.ok(m, 'every stream of the flood ended');
+    assert.ok(m['kvgate_h2_streams_total{event="client_reset"}'] >= 1);
+  });
+
+  test('bytes that are no HTTP/2 frame end the connection with GOAWAY', async () => {
+    const before = (await gwMetrics(gw)).kvgate_h2_protocol_errors_total;
+    const r = await raw('garbage', port);
+    assert.ok(r.goaway !== null || r.closed, JSON.stringify(r));
+    if (r.goaway !== null) assert.notEqual(r.goaway, 0);
+    assert.equal((await gwMetrics(gw)).kvgate_h2_protocol_errors_total, before + 1);
+  });
+
+  test('nghttp (nghttp2-client) gets the same answers', () => {
+    const tmp = tempDir();
+    try {
+      const file = path.join(tmp.dir, 'body.json');
+      writeFileSync(file, chat('from nghttp'));
+      const ans = execFileSync('nghttp', ['-d', file, '-H', 'content-type: application/json',
+        `http://127.0.0.1:${port}/v1/chat/completions`], { encoding: 'utf8' });
+      assert.equal(JSON.parse(ans).object, 'chat.completion');
+      // -s: the exchange's timings, which end with the response's end.
+      const stats = execFileSync('nghttp', ['-n', '-s', '-d', file, '-H', 'content-type: application/json',
+        `http://127.0.0.1:${port}/v1/chat/completions`], { encoding: 'utf8' });
+      assert.match(stats, /200 .*\/v1\/chat\/completions/s);
+    } finally {
+      tmp.remove();
+    }
+  });
+
+  test('HTTP/1.1 on the same port is untouched', async () => {
+    const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: chat('h1'),
+    });
+    assert.equal(res.status, 200);
+    assert.equal((await res.json()).object, 'chat.completion');
+  });
+});
+
+describe('HTTP/2 off (--http2 off)', () => {
+  const t = { fns: [], after(f) { this.fns.push(f); } };
+  after(async () => { for (const f of t.fns.reverse()) await f(); });
+  test('the preface is read as a malformed HTTP/1.1 request', async () => {
+    const sim = await startSim(['--port', '0', '--model', 'm']);
+    t.after(() => sim.stop());
+    const gw = await gateway(t, ['--workers', '1', '--http2', 'off']);
+    const port = await freePort();
+    const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: sim.workers }));
+    assert.equal(r.status, 200, r.text);
+    const text = await rawRequest(port, 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+    assert.match(text, /^HTTP\/1\.1 (400|505) /);
+    assert.equal((await gwMetrics(gw)).kvgate_h2_connections, 0);
+  });
+});
