@@ -19,7 +19,7 @@ W=$(mktemp -d /tmp/kvgate-h2bench.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
-UP=$(freeport); NG=$(freeport); KV=$(freeport)
+UP=$(freeport); NG=$(freeport); NG1=$(freeport); KV=$(freeport)
 BODY='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"2, 3 and 5."},"finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":24,"completion_tokens":7,"total_tokens":31}}'
 nginx_upstream_conf "$W/up" "$UP" "$BODY"
 mkdir -p "$W/ng"
@@ -29,7 +29,7 @@ events { worker_connections 8192; }
 http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
   http2_max_requests 10000000; http2_max_concurrent_streams 128;
   upstream up { server 127.0.0.1:$UP; keepalive 256; keepalive_requests 10000000; }
-  server { listen 127.0.0.1:$NG http2 backlog=4096;
+  server { listen 127.0.0.1:$NG http2 backlog=4096; listen 127.0.0.1:$NG1 backlog=4096;
     location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 NGX
 printf '%s' '{"model":"bench-model","messages":[{"role":"user","content":"Name three primes."}],"max_tokens":8}' >"$W/body.json"
@@ -56,15 +56,16 @@ proc_ticks() {  # CPU ticks (utime+stime) of the processes matching $1 and their
 }
 declare -A PAT=([kvgate]="kvgate serve --workers 1" [nginx]="nginx -p $W/ng")
 declare -A PORT=([kvgate]=$KV [nginx]=$NG)
+declare -A PORT1=([kvgate]=$KV [nginx]=$NG1)  # (nginx 1.22: an h2c port speaks HTTP/2 only)
 HZ=$(getconf CLK_TCK)
 echo "arm,round,rps,mean_ms,max_ms,cpu_us_per_req,failed" >"$W/results.csv"
 run_arm() {  # arm proto round
-  local arm=$1 proto=$2 r=$3 before after extra=(-c "$CONNS" -m "$STREAMS")
+  local arm=$1 proto=$2 r=$3 before after extra=(-c "$CONNS" -m "$STREAMS") port=${PORT[$1]}
   # HTTP/1.1: the same concurrency as connections, one request at a time on each
-  [ "$proto" = h1 ] && extra=(--h1 -c "$((CONNS * STREAMS))" -m 1)
+  [ "$proto" = h1 ] && extra=(--h1 -c "$((CONNS * STREAMS))" -m 1) && port=${PORT1[$1]}
   before=$(proc_ticks "${PAT[$arm]}")
   taskset -c 1 h2load "${extra[@]}" -n "$N" -d "$W/body.json" \
-    -H 'content-type: application/json' "http://127.0.0.1:${PORT[$arm]}/v1/chat/completions" >"$W/h2load.txt"
+    -H 'content-type: application/json' "http://127.0.0.1:$port/v1/chat/completions" >"$W/h2load.txt"
   after=$(proc_ticks "${PAT[$arm]}")
   /usr/bin/python3 - "$W/h2load.txt" "$arm-$proto" "$r" "$((after - before))" "$HZ" >>"$W/results.csv" <<'PY'
 import re, sys

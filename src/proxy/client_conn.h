@@ -240,6 +240,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   void armWatch(uint64_t gen);
   void stopWatch();
   void closeClient() {  // (close alone: a shutdown first would only add a syscall)
+    if (sink_) sink_->abort();  // (stream mode: the stream is the client)
     error_code ec;
     client_.close(ec);
   }

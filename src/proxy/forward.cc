@@ -169,6 +169,8 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
   next_endpoint = false;
   for (int send_try = 0; send_try < 2; ++send_try) {
     UpstreamLeg::Result r;
+    // The client left (an HTTP/2 stream reset while the request was routed): nothing is sent.
+    if (client_gone_) co_return false;
     if (!rq_.sibling_failure.empty())  // another leg failed before this one started
       co_return co_await failExchange(r, route, idx, lease);
     if (send_try > 0 ||

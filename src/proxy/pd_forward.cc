@@ -219,6 +219,10 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
   using K = LegAnswer::Kind;
   for (int send_try = 0; send_try < 2; ++send_try) {
     UpstreamLeg::Result r;
+    if (client_gone_) {  // (an HTTP/2 stream reset while the request was routed)
+      a.kind = K::kClientGone;
+      co_return a;
+    }
     if (send_try > 0 || !leg.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx])) {
       r = co_await connectLeg(leg, route, idx);
       if (client_gone_) {

@@ -105,6 +105,7 @@ void ClientConn::releaseRequestBytes() {
   rq_.outcome.model = rq_.model_copy;
   in_.clear();
   in_.shrinkIfEmpty(0);
+  if (sink_) sink_->requestReleased();
 }
 
 // Ends a relay that cannot complete: the upstream connection is closed, never pooled.

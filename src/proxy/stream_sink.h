@@ -18,6 +18,10 @@ class StreamSink {
   // The request path is done with the stream; nothing may use the sink afterwards. `complete`
   // false: the response was cut short (the client must not take it for whole).
   virtual void finish(bool complete) = 0;
+  // The request path gives up on the client (its deadline): the stream is reset now.
+  virtual void abort() = 0;
+  // The request path no longer holds the request's bytes (a stream, once its request was sent).
+  virtual void requestReleased() = 0;
 
  protected:
   ~StreamSink() = default;

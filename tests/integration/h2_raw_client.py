@@ -8,6 +8,8 @@ usage: h2_raw_client.py CMD PORT [ARG]
   rapid-reset N   N complete requests each reset at once, then one normal request
   slow            one request whose body never ends (HEADERS only)
   host-mismatch   a GET whose host field differs from its :authority
+  trailers        a POST whose trailers carry x-api-key (a key-checked rule must still say 401)
+  sse-garbage     a long SSE stream, then a malformed frame once its first event arrived
   body N          one POST with an N-byte body
 """
 import json
@@ -117,6 +119,24 @@ elif CMD == "host-mismatch":
     sid = conn.get_next_available_stream_id()
     conn.send_headers(sid, headers("GET", "/v1/models", [("host", "other.example")]), end_stream=True)
     pump(lambda: sid in out["ended"] or sid in out["resets"], 10)
+elif CMD == "trailers":
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, headers())
+    conn.send_data(sid, BODY)
+    conn.send_headers(sid, [("x-api-key", "kvg-trailer-smuggled"), ("authorization", "Bearer x")],
+                      end_stream=True)
+    pump(lambda: sid in out["ended"] or sid in out["resets"], 10)
+elif CMD == "sse-garbage":
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, headers())
+    conn.send_data(sid, json.dumps({"model": "m", "messages": [{"role": "user", "content": "go"}],
+                                    "max_tokens": 400, "stream": True}).encode(), end_stream=True)
+    pump(lambda: sid in out["bodies"], 10)
+    sock.sendall(b"\x00\x00\x04\x08\x00\x00\x00\x00\x00\x00\x00\x00\x00")  # WINDOW_UPDATE 0
+    t0 = time.monotonic()
+    pump(lambda: out.get("closed"), 10)
+    out["close_seconds"] = time.monotonic() - t0
+    out["bodies"] = {k: len(v) for k, v in out["bodies"].items()}
 elif CMD == "body":
     sid = conn.get_next_available_stream_id()
     conn.send_headers(sid, headers())

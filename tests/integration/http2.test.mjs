@@ -178,6 +178,29 @@ describe('HTTP/2 (h2c by prior knowledge)', () => {
     }
   });
 
+  test('trailers never become request fields', async () => {
+    // A key in the trailers of a request to a key-checked rule: still no key.
+    const r = await raw('trailers', keyed);
+    const [sid] = Object.keys(r.status);
+    assert.equal(r.status[sid], '401', JSON.stringify(r));
+  });
+
+  test('a protocol error during a stream ends the connection and aborts the engine request', async () => {
+    const aborted = async () => (await simMetrics(sim.workers[0])).kvgate_sim_requests_aborted_total
+      + (await simMetrics(sim.workers[1])).kvgate_sim_requests_aborted_total;
+    const before = await aborted();
+    const r = await raw('sse-garbage', port);
+    assert.ok(r.goaway !== null && r.goaway !== 0, JSON.stringify(r));  // GOAWAY with an error
+    assert.equal(r.closed, true);
+    assert.ok(r.close_seconds < 8, `${r.close_seconds} s`);  // not after the stream's own end
+    assert.equal(await waitFor(async () => ((await aborted()) > before ? await aborted() : 0), 10000), before + 1);
+    const m = await waitFor(async () => {
+      const x = await gwMetrics(gw);
+      return x.kvgate_h2_active_streams === 0 && x.kvgate_h2_connections === 0 ? x : null;
+    }, 10000);
+    assert.ok(m, 'the stream and the connection were released');
+  });
+
   test('malformed requests get clear errors and change nothing', async () => {
     const s = http2.connect(`http://127.0.0.1:${port}`);
     try {
@@ -224,7 +247,14 @@ describe('HTTP/2 (h2c by prior knowledge)', () => {
   });
 
   test('a rapid-reset flood does not take the gateway down', async () => {
+    const counts = async () => (await simMetrics(sim.workers[0])).kvgate_sim_requests_total
+      + (await simMetrics(sim.workers[1])).kvgate_sim_requests_total;
+    const sent = await counts();
     const r = await raw('rapid-reset', port, 500);
+    // A stream reset in the read that completed it sends nothing to an engine: most of the 500
+    // (each request and its reset are one write) never reach one.
+    const reached = (await counts()) - sent;
+    assert.ok(reached < 400, `${reached} of 500 reset requests reached an engine`);
     // The connection may be ended by the flood limit; the gateway answers a new one.
     if (r.last.status) assert.equal(r.last.status, '200', JSON.stringify(r.last));
     const s = http2.connect(`http://127.0.0.1:${port}`);

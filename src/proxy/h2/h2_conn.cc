@@ -33,13 +33,16 @@ struct H2Conn::Stream final : StreamSink {
   bool closed = false;        // libnghttp2 closed it (ended, reset, or the connection went)
   bool running = false;       // its request path runs
   std::shared_ptr<ClientConn> runner;
-  size_t held = 0;  // request bytes counted in the connection's body_bytes_
+  size_t held = 0;        // request bytes counted in the connection's body_bytes_
+  size_t unconsumed = 0;  // DATA bytes not yet given back to the windows (budget full)
+  std::chrono::steady_clock::time_point progress;  // response bytes last taken by the framer
   // The response.
   std::string resp_head;  // head text until its end was seen
   bool submitted = false;
   bool eof = false;
   bool deferred = false;     // the data source said "nothing yet": resume when bytes come
   bool reset_after = false;  // answered before the request ended: RST_STREAM once it is sent
+  bool reset_sent = false;   // RST_STREAM submitted: nothing more is framed
   std::string out;           // payload not yet framed
   size_t out_off = 0;
   std::unique_ptr<asio::steady_timer> waiter;  // the request path waits for room
@@ -48,6 +51,15 @@ struct H2Conn::Stream final : StreamSink {
   bool submitHead();
   asio::awaitable<bool> write(std::string_view a, std::string_view b) override;
   void finish(bool complete) override;
+  void abort() override;
+  void requestReleased() override { c.releaseBody(*this); }
+  void reset(uint32_t code) {
+    if (reset_sent || closed || c.closed_) return;
+    reset_sent = true;
+    nghttp2_submit_rst_stream(c.session_, NGHTTP2_FLAG_NONE, id, code);
+    wake();
+    c.wakeWriter();
+  }
   void wake() {
     if (waiter) waiter->cancel();
   }
@@ -58,7 +70,7 @@ bool H2Conn::Stream::submitHead() {
   int status = 0;
   std::vector<h2::Field> fields;
   if (!h2::responseFields(resp_head, head.method(), status, fields) || status < 200) {
-    nghttp2_submit_rst_stream(c.session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_INTERNAL_ERROR);
+    reset(NGHTTP2_INTERNAL_ERROR);
     return false;
   }
   const std::string code = std::to_string(status);
@@ -79,15 +91,19 @@ bool H2Conn::Stream::submitHead() {
   const int rv =
       nghttp2_submit_response(c.session_, id, nva.data(), nva.size(), no_body ? nullptr : &prd);
   submitted = true;
+  progress = std::chrono::steady_clock::now();
   std::string().swap(resp_head);
-  if (rv != 0) return false;
+  if (rv != 0) {
+    reset(NGHTTP2_INTERNAL_ERROR);
+    return false;
+  }
   if (no_body) eof = true;
   return true;
 }
 
 asio::awaitable<bool> H2Conn::Stream::write(std::string_view a, std::string_view b) {
   for (std::string_view piece : {a, b}) {
-    if (closed || c.closed_) co_return false;
+    if (closed || c.closed_ || reset_sent) co_return false;
     if (piece.empty()) continue;
     if (!submitted) {
       const size_t before = resp_head.size();
@@ -105,24 +121,28 @@ asio::awaitable<bool> H2Conn::Stream::write(std::string_view a, std::string_view
       out.append(piece);
     }
   }
-  if (deferred && pending() > 0) {
+  if (pending() > 0 && deferred) {
     deferred = false;
+    progress = std::chrono::steady_clock::now();  // (stalled since: the framer's last take)
     nghttp2_session_resume_data(c.session_, id);
   }
   c.wakeWriter();
-  while (pending() > kStreamOutBound && !closed && !c.closed_) {
+  while (pending() > kStreamOutBound && !closed && !c.closed_ && !reset_sent) {
     if (!waiter) waiter = std::make_unique<asio::steady_timer>(c.w_.io);
     waiter->expires_at(asio::steady_timer::time_point::max());
     error_code ec;
     co_await waiter->async_wait(useEc(ec));
   }
-  co_return !closed && !c.closed_;
+  co_return !closed && !c.closed_ && !reset_sent;
 }
 
+// The request path gives up on the stream (its deadline): the client is told, the writer woken.
+void H2Conn::Stream::abort() { reset(NGHTTP2_CANCEL); }
+
 void H2Conn::Stream::finish(bool complete) {
-  if (closed || c.closed_) return;
+  if (closed || c.closed_ || reset_sent) return;
   if (!submitted || !complete) {
-    nghttp2_submit_rst_stream(c.session_, NGHTTP2_FLAG_NONE, id, NGHTTP2_INTERNAL_ERROR);
+    reset(NGHTTP2_INTERNAL_ERROR);
   } else if (!eof) {
     eof = true;
     if (deferred) {
@@ -177,6 +197,7 @@ int H2Conn::onBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame,
   const int32_t id = frame->hd.stream_id;
   // Request paths still running count against the limit too: a stream the client reset still
   // has its engine request to abort.
+  if (c->l_->closed.load()) c->drain();  // (the rule went: no new streams, GOAWAY)
   if (c->draining_ || c->running_ >= c->w_.opts.h2_max_streams ||
       c->streams_.size() >= 2 * static_cast<size_t>(c->w_.opts.h2_max_streams)) {
     c->w_.stats.h2_refused_streams.fetch_add(1, std::memory_order_relaxed);
@@ -184,20 +205,31 @@ int H2Conn::onBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame,
     return 0;  // (no stream data: its headers and DATA are ignored)
   }
   auto s = std::make_unique<Stream>(*c, id, c->w_.opts.max_head_bytes);
+  Stream& st = *s;
   nghttp2_session_set_stream_user_data(session, id, s.get());
   c->streams_.emplace(id, std::move(s));
   c->w_.stats.h2_streams_total.fetch_add(1, std::memory_order_relaxed);
+  // Over the memory bound (proxy/overload.h): refused before its body is read, as on HTTP/1.1.
+  if (c->w_.stats.overload.level.load(std::memory_order_relaxed) != 0) {
+    c->w_.stats.overload_shed.fetch_add(1, std::memory_order_relaxed);
+    c->answer(st, 503, "gateway_overloaded",
+              "the gateway is at its memory bound (--max-heap-bytes); try again");
+  }
   return 0;
 }
 
 int H2Conn::onHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
-                     size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void*) {
-  if (frame->hd.type != NGHTTP2_HEADERS) return 0;
+                     size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void* user) {
+  // Only the request's own header block: trailers never become request fields.
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
   auto* s =
       static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
-  if (!s || s->request_done) return 0;  // (trailers: not read)
+  if (!s || s->request_done) return 0;
   s->head.add(std::string_view(reinterpret_cast<const char*>(name), namelen),
               std::string_view(reinterpret_cast<const char*>(value), valuelen));
+  if (s->head.status() != 0)  // (431: answered now, before any body is held)
+    static_cast<H2Conn*>(user)->answer(*s, s->head.status(), "request_header_too_large",
+                                       s->head.error());
   return 0;
 }
 
@@ -217,10 +249,13 @@ int H2Conn::onDataChunk(nghttp2_session* session, uint8_t, int32_t id, const uin
   s->body.append(reinterpret_cast<const char*>(data), len);
   s->held += len;
   c->body_bytes_ += len;
-  if (c->body_bytes_ <= c->w_.opts.max_body_bytes)
+  // Past the budget the windows stay shut (the client waits until requests finish), except the
+  // oldest request still arriving: one request always completes, so streams cannot starve each
+  // other (the bytes held stay under twice --max-body-bytes).
+  if (c->body_bytes_ <= c->w_.opts.max_body_bytes || id == c->oldestArriving())
     nghttp2_session_consume(session, id, len);
   else
-    c->unconsumed_.push_back({id, len});  // the client waits until requests finish
+    s->unconsumed += len;
   return 0;
 }
 
@@ -278,6 +313,7 @@ ssize_t H2Conn::readData(nghttp2_session*, int32_t, uint8_t* buf, size_t length,
   if (n > 0) {
     std::memcpy(buf, s->out.data() + s->out_off, n);
     s->out_off += n;
+    s->progress = std::chrono::steady_clock::now();
     if (s->out_off == s->out.size()) {
       s->out.clear();
       s->out_off = 0;
@@ -294,20 +330,24 @@ ssize_t H2Conn::readData(nghttp2_session*, int32_t, uint8_t* buf, size_t length,
 }
 
 void H2Conn::startStream(Stream& s) {
-  s.request_done = true;
   std::string bytes;
   if (!s.head.finish(s.body.size(), bytes)) {
     answer(s, s.head.status(),
            s.head.status() == 431   ? "request_header_too_large"
            : s.head.status() == 501 ? "not_implemented"
                                     : "bad_request",
-           s.head.error());
+           s.head.error(), true);
     return;
   }
+  s.request_done = true;
   bytes.append(s.body);
   std::string().swap(s.body);
   body_bytes_ += bytes.size() - s.held;  // (the head's bytes too, while the request runs)
   s.held = bytes.size();
+  // The request path exists from here: a reset that arrives before its coroutine first runs
+  // (a HEADERS and an RST_STREAM in one read) reaches it (onStreamClose), and it sends nothing.
+  s.runner = std::make_shared<ClientConn>(w_, l_, tcp::socket(w_.io));
+  s.runner->setPeer(peer_);
   s.running = true;
   ++running_;
   w_.stats.h2_active_streams.fetch_add(1, std::memory_order_relaxed);
@@ -316,34 +356,52 @@ void H2Conn::startStream(Stream& s) {
 
 asio::awaitable<void> H2Conn::serveStream(std::shared_ptr<H2Conn> self, Stream* s,
                                           std::string bytes) {
-  auto conn = std::make_shared<ClientConn>(w_, l_, tcp::socket(w_.io));
-  conn->setPeer(peer_);
-  s->runner = conn;
+  struct Done {  // on every path, an exception included
+    H2Conn& c;
+    Stream& s;
+    ~Done() {
+      s.runner.reset();
+      s.running = false;
+      --c.running_;
+      c.w_.stats.h2_active_streams.fetch_sub(1, std::memory_order_relaxed);
+      if (c.running_ == 0) c.idle_since_ = std::chrono::steady_clock::now();
+      c.releaseBody(s);
+      c.eraseIfDone(s);
+      c.wakeWriter();
+    }
+  } done{*this, *s};
+  const std::shared_ptr<ClientConn> conn = s->runner;
   co_await conn->runStream(std::move(bytes), *s);
-  s->runner.reset();
-  s->running = false;
-  --running_;
-  w_.stats.h2_active_streams.fetch_sub(1, std::memory_order_relaxed);
-  if (running_ == 0) idle_since_ = std::chrono::steady_clock::now();
-  releaseBody(*s);
-  eraseIfDone(*s);
-  wakeWriter();
 }
 
-void H2Conn::answer(Stream& s, int status, std::string_view code, std::string_view message) {
-  s.reset_after = !s.request_done;
+void H2Conn::answer(Stream& s, int status, std::string_view code, std::string_view message,
+                    bool request_ended) {
+  if (s.request_done) return;
+  s.reset_after = !request_ended;  // (the client may still be sending: told to stop)
   s.request_done = true;
+  giveBackWindow(s);
   releaseBody(s);
   std::string().swap(s.body);
+  // Counted and logged as HTTP/1.1 counts its own refusals of unreadable requests.
+  metrics::aiRequests().count({}, {}, status, metrics::AiOutcome::kFailed);
+  if (w_.opts.access_log) {
+    std::string line = "access";
+    log::appendField(line, "proto", "h2");
+    log::appendField(line, "listener", l_->key);
+    log::appendField(line, "status", std::to_string(status));
+    log::appendField(line, "error", code);
+    log::info("proxy", line);
+  }
   const std::string body = openAiError(status, code, message);
   s.resp_head =
       "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
       "\r\ncontent-type: application/json\r\ncontent-length: " + std::to_string(body.size()) +
       "\r\n\r\n";
   l_->unrouted.inc(status);
-  if (!s.submitHead()) return;
-  s.out = body;
-  s.eof = true;
+  if (s.submitHead()) {
+    s.out = body;
+    s.eof = true;
+  }
   wakeWriter();
 }
 
@@ -353,22 +411,35 @@ void H2Conn::releaseBody(Stream& s) {
   consumePending();
 }
 
+// A stream's DATA held back from the windows is given back (its body is no longer wanted).
+void H2Conn::giveBackWindow(Stream& s) {
+  if (s.unconsumed == 0) return;
+  if (!s.closed)
+    nghttp2_session_consume(session_, s.id, s.unconsumed);
+  else
+    nghttp2_session_consume_connection(session_, s.unconsumed);
+  s.unconsumed = 0;
+  wakeWriter();
+}
+
 // DATA held back while the connection's budget was full: the windows reopen as it frees.
 void H2Conn::consumePending() {
-  size_t i = 0;
-  for (; i < unconsumed_.size() && body_bytes_ <= w_.opts.max_body_bytes; ++i) {
-    const auto& u = unconsumed_[i];
-    if (nghttp2_session_find_stream(session_, u.stream_id))
-      nghttp2_session_consume(session_, u.stream_id, u.bytes);
-    else
-      nghttp2_session_consume_connection(session_, u.bytes);
+  for (auto& [id, st] : streams_) {
+    if (body_bytes_ > w_.opts.max_body_bytes) break;
+    giveBackWindow(*st);
   }
-  unconsumed_.erase(unconsumed_.begin(), unconsumed_.begin() + static_cast<ptrdiff_t>(i));
-  if (i > 0) wakeWriter();
+}
+
+int32_t H2Conn::oldestArriving() const {
+  int32_t oldest = 0;
+  for (const auto& [id, st] : streams_)
+    if (!st->request_done && !st->closed && (oldest == 0 || id < oldest)) oldest = id;
+  return oldest;
 }
 
 void H2Conn::eraseIfDone(Stream& s) {
   if (!s.closed || s.running) return;
+  giveBackWindow(s);
   releaseBody(s);
   streams_.erase(s.id);
   if (streams_.empty()) idle_since_ = std::chrono::steady_clock::now();
@@ -378,9 +449,11 @@ void H2Conn::wakeWriter() {
   if (writer_waiting_) wake_.cancel();
 }
 
+// libnghttp2 has nothing more to read or send: the streams are over (GOAWAY and no open
+// stream), or the session was terminated (a protocol error or a flood; request paths still
+// running are reset as the connection closes).
 bool H2Conn::done() const {
-  return closed_ || (!nghttp2_session_want_read(session_) &&
-                     !nghttp2_session_want_write(session_) && running_ == 0);
+  return closed_ || (!nghttp2_session_want_read(session_) && !nghttp2_session_want_write(session_));
 }
 
 void H2Conn::closeNow() {
@@ -423,7 +496,10 @@ asio::awaitable<void> H2Conn::writer() {
     }
     if (!out_.empty()) {
       error_code ec;
+      write_pending_ = true;
+      write_started_ = std::chrono::steady_clock::now();
       co_await asio::async_write(sock_, asio::buffer(out_), useEc(ec));
+      write_pending_ = false;
       if (ec) {
         closeNow();
         co_return;
@@ -431,7 +507,14 @@ asio::awaitable<void> H2Conn::writer() {
       continue;
     }
     if (done() || (draining_ && running_ == 0 && streams_.empty())) {
-      closeNow();
+      // Everything is out: our side is shut and the client's last bytes read until it closes
+      // (at most 2 s: the ticker), so a close with unread bytes does not reset the connection
+      // and lose the GOAWAY or a response's end.
+      closing_ = true;
+      closing_since_ = std::chrono::steady_clock::now();
+      sock_.shutdown(tcp::socket::shutdown_send, ec_ignored_);
+      for (auto& [id, st] : streams_)
+        if (st->running && st->runner) st->runner->onStreamReset();
       co_return;
     }
     writer_waiting_ = true;
@@ -442,30 +525,53 @@ asio::awaitable<void> H2Conn::writer() {
   }
 }
 
-// Every second: streams whose request is not complete within --header-timeout get 408; a
-// connection with no stream for --client-idle-timeout is closed.
+// Every second: a stream whose request is not complete within --header-timeout gets 408 (time
+// it waits on the connection's body budget, the gateway's doing, is not held against it); a
+// stream whose unsent answer the client has not taken for --idle-timeout-ms (no window, not
+// reading) is reset; a connection with no stream for --idle-timeout-ms gets GOAWAY; a graceful
+// close whose client does not close within 2 s, or a socket that takes no byte for
+// --idle-timeout-ms, is closed.
 asio::awaitable<void> H2Conn::ticker() {
   auto self = shared_from_this();
   asio::steady_timer t(w_.io);
+  const auto idle = w_.opts.client_idle_timeout;
   while (!closed_) {
     t.expires_after(std::chrono::seconds(1));
     error_code ec;
     co_await t.async_wait(useEc(ec));
     if (closed_) break;
     const auto now = std::chrono::steady_clock::now();
-    std::vector<Stream*> late;
-    for (auto& [id, s] : streams_)
-      if (!s->request_done && !s->closed && now - s->opened > w_.opts.header_timeout)
+    if (closing_ && now - closing_since_ > std::chrono::seconds(2)) {
+      closeNow();
+      break;
+    }
+    if (write_pending_ && now - write_started_ > idle) {
+      log::debug("proxy", "HTTP/2 client takes no bytes: connection closed");
+      closeNow();
+      break;
+    }
+    if (l_->closed.load() || w_.draining) drain();
+    std::vector<Stream*> late, stalled;
+    for (auto& [id, s] : streams_) {
+      if (s->closed) continue;
+      if (!s->request_done && s->unconsumed == 0 && now - s->opened > w_.opts.header_timeout)
         late.push_back(s.get());
+      else if (s->submitted && !s->reset_sent && s->pending() > 0 && now - s->progress > idle)
+        stalled.push_back(s.get());
+    }
     for (Stream* s : late)
       answer(*s, 408, "timeout", "request header or body not received in time");
-    if (streams_.empty() && running_ == 0 && now - idle_since_ > w_.opts.client_idle_timeout)
-      drain();
+    for (Stream* s : stalled) {
+      s->reset(NGHTTP2_CANCEL);
+      if (s->runner) s->runner->onStreamReset();
+    }
+    if (streams_.empty() && running_ == 0 && now - idle_since_ > idle) drain();
   }
 }
 
 asio::awaitable<void> H2Conn::run(std::string preread) {
   auto self = shared_from_this();
+  if (w_.draining || l_->closed.load()) drain();  // (a drain that came during the preface)
   asio::co_spawn(w_.io, writer(), asio::detached);
   asio::co_spawn(w_.io, ticker(), asio::detached);
   std::string buf = std::move(preread);
@@ -476,14 +582,16 @@ asio::awaitable<void> H2Conn::run(std::string preread) {
       if (n < 0) {
         log::debug("proxy", std::string("HTTP/2 connection error: ") + nghttp2_strerror(int(n)));
         // (a fatal error: libnghttp2 queued a GOAWAY, counted as it is sent, before the close)
+        fatal_ = true;
         draining_ = true;
+        buf.clear();
         wakeWriter();
-        break;
+        continue;
       }
       if (!streams_.empty()) idle_since_ = std::chrono::steady_clock::now();
       wakeWriter();
     }
-    if (closed_ || !nghttp2_session_want_read(session_)) break;
+    if (closed_) break;
     buf.resize(kReadBytes);
     error_code ec;
     const size_t n = co_await sock_.async_read_some(asio::buffer(buf), useEc(ec));
@@ -492,6 +600,9 @@ asio::awaitable<void> H2Conn::run(std::string preread) {
       break;
     }
     buf.resize(n);
+    // After GOAWAY or a protocol error libnghttp2 reads nothing more: the bytes are dropped
+    // until the writer's close (bounded in time by the ticker).
+    if (!nghttp2_session_want_read(session_) || fatal_) buf.clear();
   }
   // The writer ends the connection once what is queued is out and the streams are done.
   if (!closed_) {

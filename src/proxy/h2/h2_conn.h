@@ -14,11 +14,16 @@
 //   request bytes  a stream's head as HTTP/1.1 text <= --max-head-bytes (431), its body <=
 //                  --max-body-bytes (413); the bytes a connection holds for unfinished requests
 //                  <= --max-body-bytes: past it the flow-control windows are not reopened (the
-//                  client waits), stream window 256 KiB, connection window 1 MiB.
+//                  client waits) except for the oldest request still arriving, so one always
+//                  completes (at most twice --max-body-bytes held); stream window 256 KiB,
+//                  connection window 1 MiB. A stream's bytes count until its request path
+//                  frees them (a stream's request is freed once it is sent).
 //   response bytes a stream holds at most 64 KiB not yet framed; its request path waits beyond
 //                  it. The writer frames at most 64 KiB ahead of the socket.
 //   time           a stream's request must be complete within --header-timeout (408, reset);
-//                  a connection with no stream for --client-idle-timeout is closed (GOAWAY).
+//                  a stream whose answer the client takes nothing of for --idle-timeout-ms is
+//                  reset, a socket that takes no byte for as long is closed; a connection with
+//                  no stream for --idle-timeout-ms gets GOAWAY and is closed.
 //   control frames libnghttp2's own limits (SETTINGS, PING and RST floods end the connection).
 // Drain (SIGTERM, listener removed): GOAWAY, running streams finish, then the connection closes.
 #pragma once
@@ -69,10 +74,13 @@ class H2Conn : public std::enable_shared_from_this<H2Conn> {
   asio::awaitable<void> serveStream(std::shared_ptr<H2Conn> self, Stream* s, std::string bytes);
   void startStream(Stream& s);
   // An answer of the gateway's own on a stream with no request path (400, 408, 413, 431, 501).
-  void answer(Stream& s, int status, std::string_view code, std::string_view message);
+  void answer(Stream& s, int status, std::string_view code, std::string_view message,
+              bool request_ended = false);
   void wakeWriter();
   void releaseBody(Stream& s);
   void consumePending();
+  void giveBackWindow(Stream& s);
+  int32_t oldestArriving() const;  // the stream id of the oldest request still arriving (0: none)
   void eraseIfDone(Stream& s);
   void closeNow();
   bool done() const;
@@ -85,17 +93,18 @@ class H2Conn : public std::enable_shared_from_this<H2Conn> {
   std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
   size_t running_ = 0;     // streams whose request path runs
   size_t body_bytes_ = 0;  // request bytes held for unfinished requests
-  struct Unconsumed {
-    int32_t stream_id;
-    size_t bytes;
-  };
-  std::vector<Unconsumed> unconsumed_;  // DATA not yet given back to the windows (budget full)
-  std::string out_;                     // frames being written
+  std::string out_;        // frames being written
   asio::steady_timer wake_;             // the writer's wait for frames
   bool writer_waiting_ = false;
   asio::steady_timer closed_wait_;  // run() waits here for the close after reading ends
   bool closed_ = false;
   bool draining_ = false;
+  bool fatal_ = false;    // libnghttp2 ended the session (a protocol error or a flood)
+  bool closing_ = false;  // our side shut (the close's last step): waiting for the client's
+  std::chrono::steady_clock::time_point closing_since_;
+  bool write_pending_ = false;  // a socket write waits for room since write_started_
+  std::chrono::steady_clock::time_point write_started_;
+  error_code ec_ignored_;
   std::chrono::steady_clock::time_point idle_since_;
 };
 
