@@ -22,6 +22,7 @@
 #include "governance/state.h"
 #include "http/server.h"
 #include "http/tls.h"
+#include "l4/l4_plane.h"
 #include "metrics/ai_requests.h"
 #include "proxy/data_plane.h"
 #include "proxy/overload.h"
@@ -65,6 +66,9 @@ const char* kServeHelp =
     "                             above the resident set at startup; no cgroup limit: off)\n"
     "  --header-timeout-ms N      time to receive a request head/body, else 408 (default 10000)\n"
     "  --http2 on|off             HTTP/2 by prior knowledge (h2c) on plain listeners (default on)\n"
+    "  --l4-ifaces IF[,IF...]     the L4 data path (mode 0 rules: DNAT in eBPF at tc ingress) on\n"
+    "                             these interfaces; needs root (CAP_BPF, CAP_NET_ADMIN); without\n"
+    "                             it mode 0 rules are refused (docs/l4.md)\n"
     "  --h2-max-streams N         concurrent request streams per HTTP/2 connection (1..1000,\n"
     "                             default 100)\n"
     "  --idle-timeout-ms N        client keep-alive idle timeout (default 60000; a rule's\n"
@@ -111,6 +115,7 @@ struct ServeFlags {
   uint64_t redis_pipeline = governance::RedisCounters::kDefaultPipeline;
   bool max_heap_set = false;  // --max-heap-bytes given (else the cgroup's default)
   std::string models_dir;
+  std::vector<std::string> l4_ifaces;  // interfaces of the L4 data path (mode 0 rules)
   proxy::ProxyOptions opts;
 };
 
@@ -174,6 +179,16 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
       opts.max_body_bytes = x;
     } else if (a == "--header-timeout-ms") {
       ok = parseMs(next(), opts.header_timeout);
+    } else if (a == "--l4-ifaces") {
+      const std::string v = next();
+      f.l4_ifaces.clear();
+      for (size_t at = 0; at <= v.size();) {
+        const size_t comma = std::min(v.find(',', at), v.size());
+        if (comma > at) f.l4_ifaces.push_back(v.substr(at, comma - at));
+        at = comma + 1;
+      }
+      ok = !f.l4_ifaces.empty() && f.l4_ifaces.size() <= 64;
+      for (const auto& n : f.l4_ifaces) ok &= n.size() < 16;  // (IFNAMSIZ)
     } else if (a == "--http2") {
       const std::string v = next();
       ok = v == "on" || v == "off";
@@ -466,7 +481,18 @@ int serveMain(int argc, char** argv) {
   std::vector<std::string> env_warnings;
   const routing::RoutingEnv routing_env = routing::readRoutingEnv(std::getenv, env_warnings);
   for (const auto& w : env_warnings) log::warn("config", w);
+  // The L4 data path (mode 0 rules), before the data plane that refers to it.
+  std::unique_ptr<l4::L4Plane> l4;
+  if (!flags.l4_ifaces.empty()) {
+    auto p = l4::L4Plane::start(flags.l4_ifaces);
+    if (!p) {
+      std::fprintf(stderr, "kvgate serve: %s\n", p.error().what.c_str());
+      return 2;
+    }
+    l4 = std::move(*p);
+  }
   proxy::DataPlane dp(opts);
+  dp.setL4(l4.get());
   // (Both before start(): the overload monitor's thread reads the index pointer.)
   dp.setKv(&kv_index, &kv_plane, prompt_tokens.get(), &kv_overlay);  // Tier 1.5 (kvExactMode 3)
   dp.setRoutingEnv(&routing_env);

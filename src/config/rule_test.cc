@@ -264,6 +264,40 @@ TEST(RuleParse, ModeErrorMessageNamesTheMode) {
   EXPECT_NE(r.error().what.find("L4 mode 2 is not supported by this build"), std::string::npos);
 }
 
+TEST(RuleParse, ModeZeroIsAnL4Rule) {
+  json j = simple();
+  j["serviceArguments"].erase("model_name");
+  j["serviceArguments"]["mode"] = 0;
+  j["serviceArguments"]["protocol"] = "udp";
+  j["serviceArguments"]["sel"] = 1;
+  auto r = parseRule(j);
+  ASSERT_TRUE(r) << r.error().what;
+  EXPECT_EQ(r->mode, 0);
+  EXPECT_EQ(r->protocol, "udp");
+  // Selectors the L4 path has not: 400 naming them.
+  j["serviceArguments"]["sel"] = 8;
+  r = parseRule(j);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().source, "serviceArguments.sel");
+  // Fields that need a request read: refused, not stored inert.
+  j["serviceArguments"]["sel"] = 0;
+  for (const char* k : {"sse_mode", "cb_enable"}) {
+    json b = j;
+    b["serviceArguments"][k] = true;
+    r = parseRule(b);
+    ASSERT_FALSE(r) << k;
+    EXPECT_NE(r.error().what.find("mode 4"), std::string::npos) << r.error().what;
+  }
+  json h = j;
+  h["serviceArguments"]["model_name"] = "llama";
+  ASSERT_FALSE(parseRule(h));
+  json icmp = j;
+  icmp["serviceArguments"]["protocol"] = "icmp";
+  r = parseRule(icmp);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().source, "serviceArguments.protocol");
+}
+
 TEST(RuleJson, OmitEmptyLikeTheUpstreamGateway) {
   auto r = parseRule(seedChwbl());
   ASSERT_TRUE(r);

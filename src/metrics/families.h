@@ -99,6 +99,11 @@ inline const Family kH2Streams{"kvgate_h2_streams_total", Type::kCounter,
     "REFUSED_STREAM), client_reset (the client sent RST_STREAM).", {"event"}};
 inline const Family kH2ProtocolErrors{"kvgate_h2_protocol_errors_total", Type::kCounter,
     "HTTP/2 connections ended by a protocol error or a flood (GOAWAY sent).", {}};
+inline const Family kL4Packets{"kvgate_l4_packets_total", Type::kCounter,
+    "Packets the L4 data path forwarded for a mode 0 rule (both directions; refused ones: no "
+    "endpoint up), by rule key.", {"rule"}};
+inline const Family kL4Bytes{"kvgate_l4_bytes_total", Type::kCounter,
+    "Bytes (whole packets) the L4 data path forwarded for a mode 0 rule, by rule key.", {"rule"}};
 inline const Family kTlsHandshakes{"kvgate_tls_handshakes_total", Type::kCounter,
     "TLS handshakes on data-plane listeners (rules with security 1), by result (ok, failed).",
     {"result"}};

@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "kv/kv_index.h"
+#include "l4/l4_plane.h"
 #include "proxy/client_conn.h"
 #include "proxy/filters/request_filter.h"
 #include "proxy/listener_tls.h"
@@ -291,9 +292,31 @@ std::string DataPlane::controllerJson() const {
   return nlohmann::json{{"endpoints", eps}}.dump();
 }
 
+// Mode 4 rules go to the fullproxy (applyProxy), mode 0 rules to the L4 path (l4/l4_plane.h);
+// all or nothing: when the fullproxy refuses, the L4 path gets its last set back.
 Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   if (stats_.draining.load())
     return fail(503, "draining", "the gateway is shutting down; rule changes are refused", true);
+  bool any_l4 = false;
+  for (const auto& r : rules) any_l4 |= r.mode != 4;
+  if (!any_l4 && !l4_) return applyProxy(rules);
+  if (!l4_)
+    return fail(400, "serviceArguments.mode",
+                "mode 0 (DNAT) rules need the L4 data path: start serve with --l4-ifaces "
+                "IFACE[,IFACE...] (docs/l4.md)");
+  std::vector<config::RuleSpec> proxy, l4;
+  for (const auto& r : rules) (r.mode == 4 ? proxy : l4).push_back(r);
+  if (auto a = l4_->apply(l4); !a) return a;
+  auto p = applyProxy(proxy);
+  if (!p) {
+    (void)l4_->apply(l4_rules_);
+    return p;
+  }
+  l4_rules_ = std::move(l4);
+  return p;
+}
+
+Result<void> DataPlane::applyProxy(const std::vector<config::RuleSpec>& rules) {
   // TLS listeners: one set of TLS fields each, its context loaded (proxy/listener_tls.h).
   auto tls_plan = listener_tls_->plan(rules);
   if (!tls_plan) return tl::unexpected(tls_plan.error());

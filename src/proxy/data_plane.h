@@ -28,6 +28,9 @@
 namespace kvgate::http {
 class TlsFiles;
 }
+namespace kvgate::l4 {
+class L4Plane;
+}
 
 namespace kvgate::proxy {
 
@@ -68,6 +71,9 @@ class DataPlane {
   void stop();
   // Installs the complete rule set (control thread only).
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
+  // The L4 data path for mode 0 rules (serve --l4-ifaces); before the first apply(). Unset:
+  // mode 0 rules are refused (400). Must outlive the data plane.
+  void setL4(l4::L4Plane* l4) { l4_ = l4; }
   // The KV index and publisher lookup Tier 1.5 stages read (kvExactMode 3 rules); set before
   // start() (the overload monitor's thread reads the index's size). Both must outlive the data
   // plane.
@@ -105,7 +111,10 @@ class DataPlane {
   std::shared_ptr<http::TlsFiles> backendTlsFor(const config::RuleSpec& rule) const;
 
  private:
+  Result<void> applyProxy(const std::vector<config::RuleSpec>& rules);  // the mode 4 rules
   ProxyOptions opts_;
+  l4::L4Plane* l4_ = nullptr;
+  std::vector<config::RuleSpec> l4_rules_;  // the mode 0 rules the L4 path serves
   const kv::KvIndex* kv_index_ = nullptr;
   const kv::WorkerLookup* kv_lookup_ = nullptr;
   const routing::PromptTokens* prompt_tokens_ = nullptr;

@@ -2,6 +2,7 @@
 // and writes every family of metrics/families.h, in that list's order.
 #include "common/log.h"
 #include "kv/speculative.h"
+#include "l4/l4_plane.h"
 #include "metrics/text.h"
 #include "proxy/data_plane.h"
 #include "proxy/listener_tls.h"
@@ -218,6 +219,15 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
     for (size_t r = 0; r < 3; ++r)
       w.sample(kApiPrompt, {{"api", a ? "responses" : "messages"}, {"result", kResults[r]}},
                static_cast<double>(stats_.api_prompt[a][r].load()));
+  if (l4_) {
+    const auto l4 = l4_->stats();
+    w.header(kL4Packets);
+    for (const auto& st : l4)
+      w.sample(kL4Packets, {{"rule", st.rule}}, static_cast<double>(st.packets));
+    w.header(kL4Bytes);
+    for (const auto& st : l4)
+      w.sample(kL4Bytes, {{"rule", st.rule}}, static_cast<double>(st.bytes));
+  }
   w.header(kH2Connections);
   w.sample(kH2Connections, {}, static_cast<double>(stats_.h2_connections.load()));
   w.header(kH2ActiveStreams);

@@ -1,0 +1,67 @@
+// The maps the L4 program (bpf/l4_lb.bpf.c) and its control plane (l4_plane.cc) share.
+// Addresses and ports are in network byte order, as on the wire.
+#pragma once
+#include <linux/types.h>  // (__u8 .. __u64, for the BPF program and the loader alike)
+
+#define L4_MAX_SERVICES 1024
+#define L4_MAX_ENDPOINTS 64
+#define L4_MAX_FLOWS 262144
+
+#define L4_SEL_RR 0
+#define L4_SEL_HASH 1
+#define L4_SEL_WEIGHTED 2
+
+#define L4_CT_OPEN 0
+#define L4_CT_CLOSING 1  // a FIN or an RST was seen: 10 s more
+
+struct l4_svc_key {
+  __u32 vip;
+  __u16 port;
+  __u8 proto;
+  __u8 pad;
+};
+
+struct l4_svc {
+  __u32 id;          // slot of its counters and its endpoints' row
+  __u32 generation;  // changes when the slot is given to another service: its flows end
+  __u32 rr;          // round-robin turn (atomic)
+  __u32 timeout_s;   // idle timeout of its flows
+  __u32 total_weight;
+  __u16 n_eps;
+  __u8 sel;
+  __u8 mode;
+};
+
+struct l4_ep {
+  __u32 ip;
+  __u16 port;
+  __u8 up;  // health: only endpoints up get new flows
+  __u8 pad;
+  __u32 cum_weight;  // sum of the weights of this endpoint and those before it
+  __u32 pad2;
+};
+
+struct l4_flow_key {
+  __u32 saddr;
+  __u32 daddr;
+  __u16 sport;
+  __u16 dport;
+  __u8 proto;
+  __u8 pad[3];
+};
+
+struct l4_flow {
+  __u32 nat_ip;  // ct: the endpoint; rct: the VIP
+  __u16 nat_port;
+  __u16 ep_index;
+  __u32 svc_id;
+  __u32 timeout_s;
+  __u32 generation;
+  __u32 state;
+  __u64 last_ns;
+};
+
+struct l4_counters {
+  __u64 packets;
+  __u64 bytes;
+};

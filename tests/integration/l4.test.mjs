@@ -1,0 +1,193 @@
+// The L4 data path (issue 33), mode 0 (DNAT) in eBPF at tc ingress, tested on real traffic
+// between network namespaces: client --veth-- gateway (kvgate serve --l4-ifaces) --veth--
+// backends. Addresses are of 198.18.0.0/15 on veth pairs this file creates and removes.
+//
+//   client ns   c0 198.18.0.2/24, route to the VIP net 198.19.0.0/24 via 198.18.0.1
+//   gateway ns  c1 198.18.0.1/24, b1 198.18.1.1/24, forwarding on (kvgate runs here)
+//   backend ns  b0 198.18.1.2/24 and 198.18.1.3/24 (two backends), default route via .1.1
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import readline from 'node:readline';
+import { after, before, describe, test } from 'node:test';
+
+import { BIN, api, freePort, gateway, LB_BASE, tempDir } from './lib.mjs';
+
+const tag = String(process.pid % 100000);
+const NS = { c: `kvl4c${tag}`, g: `kvl4g${tag}`, b: `kvl4b${tag}` };
+const VIP = '198.19.0.100';
+const BACKENDS = ['198.18.1.2', '198.18.1.3'];
+const PEER = 'tests/integration/l4_peer.py';
+
+const sh = (...args) => execFileSync(args[0], args.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
+const inNs = (ns, ...args) => sh('ip', 'netns', 'exec', ns, ...args);
+
+function l4Rule({ port, protocol = 'tcp', sel = 0, endpoints = BACKENDS, targetPort, extra = {} }) {
+  return {
+    serviceArguments: { externalIP: VIP, port, protocol, sel, mode: 0, ...extra },
+    endpoints: endpoints.map((ip) => ({ endpointIP: ip, targetPort, weight: 1 })),
+  };
+}
+
+// The management API of the gateway in its namespace (curl there).
+function gwApi(base, method, p, body) {
+  const args = ['-s', '-o', '-', '-w', '\n%{http_code}', '-X', method, `${base}${p}`];
+  if (body !== undefined) args.push('-H', 'content-type: application/json', '-d', JSON.stringify(body));
+  const out = inNs(NS.g, 'curl', ...args);
+  const i = out.lastIndexOf('\n');
+  return { status: Number(out.slice(i + 1)), text: out.slice(0, i) };
+}
+
+function spawnIn(ns, args) {
+  const p = spawn('ip', ['netns', 'exec', ns, ...args], { stdio: ['pipe', 'pipe', 'pipe'] });
+  p.stderrText = '';
+  p.stderr.on('data', (d) => { p.stderrText += d; });
+  p.lines = readline.createInterface({ input: p.stdout });
+  p.next = () => new Promise((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`no line from ${args.join(' ')}: ${p.stderrText}`)), 10000);
+    p.lines.once('line', (l) => { clearTimeout(t); resolve(l); });
+  });
+  return p;
+}
+
+async function startGw(stateDir) {
+  const p = spawnIn(NS.g, [BIN, 'serve', '--l4-ifaces', 'c1,b1', '--api-listen', '127.0.0.1:0',
+    '--state-dir', stateDir, '--workers', '1']);
+  for (;;) {
+    const line = await p.next();
+    try {
+      const j = JSON.parse(line);
+      if (j.event === 'ready') return { proc: p, api: j.api };
+    } catch { /* a log line */ }
+  }
+}
+
+async function stopProc(p) {
+  if (!p || p.exitCode !== null) return;
+  const done = new Promise((r) => p.once('exit', r));
+  p.kill('SIGTERM');
+  const t = setTimeout(() => p.kill('SIGKILL'), 5000);
+  await done;
+  clearTimeout(t);
+}
+
+const curlTcp = (port) => {
+  // one TCP connection, one line, the backend's id back
+  const out = inNs(NS.c, '/usr/bin/python3', '-c',
+    `import socket;s=socket.create_connection(("${VIP}",${port}),timeout=3);s.sendall(b"x\\n");print(s.makefile().readline().strip())`);
+  return out.trim();
+};
+
+describe('L4 mode 0 (DNAT) in eBPF', { skip: process.getuid?.() !== 0 && 'needs root (namespaces, BPF)' }, () => {
+  const procs = [];
+  let gw;
+  let tmp;
+  before(async () => {
+    for (const ns of Object.values(NS)) sh('ip', 'netns', 'add', ns);
+    sh('ip', 'link', 'add', `c0k${tag}`, 'netns', NS.c, 'type', 'veth', 'peer', 'name', 'c1', 'netns', NS.g);
+    sh('ip', 'link', 'add', `b0k${tag}`, 'netns', NS.b, 'type', 'veth', 'peer', 'name', 'b1', 'netns', NS.g);
+    inNs(NS.c, 'ip', 'link', 'set', `c0k${tag}`, 'name', 'c0');
+    inNs(NS.b, 'ip', 'link', 'set', `b0k${tag}`, 'name', 'b0');
+    for (const [ns, dev, addrs] of [[NS.c, 'c0', ['198.18.0.2/24']], [NS.g, 'c1', ['198.18.0.1/24']],
+      [NS.g, 'b1', ['198.18.1.1/24']], [NS.b, 'b0', BACKENDS.map((a) => `${a}/24`)]]) {
+      for (const a of addrs) inNs(ns, 'ip', 'addr', 'add', a, 'dev', dev);
+      inNs(ns, 'ip', 'link', 'set', dev, 'up');
+      inNs(ns, 'ip', 'link', 'set', 'lo', 'up');
+    }
+    inNs(NS.c, 'ip', 'route', 'add', '198.19.0.0/24', 'via', '198.18.0.1');
+    inNs(NS.b, 'ip', 'route', 'add', 'default', 'via', '198.18.1.1');
+    for (const k of ['net.ipv4.ip_forward=1', 'net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.c1.rp_filter=0',
+      'net.ipv4.conf.b1.rp_filter=0', 'net.ipv4.conf.default.rp_filter=0'])
+      inNs(NS.g, 'sysctl', '-qw', k);
+    for (const [i, ip] of BACKENDS.entries()) {
+      const p = spawnIn(NS.b, ['/usr/bin/python3', PEER, 'serve', ip, '8000', '5300', `be${i}`]);
+      procs.push(p);
+      assert.equal(await p.next(), 'ready');
+    }
+    tmp = tempDir();
+    gw = await startGw(tmp.dir);
+  });
+  after(async () => {
+    await stopProc(gw?.proc);
+    for (const p of procs) await stopProc(p);
+    for (const ns of Object.values(NS)) { try { sh('ip', 'netns', 'del', ns); } catch { /* not made */ } }
+    tmp?.remove();
+  });
+
+  test('TCP connections are spread over the endpoints round-robin and answered from the VIP', () => {
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8080, targetPort: 8000 }));
+    assert.equal(r.status, 200, r.text);
+    const seen = { be0: 0, be1: 0 };
+    for (let i = 0; i < 10; ++i) seen[curlTcp(8080)] += 1;
+    assert.deepEqual(seen, { be0: 5, be1: 5 });  // 10 new flows, alternating
+  });
+
+  test('a flow stays on its endpoint when the endpoint set changes', async () => {
+    const s = spawnIn(NS.c, ['/usr/bin/python3', PEER, 'session', VIP, '8080']);
+    procs.push(s);
+    assert.equal(await s.next(), 'connected');
+    s.stdin.write('ask\n');
+    const first = await s.next();
+    assert.match(first, /^be[01]$/);
+    // Only the other backend left in the rule: the open flow keeps its endpoint.
+    const other = first === 'be0' ? BACKENDS[1] : BACKENDS[0];
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8080, targetPort: 8000, endpoints: [other] }));
+    assert.equal(r.status, 200, r.text);
+    for (let i = 0; i < 3; ++i) {
+      s.stdin.write('ask\n');
+      assert.equal(await s.next(), first);
+    }
+    s.stdin.write('quit\n');
+    // New flows go to the endpoint left.
+    const expect = first === 'be0' ? 'be1' : 'be0';
+    for (let i = 0; i < 3; ++i) assert.equal(curlTcp(8080), expect);
+  });
+
+  test('UDP datagrams are forwarded and answered from the VIP and port', () => {
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 53, protocol: 'udp', targetPort: 5300, sel: 1 }));
+    assert.equal(r.status, 200, r.text);
+    const a = JSON.parse(inNs(NS.c, '/usr/bin/python3', PEER, 'udp', VIP, '53'));
+    assert.match(a.id, /^be[01]$/);
+    assert.deepEqual(a.from, [VIP, 53]);  // the reverse NAT: the client sees the VIP
+  });
+
+  test('per-rule packet and byte counters', () => {
+    const m = gwApi(gw.api, 'GET', '/metrics').text;
+    const line = m.split('\n').find((l) => l.startsWith('kvgate_l4_packets_total') && l.includes(':8080/tcp'));
+    assert.ok(line, m.split('\n').filter((l) => l.startsWith('kvgate_l4')).join('\n'));
+    assert.ok(Number(line.split(' ').pop()) >= 40, line);  // 13+ flows, 3+ packets each way
+  });
+
+  test('rules survive a restart of the gateway', async () => {
+    await stopProc(gw.proc);
+    gw = await startGw(tmp.dir);
+    assert.match(curlTcp(8080), /^be[01]$/);
+  });
+
+  test('a deleted rule forwards nothing', () => {
+    const d = gwApi(gw.api, 'DELETE', `${LB_BASE}/externalipaddress/${VIP}/port/8080/protocol/tcp`);
+    assert.equal(d.status, 200, d.text);
+    assert.throws(() => curlTcp(8080));
+  });
+
+  test('L7 fields and unsupported selectors on a mode 0 rule are refused', () => {
+    let r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 9090, targetPort: 8000, extra: { sse_mode: true } }));
+    assert.equal(r.status, 400);
+    assert.match(r.text, /sse_mode.*mode 4/);
+    r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 9090, targetPort: 8000, sel: 8 }));
+    assert.equal(r.status, 400);
+    assert.match(r.text, /not available for mode 0/);
+  });
+});
+
+describe('mode 0 without the L4 path', () => {
+  test('is refused with the flag that enables it', async (t) => {
+    const gwp = await gateway(t, ['--workers', '1']);
+    const port = await freePort();
+    const r = await api(gwp.api, 'POST', LB_BASE, {
+      serviceArguments: { externalIP: '127.0.0.1', port, protocol: 'tcp', sel: 0, mode: 0 },
+      endpoints: [{ endpointIP: '127.0.0.1', targetPort: 9, weight: 1 }],
+    });
+    assert.equal(r.status, 400, r.text);
+    assert.match(r.text, /--l4-ifaces/);
+  });
+});
