@@ -19,6 +19,7 @@ APT_PACKAGES=(
   libzmq3-dev cppzmq-dev  # KV events: ZMQ SUB (gateway) and PUB (simulator)
   libnghttp2-dev          # HTTP/2 framing and HPACK (src/proxy/h2)
   clang libbpf-dev bpftool  # the L4 data path: BPF target, loader, skeleton (src/l4)
+  ethtool                 # the L4 tests turn checksum offload off (checksums really checked)
   nghttp2-client python3-h2  # HTTP/2 clients of the tests (nghttp, h2load; a raw frame client)
   libssl-dev              # SHA-256 for vLLM's sha256_cbor block hashes (simulator, hash contract)
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # kvgate index (LookupRoute)

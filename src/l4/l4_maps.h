@@ -11,8 +11,14 @@
 #define L4_SEL_HASH 1
 #define L4_SEL_WEIGHTED 2
 
-#define L4_CT_OPEN 0
-#define L4_CT_CLOSING 1  // a FIN or an RST was seen: 10 s more
+// Flow states (struct l4_flow.state, kept in the ct entry).
+#define L4_CT_SYN 0      // tcp: the SYN went out, no answer yet (10 s)
+#define L4_CT_OPEN 1     // answered (udp flows start here)
+#define L4_CT_CLOSING 2  // tcp: FINs both ways or an RST (10 s)
+#define L4_FIN_CLIENT 1  // (struct l4_flow.fins)
+#define L4_FIN_ENDPOINT 2
+
+#define L4_SHORT_TIMEOUT_S 10
 
 struct l4_svc_key {
   __u32 vip;
@@ -57,7 +63,8 @@ struct l4_flow {
   __u32 svc_id;
   __u32 timeout_s;
   __u32 generation;
-  __u32 state;
+  __u16 state;  // L4_CT_* (ct entries only)
+  __u16 fins;   // L4_FIN_* seen (ct entries only)
   __u64 last_ns;
 };
 

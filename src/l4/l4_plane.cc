@@ -8,21 +8,16 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
+#include "common/log.h"
 #include "l4/l4_lb.skel.h"
 #include "l4/l4_maps.h"
 
 namespace kvgate::l4 {
 
 namespace {
-
-struct Planned {
-  std::string key;
-  l4_svc_key k{};
-  l4_svc svc{};
-  std::vector<l4_ep> eps;
-};
 
 Result<uint32_t> ipv4(const std::string& s, const std::string& field) {
   in_addr a{};
@@ -31,11 +26,29 @@ Result<uint32_t> ipv4(const std::string& s, const std::string& field) {
   return a.s_addr;
 }
 
+template <typename T>
+std::vector<uint8_t> bytesOf(const T* p, size_t n = 1) {
+  return std::vector<uint8_t>(reinterpret_cast<const uint8_t*>(p),
+                              reinterpret_cast<const uint8_t*>(p) + n * sizeof(T));
+}
+
+// A mode 0 rule as map entries (id and generation filled in when a slot is given).
+struct Planned {
+  std::string key;
+  l4_svc_key k{};
+  l4_svc svc{};
+  std::vector<l4_ep> eps;
+};
+
 Result<Planned> plan(const config::RuleSpec& r) {
   Planned p;
   p.key = r.key();
   auto vip = ipv4(r.vip, "serviceArguments.externalIP");
   if (!vip) return tl::unexpected(vip.error());
+  const uint32_t host = ntohl(*vip);
+  if (host == 0 || host == 0xffffffffu || (host >> 28) == 0xe)
+    return fail(400, "serviceArguments.externalIP",
+                "'" + r.vip + "' cannot be a VIP (unspecified, broadcast or multicast)");
   p.k.vip = *vip;
   p.k.port = htons(r.port);
   p.k.proto = r.protocol == "udp" ? IPPROTO_UDP : IPPROTO_TCP;
@@ -61,7 +74,7 @@ Result<Planned> plan(const config::RuleSpec& r) {
   p.svc.total_weight = cum;
   p.svc.timeout_s = r.inactive_timeout_sec > 0 ? static_cast<uint32_t>(r.inactive_timeout_sec)
                     : r.protocol == "udp"      ? 30
-                                               : 120;
+                                               : 900;
   return p;
 }
 
@@ -75,6 +88,17 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
   for (const auto& name : ifaces) {
     const unsigned idx = if_nametoindex(name.c_str());
     if (idx == 0) return fail(400, "--l4-ifaces", "no interface named '" + name + "'");
+    // (the program reads an Ethernet header: tun, wireguard or ipip devices have none)
+    std::FILE* t = std::fopen(("/sys/class/net/" + name + "/type").c_str(), "r");
+    int type = -1;
+    if (t) {
+      if (std::fscanf(t, "%d", &type) != 1) type = -1;
+      std::fclose(t);
+    }
+    if (type != 1)
+      return fail(400, "--l4-ifaces",
+                  "'" + name + "' is not an Ethernet interface (ARPHRD " + std::to_string(type) +
+                      "): the L4 path needs one");
     p->ifindexes_.push_back(static_cast<int>(idx));
   }
   p->skel_ = l4_lb__open_and_load();
@@ -82,7 +106,7 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
     return fail(503, "--l4-ifaces",
                 "the kernel refused the L4 program (" + errnoText(errno) +
                     "): BPF needs root or CAP_BPF and CAP_NET_ADMIN, and a kernel with tc BPF");
-  for (uint32_t i = L4_MAX_SERVICES; i > 0; --i) p->free_.push_back(i - 1);
+  for (uint32_t i = L4_MAX_SERVICES; i > 0; --i) p->now_.free.push_back(i - 1);
   for (size_t i = 0; i < p->ifindexes_.size(); ++i) {
     bpf_tc_hook hook{};
     hook.sz = sizeof hook;
@@ -95,6 +119,13 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
     bpf_tc_opts opts{};
     opts.sz = sizeof opts;
     opts.handle = 0x4b56;  // "KV"
+    opts.priority = 1;
+    if (bpf_tc_query(&hook, &opts) == 0)  // a filter a process that died left behind
+      log::warn("l4", "replacing the L4 filter left on " + ifaces[i] + " (program id " +
+                          std::to_string(opts.prog_id) + ")");
+    opts = bpf_tc_opts{};
+    opts.sz = sizeof opts;
+    opts.handle = 0x4b56;
     opts.priority = 1;
     opts.prog_fd = bpf_program__fd(p->skel_->progs.l4_ingress);
     opts.flags = BPF_TC_F_REPLACE;
@@ -124,61 +155,86 @@ L4Plane::~L4Plane() {
 Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
   std::vector<Planned> want;
   for (const auto& r : rules) {
-    if (r.mode != 0) continue;
+    if (r.mode != 0 || !r.admin_up) continue;  // (a rule set down: not installed)
     auto p = plan(r);
     if (!p) return tl::unexpected(p.error());
     want.push_back(std::move(*p));
   }
-  size_t fresh = 0;
-  for (const auto& w : want) fresh += slots_.count(w.key) ? 0 : 1;
-  // (slots of services about to go are freed first, so a full table can still be replaced)
-  size_t going = 0;
-  for (const auto& [key, slot] : slots_) {
+  // The next state: kept slots keep their id and generation; new ones take a free slot (those
+  // of removed services first freed, so a full table can still be replaced).
+  State next;
+  next.generation = now_.generation;
+  next.free = now_.free;
+  for (const auto& [key, slot] : now_.slots) {
     bool kept = false;
     for (const auto& w : want) kept |= w.key == key;
-    going += kept ? 0 : 1;
+    if (!kept) next.free.push_back(slot.id);
   }
-  if (fresh > free_.size() + going)
-    return fail(400, "serviceArguments",
-                "the L4 path serves at most " + std::to_string(L4_MAX_SERVICES) + " mode 0 rules");
+  for (auto& w : want) {
+    auto it = now_.slots.find(w.key);
+    Slot slot;
+    if (it != now_.slots.end()) {
+      slot.id = it->second.id;
+      slot.generation = it->second.generation;
+    } else {
+      if (next.free.empty())
+        return fail(
+            400, "serviceArguments",
+            "the L4 path serves at most " + std::to_string(L4_MAX_SERVICES) + " mode 0 rules");
+      slot.id = next.free.back();
+      next.free.pop_back();
+      slot.generation = ++next.generation;
+    }
+    w.svc.id = slot.id;
+    w.svc.generation = slot.generation;
+    slot.key = bytesOf(&w.k);
+    slot.svc = bytesOf(&w.svc);
+    slot.eps = bytesOf(w.eps.data(), w.eps.size());
+    next.slots[w.key] = std::move(slot);
+  }
+  if (auto i = install(now_, next); !i) {
+    (void)install(next, now_);  // (a kernel refusal midway: back to what was)
+    return i;
+  }
+  before_ = std::move(now_);
+  now_ = std::move(next);
+  return {};
+}
+
+void L4Plane::rollback() {
+  if (install(now_, before_)) now_ = before_;
+}
+
+// Makes the maps follow `to`: services gone are deleted (their flows end), new or changed ones
+// written (endpoint rows before the service entry, so a packet never reads a count whose rows
+// are not there), unchanged ones left alone. A reused slot's counters start at zero.
+Result<void> L4Plane::install(const State& from, State& to) {
   const int svc_fd = bpf_map__fd(skel_->maps.services);
   const int ep_fd = bpf_map__fd(skel_->maps.endpoints);
   const int cnt_fd = bpf_map__fd(skel_->maps.counters);
-  // Removed services first: their keys leave the service map (their flows end at their next
-  // packet), their slots are free.
-  for (auto it = slots_.begin(); it != slots_.end();) {
-    bool kept = false;
-    for (const auto& w : want) kept |= w.key == it->first;
-    if (kept) {
-      ++it;
-      continue;
-    }
-    bpf_map_delete_elem(svc_fd, it->second.key.data());
-    free_.push_back(it->second.id);
-    it = slots_.erase(it);
+  for (const auto& [key, slot] : from.slots) {
+    auto it = to.slots.find(key);
+    if (it == to.slots.end() || it->second.key != slot.key ||
+        it->second.generation != slot.generation)
+      bpf_map_delete_elem(svc_fd, slot.key.data());
   }
-  for (auto& w : want) {
-    auto it = slots_.find(w.key);
-    if (it == slots_.end()) {
-      const uint32_t id = free_.back();
-      free_.pop_back();
-      std::vector<uint8_t> k(sizeof w.k);
-      std::memcpy(k.data(), &w.k, sizeof w.k);
-      it = slots_.emplace(w.key, Slot{id, ++generation_, std::move(k)}).first;
-      // a reused slot's counters start at zero
+  for (const auto& [key, slot] : to.slots) {
+    auto it = from.slots.find(key);
+    const bool same = it != from.slots.end() && it->second.generation == slot.generation &&
+                      it->second.svc == slot.svc && it->second.eps == slot.eps;
+    if (same) continue;
+    if (it == from.slots.end() || it->second.generation != slot.generation) {
       const int ncpu = libbpf_num_possible_cpus();
       std::vector<l4_counters> zero(static_cast<size_t>(ncpu > 0 ? ncpu : 1));
-      bpf_map_update_elem(cnt_fd, &id, zero.data(), BPF_ANY);
+      bpf_map_update_elem(cnt_fd, &slot.id, zero.data(), BPF_ANY);
     }
-    w.svc.id = it->second.id;
-    w.svc.generation = it->second.generation;
-    // Endpoints before the service: a packet never sees a count whose rows are not written.
-    for (uint32_t i = 0; i < w.eps.size(); ++i) {
-      const uint32_t slot = w.svc.id * L4_MAX_ENDPOINTS + i;
-      if (bpf_map_update_elem(ep_fd, &slot, &w.eps[i], BPF_ANY))
+    const size_t n = slot.eps.size() / sizeof(l4_ep);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
+      if (bpf_map_update_elem(ep_fd, &row, slot.eps.data() + i * sizeof(l4_ep), BPF_ANY))
         return fail(503, "l4", "cannot program the endpoint map: " + errnoText(errno));
     }
-    if (bpf_map_update_elem(svc_fd, &w.k, &w.svc, BPF_ANY))
+    if (bpf_map_update_elem(svc_fd, slot.key.data(), slot.svc.data(), BPF_ANY))
       return fail(503, "l4", "cannot program the service map: " + errnoText(errno));
   }
   return {};
@@ -189,7 +245,7 @@ std::vector<L4Plane::ServiceStats> L4Plane::stats() const {
   const int cnt_fd = bpf_map__fd(skel_->maps.counters);
   const int ncpu = libbpf_num_possible_cpus();
   std::vector<l4_counters> per(static_cast<size_t>(ncpu > 0 ? ncpu : 1));
-  for (const auto& [key, slot] : slots_) {
+  for (const auto& [key, slot] : now_.slots) {
     ServiceStats s;
     s.rule = key;
     if (bpf_map_lookup_elem(cnt_fd, &slot.id, per.data()) == 0)

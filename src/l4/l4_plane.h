@@ -4,11 +4,15 @@
 // never reloaded for a rule change, and a flow keeps its endpoint while it lives.
 //
 // Served: mode 0 (DNAT) for tcp and udp, sel 0 (round-robin), 1 (hash of the client's address
-// and port) and 2 (weighted round-robin by the endpoints' weights), inactiveTimeOut as the flows'
-// idle timeout (default 120 s tcp, 30 s udp). Bounds: 1,024 services of at most 64 endpoints;
-// 262,144 tracked flows each way (LRU: the oldest are evicted, memory never grows).
-// On a stop the program is detached (the maps go with it): flows in progress then reach the VIP
-// unrewritten.
+// and port: per flow) and 2 (weighted round-robin by the endpoints' weights), inactiveTimeOut as
+// the flows' idle timeout (default 900 s tcp, as IPVS's established timeout; 30 s udp), a rule
+// with adminStateUp false not installed. Bounds: 1,024 services of at most 64 endpoints; 262,144
+// tracked flows each way (LRU: the oldest are evicted, memory never grows; preallocated, about
+// 50 MB of kernel memory). A service whose rule did not change is not rewritten (its round-robin
+// turn and its rows stay as they are).
+// On a clean stop the program is detached (the maps go with it): flows in progress then reach the
+// VIP unrewritten. After a crash the tc filter stays (it keeps forwarding with its last maps);
+// the next start replaces it.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -33,8 +37,11 @@ class L4Plane {
   L4Plane& operator=(const L4Plane&) = delete;
 
   // Installs the L4 rules (mode 0) of `rules` (others are ignored); validated first, nothing
-  // changes on an error. Services no longer present are removed; their flows end.
+  // changes on a validation error. Services no longer present are removed; their flows end.
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
+  // Undoes the last apply() exactly (the same slots and generations: flows of services it
+  // removed or replaced live on): the data plane's rollback when the fullproxy refused the set.
+  void rollback();
 
   struct ServiceStats {
     std::string rule;  // the rule's key
@@ -49,13 +56,19 @@ class L4Plane {
     uint32_t id;
     uint32_t generation;
     std::vector<uint8_t> key;  // its key in the service map (struct l4_svc_key)
+    std::vector<uint8_t> svc;  // the service entry as written, rr 0 (struct l4_svc)
+    std::vector<uint8_t> eps;  // its endpoint rows as written (struct l4_ep each)
   };
+  struct State {
+    std::map<std::string, Slot> slots;  // rule key -> its service slot
+    std::vector<uint32_t> free;         // slots not in use
+    uint32_t generation = 0;
+  };
+  Result<void> install(const State& from, State& to);  // the maps follow `to` (from: as now)
   struct l4_lb* skel_ = nullptr;
   std::vector<std::string> ifaces_;
   std::vector<int> ifindexes_;
-  std::map<std::string, Slot> slots_;  // rule key -> its service slot
-  std::vector<uint32_t> free_;         // slots not in use
-  uint32_t generation_ = 0;
+  State now_, before_;  // the maps' state, and before the last apply()
 };
 
 }  // namespace kvgate::l4

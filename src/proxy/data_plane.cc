@@ -305,14 +305,20 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
                 "mode 0 (DNAT) rules need the L4 data path: start serve with --l4-ifaces "
                 "IFACE[,IFACE...] (docs/l4.md)");
   std::vector<config::RuleSpec> proxy, l4;
-  for (const auto& r : rules) (r.mode == 4 ? proxy : l4).push_back(r);
+  std::set<std::string> tcp_l4;  // VIP:port of mode 0 tcp rules
+  for (const auto& r : rules) {
+    (r.mode == 4 ? proxy : l4).push_back(r);
+    if (r.mode == 0 && r.protocol == "tcp") tcp_l4.insert(r.listenKey());
+  }
+  // The L4 path rewrites packets before the fullproxy's socket would see them: one of the two
+  // would silently get nothing.
+  for (const auto& r : proxy)
+    if (tcp_l4.count(r.listenKey()))
+      return fail(400, "serviceArguments.mode",
+                  r.listenKey() + "/tcp is a mode 0 rule's already; a mode 4 rule cannot share it");
   if (auto a = l4_->apply(l4); !a) return a;
   auto p = applyProxy(proxy);
-  if (!p) {
-    (void)l4_->apply(l4_rules_);
-    return p;
-  }
-  l4_rules_ = std::move(l4);
+  if (!p) l4_->rollback();  // (the same slots: the flows of the services it touched live on)
   return p;
 }
 

@@ -114,7 +114,6 @@ class DataPlane {
   Result<void> applyProxy(const std::vector<config::RuleSpec>& rules);  // the mode 4 rules
   ProxyOptions opts_;
   l4::L4Plane* l4_ = nullptr;
-  std::vector<config::RuleSpec> l4_rules_;  // the mode 0 rules the L4 path serves
   const kv::KvIndex* kv_index_ = nullptr;
   const kv::WorkerLookup* kv_lookup_ = nullptr;
   const routing::PromptTokens* prompt_tokens_ = nullptr;

@@ -1,18 +1,24 @@
 // The L4 data path (issue 33): classic load balancing of TCP and UDP services at tc ingress.
 //
 // Algorithm, per IPv4 packet on an interface named by `serve --l4-ifaces`:
-//   1. A packet of a tracked flow (ct: client -> VIP) is DNAT-ed to the flow's endpoint.
-//   2. A packet to a service (services: VIP, port, protocol) with no flow starts one: the
-//      endpoint is picked by the rule's sel (0 round-robin, 1 hash of the client's address and
-//      port, 2 weighted: the weights' cumulative table), skipping endpoints the control plane
-//      marked down; the flow and its reverse (rct: endpoint -> client) are recorded.
-//   3. A packet of a tracked flow's reverse direction (endpoint -> client) gets the VIP and
-//      port back as its source (mode 0, DNAT: the endpoint routes its answers through this
-//      node).
-// A flow stays on its endpoint while it is tracked: endpoint-set changes do not move it; an
-// entry idle longer than the service's timeout (inactiveTimeOut, default 120 s for TCP, 30 s for
-// UDP; 10 s after a TCP FIN or RST) counts as gone. Both tables are LRU: a flood of new flows
-// evicts the oldest, never grows memory. Per-service packet and byte counters (per CPU).
+//   1. A packet of a tracked flow (ct: client -> VIP, its service still the one that made it)
+//      is DNAT-ed to the flow's endpoint. A flow keeps its endpoint while it lives, through
+//      endpoint-set changes (a removed endpoint drains: its flows go on until they end).
+//   2. A packet to a service (services: VIP, port, protocol) with no flow starts one: a UDP
+//      datagram, a TCP SYN (another TCP packet with no flow is dropped, unless the rule hashes:
+//      an endpoint that never saw the connection would reset it). The endpoint is picked by the
+//      rule's sel (0 round-robin, 1 a hash of the client's address and port: per flow, not per
+//      client, 2 weighted round-robin over the endpoints' weights), skipping endpoints marked
+//      down; the flow (ct) and its reverse (rct: endpoint -> client) are recorded.
+//   3. A packet of a tracked flow's reverse direction (endpoint -> client, its ct entry alive
+//      and pointing at that endpoint) gets the VIP and port back as its source (mode 0, DNAT:
+//      the endpoint routes its answers through this node). A stale reverse entry is dropped and
+//      the packet left alone (direct traffic between the client and the endpoint is not ours).
+// Timeouts (idle): a TCP flow not yet answered, or closed (FINs both ways, or an RST), 10 s;
+// otherwise the rule's inactiveTimeOut (default 900 s tcp, 30 s udp; l4_plane.cc). Both tables
+// are LRU: a flood of new flows evicts the oldest, never grows memory. Per-service packet and
+// byte counters (per CPU). Packets the program does not rewrite continue to the interface's other
+// tc filters (TC_ACT_UNSPEC). Not translated: fragments, ICMP errors (docs/l4.md).
 // Knobs: only the maps, programmed by the control plane (src/l4/l4_plane.cc) on each rule
 // commit; the program is never reloaded for a rule change.
 #include <bpf/bpf_endian.h>
@@ -32,6 +38,7 @@ char LICENSE[] SEC("license") = "GPL";
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(max_entries, L4_MAX_SERVICES);
+  __uint(map_flags, BPF_F_NO_PREALLOC);  // (an update never hands a reader's element to another)
   __type(key, struct l4_svc_key);
   __type(value, struct l4_svc);
 } services SEC(".maps");
@@ -67,6 +74,7 @@ struct {
 #define IP_CSUM_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, check))
 #define IP_SRC_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, saddr))
 #define IP_DST_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, daddr))
+#define NS_PER_S 1000000000ull
 
 static __always_inline __u32 mix(__u32 h, __u32 v) {
   h ^= v;
@@ -99,23 +107,26 @@ static __always_inline void count(__u32 svc_id, __u32 bytes) {
   }
 }
 
+// The endpoint index for a new flow; -1 when none is up.
 static __always_inline int pick(struct l4_svc* svc, const struct l4_flow_key* k) {
   const __u32 n = svc->n_eps;
   if (n == 0 || n > L4_MAX_ENDPOINTS) return -1;
   __u32 start;
-  if (svc->sel == L4_SEL_HASH)
+  if (svc->sel == L4_SEL_HASH) {
     start = mix(mix(mix(0x12345u, k->saddr), k->sport), k->proto) % n;
-  else
-    start = __sync_fetch_and_add(&svc->rr, 1) % n;
-  if (svc->sel == L4_SEL_WEIGHTED && svc->total_weight > 0) {
-    // the cumulative weights: the first endpoint whose bound exceeds a turn of the counter
-    const __u32 turn = start % svc->total_weight;
-    for (__u32 i = 0; i < L4_MAX_ENDPOINTS; ++i) {
-      if (i >= n) break;
-      __u32 slot = svc->id * L4_MAX_ENDPOINTS + i;
-      struct l4_ep* e = bpf_map_lookup_elem(&endpoints, &slot);
-      if (e && e->up && turn < e->cum_weight) return (int)i;
+  } else {
+    const __u32 turn = __sync_fetch_and_add(&svc->rr, 1);
+    if (svc->sel == L4_SEL_WEIGHTED && svc->total_weight > 0) {
+      // the first endpoint up whose cumulative weight exceeds this turn's place in the cycle
+      const __u32 place = turn % svc->total_weight;
+      for (__u32 i = 0; i < L4_MAX_ENDPOINTS; ++i) {
+        if (i >= n) break;
+        __u32 slot = svc->id * L4_MAX_ENDPOINTS + i;
+        struct l4_ep* e = bpf_map_lookup_elem(&endpoints, &slot);
+        if (e && e->up && place < e->cum_weight) return (int)i;
+      }
     }
+    start = turn % n;
   }
   for (__u32 i = 0; i < L4_MAX_ENDPOINTS; ++i) {
     if (i >= n) break;
@@ -127,9 +138,16 @@ static __always_inline int pick(struct l4_svc* svc, const struct l4_flow_key* k)
   return -1;
 }
 
-static __always_inline __u64 idle_limit_ns(const struct l4_flow* f) {
-  if (f->state == L4_CT_CLOSING) return 10ull * 1000000000ull;
-  return (__u64)f->timeout_s * 1000000000ull;
+static __always_inline int expired(const struct l4_flow* f, __u64 now) {
+  const __u64 limit = f->state == L4_CT_OPEN ? (__u64)f->timeout_s * NS_PER_S
+                                             : (__u64)L4_SHORT_TIMEOUT_S * NS_PER_S;
+  // (signed: another CPU may have stored a later time since `now` was read)
+  return (__s64)(now - f->last_ns) > (__s64)limit;
+}
+
+static __always_inline void note_flags(struct l4_flow* f, __u8 tcp_flags, __u16 fin_bit) {
+  if (tcp_flags & 1) f->fins |= fin_bit;
+  if ((tcp_flags & 4) || f->fins == (L4_FIN_CLIENT | L4_FIN_ENDPOINT)) f->state = L4_CT_CLOSING;
 }
 
 SEC("tc")
@@ -137,24 +155,25 @@ int l4_ingress(struct __sk_buff* skb) {
   void* data = (void*)(long)skb->data;
   void* end = (void*)(long)skb->data_end;
   struct ethhdr* eth = data;
-  if ((void*)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP)) return TC_ACT_OK;
+  if ((void*)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP)) return TC_ACT_UNSPEC;
   struct iphdr* ip = (void*)(eth + 1);
-  if ((void*)(ip + 1) > end || ip->ihl < 5) return TC_ACT_OK;
-  if (ip->frag_off & bpf_htons(0x3fff)) return TC_ACT_OK;  // fragments: not ours to track
+  if ((void*)(ip + 1) > end || ip->ihl < 5) return TC_ACT_UNSPEC;
+  if (ip->frag_off & bpf_htons(0x3fff)) return TC_ACT_UNSPEC;  // fragments: not translated
   const __u8 proto = ip->protocol;
-  if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) return TC_ACT_OK;
+  if (proto != IPPROTO_TCP && proto != IPPROTO_UDP) return TC_ACT_UNSPEC;
   const __u32 l4_off = ETH_HLEN + ip->ihl * 4;
   __u16 sport, dport;
-  __u8 tcp_flags = 0;
+  __u8 tcp_flags = 0;  // 1 FIN, 2 SYN without ACK, 4 RST, 8 SYN with ACK
   if (proto == IPPROTO_TCP) {
     struct tcphdr* th = (void*)ip + ip->ihl * 4;
-    if ((void*)(th + 1) > end) return TC_ACT_OK;
+    if ((void*)(th + 1) > end) return TC_ACT_UNSPEC;
     sport = th->source;
     dport = th->dest;
-    tcp_flags = (th->fin ? 1 : 0) | (th->rst ? 4 : 0) | (th->syn ? 2 : 0);
+    tcp_flags = (th->fin ? 1 : 0) | (th->syn && !th->ack ? 2 : 0) | (th->rst ? 4 : 0) |
+                (th->syn && th->ack ? 8 : 0);
   } else {
     struct udphdr* uh = (void*)ip + ip->ihl * 4;
-    if ((void*)(uh + 1) > end) return TC_ACT_OK;
+    if ((void*)(uh + 1) > end) return TC_ACT_UNSPEC;
     sport = uh->source;
     dport = uh->dest;
   }
@@ -162,76 +181,108 @@ int l4_ingress(struct __sk_buff* skb) {
   const __u32 saddr = ip->saddr, daddr = ip->daddr, bytes = skb->len;
   struct l4_flow_key k = {
       .saddr = saddr, .daddr = daddr, .sport = sport, .dport = dport, .proto = proto};
-
-  // 1. A tracked flow, client -> VIP.
-  struct l4_flow* f = bpf_map_lookup_elem(&ct, &k);
-  if (f && now - f->last_ns > idle_limit_ns(f)) {  // idle past its timeout: gone
-    bpf_map_delete_elem(&ct, &k);
-    f = 0;
-  }
-  if (f) {
-    struct l4_svc_key sk = {.vip = daddr, .port = dport, .proto = proto};
-    struct l4_svc* svc = bpf_map_lookup_elem(&services, &sk);
-    if (!svc || svc->generation != f->generation) {  // the service went (or was replaced)
-      bpf_map_delete_elem(&ct, &k);
-      return TC_ACT_OK;
-    }
-    f->last_ns = now;
-    if (tcp_flags & 5) f->state = L4_CT_CLOSING;
-    const __u32 ep_ip = f->nat_ip;
-    const __u16 ep_port = f->nat_port;
-    count(f->svc_id, bytes);
-    if (rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, ep_ip, 2, dport, ep_port))
-      return TC_ACT_SHOT;
-    return TC_ACT_OK;
-  }
-
-  // 2. A new flow to a service.
   struct l4_svc_key sk = {.vip = daddr, .port = dport, .proto = proto};
   struct l4_svc* svc = bpf_map_lookup_elem(&services, &sk);
+
   if (svc) {
+    // 1. A tracked flow, client -> VIP.
+    struct l4_flow* f = bpf_map_lookup_elem(&ct, &k);
+    if (f && (f->generation != svc->generation || expired(f, now))) {
+      bpf_map_delete_elem(&ct, &k);  // (its service was replaced, or it idled out)
+      f = 0;
+    }
+    if (f) {
+      f->last_ns = now;
+      if ((tcp_flags & 2) && f->state == L4_CT_CLOSING) {  // the client reuses the 4-tuple
+        f->state = L4_CT_SYN;
+        f->fins = 0;
+      }
+      note_flags(f, tcp_flags, L4_FIN_CLIENT);
+      const __u32 ep_ip = f->nat_ip;
+      const __u16 ep_port = f->nat_port;
+      // Its reverse entry, should the LRU have evicted it: answers would leave unrewritten.
+      struct l4_flow_key rk = {
+          .saddr = ep_ip, .daddr = saddr, .sport = ep_port, .dport = sport, .proto = proto};
+      if (!bpf_map_lookup_elem(&rct, &rk)) {
+        struct l4_flow rf = *f;
+        rf.nat_ip = daddr;
+        rf.nat_port = dport;
+        bpf_map_update_elem(&rct, &rk, &rf, BPF_NOEXIST);
+      }
+      count(f->svc_id, bytes);
+      if (rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, ep_ip, 2, dport, ep_port))
+        return TC_ACT_SHOT;
+      return TC_ACT_OK;
+    }
+    // 2. A new flow: a datagram, a SYN (or any packet, when the rule hashes: same endpoint).
+    if (proto == IPPROTO_TCP && !(tcp_flags & 2) && svc->sel != L4_SEL_HASH) {
+      count(svc->id, bytes);
+      return TC_ACT_SHOT;  // a connection this node does not know: no endpoint may answer it
+    }
     const int idx = pick(svc, &k);
-    if (idx < 0) {  // no endpoint up: refused, as a closed port would
+    if (idx < 0) {  // no endpoint up
       count(svc->id, bytes);
       return TC_ACT_SHOT;
     }
     __u32 slot = svc->id * L4_MAX_ENDPOINTS + (__u32)idx;
-    struct l4_ep* e = bpf_map_lookup_elem(&endpoints, &slot);
-    if (!e) return TC_ACT_SHOT;
-    struct l4_flow nf = {.nat_ip = e->ip,
-                         .nat_port = e->port,
+    struct l4_ep* ep = bpf_map_lookup_elem(&endpoints, &slot);
+    if (!ep) return TC_ACT_SHOT;
+    const struct l4_ep e = *ep;  // (one copy: the control plane may rewrite the row)
+    struct l4_flow_key rk = {
+        .saddr = e.ip, .daddr = saddr, .sport = e.port, .dport = sport, .proto = proto};
+    // A live flow of another VIP with the same client port on the same endpoint: its reverse
+    // entry is not taken over (the client retries with another port).
+    struct l4_flow* other = bpf_map_lookup_elem(&rct, &rk);
+    if (other && (other->nat_ip != daddr || other->nat_port != dport)) {
+      struct l4_flow_key ok = {.saddr = saddr,
+                               .daddr = other->nat_ip,
+                               .sport = sport,
+                               .dport = other->nat_port,
+                               .proto = proto};
+      struct l4_flow* of = bpf_map_lookup_elem(&ct, &ok);
+      if (of && !expired(of, now) && of->nat_ip == e.ip && of->nat_port == e.port) {
+        count(svc->id, bytes);
+        return TC_ACT_SHOT;
+      }
+    }
+    struct l4_flow nf = {.nat_ip = e.ip,
+                         .nat_port = e.port,
                          .svc_id = svc->id,
                          .ep_index = (__u16)idx,
                          .last_ns = now,
                          .timeout_s = svc->timeout_s,
                          .generation = svc->generation,
-                         .state = (tcp_flags & 5) ? L4_CT_CLOSING : L4_CT_OPEN};
+                         .state = proto == IPPROTO_TCP ? L4_CT_SYN : L4_CT_OPEN};
+    note_flags(&nf, tcp_flags, L4_FIN_CLIENT);
     bpf_map_update_elem(&ct, &k, &nf, BPF_ANY);
-    struct l4_flow_key rk = {
-        .saddr = e->ip, .daddr = saddr, .sport = e->port, .dport = sport, .proto = proto};
     struct l4_flow rf = nf;
     rf.nat_ip = daddr;
     rf.nat_port = dport;
     bpf_map_update_elem(&rct, &rk, &rf, BPF_ANY);
     count(svc->id, bytes);
-    if (rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, e->ip, 2, dport, e->port))
-      return TC_ACT_SHOT;
+    if (rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, e.ip, 2, dport, e.port)) return TC_ACT_SHOT;
     return TC_ACT_OK;
   }
 
   // 3. The reverse direction of a tracked flow, endpoint -> client: the VIP as the source.
   struct l4_flow* r = bpf_map_lookup_elem(&rct, &k);
-  if (r) {
-    if (now - r->last_ns > idle_limit_ns(r) + 10ull * 1000000000ull) {
-      bpf_map_delete_elem(&rct, &k);
-      return TC_ACT_OK;
-    }
-    r->last_ns = now;
-    if (tcp_flags & 5) r->state = L4_CT_CLOSING;
-    const __u32 vip = r->nat_ip;
-    const __u16 vport = r->nat_port;
-    count(r->svc_id, bytes);
-    if (rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, vip, 0, sport, vport)) return TC_ACT_SHOT;
+  if (!r) return TC_ACT_UNSPEC;
+  const __u32 vip = r->nat_ip;
+  const __u16 vport = r->nat_port;
+  struct l4_flow_key ck = {
+      .saddr = daddr, .daddr = vip, .sport = dport, .dport = vport, .proto = proto};
+  struct l4_flow* f = bpf_map_lookup_elem(&ct, &ck);
+  // Stale, or a connection's SYN-ACK where ours was answered long ago: a direct connection
+  // between the client and the endpoint that reuses the port of a closed flow. Not ours.
+  if (!f || f->nat_ip != saddr || f->nat_port != sport || expired(f, now) ||
+      ((tcp_flags & 8) && f->state != L4_CT_SYN)) {
+    bpf_map_delete_elem(&rct, &k);
+    return TC_ACT_UNSPEC;
   }
+  f->last_ns = now;
+  if (f->state == L4_CT_SYN) f->state = L4_CT_OPEN;
+  note_flags(f, tcp_flags, L4_FIN_ENDPOINT);
+  count(f->svc_id, bytes);
+  if (rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, vip, 0, sport, vport)) return TC_ACT_SHOT;
   return TC_ACT_OK;
 }
