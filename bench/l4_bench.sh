@@ -12,6 +12,7 @@
 # packets/s) and a new connection per request (16 connections, Connection: close: connections/s).
 # CPU: the whole machine's busy time (/proc/stat) per request, since forwarding runs in softirq
 # wherever the packets land. Needs root. Usage: bench/l4_bench.sh [ROUNDS=3] [SECONDS=8]
+# (ARMS="ebpf nft" LOADS=conn: a subset; NO_L4=1: kvgate without --l4-ifaces, no ebpf arm)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}; DURATION=${2:-8}
@@ -47,29 +48,37 @@ worker_processes 1; pid $W/up/nginx.pid; error_log $W/up/error.log warn; daemon 
 events { worker_connections 8192; }
 http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
   server { listen 198.18.1.2:8000 backlog=4096; listen 198.18.1.3:8000 backlog=4096;
+    listen 198.18.1.2:8001 backlog=4096; listen 198.18.1.3:8001 backlog=4096;
+    listen 198.18.1.2:8002 backlog=4096; listen 198.18.1.3:8002 backlog=4096;
+    listen 198.18.1.2:8003 backlog=4096; listen 198.18.1.3:8003 backlog=4096;
     location / { default_type application/json; return 200 '$BODY'; } } }
 NGX
 ip netns exec $B nginx -p "$W/up" -c "$W/up/nginx.conf" & pids+=($!)
-ip netns exec $G "$BIN" serve --l4-ifaces c1,b1 --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
+L4FLAG=(--l4-ifaces c1,b1); [ -n "${NO_L4:-}" ] && L4FLAG=()
+ip netns exec $G "$BIN" serve "${L4FLAG[@]}" --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
 for _ in $(seq 1 50); do grep -q ready "$W/kv.out" 2>/dev/null && break; sleep 0.1; done
 API=$(sed -E 's/.*"api":"([^"]+)".*/\1/' "$W/kv.out")
 post() { ip netns exec $G curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "$1" >/dev/null; }
-EPS='[{"endpointIP":"198.18.1.2","targetPort":8000,"weight":1},{"endpointIP":"198.18.1.3","targetPort":8000,"weight":1}]'
-post "{\"serviceArguments\":{\"externalIP\":\"198.19.0.100\",\"port\":8080,\"protocol\":\"tcp\",\"mode\":0,\"sel\":0},\"endpoints\":$EPS}"
-post "{\"serviceArguments\":{\"externalIP\":\"198.18.0.1\",\"port\":8090,\"protocol\":\"tcp\",\"mode\":4,\"sel\":0},\"endpoints\":$EPS}"
+# (each arm its own backend port: a new connection of one arm never meets a backend socket in
+# TIME_WAIT left by another arm's connection from the same client port)
+eps() { echo "[{\"endpointIP\":\"198.18.1.2\",\"targetPort\":$1,\"weight\":1},{\"endpointIP\":\"198.18.1.3\",\"targetPort\":$1,\"weight\":1}]"; }
+[ -z "${NO_L4:-}" ] && post "{\"serviceArguments\":{\"externalIP\":\"198.19.0.100\",\"port\":8080,\"protocol\":\"tcp\",\"mode\":0,\"sel\":0},\"endpoints\":$(eps 8001)}"
+post "{\"serviceArguments\":{\"externalIP\":\"198.18.0.1\",\"port\":8090,\"protocol\":\"tcp\",\"mode\":4,\"sel\":0},\"endpoints\":$(eps 8003)}"
 nft_on() {
   ip netns exec $G nft -f - <<NFT
 table ip kvbench {
   chain pre {
     type nat hook prerouting priority -100;
-    ip daddr 198.19.0.101 tcp dport 8080 dnat to numgen inc mod 2 map { 0 : 198.18.1.2, 1 : 198.18.1.3 } : 8000
+    ip daddr 198.19.0.101 tcp dport 8080 dnat to numgen inc mod 2 map { 0 : 198.18.1.2, 1 : 198.18.1.3 } : 8002
   }
 }
 NFT
 }
 nft_off() { ip netns exec $G nft delete table ip kvbench 2>/dev/null || true; }
 declare -A URL=([routed]=http://198.18.1.2:8000/ [ebpf]=http://198.19.0.100:8080/ [nft]=http://198.19.0.101:8080/ [mode4]=http://198.18.0.1:8090/)
-for arm in routed ebpf mode4; do ip netns exec $C curl -sf --max-time 3 -o /dev/null "${URL[$arm]}" || { echo "arm $arm does not answer" >&2; cat "$W/kv.err" >&2; exit 1; }; done
+ARMS=${ARMS:-routed ebpf nft mode4}; LOADS=${LOADS:-keepalive conn}
+[ -n "${NO_L4:-}" ] && ARMS=${ARMS//ebpf/}
+for arm in routed mode4 $( [[ " $ARMS " == *" ebpf "* ]] && echo ebpf ); do ip netns exec $C curl -sf --max-time 3 -o /dev/null "${URL[$arm]}" || { echo "arm $arm does not answer" >&2; cat "$W/kv.err" >&2; exit 1; }; done
 nft_on; ip netns exec $C curl -sf --max-time 3 -o /dev/null "${URL[nft]}" || { echo "arm nft does not answer" >&2; exit 1; }; nft_off
 
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
@@ -98,7 +107,7 @@ PY
 }
 echo "L4: $ROUNDS rounds x 4 arms x 2 loads, ${DURATION}s each" >&2
 for r in $(seq 1 "$ROUNDS"); do
-  for load in keepalive conn; do for arm in routed ebpf nft mode4; do run $arm $load $r; done; done
+  for load in $LOADS; do for arm in $ARMS; do run $arm $load $r; done; done
 done
 column -s, -t "$W/results.csv"
 cp "$W/results.csv" "${BENCH_OUT:-/tmp/l4_bench_results.csv}"

@@ -371,7 +371,9 @@ int serveMain(int argc, char** argv) {
     return 2;
   }
   if (!flags.tls_cert.empty()) {
-    auto t = http::TlsFiles::load(flags.tls_cert, flags.tls_key);
+    http::ServerTlsOptions base;  // (the data plane's listeners: h2 by ALPN unless --http2 off)
+    base.h2 = flags.opts.http2;
+    auto t = http::TlsFiles::load(flags.tls_cert, flags.tls_key, base);
     if (!t) {
       std::fprintf(stderr, "kvgate serve: %s\n", t.error().what.c_str());
       return 2;

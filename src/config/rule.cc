@@ -368,6 +368,7 @@ Result<RuleSpec> parseRule(const json& body) {
                      : kv_mode != 0                                            ? "kvExactMode"
                      : !r.api_key_auth.empty() && r.api_key_auth != "disabled" ? "api_key_auth"
                      : r.cb_enable                                             ? "cb_enable"
+                     : !getOr<std::string>(stored, "selector", "").empty()     ? "selector"
                      : !r.inactive_capability.empty() ? r.inactive_capability.c_str()
                                                       : nullptr;
     if (l7)

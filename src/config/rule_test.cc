@@ -291,6 +291,11 @@ TEST(RuleParse, ModeZeroIsAnL4Rule) {
   json h = j;
   h["serviceArguments"]["model_name"] = "llama";
   ASSERT_FALSE(parseRule(h));
+  json sel = j;
+  sel["serviceArguments"]["selector"] = "lc_light";  // (a mode 4 stage: would be inert)
+  r = parseRule(sel);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().source, "serviceArguments.selector");
   json icmp = j;
   icmp["serviceArguments"]["protocol"] = "icmp";
   r = parseRule(icmp);

@@ -129,6 +129,7 @@ Result<http::ClientTlsOptions> parseBackendTls(const json& sa, int security) {
 
 Result<http::ServerTlsOptions> parseServerTls(const json& sa, int security) {
   Options o;
+  o.h2 = true;  // (a data-plane listener: h2 unless alpn_protocols leaves it out)
   if (auto it = sa.find("mtls_frontend"); it != sa.end() && !it->is_null()) {
     if (!it->is_object()) return bad("mtls_frontend", "must be an object");
     if (auto r = parseFrontend(*it, security, o); !r) return tl::unexpected(r.error());
@@ -151,11 +152,21 @@ Result<http::ServerTlsOptions> parseServerTls(const json& sa, int security) {
                                       "ciphers, e.g. ECDHE-ECDSA-AES128-GCM-SHA256)");
   }
   if (auto it = sa.find("alpn_protocols"); it != sa.end() && it->is_array() && !it->empty()) {
-    bool h1 = false;
-    for (auto& e : *it) h1 |= e.is_string() && e.get<std::string>() == "http/1.1";
+    bool h1 = false, h2 = false;
+    for (auto& e : *it) {
+      const std::string p = e.is_string() ? e.get<std::string>() : std::string();
+      if (p != "http/1.1" && p != "h2")
+        return bad(
+            "alpn_protocols",
+            "'" + p.substr(0, 32) + "' is not a protocol the data plane speaks (h2, http/1.1)");
+      h1 |= p == "http/1.1";
+      h2 |= p == "h2";
+    }
     if (!h1)
-      return bad("alpn_protocols", "must include http/1.1 (the only protocol the data plane "
-                                   "speaks; h2 is ignored)");
+      return bad("alpn_protocols",
+                 "must include http/1.1 (clients without ALPN, or without h2, "
+                 "speak it)");
+    o.h2 = h2;
   }
   return o;
 }

@@ -17,22 +17,29 @@ namespace kvgate::http {
 
 namespace {
 
-// ALPN: the server speaks HTTP/1.1 only; a client offering it (or nothing) proceeds, one offering
-// only other protocols gets no ALPN answer (and falls back as the protocol says).
+// ALPN: h2 when the listener offers it (`arg` non-null: ServerTlsOptions::h2) and the client
+// does (the server's preference), else http/1.1 when the client offers it; a client offering only
+// other protocols gets no ALPN answer (and falls back as the protocol says).
 int selectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
-               unsigned int inlen, void*) {
+               unsigned int inlen, void* arg) {
+  const unsigned char* h1 = nullptr;
   for (unsigned int i = 0; i < inlen;) {
     const unsigned int n = in[i];
     if (i + 1 + n > inlen) break;
-    if (n == 8 && std::memcmp(in + i + 1, "http/1.1", 8) == 0) {
+    if (arg && n == 2 && std::memcmp(in + i + 1, "h2", 2) == 0) {
       *out = in + i + 1;
-      *outlen = 8;
+      *outlen = 2;
       return SSL_TLSEXT_ERR_OK;
     }
+    if (n == 8 && std::memcmp(in + i + 1, "http/1.1", 8) == 0) h1 = in + i + 1;
     i += 1 + n;
   }
-  return SSL_TLSEXT_ERR_NOACK;
+  if (!h1) return SSL_TLSEXT_ERR_NOACK;
+  *out = h1;
+  *outlen = 8;
+  return SSL_TLSEXT_ERR_OK;
 }
+const int kOfferH2 = 1;  // (selectAlpn's argument when h2 is offered)
 
 bool statFile(const std::string& path, int64_t& mtime, int64_t& size, uint64_t& ino) {
   struct stat st {};
@@ -290,7 +297,7 @@ Result<std::shared_ptr<asio::ssl::context>> TlsFiles::build() const {
     return fail(400, "tls_key", "private key " + key_ + " does not match certificate " + cert_);
   if (!opts_.ciphers.empty())
     if (auto c = setCiphers(native, opts_.ciphers); !c) return tl::unexpected(c.error());
-  SSL_CTX_set_alpn_select_cb(native, selectAlpn, nullptr);
+  SSL_CTX_set_alpn_select_cb(native, selectAlpn, opts_.h2 ? const_cast<int*>(&kOfferH2) : nullptr);
   if (opts_.verifiesClients()) {
     if (auto t = loadClientTrust(native, opts_); !t) return tl::unexpected(t.error());
     const int mode = opts_.client_cert == ServerTlsOptions::ClientCert::kRequired

@@ -29,6 +29,10 @@ struct ServerTlsOptions {
   std::string client_cn_pattern;
   bool tls12 = true, tls13 = true;  // tls_versions (TLS 1.0/1.1 are never offered)
   std::string ciphers;              // tls_ciphers, OpenSSL syntax; TLS_* names are 1.3 suites
+  // ALPN offers h2: data-plane listeners whose rules' alpn_protocols name it or are absent
+  // (config/tls_fields.cc), with serve --http2 on. Off for every other server (management API,
+  // simulator): they speak HTTP/1.1 only.
+  bool h2 = false;
 
   bool operator==(const ServerTlsOptions&) const = default;
   bool verifiesClients() const { return client_cert != ClientCert::kDisabled; }

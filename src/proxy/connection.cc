@@ -8,6 +8,8 @@
 // at once; one with a request in flight closes after answering it.
 #include <sys/socket.h>
 
+#include <cstring>
+
 #include "common/ids.h"
 #include "common/log.h"
 #include "http/chunked.h"
@@ -195,6 +197,14 @@ asio::awaitable<void> ClientConn::serve() {
       deadline_.stop();
       co_return;
     }
+    const unsigned char* proto = nullptr;
+    unsigned int proto_len = 0;
+    SSL_get0_alpn_selected(tls_->native(), &proto, &proto_len);
+    if (proto_len == 2 && std::memcmp(proto, "h2", 2) == 0) {  // HTTP/2 by ALPN
+      co_await serveH2();
+      deadline_.stop();
+      co_return;
+    }
   }
   Request req;
   while (client_.is_open()) {
@@ -291,7 +301,8 @@ asio::awaitable<void> ClientConn::serveH2() {
   std::string preread(in_.data(), in_.size());
   in_.clear();
   in_.shrinkIfEmpty(0);
-  h2_ = std::make_shared<H2Conn>(w_, l_, std::move(client_), peer_);
+  h2_ = std::make_shared<H2Conn>(w_, l_, std::move(client_), peer_, std::move(tls_),
+                                 std::move(tls_ctx_));
   const std::shared_ptr<H2Conn> h2 = h2_;
   co_await h2->run(std::move(preread));
   h2_.reset();

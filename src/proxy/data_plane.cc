@@ -59,7 +59,7 @@ DataPlane::DataPlane(ProxyOptions opts) : opts_(opts), endpoints_(clockOf(opts))
   for (int i = 0; i < n; ++i) workers_.push_back(std::make_unique<Worker>(opts_, stats_, gov_));
   prober_ = std::make_unique<Prober>(workers_[0]->io, opts_.probe_interval);
   scraper_ = std::make_unique<LoadScraper>(workers_[0]->io, opts_.scrape_interval);
-  listener_tls_ = std::make_unique<ListenerTls>(opts_.tls);
+  listener_tls_ = std::make_unique<ListenerTls>(opts_.tls, opts_.http2);
 }
 
 DataPlane::~DataPlane() { stop(); }

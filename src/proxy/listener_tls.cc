@@ -8,7 +8,7 @@ std::string optionsKey(const http::ServerTlsOptions& o) {
   std::string k;
   auto add = [&k](const std::string& s) { k += std::to_string(s.size()) + ":" + s; };
   k += std::to_string(int(o.client_cert)) + (o.require_client_cn ? "c" : "-") +
-       (o.tls12 ? "2" : "-") + (o.tls13 ? "3" : "-");
+       (o.tls12 ? "2" : "-") + (o.tls13 ? "3" : "-") + (o.h2 ? "h" : "-");
   add(o.client_ca_path);
   add(o.client_ca_pem);
   add(o.client_crl_path);
@@ -56,17 +56,19 @@ Result<ListenerTls::Plan> ListenerTls::plan(const std::vector<config::RuleSpec>&
   std::map<std::string, std::shared_ptr<http::TlsFiles>> loaded;
   for (auto& [listen, rule] : first) {
     if (rule->security < 1) continue;
-    if (rule->tls == http::ServerTlsOptions{}) {
+    http::ServerTlsOptions o = rule->tls;
+    o.h2 = o.h2 && http2_;  // (serve --http2 off: never offered)
+    if (o == base_->options()) {
       plan.listeners[listen] = base_;
       continue;
     }
-    const std::string key = optionsKey(rule->tls);
+    const std::string key = optionsKey(o);
     auto& files = loaded[key];
     if (!files) {
       if (auto it = by_options_.find(key); it != by_options_.end()) {
         files = it->second;
       } else {
-        auto t = http::TlsFiles::load(base_->certFile(), base_->keyFile(), rule->tls, stats_);
+        auto t = http::TlsFiles::load(base_->certFile(), base_->keyFile(), o, stats_);
         if (!t) return tl::unexpected(t.error());
         files = std::move(*t);
       }

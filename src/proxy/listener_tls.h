@@ -33,7 +33,9 @@ class ListenerTls {
       return b != backends.end() ? b->second : nullptr;
     }
   };
-  explicit ListenerTls(std::shared_ptr<http::TlsFiles> base) : base_(std::move(base)) {}
+  // `http2`: serve --http2 (off: ALPN never offers h2, whatever the rules say).
+  ListenerTls(std::shared_ptr<http::TlsFiles> base, bool http2)
+      : base_(std::move(base)), http2_(http2) {}
   Result<Plan> plan(const std::vector<config::RuleSpec>& rules);
   void commit(const Plan& plan);
   void refresh();
@@ -47,6 +49,7 @@ class ListenerTls {
 
  private:
   std::shared_ptr<http::TlsFiles> base_;  // serve's certificate, default TLS fields
+  bool http2_ = true;
   std::map<std::string, std::shared_ptr<http::TlsFiles>> by_options_;  // in use, by TLS fields
   std::map<std::string, std::shared_ptr<http::TlsFiles>> backends_;    // in use, by mtls_backend
   std::map<std::string, std::shared_ptr<http::TlsFiles>> by_rule_;     // in use, by rule key

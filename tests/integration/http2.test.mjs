@@ -4,13 +4,14 @@
 // its own engine request.
 import assert from 'node:assert/strict';
 import { execFile, execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import http2 from 'node:http2';
+import https from 'node:https';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
 import {
-  api, freePort, gateway, LB_BASE, parseMetrics, rawRequest, rule, simMetrics, sleep,
+  api, freePort, gateway, LB_BASE, makeCa, makeServerCert, parseMetrics, rawRequest, rule, simMetrics, sleep,
   startSim, tempDir, waitFor,
 } from './lib.mjs';
 
@@ -303,6 +304,67 @@ describe('HTTP/2 (h2c by prior knowledge)', () => {
     });
     assert.equal(res.status, 200);
     assert.equal((await res.json()).object, 'chat.completion');
+  });
+});
+
+describe('HTTP/2 over TLS (ALPN h2)', () => {
+  const t = { fns: [], after(f) { this.fns.push(f); } };
+  after(async () => { for (const f of t.fns.reverse()) await f(); });
+  test('ALPN picks h2 where the rule allows it; SSE and cancel work over TLS; http/1.1 alone stays HTTP/1.1', async () => {
+    const tmp = tempDir();
+    t.after(() => tmp.remove());
+    const ca = makeCa(tmp.dir, 'h2ca');
+    const cert = makeServerCert(tmp.dir, ca, 7001, 'h2dp');
+    const sim = await startSim(['--port', '0', '--model', 'm', '--timing', 'fixed', '--itl-ms', '20']);
+    t.after(() => sim.stop());
+    const gw = await gateway(t, ['--workers', '1', '--tls-cert', cert.crt, '--tls-key', cert.key]);
+    const port = await freePort();
+    let r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: sim.workers, extraArgs: { security: 1 } }));
+    assert.equal(r.status, 200, r.text);
+    const h1only = await freePort();
+    r = await api(gw.api, 'POST', LB_BASE, rule({ port: h1only, workers: sim.workers,
+      extraArgs: { security: 1, alpn_protocols: ['http/1.1'] } }));
+    assert.equal(r.status, 200, r.text);
+    const ca_pem = readFileSync(ca.cert);
+    const s = http2.connect(`https://127.0.0.1:${port}`, { ca: ca_pem });
+    try {
+      const [a, b] = await Promise.all([request(s, { body: chat('tls one') }),
+        request(s, { body: chat('tls two', { stream: true, max_tokens: 6 }) })]);
+      assert.equal(s.alpnProtocol, 'h2');
+      assert.equal(a.status, 200);
+      assert.equal(JSON.parse(a.body).object, 'chat.completion');
+      assert.equal(b.headers['content-type'], 'text/event-stream');
+      assert.ok(b.body.trimEnd().endsWith('data: [DONE]'));
+      // A cancelled stream over TLS: the engine request is aborted, the connection lives on.
+      const before = (await simMetrics(sim.workers[0])).kvgate_sim_requests_aborted_total;
+      const q = s.request({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json' });
+      q.on('error', () => {});
+      await new Promise((resolve) => { q.once('data', resolve); q.end(chat('cancel me', { stream: true, max_tokens: 400 })); });
+      q.close(http2.constants.NGHTTP2_CANCEL);
+      assert.equal(await waitFor(async () => {
+        const n = (await simMetrics(sim.workers[0])).kvgate_sim_requests_aborted_total;
+        return n > before ? n : 0;
+      }, 10000), before + 1);
+      const after = await request(s, { body: chat('still here') });
+      assert.equal(after.status, 200);
+    } finally {
+      s.close();
+    }
+    // alpn_protocols without h2: an h2-only client gets no protocol; an HTTP/1.1 client is served.
+    const refused = http2.connect(`https://127.0.0.1:${h1only}`, { ca: ca_pem });
+    const got = await new Promise((resolve) => {
+      refused.on('error', () => resolve('error'));
+      refused.on('connect', () => resolve(String(refused.alpnProtocol)));
+    });
+    refused.destroy();
+    assert.notEqual(got, 'h2');  // (no protocol chosen: the client fails or falls back)
+    const res = await new Promise((resolve, reject) => {
+      const req = https.request({ host: '127.0.0.1', port: h1only, method: 'POST', path: '/v1/chat/completions', ca: ca_pem,
+        headers: { 'content-type': 'application/json' } }, (x) => { let d = ''; x.on('data', (c) => { d += c; }); x.on('end', () => resolve({ status: x.statusCode, body: d })); });
+      req.on('error', reject);
+      req.end(chat('h1 over tls'));
+    });
+    assert.equal(res.status, 200);
   });
 });
 

@@ -153,11 +153,14 @@ void H2Conn::Stream::finish(bool complete) {
   c.wakeWriter();
 }
 
-H2Conn::H2Conn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s, tcp::endpoint peer)
+H2Conn::H2Conn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s, tcp::endpoint peer,
+               std::unique_ptr<http::FdTls> tls, std::shared_ptr<asio::ssl::context> tls_ctx)
     : w_(w),
       l_(std::move(l)),
       sock_(std::move(s)),
       peer_(peer),
+      tls_ctx_(std::move(tls_ctx)),
+      tls_(std::move(tls)),
       wake_(w.io),
       closed_wait_(w.io),
       idle_since_(std::chrono::steady_clock::now()) {
@@ -498,7 +501,10 @@ asio::awaitable<void> H2Conn::writer() {
       error_code ec;
       write_pending_ = true;
       write_started_ = std::chrono::steady_clock::now();
-      co_await asio::async_write(sock_, asio::buffer(out_), useEc(ec));
+      if (tls_)
+        ec = co_await tls_->write(sock_, out_, {});
+      else
+        co_await asio::async_write(sock_, asio::buffer(out_), useEc(ec));
       write_pending_ = false;
       if (ec) {
         closeNow();
@@ -512,6 +518,12 @@ asio::awaitable<void> H2Conn::writer() {
       // and lose the GOAWAY or a response's end.
       closing_ = true;
       closing_since_ = std::chrono::steady_clock::now();
+      if (tls_) {  // close_notify: the end of the stream is not taken for a truncation
+        write_pending_ = true;
+        write_started_ = closing_since_;
+        co_await tls_->shutdown(sock_);
+        write_pending_ = false;
+      }
       sock_.shutdown(tcp::socket::shutdown_send, ec_ignored_);
       for (auto& [id, st] : streams_)
         if (st->running && st->runner) st->runner->onStreamReset();
@@ -594,7 +606,8 @@ asio::awaitable<void> H2Conn::run(std::string preread) {
     if (closed_) break;
     buf.resize(kReadBytes);
     error_code ec;
-    const size_t n = co_await sock_.async_read_some(asio::buffer(buf), useEc(ec));
+    const size_t n = tls_ ? co_await tls_->readSome(sock_, buf.data(), buf.size(), ec)
+                          : co_await sock_.async_read_some(asio::buffer(buf), useEc(ec));
     if (ec || n == 0) {
       closeNow();
       break;

@@ -1,4 +1,5 @@
-// H2Conn: one HTTP/2 client connection of the mode-4 fullproxy (h2c by prior knowledge).
+// H2Conn: one HTTP/2 client connection of the mode-4 fullproxy: h2c by prior knowledge, or h2
+// over TLS when ALPN chose it (rules' alpn_protocols; http/fd_tls.h full duplex).
 //
 // libnghttp2 does the framing, HPACK and the protocol's checks; this file does the I/O (one
 // reader, one writer on the worker's event loop) and the streams. Each request stream, once its
@@ -37,6 +38,7 @@
 #include <vector>
 
 #include "http/asio.h"
+#include "http/fd_tls.h"
 
 namespace kvgate::proxy {
 
@@ -48,7 +50,10 @@ inline constexpr std::string_view kH2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n
 
 class H2Conn : public std::enable_shared_from_this<H2Conn> {
  public:
-  H2Conn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s, tcp::endpoint peer);
+  // `tls` (and its context): the connection's TLS, once ALPN chose h2; null: h2c.
+  H2Conn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s, tcp::endpoint peer,
+         std::unique_ptr<http::FdTls> tls = nullptr,
+         std::shared_ptr<asio::ssl::context> tls_ctx = nullptr);
   ~H2Conn();
   // Serves the connection until it closes; `preread`: bytes already read from it (the preface).
   asio::awaitable<void> run(std::string preread);
@@ -89,6 +94,8 @@ class H2Conn : public std::enable_shared_from_this<H2Conn> {
   std::shared_ptr<Listener> l_;
   tcp::socket sock_;
   tcp::endpoint peer_;
+  std::shared_ptr<asio::ssl::context> tls_ctx_;  // (declared first: outlives tls_)
+  std::unique_ptr<http::FdTls> tls_;
   nghttp2_session* session_ = nullptr;
   std::unordered_map<int32_t, std::unique_ptr<Stream>> streams_;
   size_t running_ = 0;     // streams whose request path runs
