@@ -21,9 +21,8 @@
 // tc filters (TC_ACT_UNSPEC). Not translated: fragments, ICMP errors (docs/l4.md).
 // Knobs: only the maps, programmed by the control plane (src/l4/l4_plane.cc) on each rule
 // commit; the program is never reloaded for a rule change.
-// clang-format off: the kernel's headers first (libbpf's use their types)
-#include <bpf/bpf_endian.h>
-#include <bpf/bpf_helpers.h>
+// The kernel's headers first: libbpf's use their types.
+// clang-format off
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
@@ -31,6 +30,9 @@
 #include <linux/pkt_cls.h>
 #include <linux/tcp.h>
 #include <linux/udp.h>
+
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
 // clang-format on
 
 #include "../l4_maps.h"
