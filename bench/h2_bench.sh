@@ -27,7 +27,7 @@ cat >"$W/ng/nginx.conf" <<NGX
 worker_processes 1; pid $W/ng/nginx.pid; error_log $W/ng/error.log warn; daemon off;
 events { worker_connections 8192; }
 http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
-  http2_max_requests 10000000; http2_max_concurrent_streams 128;
+  http2_max_concurrent_streams 128;
   upstream up { server 127.0.0.1:$UP; keepalive 256; keepalive_requests 10000000; }
   server { listen 127.0.0.1:$NG http2 backlog=4096; listen 127.0.0.1:$NG1 backlog=4096;
     location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection ""; } } }
