@@ -65,7 +65,8 @@ const char* kServeHelp =
     "                             (default: 70 % of what the cgroup's memory limit leaves\n"
     "                             above the resident set at startup; no cgroup limit: off)\n"
     "  --header-timeout-ms N      time to receive a request head/body, else 408 (default 10000)\n"
-    "  --http2 on|off             HTTP/2 by prior knowledge (h2c) on plain listeners (default on)\n"
+    "  --http2 on|off             HTTP/2: by prior knowledge (h2c) on plain listeners, by ALPN\n"
+    "                             on TLS listeners whose rules allow it (default on)\n"
     "  --l4-ifaces IF[,IF...]     the L4 data path (mode 0 rules: DNAT in eBPF at tc ingress) on\n"
     "                             these interfaces; needs root (CAP_BPF, CAP_NET_ADMIN); without\n"
     "                             it mode 0 rules are refused (docs/l4.md)\n"
@@ -598,6 +599,8 @@ int serveMain(int argc, char** argv) {
       if (gov.poll()) handOut();
       if (api_tls) api_tls->refresh();
       dp.refreshTls();
+      for (const auto& c : dp.syncL4Health())
+        log::warn("l4", "endpoint health: " + c + " (down: no new flows; its flows go on)");
       tick();
     });
   };

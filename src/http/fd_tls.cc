@@ -145,12 +145,6 @@ asio::awaitable<size_t> FdTls::readSome(tcp::socket& sock, char* p, size_t n, er
   // OpenSSL reads first: after each wait the socket counts as maybe readable (waitFor), so a
   // read right after a write costs one recv that finds nothing, then a wait with no syscall.
   for (;;) {
-    // A write of another coroutine is half-sent (full-duplex use: HTTP/2): OpenSSL is not entered
-    // until it completes (writing()).
-    while (writing_) {
-      ec = co_await waitFor(sock, Want::kWrite, false);
-      if (ec) co_return 0;
-    }
     Want want = Want::kNothing;
     const size_t got = readNow(sock, p, n, ec, want);
     if (got > 0 || ec) co_return got;

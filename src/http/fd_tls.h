@@ -46,8 +46,10 @@ class FdTls {
   bool ok() const { return ssl_ != nullptr; }
   // Bytes OpenSSL holds that the caller has not read (decrypted or not).
   bool pending() const { return ssl_ && SSL_has_pending(ssl_) == 1; }
-  // A write is waiting for room (a record may be half-sent): a reader must not call into
-  // OpenSSL now (a TLS 1.3 KeyUpdate answer written from inside SSL_read would fail on it).
+  // A write is waiting for room (a record may be half-sent). The client watcher does not read
+  // then (it only looks for a close). A reader may: OpenSSL 3 defers a KeyUpdate answer and
+  // queues an alert while a write is pending, so HTTP/2's reader and writer run side by side
+  // (renegotiation, which could make a write wait on a read, is off: tls.cc).
   bool writing() const { return writing_; }
   asio::awaitable<error_code> handshake(tcp::socket& sock, bool server = false);
   // Sends close_notify (without waiting for the peer's: the TCP close follows).

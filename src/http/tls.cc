@@ -20,9 +20,18 @@ namespace {
 // ALPN: h2 when the listener offers it (`arg` non-null: ServerTlsOptions::h2) and the client
 // does (the server's preference), else http/1.1 when the client offers it; a client offering only
 // other protocols gets no ALPN answer (and falls back as the protocol says).
-int selectAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+int selectAlpn(SSL* ssl, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
                unsigned int inlen, void* arg) {
   const unsigned char* h1 = nullptr;
+  // h2 needs TLS 1.3, or 1.2 with an AEAD cipher and ephemeral key exchange (RFC 9113 §9.2):
+  // a rule whose tls_ciphers leave only others is served HTTP/1.1, not h2's INADEQUATE_SECURITY.
+  if (arg) {
+    const SSL_CIPHER* c = SSL_get_pending_cipher(ssl);
+    const int kx = c ? SSL_CIPHER_get_kx_nid(c) : NID_undef;
+    if (!c || !SSL_CIPHER_is_aead(c) ||
+        (kx != NID_kx_any && kx != NID_kx_ecdhe && kx != NID_kx_dhe))
+      arg = nullptr;
+  }
   for (unsigned int i = 0; i < inlen;) {
     const unsigned int n = in[i];
     if (i + 1 + n > inlen) break;
@@ -287,6 +296,9 @@ Result<std::shared_ptr<asio::ssl::context>> TlsFiles::build() const {
                       asio::ssl::context::no_tlsv1_1 | asio::ssl::context::single_dh_use,
                   ec);
   SSL_CTX_set_mode(native, SSL_MODE_RELEASE_BUFFERS);  // (idle connections drop record buffers)
+  // No renegotiation (RFC 9113 §9.2.1 forbids it under h2; an HTTP/2 writer could otherwise wait
+  // on a read its own reader must do).
+  SSL_CTX_set_options(native, SSL_OP_NO_RENEGOTIATION);
   SSL_CTX_set_min_proto_version(native, opts_.tls12 ? TLS1_2_VERSION : TLS1_3_VERSION);
   SSL_CTX_set_max_proto_version(native, opts_.tls13 ? TLS1_3_VERSION : TLS1_2_VERSION);
   if (!ec) ctx.use_certificate_chain_file(cert_, ec);

@@ -38,6 +38,7 @@ struct Planned {
   l4_svc_key k{};
   l4_svc svc{};
   std::vector<l4_ep> eps;
+  std::vector<std::pair<std::string, uint16_t>> addrs;
 };
 
 Result<Planned> plan(const config::RuleSpec& r) {
@@ -67,6 +68,7 @@ Result<Planned> plan(const config::RuleSpec& r) {
     ep.up = 1;
     ep.cum_weight = cum;
     p.eps.push_back(ep);
+    p.addrs.emplace_back(e.ip, e.port);
   }
   p.svc.sel = static_cast<uint8_t>(r.sel);
   p.svc.mode = static_cast<uint8_t>(r.mode);
@@ -190,6 +192,12 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
     slot.key = bytesOf(&w.k);
     slot.svc = bytesOf(&w.svc);
     slot.eps = bytesOf(w.eps.data(), w.eps.size());
+    slot.addrs = w.addrs;
+    slot.down.assign(w.addrs.size(), 0);
+    if (it != now_.slots.end())  // an endpoint kept keeps its health
+      for (size_t i = 0; i < slot.addrs.size(); ++i)
+        for (size_t j = 0; j < it->second.addrs.size(); ++j)
+          if (it->second.addrs[j] == slot.addrs[i]) slot.down[i] = it->second.down[j];
     next.slots[w.key] = std::move(slot);
   }
   if (auto i = install(now_, next); !i) {
@@ -221,7 +229,8 @@ Result<void> L4Plane::install(const State& from, State& to) {
   for (const auto& [key, slot] : to.slots) {
     auto it = from.slots.find(key);
     const bool same = it != from.slots.end() && it->second.generation == slot.generation &&
-                      it->second.svc == slot.svc && it->second.eps == slot.eps;
+                      it->second.svc == slot.svc && it->second.eps == slot.eps &&
+                      it->second.down == slot.down;
     if (same) continue;
     if (it == from.slots.end() || it->second.generation != slot.generation) {
       const int ncpu = libbpf_num_possible_cpus();
@@ -231,13 +240,37 @@ Result<void> L4Plane::install(const State& from, State& to) {
     const size_t n = slot.eps.size() / sizeof(l4_ep);
     for (uint32_t i = 0; i < n; ++i) {
       const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
-      if (bpf_map_update_elem(ep_fd, &row, slot.eps.data() + i * sizeof(l4_ep), BPF_ANY))
+      l4_ep ep;
+      std::memcpy(&ep, slot.eps.data() + i * sizeof(l4_ep), sizeof ep);
+      ep.up = i < slot.down.size() && slot.down[i] ? 0 : 1;
+      if (bpf_map_update_elem(ep_fd, &row, &ep, BPF_ANY))
         return fail(503, "l4", "cannot program the endpoint map: " + errnoText(errno));
     }
     if (bpf_map_update_elem(svc_fd, slot.key.data(), slot.svc.data(), BPF_ANY))
       return fail(503, "l4", "cannot program the service map: " + errnoText(errno));
   }
   return {};
+}
+
+std::vector<std::string> L4Plane::syncHealth(
+    const std::function<bool(const std::string& ip, uint16_t port)>& up) {
+  std::vector<std::string> changed;
+  const int ep_fd = bpf_map__fd(skel_->maps.endpoints);
+  for (auto& [key, slot] : now_.slots) {
+    for (size_t i = 0; i < slot.addrs.size() && i < slot.down.size(); ++i) {
+      const uint8_t down = up(slot.addrs[i].first, slot.addrs[i].second) ? 0 : 1;
+      if (down == slot.down[i]) continue;
+      l4_ep ep;
+      std::memcpy(&ep, slot.eps.data() + i * sizeof(l4_ep), sizeof ep);
+      ep.up = down ? 0 : 1;
+      const uint32_t row = slot.id * L4_MAX_ENDPOINTS + static_cast<uint32_t>(i);
+      if (bpf_map_update_elem(ep_fd, &row, &ep, BPF_ANY)) continue;  // (tried again next second)
+      slot.down[i] = down;
+      changed.push_back(key + ": " + slot.addrs[i].first + ":" +
+                        std::to_string(slot.addrs[i].second) + (down ? " down" : " up"));
+    }
+  }
+  return changed;
 }
 
 std::vector<L4Plane::ServiceStats> L4Plane::stats() const {

@@ -15,6 +15,7 @@
 // the next start replaces it.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,6 +44,12 @@ class L4Plane {
   // removed or replaced live on): the data plane's rollback when the fullproxy refused the set.
   void rollback();
 
+  // Health (control thread, every second): `up(ip, port)` for each endpoint of every installed
+  // service; an endpoint down gets no new flows (its flows go on), one back up gets them again.
+  // Returns the endpoints whose state changed, as "rule key: ip:port up|down".
+  std::vector<std::string> syncHealth(
+      const std::function<bool(const std::string& ip, uint16_t port)>& up);
+
   struct ServiceStats {
     std::string rule;  // the rule's key
     uint64_t packets = 0, bytes = 0;
@@ -57,7 +64,9 @@ class L4Plane {
     uint32_t generation;
     std::vector<uint8_t> key;  // its key in the service map (struct l4_svc_key)
     std::vector<uint8_t> svc;  // the service entry as written, rr 0 (struct l4_svc)
-    std::vector<uint8_t> eps;  // its endpoint rows as written (struct l4_ep each)
+    std::vector<uint8_t> eps;  // its endpoint rows as planned, all up (struct l4_ep each)
+    std::vector<std::pair<std::string, uint16_t>> addrs;  // each endpoint's address and port
+    std::vector<uint8_t> down;  // each endpoint's health as last synced (1: no new flows)
   };
   struct State {
     std::map<std::string, Slot> slots;  // rule key -> its service slot

@@ -126,6 +126,7 @@ void DataPlane::stop() {
     }
   listeners_.clear();
   asio::post(workers_[0]->io, [p = prober_.get()] { p->stop(); });
+  if (l4_prober_) asio::post(workers_[0]->io, [p = l4_prober_.get()] { p->stop(); });
   asio::post(workers_[0]->io, [p = scraper_.get()] { p->stop(); });
   // gRPC callbacks of remote index calls post into the workers' loops: let them land first
   // (each call has a deadline of at most 1 s; the wait is bounded anyway).
@@ -318,8 +319,44 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
                   r.listenKey() + "/tcp is a mode 0 rule's already; a mode 4 rule cannot share it");
   if (auto a = l4_->apply(l4); !a) return a;
   auto p = applyProxy(proxy);
-  if (!p) l4_->rollback();  // (the same slots: the flows of the services it touched live on)
+  if (!p) {
+    l4_->rollback();  // (the same slots: the flows of the services it touched live on)
+    return p;
+  }
+  updateL4Probes(l4);
   return p;
+}
+
+// One health state per mode 0 endpoint (its own, apart from mode 4's table), probed by the
+// rules' probe settings; an endpoint no rule probes counts as up.
+void DataPlane::updateL4Probes(const std::vector<config::RuleSpec>& l4_rules) {
+  if (!l4_prober_) l4_prober_ = std::make_unique<Prober>(workers_[0]->io, opts_.probe_interval);
+  std::map<std::string, std::shared_ptr<endpoints::EndpointState>> next;
+  std::vector<std::shared_ptr<endpoints::EndpointState>> states;
+  for (const auto& r : l4_rules)
+    for (const auto& e : r.endpoints) {
+      const std::string key = e.ip + "|" + std::to_string(e.port);
+      if (next.count(key)) continue;
+      auto it = l4_health_.find(key);
+      auto st = it != l4_health_.end() ? it->second
+                                       : std::make_shared<endpoints::EndpointState>(
+                                             static_cast<endpoints::EndpointId>(next.size()), e.ip,
+                                             e.port, clockOf(opts_));
+      next[key] = st;
+      states.push_back(st);
+    }
+  auto specs =
+      std::make_shared<std::vector<ProbeSpec>>(probeSpecs(l4_rules, states, opts_.probe_timeout));
+  asio::post(workers_[0]->io, [p = l4_prober_.get(), specs] { p->update(std::move(*specs)); });
+  l4_health_ = std::move(next);
+}
+
+std::vector<std::string> DataPlane::syncL4Health() {
+  if (!l4_) return {};
+  return l4_->syncHealth([this](const std::string& ip, uint16_t port) {
+    auto it = l4_health_.find(ip + "|" + std::to_string(port));
+    return it == l4_health_.end() || it->second->health.up();
+  });
 }
 
 Result<void> DataPlane::applyProxy(const std::vector<config::RuleSpec>& rules) {

@@ -55,7 +55,7 @@ struct ProxyOptions {
   std::shared_ptr<http::TlsFiles> tls;   // certificate of listeners with security 1 rules
   uint64_t max_heap_bytes = 0;     // the overload monitor's L (proxy/overload.h); 0 = off
   uint64_t heap_budget_bytes = 0;  // its C (the cgroup default only); 0 = none
-  bool http2 = true;               // h2c by prior knowledge on plain listeners (h2/h2_conn.h)
+  bool http2 = true;  // h2c by prior knowledge on plain listeners, h2 by ALPN on TLS ones (h2/)
   uint32_t h2_max_streams = 100;   // SETTINGS_MAX_CONCURRENT_STREAMS per HTTP/2 connection
 };
 
@@ -74,6 +74,9 @@ class DataPlane {
   // The L4 data path for mode 0 rules (serve --l4-ifaces); before the first apply(). Unset:
   // mode 0 rules are refused (400). Must outlive the data plane.
   void setL4(l4::L4Plane* l4) { l4_ = l4; }
+  // The L4 path's endpoint health from its rules' probes (probetype tcp, http, https: the same
+  // prober as mode 4's, on worker 0): control thread, every second. Returns what changed.
+  std::vector<std::string> syncL4Health();
   // The KV index and publisher lookup Tier 1.5 stages read (kvExactMode 3 rules); set before
   // start() (the overload monitor's thread reads the index's size). Both must outlive the data
   // plane.
@@ -114,6 +117,9 @@ class DataPlane {
   Result<void> applyProxy(const std::vector<config::RuleSpec>& rules);  // the mode 4 rules
   ProxyOptions opts_;
   l4::L4Plane* l4_ = nullptr;
+  void updateL4Probes(const std::vector<config::RuleSpec>& l4_rules);
+  std::unique_ptr<class Prober> l4_prober_;  // the mode 0 rules' probes (made on first use)
+  std::map<std::string, std::shared_ptr<endpoints::EndpointState>> l4_health_;  // "ip|port"
   const kv::KvIndex* kv_index_ = nullptr;
   const kv::WorkerLookup* kv_lookup_ = nullptr;
   const routing::PromptTokens* prompt_tokens_ = nullptr;

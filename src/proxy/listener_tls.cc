@@ -46,11 +46,14 @@ Result<ListenerTls::Plan> ListenerTls::plan(const std::vector<config::RuleSpec>&
       return fail(400, "security",
                   "rules on " + rule.listenKey() +
                       " disagree on security: a listener is either TLS (1, 2) or plain (0)");
-    if (rule.security >= 1 && !(other.tls == rule.tls))
-      return fail(400, "mtls_frontend",
+    http::ServerTlsOptions a = other.tls, b = rule.tls;
+    a.h2 = a.h2 && http2_;  // (with --http2 off, alpn_protocols make no difference)
+    b.h2 = b.h2 && http2_;
+    if (rule.security >= 1 && !(a == b))
+      return fail(400, a.h2 != b.h2 ? "alpn_protocols" : "mtls_frontend",
                   "rules on " + rule.listenKey() +
-                      " must have the same mtls_frontend, tls_versions and tls_ciphers (one TLS "
-                      "handshake serves them all)");
+                      " must have the same mtls_frontend, tls_versions, tls_ciphers and "
+                      "alpn_protocols (one TLS handshake serves them all)");
   }
   Plan plan;
   std::map<std::string, std::shared_ptr<http::TlsFiles>> loaded;

@@ -10,7 +10,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import readline from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 
-import { BIN, api, freePort, gateway, LB_BASE, tempDir } from './lib.mjs';
+import { BIN, api, freePort, gateway, LB_BASE, tempDir, waitFor } from './lib.mjs';
 
 const tag = String(process.pid % 100000);
 const NS = { c: `kvl4c${tag}`, g: `kvl4g${tag}`, b: `kvl4b${tag}` };
@@ -51,7 +51,7 @@ function spawnIn(ns, args) {
 
 async function startGw(stateDir) {
   const p = spawnIn(NS.g, [BIN, 'serve', '--l4-ifaces', 'c1,b1', '--api-listen', '127.0.0.1:0',
-    '--state-dir', stateDir, '--workers', '1']);
+    '--state-dir', stateDir, '--workers', '1', '--probe-interval-ms', '300']);
   for (;;) {
     const line = await p.next();
     try {
@@ -177,6 +177,24 @@ describe('L4 mode 0 (DNAT) in eBPF', { skip: process.getuid?.() !== 0 && 'needs 
     const a = JSON.parse(inNs(NS.c, '/usr/bin/python3', PEER, 'udp', VIP, '53'));
     assert.match(a.id, /^be[01]$/);
     assert.deepEqual(a.from, [VIP, 53]);  // the reverse NAT: the client sees the VIP
+  });
+
+  test('an endpoint its probe finds down gets no new flows, and gets them again once back', async () => {
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8083, targetPort: 8000,
+      extra: { probetype: 'tcp', probeRetries: 1, probeTimeout: 1 } }));
+    assert.equal(r.status, 200, r.text);
+    await stopProc(procs[1]);  // be1's server goes away
+    // (until the probe sees it, a flow sent there is refused: tried again)
+    const attempt = () => { try { return curlTcp(8083); } catch { return 'refused'; } };
+    const onlyBe0 = await waitFor(() => [0, 1, 2, 3].map(attempt).every((id) => id === 'be0'), 15000, 300);
+    assert.ok(onlyBe0, 'new flows kept going to the endpoint that is down');
+    procs[1] = spawnIn(NS.b, ['/usr/bin/python3', PEER, 'serve', BACKENDS[1], '8000', '5300', 'be1']);
+    assert.equal(await procs[1].next(), 'ready');
+    const both = await waitFor(() => {
+      const ids = new Set([0, 1, 2, 3, 4, 5].map(attempt));
+      return ids.has('be0') && ids.has('be1');
+    }, 15000, 300);
+    assert.ok(both, 'the endpoint back up got no new flows');
   });
 
   test('per-rule packet and byte counters', () => {
