@@ -46,14 +46,6 @@ for p in $NG $KV; do
     || { echo "port $p does not serve h2c (nginx $NG, kvgate $KV)" >&2; cat "$W/kv.err" "$W"/ng/error.log >&2; exit 1; }
 done
 
-proc_ticks() {  # CPU ticks (utime+stime) of the processes matching $1 and their children
-  local t=0
-  for p in $(pgrep -f "$1"); do for p in $p $(pgrep -P "$p"); do
-    read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat" 2>/dev/null || echo "0 0")
-    t=$((t + a + b))
-  done; done
-  echo $t
-}
 declare -A PAT=([kvgate]="kvgate serve --workers 1" [nginx]="nginx -p $W/ng")
 declare -A PORT=([kvgate]=$KV [nginx]=$NG)
 declare -A PORT1=([kvgate]=$KV [nginx]=$NG1)  # (nginx 1.22: an h2c port speaks HTTP/2 only)

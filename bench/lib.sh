@@ -1,5 +1,14 @@
 # Shared by the proxy benchmarks (source it): a free loopback port, and the nginx configurations
 # every comparison uses, so kvgate is always measured against the same reference proxy.
+# CPU ticks (utime + stime) of every process whose command line matches $1, and of its children.
+proc_ticks() {
+  local t=0
+  for p in $(pgrep -f "$1"); do for p in $p $(pgrep -P "$p"); do
+    read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat" 2>/dev/null || echo "0 0")
+    t=$((t + a + b))
+  done; done
+  echo $t
+}
 freeport() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
 # nginx_upstream_conf DIR PORT BODY: the upstream, one worker answering every request with BODY.

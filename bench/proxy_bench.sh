@@ -49,15 +49,6 @@ curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "{\"serviceArguments\":
 sleep 0.5
 for p in $UP $NG $HA $KV; do curl -sf --retry 5 --retry-connrefused --retry-delay 1 -o /dev/null -X POST "http://127.0.0.1:$p/v1/chat/completions" -d '{}' || { echo "port $p not serving (upstream $UP, nginx $NG, haproxy $HA, kvgate $KV)" >&2; cat "$W"/*.log "$W"/*/error.log "$W/kv.err" >&2; exit 1; }; done
 
-# CPU ticks (utime+stime) of every process whose command line matches, summed.
-proc_ticks() {  # $1 = pgrep pattern
-  local t=0
-  for p in $(pgrep -f "$1"); do for p in $p $(pgrep -P "$p"); do
-    read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat" 2>/dev/null || echo "0 0")
-    t=$((t + a + b))
-  done; done
-  echo $t
-}
 declare -A PAT=([direct]="" [kvgate]="kvgate serve --workers 1" [nginx]="nginx -p $W/ng" [haproxy]="haproxy -f $W/haproxy.cfg")
 declare -A PORT=([direct]=$UP [kvgate]=$KV [nginx]=$NG [haproxy]=$HA)
 HZ=$(getconf CLK_TCK)

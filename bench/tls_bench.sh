@@ -9,6 +9,7 @@
 # Usage: bench/tls_bench.sh [ROUNDS=3] [SECONDS=10] [CONNECTIONS=64]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh  # (proc_ticks)
 ROUNDS=${1:-3}; DURATION=${2:-10}; CONNS=${3:-64}
 BIN=${KVGATE_BIN:-build/kvgate}
 for t in nginx wrk taskset openssl; do command -v $t >/dev/null || { echo "missing $t: run scripts/setup.sh --bench" >&2; exit 1; }; done
@@ -16,7 +17,6 @@ W=$(mktemp -d /tmp/kvgate-tlsbench.XXXXXX)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
 trap cleanup EXIT
-freeport() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 UP=$(freeport); NG=$(freeport); NGS=$(freeport); KV=$(freeport); KVS=$(freeport)
 BODY='{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"bench-model","choices":[{"index":0,"message":{"role":"assistant","content":"2, 3 and 5."},"finish_reason":"stop","logprobs":null}],"usage":{"prompt_tokens":24,"completion_tokens":7,"total_tokens":31}}'
 
@@ -57,14 +57,6 @@ for u in "http://127.0.0.1:$KV" "https://127.0.0.1:$KVS" "http://127.0.0.1:$NG" 
   curl -sfk --retry 5 --retry-connrefused --retry-delay 1 -o /dev/null -X POST "$u/v1/chat/completions" -d '{}' || { echo "$u not serving" >&2; cat "$W/kv.err" "$W"/*/error.log >&2; exit 1; }
 done
 
-proc_ticks() {  # CPU ticks of every process matching $1 (and its children)
-  local t=0
-  for p in $(pgrep -f "$1"); do for p in $p $(pgrep -P "$p"); do
-    read -r a b < <(awk '{print $14, $15}' "/proc/$p/stat" 2>/dev/null || echo "0 0")
-    t=$((t + a + b))
-  done; done
-  echo $t
-}
 declare -A PAT=([kvgate]="kvgate serve --workers 1" [kvgate-tls]="kvgate serve --workers 1" [nginx]="nginx -p $W/ng" [nginx-tls]="nginx -p $W/ng")
 declare -A URL=([kvgate]="http://127.0.0.1:$KV" [kvgate-tls]="https://127.0.0.1:$KVS" [nginx]="http://127.0.0.1:$NG" [nginx-tls]="https://127.0.0.1:$NGS")
 HZ=$(getconf CLK_TCK)

@@ -599,8 +599,12 @@ int serveMain(int argc, char** argv) {
       if (gov.poll()) handOut();
       if (api_tls) api_tls->refresh();
       dp.refreshTls();
-      for (const auto& c : dp.syncL4Health())
-        log::warn("l4", "endpoint health: " + c + " (down: no new flows; its flows go on)");
+      for (const auto& c : dp.syncL4Health()) {
+        if (c.size() > 5 && c.compare(c.size() - 5, 5, " down") == 0)
+          log::warn("l4", "endpoint " + c + ": no new flows (its flows go on)");
+        else
+          log::info("l4", "endpoint " + c + ": new flows again");
+      }
       tick();
     });
   };

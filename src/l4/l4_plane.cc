@@ -237,38 +237,69 @@ Result<void> L4Plane::install(const State& from, State& to) {
       std::vector<l4_counters> zero(static_cast<size_t>(ncpu > 0 ? ncpu : 1));
       bpf_map_update_elem(cnt_fd, &slot.id, zero.data(), BPF_ANY);
     }
-    const size_t n = slot.eps.size() / sizeof(l4_ep);
-    for (uint32_t i = 0; i < n; ++i) {
+    std::vector<l4_ep> rows;
+    l4_svc svc;
+    rowsOf(slot, rows, svc);
+    for (uint32_t i = 0; i < rows.size(); ++i) {
       const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
-      l4_ep ep;
-      std::memcpy(&ep, slot.eps.data() + i * sizeof(l4_ep), sizeof ep);
-      ep.up = i < slot.down.size() && slot.down[i] ? 0 : 1;
-      if (bpf_map_update_elem(ep_fd, &row, &ep, BPF_ANY))
+      if (bpf_map_update_elem(ep_fd, &row, &rows[i], BPF_ANY))
         return fail(503, "l4", "cannot program the endpoint map: " + errnoText(errno));
     }
-    if (bpf_map_update_elem(svc_fd, slot.key.data(), slot.svc.data(), BPF_ANY))
+    if (bpf_map_update_elem(svc_fd, slot.key.data(), &svc, BPF_ANY))
       return fail(503, "l4", "cannot program the service map: " + errnoText(errno));
   }
   return {};
 }
 
+void L4Plane::rowsOf(const Slot& slot, std::vector<l4_ep>& rows, l4_svc& svc) {
+  const size_t n = slot.eps.size() / sizeof(l4_ep);
+  rows.resize(n);
+  std::memcpy(rows.data(), slot.eps.data(), n * sizeof(l4_ep));  // (as planned: all up)
+  std::memcpy(&svc, slot.svc.data(), sizeof svc);
+  uint32_t planned_before = 0, cum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t weight = rows[i].cum_weight - planned_before;
+    planned_before = rows[i].cum_weight;
+    rows[i].up = i < slot.down.size() && slot.down[i] ? 0 : 1;
+    if (rows[i].up) cum += weight;
+    rows[i].cum_weight = cum;
+  }
+  svc.total_weight = cum;
+}
+
 std::vector<std::string> L4Plane::syncHealth(
-    const std::function<bool(const std::string& ip, uint16_t port)>& up) {
+    const std::function<bool(const std::string& rule, const std::string& ip, uint16_t port)>& up) {
   std::vector<std::string> changed;
   const int ep_fd = bpf_map__fd(skel_->maps.endpoints);
+  const int svc_fd = bpf_map__fd(skel_->maps.services);
   for (auto& [key, slot] : now_.slots) {
-    for (size_t i = 0; i < slot.addrs.size() && i < slot.down.size(); ++i) {
-      const uint8_t down = up(slot.addrs[i].first, slot.addrs[i].second) ? 0 : 1;
-      if (down == slot.down[i]) continue;
-      l4_ep ep;
-      std::memcpy(&ep, slot.eps.data() + i * sizeof(l4_ep), sizeof ep);
-      ep.up = down ? 0 : 1;
-      const uint32_t row = slot.id * L4_MAX_ENDPOINTS + static_cast<uint32_t>(i);
-      if (bpf_map_update_elem(ep_fd, &row, &ep, BPF_ANY)) continue;  // (tried again next second)
-      slot.down[i] = down;
-      changed.push_back(key + ": " + slot.addrs[i].first + ":" +
-                        std::to_string(slot.addrs[i].second) + (down ? " down" : " up"));
+    std::vector<uint8_t> down = slot.down;
+    for (size_t i = 0; i < slot.addrs.size() && i < down.size(); ++i)
+      down[i] = up(key, slot.addrs[i].first, slot.addrs[i].second) ? 0 : 1;
+    if (down == slot.down) continue;
+    Slot next = slot;
+    next.down = down;
+    std::vector<l4_ep> rows;
+    l4_svc svc;
+    rowsOf(next, rows, svc);
+    bool ok = true;
+    for (uint32_t i = 0; i < rows.size() && ok; ++i) {
+      const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
+      ok = bpf_map_update_elem(ep_fd, &row, &rows[i], BPF_ANY) == 0;
     }
+    ok = ok && bpf_map_update_elem(svc_fd, slot.key.data(), &svc, BPF_ANY) == 0;
+    if (!ok) {  // (tried again next second; said once)
+      if (!slot.sync_failed)
+        log::error("l4", "cannot program the endpoint map for " + key + ": " + errnoText(errno));
+      slot.sync_failed = true;
+      continue;
+    }
+    slot.sync_failed = false;
+    for (size_t i = 0; i < down.size(); ++i)
+      if (down[i] != slot.down[i])
+        changed.push_back(key + ": " + slot.addrs[i].first + ":" +
+                          std::to_string(slot.addrs[i].second) + (down[i] ? " down" : " up"));
+    slot.down = std::move(down);
   }
   return changed;
 }

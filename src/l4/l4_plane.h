@@ -25,6 +25,8 @@
 #include "config/rule.h"
 
 struct l4_lb;
+struct l4_ep;
+struct l4_svc;
 
 namespace kvgate::l4 {
 
@@ -48,7 +50,7 @@ class L4Plane {
   // service; an endpoint down gets no new flows (its flows go on), one back up gets them again.
   // Returns the endpoints whose state changed, as "rule key: ip:port up|down".
   std::vector<std::string> syncHealth(
-      const std::function<bool(const std::string& ip, uint16_t port)>& up);
+      const std::function<bool(const std::string& rule, const std::string& ip, uint16_t port)>& up);
 
   struct ServiceStats {
     std::string rule;  // the rule's key
@@ -67,6 +69,7 @@ class L4Plane {
     std::vector<uint8_t> eps;  // its endpoint rows as planned, all up (struct l4_ep each)
     std::vector<std::pair<std::string, uint16_t>> addrs;  // each endpoint's address and port
     std::vector<uint8_t> down;  // each endpoint's health as last synced (1: no new flows)
+    bool sync_failed = false;   // the last health write failed (logged once)
   };
   struct State {
     std::map<std::string, Slot> slots;  // rule key -> its service slot
@@ -74,6 +77,9 @@ class L4Plane {
     uint32_t generation = 0;
   };
   Result<void> install(const State& from, State& to);  // the maps follow `to` (from: as now)
+  // A slot's endpoint rows and service entry as health has them: endpoints down not up, and the
+  // weights of the endpoints up only (a down endpoint's share spread, not handed to the next).
+  static void rowsOf(const Slot& slot, std::vector<l4_ep>& rows, l4_svc& svc);
   struct l4_lb* skel_ = nullptr;
   std::vector<std::string> ifaces_;
   std::vector<int> ifindexes_;

@@ -327,16 +327,19 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   return p;
 }
 
-// One health state per mode 0 endpoint (its own, apart from mode 4's table), probed by the
-// rules' probe settings; an endpoint no rule probes counts as up.
+// One health state per endpoint of each mode 0 rule (its own, apart from mode 4's table and
+// from other rules': each rule's probe settings judge its endpoints), probed as the rule says;
+// an endpoint its rule does not probe counts as up. The probe tasks are replaced only when what
+// they probe changed (a replaced task starts its failure count over).
 void DataPlane::updateL4Probes(const std::vector<config::RuleSpec>& l4_rules) {
   if (!l4_prober_) l4_prober_ = std::make_unique<Prober>(workers_[0]->io, opts_.probe_interval);
   std::map<std::string, std::shared_ptr<endpoints::EndpointState>> next;
-  std::vector<std::shared_ptr<endpoints::EndpointState>> states;
-  for (const auto& r : l4_rules)
+  auto specs = std::make_shared<std::vector<ProbeSpec>>();
+  for (const auto& r : l4_rules) {
+    if (!r.admin_up) continue;  // (not installed: not probed)
+    std::vector<std::shared_ptr<endpoints::EndpointState>> states;
     for (const auto& e : r.endpoints) {
-      const std::string key = e.ip + "|" + std::to_string(e.port);
-      if (next.count(key)) continue;
+      const std::string key = r.key() + "|" + e.ip + "|" + std::to_string(e.port);
       auto it = l4_health_.find(key);
       auto st = it != l4_health_.end() ? it->second
                                        : std::make_shared<endpoints::EndpointState>(
@@ -345,16 +348,34 @@ void DataPlane::updateL4Probes(const std::vector<config::RuleSpec>& l4_rules) {
       next[key] = st;
       states.push_back(st);
     }
-  auto specs =
-      std::make_shared<std::vector<ProbeSpec>>(probeSpecs(l4_rules, states, opts_.probe_timeout));
-  asio::post(workers_[0]->io, [p = l4_prober_.get(), specs] { p->update(std::move(*specs)); });
+    for (auto& sp : probeSpecs({r}, states, opts_.probe_timeout,
+                               [&](const config::RuleSpec& x) -> std::shared_ptr<http::TlsFiles> {
+                                 return x.service_args.value("probetype", "") == "https"
+                                            ? listener_tls_->probe()
+                                            : nullptr;
+                               }))
+      specs->push_back(std::move(sp));
+  }
+  std::string sig;  // what the tasks probe: unchanged, they are left running
+  for (const auto& sp : *specs) {
+    sig += std::to_string(reinterpret_cast<uintptr_t>(sp.ep.get())) + "|" + (sp.http ? "h" : "t") +
+           std::to_string(sp.port) + sp.method + " " + sp.path + "|" +
+           std::to_string(sp.timeout.count()) + "|" + std::to_string(sp.retries) + "|" +
+           std::to_string(reinterpret_cast<uintptr_t>(sp.tls.get())) + "|" + sp.tls_name;
+    for (auto [lo, hi] : sp.expected) sig += "," + std::to_string(lo) + "-" + std::to_string(hi);
+    sig += ";";
+  }
+  if (sig != l4_probe_sig_) {
+    asio::post(workers_[0]->io, [p = l4_prober_.get(), specs] { p->update(std::move(*specs)); });
+    l4_probe_sig_ = std::move(sig);
+  }
   l4_health_ = std::move(next);
 }
 
 std::vector<std::string> DataPlane::syncL4Health() {
   if (!l4_) return {};
-  return l4_->syncHealth([this](const std::string& ip, uint16_t port) {
-    auto it = l4_health_.find(ip + "|" + std::to_string(port));
+  return l4_->syncHealth([this](const std::string& rule, const std::string& ip, uint16_t port) {
+    auto it = l4_health_.find(rule + "|" + ip + "|" + std::to_string(port));
     return it == l4_health_.end() || it->second->health.up();
   });
 }

@@ -119,7 +119,9 @@ class DataPlane {
   l4::L4Plane* l4_ = nullptr;
   void updateL4Probes(const std::vector<config::RuleSpec>& l4_rules);
   std::unique_ptr<class Prober> l4_prober_;  // the mode 0 rules' probes (made on first use)
-  std::map<std::string, std::shared_ptr<endpoints::EndpointState>> l4_health_;  // "ip|port"
+  // "rule key|ip|port": each mode 0 rule's endpoints, judged by that rule's probes
+  std::map<std::string, std::shared_ptr<endpoints::EndpointState>> l4_health_;
+  std::string l4_probe_sig_;  // what the L4 probe tasks probe now
   const kv::KvIndex* kv_index_ = nullptr;
   const kv::WorkerLookup* kv_lookup_ = nullptr;
   const routing::PromptTokens* prompt_tokens_ = nullptr;

@@ -262,17 +262,21 @@ int H2Conn::onDataChunk(nghttp2_session* session, uint8_t, int32_t id, const uin
   return 0;
 }
 
+// The stream a HEADERS or DATA frame with END_STREAM ends (null: another frame, or no stream).
+H2Conn::Stream* H2Conn::endedBy(nghttp2_session* session, const nghttp2_frame* frame) {
+  if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
+      !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
+    return nullptr;
+  return static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+}
+
 int H2Conn::onFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
   auto* c = static_cast<H2Conn*>(user);
   if (frame->hd.type == NGHTTP2_RST_STREAM) {
     c->w_.stats.h2_client_resets.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
-  if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
-      !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
-    return 0;
-  auto* s =
-      static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+  Stream* s = endedBy(session, frame);
   if (s && !s->request_done) c->startStream(*s);
   return 0;
 }
@@ -285,11 +289,7 @@ int H2Conn::onFrameSend(nghttp2_session* session, const nghttp2_frame* frame, vo
     static_cast<H2Conn*>(user)->w_.stats.h2_protocol_errors.fetch_add(1, std::memory_order_relaxed);
     return 0;
   }
-  if ((frame->hd.type != NGHTTP2_HEADERS && frame->hd.type != NGHTTP2_DATA) ||
-      !(frame->hd.flags & NGHTTP2_FLAG_END_STREAM))
-    return 0;
-  auto* s =
-      static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+  Stream* s = endedBy(session, frame);
   if (s && s->reset_after) {
     s->reset_after = false;
     nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_NO_ERROR);

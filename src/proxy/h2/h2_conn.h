@@ -70,6 +70,7 @@ class H2Conn : public std::enable_shared_from_this<H2Conn> {
   static int onDataChunk(nghttp2_session*, uint8_t, int32_t, const uint8_t*, size_t, void*);
   static int onFrameRecv(nghttp2_session*, const nghttp2_frame*, void*);
   static int onFrameSend(nghttp2_session*, const nghttp2_frame*, void*);
+  static Stream* endedBy(nghttp2_session*, const nghttp2_frame*);
   static int onStreamClose(nghttp2_session*, int32_t, uint32_t, void*);
   static ssize_t readData(nghttp2_session*, int32_t, uint8_t*, size_t, uint32_t*,
                           nghttp2_data_source*, void*);
