@@ -5,6 +5,7 @@
 // orchestration fails here. Also: the tier per request (access log, metric), a failing prefill
 // or decode leg, the any-healthy rescue, and client cancellation of either leg.
 import assert from 'node:assert/strict';
+import http2 from 'node:http2';
 import http from 'node:http';
 import { test } from 'node:test';
 import { LB_BASE, api, freePort, gateway, parseMetrics, scrapeMetrics, simMetrics, sleep, startSim,
@@ -105,6 +106,34 @@ for (const engine of ['vllm', 'sglang', 'trtllm']) {
       assert.match(l, new RegExp(`prefill=127\\.0\\.0\\.1:${prefill.port}`));
       assert.match(l, new RegExp(`endpoint=127\\.0\\.0\\.1:${decode.port}`));
     }
+    // The same P/D exchange over HTTP/2 (each stream runs the same request path: issue 30):
+    // one prefill leg, one pulled decode, the whole answer streamed.
+    const mid = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
+    const s = http2.connect(`http://127.0.0.1:${port}`);
+    try {
+      const answer = await new Promise((resolve, reject) => {
+        const q = s.request({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json' });
+        let h = {};
+        let d = '';
+        q.setEncoding('utf8');
+        q.on('response', (x) => { h = x; });
+        q.on('data', (c) => { d += c; });
+        q.on('end', () => resolve({ status: h[':status'], body: d }));
+        q.on('error', reject);
+        q.end(JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: prompt }], max_tokens: 4, stream: true }));
+      });
+      assert.equal(answer.status, 200, answer.body);
+      const events = answer.body.split('\n\n').filter((e) => e.startsWith('data: '));
+      assert.equal(events.at(-1), 'data: [DONE]');
+      const words = events.slice(0, -1).map((e) => JSON.parse(e.slice(6)))
+        .filter((c) => c.choices.length > 0 && c.choices[0].delta?.content).length;
+      assert.equal(words, 4, 'the decode worker generated the whole answer over h2');
+    } finally {
+      s.close();
+    }
+    const end = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
+    assert.equal(end[0].kvgate_sim_requests_total - mid[0].kvgate_sim_requests_total, 1, 'one prefill leg (h2)');
+    assert.equal(end[1].kvgate_sim_pd_pulled_total - mid[1].kvgate_sim_pd_pulled_total, 1, 'one pulled decode (h2)');
     // The simulator refuses a plain request on either role: a gateway that skipped the dialect
     // would fail this test.
     for (const w of [prefill, decode]) {
