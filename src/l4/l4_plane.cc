@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 #include "common/log.h"
 #include "l4/l4_lb.skel.h"
@@ -167,11 +168,10 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
   State next;
   next.generation = now_.generation;
   next.free = now_.free;
-  for (const auto& [key, slot] : now_.slots) {
-    bool kept = false;
-    for (const auto& w : want) kept |= w.key == key;
-    if (!kept) next.free.push_back(slot.id);
-  }
+  std::set<std::string> wanted;
+  for (const auto& w : want) wanted.insert(w.key);
+  for (const auto& [key, slot] : now_.slots)
+    if (!wanted.count(key)) next.free.push_back(slot.id);
   for (auto& w : want) {
     auto it = now_.slots.find(w.key);
     Slot slot;
@@ -216,7 +216,7 @@ void L4Plane::rollback() {
 // Makes the maps follow `to`: services gone are deleted (their flows end), new or changed ones
 // written (endpoint rows before the service entry, so a packet never reads a count whose rows
 // are not there), unchanged ones left alone. A reused slot's counters start at zero.
-Result<void> L4Plane::install(const State& from, State& to) {
+Result<void> L4Plane::install(const State& from, const State& to) {
   const int svc_fd = bpf_map__fd(skel_->maps.services);
   const int ep_fd = bpf_map__fd(skel_->maps.endpoints);
   const int cnt_fd = bpf_map__fd(skel_->maps.counters);

@@ -76,7 +76,7 @@ class L4Plane {
     std::vector<uint32_t> free;         // slots not in use
     uint32_t generation = 0;
   };
-  Result<void> install(const State& from, State& to);  // the maps follow `to` (from: as now)
+  Result<void> install(const State& from, const State& to);  // the maps follow `to` (from: as now)
   // A slot's endpoint rows and service entry as health has them: endpoints down not up, and the
   // weights of the endpoints up only (a down endpoint's share spread, not handed to the next).
   static void rowsOf(const Slot& slot, std::vector<l4_ep>& rows, l4_svc& svc);

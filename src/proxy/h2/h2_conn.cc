@@ -162,7 +162,6 @@ H2Conn::H2Conn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s, tcp::endpo
       tls_ctx_(std::move(tls_ctx)),
       tls_(std::move(tls)),
       wake_(w.io),
-      closed_wait_(w.io),
       idle_since_(std::chrono::steady_clock::now()) {
   nghttp2_session_callbacks* cb = nullptr;
   nghttp2_session_callbacks_new(&cb);
@@ -464,12 +463,15 @@ void H2Conn::closeNow() {
   closed_ = true;
   error_code ec;
   sock_.close(ec);
-  closed_wait_.cancel();
-  for (auto& [id, s] : streams_) {
-    s->wake();
-    if (s->running && s->runner) s->runner->onStreamReset();
-  }
+  for (auto& [id, s] : streams_) s->wake();
+  resetRunners();
   wakeWriter();
+}
+
+// Request paths still running whose client can no longer be answered: their engine requests end.
+void H2Conn::resetRunners() {
+  for (auto& [id, s] : streams_)
+    if (s->running && s->runner) s->runner->onStreamReset();
 }
 
 void H2Conn::drain() {
@@ -525,8 +527,7 @@ asio::awaitable<void> H2Conn::writer() {
         write_pending_ = false;
       }
       sock_.shutdown(tcp::socket::shutdown_send, ec_ignored_);
-      for (auto& [id, st] : streams_)
-        if (st->running && st->runner) st->runner->onStreamReset();
+      resetRunners();
       co_return;
     }
     writer_waiting_ = true;
@@ -614,15 +615,8 @@ asio::awaitable<void> H2Conn::run(std::string preread) {
     }
     buf.resize(n);
     // After GOAWAY or a protocol error libnghttp2 reads nothing more: the bytes are dropped
-    // until the writer's close (bounded in time by the ticker).
+    // until the writer's close (bounded in time by the ticker), which ends this loop.
     if (!nghttp2_session_want_read(session_) || fatal_) buf.clear();
-  }
-  // The writer ends the connection once what is queued is out and the streams are done.
-  if (!closed_) {
-    wakeWriter();
-    closed_wait_.expires_at(asio::steady_timer::time_point::max());
-    error_code ec;
-    co_await closed_wait_.async_wait(useEc(ec));
   }
 }
 

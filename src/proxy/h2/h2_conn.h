@@ -89,6 +89,7 @@ class H2Conn : public std::enable_shared_from_this<H2Conn> {
   int32_t oldestArriving() const;  // the stream id of the oldest request still arriving (0: none)
   void eraseIfDone(Stream& s);
   void closeNow();
+  void resetRunners();
   bool done() const;
 
   Worker& w_;
@@ -104,7 +105,6 @@ class H2Conn : public std::enable_shared_from_this<H2Conn> {
   std::string out_;        // frames being written
   asio::steady_timer wake_;             // the writer's wait for frames
   bool writer_waiting_ = false;
-  asio::steady_timer closed_wait_;  // run() waits here for the close after reading ends
   bool closed_ = false;
   bool draining_ = false;
   bool fatal_ = false;    // libnghttp2 ended the session (a protocol error or a flood)
