@@ -59,19 +59,7 @@ run_arm() {  # arm proto round
   taskset -c 1 h2load "${extra[@]}" -n "$N" -d "$W/body.json" \
     -H 'content-type: application/json' "http://127.0.0.1:$port/v1/chat/completions" >"$W/h2load.txt"
   after=$(proc_ticks "${PAT[$arm]}")
-  /usr/bin/python3 - "$W/h2load.txt" "$arm-$proto" "$r" "$((after - before))" "$HZ" >>"$W/results.csv" <<'PY'
-import re, sys
-txt = open(sys.argv[1]).read(); arm, rnd, ticks, hz = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-m = re.search(r'finished in [\d.]+\w+, ([\d.]+) req/s', txt)
-if not m: sys.exit(f"h2load output for {arm} round {rnd} unreadable:\n{txt}")
-ok = int(re.search(r'(\d+) succeeded', txt).group(1)); failed = int(re.search(r'(\d+) failed', txt).group(1))
-def ms(v):
-    x = float(re.match(r'[\d.]+', v).group(0))
-    return x / 1000 if v.endswith('us') else x * 1000 if v.endswith('s') and not v.endswith('ms') else x
-line = re.search(r'time for request:\s+(\S+)\s+(\S+)\s+(\S+)', txt)
-print(f"{arm},{rnd},{float(m.group(1)):.0f},{ms(line.group(3)):.3f},{ms(line.group(2)):.3f},"
-      f"{ticks * 1e6 / hz / max(ok, 1):.2f},{failed}")
-PY
+  /usr/bin/python3 bench/h2load_row.py "$W/h2load.txt" "$arm-$proto" "$r" "$((after - before))" "$HZ" >>"$W/results.csv"
 }
 echo "h2load: $ROUNDS rounds, $N requests; h2: $CONNS connections x $STREAMS streams; h1: $((CONNS * STREAMS)) connections" >&2
 for r in $(seq 1 "$ROUNDS"); do

@@ -190,7 +190,7 @@ asio::awaitable<error_code> FdTls::write(tcp::socket& sock, std::string_view a, 
 asio::awaitable<error_code> clientHandshake(tcp::socket& sock, const TlsFiles& files,
                                             const std::string& name,
                                             std::shared_ptr<asio::ssl::context>& ctx,
-                                            std::unique_ptr<FdTls>& out) {
+                                            std::unique_ptr<FdTls>& out, std::string_view alpn) {
   ctx = files.current();
   error_code ec;
   if (!sock.non_blocking()) sock.non_blocking(true, ec);  // (OpenSSL uses the descriptor itself)
@@ -198,6 +198,10 @@ asio::awaitable<error_code> clientHandshake(tcp::socket& sock, const TlsFiles& f
   if (!out->ok()) co_return asio::error::no_memory;
   if (!files.prepareClient(out->native(), name))
     co_return asio::error::invalid_argument;  // (not a host name or address to verify)
+  if (!alpn.empty() &&
+      SSL_set_alpn_protos(out->native(), reinterpret_cast<const unsigned char*>(alpn.data()),
+                          static_cast<unsigned int>(alpn.size())) != 0)
+    co_return asio::error::no_memory;
   co_return co_await out->handshake(sock);
 }
 

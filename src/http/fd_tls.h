@@ -79,11 +79,13 @@ class FdTls {
 
 // The client side, on a connected socket (made non-blocking here): a handshake with `files`'
 // current context to `name` (SNI, and the name checked when the context verifies). On success
-// `ctx` and `out` hold the connection's context and TLS; the owner's deadline bounds it.
+// `ctx` and `out` hold the connection's context and TLS; the owner's deadline bounds it. `alpn`:
+// the protocols offered, in ALPN's wire form ("\x02h2"); empty: none.
 asio::awaitable<error_code> clientHandshake(tcp::socket& sock, const TlsFiles& files,
                                             const std::string& name,
                                             std::shared_ptr<asio::ssl::context>& ctx,
-                                            std::unique_ptr<FdTls>& out);
+                                            std::unique_ptr<FdTls>& out,
+                                            std::string_view alpn = {});
 
 // A client exchange's byte stream: the socket, or TLS over it (gateway-made HTTP calls: health
 // probes, engine scrapes, TensorRT-LLM drains).

@@ -99,6 +99,14 @@ inline const Family kH2Streams{"kvgate_h2_streams_total", Type::kCounter,
     "REFUSED_STREAM), client_reset (the client sent RST_STREAM).", {"event"}};
 inline const Family kH2ProtocolErrors{"kvgate_h2_protocol_errors_total", Type::kCounter,
     "HTTP/2 connections ended by a protocol error or a flood (GOAWAY sent).", {}};
+inline const Family kUpstreamH2Sessions{"kvgate_upstream_h2_sessions", Type::kGauge,
+    "Open HTTP/2 connections to engines (rules with backend_protocol http2).", {}};
+inline const Family kUpstreamH2Streams{"kvgate_upstream_h2_streams_total", Type::kCounter,
+    "HTTP/2 streams to engines, by event: opened, refused (not processed by the engine: "
+    "REFUSED_STREAM or past its GOAWAY; sent again), reset (reset by the engine, or ended for its "
+    "malformed answer; not the gateway's own cancels).", {"event"}};
+inline const Family kUpstreamH2ProtocolErrors{"kvgate_upstream_h2_protocol_errors_total",
+    Type::kCounter, "HTTP/2 connections to engines ended by a protocol error of the engine's.", {}};
 inline const Family kL4Packets{"kvgate_l4_packets_total", Type::kCounter,
     "Packets the L4 data path forwarded for a mode 0 rule (both directions; refused ones: no "
     "endpoint up), by rule key.", {"rule"}};

@@ -240,6 +240,16 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
            static_cast<double>(stats_.h2_client_resets.load()));
   w.header(kH2ProtocolErrors);
   w.sample(kH2ProtocolErrors, {}, static_cast<double>(stats_.h2_protocol_errors.load()));
+  w.header(kUpstreamH2Sessions);
+  w.sample(kUpstreamH2Sessions, {}, static_cast<double>(stats_.upstream_h2_sessions.load()));
+  w.header(kUpstreamH2Streams);
+  static const char* const kUpH2Events[] = {"opened", "refused", "reset"};
+  for (size_t e = 0; e < 3; ++e)
+    w.sample(kUpstreamH2Streams, {{"event", kUpH2Events[e]}},
+             static_cast<double>(stats_.upstream_h2_streams[e].load()));
+  w.header(kUpstreamH2ProtocolErrors);
+  w.sample(kUpstreamH2ProtocolErrors, {},
+           static_cast<double>(stats_.upstream_h2_protocol_errors.load()));
   w.header(kTlsHandshakes);
   w.sample(kTlsHandshakes, {{"result", "ok"}}, static_cast<double>(stats_.tls_handshakes.load()));
   w.sample(kTlsHandshakes, {{"result", "failed"}},

@@ -223,7 +223,8 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
       a.kind = K::kClientGone;
       co_return a;
     }
-    if (send_try > 0 || !leg.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx])) {
+    if (send_try > 0 ||
+        !leg.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx], route.http2)) {
       r = co_await connectLeg(leg, route, idx);
       if (client_gone_) {
         leg.release(false);
@@ -464,10 +465,10 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
     UpstreamLeg::Result r;
     // Given up before it started (the decode leg failed first): begin() would forget that.
     if (leg->abandoned()) break;
-    if (send_try > 0 ||
-        !leg->takePooled(ep.state->id, route->backend_tls.get(), route->tls_names[idx])) {
+    if (send_try > 0 || !leg->takePooled(ep.state->id, route->backend_tls.get(),
+                                         route->tls_names[idx], route->http2)) {
       r = co_await leg->connect(ep.state->id, route->addresses[idx], ep.state->label,
-                                route->backend_tls.get(), route->tls_names[idx]);
+                                route->backend_tls.get(), route->tls_names[idx], route->http2);
       if (!r.ok()) {
         connect_failed = !r.starved;  // (no socket for want of descriptors: ours, no blame)
         if (r.starved)

@@ -55,6 +55,8 @@ struct Route {
   // certificate must carry (its domainName, else its IP), same order as `endpoints`.
   std::shared_ptr<http::TlsFiles> backend_tls;
   std::vector<std::string> tls_names;
+  // backend_protocol http2: HTTP/2 to the engines (h2/upstream_session.h); else HTTP/1.1.
+  bool http2 = false;
 };
 
 struct VipConfig {

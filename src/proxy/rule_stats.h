@@ -114,6 +114,12 @@ struct DataPlaneStats {
   std::atomic<int64_t> h2_connections{0}, h2_active_streams{0};
   std::atomic<uint64_t> h2_streams_total{0}, h2_refused_streams{0}, h2_client_resets{0},
       h2_protocol_errors{0};
+  // HTTP/2 to the engines (h2/upstream_session.h): open connections; streams [0] opened, [1] not
+  // processed by the engine (REFUSED_STREAM, past its GOAWAY: sent again), [2] reset or cut by
+  // the engine; connections ended by an engine's protocol error.
+  std::atomic<int64_t> upstream_h2_sessions{0};
+  std::array<std::atomic<uint64_t>, 3> upstream_h2_streams{};
+  std::atomic<uint64_t> upstream_h2_protocol_errors{0};
   // How quota reservations counted the prompt: token ids, the model's tokenizer, bytes / 4.
   std::atomic<uint64_t> quota_prompt_ids{0}, quota_prompt_tokenizer{0}, quota_prompt_bytes{0};
   std::atomic<int64_t> idle_upstream{0};     // pooled keep-alive connections, all workers

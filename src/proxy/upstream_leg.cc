@@ -1,11 +1,13 @@
 #include "proxy/upstream_leg.h"
 
+#include <openssl/ssl.h>
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
 
 #include "http/readiness.h"
+#include "proxy/h2/upstream_session.h"
 
 namespace kvgate::proxy {
 
@@ -17,12 +19,32 @@ constexpr size_t kLegReadMax = 64 * 1024;
 // partial response head left in the buffer is completed in place instead of doubling it.
 constexpr size_t kLegReadFloor = 1024;
 
+UpstreamLeg::~UpstreamLeg() { resetH2(); }
+
+void UpstreamLeg::close() {
+  conn_.close();
+  if (h2_wait_) h2_wait_->cancel();
+  // HTTP/2: this exchange's stream is reset (the session goes on); the pointers stay until the
+  // exchange ends, so a read or send waiting on the stream sees it end.
+  if (h2_stream_ && h2_session_) h2_session_->finish(h2_stream_);
+}
+
+void UpstreamLeg::resetH2() {
+  if (h2_stream_ && h2_session_) h2_session_->finish(h2_stream_);
+  if (!h2_stream_ && h2_session_) h2_session_->unclaim();  // (taken, never opened)
+  h2_stream_.reset();
+  h2_session_.reset();
+}
+
 void UpstreamLeg::begin(endpoints::EndpointId id) {
   close();
+  resetH2();
+  http2_ = false;
   buf_.clear();
   id_ = id;
   timed_out_ = false;
   abandoned_ = false;
+  aborted_ = false;
   clean_eof_ = false;
   grow_room_ = true;
   interim_count_ = 0;
@@ -31,10 +53,16 @@ void UpstreamLeg::begin(endpoints::EndpointId id) {
 }
 
 bool UpstreamLeg::takePooled(endpoints::EndpointId id, const http::BackendTls* tls,
-                             std::string_view tls_name) {
+                             std::string_view tls_name, bool http2) {
   begin(id);
+  http2_ = http2;
   const std::shared_ptr<asio::ssl::context> ctx = tls ? tls->current() : nullptr;
-  reused_ = pool_.take(id, ctx.get(), tls_name, conn_);
+  if (http2) {
+    h2_session_ = pool_.takeH2(id, ctx.get(), tls_name);
+    reused_ = h2_session_ != nullptr;
+  } else {
+    reused_ = pool_.take(id, ctx.get(), tls_name, conn_);
+  }
   return reused_;
 }
 
@@ -42,10 +70,33 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId 
                                                           const tcp::endpoint& addr,
                                                           std::string_view label,
                                                           const http::BackendTls* tls,
-                                                          std::string_view tls_name) {
+                                                          std::string_view tls_name, bool http2) {
   begin(id);
+  http2_ = http2;
   conn_ = UpstreamConn(io_);
   error_code ec;
+  // HTTP/2: one connect per endpoint at a time in this worker; the legs that come meanwhile
+  // share what it makes (each ends that connect's wait on every path: RAII).
+  struct EndConnect {
+    UpstreamPool* pool = nullptr;
+    endpoints::EndpointId id = 0;
+    ~EndConnect() {
+      if (pool) pool->endH2Connect(id);
+    }
+  } end_connect;
+  if (http2_) {
+    const std::shared_ptr<asio::ssl::context> ctx = tls ? tls->current() : nullptr;
+    if (co_await awaitH2Connect(id, ctx.get(), tls_name)) co_return Result{};
+    if (timed_out_ || abandoned_ || aborted_) {
+      Result r{timed_out_ ? Outcome::kTimeout : Outcome::kConnectFailed, false, false, {}};
+      r.error = "connect to " + std::string(label) +
+                " failed: " + (timed_out_ ? std::string("timeout") : std::string("given up"));
+      co_return r;
+    }
+    pool_.beginH2Connect(id);
+    end_connect.pool = &pool_;
+    end_connect.id = id;
+  }
   co_await conn_.sock.async_connect(addr, useEc(ec));
   if (ec || !conn_.sock.is_open()) {
     close();
@@ -57,7 +108,37 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId 
   }
   conn_.sock.set_option(tcp::no_delay(true), ec);
   conn_.sock.non_blocking(true, ec);  // for the non-blocking first write (writeTwo)
-  if (tls) co_return co_await handshake(*tls, tls_name, label);
+  if (tls) {
+    Result r = co_await handshake(*tls, tls_name, label);
+    if (!r.ok()) co_return r;
+  }
+  if (http2_) {
+    if (conn_.tls) {  // the engine must have chosen h2 (no HTTP/1.1 fallback: the rule says http2)
+      const unsigned char* p = nullptr;
+      unsigned int n = 0;
+      SSL_get0_alpn_selected(conn_.tls->native(), &p, &n);
+      if (std::string_view(reinterpret_cast<const char*>(p), p ? n : 0) != "h2") {
+        close();
+        Result r{Outcome::kConnectFailed, true, false, {}};
+        r.error = "engine " + std::string(label) +
+                  " did not choose HTTP/2 by ALPN (the rule's backend_protocol is http2)";
+        co_return r;
+      }
+    }
+    h2_session_ = pool_.addH2(id, std::move(conn_), io_);
+    conn_ = UpstreamConn(io_);
+    // Used once the engine's SETTINGS came (its stream limit known, so the legs waiting for
+    // this connect spread by it), within the connect deadline.
+    const bool ok = co_await h2_session_->settled(h2_wait_);
+    if (!ok) {
+      resetH2();
+      Result r{timed_out_ ? Outcome::kTimeout : Outcome::kConnectFailed, !timed_out_, false, {}};
+      r.error = "HTTP/2 connection to " + std::string(label) + " failed: " +
+                (timed_out_ ? std::string("no SETTINGS in time")
+                            : std::string("closed before its SETTINGS"));
+      co_return r;
+    }
+  }
   co_return Result{};
 }
 
@@ -68,18 +149,20 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::handshake(const http::BackendT
                                                             std::string_view name,
                                                             std::string_view label) {
   conn_.tls_name = std::string(name);
-  const error_code ec =
-      co_await http::clientHandshake(conn_.sock, tls, conn_.tls_name, conn_.ctx, conn_.tls);
+  const error_code ec = co_await http::clientHandshake(conn_.sock, tls, conn_.tls_name, conn_.ctx,
+                                                       conn_.tls, http2_ ? "\x02h2" : "");
   if (!ec && conn_.sock.is_open()) co_return Result{};
   close();
   Result r{Outcome::kConnectFailed, true, false, {}};
   r.error = "TLS handshake with " + std::string(label) +
             " failed: " + (timed_out_ ? std::string("timeout") : ec.message());
+  if (http2_) r.error += " (HTTP/2 by ALPN offered alone: the rule's backend_protocol is http2)";
   co_return r;
 }
 
 asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
                                                        std::string_view body) {
+  if (http2_) co_return co_await sendH2(head, body);
   size_t n = 0;
   error_code ec;
   if (conn_.tls) {
@@ -94,7 +177,92 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::send(std::string_view head,
   co_return r;
 }
 
+// HTTP/2: while another leg of this worker connects to the endpoint, waits for its connection;
+// true when a session with room was found (this leg's session).
+asio::awaitable<bool> UpstreamLeg::awaitH2Connect(endpoints::EndpointId id,
+                                                  const asio::ssl::context* ctx,
+                                                  std::string_view tls_name) {
+  while (pool_.h2Connecting(id) && !timed_out_ && !abandoned_ && !aborted_) {
+    asio::steady_timer t(io_, asio::steady_timer::time_point::max());
+    struct Unwait {  // (also when the frame is destroyed while it waits)
+      UpstreamLeg& leg;
+      endpoints::EndpointId id;
+      asio::steady_timer* t;
+      ~Unwait() {
+        leg.h2_wait_ = nullptr;
+        leg.pool_.unwaitH2(id, t);
+      }
+    } unwait{*this, id, &t};
+    pool_.waitH2(id, &t);
+    h2_wait_ = &t;
+    error_code ec;
+    co_await t.async_wait(useEc(ec));
+    if (timed_out_ || abandoned_ || aborted_) break;
+    h2_session_ = pool_.takeH2(id, ctx, tls_name);
+    if (h2_session_) co_return true;
+  }
+  co_return false;
+}
+
+// HTTP/2: the request is submitted as a stream and sent when its END_STREAM went out (or the
+// engine answered first). Not sent because the engine did not process it, or because the reused
+// connection ended before any answer: retry_safe, as a stale keep-alive connection.
+asio::awaitable<UpstreamLeg::Result> UpstreamLeg::sendH2(std::string_view head,
+                                                         std::string_view body) {
+  std::string err = "no HTTP/2 connection";
+  bool retryable = true;
+  if (h2_session_) h2_stream_ = h2_session_->open(head, body, err, retryable);
+  if (!h2_stream_) {
+    h2_session_.reset();  // (open() gave the claim back)
+    Result r{Outcome::kSendFailed, retryable, false, err};
+    co_return r;
+  }
+  const std::shared_ptr<h2::UpstreamStream> s = h2_stream_;  // (outlives the wait)
+  while (!s->sent && !s->ended && !s->cancelled && !s->final_head) {
+    s->waiter.expires_at(asio::steady_timer::time_point::max());
+    error_code ec;
+    co_await s->waiter.async_wait(useEc(ec));
+  }
+  if (!s->cancelled && (s->sent || s->final_head)) co_return Result{};
+  Result r{timed_out_ ? Outcome::kTimeout : Outcome::kSendFailed,
+           !timed_out_ && !abandoned_ && !aborted_ && s->unprocessed, false,
+           s->unprocessed ? "the engine did not process the HTTP/2 stream"
+           : s->conn_lost ? "the HTTP/2 connection to the engine ended"
+                          : "the engine reset the HTTP/2 stream"};
+  close();
+  co_return r;
+}
+
+// HTTP/2: the stream's response bytes (HTTP/1.1 text) into buf(); its window reopens by as much.
+asio::awaitable<bool> UpstreamLeg::readSomeH2() {
+  const std::shared_ptr<h2::UpstreamStream> s = h2_stream_;
+  if (!s) co_return false;
+  for (;;) {
+    if (!s->data.empty()) {
+      auto b = buf_.prepare(s->data.size());
+      std::memcpy(b.data(), s->data.data(), s->data.size());
+      buf_.commit(s->data.size());
+      if (s->data.capacity() > kLegReadMax)
+        std::string().swap(s->data);
+      else
+        s->data.clear();
+      if (h2_session_) h2_session_->consumed(*s, std::exchange(s->unconsumed, 0));
+      co_return true;
+    }
+    if (s->cancelled || s->ended || s->clean) {
+      clean_eof_ = s->clean && !s->cancelled;  // the engine's END_STREAM
+      co_return false;
+    }
+    observer_.onUpstreamWait();
+    if (!grow_room_) buf_.shrinkIfEmpty(0);
+    s->waiter.expires_at(asio::steady_timer::time_point::max());
+    error_code ec;
+    co_await s->waiter.async_wait(useEc(ec));
+  }
+}
+
 asio::awaitable<bool> UpstreamLeg::readSome() {
+  if (http2_) co_return co_await readSomeH2();
   // Plain TCP: a recv only when bytes may be there (the last read filled its room, or an epoll
   // edge came since a read of ours drained the socket), else a wait that costs no syscall and
   // takes no buffer memory (http/readiness.h; before it, each response began with a recv that
@@ -192,6 +360,8 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::readHead(std::string_view meth
   } else {
     r.outcome = Outcome::kClosed;
     r.retry_safe = reused_ && !got_bytes && interim_count_ == 0;
+    if (h2_stream_)  // HTTP/2: only a stream the engine did not process (its HEADERS may be
+      r.retry_safe = !abandoned_ && !aborted_ && h2_stream_->unprocessed;  // running otherwise)
     r.error = "upstream closed the connection";
   }
   interim_count_ = 0;
@@ -200,6 +370,12 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::readHead(std::string_view meth
 }
 
 void UpstreamLeg::release(bool complete) {
+  if (http2_) {  // (the session stays; an unfinished stream is reset)
+    resetH2();
+    buf_.clear();
+    buf_.shrinkIfEmpty(256 * 1024);
+    return;
+  }
   if (complete && buf_.empty() && conn_.drained() && conn_.isOpen() && !timed_out_)
     pool_.put(id_, std::move(conn_));
   else

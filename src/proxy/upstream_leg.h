@@ -16,6 +16,12 @@
 // then runs the TLS handshake (SNI and the name check use the endpoint's domainName, else its
 // IP) within the same connect deadline, and every read and write goes through OpenSSL. Pooled
 // connections are reused only with the same context.
+//
+// HTTP/2 to the engine (`http2`: rules' backend_protocol http2): the exchange is one stream of a
+// session the worker's requests share (h2/upstream_session.h; over TLS the engine must choose h2
+// by ALPN); its response is read as the same HTTP/1.1 byte stream (bridge.h), so readHead(),
+// readBody() and buf() are unchanged for the caller. abort() and release() reset the stream only;
+// retry_safe also covers a stream the engine did not process (REFUSED_STREAM, GOAWAY).
 #pragma once
 #include <string>
 #include <string_view>
@@ -26,6 +32,11 @@
 #include "http/parser.h"
 #include "proxy/buffer.h"
 #include "proxy/upstream_pool.h"
+
+namespace kvgate::proxy::h2 {
+class UpstreamSession;
+struct UpstreamStream;
+}  // namespace kvgate::proxy::h2
 
 namespace kvgate::proxy {
 
@@ -61,18 +72,19 @@ class UpstreamLeg {
 
   UpstreamLeg(asio::io_context& io, UpstreamPool& pool, LegObserver& observer)
       : io_(io), pool_(pool), observer_(observer), conn_(io) {}
+  ~UpstreamLeg();
 
   // Starts an exchange with endpoint `id` on a pooled keep-alive connection; false when the pool
   // has none (then connect()). `tls`: the rule's TLS to its engines (null: plain); `tls_name` as
   // for connect().
   bool takePooled(endpoints::EndpointId id, const http::BackendTls* tls = nullptr,
-                  std::string_view tls_name = {});
+                  std::string_view tls_name = {}, bool http2 = false);
   // Starts an exchange with endpoint `id` on a new connection to `addr` (the owner's deadline
   // bounds the connect and the TLS handshake). `tls_name`: the name the engine's certificate must
   // carry (its domainName or IP).
   asio::awaitable<Result> connect(endpoints::EndpointId id, const tcp::endpoint& addr,
                                   std::string_view label, const http::BackendTls* tls = nullptr,
-                                  std::string_view tls_name = {});
+                                  std::string_view tls_name = {}, bool http2 = false);
   asio::awaitable<Result> send(std::string_view head, std::string_view body);
   asio::awaitable<Result> readHead(std::string_view method, http::ResponseHead& rh);
   void consumeHead(const http::ResponseHead& rh) { buf_.consume(rh.head_bytes); }
@@ -89,6 +101,7 @@ class UpstreamLeg {
   // Closes the connection (deadline, client gone); a pending operation completes with an error.
   void abort(bool timeout) {
     timed_out_ |= timeout;
+    aborted_ = true;
     close();
   }
   bool timedOut() const { return timed_out_; }
@@ -96,6 +109,7 @@ class UpstreamLeg {
   // leg failed): not the endpoint's failure, so nothing is settled against it.
   void abandon() {
     abandoned_ = true;
+    aborted_ = true;
     close();
   }
   bool abandoned() const { return abandoned_; }
@@ -107,7 +121,12 @@ class UpstreamLeg {
   void noteRead(size_t n, size_t room);
   size_t readRoom() const;
   void begin(endpoints::EndpointId id);
-  void close() { conn_.close(); }
+  void close();
+  asio::awaitable<bool> readSomeH2();
+  asio::awaitable<Result> sendH2(std::string_view head, std::string_view body);
+  asio::awaitable<bool> awaitH2Connect(endpoints::EndpointId id, const asio::ssl::context* ctx,
+                                       std::string_view tls_name);
+  void resetH2();
   asio::awaitable<Result> handshake(const http::BackendTls& tls, std::string_view name,
                                     std::string_view label);
   asio::io_context& io_;
@@ -119,10 +138,16 @@ class UpstreamLeg {
   bool reused_ = false;
   bool timed_out_ = false;
   bool abandoned_ = false;
+  bool aborted_ = false;     // abort() or abandon() since begin(): nothing more is started
   size_t read_room_ = 4096;  // room asked for by the next read (grows for large bodies)
   int interim_count_ = 0;    // 1xx responses seen in this exchange
   bool clean_eof_ = false;   // the last failed read was a clean end of stream
   bool grow_room_ = true;    // reads that fill their room double it (large bodies)
+  // HTTP/2 (backend_protocol http2): the session and this exchange's stream.
+  bool http2_ = false;
+  std::shared_ptr<h2::UpstreamSession> h2_session_;
+  std::shared_ptr<h2::UpstreamStream> h2_stream_;
+  asio::steady_timer* h2_wait_ = nullptr;  // waiting for another leg's connect (abort wakes it)
 };
 
 }  // namespace kvgate::proxy

@@ -1,6 +1,7 @@
 #include "proxy/upstream_pool.h"
 
 #include "http/readiness.h"
+#include "proxy/h2/upstream_session.h"
 
 namespace kvgate::proxy {
 namespace {
@@ -17,7 +18,51 @@ bool stillUsable(UpstreamConn& conn) {
 }
 }  // namespace
 
-UpstreamPool::~UpstreamPool() { clear(); }
+UpstreamPool::~UpstreamPool() { closeAll(); }
+
+void UpstreamPool::closeAll() {
+  clear();
+  for (auto& s : h2_closing_) s->close();
+  h2_closing_.clear();
+  h2_connecting_.clear();
+}
+
+std::shared_ptr<h2::UpstreamSession> UpstreamPool::takeH2(endpoints::EndpointId id,
+                                                          const asio::ssl::context* tls,
+                                                          std::string_view tls_name) {
+  auto it = h2_.find(id);
+  if (it == h2_.end()) return nullptr;
+  for (const auto& s : it->second)
+    if (s->tlsContext() == tls && (!tls || s->tlsName() == tls_name) && s->usable()) {
+      s->claim();  // (the taker's stream place, until it opens it or gives up)
+      return s;
+    }
+  return nullptr;
+}
+
+void UpstreamPool::endH2Connect(endpoints::EndpointId id) {
+  auto it = h2_connecting_.find(id);
+  if (it == h2_connecting_.end()) return;
+  const std::vector<asio::steady_timer*> waiters = std::move(it->second);
+  h2_connecting_.erase(it);
+  for (auto* t : waiters) t->cancel();
+}
+
+void UpstreamPool::unwaitH2(endpoints::EndpointId id, asio::steady_timer* t) {
+  auto it = h2_connecting_.find(id);
+  if (it != h2_connecting_.end()) std::erase(it->second, t);
+}
+
+std::shared_ptr<h2::UpstreamSession> UpstreamPool::addH2(endpoints::EndpointId id,
+                                                         UpstreamConn conn, asio::io_context& io) {
+  auto s =
+      std::make_shared<h2::UpstreamSession>(io, std::move(conn.sock), std::move(conn.tls),
+                                            std::move(conn.ctx), std::move(conn.tls_name), stats_);
+  s->start();
+  s->claim();
+  h2_[id].push_back(s);
+  return s;
+}
 
 void UpstreamPool::discard(PooledConn& c) {
   c.conn.close();
@@ -77,6 +122,37 @@ void UpstreamPool::sweep(std::chrono::steady_clock::time_point now) {
     v.erase(v.begin() + static_cast<std::ptrdiff_t>(keep), v.end());
     it = v.empty() ? idle_.erase(it) : std::next(it);
   }
+  // HTTP/2: a session whose socket takes no byte for the idle timeout is closed with its streams;
+  // one with no stream and no claim closes gracefully (GOAWAY, then its writer closes) once idle
+  // for the timeout, or after a second when it takes no new stream anyway (the engine's GOAWAY,
+  // a connect whose leg gave up before the SETTINGS). Closed ones are forgotten.
+  auto sweepH2 = [&](std::shared_ptr<h2::UpstreamSession>& s) {
+    if (s->closed()) return true;
+    if (s->writeStalledSince(now - idle_timeout_)) {
+      s->close();
+      return true;
+    }
+    if (s->streams() == 0 && s->claims() == 0 &&
+        (now - s->idleSince() >= idle_timeout_ ||
+         (!s->usable() && now - s->idleSince() >= std::chrono::seconds(1))))
+      s->close(/*graceful=*/true);
+    return false;
+  };
+  for (auto it = h2_.begin(); it != h2_.end();) {
+    std::erase_if(it->second, sweepH2);
+    it = it->second.empty() ? h2_.erase(it) : std::next(it);
+  }
+  std::erase_if(h2_closing_, sweepH2);
+}
+
+// HTTP/2 sessions leave the pool gracefully: GOAWAY, the streams running finish; they stay in
+// h2_closing_ (swept: closed when their socket stalls) until their writer closes them.
+void UpstreamPool::retireH2(std::vector<std::shared_ptr<h2::UpstreamSession>>& v) {
+  for (auto& s : v) {
+    s->close(/*graceful=*/true);
+    if (!s->closed()) h2_closing_.push_back(std::move(s));
+  }
+  v.clear();
 }
 
 void UpstreamPool::drop(const std::vector<endpoints::EndpointId>& ids) {
@@ -86,12 +162,21 @@ void UpstreamPool::drop(const std::vector<endpoints::EndpointId>& ids) {
     for (auto& c : it->second) discard(c);
     idle_.erase(it);
   }
+  for (auto id : ids) {
+    auto it = h2_.find(id);
+    if (it == h2_.end()) continue;
+    retireH2(it->second);  // (requests running finish)
+    h2_.erase(it);
+  }
 }
 
 void UpstreamPool::clear() {
   for (auto& [id, v] : idle_)
     for (auto& c : v) discard(c);
   idle_.clear();
+  // (a drain: the streams running finish; the session's end follows its last one)
+  for (auto& [id, v] : h2_) retireH2(v);
+  h2_.clear();
 }
 
 size_t UpstreamPool::idleCount() const {

@@ -14,6 +14,13 @@
 // idle (no CLOSE_WAIT sockets left behind) and those idle longer than `idle_timeout`; drop()
 // frees the pools of endpoints removed from every rule.
 // Knobs: --upstream-idle-ms (idle_timeout, default 30000), max idle per endpoint (256).
+//
+// HTTP/2 to the engines (rules' backend_protocol http2, h2/upstream_session.h): the sessions of
+// each endpoint, shared by this worker's requests (a stream each) and kept while they live; a
+// request takes the first session with room for a stream, matched by TLS context and name as
+// above, else its leg connects a new one (addH2). sweep() closes sessions with no stream for
+// `idle_timeout` (GOAWAY first) or whose socket took no byte for as long, and forgets closed
+// ones; drop() and clear() (a drain) retire them gracefully: GOAWAY, the streams running finish.
 #pragma once
 #include <chrono>
 #include <string>
@@ -31,6 +38,9 @@
 #include "proxy/rule_stats.h"
 
 namespace kvgate::proxy {
+namespace h2 {
+class UpstreamSession;
+}
 
 // One upstream connection: plain TCP, or TLS over it (http/fd_tls.h: OpenSSL on the socket's
 // descriptor, so a pooled connection's "nothing pending" check is exact). `ctx` keeps the TLS
@@ -71,7 +81,26 @@ class UpstreamPool {
   // Closes and forgets every idle connection to these endpoints.
   void drop(const std::vector<endpoints::EndpointId>& ids);
   void clear();
+  // clear(), and every HTTP/2 session closed now, streams and all (the worker's end: nothing of
+  // the pool outlives the io_context).
+  void closeAll();
   size_t idleCount() const;
+  // HTTP/2: a session to `id` with room for a stream (null: none); a new session on `conn`
+  // (connected, TLS with ALPN h2 done), started and kept. Either way the caller holds a claim on
+  // the session (UpstreamSession::claim) until it opens its stream or gives the claim back.
+  std::shared_ptr<h2::UpstreamSession> takeH2(endpoints::EndpointId id,
+                                              const asio::ssl::context* tls,
+                                              std::string_view tls_name);
+  std::shared_ptr<h2::UpstreamSession> addH2(endpoints::EndpointId id, UpstreamConn conn,
+                                             asio::io_context& io);
+  // HTTP/2 connects in progress: a leg that finds one to its endpoint waits for it (its timer,
+  // cancelled when that connect ends, either way) instead of opening a connection of its own, so
+  // a burst shares one connection from the start.
+  bool h2Connecting(endpoints::EndpointId id) const { return h2_connecting_.count(id) != 0; }
+  void beginH2Connect(endpoints::EndpointId id) { h2_connecting_[id]; }
+  void endH2Connect(endpoints::EndpointId id);
+  void waitH2(endpoints::EndpointId id, asio::steady_timer* t) { h2_connecting_[id].push_back(t); }
+  void unwaitH2(endpoints::EndpointId id, asio::steady_timer* t);
 
  private:
   void discard(PooledConn& c);
@@ -79,6 +108,10 @@ class UpstreamPool {
   std::chrono::milliseconds idle_timeout_;
   DataPlaneStats& stats_;
   std::unordered_map<endpoints::EndpointId, std::vector<PooledConn>> idle_;
+  std::unordered_map<endpoints::EndpointId, std::vector<std::shared_ptr<h2::UpstreamSession>>> h2_;
+  std::unordered_map<endpoints::EndpointId, std::vector<asio::steady_timer*>> h2_connecting_;
+  std::vector<std::shared_ptr<h2::UpstreamSession>> h2_closing_;  // GOAWAY sent, streams running
+  void retireH2(std::vector<std::shared_ptr<h2::UpstreamSession>>& v);
 };
 
 }  // namespace kvgate::proxy

@@ -31,7 +31,7 @@ class Worker {
   // (the connection set, quota settlement) still finds everything alive.
   ~Worker() {
     work.reset();
-    pool.clear();
+    pool.closeAll();
   }
   const ProxyOptions& opts;
   DataPlaneStats& stats;  // shared by all workers (atomics)

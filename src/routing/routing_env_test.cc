@@ -83,11 +83,11 @@ TEST(RuleProfile, EffectiveBlockNamesStagesAndWhereTheLawCameFrom) {
   EXPECT_EQ(j["kvLbModeFrom"], "rule");
   r.service_args.erase("kvLbMode");
   j = effectiveRouting(r, defaultRoutingEnv());  // no rule field, no environment: the default
-  EXPECT_EQ(j["kvLbMode"], "predict");
+  EXPECT_EQ(j["kvLbMode"], "predict-q");
   EXPECT_EQ(j["kvLbModeFrom"], "default");
   w.clear();
   j = effectiveRouting(r, read({{"LOXILB_KV_LB_MODE", "bogus"}}, w));  // garbage: the default too
-  EXPECT_EQ(j["kvLbMode"], "predict");
+  EXPECT_EQ(j["kvLbMode"], "predict-q");
   ASSERT_EQ(w.size(), 1u);
   config::RuleSpec plain;  // sel 0, nothing else
   plain.service_args = nlohmann::json::object();

@@ -112,7 +112,7 @@ Load:
   --side-arms LIST    more arms, run only at --side-qps
   --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs;
                       the whole ladder when it has two or fewer)
-  --quick             arms rr,lc,kv-hard,kv-predict,kv-taper-lc,oracle over the ladder and every
+  --quick             arms rr,lc,kv-hard,kv-predict-q,kv-taper-lc,oracle over the ladder and every
                       other arm at two points
   --warmup N          unmeasured requests before each rung's measured ones (default requests/2);
                       every rung starts from empty caches
@@ -290,7 +290,7 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
         return false;
       }
       // (kv-taper-lc over the whole ladder: the setting measured best on GSP at low load)
-      o.arms = {"rr", "lc", "kv-hard", "kv-predict", "kv-taper-lc", "oracle"};
+      o.arms = {"rr", "lc", "kv-hard", "kv-predict-q", "kv-taper-lc", "oracle"};
       o.side_arms = {"random",           "chwbl",    "kv-soft", "kv-adaptive",
                      "kv-adaptive-soft", "kv-taper", "kv-ttft", "kv-soft-lc",
                      "sglang",           "sglang-cli", "smg", "lmetric", "dynamo", "dynamo-v1", "llm-d",

@@ -2,6 +2,7 @@
 #include "proxy/h2/bridge.h"
 
 #include "http/parser.h"
+#include "http/server.h"
 
 namespace kvgate::proxy::h2 {
 
@@ -82,6 +83,115 @@ bool responseFields(std::string_view head, std::string_view request_method, int&
     fields.push_back(std::move(f));
   }
   return true;
+}
+
+// The head text is the request path's own (buildUpstreamHead: a request line, then "Name: value"
+// lines of fields the strict parser already accepted), so it is split here rather than parsed
+// again: no field-count limit beyond the client's (a request of 100 fields plus X-Request-Id
+// still goes out).
+bool requestFields(std::string_view head, std::string_view scheme, std::vector<Field>& fields,
+                   std::string& error) {
+  fields.clear();
+  auto bad = [&](const char* why) {
+    error = std::string("request head not readable for HTTP/2: ") + why;
+    return false;
+  };
+  size_t eol = head.find("\r\n");
+  if (eol == std::string_view::npos) return bad("no request line");
+  const std::string_view line = head.substr(0, eol);
+  const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
+  if (sp1 == std::string_view::npos || sp2 <= sp1 + 1) return bad("request line");
+  const std::string_view method = line.substr(0, sp1);
+  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  std::string_view authority;
+  // Absolute form (RFC 9112 §3.2.2): the authority and path come from the URI (RFC 9113 §8.3.1).
+  for (std::string_view pre : {"http://", "https://"}) {
+    if (target.size() >= pre.size() && http::iequals(target.substr(0, pre.size()), pre)) {
+      target.remove_prefix(pre.size());
+      const size_t slash = target.find_first_of("/?");
+      authority = target.substr(0, slash);
+      target = slash == std::string_view::npos ? std::string_view("/") : target.substr(slash);
+      break;
+    }
+  }
+  std::vector<std::pair<std::string_view, std::string_view>> lines;
+  std::string_view conn_tokens;
+  for (size_t at = eol + 2; at < head.size();) {
+    eol = head.find("\r\n", at);
+    if (eol == std::string_view::npos) return bad("unterminated field");
+    if (eol == at) break;  // the empty line
+    const std::string_view l = head.substr(at, eol - at);
+    at = eol + 2;
+    const size_t colon = l.find(':');
+    if (colon == std::string_view::npos || colon == 0) return bad("field without a name");
+    std::string_view value = l.substr(colon + 1);
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+      value.remove_prefix(1);
+    const std::string_view name = l.substr(0, colon);
+    if (http::iequals(name, "host") && authority.empty()) authority = value;
+    if (http::iequals(name, "connection")) conn_tokens = value;
+    lines.emplace_back(name, value);
+  }
+  if (authority.empty()) return bad("no Host (HTTP/2 needs :authority)");
+  if (method.empty() || target.empty()) return bad("request line");
+  fields.push_back({":method", std::string(method)});
+  fields.push_back({":scheme", std::string(scheme)});
+  fields.push_back({":authority", std::string(authority)});
+  fields.push_back({":path", std::string(target)});
+  for (const auto& [name, value] : lines) {
+    if (http::isHopByHop(name) || http::iequals(name, "host") ||
+        http::iequals(name, "proxy-connection") || http::iequals(name, "expect") ||
+        (!conn_tokens.empty() && http::headerHasToken(conn_tokens, name)))
+      continue;
+    Field f{std::string(name), std::string(value)};
+    for (char& c : f.name)
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    fields.push_back(std::move(f));
+  }
+  return true;
+}
+
+bool sensitiveField(std::string_view lower_name) {
+  return lower_name == "authorization" || lower_name == "proxy-authorization" ||
+         lower_name == "cookie" || lower_name == "x-api-key";
+}
+
+void ResponseHeadText::add(std::string_view name, std::string_view value) {
+  if (too_large_) return;
+  if (fields_.size() + name.size() + value.size() + 4 > max_bytes_) {
+    too_large_ = true;
+    return;
+  }
+  if (name == ":status") {
+    int s = 0;
+    for (char c : value) s = s * 10 + (c - '0');  // (libnghttp2 checked: three digits)
+    status_ = value.size() == 3 ? s : 0;
+    return;
+  }
+  if (!name.empty() && name[0] == ':') return;
+  if (name == "content-length") has_length_ = true;
+  fields_.append(name).append(": ").append(value).append("\r\n");
+}
+
+bool ResponseHeadText::finish(std::string_view request_method, std::string& out) {
+  if (too_large_ || status_ < 100) return false;
+  out.append("HTTP/1.1 ")
+      .append(std::to_string(status_))
+      .append(" ")
+      .append(http::statusReason(status_))
+      .append("\r\n")
+      .append(fields_);
+  const bool bodyless = interim() || status_ == 204 || status_ == 304 || request_method == "HEAD";
+  chunked_ = !bodyless && !has_length_;
+  if (chunked_) out.append("transfer-encoding: chunked\r\n");
+  out.append("\r\n");
+  return true;
+}
+
+void ResponseHeadText::clear() {
+  status_ = 0;
+  has_length_ = too_large_ = chunked_ = false;
+  fields_.clear();
 }
 
 }  // namespace kvgate::proxy::h2

@@ -12,6 +12,19 @@
 //   The head text is bounded by `max_head_bytes` (431 beyond).
 // Response rules: the status line's code becomes :status; hop-by-hop fields (RFC 9110 §7.6.1)
 //   are dropped; names are lower-cased.
+//
+// The engine side (rules' backend_protocol http2, h2/upstream_session.h) is the mirror image: the
+// HTTP/1.1 request head the request path built for the engine becomes the HTTP/2 request
+// (requestFields), and the engine's response HEADERS become the HTTP/1.1 head text the request
+// path reads (ResponseHeadText), so routing, relay, SSE and usage scanning read the same bytes
+// whatever the engine speaks:
+//   request: the request line's method and target give :method and :path, Host gives :authority
+//     (an absolute-form target gives both), :scheme is the connection's (http or https); host,
+//     hop-by-hop fields and `expect` are dropped, names lower-cased, content-length kept (the
+//     body is whole); credentials and cookies are sent never-indexed (sensitiveField);
+//   response: :status makes the status line; a body with no content-length is chunk-framed
+//     (`transfer-encoding: chunked` added: ResponseHeadText::chunked()), so its end is the
+//     stream's end and not a connection close; the head text is bounded (502 beyond).
 #pragma once
 #include <string>
 #include <string_view>
@@ -50,5 +63,35 @@ struct Field {
 // `head`: an HTTP/1.x response head, status line to the empty line. False: not one.
 bool responseFields(std::string_view head, std::string_view request_method, int& status,
                     std::vector<Field>& fields);
+
+// The HTTP/2 request for the engine from the HTTP/1.1 head text `head` (the request path's). False
+// with `error` set: not a request head, or one HTTP/2 cannot carry (no Host).
+bool requestFields(std::string_view head, std::string_view scheme, std::vector<Field>& fields,
+                   std::string& error);
+// Fields whose values HPACK must never index on a connection that carries many clients' requests
+// (a compression side channel, RFC 7541 §7.1.3): credentials and cookies.
+bool sensitiveField(std::string_view lower_name);
+
+// One response HEADERS block from the engine, as HTTP/1.1 head text.
+class ResponseHeadText {
+ public:
+  explicit ResponseHeadText(size_t max_head_bytes) : max_bytes_(max_head_bytes) {}
+  // One field as libnghttp2 delivered it (it has checked names, values and pseudo-headers).
+  void add(std::string_view name, std::string_view value);
+  // The head text for a request of `request_method`, appended to `out`. False: too large, or no
+  // :status.
+  bool finish(std::string_view request_method, std::string& out);
+  int status() const { return status_; }
+  bool interim() const { return status_ >= 100 && status_ < 200; }
+  // The body that follows is to be chunk-framed (no content-length, and a body is allowed).
+  bool chunked() const { return chunked_; }
+  void clear();
+
+ private:
+  size_t max_bytes_;
+  int status_ = 0;
+  bool has_length_ = false, too_large_ = false, chunked_ = false;
+  std::string fields_;
+};
 
 }  // namespace kvgate::proxy::h2

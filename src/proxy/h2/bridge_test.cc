@@ -112,5 +112,101 @@ TEST(H2Bridge, ResponseFields) {
   EXPECT_FALSE(responseFields("garbage\r\n\r\n", "GET", status, f));
 }
 
+// The engine side (backend_protocol http2): the request path's HTTP/1.1 head for the engine as
+// HTTP/2 fields (RFC 9113 §8.3.1: pseudo-headers first; §8.2.2: no connection-specific fields).
+TEST(H2Bridge, UpstreamRequestFields) {
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nConnection: keep-alive, x-hop\r\n"
+      "Content-Type: application/json\r\nX-Hop: 1\r\nTE: trailers\r\nKeep-Alive: timeout=5\r\n"
+      "X-Request-Id: r1\r\nContent-Length: 2\r\n\r\n";
+  std::vector<Field> f;
+  std::string err;
+  ASSERT_TRUE(requestFields(head, "http", f, err)) << err;
+  std::vector<std::pair<std::string, std::string>> got;
+  for (const auto& x : f) got.emplace_back(x.name, x.value);
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {":method", "POST"},
+      {":scheme", "http"},
+      {":authority", "127.0.0.1:8000"},
+      {":path", "/v1/completions"},
+      {"content-type", "application/json"},
+      {"x-request-id", "r1"},
+      {"content-length", "2"}};
+  EXPECT_EQ(got, want);
+  // No Host (HTTP/2 needs :authority) and text that is no request head are refused.
+  EXPECT_FALSE(requestFields("GET / HTTP/1.0\r\n\r\n", "http", f, err));
+  EXPECT_FALSE(requestFields("garbage\r\n\r\n", "https", f, err));
+  ASSERT_TRUE(requestFields("GET /x HTTP/1.1\r\nHost: h\r\n\r\n", "https", f, err));
+  EXPECT_EQ(f[1].value, "https");
+  // Absolute form: :authority and :path from the URI (RFC 9113 §8.3.1), not the whole URI.
+  ASSERT_TRUE(requestFields("GET http://eng:8000/v1/models?x=1 HTTP/1.1\r\nHost: other\r\n\r\n",
+                            "http", f, err));
+  EXPECT_EQ(f[2].value, "eng:8000");
+  EXPECT_EQ(f[3].value, "/v1/models?x=1");
+  ASSERT_TRUE(requestFields("GET HTTPS://eng HTTP/1.1\r\n\r\n", "https", f, err));
+  EXPECT_EQ(f[2].value, "eng");
+  EXPECT_EQ(f[3].value, "/");
+  // More fields than the strict parser takes at once (its 100): all go out.
+  std::string many = "POST / HTTP/1.1\r\nHost: h\r\n";
+  for (int i = 0; i < 150; ++i)
+    many += "x-f" + std::to_string(i) + ": " + std::to_string(i) + "\r\n";
+  ASSERT_TRUE(requestFields(many + "\r\n", "http", f, err)) << err;
+  EXPECT_EQ(f.size(), 4u + 150u);
+  EXPECT_EQ(f.back().name, "x-f149");
+  EXPECT_EQ(f.back().value, "149");
+  EXPECT_FALSE(requestFields("POST / HTTP/1.1\r\nHost: h\r\nbroken\r\n\r\n", "http", f, err));
+  EXPECT_TRUE(sensitiveField("authorization"));
+  EXPECT_TRUE(sensitiveField("x-api-key"));
+  EXPECT_TRUE(sensitiveField("cookie"));
+  EXPECT_FALSE(sensitiveField("content-type"));
+}
+
+// The engine's response HEADERS as the HTTP/1.1 head the request path parses: no content-length
+// means a chunk-framed body (its end is the stream's end), except where no body is allowed.
+TEST(H2Bridge, UpstreamResponseHeadText) {
+  ResponseHeadText h(65536);
+  h.add(":status", "200");
+  h.add("content-type", "text/event-stream");
+  std::string out;
+  ASSERT_TRUE(h.finish("POST", out));
+  EXPECT_EQ(out,
+            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            "transfer-encoding: chunked\r\n\r\n");
+  EXPECT_TRUE(h.chunked());
+  http::ResponseHead rh;
+  http::ParseError e;
+  ASSERT_EQ(http::parseResponseHead(out.data(), out.size(), 65536, "POST", rh, e),
+            static_cast<int>(out.size()));
+  EXPECT_EQ(rh.body_kind, http::BodyKind::kChunked);
+  EXPECT_TRUE(rh.event_stream);
+
+  h.clear();
+  h.add(":status", "404");
+  h.add("content-length", "12");
+  out.clear();
+  ASSERT_TRUE(h.finish("POST", out));
+  EXPECT_EQ(out, "HTTP/1.1 404 Not Found\r\ncontent-length: 12\r\n\r\n");
+  EXPECT_FALSE(h.chunked());
+
+  for (auto [status, method] :
+       {std::pair{"204", "POST"}, {"304", "GET"}, {"200", "HEAD"}, {"100", "POST"}}) {
+    h.clear();
+    h.add(":status", status);
+    out.clear();
+    ASSERT_TRUE(h.finish(method, out));
+    EXPECT_FALSE(h.chunked()) << status << " " << method;
+    EXPECT_EQ(out.find("transfer-encoding"), std::string::npos);
+  }
+  // Past the bound, or without :status: refused (the leg answers 502).
+  ResponseHeadText small(64);
+  small.add(":status", "200");
+  small.add("x-big", std::string(100, 'a'));
+  out.clear();
+  EXPECT_FALSE(small.finish("GET", out));
+  ResponseHeadText none(64);
+  none.add("x", "y");
+  EXPECT_FALSE(none.finish("GET", out));
+}
+
 }  // namespace
 }  // namespace kvgate::proxy::h2

@@ -8,6 +8,7 @@
 #include "http/server.h"
 #include "proxy/client_conn.h"
 #include "proxy/h2/bridge.h"
+#include "proxy/h2/frames.h"
 #include "proxy/stream_sink.h"
 #include "proxy/worker.h"
 
@@ -487,26 +488,14 @@ void H2Conn::drain() {
 asio::awaitable<void> H2Conn::writer() {
   auto self = shared_from_this();
   while (!closed_) {
-    out_.clear();
-    while (out_.size() < kWriteAhead) {
-      const uint8_t* data = nullptr;
-      const ssize_t n = nghttp2_session_mem_send(session_, &data);
-      if (n < 0) {
-        log::debug("proxy", std::string("HTTP/2 send failed: ") + nghttp2_strerror(int(n)));
-        closeNow();
-        co_return;
-      }
-      if (n == 0) break;
-      out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+    if (!h2::frameAhead(session_, out_, kWriteAhead, "to a client")) {
+      closeNow();
+      co_return;
     }
     if (!out_.empty()) {
-      error_code ec;
       write_pending_ = true;
       write_started_ = std::chrono::steady_clock::now();
-      if (tls_)
-        ec = co_await tls_->write(sock_, out_, {});
-      else
-        co_await asio::async_write(sock_, asio::buffer(out_), useEc(ec));
+      const error_code ec = co_await h2::writeFrames(sock_, tls_.get(), out_);
       write_pending_ = false;
       if (ec) {
         closeNow();

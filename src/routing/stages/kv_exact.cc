@@ -374,11 +374,12 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule, const RoutingEnv& en
                : api == "chat"      ? ApiMode::kChat
                                     : ApiMode::kBoth;
   o.law = env.law;
-  // The default law: predict on single-pool (kvExactMode 3) rules (issue 29: better than
-  // round-robin at every rung measured and than hard at 7 of 9, level at the other two;
-  // docs/benchmarks.md "Routing v2"); the seed's hard on
-  // P/D rules (kvExactMode 1), whose prefill pool the seed's ladder was tuned for.
-  o.law.mode = sa.value("kvExactMode", 0) == 3 ? LawMode::kPredict : LawMode::kHard;
+  // The default law: predict-q on single-pool (kvExactMode 3) rules (issue 29: predict on held
+  // prompts, misses to the least queued prefill; over three seeds of GSP and one-tool agentic
+  // sessions at most 1.07x the best arm at every rung, where predict, which left misses to the
+  // rule's selector, was up to 1.57x; docs/benchmarks.md "predict-q over seeds"); the seed's
+  // hard on P/D rules (kvExactMode 1), whose prefill pool the seed's ladder was tuned for.
+  o.law.mode = sa.value("kvExactMode", 0) == 3 ? LawMode::kPredictQ : LawMode::kHard;
   o.law.block_tokens = o.block_size;
   // Seed 000: pressure relief is on for single-pool mode 3 and off for P/D mode 1 unless
   // LOXILB_KV_SPILL_RELIEF says otherwise.

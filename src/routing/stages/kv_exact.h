@@ -96,7 +96,7 @@ std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& in
                                    const kv::WorkerLookup& lookup, KvExactOptions opts);
 // The registry's factory ("kv_exact"): options from the rule (kvBlockSize, kvZmqPort,
 // kvExactApiMode, kvLbMode) and the environment (LOXILB_KV_LB_MODE when the rule has no kvLbMode:
-// a law's name, parseLawMode; default predict on kvExactMode 3 rules and hard on P/D (kvExactMode
+// a law's name, parseLawMode; default predict-q on kvExactMode 3 rules and hard on P/D (kvExactMode
 // 1) rules, garbage warns and means that default;
 // LOXILB_KV_MEAN_LOAD_FACTOR: 100-300, default 175; LLB_KV_MIN_MATCH_TOKENS: 0-4096, default 16;
 // LOXILB_KV_SPILL_RELIEF: on|off, default on for single-pool rules). Without KV services every

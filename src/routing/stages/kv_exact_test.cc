@@ -663,9 +663,9 @@ TEST(KvExact, RuleFieldsChooseApiModeAndLawMode) {
   EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kHard);
   r.service_args["kvExactMode"] = 1;
   EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kHard);
-  // ... and predict on single-pool kvExactMode 3 rules (issue 29).
+  // ... and predict-q on single-pool kvExactMode 3 rules (issue 29).
   r.service_args["kvExactMode"] = 3;
-  EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kPredict);
+  EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kPredictQ);
   EXPECT_EQ(kvExactOptions(config::RuleSpec{}, defaultRoutingEnv()).api_mode, ApiMode::kBoth);
 }
 

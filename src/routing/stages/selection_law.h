@@ -2,7 +2,7 @@
 // rule's healthy endpoints from each one's cache overlap with the prompt, its load and its KV
 // capacity. Pure: no clock, no index, no endpoint state; the KV-exact stage gathers the inputs.
 //
-// Modes (kvLbMode on the rule, else LOXILB_KV_LB_MODE, else predict on kvExactMode 3 rules and
+// Modes (kvLbMode on the rule, else LOXILB_KV_LB_MODE, else predict-q on kvExactMode 3 rules and
 // hard on P/D rules; see parseLawMode):
 //  - off: overlap argmax.
 //  - hard (the seed's default; ours on P/D rules): capacity-weighted bounded load.
@@ -39,7 +39,8 @@
 //    queue of the moment unbalanced the fleet in the benchmark (its siblings follow it for good),
 //    while the rule's round-robin spreads new prefixes evenly.
 //
-//  - predict (an extension; the default of kvExactMode 3 rules since issue 29): on a prompt some
+//  - predict (an extension; the default of kvExactMode 3 rules from issue 29 until predict-q,
+//    below, replaced it): on a prompt some
 //    candidate holds, argmin of (uncached_i + 1) x (load_i + 1) / share_i: the request's new
 //    prefill there (its uncached blocks plus its last token) times the batch it joins (the
 //    requests in flight there, this one counted), relative to the endpoint's share of KV capacity
@@ -48,16 +49,17 @@
 //    new prefill x batch (the lmetric peer arm below) with capacity shares; unlike LMetric, a
 //    prompt nobody holds is the seed's Tier 1.5 miss (the rule's selector places it, round-robin
 //    by default; cold-start seeding still diverts every Nth hit): placing it by the load of the
-//    moment (LMetric's rule) measured 1.5x worse at GSP 40/s and 1.2x at 80/s, and adding the queued prefill to the first factor
-//    spread prompts away from their cache under overload (hit rate 72 % against 90 % at GSP 80/s;
-//    docs/benchmarks.md "routing v2"). The product keeps a long session home until the home's
-//    batch is about (its prefill elsewhere) / (its prefill at home) times another's, a bound on
-//    decode concentration by requests where the ttft and soft laws have none. Ties: more overlap,
-//    then less load, then the first candidate at or after a cursor the caller advances per
-//    decision. A prompt cut before tokenizing (LOXILB_KV_TOKENIZE_MAX_BYTES, or past 8192 blocks)
-//    counts its cut tail as uncached everywhere (kv_exact adds the tokenizer's estimate to
-//    prompt_blocks), so a long session's home is not mistaken for a full hit.
-//  - predict-q (an extension, measured against predict in docs/benchmarks.md): predict on a
+//    moment (LMetric's rule) measured 1.5x worse at GSP 40/s and 1.2x at 80/s, and adding the
+//    queued prefill to the first factor spread prompts away from their cache under overload (hit
+//    rate 72 % against 90 % at GSP 80/s; docs/benchmarks.md "routing v2"). The product keeps a long
+//    session home until the home's batch is about (its prefill elsewhere) / (its prefill at home)
+//    times another's, a bound on decode concentration by requests where the ttft and soft laws have
+//    none. Ties: more overlap, then less load, then the first candidate at or after a cursor the
+//    caller advances per decision. A prompt cut before tokenizing (LOXILB_KV_TOKENIZE_MAX_BYTES, or
+//    past 8192 blocks) counts its cut tail as uncached everywhere (kv_exact adds the tokenizer's
+//    estimate to prompt_blocks), so a long session's home is not mistaken for a full hit.
+//  - predict-q (an extension; the default of kvExactMode 3 rules, measured against predict and
+//    the peers over seeds in docs/benchmarks.md "predict-q over seeds"): predict on a
 //    prompt some candidate holds; a prompt nobody holds goes to the candidate with the least
 //    queued prefill (pending_blocks: uncached blocks of streams sent there not yet started),
 //    ties to less load, then the candidate at or after the rotating cursor, instead of falling
@@ -130,15 +132,16 @@ enum class LawMode : uint8_t {
   kSoft,
   kAdaptive,
   kAdaptiveSoft,
-  kTaper,    // an extension: hard with a cap factor that tightens as the workers fill
-  kTtft,     // an extension: argmin of estimated time to first token (queued prefill + own)
-  kPredict,  // an extension: new prefill x batch / capacity share; the default of mode 3 rules
-  kPredictQ,  // an extension: predict, and a prompt nobody holds to the least queued prefill
+  kTaper,     // an extension: hard with a cap factor that tightens as the workers fill
+  kTtft,      // an extension: argmin of estimated time to first token (queued prefill + own)
+  kPredict,   // an extension: new prefill x batch / capacity share
+  kPredictQ,  // an extension: predict, and a prompt nobody holds to the least queued prefill;
+              // the default of mode 3 rules
   // Re-implementations of peers' published policies over the same inputs (not their code):
-  kLmetric,  // "lmetric"
-  kDynamo,   // "dynamo" (its cost before 1.x: no queued prefill)
-  kDynamoV1,  // "dynamo-v1" (Dynamo 1.x's KV cost)
-  kLlmd,     // "llm-d" (the older weighted profile)
+  kLmetric,     // "lmetric"
+  kDynamo,      // "dynamo" (its cost before 1.x: no queued prefill)
+  kDynamoV1,    // "dynamo-v1" (Dynamo 1.x's KV cost)
+  kLlmd,        // "llm-d" (the older weighted profile)
   kLlmdSticky,  // "llm-d-sticky" (llm-d's current default)
 };
 
