@@ -4,6 +4,7 @@
 // things are refused; Tier 1.5 routes by what the index holds. Loopback only, free ports,
 // everything stopped at the end.
 import assert from 'node:assert/strict';
+import http2 from 'node:http2';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
@@ -911,4 +912,42 @@ test('Tier 1.5 streams measure each endpoint\'s prefill rate online', async (t) 
     assert.equal(of('kvgate_endpoint_pending_prefill_tokens', w), 0);
     assert.equal(of('kvgate_endpoint_prefill_wait_seconds', w), 0);
   }
+});
+
+test('Tier 1.5 over HTTP/2: streams of one connection go to the worker holding their prefix', async (t) => {
+  const kvPort = await freePort();
+  const sim = await startSim(['--hosts', '127.0.0.12-13', '--port', '0', '--kv-events-port', String(kvPort)]);
+  t.after(() => sim.stop());
+  const [a, b] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE,
+    rule({ port, workers: [a, b], extraArgs: { kvExactMode: 3, kvZmqPort: kvPort, kvLbMode: 'hard' } }));
+  assert.equal(r.status, 200, r.text);
+  await joinSubscriptions(gw, [a, b], kvPort, 300000);
+  // b holds a 4-block prompt (tokens 0..63), a another (5000..5063).
+  const blocks = (w) => scrapeMetrics(gw.api).then((m) => kvSample(m, 'kvgate_kv_blocks', `${w.host}:${kvPort}`).value);
+  const [bBefore, aBefore] = [await blocks(b), await blocks(a)];
+  await complete(b, 0, 64);
+  await complete(a, 5000, 64);
+  assert.ok(await waitFor(async () => (await blocks(b)) >= bBefore + 4 && (await blocks(a)) >= aBefore + 4, 10000));
+  // Eight streams at once on one HTTP/2 connection, alternating the two prefixes.
+  const c = http2.connect(`http://127.0.0.1:${port}`);
+  t.after(() => c.close());
+  const one = (first, i) => new Promise((resolve, reject) => {
+    const s = c.request({ ':method': 'POST', ':path': '/v1/completions', 'content-type': 'application/json' });
+    let status;
+    s.on('response', (x) => { status = x[':status']; });
+    s.resume();
+    s.on('end', () => resolve(status));
+    s.on('error', reject);
+    const prompt = Array.from({ length: 64 }, (_, j) => first + j).concat([92000 + i]);
+    s.end(JSON.stringify({ model: 'sim-model', prompt, max_tokens: 1 }));
+  });
+  const before = await scrapeMetrics(gw.api);
+  const statuses = await Promise.all(Array.from({ length: 8 }, (_, i) => one(i % 2 ? 5000 : 0, i)));
+  assert.deepEqual(statuses, Array(8).fill(200));
+  const m = await scrapeMetrics(gw.api);
+  assert.equal(sentTo(m, b) - sentTo(before, b), 4, 'the prefix b holds went to b');
+  assert.equal(sentTo(m, a) - sentTo(before, a), 4, 'the prefix a holds went to a');
 });

@@ -7,6 +7,7 @@
 // so the one-sided bounds below hold on a slow machine).
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import http2 from 'node:http2';
 import { test } from 'node:test';
 import OpenAI from 'openai';
 import { LB_BASE, api, freePort, rawRequest, rule, scrapeMetrics, sleep, startGateway, tempDir, waitFor } from './lib.mjs';
@@ -471,4 +472,52 @@ test('a non-streamed request the client cancels is charged its reservation', asy
 // estimate, 3 tokens here (see above), as documented.
 test('a stream the client cancels before it begins is charged its prompt estimate', async (t) => {
   assert.equal(await chargedWhenCancelled(t, { hangStream: true }, { stream: true }), 3);
+});
+
+test('over HTTP/2: each stream is keyed, reserved, charged and refused on its own', async (t) => {
+  // acme may spend 60 tokens per minute; a stream of 60 chunks reports 64 tokens (60 + 4).
+  const { gw, up, port } = await setup(t, { total: 500, chunks: 60 });
+  const acme = await newKey(gw, 'acme');
+  const other = await newKey(gw, 'other');
+  assert.equal((await api(gw.api, 'POST', TENANT, { tenant_id: 'acme', tokens_per_min: 60 })).status, 204);
+  const c = http2.connect(`http://127.0.0.1:${port}`);
+  t.after(() => c.close());
+  const h2chat = (key, body = {}) => new Promise((resolve, reject) => {
+    const s = c.request({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json',
+      'x-api-key': key });
+    let h = {};
+    let text = '';
+    s.setEncoding('utf8');
+    s.on('response', (x) => { h = x; });
+    s.on('data', (d) => { text += d; });
+    s.on('end', () => resolve({ status: h[':status'], retry: h['retry-after'], text }));
+    s.on('error', reject);
+    s.end(JSON.stringify({ model: 'm1', messages: [{ role: 'user', content: 'hello' }], max_tokens: 10, ...body }));
+  });
+  // A stream charged from the usage asked on the client's behalf, which the client never sees.
+  let r = await h2chat(acme, { stream: true });
+  assert.equal(r.status, 200, r.text);
+  assert.match(r.text, /data: \[DONE\]/);
+  assert.doesNotMatch(r.text, /"usage":\{/, 'the usage chunk asked for the client is hidden from it');
+  assert.equal(up.seen[0].stream_options?.include_usage, true);
+  // acme is in debt now (60 - 64): the next acme stream on the same connection is refused before the
+  // engine, while another tenant's stream beside it goes through.
+  const [refused, fine] = await Promise.all([h2chat(acme), h2chat(other)]);
+  assert.equal(refused.status, 429, refused.text);
+  assert.equal(JSON.parse(refused.text).error.code, 'token_quota_exceeded');
+  assert.ok(Number(refused.retry) >= 1, `Retry-After ${refused.retry}`);
+  assert.equal(fine.status, 200, fine.text);
+  assert.equal(up.seen.length, 2, 'the refused stream never reached the engine');
+  const ms = await scrapeMetrics(gw.api);
+  assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), 64, 'charged the stream\'s usage');
+  assert.equal(metric(ms, 'loxilb_ai_token_quota_denied_total', { tenant: 'acme' }), 1);
+  // A missing key on one stream: 401 on that stream only.
+  const s = await new Promise((resolve) => {
+    const q = c.request({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json' });
+    q.on('response', (x) => resolve(x[':status']));
+    q.resume();
+    q.end('{"model":"m1","messages":[]}');
+  });
+  assert.equal(s, 401);
+  assert.equal((await h2chat(other)).status, 200, 'the connection still serves');
 });
