@@ -85,6 +85,11 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   asio::awaitable<int> readHead(http::RequestHead& head);
   static constexpr int kH2PrefaceSeen = -2;
   asio::awaitable<void> serveH2();
+  // `Upgrade: h2c` where it is safe (RFC 7540 §3.2): the first request of a plain connection,
+  // without a body, with one valid HTTP2-Settings named in Connection; `settings` decoded. Any
+  // other request asking for it is served as HTTP/1.1 (an upgrade is the server's option).
+  bool h2UpgradeAsked(const http::RequestHead& head, std::string& settings) const;
+  asio::awaitable<void> serveH2Upgrade(const http::RequestHead& head, int hn, std::string settings);
   asio::awaitable<bool> readBody(Request& req);
   asio::awaitable<bool> readChunkedBody(Request& req);
   void reparseHeadIfMoved(Request& req, const char* head_base);

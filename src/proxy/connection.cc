@@ -17,6 +17,7 @@
 #include "proxy/api_facts.h"
 #include "proxy/client_conn.h"
 #include "proxy/facts_parser.h"
+#include "proxy/h2/bridge.h"
 #include "proxy/h2/h2_conn.h"
 #include "routing/selectors/hash_ring.h"
 
@@ -214,6 +215,10 @@ asio::awaitable<void> ClientConn::serve() {
       break;
     }
     if (hn <= 0) break;
+    if (std::string settings; h2UpgradeAsked(req.head, settings)) {
+      co_await serveH2Upgrade(req.head, hn, std::move(settings));
+      break;
+    }
     if (!co_await serveRequest(req, hn)) break;
     in_.consume(std::min(req.head_bytes + req.raw_body_bytes, in_.size()));
     in_.shrinkIfEmpty(kKeepBufferBytes);  // one huge body does not pin its size per connection
@@ -292,6 +297,48 @@ void ClientConn::noteFailure(const std::string& what) {
     w_.internal_error_logged = now;
     log::error("proxy", "a request failed inside the gateway (the connection is closed): " + what);
   }
+}
+
+bool ClientConn::h2UpgradeAsked(const http::RequestHead& head, std::string& settings) const {
+  if (tls_ || sink_ || !w_.opts.http2 || request_seq_ != 1 || l_->closed.load()) return false;
+  if (head.body_kind == http::BodyKind::kChunked || head.body_kind == http::BodyKind::kUntilClose ||
+      (head.body_kind == http::BodyKind::kLength && head.content_length != 0))
+    return false;  // (the body would have to be read before the switch: served as HTTP/1.1)
+  const std::string_view upgrade = head.get("upgrade");
+  const std::string_view conn = head.get("connection");
+  if (upgrade.empty() || !http::headerHasToken(upgrade, "h2c") ||
+      !http::headerHasToken(conn, "upgrade") || !http::headerHasToken(conn, "http2-settings"))
+    return false;
+  std::string_view value;
+  int n = 0;
+  for (size_t i = 0; i < head.num_headers; ++i)
+    if (http::iequals(head.headers[i].name, "http2-settings")) {
+      value = head.headers[i].value;
+      ++n;
+    }
+  return n == 1 && h2::decodeHttp2Settings(value, settings);
+}
+
+// `Upgrade: h2c`: 101, then the connection is HTTP/2 and the request its stream 1.
+asio::awaitable<void> ClientConn::serveH2Upgrade(const http::RequestHead& head, int hn,
+                                                 std::string settings) {
+  static constexpr std::string_view k101 =
+      "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n";
+  auto up = std::make_unique<H2Conn::Upgrade>();
+  up->settings = std::move(settings);
+  up->method.assign(head.method);
+  up->request.assign(in_.data(), static_cast<size_t>(hn));  // (its Upgrade fields are hop-by-hop)
+  in_.consume(static_cast<size_t>(hn));
+  if (!co_await writeClient(k101, {})) co_return;
+  deadline_.clear();
+  phase_ = Phase::kIdle;
+  std::string preread(in_.data(), in_.size());  // (the client's preface may have come already)
+  in_.clear();
+  in_.shrinkIfEmpty(0);
+  h2_ = std::make_shared<H2Conn>(w_, l_, std::move(client_), peer_);
+  const std::shared_ptr<H2Conn> h2 = h2_;
+  co_await h2->run(std::move(preread), std::move(up));
+  h2_.reset();
 }
 
 // The connection opened with HTTP/2's preface: an H2Conn takes the socket and the bytes read.

@@ -3,7 +3,7 @@
 // Every AI feature runs per stream: routing, SSE relay, auth, one stream's cancel aborting only
 // its own engine request.
 import assert from 'node:assert/strict';
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import https from 'node:https';
@@ -298,6 +298,48 @@ describe('HTTP/2 (h2c by prior knowledge)', () => {
     }
   });
 
+  test('Upgrade: h2c on a request without a body: 101, then HTTP/2 (curl, nghttp -u)', async () => {
+    const upgrades = (await gwMetrics(gw)).kvgate_h2_connections;
+    // curl --http2 on a GET asks for the upgrade: 101, its answer on stream 1 over HTTP/2.
+    let c = spawnSync('curl', ['-sv', '--http2', `http://127.0.0.1:${port}/metrics`], { encoding: 'utf8', timeout: 20000 });
+    assert.equal(c.status, 0, c.stderr);
+    assert.match(c.stderr, /< HTTP\/1\.1 101 Switching Protocols/);
+    assert.match(c.stderr, /< HTTP\/2 200/);
+    assert.match(c.stdout, /kvgate_sim_requests_total/, 'the engine answered stream 1');
+    // A POST with a body asking for it: served as HTTP/1.1 (the body would have to be read first).
+    c = spawnSync('curl', ['-sv', '--http2', '-H', 'content-type: application/json', '-d', chat('no upgrade'),
+      `http://127.0.0.1:${port}/v1/chat/completions`], { encoding: 'utf8', timeout: 20000 });
+    assert.equal(c.status, 0, c.stderr);
+    assert.doesNotMatch(c.stderr, /101 Switching/);
+    assert.match(c.stderr, /< HTTP\/1\.1 200/);
+    assert.equal(JSON.parse(c.stdout).object, 'chat.completion');
+    // nghttp -u with a body upgrades on an OPTIONS request first, then POSTs over HTTP/2.
+    const tmp = tempDir();
+    try {
+      const file = path.join(tmp.dir, 'body.json');
+      writeFileSync(file, chat('after upgrade'));
+      const ans = execFileSync('nghttp', ['-u', '-d', file, '-H', 'content-type: application/json',
+        `http://127.0.0.1:${port}/v1/chat/completions`], { encoding: 'utf8', timeout: 20000 });
+      assert.equal(JSON.parse(ans).object, 'chat.completion');
+    } finally {
+      tmp.remove();
+    }
+    // Not upgraded, served as HTTP/1.1: a malformed HTTP2-Settings, two of them, none named in
+    // Connection, a second request on the connection.
+    const ask = (settings, conn = 'Upgrade, HTTP2-Settings') =>
+      `GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: ${conn}\r\nUpgrade: h2c\r\n${settings}\r\n`;
+    for (const req of [ask('HTTP2-Settings: !!\r\n'), ask('HTTP2-Settings: AAMAAABkAAQAAP__\r\nHTTP2-Settings: AAMAAABk\r\n'),
+      ask('HTTP2-Settings: AAMAAABk\r\n', 'Upgrade'), ask('HTTP2-Settings: AAMAAABkAA\r\n')]) {
+      const text = await rawRequest(port, req);
+      assert.match(text, /^HTTP\/1\.1 200 /, req);
+    }
+    const two = await rawRequest(port, 'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n' + ask('HTTP2-Settings: AAMAAABk\r\n'));
+    assert.doesNotMatch(two, /101 Switching/);
+    // (connections of earlier tests may end meanwhile too: at most as many as before)
+    assert.ok(await waitFor(async () => (await gwMetrics(gw)).kvgate_h2_connections <= upgrades, 8000),
+      'upgraded connections ended');
+  });
+
   test('HTTP/1.1 on the same port is untouched', async () => {
     const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, body: chat('h1'),
@@ -380,6 +422,10 @@ describe('HTTP/2 off (--http2 off)', () => {
     assert.equal(r.status, 200, r.text);
     const text = await rawRequest(port, 'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
     assert.match(text, /^HTTP\/1\.1 (400|505) /);
+    // Upgrade: h2c is not taken either: the request is served as HTTP/1.1.
+    const up = await rawRequest(port, 'GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\n' +
+      'Upgrade: h2c\r\nHTTP2-Settings: AAMAAABk\r\n\r\n');
+    assert.match(up, /^HTTP\/1\.1 200 /);
     assert.equal((await gwMetrics(gw)).kvgate_h2_connections, 0);
   });
 });

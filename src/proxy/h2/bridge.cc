@@ -151,6 +151,36 @@ bool requestFields(std::string_view head, std::string_view scheme, std::vector<F
   return true;
 }
 
+bool decodeHttp2Settings(std::string_view value, std::string& out) {
+  out.clear();
+  if (value.size() % 4 == 1 || value.size() > 256) return false;  // (32 entries: 256 characters)
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : value) {
+    int v;
+    if (c >= 'A' && c <= 'Z')
+      v = c - 'A';
+    else if (c >= 'a' && c <= 'z')
+      v = c - 'a' + 26;
+    else if (c >= '0' && c <= '9')
+      v = c - '0' + 52;
+    else if (c == '-')
+      v = 62;
+    else if (c == '_')
+      v = 63;
+    else
+      return false;
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((acc >> bits) & 0xff));
+    }
+  }
+  if ((acc & ((1u << bits) - 1)) != 0) return false;  // (stray bits past the last byte)
+  return out.size() % 6 == 0;
+}
+
 bool sensitiveField(std::string_view lower_name) {
   return lower_name == "authorization" || lower_name == "proxy-authorization" ||
          lower_name == "cookie" || lower_name == "x-api-key";

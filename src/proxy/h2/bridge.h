@@ -43,6 +43,8 @@ class RequestHeadBuilder {
   int status() const { return status_; }
   const std::string& error() const { return error_; }
   std::string_view method() const { return method_; }
+  // The method of a request that did not come as HTTP/2 fields (stream 1 after an Upgrade).
+  void presetMethod(std::string_view m) { method_.assign(m); }
 
  private:
   void fail(int status, std::string why);
@@ -68,6 +70,10 @@ bool responseFields(std::string_view head, std::string_view request_method, int&
 // with `error` set: not a request head, or one HTTP/2 cannot carry (no Host).
 bool requestFields(std::string_view head, std::string_view scheme, std::vector<Field>& fields,
                    std::string& error);
+// The value of an HTTP2-Settings field (RFC 7540 §3.2.1: a SETTINGS payload in base64url, no
+// padding) decoded into `out`. False: not base64url, not whole 6-byte entries, or more than 32.
+bool decodeHttp2Settings(std::string_view value, std::string& out);
+
 // Fields whose values HPACK must never index on a connection that carries many clients' requests
 // (a compression side channel, RFC 7541 §7.1.3): credentials and cookies.
 bool sensitiveField(std::string_view lower_name);

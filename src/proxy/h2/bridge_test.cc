@@ -208,5 +208,22 @@ TEST(H2Bridge, UpstreamResponseHeadText) {
   EXPECT_FALSE(none.finish("GET", out));
 }
 
+// HTTP2-Settings (RFC 7540 §3.2.1): base64url of a SETTINGS payload, no padding. Expected bytes
+// worked out by hand: "AAMAAABk" = 00 03 00 00 00 64 (MAX_CONCURRENT_STREAMS = 100).
+TEST(H2Bridge, Http2SettingsField) {
+  std::string out;
+  ASSERT_TRUE(decodeHttp2Settings("AAMAAABk", out));
+  EXPECT_EQ(out, std::string("\x00\x03\x00\x00\x00\x64", 6));
+  ASSERT_TRUE(decodeHttp2Settings("AAMAAABkAAQAAP__", out));  // + INITIAL_WINDOW_SIZE = 65535
+  EXPECT_EQ(out, std::string("\x00\x03\x00\x00\x00\x64\x00\x04\x00\x00\xff\xff", 12));
+  ASSERT_TRUE(decodeHttp2Settings("", out));  // no entries: the defaults
+  EXPECT_TRUE(out.empty());
+  EXPECT_FALSE(decodeHttp2Settings("AAMAAABkAA", out));           // 7 bytes: not whole entries
+  EXPECT_FALSE(decodeHttp2Settings("AAMAAAB+", out));             // not base64url ('+')
+  EXPECT_FALSE(decodeHttp2Settings("AAMAAABk==", out));           // padding is not base64url
+  EXPECT_FALSE(decodeHttp2Settings("AAMA AABk", out));            // a space
+  EXPECT_FALSE(decodeHttp2Settings(std::string(260, 'A'), out));  // past 32 entries
+}
+
 }  // namespace
 }  // namespace kvgate::proxy::h2

@@ -345,6 +345,10 @@ void H2Conn::startStream(Stream& s) {
   s.request_done = true;
   bytes.append(s.body);
   std::string().swap(s.body);
+  launch(s, std::move(bytes));
+}
+
+void H2Conn::launch(Stream& s, std::string bytes) {
   body_bytes_ += bytes.size() - s.held;  // (the head's bytes too, while the request runs)
   s.held = bytes.size();
   // The request path exists from here: a reset that arrives before its coroutine first runs
@@ -571,8 +575,33 @@ asio::awaitable<void> H2Conn::ticker() {
   }
 }
 
-asio::awaitable<void> H2Conn::run(std::string preread) {
+// Stream 1 of an upgraded connection: the HTTP/1.1 request, complete (it had no body), half
+// closed by the client (libnghttp2's upgrade applies the client's HTTP2-Settings).
+bool H2Conn::startUpgraded(Upgrade& up) {
+  const int rv =
+      nghttp2_session_upgrade2(session_, reinterpret_cast<const uint8_t*>(up.settings.data()),
+                               up.settings.size(), up.method == "HEAD" ? 1 : 0, nullptr);
+  if (rv != 0) {
+    log::debug("proxy", std::string("HTTP/2 upgrade refused: ") + nghttp2_strerror(rv));
+    return false;
+  }
+  auto s = std::make_unique<Stream>(*this, 1, w_.opts.max_head_bytes);
+  Stream& st = *s;
+  st.head.presetMethod(up.method);
+  st.request_done = true;
+  nghttp2_session_set_stream_user_data(session_, 1, s.get());
+  streams_.emplace(1, std::move(s));
+  w_.stats.h2_streams_total.fetch_add(1, std::memory_order_relaxed);
+  launch(st, std::move(up.request));
+  return true;
+}
+
+asio::awaitable<void> H2Conn::run(std::string preread, std::unique_ptr<Upgrade> upgrade) {
   auto self = shared_from_this();
+  if (upgrade && !startUpgraded(*upgrade)) {
+    closeNow();
+    co_return;
+  }
   if (w_.draining || l_->closed.load()) drain();  // (a drain that came during the preface)
   asio::co_spawn(w_.io, writer(), asio::detached);
   asio::co_spawn(w_.io, ticker(), asio::detached);

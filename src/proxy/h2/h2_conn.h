@@ -1,4 +1,5 @@
-// H2Conn: one HTTP/2 client connection of the mode-4 fullproxy: h2c by prior knowledge, or h2
+// H2Conn: one HTTP/2 client connection of the mode-4 fullproxy: h2c by prior knowledge, or by
+// `Upgrade: h2c` on a request without a body (its stream 1 is that request; RFC 7540 §3.2), or h2
 // over TLS when ALPN chose it (rules' alpn_protocols; http/fd_tls.h full duplex).
 //
 // libnghttp2 does the framing, HPACK and the protocol's checks; this file does the I/O (one
@@ -55,8 +56,14 @@ class H2Conn : public std::enable_shared_from_this<H2Conn> {
          std::unique_ptr<http::FdTls> tls = nullptr,
          std::shared_ptr<asio::ssl::context> tls_ctx = nullptr);
   ~H2Conn();
+  // An HTTP/1.1 request that asked to upgrade (101 sent): it becomes stream 1.
+  struct Upgrade {
+    std::string settings;  // the HTTP2-Settings payload, decoded
+    std::string request;   // the request's HTTP/1.1 head text (it has no body)
+    std::string method;
+  };
   // Serves the connection until it closes; `preread`: bytes already read from it (the preface).
-  asio::awaitable<void> run(std::string preread);
+  asio::awaitable<void> run(std::string preread, std::unique_ptr<Upgrade> upgrade = nullptr);
   // Shutdown: GOAWAY; the streams running finish, then the connection closes.
   void drain();
 
@@ -79,6 +86,8 @@ class H2Conn : public std::enable_shared_from_this<H2Conn> {
   asio::awaitable<void> ticker();
   asio::awaitable<void> serveStream(std::shared_ptr<H2Conn> self, Stream* s, std::string bytes);
   void startStream(Stream& s);
+  void launch(Stream& s, std::string bytes);  // its request path, on `bytes`
+  bool startUpgraded(Upgrade& up);
   // An answer of the gateway's own on a stream with no request path (400, 408, 413, 431, 501).
   void answer(Stream& s, int status, std::string_view code, std::string_view message,
               bool request_ended = false);
