@@ -330,9 +330,6 @@ Result<RuleSpec> parseRule(const json& body) {
   need(kv_mode == 3 && kv_engine == "llamacpp", "kv_exact");
   std::string fc = getOr<std::string>(stored, "fc_mode", "off");
   need((fc == "enforce" || fc == "inherit") && !pd, "admission");  // P/D rules: proxy/admission.h
-  // HTTP/2 to the engines (proxy/h2/upstream_session.h) on single-pool rules; P/D legs over it
-  // are not built yet.
-  need(getOr<std::string>(stored, "backend_protocol", "http1") == "http2" && pd, "http2");
   need(getOr<std::string>(stored, "sockMapMode", "off") != "off", "sockmap");
   need(getOr<int64_t>(stored, "connectionLimit", 0) != 0, "connection_limit");
   need(port_max != 0 && port_max != r.port, "port_range");

@@ -3,7 +3,7 @@
 // connections and streams. Multiplexing over one connection, SSE relayed event by event, a client's
 // cancel resetting only its own stream, the engine's stream limit, GOAWAY with the unprocessed
 // stream sent again, resets, flow control with large bodies both ways, reconnects, TLS with ALPN
-// and hostile engines.
+// and hostile engines. (P/D legs over HTTP/2: pd.test.mjs, through HTTP/2 fronts of the simulator.)
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -414,7 +414,7 @@ test('h2 over TLS by ALPN; an engine that does not choose h2 is refused clearly'
   assert.match(rb.body.toString(), /HTTP\/2 by ALPN/);
 });
 
-test('hostile engines: not HTTP/2, oversized heads; a P/D rule refuses http2', async (t) => {
+test('hostile engines: not HTTP/2, oversized heads', async (t) => {
   // An HTTP/1.1 server on an http2 rule: its answer is no SETTINGS frame.
   const h1only = net.createServer((s) => {
     s.on('data', () => s.write('HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}'));
@@ -462,18 +462,6 @@ test('hostile engines: not HTTP/2, oversized heads; a P/D rule refuses http2', a
   const eng = await h2Engine(t);
   const p3 = await h2Rule(gw, [eng.worker]);
   assert.equal((await h1(p3, { body: chat('ok') })).status, 200);
-  // P/D legs over HTTP/2 are not built: the rule is stored and answers 501 naming it.
-  const eng2 = await h2Engine(t);
-  const pdPort = await freePort();
-  const body = rule({ port: pdPort, workers: [eng.worker, eng2.worker], extraArgs: { backend_protocol: 'http2',
-    pd_disagg_mode: true, kvEngineType: 'vllm' } });
-  body.endpoints[0].ep_role = 1;
-  body.endpoints[1].ep_role = 2;
-  const pr = await api(gw.api, 'POST', LB_BASE, body);
-  assert.equal(pr.status, 200, pr.text);
-  const r4 = await h1(pdPort, { body: chat('pd') });
-  assert.equal(r4.status, 501);
-  assert.match(r4.body.toString(), /http2/);
 });
 
 test('a drain (SIGTERM) lets the HTTP/2 streams running finish', async (t) => {

@@ -147,6 +147,72 @@ for (const engine of ['vllm', 'sglang', 'trtllm']) {
   });
 }
 
+// An HTTP/2 (h2c) front for one simulated worker: each stream is forwarded to the worker over
+// HTTP/1.1 and its answer streamed back, so a rule with backend_protocol http2 reaches the
+// simulator's real P/D behaviour. Counts the streams it carried.
+async function h2Front(t, worker) {
+  const seen = { streams: 0, paths: [] };
+  const srv = http2.createServer();
+  srv.on('stream', (stream, headers) => {
+    seen.streams++;
+    seen.paths.push(headers[':path']);
+    stream.on('error', () => {});
+    const fwd = {};
+    for (const [k, v] of Object.entries(headers)) if (!k.startsWith(':')) fwd[k] = v;
+    const req = http.request({ host: worker.host, port: worker.port, method: headers[':method'],
+      path: headers[':path'], headers: { ...fwd, host: headers[':authority'] } }, (res) => {
+      const out = { ':status': res.statusCode };
+      for (const [k, v] of Object.entries(res.headers))
+        if (!['connection', 'keep-alive', 'transfer-encoding'].includes(k)) out[k] = v;
+      if (stream.destroyed) return res.destroy();
+      stream.respond(out);
+      res.pipe(stream);
+    });
+    req.on('error', () => stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR));
+    stream.on('close', () => req.destroy());
+    stream.pipe(req);
+  });
+  await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise((r) => srv.close(r)));
+  return { seen, host: '127.0.0.1', port: srv.address().port };
+}
+
+for (const engine of ['vllm', 'sglang', 'trtllm']) {
+  test(`P/D legs over HTTP/2 to the engines (backend_protocol http2), ${engine} dialect`, async (t) => {
+    const sim = await fleet(t, engine);
+    const [prefill, decode] = sim.workers;
+    const [pf, df] = [await h2Front(t, prefill), await h2Front(t, decode)];
+    const gw = await gateway(t, ['--workers', '1']);
+    const port = await freePort();
+    const r = await api(gw.api, 'POST', LB_BASE,
+      pdRule(port, pf, df, { kvEngineType: engine, backend_protocol: 'http2' }));
+    assert.equal(r.status, 200, r.text);
+    const before = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
+    const prompt = 'prefill and decode over HTTP/2';
+    const plain = await post(port, '/v1/completions', { model: 'sim-model', prompt, max_tokens: 5 });
+    assert.equal(plain.status, 200, plain.text);
+    assert.equal(JSON.parse(plain.text).choices[0].text.split(' ').length, 5);
+    const streamed = await post(port, '/v1/chat/completions', { model: 'sim-model',
+      messages: [{ role: 'user', content: prompt }], max_tokens: 4, stream: true });
+    assert.equal(streamed.status, 200, streamed.text);
+    const events = streamed.text.split('\n\n').filter((e) => e.startsWith('data: '));
+    assert.equal(events.at(-1), 'data: [DONE]');
+    assert.equal(events.slice(0, -1).map((e) => JSON.parse(e.slice(6)))
+      .filter((c) => c.choices.length > 0 && c.choices[0].delta?.content).length, 4);
+    const after = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
+    assert.equal(after[0].kvgate_sim_requests_total - before[0].kvgate_sim_requests_total, 2, 'one prefill leg each');
+    assert.equal(after[1].kvgate_sim_pd_pulled_total - (before[1].kvgate_sim_pd_pulled_total ?? 0), 2,
+      'every decode pulled its prefill');
+    assert.equal(after[0].kvgate_sim_pd_refused_total, 0);
+    assert.equal(after[1].kvgate_sim_pd_refused_total, 0);
+    // Every leg went over HTTP/2: two streams on each front.
+    assert.ok(pf.seen.streams >= 2 && df.seen.streams >= 2, JSON.stringify([pf.seen, df.seen]));
+    const m = await scrapeMetrics(gw.api);
+    const opened = m.find((x) => x.name === 'kvgate_upstream_h2_streams_total' && x.labels.event === 'opened')?.value;
+    assert.ok(opened >= 4, `streams opened: ${opened}`);
+  });
+}
+
 test('P/D failures: a refused prefill is relayed with no decode leg; a failing decode is reported', async (t) => {
   const sim = await fleet(t, 'vllm');
   const [prefill, decode] = sim.workers;
