@@ -300,7 +300,10 @@ void ClientConn::noteFailure(const std::string& what) {
 }
 
 bool ClientConn::h2UpgradeAsked(const http::RequestHead& head, std::string& settings) const {
-  if (tls_ || sink_ || !w_.opts.http2 || request_seq_ != 1 || l_->closed.load()) return false;
+  // (HTTP/1.0: Upgrade is ignored, RFC 9110 §7.8)
+  if (tls_ || sink_ || !w_.opts.http2 || request_seq_ != 1 || l_->closed.load() ||
+      head.version_minor != 1)
+    return false;
   if (head.body_kind == http::BodyKind::kChunked || head.body_kind == http::BodyKind::kUntilClose ||
       (head.body_kind == http::BodyKind::kLength && head.content_length != 0))
     return false;  // (the body would have to be read before the switch: served as HTTP/1.1)

@@ -173,8 +173,8 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
     if (client_gone_) co_return false;
     if (!rq_.sibling_failure.empty())  // another leg failed before this one started
       co_return co_await failExchange(r, route, idx, lease);
-    // (a retry: a fresh connection for HTTP/1.1; for HTTP/2 any other connection with room,
-    // since the one that failed takes no new stream)
+    // (a retry: a fresh connection for HTTP/1.1; for HTTP/2 a connection with room: the one that
+    // refused the stream when it still takes streams (REFUSED_STREAM), another after its GOAWAY)
     if ((send_try > 0 && !route.http2) || !leg_.takePooled(ep.state->id, route.backend_tls.get(),
                                                            route.tls_names[idx], route.http2)) {
       // Only a new connection arms the connect deadline: moving the deadline earlier re-arms

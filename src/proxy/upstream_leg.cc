@@ -29,8 +29,8 @@ void UpstreamLeg::close() {
   if (h2_stream_ && h2_session_) h2_session_->finish(h2_stream_);
 }
 
-void UpstreamLeg::resetH2() {
-  if (h2_stream_ && h2_session_) h2_session_->finish(h2_stream_);
+void UpstreamLeg::resetH2(bool complete) {
+  if (h2_stream_ && h2_session_) h2_session_->finish(h2_stream_, complete);
   if (!h2_stream_ && h2_session_) h2_session_->unclaim();  // (taken, never opened)
   h2_stream_.reset();
   h2_session_.reset();
@@ -130,6 +130,12 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId 
     // Used once the engine's SETTINGS came (its stream limit known, so the legs waiting for
     // this connect spread by it), within the connect deadline.
     const bool ok = co_await h2_session_->settled(h2_wait_);
+    if (ok && h2_session_->streamLimit() == 0) {  // (it takes no stream now: another endpoint)
+      resetH2();
+      Result r{Outcome::kConnectFailed, true, false, {}};
+      r.error = "engine " + std::string(label) + " takes no HTTP/2 stream now (its SETTINGS)";
+      co_return r;
+    }
     if (!ok) {
       resetH2();
       Result r{timed_out_ ? Outcome::kTimeout : Outcome::kConnectFailed, !timed_out_, false, {}};
@@ -354,6 +360,11 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::readHead(std::string_view meth
   } else if (hn < 0) {
     r.outcome = Outcome::kBadResponse;
     r.error = std::string("malformed response from upstream: ") + perr.reason;
+  } else if (h2_stream_ && h2_stream_->malformed) {
+    r.outcome = Outcome::kBadResponse;
+    r.error = "malformed HTTP/2 response from upstream: a head over " +
+              std::to_string(kMaxResponseHead) + " bytes or more than " +
+              std::to_string(kMaxInterim) + " interim heads";
   } else if (timed_out_) {
     r.outcome = Outcome::kTimeout;
     r.error = "upstream did not answer in time";
@@ -371,7 +382,7 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::readHead(std::string_view meth
 
 void UpstreamLeg::release(bool complete) {
   if (http2_) {  // (the session stays; an unfinished stream is reset)
-    resetH2();
+    resetH2(complete && buf_.empty());
     buf_.clear();
     buf_.shrinkIfEmpty(256 * 1024);
     return;

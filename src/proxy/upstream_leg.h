@@ -126,7 +126,7 @@ class UpstreamLeg {
   asio::awaitable<Result> sendH2(std::string_view head, std::string_view body);
   asio::awaitable<bool> awaitH2Connect(endpoints::EndpointId id, const asio::ssl::context* ctx,
                                        std::string_view tls_name);
-  void resetH2();
+  void resetH2(bool complete = false);
   asio::awaitable<Result> handshake(const http::BackendTls& tls, std::string_view name,
                                     std::string_view label);
   asio::io_context& io_;

@@ -299,7 +299,8 @@ describe('HTTP/2 (h2c by prior knowledge)', () => {
   });
 
   test('Upgrade: h2c on a request without a body: 101, then HTTP/2 (curl, nghttp -u)', async () => {
-    const upgrades = (await gwMetrics(gw)).kvgate_h2_connections;
+    const m0 = await gwMetrics(gw);
+    const upgrades = m0.kvgate_h2_connections;
     // curl --http2 on a GET asks for the upgrade: 101, its answer on stream 1 over HTTP/2.
     let c = spawnSync('curl', ['-sv', '--http2', `http://127.0.0.1:${port}/metrics`], { encoding: 'utf8', timeout: 20000 });
     assert.equal(c.status, 0, c.stderr);
@@ -329,12 +330,24 @@ describe('HTTP/2 (h2c by prior knowledge)', () => {
     const ask = (settings, conn = 'Upgrade, HTTP2-Settings') =>
       `GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: ${conn}\r\nUpgrade: h2c\r\n${settings}\r\n`;
     for (const req of [ask('HTTP2-Settings: !!\r\n'), ask('HTTP2-Settings: AAMAAABkAAQAAP__\r\nHTTP2-Settings: AAMAAABk\r\n'),
-      ask('HTTP2-Settings: AAMAAABk\r\n', 'Upgrade'), ask('HTTP2-Settings: AAMAAABkAA\r\n')]) {
+      ask('HTTP2-Settings: AAMAAABk\r\n', 'Upgrade'), ask('HTTP2-Settings: AAMAAABkAA\r\n'),
+      ask('HTTP2-Settings: AAIAAAAC\r\n'),  // ENABLE_PUSH = 2: a value HTTP/2 refuses
+      ask('HTTP2-Settings: AAMAAABk\r\n').replace('HTTP/1.1', 'HTTP/1.0')]) {  // HTTP/1.0 ignores Upgrade
       const text = await rawRequest(port, req);
-      assert.match(text, /^HTTP\/1\.1 200 /, req);
+      assert.match(text, /^HTTP\/1\.[01] 200 /, req);
+      assert.doesNotMatch(text, /101 Switching/);
     }
     const two = await rawRequest(port, 'GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n' + ask('HTTP2-Settings: AAMAAABk\r\n'));
     assert.doesNotMatch(two, /101 Switching/);
+    assert.equal(two.match(/HTTP\/1\.1 200 /g)?.length, 2, 'both requests answered over HTTP/1.1');
+    // Upgraded, then bytes that are no HTTP/2 preface: GOAWAY (counted), the connection ends.
+    const errs = (await gwMetrics(gw)).kvgate_h2_protocol_errors_total;
+    const bad = await rawRequest(port, ask('HTTP2-Settings: AAMAAABk\r\n') + 'GET /x HTTP/1.1\r\nHost: x\r\n\r\n');
+    assert.match(bad, /^HTTP\/1\.1 101 Switching Protocols/);
+    assert.ok(await waitFor(async () => (await gwMetrics(gw)).kvgate_h2_protocol_errors_total === errs + 1, 5000));
+    // Each upgrade made an HTTP/2 connection whose stream 1 was the request.
+    const opened = (await gwMetrics(gw))['kvgate_h2_streams_total{event="opened"}'];
+    assert.ok(opened - m0['kvgate_h2_streams_total{event="opened"}'] >= 4, `streams opened: ${opened}`);
     // (connections of earlier tests may end meanwhile too: at most as many as before)
     assert.ok(await waitFor(async () => (await gwMetrics(gw)).kvgate_h2_connections <= upgrades, 8000),
       'upgraded connections ended');

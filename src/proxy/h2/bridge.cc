@@ -178,7 +178,20 @@ bool decodeHttp2Settings(std::string_view value, std::string& out) {
     }
   }
   if ((acc & ((1u << bits) - 1)) != 0) return false;  // (stray bits past the last byte)
-  return out.size() % 6 == 0;
+  if (out.size() % 6 != 0) return false;
+  // Values libnghttp2 would take as a connection error after the 101 (RFC 9113 §6.5.2, RFC 8441,
+  // RFC 9218): refused here, so the request is served as HTTP/1.1 instead.
+  for (size_t i = 0; i < out.size(); i += 6) {
+    const auto b = [&](size_t k) {
+      return static_cast<uint32_t>(static_cast<uint8_t>(out[i + k]));
+    };
+    const uint32_t id = b(0) << 8 | b(1);
+    const uint32_t v = b(2) << 24 | b(3) << 16 | b(4) << 8 | b(5);
+    if ((id == 0x2 || id == 0x8 || id == 0x9) && v > 1) return false;  // push, connect, priorities
+    if (id == 0x4 && v > 0x7fffffffu) return false;                    // INITIAL_WINDOW_SIZE
+    if (id == 0x5 && (v < (1u << 14) || v > (1u << 24) - 1)) return false;  // MAX_FRAME_SIZE
+  }
+  return true;
 }
 
 bool sensitiveField(std::string_view lower_name) {

@@ -71,7 +71,8 @@ bool responseFields(std::string_view head, std::string_view request_method, int&
 bool requestFields(std::string_view head, std::string_view scheme, std::vector<Field>& fields,
                    std::string& error);
 // The value of an HTTP2-Settings field (RFC 7540 §3.2.1: a SETTINGS payload in base64url, no
-// padding) decoded into `out`. False: not base64url, not whole 6-byte entries, or more than 32.
+// padding) decoded into `out`. False: not base64url, not whole 6-byte entries, more than 32, or a
+// value HTTP/2 forbids (ENABLE_PUSH above 1, a window past 2^31-1, a frame size out of range).
 bool decodeHttp2Settings(std::string_view value, std::string& out);
 
 // Fields whose values HPACK must never index on a connection that carries many clients' requests

@@ -223,6 +223,12 @@ TEST(H2Bridge, Http2SettingsField) {
   EXPECT_FALSE(decodeHttp2Settings("AAMAAABk==", out));           // padding is not base64url
   EXPECT_FALSE(decodeHttp2Settings("AAMA AABk", out));            // a space
   EXPECT_FALSE(decodeHttp2Settings(std::string(260, 'A'), out));  // past 32 entries
+  // Values HTTP/2 forbids (hand-encoded): ENABLE_PUSH = 2 (00 02 00 00 00 02), MAX_FRAME_SIZE =
+  // 100 (00 05 00 00 00 64), INITIAL_WINDOW_SIZE = 2^31 (00 04 80 00 00 00).
+  EXPECT_FALSE(decodeHttp2Settings("AAIAAAAC", out));
+  EXPECT_FALSE(decodeHttp2Settings("AAUAAABk", out));
+  EXPECT_FALSE(decodeHttp2Settings("AASAAAAA", out));
+  EXPECT_TRUE(decodeHttp2Settings("AAIAAAAA", out));  // ENABLE_PUSH = 0: fine
 }
 
 }  // namespace

@@ -76,14 +76,18 @@ void UpstreamSession::start() {
   asio::co_spawn(io_, writer(), asio::detached);
 }
 
+uint32_t UpstreamSession::streamLimit() const {
+  return std::min(
+      nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS),
+      kMaxStreamsPerSession);
+}
+
 bool UpstreamSession::usable() const {
   // (not before the engine's SETTINGS: its stream limit is not known; the legs that come
   // meanwhile wait for the connect, UpstreamPool::h2Connecting)
   if (!settings_ || closed_ || goaway_ || !nghttp2_session_check_request_allowed(session_))
     return false;
-  const uint32_t peer =
-      nghttp2_session_get_remote_settings(session_, NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS);
-  return streams_.size() + claims_ < std::min(peer, kMaxStreamsPerSession);
+  return streams_.size() + claims_ < streamLimit();
 }
 
 asio::awaitable<bool> UpstreamSession::settled(asio::steady_timer*& t) {
@@ -144,12 +148,13 @@ std::shared_ptr<UpstreamStream> UpstreamSession::open(std::string_view head, std
   return s;
 }
 
-void UpstreamSession::finish(const std::shared_ptr<UpstreamStream>& s) {
+void UpstreamSession::finish(const std::shared_ptr<UpstreamStream>& s, bool complete) {
   if (!s || s->cancelled) return;
   s->cancelled = true;
   s->data.clear();
   if (!s->ended && !closed_) {
-    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, s->id, NGHTTP2_CANCEL);
+    nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, s->id,
+                              complete ? NGHTTP2_NO_ERROR : NGHTTP2_CANCEL);
     wakeWriter();
   }
   s->wake();
@@ -203,7 +208,7 @@ void UpstreamSession::endHead(UpstreamStream& s) {
       (s.head.interim() && ++s.interim > UpstreamLeg::kMaxInterim)) {
     s.error_code = NGHTTP2_PROTOCOL_ERROR;
     nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, s.id, NGHTTP2_PROTOCOL_ERROR);
-    s.cancelled = true;
+    s.cancelled = s.malformed = true;
     s.data.clear();
     wakeWriter();
   } else if (!s.head.interim()) {
@@ -306,7 +311,9 @@ int UpstreamSession::onStreamClose(nghttp2_session* session, int32_t id, uint32_
   s->ended = true;
   // Counted: streams the engine did not process (sent again), and those it reset or cut (not the
   // gateway's own cancels).
-  if (s->cancelled) {
+  if (s->malformed) {  // (the engine's malformed answer: counted as its reset)
+    self->stats_.upstream_h2_streams[2].fetch_add(1, std::memory_order_relaxed);
+  } else if (s->cancelled) {
   } else if (s->unprocessed)
     self->stats_.upstream_h2_streams[1].fetch_add(1, std::memory_order_relaxed);
   else if (code != NGHTTP2_NO_ERROR && !s->cancelled)

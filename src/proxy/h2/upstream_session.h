@@ -64,7 +64,8 @@ struct UpstreamStream {
   bool ended = false;         // closed: the response's end, a reset, or the connection's end
   bool clean = false;         // ended by the engine's END_STREAM with the whole response
   bool unprocessed = false;   // the engine did not process it (REFUSED_STREAM, GOAWAY)
-  bool cancelled = false;     // the leg gave up on it
+  bool cancelled = false;     // the leg gave up on it, or the gateway reset it (malformed)
+  bool malformed = false;     // reset by the gateway: a head too large, or too many 1xx heads
   bool conn_lost = false;     // the connection ended under it
   uint32_t error_code = 0;    // RST_STREAM's, when reset
   ResponseHeadText head;      // the HEADERS block being received
@@ -107,10 +108,13 @@ class UpstreamSession : public std::enable_shared_from_this<UpstreamSession> {
   // `retryable`: the failure is the session's (closing): another connection may take it.
   std::shared_ptr<UpstreamStream> open(std::string_view head, std::string_view body,
                                        std::string& error, bool& retryable);
-  // The leg is done with `s`: a stream not ended yet is reset (CANCEL).
-  void finish(const std::shared_ptr<UpstreamStream>& s);
+  // The leg is done with `s`: a stream not ended yet is reset, CANCEL, or NO_ERROR when its
+  // response was read whole (`complete`: its END_STREAM is just not here yet).
+  void finish(const std::shared_ptr<UpstreamStream>& s, bool complete = false);
   size_t claims() const { return claims_; }
   bool settledNow() const { return settings_; }
+  // The engine's stream limit (SETTINGS_MAX_CONCURRENT_STREAMS, at most 100); 0: it takes none now.
+  uint32_t streamLimit() const;
   // The leg read `n` response bytes of `s`: its window reopens.
   void consumed(UpstreamStream& s, size_t n);
   // Closes the connection now (its streams end: conn_lost); `graceful`: GOAWAY, no new stream,
