@@ -38,8 +38,7 @@ printf '%s' '{"model":"bench-model","messages":[{"role":"user","content":"Name t
 taskset -c 1 nginx -p "$W/up" -c "$W/up/nginx.conf" & pids+=($!)
 taskset -c 0 nginx -p "$W/ng" -c "$W/ng/nginx.conf" & pids+=($!)
 taskset -c 0 "$BIN" serve --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
-for _ in $(seq 1 50); do grep -q ready "$W/kv.out" 2>/dev/null && break; sleep 0.1; done
-API=$(sed -E 's/.*"api":"([^"]+)".*/\1/' "$W/kv.out")
+API=$(kvgate_api "$W/kv.out")
 for spec in "$KV1:$UP:http1" "$KV2:$UP2:http2"; do
   IFS=: read -r port up proto <<<"$spec"
   curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "{\"serviceArguments\":{\"externalIP\":\"127.0.0.1\",\"port\":$port,\"protocol\":\"tcp\",\"mode\":4,\"sel\":0,\"backend_protocol\":\"$proto\"},\"endpoints\":[{\"endpointIP\":\"127.0.0.1\",\"targetPort\":$up,\"weight\":1}]}" >/dev/null

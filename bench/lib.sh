@@ -51,3 +51,10 @@ server { listen 127.0.0.1:$1 ssl backlog=4096;
                  proxy_buffering off; proxy_read_timeout 300s; } }
 NGX
 }
+
+# kvgate_api OUT: waits (up to 5 s) for `kvgate serve`'s ready line in its stdout file OUT and
+# prints the management API's base URL from it.
+kvgate_api() {
+  for _ in $(seq 1 50); do grep -q ready "$1" 2>/dev/null && break; sleep 0.1; done
+  sed -E 's/.*"api":"([^"]+)".*/\1/' "$1"
+}
