@@ -109,7 +109,8 @@ echo "every group hashes alike and the bounded load decides alone. K = 64 KiB ke
 echo "question too: no two requests share a key, which scatters groups like round-robin."
 echo "KV-exact (Tier 1.5) reads what each worker's cache really holds from its KV events (ZMQ),"
 echo "tokenizes each chat with the model's template and sends it to the worker holding the longest"
-echo "prefix, bounded by load; a prompt nobody holds falls through to round-robin."
+echo "prefix, bounded by load (the default law, predict-q); a prompt nobody holds goes to the worker"
+echo "with the least prefill queued."
 curl -s "$API/metrics" | grep -E '^loxilb_pd_kv_tier15_(hits|miss_reason)_total\{service="demo-kv"' | grep -v ' 0$' || true
 
 echo
