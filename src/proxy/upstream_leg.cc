@@ -230,6 +230,14 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::sendH2(std::string_view head,
     co_await s->waiter.async_wait(useEc(ec));
   }
   if (!s->cancelled && (s->sent || s->final_head)) co_return Result{};
+  if (s->malformed) {  // (an early answer the gateway refused: the engine answered, no resend)
+    Result r{Outcome::kBadResponse, false, false,
+             "malformed HTTP/2 response from upstream: a head over " +
+                 std::to_string(kMaxResponseHead) + " bytes or more than " +
+                 std::to_string(kMaxInterim) + " interim heads"};
+    close();
+    co_return r;
+  }
   Result r{timed_out_ ? Outcome::kTimeout : Outcome::kSendFailed,
            !timed_out_ && !abandoned_ && !aborted_ && s->unprocessed, false,
            s->unprocessed ? "the engine did not process the HTTP/2 stream"

@@ -181,6 +181,7 @@ bool decodeHttp2Settings(std::string_view value, std::string& out) {
   if (out.size() % 6 != 0) return false;
   // Values libnghttp2 would take as a connection error after the 101 (RFC 9113 §6.5.2, RFC 8441,
   // RFC 9218): refused here, so the request is served as HTTP/1.1 instead.
+  int no_priorities = -1;  // SETTINGS_NO_RFC7540_PRIORITIES: may not change once given
   for (size_t i = 0; i < out.size(); i += 6) {
     const auto b = [&](size_t k) {
       return static_cast<uint32_t>(static_cast<uint8_t>(out[i + k]));
@@ -190,6 +191,10 @@ bool decodeHttp2Settings(std::string_view value, std::string& out) {
     if ((id == 0x2 || id == 0x8 || id == 0x9) && v > 1) return false;  // push, connect, priorities
     if (id == 0x4 && v > 0x7fffffffu) return false;                    // INITIAL_WINDOW_SIZE
     if (id == 0x5 && (v < (1u << 14) || v > (1u << 24) - 1)) return false;  // MAX_FRAME_SIZE
+    if (id == 0x9) {
+      if (no_priorities >= 0 && static_cast<uint32_t>(no_priorities) != v) return false;
+      no_priorities = static_cast<int>(v);
+    }
   }
   return true;
 }

@@ -229,6 +229,15 @@ TEST(H2Bridge, Http2SettingsField) {
   EXPECT_FALSE(decodeHttp2Settings("AAUAAABk", out));
   EXPECT_FALSE(decodeHttp2Settings("AASAAAAA", out));
   EXPECT_TRUE(decodeHttp2Settings("AAIAAAAA", out));  // ENABLE_PUSH = 0: fine
+  // The bounds themselves: INITIAL_WINDOW_SIZE = 2^31-1 (00 04 7f ff ff ff) and MAX_FRAME_SIZE =
+  // 2^24-1 (00 05 00 ff ff ff) are taken, MAX_FRAME_SIZE = 2^24 (00 05 01 00 00 00) is not;
+  // NO_RFC7540_PRIORITIES (9) = 2 is not, nor 0 then 1 (it may not change).
+  EXPECT_TRUE(decodeHttp2Settings("AAR_____", out));
+  EXPECT_TRUE(decodeHttp2Settings("AAUA____", out));
+  EXPECT_FALSE(decodeHttp2Settings("AAUBAAAA", out));
+  EXPECT_FALSE(decodeHttp2Settings("AAkAAAAC", out));
+  EXPECT_FALSE(decodeHttp2Settings("AAkAAAAAAAkAAAAB", out));
+  EXPECT_TRUE(decodeHttp2Settings("AAkAAAABAAkAAAAB", out));
 }
 
 }  // namespace

@@ -612,13 +612,14 @@ asio::awaitable<void> H2Conn::run(std::string preread, std::unique_ptr<Upgrade> 
           session_, reinterpret_cast<const uint8_t*>(buf.data()), buf.size());
       if (n < 0) {
         log::debug("proxy", std::string("HTTP/2 connection error: ") + nghttp2_strerror(int(n)));
-        if (n == NGHTTP2_ERR_BAD_CLIENT_MAGIC) {
-          // (after an Upgrade's 101: no preface but other bytes; libnghttp2 queues nothing for
-          // it) GOAWAY, counted as it is sent; stream 1's engine request ends.
-          nghttp2_session_terminate_session(session_, NGHTTP2_PROTOCOL_ERROR);
-          resetRunners();
-        }
-        // (a fatal error: libnghttp2 queued a GOAWAY, counted as it is sent, before the close)
+        // A fatal error (a broken preface, e.g. after an Upgrade's 101; a flood; a callback
+        // failure): libnghttp2 returns it without queueing anything, so the GOAWAY is ours
+        // (counted as it is sent, a no-op when one is queued already); the streams' engine
+        // requests end; the writer closes once it is out.
+        nghttp2_session_terminate_session(session_, n == NGHTTP2_ERR_FLOODED
+                                                        ? NGHTTP2_ENHANCE_YOUR_CALM
+                                                        : NGHTTP2_PROTOCOL_ERROR);
+        resetRunners();
         fatal_ = true;
         draining_ = true;
         buf.clear();
