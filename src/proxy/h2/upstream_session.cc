@@ -206,7 +206,6 @@ void UpstreamSession::endHead(UpstreamStream& s) {
   if (s.final_head || s.cancelled) return;
   if (!s.head.finish(s.method, s.data) ||  // too large, or no :status; or 1xx without end
       (s.head.interim() && ++s.interim > UpstreamLeg::kMaxInterim)) {
-    s.error_code = NGHTTP2_PROTOCOL_ERROR;
     nghttp2_submit_rst_stream(session_, NGHTTP2_FLAG_NONE, s.id, NGHTTP2_PROTOCOL_ERROR);
     s.cancelled = s.malformed = true;
     s.data.clear();
@@ -245,10 +244,8 @@ int UpstreamSession::onFrameRecv(nghttp2_session* session, const nghttp2_frame* 
       return 0;
     }
     case NGHTTP2_RST_STREAM: {
-      if (UpstreamStream* s = streamOf(session, frame->hd.stream_id)) {
-        s->error_code = frame->rst_stream.error_code;
-        if (s->error_code == NGHTTP2_REFUSED_STREAM) s->unprocessed = true;
-      }
+      UpstreamStream* s = streamOf(session, frame->hd.stream_id);
+      if (s && frame->rst_stream.error_code == NGHTTP2_REFUSED_STREAM) s->unprocessed = true;
       return 0;
     }
     case NGHTTP2_HEADERS:
@@ -307,7 +304,6 @@ int UpstreamSession::onStreamClose(nghttp2_session* session, int32_t id, uint32_
   nghttp2_session_set_stream_user_data(session, id, nullptr);
   self->streams_.erase(it);
   if (code == NGHTTP2_REFUSED_STREAM || !s->headers_sent) s->unprocessed = true;
-  if (code != NGHTTP2_NO_ERROR && s->error_code == 0) s->error_code = code;
   s->ended = true;
   // Counted: streams the engine did not process (sent again), and those it reset or cut (not the
   // gateway's own cancels).

@@ -67,13 +67,11 @@ struct UpstreamStream {
   bool cancelled = false;     // the leg gave up on it, or the gateway reset it (malformed)
   bool malformed = false;     // reset by the gateway: a head too large, or too many 1xx heads
   bool conn_lost = false;     // the connection ended under it
-  uint32_t error_code = 0;    // RST_STREAM's, when reset
   ResponseHeadText head;      // the HEADERS block being received
   bool chunked = false;       // the body is chunk-framed (no content-length)
   bool final_head = false;    // the final (non-1xx) head was received
   std::string data;           // HTTP/1.1 response bytes not yet read by the leg
   size_t unconsumed = 0;      // DATA bytes read by nobody yet (the stream window given back later)
-  bool got_bytes() const { return final_head || !data.empty(); }
   void wake() { waiter.cancel(); }
 };
 
