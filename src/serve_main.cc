@@ -498,6 +498,7 @@ int serveMain(int argc, char** argv) {
   dp.setL4(l4.get());
   // (Both before start(): the overload monitor's thread reads the index pointer.)
   dp.setKv(&kv_index, &kv_plane, prompt_tokens.get(), &kv_overlay);  // Tier 1.5 (kvExactMode 3)
+  dp.setTokenizers(prompt_tokens.get());  // /tokenize, /detokenize answered by the gateway
   dp.setRoutingEnv(&routing_env);
   {
     // The gates' governance services: this process's registries and the shared counters.

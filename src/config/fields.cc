@@ -93,6 +93,9 @@ const std::vector<FieldSpec>& serviceFields() {
       {"kvExactApiMode", T::kEnum, 0, 0, {"completions", "chat", "both"}},
       // Extension: how pooling requests (embeddings, rerank, score, classify) are placed.
       {"kvPoolingLb", T::kEnum, 0, 0, {"auto", "least_loaded", "rule"}},
+      // Extension: /tokenize and /detokenize answered by the gateway (proxy/tokenize_local.h).
+      {"kvTokenizeLocal", T::kEnum, 0, 0, {"verified", "off"}},
+      {"kvTokenizeVerifyEvery", T::kInt, 0, 1000000},
       {"kvLbMode",
        T::kEnum,
        0,

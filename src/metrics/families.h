@@ -73,8 +73,15 @@ inline const Family kInternalErrors{"kvgate_internal_errors_total", Type::kCount
 inline const Family kApiRequests{"kvgate_api_requests_total", Type::kCounter,
     "Requests dispatched, by the API their path names: openai (completions, chat and every other "
     "path), messages (Anthropic Messages, .../v1/messages), messages_count_tokens, responses "
-    "(OpenAI Responses, .../v1/responses), pooling (embeddings, rerank, score, classify).",
+    "(OpenAI Responses, .../v1/responses), pooling (embeddings, rerank, score, classify), "
+    "tokenize and detokenize (the engines' .../tokenize, .../detokenize).",
     {"api"}};
+inline const Family kTokenizeApi{"kvgate_tokenize_api_total", Type::kCounter,
+    "The engines' /tokenize and /detokenize on single-leg rules, by rule, api and event: answered "
+    "(by the gateway from its tokenizer), checked (forwarded, and the engine's answer matched the "
+    "gateway's), mismatched (forwarded, and it did not: the gateway stops answering that model on "
+    "that rule), forwarded (not answerable by the gateway: another engine, an unknown model, an "
+    "input it does not compute; docs/apis.md).", {"rule", "api", "event"}};
 inline const Family kApiPrompt{"kvgate_api_prompt_total", Type::kCounter,
     "Messages and Responses requests whose prompt a rule needed, by API and result: converted "
     "(read from the chat form the engine renders), unconvertible (a body the engine would refuse, "
@@ -337,7 +344,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures, &kUpstreamSocketFailures,
       &kEndpointPendingPrefillTokens, &kEndpointPrefillRate, &kEndpointPrefillWait,
       &kLoopLag, &kLoopStalls, &kWorkerCpu, &kWorkerCpuWait, &kRuleRoutingInfo, &kRelayCuts, &kHeapBytes, &kHeapLimit, &kHeapTotal, &kHeapBudget, &kOverloadState, &kOverloadShed,
-      &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kPromptTokenizer,   &kKvBlocks,
+      &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kTokenizeApi,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,
       &kKvSubscriberReconnects, &kKvHashChecks, &kKvHashContractBroken, &kKvEvicted, &kKvProbeLimited, &kKvLag,

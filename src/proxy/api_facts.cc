@@ -18,6 +18,8 @@ Api apiOf(std::string_view path) {
   }
   if (engines::responses::isResponsesPath(path)) return Api::kResponses;
   const std::string_view p = path.substr(0, path.find('?'));
+  if (p.ends_with("/detokenize")) return Api::kDetokenize;
+  if (p.ends_with("/tokenize")) return Api::kTokenize;
   for (std::string_view pooling : {"/embeddings", "/rerank", "/score", "/classify", "/pooling"})
     if (p.ends_with(pooling)) return Api::kPooling;
   return Api::kOpenAi;

@@ -100,6 +100,11 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
                                      const std::vector<std::string>* allowed = nullptr);
   asio::awaitable<bool> answerUnroutable(const Route* route, bool host_path_matched,
                                          std::string_view model);
+  // /tokenize, /detokenize (tokenize_local.h): 0 = forward it (rq_.tok_check set when its answer
+  // is to be checked), 1 = answered here, 2 = answered, and the connection must close.
+  asio::awaitable<int> tokenizeLocally(const Request& req, const Route& route);
+  // The engine's whole answer to a checked /tokenize or /detokenize arrived (relay.cc).
+  void finishTokenizeCheck(const Route& route, int status);
   // forward.cc
   // `pipeline` null: the route's; `role` >= 0: only endpoints of that ep_role are candidates.
   asio::awaitable<bool> forward(const Request& req, const Route& route,

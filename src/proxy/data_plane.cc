@@ -74,6 +74,10 @@ void DataPlane::setWorkerTokens(const routing::PromptTokens* tokens) {
   for (auto& w : workers_) w->prompt_tokens = tokens;
 }
 
+void DataPlane::setTokenizers(const tok::RequestTokenizer* t) {
+  for (auto& w : workers_) w->tokenizers = t;
+}
+
 void DataPlane::start() {
   if (started_) return;
   started_ = true;
@@ -202,6 +206,25 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   } else {
     // Single-leg rules: the Responses API's response homes, and the pooling requests' pipeline.
     if (!stats->response_homes) stats->response_homes = std::make_shared<ResponseHomes>();
+    // /tokenize and /detokenize answered by the gateway (tokenize_local.h): the engines whose
+    // answers it computes, unless kvTokenizeLocal is off.
+    const std::string engine = rule.service_args.value("kvEngineType", std::string("vllm"));
+    if (rule.service_args.value("kvTokenizeLocal", std::string("verified")) != "off")
+      route->tokenize = engine == "vllm"     ? TokenizeDialect::kVllm
+                        : engine == "sglang" ? TokenizeDialect::kSglang
+                                             : TokenizeDialect::kOff;
+    route->tokenize_verify_every =
+        static_cast<uint32_t>(rule.service_args.value("kvTokenizeVerifyEvery", 100));
+    // What was learned holds for these engines and settings: a change starts afresh.
+    std::string sig = engine + '|' + std::to_string(static_cast<int>(route->tokenize)) + '|' +
+                      std::to_string(route->tokenize_verify_every) + '|' + rule.model_name;
+    for (const auto& a : route->addresses)
+      sig += '|' + a.address().to_string() + ':' + std::to_string(a.port());
+    if (!stats->tokenize_mirror || stats->tokenize_sig != sig) {
+      stats->tokenize_mirror = std::make_shared<TokenizeMirror>();
+      stats->tokenize_sig = std::move(sig);
+    }
+    route->tokenize_mirror = stats->tokenize_mirror;
     // kvPoolingLb auto (the default): least loaded where the rule's selector spreads requests
     // anyway (rr, lc); a selector that keys them (hash, persist, chwbl, ...) keeps its affinity.
     const std::string pooling = rule.service_args.value("kvPoolingLb", std::string("auto"));

@@ -28,6 +28,9 @@
 namespace kvgate::http {
 class TlsFiles;
 }
+namespace kvgate::tok {
+class RequestTokenizer;
+}
 namespace kvgate::l4 {
 class L4Plane;
 }
@@ -91,6 +94,9 @@ class DataPlane {
     kv_overlay_ = overlay;
     setWorkerTokens(tokens);
   }
+  // The models' tokenizers (serve --models-dir): /tokenize and /detokenize answered by the
+  // gateway (tokenize_local.h). Before start().
+  void setTokenizers(const tok::RequestTokenizer* t);
   // The governance services the request gates use (governance/services.h); before start().
   // Unset: the process-wide registries and the shared counters set when the plane was made.
   void setGovernance(const governance::Services& gov) { gov_ = gov; }

@@ -5,6 +5,8 @@
 #include <chrono>
 
 #include "common/ids.h"
+#include "common/json_depth.h"
+#include "common/log.h"
 #include "governance/api_keys.h"
 #include "governance/jwt_auth.h"
 #include "governance/limits.h"
@@ -15,6 +17,7 @@
 #include "proxy/filters/credentials.h"
 #include "proxy/filters/quota.h"
 #include "proxy/form_model.h"
+#include "tokenizer/request_tokenizer.h"
 
 namespace kvgate::proxy {
 
@@ -60,6 +63,70 @@ asio::awaitable<bool> ClientConn::answerUnroutable(const Route* route, bool host
     co_await sendError(503, "service_down", "service is administratively down");
   }
   co_return true;
+}
+
+asio::awaitable<int> ClientConn::tokenizeLocally(const Request& req, const Route& route) {
+  const size_t api = rq_.api == Api::kDetokenize;
+  auto& events = route.stats->tokenize_events[api];
+  auto forwarded = [&] {
+    events[3].fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  };
+  TokenizeMirror* mirror = route.tokenize_mirror.get();
+  // Only the paths the engine serves (rules do not rewrite paths: this is the engine's), and
+  // only bodies it takes: vLLM lower-cases the Content-Type and compares what is before any ';'
+  // with application/json, spaces included.
+  const std::string_view path = req.head.target.substr(0, req.head.target.find('?'));
+  std::string_view ct = req.head.get("content-type");
+  ct = ct.substr(0, ct.find(';'));
+  if (!w_.tokenizers || !mirror || req.head.method != "POST" ||
+      !tokenizePathServed(route.tokenize, path) || !http::iequals(ct, "application/json") ||
+      req.body.size() > kMaxTokenizeBody || !jsonDepthWithin(req.body))
+    co_return forwarded();
+  const auto body = nlohmann::ordered_json::parse(req.body, nullptr, false);
+  if (!body.is_object() || !body.contains("model") || !body["model"].is_string())
+    co_return forwarded();
+  const std::string& model = body["model"].get_ref<const std::string&>();
+  // (the model the gates checked, when they read one, is this one; SGLang ignores the member
+  // and serves its one model: answered only where the rule's pool names it)
+  if ((rq_.body_read && (!rq_.body_has_model || rq_.body_model != model)) ||
+      (route.tokenize == TokenizeDialect::kSglang && route.rule.model_name != model))
+    co_return forwarded();
+  // The credentials the engine would see are part of the form's key: an engine that checks
+  // keys (SGLang's --api-key) answers each caller's first calls itself.
+  std::string auth;
+  if (!rq_.strip_authorization) auth.append(req.head.get("authorization"));
+  auth += '\n';
+  if (!route.rule.strip_api_key) auth.append(req.head.get("x-api-key"));
+  const char* why = "";
+  const auto read = readTokenizeRequest(
+      route.tokenize, api ? TokenizeOp::kDetokenize : TokenizeOp::kTokenize, body, auth, &why);
+  if (!read || mirror->blocked(read->key)) co_return forwarded();
+  const auto tok = w_.tokenizers->find(model);  // (null while loading: forwarded meanwhile)
+  if (!tok) co_return forwarded();
+  auto answer = computeTokenizeAnswer(*read, body, *tok, w_.tokenizers->textBound(), &why);
+  if (!answer) co_return forwarded();
+  std::string out;
+  switch (mirror->decide(*answer, route.tokenize_verify_every, &out)) {
+    case TokenizeMirror::Use::kForward:
+      co_return forwarded();
+    case TokenizeMirror::Use::kCheck:
+      rq_.tok_check = std::make_unique<TokenizeAnswer>(std::move(*answer));
+      co_return 0;
+    case TokenizeMirror::Use::kAnswer:
+      break;
+  }
+  events[0].fetch_add(1, std::memory_order_relaxed);
+  std::string h =
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " + rq_.request_id +
+      "\r\nContent-Length: " + std::to_string(out.size()) + "\r\n";
+  if (!keepAliveAfter()) h += "Connection: close\r\n";
+  h += ruleHeaders();
+  h += "\r\n";
+  rq_.outcome.status = 200;
+  countResponse(200);
+  const bool ok = co_await writeClient(h, out);
+  co_return ok ? 1 : 2;
 }
 
 // The model a key and a quota are checked against: the body's when it was read (a JSON object,
@@ -300,10 +367,15 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   if (route->rule.inactive_timeout_sec > 0)
     idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
   bool ok;  // (no co_await in a conditional: GCC 12)
-  // A pooling request (embeddings, rerank, ...) has no prefix to follow: the rule's least-loaded
-  // pipeline places it (kvPoolingLb; null: the rule's own).
+  const bool tokenize_api = rq_.api == Api::kTokenize || rq_.api == Api::kDetokenize;
+  if (tokenize_api && !route->pd_dialect && route->tokenize != TokenizeDialect::kOff) {
+    const int local = co_await tokenizeLocally(req, *route);
+    if (local) co_return local == 1 && !client_gone_;
+  }
+  // A pooling request (embeddings, rerank, ...) has no prefix to follow, nor has a tokenize
+  // call: the rule's least-loaded pipeline places it (kvPoolingLb; null: the rule's own).
   const routing::Pipeline* pipeline =
-      rq_.api == Api::kPooling ? route->pooling_pipeline.get() : nullptr;
+      rq_.api == Api::kPooling || tokenize_api ? route->pooling_pipeline.get() : nullptr;
   if (route->pd_dialect)
     ok = co_await forwardPd(req, *route);
   else

@@ -201,8 +201,9 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   w.header(kInternalErrors);
   w.sample(kInternalErrors, {}, static_cast<double>(stats_.internal_errors.load()));
   w.header(kApiRequests);
-  static const char* const kApiNames[] = {"openai", "messages", "messages_count_tokens",
-                                          "responses", "pooling"};
+  static const char* const kApiNames[] = {"openai",    "messages", "messages_count_tokens",
+                                          "responses", "pooling",  "tokenize",
+                                          "detokenize"};
   for (size_t i = 0; i < stats_.api_requests.size(); ++i)
     w.sample(kApiRequests, {{"api", kApiNames[i]}},
              static_cast<double>(stats_.api_requests[i].load()));
@@ -213,6 +214,17 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
       for (size_t e = 0; e < st->response_pins.size(); ++e)
         w.sample(kResponsePins, {{"rule", st->rule}, {"event", kPinEvents[e]}},
                  static_cast<double>(st->response_pins[e].load()));
+  w.header(kTokenizeApi);
+  static const char* const kTokEvents[] = {"answered", "checked", "mismatched", "forwarded"};
+  for (auto& [key, st] : rule_stats_)
+    if (st->response_homes)  // (single-leg rules)
+      for (size_t a = 0; a < 2; ++a)
+        for (size_t e = 0; e < 4; ++e)
+          w.sample(kTokenizeApi,
+                   {{"rule", st->rule},
+                    {"api", a ? "detokenize" : "tokenize"},
+                    {"event", kTokEvents[e]}},
+                   static_cast<double>(st->tokenize_events[a][e].load()));
   w.header(kApiPrompt);
   static const char* const kResults[] = {"converted", "unconvertible", "too_large"};
   for (size_t a = 0; a < 2; ++a)

@@ -139,6 +139,31 @@ void ClientConn::noteResponseId(ResponseHomes& homes, std::string_view payload) 
   if (rq_.response_id_seen) std::string().swap(probe);
 }
 
+// The engine answered a checked /tokenize or /detokenize whole: compared with what the gateway
+// computed (tokenize_local.h); a mismatch stops the gateway's answers for that model.
+void ClientConn::finishTokenizeCheck(const Route& route, int status) {
+  auto check = std::move(rq_.tok_check);
+  std::string body;
+  body.swap(rq_.tok_capture);
+  TokenizeMirror* mirror = route.tokenize_mirror.get();
+  if (!mirror) return;
+  const size_t api = check->op == TokenizeOp::kDetokenize;
+  if (status != 200) {
+    mirror->refused(*check);
+  } else if (mirror->check(*check, body)) {
+    route.stats->tokenize_events[api][1].fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  route.stats->tokenize_events[api][2].fetch_add(1, std::memory_order_relaxed);
+  log::warn("proxy", std::string(api ? "/detokenize" : "/tokenize") + " of model '" + check->model +
+                         "' on rule " + route.stats->rule + ": " +
+                         (rq_.outcome.endpoint ? *rq_.outcome.endpoint : std::string("?")) +
+                         " answered " + std::to_string(status) +
+                         (status == 200 ? " differently from the gateway's tokenizer"
+                                        : " where the gateway would have answered") +
+                         "; the gateway forwards calls of this form from now on");
+}
+
 asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, const Route& route,
                                                 bool head_request,
                                                 endpoints::EndpointLease& lease) {
@@ -159,7 +184,18 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
                              : nullptr;
   const bool rewrite = scan && rq_.quota.inject && rh.event_stream && rh.status < 300 &&
                        rh.body_kind != http::BodyKind::kNone;
-  f.decode = scan || homes;
+  // A /tokenize or /detokenize forwarded for a check: its whole JSON answer (bounded).
+  // (an encoded answer is not read: it is the client's)
+  const std::string_view enc = rh.get("content-encoding");
+  const bool tok_capture = rq_.tok_check && rh.status == 200 && !head_request && !rh.event_stream &&
+                           rh.body_kind != http::BodyKind::kNone &&
+                           (enc.empty() || http::iequals(enc, "identity"));
+  if (rq_.tok_check && !tok_capture) {
+    // The engine refused what the gateway would have answered: a mismatch of that form.
+    if (tokenizeRefusal(rh.status)) finishTokenizeCheck(route, rh.status);
+    rq_.tok_check.reset();
+  }
+  f.decode = scan || homes || tok_capture;
   rq_.quota.status = rh.status;
   rq_.quota.stream = rh.event_stream;
   if (!sink_ &&
@@ -212,6 +248,16 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       noteResponseId(*homes,
                      f.kind == http::BodyKind::kChunked ? std::string_view(f.decoded) : chunk);
       if (rq_.response_id_seen) f.decode = scan;  // (no more decoding for the id)
+    }
+    if (rq_.tok_check && !chunk.empty()) {
+      const std::string_view payload =
+          f.kind == http::BodyKind::kChunked ? std::string_view(f.decoded) : chunk;
+      if (rq_.tok_capture.size() + payload.size() > rq_.tok_check->answer_bytes) {
+        rq_.tok_check.reset();  // (an answer this much bigger than ours is not checked)
+        std::string().swap(rq_.tok_capture);
+      } else {
+        rq_.tok_capture.append(payload);
+      }
     }
     if (scan) {
       const std::string_view payload =
@@ -275,6 +321,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     leg_.release(false);
     co_return false;
   }
+  if (rq_.tok_check) finishTokenizeCheck(route, rh.status);
   // Pooled only when the exchange is complete and nothing else arrived (the leg checks).
   leg_.release(f.reusable);
   co_return true;

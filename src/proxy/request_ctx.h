@@ -20,6 +20,7 @@
 #include "http/parser.h"
 #include "http/target.h"
 #include "proxy/route_table.h"
+#include "proxy/tokenize_local.h"
 #include "routing/cycle_state.h"
 #include "routing/request_facts.h"
 
@@ -82,6 +83,8 @@ enum class Api : uint8_t {
   kCountTokens,  // Anthropic Messages' .../v1/messages/count_tokens (nothing is generated)
   kResponses,    // OpenAI Responses (.../v1/responses)
   kPooling,      // embeddings, rerank, score, classify, pooling: nothing generated, no prefix
+  kTokenize,     // the engines' .../tokenize: nothing generated (tokenize_local.h)
+  kDetokenize,   // .../detokenize
 };
 
 struct RequestCtx {
@@ -128,6 +131,10 @@ struct RequestCtx {
   // A Responses API answer's first bytes, until its id is found (response_homes.h).
   std::string response_probe;
   bool response_id_seen = false;
+  // A /tokenize or /detokenize forwarded to check the gateway's own answer against the
+  // engine's (tokenize_local.h): what the gateway computed, and the engine's answer so far.
+  std::unique_ptr<TokenizeAnswer> tok_check;
+  std::string tok_capture;
   // Scratch of an API read in another form (api_facts.h): the converted body and its facts.
   std::string api_body;
   routing::RequestFacts api_facts;
@@ -157,6 +164,8 @@ struct RequestCtx {
     outcome = RequestOutcome{};
     response_probe.clear();
     response_id_seen = false;
+    tok_check.reset();
+    std::string().swap(tok_capture);
   }
   // The request was answered and logged: the snapshot goes, big scratch is freed
   // (`keep_bytes`: capacity kept for the next request).
@@ -167,6 +176,8 @@ struct RequestCtx {
     // pin its size per connection)
     cycle.endRequest();
     if (quota_body.capacity() > keep_bytes) std::string().swap(quota_body);
+    tok_check.reset();  // (a check whose answer never came whole)
+    if (tok_capture.capacity() > keep_bytes) std::string().swap(tok_capture);
     if (api != Api::kOpenAi) {  // (only another API's requests use the scratch)
       if (api_body.capacity() > keep_bytes) std::string().swap(api_body);
       api_facts.shrink(keep_bytes);

@@ -16,6 +16,7 @@
 #include "proxy/admission.h"
 #include "proxy/filters/filter_chain.h"
 #include "proxy/rule_stats.h"
+#include "proxy/tokenize_local.h"
 #include "routing/pipeline.h"
 
 namespace kvgate::http {
@@ -57,6 +58,11 @@ struct Route {
   std::vector<std::string> tls_names;
   // backend_protocol http2: HTTP/2 to the engines (h2/upstream_session.h); else HTTP/1.1.
   bool http2 = false;
+  // Single-leg rules: whose /tokenize and /detokenize answers the gateway computes
+  // (tokenize_local.h; kOff: forwarded), and how often an answerable one is checked.
+  TokenizeDialect tokenize = TokenizeDialect::kOff;
+  uint32_t tokenize_verify_every = 100;
+  std::shared_ptr<TokenizeMirror> tokenize_mirror;  // what was learned (kept in RuleStats)
 };
 
 struct VipConfig {

@@ -15,6 +15,7 @@
 #include "proxy/admission.h"
 #include "proxy/overload.h"
 #include "proxy/response_homes.h"
+#include "proxy/tokenize_local.h"
 #include "routing/pipeline.h"
 #include "routing/stages/prefix_trie.h"
 #include "routing/stages/session_table.h"
@@ -58,6 +59,14 @@ struct RuleStats {
   // endpoint holding theirs, [2] unknown (routed as any request), [3] refused (the endpoint
   // holding it is down or no longer in the rule).
   std::array<std::atomic<uint64_t>, 4> response_pins{};
+  // Single-leg rules: /tokenize and /detokenize answered by the gateway (tokenize_local.h),
+  // and tokenize_events[api][event] (kvgate_tokenize_api_total): [0] answered by the
+  // gateway, [1] forwarded and checked: matched, [2] checked: mismatched, [3] forwarded (not
+  // answerable by the gateway).
+  // (a new one when the rule's engines or tokenize settings change: tokenize_sig)
+  std::shared_ptr<TokenizeMirror> tokenize_mirror;
+  std::string tokenize_sig;
+  std::array<std::array<std::atomic<uint64_t>, 4>, 2> tokenize_events{};
   // P/D requests by the tier that chose the prefill endpoint that served them.
   std::array<std::atomic<uint64_t>, static_cast<size_t>(PdTier::kCount)> pd_tiers{};
   std::atomic<uint64_t> pd_prefill_redone{0};  // kvgate_pd_prefill_redone_total
@@ -137,11 +146,12 @@ struct DataPlaneStats {
   std::atomic<uint64_t> overload_shed{0};  // requests answered 503 gateway_overloaded
   std::atomic<uint64_t> internal_errors{0};  // connections closed by an exception (a bug)
   // Requests dispatched by the API their path names ([0] openai, [1] messages, [2]
-  // messages_count_tokens, [3] responses, [4] pooling: request_ctx.h Api), and Messages [0] /
+  // messages_count_tokens, [3] responses, [4] pooling, [5] tokenize, [6] detokenize:
+  // request_ctx.h Api), and Messages [0] /
   // Responses [1]
   // bodies whose prompt was read from their chat form ([0] converted) or could not be ([1]
   // unconvertible, [2] too_large: routed unkeyed; api_facts.h Conversion).
-  std::array<std::atomic<uint64_t>, 5> api_requests{};
+  std::array<std::atomic<uint64_t>, 7> api_requests{};
   std::array<std::array<std::atomic<uint64_t>, 3>, 2> api_prompt{};
 };
 

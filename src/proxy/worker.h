@@ -51,6 +51,8 @@ class Worker {
   // The prompt tokenizer (serve --models-dir; null without): quota reservations count with it.
   // Set by DataPlane::setKv before the first rule (no request reads it earlier).
   const routing::PromptTokens* prompt_tokens = nullptr;
+  // The same tokenizers, for /tokenize and /detokenize answered here (DataPlane::setTokenizers).
+  const tok::RequestTokenizer* tokenizers = nullptr;
   // One thread runs this context, and only it starts, performs or cancels I/O on the worker's
   // sockets (other threads post to it): the reactor's per-socket locking is off (UNSAFE_IO), the
   // scheduler's stays on for those posts.

@@ -43,6 +43,10 @@ Model:
   --seed S                      seed of the deterministic output (default 1)
   --max-model-len N             context length reported and enforced (default 131072)
   --default-max-tokens N        max_tokens when a request gives none (default 16)
+  --detokenize-clean-up M       /detokenize applies transformers' clean_up_tokenization_spaces
+                                as the model's tokenizer_config.json says (model, the default:
+                                transformers before 5.7), always (on) or never (off: 5.7 and
+                                later skip it for BPE tokenizers); SGLang never applies it
   --models-dir DIR              tokenizer folders <DIR>/<model>/ (tokenizer.json, ...): a model
                                 found there is tokenized exactly as vLLM would (real tokenizer
                                 and chat template); others use the stand-in tokenizer
@@ -283,7 +287,7 @@ int parseArgs(int argc, char** argv, Options& o) {
         " --step-seq-overhead-ms --prefill-factor --max-num-seqs --max-num-batched-tokens"
         " --role --pd-transfer-us-per-block --pd-hold-ms --pd-wait-ms --pd-bootstrap-port"
         " --pd-connector"
-        " --api-ms --step-jitter --tls-cert --tls-key ";
+        " --api-ms --step-jitter --tls-cert --tls-key --detokenize-clean-up ";
     bool known =
         flag.find(' ') == std::string::npos && kKnown.find(" " + flag + " ") != std::string::npos;
     if (!known) return usage("unknown flag '" + flag + "'");
@@ -340,6 +344,13 @@ int parseArgs(int argc, char** argv, Options& o) {
       if (!o.models_set) o.cfg.models.clear();
       o.models_set = true;
       o.cfg.models.push_back(value);
+    } else if (flag == "--detokenize-clean-up") {
+      if (value == "model")
+        o.cfg.detokenize_clean_up.reset();
+      else if (value == "on" || value == "off")
+        o.cfg.detokenize_clean_up = value == "on";
+      else
+        return usage("--detokenize-clean-up takes model, on or off");
     } else if (flag == "--models-dir") {
       if (value.empty()) return usage("--models-dir needs a directory");
       o.cfg.models_dir = value;

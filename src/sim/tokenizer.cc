@@ -101,6 +101,14 @@ class HfTokenizer : public Tokenizer {
     return tok::encodeChat(*t_, body);
   }
   const char* kind() const override { return "hf"; }
+  Result<std::string> decode(const std::vector<uint32_t>& ids, bool skip_special,
+                             std::optional<bool> clean_up) const override {
+    return t_->decoder().decode(ids, skip_special, clean_up);
+  }
+  std::optional<std::string> tokenString(uint32_t id) const override {
+    auto s = t_->decoder().token(id);
+    return s ? std::optional<std::string>(std::string(*s)) : std::nullopt;
+  }
 
  private:
   std::shared_ptr<const tok::Tokenizer> t_;

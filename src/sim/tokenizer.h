@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,6 +37,13 @@ class Tokenizer {
   virtual Result<std::vector<uint32_t>> encodeChat(std::string_view raw,
                                                    const nlohmann::json& body) const = 0;
   virtual const char* kind() const = 0;  // "hf" or "stand-in"
+  // /detokenize and /tokenize's token strings: the real tokenizer's decode (tokenizer/decoder.h;
+  // `clean_up` nullopt: the model's config); the stand-in cannot (its ids are hashes): 501.
+  virtual Result<std::string> decode(const std::vector<uint32_t>& /*ids*/, bool /*skip_special*/,
+                                     std::optional<bool> /*clean_up*/) const {
+    return fail(501, "tokens", "the stand-in tokenizer cannot decode (give --models-dir)");
+  }
+  virtual std::optional<std::string> tokenString(uint32_t /*id*/) const { return std::nullopt; }
 };
 
 class SimpleTokenizer : public Tokenizer {

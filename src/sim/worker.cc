@@ -976,6 +976,12 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
       co_await handleCountTokens(req, w, hdrs);
       co_return;
     }
+  } else if (p == "/tokenize" || p == "/detokenize" ||
+             (cfg_.engine == "sglang" && (p == "/v1/tokenize" || p == "/v1/detokenize"))) {
+    if (post) {
+      co_await handleTokenize(req, w, hdrs, p.ends_with("/detokenize"));
+      co_return;
+    }
   } else if (p == "/v1/embeddings") {
     if (post) {
       co_await handleEmbeddings(req, w, hdrs);

@@ -86,6 +86,9 @@ struct SimConfig {
   int64_t max_model_len = 131072;
   uint64_t keepalive_timeout_ms = 5000;  // idle keep-alive connections closed (uvicorn: 5 s)
   bool stamp_events = false;             // add "kvgate_sent_us" (send time) to each token event
+  // --detokenize-clean-up: /detokenize applies transformers' clean-up as the model's config
+  // says (nullopt: transformers before 5.7), always (true) or never (false: 5.7 and later).
+  std::optional<bool> detokenize_clean_up;
   bool responses_store = false;  // --responses-store: keep served Responses ids (vLLM's store)
   bool cache_decode = false;             // --kv-cache-decode: blocks completed during decode
                                          // enter the prefix cache (and KV events), as in vLLM
@@ -152,6 +155,9 @@ class Worker {
   // POST /v1/messages/count_tokens: the chat form's rendered length, as vLLM answers it.
   asio::awaitable<void> handleCountTokens(http::Request& req, http::ResponseWriter& w,
                                           const http::HeaderList& hdrs);
+  // /tokenize and /detokenize in the engine's shape (vLLM; SGLang with --engine sglang).
+  asio::awaitable<void> handleTokenize(http::Request& req, http::ResponseWriter& w,
+                                       const http::HeaderList& hdrs, bool detokenize);
   asio::awaitable<void> handleEmbeddings(http::Request& req, http::ResponseWriter& w,
                                          const http::HeaderList& hdrs);
   asio::awaitable<void> handleFault(http::Request& req, http::ResponseWriter& w);
@@ -232,6 +238,7 @@ class Worker {
   std::set<RequestCtx*> active_;     // every in-flight inference request
 
   uint64_t requests_total_ = 0;
+  uint64_t tokenize_total_ = 0;  // /tokenize and /detokenize calls
   uint64_t requests_aborted_ = 0;
   uint64_t faults_injected_ = 0;
   uint64_t prefix_queries_ = 0;

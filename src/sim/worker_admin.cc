@@ -97,6 +97,136 @@ nlohmann::ordered_json Worker::faultJson() const {
   return j;
 }
 
+// vLLM (vllm/entrypoints/serve/tokenize/): POST /tokenize takes a completion form {model?,
+// prompt: str, add_special_tokens=true, return_token_strs=false} or a chat form {model?,
+// messages, add_generation_prompt=true, continue_final_message=false, add_special_tokens=false,
+// chat_template_kwargs, tools, return_token_strs} (other members ignored) and answers {count,
+// max_model_len, tokens, token_strs (null unless asked)}; POST /detokenize {model?, tokens}
+// answers {prompt}, special tokens kept, clean-up as the model's config says. SGLang also at
+// /v1/...: {tokens, count, max_model_len} for a prompt (or a list of them), {text} with
+// skip_special_tokens=true by default and no clean-up. Errors in vLLM's shape.
+asio::awaitable<void> Worker::handleTokenize(http::Request& req, http::ResponseWriter& w,
+                                             const http::HeaderList& hdrs, bool detokenize) {
+  ++tokenize_total_;
+  const bool sglang = cfg_.engine == "sglang";
+  int status = 200;
+  std::string body;
+  auto bad = [&](int s, const std::string& msg, const char* param = nullptr) {
+    status = s;
+    body = vllmError(s, msg, param);
+  };
+  const auto j = jsonDepthWithin(req.body) ? ojson::parse(req.body, nullptr, false) : ojson();
+  std::string model = cfg_.models.front();
+  // vLLM's validate_json_request: the lower-cased Content-Type before any ';', spaces kept.
+  std::string ct = req.header("Content-Type");
+  ct = ct.substr(0, ct.find(';'));
+  for (char& c : ct) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto flag = [&](const char* name, bool dflt, bool& out) {
+    auto it = j.find(name);
+    if (it == j.end()) return out = dflt, true;
+    if (!it->is_boolean()) return false;
+    return out = it->get<bool>(), true;
+  };
+  if (!sglang && ct != "application/json") {
+    bad(400, "Unsupported Media Type: Only 'application/json' is allowed");
+  } else if (j.is_discarded() || !j.is_object()) {
+    bad(400, "Request body must be a JSON object.");
+  } else if (auto m = j.find("model");
+             m != j.end() && !m->is_null() && !sglang &&
+             (!m->is_string() || std::find(cfg_.models.begin(), cfg_.models.end(),
+                                           m->get<std::string>()) == cfg_.models.end())) {
+    bad(404,
+        "The model `" + (m->is_string() ? m->get<std::string>() : m->dump()) + "` does not exist.",
+        "model");
+  } else {
+    if (m != j.end() && m->is_string()) model = m->get<std::string>();
+    if (std::find(cfg_.models.begin(), cfg_.models.end(), model) == cfg_.models.end())
+      model = cfg_.models.front();  // (SGLang does not check the name)
+    const Tokenizer& tk = tokenizerFor(model);
+    ojson out = ojson::object();
+    if (detokenize) {
+      std::vector<uint32_t> ids;
+      auto t = j.find("tokens");
+      bool ok = t != j.end() && t->is_array();
+      for (size_t i = 0; ok && i < t->size(); ++i) {
+        const auto& v = (*t)[i];
+        ok = v.is_number_unsigned() && v.get<uint64_t>() <= UINT32_MAX;
+        if (ok) ids.push_back(v.get<uint32_t>());
+      }
+      bool skip = false;
+      if (!ok) {
+        bad(400, "'tokens' must be a list of token ids in [0, 2^32).", "tokens");
+      } else if (sglang && !flag("skip_special_tokens", true, skip)) {
+        bad(400, "skip_special_tokens must be a boolean.", "skip_special_tokens");
+      } else {
+        auto text =
+            tk.decode(ids, skip, sglang ? std::optional<bool>(false) : cfg_.detokenize_clean_up);
+        if (!text)
+          bad(text.error().code, text.error().what);
+        else
+          out[sglang ? "text" : "prompt"] = *text;
+      }
+    } else {
+      const bool has_prompt = j.contains("prompt"), has_messages = j.contains("messages");
+      bool special = true, strs = false;
+      std::vector<uint32_t> ids;
+      if (!sglang && j.contains("return_token_strs") && !j["return_token_strs"].is_null()) {
+        if (j["return_token_strs"].is_boolean())
+          strs = j["return_token_strs"].get<bool>();
+        else
+          bad(400, "return_token_strs must be a boolean.", "return_token_strs");
+      }
+      if (status != 200) {
+      } else if (has_prompt == has_messages) {
+        bad(400, "Give either 'prompt' or 'messages'.");
+      } else if (has_prompt) {
+        if (!j["prompt"].is_string() || !flag("add_special_tokens", true, special))
+          bad(400, "'prompt' must be a string and add_special_tokens a boolean.", "prompt");
+        else
+          ids = tk.encode(j["prompt"].get<std::string>(), special);
+      } else if (j.contains("chat_template") && !j["chat_template"].is_null()) {
+        bad(400,
+            "Chat template is passed with request, but --trust-request-chat-template is "
+            "not set. Refused request with untrusted chat template.");
+      } else {
+        ojson chat = ojson::object();
+        for (const char* k : {"messages", "add_generation_prompt", "continue_final_message",
+                              "add_special_tokens", "chat_template_kwargs", "tools"})
+          if (auto it = j.find(k); it != j.end()) chat[k] = *it;
+        const std::string raw = chat.dump();
+        auto r = tk.encodeChat(raw, nlohmann::json::parse(raw));
+        if (!r)
+          bad(400, r.error().what);
+        else
+          ids = std::move(*r);
+      }
+      if (status == 200) {
+        const size_t n = ids.size();
+        ojson strs_j = nullptr;
+        if (strs) {
+          strs_j = ojson::array();
+          for (uint32_t id : ids) {
+            auto s = tk.tokenString(id);
+            strs_j.push_back(s ? ojson(*s) : ojson(nullptr));
+          }
+        }
+        if (sglang) {
+          out["tokens"] = std::move(ids);
+          out["count"] = n;
+          out["max_model_len"] = cfg_.max_model_len;
+        } else {
+          out["count"] = n;
+          out["max_model_len"] = cfg_.max_model_len;
+          out["tokens"] = std::move(ids);
+          out["token_strs"] = std::move(strs_j);
+        }
+      }
+    }
+    if (status == 200) body = dumpJson(out);
+  }
+  co_await w.send(status, "application/json", body, hdrs);
+}
+
 asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::ResponseWriter& w,
                                                const http::HeaderList& hdrs) {
   ++requests_total_;
@@ -249,6 +379,9 @@ std::string Worker::metricsText() const {
            "\",num_gpu_blocks=\"" + std::to_string(ranks_[r]->cache.capacity()) + "\"} 1\n";
   addMetric(out, "kvgate_sim_requests_total", "counter",
             "Inference requests received by the simulated worker.", labels, d(requests_total_));
+  addMetric(out, "kvgate_sim_tokenize_requests_total", "counter",
+            "/tokenize and /detokenize calls answered by the simulated worker.", labels,
+            d(tokenize_total_));
   addMetric(out, "kvgate_sim_requests_aborted_total", "counter",
             "Requests whose client disconnected before completion.", labels, d(requests_aborted_));
   if (role_ != Role::kBoth) {

@@ -18,7 +18,9 @@ namespace {
 void usage(FILE* out) {
   std::fprintf(out,
                "usage: kvgate tokenize --models-dir DIR --model NAME [--chat] [--jsonl]\n"
-               "                       [--no-special-tokens] [--render] [--incremental]\n\n"
+               "                       [--no-special-tokens] [--render] [--incremental]\n"
+               "       kvgate tokenize --models-dir DIR --model NAME --decode [--jsonl]\n"
+               "                       [--skip-special-tokens]\n\n"
                "  text mode    stdin is the raw text; prints the ids as one JSON array\n"
                "               (add_special_tokens=true, as /v1/completions, unless\n"
                "               --no-special-tokens)\n"
@@ -28,7 +30,11 @@ void usage(FILE* out) {
                "  --jsonl      one JSON input per line (a string, or a chat request with --chat);\n"
                "               one output line each: the ids, or {\"error\": \"...\"}\n"
                "  --incremental  with --jsonl: reuse the ids of earlier lines that the next one\n"
-               "               extends (multi-turn chats); same ids, less work\n\n"
+               "               extends (multi-turn chats); same ids, less work\n"
+               "  --decode     stdin is a JSON array of token ids; prints the text as a JSON\n"
+               "               string, as the engines' /detokenize (HF decode, then the\n"
+               "               model's clean_up_tokenization_spaces); ids naming no token are\n"
+               "               dropped; --skip-special-tokens drops special tokens too\n\n"
                "exit status: 0 ok, 1 bad input (text mode), 2 usage or broken tokenizer files,\n"
                "             3 no tokenizer files for the model\n");
 }
@@ -41,6 +47,29 @@ std::string idsJson(const std::vector<uint32_t>& ids) {
   }
   s += ']';
   return s;
+}
+
+// --decode: a JSON array of ids -> the text as a JSON string. False on a per-input error.
+bool handleDecode(const Tokenizer& tok, const std::string& input, bool skip_special,
+                  std::string& out) {
+  auto err = [&](const std::string& what) {
+    out = nlohmann::json({{"error", what}}).dump();
+    return false;
+  };
+  if (!jsonDepthWithin(input)) return err("input JSON nested deeper than 128 levels");
+  auto j = nlohmann::json::parse(input, nullptr, false);
+  if (j.is_discarded() || !j.is_array()) return err("input must be a JSON array of token ids");
+  std::vector<uint32_t> ids;
+  ids.reserve(j.size());
+  for (const auto& v : j) {
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > UINT32_MAX)
+      return err("token ids must be integers in [0, 2^32)");
+    ids.push_back(v.get<uint32_t>());
+  }
+  auto text = tok.decoder().decode(ids, skip_special);
+  if (!text) return err(text.error().what);
+  out = nlohmann::json(*text).dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+  return true;
 }
 
 // One input -> one output line (JSON). Returns false on a per-input error.
@@ -91,6 +120,7 @@ bool handle(const Tokenizer& tok, const std::string& input, bool jsonl, bool cha
 int tokenizeMain(int argc, char** argv) {
   std::string dir, model;
   bool chat = false, jsonl = false, special = true, render = false, incremental = false;
+  bool decode = false, skip_special = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](std::string& dst) {
@@ -112,6 +142,10 @@ int tokenizeMain(int argc, char** argv) {
       render = true;
     } else if (a == "--incremental") {
       incremental = true;
+    } else if (a == "--decode") {
+      decode = true;
+    } else if (a == "--skip-special-tokens") {
+      skip_special = true;
     } else if (a == "--help" || a == "-h") {
       usage(stdout);
       return 0;
@@ -121,7 +155,7 @@ int tokenizeMain(int argc, char** argv) {
       return 2;
     }
   }
-  if (dir.empty() || model.empty()) {
+  if (dir.empty() || model.empty() || (decode && (chat || render || incremental))) {
     usage(stderr);
     return 2;
   }
@@ -135,7 +169,8 @@ int tokenizeMain(int argc, char** argv) {
   std::string out;
   if (!jsonl) {
     std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
-    bool ok = handle(**tok, input, false, chat, special, render, nullptr, out);
+    bool ok = decode ? handleDecode(**tok, input, skip_special, out)
+                     : handle(**tok, input, false, chat, special, render, nullptr, out);
     std::fwrite(out.data(), 1, out.size(), ok ? stdout : stderr);
     std::fputc('\n', ok ? stdout : stderr);
     return ok ? 0 : 1;
@@ -144,7 +179,10 @@ int tokenizeMain(int argc, char** argv) {
   IncrementalEncoder inc(**tok);
   while (std::getline(std::cin, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    handle(**tok, line, true, chat, special, render, incremental ? &inc : nullptr, out);
+    if (decode)
+      handleDecode(**tok, line, skip_special, out);
+    else
+      handle(**tok, line, true, chat, special, render, incremental ? &inc : nullptr, out);
     out += '\n';
     std::fwrite(out.data(), 1, out.size(), stdout);
   }

@@ -163,6 +163,7 @@ Result<void> Tokenizer::initImpl(const nlohmann::json& tj, const nlohmann::json&
   auto m = BpeModel::fromJson(tj["model"], hasByteLevel(pre));
   if (!m) return tl::unexpected(m.error());
   model_ = std::move(*m);
+  decoder_ = Decoder::fromJson(tj, cfg);
 
   if (tj.contains("added_tokens")) {
     if (!tj["added_tokens"].is_array())

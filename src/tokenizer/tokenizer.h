@@ -21,6 +21,7 @@
 #include "common/result.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/decoder.h"
 #include "tokenizer/jinja/template.h"
 #include "tokenizer/normalizer.h"
 #include "tokenizer/pretokenizer.h"
@@ -56,6 +57,8 @@ class Tokenizer {
   // Id of an added token or vocabulary entry given by its content, if any.
   std::optional<uint32_t> tokenId(std::string_view content) const;
   size_t vocabSize() const { return model_->vocabSize(); }
+  // Ids back to text as the engines' /detokenize (decoder.h), and token strings by id.
+  const Decoder& decoder() const { return *decoder_; }
 
   // For incremental encoding (incremental.h): ids of valid UTF-8 `s` without post-processing,
   // where `s` starts at byte `offset` of the full text; records, after each raw added token, the
@@ -81,6 +84,7 @@ class Tokenizer {
   std::optional<Normalizer> normalizer_;
   std::optional<PreTokenizer> pretok_;
   std::optional<BpeModel> model_;
+  std::optional<Decoder> decoder_;
   AddedTokenMatcher raw_added_, normalized_added_;
   std::vector<AddedToken> added_;
   std::vector<uint32_t> prefix_ids_, suffix_ids_;  // post-processor, add_special_tokens=true

@@ -18,7 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { after, before, describe, test } from 'node:test';
 import { BIN, tempDir } from './lib.mjs';
 import { buildModelsDir, MODEL_NAMES } from '../../scripts/models_dir.mjs';
-import { chatCases, corpus, dumpChatCases, fuzz, loadRef } from '../tokenizer/reference.mjs';
+import { chatCases, corpus, dumpChatCases, fuzz, loadRef, rng } from '../tokenizer/reference.mjs';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const JINJA2_CHECK = path.resolve(HERE, '../tokenizer/jinja2_check.py');
@@ -132,6 +132,34 @@ describe('kvgate tokenize: parity with HF tokenizers + vLLM chat rendering', () 
       assertNoFailures([
         ...compareLines(`${model} special=true`, inputs, names, expWith, withSp.stdout),
         ...compareLines(`${model} special=false`, inputs, names, expNo, noSp.stdout),
+      ]);
+    });
+
+    test(`decode parity (the engines' /detokenize: HF decode + transformers' clean-up), with and without special tokens: ${model}`, { timeout: TIMEOUT }, async () => {
+      const ref = refs[model];
+      const fz = fuzz(3000 + mi, 400);
+      const encoded = await ref.encodeBatch([...corpusInputs, ...fz], true);
+      // Sequences that cut UTF-8 apart, random ids over the whole id space (added tokens, holes
+      // and ids past it are dropped), and the empty list.
+      const r = rng(77 + mi);
+      const space = ref.tokenizer.getVocabSize(true) + 5;
+      const seqs = [...encoded, []];
+      for (const ids of encoded.slice(0, 200)) {
+        const a = r.int(ids.length + 1); const b = a + r.int(ids.length - a + 1);
+        seqs.push(ids.slice(a, b));
+      }
+      for (let i = 0; i < 300; i++) seqs.push(Array.from({ length: r.range(1, 40) }, () => r.int(space)));
+      const names = seqs.map((_, i) => `seq[${i}]`);
+      const body = seqs.map((s) => JSON.stringify(s)).join('\n') + '\n';
+      const base = ['--models-dir', modelsDir, '--model', model, '--decode', '--jsonl'];
+      const [keep, skip] = await Promise.all([runTokenize(base, body), runTokenize([...base, '--skip-special-tokens'], body)]);
+      assert.equal(keep.code, 0, `exit ${keep.code}; stderr:\n${keep.stderr}`);
+      assert.equal(skip.code, 0, `exit ${skip.code}; stderr:\n${skip.stderr}`);
+      const expKeep = []; const expSkip = [];
+      for (const s of seqs) { expKeep.push(await ref.decode(s, false)); expSkip.push(await ref.decode(s, true)); }
+      assertNoFailures([
+        ...compareLines(`${model} decode`, seqs, names, expKeep, keep.stdout),
+        ...compareLines(`${model} decode skip_special`, seqs, names, expSkip, skip.stdout),
       ]);
     });
 

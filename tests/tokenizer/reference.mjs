@@ -423,9 +423,22 @@ export async function loadRef(modelsDir, model) {
     return { text, ids: await encode(text, ctx.addSpecialTokens) };
   }
 
+  // transformers' tokenizer.decode(ids, skip_special_tokens): HF tokenizers' decode, then
+  // clean_up_tokenization (PreTrainedTokenizerBase) when `cleanUp` (default: the config's
+  // clean_up_tokenization_spaces, as transformers before 5.7 applies it).
+  async function decode(ids, skipSpecialTokens = false, cleanUp = config.clean_up_tokenization_spaces === true) {
+    const text = await tokenizer.decode(ids, skipSpecialTokens);
+    if (!cleanUp) return text;
+    return text.replaceAll(' .', '.').replaceAll(' ?', '?').replaceAll(' !', '!').replaceAll(' ,', ',')
+      .replaceAll(" ' ", "'").replaceAll(" n't", "n't").replaceAll(" 'm", "'m").replaceAll(" 's", "'s")
+      .replaceAll(" 've", "'ve").replaceAll(" 're", "'re");
+  }
+  // transformers' convert_ids_to_tokens (vLLM's token_strs).
+  const tokenStrs = (ids) => ids.map((i) => tokenizer.idToToken(i) ?? null);
+
   return {
     model, dir, tokenizer, config, tokenizerClass: cls, specials, template, bosEosRule: rule,
-    hasChatTemplate: !!template, encode, encodeBatch, chat, chatContext, renderContext,
+    hasChatTemplate: !!template, encode, encodeBatch, chat, chatContext, renderContext, decode, tokenStrs,
     get contentFormat() { return template ? (contentFormat ??= detectContentFormat(template)) : null; },
   };
 }

@@ -148,7 +148,8 @@ asio::awaitable<Verdict> quotaFilter(FilterEnv& env) {
     env.stats.quota_prompt_bytes.fetch_add(1, std::memory_order_relaxed);
   }
   // (a body-less request generates nothing, nor does a Messages count_tokens)
-  rq.quota.generation = !req.body.empty() && rq.api != Api::kCountTokens;
+  rq.quota.generation = !req.body.empty() && rq.api != Api::kCountTokens &&
+                        rq.api != Api::kTokenize && rq.api != Api::kDetokenize;
   prompt = std::min(prompt, kMaxTerm);
   max_tokens = std::clamp<int64_t>(max_tokens, 0, kMaxTerm);
   const int64_t reserve = std::min<int64_t>((prompt + max_tokens) * n, kMaxTerm);
