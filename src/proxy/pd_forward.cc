@@ -755,6 +755,23 @@ asio::awaitable<int> ClientConn::admit(const Route& route, int& granted,
 }
 
 asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& route) {
+  // What generates nothing (Messages' count_tokens, tokenize, detokenize) needs no pair: one
+  // decode endpoint serves it, the least loaded.
+  if (rq_.api == Api::kCountTokens || rq_.api == Api::kTokenize || rq_.api == Api::kDetokenize)
+    co_return co_await forward(req, route, route.decode_pipeline.get(), 2);
+  // The Anthropic Messages API carries the P/D fields through vLLM's conversion
+  // (kv_transfer_params, vLLM PR 37535), not SGLang's (its /v1/messages drops the bootstrap
+  // fields: sglang issue 35229) nor TensorRT-LLM's (disaggregated_params are not converted).
+  if (rq_.api == Api::kMessages && *route.pd_dialect != engines::pd::Dialect::kVllm) {
+    co_await sendError(
+        400, "invalid_request",
+        std::string("the Anthropic Messages API is not served on a prefill/decode "
+                    "service of ") +
+            (*route.pd_dialect == engines::pd::Dialect::kSglang ? "SGLang" : "TensorRT-LLM") +
+            " engines (their /v1/messages does not carry the prefill/decode "
+            "fields); use /v1/chat/completions");
+    co_return !client_gone_;
+  }
   if (!rq_.facts_parsed) {
     co_await sendError(400, "invalid_request", "a prefill/decode service needs a JSON object body",
                        "body");

@@ -1,6 +1,8 @@
 // The engines' /tokenize and /detokenize answered by the gateway. See tokenize_local.h.
 #include "proxy/tokenize_local.h"
 
+#include <charconv>
+
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
 
@@ -167,28 +169,21 @@ std::optional<TokenizeAnswer> computeTokenizeAnswer(const TokenizeRequest& r, co
       if (rendered->size() > text_bound) return *why = "too_large", std::nullopt;
       ids = tok.encode(*rendered, in->add_special_tokens);
     }
-    const size_t n = ids.size();
-    J strs = nullptr;
+    a.token_strs = "null";
+    size_t strs_bytes = 0;
     if (r.token_strs) {
-      strs = J::array();
+      J strs = J::array();
       for (uint32_t id : ids) {
         if (tok.decoder().versionDependent(id)) return *why = "version_dependent", std::nullopt;
         auto s = tok.decoder().token(id);
         strs.push_back(s ? J(std::string(*s)) : J(nullptr));
       }
+      a.token_strs = strs.dump(-1, ' ', false, J::error_handler_t::replace);
+      strs_bytes = a.token_strs.size();
     }
-    a.body = J::object();
-    if (r.dialect == TokenizeDialect::kVllm) {
-      // TokenizeResponse: count, max_model_len, tokens, token_strs (null unless asked).
-      a.body["count"] = n;
-      a.body["tokens"] = std::move(ids);
-      a.body["token_strs"] = std::move(strs);
-    } else {
-      // SGLang's TokenizeResponse: tokens, count, max_model_len.
-      a.body["tokens"] = std::move(ids);
-      a.body["count"] = n;
-    }
-    a.answer_bytes = 2 * a.body.dump(-1, ' ', false, J::error_handler_t::replace).size() + 4096;
+    a.ids = std::move(ids);
+    // (ids of up to 10 digits and a comma each; the engine may escape what we did not)
+    a.answer_bytes = 2 * (11 * a.ids.size() + strs_bytes) + 4096;
     return a;
   } catch (const std::exception&) {  // (a member of an unexpected type deep in a message)
     *why = "invalid";
@@ -207,25 +202,27 @@ std::optional<TokenizeAnswer> buildTokenizeAnswer(TokenizeDialect dialect, Token
 
 std::optional<std::string> renderTokenizeAnswer(const TokenizeAnswer& a,
                                                 const nlohmann::json& max_model_len, int8_t clean) {
-  J out = J::object();
   if (a.op == TokenizeOp::kTokenize) {
-    if (max_model_len.is_null()) return std::nullopt;
-    const J mml = J::parse(max_model_len.dump());
-    if (a.dialect == TokenizeDialect::kVllm) {
-      out["count"] = a.body.at("count");
-      out["max_model_len"] = mml;
-      out["tokens"] = a.body.at("tokens");
-      out["token_strs"] = a.body.at("token_strs");
-    } else {
-      out["tokens"] = a.body.at("tokens");
-      out["count"] = a.body.at("count");
-      out["max_model_len"] = mml;
+    if (!max_model_len.is_number()) return std::nullopt;
+    // Written directly (the ids are most of it): vLLM's member order, or SGLang's.
+    std::string ids = "[";
+    ids.reserve(8 * a.ids.size() + 2);
+    char num[16];
+    for (size_t i = 0; i < a.ids.size(); ++i) {
+      if (i) ids += ',';
+      const auto [end, ec] = std::to_chars(num, num + sizeof num, a.ids[i]);
+      ids.append(num, end);
     }
-  } else {
-    if (clean < 0 && a.text != a.text_clean) return std::nullopt;
-    out[a.dialect == TokenizeDialect::kVllm ? "prompt" : "text"] =
-        clean == 1 ? a.text_clean : a.text;
+    ids += ']';
+    const std::string count = std::to_string(a.ids.size()), mml = max_model_len.dump();
+    if (a.dialect == TokenizeDialect::kVllm)
+      return "{\"count\":" + count + ",\"max_model_len\":" + mml + ",\"tokens\":" + ids +
+             ",\"token_strs\":" + a.token_strs + "}";
+    return "{\"tokens\":" + ids + ",\"count\":" + count + ",\"max_model_len\":" + mml + "}";
   }
+  if (clean < 0 && a.text != a.text_clean) return std::nullopt;
+  J out = J::object();
+  out[a.dialect == TokenizeDialect::kVllm ? "prompt" : "text"] = clean == 1 ? a.text_clean : a.text;
   return out.dump(-1, ' ', false, J::error_handler_t::replace);
 }
 

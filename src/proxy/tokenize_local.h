@@ -64,7 +64,8 @@ struct TokenizeAnswer {
   TokenizeOp op = TokenizeOp::kTokenize;
   TokenizeDialect dialect = TokenizeDialect::kVllm;
   std::string model, key;
-  nlohmann::ordered_json body;   // tokenize: the answer without max_model_len
+  std::vector<uint32_t> ids;     // tokenize: the ids
+  std::string token_strs;        // tokenize: the token strings' JSON array, or "null"
   std::string text, text_clean;  // detokenize: decoded without and with transformers' clean-up
   size_t answer_bytes = 0;       // about the size of the engine's answer (the capture's bound)
 };

@@ -419,7 +419,9 @@ Result<std::string> messagesAsChat(const std::string& body, bool count_tokens) {
   const auto form = engines::anthropic::toChatForm(*j, count_tokens);
   if (!form.ok) return fail(400, "", form.error);
   nlohmann::ordered_json chat = form.chat;
-  for (const char* key : {"model", "max_tokens", "stream"}) {
+  // (kv_transfer_params too: vLLM's Messages request carries them into the chat request for P/D
+  // since vLLM PR 37535; SGLang's and TensorRT-LLM's conversions drop their P/D fields)
+  for (const char* key : {"model", "max_tokens", "stream", "kv_transfer_params"}) {
     if (count_tokens && std::string_view(key) != "model") continue;  // (ignored there)
     if (auto it = j->find(key); it != j->end()) chat[key] = *it;
   }
@@ -700,6 +702,8 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
                     {"stop_reason", "max_tokens"},
                     {"stop_sequence", nullptr},
                     {"usage", {{"input_tokens", plen}, {"output_tokens", ntok}}}};
+      if (!plan.answer_params.is_null() && cfg_.engine == "vllm")
+        resp["kv_transfer_params"] = plan.answer_params;  // (vLLM's Messages response, P/D)
       body = dumpJson(resp);
     } else {
       ojson choice = {{"index", 0}};

@@ -857,3 +857,56 @@ test('P/D: Responses and pooling requests are refused with a clear error, no leg
   const ok = await post(port, '/v1/chat/completions', { model: 'sim-model', max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] });
   assert.equal(ok.status, 200, ok.text);
 });
+
+// The Anthropic Messages API on P/D rules (issue 31): vLLM's /v1/messages carries
+// kv_transfer_params both ways (vLLM PR 37535), so the two legs run as for chat; SGLang's and
+// TensorRT-LLM's conversions drop the P/D fields, so those rules refuse it. What generates
+// nothing (count_tokens, tokenize, detokenize) goes to one decode endpoint, no prefill leg.
+test('P/D and the Messages API: vLLM runs both legs; SGLang and TensorRT-LLM refuse; count_tokens and tokenize take one decode leg', async (t) => {
+  const sim = await fleet(t, 'vllm');
+  const [prefill, decode] = sim.workers;
+  const gw = await gateway(t);
+  const port = await freePort();
+  assert.equal((await api(gw.api, 'POST', LB_BASE, pdRule(port, prefill, decode))).status, 200);
+  const before = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
+  const body = { model: 'sim-model', max_tokens: 4, messages: [{ role: 'user', content: 'prefill then decode' }] };
+  const res = await post(port, '/v1/messages', body, { 'anthropic-version': '2023-06-01' });
+  assert.equal(res.status, 200, res.text);
+  const j = JSON.parse(res.text);
+  assert.equal(j.type, 'message');
+  assert.equal(j.content[0].text.split(' ').length, 4, 'the decode worker generated the whole answer');
+  assert.equal(j.usage.output_tokens, 4);
+  const st = await post(port, '/v1/messages', { ...body, stream: true });
+  assert.equal(st.status, 200, st.text);
+  const deltas = st.text.split('\n\n').filter((e) => e.includes('"content_block_delta"'));
+  assert.equal(deltas.length, 4, st.text);
+  assert.match(st.text, /event: message_stop/);
+  const mid = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
+  assert.equal(mid[0].kvgate_sim_requests_total - before[0].kvgate_sim_requests_total, 2, 'one prefill leg each');
+  assert.equal((mid[1].kvgate_sim_pd_pulled_total ?? 0) - (before[1].kvgate_sim_pd_pulled_total ?? 0), 2,
+    'every decode pulled its prefill');
+  assert.equal(mid[0].kvgate_sim_pd_refused_total ?? 0, 0);
+  assert.equal(mid[1].kvgate_sim_pd_refused_total ?? 0, 0);
+  // count_tokens and tokenize: one leg, on the decode endpoint.
+  const ct = await post(port, '/v1/messages/count_tokens', { model: 'sim-model', messages: body.messages });
+  assert.equal(ct.status, 200, ct.text);
+  assert.ok(JSON.parse(ct.text).input_tokens > 0);
+  const tk = await post(port, '/tokenize', { model: 'sim-model', prompt: 'hello world' });
+  assert.equal(tk.status, 200, tk.text);
+  const end = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
+  assert.equal(end[0].kvgate_sim_requests_total, mid[0].kvgate_sim_requests_total, 'no prefill leg');
+  assert.equal(end[0].kvgate_sim_tokenize_requests_total ?? 0, 0);
+  assert.equal((end[1].kvgate_sim_tokenize_requests_total ?? 0) - (mid[1].kvgate_sim_tokenize_requests_total ?? 0), 1);
+
+  for (const engine of ['sglang', 'trtllm']) {
+    const s2 = await fleet(t, engine);
+    const p2 = await freePort();
+    assert.equal((await api(gw.api, 'POST', LB_BASE, pdRule(p2, s2.workers[0], s2.workers[1], { kvEngineType: engine }))).status, 200);
+    const b2 = await Promise.all(s2.workers.map(simMetrics));
+    const r = await post(p2, '/v1/messages', body);
+    assert.equal(r.status, 400, r.text);
+    assert.match(JSON.parse(r.text).error.message, /Messages API is not served on a prefill\/decode service/);
+    const a2 = await Promise.all(s2.workers.map(simMetrics));
+    assert.deepEqual(a2.map((m) => m.kvgate_sim_requests_total), b2.map((m) => m.kvgate_sim_requests_total), 'no leg ran');
+  }
+});
