@@ -203,6 +203,8 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   route->filters = requestFilters(rule);
   if (rule.service_args.value("pd_disagg_mode", false)) {
     buildPd(*route, clock);
+    stats->tokenize_mirror.reset();  // (P/D rules forward tokenize calls: nothing learned holds)
+    stats->tokenize_sig.clear();
   } else {
     // Single-leg rules: the Responses API's response homes, and the pooling requests' pipeline.
     if (!stats->response_homes) stats->response_homes = std::make_shared<ResponseHomes>();

@@ -265,8 +265,8 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
         messagesShape(rq_.api, rq_.facts);
       else if (rq_.api == Api::kResponses)
         responsesShape(rq_.facts);
-      else if (rq_.api == Api::kPooling)
-        poolingShape(rq_.facts);
+      else if (rq_.api == Api::kPooling || rq_.api == Api::kTokenize || rq_.api == Api::kDetokenize)
+        poolingShape(rq_.facts);  // (nothing generated: the reservation is the input alone)
       if (converted_api && (needs & kPromptNeeds)) {
         const Conversion c = apiPromptFacts(req.body, needs, w_.opts.prefix_key_bytes, rq_);
         w_.stats.api_prompt[rq_.api == Api::kResponses][static_cast<size_t>(c)].fetch_add(

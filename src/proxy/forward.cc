@@ -274,7 +274,9 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
   // (the quota stage may have asked a stream for its usage: filters/quota.cc)
   const std::string_view body = rq_.quota.inject ? std::string_view(rq_.quota_body) : req.body;
   // (an answer the gateway reads for usage must not come compressed)
-  buildUpstreamHead(req, route, body, rq_.up_head, rq_.up_host_at, rq_.quota.active);
+  // (identity: answers the gateway reads, for quota usage or a tokenize check)
+  buildUpstreamHead(req, route, body, rq_.up_head, rq_.up_host_at,
+                    rq_.quota.active || rq_.tok_check != nullptr);
   if (n == 0 || !pipeline) {
     co_await sendError(503, "no_healthy_upstream", "service has no endpoints");
     co_return true;

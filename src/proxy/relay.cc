@@ -156,7 +156,8 @@ void ClientConn::finishTokenizeCheck(const Route& route, int status) {
   }
   route.stats->tokenize_events[api][2].fetch_add(1, std::memory_order_relaxed);
   log::warn("proxy", std::string(api ? "/detokenize" : "/tokenize") + " of model '" + check->model +
-                         "' on rule " + route.stats->rule + ": " +
+                         "' on rule " +
+                         (route.rule.name.empty() ? route.rule.key() : route.rule.name) + ": " +
                          (rq_.outcome.endpoint ? *rq_.outcome.endpoint : std::string("?")) +
                          " answered " + std::to_string(status) +
                          (status == 200 ? " differently from the gateway's tokenizer"

@@ -1,7 +1,10 @@
 // The engines' /tokenize and /detokenize answered by the gateway. See tokenize_local.h.
 #include "proxy/tokenize_local.h"
 
+#include <xxhash.h>
+
 #include <charconv>
+#include <random>
 
 #include "tokenizer/chat.h"
 #include "tokenizer/tokenizer.h"
@@ -30,17 +33,44 @@ bool given(const J& body, const char* name) {
   return it != body.end() && !it->is_null();
 }
 
-// Every message's content is text only (a string, null, or text parts): multimodal content
-// is expanded by the engine's processor, which the gateway does not run.
-bool textOnly(const J& messages) {
+// Plain text messages only: a string role, content that is a string, null or text parts (a
+// multimodal part is expanded by the engine's processor, which the gateway does not run), and
+// at most a string name. Anything else (tool calls, tool results, reasoning, a name of another
+// type) is forwarded: vLLM validates it, and it reaches the template through tojson, where
+// Python's Jinja2 and the gateway's renderer can print values differently (1.0 and 1).
+bool plainMessages(const J& messages) {
   for (const auto& m : messages) {
     if (!m.is_object()) return false;
-    auto c = m.find("content");
-    if (c == m.end() || c->is_null() || c->is_string()) continue;
-    if (!c->is_array()) return false;
-    for (const auto& part : *c)
-      if (!part.is_object() || part.value("type", std::string()) != "text") return false;
+    for (const auto& [k, v] : m.items()) {
+      if (k == "role") {
+        if (!v.is_string()) return false;
+      } else if (k == "name") {
+        if (!v.is_string()) return false;
+      } else if (k == "content") {
+        if (v.is_null() || v.is_string()) continue;
+        if (!v.is_array()) return false;
+        for (const auto& part : v)
+          if (!part.is_object() || part.size() != 2 ||
+              part.value("type", std::string()) != "text" || !part.contains("text") ||
+              !part["text"].is_string())
+            return false;
+      } else {
+        return false;
+      }
+    }
+    if (!m.contains("role")) return false;
   }
+  return true;
+}
+
+// chat_template_kwargs of booleans and strings only (enable_thinking, reasoning_effort, ...):
+// numbers and containers can print differently in the two renderers.
+bool plainKwargs(const J& body) {
+  auto it = body.find("chat_template_kwargs");
+  if (it == body.end() || it->is_null()) return true;
+  if (!it->is_object()) return false;
+  for (const auto& [k, v] : it->items())
+    if (!v.is_boolean() && !v.is_string()) return false;
   return true;
 }
 
@@ -48,6 +78,16 @@ bool textOnly(const J& messages) {
 // (tokenizer/request_tokenizer.h: raw messages and extras at most twice the text bound, at most
 // 4096 messages), so a render costs the event loop time in proportion to the bound.
 constexpr size_t kMaxChatMessages = 4096;
+
+// The credentials' hash in a form's key: seeded per process, so no client can aim a value at
+// another's form.
+uint64_t authHash(std::string_view auth) {
+  static const uint64_t seed = [] {
+    std::random_device rd;
+    return (uint64_t{rd()} << 32) ^ rd();
+  }();
+  return XXH3_64bits_withSeed(auth.data(), auth.size(), seed);
+}
 
 }  // namespace
 
@@ -91,12 +131,16 @@ std::optional<TokenizeRequest> readTokenizeRequest(TokenizeDialect dialect, Toke
       // default false.
       if (dialect != TokenizeDialect::kVllm) return *why = "chat_form", std::nullopt;
       if (given(body, "chat_template") || given(body, "media_io_kwargs") ||
-          given(body, "mm_processor_kwargs"))
+          given(body, "mm_processor_kwargs") || given(body, "tools") || !plainKwargs(body))
         return *why = "engine_only", std::nullopt;
       const auto& msgs = body["messages"];
-      if (!msgs.is_array() || msgs.size() > kMaxChatMessages || !textOnly(msgs))
+      if (!msgs.is_array() || msgs.size() > kMaxChatMessages || !plainMessages(msgs))
         return *why = "engine_only", std::nullopt;
-      if (!flag(body, "add_special_tokens", false, r.special))
+      // (plain bools: vLLM refuses null and other types)
+      bool agp = true, cfm = false;
+      if (!flag(body, "add_special_tokens", false, r.special) ||
+          !flag(body, "add_generation_prompt", true, agp) ||
+          !flag(body, "continue_final_message", false, cfm) || (agp && cfm))
         return *why = "invalid", std::nullopt;
     }
   } else {
@@ -119,7 +163,7 @@ std::optional<TokenizeRequest> readTokenizeRequest(TokenizeDialect dialect, Toke
   r.key = std::string(op == TokenizeOp::kTokenize ? "t" : "d") +
           (dialect == TokenizeDialect::kVllm ? "v" : "s") + (r.chat ? "c" : "p") +
           (r.special ? "1" : "0") + (r.token_strs ? "1" : "0") + (r.skip_special ? "1" : "0") +
-          std::to_string(std::hash<std::string_view>{}(auth)) + ":" + r.model;
+          std::to_string(authHash(auth)) + ":" + r.model;
   return r;
 }
 
@@ -149,6 +193,9 @@ std::optional<TokenizeAnswer> computeTokenizeAnswer(const TokenizeRequest& r, co
       if (text.size() > text_bound) return *why = "too_large", std::nullopt;
       ids = tok.encode(text, r.special);
     } else {
+      // A template that prints today's date renders by the engine's clock and time zone.
+      if (tok.chatTemplateSource().find("strftime_now") != std::string::npos)
+        return *why = "engine_only", std::nullopt;
       // Only the members vLLM's TokenizeChatRequest declares reach the template (a chat
       // request's documents, say, are ignored by it).
       J chat = J::object();
@@ -226,20 +273,30 @@ std::optional<std::string> renderTokenizeAnswer(const TokenizeAnswer& a,
   return out.dump(-1, ' ', false, J::error_handler_t::replace);
 }
 
+TokenizeMirror::Learned* TokenizeMirror::touch(const std::string& key, bool create) {
+  auto it = models_.find(key);
+  if (it != models_.end()) {
+    order_.splice(order_.begin(), order_, it->second.at);
+    return &it->second.l;
+  }
+  if (!create) return nullptr;
+  if (models_.size() >= kMaxModels) {
+    models_.erase(order_.back());
+    order_.pop_back();
+  }
+  order_.push_front(key);
+  return &models_.emplace(key, Entry{Learned{}, order_.begin()}).first->second.l;
+}
+
 bool TokenizeMirror::blocked(std::string_view key) const {
   std::lock_guard g(mu_);
   auto it = models_.find(std::string(key));
-  return it == models_.end() ? models_.size() >= kMaxModels : it->second.mismatch;
+  return it != models_.end() && it->second.l.mismatch;
 }
 
 void TokenizeMirror::refused(const TokenizeAnswer& a) {
   std::lock_guard g(mu_);
-  auto it = models_.find(a.key);
-  if (it == models_.end()) {
-    if (models_.size() >= kMaxModels) return;
-    it = models_.emplace(a.key, Learned{}).first;
-  }
-  it->second.mismatch = true;
+  touch(a.key, true)->mismatch = true;
 }
 
 TokenizeMirror::Use TokenizeMirror::decide(const TokenizeAnswer& a, uint32_t verify_every,
@@ -248,12 +305,9 @@ TokenizeMirror::Use TokenizeMirror::decide(const TokenizeAnswer& a, uint32_t ver
   int8_t clean = -1;
   {
     std::lock_guard g(mu_);
-    auto it = models_.find(a.key);
-    if (it == models_.end()) {
-      if (models_.size() >= kMaxModels) return Use::kForward;
-      return Use::kCheck;  // (remembered once an answer matched)
-    }
-    Learned& l = it->second;
+    Learned* found = touch(a.key, false);
+    if (!found) return Use::kCheck;  // (remembered once an engine answered)
+    Learned& l = *found;
     if (l.mismatch) return Use::kForward;
     if (!l.verified) return Use::kCheck;
     if (verify_every && ++l.answered % verify_every == 0) return Use::kCheck;
@@ -274,7 +328,9 @@ bool TokenizeMirror::check(const TokenizeAnswer& a, std::string_view engine_body
   if (got.is_object()) {
     if (a.op == TokenizeOp::kTokenize) {
       auto m = got.find("max_model_len");
-      if (m != got.end() && m->is_number()) {
+      // (an integer: SGLang's model_max_length of 1e30, read as a double, would not print as
+      // the engine prints it; such a form is not answered)
+      if (m != got.end() && (m->is_number_integer() || m->is_number_unsigned())) {
         mml = *m;
         auto ours = renderTokenizeAnswer(a, mml, -1);
         match = ours && nlohmann::json::parse(*ours) == got;
@@ -290,12 +346,7 @@ bool TokenizeMirror::check(const TokenizeAnswer& a, std::string_view engine_body
     }
   }
   std::lock_guard g(mu_);
-  auto it = models_.find(a.key);
-  if (it == models_.end()) {
-    if (models_.size() >= kMaxModels) return match;
-    it = models_.emplace(a.key, Learned{}).first;
-  }
-  Learned& l = it->second;
+  Learned& l = *touch(a.key, true);
   if (!match || l.mismatch) {
     l.mismatch = true;
     return false;

@@ -30,6 +30,7 @@
 // kvTokenizeVerifyEvery (default 100; 0: check only until the first match).
 #pragma once
 #include <cstdint>
+#include <list>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -100,11 +101,12 @@ inline bool tokenizeRefusal(int status) {
 
 class TokenizeMirror {
  public:
-  static constexpr size_t kMaxModels = 1024;  // forms per rule; more are forwarded unchecked
+  // Forms remembered per rule: the least recently used is forgotten first (a forgotten form is
+  // checked again, a mismatched one included).
+  static constexpr size_t kMaxModels = 1024;
 
   enum class Use : uint8_t { kAnswer, kCheck, kForward };
-  // The form's calls are forwarded unchecked (mismatched, or past kMaxModels): not worth
-  // computing an answer.
+  // The form's calls are forwarded unchecked (mismatched): not worth computing an answer.
   bool blocked(std::string_view key) const;
   // What to do with `a`: answer it (*body is the answer), forward it and check the engine's
   // answer, or forward it without a check (a mismatched or untracked model).
@@ -122,7 +124,14 @@ class TokenizeMirror {
     uint64_t answered = 0;
   };
   mutable std::mutex mu_;  // held for a lookup or an update, never across I/O
-  std::unordered_map<std::string, Learned> models_;
+  struct Entry {
+    Learned l;
+    std::list<std::string>::iterator at;  // in order_
+  };
+  // The form's entry, now the most recent; created (the least recent forgotten) with `create`.
+  Learned* touch(const std::string& key, bool create);
+  std::unordered_map<std::string, Entry> models_;
+  std::list<std::string> order_;  // most recent first
 };
 
 // The answer's body from what was learned; nullopt when it does not decide (a detokenize whose

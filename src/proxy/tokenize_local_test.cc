@@ -224,5 +224,57 @@ TEST(TokenizeLocal, WhatTheGatewayForwards) {
   EXPECT_FALSE(none(S, T, R"({"model":"m","prompt":"a","add_special_tokens":false})"));
 }
 
+TEST(TokenizeLocal, ChatInputsVllmValidatesOrRendersDifferentlyAreForwarded) {
+  const char* why = "";
+  auto read = [&](const char* body) {
+    return readTokenizeRequest(TokenizeDialect::kVllm, TokenizeOp::kTokenize, J::parse(body), {},
+                               &why)
+        .has_value();
+  };
+  EXPECT_TRUE(read(R"({"model":"m","messages":[{"role":"user","content":"a","name":"x"}],
+                      "chat_template_kwargs":{"enable_thinking":false}})"));
+  EXPECT_TRUE(
+      read(R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"}]}]})"));
+  for (
+      const char* body : {
+          R"({"model":"m","messages":[{"role":"user","content":"a"}],"add_generation_prompt":null})",
+          R"({"model":"m","messages":[{"role":"user","content":"a"}],"continue_final_message":null})",
+          R"({"model":"m","messages":[{"role":"user","content":"a"}],"add_generation_prompt":true,"continue_final_message":true})",
+          R"({"model":"m","messages":[{"role":"user","content":"a"}],"tools":[{"type":"function","function":{"name":"f"}}]})",
+          R"({"model":"m","messages":[{"role":"user","content":"a"}],"chat_template_kwargs":{"budget":1.0}})",
+          R"({"model":"m","messages":[{"role":"user","content":"a","name":5}]})",
+          R"({"model":"m","messages":[{"content":"a"}]})",
+          R"({"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[]}]})",
+          R"({"model":"m","messages":[{"role":"tool","content":"1","tool_call_id":"c"}]})",
+          R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a","x":1}]}]})",
+      })
+    EXPECT_FALSE(read(body)) << body;
+}
+
+TEST(TokenizeLocal, FormsAreForgottenLeastRecentFirstAndOnlyIntegersAreLearned) {
+  static auto t = tiny();
+  const char* why;
+  auto form = [&](int i) {
+    return *buildTokenizeAnswer(
+        TokenizeDialect::kVllm, TokenizeOp::kTokenize,
+        J::parse(R"({"model":"m)" + std::to_string(i) + R"(","prompt":"a"})"), *t, 1024, &why);
+  };
+  TokenizeMirror mirror;
+  const auto first = form(0);
+  mirror.refused(first);
+  EXPECT_TRUE(mirror.blocked(first.key));
+  for (size_t i = 1; i <= TokenizeMirror::kMaxModels; ++i) mirror.refused(form(int(i)));
+  EXPECT_FALSE(mirror.blocked(first.key));  // (forgotten: checked again)
+  EXPECT_TRUE(mirror.blocked(form(int(TokenizeMirror::kMaxModels)).key));
+  // A max_model_len of 1e30 (SGLang's model_max_length when unset) is not reproducible.
+  TokenizeMirror m2;
+  const auto a = form(1);
+  EXPECT_FALSE(m2.check(a, R"({"count":2,"max_model_len":1e30,"tokens":[7,0],"token_strs":null})"));
+  EXPECT_FALSE(
+      m2.check(a, R"({"count":2,"max_model_len":4096.0,"tokens":[7,0],"token_strs":null})"));
+  TokenizeMirror m3;
+  EXPECT_TRUE(m3.check(a, R"({"count":2,"max_model_len":4096,"tokens":[7,0],"token_strs":null})"));
+}
+
 }  // namespace
 }  // namespace kvgate::proxy

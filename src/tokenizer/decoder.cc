@@ -2,6 +2,7 @@
 #include "tokenizer/decoder.h"
 
 #include <array>
+#include <unordered_map>
 
 #include "common/utf8.h"
 
@@ -141,6 +142,31 @@ void Decoder::load(const nlohmann::json& tj, const nlohmann::json& cfg) {
           v["special"].is_boolean() && v["special"].get<bool>())
         d.kind_[id] = 3;
     }
+  // And the tokens its special-token attributes name (bos_token, eos_token, ...,
+  // additional_special_tokens): transformers adds them as special tokens at load, so
+  // skip_special_tokens drops them even when tokenizer.json lists them as plain vocabulary.
+  if (cfg.is_object()) {
+    std::vector<std::string> names;
+    auto name = [&](const nlohmann::json& v) {
+      if (v.is_string())
+        names.push_back(v.get<std::string>());
+      else if (v.is_object() && v.contains("content") && v["content"].is_string())
+        names.push_back(v["content"].get<std::string>());
+    };
+    for (const char* k : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token",
+                          "cls_token", "mask_token"})
+      if (cfg.contains(k)) name(cfg[k]);
+    if (cfg.contains("additional_special_tokens") && cfg["additional_special_tokens"].is_array())
+      for (const auto& v : cfg["additional_special_tokens"]) name(v);
+    if (!names.empty()) {
+      std::unordered_map<std::string_view, uint32_t> by_string;
+      by_string.reserve(d.tokens_.size());
+      for (uint32_t id = 0; id < d.tokens_.size(); ++id)
+        if (d.kind_[id]) by_string.emplace(d.tokens_[id], id);  // (first id of a string)
+      for (const auto& n : names)
+        if (auto it = by_string.find(n); it != by_string.end()) d.kind_[it->second] = 3;
+    }
+  }
 
   const nlohmann::json dec = tj.is_object() ? tj.value("decoder", nlohmann::json()) : nullptr;
   auto step = [&](const nlohmann::json& s) -> bool {

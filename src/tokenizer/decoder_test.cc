@@ -136,6 +136,12 @@ TEST(Decoder, WhatDependsOnTheEngineOrItsConfig) {
                                                  {"x", {{"special", true}}},
                                                  {"99999999999", {{"special", true}}}}}});
   EXPECT_EQ(*d.decode(Ids{10, 1}, true), "Hello");
+  // ... and what its special-token attributes name, even a plain vocabulary entry.
+  d = Decoder::fromJson(spm(llama2Decoder()),
+                        {{"eos_token", {{"content", ","}}},
+                         {"additional_special_tokens", J::array({"\xE2\x96\x81world", 5})}});
+  EXPECT_EQ(*d.decode(Ids{1, 7, 2}, false), "Hello, world");
+  EXPECT_EQ(*d.decode(Ids{1, 7, 2}, true), "Hello");
   // An empty Sequence joins the tokens with nothing (no decoder joins with spaces).
   d = Decoder::fromJson(spm({{"type", "Sequence"}, {"decoders", J::array()}}), J::object());
   EXPECT_EQ(*d.decode(Ids{1, 7}, false), "\xE2\x96\x81Hello,");

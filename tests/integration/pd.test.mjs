@@ -894,8 +894,14 @@ test('P/D and the Messages API: vLLM runs both legs; SGLang and TensorRT-LLM ref
   const tk = await post(port, '/tokenize', { model: 'sim-model', prompt: 'hello world' });
   assert.equal(tk.status, 200, tk.text);
   const end = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
-  assert.equal(end[0].kvgate_sim_requests_total, mid[0].kvgate_sim_requests_total, 'no prefill leg');
   assert.equal(end[0].kvgate_sim_tokenize_requests_total ?? 0, 0);
+  // Which endpoint answered (kvgate_requests_total counts the answer a client got: a P/D
+  // request's is its decode leg's): the decode endpoint, four times; the prefill one never.
+  const sent = (ms, w) => ms.filter((x) => x.name === 'kvgate_requests_total' &&
+    x.labels.endpoint === `${w.host}:${w.port}`).reduce((n, x) => n + x.value, 0);
+  const gm = await scrapeMetrics(gw.api);
+  assert.equal(sent(gm, prefill), 0);
+  assert.equal(sent(gm, decode), 4, 'the two Messages decode legs, count_tokens and tokenize');
   assert.equal((end[1].kvgate_sim_tokenize_requests_total ?? 0) - (mid[1].kvgate_sim_tokenize_requests_total ?? 0), 1);
 
   for (const engine of ['sglang', 'trtllm']) {

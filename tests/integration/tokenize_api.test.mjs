@@ -50,7 +50,7 @@ const TEXT = 'Tokenize me: the quick brown fox , isn\'t it ? 日本語 👋 <|im
 // Sends make(i) until the gateway answers one without the engine seeing it (the form is learned
 // once an engine answer matched, and the worker taking the call may still be loading the
 // tokenizer); every answer must equal expect(i). Returns how many were answered locally.
-async function untilLocal(workers, make, expect, want = 2, tries = 60) {
+async function untilLocal(workers, make, expect, want = 2, tries = 300) {
   let local = 0;
   for (let i = 0; i < tries && local < want; i++) {
     const c = await engineCalls(workers);
@@ -88,7 +88,7 @@ describe('vLLM engines', () => {
     // The gateway now answers the same model itself (the tokenizer may still be loading on the
     // worker that takes the request: then it is forwarded, and checked, until loaded).
     let local = 0;
-    for (let i = 0; i < 20 && local < 5; i++) {
+    for (let i = 0; i < 300 && local < 5; i++) {
       const before = await engineCalls(workers);
       const r = await post(port, '/tokenize', { model: QWEN, prompt: `${TEXT} #${i}` });
       assert.equal(r.status, 200, r.text);
@@ -179,7 +179,7 @@ describe('vLLM engines', () => {
     // A model the gateway has files for but the engines do not serve: the engine's 404 stops
     // the form (the gateway never answers for a model the engine does not serve).
     const gemma = 'google/gemma-3-4b-it';
-    for (let i = 0; i < 150; i++) {  // (its 33 MB tokenizer loads meanwhile)
+    for (let i = 0; i < 300; i++) {  // (its 33 MB tokenizer loads meanwhile)
       const r = await post(port, '/tokenize', { model: gemma, prompt: 'x' });
       assert.equal(r.status, 404, r.text);
       if ((await events(gw, 'tokenize')).mismatched >= 1) break;
@@ -209,7 +209,7 @@ test('kvTokenizeVerifyEvery: every n-th call is checked by the engine; kvTokeniz
   r = await api(gw.api, 'POST', LB_BASE, rule({ port: await freePort(), workers: sim.workers, extraArgs: { kvTokenizeLocal: 'always' } }));
   assert.equal(r.status, 400, r.text);
   // Until the tokenizer is loaded and one answer matched, calls go to the engine.
-  for (let i = 0; i < 50; i++) {
+  for (let i = 0; i < 300; i++) {
     await post(port, '/tokenize', { model: QWEN, prompt: 'load' });
     if ((await events(gw, 'tokenize')).checked > 0) break;
     await new Promise((res) => setTimeout(res, 100));
@@ -242,7 +242,7 @@ test('an engine answering differently: the gateway never answers that model itse
   const port = await freePort();
   const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: srv.address().port }] }));
   assert.equal(r.status, 200, r.text);
-  for (let i = 0; i < 30; i++) {
+  for (let i = 0; i < 300; i++) {
     const a = await post(port, '/tokenize', { model: QWEN, prompt: 'hello' });
     assert.deepEqual(a.json.tokens, [7], 'the engine\'s answer, always');
     const d = await post(port, '/detokenize', { model: QWEN, tokens: [9707] });
@@ -279,7 +279,7 @@ test('SGLang engines: /v1/tokenize and /v1/detokenize in SGLang\'s shapes (speci
   const ref = refs[LLAMA];
   const ids = await ref.encode('Hello , world . <|eot_id|>', true);
   let local = 0;
-  for (let i = 0; i < 30 && local < 3; i++) {
+  for (let i = 0; i < 300 && local < 3; i++) {
     const c = await engineCalls(sim.workers);
     const tk = await post(port, '/v1/tokenize', { model: LLAMA, prompt: `${TEXT} ${i}` });
     const exp = await ref.encode(`${TEXT} ${i}`, true);
