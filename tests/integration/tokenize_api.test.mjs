@@ -7,6 +7,7 @@
 // never from kvgate.
 import assert from 'node:assert/strict';
 import http from 'node:http';
+import http2 from 'node:http2';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, simMetrics, startGateway, startSim, tempDir, waitFor } from './lib.mjs';
@@ -291,4 +292,62 @@ test('SGLang engines: /v1/tokenize and /v1/detokenize in SGLang\'s shapes (speci
     else await new Promise((res) => setTimeout(res, 100));
   }
   assert.ok(local >= 3, `answered by the gateway: ${local}`);
+});
+
+test('a chunked engine answer is checked like any; an HTTP/2 client gets the gateway\'s answer', async (t) => {
+  // An engine in front of the simulator that answers in chunks (Transfer-Encoding: chunked).
+  const sim = await startSim(['--port', '0', '--models-dir', modelsDir, '--model', QWEN]);
+  t.after(() => sim.stop());
+  const [w] = sim.workers;
+  let calls = 0;
+  const srv = http.createServer((req, res) => {
+    let b = '';
+    req.on('data', (d) => { b += d; });
+    req.on('end', async () => {
+      calls++;
+      const up = await fetch(`${w.url}${req.url}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: b });
+      const text = await up.text();
+      res.writeHead(up.status, { 'content-type': 'application/json' });
+      res.write(text.slice(0, 7));
+      setTimeout(() => res.end(text.slice(7)), 5);
+    });
+  });
+  await new Promise((res) => srv.listen(0, '127.0.0.1', res));
+  t.after(() => srv.close());
+  const gw = await gateway(t, ['--workers', '1', '--models-dir', modelsDir]);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: srv.address().port }] }));
+  assert.equal(r.status, 200, r.text);
+  const ref = refs[QWEN];
+  let local = 0;
+  for (let i = 0; i < 300 && local < 2; i++) {
+    const c = calls;
+    const a = await post(port, '/tokenize', { model: QWEN, prompt: `chunked ${i}` });
+    const exp = await ref.encode(`chunked ${i}`, true);
+    assert.deepEqual(a.json, { count: exp.length, max_model_len: 131072, tokens: exp, token_strs: null });
+    if (calls === c) local++;
+    else await new Promise((res) => setTimeout(res, 50));
+  }
+  assert.equal(local, 2, 'learned from chunked answers');
+  const ev = await events(gw, 'tokenize');
+  assert.equal(ev.mismatched, 0, JSON.stringify(ev));
+  // HTTP/2 (h2c by prior knowledge): the same request path, answered by the gateway.
+  const s = http2.connect(`http://127.0.0.1:${port}`);
+  t.after(() => s.close());
+  const c = calls;
+  const body = await new Promise((resolve, reject) => {
+    const q = s.request({ ':method': 'POST', ':path': '/tokenize', 'content-type': 'application/json' });
+    let d = '';
+    let status = 0;
+    q.setEncoding('utf8');
+    q.on('response', (h) => { status = h[':status']; });
+    q.on('data', (x) => { d += x; });
+    q.on('end', () => resolve({ status, d }));
+    q.on('error', reject);
+    q.end(JSON.stringify({ model: QWEN, prompt: 'over h2' }));
+  });
+  assert.equal(body.status, 200, body.d);
+  const exp = await ref.encode('over h2', true);
+  assert.deepEqual(JSON.parse(body.d), { count: exp.length, max_model_len: 131072, tokens: exp, token_strs: null });
+  assert.equal(calls, c, 'answered by the gateway');
 });
