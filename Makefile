@@ -3,7 +3,7 @@ BUILD_DIR ?= build
 JOBS ?= 2
 MAKEFLAGS += --no-print-directory
 
-.PHONY: setup build test unit demo lint bench fuzz clean
+.PHONY: setup build test unit demo lint bench fuzz clean deb
 
 setup:
 	@bash scripts/setup.sh
@@ -25,6 +25,10 @@ unit: build
 
 demo: build
 	@bash scripts/demo.sh
+
+# The Debian package (docs/operations.md "Debian package"): build/kvgate_<version>_<arch>.deb.
+deb: build
+	@cd $(BUILD_DIR) && cpack -G DEB >/dev/null && ls -1 $$PWD/kvgate_*.deb
 
 # Side-by-side benchmarks (kvgate vs direct vs nginx vs HAProxy); figures go to docs/benchmarks.md.
 bench: build

@@ -12,6 +12,7 @@
 #include "admin/api_tokens.h"
 #include "admin/rule_store.h"
 #include "common/env.h"
+#include "common/flag_file.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "events/event_plane.h"
@@ -93,7 +94,12 @@ const char* kServeHelp =
     "                             streams finish for up to N ms, then exit (default 30000);\n"
     "                             a second SIGTERM exits at once\n"
     "  --access-log               one structured log line per proxied request\n"
-    "  --log-level LEVEL          debug | info | warn | error (default info)\n\n"
+    "  --log-level LEVEL          debug | info | warn | error (default info)\n"
+    "  --config FILE              flags from FILE, one per line (`name value`, `name = value`\n"
+    "                             or `name`; `#` comments); the command line's win. SIGHUP\n"
+    "                             reads it again and applies --log-level and\n"
+    "                             --api-token-file, and re-reads the TLS certificates; other\n"
+    "                             flags take effect at the next start\n\n"
     "Prints one JSON line {\"event\":\"ready\",\"api\":URL} on stdout once serving.\n";
 
 bool parseMs(const char* v, std::chrono::milliseconds& out) {
@@ -117,23 +123,47 @@ struct ServeFlags {
   bool max_heap_set = false;  // --max-heap-bytes given (else the cgroup's default)
   std::string models_dir;
   std::vector<std::string> l4_ifaces;  // interfaces of the L4 data path (mode 0 rules)
+  std::string log_level = "info";
   proxy::ProxyOptions opts;
 };
 
-// Parses the flags; returns -1 to go on, else the exit code (0 after --help, 2 on an error).
-int parseServeFlags(int argc, char** argv, ServeFlags& f) {
+void applyLogLevel(const std::string& l) {
+  log::setLevel(l == "debug"   ? log::Level::kDebug
+                : l == "warn"  ? log::Level::kWarn
+                : l == "error" ? log::Level::kError
+                               : log::Level::kInfo);
+}
+
+int parseServeFlags(const std::vector<std::string>& args, ServeFlags& f);
+
+// Flags from the command line and --config FILE (common/flag_file.h); -1 to go on, else the
+// exit code.
+int readServeFlags(const std::vector<std::string>& cli, ServeFlags& f, std::string* config) {
+  auto args = expandConfigFlag(cli, config);
+  if (!args) {
+    std::fprintf(stderr, "kvgate serve: %s\n", args.error().what.c_str());
+    return 2;
+  }
+  return parseServeFlags(*args, f);
+}
+
+// Parses the flags (`args` without the program name, --config already expanded); returns -1
+// to go on, else the exit code (0 after --help, 2 on an error, said on stderr). No side effects
+// besides `f` (the log level is applied by the caller), so a reload can parse again.
+int parseServeFlags(const std::vector<std::string>& args, ServeFlags& f) {
   std::string& api_listen = f.api_listen;
   std::string& state_dir = f.state_dir;
   std::string& models_dir = f.models_dir;
   proxy::ProxyOptions& opts = f.opts;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    bool missing = false;
     auto next = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "kvgate serve: %s needs a value\n", a.c_str());
-        std::exit(2);
+      if (i + 1 >= args.size()) {
+        missing = true;
+        return "";
       }
-      return argv[++i];
+      return args[++i].c_str();
     };
     uint64_t x = 0;
     bool ok = true;
@@ -230,19 +260,15 @@ int parseServeFlags(int argc, char** argv, ServeFlags& f) {
     } else if (a == "--access-log") {
       opts.access_log = true;
     } else if (a == "--log-level") {
-      std::string l = next();
-      if (l == "debug")
-        log::setLevel(log::Level::kDebug);
-      else if (l == "info")
-        log::setLevel(log::Level::kInfo);
-      else if (l == "warn")
-        log::setLevel(log::Level::kWarn);
-      else if (l == "error")
-        log::setLevel(log::Level::kError);
-      else
-        ok = false;
+      const std::string l = next();
+      ok = l == "debug" || l == "info" || l == "warn" || l == "error";
+      f.log_level = l;
     } else {
       std::fprintf(stderr, "kvgate serve: unknown flag '%s' (see --help)\n", a.c_str());
+      return 2;
+    }
+    if (missing) {
+      std::fprintf(stderr, "kvgate serve: %s needs a value\n", a.c_str());
       return 2;
     }
     if (!ok) {
@@ -330,7 +356,10 @@ void applyEnvironment(proxy::ProxyOptions& opts, const std::string& api_host) {
 
 int serveMain(int argc, char** argv) {
   ServeFlags flags;
-  if (int rc = parseServeFlags(argc, argv, flags); rc >= 0) return rc;
+  const std::vector<std::string> cli(argv + 1, argv + argc);
+  std::string config_file;
+  if (int rc = readServeFlags(cli, flags, &config_file); rc >= 0) return rc;
+  applyLogLevel(flags.log_level);
   const std::string& api_listen = flags.api_listen;
   const std::string& models_dir = flags.models_dir;
   proxy::ProxyOptions& opts = flags.opts;
@@ -590,6 +619,36 @@ int serveMain(int argc, char** argv) {
                          std::to_string(dp.options().workers) + " data-plane worker(s)");
 
   Shutdown shutdown(control, dp, opts.drain_timeout);
+  // SIGHUP: the flags again (command line and --config), what can change without dropping a
+  // request applied on this (the API's) thread; a file that does not parse changes nothing.
+  asio::signal_set hup(control, SIGHUP);
+  std::function<void()> on_hup = [&] {
+    hup.async_wait([&](const error_code& ec, int) {
+      if (ec) return;
+      ServeFlags again;
+      std::string file;
+      if (readServeFlags(cli, again, &file) >= 0) {
+        log::warn("serve", "SIGHUP: the flags do not parse (stderr says why); nothing changed");
+      } else {
+        applyLogLevel(again.log_level);
+        std::string what = "log level " + again.log_level;
+        if (!again.api_token_file.empty()) {
+          if (auto t = admin::ApiTokens::load(again.api_token_file)) {
+            api.setTokens(std::move(*t));
+            what += ", API tokens from " + again.api_token_file;
+          } else {
+            log::warn("serve", "SIGHUP: " + t.error().what + "; the API tokens are unchanged");
+          }
+        }
+        if (api_tls) api_tls->refresh();
+        dp.refreshTls();
+        log::info("serve", "SIGHUP: reloaded (" + what +
+                               ", TLS certificates re-read); other flags apply at the next start");
+      }
+      on_hup();
+    });
+  };
+  on_hup();
   // Every second on the control thread: another replica's governance changes (a shared store),
   // and renewed TLS certificate files (never read on an event loop).
   asio::steady_timer housekeeping(control);

@@ -17,9 +17,9 @@ function killAll() {
 process.on('exit', killAll);
 
 // Spawns `kvgate <args>` and resolves with {proc, ready} once it prints its ready JSON line.
-export function startKvgate(args, { timeoutMs = 15000, env = {} } = {}) {
+export function startKvgate(args, { timeoutMs = 15000, env = {}, bin = BIN } = {}) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(BIN, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+    const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
     children.add(proc);
     // A child left running by a failed test must not keep this file's process alive forever:
     // unreferenced, the process can end, and its 'exit' handler kills what is left.
