@@ -29,6 +29,7 @@ APT_PACKAGES=(
   libhiredis-dev redis-server  # quota counters shared by replicas (--redis); tests run a server
   clang-format clang-tidy # make lint
   prometheus              # promtool checks the /metrics exposition in the tests
+  dpkg-dev file systemd   # make deb (cpack: dpkg-shlibdeps, file) and its test (systemd-analyze)
   python3-jinja2          # second chat-template oracle (tests/tokenizer/jinja2_check.py): real Jinja2
   python3-zmq python3-msgpack python3-cbor2  # independent vLLM KV-event publisher (interop test)
 )
