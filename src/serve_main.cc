@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "admin/api.h"
@@ -156,10 +157,20 @@ int parseServeFlags(const std::vector<std::string>& args, ServeFlags& f) {
   std::string& models_dir = f.models_dir;
   proxy::ProxyOptions& opts = f.opts;
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    bool missing = false;
+    // `--name=value` (how --config passes a file's lines) or `--name value`; a value that
+    // looks like a flag is refused (`--name=--x` gives one), so a flag missing its value never
+    // swallows the next flag.
+    const size_t eq = args[i].rfind("--", 0) == 0 ? args[i].find('=') : std::string::npos;
+    const std::string a = args[i].substr(0, eq);
+    const std::optional<std::string> inline_value =
+        eq == std::string::npos ? std::nullopt : std::optional(args[i].substr(eq + 1));
+    bool missing = false, used_inline = false;
     auto next = [&]() -> const char* {
-      if (i + 1 >= args.size()) {
+      if (inline_value) {
+        used_inline = true;
+        return inline_value->c_str();
+      }
+      if (i + 1 >= args.size() || args[i + 1].rfind("--", 0) == 0) {
         missing = true;
         return "";
       }
@@ -271,6 +282,10 @@ int parseServeFlags(const std::vector<std::string>& args, ServeFlags& f) {
       std::fprintf(stderr, "kvgate serve: %s needs a value\n", a.c_str());
       return 2;
     }
+    if (inline_value && !used_inline) {
+      std::fprintf(stderr, "kvgate serve: %s takes no value\n", a.c_str());
+      return 2;
+    }
     if (!ok) {
       std::fprintf(stderr, "kvgate serve: invalid value for %s (see --help)\n", a.c_str());
       return 2;
@@ -354,7 +369,13 @@ void applyEnvironment(proxy::ProxyOptions& opts, const std::string& api_host) {
 
 }  // namespace
 
+// A SIGHUP that arrives before the reload handler is installed (systemctl reload while the
+// gateway starts): remembered, and applied once serving, instead of its default action (exit).
+volatile std::sig_atomic_t g_early_hup = 0;
+extern "C" void noteEarlyHup(int) { g_early_hup = 1; }
+
 int serveMain(int argc, char** argv) {
+  std::signal(SIGHUP, noteEarlyHup);
   ServeFlags flags;
   const std::vector<std::string> cli(argv + 1, argv + argc);
   std::string config_file;
@@ -622,33 +643,40 @@ int serveMain(int argc, char** argv) {
   // SIGHUP: the flags again (command line and --config), what can change without dropping a
   // request applied on this (the API's) thread; a file that does not parse changes nothing.
   asio::signal_set hup(control, SIGHUP);
+  std::function<void()> reload = [&] {
+    ServeFlags again;
+    std::string file;
+    if (readServeFlags(cli, again, &file) >= 0) {
+      log::warn("serve", "SIGHUP: the flags do not parse (stderr says why); nothing changed");
+    } else {
+      applyLogLevel(again.log_level);
+      std::string what = "log level " + again.log_level;
+      if (!again.api_token_file.empty()) {
+        if (auto t = admin::ApiTokens::load(again.api_token_file)) {
+          api.setTokens(std::move(*t));
+          what += ", API tokens from " + again.api_token_file;
+        } else {
+          log::warn("serve", "SIGHUP: " + t.error().what + "; the API tokens are unchanged");
+        }
+      } else {
+        what += ", API tokens unchanged (removing them needs a restart)";
+      }
+      if (api_tls) api_tls->refresh();
+      dp.refreshTls();
+      log::info("serve", "SIGHUP: reloaded (" + what +
+                             ", changed TLS certificate files taken); other flags apply at the "
+                             "next start");
+    }
+  };
   std::function<void()> on_hup = [&] {
     hup.async_wait([&](const error_code& ec, int) {
       if (ec) return;
-      ServeFlags again;
-      std::string file;
-      if (readServeFlags(cli, again, &file) >= 0) {
-        log::warn("serve", "SIGHUP: the flags do not parse (stderr says why); nothing changed");
-      } else {
-        applyLogLevel(again.log_level);
-        std::string what = "log level " + again.log_level;
-        if (!again.api_token_file.empty()) {
-          if (auto t = admin::ApiTokens::load(again.api_token_file)) {
-            api.setTokens(std::move(*t));
-            what += ", API tokens from " + again.api_token_file;
-          } else {
-            log::warn("serve", "SIGHUP: " + t.error().what + "; the API tokens are unchanged");
-          }
-        }
-        if (api_tls) api_tls->refresh();
-        dp.refreshTls();
-        log::info("serve", "SIGHUP: reloaded (" + what +
-                               ", TLS certificates re-read); other flags apply at the next start");
-      }
+      reload();
       on_hup();
     });
   };
-  on_hup();
+  on_hup();  // (from here asio's handler receives SIGHUP; one that came earlier is applied now)
+  if (g_early_hup) asio::post(control, [&] { reload(); });
   // Every second on the control thread: another replica's governance changes (a shared store),
   // and renewed TLS certificate files (never read on an event loop).
   asio::steady_timer housekeeping(control);
@@ -670,6 +698,10 @@ int serveMain(int argc, char** argv) {
   };
   tick();
   control.run();
+  // (asio restores SIGHUP's default action, exit, when the set is cleared: a reload during the
+  // teardown below must not end it midway)
+  hup.clear();
+  std::signal(SIGHUP, SIG_IGN);
   server.stop();
   api.stopTokenizer();  // before the control loop's frames are destroyed (they point into api)
   kv_plane.stop();

@@ -1,8 +1,12 @@
 // Flags from a file. See flag_file.h.
 #include "common/flag_file.h"
 
-#include <fstream>
-#include <sstream>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 namespace kvgate {
 namespace {
@@ -45,24 +49,44 @@ Result<std::vector<std::string>> parseFlagFile(std::string_view text, const std:
         return fail(400, where, here + ": '" + std::string(name) + "' is not a flag name");
     std::string_view value = trim(line.substr(end));
     if (!value.empty() && value.front() == '=') value = trim(value.substr(1));
-    out.push_back("--" + std::string(name));
-    if (value.empty()) continue;  // (a flag without a value)
+    if (value.empty()) {  // (a flag without a value)
+      out.push_back("--" + std::string(name));
+      continue;
+    }
     if (value.size() >= 2 && value.front() == '"' && value.back() == '"')
       value = value.substr(1, value.size() - 2);
     else if (value.front() == '"' || value.back() == '"')
       return fail(400, where, here + ": unbalanced quote in the value of --" + std::string(name));
-    out.emplace_back(value);
+    // One argument, so a line can never take the next line's flag as its value.
+    out.push_back("--" + std::string(name) + "=" + std::string(value));
   }
   return out;
 }
 
 Result<std::vector<std::string>> readFlagFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return fail(400, path, "cannot read the config file " + path);
-  std::string text(kMaxFileBytes + 1, '\0');
-  f.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (f.bad()) return fail(400, path, "error reading the config file " + path);
-  text.resize(static_cast<size_t>(f.gcount()));
+  // (never blocks: a FIFO or a device is refused before it is read)
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return fail(400, path, "cannot open the config file " + path + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    return fail(400, path, "the config file " + path + " is not a regular file");
+  if (static_cast<uint64_t>(st.st_size) > kMaxFileBytes)
+    return fail(400, path, path + ": larger than 1 MiB");
+  std::string text;
+  char buf[8192];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail(400, path, "error reading the config file " + path);
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxFileBytes) return fail(400, path, path + ": larger than 1 MiB");
+  }
   return parseFlagFile(text, path);
 }
 
@@ -89,7 +113,8 @@ Result<std::vector<std::string>> expandConfigFlag(const std::vector<std::string>
   auto file = readFlagFile(*config);
   if (!file) return file;
   for (const auto& a : *file)
-    if (a == "--config") return fail(400, *config, *config + ": a config file cannot name another");
+    if (a == "--config" || a.rfind("--config=", 0) == 0)
+      return fail(400, *config, *config + ": a config file cannot name another");
   file->insert(file->end(), rest.begin(), rest.end());
   return file;
 }

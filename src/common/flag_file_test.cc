@@ -23,9 +23,11 @@ TEST(FlagFile, LinesBecomeArguments) {
       "\tlog-level\twarn\n",
       "f.conf");
   ASSERT_TRUE(a.has_value()) << a.error().what;
-  EXPECT_EQ(*a, (Args{"--api-listen", "127.0.0.1:11111", "--workers", "2", "--access-log",
-                      "--state-dir", "/var/lib/kvgate state", "--models-dir",
-                      "/usr/share/kvgate/models", "--log-level", "warn"}));
+  // (one argument a line: a line missing its value cannot take the next flag as one)
+  EXPECT_EQ(*a, (Args{"--api-listen=127.0.0.1:11111", "--workers=2", "--access-log",
+                      "--state-dir=/var/lib/kvgate state", "--models-dir=/usr/share/kvgate/models",
+                      "--log-level=warn"}));
+  EXPECT_EQ(*parseFlagFile("state-dir\naccess-log\n", "f"), (Args{"--state-dir", "--access-log"}));
   EXPECT_EQ(*parseFlagFile("", "f"), Args{});
   EXPECT_EQ(*parseFlagFile("# only\n#comments", "f"), Args{});
 }
@@ -57,11 +59,10 @@ TEST(FlagFile, ConfigExpandsFirstSoTheCommandLineWins) {
   auto a = expandConfigFlag({"--log-level", "debug", "--config", path, "--access-log"}, &config);
   ASSERT_TRUE(a.has_value()) << a.error().what;
   EXPECT_EQ(config, path);
-  EXPECT_EQ(
-      *a, (Args{"--workers", "4", "--log-level", "warn", "--log-level", "debug", "--access-log"}));
+  EXPECT_EQ(*a, (Args{"--workers=4", "--log-level=warn", "--log-level", "debug", "--access-log"}));
   a = expandConfigFlag({"--config=" + path}, &config);
   ASSERT_TRUE(a.has_value());
-  EXPECT_EQ(a->size(), 4u);
+  EXPECT_EQ(a->size(), 2u);
   // Without --config: the arguments as they are.
   a = expandConfigFlag({"--workers", "1"}, &config);
   EXPECT_EQ(*a, (Args{"--workers", "1"}));
@@ -76,6 +77,8 @@ TEST(FlagFile, ConfigExpandsFirstSoTheCommandLineWins) {
     f << "config /etc/other.conf\n";
   }
   EXPECT_FALSE(expandConfigFlag({"--config", path}, &config).has_value());
+  // Not a regular file (a directory; a FIFO would block a reload): refused, never read.
+  EXPECT_FALSE(expandConfigFlag({"--config", testing::TempDir()}, &config).has_value());
   std::remove(path.c_str());
 }
 

@@ -28,81 +28,121 @@ const run = (cmd, args, opts = {}) => execFileSync(cmd, args, { encoding: 'utf8'
 
 describe('the Debian package', () => {
   let root;
+  const inRoot = (f) => path.join(root, f);
+  const owner = (f) => fs.statSync(inRoot(f));
+  const uidOf = (name, file) => Number(fs.readFileSync(inRoot(file), 'utf8').split('\n')
+    .find((l) => l.startsWith(`${name}:`))?.split(':')[2]);
+  const dpkg = (...args) => run('dpkg', ['--root', root, '--force-not-root', '--force-script-chrootless',
+    '--force-depends', '--log=/dev/null', ...args]);
   before(() => {
     root = path.join(tmp.dir, 'root');
-    for (const d of ['var/lib/dpkg/info', 'var/lib/dpkg/updates']) fs.mkdirSync(path.join(root, d), { recursive: true });
-    fs.writeFileSync(path.join(root, 'var/lib/dpkg/status'), '');
+    for (const d of ['var/lib/dpkg/info', 'var/lib/dpkg/updates', 'etc']) fs.mkdirSync(inRoot(d), { recursive: true });
+    fs.writeFileSync(inRoot('var/lib/dpkg/status'), '');
   });
 
   test('control data, conffile and files', () => {
-    const info = run('dpkg-deb', ['-f', deb, 'Package', 'Architecture', 'Depends', 'Section']);
+    const info = run('dpkg-deb', ['-f', deb, 'Package', 'Architecture', 'Depends', 'Section', 'Description']);
     assert.match(info, /^Package: kvgate$/m);
-    assert.match(info, /^Architecture: amd64$/m);
-    assert.match(info, /^Depends: .*\badduser\b/m);
+    assert.equal(/^Architecture: (.*)$/m.exec(info)[1], run('dpkg', ['--print-architecture']).trim());
+    assert.match(info, /^Depends: .*\badduser\b.*\binit-system-helpers\b/m);
     assert.match(info, /libssl3/, 'shared-library dependencies computed');
+    assert.match(info, /^ kvgate sits in front of vLLM/m, 'a long description');
     const ctl = path.join(tmp.dir, 'ctl');
     run('dpkg-deb', ['-e', deb, ctl]);
     assert.equal(fs.readFileSync(path.join(ctl, 'conffiles'), 'utf8').trim(), '/etc/kvgate/kvgate.conf');
     for (const s of ['postinst', 'prerm', 'postrm']) {
-      const st = fs.statSync(path.join(ctl, s));
-      assert.equal(st.mode & 0o777, 0o755, `${s} executable`);
+      assert.equal(fs.statSync(path.join(ctl, s)).mode & 0o777, 0o755, `${s} executable`);
       run('sh', ['-n', path.join(ctl, s)]);  // (parses)
     }
     const files = run('dpkg-deb', ['-c', deb]).split('\n').map((l) => l.split(/\s+/).at(-1)).filter((f) => f && !f.endsWith('/'));
     assert.deepEqual(files.sort(), ['./etc/kvgate/kvgate.conf', './usr/bin/kvgate',
-      './usr/lib/systemd/system/kvgate.service', './usr/share/kvgate/grafana/kvgate.json',
-      './usr/share/kvgate/prometheus/alerts.yml', './usr/share/man/man1/kvgate.1']);
+      './usr/lib/systemd/system/kvgate.service', './usr/lib/sysusers.d/kvgate.conf',
+      './usr/share/doc/kvgate/copyright', './usr/share/kvgate/grafana/kvgate.json',
+      './usr/share/kvgate/prometheus/alerts.yml', './usr/share/man/man1/kvgate.1.gz']);
   });
 
-  test('installs into a clean root; systemd-analyze verifies the unit and rates its hardening', () => {
-    run('dpkg', ['--root', root, '--force-not-root', '--force-script-chrootless', '--force-depends',
-      '--log=/dev/null', '-i', deb]);
+  test('installs into a clean root: user, state directory, API token, unit enabled; again keeps them', () => {
+    dpkg('-i', deb);
     assert.match(run('dpkg', ['--root', root, '-s', 'kvgate']), /^Status: install ok installed$/m);
-    for (const f of ['usr/bin/kvgate', 'etc/kvgate/kvgate.conf', 'usr/lib/systemd/system/kvgate.service', 'usr/share/man/man1/kvgate.1'])
-      assert.ok(fs.existsSync(path.join(root, f)), f);
+    const uid = uidOf('kvgate', 'etc/passwd');
+    const gid = uidOf('kvgate', 'etc/group');
+    assert.ok(uid > 0 && uid < 1000 && gid > 0, `a system user and group (${uid}:${gid})`);
+    const state = owner('var/lib/kvgate');
+    assert.equal(state.mode & 0o777, 0o750);
+    assert.deepEqual([state.uid, state.gid], [uid, gid]);
+    const tok = owner('etc/kvgate/api-tokens');
+    assert.equal(tok.mode & 0o777, 0o600);
+    assert.equal(tok.uid, uid);
+    const token = fs.readFileSync(inRoot('etc/kvgate/api-tokens'), 'utf8');
+    assert.match(token, /^[0-9a-f]{64}\n$/);
+    assert.match(fs.readFileSync(inRoot('etc/kvgate/kvgate.conf'), 'utf8'), /^api-token-file \/etc\/kvgate\/api-tokens$/m);
+    const wants = inRoot('etc/systemd/system/multi-user.target.wants/kvgate.service');
+    assert.ok(fs.lstatSync(wants).isSymbolicLink(), 'enabled');
+    // Installing again (an upgrade to the same version): the token and user are kept.
+    dpkg('-i', deb);
+    assert.equal(fs.readFileSync(inRoot('etc/kvgate/api-tokens'), 'utf8'), token);
+    assert.equal(uidOf('kvgate', 'etc/passwd'), uid);
     // The man page is the binary's own help (every serve flag, --config included).
-    const man = fs.readFileSync(path.join(root, 'usr/share/man/man1/kvgate.1'), 'utf8');
+    const man = run('gzip', ['-dc', inRoot('usr/share/man/man1/kvgate.1.gz')]);
     assert.match(man, /^\.TH KVGATE 1/m);
     for (const flag of ['--config FILE', '--api-token-file', '--models-dir', '--drain-timeout-ms']) assert.ok(man.includes(flag), flag);
+  });
+
+  test('systemd-analyze verifies the unit and rates its hardening', () => {
     // The unit needs systemd's own units and the commands it names: taken from this machine.
-    fs.cpSync('/usr/lib/systemd/system', path.join(root, 'usr/lib/systemd/system'), { recursive: true, force: false, errorOnExist: false });
-    fs.mkdirSync(path.join(root, 'bin'), { recursive: true });
-    fs.copyFileSync('/bin/kill', path.join(root, 'bin/kill'));
+    fs.cpSync('/usr/lib/systemd/system', inRoot('usr/lib/systemd/system'), { recursive: true, force: false, errorOnExist: false });
+    fs.mkdirSync(inRoot('bin'), { recursive: true });
+    fs.copyFileSync('/bin/kill', inRoot('bin/kill'));
     const verify = spawnSync('systemd-analyze', ['verify', `--root=${root}`, '--man=no', 'kvgate.service'], { encoding: 'utf8' });
     assert.equal(verify.status, 0, verify.stderr);
-    assert.equal(verify.stderr.trim(), '', 'no warnings');
     const sec = spawnSync('systemd-analyze', ['security', '--offline=true', `--root=${root}`, 'kvgate.service'], { encoding: 'utf8' });
     const level = Number(/Overall exposure level for kvgate\.service: ([\d.]+)/.exec(sec.stdout)?.[1]);
     assert.ok(level <= 4.0, `exposure ${level} (${sec.stdout.split('\n').slice(-3).join(' ')})`);
-    const unit = fs.readFileSync(path.join(root, 'usr/lib/systemd/system/kvgate.service'), 'utf8');
+    const unit = fs.readFileSync(inRoot('usr/lib/systemd/system/kvgate.service'), 'utf8');
     for (const d of ['User=kvgate', 'ProtectSystem=strict', 'StateDirectory=kvgate', 'NoNewPrivileges=yes',
       'CapabilityBoundingSet=CAP_NET_BIND_SERVICE', 'ExecStart=/usr/bin/kvgate serve --config /etc/kvgate/kvgate.conf'])
       assert.ok(unit.includes(d), d);
   });
 
   test('the installed binary, started as the unit starts it, serves the README example', async (t) => {
-    const bin = path.join(root, 'usr/bin/kvgate');
+    const bin = inRoot('usr/bin/kvgate');
     const sim = await startSim(['--hosts', '127.0.0.10-13', '--port', '0']);
     t.after(() => sim.stop());
-    // The packaged config as it is, with the state and the API moved for the test (the command
-    // line wins over the file).
+    // The packaged config as it is, with the state, the API address and the token file moved
+    // for the test (the command line wins; the packaged token file is kvgate's, and this test
+    // runs as another user).
     const state = path.join(tmp.dir, 'state');
-    const { proc, ready } = await startKvgate(['serve', '--config', path.join(root, 'etc/kvgate/kvgate.conf'),
-      '--state-dir', state, '--api-listen', '127.0.0.1:0'], { bin });
+    const tokens = path.join(tmp.dir, 'tokens');
+    fs.writeFileSync(tokens, 'a-test-token-for-the-package-0123456789\n', { mode: 0o600 });
+    const { proc, ready } = await startKvgate(['serve', '--config', inRoot('etc/kvgate/kvgate.conf'),
+      '--state-dir', state, '--api-listen', '127.0.0.1:0', '--api-token-file', tokens], { bin });
     t.after(() => stop(proc));
     const port = await freePort();
-    const r = await api(ready.api, 'POST', LB_BASE, {
+    const ruleBody = {
       serviceArguments: { externalIP: '127.0.0.1', port, protocol: 'tcp', sel: 0, mode: 4, model_name: 'sim-model', sse_mode: true },
       endpoints: sim.workers.map((w) => ({ endpointIP: w.host, targetPort: w.port, weight: 1 })),
-    });
-    assert.equal(r.status, 200, r.text);
+    };
+    const noToken = await fetch(`${ready.api}${LB_BASE}`, { method: 'POST', body: JSON.stringify(ruleBody) });
+    assert.equal(noToken.status, 401, 'the packaged config requires the API token');
+    const r = await fetch(`${ready.api}${LB_BASE}`, { method: 'POST', body: JSON.stringify(ruleBody),
+      headers: { 'content-type': 'application/json', authorization: 'Bearer a-test-token-for-the-package-0123456789' } });
+    assert.equal(r.status, 200, await r.text());
     const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], stream: true }) });
     assert.equal(res.status, 200);
-    const text = await res.text();
-    assert.match(text, /data: \[DONE\]/);
-    assert.ok(fs.existsSync(state), 'the rule set persists in the state directory');
+    assert.match(await res.text(), /data: \[DONE\]/);
+    const saved = JSON.parse(fs.readFileSync(path.join(state, 'rules.json'), 'utf8'));
+    assert.equal(saved.rules.length, 1);
+    assert.equal(saved.rules[0].serviceArguments.port, port, 'the rule set persists in the state directory');
+  });
+
+  test('purge removes the state, the token, the config and the unit\'s enablement', () => {
+    dpkg('--purge', 'kvgate');
+    for (const f of ['var/lib/kvgate', 'etc/kvgate/api-tokens', 'etc/kvgate/kvgate.conf', 'usr/bin/kvgate',
+      'etc/systemd/system/multi-user.target.wants/kvgate.service'])
+      assert.ok(!fs.existsSync(inRoot(f)), `${f} is gone`);
+    assert.ok(uidOf('kvgate', 'etc/passwd') > 0, 'the system user stays (Debian keeps them)');
   });
 });
 
@@ -119,6 +159,12 @@ test('serve --config FILE: the file\'s flags, the command line wins, SIGHUP relo
   const bad = spawnSync(BIN, ['serve', '--config', badConf], { encoding: 'utf8', timeout: 10000 });
   assert.equal(bad.status, 2);
   assert.match(bad.stderr, /bad\.conf:2/);
+  // A line missing its value does not take the next line's flag as one.
+  const bare = path.join(dir.dir, 'bare.conf');
+  fs.writeFileSync(bare, 'state-dir\naccess-log\n');
+  const b = spawnSync(BIN, ['serve', '--config', bare], { encoding: 'utf8', timeout: 10000 });
+  assert.equal(b.status, 2);
+  assert.match(b.stderr, /--state-dir needs a value/);
   const unknown = path.join(dir.dir, 'unknown.conf');
   fs.writeFileSync(unknown, 'no-such-flag 1\n');
   const u = spawnSync(BIN, ['serve', '--config', unknown], { encoding: 'utf8', timeout: 10000 });

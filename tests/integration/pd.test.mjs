@@ -835,14 +835,20 @@ test('P/D regressions: cancels spare the breaker, refusals relayed, ids unique, 
   await api(plain.url, 'POST', '/sim/fault', { worker: 2, reset: true });
 });
 
-// The Responses API bounds its answer with max_output_tokens, which the dialects' one-token
-// prefill does not rewrite: a P/D rule refuses it with a clear 400 and runs no leg.
-test('P/D: Responses and pooling requests are refused with a clear error, no leg runs', async (t) => {
+// A vLLM prefill and decode worker behind a fresh gateway with seed 000's P/D rule over them.
+async function pdBehindGateway(t) {
   const sim = await fleet(t, 'vllm');
   const [prefill, decode] = sim.workers;
   const gw = await gateway(t);
   const port = await freePort();
   assert.equal((await api(gw.api, 'POST', LB_BASE, pdRule(port, prefill, decode))).status, 200);
+  return { prefill, decode, gw, port };
+}
+
+// The Responses API bounds its answer with max_output_tokens, which the dialects' one-token
+// prefill does not rewrite: a P/D rule refuses it with a clear 400 and runs no leg.
+test('P/D: Responses and pooling requests are refused with a clear error, no leg runs', async (t) => {
+  const { prefill, decode, gw, port } = await pdBehindGateway(t);
   const before = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
   const res = await post(port, '/v1/responses', { model: 'sim-model', input: 'hi', max_output_tokens: 3 });
   assert.equal(res.status, 400, res.text);
@@ -863,11 +869,7 @@ test('P/D: Responses and pooling requests are refused with a clear error, no leg
 // TensorRT-LLM's conversions drop the P/D fields, so those rules refuse it. What generates
 // nothing (count_tokens, tokenize, detokenize) goes to one decode endpoint, no prefill leg.
 test('P/D and the Messages API: vLLM runs both legs; SGLang and TensorRT-LLM refuse; count_tokens and tokenize take one decode leg', async (t) => {
-  const sim = await fleet(t, 'vllm');
-  const [prefill, decode] = sim.workers;
-  const gw = await gateway(t);
-  const port = await freePort();
-  assert.equal((await api(gw.api, 'POST', LB_BASE, pdRule(port, prefill, decode))).status, 200);
+  const { prefill, decode, gw, port } = await pdBehindGateway(t);
   const before = await Promise.all([simMetrics(prefill), simMetrics(decode)]);
   const body = { model: 'sim-model', max_tokens: 4, messages: [{ role: 'user', content: 'prefill then decode' }] };
   const res = await post(port, '/v1/messages', body, { 'anthropic-version': '2023-06-01' });

@@ -46,6 +46,17 @@ const events = async (gw, apiName) => {
   return out;
 };
 
+// A gateway with one rule over the engine `srv` (a node HTTP server), which stops with the test.
+async function gatewayInFrontOf(t, srv) {
+  await new Promise((res) => srv.listen(0, '127.0.0.1', res));
+  t.after(() => srv.close());
+  const gw = await gateway(t, ['--workers', '1', '--models-dir', modelsDir]);
+  const port = await freePort();
+  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: srv.address().port }] }));
+  assert.equal(r.status, 200, r.text);
+  return { gw, port };
+}
+
 const TEXT = 'Tokenize me: the quick brown fox , isn\'t it ? 日本語 👋 <|im_start|>';
 
 // Sends make(i) until the gateway answers one without the engine seeing it (the form is learned
@@ -237,12 +248,7 @@ test('an engine answering differently: the gateway never answers that model itse
       else res.end(JSON.stringify({ prompt: `text of ${j.tokens.length}` }));
     });
   });
-  await new Promise((res) => srv.listen(0, '127.0.0.1', res));
-  t.after(() => srv.close());
-  const gw = await gateway(t, ['--workers', '1', '--models-dir', modelsDir]);
-  const port = await freePort();
-  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: srv.address().port }] }));
-  assert.equal(r.status, 200, r.text);
+  const { gw, port } = await gatewayInFrontOf(t, srv);
   for (let i = 0; i < 300; i++) {
     const a = await post(port, '/tokenize', { model: QWEN, prompt: 'hello' });
     assert.deepEqual(a.json.tokens, [7], 'the engine\'s answer, always');
@@ -312,12 +318,7 @@ test('a chunked engine answer is checked like any; an HTTP/2 client gets the gat
       setTimeout(() => res.end(text.slice(7)), 5);
     });
   });
-  await new Promise((res) => srv.listen(0, '127.0.0.1', res));
-  t.after(() => srv.close());
-  const gw = await gateway(t, ['--workers', '1', '--models-dir', modelsDir]);
-  const port = await freePort();
-  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: srv.address().port }] }));
-  assert.equal(r.status, 200, r.text);
+  const { gw, port } = await gatewayInFrontOf(t, srv);
   const ref = refs[QWEN];
   let local = 0;
   for (let i = 0; i < 300 && local < 2; i++) {
