@@ -19,11 +19,12 @@ bash scripts/setup.sh --sanitize  # clang, its sanitizer runtimes, llvm-symboliz
 JOBS=${JOBS:-2}
 
 # The integration tests of the ASan leg: data plane (proxy, P/D, TLS, HTTP/2: its streams' lifetimes
-# across resets and closes, reading requests, the path regressions), event plane (KV events, hints) and governance (keys, JWT, quotas, replicas).
+# across resets and closes, reading requests, the path regressions, the gateway's own /tokenize
+# and /detokenize answers), event plane (KV events, hints) and governance (keys, JWT, quotas, replicas).
 # Not `limits`: at the open-files limit UBSan's vptr check cannot make the pipe it probes memory
 # with (IsAccessibleMemoryRange) and reports "invalid vptr" on sound objects. Not `overload`:
 # under ASan, glibc's mallinfo2 does not see ASan's heap.
-INTEGRATION=${INTEGRATION:-"proxy pd http2 http2_backend reading regressions_path regressions_review faults kv_events hints api_keys jwt quotas replicas tls"}
+INTEGRATION=${INTEGRATION:-"proxy pd http2 http2_backend tokenize_api reading regressions_path regressions_review faults kv_events hints api_keys jwt quotas replicas tls"}
 case "$leg" in
   address) dir=build-asan ;;
   thread) dir=build-tsan ;;
