@@ -2,7 +2,6 @@
 #include "tokenizer/bpe.h"
 
 #include <algorithm>
-
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -10,30 +9,20 @@
 #include <unordered_map>
 
 #include "common/utf8.h"
+#include "tokenizer/byte_level.h"
 
 namespace kvgate::tok {
 namespace {
 
-// GPT-2 bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 + n in order.
-void byteLevelTables(uint32_t byte_to_cp[256], std::unordered_map<uint32_t, uint8_t>& cp_to_byte) {
-  uint32_t n = 0;
-  for (uint32_t b = 0; b < 256; ++b) {
-    bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    byte_to_cp[b] = printable ? b : 0x100 + n++;
-    cp_to_byte[byte_to_cp[b]] = static_cast<uint8_t>(b);
-  }
-}
-
-// Converts a byte-level vocabulary string to raw bytes; false if a character is outside the map.
-bool decodeByteLevel(std::string_view s, const std::unordered_map<uint32_t, uint8_t>& m,
-                     std::string& out) {
+// Converts a byte-level vocabulary string to raw bytes (byte_level.h); false if a character is
+// outside the table.
+bool decodeByteLevel(std::string_view s, std::string& out) {
   out.clear();
   size_t i = 0;
   while (i < s.size()) {
-    uint32_t c = nextCodePoint(s, i);
-    auto it = m.find(c);
-    if (it == m.end()) return false;
-    out.push_back(static_cast<char>(it->second));
+    const int b = byteLevelByte(nextCodePoint(s, i));
+    if (b < 0) return false;
+    out.push_back(static_cast<char>(b));
   }
   return true;
 }
@@ -118,9 +107,7 @@ Result<BpeModel> BpeModel::fromJson(const nlohmann::json& m, bool byte_level) {
   const auto& vocab = m["vocab"];
   b.vocab_.reserve(vocab.size());
   b.raw_.reserve(vocab.size());
-  uint32_t byte_to_cp[256];
-  std::unordered_map<uint32_t, uint8_t> cp_to_byte;
-  byteLevelTables(byte_to_cp, cp_to_byte);
+  const auto& byte_to_cp = byteLevelTable().to_cp;
   std::string raw;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
     if (!it.value().is_number_unsigned())
@@ -131,7 +118,7 @@ Result<BpeModel> BpeModel::fromJson(const nlohmann::json& m, bool byte_level) {
     b.vocab_.insert(it.key(), id);
     if (!byte_level) {
       b.raw_.insert(it.key(), id);
-    } else if (decodeByteLevel(it.key(), cp_to_byte, raw)) {
+    } else if (decodeByteLevel(it.key(), raw)) {
       b.raw_.insert(raw, id);
     }
   }

@@ -1,31 +1,15 @@
 // Ids to text (HF tokenizers' decode + transformers' clean-up). See decoder.h.
 #include "tokenizer/decoder.h"
 
-#include <array>
 #include <unordered_map>
 
 #include "common/utf8.h"
+#include "tokenizer/byte_level.h"
 
 namespace kvgate::tok {
 namespace {
 
 constexpr size_t kMaxIdSpace = size_t{1} << 24;  // 16M ids: past any real vocabulary
-
-// GPT-2 bytes_to_unicode, reversed: code point -> byte (-1: none). Every mapped code point is
-// below U+0144 (the printable bytes map to themselves, the other 68 to U+0100 on).
-int byteOf(uint32_t cp) {
-  static const std::array<int16_t, 0x144> table = [] {
-    std::array<int16_t, 0x144> t;
-    t.fill(-1);
-    uint32_t n = 0;
-    for (uint32_t b = 0; b < 256; ++b) {
-      const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-      t[printable ? b : 0x100 + n++] = static_cast<int16_t>(b);
-    }
-    return t;
-  }();
-  return cp < table.size() ? table[cp] : -1;
-}
 
 // Rust's String::from_utf8_lossy (one U+FFFD per maximal invalid subpart, as WHATWG).
 std::string lossy(std::string bytes) {
@@ -244,7 +228,7 @@ Result<std::string> Decoder::decode(std::span<const uint32_t> ids, bool skip_spe
       const size_t mark = bytes.size();
       bool mapped = true;
       for (size_t i = 0; i < t.size();) {
-        const int b = byteOf(nextCodePoint(t, i));
+        const int b = byteLevelByte(nextCodePoint(t, i));
         if (b < 0) {
           mapped = false;
           break;
