@@ -544,6 +544,8 @@ int serveMain(int argc, char** argv) {
     }
     l4 = std::move(*p);
   }
+  // The facts parser converts a chat input up to what the tokenizer renders (twice its bound).
+  if (prompt_tokens) opts.chat_max_bytes = 2 * prompt_tokens->textBound();
   proxy::DataPlane dp(opts);
   dp.setL4(l4.get());
   // (Both before start(): the overload monitor's thread reads the index pointer.)

@@ -4,6 +4,7 @@
 // Buffer->string and TextDecoder do before HF tokenizers gets a &str).
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -84,24 +85,32 @@ inline size_t validSequence(std::string_view s, size_t i, size_t* bad) {
   return 0;
 }
 
-// True when `s` is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
-inline bool isValidUtf8(std::string_view s) {
-  size_t bad = 0;
-  for (size_t i = 0, n; i < s.size(); i += n)
-    if ((n = validSequence(s, i, &bad)) == 0) return false;
-  return true;
+// The end of the run of ASCII bytes starting at s[i] (eight bytes a step: rendered prompts are
+// mostly ASCII, and this check ran over every prompt the gateway tokenizes).
+inline size_t asciiRunEnd(std::string_view s, size_t i) {
+  for (uint64_t w; i + 8 <= s.size(); i += 8) {
+    std::memcpy(&w, s.data() + i, 8);
+    if (w & 0x8080808080808080ull) break;
+  }
+  while (i < s.size() && static_cast<unsigned char>(s[i]) < 0x80) ++i;
+  return i;
 }
+
+// The length of the valid UTF-8 prefix of `s`.
+inline size_t validUtf8Prefix(std::string_view s) {
+  size_t bad = 0;
+  for (size_t i = asciiRunEnd(s, 0), n; i < s.size(); i = asciiRunEnd(s, i + n))
+    if ((n = validSequence(s, i, &bad)) == 0) return i;
+  return s.size();
+}
+
+// True when `s` is valid UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+inline bool isValidUtf8(std::string_view s) { return validUtf8Prefix(s) == s.size(); }
 
 // Returns true when `s` is valid UTF-8; otherwise writes the WHATWG-repaired text to *fixed.
 inline bool repairUtf8(std::string_view s, std::string* fixed) {
-  size_t i = 0;
-  while (i < s.size() && static_cast<unsigned char>(s[i]) < 0x80) ++i;
+  size_t i = validUtf8Prefix(s);
   size_t bad = 0;
-  while (i < s.size()) {
-    size_t n = validSequence(s, i, &bad);
-    if (n == 0) break;
-    i += n;
-  }
   if (i >= s.size()) return true;
   fixed->assign(s.substr(0, i));
   while (i < s.size()) {

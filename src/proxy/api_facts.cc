@@ -33,8 +33,8 @@ void clearPrompt(routing::RequestFacts& f) {
   f.prompt_render_total = f.prompt_id_count = 0;
   f.prompt_text.clear();
   f.prompt_token_ids.clear();
-  f.messages_json.clear();
-  f.chat_extras_json.clear();
+  f.chat.reset();
+  f.chat_too_large = false;
 }
 }  // namespace
 
@@ -64,7 +64,7 @@ void responsesShape(routing::RequestFacts& f) {
 }
 
 Conversion apiPromptFacts(std::string_view body, uint32_t needs, size_t prefix_bytes,
-                          RequestCtx& rq) {
+                          size_t chat_max_bytes, RequestCtx& rq) {
   routing::RequestFacts& facts = rq.facts;
   clearPrompt(facts);
   const uint32_t want = needs & kPromptNeeds;
@@ -78,15 +78,15 @@ Conversion apiPromptFacts(std::string_view body, uint32_t needs, size_t prefix_b
   rq.api_body.reserve(len + kFactsPadding);  // the facts parser reads in place
   routing::RequestFacts& chat = rq.api_facts;
   chat.clear();
-  if (parseFacts(rq.api_body.data(), len, rq.api_body.capacity(), want, prefix_bytes, chat) !=
-      FactsStatus::kOk)
+  if (parseFacts(rq.api_body.data(), len, rq.api_body.capacity(), want, prefix_bytes, chat,
+                 chat_max_bytes) != FactsStatus::kOk)
     return Conversion::kUnconvertible;
   facts.has_prompt = chat.has_prompt;
   facts.prompt_prefix.swap(chat.prompt_prefix);
   facts.prefix_key_len = chat.prefix_key_len;
   facts.prompt_render_total = chat.prompt_render_total;
-  facts.messages_json.swap(chat.messages_json);
-  facts.chat_extras_json.swap(chat.chat_extras_json);
+  facts.chat.swap(chat.chat);
+  facts.chat_too_large = chat.chat_too_large;
   return Conversion::kConverted;
 }
 

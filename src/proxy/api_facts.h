@@ -51,6 +51,6 @@ void responsesShape(routing::RequestFacts& facts);
 // kMaxConvertBytes.
 enum class Conversion { kConverted, kUnconvertible, kTooLarge };
 Conversion apiPromptFacts(std::string_view body, uint32_t needs, size_t prefix_bytes,
-                          RequestCtx& rq);
+                          size_t chat_max_bytes, RequestCtx& rq);
 
 }  // namespace kvgate::proxy

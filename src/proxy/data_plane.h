@@ -48,6 +48,9 @@ struct ProxyOptions {
   size_t max_idle_per_endpoint = 256;
   bool access_log = false;
   size_t prefix_key_bytes = 1024;  // K: rendered-prompt bytes in the CHWBL prefix key
+  // Largest chat input the facts parser converts for the chat template (twice the tokenizer's
+  // text bound, LOXILB_KV_TOKENIZE_MAX_BYTES; proxy/facts_parser.h).
+  size_t chat_max_bytes = 256 * 1024;
   int64_t quota_max_tokens = 256;  // completion tokens reserved when a request names no max_tokens
   std::chrono::milliseconds probe_interval{5000};   // active health probe period
   std::chrono::milliseconds probe_timeout{2000};    // unless the rule sets probeTimeout

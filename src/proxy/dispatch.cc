@@ -230,7 +230,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     const bool converted_api = rq_.api == Api::kMessages || rq_.api == Api::kResponses;
     auto st = parseFacts(req.body.data(), req.body.size(), req.body_capacity,
                          converted_api ? needs & ~kPromptNeeds : needs, w_.opts.prefix_key_bytes,
-                         rq_.facts);
+                         rq_.facts, w_.opts.chat_max_bytes);
     if (st == FactsStatus::kInvalidJson && json && (own_needs != 0 || cfg->checks_credentials)) {
       refuse(Refusal::kBodyUnreadable);
       co_await sendError(400, "invalid_json", "request body is not valid JSON");
@@ -268,7 +268,8 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
       else if (rq_.api == Api::kPooling || rq_.api == Api::kTokenize || rq_.api == Api::kDetokenize)
         poolingShape(rq_.facts);  // (nothing generated: the reservation is the input alone)
       if (converted_api && (needs & kPromptNeeds)) {
-        const Conversion c = apiPromptFacts(req.body, needs, w_.opts.prefix_key_bytes, rq_);
+        const Conversion c =
+            apiPromptFacts(req.body, needs, w_.opts.prefix_key_bytes, w_.opts.chat_max_bytes, rq_);
         w_.stats.api_prompt[rq_.api == Api::kResponses][static_cast<size_t>(c)].fetch_add(
             1, std::memory_order_relaxed);
       }

@@ -1,12 +1,15 @@
 #include "proxy/facts_parser.h"
 
-#include <nlohmann/json.hpp>
 #include <simdjson.h>
 
 #include <cctype>
 #include <charconv>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+
+#include "common/json_depth.h"
+#include "tokenizer/json_dom.h"
 
 namespace kvgate::proxy {
 namespace {
@@ -132,6 +135,42 @@ Walk renderMessages(value v, Renderer& r) {
       }
     }
     r.add(role);
+    r.add('\x1f');
+    r.add(content);
+    r.total += c.total - content.size();  // content was cut at the budget: count all of it
+    r.add('\x1e');
+  }
+  return result;
+}
+
+// renderMessages over the chat DOM the walk built (kNeedMessages): the same text, each member
+// read once (a repeated "role", "content" or "text" counts once, with its last value, as the
+// engine reads it).
+Walk renderMessagesDom(const nlohmann::ordered_json& msgs, Renderer& r) {
+  Walk result = Walk::kOk;
+  std::string content;
+  for (const auto& m : msgs) {
+    if (!m.is_object()) {
+      result = Walk::kShape;
+      continue;
+    }
+    content.clear();
+    Renderer c{content, r.limit};
+    if (auto it = m.find("content"); it != m.end()) {
+      if (it->is_string()) {
+        c.add(it->get_ref<const std::string&>());
+      } else if (it->is_array()) {
+        for (const auto& part : *it) {
+          if (!part.is_object()) continue;
+          if (auto t = part.find("text"); t != part.end() && t->is_string())
+            c.add(t->get_ref<const std::string&>());
+        }
+      } else if (!it->is_null()) {
+        result = Walk::kShape;
+      }
+    }
+    if (auto it = m.find("role"); it != m.end() && it->is_string())
+      r.add(it->get_ref<const std::string&>());
     r.add('\x1f');
     r.add(content);
     r.total += c.total - content.size();  // content was cut at the budget: count all of it
@@ -282,40 +321,56 @@ bool isChatExtra(std::string_view key) {
          key == "chat_template_kwargs";
 }
 
-// Appends `"key":<raw JSON of v>` to the chat extras (consumes v).
-Walk addChatExtra(std::string_view key, value v, routing::RequestFacts& f) {
-  json_type t;
-  if (auto e = v.type().get(t)) return walkOf(e);
-  std::string_view raw;
-  simdjson::error_code e = simdjson::SUCCESS;
-  if (t == json_type::array) {
-    simdjson::ondemand::array a;
-    if (!(e = v.get_array().get(a))) e = a.raw_json().get(raw);
-  } else if (t == json_type::object) {
-    simdjson::ondemand::object o;
-    if (!(e = v.get_object().get(o))) e = o.raw_json().get(raw);
-  } else {
-    if (t == json_type::boolean && key == "add_special_tokens") {
-      bool b = false;
-      if (!v.get_bool().get(b)) f.add_special_tokens = b;
-    }
-    raw = v.raw_json_token();
+// The chat template's input being built during the walk (RequestFacts::chat).
+struct ChatBuild {
+  tok::DomLimits lim;
+  size_t used = 0;       // bytes converted so far (messages and the other members)
+  bool dropped = false;  // a value could not be converted: no chat input for this request
+  bool too_large = false;
+
+  nlohmann::ordered_json& dom(routing::RequestFacts& f) {
+    if (!f.chat)
+      f.chat = std::make_shared<nlohmann::ordered_json>(nlohmann::ordered_json::object());
+    return *f.chat;
   }
-  if (e) return walkOf(e);
-  while (!raw.empty() &&
-         (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t'))
-    raw.remove_suffix(1);
-  if (!f.chat_extras_json.empty()) f.chat_extras_json.push_back(',');
-  f.chat_extras_json.push_back('"');
-  f.chat_extras_json.append(key);  // one of the fixed names above: no escaping needed
-  f.chat_extras_json.append("\":");
-  f.chat_extras_json.append(raw);
+  // Converts v into dom[key]; kFatal only on a syntax or structure error.
+  Walk add(std::string_view key, value v, routing::RequestFacts& f) {
+    if (dropped) return Walk::kOk;  // (v is skipped by the walk)
+    switch (tok::domFromValue(v, dom(f)[std::string(key)], lim, used)) {
+      case tok::DomResult::kOk:
+        return Walk::kOk;
+      case tok::DomResult::kRefused:
+        dropped = true;
+        too_large = used > lim.max_bytes;
+        return Walk::kOk;
+      case tok::DomResult::kError:
+        break;
+    }
+    return Walk::kFatal;
+  }
+};
+
+// The members a chat template reads besides "messages", into the chat input (consumes v); a
+// boolean add_special_tokens is also a fact of its own (completions tokenization).
+Walk addChatExtra(std::string_view key, value v, routing::RequestFacts& f, ChatBuild& chat) {
+  if (key != "add_special_tokens") return chat.add(key, v, f);
+  f.add_special_tokens.reset();  // (a repeated member: the last one counts)
+  if (chat.dropped) {            // (not converted: read on its own)
+    bool b = false;
+    if (auto e = v.get_bool().get(b)) return fatal(e) ? Walk::kFatal : Walk::kOk;
+    f.add_special_tokens = b;
+    return Walk::kOk;
+  }
+  if (chat.add(key, v, f) == Walk::kFatal) return Walk::kFatal;
+  if (!chat.dropped)
+    if (const auto& b = (*f.chat)[std::string(key)]; b.is_boolean())
+      f.add_special_tokens = b.get<bool>();
   return Walk::kOk;
 }
 
 // Walks the top-level object once, extracting the facts in `needs`.
 Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
-                routing::RequestFacts& f) {
+                routing::RequestFacts& f, ChatBuild& chat) {
   bool seen_model = false;
   for (auto field : obj) {
     std::string_view key;
@@ -365,12 +420,14 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
       f.prompt_prefix.clear();
       f.has_prompt = true;
       if (needs & routing::kNeedMessages) {
-        simdjson::ondemand::array a;
-        if ((e = v.get_array().get(a))) {
-          f.has_prompt = false;
-        } else {
-          if (a.raw_json().get(s)) return Walk::kFatal;  // (consumes the array)
-          f.messages_json.assign(s);
+        // The template's input, converted in this walk (the only walk of these bytes).
+        json_type t;
+        if ((e = v.type().get(t))) {
+        } else if (t != json_type::array) {
+          f.has_prompt = false;  // (a repeated "messages": the last one counts)
+          if (f.chat) f.chat->erase("messages");
+        } else if (chat.add(key, v, f) == Walk::kFatal) {
+          return Walk::kFatal;
         }
       } else {
         Walk w = renderMessages(v, r);
@@ -388,7 +445,7 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
       if (w == Walk::kFatal) return w;
       if (w == Walk::kShape) f.has_prompt = false;
     } else if ((needs & routing::kNeedChatInput) && isChatExtra(key)) {
-      if (addChatExtra(key, v, f) == Walk::kFatal) return Walk::kFatal;
+      if (addChatExtra(key, v, f, chat) == Walk::kFatal) return Walk::kFatal;
     } else if (needs & routing::kNeedRequestShape) {
       if (readShape(key, v, f) == Walk::kFatal) return Walk::kFatal;
     }
@@ -423,7 +480,7 @@ bool isValidJson(const char* data, size_t len) {
 size_t factsParserCapacity() { return threadParser().capacity(); }
 
 FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t needs,
-                       size_t prefix_bytes, routing::RequestFacts& out) {
+                       size_t prefix_bytes, routing::RequestFacts& out, size_t chat_max_bytes) {
   out.clear();
   // A UTF-8 byte order mark: Python's json.loads(bytes) accepts it (the engines read such a body).
   if (len >= 3 && static_cast<unsigned char>(data[0]) == 0xEF &&
@@ -449,6 +506,10 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
                                     ? std::max(prefix_bytes, size_t{16 * 1024})
                                     : prefix_bytes};
   out.prefix_key_len = prefix_bytes;
+  ChatBuild chat;
+  chat.lim.max_depth = kMaxJsonDepth - 1;  // (the members sit one level below the body)
+  chat.lim.max_bytes = chat_max_bytes;
+  chat.lim.refuse_big_integers = true;  // (a float in our DOM, an int in Python's: not rendered)
   {
     simdjson::ondemand::document doc;
     simdjson::ondemand::object obj;
@@ -459,7 +520,7 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
       w = Walk::kFatal;  // not an object: the validator tells JSON of another type from junk
       status = FactsStatus::kNotObject;
     } else {
-      w = walkObject(obj, needs, r, out);
+      w = walkObject(obj, needs, r, out, chat);
       const char* rest = nullptr;
       if (w == Walk::kOk && doc.current_location().get(rest) == simdjson::SUCCESS)
         w = Walk::kFatal;  // bytes after the object: let the validator judge
@@ -474,27 +535,38 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
       if (status == FactsStatus::kOk) out.model_ambiguous = true;
     }
   }
-  // Raw captures (messages, chat-template members) were skipped over, not validated. When they
-  // are not JSON to simdjson's validating parser (which also refuses what Python accepts, e.g.
-  // integers past 2^64), they are dropped: no Tier 1.5 key, and the engine judges the body.
-  if (status == FactsStatus::kOk &&
-      ((!out.messages_json.empty() &&
-        !isValidJson(out.messages_json.data(), out.messages_json.size())) ||
-       (!out.chat_extras_json.empty() && !isValidJson(("{" + out.chat_extras_json + "}").data(),
-                                                      out.chat_extras_json.size() + 2)))) {
-    out.messages_json.clear();
-    out.chat_extras_json.clear();
-    out.has_prompt = false;
-  }
-  if (status == FactsStatus::kOk && !out.messages_json.empty() &&
-      (needs & routing::kNeedPromptPrefix)) {
-    // Messages were captured raw: render the prefix from that copy (the outer parse is done).
-    simdjson::padded_string msgs(out.messages_json);
-    simdjson::ondemand::document mdoc;
-    value mv;
-    if (!parser.iterate(msgs).get(mdoc) && !mdoc.get_value().get(mv) &&
-        renderMessages(mv, r) != Walk::kOk)
-      out.has_prompt = false;
+  // The chat input: only a complete one, with a "messages" array, and only from a body that is
+  // JSON (a walk stopped part-way leaves none).
+  if (status != FactsStatus::kOk || chat.dropped || (out.chat && !out.chat->contains("messages")))
+    out.chat.reset();
+  out.chat_too_large = chat.too_large;
+  if (status == FactsStatus::kOk && chat.dropped && !chat.too_large)
+    out.has_prompt = false;  // (a member simdjson cannot decode: the engine judges the body)
+  if (status == FactsStatus::kOk && (needs & routing::kNeedPromptPrefix) &&
+      (needs & routing::kNeedMessages) && out.has_prompt) {
+    if (out.chat) {
+      if (renderMessagesDom((*out.chat)["messages"], r) != Walk::kOk) out.has_prompt = false;
+    } else if (chat.too_large) {
+      // Past the chat bound (not converted): the prefix from one more walk, of the messages only.
+      simdjson::ondemand::document doc;
+      simdjson::ondemand::object obj;
+      bool rendered = false;
+      if (!parser.iterate(data, len, capacity).get(doc) && !doc.get_object().get(obj)) {
+        bool found = false;
+        for (auto field : obj) {
+          std::string_view key;
+          if (!keyOf(field, key)) break;
+          if (key != "messages") continue;
+          // (the last "messages" counts; earlier ones are rendered and replaced)
+          out.prompt_prefix.clear();
+          r.total = 0;
+          value mv;
+          found = !field.value().get(mv) && renderMessages(mv, r) == Walk::kOk;
+        }
+        rendered = found;
+      }
+      if (!rendered) out.has_prompt = false;
+    }
   }
   // max_tokens: the larger of the three names' (last) values.
   for (const auto& c : out.count_fields)

@@ -30,10 +30,16 @@ constexpr size_t kKeepParserBytes = 1024 * 1024;     // parser capacity kept bet
 constexpr size_t kMaxParseBytes = 64 * 1024 * 1024;  // larger bodies are not parsed
 constexpr size_t kMaxFactString = 4096;              // longest model / cache_salt / user kept
 
+constexpr size_t kDefaultChatMaxBytes = 256 * 1024;  // twice the tokenizer's default text bound
+
 // `capacity`: readable bytes from `data` (at least len + kFactsPadding; else the body is copied).
-// `prefix_bytes`: K, the rendered-prompt budget of the prompt prefix.
+// `prefix_bytes`: K, the rendered-prompt budget of the prompt prefix. `chat_max_bytes`: the
+// largest chat input (kNeedMessages: "messages" and the template's other members, about their
+// JSON bytes) converted into RequestFacts::chat; a larger one is not (chat_too_large), as the
+// tokenizer would not render it (ProxyOptions::chat_max_bytes, from its bound).
 FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t needs,
-                       size_t prefix_bytes, routing::RequestFacts& out);
+                       size_t prefix_bytes, routing::RequestFacts& out,
+                       size_t chat_max_bytes = kDefaultChatMaxBytes);
 
 // Bytes the calling thread's parser holds now (tests and the parser-memory bound).
 size_t factsParserCapacity();

@@ -5,6 +5,11 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <vector>
+
 #include "routing/prefix_key.h"
 
 namespace kvgate::proxy {
@@ -232,7 +237,7 @@ TEST(Facts, NothingNeededBeyondTheModelIsNotExtracted) {
   EXPECT_FALSE(f.has_prompt);
 }
 
-TEST(Facts, RequestShapeAndRawMessages) {
+TEST(Facts, RequestShapeAndMessages) {
   RequestFacts f;
   ASSERT_EQ(parse(R"({"model":"m","stream":true,"stream_options":{"include_usage":true},)"
                   R"("max_completion_tokens":7,"lora_path":"ad1",)"
@@ -245,8 +250,9 @@ TEST(Facts, RequestShapeAndRawMessages) {
   EXPECT_TRUE(f.include_usage);
   EXPECT_EQ(f.max_tokens, 7);
   EXPECT_EQ(f.lora_adapter, "ad1");
-  EXPECT_EQ(f.messages_json, R"([{"role":"user","content":"hi"}])");
-  EXPECT_EQ(f.prompt_prefix, "user\x1fhi\x1e");  // rendered from the raw copy
+  ASSERT_TRUE(f.chat);
+  EXPECT_EQ(f.chat->dump(), R"({"messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(f.prompt_prefix, "user\x1fhi\x1e");  // rendered from the chat input
 }
 
 // What the quota stage reserves by: the larger of max_tokens and max_completion_tokens, integral
@@ -299,8 +305,8 @@ TEST(Facts, TokenIdsOnlyWhenThatIsAllThatIsNeeded) {
   EXPECT_EQ(f.prompt_token_ids, (std::vector<int64_t>{9}));
 }
 
-// Tier 1.5's chat rendering needs the template members besides "messages": captured raw.
-TEST(Facts, ChatTemplateFieldsAreCapturedRaw) {
+// Tier 1.5's chat rendering needs the template members besides "messages": converted with them.
+TEST(Facts, ChatTemplateFieldsAreConverted) {
   RequestFacts f;
   const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput;
   ASSERT_EQ(
@@ -310,45 +316,192 @@ TEST(Facts, ChatTemplateFieldsAreCapturedRaw) {
             R"("chat_template_kwargs":{"enable_thinking":false},"continue_final_message":"x"})",
             f, needs),
       FactsStatus::kOk);
-  EXPECT_EQ(f.messages_json, R"([{"role":"user","content":"hi"}])");
-  // Members in body order, whitespace after a value trimmed, other members left out; the
-  // wrong-typed continue_final_message is kept (the template input check reports it).
-  EXPECT_EQ(f.chat_extras_json,
-            R"("tools":[{"type":"function","function":{"name":"f"}}],)"
+  // Members in body order, other members left out; the wrong-typed continue_final_message is
+  // kept (the template input check reports it).
+  ASSERT_TRUE(f.chat);
+  EXPECT_EQ(f.chat->dump(),
+            R"({"tools":[{"type":"function","function":{"name":"f"}}],)"
+            R"("messages":[{"role":"user","content":"hi"}],)"
             R"("add_generation_prompt":false,"documents":null,"add_special_tokens":true,)"
-            R"("chat_template_kwargs":{"enable_thinking":false},"continue_final_message":"x")");
+            R"("chat_template_kwargs":{"enable_thinking":false},"continue_final_message":"x"})");
   EXPECT_EQ(f.add_special_tokens, std::optional<bool>(true));
-  // Without the need nothing is captured.
+  // Without the need nothing is converted.
   RequestFacts g;
   ASSERT_EQ(parse(R"({"model":"m","add_special_tokens":false,"tools":[]})", g, routing::kNeedModel),
             FactsStatus::kOk);
-  EXPECT_TRUE(g.chat_extras_json.empty());
+  EXPECT_FALSE(g.chat);
   EXPECT_FALSE(g.add_special_tokens.has_value());
-  // A completions request's add_special_tokens; a non-boolean one is not a fact.
+  // A completions request's add_special_tokens (no messages: no chat input); a non-boolean one
+  // is not a fact.
   ASSERT_EQ(parse(R"({"prompt":"x","add_special_tokens":false})", g, needs), FactsStatus::kOk);
   EXPECT_EQ(g.add_special_tokens, std::optional<bool>(false));
+  EXPECT_FALSE(g.chat);
   ASSERT_EQ(parse(R"({"prompt":"x","add_special_tokens":1})", g, needs), FactsStatus::kOk);
   EXPECT_FALSE(g.add_special_tokens.has_value());
-  EXPECT_EQ(g.chat_extras_json, R"("add_special_tokens":1)");
+  ASSERT_EQ(
+      parse(R"({"prompt":"x","add_special_tokens":true,"add_special_tokens":null})", g, needs),
+      FactsStatus::kOk);
+  EXPECT_FALSE(g.add_special_tokens.has_value());  // the last member counts
 }
 
-// Raw-captured members are validated: when "messages" or a chat-template member is not valid
-// JSON (or holds what simdjson refuses, like an integer past 2^64), the captures are dropped (no
-// Tier 1.5 key) and the body goes to the engine, which judges it.
-TEST(Facts, RawCapturesAreValidated) {
+// The chat input is converted in the one walk of the body, so what is not JSON there is the
+// body's invalid JSON (as anywhere else in it); what is JSON but cannot be rendered as the
+// engine would (an integer past 64 bits, which Python keeps exact and a DOM of doubles would
+// not; a lone surrogate escape; nesting past the bound) leaves no chat input, and the body goes
+// to the engine, which judges it. The walk goes on: a model after such a member is read.
+TEST(Facts, ChatInputIsJsonOrAbsent) {
   RequestFacts f;
   const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput;
   for (const char* body :
        {R"({"messages":[{"role":"user","content":"hi"},]})",
         R"({"messages":[],"add_generation_prompt":tru})", R"({"messages":[],"tools":[{"a":}]})",
-        R"({"messages":[],"tools":[{"maximum":99999999999999999999}]})"}) {
-    EXPECT_EQ(parse(body, f, needs), FactsStatus::kOk) << body;
-    EXPECT_TRUE(f.messages_json.empty() && f.chat_extras_json.empty()) << body;
-    EXPECT_EQ(f.model, "");
+        R"({"messages":[{"role":"user","content":"hi"} {"role":"user"}]})"}) {
+    EXPECT_EQ(parse(body, f, needs), FactsStatus::kInvalidJson) << body;
+    EXPECT_FALSE(f.chat) << body;
   }
-  EXPECT_EQ(parse(R"({"messages":[],"tools":[{"a":1}]})", f, needs), FactsStatus::kOk);
-  EXPECT_EQ(f.messages_json, "[]");
-  EXPECT_EQ(f.chat_extras_json, R"("tools":[{"a":1}])");
+  const std::string deep = std::string(200, '[') + std::string(200, ']');
+  for (const std::string& body :
+       {std::string(R"({"messages":[],"tools":[{"maximum":99999999999999999999}],"model":"m"})"),
+        std::string(R"({"messages":[{"role":"user","content":"x\udc00"}],"model":"m"})"),
+        std::string(R"({"messages":[{"role":"user","\udc00":1,"content":"hi"}],"model":"m"})"),
+        R"({"messages":[{"role":"user","content":)" + deep + R"(}],"model":"m"})",
+        R"({"tools":)" + deep + R"(,"messages":[],"model":"m"})"}) {
+    EXPECT_EQ(parse(body, f, needs), FactsStatus::kOk) << body;
+    EXPECT_FALSE(f.chat) << body;
+    EXPECT_FALSE(f.chat_too_large) << body;
+    EXPECT_EQ(f.model, "m") << body;
+  }
+  EXPECT_EQ(parse(R"({"messages":[],"tools":[{"a":1,"b":-1,"c":1.5e3,"d":18446744073709551615}]})",
+                  f, needs),
+            FactsStatus::kOk);
+  ASSERT_TRUE(f.chat);
+  EXPECT_EQ(f.chat->dump(),
+            R"({"messages":[],"tools":[{"a":1,"b":-1,"c":1500.0,"d":18446744073709551615}]})");
+  // A repeated "messages": the last one counts, as in Python's json.
+  ASSERT_EQ(parse(R"({"messages":[{"role":"user","content":"a"}],"messages":"x"})", f, needs),
+            FactsStatus::kOk);
+  EXPECT_FALSE(f.chat);
+  EXPECT_FALSE(f.has_prompt);
+  ASSERT_EQ(parse(R"({"messages":"x","messages":[{"role":"user","content":"b"}]})", f, needs),
+            FactsStatus::kOk);
+  ASSERT_TRUE(f.chat);
+  EXPECT_EQ(f.chat->dump(), R"({"messages":[{"role":"user","content":"b"}]})");
+}
+
+// The chat input has a bound (the data plane passes twice the tokenizer's text bound): past it
+// nothing is converted (chat_too_large: the tokenizer's too_large miss), and the prompt prefix
+// (Tier 1 keys, the quota's estimate) still comes from the messages.
+TEST(Facts, ChatInputBound) {
+  const std::string content(300, 'c');
+  const std::string body =
+      R"({"messages":[{"role":"system","content":"s"},{"role":"user","content":")" + content +
+      R"("}],"model":"m"})";
+  const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput |
+                         routing::kNeedPromptPrefix;
+  RequestFacts big, small;
+  ASSERT_EQ(parseFacts(body.data(), body.size(), 0, needs, 1024, big, 4096), FactsStatus::kOk);
+  ASSERT_EQ(parseFacts(body.data(), body.size(), 0, needs, 1024, small, 200), FactsStatus::kOk);
+  ASSERT_TRUE(big.chat);
+  EXPECT_FALSE(big.chat_too_large);
+  EXPECT_FALSE(small.chat);
+  EXPECT_TRUE(small.chat_too_large);
+  EXPECT_EQ(small.model, "m");
+  const std::string want = "system\x1fs\x1euser\x1f" + content + "\x1e";  // by hand
+  for (const RequestFacts* f : {&big, &small}) {
+    EXPECT_TRUE(f->has_prompt);
+    EXPECT_EQ(f->prompt_prefix, want);
+    EXPECT_EQ(f->prompt_render_total, want.size());
+  }
+  // A repeated "messages" past the bound: the last one is rendered.
+  const std::string twice = R"({"messages":[{"role":"user","content":")" + content +
+                            R"("}],"messages":[{"role":"user","content":"z"}]})";
+  RequestFacts t;
+  ASSERT_EQ(parseFacts(twice.data(), twice.size(), 0, needs, 1024, t, 200), FactsStatus::kOk);
+  EXPECT_TRUE(t.chat_too_large);
+  EXPECT_EQ(t.prompt_prefix, "user\x1fz\x1e");
+}
+
+// Same value, member order and number types (dump and == do not tell a signed integer from an
+// unsigned one).
+bool sameTyped(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b) {
+  if (a.type() != b.type() || a.size() != b.size()) return false;
+  if (a.is_object()) {
+    auto ib = b.items().begin();
+    for (const auto& [k, v] : a.items()) {
+      if (ib.key() != k || !sameTyped(v, ib.value())) return false;
+      ++ib;
+    }
+    return true;
+  }
+  if (a.is_array()) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (!sameTyped(a[i], b[i])) return false;
+    return true;
+  }
+  return a == b;
+}
+
+// The chat input is the DOM nlohmann's own parser gives for those members (the reference), over
+// random chat bodies.
+TEST(Facts, ChatInputEqualsNlohmannsParse) {
+  std::mt19937 rng(29);
+  const std::vector<std::string> strings = {"hi",         R"(caf\u00e9)",    R"(\"q\")",
+                                            R"(t\there)", R"(\ud83d\ude00)", ""};
+  const std::vector<std::string> scalars = {"0",
+                                            "-0",
+                                            "1.5",
+                                            "1e3",
+                                            "-7",
+                                            "18446744073709551615",
+                                            "true",
+                                            "false",
+                                            "null",
+                                            "9223372036854775807",
+                                            "-9223372036854775808",
+                                            "2.5E-3"};
+  auto pick = [&](const std::vector<std::string>& v) { return v[rng() % v.size()]; };
+  std::function<std::string(int)> value = [&](int depth) -> std::string {
+    switch (depth > 3 ? rng() % 2 : rng() % 4) {
+      case 0:
+        return "\"" + pick(strings) + "\"";
+      case 1:
+        return pick(scalars);
+      case 2: {
+        std::string a = "[";
+        for (unsigned i = 0, n = rng() % 4; i < n; ++i) a += (i ? "," : "") + value(depth + 1);
+        return a + "]";
+      }
+      default: {
+        std::string o = "{";
+        for (unsigned i = 0, n = rng() % 4; i < n; ++i)
+          o += std::string(i ? "," : "") + "\"k" + std::to_string(rng() % 3) +
+               "\" : " + value(depth + 1);
+        return o + "}";
+      }
+    }
+  };
+  const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput;
+  const std::vector<std::string> members = {
+      "messages",   "tools", "documents", "chat_template_kwargs", "add_generation_prompt",
+      "temperature"};
+  for (int round = 0; round < 300; ++round) {
+    std::string body = "{";
+    for (unsigned i = 0, n = 1 + rng() % 5; i < n; ++i) {
+      const std::string key = pick(members);
+      const std::string v = key == "messages" ? "[" + value(1) + ", " + value(1) + "]" : value(1);
+      body += std::string(i ? "," : "") + "\"" + key + "\":" + v;
+    }
+    body += R"(,"messages":[{"role":"user","content":"x"}]})";
+    const nlohmann::ordered_json all = nlohmann::ordered_json::parse(body);
+    nlohmann::ordered_json want = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : all.items())
+      if (k != "temperature") want[k] = v;
+    RequestFacts f;
+    ASSERT_EQ(parse(body, f, needs), FactsStatus::kOk) << body;
+    ASSERT_TRUE(f.chat) << body;
+    EXPECT_EQ(f.chat->dump(), want.dump()) << body;
+    EXPECT_TRUE(sameTyped(*f.chat, want)) << body;
+  }
 }
 
 // Bug 5 of issue 9: a huge body does not leave the worker's parser holding ~6x its size.

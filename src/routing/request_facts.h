@@ -11,6 +11,8 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,7 +26,7 @@ enum FactNeeds : uint32_t {
   kNeedPromptPrefix = 1u << 1,    // rendered prompt, first K bytes, plus model and cache_salt
   kNeedUser = 1u << 2,            // body "user" (conversation id fallback)
   kNeedPromptText = 1u << 3,      // the whole prompt string (completions) / token ids
-  kNeedMessages = 1u << 4,        // the raw JSON of "messages" (chat-template rendering)
+  kNeedMessages = 1u << 4,        // "messages" as a DOM (chat-template rendering)
   kNeedRequestShape = 1u << 5,    // stream, stream_options, max_tokens, adapter
   kNeedPromptTokenIds = 1u << 6,  // a token-id prompt's ids only (Tier 1.5), no text copy
   kNeedChatInput = 1u << 7,     // the chat-template fields besides messages, and add_special_tokens
@@ -64,13 +66,17 @@ struct RequestFacts {
   // for kNeedPromptTokenIds).
   std::string prompt_text;
   std::vector<int64_t> prompt_token_ids;
-  // Filled only for kNeedMessages: the raw JSON text of "messages" (an array).
-  std::string messages_json;
-  // Filled only for kNeedChatInput: the members a chat template reads besides "messages"
-  // (tools, documents, add_generation_prompt, continue_final_message, add_special_tokens,
-  // chat_template_kwargs) as raw JSON object members `"key":value` joined by ','; and
-  // add_special_tokens when it is a boolean (completions tokenization).
-  std::string chat_extras_json;
+  // Filled only for kNeedMessages: the chat template's input, converted during the one walk of
+  // the body: an object with "messages" (an array) and, for kNeedChatInput, the members a chat
+  // template reads besides it (tools, documents, add_generation_prompt, continue_final_message,
+  // add_special_tokens, chat_template_kwargs) in body order. Null when the body has no
+  // "messages" array, or when converting it stopped (a value simdjson cannot decode, an integer
+  // past 64 bits, nesting or size past the bounds: chat_too_large says which).
+  std::shared_ptr<nlohmann::ordered_json> chat;
+  bool chat_too_large = false;  // the conversion passed the data plane's chat bound
+  bool hasChat() const { return chat != nullptr; }
+  // Filled only for kNeedChatInput: add_special_tokens when it is a boolean (completions
+  // tokenization).
   std::optional<bool> add_special_tokens;
   // Filled only for kNeedRequestShape.
   std::optional<bool> stream;
@@ -101,8 +107,8 @@ struct RequestFacts {
     prompt_prefix.clear();
     prompt_text.clear();
     prompt_token_ids.clear();
-    messages_json.clear();
-    chat_extras_json.clear();
+    chat.reset();
+    chat_too_large = false;
     add_special_tokens.reset();
     stream.reset();
     max_tokens.reset();
@@ -114,8 +120,8 @@ struct RequestFacts {
   // Frees strings that grew past `keep` bytes (one huge request must not pin its size for the
   // connection's life).
   void shrink(size_t keep) {
-    for (std::string* s : {&model, &cache_salt, &prompt_prefix, &prompt_text, &messages_json,
-                           &chat_extras_json, &lora_adapter, &stream_options_json})
+    for (std::string* s :
+         {&model, &cache_salt, &prompt_prefix, &prompt_text, &lora_adapter, &stream_options_json})
       if (s->capacity() > keep) std::string().swap(*s);
     if (prompt_token_ids.capacity() * sizeof(int64_t) > keep)
       std::vector<int64_t>().swap(prompt_token_ids);

@@ -6,13 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "common/env.h"
-#include "common/json_depth.h"
 #include "common/log.h"
 #include "metrics/families.h"
 #include "metrics/text.h"
 #include "tokenizer/chat.h"
 #include "tokenizer/incremental.h"
-#include "tokenizer/json_dom.h"
 
 namespace kvgate::tok {
 
@@ -170,7 +168,7 @@ TokensStatus RequestTokenizer::tokens(const routing::RequestFacts& f,
                                       std::vector<uint32_t>& out, size_t* cut) const {
   out.clear();
   if (cut) *cut = 0;
-  const bool chat = !f.messages_json.empty();
+  const bool chat = f.hasChat() || f.chat_too_large;
   if (!chat && f.prompt_text.empty()) return TokensStatus::kTextEmpty;
   if (!f.has_model || f.model.empty()) return TokensStatus::kModelEmpty;
   std::shared_ptr<const Tokenizer> t = find(f.model);
@@ -179,27 +177,16 @@ TokensStatus RequestTokenizer::tokens(const routing::RequestFacts& f,
     out = encodeBounded(t, f.prompt_text, f.add_special_tokens.value_or(true), false, cut);
     return TokensStatus::kOk;
   }
-  // Bounded work on the caller's event loop: a chat request larger than twice the text bound, or
-  // with more than kMaxMessages messages, is not rendered (a `tokenize` miss).
-  if (f.messages_json.size() + f.chat_extras_json.size() > 2 * opts_.max_bytes) {
+  // Bounded work on the caller's event loop: a chat request larger than twice the text bound
+  // (the facts parser did not convert it), or with more than kMaxMessages messages, is not
+  // rendered (a `tokenize` miss).
+  if (!f.hasChat()) {
     stats_.too_large.fetch_add(1, std::memory_order_relaxed);
     return TokensStatus::kFailed;
   }
-  std::string body;
-  body.reserve(f.messages_json.size() + f.chat_extras_json.size() + 16 + domFromJsonPadding());
-  body.append("{\"messages\":").append(f.messages_json);
-  if (!f.chat_extras_json.empty()) body.append(",").append(f.chat_extras_json);
-  body.push_back('}');
-  // One simdjson pass builds the template's DOM (tokenizer/json_dom.h); whatever it refuses goes
-  // through nlohmann's parser as before, with its depth guard.
-  std::optional<nlohmann::ordered_json> dom = domFromJson(body, kMaxJsonDepth);
-  if (!dom) {
-    if (!jsonDepthWithin(body)) return TokensStatus::kFailed;
-    dom = nlohmann::ordered_json::parse(body, nullptr, false);
-    if (dom->is_discarded()) return TokensStatus::kFailed;
-  }
-  nlohmann::ordered_json& j = *dom;
-  if (j["messages"].is_array() && j["messages"].size() > kMaxMessages) {
+  // The template's input as the facts parser converted it in its one walk of the body.
+  const nlohmann::ordered_json& j = *f.chat;
+  if (const auto it = j.find("messages"); it != j.end() && it->size() > kMaxMessages) {
     stats_.too_large.fetch_add(1, std::memory_order_relaxed);
     return TokensStatus::kFailed;
   }

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include "../../tests/support/test_util.h"
 #include "../../tests/support/tiny_tokenizer.h"
 
@@ -39,8 +41,9 @@ routing::RequestFacts chat(std::string messages, std::string extras = "") {
   routing::RequestFacts f;
   f.parsed = f.has_model = true;
   f.model = "tiny/model";
-  f.messages_json = std::move(messages);
-  f.chat_extras_json = std::move(extras);
+  // (the chat input as the facts parser converts it from the body)
+  f.chat = std::make_shared<nlohmann::ordered_json>(nlohmann::ordered_json::parse(
+      "{\"messages\":" + messages + (extras.empty() ? "" : "," + extras) + "}"));
   return f;
 }
 
@@ -79,15 +82,20 @@ TEST(RequestTokenizer, ChatRequestsAreRenderedWithTheTemplate) {
   EXPECT_EQ(rt.tokens(g, ids), TokensStatus::kOk);
   EXPECT_EQ(ids, (Ids{10, 11, 12, 13}));
   // Malformed chat requests are failures, not crashes: a non-boolean flag, messages that are
-  // not objects, both generation flags, extras that are not JSON.
+  // not objects, both generation flags, a chat the facts parser found past its bound.
+  auto too_large = chat("[]");
+  too_large.chat.reset();
+  too_large.chat_too_large = true;
+  const uint64_t too_large_before = rt.stats().too_large.load();
   for (auto bad : {chat(R"([{"role":"user","content":"a"}])", R"("add_generation_prompt":5)"),
                    chat(R"([1,2])"),
                    chat(R"([{"role":"user","content":"a"}])",
                         R"("add_generation_prompt":true,"continue_final_message":true)"),
-                   chat(R"([{"role":"user","content":"a"}])", R"("tools":[)")}) {
-    EXPECT_EQ(rt.tokens(bad, ids), TokensStatus::kFailed) << bad.chat_extras_json;
+                   too_large}) {
+    EXPECT_EQ(rt.tokens(bad, ids), TokensStatus::kFailed) << (bad.chat ? bad.chat->dump() : "");
     EXPECT_TRUE(ids.empty());
   }
+  EXPECT_EQ(rt.stats().too_large.load(), too_large_before + 1);
 }
 
 TEST(RequestTokenizer, EmptyTextAndMissingModelAreTheirOwnReasons) {

@@ -1,9 +1,12 @@
 // Pre-tokenizer pieces for the known patterns, worked out by hand from the regexes' leftmost-first
 // semantics (comments say which alternative produces each piece).
 #include <gtest/gtest.h>
+#include <simdjson.h>
 
-#include "tokenizer/pretokenizer.h"
+#include <random>
+
 #include "common/utf8.h"
+#include "tokenizer/pretokenizer.h"
 
 namespace kvgate::tok {
 namespace {
@@ -112,6 +115,45 @@ TEST(Utf8Repair, WhatwgMaximalSubparts) {
   EXPECT_EQ(out, R + R + R);
   ASSERT_FALSE(repairUtf8("\xC0\xAF\xFF", &out));  // overlong and never-valid bytes
   EXPECT_EQ(out, R + R + R);
+}
+
+// The validity check skips ASCII eight bytes at a time: at every alignment and run length it
+// agrees with simdjson's UTF-8 validator (an independent implementation), and a string's valid
+// prefix ends where simdjson first finds it invalid.
+TEST(Utf8Repair, WordWiseCheckAgreesWithSimdjson) {
+  std::mt19937 rng(34);
+  const std::vector<std::string> pieces = {"a",
+                                           "abcdefghij",
+                                           " ",
+                                           "\xC3\xA9",
+                                           "\xE2\x82\xAC",
+                                           "\xF0\x9F\x98\x80",
+                                           "\xC3",
+                                           "\x80",
+                                           "\xED\xA0\x80",
+                                           "\xF4\x90\x80\x80",
+                                           "\xC0\xAF",
+                                           "\xFF",
+                                           "0123456"};
+  for (int round = 0; round < 4000; ++round) {
+    std::string s;
+    for (unsigned i = 0, n = rng() % 12; i < n; ++i) {
+      // Mostly valid text, so that long ASCII runs and late errors are common.
+      const std::string& p = pieces[rng() % 4 == 0 ? rng() % pieces.size() : rng() % 6 % 3];
+      for (unsigned k = 0, r = 1 + rng() % 5; k < r; ++k) s += p;
+    }
+    const bool valid = simdjson::validate_utf8(s.data(), s.size());
+    EXPECT_EQ(isValidUtf8(s), valid) << s;
+    const size_t prefix = validUtf8Prefix(s);
+    EXPECT_EQ(prefix == s.size(), valid);
+    EXPECT_TRUE(simdjson::validate_utf8(s.data(), prefix)) << s;
+    std::string fixed;
+    EXPECT_EQ(repairUtf8(s, &fixed), valid);
+    if (!valid) {
+      EXPECT_TRUE(simdjson::validate_utf8(fixed.data(), fixed.size()));
+      EXPECT_EQ(fixed.substr(0, prefix), s.substr(0, prefix));
+    }
+  }
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/json_depth.h"
 #include "proxy/facts_parser.h"
 
 namespace {
@@ -45,8 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   proxy::parseFacts(body.data(), body.size(), 0, routing::kNeedModel, kK, h);
   check(!h.has_prompt && h.prompt_prefix.empty());
   // Tier 1.5's needs: never calls valid JSON invalid (skipped values are not validated, so other
-  // needs may see an invalid body as kOk: the engine answers it); the captured chat-template
-  // members of a valid body form a valid JSON object (the tokenizer re-parses them).
+  // needs may see an invalid body as kOk: the engine answers it); the chat-template input
+  // converted from a valid body equals nlohmann's parse of those members.
   constexpr uint32_t kTier15 = routing::kNeedModel | routing::kNeedPromptText |
                                routing::kNeedMessages | routing::kNeedChatInput |
                                routing::kNeedPromptTokenIds;
@@ -58,14 +60,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     simdjson::dom::element e;
     check(dom.parse(copy).get(e) != simdjson::SUCCESS);
   }
-  if (st3 == proxy::FactsStatus::kOk && !t.chat_extras_json.empty()) {
-    simdjson::dom::parser dom;
-    simdjson::padded_string whole(body);
-    simdjson::dom::element e;
-    if (dom.parse(whole).get(e) == simdjson::SUCCESS) {
-      simdjson::padded_string obj("{" + t.chat_extras_json + "}");
-      check(dom.parse(obj).get(e) == simdjson::SUCCESS);
-    }
+  // The chat input of a valid body is what nlohmann's own parser reads for those members.
+  if (st3 == proxy::FactsStatus::kOk && t.chat && jsonDepthWithin(body)) {
+    const auto all = nlohmann::ordered_json::parse(body, nullptr, false);
+    if (!all.is_discarded() && all.is_object())
+      for (const auto& [k, v] : t.chat->items())
+        check(all.contains(k) && all[k].dump() == v.dump());
   }
   return 0;
 }

@@ -75,7 +75,7 @@ class KvExactStage : public Stage {
     if (!c.anyLeft()) return StageResult::fall(FallReason::kAllExcluded);
     const RequestFacts* f = ctx.facts;
     if (!f || !f->parsed) return StageResult::fall(FallReason::kTextEmpty);
-    const bool chat = !f->messages_json.empty();
+    const bool chat = f->hasChat() || f->chat_too_large;
     if ((opts_.api_mode == ApiMode::kCompletions && chat) ||
         (opts_.api_mode == ApiMode::kChat && !chat))
       return StageResult::fall(FallReason::kApiMode);

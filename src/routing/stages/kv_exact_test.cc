@@ -3,13 +3,12 @@
 // worked by hand.
 #include "routing/stages/kv_exact.h"
 
-#include "routing/stage_registry.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <bit>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "../../../tests/support/routing_env.h"
@@ -18,10 +17,17 @@
 #include "config/rule.h"
 #include "kv/speculative.h"
 #include "routing/pipeline.h"
+#include "routing/stage_registry.h"
 #include "tokenizer/request_tokenizer.h"
 
 namespace kvgate::routing {
 namespace {
+
+// The chat input of a body whose "messages" is `messages` (as the facts parser converts it).
+std::shared_ptr<nlohmann::ordered_json> chatInput(const std::string& messages) {
+  return std::make_shared<nlohmann::ordered_json>(
+      nlohmann::ordered_json::parse("{\"messages\":" + messages + "}"));
+}
 
 common::ManualClock g_clock;
 
@@ -643,7 +649,7 @@ TEST(KvExact, ApiModeGatesChatAndCompletions) {
   c.api_mode = ApiMode::kCompletions;
   Fixture g(c);
   EXPECT_EQ(g.run().index, 0);
-  g.facts.messages_json = R"([{"role":"user","content":"x"}])";
+  g.facts.chat = chatInput(R"([{"role":"user","content":"x"}])");
   EXPECT_EQ(g.run().reason, FallReason::kApiMode);
 }
 
@@ -706,14 +712,14 @@ TEST(KvExact, TextAndChatPromptsAreTokenized) {
     EXPECT_EQ(r.key, DecisionKey::kKvOverlap);
     // The same text as a chat message (the template concatenates contents).
     f.facts.prompt_text.clear();
-    f.facts.messages_json =
-        R"([{"role":"user","content":")" + testing::tinyText(iota(0, 64)) + R"("}])";
+    f.facts.chat =
+        chatInput(R"([{"role":"user","content":")" + testing::tinyText(iota(0, 64)) + R"("}])");
     EXPECT_EQ(f.run().index, 0);
     // Only the first two blocks' text: endpoints 0 and 1 tie at 2 blocks, the lower index wins.
-    f.facts.messages_json =
-        R"([{"role":"user","content":")" + testing::tinyText(iota(0, 40)) + R"("}])";
+    f.facts.chat =
+        chatInput(R"([{"role":"user","content":")" + testing::tinyText(iota(0, 40)) + R"("}])");
     EXPECT_EQ(f.run().index, 0);
-    f.facts.messages_json = "";
+    f.facts.chat.reset();
     EXPECT_EQ(f.run().reason, FallReason::kTextEmpty);
   }
   fs::remove_all(dir);
