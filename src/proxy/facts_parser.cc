@@ -88,17 +88,18 @@ Walk renderContent(value v, Renderer& r) {
       if (fatal(e)) return Walk::kFatal;
       continue;  // non-object parts carry no text
     }
+    // (a repeated "text": the last one counts, as the engine reads the part)
+    std::string_view text;
+    bool has_text = false;
     for (auto f : po) {
       std::string_view k;
       if (!keyOf(f, k)) return Walk::kFatal;
       if (k != "text") continue;
-      std::string_view s;
-      auto e = f.value().get_string().get(s);
-      if (e == simdjson::SUCCESS)
-        r.add(s);
-      else if (fatal(e))
-        return Walk::kFatal;
+      auto e = f.value().get_string().get(text);
+      if (fatal(e)) return Walk::kFatal;
+      has_text = e == simdjson::SUCCESS;
     }
+    if (has_text) r.add(text);
   }
   return Walk::kOk;
 }
@@ -118,22 +119,30 @@ Walk renderMessages(value v, Renderer& r) {
     role.clear();
     content.clear();
     Renderer c{content, r.limit};
+    bool content_shape = false;  // the (last) content is of a shape the key does not cover
     for (auto mf : mo) {
       std::string_view mk;
       if (!keyOf(mf, mk)) return Walk::kFatal;
       value mv;
       if (mf.value().get(mv)) return Walk::kFatal;
+      // (a repeated "role" or "content": the last one counts, as the engine reads the message)
       if (mk == "role") {
         std::string_view rs;
         auto e = mv.get_string().get(rs);
-        if (e == simdjson::SUCCESS) role.assign(rs);
+        if (e == simdjson::SUCCESS)
+          role.assign(rs);
+        else
+          role.clear();
         if (fatal(e)) return Walk::kFatal;
       } else if (mk == "content") {
+        content.clear();
+        c.total = 0;
         Walk w = renderContent(mv, c);
         if (w == Walk::kFatal) return w;
-        if (w == Walk::kShape) result = Walk::kShape;
+        content_shape = w == Walk::kShape;
       }
     }
+    if (content_shape) result = Walk::kShape;
     r.add(role);
     r.add('\x1f');
     r.add(content);
@@ -324,9 +333,11 @@ bool isChatExtra(std::string_view key) {
 // The chat template's input being built during the walk (RequestFacts::chat).
 struct ChatBuild {
   tok::DomLimits lim;
-  size_t used = 0;       // bytes converted so far (messages and the other members)
-  bool dropped = false;  // a value could not be converted: no chat input for this request
-  bool too_large = false;
+  size_t used = 0;            // bytes converted so far (messages and the other members)
+  bool dropped = false;       // a value could not be converted: no chat input for this request
+  bool too_large = false;     // ... because the chat passed the bound
+  bool error = false;         // ... because simdjson stopped in it (the walk stops: see parseFacts)
+  bool saw_messages = false;  // the body has a "messages" array
 
   nlohmann::ordered_json& dom(routing::RequestFacts& f) {
     if (!f.chat)
@@ -346,26 +357,24 @@ struct ChatBuild {
       case tok::DomResult::kError:
         break;
     }
+    dropped = error = true;
     return Walk::kFatal;
   }
 };
 
 // The members a chat template reads besides "messages", into the chat input (consumes v); a
-// boolean add_special_tokens is also a fact of its own (completions tokenization).
+// boolean add_special_tokens is also a fact of its own (completions tokenization), read from its
+// token whether or not the chat input takes it.
 Walk addChatExtra(std::string_view key, value v, routing::RequestFacts& f, ChatBuild& chat) {
-  if (key != "add_special_tokens") return chat.add(key, v, f);
-  f.add_special_tokens.reset();  // (a repeated member: the last one counts)
-  if (chat.dropped) {            // (not converted: read on its own)
-    bool b = false;
-    if (auto e = v.get_bool().get(b)) return fatal(e) ? Walk::kFatal : Walk::kOk;
-    f.add_special_tokens = b;
-    return Walk::kOk;
+  if (key == "add_special_tokens") {
+    f.add_special_tokens.reset();  // (a repeated member: the last one counts)
+    std::string_view raw = v.raw_json_token();
+    while (!raw.empty() &&
+           (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t'))
+      raw.remove_suffix(1);
+    if (raw == "true" || raw == "false") f.add_special_tokens = raw == "true";
   }
-  if (chat.add(key, v, f) == Walk::kFatal) return Walk::kFatal;
-  if (!chat.dropped)
-    if (const auto& b = (*f.chat)[std::string(key)]; b.is_boolean())
-      f.add_special_tokens = b.get<bool>();
-  return Walk::kOk;
+  return chat.add(key, v, f);
 }
 
 // Walks the top-level object once, extracting the facts in `needs`.
@@ -425,9 +434,11 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
         if ((e = v.type().get(t))) {
         } else if (t != json_type::array) {
           f.has_prompt = false;  // (a repeated "messages": the last one counts)
+          chat.saw_messages = false;
           if (f.chat) f.chat->erase("messages");
-        } else if (chat.add(key, v, f) == Walk::kFatal) {
-          return Walk::kFatal;
+        } else {
+          chat.saw_messages = true;
+          if (chat.add(key, v, f) == Walk::kFatal) return Walk::kFatal;
         }
       } else {
         Walk w = renderMessages(v, r);
@@ -507,6 +518,7 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
                                     : prefix_bytes};
   out.prefix_key_len = prefix_bytes;
   ChatBuild chat;
+  bool chat_error = false;
   chat.lim.max_depth = kMaxJsonDepth - 1;  // (the members sit one level below the body)
   chat.lim.max_bytes = chat_max_bytes;
   chat.lim.refuse_big_integers = true;  // (a float in our DOM, an int in Python's: not rendered)
@@ -525,7 +537,9 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
       if (w == Walk::kOk && doc.current_location().get(rest) == simdjson::SUCCESS)
         w = Walk::kFatal;  // bytes after the object: let the validator judge
     }
-    if (w == Walk::kFatal) {
+    if (w == Walk::kFatal && chat.error) {
+      chat_error = true;  // (read again below, once this document is gone)
+    } else if (w == Walk::kFatal) {
       bool valid = isValidJson(data, len);
       status = !valid                              ? FactsStatus::kInvalidJson
                : status == FactsStatus::kNotObject ? FactsStatus::kNotObject
@@ -535,18 +549,30 @@ FactsStatus parseFacts(const char* data, size_t len, size_t capacity, uint32_t n
       if (status == FactsStatus::kOk) out.model_ambiguous = true;
     }
   }
+  if (chat_error) {
+    // simdjson stopped inside a chat member on what Python's json may read (NaN, Infinity, a
+    // misplaced comma the engine then refuses): read the body as if nobody needed the prompt
+    // (those members skipped, unvalidated): no chat input and no prompt; the engine judges it.
+    constexpr uint32_t kPrompt = routing::kNeedPromptPrefix | routing::kNeedMessages |
+                                 routing::kNeedChatInput | routing::kNeedPromptRender |
+                                 routing::kNeedPromptText | routing::kNeedPromptTokenIds;
+    const FactsStatus again =
+        parseFacts(data, len, capacity, needs & ~kPrompt, prefix_bytes, out, chat_max_bytes);
+    out.has_prompt = false;
+    return again;
+  }
   // The chat input: only a complete one, with a "messages" array, and only from a body that is
   // JSON (a walk stopped part-way leaves none).
   if (status != FactsStatus::kOk || chat.dropped || (out.chat && !out.chat->contains("messages")))
     out.chat.reset();
-  out.chat_too_large = chat.too_large;
-  if (status == FactsStatus::kOk && chat.dropped && !chat.too_large)
+  out.chat_too_large = chat.too_large && chat.saw_messages;
+  if (status == FactsStatus::kOk && chat.dropped && !out.chat_too_large && chat.saw_messages)
     out.has_prompt = false;  // (a member simdjson cannot decode: the engine judges the body)
   if (status == FactsStatus::kOk && (needs & routing::kNeedPromptPrefix) &&
       (needs & routing::kNeedMessages) && out.has_prompt) {
     if (out.chat) {
       if (renderMessagesDom((*out.chat)["messages"], r) != Walk::kOk) out.has_prompt = false;
-    } else if (chat.too_large) {
+    } else if (out.chat_too_large) {
       // Past the chat bound (not converted): the prefix from one more walk, of the messages only.
       simdjson::ondemand::document doc;
       simdjson::ondemand::object obj;

@@ -344,24 +344,28 @@ TEST(Facts, ChatTemplateFieldsAreConverted) {
   EXPECT_FALSE(g.add_special_tokens.has_value());  // the last member counts
 }
 
-// The chat input is converted in the one walk of the body, so what is not JSON there is the
-// body's invalid JSON (as anywhere else in it); what is JSON but cannot be rendered as the
-// engine would (an integer past 64 bits, which Python keeps exact and a DOM of doubles would
-// not; a lone surrogate escape; nesting past the bound) leaves no chat input, and the body goes
-// to the engine, which judges it. The walk goes on: a model after such a member is read.
+// The chat input is converted in the one walk of the body. What simdjson stops on inside those
+// members (not JSON, or JSON to Python only: NaN, Infinity) is read as before the conversion:
+// the members skipped, no chat input and no prompt, status kOk, and the engine judges the body.
+// What is JSON but cannot be rendered as the engine would (an integer past 64 bits, which Python
+// keeps exact and a DOM of doubles would not; 1e400; a lone surrogate escape; nesting past the
+// bound) leaves no chat input either. Either way the walk goes on: a model after it is read.
 TEST(Facts, ChatInputIsJsonOrAbsent) {
   RequestFacts f;
-  const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput;
-  for (const char* body :
-       {R"({"messages":[{"role":"user","content":"hi"},]})",
-        R"({"messages":[],"add_generation_prompt":tru})", R"({"messages":[],"tools":[{"a":}]})",
-        R"({"messages":[{"role":"user","content":"hi"} {"role":"user"}]})"}) {
-    EXPECT_EQ(parse(body, f, needs), FactsStatus::kInvalidJson) << body;
-    EXPECT_FALSE(f.chat) << body;
-  }
+  const uint32_t needs = routing::kNeedModel | routing::kNeedMessages | routing::kNeedChatInput |
+                         routing::kNeedPromptPrefix | routing::kNeedPromptText;
   const std::string deep = std::string(200, '[') + std::string(200, ']');
   for (const std::string& body :
-       {std::string(R"({"messages":[],"tools":[{"maximum":99999999999999999999}],"model":"m"})"),
+       {std::string(R"({"messages":[{"role":"user","content":"hi"},],"model":"m"})"),
+        std::string(R"({"messages":[],"add_generation_prompt":tru,"model":"m"})"),
+        std::string(R"({"messages":[],"tools":[{"a":}],"model":"m"})"),
+        std::string(R"({"messages":[{"role":"user","content":"hi"} {"role":"user"}],"model":"m"})"),
+        std::string(R"({"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function",)"
+                    R"("function":{"name":"f","parameters":{"maximum":Infinity}}}],"model":"m"})"),
+        std::string(R"({"messages":[{"role":"user","content":NaN}],"prompt":"p","model":"m"})"),
+        std::string(R"({"messages":[],"tools":[{"maximum":99999999999999999999}],"model":"m"})"),
+        std::string(R"({"messages":[],"tools":[{"maximum":1e400}],"model":"m"})"),
+        R"({"messages":[],"tools":[{"maximum":)" + std::string(400, '9') + R"(}],"model":"m"})",
         std::string(R"({"messages":[{"role":"user","content":"x\udc00"}],"model":"m"})"),
         std::string(R"({"messages":[{"role":"user","\udc00":1,"content":"hi"}],"model":"m"})"),
         R"({"messages":[{"role":"user","content":)" + deep + R"(}],"model":"m"})",
@@ -369,6 +373,8 @@ TEST(Facts, ChatInputIsJsonOrAbsent) {
     EXPECT_EQ(parse(body, f, needs), FactsStatus::kOk) << body;
     EXPECT_FALSE(f.chat) << body;
     EXPECT_FALSE(f.chat_too_large) << body;
+    EXPECT_FALSE(f.has_prompt) << body;
+    EXPECT_TRUE(f.prompt_text.empty()) << body;
     EXPECT_EQ(f.model, "m") << body;
   }
   EXPECT_EQ(parse(R"({"messages":[],"tools":[{"a":1,"b":-1,"c":1.5e3,"d":18446744073709551615}]})",
@@ -386,6 +392,29 @@ TEST(Facts, ChatInputIsJsonOrAbsent) {
             FactsStatus::kOk);
   ASSERT_TRUE(f.chat);
   EXPECT_EQ(f.chat->dump(), R"({"messages":[{"role":"user","content":"b"}]})");
+  // The request's chat input is not kept once it ended (RequestCtx::end shrinks its facts).
+  f.shrink(1 << 20);
+  EXPECT_FALSE(f.chat);
+}
+
+// An object with thousands of distinct keys (and repeated ones) is converted as nlohmann's parser
+// reads it: first place, last value; its keys are looked up through an index, not one scan per
+// key (the DOM is built before credentials are checked).
+TEST(Facts, ChatInputWithManyKeys) {
+  std::string obj = "{";
+  for (int i = 0; i < 20000; ++i)
+    obj += (i ? ",\"k" : "\"k") + std::to_string(i % 15000) + "\":" + std::to_string(i);
+  obj += "}";
+  const std::string body = R"({"messages":[{"role":"user","content":"x"}],"tools":[)" + obj + "]}";
+  RequestFacts f;
+  ASSERT_EQ(parseFacts(body.data(), body.size(), 0,
+                       routing::kNeedMessages | routing::kNeedChatInput, 1024, f, 1 << 20),
+            FactsStatus::kOk);
+  ASSERT_TRUE(f.chat);
+  const auto want = nlohmann::ordered_json::parse(body);
+  EXPECT_EQ((*f.chat)["tools"].dump(), want["tools"].dump());
+  EXPECT_EQ((*f.chat)["tools"][0].size(), 15000u);
+  EXPECT_EQ((*f.chat)["tools"][0]["k0"], 15000);  // the later value, in the first place
 }
 
 // The chat input has a bound (the data plane passes twice the tokenizer's text bound): past it
@@ -419,6 +448,19 @@ TEST(Facts, ChatInputBound) {
   ASSERT_EQ(parseFacts(twice.data(), twice.size(), 0, needs, 1024, t, 200), FactsStatus::kOk);
   EXPECT_TRUE(t.chat_too_large);
   EXPECT_EQ(t.prompt_prefix, "user\x1fz\x1e");
+  // A completions request with a large template member is not a chat past the bound; its
+  // add_special_tokens is read past the bound too.
+  const std::string completions =
+      R"({"prompt":"p","documents":")" + content + R"(","add_special_tokens":false,"model":"m"})";
+  RequestFacts c;
+  ASSERT_EQ(parseFacts(completions.data(), completions.size(), 0, needs | routing::kNeedPromptText,
+                       1024, c, 200),
+            FactsStatus::kOk);
+  EXPECT_FALSE(c.chat);
+  EXPECT_FALSE(c.chat_too_large);
+  EXPECT_TRUE(c.has_prompt);
+  EXPECT_EQ(c.prompt_text, "p");
+  EXPECT_EQ(c.add_special_tokens, std::optional<bool>(false));
 }
 
 // Same value, member order and number types (dump and == do not tell a signed integer from an

@@ -790,7 +790,8 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   }
   if (!pd_) pd_ = std::make_unique<PdState>(w_, static_cast<LegObserver&>(*this));
   PdState& st = *pd_;
-  routing::RequestContext rctx = requestContext(req.head, &rq_.facts, route, source_key_);
+  routing::RequestContext rctx =
+      requestContext(req.head, rq_.facts_parsed ? &rq_.facts : nullptr, route, source_key_);
   rq_.cycle.beginRouting();
   rctx.cycle = &rq_.cycle;
   // DRAINING endpoints stay for now: Tier 0 may still send a pinned conversation there.

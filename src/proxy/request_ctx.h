@@ -146,6 +146,7 @@ struct RequestCtx {
     request_id.clear();
     cfg.reset();
     facts_parsed = body_read = body_has_model = false;
+    facts.clear();  // (a request whose body is not parsed reads no facts of the last one)
     body_model = {};
     key.reset();
     strip_authorization = false;

@@ -120,6 +120,7 @@ struct RequestFacts {
   // Frees strings that grew past `keep` bytes (one huge request must not pin its size for the
   // connection's life).
   void shrink(size_t keep) {
+    chat.reset();  // (the chat input is the request's alone: not kept on an idle connection)
     for (std::string* s :
          {&model, &cache_salt, &prompt_prefix, &prompt_text, &lora_adapter, &stream_options_json})
       if (s->capacity() > keep) std::string().swap(*s);

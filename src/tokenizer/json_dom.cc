@@ -1,5 +1,7 @@
 #include "tokenizer/json_dom.h"
 
+#include <unordered_map>
+
 namespace kvgate::tok {
 namespace {
 
@@ -65,8 +67,9 @@ class Converter {
           raw.remove_suffix(1);
         if (!count(raw.size())) return DomResult::kRefused;
         if (raw.find('\0') != std::string_view::npos) return DomResult::kRefused;
+        // (what nlohmann cannot read, 1e400 or a 400-digit integer, Python's json can)
         out = J::parse(raw, nullptr, false);
-        if (out.is_discarded()) return DomResult::kError;
+        if (out.is_discarded()) return DomResult::kRefused;
         if (lim_.refuse_big_integers && out.is_number_float() &&
             raw.find_first_of(".eE") == std::string_view::npos)
           return DomResult::kRefused;
@@ -92,19 +95,37 @@ class Converter {
     }
   }
 
-  // An object's members into `out` (made an object), their values at `depth`.
+  // An object's members into `out` (made an object), their values at `depth`. A repeated key
+  // keeps its first place and takes the later value (nlohmann's operator[]), found through a
+  // hash index once the object has more than a few members: nlohmann's own lookup is a linear
+  // scan, quadratic over an object of thousands of distinct keys (a hostile body's, read before
+  // its credentials are checked).
   DomResult members(simdjson::ondemand::object o, J& out, size_t depth) {
     if (depth > lim_.max_depth) return DomResult::kRefused;
     out = J::object();
+    J::object_t& obj = out.get_ref<J::object_t&>();
+    std::unordered_map<std::string, size_t> index;  // key -> place (past kLinear members)
+    constexpr size_t kLinear = 8;
     for (auto field : o) {
       std::string_view key;
       if (auto e = field.unescaped_key().get(key)) return resultOf(e);
       simdjson::ondemand::value fv;
       if (auto e = field.value().get(fv)) return resultOf(e);
       if (!count(key.size() + 4)) return DomResult::kRefused;
-      // (operator[]: a repeated key keeps its place and takes the later value, as nlohmann's
-      // parser does)
-      if (DomResult r = value(fv, out[std::string(key)], depth); r != DomResult::kOk) return r;
+      size_t at = obj.size();
+      if (obj.size() <= kLinear) {
+        for (size_t i = 0; i < obj.size(); ++i)
+          if ((obj.begin() + i)->first == key) at = i;
+      } else {
+        if (index.empty())
+          for (size_t i = 0; i < obj.size(); ++i) index.emplace((obj.begin() + i)->first, i);
+        if (auto it = index.find(std::string(key)); it != index.end()) at = it->second;
+      }
+      if (at == obj.size()) {
+        obj.emplace_back(std::string(key), J());
+        if (!index.empty()) index.emplace(std::string(key), at);
+      }
+      if (DomResult r = value(fv, (obj.begin() + at)->second, depth); r != DomResult::kOk) return r;
     }
     return count(2) ? DomResult::kOk : DomResult::kRefused;
   }

@@ -18,8 +18,9 @@
 namespace kvgate::tok {
 
 // What converting a value gave: kOk; kRefused (valid so far, but past a limit below, or a value
-// simdjson cannot decode though the document may be JSON: a lone surrogate escape, a NUL right
-// after a number); kError (simdjson stopped on a syntax or structure error).
+// simdjson or nlohmann cannot decode though Python's json may: a lone surrogate escape, 1e400, a
+// 400-digit integer, a NUL right after a number); kError (simdjson stopped: a syntax or structure
+// error, or a token such as NaN or Infinity that Python's json accepts and simdjson does not).
 enum class DomResult { kOk, kRefused, kError };
 
 struct DomLimits {
