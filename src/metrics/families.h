@@ -114,6 +114,12 @@ inline const Family kUpstreamH2Streams{"kvgate_upstream_h2_streams_total", Type:
     "malformed answer; not the gateway's own cancels).", {"event"}};
 inline const Family kUpstreamH2ProtocolErrors{"kvgate_upstream_h2_protocol_errors_total",
     Type::kCounter, "HTTP/2 connections to engines ended by a protocol error of the engine's.", {}};
+inline const Family kUpstreamProtocolChosen{"kvgate_upstream_protocol_learned_total",
+    Type::kCounter,
+    "Rules with backend_protocol both: new connections on which an engine was found to speak "
+    "HTTP/2 or HTTP/1.1 (how: alpn, or h2c_answered_http1 for an h2c preface answered in "
+    "HTTP/1.1).",
+    {"protocol", "how"}};
 inline const Family kL4Packets{"kvgate_l4_packets_total", Type::kCounter,
     "Packets the L4 data path forwarded for a mode 0 rule (both directions; refused ones: no "
     "endpoint up), by rule key.", {"rule"}};

@@ -152,7 +152,8 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   auto route = std::make_shared<Route>();
   route->rule = rule;
   route->health = opts_.health;
-  route->http2 = rule.service_args.value("backend_protocol", std::string("http1")) == "http2";
+  route->backend =
+      backendProtocolOf(rule.service_args.value("backend_protocol", std::string("http1")));
   if (rule.service_args.value("pd_disagg_mode", false)) {  // seed 000: P/D breaker defaults
     route->health.cb_failures = 3;  // (the open window is the data plane's, default 30 s)
   }

@@ -143,7 +143,7 @@ asio::awaitable<UpstreamLeg::Result> ClientConn::connectLeg(UpstreamLeg& leg, co
     phase_ = Phase::kConnect;
     deadline_.expireAfter(connectTimeout(route.rule));
     auto r = co_await leg.connect(ep.state->id, route.addresses[idx], ep.state->label,
-                                  route.backend_tls.get(), route.tls_names[idx], route.http2);
+                                  route.backend_tls.get(), route.tls_names[idx], route.backend);
     deadline_.clear();
     if (!r.starved || client_gone_) co_return r;
     if (attempt == 0)  // (once per connect that found none)
@@ -175,8 +175,8 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
       co_return co_await failExchange(r, route, idx, lease);
     // (a retry: a fresh connection for HTTP/1.1; for HTTP/2 a connection with room: the one that
     // refused the stream when it still takes streams (REFUSED_STREAM), another after its GOAWAY)
-    if ((send_try > 0 && !route.http2) || !leg_.takePooled(ep.state->id, route.backend_tls.get(),
-                                                           route.tls_names[idx], route.http2)) {
+    if ((send_try > 0 && !leg_.http2()) || !leg_.takePooled(ep.state->id, route.backend_tls.get(),
+                                                            route.tls_names[idx], route.backend)) {
       // Only a new connection arms the connect deadline: moving the deadline earlier re-arms
       // the timer, which a pooled reuse (the common case) must not pay.
       r = co_await connectLeg(leg_, route, idx);

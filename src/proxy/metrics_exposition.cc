@@ -262,6 +262,12 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   w.header(kUpstreamH2ProtocolErrors);
   w.sample(kUpstreamH2ProtocolErrors, {},
            static_cast<double>(stats_.upstream_h2_protocol_errors.load()));
+  w.header(kUpstreamProtocolChosen);
+  static const char* const kLearned[][2] = {
+      {"http2", "alpn"}, {"http1", "alpn"}, {"http2", "h2c"}, {"http1", "h2c_answered_http1"}};
+  for (size_t i = 0; i < 4; ++i)
+    w.sample(kUpstreamProtocolChosen, {{"protocol", kLearned[i][0]}, {"how", kLearned[i][1]}},
+             static_cast<double>(stats_.upstream_protocol_learned[i].load()));
   w.header(kTlsHandshakes);
   w.sample(kTlsHandshakes, {{"result", "ok"}}, static_cast<double>(stats_.tls_handshakes.load()));
   w.sample(kTlsHandshakes, {{"result", "failed"}},

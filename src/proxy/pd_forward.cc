@@ -223,8 +223,8 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
       a.kind = K::kClientGone;
       co_return a;
     }
-    if (send_try > 0 ||
-        !leg.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx], route.http2)) {
+    if (send_try > 0 || !leg.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx],
+                                        route.backend)) {
       r = co_await connectLeg(leg, route, idx);
       if (client_gone_) {
         leg.release(false);
@@ -466,9 +466,9 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
     // Given up before it started (the decode leg failed first): begin() would forget that.
     if (leg->abandoned()) break;
     if (send_try > 0 || !leg->takePooled(ep.state->id, route->backend_tls.get(),
-                                         route->tls_names[idx], route->http2)) {
+                                         route->tls_names[idx], route->backend)) {
       r = co_await leg->connect(ep.state->id, route->addresses[idx], ep.state->label,
-                                route->backend_tls.get(), route->tls_names[idx], route->http2);
+                                route->backend_tls.get(), route->tls_names[idx], route->backend);
       if (!r.ok()) {
         connect_failed = !r.starved;  // (no socket for want of descriptors: ours, no blame)
         if (r.starved)

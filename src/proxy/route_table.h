@@ -14,6 +14,7 @@
 #include "engines/pd_dialect.h"
 #include "http/asio.h"
 #include "proxy/admission.h"
+#include "proxy/backend_protocol.h"
 #include "proxy/filters/filter_chain.h"
 #include "proxy/rule_stats.h"
 #include "proxy/tokenize_local.h"
@@ -56,8 +57,8 @@ struct Route {
   // certificate must carry (its domainName, else its IP), same order as `endpoints`.
   std::shared_ptr<http::TlsFiles> backend_tls;
   std::vector<std::string> tls_names;
-  // backend_protocol http2: HTTP/2 to the engines (h2/upstream_session.h); else HTTP/1.1.
-  bool http2 = false;
+  // backend_protocol: HTTP/1.1, HTTP/2 (h2/upstream_session.h) or both (the engine's choice).
+  BackendProtocol backend = BackendProtocol::kHttp1;
   // Single-leg rules: whose /tokenize and /detokenize answers the gateway computes
   // (tokenize_local.h; kOff: forwarded), and how often an answerable one is checked.
   TokenizeDialect tokenize = TokenizeDialect::kOff;

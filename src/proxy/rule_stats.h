@@ -129,6 +129,9 @@ struct DataPlaneStats {
   std::atomic<int64_t> upstream_h2_sessions{0};
   std::array<std::atomic<uint64_t>, 3> upstream_h2_streams{};
   std::atomic<uint64_t> upstream_h2_protocol_errors{0};
+  // backend_protocol both: what new connections found: [0] h2 by ALPN, [1] http/1.1 by ALPN,
+  // [2] h2c answered (SETTINGS), [3] h2c answered in HTTP/1.1.
+  std::array<std::atomic<uint64_t>, 4> upstream_protocol_learned{};
   // How quota reservations counted the prompt: token ids, the model's tokenizer, bytes / 4.
   std::atomic<uint64_t> quota_prompt_ids{0}, quota_prompt_tokenizer{0}, quota_prompt_bytes{0};
   std::atomic<int64_t> idle_upstream{0};     // pooled keep-alive connections, all workers

@@ -53,28 +53,30 @@ void UpstreamLeg::begin(endpoints::EndpointId id) {
 }
 
 bool UpstreamLeg::takePooled(endpoints::EndpointId id, const http::BackendTls* tls,
-                             std::string_view tls_name, bool http2) {
+                             std::string_view tls_name, BackendProtocol proto) {
   begin(id);
-  http2_ = http2;
   const std::shared_ptr<asio::ssl::context> ctx = tls ? tls->current() : nullptr;
-  if (http2) {
+  // (both: a session with room if this worker has one to the endpoint, else an idle HTTP/1.1
+  // connection: the pools hold what the engine chose)
+  if (proto != BackendProtocol::kHttp1) {
     h2_session_ = pool_.takeH2(id, ctx.get(), tls_name);
-    reused_ = h2_session_ != nullptr;
-  } else {
-    reused_ = pool_.take(id, ctx.get(), tls_name, conn_);
+    http2_ = reused_ = h2_session_ != nullptr;
+    if (reused_ || proto == BackendProtocol::kHttp2) return reused_;
   }
+  reused_ = pool_.take(id, ctx.get(), tls_name, conn_);
   return reused_;
 }
 
-asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId id,
-                                                          const tcp::endpoint& addr,
-                                                          std::string_view label,
-                                                          const http::BackendTls* tls,
-                                                          std::string_view tls_name, bool http2) {
+asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(
+    endpoints::EndpointId id, const tcp::endpoint& addr, std::string_view label,
+    const http::BackendTls* tls, std::string_view tls_name, BackendProtocol proto) {
   begin(id);
-  http2_ = http2;
+  const bool both = proto == BackendProtocol::kBoth;
+  // both: HTTP/2 first (over TLS offering h2 and http/1.1: the engine's ALPN choice decides
+  // below), unless the engine chose HTTP/1.1 lately.
+  http2_ = proto == BackendProtocol::kHttp2 ||
+           (both && pool_.triesH2(id, std::chrono::steady_clock::now()));
   conn_ = UpstreamConn(io_);
-  error_code ec;
   // HTTP/2: one connect per endpoint at a time in this worker; the legs that come meanwhile
   // share what it makes (each ends that connect's wait on every path: RAII).
   struct EndConnect {
@@ -93,10 +95,81 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId 
                 " failed: " + (timed_out_ ? std::string("timeout") : std::string("given up"));
       co_return r;
     }
-    pool_.beginH2Connect(id);
-    end_connect.pool = &pool_;
-    end_connect.id = id;
+    // (both: the connect waited for found an engine of HTTP/1.1: take a connection of that)
+    if (both && !pool_.triesH2(id, std::chrono::steady_clock::now())) {
+      http2_ = false;
+    } else {
+      pool_.beginH2Connect(id);
+      end_connect.pool = &pool_;
+      end_connect.id = id;
+    }
   }
+  if (Result r = co_await openSocket(addr, label); !r.ok()) co_return r;
+  if (tls) {
+    Result r = co_await handshake(*tls, tls_name, label, proto);
+    if (!r.ok()) co_return r;
+  }
+  if (http2_ && conn_.tls) {
+    const unsigned char* p = nullptr;
+    unsigned int n = 0;
+    SSL_get0_alpn_selected(conn_.tls->native(), &p, &n);
+    const bool h2 = std::string_view(reinterpret_cast<const char*>(p), p ? n : 0) == "h2";
+    if (both) {  // the engine chose: HTTP/2, or this connection is HTTP/1.1 (learned)
+      http2_ = h2;
+      if (!h2) pool_.learnHttp1(id, std::chrono::steady_clock::now());
+      pool_.countLearned(h2 ? 0 : 1);
+    } else if (!h2) {  // (no HTTP/1.1 fallback: the rule says http2)
+      close();
+      Result r{Outcome::kConnectFailed, true, false, {}};
+      r.error = "engine " + std::string(label) +
+                " did not choose HTTP/2 by ALPN (the rule's backend_protocol is http2)";
+      co_return r;
+    }
+  }
+  if (!http2_) co_return Result{};
+  h2_session_ = pool_.addH2(id, std::move(conn_), io_);
+  conn_ = UpstreamConn(io_);
+  // Used once the engine's SETTINGS came (its stream limit known, so the legs waiting for this
+  // connect spread by it), within the connect deadline.
+  const bool ok = co_await h2_session_->settled(h2_wait_);
+  if (ok && h2_session_->streamLimit() == 0) {  // (it takes no stream now: another endpoint)
+    resetH2();
+    Result r{Outcome::kConnectFailed, true, false, {}};
+    r.error = "engine " + std::string(label) + " takes no HTTP/2 stream now (its SETTINGS)";
+    co_return r;
+  }
+  if (!ok && h2_session_->spokeHttp1() && both) {
+    // An HTTP/1.1 engine (it answered the preface in HTTP/1.1): learned, and this exchange goes
+    // over a new HTTP/1.1 connection (nothing was processed: the preface is no request).
+    resetH2();
+    pool_.learnHttp1(id, std::chrono::steady_clock::now());
+    pool_.countLearned(3);
+    http2_ = false;
+    co_return co_await openSocket(addr, label);
+  }
+  if (!ok) {
+    const bool http1 = h2_session_->spokeHttp1();
+    resetH2();
+    Result r{timed_out_ ? Outcome::kTimeout : Outcome::kConnectFailed, !timed_out_, false, {}};
+    r.error = "HTTP/2 connection to " + std::string(label) + " failed: " +
+              (timed_out_ ? std::string("no SETTINGS in time")
+               : http1    ? std::string("the engine answered in HTTP/1.1 (the rule's "
+                                           "backend_protocol is http2; both would fall back)")
+                          : std::string("closed before its SETTINGS"));
+    co_return r;
+  }
+  if (both) {
+    pool_.learnHttp2(id);
+    if (!tls) pool_.countLearned(2);
+  }
+  co_return Result{};
+}
+
+// A TCP connection to `addr` in conn_ (no delay, non-blocking for the first write).
+asio::awaitable<UpstreamLeg::Result> UpstreamLeg::openSocket(const tcp::endpoint& addr,
+                                                             std::string_view label) {
+  conn_ = UpstreamConn(io_);
+  error_code ec;
   co_await conn_.sock.async_connect(addr, useEc(ec));
   if (ec || !conn_.sock.is_open()) {
     close();
@@ -108,43 +181,6 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId 
   }
   conn_.sock.set_option(tcp::no_delay(true), ec);
   conn_.sock.non_blocking(true, ec);  // for the non-blocking first write (writeTwo)
-  if (tls) {
-    Result r = co_await handshake(*tls, tls_name, label);
-    if (!r.ok()) co_return r;
-  }
-  if (http2_) {
-    if (conn_.tls) {  // the engine must have chosen h2 (no HTTP/1.1 fallback: the rule says http2)
-      const unsigned char* p = nullptr;
-      unsigned int n = 0;
-      SSL_get0_alpn_selected(conn_.tls->native(), &p, &n);
-      if (std::string_view(reinterpret_cast<const char*>(p), p ? n : 0) != "h2") {
-        close();
-        Result r{Outcome::kConnectFailed, true, false, {}};
-        r.error = "engine " + std::string(label) +
-                  " did not choose HTTP/2 by ALPN (the rule's backend_protocol is http2)";
-        co_return r;
-      }
-    }
-    h2_session_ = pool_.addH2(id, std::move(conn_), io_);
-    conn_ = UpstreamConn(io_);
-    // Used once the engine's SETTINGS came (its stream limit known, so the legs waiting for
-    // this connect spread by it), within the connect deadline.
-    const bool ok = co_await h2_session_->settled(h2_wait_);
-    if (ok && h2_session_->streamLimit() == 0) {  // (it takes no stream now: another endpoint)
-      resetH2();
-      Result r{Outcome::kConnectFailed, true, false, {}};
-      r.error = "engine " + std::string(label) + " takes no HTTP/2 stream now (its SETTINGS)";
-      co_return r;
-    }
-    if (!ok) {
-      resetH2();
-      Result r{timed_out_ ? Outcome::kTimeout : Outcome::kConnectFailed, !timed_out_, false, {}};
-      r.error = "HTTP/2 connection to " + std::string(label) + " failed: " +
-                (timed_out_ ? std::string("no SETTINGS in time")
-                            : std::string("closed before its SETTINGS"));
-      co_return r;
-    }
-  }
   co_return Result{};
 }
 
@@ -153,16 +189,23 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(endpoints::EndpointId 
 // sent: a retry elsewhere is safe).
 asio::awaitable<UpstreamLeg::Result> UpstreamLeg::handshake(const http::BackendTls& tls,
                                                             std::string_view name,
-                                                            std::string_view label) {
+                                                            std::string_view label,
+                                                            BackendProtocol proto) {
   conn_.tls_name = std::string(name);
-  const error_code ec = co_await http::clientHandshake(conn_.sock, tls, conn_.tls_name, conn_.ctx,
-                                                       conn_.tls, http2_ ? "\x02h2" : "");
+  // ALPN: h2 alone for http2; h2 then http/1.1 for both (the engine chooses); none for http1.
+  const std::string_view alpn = !http2_ ? std::string_view()
+                                : proto == BackendProtocol::kBoth
+                                    ? std::string_view("\x02h2\x08http/1.1")
+                                    : std::string_view("\x02h2");
+  const error_code ec =
+      co_await http::clientHandshake(conn_.sock, tls, conn_.tls_name, conn_.ctx, conn_.tls, alpn);
   if (!ec && conn_.sock.is_open()) co_return Result{};
   close();
   Result r{Outcome::kConnectFailed, true, false, {}};
   r.error = "TLS handshake with " + std::string(label) +
             " failed: " + (timed_out_ ? std::string("timeout") : ec.message());
-  if (http2_) r.error += " (HTTP/2 by ALPN offered alone: the rule's backend_protocol is http2)";
+  if (http2_ && proto == BackendProtocol::kHttp2)
+    r.error += " (HTTP/2 by ALPN offered alone: the rule's backend_protocol is http2)";
   co_return r;
 }
 

@@ -78,13 +78,16 @@ class UpstreamLeg {
   // has none (then connect()). `tls`: the rule's TLS to its engines (null: plain); `tls_name` as
   // for connect().
   bool takePooled(endpoints::EndpointId id, const http::BackendTls* tls = nullptr,
-                  std::string_view tls_name = {}, bool http2 = false);
+                  std::string_view tls_name = {}, BackendProtocol proto = BackendProtocol::kHttp1);
   // Starts an exchange with endpoint `id` on a new connection to `addr` (the owner's deadline
   // bounds the connect and the TLS handshake). `tls_name`: the name the engine's certificate must
   // carry (its domainName or IP).
   asio::awaitable<Result> connect(endpoints::EndpointId id, const tcp::endpoint& addr,
                                   std::string_view label, const http::BackendTls* tls = nullptr,
-                                  std::string_view tls_name = {}, bool http2 = false);
+                                  std::string_view tls_name = {},
+                                  BackendProtocol proto = BackendProtocol::kHttp1);
+  // This exchange runs over HTTP/2 (a stream of a shared connection).
+  bool http2() const { return http2_; }
   asio::awaitable<Result> send(std::string_view head, std::string_view body);
   asio::awaitable<Result> readHead(std::string_view method, http::ResponseHead& rh);
   void consumeHead(const http::ResponseHead& rh) { buf_.consume(rh.head_bytes); }
@@ -128,7 +131,8 @@ class UpstreamLeg {
                                        std::string_view tls_name);
   void resetH2(bool complete = false);
   asio::awaitable<Result> handshake(const http::BackendTls& tls, std::string_view name,
-                                    std::string_view label);
+                                    std::string_view label, BackendProtocol proto);
+  asio::awaitable<Result> openSocket(const tcp::endpoint& addr, std::string_view label);
   asio::io_context& io_;
   UpstreamPool& pool_;
   LegObserver& observer_;

@@ -156,6 +156,7 @@ void UpstreamPool::retireH2(std::vector<std::shared_ptr<h2::UpstreamSession>>& v
 }
 
 void UpstreamPool::drop(const std::vector<endpoints::EndpointId>& ids) {
+  for (auto id : ids) http1_until_.erase(id);
   for (auto id : ids) {
     auto it = idle_.find(id);
     if (it == idle_.end()) continue;

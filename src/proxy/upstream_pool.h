@@ -21,20 +21,25 @@
 // above, else its leg connects a new one (addH2). sweep() closes sessions with no stream for
 // `idle_timeout` (GOAWAY first) or whose socket took no byte for as long, and forgets closed
 // ones; drop() and clear() (a drain) retire them gracefully: GOAWAY, the streams running finish.
+//
+// `backend_protocol: both` (BackendProtocol::kBoth): which protocol each endpoint spoke is learned
+// per worker. Over TLS, ALPN offers h2 and http/1.1 on every connect and the engine's choice is
+// used (and remembered for reuse); in cleartext, h2c by prior knowledge is tried first and an
+// engine that answers its preface in HTTP/1.1 is spoken to in HTTP/1.1 for kRelearnAfter (then
+// tried again: an engine restarted with h2c is found). drop() forgets it with the endpoint.
 #pragma once
-#include <chrono>
-#include <string>
-#include <unordered_map>
-#include <vector>
-
 #include <boost/asio/ssl.hpp>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "endpoints/endpoint.h"
 #include "http/asio.h"
 #include "http/fd_tls.h"
+#include "proxy/backend_protocol.h"
 #include "proxy/rule_stats.h"
 
 namespace kvgate::proxy {
@@ -101,6 +106,22 @@ class UpstreamPool {
   void endH2Connect(endpoints::EndpointId id);
   void waitH2(endpoints::EndpointId id, asio::steady_timer* t) { h2_connecting_[id].push_back(t); }
   void unwaitH2(endpoints::EndpointId id, asio::steady_timer* t);
+  // backend_protocol both: whether a new connection to `id` should try HTTP/2 first (false for
+  // kRelearnAfter after the engine answered h2c's preface in HTTP/1.1); what it spoke.
+  static constexpr std::chrono::minutes kRelearnAfter{10};
+  bool triesH2(endpoints::EndpointId id, std::chrono::steady_clock::time_point now) const {
+    auto it = http1_until_.find(id);
+    return it == http1_until_.end() || now >= it->second;
+  }
+  void learnHttp1(endpoints::EndpointId id, std::chrono::steady_clock::time_point now) {
+    http1_until_[id] = now + kRelearnAfter;
+  }
+  void learnHttp2(endpoints::EndpointId id) { http1_until_.erase(id); }
+  // kvgate_upstream_protocol_learned_total: 0 h2 by ALPN, 1 http/1.1 by ALPN, 2 h2c, 3 h2c
+  // answered in HTTP/1.1.
+  void countLearned(size_t how) {
+    stats_.upstream_protocol_learned[how].fetch_add(1, std::memory_order_relaxed);
+  }
 
  private:
   void discard(PooledConn& c);
@@ -111,6 +132,7 @@ class UpstreamPool {
   std::unordered_map<endpoints::EndpointId, std::vector<std::shared_ptr<h2::UpstreamSession>>> h2_;
   std::unordered_map<endpoints::EndpointId, std::vector<asio::steady_timer*>> h2_connecting_;
   std::vector<std::shared_ptr<h2::UpstreamSession>> h2_closing_;  // GOAWAY sent, streams running
+  std::unordered_map<endpoints::EndpointId, std::chrono::steady_clock::time_point> http1_until_;
   void retireH2(std::vector<std::shared_ptr<h2::UpstreamSession>>& v);
 };
 

@@ -451,7 +451,7 @@ test('hostile engines: not HTTP/2, oversized heads', async (t) => {
   const p1 = await h2Rule(gw, [{ host: '127.0.0.1', port: h1only.address().port }]);
   const r1 = await h1(p1, { body: chat('x') });
   assert.equal(r1.status, 502);
-  assert.ok(await gwMetric(gw, 'kvgate_upstream_h2_protocol_errors_total') >= 1);
+  assert.match(r1.body.toString(), /answered in HTTP\/1\.1 \(the rule's backend_protocol is http2; both would fall back\)/);
   const p2 = await h2Rule(gw, [big.worker]);
   const errorsBefore = await gwMetric(gw, 'kvgate_upstream_h2_protocol_errors_total');
   const r2 = await h1(p2, { path: '/v1/big-head', body: chat('x') });
@@ -471,6 +471,84 @@ test('hostile engines: not HTTP/2, oversized heads', async (t) => {
   const eng = await h2Engine(t);
   const p3 = await h2Rule(gw, [eng.worker]);
   assert.equal((await h1(p3, { body: chat('ok') })).status, 200);
+});
+
+// backend_protocol both: each engine is spoken to in what it speaks. An HTTP/1.1-only engine
+// answers the h2c preface once (in HTTP/1.1: learned, nothing blamed, the request goes over
+// HTTP/1.1), then gets HTTP/1.1 only; over TLS the engine's ALPN choice decides.
+test('backend_protocol both: HTTP/2 where the engine speaks it, HTTP/1.1 where it does not', async (t) => {
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const eng = await h2Engine(t);
+  // An HTTP/1.1-only engine: counts its connections, requests and the preface it refused.
+  const seen1 = { conns: 0, requests: 0, refused: 0 };
+  const h1srv = http.createServer((req, res) => {
+    seen1.requests++;
+    req.resume();
+    req.on('end', () => {
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ choices: [{ index: 0, message: { role: 'assistant', content: 'h1 answer' } }] }));
+    });
+  });
+  h1srv.on('connection', () => { seen1.conns++; });
+  h1srv.on('clientError', (err, sock) => {  // the h2c preface is no HTTP/1.1 request
+    seen1.refused++;
+    sock.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');
+  });
+  await new Promise((r) => h1srv.listen(0, '127.0.0.1', r));
+  t.after(() => { h1srv.closeAllConnections(); return new Promise((r) => h1srv.close(r)); });
+  const gw = await gateway(t, ['--workers', '1']);
+  const both = { backend_protocol: 'both' };
+  const p2 = await h2Rule(gw, [eng.worker], both);
+  const got2 = await Promise.all(Array.from({ length: 5 }, (_, i) => h1(p2, { body: chat(`b${i}`) })));
+  got2.forEach((r, i) => assert.equal(JSON.parse(r.body).choices[0].message.content, `h2 answer to b${i}`));
+  assert.equal(eng.seen.sessions, 1, 'an h2c engine: one multiplexed connection');
+  assert.equal(eng.seen.streams, 5);
+  // The HTTP/1.1 engine, ten requests at once on a gateway that has not met it yet.
+  const p1 = await h2Rule(gw, [{ host: '127.0.0.1', port: h1srv.address().port }], both);
+  const got1 = await Promise.all(Array.from({ length: 10 }, () => h1(p1, { body: chat('x') })));
+  for (const r of got1) {
+    assert.equal(r.status, 200, r.body.toString());
+    assert.equal(JSON.parse(r.body).choices[0].message.content, 'h1 answer');
+  }
+  assert.equal(seen1.refused, 1, 'the preface was tried once, by the first connect');
+  assert.equal(seen1.requests, 10);
+  const conns = seen1.conns;
+  for (let i = 0; i < 5; i++) assert.equal((await h1(p1, { body: chat('y') })).status, 200);
+  assert.equal(seen1.refused, 1, 'learned: no preface again');
+  assert.equal(seen1.conns, conns, 'kept-alive HTTP/1.1 connections reused');
+  assert.equal(await gwMetric(gw, 'kvgate_upstream_h2_protocol_errors_total'), 0);
+  assert.equal(await gwMetric(gw, 'kvgate_upstream_h2_sessions'), 1, 'only the h2c engine\'s');
+  assert.equal(await gwMetric(gw, 'kvgate_upstream_protocol_learned_total', { protocol: 'http1', how: 'h2c_answered_http1' }), 1);
+  assert.equal(await gwMetric(gw, 'kvgate_upstream_protocol_learned_total', { protocol: 'http2', how: 'h2c' }), 1);
+  // Over TLS: ALPN offers h2 and http/1.1; each engine chooses.
+  const ca = makeCa(tmp.dir, 'engine-ca');
+  const cert = makeServerCert(tmp.dir, ca, 7011, 'engine');
+  const tlsEng = await h2Engine(t, { tlsCert: cert });
+  const tlsH1 = https.createServer({ key: readFileSync(cert.key), cert: readFileSync(cert.crt) }, (req, res) => {
+    req.resume();
+    req.on('end', () => res.end(JSON.stringify({ alpn: req.socket.alpnProtocol || 'none' })));
+  });
+  await new Promise((r) => tlsH1.listen(0, '127.0.0.1', r));
+  t.after(() => { tlsH1.closeAllConnections(); return new Promise((r) => tlsH1.close(r)); });
+  const tls = { backend_protocol: 'both', security: 2,
+    mtls_backend: { verify_server_cert: true, backend_ca_path: ca.cert } };
+  const gwCa = makeCa(tmp.dir, 'gw-ca');
+  const dp = makeServerCert(tmp.dir, gwCa, 7012, 'dp');
+  const gw2 = await gateway(t, ['--workers', '1', '--tls-cert', dp.crt, '--tls-key', dp.key]);
+  const gwCaPem = readFileSync(gwCa.cert);
+  const pt2 = await h2Rule(gw2, [tlsEng.worker], tls);
+  const rt2 = await h1(pt2, { body: chat('t'), ca: gwCaPem });
+  assert.equal(JSON.parse(rt2.body).choices[0].message.content, 'h2 answer to t');
+  assert.equal(tlsEng.seen.heads[0][':scheme'], 'https');
+  const pt1 = await h2Rule(gw2, [{ host: '127.0.0.1', port: tlsH1.address().port }], tls);
+  for (let i = 0; i < 3; i++) {
+    const r = await h1(pt1, { body: chat('u'), ca: gwCaPem });
+    assert.equal(r.status, 200, r.body.toString());
+    assert.equal(JSON.parse(r.body).alpn, 'http/1.1', 'the engine chose HTTP/1.1 by ALPN');
+  }
+  assert.equal(await gwMetric(gw2, 'kvgate_upstream_protocol_learned_total', { protocol: 'http2', how: 'alpn' }), 1);
+  assert.ok(await gwMetric(gw2, 'kvgate_upstream_protocol_learned_total', { protocol: 'http1', how: 'alpn' }) >= 1);
 });
 
 test('a drain (SIGTERM) lets the HTTP/2 streams running finish', async (t) => {

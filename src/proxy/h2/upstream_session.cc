@@ -381,6 +381,17 @@ asio::awaitable<void> UpstreamSession::reader() {
       closeNow();
       break;
     }
+    if (!settings_ && !received_ &&
+        std::string_view("HTTP/1.").starts_with(
+            std::string_view(buf.data(), std::min<size_t>(n, 7)))) {
+      // The engine speaks HTTP/1.1 only: its answer to our preface is no frame at all (a first
+      // frame cannot begin with 'H': that length, 0x48...., is past any frame size).
+      spoke_http1_ = true;
+      log::debug("proxy", "an engine answered the HTTP/2 preface in HTTP/1.1");
+      closeNow();
+      break;
+    }
+    received_ = true;
     const ssize_t rv =
         nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(buf.data()), n);
     if (rv < 0) {

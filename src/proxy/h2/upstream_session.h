@@ -111,6 +111,9 @@ class UpstreamSession : public std::enable_shared_from_this<UpstreamSession> {
   void finish(const std::shared_ptr<UpstreamStream>& s, bool complete = false);
   size_t claims() const { return claims_; }
   bool settledNow() const { return settings_; }
+  // The engine answered the connection preface in HTTP/1.1 ("HTTP/1." first): an HTTP/1.1-only
+  // engine (the session ended, no protocol error counted).
+  bool spokeHttp1() const { return spoke_http1_; }
   // The engine's stream limit (SETTINGS_MAX_CONCURRENT_STREAMS, at most 100); 0: it takes none now.
   uint32_t streamLimit() const;
   // The leg read `n` response bytes of `s`: its window reopens.
@@ -153,6 +156,8 @@ class UpstreamSession : public std::enable_shared_from_this<UpstreamSession> {
   bool protocol_error_ = false;  // counted once
   bool fatal_ = false;           // libnghttp2 failed the session: close once the writer is done
   bool settings_ = false;        // the engine's SETTINGS arrived
+  bool spoke_http1_ = false;     // its first bytes were an HTTP/1.1 answer
+  bool received_ = false;        // a byte of the engine's arrived
   asio::steady_timer settled_;   // settled()'s wait
   size_t claims_ = 0;
   bool write_pending_ = false;
