@@ -1,11 +1,15 @@
 #include "proxy/prober.h"
 
+#include <openssl/ssl.h>
+
 #include <set>
 
 #include "common/log.h"
 #include "common/net.h"
 #include "http/fd_tls.h"
 #include "http/parser.h"
+#include "proxy/h2/probe.h"
+#include "proxy/upstream_pool.h"
 
 namespace kvgate::proxy {
 namespace {
@@ -65,6 +69,7 @@ std::vector<ProbeSpec> probeSpecs(
       int retries = r.service_args.value("probeRetries", 0);
       p.retries = retries > 0 ? retries : 2;
       if (tls_of && p.http) p.tls = tls_of(r);
+      p.protocol = backendProtocolOf(r.service_args.value("backend_protocol", "http1"));
       p.tls_name = e.json.value("domainName", "");
       if (p.tls_name.empty()) p.tls_name = e.ip;
       out.push_back(std::move(p));
@@ -94,7 +99,37 @@ void Prober::stop() {
   tasks_.clear();
 }
 
-asio::awaitable<std::optional<bool>> Prober::probeOnce(const ProbeSpec& s) {
+namespace {
+
+std::string_view alpnOf(http::FdTls& tls) {
+  const unsigned char* p = nullptr;
+  unsigned int n = 0;
+  SSL_get0_alpn_selected(tls.native(), &p, &n);
+  return std::string_view(reinterpret_cast<const char*>(p), p ? n : 0);
+}
+
+// The status of an HTTP/1.1 probe request on `conn` (0: no readable answer).
+asio::awaitable<int> http1Status(http::SocketOrTls& conn, const ProbeSpec& s) {
+  std::string req = s.method + " " + s.path + " HTTP/1.1\r\nHost: " + s.ep->label +
+                    "\r\nUser-Agent: kvgate-probe\r\nConnection: close\r\n\r\n";
+  error_code ec = co_await conn.write(req);
+  std::string buf;
+  char tmp[4096];
+  http::ResponseHead rh;
+  http::ParseError perr;
+  int hn = 0;
+  while (!ec &&
+         (hn = http::parseResponseHead(buf.data(), buf.size(), 16384, s.method, rh, perr)) == 0) {
+    const size_t n = co_await conn.readSome(tmp, sizeof tmp, ec);
+    buf.append(tmp, n);
+  }
+  co_return hn > 0 ? rh.status : 0;
+}
+
+}  // namespace
+
+asio::awaitable<std::optional<bool>> Prober::probeOnce(
+    const ProbeSpec& s, std::chrono::steady_clock::time_point& http1_until) {
   auto ex = co_await asio::this_coro::executor;
   tcp::socket sock(ex);
   bool timed_out = false;
@@ -106,8 +141,8 @@ asio::awaitable<std::optional<bool>> Prober::probeOnce(const ProbeSpec& s) {
   });
   d.expireAfter(s.timeout);
   error_code ec;
-  co_await sock.async_connect(tcp::endpoint(asio::ip::make_address(s.ep->ip, ec), s.port),
-                              useEc(ec));
+  const tcp::endpoint addr(asio::ip::make_address(s.ep->ip, ec), s.port);
+  co_await sock.async_connect(addr, useEc(ec));
   if (acceptStarved(ec)) {  // no socket for want of descriptors or memory: ours, no verdict
     d.stop();
     co_return std::nullopt;
@@ -116,26 +151,44 @@ asio::awaitable<std::optional<bool>> Prober::probeOnce(const ProbeSpec& s) {
     d.stop();
     co_return !ec && !timed_out;
   }
-  std::string req = s.method + " " + s.path + " HTTP/1.1\r\nHost: " + s.ep->label +
-                    "\r\nUser-Agent: kvgate-probe\r\nConnection: close\r\n\r\n";
-  // TLS (security 2, probetype https): the handshake within the same timeout.
+  // TLS (security 2, probetype https): the handshake within the same timeout; HTTP/2 by ALPN
+  // (h2 alone for http2, h2 then http/1.1 for both).
+  const bool h2 =
+      s.protocol == BackendProtocol::kHttp2 ||
+      (s.protocol == BackendProtocol::kBoth && std::chrono::steady_clock::now() >= http1_until);
+  const std::string_view alpn = !h2 ? std::string_view()
+                                : s.protocol == BackendProtocol::kBoth
+                                    ? std::string_view("\x02h2\x08http/1.1")
+                                    : std::string_view("\x02h2");
   http::SocketOrTls conn{sock, nullptr, nullptr};
-  if (s.tls) ec = co_await http::clientHandshake(sock, *s.tls, s.tls_name, conn.ctx, conn.tls);
-  if (!ec) ec = co_await conn.write(req);
-  std::string buf;
-  char tmp[4096];
-  http::ResponseHead rh;
-  http::ParseError perr;
-  int hn = 0;
-  while (!ec &&
-         (hn = http::parseResponseHead(buf.data(), buf.size(), 16384, s.method, rh, perr)) == 0) {
-    const size_t n = co_await conn.readSome(tmp, sizeof tmp, ec);
-    buf.append(tmp, n);
+  if (s.tls)
+    ec = co_await http::clientHandshake(sock, *s.tls, s.tls_name, conn.ctx, conn.tls, alpn);
+  int status = 0;
+  if (!ec && h2 && conn.tls && alpnOf(*conn.tls) != "h2") {
+    // (the engine did not choose h2: HTTP/1.1 on this connection for both, a failure for http2)
+    if (s.protocol == BackendProtocol::kBoth) status = co_await http1Status(conn, s);
+  } else if (!ec && h2) {
+    const h2::ProbeAnswer a =
+        co_await h2::probeStatus(conn, s.method, s.path, s.ep->label, conn.tls != nullptr);
+    status = a.status;
+    if (a.spoke_http1 && s.protocol == BackendProtocol::kBoth && !timed_out) {
+      // An HTTP/1.1 engine (it answered h2c's preface in HTTP/1.1): the probe on a new connection,
+      // and the next ones in HTTP/1.1 for as long as the data plane's (UpstreamPool).
+      http1_until = std::chrono::steady_clock::now() + UpstreamPool::kRelearnAfter;
+      error_code cec;
+      sock.close(cec);
+      sock = tcp::socket(ex);
+      co_await sock.async_connect(addr, useEc(ec));
+      http::SocketOrTls again{sock, nullptr, nullptr};
+      if (!ec && !timed_out) status = co_await http1Status(again, s);
+    }
+  } else if (!ec) {
+    status = co_await http1Status(conn, s);
   }
   d.stop();
-  if (hn <= 0) co_return false;
+  if (status == 0) co_return false;
   for (auto [lo, hi] : s.expected)
-    if (rh.status >= lo && rh.status <= hi) co_return true;
+    if (status >= lo && status <= hi) co_return true;
   co_return false;
 }
 
@@ -144,7 +197,7 @@ asio::awaitable<void> Prober::run(std::shared_ptr<Task> t, std::chrono::millisec
   asio::steady_timer timer(ex);
   int failures = 0;
   while (!t->stopped.load()) {
-    const std::optional<bool> verdict = co_await probeOnce(t->spec);
+    const std::optional<bool> verdict = co_await probeOnce(t->spec, t->http1_until);
     if (t->stopped.load()) break;
     auto& h = t->spec.ep->health;
     if (!verdict) {

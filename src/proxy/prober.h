@@ -22,6 +22,7 @@
 #include "endpoints/endpoint.h"
 #include "http/asio.h"
 #include "http/tls.h"
+#include "proxy/backend_protocol.h"
 
 namespace kvgate::proxy {
 
@@ -36,6 +37,9 @@ struct ProbeSpec {
   int retries = 2;
   std::shared_ptr<http::TlsFiles> tls;  // null: plain
   std::string tls_name;                 // the endpoint's domainName, else its IP
+  // The rule's backend_protocol: http2 probes over HTTP/2 (h2c, or h2 by ALPN); both over what
+  // the engine speaks (ALPN's choice; h2c first, HTTP/1.1 when it answers that).
+  BackendProtocol protocol = BackendProtocol::kHttp1;
 };
 
 // Probe specs for every endpoint of `rules` that asks for active probing.
@@ -58,10 +62,14 @@ class Prober {
   struct Task {
     ProbeSpec spec;
     std::atomic<bool> stopped{false};
+    // backend_protocol both: the engine answered h2c's preface in HTTP/1.1; probed in HTTP/1.1
+    // until then (then h2c is tried again), as the data plane's connections are.
+    std::chrono::steady_clock::time_point http1_until{};
   };
   static asio::awaitable<void> run(std::shared_ptr<Task> t, std::chrono::milliseconds interval);
   // true up, false down, nullopt: no verdict (the gateway had no descriptor or memory for the socket).
-  static asio::awaitable<std::optional<bool>> probeOnce(const ProbeSpec& s);
+  static asio::awaitable<std::optional<bool>> probeOnce(
+      const ProbeSpec& s, std::chrono::steady_clock::time_point& http1_until);
   asio::io_context& io_;
   std::chrono::milliseconds interval_;
   std::vector<std::shared_ptr<Task>> tasks_;

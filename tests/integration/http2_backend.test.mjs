@@ -551,6 +551,49 @@ test('backend_protocol both: HTTP/2 where the engine speaks it, HTTP/1.1 where i
   assert.ok(await gwMetric(gw2, 'kvgate_upstream_protocol_learned_total', { protocol: 'http1', how: 'alpn' }) >= 1);
 });
 
+// Health probes speak the rule's protocol: HTTP/2 on http2 rules (an h2c-only engine, which an
+// HTTP/1.1 probe could never reach, is up while its /health answers 200 and down once it
+// answers 503), and on both rules what each engine speaks.
+test('health probes over HTTP/2 (http2 and both rules)', async (t) => {
+  let healthy = true;
+  const probes = { h2: 0 };
+  const eng = await h2Engine(t, {
+    onStream(stream, headers) {
+      if (headers[':path'] !== '/health') return false;
+      probes.h2++;
+      stream.on('error', () => {});
+      stream.respond({ ':status': healthy ? 200 : 503 });
+      stream.end();
+      return true;
+    },
+  });
+  const h1probes = { n: 0, prefaces: 0 };
+  const h1srv = http.createServer((req, res) => {
+    if (req.url === '/health') h1probes.n++;
+    res.end('{}');
+  });
+  h1srv.on('clientError', (err, sock) => {
+    h1probes.prefaces++;
+    sock.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');
+  });
+  await new Promise((r) => h1srv.listen(0, '127.0.0.1', r));
+  t.after(() => { h1srv.closeAllConnections(); return new Promise((r) => h1srv.close(r)); });
+  const gw = await gateway(t, ['--workers', '1', '--probe-interval-ms', '100', '--probe-timeout-ms', '1000']);
+  const probe = { probetype: 'http', probereq: '/health', probeRetries: 2 };
+  await h2Rule(gw, [eng.worker], probe);
+  await h2Rule(gw, [{ host: '127.0.0.1', port: h1srv.address().port }], { ...probe, backend_protocol: 'both' });
+  const up = async (port) => gwMetric(gw, 'kvgate_endpoint_up', { endpoint: `127.0.0.1:${port}` });
+  assert.ok(await waitFor(() => probes.h2 >= 3, 10000), 'HTTP/2 probes reach the h2c engine');
+  assert.equal(await up(eng.worker.port), 1);
+  assert.ok(await waitFor(() => h1probes.n >= 3, 10000), 'the both rule probes its HTTP/1.1 engine in HTTP/1.1');
+  assert.equal(await up(h1srv.address().port), 1);
+  assert.equal(h1probes.prefaces, 1, 'learned: the h2c preface tried once, then HTTP/1.1 probes');
+  healthy = false;
+  assert.ok(await waitFor(async () => (await up(eng.worker.port)) === 0, 10000), '503 probes: down');
+  healthy = true;
+  assert.ok(await waitFor(async () => (await up(eng.worker.port)) === 1, 10000), 'up again');
+});
+
 test('a drain (SIGTERM) lets the HTTP/2 streams running finish', async (t) => {
   const eng = await h2Engine(t);
   const gw = await gateway(t, ['--workers', '1']);

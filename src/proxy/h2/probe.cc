@@ -1,0 +1,104 @@
+// An HTTP/2 health probe exchange (probe.h): libnghttp2's client session over the probe's own
+// connection, fed and drained by this coroutine.
+#include "proxy/h2/probe.h"
+
+#include <nghttp2/nghttp2.h>
+
+#include <algorithm>
+#include <charconv>
+#include <memory>
+#include <string_view>
+
+namespace kvgate::proxy::h2 {
+namespace {
+
+constexpr size_t kMaxProbeRead = 64 * 1024;
+
+struct State {
+  int status = 0;
+  bool done = false;
+};
+
+int onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name, size_t namelen,
+             const uint8_t* value, size_t valuelen, uint8_t, void* user) {
+  auto* st = static_cast<State*>(user);
+  if (frame->hd.type == NGHTTP2_HEADERS &&
+      std::string_view(reinterpret_cast<const char*>(name), namelen) == ":status") {
+    int v = 0;
+    const char* p = reinterpret_cast<const char*>(value);
+    if (std::from_chars(p, p + valuelen, v).ec == std::errc() && valuelen == 3) st->status = v;
+  }
+  return 0;
+}
+
+int onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
+  auto* st = static_cast<State*>(user);
+  // (a 1xx head is interim: the final one follows)
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->hd.stream_id == 1 && st->status >= 200)
+    st->done = true;
+  return 0;
+}
+
+int onStreamClose(nghttp2_session*, int32_t, uint32_t, void* user) {
+  static_cast<State*>(user)->done = true;
+  return 0;
+}
+
+nghttp2_nv field(std::string_view n, std::string_view v) {
+  return {reinterpret_cast<uint8_t*>(const_cast<char*>(n.data())),
+          reinterpret_cast<uint8_t*>(const_cast<char*>(v.data())), n.size(), v.size(),
+          NGHTTP2_NV_FLAG_NONE};
+}
+
+}  // namespace
+
+asio::awaitable<ProbeAnswer> probeStatus(http::SocketOrTls& conn, const std::string& method,
+                                         const std::string& path, const std::string& authority,
+                                         bool tls) {
+  ProbeAnswer answer;
+  State st;
+  nghttp2_session_callbacks* cb = nullptr;
+  if (nghttp2_session_callbacks_new(&cb) != 0) co_return answer;
+  nghttp2_session_callbacks_set_on_header_callback(cb, onHeader);
+  nghttp2_session_callbacks_set_on_frame_recv_callback(cb, onFrameRecv);
+  nghttp2_session_callbacks_set_on_stream_close_callback(cb, onStreamClose);
+  nghttp2_session* raw = nullptr;
+  const int rv = nghttp2_session_client_new(&raw, cb, &st);
+  nghttp2_session_callbacks_del(cb);
+  if (rv != 0) co_return answer;
+  std::unique_ptr<nghttp2_session, decltype(&nghttp2_session_del)> session(raw,
+                                                                          nghttp2_session_del);
+  nghttp2_submit_settings(raw, NGHTTP2_FLAG_NONE, nullptr, 0);
+  const nghttp2_nv nva[] = {field(":method", method), field(":scheme", tls ? "https" : "http"),
+                            field(":authority", authority), field(":path", path),
+                            field("user-agent", "kvgate-probe")};
+  if (nghttp2_submit_request(raw, nullptr, nva, std::size(nva), nullptr, nullptr) < 0)
+    co_return answer;
+  std::string out;
+  char buf[4096];
+  size_t total = 0;
+  for (;;) {
+    out.clear();
+    const uint8_t* data = nullptr;
+    for (ssize_t n; (n = nghttp2_session_mem_send(raw, &data)) > 0;)
+      out.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+    if (!out.empty() && co_await conn.write(out)) break;
+    if (st.done) break;
+    error_code ec;
+    const size_t n = co_await conn.readSome(buf, sizeof buf, ec);
+    if (ec || n == 0) break;
+    // (a first frame cannot begin with 'H': that length is past any frame size)
+    if (total == 0 && std::string_view("HTTP/1.").starts_with(
+                          std::string_view(buf, std::min<size_t>(n, 7)))) {
+      answer.spoke_http1 = true;
+      break;
+    }
+    total += n;
+    if (total > kMaxProbeRead) break;
+    if (nghttp2_session_mem_recv(raw, reinterpret_cast<const uint8_t*>(buf), n) < 0) break;
+  }
+  if (st.done && st.status >= 200) answer.status = st.status;
+  co_return answer;
+}
+
+}  // namespace kvgate::proxy::h2
