@@ -8,11 +8,13 @@
 # process that has served a round before behaves differently: issue 34); after the table, the
 # worst p99 of each arm over the rounds, kvgate's event-loop lag histogram
 # (kvgate_worker_loop_lag_seconds) over the whole run, its stalls by cause and its warnings.
+# H2=K adds kvgate-h2 and nginx-h2 arms: the same streams over HTTP/2 (h2c by prior knowledge),
+# K streams per connection (issue 30's goal: p99 and memory per open stream against nginx's);
 # PERF_SYSCALLS=1 adds each relay's system calls per event (perf stat), after the tables;
 # THREADS=1 lists kvgate's threads' CPU ticks and context switches after each kvgate arm;
 # PERF_RECORD=DIR writes each relay arm's top symbols (perf record -g) to DIR/round<r>-<arm>.txt
 # (and the profile itself, .data).
-# Usage: [SERVE_ENV="VAR=value ..."] [PERF_SYSCALLS=1] [PERF_RECORD=DIR] [THREADS=1] bench/sse_bench.sh [STREAMS=1000] [EVENTS=200] [ITL_MS=20]
+# Usage: [SERVE_ENV="VAR=value ..."] [H2=K] [PERF_SYSCALLS=1] [PERF_RECORD=DIR] [THREADS=1] bench/sse_bench.sh [STREAMS=1000] [EVENTS=200] [ITL_MS=20]
 #        [ROUNDS=5] [TLS=0]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,12 +49,18 @@ if [ "$TLS" = 1 ]; then
   curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "{\"serviceArguments\":{\"externalIP\":\"127.0.0.1\",\"port\":$VIPTLS,\"protocol\":\"tcp\",\"mode\":4,\"sse_mode\":true,\"security\":1},\"endpoints\":[{\"endpointIP\":\"127.0.0.1\",\"targetPort\":$SIMPORT,\"weight\":1}]}" >/dev/null
 fi
 # nginx as a reference relay for the same streams (proxy_buffering off, as for SSE), if present.
-NGX=""; NGXTLS=""; NGXTLSCONF=""
+NGX=""; NGXTLS=""; NGXTLSCONF=""; NGXH2=""; NGXH2CONF=""
 if command -v nginx >/dev/null; then
   NGX=$(freeport)
   if [ "$TLS" = 1 ]; then
     NGXTLS=$(freeport)
     NGXTLSCONF=$(nginx_tls_relay_server "$NGXTLS" "$W/cert.pem" "$W/key.pem")
+  fi
+  if [ -n "${H2:-}" ]; then
+    NGXH2=$(freeport)
+    NGXH2CONF="server { listen 127.0.0.1:$NGXH2 http2 backlog=4096; http2_max_concurrent_streams 1000;
+    location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\";
+                 proxy_buffering off; proxy_read_timeout 300s; } }"
   fi
   mkdir -p "$W/ng"
   cat >"$W/ng/nginx.conf" <<NGXC
@@ -63,7 +71,8 @@ http { access_log off;
   server { listen 127.0.0.1:$NGX backlog=4096;
     location / { proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection "";
                  proxy_buffering off; proxy_read_timeout 300s; } }
-  $NGXTLSCONF }
+  $NGXTLSCONF
+  $NGXH2CONF }
 NGXC
   nginx -p "$W/ng" -c "$W/ng/nginx.conf" & pids+=($!)
   NGPID=$!
@@ -88,10 +97,11 @@ lag_ticks() {
 echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | relay peak RSS - idle (KiB) | relay CPU us/event | kvgate loop ticks >= 10 ms late | stalls busy/cpu_wait/steal/blocked | worker CPU wait ms | relay threads CPU wait ms | p99 us while streams start / after | setup p50/p99 us | load generator CPU % of a core |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
-  for arm in direct kvgate ${NGX:+nginx} ${VIPTLS:+kvgate-tls} ${NGXTLS:+nginx-tls}; do
+  for arm in direct kvgate ${NGX:+nginx} ${VIPTLS:+kvgate-tls} ${NGXTLS:+nginx-tls} ${H2:+kvgate-h2} ${NGXH2:+nginx-h2}; do
     port=$SIMPORT; tlsflag=()
     case $arm in
       kvgate) port=$VIP ;; nginx) port=$NGX ;;
+      kvgate-h2) port=$VIP; tlsflag=(--h2 "$H2") ;; nginx-h2) port=$NGXH2; tlsflag=(--h2 "$H2") ;;
       kvgate-tls) port=$VIPTLS; tlsflag=(--tls) ;; nginx-tls) port=$NGXTLS; tlsflag=(--tls) ;;
     esac
     RELAY=$KVPID; case $arm in nginx*) RELAY=$NGPID ;; esac

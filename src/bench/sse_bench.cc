@@ -12,52 +12,74 @@
 // connection or no request sent), aborted (--abort-after K: the client closed after K events, a
 // disconnect on purpose), and the fewest and most stamped events of a completed stream (equal
 // when no acknowledged stream lost an event).
+#include "bench/sse_bench.h"
+
 #include <algorithm>
+#include <boost/asio/ssl.hpp>
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include <boost/asio/ssl.hpp>
-#include <memory>
-
 #include "common/net.h"
-#include "http/asio.h"
 
 namespace kvgate::bench {
-namespace {
-
-struct Options {
-  std::string host = "127.0.0.1";
-  uint16_t port = 0;
-  int streams = 100;
-  int events = 200;
-  int ramp_ms = 2000;
-  std::string model = "sim-model";
-  std::shared_ptr<asio::ssl::context> tls;  // --tls
-  int abort_after = -1;                      // --abort-after K: close after K stamped events
-};
-
-struct Stats {
-  std::vector<int64_t> delays_us;
-  // The same delays split by when the event was sent: while streams still start (the ramp:
-  // handshakes and routing interleave with relaying) and after.
-  std::vector<int64_t> ramp_us, steady_us;
-  int64_t ramp_end_us = 0;
-  std::vector<int64_t> setup_us;  // connect (+ TLS handshake) to request written, per stream
-  int completed = 0;
-  int errors = 0;
-  int truncated = 0, connect_failed = 0, aborted = 0;
-  std::map<int, int> statuses;  // non-200 answers
-  int64_t complete_min_events = -1, complete_max_events = -1;
-};
 
 int64_t nowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
+
+int64_t scanStamps(std::string& buf, int64_t now, SseStats& st) {
+  static constexpr std::string_view kStamp = "\"kvgate_sent_us\":";
+  int64_t stamps = 0;
+  size_t pos = 0;
+  size_t keep_from = std::string::npos;
+  for (;;) {
+    size_t at = buf.find(kStamp, pos);
+    if (at == std::string::npos) break;
+    size_t v = at + kStamp.size();
+    size_t end = buf.find_first_not_of("0123456789", v);
+    if (end == std::string::npos) {  // number split across reads: keep it for the next one
+      keep_from = at;
+      break;
+    }
+    const int64_t sent = std::stoll(buf.substr(v, end - v));
+    st.delays_us.push_back(now - sent);
+    (sent < st.ramp_end_us ? st.ramp_us : st.steady_us).push_back(now - sent);
+    ++stamps;
+    pos = end;
+  }
+  // Drop what was scanned; keep a partial marker (or the last bytes, which may start one).
+  if (keep_from == std::string::npos)
+    keep_from = std::max(pos, buf.size() > kStamp.size() ? buf.size() - kStamp.size() : 0);
+  buf.erase(0, keep_from);
+  return stamps;
+}
+
+void SseStats::ended(bool done, int status, int64_t stamps) {
+  if (done && status == 200) {
+    ++completed;
+    if (complete_min_events < 0 || stamps < complete_min_events) complete_min_events = stamps;
+    complete_max_events = std::max(complete_max_events, stamps);
+    return;
+  }
+  ++errors;
+  if (status == 200)
+    ++truncated;
+  else if (status == 0)
+    ++connect_failed;  // connected, but no answer at all
+  else
+    ++statuses[status];
+}
+
+namespace {
+
+using Options = SseOptions;
+using Stats = SseStats;
 
 asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
   auto ex = co_await asio::this_coro::executor;
@@ -92,7 +114,6 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
     co_return;
   }
   st.setup_us.push_back(nowUs() - setup_from);
-  static constexpr std::string_view kStamp = "\"kvgate_sent_us\":";
   std::string buf;
   char tmp[16384];
   bool done = false;
@@ -107,46 +128,14 @@ asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
     buf.append(tmp, n);
     if (status == 0 && buf.size() >= 12 && buf.compare(0, 5, "HTTP/") == 0)
       status = std::atoi(buf.c_str() + 9);
-    size_t pos = 0;
-    size_t keep_from = std::string::npos;
-    for (;;) {
-      size_t at = buf.find(kStamp, pos);
-      if (at == std::string::npos) break;
-      size_t v = at + kStamp.size();
-      size_t end = buf.find_first_not_of("0123456789", v);
-      if (end == std::string::npos) {  // number split across reads: keep it for the next one
-        keep_from = at;
-        break;
-      }
-      const int64_t sent = std::stoll(buf.substr(v, end - v));
-      st.delays_us.push_back(now - sent);
-      (sent < st.ramp_end_us ? st.ramp_us : st.steady_us).push_back(now - sent);
-      ++stamps;
-      pos = end;
-    }
+    if (buf.find("data: [DONE]") != std::string::npos) done = true;
+    stamps += scanStamps(buf, now, st);
     if (o.abort_after >= 0 && stamps >= o.abort_after) {  // a client that leaves on purpose
       ++st.aborted;
       co_return;  // (the socket closes with this frame)
     }
-    if (buf.find("data: [DONE]") != std::string::npos) done = true;
-    // Drop what was scanned; keep a partial marker (or the last bytes, which may start one).
-    if (keep_from == std::string::npos)
-      keep_from = std::max(pos, buf.size() > kStamp.size() ? buf.size() - kStamp.size() : 0);
-    buf.erase(0, keep_from);
   }
-  if (done && status == 200) {
-    ++st.completed;
-    if (st.complete_min_events < 0 || stamps < st.complete_min_events) st.complete_min_events = stamps;
-    st.complete_max_events = std::max(st.complete_max_events, stamps);
-    co_return;
-  }
-  ++st.errors;
-  if (status == 200)
-    ++st.truncated;
-  else if (status == 0)
-    ++st.connect_failed;  // connected, but no answer at all
-  else
-    ++st.statuses[status];
+  st.ended(done, status, stamps);
 }
 
 int64_t pct(std::vector<int64_t>& v, double p) {
@@ -174,7 +163,7 @@ int main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) != "sse") {
     std::fprintf(stderr,
                  "usage: kvgate bench sse --target HOST:PORT [--streams N] [--events E] "
-                 "[--ramp-ms MS] [--model NAME] [--tls] [--abort-after K]\n"
+                 "[--ramp-ms MS] [--model NAME] [--tls] [--abort-after K] [--h2 K]\n"
                  "Runs N concurrent SSE streams of E events; needs `kvgate sim --stamp-events` "
                  "upstream. Prints one JSON line of results.\n");
     return 2;
@@ -204,6 +193,9 @@ int main(int argc, char** argv) {
     } else if (a == "--abort-after") {
       ok = net::parseUint(v, 100000, x);
       o.abort_after = static_cast<int>(x);
+    } else if (a == "--h2") {  // HTTP/2 (h2c; with --tls h2 by ALPN), K streams a connection
+      ok = net::parseUint(v, 1000, x) && x > 0;
+      o.h2_streams_per_conn = static_cast<int>(x);
     } else if (a == "--model") {
       o.model = v;
     } else if (a == "--tls") {
@@ -228,7 +220,17 @@ int main(int argc, char** argv) {
   Stats st;
   st.delays_us.reserve(static_cast<size_t>(o.streams) * static_cast<size_t>(o.events));
   st.ramp_end_us = nowUs() + int64_t{o.ramp_ms} * 1000;
-  for (int i = 0; i < o.streams; ++i) asio::co_spawn(io, oneStream(o, i, st), asio::detached);
+  if (o.h2_streams_per_conn > 0) {
+    if (o.abort_after >= 0) {
+      std::fprintf(stderr, "kvgate bench sse: --abort-after is for HTTP/1.1 streams\n");
+      return 2;
+    }
+    for (int i = 0; i < o.streams; i += o.h2_streams_per_conn)
+      asio::co_spawn(io, h2Connection(o, i, std::min(o.h2_streams_per_conn, o.streams - i), st),
+                     asio::detached);
+  } else {
+    for (int i = 0; i < o.streams; ++i) asio::co_spawn(io, oneStream(o, i, st), asio::detached);
+  }
   auto t0 = std::chrono::steady_clock::now();
   io.run();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

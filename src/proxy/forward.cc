@@ -175,8 +175,12 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
       co_return co_await failExchange(r, route, idx, lease);
     // (a retry: a fresh connection for HTTP/1.1; for HTTP/2 a connection with room: the one that
     // refused the stream when it still takes streams (REFUSED_STREAM), another after its GOAWAY)
-    if ((send_try > 0 && !leg_.http2()) || !leg_.takePooled(ep.state->id, route.backend_tls.get(),
-                                                            route.tls_names[idx], route.backend)) {
+    // (both: a retry after an HTTP/2 stream takes an HTTP/2 connection, never an idle HTTP/1.1
+    // one: a stale one would move the request to another endpoint)
+    const BackendProtocol proto =
+        send_try > 0 && leg_.http2() ? BackendProtocol::kHttp2 : route.backend;
+    if ((send_try > 0 && !leg_.http2()) ||
+        !leg_.takePooled(ep.state->id, route.backend_tls.get(), route.tls_names[idx], proto)) {
       // Only a new connection arms the connect deadline: moving the deadline earlier re-arms
       // the timer, which a pooled reuse (the common case) must not pay.
       r = co_await connectLeg(leg_, route, idx);

@@ -138,9 +138,11 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(
     r.error = "engine " + std::string(label) + " takes no HTTP/2 stream now (its SETTINGS)";
     co_return r;
   }
-  if (!ok && h2_session_->spokeHttp1() && both) {
-    // An HTTP/1.1 engine (it answered the preface in HTTP/1.1): learned, and this exchange goes
-    // over a new HTTP/1.1 connection (nothing was processed: the preface is no request).
+  if (!ok && h2_session_->spokeHttp1() && both && !tls && !timed_out_ && !aborted_) {
+    // An HTTP/1.1 engine (it answered h2c's preface in HTTP/1.1): learned, and this exchange
+    // goes over a new HTTP/1.1 connection (nothing was processed: the preface is no request).
+    // (Over TLS the engine chose h2 by ALPN: answering HTTP/1.1 there is a failure, never a
+    // reason to reconnect without TLS.)
     resetH2();
     pool_.learnHttp1(id, std::chrono::steady_clock::now());
     pool_.countLearned(3);

@@ -23,10 +23,11 @@
 // ones; drop() and clear() (a drain) retire them gracefully: GOAWAY, the streams running finish.
 //
 // `backend_protocol: both` (BackendProtocol::kBoth): which protocol each endpoint spoke is learned
-// per worker. Over TLS, ALPN offers h2 and http/1.1 on every connect and the engine's choice is
-// used (and remembered for reuse); in cleartext, h2c by prior knowledge is tried first and an
-// engine that answers its preface in HTTP/1.1 is spoken to in HTTP/1.1 for kRelearnAfter (then
-// tried again: an engine restarted with h2c is found). drop() forgets it with the endpoint.
+// per worker. Over TLS, ALPN offers h2 and http/1.1 and the engine's choice is used; in
+// cleartext, h2c by prior knowledge is tried first. An engine that chose http/1.1, or answered
+// h2c's preface in HTTP/1.1, is spoken to in HTTP/1.1 alone (no h2 offered) for kRelearnAfter,
+// then HTTP/2 is tried again (an engine restarted with HTTP/2 is found). drop() forgets it with
+// the endpoint.
 #pragma once
 #include <boost/asio/ssl.hpp>
 #include <chrono>

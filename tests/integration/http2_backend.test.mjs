@@ -12,6 +12,7 @@ import http2 from 'node:http2';
 import https from 'node:https';
 import net from 'node:net';
 import { test } from 'node:test';
+import tls from 'node:tls';
 
 import {
   api, freePort, gateway, LB_BASE, makeCa, makeServerCert, parseMetrics, rule, sleep, tempDir, waitFor,
@@ -493,7 +494,8 @@ test('backend_protocol both: HTTP/2 where the engine speaks it, HTTP/1.1 where i
   h1srv.on('connection', () => { seen1.conns++; });
   h1srv.on('clientError', (err, sock) => {  // the h2c preface is no HTTP/1.1 request
     seen1.refused++;
-    sock.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n');
+    // (answered late: the requests behind the first connect wait for it, then go HTTP/1.1)
+    setTimeout(() => sock.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n'), 150);
   });
   await new Promise((r) => h1srv.listen(0, '127.0.0.1', r));
   t.after(() => { h1srv.closeAllConnections(); return new Promise((r) => h1srv.close(r)); });
@@ -531,24 +533,43 @@ test('backend_protocol both: HTTP/2 where the engine speaks it, HTTP/1.1 where i
   });
   await new Promise((r) => tlsH1.listen(0, '127.0.0.1', r));
   t.after(() => { tlsH1.closeAllConnections(); return new Promise((r) => tlsH1.close(r)); });
-  const tls = { backend_protocol: 'both', security: 2,
+  const tlsArgs = { backend_protocol: 'both', security: 2,
     mtls_backend: { verify_server_cert: true, backend_ca_path: ca.cert } };
   const gwCa = makeCa(tmp.dir, 'gw-ca');
   const dp = makeServerCert(tmp.dir, gwCa, 7012, 'dp');
   const gw2 = await gateway(t, ['--workers', '1', '--tls-cert', dp.crt, '--tls-key', dp.key]);
   const gwCaPem = readFileSync(gwCa.cert);
-  const pt2 = await h2Rule(gw2, [tlsEng.worker], tls);
+  const pt2 = await h2Rule(gw2, [tlsEng.worker], tlsArgs);
   const rt2 = await h1(pt2, { body: chat('t'), ca: gwCaPem });
   assert.equal(JSON.parse(rt2.body).choices[0].message.content, 'h2 answer to t');
   assert.equal(tlsEng.seen.heads[0][':scheme'], 'https');
-  const pt1 = await h2Rule(gw2, [{ host: '127.0.0.1', port: tlsH1.address().port }], tls);
+  const pt1 = await h2Rule(gw2, [{ host: '127.0.0.1', port: tlsH1.address().port }], tlsArgs);
   for (let i = 0; i < 3; i++) {
     const r = await h1(pt1, { body: chat('u'), ca: gwCaPem });
     assert.equal(r.status, 200, r.body.toString());
     assert.equal(JSON.parse(r.body).alpn, 'http/1.1', 'the engine chose HTTP/1.1 by ALPN');
   }
   assert.equal(await gwMetric(gw2, 'kvgate_upstream_protocol_learned_total', { protocol: 'http2', how: 'alpn' }), 1);
-  assert.ok(await gwMetric(gw2, 'kvgate_upstream_protocol_learned_total', { protocol: 'http1', how: 'alpn' }) >= 1);
+  // A TLS pass-through that picks h2 by ALPN in front of an HTTP/1.1 server: a failure (502),
+  // never a request sent again without TLS.
+  const liarConns = { tcp: 0, tls: 0 };
+  const liar = tls.createServer({ key: readFileSync(cert.key), cert: readFileSync(cert.crt), ALPNProtocols: ['h2'] },
+    (sock) => {
+      liarConns.tls++;
+      sock.on('error', () => {});
+      sock.once('data', () => sock.end('HTTP/1.1 400 Bad Request\r\nconnection: close\r\n\r\n'));
+    });
+  liar.on('connection', () => { liarConns.tcp++; });
+  liar.on('tlsClientError', () => {});
+  await new Promise((r) => liar.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise((r) => liar.close(r)));
+  const pl = await h2Rule(gw2, [{ host: '127.0.0.1', port: liar.address().port }], tlsArgs);
+  const rl = await h1(pl, { body: chat('v'), ca: gwCaPem });
+  assert.equal(rl.status, 502, rl.body.toString());
+  assert.ok(liarConns.tcp >= 1);
+  assert.equal(liarConns.tls, liarConns.tcp, 'every connection to it was TLS');
+  assert.equal(await gwMetric(gw2, 'kvgate_upstream_protocol_learned_total', { protocol: 'http1', how: 'alpn' }), 1,
+    'one connect chose HTTP/1.1; the next requests reused it');
 });
 
 // Health probes speak the rule's protocol: HTTP/2 on http2 rules (an h2c-only engine, which an

@@ -87,7 +87,7 @@ asio::awaitable<ProbeAnswer> probeStatus(http::SocketOrTls& conn, const std::str
     error_code ec;
     const size_t n = co_await conn.readSome(buf, sizeof buf, ec);
     if (ec || n == 0) break;
-    // (a first frame cannot begin with 'H': that length is past any frame size)
+    // (a server's first frame is its SETTINGS, at most 16 KiB long: its first byte is 0)
     if (total == 0 && std::string_view("HTTP/1.").starts_with(
                           std::string_view(buf, std::min<size_t>(n, 7)))) {
       answer.spoke_http1 = true;

@@ -384,8 +384,8 @@ asio::awaitable<void> UpstreamSession::reader() {
     if (!settings_ && !received_ &&
         std::string_view("HTTP/1.").starts_with(
             std::string_view(buf.data(), std::min<size_t>(n, 7)))) {
-      // The engine speaks HTTP/1.1 only: its answer to our preface is no frame at all (a first
-      // frame cannot begin with 'H': that length, 0x48...., is past any frame size).
+      // The engine speaks HTTP/1.1 only: its answer to our preface is no frame at all (a
+      // server's first frame is its SETTINGS, at most 16 KiB long: its first byte is 0).
       spoke_http1_ = true;
       log::debug("proxy", "an engine answered the HTTP/2 preface in HTTP/1.1");
       closeNow();
