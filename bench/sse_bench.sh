@@ -10,6 +10,8 @@
 # (kvgate_worker_loop_lag_seconds) over the whole run, its stalls by cause and its warnings.
 # H2=K adds kvgate-h2 and nginx-h2 arms: the same streams over HTTP/2 (h2c by prior knowledge),
 # K streams per connection (issue 30's goal: p99 and memory per open stream against nginx's);
+# ARMS="direct kvgate-h2 nginx-h2" runs only those arms (e.g. memory per stream on processes
+# that served nothing else before);
 # PERF_SYSCALLS=1 adds each relay's system calls per event (perf stat), after the tables;
 # THREADS=1 lists kvgate's threads' CPU ticks and context switches after each kvgate arm;
 # PERF_RECORD=DIR writes each relay arm's top symbols (perf record -g) to DIR/round<r>-<arm>.txt
@@ -97,7 +99,7 @@ lag_ticks() {
 echo "| round | arm | streams completed | errors | events | delay p50 us | p90 us | p99 us | p99.9 us | max us | relay peak RSS - idle (KiB) | relay CPU us/event | kvgate loop ticks >= 10 ms late | stalls busy/cpu_wait/steal/blocked | worker CPU wait ms | relay threads CPU wait ms | p99 us while streams start / after | setup p50/p99 us | load generator CPU % of a core |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
-  for arm in direct kvgate ${NGX:+nginx} ${VIPTLS:+kvgate-tls} ${NGXTLS:+nginx-tls} ${H2:+kvgate-h2} ${NGXH2:+nginx-h2}; do
+  for arm in ${ARMS:-direct kvgate ${NGX:+nginx} ${VIPTLS:+kvgate-tls} ${NGXTLS:+nginx-tls} ${H2:+kvgate-h2} ${NGXH2:+nginx-h2}}; do
     port=$SIMPORT; tlsflag=()
     case $arm in
       kvgate) port=$VIP ;; nginx) port=$NGX ;;

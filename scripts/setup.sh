@@ -21,6 +21,7 @@ APT_PACKAGES=(
   clang libbpf-dev bpftool  # the L4 data path: BPF target, loader, skeleton (src/l4)
   ethtool                 # the L4 tests turn checksum offload off (checksums really checked)
   nghttp2-client python3-h2  # HTTP/2 clients of the tests (nghttp, h2load; a raw frame client)
+  chromium                # the dashboard's page test in a headless browser (tests/integration/ui.test.mjs)
   libssl-dev              # SHA-256 for vLLM's sha256_cbor block hashes (simulator, hash contract)
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # kvgate index (LookupRoute)
   libsqlite3-dev sqlite3  # governance state (API keys) in --state-dir; sqlite3 CLI for the tests

@@ -610,6 +610,7 @@ int serveMain(int argc, char** argv) {
     api.setLimitStore(gov.limits());
   };
   handOut();
+  api.setDecisionFeed(&dp.decisions());
   api.setTokens(std::move(api_tokens));
   api.setEffective([&routing_env](const config::RuleSpec& r) {
     return routing::effectiveRouting(r, routing_env);

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "admin/ui/ui_page.h"
 #include "common/json_depth.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -277,6 +278,122 @@ asio::awaitable<void> Api::kvInventory(http::Request& req, http::ResponseWriter&
   co_await w.send(status, "application/json", body);
 }
 
+std::string Api::uiMetrics() const {
+  metrics::TextWriter m;
+  m.header(metrics::kUiViewers);
+  m.sample(metrics::kUiViewers, {}, static_cast<double>(ui_viewers_));
+  m.header(metrics::kUiSnapshots);
+  m.sample(metrics::kUiSnapshots, {{"outcome", "sent"}}, static_cast<double>(ui_snapshots_));
+  m.sample(metrics::kUiSnapshots, {{"outcome", "viewer_dropped"}},
+           static_cast<double>(ui_dropped_));
+  return m.str();
+}
+
+// The dashboard's stream: a snapshot every second (?interval_ms=) as a server-sent event "snapshot"
+// (data: one JSON object: "t" unix ms, "rules" as GET /all gives them, "metrics" the /metrics text,
+// "decisions" the routing decisions since the last snapshot, at most DecisionFeed::kCapacity).
+// Bounded: kMaxUiViewers at once (503 beyond), and a viewer that has not taken a snapshot within
+// kUiWriteTimeout is dropped (the control thread never waits on it longer; the data plane never
+// waits on it at all: it only appends decisions while someone watches).
+asio::awaitable<void> Api::uiStream(http::Request& req, http::ResponseWriter& w) {
+  if (req.method != "GET") {
+    co_await w.send(405, "application/json", apiErrorBody(405, "use GET on /kvgate/v1/ui/stream"));
+    co_return;
+  }
+  if (ui_viewers_ >= kMaxUiViewers) {
+    std::string body = apiErrorBody(
+        503, "too many dashboards streaming (" + std::to_string(kMaxUiViewers) + "); try again");
+    co_await w.send(503, "application/json", body);
+    co_return;
+  }
+  struct Viewer {
+    Api& api;
+    explicit Viewer(Api& a) : api(a) {
+      ++api.ui_viewers_;
+      if (api.feed_) api.feed_->addViewer();
+    }
+    ~Viewer() {
+      --api.ui_viewers_;
+      if (api.feed_) api.feed_->removeViewer();
+    }
+  } viewer(*this);
+  // ?interval_ms=: the time between snapshots (100 .. 10000; default 1000).
+  uint64_t interval_ms = 1000;
+  if (auto q = req.queryParam("interval_ms")) {
+    if (!net::parseUint(*q, 10000, interval_ms) || interval_ms < 100) {
+      co_await w.send(400, "application/json",
+                      apiErrorBody(400, "interval_ms must be 100 .. 10000"));
+      co_return;
+    }
+  }
+  // (the last decisions already kept come with the first snapshot)
+  uint64_t cursor = 0;
+  if (feed_) {
+    const uint64_t newest = feed_->newest();
+    cursor = newest > 50 ? newest - 50 : 0;
+  }
+  http::HeaderList extra;
+  extra.emplace_back("Cache-Control", "no-store");
+  w.closeAfterResponse();
+  // What a viewer that reads nothing can leave in the kernel for it: a few snapshots, then its
+  // writes wait and the timeout below drops it.
+  {
+    error_code ec;
+    w.socket().set_option(asio::socket_base::send_buffer_size(256 * 1024), ec);
+  }
+  if (!co_await w.beginStream(200, "text/event-stream", std::move(extra))) co_return;
+  auto ex = co_await asio::this_coro::executor;
+  asio::steady_timer tick(ex);
+  bool dropped = false;
+  Deadline slow(ex);
+  slow.start([&w, &dropped] {
+    dropped = true;
+    error_code ec;
+    w.socket().close(ec);
+  });
+  for (;;) {
+    nlohmann::json snap;
+    snap["t"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+    snap["rules"] = nlohmann::json::array();
+    for (auto& r : store_.rules()) snap["rules"].push_back(ruleJson(r));
+    std::string text = metrics_ ? metrics_() : std::string();
+    snap["metrics"] = std::move(text);
+    snap["decisions"] = nlohmann::json::array();
+    if (feed_)
+      for (auto& d : feed_->since(cursor))
+        snap["decisions"].push_back({{"t", d.unix_ms},
+                                     {"id", d.request_id},
+                                     {"rule", d.rule},
+                                     {"model", d.model},
+                                     {"endpoint", d.endpoint},
+                                     {"prefill", d.prefill},
+                                     {"tier", d.tier},
+                                     {"key", d.key},
+                                     {"status", d.status},
+                                     {"spilled", d.spilled},
+                                     {"ttfb_ms", d.ttfb_ms}});
+    // (invalid UTF-8 from a client's model name is replaced, never a reason to throw)
+    std::string ev = "event: snapshot\ndata: " +
+                     snap.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+    slow.expireAfter(kUiWriteTimeout);
+    const bool ok = co_await w.writeChunk(ev);
+    slow.clear();
+    if (!ok) break;
+    ++ui_snapshots_;
+    tick.expires_after(std::chrono::milliseconds(interval_ms));
+    error_code ec;
+    co_await tick.async_wait(useEc(ec));
+    if (ec) break;
+  }
+  if (dropped) {
+    ++ui_dropped_;
+    log::info("api", "a dashboard viewer was dropped: it took no snapshot within " +
+                         std::to_string(kUiWriteTimeout.count()) + " s");
+  }
+}
+
 asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
   auto ok = [&]() -> asio::awaitable<void> {
     co_await w.send(200, "application/json", R"({"result":"Success"})");
@@ -307,7 +424,26 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
     // A named local: GCC 12 double-destroys a conditional's temporary inside co_await.
     std::string text = metrics_ ? metrics_() : std::string();
     text += tokenizerMetrics();
+    text += uiMetrics();
     co_await w.send(200, "text/plain; version=0.0.4; charset=utf-8", text);
+    co_return;
+  }
+  if (path == "/ui" || path == "/ui/") {  // the live dashboard's page (docs/operations.md)
+    if (req.method != "GET") {
+      co_await err(405, "use GET on /ui");
+      co_return;
+    }
+    http::HeaderList extra;
+    extra.emplace_back("Cache-Control", "no-store");
+    // (everything it runs is in the page: no script, style or font from elsewhere)
+    extra.emplace_back("Content-Security-Policy",
+                       "default-src 'none'; script-src 'unsafe-inline'; style-src "
+                       "'unsafe-inline'; connect-src 'self'; img-src data:");
+    co_await w.send(200, "text/html; charset=utf-8", uiPage(), std::move(extra));
+    co_return;
+  }
+  if (path == "/kvgate/v1/ui/stream") {
+    co_await uiStream(req, w);
     co_return;
   }
   if (path == "/healthz" || path == "/netlox/v1/status") {

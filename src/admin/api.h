@@ -2,6 +2,7 @@
 // gateway: responses {"result":"Success"}, errors {"code","message","result"} with the same HTTP
 // status. See docs/rest-api.md.
 #pragma once
+#include <chrono>
 #include <functional>
 #include <map>
 #include <string>
@@ -10,6 +11,7 @@
 #include "admin/api_tokens.h"
 #include "admin/rule_store.h"
 #include "http/server.h"
+#include "proxy/decision_feed.h"
 #include "tokenizer/registry.h"
 
 namespace kvgate::governance {
@@ -54,6 +56,11 @@ class Api {
   void setTokens(ApiTokens t) { tokens_ = std::move(t); }
   void setProfileStore(governance::ProfileStore* p) { profiles_ = p; }
   void setLimitStore(governance::LimitStore* l) { limits_ = l; }
+  // The live dashboard (/ui, docs/operations.md): the data plane's feed of routing decisions
+  // (null: the stream carries none).
+  void setDecisionFeed(proxy::DecisionFeed* f) { feed_ = f; }
+  static constexpr int kMaxUiViewers = 8;  // dashboards streaming at once; more get 503
+  static constexpr std::chrono::seconds kUiWriteTimeout{5};  // a viewer slower than this: dropped
 
   // Tokenize calls queued or running at once; more get 503 (retriable).
   static constexpr int kMaxTokenizeInFlight = 16;
@@ -89,6 +96,12 @@ class Api {
   std::string tokenizerMetrics() const;
   // /kvgate/v1/controller (controller_api.cc): the external controller's endpoint states.
   asio::awaitable<void> controller(http::Request& req, http::ResponseWriter& w);
+  asio::awaitable<void> uiStream(http::Request& req, http::ResponseWriter& w);
+  std::string uiMetrics() const;
+  proxy::DecisionFeed* feed_ = nullptr;
+  int ui_viewers_ = 0;         // control thread only
+  uint64_t ui_dropped_ = 0;    // viewers dropped for reading too slowly
+  uint64_t ui_snapshots_ = 0;  // snapshots sent
 
   RuleStore& store_;
   MetricsFn metrics_;

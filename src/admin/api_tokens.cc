@@ -38,7 +38,8 @@ bool ApiTokens::allows(std::string_view authorization) const {
 }
 
 bool isPublicApiPath(std::string_view path) {
-  return path == "/healthz" || path == "/netlox/v1/status";
+  // (/ui is the dashboard's page: no data in it; its stream asks for the token)
+  return path == "/healthz" || path == "/netlox/v1/status" || path == "/ui" || path == "/ui/";
 }
 
 }  // namespace kvgate::admin

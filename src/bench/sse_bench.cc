@@ -194,7 +194,8 @@ int main(int argc, char** argv) {
       ok = net::parseUint(v, 100000, x);
       o.abort_after = static_cast<int>(x);
     } else if (a == "--h2") {  // HTTP/2 (h2c; with --tls h2 by ALPN), K streams a connection
-      ok = net::parseUint(v, 1000, x) && x > 0;
+      // (at most 100: the gateway's default --h2-max-streams; more would queue in the client)
+      ok = net::parseUint(v, 100, x) && x > 0;
       o.h2_streams_per_conn = static_cast<int>(x);
     } else if (a == "--model") {
       o.model = v;

@@ -120,8 +120,13 @@ asio::awaitable<void> h2Connection(const SseOptions& o, int first, int count, Ss
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cb, onData);
   nghttp2_session_callbacks_set_on_stream_close_callback(cb, onClose);
   nghttp2_session* raw = nullptr;
-  nghttp2_session_client_new(&raw, cb, &c);
+  const int made = nghttp2_session_client_new(&raw, cb, &c);
   nghttp2_session_callbacks_del(cb);
+  if (made != 0) {
+    st.errors += count;
+    st.connect_failed += count;
+    co_return;
+  }
   std::unique_ptr<nghttp2_session, decltype(&nghttp2_session_del)> session(raw,
                                                                           nghttp2_session_del);
   // (a window as large as the streams need: the relay is measured, not flow control)
@@ -173,7 +178,7 @@ asio::awaitable<void> h2Connection(const SseOptions& o, int first, int count, Ss
     if (nghttp2_session_mem_recv(raw, reinterpret_cast<const uint8_t*>(buf), n) < 0) break;
   }
   // Streams the connection took with it: ended without [DONE].
-  for (auto& [id, s] : c.streams) st.ended(false, s.status, s.stamps);
+  for (auto& [id, s] : c.streams) st.ended(s.done, s.status, s.stamps);
 }
 
 }  // namespace kvgate::bench

@@ -120,6 +120,11 @@ inline const Family kUpstreamProtocolChosen{"kvgate_upstream_protocol_learned_to
     "HTTP/2 or HTTP/1.1 (how: alpn, or h2c_answered_http1 for an h2c preface answered in "
     "HTTP/1.1).",
     {"protocol", "how"}};
+inline const Family kUiViewers{"kvgate_ui_viewers", Type::kGauge,
+    "Live dashboards (/ui) streaming from the management API now.", {}};
+inline const Family kUiSnapshots{"kvgate_ui_snapshots_total", Type::kCounter,
+    "Dashboard snapshots: sent, or viewer_dropped (a viewer that took none within 5 s).",
+    {"outcome"}};
 inline const Family kL4Packets{"kvgate_l4_packets_total", Type::kCounter,
     "Packets the L4 data path forwarded for a mode 0 rule (both directions; refused ones: no "
     "endpoint up), by rule key.", {"rule"}};

@@ -276,6 +276,29 @@ void ClientConn::countAiRequest() {
                           ? AiOutcome::kCompleted
                           : AiOutcome::kFailed;
   metrics::aiRequests().count(aiModelLabel(), rq_.outcome.tenant, rq_.outcome.status, o);
+  if (w_.stats.decisions.active()) {  // a dashboard watches: its live feed of decisions
+    const Route* route = rq_.outcome.route;
+    DecisionRecord d;
+    d.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+    d.request_id = DecisionFeed::cut(rq_.request_id);
+    d.rule = DecisionFeed::cut(!route                     ? ""
+                               : route->rule.name.empty() ? route->rule.key()
+                                                          : route->rule.name);
+    // (the model the pool lookup used, else the body's)
+    d.model = DecisionFeed::cut(!rq_.outcome.model.empty() ? rq_.outcome.model
+                                : rq_.body_has_model       ? std::string_view(rq_.body_model)
+                                                           : std::string_view());
+    if (rq_.outcome.endpoint) d.endpoint = DecisionFeed::cut(*rq_.outcome.endpoint);
+    if (rq_.outcome.prefill) d.prefill = DecisionFeed::cut(*rq_.outcome.prefill);
+    d.tier = DecisionFeed::cut(rq_.outcome.stage);
+    d.key = DecisionFeed::cut(rq_.outcome.key);
+    d.status = rq_.outcome.status;
+    d.spilled = rq_.outcome.spilled;
+    d.ttfb_ms = rq_.outcome.ttfb_ms;
+    w_.stats.decisions.push(std::move(d));
+  }
 }
 
 // One structured access-log line for the request just answered (--access-log). Every field is

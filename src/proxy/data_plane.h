@@ -116,6 +116,8 @@ class DataPlane {
   // requests in flight finish. Poll idle() until true or the drain timeout, then stop().
   void drain();
   bool idle() const { return stats_.active_connections.load() == 0; }
+  // The routing decisions the workers report while a dashboard watches (/ui).
+  DecisionFeed& decisions() { return stats_.decisions; }
   bool draining() const { return stats_.draining.load(); }
   // Renewed certificate, client CA and CRL files (control thread, every second).
   void refreshTls();

@@ -69,7 +69,10 @@ std::vector<ProbeSpec> probeSpecs(
       int retries = r.service_args.value("probeRetries", 0);
       p.retries = retries > 0 ? retries : 2;
       if (tls_of && p.http) p.tls = tls_of(r);
-      p.protocol = backendProtocolOf(r.service_args.value("backend_protocol", "http1"));
+      // (a probe port of its own keeps HTTP/1.1: a health server beside the engine)
+      p.protocol = pp > 0 && pp != e.port
+                       ? BackendProtocol::kHttp1
+                       : backendProtocolOf(r.service_args.value("backend_protocol", "http1"));
       p.tls_name = e.json.value("domainName", "");
       if (p.tls_name.empty()) p.tls_name = e.ip;
       out.push_back(std::move(p));
@@ -171,7 +174,9 @@ asio::awaitable<std::optional<bool>> Prober::probeOnce(
     const h2::ProbeAnswer a =
         co_await h2::probeStatus(conn, s.method, s.path, s.ep->label, conn.tls != nullptr);
     status = a.status;
-    if (a.spoke_http1 && s.protocol == BackendProtocol::kBoth && !timed_out) {
+    // (cleartext only: over TLS the engine chose h2 by ALPN, and answering HTTP/1.1 there is a
+    // failure, as requests see it: never a reason to probe without TLS)
+    if (a.spoke_http1 && s.protocol == BackendProtocol::kBoth && !conn.tls && !timed_out) {
       // An HTTP/1.1 engine (it answered h2c's preface in HTTP/1.1): the probe on a new connection,
       // and the next ones in HTTP/1.1 for as long as the data plane's (UpstreamPool).
       http1_until = std::chrono::steady_clock::now() + UpstreamPool::kRelearnAfter;
@@ -179,6 +184,10 @@ asio::awaitable<std::optional<bool>> Prober::probeOnce(
       sock.close(cec);
       sock = tcp::socket(ex);
       co_await sock.async_connect(addr, useEc(ec));
+      if (acceptStarved(ec)) {  // the gateway's shortage: no verdict
+        d.stop();
+        co_return std::nullopt;
+      }
       http::SocketOrTls again{sock, nullptr, nullptr};
       if (!ec && !timed_out) status = co_await http1Status(again, s);
     }

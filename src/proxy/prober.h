@@ -38,7 +38,8 @@ struct ProbeSpec {
   std::shared_ptr<http::TlsFiles> tls;  // null: plain
   std::string tls_name;                 // the endpoint's domainName, else its IP
   // The rule's backend_protocol: http2 probes over HTTP/2 (h2c, or h2 by ALPN); both over what
-  // the engine speaks (ALPN's choice; h2c first, HTTP/1.1 when it answers that).
+  // the engine speaks (ALPN's choice; h2c first, HTTP/1.1 when it answers that in cleartext). A
+  // probeport other than the endpoint's port is probed in HTTP/1.1 whatever the rule says.
   BackendProtocol protocol = BackendProtocol::kHttp1;
 };
 
@@ -63,7 +64,8 @@ class Prober {
     ProbeSpec spec;
     std::atomic<bool> stopped{false};
     // backend_protocol both: the engine answered h2c's preface in HTTP/1.1; probed in HTTP/1.1
-    // until then (then h2c is tried again), as the data plane's connections are.
+    // until then (then h2c is tried again), as the data plane's connections are (a rule change
+    // makes the tasks afresh: h2c is tried again then too).
     std::chrono::steady_clock::time_point http1_until{};
   };
   static asio::awaitable<void> run(std::shared_ptr<Task> t, std::chrono::milliseconds interval);

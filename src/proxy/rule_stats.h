@@ -13,6 +13,7 @@
 
 #include "metrics/histogram.h"
 #include "proxy/admission.h"
+#include "proxy/decision_feed.h"
 #include "proxy/overload.h"
 #include "proxy/response_homes.h"
 #include "proxy/tokenize_local.h"
@@ -114,6 +115,7 @@ inline const char* refusalName(Refusal r) {
 }
 
 struct DataPlaneStats {
+  DecisionFeed decisions;  // the last routing decisions, while a dashboard watches (/ui)
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Refusal::kCount)> refused{};
   std::atomic<int64_t> active_connections{0};
   std::atomic<int64_t> active_streams{0};

@@ -153,11 +153,13 @@ asio::awaitable<UpstreamLeg::Result> UpstreamLeg::connect(
     const bool http1 = h2_session_->spokeHttp1();
     resetH2();
     Result r{timed_out_ ? Outcome::kTimeout : Outcome::kConnectFailed, !timed_out_, false, {}};
-    r.error = "HTTP/2 connection to " + std::string(label) + " failed: " +
-              (timed_out_ ? std::string("no SETTINGS in time")
-               : http1    ? std::string("the engine answered in HTTP/1.1 (the rule's "
-                                           "backend_protocol is http2; both would fall back)")
-                          : std::string("closed before its SETTINGS"));
+    r.error =
+        "HTTP/2 connection to " + std::string(label) + " failed: " +
+        (timed_out_     ? std::string("no SETTINGS in time")
+         : http1 && tls ? std::string("the engine chose h2 by ALPN, then answered in HTTP/1.1")
+         : http1        ? std::string("the engine answered in HTTP/1.1 (the rule's "
+                                             "backend_protocol is http2; both would fall back)")
+                        : std::string("closed before its SETTINGS"));
     co_return r;
   }
   if (both) {

@@ -15,32 +15,36 @@ namespace {
 constexpr size_t kMaxProbeRead = 64 * 1024;
 
 struct State {
-  int status = 0;
+  int pending = 0;  // the :status of stream 1's head being read (committed once it is whole)
+  int status = 0;   // the final :status of stream 1 (a head libnghttp2 accepted whole)
   bool done = false;
 };
 
 int onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name, size_t namelen,
              const uint8_t* value, size_t valuelen, uint8_t, void* user) {
   auto* st = static_cast<State*>(user);
-  if (frame->hd.type == NGHTTP2_HEADERS &&
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->hd.stream_id == 1 &&
       std::string_view(reinterpret_cast<const char*>(name), namelen) == ":status") {
     int v = 0;
     const char* p = reinterpret_cast<const char*>(value);
-    if (std::from_chars(p, p + valuelen, v).ec == std::errc() && valuelen == 3) st->status = v;
+    if (std::from_chars(p, p + valuelen, v).ec == std::errc() && valuelen == 3) st->pending = v;
   }
   return 0;
 }
 
 int onFrameRecv(nghttp2_session*, const nghttp2_frame* frame, void* user) {
   auto* st = static_cast<State*>(user);
-  // (a 1xx head is interim: the final one follows)
-  if (frame->hd.type == NGHTTP2_HEADERS && frame->hd.stream_id == 1 && st->status >= 200)
+  // A whole head of stream 1 (a head libnghttp2 refused resets the stream instead: no status);
+  // a 1xx head is interim, the final one follows.
+  if (frame->hd.type == NGHTTP2_HEADERS && frame->hd.stream_id == 1 && st->pending >= 200) {
+    st->status = st->pending;
     st->done = true;
+  }
   return 0;
 }
 
-int onStreamClose(nghttp2_session*, int32_t, uint32_t, void* user) {
-  static_cast<State*>(user)->done = true;
+int onStreamClose(nghttp2_session*, int32_t id, uint32_t, void* user) {
+  if (id == 1) static_cast<State*>(user)->done = true;
   return 0;
 }
 
@@ -68,7 +72,8 @@ asio::awaitable<ProbeAnswer> probeStatus(http::SocketOrTls& conn, const std::str
   if (rv != 0) co_return answer;
   std::unique_ptr<nghttp2_session, decltype(&nghttp2_session_del)> session(raw,
                                                                           nghttp2_session_del);
-  nghttp2_submit_settings(raw, NGHTTP2_FLAG_NONE, nullptr, 0);
+  const nghttp2_settings_entry no_push[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0}};
+  nghttp2_submit_settings(raw, NGHTTP2_FLAG_NONE, no_push, std::size(no_push));
   const nghttp2_nv nva[] = {field(":method", method), field(":scheme", tls ? "https" : "http"),
                             field(":authority", authority), field(":path", path),
                             field("user-agent", "kvgate-probe")};
@@ -84,6 +89,8 @@ asio::awaitable<ProbeAnswer> probeStatus(http::SocketOrTls& conn, const std::str
       out.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
     if (!out.empty() && co_await conn.write(out)) break;
     if (st.done) break;
+    // (the session ended: a GOAWAY sent or received, nothing more to wait for)
+    if (!nghttp2_session_want_read(raw) && !nghttp2_session_want_write(raw)) break;
     error_code ec;
     const size_t n = co_await conn.readSome(buf, sizeof buf, ec);
     if (ec || n == 0) break;
@@ -97,7 +104,7 @@ asio::awaitable<ProbeAnswer> probeStatus(http::SocketOrTls& conn, const std::str
     if (total > kMaxProbeRead) break;
     if (nghttp2_session_mem_recv(raw, reinterpret_cast<const uint8_t*>(buf), n) < 0) break;
   }
-  if (st.done && st.status >= 200) answer.status = st.status;
+  answer.status = st.status;
   co_return answer;
 }
 
