@@ -286,6 +286,8 @@ std::string Api::uiMetrics() const {
   m.sample(metrics::kUiSnapshots, {{"outcome", "sent"}}, static_cast<double>(ui_snapshots_));
   m.sample(metrics::kUiSnapshots, {{"outcome", "viewer_dropped"}},
            static_cast<double>(ui_dropped_));
+  m.header(metrics::kUiDecisionsDropped);
+  m.sample(metrics::kUiDecisionsDropped, {}, static_cast<double>(feed_ ? feed_->dropped() : 0));
   return m.str();
 }
 
@@ -317,12 +319,13 @@ asio::awaitable<void> Api::uiStream(http::Request& req, http::ResponseWriter& w)
       if (api.feed_) api.feed_->removeViewer();
     }
   } viewer(*this);
-  // ?interval_ms=: the time between snapshots (100 .. 10000; default 1000).
+  // ?interval_ms=: the time between snapshots (500 .. 10000; default 1000).
   uint64_t interval_ms = 1000;
   if (auto q = req.queryParam("interval_ms")) {
-    if (!net::parseUint(*q, 10000, interval_ms) || interval_ms < 100) {
+    if (!net::parseUint(*q, 10000, interval_ms) || interval_ms < kUiMinIntervalMs) {
       co_await w.send(400, "application/json",
-                      apiErrorBody(400, "interval_ms must be 100 .. 10000"));
+                      apiErrorBody(400, "interval_ms must be " + std::to_string(kUiMinIntervalMs) +
+                                            " .. 10000"));
       co_return;
     }
   }
@@ -352,18 +355,29 @@ asio::awaitable<void> Api::uiStream(http::Request& req, http::ResponseWriter& w)
     w.socket().close(ec);
   });
   for (;;) {
-    nlohmann::json snap;
-    snap["t"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+    // The rules and the /metrics text: made once per kUiShareFor, whatever the viewers.
+    const auto now = std::chrono::steady_clock::now();
+    if (ui_shared_.empty() || now - ui_shared_at_ >= kUiShareFor) {
+      nlohmann::json shared;
+      shared["rules"] = nlohmann::json::array();
+      for (auto& r : store_.rules()) {
+        nlohmann::json j = ruleJson(r);
+        j["label"] = r.name.empty() ? r.key() : r.name;  // the rule/service label of /metrics
+        shared["rules"].push_back(std::move(j));
+      }
+      shared["metrics"] = metrics_ ? metrics_() : std::string();
+      ui_shared_ = shared.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      ui_shared_at_ = now;
+    }
+    nlohmann::json mine;
+    mine["t"] = std::chrono::duration_cast<std::chrono::milliseconds>(
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
-    snap["rules"] = nlohmann::json::array();
-    for (auto& r : store_.rules()) snap["rules"].push_back(ruleJson(r));
-    std::string text = metrics_ ? metrics_() : std::string();
-    snap["metrics"] = std::move(text);
-    snap["decisions"] = nlohmann::json::array();
+    mine["decisions"] = nlohmann::json::array();
     if (feed_)
       for (auto& d : feed_->since(cursor))
-        snap["decisions"].push_back({{"t", d.unix_ms},
+        mine["decisions"].push_back({{"seq", d.seq},
+                                     {"t", d.unix_ms},
                                      {"id", d.request_id},
                                      {"rule", d.rule},
                                      {"model", d.model},
@@ -373,10 +387,14 @@ asio::awaitable<void> Api::uiStream(http::Request& req, http::ResponseWriter& w)
                                      {"key", d.key},
                                      {"status", d.status},
                                      {"spilled", d.spilled},
-                                     {"ttfb_ms", d.ttfb_ms}});
-    // (invalid UTF-8 from a client's model name is replaced, never a reason to throw)
-    std::string ev = "event: snapshot\ndata: " +
-                     snap.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n\n";
+                                     {"ttfb_ms", d.ttfb_ms < 0 ? -1.0 : d.ttfb_ms}});
+    // One object: this viewer's members, then the shared ones (spliced, not parsed again);
+    // invalid UTF-8 from a client's model name is replaced, never a reason to throw.
+    std::string body = mine.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    body.pop_back();  // '}'
+    body += ',';
+    body.append(ui_shared_, 1, std::string::npos);  // the shared object without its '{'
+    std::string ev = "event: snapshot\ndata: " + body + "\n\n";
     slow.expireAfter(kUiWriteTimeout);
     const bool ok = co_await w.writeChunk(ev);
     slow.clear();
@@ -438,7 +456,8 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
     // (everything it runs is in the page: no script, style or font from elsewhere)
     extra.emplace_back("Content-Security-Policy",
                        "default-src 'none'; script-src 'unsafe-inline'; style-src "
-                       "'unsafe-inline'; connect-src 'self'; img-src data:");
+                       "'unsafe-inline'; connect-src 'self'; img-src data:; "
+                       "frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
     co_await w.send(200, "text/html; charset=utf-8", uiPage(), std::move(extra));
     co_return;
   }

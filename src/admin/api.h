@@ -61,6 +61,7 @@ class Api {
   void setDecisionFeed(proxy::DecisionFeed* f) { feed_ = f; }
   static constexpr int kMaxUiViewers = 8;  // dashboards streaming at once; more get 503
   static constexpr std::chrono::seconds kUiWriteTimeout{5};  // a viewer slower than this: dropped
+  static constexpr uint64_t kUiMinIntervalMs = 500;          // ?interval_ms= floor
 
   // Tokenize calls queued or running at once; more get 503 (retriable).
   static constexpr int kMaxTokenizeInFlight = 16;
@@ -102,6 +103,11 @@ class Api {
   int ui_viewers_ = 0;         // control thread only
   uint64_t ui_dropped_ = 0;    // viewers dropped for reading too slowly
   uint64_t ui_snapshots_ = 0;  // snapshots sent
+  // The part of a snapshot every viewer shares (the rules and the /metrics text), made at most
+  // once per kUiShareFor however many viewers stream.
+  std::string ui_shared_;
+  std::chrono::steady_clock::time_point ui_shared_at_{};
+  static constexpr std::chrono::milliseconds kUiShareFor{250};
 
   RuleStore& store_;
   MetricsFn metrics_;

@@ -125,6 +125,9 @@ inline const Family kUiViewers{"kvgate_ui_viewers", Type::kGauge,
 inline const Family kUiSnapshots{"kvgate_ui_snapshots_total", Type::kCounter,
     "Dashboard snapshots: sent, or viewer_dropped (a viewer that took none within 5 s).",
     {"outcome"}};
+inline const Family kUiDecisionsDropped{"kvgate_ui_decisions_dropped_total", Type::kCounter,
+    "Routing decisions a worker left out of the dashboard's feed rather than wait for its lock.",
+    {}};
 inline const Family kL4Packets{"kvgate_l4_packets_total", Type::kCounter,
     "Packets the L4 data path forwarded for a mode 0 rule (both directions; refused ones: no "
     "endpoint up), by rule key.", {"rule"}};

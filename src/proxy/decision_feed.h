@@ -1,7 +1,8 @@
 // DecisionFeed: the last routing decisions, for the live dashboard's feed (/ui, the management
 // API's /kvgate/v1/ui/stream). Workers append one record per answered request, and only while
-// a dashboard is open (active(): an atomic read otherwise); the control thread reads what came
-// after its cursor. Bounded: kCapacity records kept, older ones dropped; every string cut to
+// a dashboard is open (active(): an atomic read otherwise), with a try-lock: a worker never
+// waits, a record that meets the lock held is dropped (dropped()). The control thread reads what
+// came after its cursor. Bounded: kCapacity records kept, older ones dropped; every string cut to
 // kMaxField bytes (model names are the client's). The mutex is held for a copy, never for I/O.
 #pragma once
 #include <atomic>
@@ -32,12 +33,17 @@ class DecisionFeed {
   void addViewer() { viewers_.fetch_add(1, std::memory_order_relaxed); }
   void removeViewer() { viewers_.fetch_sub(1, std::memory_order_relaxed); }
   int viewers() const { return viewers_.load(std::memory_order_relaxed); }
+  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
 
   static std::string cut(std::string_view s) {
     return std::string(s.substr(0, kMaxField));
   }
   void push(DecisionRecord r) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
     r.seq = ++seq_;
     ring_.push_back(std::move(r));
     if (ring_.size() > kCapacity) ring_.pop_front();
@@ -59,6 +65,7 @@ class DecisionFeed {
 
  private:
   std::atomic<int> viewers_{0};
+  std::atomic<uint64_t> dropped_{0};  // records a worker dropped rather than wait for the lock
   std::mutex mu_;
   std::deque<DecisionRecord> ring_;
   uint64_t seq_ = 0;

@@ -34,6 +34,7 @@ const wsUrl = await new Promise((resolve, reject) => {
     if (m) { clearTimeout(timer); resolve(m[1]); }
   });
   browser.on('exit', (code) => reject(new Error(`chromium exited with ${code}: ${err.slice(-2000)}`)));
+  browser.on('error', (e) => reject(new Error(`chromium could not start: ${e.message}`)));
 });
 
 const ws = new WebSocket(wsUrl);

@@ -69,7 +69,7 @@ test('the dashboard: its page, its stream, decisions, an engine going down, the 
   assert.equal((await fetch(`${gw.api}/kvgate/v1/ui/stream?interval_ms=5`, { headers: auth })).status, 400);
   const ac = new AbortController();
   t.after(() => ac.abort());
-  const res = await fetch(`${gw.api}/kvgate/v1/ui/stream?interval_ms=200`, { headers: auth, signal: ac.signal });
+  const res = await fetch(`${gw.api}/kvgate/v1/ui/stream?interval_ms=500`, { headers: auth, signal: ac.signal });
   assert.equal(res.status, 200);
   assert.match(res.headers.get('content-type'), /^text\/event-stream/);
   const snaps = [];
@@ -103,6 +103,23 @@ test('the dashboard: its page, its stream, decisions, an engine going down, the 
     assert.ok(labels.includes(d.endpoint), d.endpoint);
   }
   assert.equal(new Set(decisions().map((d) => d.endpoint)).size, 2, 'round-robin over both');
+  // A rule without a name: the snapshot names it as the metrics do (its key), so the page
+  // finds its series.
+  const port2 = await freePort();
+  const r2 = await fetch(`${gw.api}${LB_BASE}`, { method: 'POST', headers: { ...auth, 'content-type': 'application/json' },
+    body: JSON.stringify(rule({ port: port2, workers: [workers[0]] })) });
+  assert.equal(r2.status, 200, await r2.text());
+  const q2 = await fetch(`http://127.0.0.1:${port2}/v1/chat/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'x' }], max_tokens: 2 }) });
+  assert.equal(q2.status, 200);
+  assert.ok(await waitFor(() => {
+    const s = snaps.at(-1);
+    const unnamed = s.rules.find((x) => !x.serviceArguments.name);
+    return unnamed && parseMetrics(s.metrics).some((m) => m.name === 'kvgate_requests_total' && m.labels.rule === unnamed.label);
+  }, 5000), 'the unnamed rule\'s label is its metrics label');
+  const named = snaps.at(-1).rules.find((x) => x.serviceArguments.name === 'chat');
+  assert.equal(named.label, 'chat');
 
   // An engine killed: the snapshots show it down.
   await simB.stop();
@@ -129,7 +146,7 @@ test('the dashboard: its page, its stream, decisions, an engine going down, the 
   stalled.on('error', () => {});
   await new Promise((resolve) => stalled.once('connect', resolve));
   stalled.pause();  // reads nothing from here on
-  stalled.write(`GET /kvgate/v1/ui/stream?interval_ms=100 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\n\r\n`);
+  stalled.write(`GET /kvgate/v1/ui/stream?interval_ms=500 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${TOKEN}\r\n\r\n`);
   const closed = new Promise((resolve) => stalled.once('close', resolve));
   assert.ok(await waitFor(async () => (await metric('kvgate_ui_snapshots_total', { outcome: 'viewer_dropped' })) === 1, 60000),
     'the stalled viewer is dropped');
@@ -181,14 +198,27 @@ test('the dashboard in headless Chromium', async (t) => {
 
   const driver = spawn(process.execPath, ['--experimental-websocket', path.join(import.meta.dirname, 'cdp_driver.mjs')],
     { stdio: ['pipe', 'pipe', 'inherit'] });
-  t.after(() => driver.kill('SIGKILL'));
+  const driverExit = new Promise((resolve) => driver.once('exit', resolve));
+  t.after(async () => {  // (its stdin closed, the driver ends its browser and profile; else killed)
+    driver.stdin.end();
+    const timer = setTimeout(() => driver.kill('SIGKILL'), 10000);
+    await driverExit;
+    clearTimeout(timer);
+  });
   const lines = readline.createInterface({ input: driver.stdout });
   const answers = [];
   let wake = null;
   lines.on('line', (l) => { answers.push(JSON.parse(l)); if (wake) wake(); });
+  let driverGone = false;
+  driverExit.then(() => { driverGone = true; if (wake) wake(); });
   const cmd = async (c) => {
     driver.stdin.write(`${JSON.stringify(c)}\n`);
-    while (!answers.length) await new Promise((res) => { wake = res; });
+    const until = Date.now() + 30000;
+    while (!answers.length) {
+      if (driverGone) throw new Error(`${c.cmd}: the browser driver ended (is Debian's chromium installed? scripts/setup.sh)`);
+      if (Date.now() > until) throw new Error(`${c.cmd}: no answer from the browser driver in 30 s`);
+      await new Promise((res) => { wake = res; setTimeout(res, 1000); });
+    }
     const a = answers.shift();
     if (a.error) throw new Error(`${c.cmd}: ${a.error}`);
     return a;
