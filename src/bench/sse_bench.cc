@@ -14,6 +14,8 @@
 // when no acknowledged stream lost an event).
 #include "bench/sse_bench.h"
 
+#include <openssl/ssl.h>
+
 #include <algorithm>
 #include <boost/asio/ssl.hpp>
 #include <chrono>
@@ -76,26 +78,36 @@ void SseStats::ended(bool done, int status, int64_t stamps) {
     ++statuses[status];
 }
 
+asio::awaitable<error_code> openConnection(const SseOptions& o, int index, tcp::socket& s,
+                                           std::unique_ptr<asio::ssl::stream<tcp::socket&>>& tls,
+                                           int64_t& setup_from, std::string_view alpn) {
+  asio::steady_timer t(s.get_executor());
+  t.expires_after(
+      std::chrono::microseconds(int64_t{o.ramp_ms} * 1000 * index / std::max(1, o.streams)));
+  error_code ec;
+  co_await t.async_wait(useEc(ec));
+  setup_from = nowUs();
+  co_await s.async_connect(tcp::endpoint(asio::ip::make_address(o.host), o.port), useEc(ec));
+  if (!ec && o.tls) {
+    tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(s, *o.tls);
+    if (!alpn.empty())
+      SSL_set_alpn_protos(tls->native_handle(), reinterpret_cast<const unsigned char*>(alpn.data()),
+                          static_cast<unsigned int>(alpn.size()));
+    co_await tls->async_handshake(asio::ssl::stream_base::client, useEc(ec));
+  }
+  co_return ec;
+}
+
 namespace {
 
 using Options = SseOptions;
 using Stats = SseStats;
 
 asio::awaitable<void> oneStream(const Options& o, int index, Stats& st) {
-  auto ex = co_await asio::this_coro::executor;
-  asio::steady_timer t(ex);
-  t.expires_after(
-      std::chrono::microseconds(int64_t{o.ramp_ms} * 1000 * index / std::max(1, o.streams)));
-  error_code ec;
-  co_await t.async_wait(useEc(ec));
-  tcp::socket s(ex);
-  const int64_t setup_from = nowUs();
-  co_await s.async_connect(tcp::endpoint(asio::ip::make_address(o.host), o.port), useEc(ec));
+  tcp::socket s(co_await asio::this_coro::executor);
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;
-  if (!ec && o.tls) {
-    tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(s, *o.tls);
-    co_await tls->async_handshake(asio::ssl::stream_base::client, useEc(ec));
-  }
+  int64_t setup_from = 0;
+  error_code ec = co_await openConnection(o, index, s, tls, setup_from);
   if (ec) {
     ++st.errors;
     ++st.connect_failed;

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "http/asio.h"
@@ -45,6 +46,13 @@ int64_t nowUs();  // the wall clock the simulator stamps events with, in microse
 // Records the delay of every event stamped "kvgate_sent_us" in `buf` (read at `now`) and drops
 // what was scanned (a stamp split across reads is kept); returns the events found.
 int64_t scanStamps(std::string& buf, int64_t now, SseStats& st);
+
+// Waits for stream `index`'s place in the ramp, then connects to the target (with --tls also the
+// handshake, offering `alpn` in ALPN's wire format when given); `setup_from`: when the connect
+// began.
+asio::awaitable<error_code> openConnection(const SseOptions& o, int index, tcp::socket& s,
+                                           std::unique_ptr<asio::ssl::stream<tcp::socket&>>& tls,
+                                           int64_t& setup_from, std::string_view alpn = {});
 
 // --h2: the streams of connection `conn` (streams [first, first + count)) over one HTTP/2
 // connection (h2c, or h2 by ALPN with --tls).

@@ -4,13 +4,13 @@
 // are (sse_bench.h). A connection starts at its first stream's place in the ramp and opens all
 // its streams at once.
 #include <nghttp2/nghttp2.h>
-#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <charconv>
 #include <unordered_map>
 
 #include "bench/sse_bench.h"
+#include "proxy/h2/frames.h"
 
 namespace kvgate::bench {
 namespace {
@@ -83,31 +83,13 @@ ssize_t readBody(nghttp2_session* session, int32_t id, uint8_t* out, size_t len,
   return static_cast<ssize_t>(n);
 }
 
-nghttp2_nv field(std::string_view n, std::string_view v) {
-  return {reinterpret_cast<uint8_t*>(const_cast<char*>(n.data())),
-          reinterpret_cast<uint8_t*>(const_cast<char*>(v.data())), n.size(), v.size(),
-          NGHTTP2_NV_FLAG_NONE};
-}
-
 }  // namespace
 
 asio::awaitable<void> h2Connection(const SseOptions& o, int first, int count, SseStats& st) {
-  auto ex = co_await asio::this_coro::executor;
-  asio::steady_timer t(ex);
-  t.expires_after(
-      std::chrono::microseconds(int64_t{o.ramp_ms} * 1000 * first / std::max(1, o.streams)));
-  error_code ec;
-  co_await t.async_wait(useEc(ec));
-  tcp::socket sock(ex);
-  const int64_t setup_from = nowUs();
-  co_await sock.async_connect(tcp::endpoint(asio::ip::make_address(o.host), o.port), useEc(ec));
+  tcp::socket sock(co_await asio::this_coro::executor);
   std::unique_ptr<asio::ssl::stream<tcp::socket&>> tls;
-  if (!ec && o.tls) {
-    tls = std::make_unique<asio::ssl::stream<tcp::socket&>>(sock, *o.tls);
-    static const unsigned char kH2[] = "\x02h2";
-    SSL_set_alpn_protos(tls->native_handle(), kH2, sizeof kH2 - 1);
-    co_await tls->async_handshake(asio::ssl::stream_base::client, useEc(ec));
-  }
+  int64_t setup_from = 0;
+  error_code ec = co_await openConnection(o, first, sock, tls, setup_from, "\x02h2");
   if (ec) {
     st.errors += count;
     st.connect_failed += count;
@@ -140,10 +122,12 @@ asio::awaitable<void> h2Connection(const SseOptions& o, int first, int count, Ss
     s.body = "{\"model\":\"" + o.model + "\",\"prompt\":\"stream " + std::to_string(i) +
              "\",\"max_tokens\":" + std::to_string(o.events) + ",\"stream\":true}";
     const std::string len = std::to_string(s.body.size());
-    const nghttp2_nv nva[] = {field(":method", "POST"), field(":scheme", tls ? "https" : "http"),
-                              field(":authority", authority), field(":path", "/v1/completions"),
-                              field("content-type", "application/json"),
-                              field("content-length", len)};
+    const nghttp2_nv nva[] = {proxy::h2::nv(":method", "POST"),
+                              proxy::h2::nv(":scheme", tls ? "https" : "http"),
+                              proxy::h2::nv(":authority", authority),
+                              proxy::h2::nv(":path", "/v1/completions"),
+                              proxy::h2::nv("content-type", "application/json"),
+                              proxy::h2::nv("content-length", len)};
     nghttp2_data_provider dp{};
     dp.read_callback = readBody;
     const int32_t id = nghttp2_submit_request(raw, nullptr, nva, std::size(nva), &dp, nullptr);

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "../../tests/support/json_typed.h"
 #include "routing/prefix_key.h"
 
 namespace kvgate::proxy {
@@ -463,26 +464,6 @@ TEST(Facts, ChatInputBound) {
   EXPECT_EQ(c.add_special_tokens, std::optional<bool>(false));
 }
 
-// Same value, member order and number types (dump and == do not tell a signed integer from an
-// unsigned one).
-bool sameTyped(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b) {
-  if (a.type() != b.type() || a.size() != b.size()) return false;
-  if (a.is_object()) {
-    auto ib = b.items().begin();
-    for (const auto& [k, v] : a.items()) {
-      if (ib.key() != k || !sameTyped(v, ib.value())) return false;
-      ++ib;
-    }
-    return true;
-  }
-  if (a.is_array()) {
-    for (size_t i = 0; i < a.size(); ++i)
-      if (!sameTyped(a[i], b[i])) return false;
-    return true;
-  }
-  return a == b;
-}
-
 // The chat input is the DOM nlohmann's own parser gives for those members (the reference), over
 // random chat bodies.
 TEST(Facts, ChatInputEqualsNlohmannsParse) {
@@ -542,7 +523,7 @@ TEST(Facts, ChatInputEqualsNlohmannsParse) {
     ASSERT_EQ(parse(body, f, needs), FactsStatus::kOk) << body;
     ASSERT_TRUE(f.chat) << body;
     EXPECT_EQ(f.chat->dump(), want.dump()) << body;
-    EXPECT_TRUE(sameTyped(*f.chat, want)) << body;
+    EXPECT_TRUE(testing::sameTyped(*f.chat, want)) << body;
   }
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "../../tests/support/json_typed.h"
+
 namespace kvgate::tok {
 namespace {
 
@@ -19,25 +21,7 @@ std::string padded(std::string_view s) {
   return out;
 }
 
-// Same value, same member order (dump) and the same types all the way down (dump and == do
-// not tell a signed from an unsigned integer).
-bool sameTyped(const J& a, const J& b) {
-  if (a.type() != b.type() || a.size() != b.size()) return false;
-  if (a.is_object()) {
-    auto ia = a.items().begin();
-    for (const auto& [k, v] : b.items()) {
-      if (ia.key() != k || !sameTyped(ia.value(), v)) return false;
-      ++ia;
-    }
-    return true;
-  }
-  if (a.is_array()) {
-    for (size_t i = 0; i < a.size(); ++i)
-      if (!sameTyped(a[i], b[i])) return false;
-    return true;
-  }
-  return a == b;
-}
+using testing::sameTyped;
 
 // The reference is nlohmann's own parser: the DOM must be the same value, with the same member
 // order and the same number types.

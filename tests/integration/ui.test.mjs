@@ -34,7 +34,8 @@ async function collect(res, out) {
   } catch { /* aborted */ }
 }
 
-test('the dashboard: its page, its stream, decisions, an engine going down, the bounds', async (t) => {
+// Two simulated engines and a gateway with the API token and fast probes; all stop with `t`.
+async function dashboardFleet(t) {
   const tmp = tempDir();
   t.after(() => tmp.remove());
   const tokens = path.join(tmp.dir, 'tokens');
@@ -46,6 +47,11 @@ test('the dashboard: its page, its stream, decisions, an engine going down, the 
   const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'),
     extra: ['--api-token-file', tokens, '--probe-interval-ms', '200', '--probe-timeout-ms', '1000'] });
   t.after(() => gw.stop());
+  return { simA, simB, gw };
+}
+
+test('the dashboard: its page, its stream, decisions, an engine going down, the bounds', async (t) => {
+  const { simA, simB, gw } = await dashboardFleet(t);
   const auth = { authorization: `Bearer ${TOKEN}` };
   const port = await freePort();
   const workers = [simA.workers[0], simB.workers[0]];
@@ -166,17 +172,7 @@ test('the dashboard: its page, its stream, decisions, an engine going down, the 
 // cdp_driver.mjs): it loads with no console error, shows the fleet's endpoints, follows traffic
 // and an engine's death. KVGATE_UI_SHOT=FILE keeps a screenshot (docs/img/dashboard.png).
 test('the dashboard in headless Chromium', async (t) => {
-  const tmp = tempDir();
-  t.after(() => tmp.remove());
-  const tokens = path.join(tmp.dir, 'tokens');
-  fs.writeFileSync(tokens, `${TOKEN}\n`, { mode: 0o600 });
-  const simA = await startSim(['--port', '0']);
-  t.after(() => simA.stop());
-  const simB = await startSim(['--port', '0']);
-  t.after(() => simB.stop());
-  const gw = await startGateway({ stateDir: path.join(tmp.dir, 's'),
-    extra: ['--api-token-file', tokens, '--probe-interval-ms', '200', '--probe-timeout-ms', '1000'] });
-  t.after(() => gw.stop());
+  const { simA, simB, gw } = await dashboardFleet(t);
   const auth = { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' };
   const port = await freePort();
   const workers = [simA.workers[0], simB.workers[0]];

@@ -5,12 +5,22 @@
 #include <nghttp2/nghttp2.h>
 
 #include <string>
+#include <string_view>
 
 #include "common/log.h"
 #include "http/asio.h"
 #include "http/fd_tls.h"
 
 namespace kvgate::proxy::h2 {
+
+// A header field for libnghttp2 (which copies it when the frame is submitted; `flags`:
+// NGHTTP2_NV_FLAG_NO_INDEX keeps a secret out of the peer's HPACK table).
+inline nghttp2_nv nv(std::string_view name, std::string_view value,
+                     uint8_t flags = NGHTTP2_NV_FLAG_NONE) {
+  return {reinterpret_cast<uint8_t*>(const_cast<char*>(name.data())),
+          reinterpret_cast<uint8_t*>(const_cast<char*>(value.data())), name.size(), value.size(),
+          flags};
+}
 
 // Frames into `out` (cleared first) until `limit` bytes or nothing more. False: libnghttp2 failed
 // (logged at debug with `who`); the caller closes the connection.

@@ -77,11 +77,7 @@ bool H2Conn::Stream::submitHead() {
   const std::string code = std::to_string(status);
   std::vector<nghttp2_nv> nva;
   nva.reserve(fields.size() + 1);
-  auto nv = [](std::string_view n, std::string_view v) {
-    return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(n.data())),
-                      reinterpret_cast<uint8_t*>(const_cast<char*>(v.data())), n.size(), v.size(),
-                      NGHTTP2_NV_FLAG_NONE};
-  };
+  using h2::nv;
   nva.push_back(nv(":status", code));
   for (const auto& f : fields) nva.push_back(nv(f.name, f.value));
   const bool no_body = head.method() == "HEAD" || status == 204 || status == 304;

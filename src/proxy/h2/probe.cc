@@ -9,6 +9,8 @@
 #include <memory>
 #include <string_view>
 
+#include "proxy/h2/frames.h"
+
 namespace kvgate::proxy::h2 {
 namespace {
 
@@ -48,12 +50,6 @@ int onStreamClose(nghttp2_session*, int32_t id, uint32_t, void* user) {
   return 0;
 }
 
-nghttp2_nv field(std::string_view n, std::string_view v) {
-  return {reinterpret_cast<uint8_t*>(const_cast<char*>(n.data())),
-          reinterpret_cast<uint8_t*>(const_cast<char*>(v.data())), n.size(), v.size(),
-          NGHTTP2_NV_FLAG_NONE};
-}
-
 }  // namespace
 
 asio::awaitable<ProbeAnswer> probeStatus(http::SocketOrTls& conn, const std::string& method,
@@ -74,9 +70,9 @@ asio::awaitable<ProbeAnswer> probeStatus(http::SocketOrTls& conn, const std::str
                                                                           nghttp2_session_del);
   const nghttp2_settings_entry no_push[] = {{NGHTTP2_SETTINGS_ENABLE_PUSH, 0}};
   nghttp2_submit_settings(raw, NGHTTP2_FLAG_NONE, no_push, std::size(no_push));
-  const nghttp2_nv nva[] = {field(":method", method), field(":scheme", tls ? "https" : "http"),
-                            field(":authority", authority), field(":path", path),
-                            field("user-agent", "kvgate-probe")};
+  const nghttp2_nv nva[] = {nv(":method", method), nv(":scheme", tls ? "https" : "http"),
+                            nv(":authority", authority), nv(":path", path),
+                            nv("user-agent", "kvgate-probe")};
   if (nghttp2_submit_request(raw, nullptr, nva, std::size(nva), nullptr, nullptr) < 0)
     co_return answer;
   std::string out;

@@ -124,11 +124,8 @@ std::shared_ptr<UpstreamStream> UpstreamSession::open(std::string_view head, std
   std::vector<nghttp2_nv> nva;
   nva.reserve(fields.size());
   for (const auto& f : fields)
-    nva.push_back({reinterpret_cast<uint8_t*>(const_cast<char*>(f.name.data())),
-                   reinterpret_cast<uint8_t*>(const_cast<char*>(f.value.data())), f.name.size(),
-                   f.value.size(),
-                   static_cast<uint8_t>(sensitiveField(f.name) ? NGHTTP2_NV_FLAG_NO_INDEX
-                                                               : NGHTTP2_NV_FLAG_NONE)});
+    nva.push_back(nv(f.name, f.value,
+                     sensitiveField(f.name) ? NGHTTP2_NV_FLAG_NO_INDEX : NGHTTP2_NV_FLAG_NONE));
   nghttp2_data_provider prd;
   prd.source.ptr = s.get();
   prd.read_callback = &UpstreamSession::readBody;
