@@ -317,6 +317,8 @@ asio::awaitable<void> Api::uiStream(http::Request& req, http::ResponseWriter& w)
     ~Viewer() {
       --api.ui_viewers_;
       if (api.feed_) api.feed_->removeViewer();
+      // (the last viewer gone: the shared snapshot, a whole /metrics text, is not kept)
+      if (api.ui_viewers_ == 0) std::string().swap(api.ui_shared_);
     }
   } viewer(*this);
   // ?interval_ms=: the time between snapshots (500 .. 10000; default 1000).
