@@ -108,6 +108,9 @@ void UpstreamPool::put(endpoints::EndpointId id, UpstreamConn conn) {
 }
 
 void UpstreamPool::sweep(std::chrono::steady_clock::time_point now) {
+  // (what an endpoint spoke, once it no longer steers anything: also an entry a connect made
+  // after its endpoint was dropped)
+  std::erase_if(http1_until_, [now](const auto& e) { return now >= e.second; });
   for (auto it = idle_.begin(); it != idle_.end();) {
     auto& v = it->second;
     size_t keep = 0;
