@@ -48,6 +48,12 @@
 //   oracle-<law>                the same with another law (oracle-ttft: the ttft law, queued
 //                               prefill counted from this harness's own requests until their
 //                               first byte); the law's LOXILB_KV_* tuning as the gateway reads it
+//   hold, hold-sjf, hold-free   an experiment (issue 29: what would late binding at the gateway
+//                               buy near saturation?): requests wait in this harness's queue and
+//                               are bound to a worker only when it has room, decided here and
+//                               sent direct (no gateway); the algorithm and its knobs in
+//                               hold_queue.h (hold-free: the same binding, never held)
+//   direct-rr                   round-robin decided here, sent direct (the gateway's own effect)
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -72,6 +78,7 @@
 #include <vector>
 
 #include "bench/fleet/child.h"
+#include "bench/fleet/hold_queue.h"
 #include "bench/fleet/stats.h"
 #include "bench/fleet/stream_client.h"
 #include "bench/fleet/workload.h"
@@ -104,7 +111,8 @@ Load:
                       chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, kv-taper,
                       kv-ttft, kv-predict (each also as kv-LAW-lc: least connections behind it, and
                       kv-LAW-lcl: lc_light behind it), oracle
-                      (hard law), oracle-ttft, oracle-predict (that law), and
+                      (hard law), oracle-ttft, oracle-predict (that law), hold, hold-sjf,
+                      hold-free, direct-rr (decided here, sent direct: hold_queue.h), and
                       re-implementations of peers: sglang, sglang-cli, smg, lmetric, dynamo, dynamo-v1, llm-d
                       (the older weighted profile), llm-d-sticky (llm-d's current default);
                       profile-llm-d, profile-llm-d-sticky, profile-predict (built-in scoring
@@ -166,6 +174,7 @@ struct Arm {
   std::string selector;  // the rule's `selector` field (stages without a sel number)
   bool oracle = false;   // decided here from the simulator's true cache state, sent direct
   routing::LawMode oracle_law = routing::LawMode::kHard;  // the oracle's law
+  int hold = 0;  // 1: the hold experiment in arrival order, 2: fewest uncached tokens first
 };
 
 std::optional<Arm> armOf(const std::string& name) {
@@ -175,6 +184,16 @@ std::optional<Arm> armOf(const std::string& name) {
   if (name == "random" || name == "sglang" || name == "sglang-cli" || name == "smg")
     return Arm{name, 0, "", name, false};
   if (name == "oracle") return Arm{name, 0, "", "", true};
+  if (name == "direct-rr") {  // round-robin decided here, sent direct: the gateway's own cost
+    Arm a{name, 0, "", "", true};
+    a.hold = 3;
+    return a;
+  }
+  if (name == "hold" || name == "hold-sjf" || name == "hold-free") {
+    Arm a{name, 0, "", "", true};
+    a.hold = name == "hold" ? 1 : name == "hold-sjf" ? 2 : 4;
+    return a;
+  }
   if (name.rfind("oracle-", 0) == 0) {
     const auto law = routing::parseLawMode(name.substr(7));
     if (!law || routing::isPeerLaw(*law)) return std::nullopt;
@@ -512,38 +531,6 @@ Totals fleetTotals(const Run& r) {
   return t;
 }
 
-// What the oracle itself sent where in the last 2 s (the gateway's speculative-insert TTL): a
-// request it routed is not yet in any engine's queue while it crosses the loopback, so its
-// siblings must still see it. Per worker, 16-token block chains of the prompts it routed there.
-struct OracleMemory {
-  explicit OracleMemory(size_t workers) : credit(workers) {}
-  std::vector<std::unordered_map<uint64_t, std::chrono::steady_clock::time_point>> credit;
-  static std::vector<uint64_t> chain(const std::vector<uint32_t>& t, size_t bs) {
-    std::vector<uint64_t> c;
-    uint64_t parent = 0x6f7261636c65ULL;  // "oracle"
-    for (size_t b = 0; bs > 0 && b + bs <= t.size(); b += bs) {
-      parent = XXH3_64bits_withSeed(t.data() + b, bs * sizeof(uint32_t), parent);
-      c.push_back(parent);
-    }
-    return c;
-  }
-  uint32_t leading(size_t w, const std::vector<uint64_t>& c,
-                   std::chrono::steady_clock::time_point now) const {
-    uint32_t n = 0;
-    while (n < c.size()) {
-      auto it = credit[w].find(c[n]);
-      if (it == credit[w].end() || it->second < now) break;
-      ++n;
-    }
-    return n;
-  }
-  void remember(size_t w, const std::vector<uint64_t>& c,
-                std::chrono::steady_clock::time_point now) {
-    if (credit[w].size() > (1u << 20)) credit[w].clear();  // bounded
-    for (uint64_t k : c) credit[w][k] = now + std::chrono::seconds(2);
-  }
-};
-
 // The oracle's decision, mirroring a kvExactMode 3 rule whose fallback is round-robin: the same
 // selection law (hard, spill relief) fed with the true state at decision time (POST
 // /sim/cache_state: no event lag, no loss): per worker the leading blocks its cache holds, or a
@@ -660,6 +647,24 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   }
   OracleTally tally;
   OracleMemory memory(r.workers.size());
+  HoldQueue hold(r.workers.size(), r.o.block_size,
+                 arm.hold == 2 ? HoldQueue::Order::kFewestUncached : HoldQueue::Order::kArrival,
+                 arm.hold == 4 ? UINT64_MAX : HoldQueue::capFromEnv(), HoldQueue::spillFromEnv());
+  size_t done = 0;
+  if (arm.hold) {  // spill deadlines pass without an event: look at the queue every 5 ms
+    asio::co_spawn(
+        io,
+        [&]() -> asio::awaitable<void> {
+          asio::steady_timer tick(co_await asio::this_coro::executor);
+          while (done < n) {
+            tick.expires_after(std::chrono::milliseconds(5));
+            error_code ec;
+            co_await tick.async_wait(useEc(ec));
+            hold.pump(std::chrono::steady_clock::now());
+          }
+        },
+        asio::detached);
+  }
   std::vector<StreamResult> results(n);
   const auto t0 = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point t_end = t0;  // the last measured completion
@@ -675,6 +680,29 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
           const auto scheduled = t0 + std::chrono::microseconds(static_cast<int64_t>(at[i] * 1000));
           if (!arm.oracle) {
             results[i] = co_await client.post("/v1/completions", bodies[i], timeout, scheduled);
+          } else if (arm.hold == 3) {
+            const size_t w = tally.cursor++ % direct.size();
+            results[i] = co_await direct[w]->post("/v1/completions", bodies[i], timeout, scheduled);
+          } else if (arm.hold) {
+            HoldQueue::Item item;
+            item.chain = OracleMemory::chain(r.w.prompts[order[i]].tokens, r.o.block_size);
+            asio::steady_timer wake(co_await asio::this_coro::executor);
+            wake.expires_at(std::chrono::steady_clock::time_point::max());
+            item.on_bound = [&wake] { wake.cancel(); };
+            hold.add(item, std::chrono::steady_clock::now());
+            while (item.worker == SIZE_MAX) co_await wake.async_wait(useEc(ec));
+            const size_t w = item.worker;
+            const uint32_t uncached = item.uncached;
+            bool queued = true;
+            const std::function<void()> first = [&hold, &queued, w, uncached] {
+              if (queued) {
+                queued = false;
+                hold.started(w, uncached, std::chrono::steady_clock::now());
+              }
+            };
+            results[i] =
+                co_await direct[w]->post("/v1/completions", bodies[i], timeout, scheduled, &first);
+            first();
           } else {
             uint32_t uncached = 0;
             const size_t w = co_await oraclePick(r, arm.oracle_law, *state, bodies[i],
@@ -693,6 +721,7 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
             --inflight[w];
           }
           if (i >= warm) t_end = std::max(t_end, std::chrono::steady_clock::now());
+          ++done;
         },
         asio::detached);
   }
@@ -790,6 +819,13 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
     s["oracle_spills"] = tally.spills;
     s["oracle_cold"] = tally.cold;
     s["oracle_cold_seeds"] = tally.seeds;
+    if (arm.hold == 1 || arm.hold == 2 || arm.hold == 4) {
+      s["hold_cap_tokens"] = hold.capTokens();
+      s["hold_spill_ms"] = hold.spill().count();
+      s["hold_waited"] = hold.counts().waited;  // bound more than 1 ms after arrival
+      s["hold_spills"] = hold.counts().spills;
+      s["hold_cold"] = hold.counts().cold;
+    }
   }
   if (!error_kinds.empty()) s["error_kinds"] = error_kinds;
   return s;

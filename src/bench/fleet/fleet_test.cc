@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "bench/fleet/hold_queue.h"
 #include "bench/fleet/stats.h"
 #include "bench/fleet/stream_client.h"
 #include "bench/fleet/workload.h"
@@ -289,6 +290,113 @@ TEST(FleetClient, SseTokenEventsAreCountedAcrossReads) {
   ASSERT_TRUE(
       s.feed("data: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\n\ndata: [DONE]\n\n", on));
   EXPECT_EQ(tokens, 2);
+}
+
+}  // namespace
+}  // namespace kvgate::bench::fleet
+
+namespace kvgate::bench::fleet {
+namespace {
+
+// A prompt of `blocks` 16-token blocks: the first `shared` blocks from family `f`, the rest
+// unique to `u`.
+std::vector<uint32_t> holdPrompt(uint32_t f, uint32_t u, size_t shared, size_t blocks) {
+  std::vector<uint32_t> t;
+  for (size_t i = 0; i < blocks * 16; ++i)
+    t.push_back(i < shared * 16 ? f * 100000 + static_cast<uint32_t>(i)
+                                : u * 100000 + 50000 + static_cast<uint32_t>(i));
+  return t;
+}
+
+TEST(FleetHoldQueue, BindsToHolderWhenItHasRoomElseWaitsThenSpills) {
+  using C = HoldQueue::Clock;
+  const C::time_point t0{};
+  // Two workers; room while the queued prefill is under 64 tokens (4 blocks).
+  HoldQueue q(2, 16, HoldQueue::Order::kArrival, 64, std::chrono::milliseconds(200));
+  int bound_calls = 0;
+  auto item = [&](uint32_t f, uint32_t u, size_t shared, size_t blocks) {
+    HoldQueue::Item it;
+    it.chain = OracleMemory::chain(holdPrompt(f, u, shared, blocks), 16);
+    it.on_bound = [&bound_calls] { ++bound_calls; };
+    return it;
+  };
+  // A: 3 blocks nobody holds -> the least queued worker (0, the first of two empty ones).
+  HoldQueue::Item a = item(1, 1, 2, 3);
+  q.add(a, t0);
+  ASSERT_EQ(a.worker, 0u);
+  EXPECT_EQ(a.uncached, 3u);
+  EXPECT_EQ(q.queued(0), 3u);
+  // B shares A's 2 leading blocks (+1 own): held by worker 0, which has room (3 x 16 = 48 < 64):
+  // bound there, prefilling 1 block. Worker 0 queues 4 blocks = 64 tokens: full now.
+  HoldQueue::Item b = item(1, 2, 2, 3);
+  q.add(b, t0);
+  ASSERT_EQ(b.worker, 0u);
+  EXPECT_EQ(b.uncached, 1u);
+  EXPECT_EQ(q.queued(0), 4u);
+  // C shares them too, but worker 0 has no room: it waits (worker 1 holds nothing of it).
+  HoldQueue::Item c = item(1, 3, 2, 3);
+  q.add(c, t0);
+  EXPECT_EQ(c.worker, SIZE_MAX);
+  EXPECT_EQ(q.waiting(), 1u);
+  // D: nobody holds it -> worker 1 at once (skipping C, which must wait).
+  HoldQueue::Item d = item(9, 9, 0, 2);
+  q.add(d, t0 + std::chrono::milliseconds(10));
+  EXPECT_EQ(d.worker, 1u);
+  EXPECT_EQ(c.worker, SIZE_MAX);
+  // 199 ms later C still waits for its holder; at 200 ms it spills to worker 1 (room: 2 blocks
+  // queued), prefilling all 3 blocks.
+  q.pump(t0 + std::chrono::milliseconds(199));
+  EXPECT_EQ(c.worker, SIZE_MAX);
+  q.pump(t0 + std::chrono::milliseconds(200));
+  ASSERT_EQ(c.worker, 1u);
+  EXPECT_EQ(c.uncached, 3u);
+  EXPECT_EQ(q.queued(1), 5u);
+  EXPECT_EQ(q.waiting(), 0u);
+  EXPECT_EQ(bound_calls, 4);
+  EXPECT_EQ(q.counts().spills, 1u);
+  EXPECT_EQ(q.counts().cold, 2u);  // A and D
+  EXPECT_EQ(q.counts().waited, 1u);
+  // A starts (first byte): worker 0 queues 1 block again.
+  q.started(0, a.uncached, t0 + std::chrono::milliseconds(300));
+  EXPECT_EQ(q.queued(0), 1u);
+}
+
+TEST(FleetHoldQueue, FewestUncachedFirstServesTheShortPrefillBeforeTheLongOne) {
+  using C = HoldQueue::Clock;
+  const C::time_point t0{};
+  // One worker, room under 32 tokens (2 blocks).
+  HoldQueue q(1, 16, HoldQueue::Order::kFewestUncached, 32, std::chrono::hours(1));
+  HoldQueue::Item first, big, small;
+  first.chain = OracleMemory::chain(holdPrompt(1, 1, 3, 3), 16);
+  q.add(first, t0);  // 3 uncached blocks: bound (0 < 32), the worker is full
+  ASSERT_EQ(first.worker, 0u);
+  big.chain = OracleMemory::chain(holdPrompt(2, 2, 0, 5), 16);  // 5 blocks nobody holds
+  q.add(big, t0 + std::chrono::milliseconds(1));
+  small.chain = OracleMemory::chain(holdPrompt(1, 3, 3, 4), 16);  // 1 block beyond `first`'s 3
+  q.add(small, t0 + std::chrono::milliseconds(2));
+  EXPECT_EQ(q.waiting(), 2u);
+  // `first` starts: room for one more; the small one (1 uncached block) goes before the big one
+  // (5), though it came later.
+  q.started(0, first.uncached, t0 + std::chrono::milliseconds(3));
+  EXPECT_EQ(small.worker, 0u);
+  EXPECT_EQ(small.uncached, 1u);
+  EXPECT_EQ(big.worker, 0u);  // 1 block queued (16 < 32): room for the big one as well
+  EXPECT_EQ(q.queued(0), 6u);
+  // In arrival order the big one would have been bound first: same fleet, kArrival.
+  HoldQueue a(1, 16, HoldQueue::Order::kArrival, 32, std::chrono::hours(1));
+  HoldQueue::Item f2, big2, small2;
+  f2.chain = first.chain;
+  big2.chain = big.chain;
+  small2.chain = small.chain;
+  std::vector<int> order;
+  big2.on_bound = [&order] { order.push_back(2); };
+  small2.on_bound = [&order] { order.push_back(1); };
+  a.add(f2, t0);
+  a.add(big2, t0);
+  a.add(small2, t0);
+  a.started(0, f2.uncached, t0);
+  EXPECT_EQ(order, (std::vector<int>{2}));  // the big one (5 blocks = 80 tokens) fills it
+  EXPECT_EQ(small2.worker, SIZE_MAX);
 }
 
 }  // namespace
