@@ -278,11 +278,17 @@ uint64_t KvIndex::scoreWithOverlay(const uint64_t* chain, size_t n, uint64_t can
     const int w = std::countr_zero(m);
     size_t k = overlap[static_cast<size_t>(w)];
     while (k < n) {
-      if (!((t->lookup(chain[k]) >> w) & 1)) {  // confirmed blocks are not speculative hits
-        if (!overlay.credited(chain[k], w, now_ns)) break;
-        ++via_overlay;
+      if ((t->lookup(chain[k]) >> w) & 1) {  // confirmed blocks are not speculative hits
+        ++k;
+        continue;
       }
-      ++k;
+      // A credit covers its whole prefix (a chain's hash commits to every block before it), so
+      // a lost credit is skipped when one of the next kOverlayLookahead blocks is credited.
+      size_t j = k;
+      while (j < n && j - k <= kOverlayLookahead && !overlay.credited(chain[j], w, now_ns)) ++j;
+      if (j == n || j - k > kOverlayLookahead) break;
+      via_overlay += j + 1 - k;
+      k = j + 1;
     }
     overlap[static_cast<size_t>(w)] = static_cast<uint32_t>(k);
   }

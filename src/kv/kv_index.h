@@ -79,8 +79,15 @@ class KvIndex {
   size_t score(const uint64_t* chain, size_t n, uint64_t candidates,
                std::array<uint32_t, kMaxWorkers>& overlap) const;
   // score(), then each candidate's run extended over blocks `overlay` credits to it at `now_ns`
-  // (speculative insert) and blocks the index holds after those. Returns the blocks matched
-  // through the overlay only.
+  // (speculative insert) and blocks the index holds after those. The overlay is lossy (a credit
+  // sharing a slot with a later one is overwritten) and a chain's block hash commits to every
+  // block before it, so a credit at block j stands for blocks up to j: a run goes on over up to
+  // kOverlayLookahead uncredited blocks when a later one within them is credited. (Stopping at
+  // the first lost credit cut GSP's 128-block system prompt short for most siblings within
+  // ~100 ms at 80 requests/s: 3-4 needless spills of a full prompt per 300 requests and a 1.27x
+  // worse TTFT p90 near saturation; docs/benchmarks.md.) Returns the blocks matched through the
+  // overlay only.
+  static constexpr size_t kOverlayLookahead = 16;
   uint64_t scoreWithOverlay(const uint64_t* chain, size_t n, uint64_t candidates,
                             const SpeculativeOverlay& overlay, int64_t now_ns,
                             std::array<uint32_t, kMaxWorkers>& overlap) const;

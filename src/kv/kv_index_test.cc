@@ -155,6 +155,42 @@ TEST(KvIndex, ClearsForgetTheWorkersSpeculativeCredits) {
   EXPECT_FALSE(overlay.credited(chain[2], b, now));
 }
 
+// A credit stands for its whole prefix (chained hashes): a run goes on over credits lost to
+// later ones sharing their slots when a credit within the next kOverlayLookahead blocks
+// survives, and stops at a longer gap. Expected values worked by hand.
+TEST(KvIndex, OverlayRunSkipsLostCreditsWithinTheLookahead) {
+  std::vector<uint64_t> chain(64);  // 64 distinct block fingerprints (the overlay reads no more)
+  for (size_t i = 0; i < chain.size(); ++i) chain[i] = 0x9e3779b97f4a7c15ULL * (i + 1);
+  KvIndex idx;
+  SpeculativeOverlay overlay;
+  idx.attachOverlay(&overlay);
+  const int a = idx.addWorker(), b = idx.addWorker();
+  const int64_t now = 5'000'000'000, later = now + 2'000'000'000;
+  overlay.credit(chain.data(), 10, a, later);     // a was sent blocks 0..9
+  overlay.credit(chain.data() + 3, 2, b, later);  // b's credits overwrite a's on blocks 3 and 4
+  ASSERT_FALSE(overlay.credited(chain[3], a, now));
+  std::array<uint32_t, kMaxWorkers> ov{};
+  const uint64_t both = (1ull << a) | (1ull << b);
+  const uint64_t via = idx.scoreWithOverlay(chain.data(), 64, both, overlay, now, ov);
+  EXPECT_EQ(ov[static_cast<size_t>(a)], 10u);  // 0..2, (3, 4 lost: block 5 is a's), 5..9
+  EXPECT_EQ(ov[static_cast<size_t>(b)], 5u);   // b's credit at 3 stands for 0..3; then 4
+  EXPECT_EQ(via, 15u);
+  // A gap longer than the lookahead ends the run: a holds 0..1 and (after 17 lost) 19.
+  SpeculativeOverlay o2;
+  o2.credit(chain.data(), 2, a, later);
+  o2.credit(chain.data() + 19, 1, a, later);
+  std::array<uint32_t, kMaxWorkers> ov2{};
+  idx.scoreWithOverlay(chain.data(), 64, 1ull << a, o2, now, ov2);
+  EXPECT_EQ(ov2[static_cast<size_t>(a)], 2u);
+  // Within it (16 lost, the 17th block credited): the run reaches it.
+  o2.credit(chain.data() + 18, 1, a, later);
+  idx.scoreWithOverlay(chain.data(), 64, 1ull << a, o2, now, ov2);
+  EXPECT_EQ(ov2[static_cast<size_t>(a)], 20u);
+  // Expired credits count for nothing.
+  idx.scoreWithOverlay(chain.data(), 64, 1ull << a, o2, later, ov2);
+  EXPECT_EQ(ov2[static_cast<size_t>(a)], 0u);
+}
+
 // The inventory lists engine hashes once each, in store order, without removed ones.
 TEST(KvIndex, EngineHashesInStoreOrder) {
   KvIndex idx;
