@@ -7,6 +7,7 @@
 # under callgrind the same way: its whole process's instructions, less those of a start and stop
 # with no traffic, divided by the requests.
 # Usage: bench/proxy_instructions.sh BIN|nginx [BIN|nginx...]
+# A BIN may carry serve flags after '@' signs: build/kvgate@--otlp-endpoint@http://127.0.0.1:1
 # KEEP=DIR keeps each kvgate run's callgrind output there (cgN.out: callgrind_annotate it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,8 +58,9 @@ for BIN in "$@"; do
     echo "| nginx $(nginx -v 2>&1 | sed 's/.*\///') (proxy) | $N | $((INS - base)) | $(((INS - base) / N)) |"
     continue
   fi
-  valgrind --tool=callgrind --callgrind-out-file="$W/cg$i.out" "$BIN" serve --workers 1 \
-    --api-listen 127.0.0.1:0 --state-dir "$W/st$i" >"$W/out$i" 2>"$W/err$i" &
+  IFS='@' read -r -a PARTS <<<"$BIN"
+  valgrind --tool=callgrind --callgrind-out-file="$W/cg$i.out" "${PARTS[0]}" serve --workers 1 \
+    --api-listen 127.0.0.1:0 --state-dir "$W/st$i" "${PARTS[@]:1}" >"$W/out$i" 2>"$W/err$i" &
   vp=$!
   for _ in $(seq 1 120); do grep -q ready "$W/out$i" 2>/dev/null && break; sleep 0.5; done
   API=$(sed -E 's/.*"api":"([^"]+)".*/\1/' "$W/out$i")

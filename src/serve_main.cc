@@ -30,6 +30,7 @@
 #include "proxy/overload.h"
 #include "routing/routing_env.h"
 #include "routing/rule_profile.h"
+#include "telemetry/tracer.h"
 #include "tokenizer/registry.h"
 #include "tokenizer/request_tokenizer.h"
 
@@ -95,6 +96,17 @@ const char* kServeHelp =
     "                             streams finish for up to N ms, then exit (default 30000);\n"
     "                             a second SIGTERM exits at once\n"
     "  --access-log               one structured log line per proxied request\n"
+    "  --otlp-endpoint URL        OpenTelemetry traces: a span per request (gates, routing,\n"
+    "                             each upstream leg) sent as OTLP/HTTP JSON to URL (a bare\n"
+    "                             http://host:port gets /v1/traces); traceparent passed to\n"
+    "                             the engines (default off: no tracing work at all)\n"
+    "  --otlp-sample-ratio R      share of new traces sampled, 0..1 (default 1; a client's\n"
+    "                             traceparent decides for its own trace)\n"
+    "  --otlp-queue-spans N       spans waiting for export at most (default 8192; more are\n"
+    "                             dropped and counted)\n"
+    "  --otlp-batch-spans N       spans per export request (default 512)\n"
+    "  --otlp-interval-ms N       export at least this often (default 1000)\n"
+    "  --otlp-timeout-ms N        one export request's bound (default 5000)\n"
     "  --log-level LEVEL          debug | info | warn | error (default info)\n"
     "  --config FILE              flags from FILE, one per line (`name value`, `name = value`\n"
     "                             or `name`; `#` comments); the command line's win. SIGHUP\n"
@@ -125,6 +137,7 @@ struct ServeFlags {
   std::string models_dir;
   std::vector<std::string> l4_ifaces;  // interfaces of the L4 data path (mode 0 rules)
   std::string log_level = "info";
+  telemetry::TracerOptions otlp;  // otlp.endpoint empty: no tracing
   proxy::ProxyOptions opts;
 };
 
@@ -268,6 +281,24 @@ int parseServeFlags(const std::vector<std::string>& args, ServeFlags& f) {
       ok = parseMs(next(), opts.drain_timeout);
     } else if (a == "--models-dir") {
       models_dir = next();
+    } else if (a == "--otlp-endpoint") {
+      f.otlp.endpoint = next();
+      ok = !f.otlp.endpoint.empty();
+    } else if (a == "--otlp-sample-ratio") {
+      const std::string v = next();
+      char* end = nullptr;
+      f.otlp.sample_ratio = std::strtod(v.c_str(), &end);
+      ok = !v.empty() && end && *end == 0 && f.otlp.sample_ratio >= 0 && f.otlp.sample_ratio <= 1;
+    } else if (a == "--otlp-queue-spans") {
+      ok = net::parseUint(next(), 1'000'000, x) && x >= 1;
+      f.otlp.queue_spans = x;
+    } else if (a == "--otlp-batch-spans") {
+      ok = net::parseUint(next(), 1'000'000, x) && x >= 1;
+      f.otlp.batch_spans = x;
+    } else if (a == "--otlp-interval-ms") {
+      ok = parseMs(next(), f.otlp.interval);
+    } else if (a == "--otlp-timeout-ms") {
+      ok = parseMs(next(), f.otlp.timeout);
     } else if (a == "--access-log") {
       opts.access_log = true;
     } else if (a == "--log-level") {
@@ -546,6 +577,18 @@ int serveMain(int argc, char** argv) {
   }
   // The facts parser converts a chat input up to what the tokenizer renders (twice its bound).
   if (prompt_tokens) opts.chat_max_bytes = 2 * prompt_tokens->textBound();
+  std::shared_ptr<telemetry::Tracer> tracer;
+  if (!flags.otlp.endpoint.empty()) {
+    auto t = telemetry::Tracer::create(flags.otlp);
+    if (!t) {
+      std::fprintf(stderr, "kvgate serve: %s\n", t.error().what.c_str());
+      return 2;
+    }
+    tracer = std::move(*t);
+    tracer->start();
+    opts.tracer = tracer;
+    log::info("serve", "tracing to " + flags.otlp.endpoint);
+  }
   proxy::DataPlane dp(opts);
   dp.setL4(l4.get());
   // (Both before start(): the overload monitor's thread reads the index pointer.)
@@ -709,6 +752,7 @@ int serveMain(int argc, char** argv) {
   api.stopTokenizer();  // before the control loop's frames are destroyed (they point into api)
   kv_plane.stop();
   dp.stop();
+  if (tracer) tracer->stop();  // (what is queued is sent once more)
   log::info("serve", "stopped");
   log::flush();
   return 0;

@@ -120,6 +120,15 @@ inline const Family kUpstreamProtocolChosen{"kvgate_upstream_protocol_learned_to
     "HTTP/2 or HTTP/1.1 (how: alpn, or h2c_answered_http1 for an h2c preface answered in "
     "HTTP/1.1).",
     {"protocol", "how"}};
+inline const Family kOtlpSpans{"kvgate_otlp_spans_total", Type::kCounter,
+    "Trace spans (serve --otlp-endpoint): exported, dropped_queue_full (the export queue was "
+    "full: the collector is slow or down), export_failed (a batch the collector refused or that "
+    "timed out).",
+    {"outcome"}};
+inline const Family kOtlpExports{"kvgate_otlp_exports_total", Type::kCounter,
+    "OTLP/HTTP export requests (batches of spans), by result.", {"result"}};
+inline const Family kOtlpQueue{"kvgate_otlp_queue_spans", Type::kGauge,
+    "Finished spans waiting for the export thread.", {}};
 inline const Family kUiViewers{"kvgate_ui_viewers", Type::kGauge,
     "Live dashboards (/ui) streaming from the management API now.", {}};
 inline const Family kUiSnapshots{"kvgate_ui_snapshots_total", Type::kCounter,

@@ -112,8 +112,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   // The upstream request head for `body` (the client's, or a P/D leg's rewritten one) into
   // `out`; `host_at` is where setUpstreamHost puts a Host header (npos: the client sent one).
   // `identity`: ask for an uncompressed answer (a P/D first leg, which the gateway reads).
+  // `leg_role` names the leg in its trace span ("", "prefill", "decode"; request_trace.h).
   void buildUpstreamHead(const Request& req, const Route& route, std::string_view body,
-                         std::string& out, size_t& host_at, bool identity = false);
+                         std::string& out, size_t& host_at, bool identity = false,
+                         const char* leg_role = "");
   static void setUpstreamHost(std::string& head, size_t host_at, std::string_view label);
   void maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role,
                      bool draining = true) const;
@@ -230,6 +232,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   void countResponse(int status);
   void logAccess();
   void countAiRequest();  // loxilb_ai_requests_total, once per request (metrics/ai_requests.h)
+  void finishTrace();     // a sampled request's spans to the tracer (conn_trace.cc)
   std::string_view aiModelLabel() const;
   // Headers the request's rule adds to every answer (HSTS on TLS rules); "" before routing.
   std::string_view ruleHeaders() const {

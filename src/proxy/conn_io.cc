@@ -276,6 +276,7 @@ void ClientConn::countAiRequest() {
                           ? AiOutcome::kCompleted
                           : AiOutcome::kFailed;
   metrics::aiRequests().count(aiModelLabel(), rq_.outcome.tenant, rq_.outcome.status, o);
+  if (rq_.trace.on) finishTrace();
   if (w_.stats.decisions.active()) {  // a dashboard watches: its live feed of decisions
     const Route* route = rq_.outcome.route;
     DecisionRecord d;

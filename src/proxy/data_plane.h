@@ -34,6 +34,9 @@ class RequestTokenizer;
 namespace kvgate::l4 {
 class L4Plane;
 }
+namespace kvgate::telemetry {
+class Tracer;
+}
 
 namespace kvgate::proxy {
 
@@ -63,6 +66,8 @@ struct ProxyOptions {
   uint64_t heap_budget_bytes = 0;  // its C (the cgroup default only); 0 = none
   bool http2 = true;  // h2c by prior knowledge on plain listeners, h2 by ALPN on TLS ones (h2/)
   uint32_t h2_max_streams = 100;   // SETTINGS_MAX_CONCURRENT_STREAMS per HTTP/2 connection
+  // OpenTelemetry spans (serve --otlp-endpoint; telemetry/tracer.h); null: no tracing at all.
+  std::shared_ptr<telemetry::Tracer> tracer;
 };
 
 class Worker;

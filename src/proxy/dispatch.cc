@@ -17,6 +17,7 @@
 #include "proxy/filters/credentials.h"
 #include "proxy/filters/quota.h"
 #include "proxy/form_model.h"
+#include "telemetry/tracer.h"
 #include "tokenizer/request_tokenizer.h"
 
 namespace kvgate::proxy {
@@ -169,6 +170,7 @@ void ClientConn::takeRequestId(const http::RequestHead& head) {
 asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   const auto& head = req.head;
   takeRequestId(head);
+  if (w_.opts.tracer) rq_.trace.start(head, w_.opts.tracer->sampleRatio(), rq_.started_at);
 
   rq_.cfg = l_->config.load();  // kept until the request is logged (rq_.outcome points into it)
   const auto& cfg = rq_.cfg;
@@ -347,24 +349,34 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     ClientConn& c;
     ~Settle() { settleQuota(c.rq_, c.w_.gov, c.client_gone_, c.nowNs()); }
   } settle{*this};
+  // (a sampled request's gates span covers the filters that ran: request_trace.h)
+  const auto gates_t0 =
+      rq_.trace.on ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   {
     FilterEnv env{req,      rq_,    *route,  bodyModelOr(req, model),
                   metered,  w_.gov, w_.opts, w_.prompt_tokens,
                   w_.stats, nowNs()};
     for (const RequestFilter& f : route->filters) {
       Verdict v;
+      bool ran = true;
       if (f.check) {
         v = f.check(env);
       } else if (f.applies(env)) {  // (no co_await in a condition: GCC 12)
         v = co_await f.check_async(env);
+      } else {
+        ran = false;
       }
+      if (ran && rq_.trace.on) rq_.trace.gateRan(f.name, gates_t0);
       if (!v.ok()) {
         rq_.outcome.denied = true;
+        if (rq_.trace.on) rq_.trace.gates_end = std::chrono::steady_clock::now();
         co_await sendError(v.status, v.code, v.message, v.param, false, v.retry_after_s);
         co_return !client_gone_;
       }
     }
   }
+  if (rq_.trace.on && rq_.trace.gates_start != std::chrono::steady_clock::time_point{})
+    rq_.trace.gates_end = std::chrono::steady_clock::now();
   if (route->rule.inactive_timeout_sec > 0)
     idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
   bool ok;  // (no co_await in a conditional: GCC 12)

@@ -18,7 +18,8 @@
 namespace kvgate::proxy {
 
 void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::string_view body,
-                                   std::string& out, size_t& host_at, bool identity) {
+                                   std::string& out, size_t& host_at, bool identity,
+                                   const char* leg_role) {
   const auto& head = req.head;
   out.clear();  // reused across requests: no allocation once warm (a stream frees it)
   out.append(head.method).append(" ").append(head.target).append(" HTTP/1.1\r\n");
@@ -34,10 +35,12 @@ void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::
         (route.rule.strip_api_key && http::iequals(h.name, "x-api-key")) ||
         (rq_.strip_authorization && http::iequals(h.name, "authorization")) ||
         (identity && http::iequals(h.name, "accept-encoding")) ||
-        (!conn_tokens.empty() && http::headerHasToken(conn_tokens, h.name)))
+        (!conn_tokens.empty() && http::headerHasToken(conn_tokens, h.name)) ||
+        (rq_.trace.on && isTraceHeader(h.name)))  // (a sampled request's legs carry our span)
       continue;
     out.append(h.name).append(": ").append(h.value).append("\r\n");
   }
+  if (rq_.trace.on) out.append(rq_.trace.legHeaders(leg_role, std::chrono::steady_clock::now()));
   out.append("X-Request-Id: ")
       .append(rq_.upstream_id.empty() ? rq_.request_id : rq_.upstream_id)
       .append("\r\n");
@@ -328,6 +331,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     routing::Decision d = co_await decide(route, *pipeline, rctx, cands);
     rq_.cycle.releaseTokens();  // (the chain, if any, is what a retry reuses)
     if (d.index < 0) break;
+    rq_.trace.markRouted(std::chrono::steady_clock::now());
     const size_t idx = static_cast<size_t>(d.index);
     auto& state = *route.endpoints[idx].state;
     bool trial = false;  // a half-open breaker's single trial request

@@ -7,6 +7,7 @@
 #include "proxy/data_plane.h"
 #include "proxy/listener_tls.h"
 #include "proxy/worker.h"
+#include "telemetry/tracer.h"
 
 namespace kvgate::proxy {
 
@@ -406,7 +407,9 @@ std::string DataPlane::renderMetrics() const {
   w.sample(kOverloadShed, {}, static_cast<double>(stats_.overload_shed.load()));
   w.header(kBuildInfo);
   w.sample(kBuildInfo, {{"version", "0.1.0"}}, 1);
-  return w.str();
+  std::string text = w.str();
+  if (opts_.tracer) text += opts_.tracer->metricsText();  // (serve --otlp-endpoint)
+  return text;
 }
 
 }  // namespace kvgate::proxy

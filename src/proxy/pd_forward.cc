@@ -372,7 +372,7 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
     rq_.upstream_id =
         pd::pdRequestId(route.transfer_addr[prefill_idx],
                         route.transfer_addr[static_cast<size_t>(idx)], pd_->id_suffix);
-    buildUpstreamHead(req, route, body, rq_.up_head, rq_.up_host_at);
+    buildUpstreamHead(req, route, body, rq_.up_head, rq_.up_host_at, false, "decode");
     const auto& state = *route.endpoints[static_cast<size_t>(idx)].state;
     rq_.outcome.ep_index = idx;
     rq_.outcome.endpoint = &state.label;
@@ -428,7 +428,7 @@ asio::awaitable<bool> ClientConn::concurrentLegs(const Request& req, const Route
   auto leg = std::make_shared<UpstreamLeg>(w_.io, w_.pool, static_cast<LegObserver&>(*this));
   std::string head;
   size_t host_at = std::string::npos;
-  buildUpstreamHead(req, route, st.first_body, head, host_at);
+  buildUpstreamHead(req, route, st.first_body, head, host_at, false, "prefill");
   setUpstreamHost(head, host_at, route.endpoints[pidx].state->label);
   st.drain = leg.get();
   st.drain_request = request_seq_;
@@ -872,6 +872,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     rq_.outcome.key = routing::decisionKeyName(d.key);
     rq_.outcome.stage = d.stage >= 0 ? route.pipeline->stageName(d.stage).c_str() : "admission";
     rq_.outcome.spilled = d.spilled;
+    rq_.trace.markRouted(std::chrono::steady_clock::now());
     // The legs' id names both transfer addresses and a fresh suffix of our own (the client's id
     // may repeat or carry ':' digits an engine would misparse); the client keeps its id.
     char fresh[32];
@@ -892,10 +893,11 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
       countTier(route, d.stage);
       co_return co_await concurrentLegs(req, route, pidx, plase, rctx, dlease, didx);
     }
-    buildUpstreamHead(req, route, st.first_body, st.head, st.host_at, /*identity=*/true);
+    buildUpstreamHead(req, route, st.first_body, st.head, st.host_at, /*identity=*/true, "prefill");
     setUpstreamHost(st.head, st.host_at, pstate.label);
     prefill_redone = false;  // (a new prefill: its own outcome decides the answer)
     LegAnswer a = co_await firstLeg(req, route, pidx, plase, st.first_body);
+    rq_.trace.legEnded("prefill", std::chrono::steady_clock::now());
     using K = LegAnswer::Kind;
     if (a.kind == K::kConnectFailed) {
       rq_.excluded[pidx] = true;

@@ -177,7 +177,8 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   f.reusable = rh.keep_alive;
   // Quota settlement reads the usage from the payload; a stream asked for usage on the client's
   // behalf is re-framed without it (chunked to HTTP/1.1 clients, until close to HTTP/1.0 ones).
-  const bool scan = rq_.quota.active && !head_request;
+  // A sampled trace reports it too (gen_ai.usage.*).
+  const bool scan = (rq_.quota.active || rq_.trace.on) && !head_request;
   // A Responses API answer: its id is remembered with this endpoint (response_homes.h).
   ResponseHomes* homes = rq_.api == Api::kResponses && rh.status >= 200 && rh.status < 300 &&
                                  !head_request && route.stats->response_homes

@@ -19,6 +19,7 @@
 #include "governance/usage.h"
 #include "http/parser.h"
 #include "http/target.h"
+#include "proxy/request_trace.h"
 #include "proxy/route_table.h"
 #include "proxy/tokenize_local.h"
 #include "routing/cycle_state.h"
@@ -138,6 +139,8 @@ struct RequestCtx {
   // Scratch of an API read in another form (api_facts.h): the converted body and its facts.
   std::string api_body;
   routing::RequestFacts api_facts;
+  // Its OpenTelemetry trace (serve --otlp-endpoint; request_trace.h): off unless sampled.
+  RequestTrace trace;
 
   // A new request's head arrived at `now`: nothing of the previous request is left.
   void begin(std::chrono::steady_clock::time_point now) {
@@ -167,6 +170,7 @@ struct RequestCtx {
     response_id_seen = false;
     tok_check.reset();
     std::string().swap(tok_capture);
+    trace.reset();
   }
   // The request was answered and logged: the snapshot goes, big scratch is freed
   // (`keep_bytes`: capacity kept for the next request).

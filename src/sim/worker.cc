@@ -959,6 +959,12 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
   const std::string& p = req.path;
   const bool get = req.method == "GET";
   const bool post = req.method == "POST";
+  if (post) {
+    if (recent_.size() == kRecent) recent_.pop_front();
+    auto cut = [](std::string v) { return v.size() > 256 ? v.substr(0, 256) : v; };
+    recent_.push_back(
+        {cut(p), cut(rid), cut(req.header("traceparent")), cut(req.header("tracestate"))});
+  }
   if (p == "/v1/chat/completions" || p == "/v1/completions") {
     if (post) {
       co_await handleInference(req, w, p == "/v1/chat/completions" ? Api::kChat : Api::kCompletions,
@@ -1033,6 +1039,11 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
       co_await handleCacheState(req, w);
       co_return;
     }
+  } else if (p == "/sim/recent") {
+    if (get) {
+      co_await w.send(200, "application/json", recentJson(), hdrs);
+      co_return;
+    }
   } else if (p == "/sim/fault") {
     if (get || post) {
       co_await handleFault(req, w);
@@ -1043,6 +1054,16 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
     co_return;
   }
   co_await w.send(405, "application/json", "{\"detail\":\"Method Not Allowed\"}", hdrs);
+}
+
+std::string Worker::recentJson() const {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& r : recent_)
+    a.push_back({{"path", r.path},
+                 {"request_id", r.request_id},
+                 {"traceparent", r.traceparent},
+                 {"tracestate", r.tracestate}});
+  return a.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace kvgate::sim

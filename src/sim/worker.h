@@ -145,6 +145,15 @@ class Worker {
   struct PdPlan;
 
   asio::awaitable<void> handle(http::Request& req, http::ResponseWriter& w);
+  // GET /sim/recent: the last kRecent POSTs this worker took (path, X-Request-Id and the W3C
+  // trace context headers, each cut to 256 bytes), newest last: what a test checks the gateway
+  // sent an engine.
+  struct Recent {
+    std::string path, request_id, traceparent, tracestate;
+  };
+  static constexpr size_t kRecent = 64;
+  std::deque<Recent> recent_;
+  std::string recentJson() const;
   // The APIs of an inference request: /v1/completions, /v1/chat/completions, and the Anthropic
   // Messages API (/v1/messages: converted to its chat form as vLLM does, answered in its shape).
   // The OpenAI Responses API (/v1/responses) likewise, with vLLM's defaults: no response store
