@@ -287,7 +287,8 @@ uint64_t KvIndex::scoreWithOverlay(const uint64_t* chain, size_t n, uint64_t can
       size_t j = k;
       while (j < n && j - k <= kOverlayLookahead && !overlay.credited(chain[j], w, now_ns)) ++j;
       if (j == n || j - k > kOverlayLookahead) break;
-      via_overlay += j + 1 - k;
+      for (size_t g = k; g <= j; ++g)  // (blocks of the gap the index confirms are not counted)
+        via_overlay += ((t->lookup(chain[g]) >> w) & 1) ? 0 : 1;
       k = j + 1;
     }
     overlap[static_cast<size_t>(w)] = static_cast<uint32_t>(k);

@@ -84,7 +84,7 @@ class KvIndex {
   // block before it, so a credit at block j stands for blocks up to j: a run goes on over up to
   // kOverlayLookahead uncredited blocks when a later one within them is credited. (Stopping at
   // the first lost credit cut GSP's 128-block system prompt short for most siblings within
-  // ~100 ms at 80 requests/s: 3-4 needless spills of a full prompt per 300 requests and a 1.27x
+  // ~100 ms at 80 requests/s: 3-4 needless spills of a full prompt per 300 requests and a 1.22x
   // worse TTFT p90 near saturation; docs/benchmarks.md.) Returns the blocks matched through the
   // overlay only.
   static constexpr size_t kOverlayLookahead = 16;

@@ -123,7 +123,7 @@ inline const Family kUpstreamProtocolChosen{"kvgate_upstream_protocol_learned_to
 inline const Family kOtlpSpans{"kvgate_otlp_spans_total", Type::kCounter,
     "Trace spans (serve --otlp-endpoint): exported, dropped_queue_full (the export queue was "
     "full: the collector is slow or down), export_failed (a batch the collector refused or that "
-    "timed out).",
+    "timed out), dropped_at_stop (left when the last flush at shutdown ran out of time or failed).",
     {"outcome"}};
 inline const Family kOtlpExports{"kvgate_otlp_exports_total", Type::kCounter,
     "OTLP/HTTP export requests (batches of spans), by result.", {"result"}};

@@ -49,15 +49,17 @@ void ClientConn::finishTrace() {
       server.attrs.emplace_back("gen_ai.usage.output_tokens", u->completion_tokens);
   }
   if (!rq_.outcome.tenant.empty()) server.attrs.emplace_back("kvgate.tenant", rq_.outcome.tenant);
-  if (rq_.outcome.ttfb_ms >= 0)
-    server.events.push_back(
-        {"first_token",
-         t.start_unix_ns + static_cast<uint64_t>(rq_.outcome.ttfb_ms * 1e6)});
-  if (rq_.outcome.status >= 500 || rq_.outcome.status == 0 || client_gone_) {
+  if (rq_.outcome.ttfb_ms >= 0) {
+    // (a stream's first event; a whole answer's first byte comes when generation is done)
+    server.events.push_back({t.event_stream ? "first_token" : "first_byte",
+                             t.start_unix_ns + static_cast<uint64_t>(rq_.outcome.ttfb_ms * 1e6)});
+  }
+  if (rq_.outcome.status >= 500 || rq_.outcome.status == 0 || client_gone_ || relay_cut_) {
     server.error = true;
     server.status_message = rq_.outcome.status == 0 || client_gone_
                                 ? "cancelled: the client left before the answer ended"
-                                : "status " + std::to_string(rq_.outcome.status);
+                            : relay_cut_ ? "the engine's answer was cut off"
+                                         : "status " + std::to_string(rq_.outcome.status);
   }
   spans.push_back(std::move(server));
   // The gates.
@@ -85,18 +87,27 @@ void ClientConn::finishTrace() {
     if (rq_.outcome.prefill) r.attrs.emplace_back("kvgate.prefill_endpoint", *rq_.outcome.prefill);
     spans.push_back(std::move(r));
   }
-  // Each upstream leg: from its head (not before the decision) to its end, or the request's.
+  // Each attempt at an upstream leg that was sent: from its send (not before the decision) to
+  // its end, or the request's.
   for (const auto& leg : t.legs) {
+    if (!leg.endpoint) continue;
     const auto from = std::max(leg.start, t.routed);
     const auto to = leg.end == RequestTrace::Clock::time_point{} ? now : leg.end;
     SpanRecord l = child("upstream", SpanRecord::Kind::kClient, leg.id, from, to);
     l.attrs.reserve(3);
-    const bool prefill = std::string_view(leg.role) == "prefill";
     if (*leg.role) l.attrs.emplace_back("kvgate.leg", std::string(leg.role));
-    const std::string* ep = prefill ? rq_.outcome.prefill : rq_.outcome.endpoint;
-    if (ep) l.attrs.emplace_back("server.address", *ep);
-    if (!prefill && rq_.outcome.engine_answered)
-      l.attrs.emplace_back("http.response.status_code", int64_t{rq_.outcome.status});
+    l.attrs.emplace_back("server.address", *leg.endpoint);
+    const bool open = leg.end == RequestTrace::Clock::time_point{};
+    // (the request's last leg answered with the request's status)
+    const int status = leg.status != 0 ? leg.status
+                       : open && &leg == &t.legs.back() && rq_.outcome.engine_answered
+                           ? rq_.outcome.status
+                           : 0;
+    if (status != 0) l.attrs.emplace_back("http.response.status_code", int64_t{status});
+    if (status >= 500 || (!open && status == 0)) {
+      l.error = true;
+      l.status_message = status ? "status " + std::to_string(status) : "no answer";
+    }
     spans.push_back(std::move(l));
   }
   t.legs.clear();

@@ -185,6 +185,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
       co_return !client_gone_;
     }
     req.head.target = rq_.norm_target.forward;
+    rq_.trace.rename(head.method, req.head.target);
     path = rq_.norm_target.match;
     rq_.api = apiOf(path);  // (read from the raw target at its head: now from the engine's path)
   }

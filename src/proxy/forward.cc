@@ -36,11 +36,12 @@ void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::
         (rq_.strip_authorization && http::iequals(h.name, "authorization")) ||
         (identity && http::iequals(h.name, "accept-encoding")) ||
         (!conn_tokens.empty() && http::headerHasToken(conn_tokens, h.name)) ||
-        (rq_.trace.on && isTraceHeader(h.name)))  // (a sampled request's legs carry our span)
+        (rq_.trace.propagate && isTraceHeader(h.name)))  // (our traceparent replaces it)
       continue;
     out.append(h.name).append(": ").append(h.value).append("\r\n");
   }
-  if (rq_.trace.on) out.append(rq_.trace.legHeaders(leg_role, std::chrono::steady_clock::now()));
+  if (rq_.trace.propagate)
+    out.append(rq_.trace.legHeaders(leg_role, std::chrono::steady_clock::now()));
   out.append("X-Request-Id: ")
       .append(rq_.upstream_id.empty() ? rq_.request_id : rq_.upstream_id)
       .append("\r\n");
@@ -351,8 +352,11 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     rq_.outcome.stage = pipeline->stageName(d.stage).c_str();
     rq_.outcome.spilled = d.spilled;
     setUpstreamHost(rq_.up_head, rq_.up_host_at, state.label);
+    rq_.trace.attempt(rq_.up_head, &state.label, std::chrono::steady_clock::now());
     bool next_endpoint = false;
     bool ok = co_await exchange(req, body, route, idx, lease, next_endpoint);
+    rq_.trace.attemptEnded(std::chrono::steady_clock::now(),
+                           rq_.outcome.engine_answered ? rq_.outcome.status : 0);
     if (!next_endpoint) co_return ok;
     if (client_gone_) co_return false;
     rq_.excluded[idx] = true;

@@ -196,10 +196,8 @@ asio::awaitable<bool> ClientConn::answerWith(int status, std::string_view conten
   rq_.outcome.engine_answered = true;  // (every caller relays an engine's answer)
   rq_.outcome.bytes = body.size();
   countResponse(status);
-  if (rq_.quota.active) {  // settlement reads the answer's usage
-    rq_.quota.status = status;
-    rq_.usage.feed(body);
-  }
+  if (rq_.quota.active) rq_.quota.status = status;  // settlement reads the answer's usage
+  if (rq_.quota.active || rq_.trace.on) rq_.usage.feed(body);  // (and a sampled trace)
   co_return co_await writeClient(h, body);
 }
 
@@ -377,8 +375,11 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
     rq_.outcome.ep_index = idx;
     rq_.outcome.endpoint = &state.label;
     setUpstreamHost(rq_.up_head, rq_.up_host_at, state.label);
+    rq_.trace.attempt(rq_.up_head, &state.label, std::chrono::steady_clock::now());
     bool next_endpoint = false;
     bool ok = co_await exchange(req, body, route, static_cast<size_t>(idx), lease, next_endpoint);
+    rq_.trace.attemptEnded(std::chrono::steady_clock::now(),
+                           rq_.outcome.engine_answered ? rq_.outcome.status : 0);
     if (!next_endpoint) {
       // SGLang: a decode leg that failed (an error status, a timeout, or no whole answer)
       // leaves nothing for the concurrent prefill to serve: it is given up now, so its engine
@@ -430,6 +431,8 @@ asio::awaitable<bool> ClientConn::concurrentLegs(const Request& req, const Route
   size_t host_at = std::string::npos;
   buildUpstreamHead(req, route, st.first_body, head, host_at, false, "prefill");
   setUpstreamHost(head, host_at, route.endpoints[pidx].state->label);
+  // (its span stays open until the request ends: the drain may outlive it)
+  rq_.trace.attempt(head, &route.endpoints[pidx].state->label, std::chrono::steady_clock::now());
   st.drain = leg.get();
   st.drain_request = request_seq_;
   st.first_status = 0;
@@ -895,9 +898,10 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     }
     buildUpstreamHead(req, route, st.first_body, st.head, st.host_at, /*identity=*/true, "prefill");
     setUpstreamHost(st.head, st.host_at, pstate.label);
+    rq_.trace.attempt(st.head, &pstate.label, std::chrono::steady_clock::now());
     prefill_redone = false;  // (a new prefill: its own outcome decides the answer)
     LegAnswer a = co_await firstLeg(req, route, pidx, plase, st.first_body);
-    rq_.trace.legEnded("prefill", std::chrono::steady_clock::now());
+    rq_.trace.legEnded("prefill", std::chrono::steady_clock::now(), a.status);
     using K = LegAnswer::Kind;
     if (a.kind == K::kConnectFailed) {
       rq_.excluded[pidx] = true;

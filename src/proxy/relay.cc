@@ -211,6 +211,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
 
   // Deadline: a stream gets a wall-clock cap and no idle reaping; other bodies a per-read timeout.
   const bool stream = rh.event_stream;
+  if (stream) rq_.trace.event_stream = true;  // (its first byte is the first token's)
   struct StreamGauge {  // kvgate_active_streams while this response is a stream
     DataPlaneStats& s;
     bool on;

@@ -12,8 +12,10 @@
 // event) and the request's attributes: http.request.method, url.path, http.response.status_code,
 // gen_ai.request.model, gen_ai.usage.input_tokens / output_tokens (when the answer's usage was
 // read), kvgate.request_id, kvgate.rule. The span ends when the answer (a stream: its last
-// event) is relayed. An unsampled or untraced request costs one branch: nothing is recorded, and
-// the client's own traceparent reaches the engine untouched.
+// event) is relayed. Without a tracer nothing is read or written: the client's trace headers reach
+// the engine as sent. With one, an unsampled request records nothing but its legs still carry
+// our traceparent (flags 00), so an engine follows the gateway's sampling decision, unless the
+// client sent one valid unsampled parent, which is passed on as sent.
 #pragma once
 #include <chrono>
 #include <string>
@@ -31,14 +33,21 @@ namespace kvgate::proxy {
 
 struct RequestTrace {
   using Clock = std::chrono::steady_clock;
+  // One attempt at an upstream leg: its span is the parent the engine receives.
   struct Leg {
     telemetry::SpanId id{};
-    const char* role = "";  // "", "prefill", "decode"
-    Clock::time_point start{}, end{};
+    const char* role = "";                  // "", "prefill", "decode"
+    const std::string* endpoint = nullptr;  // set when sent (null: never sent, no span)
+    Clock::time_point start{}, end{};       // end zero: open until the request ends
+    int status = 0;                         // the engine's answer status (0: none)
   };
-  static constexpr size_t kMaxLegs = 16;  // later legs (retries) share the last one's span
+  static constexpr size_t kMaxLegs = 16;  // attempts past it share the last span
 
+  // A tracer exists: every leg carries our traceparent (the client's trace headers replaced),
+  // sampled or not, unless the client sent one valid unsampled parent (passed on as sent).
+  bool propagate = false;
   bool on = false;  // sampled: spans are recorded and sent
+  bool event_stream = false;  // the answer relayed is an event stream
   telemetry::TraceId trace{};
   telemetry::SpanId server{};
   telemetry::SpanId parent{};  // the client's span (zero: we started the trace)
@@ -50,7 +59,7 @@ struct RequestTrace {
   std::vector<Leg> legs;
 
   void reset() {
-    on = false;
+    propagate = on = event_stream = false;
     state.clear();
     name.clear();
     gates.clear();
@@ -59,11 +68,19 @@ struct RequestTrace {
   }
   // Reads the head's trace context and decides sampling; `t0` is when the head arrived.
   void start(const http::RequestHead& head, double ratio, Clock::time_point t0);
-  // A new upstream leg whose head is being written: the header lines to add to it
-  // ("traceparent: ...\r\n" and the tracestate), naming this leg's span.
+  // The server span's name from the target as forwarded (after normalization).
+  void rename(std::string_view method, std::string_view target);
+  // A new upstream leg's head is being written: the header lines to add to it
+  // ("traceparent: ...\r\n" and the tracestate), naming a new leg span (sampled) or a span of no
+  // record (flags 00).
   std::string legHeaders(const char* role, Clock::time_point now);
+  // The leg whose head is `head` is sent to `endpoint` now. A resend of the same head (to another
+  // endpoint) is a new attempt: a new span, its id written into the head's traceparent.
+  void attempt(std::string& head, const std::string* endpoint, Clock::time_point now);
+  // The last attempt ended at `now` with the engine's `status` (0: none).
+  void attemptEnded(Clock::time_point now, int status);
   // The last leg of `role` ended at `now` (a P/D prefill before its decode leg starts).
-  void legEnded(const char* role, Clock::time_point now);
+  void legEnded(const char* role, Clock::time_point now, int status = 0);
   // Filter `name` ran; the gates span starts at `t0` (before the first filter).
   void gateRan(std::string_view filter, Clock::time_point t0) {
     if (gates_start == Clock::time_point{}) gates_start = t0;
@@ -80,8 +97,8 @@ struct RequestTrace {
   }
 };
 
-// Header names the trace owns on an upstream leg when the request is sampled (the client's are
-// replaced by the leg's own).
+// Header names the trace owns on an upstream leg when it propagates (the client's are replaced by
+// the leg's own).
 bool isTraceHeader(std::string_view name);
 
 }  // namespace kvgate::proxy

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "http/asio.h"
 #include "telemetry/otlp_json.h"
 #include "telemetry/trace_context.h"
 #include "telemetry/tracer.h"
@@ -64,18 +65,24 @@ TEST(TraceContext, NewIdsAreNonZeroAndDiffer) {
   EXPECT_EQ(hex(a).size(), 32u);
 }
 
+// OpenTelemetry's rule (R >= T, T = (1 - p) x 2^56 over the rightmost 56 bits), worked by hand.
 TEST(TraceContext, RatioSamplerReadsTheRightmost56Bits) {
   TraceId t{};
-  t[0] = 0xff;  // the leftmost bytes do not count
-  EXPECT_TRUE(sampleRatio(t, 0.01));   // 0 < 0.01 x 2^56
-  EXPECT_FALSE(sampleRatio(t, 0.0));   // never
-  t[9] = 0x80;                         // 2^55: half the range
-  EXPECT_FALSE(sampleRatio(t, 0.5));   // 2^55 < 2^55 is false
-  EXPECT_TRUE(sampleRatio(t, 0.5001));
+  t[0] = 0xff;                         // the leftmost bytes do not count: R = 0
+  EXPECT_FALSE(sampleRatio(t, 0.99));  // 0 >= 0.01 x 2^56 is false
+  EXPECT_TRUE(sampleRatio(t, 1.0));    // T = 0: always
+  t[9] = 0x80;                         // R = 2^55
+  EXPECT_TRUE(sampleRatio(t, 0.5));    // T = 2^55
+  EXPECT_FALSE(sampleRatio(t, 0.4999));
   t[9] = 0xff;
-  for (size_t i = 10; i < 16; ++i) t[i] = 0xff;  // 2^56 - 1
-  EXPECT_FALSE(sampleRatio(t, 0.9999));
-  EXPECT_TRUE(sampleRatio(t, 1.0));  // always
+  for (size_t i = 10; i < 16; ++i) t[i] = 0xff;  // R = 2^56 - 1
+  EXPECT_TRUE(sampleRatio(t, 0.0001));           // T = 0.9999 x 2^56 < R
+  EXPECT_FALSE(sampleRatio(t, 0.0));             // never
+  // Nested: whatever ratio 0.1 keeps, ratio 0.5 keeps too (1000 random ids).
+  for (int i = 0; i < 1000; ++i) {
+    const TraceId r = newTraceId();
+    if (sampleRatio(r, 0.1)) EXPECT_TRUE(sampleRatio(r, 0.5));
+  }
 }
 
 TEST(OtlpJson, EncodesIdsAsHexAndIntegersAsStrings) {
@@ -160,19 +167,46 @@ TEST(Tracer, DropsWhatDoesNotFitAndCountsFailedExports) {
   (*t)->offer(spans(1));  // 4: fits
   EXPECT_EQ((*t)->dropped(), 2u);
   (*t)->start();
-  (*t)->stop();  // sends what is queued, then joins
-  EXPECT_EQ((*t)->failed(), 4u);
+  (*t)->stop();                   // sends what is queued (not past a failed batch), then joins
+  EXPECT_GE((*t)->failed(), 2u);  // at least the first batch was tried
+  EXPECT_EQ((*t)->failed() + (*t)->droppedAtStop(), 4u);
   EXPECT_EQ((*t)->exported(), 0u);
   (*t)->offer(spans(1));  // after stop: dropped
   EXPECT_EQ((*t)->dropped(), 3u);
   const std::string m = (*t)->metricsText();
   EXPECT_NE(m.find("kvgate_otlp_spans_total{outcome=\"dropped_queue_full\"} 3"), std::string::npos)
       << m;
-  EXPECT_NE(m.find("kvgate_otlp_spans_total{outcome=\"export_failed\"} 4"), std::string::npos);
+  EXPECT_NE(m.find("kvgate_otlp_spans_total{outcome=\"export_failed\"} " +
+                   std::to_string((*t)->failed())),
+            std::string::npos);
 }
 
 // Workers offer from several threads while the export thread takes batches (TSan's leg runs it):
 // every span is exported, dropped or failed, none counted twice or lost.
+// The last flush against a collector that accepts and never answers takes one timeout, not one a
+// batch (a shutdown is not held for queue / batch timeouts).
+TEST(Tracer, StopIsBoundedByOneTimeoutWhenTheCollectorHangs) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor acc(io, {asio::ip::make_address("127.0.0.1"), 0});  // never accepts
+  TracerOptions o;
+  o.endpoint = "http://127.0.0.1:" + std::to_string(acc.local_endpoint().port());
+  o.queue_spans = 100;
+  o.batch_spans = 10;
+  o.interval = std::chrono::minutes(10);  // nothing is sent before stop()
+  o.timeout = std::chrono::milliseconds(300);
+  auto t = Tracer::create(o);
+  ASSERT_TRUE(t);
+  (*t)->start();
+  (*t)->offer(std::vector<SpanRecord>(100));  // 10 batches
+  const auto t0 = std::chrono::steady_clock::now();
+  (*t)->stop();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  // One-sided and wide: ten batches would take 3 s; one timeout is 0.3 s.
+  EXPECT_LT(took, std::chrono::milliseconds(2500));
+  EXPECT_EQ((*t)->failed() + (*t)->droppedAtStop(), 100u);
+  EXPECT_GE((*t)->droppedAtStop(), 80u);
+}
+
 TEST(Tracer, ConcurrentOffersAreAllAccountedFor) {
   TracerOptions o;
   o.endpoint = "http://127.0.0.1:1";  // every export fails fast
@@ -190,7 +224,8 @@ TEST(Tracer, ConcurrentOffersAreAllAccountedFor) {
     });
   for (auto& x : th) x.join();
   (*t)->stop();
-  EXPECT_EQ((*t)->exported() + (*t)->dropped() + (*t)->failed(), 4u * 500 * 2);
+  EXPECT_EQ((*t)->exported() + (*t)->dropped() + (*t)->failed() + (*t)->droppedAtStop(),
+            4u * 500 * 2);
 }
 
 }  // namespace

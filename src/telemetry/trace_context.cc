@@ -107,9 +107,12 @@ SpanId newSpanId() { return randomId<8>(); }
 bool sampleRatio(const TraceId& t, double ratio) {
   if (ratio <= 0) return false;
   if (ratio >= 1) return true;
-  uint64_t r = 0;  // the rightmost 7 bytes, big-endian
+  uint64_t r = 0;  // the rightmost 7 bytes, big-endian: W3C level 2's random part
   for (size_t i = 9; i < 16; ++i) r = (r << 8) | t[i];
-  return static_cast<double>(r) < ratio * 72057594037927936.0;  // 2^56
+  // Sampled when R >= T, the rejection threshold T = (1 - ratio) x 2^56 (OpenTelemetry's
+  // probability sampling over W3C Trace Context level 2, specification PR #3910), so a
+  // collector's or an engine's sampler of a lower ratio keeps a subset of what is sent.
+  return static_cast<double>(r) >= (1.0 - ratio) * 72057594037927936.0;  // 2^56
 }
 
 std::string hex(const TraceId& t) { return hexOf(t); }

@@ -10,7 +10,8 @@
 // (the spec's lower bound a vendor must propagate), else dropped.
 // Sampling (OpenTelemetry's ParentBased(TraceIdRatioBased)): a request with a valid parent
 // follows the parent's sampled flag; a new trace is sampled when the rightmost 56 bits of its
-// trace id, as a number, fall under ratio x 2^56 (W3C level 2's random part).
+// trace id (W3C level 2's random part), as a number R, reach the rejection threshold
+// T = (1 - ratio) x 2^56 (OpenTelemetry's consistent probability sampling: R >= T).
 #pragma once
 #include <array>
 #include <cstdint>

@@ -75,27 +75,45 @@ void Tracer::run() {
   for (;;) {
     cv_.wait_for(l, o_.interval,
                  [this] { return stopping_ || queue_.size() >= o_.batch_spans; });
-    const bool last = stopping_;
+    if (stopping_) break;
+    // What is queued now, a batch at a time (the lock is held only to move spans out).
     while (!queue_.empty()) {
       const size_t n = std::min(queue_.size(), o_.batch_spans);
       batch.assign(std::make_move_iterator(queue_.begin()),
                    std::make_move_iterator(queue_.begin() + static_cast<ptrdiff_t>(n)));
       queue_.erase(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(n));
       l.unlock();  // (no lock across the export)
-      exportBatch(batch);
+      exportBatch(batch, o_.timeout);
       l.lock();
-      if (!last && queue_.size() < o_.batch_spans) break;
+      if (stopping_ || queue_.size() < o_.batch_spans) break;
     }
-    if (last) return;
   }
+  // The last flush: one timeout in all, and not past a failed batch (a dead collector must not
+  // hold a shutdown for queue/batch timeouts).
+  const auto deadline = std::chrono::steady_clock::now() + o_.timeout;
+  while (!queue_.empty()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left < std::chrono::milliseconds(10)) break;
+    const size_t n = std::min(queue_.size(), o_.batch_spans);
+    batch.assign(std::make_move_iterator(queue_.begin()),
+                 std::make_move_iterator(queue_.begin() + static_cast<ptrdiff_t>(n)));
+    queue_.erase(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(n));
+    l.unlock();
+    const bool ok = exportBatch(batch, left);
+    l.lock();
+    if (!ok) break;
+  }
+  dropped_stop_.fetch_add(queue_.size(), std::memory_order_relaxed);
+  queue_.clear();
 }
 
-void Tracer::exportBatch(std::vector<SpanRecord>& batch) {
+bool Tracer::exportBatch(std::vector<SpanRecord>& batch, std::chrono::milliseconds timeout) {
   const std::string body = encodeOtlpJson(batch, o_.service, o_.version);
   http::FetchOptions fo;
   fo.send_token = false;  // (the management API's token is not the collector's)
   fo.max_body_bytes = 1 << 20;
-  auto res = http::fetch(base_, "POST", target_, body, "application/json", o_.timeout, fo);
+  auto res = http::fetch(base_, "POST", target_, body, "application/json", timeout, fo);
   const bool ok = res && res->status >= 200 && res->status < 300;
   if (ok) {
     exported_.fetch_add(batch.size(), std::memory_order_relaxed);
@@ -108,6 +126,7 @@ void Tracer::exportBatch(std::vector<SpanRecord>& batch) {
                             "); " + std::to_string(batch.size()) + " spans dropped");
   }
   batch.clear();
+  return ok;
 }
 
 std::string Tracer::metricsText() const {
@@ -118,6 +137,8 @@ std::string Tracer::metricsText() const {
            static_cast<double>(dropped_full_.load()));
   m.sample(metrics::kOtlpSpans, {{"outcome", "export_failed"}},
            static_cast<double>(export_failed_.load()));
+  m.sample(metrics::kOtlpSpans, {{"outcome", "dropped_at_stop"}},
+           static_cast<double>(dropped_stop_.load()));
   m.header(metrics::kOtlpExports);
   m.sample(metrics::kOtlpExports, {{"result", "ok"}}, static_cast<double>(exports_ok_.load()));
   m.sample(metrics::kOtlpExports, {{"result", "error"}},

@@ -127,6 +127,7 @@ test('tracing: client context, spans and their parentage, the engine\'s tracepar
   await waitFor(() => traceOf(rcv.got, m3[1]).some((s) => s.kind === 2), 5000);
   const root = traceOf(rcv.got, m3[1]).find((s) => s.kind === 2);
   assert.equal(root.parentSpanId, undefined, 'a root');
+  assert.ok(root.events.some((e) => e.name === 'first_byte'), 'a whole answer: first_byte, not first_token');
   assert.equal(attr(root, 'kvgate.request_id'), 'trace-3');
 
   // 4. Hostile context: an invalid traceparent (upper case), two of them, an oversized or
@@ -158,14 +159,29 @@ test('tracing: client context, spans and their parentage, the engine\'s tracepar
   assert.match(raw, /^HTTP\/1\.1 200/);
   const l5 = await lastLegOf(w, 'trace-5');
   assert.ok(!l5.traceparent.includes(TRACE), l5.traceparent);
+  // Two tracestate headers are one list (the spec): joined, in order.
+  const raw6 = await new Promise((resolve, reject) => {
+    const body = JSON.stringify({ model: 'sim-model', prompt: 'x', max_tokens: 1 });
+    const s = net.connect(port, '127.0.0.1', () => s.end(
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Request-Id: trace-6\r\n` +
+      `traceparent: 00-${TRACE}-${PARENT}-01\r\ntracestate: a=1\r\ntracestate: b=2\r\n` +
+      `Connection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`));
+    let out = '';
+    s.on('data', (d) => { out += d; });
+    s.on('end', () => resolve(out));
+    s.on('error', reject);
+  });
+  assert.match(raw6, /^HTTP\/1\.1 200/);
+  assert.equal((await lastLegOf(w, 'trace-6')).tracestate, 'a=1,b=2');
 
-  // The exporter's counters.
-  await waitFor(async () => {
-    const s = parseMetrics(await (await fetch(`${gw.api}/metrics`)).text());
-    return s.find((x) => x.name === 'kvgate_otlp_spans_total' && x.labels.outcome === 'exported')?.value >= rcv.got.spans.length;
-  }, 5000);
-  const samples = parseMetrics(await (await fetch(`${gw.api}/metrics`)).text());
+  // The exporter's counters: every span the receiver got is counted exported (read in one poll,
+  // once both sides agree), none dropped or failed.
+  let samples = [];
   const val = (o) => samples.find((x) => x.name === 'kvgate_otlp_spans_total' && x.labels.outcome === o)?.value;
+  await waitFor(async () => {
+    samples = parseMetrics(await (await fetch(`${gw.api}/metrics`)).text());
+    return val('exported') === rcv.got.spans.length;
+  }, 5000);
   assert.equal(val('exported'), rcv.got.spans.length);
   assert.equal(val('dropped_queue_full'), 0);
   assert.equal(val('export_failed'), 0);
@@ -260,7 +276,14 @@ test('tracing: ratio 0 samples no new trace, a sampled client trace still is', a
   const port = await freePort();
   assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w] }))).status, 200);
   for (let i = 0; i < 5; i++) assert.equal((await complete(port, `r0-${i}`)).status, 200);
-  assert.equal((await lastLegOf(w, 'r0-4')).traceparent, '', 'unsampled and no client context: no header');
+  // Unsampled, no client context: the engine still gets our decision (flags 00), so it does not
+  // sample on its own; an invalid client header is replaced the same way.
+  const l0 = await lastLegOf(w, 'r0-4');
+  assert.match(l0.traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/);
+  assert.equal((await complete(port, 'r0-bad', { traceparent: `00-${TRACE.toUpperCase()}-${PARENT}-01` })).status, 200);
+  const lb = await lastLegOf(w, 'r0-bad');
+  assert.match(lb.traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/);
+  assert.ok(!lb.traceparent.toLowerCase().includes(TRACE), 'the invalid trace is not continued');
   assert.equal((await complete(port, 'r0-client', { traceparent: `00-${TRACE}-${PARENT}-01` })).status, 200);
   await waitFor(() => traceOf(rcv.got, TRACE).length >= 3, 5000);
   await new Promise((r) => setTimeout(r, 300));
@@ -314,4 +337,35 @@ test('tracing: the gates span (credentials, quota; a refusal is an error), and a
   assert.match(l.traceparent, new RegExp(`^00-${T3}-[0-9a-f]{16}-01$`));
   await waitFor(() => traceOf(rcv.got, T3).some((s) => s.name === 'upstream'), 5000);
   assert.equal(traceOf(rcv.got, T3).find((s) => s.name === 'upstream').spanId, l.traceparent.slice(36, 52));
+});
+
+test('tracing: a failover is two upstream spans, the failed attempt an error, the engine parented to the second', async (t) => {
+  const rcv = await otlpReceiver(t);
+  const sim = await startSim(['--port', '0', '--timing', 'fixed', '--prefill-base-ms', '1', '--itl-ms', '1']);
+  t.after(() => sim.stop());
+  const [w] = sim.workers;
+  const dead = await freePort();  // nothing listens: the connect is refused
+  const gw = await gateway(t, ['--workers', '1', '--otlp-endpoint', rcv.url, '--otlp-interval-ms', '50']);
+  const port = await freePort();
+  assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: dead }, w] }))).status, 200);
+  const T = '5'.repeat(32);
+  // Round-robin: one of the first two requests starts on the dead endpoint.
+  for (const rid of ['fo-1', 'fo-2']) {
+    assert.equal((await complete(port, rid, { traceparent: `00-${T.slice(0, 31)}${rid.at(-1)}-${PARENT}-01` })).status, 200);
+  }
+  const traces = ['1', '2'].map((d) => T.slice(0, 31) + d);
+  await waitFor(() => traces.every((id) => traceOf(rcv.got, id).some((s) => s.kind === 2)), 5000);
+  const failed = traces.map((id) => traceOf(rcv.got, id)).find((sp) => sp.filter((s) => s.name === 'upstream').length === 2);
+  assert.ok(failed, 'one request tried the dead endpoint first');
+  const [first, second] = failed.filter((s) => s.name === 'upstream')
+    .sort((a, b) => Number(BigInt(a.startTimeUnixNano) - BigInt(b.startTimeUnixNano)));
+  assert.equal(attr(first, 'server.address'), `127.0.0.1:${dead}`);
+  assert.equal(first.status.code, 2);
+  assert.equal(attr(second, 'server.address'), `${w.host}:${w.port}`);
+  assert.equal(attr(second, 'http.response.status_code'), '200');
+  assert.deepEqual(second.status, {});
+  assert.notEqual(first.spanId, second.spanId);
+  const rid = attr(failed.find((s) => s.kind === 2), 'kvgate.request_id');
+  const leg = await lastLegOf(w, rid);
+  assert.equal(leg.traceparent.slice(36, 52), second.spanId, 'the engine is parented to the attempt that reached it');
 });

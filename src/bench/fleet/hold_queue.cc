@@ -17,14 +17,20 @@ HoldQueue::HoldQueue(size_t workers, size_t block_size, Order order, uint64_t ca
       cap_tokens_(cap_tokens),
       spill_(spill) {}
 
+// (a value that is not a positive integer falls back to the default: a cap of 0 would hold every
+// request for good)
 uint64_t HoldQueue::capFromEnv() {
   const char* v = std::getenv("KVGATE_HOLD_CAP_TOKENS");
-  return v && *v ? std::strtoull(v, nullptr, 10) : 8192;
+  char* end = nullptr;
+  const unsigned long long x = v && *v ? std::strtoull(v, &end, 10) : 0;
+  return x > 0 && end && *end == 0 ? x : 8192;
 }
 
 std::chrono::milliseconds HoldQueue::spillFromEnv() {
   const char* v = std::getenv("KVGATE_HOLD_SPILL_MS");
-  return std::chrono::milliseconds(v && *v ? std::strtoll(v, nullptr, 10) : 200);
+  char* end = nullptr;
+  const long long x = v && *v ? std::strtoll(v, &end, 10) : -1;
+  return std::chrono::milliseconds(x >= 0 && end && *end == 0 ? x : 200);
 }
 
 void HoldQueue::add(Item& it, Clock::time_point now) {
