@@ -23,6 +23,7 @@
 #include "engines/vllm_events.h"
 #include "kv/fingerprint.h"
 #include "kv/kv_index.h"
+#include "kv/speculative.h"
 
 namespace {
 
@@ -208,8 +209,13 @@ void evictCaches() {
 
 // range(0): 0 = prompts whose overlaps end early (0..120 blocks), 1 = the prompt every worker
 // holds whole (512 lookups, no early exit). range(1): 1 = cold caches before each decision.
-void BM_Score(benchmark::State& state) {
+Fleet* sharedFleet() {
   static Fleet* fleet = new Fleet();
+  return fleet;
+}
+
+void BM_Score(benchmark::State& state) {
+  Fleet* fleet = sharedFleet();
   const bool full = state.range(0) == 1, cold = state.range(1) == 1;
   std::array<uint32_t, kv::kMaxWorkers> ov{};
   std::vector<double> ns;
@@ -260,5 +266,48 @@ void BM_ChainLongPrompt(benchmark::State& state) {
 BENCHMARK(BM_ChainLongPrompt)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
+
+// Scoring with the speculative overlay (kv_exact's path when LOXILB_KV_SPECULATIVE_TTL_MS > 0):
+// range(0) 0 = an overlay of lost and surviving credits: each prompt credited to worker p % 16
+// with every 5th block's credit overwritten by another worker's (the runs skip them); 1 = an
+// empty overlay (every candidate looks 17 blocks past its run and finds nothing: the worst case
+// of the lookahead). Warm caches.
+void BM_ScoreWithOverlay(benchmark::State& state) {
+  Fleet* fleet = sharedFleet();
+  static kv::SpeculativeOverlay* lossy = [] {
+    auto* o = new kv::SpeculativeOverlay();
+    Fleet* fleet = sharedFleet();
+    const int64_t far = int64_t{1} << 60;
+    for (size_t p = 0; p < fleet->chains.size(); ++p) {
+      const auto& c = fleet->chains[p];
+      o->credit(c.data(), c.size(), static_cast<int>(p % 16), far);
+      for (size_t b = 4; b < c.size(); b += 5)
+        o->credit(c.data() + b, 1, static_cast<int>((p + 1) % 16), far);
+    }
+    return o;
+  }();
+  static kv::SpeculativeOverlay* empty = new kv::SpeculativeOverlay();
+  const kv::SpeculativeOverlay& ov_table = state.range(0) == 0 ? *lossy : *empty;
+  std::array<uint32_t, kv::kMaxWorkers> ov{};
+  std::vector<double> ns;
+  ns.reserve(1 << 20);
+  size_t p = 0;
+  for (auto _ : state) {
+    const auto& chain = fleet->chains[p++ % fleet->chains.size()];
+    auto t0 = std::chrono::steady_clock::now();
+    uint64_t via = fleet->idx.scoreWithOverlay(chain.data(), chain.size(), 0xffff, ov_table, 1, ov);
+    auto t1 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(via);
+    ns.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+  }
+  std::sort(ns.begin(), ns.end());
+  state.counters["p50_us"] = ns[ns.size() / 2] / 1000;
+  state.counters["p99_us"] = ns[ns.size() * 99 / 100] / 1000;
+}
+BENCHMARK(BM_ScoreWithOverlay)
+    ->ArgNames({"empty"})
+    ->Args({0})
+    ->Args({1})
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();
