@@ -11,6 +11,7 @@ import path from 'node:path';
 import { execFileSync, spawnSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { BIN, LB_BASE, api, freePort, rule, startKvgate, startSim, stop, tempDir, waitFor } from './lib.mjs';
+import { buildLauncher, expandSyscallSets } from './syscall_filter.mjs';
 
 const BUILD = path.dirname(BIN);
 let deb; let tmp;
@@ -100,12 +101,24 @@ describe('the Debian package', () => {
     assert.ok(level <= 4.0, `exposure ${level} (${sec.stdout.split('\n').slice(-3).join(' ')})`);
     const unit = fs.readFileSync(inRoot('usr/lib/systemd/system/kvgate.service'), 'utf8');
     for (const d of ['User=kvgate', 'ProtectSystem=strict', 'StateDirectory=kvgate', 'NoNewPrivileges=yes',
-      'CapabilityBoundingSet=CAP_NET_BIND_SERVICE', 'ExecStart=/usr/bin/kvgate serve --config /etc/kvgate/kvgate.conf'])
+      'CapabilityBoundingSet=CAP_NET_BIND_SERVICE', 'SystemCallFilter=@system-service', 'SystemCallErrorNumber=EPERM',
+      'ExecStart=/usr/bin/kvgate serve --config /etc/kvgate/kvgate.conf'])
       assert.ok(unit.includes(d), d);
   });
 
-  test('the installed binary, started as the unit starts it, serves the README example', async (t) => {
-    const bin = inRoot('usr/bin/kvgate');
+  test('the installed binary, started as the unit starts it (its system-call filter too), serves the README example', async (t) => {
+    // The unit's SystemCallFilter= sets, enforced by a seccomp filter of the test's own (no
+    // systemd here): every call outside them fails with EPERM, as SystemCallErrorNumber=EPERM.
+    const unit = fs.readFileSync(inRoot('usr/lib/systemd/system/kvgate.service'), 'utf8');
+    const sets = [...unit.matchAll(/^SystemCallFilter=(.+)$/gm)].flatMap((m) => m[1].trim().split(/\s+/));
+    assert.deepEqual(sets, ['@system-service']);
+    const launcher = buildLauncher(tmp.dir, expandSyscallSets(sets));
+    // (chroot(2) is outside the set: refused even for root, which this test may be)
+    const refused = spawnSync(launcher, ['/usr/sbin/chroot', '/', '/bin/true'], { encoding: 'utf8' });
+    assert.notEqual(refused.status, 0, 'the filter refuses a call outside the set (chroot)');
+    assert.match(refused.stderr, /Operation not permitted/);
+    const bin = launcher;
+    const binArgs = [inRoot('usr/bin/kvgate')];
     const sim = await startSim(['--hosts', '127.0.0.10-13', '--port', '0']);
     t.after(() => sim.stop());
     // The packaged config as it is, with the state, the API address and the token file moved
@@ -114,7 +127,7 @@ describe('the Debian package', () => {
     const state = path.join(tmp.dir, 'state');
     const tokens = path.join(tmp.dir, 'tokens');
     fs.writeFileSync(tokens, 'a-test-token-for-the-package-0123456789\n', { mode: 0o600 });
-    const { proc, ready } = await startKvgate(['serve', '--config', inRoot('etc/kvgate/kvgate.conf'),
+    const { proc, ready } = await startKvgate([...binArgs, 'serve', '--config', inRoot('etc/kvgate/kvgate.conf'),
       '--state-dir', state, '--api-listen', '127.0.0.1:0', '--api-token-file', tokens], { bin });
     t.after(() => stop(proc));
     const port = await freePort();
