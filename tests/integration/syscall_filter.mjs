@@ -47,6 +47,13 @@ export function buildLauncher(dir, names) {
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#define ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define ARCH AUDIT_ARCH_AARCH64
+#else
+#error "add this architecture's AUDIT_ARCH_ value"
+#endif
 static const int kAllowed[] = {
 ${checks}
 };
@@ -56,7 +63,7 @@ int main(int argc, char** argv) {
   struct sock_filter* f = calloc(2 * n + 6, sizeof *f);
   size_t i = 0;
   f[i++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
-  f[i++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0);
+  f[i++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0);
   f[i++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
   f[i++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
   for (size_t k = 0; k < n; ++k) {  /* equal: the ALLOW right after it; else skip it */
