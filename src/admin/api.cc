@@ -389,6 +389,7 @@ asio::awaitable<void> Api::uiStream(http::Request& req, http::ResponseWriter& w)
                                      {"key", d.key},
                                      {"status", d.status},
                                      {"spilled", d.spilled},
+                                     {"matched", d.matched},
                                      {"ttfb_ms", d.ttfb_ms < 0 ? -1.0 : d.ttfb_ms}});
     // One object: this viewer's members, then the shared ones (spliced, not parsed again);
     // invalid UTF-8 from a client's model name is replaced, never a reason to throw.

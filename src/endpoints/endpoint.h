@@ -76,6 +76,7 @@ struct EndpointState {
   std::atomic<int64_t> pending_prefill_blocks{0};
   std::atomic<int64_t> pending_prefill_tokens{0};
   PrefillRate prefill_rate;  // tokens/s, estimated from those requests' first bytes
+  std::atomic<int64_t> active_streams{0};  // its answers relayed as event streams now
   std::atomic<uint64_t> requests{0};  // requests sent
   std::atomic<uint64_t> connect_failures{0};
   Health health;  // probe result, passive detection, circuit breaker

@@ -163,6 +163,8 @@ inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blo
     {"endpoint"}};
 inline const Family kEndpointPendingPrefillTokens{"kvgate_endpoint_pending_prefill_tokens",
     Type::kGauge, "The same queued prefill in tokens.", {"endpoint"}};
+inline const Family kEndpointActiveStreams{"kvgate_endpoint_active_streams", Type::kGauge,
+    "Answers of this endpoint being relayed as event streams now.", {"endpoint"}};
 inline const Family kEndpointPrefillRate{"kvgate_endpoint_prefill_rate_tokens_per_second",
     Type::kGauge,
     "An endpoint's prefill throughput estimated online from those streams' first bytes: (queued "
@@ -366,7 +368,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures, &kUpstreamSocketFailures,
       &kEndpointPendingPrefillTokens, &kEndpointPrefillRate, &kEndpointPrefillWait,
-      &kLoopLag, &kLoopStalls, &kWorkerCpu, &kWorkerCpuWait, &kRuleRoutingInfo, &kRelayCuts, &kHeapBytes, &kHeapLimit, &kHeapTotal, &kHeapBudget, &kOverloadState, &kOverloadShed,
+      &kLoopLag, &kLoopStalls, &kWorkerCpu, &kWorkerCpuWait, &kRuleRoutingInfo, &kRelayCuts, &kEndpointActiveStreams, &kHeapBytes, &kHeapLimit, &kHeapTotal, &kHeapBudget, &kOverloadState, &kOverloadShed,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kTokenizeApi,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,

@@ -297,6 +297,7 @@ void ClientConn::countAiRequest() {
     d.key = DecisionFeed::cut(rq_.outcome.key);
     d.status = rq_.outcome.status;
     d.spilled = rq_.outcome.spilled;
+    d.matched = rq_.outcome.matched_blocks;
     d.ttfb_ms = rq_.outcome.ttfb_ms;
     w_.stats.decisions.push(std::move(d));
   }

@@ -83,6 +83,8 @@ void ClientConn::finishTrace() {
     r.attrs.emplace_back("kvgate.tier", std::string(rq_.outcome.stage));
     r.attrs.emplace_back("kvgate.key", std::string(rq_.outcome.key));
     r.attrs.emplace_back("kvgate.spill", rq_.outcome.spilled);
+    if (rq_.outcome.matched_blocks >= 0)
+      r.attrs.emplace_back("kvgate.matched_blocks", int64_t{rq_.outcome.matched_blocks});
     if (rq_.outcome.endpoint) r.attrs.emplace_back("kvgate.endpoint", *rq_.outcome.endpoint);
     if (rq_.outcome.prefill) r.attrs.emplace_back("kvgate.prefill_endpoint", *rq_.outcome.prefill);
     spans.push_back(std::move(r));

@@ -21,6 +21,7 @@ struct DecisionRecord {
   std::string request_id, rule, model, endpoint, prefill, tier, key;
   int status = 0;
   bool spilled = false;
+  int32_t matched = -1;  // Tier 1.5's pick: leading prompt blocks held there (-1: another stage)
   double ttfb_ms = -1;  // first byte to the client (-1: none)
 };
 

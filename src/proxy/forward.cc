@@ -351,6 +351,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
     rq_.outcome.key = routing::decisionKeyName(d.key);
     rq_.outcome.stage = pipeline->stageName(d.stage).c_str();
     rq_.outcome.spilled = d.spilled;
+    rq_.outcome.matched_blocks = d.matched_blocks;
     setUpstreamHost(rq_.up_head, rq_.up_host_at, state.label);
     rq_.trace.attempt(rq_.up_head, &state.label, std::chrono::steady_clock::now());
     bool next_endpoint = false;

@@ -291,6 +291,10 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointPendingPrefill, {{"endpoint", e->label}},
              static_cast<double>(e->pending_prefill_blocks.load()));
+  w.header(kEndpointActiveStreams);
+  for (auto& [key, e] : endpoints_.all())
+    w.sample(kEndpointActiveStreams, {{"endpoint", e->label}},
+             static_cast<double>(e->active_streams.load()));
   w.header(kEndpointPendingPrefillTokens);
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointPendingPrefillTokens, {{"endpoint", e->label}},

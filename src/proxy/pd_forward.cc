@@ -875,6 +875,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
     rq_.outcome.key = routing::decisionKeyName(d.key);
     rq_.outcome.stage = d.stage >= 0 ? route.pipeline->stageName(d.stage).c_str() : "admission";
     rq_.outcome.spilled = d.spilled;
+    rq_.outcome.matched_blocks = d.matched_blocks;
     rq_.trace.markRouted(std::chrono::steady_clock::now());
     // The legs' id names both transfer addresses and a fresh suffix of our own (the client's id
     // may repeat or carry ':' digits an engine would misparse); the client keeps its id.

@@ -212,16 +212,27 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   // Deadline: a stream gets a wall-clock cap and no idle reaping; other bodies a per-read timeout.
   const bool stream = rh.event_stream;
   if (stream) rq_.trace.event_stream = true;  // (its first byte is the first token's)
-  struct StreamGauge {  // kvgate_active_streams while this response is a stream
+  // kvgate_active_streams and the endpoint's kvgate_endpoint_active_streams while this response
+  // is a stream (the endpoint's state lives as long as the request's route snapshot)
+  endpoints::EndpointState* ep_state =
+      stream && rq_.outcome.ep_index >= 0 &&
+              static_cast<size_t>(rq_.outcome.ep_index) < route.endpoints.size()
+          ? route.endpoints[static_cast<size_t>(rq_.outcome.ep_index)].state.get()
+          : nullptr;
+  struct StreamGauge {
     DataPlaneStats& s;
+    endpoints::EndpointState* ep;
     bool on;
     ~StreamGauge() {
-      if (on) s.active_streams.fetch_sub(1, std::memory_order_relaxed);
+      if (!on) return;
+      s.active_streams.fetch_sub(1, std::memory_order_relaxed);
+      if (ep) ep->active_streams.fetch_sub(1, std::memory_order_relaxed);
     }
-  } stream_gauge{w_.stats, stream};
+  } stream_gauge{w_.stats, ep_state, stream};
   metrics::StreamHold model_streams;  // loxilb_ai_active_streams{model}
   if (stream) {
     w_.stats.active_streams.fetch_add(1, std::memory_order_relaxed);
+    if (ep_state) ep_state->active_streams.fetch_add(1, std::memory_order_relaxed);
     model_streams.open(metrics::aiRequests(), aiModelLabel());
   }
   bool ttft_pending = stream;

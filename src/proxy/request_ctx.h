@@ -52,6 +52,7 @@ struct RequestOutcome {
   int ep_index = -1;             // set once an endpoint is chosen (P/D: the decode endpoint)
   const std::string* prefill = nullptr;  // P/D: label of the prefill endpoint
   double ttfb_ms = -1;                   // first response byte to the client (stream: first event)
+  int32_t matched_blocks = -1;  // Tier 1.5's pick: leading prompt blocks held there (-1: none)
   std::string_view model;                // the model the pool lookup used
   // Who the credential check admitted (governance): the API key's id and tenant, or the
   // JWT's tenant and user claims (each at most 256 bytes). Empty: no check, or refused.

@@ -74,6 +74,7 @@ Decision Pipeline::run(const RequestContext& given, CandidateSet& c, size_t from
       d.spilled = r.spilled;
       d.track_chain = r.track_chain;
       d.peer = r.peer;
+      d.matched_blocks = r.matched_blocks;
       // (One kv stage per pipeline: a pick of 0 uncached blocks after a miss of another stage
       // cannot happen.)
       d.prefill_blocks = r.prefill_blocks > 0 ? r.prefill_blocks : miss_prefill;

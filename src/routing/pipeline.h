@@ -52,6 +52,7 @@ struct Decision {
   bool spilled = false;
   bool track_chain = false;     // the request's chain joins the endpoint's active set (dynamo law)
   uint32_t prefill_blocks = 0;  // uncached blocks counted as queued prefill there (ttft law)
+  int32_t matched_blocks = -1;  // kv_exact's pick: leading blocks held there (-1: another stage)
   int peer = -1;                // session (P/D): the pinned decode endpoint
   // A stage needs the remote index's answer (RequestContext::remote, state kWanted): the caller
   // asks it (never blocking its loop) and runs the pipeline again.

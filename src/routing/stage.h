@@ -103,6 +103,9 @@ struct StageResult {
   // kv_exact (ttft law): the pick's uncached blocks, queued there; on a fall (a miss), the blocks
   // any later stage's pick will have to prefill.
   uint32_t prefill_blocks = 0;
+  // kv_exact's pick: the prompt's leading blocks its view credits to the chosen endpoint (the
+  // index and speculative credits; -1: not a kv_exact pick).
+  int32_t matched_blocks = -1;
   int peer = -1;  // session (P/D): the pinned decode endpoint, for the decode pick
   // kv_exact with kvIndexAddr: ask the remote index (RequestContext::remote) and run again.
   bool need_remote = false;

@@ -6,7 +6,22 @@ import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
 
+import { buildLauncher, expandSyscallSets } from './syscall_filter.mjs';
+
 export const BIN = process.env.KVGATE_BIN || path.resolve('build/kvgate');
+
+// KVGATE_SECCOMP=1: every `kvgate serve` of the suite runs under the Debian unit's system-call
+// set (@system-service, others EPERM) through syscall_filter.mjs's launcher, built once.
+let seccompLauncher = null;
+function seccompWrap(bin, args) {
+  if (process.env.KVGATE_SECCOMP !== '1' || args[0] !== 'serve') return [bin, args];
+  if (!seccompLauncher) {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvgate-seccomp-'));
+    process.on('exit', () => rmSync(dir, { recursive: true, force: true }));
+    seccompLauncher = buildLauncher(dir, expandSyscallSets(['@system-service']));
+  }
+  return [seccompLauncher, [bin, ...args]];
+}
 const children = new Set();
 
 function killAll() {
@@ -19,7 +34,8 @@ process.on('exit', killAll);
 // Spawns `kvgate <args>` and resolves with {proc, ready} once it prints its ready JSON line.
 export function startKvgate(args, { timeoutMs = 15000, env = {}, bin = BIN } = {}) {
   return new Promise((resolve, reject) => {
-    const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
+    const [exe, argv] = seccompWrap(bin, args);
+    const proc = spawn(exe, argv, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...env } });
     children.add(proc);
     // A child left running by a failed test must not keep this file's process alive forever:
     // unreferenced, the process can end, and its 'exit' handler kills what is left.

@@ -106,7 +106,7 @@ describe('the Debian package', () => {
       assert.ok(unit.includes(d), d);
   });
 
-  test('the installed binary, started as the unit starts it (its system-call filter too), serves the README example', async (t) => {
+  test('the installed binary, with the packaged config and under the unit\'s system-call set, serves the README example', async (t) => {
     // The unit's SystemCallFilter= sets, enforced by a seccomp filter of the test's own (no
     // systemd here): every call outside them fails with EPERM, as SystemCallErrorNumber=EPERM.
     const unit = fs.readFileSync(inRoot('usr/lib/systemd/system/kvgate.service'), 'utf8');
@@ -130,6 +130,10 @@ describe('the Debian package', () => {
     const { proc, ready } = await startKvgate([...binArgs, 'serve', '--config', inRoot('etc/kvgate/kvgate.conf'),
       '--state-dir', state, '--api-listen', '127.0.0.1:0', '--api-token-file', tokens], { bin });
     t.after(() => stop(proc));
+    // The gateway itself runs filtered (the launcher exec'd it: same process).
+    const status = fs.readFileSync(`/proc/${proc.pid}/status`, 'utf8');
+    assert.match(status, /^Seccomp:\s+2$/m, 'a seccomp filter is installed');
+    assert.match(status, /^NoNewPrivs:\s+1$/m);
     const port = await freePort();
     const ruleBody = {
       serviceArguments: { externalIP: '127.0.0.1', port, protocol: 'tcp', sel: 0, mode: 4, model_name: 'sim-model', sse_mode: true },

@@ -107,6 +107,7 @@ test('the dashboard: its page, its stream, decisions, an engine going down, the 
     assert.equal(d.model, 'sim-model');
     assert.equal(d.status, 200);
     assert.ok(labels.includes(d.endpoint), d.endpoint);
+    assert.equal(d.matched, -1, 'no Tier 1.5 on this rule: no matched blocks');
   }
   assert.equal(new Set(decisions().map((d) => d.endpoint)).size, 2, 'round-robin over both');
   // A rule without a name: the snapshot names it as the metrics do (its key), so the page
@@ -164,6 +165,24 @@ test('the dashboard: its page, its stream, decisions, an engine going down, the 
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'after' }], max_tokens: 2 }) });
   assert.equal(q.status, 200);
+  // Open streams per endpoint: one long stream (1,000 tokens: seconds) counts on its endpoint
+  // while it is relayed, and no more once the client leaves.
+  const sc = new AbortController();
+  const long = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST', signal: sc.signal,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'long' }], max_tokens: 1000, stream: true }) });
+  assert.equal(long.status, 200);
+  const rd = long.body.getReader();
+  await rd.read();  // the stream is flowing
+  assert.ok(await waitFor(async () => (await metric('kvgate_endpoint_active_streams')) === 1, 5000));
+  const series = parseMetrics(await (await fetch(`${gw.api}/metrics`, { headers: auth })).text())
+    .filter((m) => m.name === 'kvgate_endpoint_active_streams');
+  const perEndpoint = workers.map((w) => series.find((m) => m.labels.endpoint === `${w.host}:${w.port}`)?.value);
+  assert.deepEqual(perEndpoint.sort(), [0, 1], 'a series for each endpoint: 1 on the stream\'s, 0 on the other');
+  const cuts = await metric('kvgate_relay_cuts_total', { reason: 'client' });
+  sc.abort();  // the client leaves mid-stream
+  assert.ok(await waitFor(async () => (await metric('kvgate_endpoint_active_streams')) === 0 &&
+    (await metric('kvgate_relay_cuts_total', { reason: 'client' })) === cuts + 1, 5000), 'released when the client left');
   ac.abort();
   void api;
 });
@@ -221,7 +240,7 @@ test('the dashboard in headless Chromium', async (t) => {
   };
   const evaluate = async (expr) => (await cmd({ cmd: 'eval', expr })).value;
   await cmd({ cmd: 'open', url: `${gw.api}/ui#token=${TOKEN}` });
-  assert.ok(await waitFor(() => evaluate('Number(document.body.dataset.snapshots || 0) >= 3'), 20000, 200),
+  assert.ok(await waitFor(() => evaluate('Number(document.body?.dataset.snapshots || 0) >= 3'), 20000, 200),
     'the page takes snapshots');
   const rows = () => evaluate(`[...document.querySelectorAll('#endpoints tbody tr')].map((r) => [r.cells[0].textContent, r.cells[1].textContent, r.cells[2].textContent])`);
   const labels = workers.map((w) => `${w.host}:${w.port}`);
@@ -246,6 +265,33 @@ test('the dashboard in headless Chromium', async (t) => {
       x.some(([, ep, health]) => ep === labels[0] && health === 'up');
   }, 15000, 200), JSON.stringify(await rows()));
   assert.equal(await evaluate(`document.getElementById('k-up').textContent`), '1/2');
+  // P/D pairs: a P/D rule over a prefill and a decode engine; its requests' pair is listed (at
+  // least one of the three: a worker leaves a record out rather than wait for the feed's lock).
+  const pdSim = await startSim(['--port', '0', '--workers', '2', '--role', 'prefill,decode', '--timing', 'fixed',
+    '--prefill-base-ms', '1', '--itl-ms', '1']);
+  t.after(() => pdSim.stop());
+  const [pf, dc] = pdSim.workers;
+  const pdPort = await freePort();
+  const pr = await fetch(`${gw.api}${LB_BASE}`, { method: 'POST', headers: auth, body: JSON.stringify({
+    serviceArguments: { externalIP: '127.0.0.1', port: pdPort, protocol: 'tcp', sel: 0, mode: 4, pd_disagg_mode: true,
+      kvEngineType: 'vllm', name: 'pd' },
+    endpoints: [
+      { endpointIP: pf.host, targetPort: pf.port, weight: 1, ep_role: 1, nixl_port: 5600 },
+      { endpointIP: dc.host, targetPort: dc.port, weight: 1, ep_role: 2, nixl_port: 5601 },
+    ] }) });
+  assert.equal(pr.status, 200, await pr.text());
+  for (let i = 0; i < 3; i++) {
+    const x = await fetch(`http://127.0.0.1:${pdPort}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim-model', prompt: 'pair me', max_tokens: 2 }) });
+    assert.equal(x.status, 200, await x.text());
+  }
+  const pairRows = () => evaluate(`[...document.querySelectorAll('#pairs tbody tr')].map((r) => [...r.cells].map((c) => c.textContent))`);
+  assert.ok(await waitFor(async () => (await pairRows()).some(([rule, p, d, n]) =>
+    rule === 'pd' && p === `${pf.host}:${pf.port}` && d === `${dc.host}:${dc.port}` && Number(n) >= 1), 15000, 200),
+  JSON.stringify(await pairRows()));
+  // The endpoints table has the open-streams column (a number for each endpoint).
+  const openCol = await evaluate(`[...document.querySelectorAll('#endpoints tbody tr')].map((r) => r.cells[5].textContent)`);
+  assert.ok(openCol.length >= 2 && openCol.every((v) => /^\d+$/.test(v)), JSON.stringify(openCol));
   const { errors } = await cmd({ cmd: 'errors' });
   assert.deepEqual(errors, [], 'no console error or exception');
   await cmd({ cmd: 'close' });

@@ -294,6 +294,7 @@ class KvExactStage : public Stage {
                                         r.spilled);
     res.track_chain = dynamo;
     res.prefill_blocks = r.uncached;
+    res.matched_blocks = static_cast<int32_t>(std::min<size_t>(overlapOf(res.index), n));
     // No cold-start seeding under the peer laws (the re-implemented policies have none), a profile
     // that places misses, or on a miss placed by the law (predict-q).
     if (best == 0 || (profile ? profile->scoresMisses() : isPeerLaw(opts_.law.mode))) return res;
@@ -312,6 +313,7 @@ class KvExactStage : public Stage {
           res.seeded = true;
           // what the seeded endpoint must prefill
           res.prefill_blocks = static_cast<uint32_t>(n - std::min<size_t>(overlapOf(i), n)) + tail;
+          res.matched_blocks = static_cast<int32_t>(std::min<size_t>(overlapOf(i), n));
         }
         break;
       }

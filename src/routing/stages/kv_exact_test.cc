@@ -355,6 +355,7 @@ TEST(KvExact, TtftWeighsQueuedPrefill) {
   auto r = f.run();
   EXPECT_EQ(r.index, 0);
   EXPECT_EQ(r.prefill_blocks, 0u);
+  EXPECT_EQ(r.matched_blocks, 4);  // all 4 of the prompt's blocks held there
   // 6 blocks queued on endpoint 0 and one request in flight: 6 + 0 + 2 = 8 > 4: endpoint 1, a
   // spill with 2 uncached blocks.
   f.eps[0].state->pending_prefill_blocks.store(6);
@@ -363,6 +364,7 @@ TEST(KvExact, TtftWeighsQueuedPrefill) {
   EXPECT_EQ(r.index, 1);
   EXPECT_TRUE(r.spilled);
   EXPECT_EQ(r.prefill_blocks, 2u);
+  EXPECT_EQ(r.matched_blocks, 2);  // endpoint 1 holds 2 of 4
   // A prompt nobody holds (tokens 1000..1063): the rule's fallback places it, and its 4 blocks
   // are what that pick queues (the pipeline hands them to the decision).
   for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 1000 + t;
