@@ -55,13 +55,19 @@ async function complete(port, rid, headers = {}, extra = {}) {
   return { status: res.status, text: await res.text() };
 }
 
-test('tracing: client context, spans and their parentage, the engine\'s traceparent, usage', async (t) => {
+// A receiver, one simulated engine (fixed timing) and a gateway tracing to the receiver, all
+// stopped with `t`; `gwArgs`: more serve flags.
+async function tracedFleet(t, gwArgs = [], simArgs = ['--prefill-base-ms', '1', '--itl-ms', '1']) {
   const rcv = await otlpReceiver(t);
-  const sim = await startSim(['--port', '0', '--timing', 'fixed', '--prefill-base-ms', '5', '--itl-ms', '2']);
+  const sim = await startSim(['--port', '0', '--timing', 'fixed', ...simArgs]);
   t.after(() => sim.stop());
   const [w] = sim.workers;
-  const gw = await gateway(t, ['--workers', '1', '--otlp-endpoint', rcv.url, '--otlp-interval-ms', '50']);
-  const port = await freePort();
+  const gw = await gateway(t, ['--workers', '1', '--otlp-endpoint', rcv.url, '--otlp-interval-ms', '50', ...gwArgs]);
+  return { rcv, w, gw, port: await freePort() };
+}
+
+test('tracing: client context, spans and their parentage, the engine\'s traceparent, usage', async (t) => {
+  const { rcv, w, gw, port } = await tracedFleet(t, [], ['--prefill-base-ms', '5', '--itl-ms', '2']);
   const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w], model: 'sim-model',
     extraArgs: { name: 'traced' } }));
   assert.equal(r.status, 200, r.text);
@@ -267,13 +273,7 @@ test('tracing: off by default; a slow collector costs requests nothing, spans dr
 });
 
 test('tracing: ratio 0 samples no new trace, a sampled client trace still is', async (t) => {
-  const rcv = await otlpReceiver(t);
-  const sim = await startSim(['--port', '0', '--timing', 'fixed', '--prefill-base-ms', '1', '--itl-ms', '1']);
-  t.after(() => sim.stop());
-  const [w] = sim.workers;
-  const gw = await gateway(t, ['--workers', '1', '--otlp-endpoint', rcv.url, '--otlp-interval-ms', '50',
-    '--otlp-sample-ratio', '0']);
-  const port = await freePort();
+  const { rcv, w, gw, port } = await tracedFleet(t, ['--otlp-sample-ratio', '0']);
   assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w] }))).status, 200);
   for (let i = 0; i < 5; i++) assert.equal((await complete(port, `r0-${i}`)).status, 200);
   // Unsampled, no client context: the engine still gets our decision (flags 00), so it does not
@@ -291,12 +291,7 @@ test('tracing: ratio 0 samples no new trace, a sampled client trace still is', a
 });
 
 test('tracing: the gates span (credentials, quota; a refusal is an error), and an HTTP/2 stream', async (t) => {
-  const rcv = await otlpReceiver(t);
-  const sim = await startSim(['--port', '0', '--timing', 'fixed', '--prefill-base-ms', '1', '--itl-ms', '1']);
-  t.after(() => sim.stop());
-  const [w] = sim.workers;
-  const gw = await gateway(t, ['--workers', '1', '--otlp-endpoint', rcv.url, '--otlp-interval-ms', '50']);
-  const port = await freePort();
+  const { rcv, w, gw, port } = await tracedFleet(t);
   assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [w], model: 'sim-model',
     extraArgs: { api_key_auth: 'required' } }))).status, 200);
   const k = await api(gw.api, 'POST', '/netlox/v1/config/ai/apikey', { tenant_id: 'acme', name: 't', tokens_per_min: 100000 });
@@ -340,13 +335,8 @@ test('tracing: the gates span (credentials, quota; a refusal is an error), and a
 });
 
 test('tracing: a failover is two upstream spans, the failed attempt an error, the engine parented to the second', async (t) => {
-  const rcv = await otlpReceiver(t);
-  const sim = await startSim(['--port', '0', '--timing', 'fixed', '--prefill-base-ms', '1', '--itl-ms', '1']);
-  t.after(() => sim.stop());
-  const [w] = sim.workers;
+  const { rcv, w, gw, port } = await tracedFleet(t);
   const dead = await freePort();  // nothing listens: the connect is refused
-  const gw = await gateway(t, ['--workers', '1', '--otlp-endpoint', rcv.url, '--otlp-interval-ms', '50']);
-  const port = await freePort();
   assert.equal((await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [{ host: '127.0.0.1', port: dead }, w] }))).status, 200);
   const T = '5'.repeat(32);
   // Round-robin: one of the first two requests starts on the dead endpoint.
