@@ -79,7 +79,7 @@ void ClientConn::finishTrace() {
     const auto from = t.gates_end != RequestTrace::Clock::time_point{} ? t.gates_end : t.t0;
     SpanRecord r = child("route", SpanRecord::Kind::kInternal, telemetry::newSpanId(),
                          std::min(from, t.routed), t.routed);
-    r.attrs.reserve(5);
+    r.attrs.reserve(6);
     r.attrs.emplace_back("kvgate.tier", std::string(rq_.outcome.stage));
     r.attrs.emplace_back("kvgate.key", std::string(rq_.outcome.key));
     r.attrs.emplace_back("kvgate.spill", rq_.outcome.spilled);

@@ -965,6 +965,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   rq_.outcome.ep_index = -1;
   rq_.outcome.prefill = nullptr;
   rq_.outcome.endpoint = nullptr;
+  rq_.outcome.matched_blocks = -1;  // (the rescue's pick says its own)
   if (route.rescue_pipeline) {
     countTier(route, -2);
     co_return co_await forward(req, route, route.rescue_pipeline.get(), 0);

@@ -130,10 +130,13 @@ describe('the Debian package', () => {
     const { proc, ready } = await startKvgate([...binArgs, 'serve', '--config', inRoot('etc/kvgate/kvgate.conf'),
       '--state-dir', state, '--api-listen', '127.0.0.1:0', '--api-token-file', tokens], { bin });
     t.after(() => stop(proc));
-    // The gateway itself runs filtered (the launcher exec'd it: same process).
+    // The gateway itself runs filtered (the launcher exec'd it: same process): one filter more
+    // than this test process has (a container may install one of its own for everybody).
     const status = fs.readFileSync(`/proc/${proc.pid}/status`, 'utf8');
+    const filters = (s) => Number(/^Seccomp_filters:\s+(\d+)$/m.exec(s)?.[1] ?? -1);
     assert.match(status, /^Seccomp:\s+2$/m, 'a seccomp filter is installed');
     assert.match(status, /^NoNewPrivs:\s+1$/m);
+    assert.equal(filters(status), filters(fs.readFileSync('/proc/self/status', 'utf8')) + 1);
     const port = await freePort();
     const ruleBody = {
       serviceArguments: { externalIP: '127.0.0.1', port, protocol: 'tcp', sel: 0, mode: 4, model_name: 'sim-model', sse_mode: true },
