@@ -8,7 +8,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { test } from 'node:test';
 
-import { LB_BASE, api, freePort, gateway, parseMetrics, rule, startSim, waitFor } from './lib.mjs';
+import { LB_BASE, api, freePort, gateway, parseMetrics, rawRequest, rule, startSim, waitFor } from './lib.mjs';
 
 // An OTLP/HTTP receiver: every POST /v1/traces body parsed; its spans flattened into `spans`.
 async function otlpReceiver(t) {
@@ -53,6 +53,13 @@ async function complete(port, rid, headers = {}, extra = {}) {
     body: JSON.stringify({ model: 'sim-model', prompt: 'trace me through the gateway', max_tokens: 3, ...extra }),
   });
   return { status: res.status, text: await res.text() };
+}
+
+// A completion written byte by byte (repeated headers a fetch would merge), on its own connection.
+function rawCompletion(rid, headerLines) {
+  const body = JSON.stringify({ model: 'sim-model', prompt: 'x', max_tokens: 1 });
+  return `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Request-Id: ${rid}\r\n` +
+    `${headerLines}Connection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
 }
 
 // A receiver, one simulated engine (fixed timing) and a gateway tracing to the receiver, all
@@ -151,32 +158,12 @@ test('tracing: client context, spans and their parentage, the engine\'s tracepar
     assert.equal(l.tracestate, '', `${rid}: no oversized tracestate passed on`);
   }
   // Two traceparent headers: invalid (the spec), a new trace.
-  const raw = await new Promise((resolve, reject) => {
-    const body = JSON.stringify({ model: 'sim-model', prompt: 'x', max_tokens: 1 });
-    const s = net.connect(port, '127.0.0.1', () => s.end(
-      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Request-Id: trace-5\r\n` +
-      `traceparent: 00-${TRACE}-${PARENT}-01\r\ntraceparent: 00-${TRACE}-${'c'.repeat(16)}-01\r\n` +
-      `Connection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`));
-    let out = '';
-    s.on('data', (d) => { out += d; });
-    s.on('end', () => resolve(out));
-    s.on('error', reject);
-  });
+  const raw = await rawRequest(port, rawCompletion('trace-5', `traceparent: 00-${TRACE}-${PARENT}-01\r\ntraceparent: 00-${TRACE}-${'c'.repeat(16)}-01\r\n`));
   assert.match(raw, /^HTTP\/1\.1 200/);
   const l5 = await lastLegOf(w, 'trace-5');
   assert.ok(!l5.traceparent.includes(TRACE), l5.traceparent);
   // Two tracestate headers are one list (the spec): joined, in order.
-  const raw6 = await new Promise((resolve, reject) => {
-    const body = JSON.stringify({ model: 'sim-model', prompt: 'x', max_tokens: 1 });
-    const s = net.connect(port, '127.0.0.1', () => s.end(
-      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Request-Id: trace-6\r\n` +
-      `traceparent: 00-${TRACE}-${PARENT}-01\r\ntracestate: a=1\r\ntracestate: b=2\r\n` +
-      `Connection: close\r\nContent-Length: ${body.length}\r\n\r\n${body}`));
-    let out = '';
-    s.on('data', (d) => { out += d; });
-    s.on('end', () => resolve(out));
-    s.on('error', reject);
-  });
+  const raw6 = await rawRequest(port, rawCompletion('trace-6', `traceparent: 00-${TRACE}-${PARENT}-01\r\ntracestate: a=1\r\ntracestate: b=2\r\n`));
   assert.match(raw6, /^HTTP\/1\.1 200/);
   assert.equal((await lastLegOf(w, 'trace-6')).tracestate, 'a=1,b=2');
 
