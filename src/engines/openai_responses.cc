@@ -9,6 +9,20 @@ bool isResponsesPath(std::string_view target) {
   return target.substr(0, target.find('?')).ends_with("/v1/responses");
 }
 
+std::string_view storedResponseIdOfPath(std::string_view target) {
+  std::string_view path = target.substr(0, target.find('?'));
+  if (path.ends_with("/cancel")) path.remove_suffix(7);
+  const size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos) return {};
+  const std::string_view id = path.substr(slash + 1);
+  if (!path.substr(0, slash).ends_with("/v1/responses") || id.empty() || id.size() > 256) return {};
+  for (const char c : id)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-'))
+      return {};
+  return id;
+}
+
 namespace {
 
 bool fail(ChatForm& f, std::string why) {

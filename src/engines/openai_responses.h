@@ -36,6 +36,11 @@ namespace kvgate::engines::responses {
 
 // POST .../v1/responses (a query ignored); GET .../v1/responses/{id} is not it.
 bool isResponsesPath(std::string_view target);
+// The stored response a request names by its path, as vLLM routes them: .../v1/responses/{id}
+// (retrieve) and .../v1/responses/{id}/cancel (a query ignored); "" for any other path, and for
+// an id of more than 256 bytes or of other characters than [A-Za-z0-9_-] (vLLM's ids are
+// "resp_" and hex; an id the engine might read differently is not pinned, only routed).
+std::string_view storedResponseIdOfPath(std::string_view target);
 
 using ChatForm = anthropic::ChatForm;
 ChatForm toChat(std::string_view body);

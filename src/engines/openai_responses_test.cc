@@ -21,6 +21,28 @@ TEST(OpenAiResponses, Paths) {
   EXPECT_FALSE(isResponsesPath("/v1/chat/completions"));
 }
 
+// vLLM's routes naming a stored response: GET /v1/responses/{id}, POST /v1/responses/{id}/cancel.
+TEST(OpenAiResponses, StoredResponseIdOfPath) {
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses/resp_1a2b"), "resp_1a2b");
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses/resp_1a2b/cancel"), "resp_1a2b");
+  EXPECT_EQ(storedResponseIdOfPath("/api/v1/responses/resp-X_9?stream=true&starting_after=3"),
+            "resp-X_9");
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses"), "");
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses/"), "");
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses/cancel"), "");  // (the engine's id "cancel")
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses/resp_1/input_items"), "");
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses/resp_1/cancel/cancel"), "");
+  EXPECT_EQ(storedResponseIdOfPath("/v1/chat/completions/resp_1"), "");
+  EXPECT_EQ(storedResponseIdOfPath("/v2/responses/resp_1"), "");
+  // Characters the engine might read differently: not an id the gateway pins on.
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses/resp%5F1"), "");
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses/resp.1"), "");
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses/.."), "");
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses/" + std::string(256, 'a')),
+            std::string(256, 'a'));
+  EXPECT_EQ(storedResponseIdOfPath("/v1/responses/" + std::string(257, 'a')), "");
+}
+
 TEST(OpenAiResponses, InstructionsAndStringInput) {
   EXPECT_EQ(chatOf(R"({"model":"m","instructions":"Be brief.","input":"hi"})"),
             R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}]})");

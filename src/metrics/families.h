@@ -89,7 +89,8 @@ inline const Family kApiPrompt{"kvgate_api_prompt_total", Type::kCounter,
     "(over 2 MiB: not converted, routed without a prompt key).", {"api", "result"}};
 inline const Family kResponsePins{"kvgate_responses_previous_total", Type::kCounter,
     "The Responses API's stored responses, by rule and event: remembered (an answer's id and its "
-    "endpoint), pinned (a request with previous_response_id sent to that endpoint), unknown (an "
+    "endpoint), pinned (a request naming a stored response, by previous_response_id or by the "
+    "path of a retrieve or cancel, sent to that endpoint), unknown (an "
     "id this gateway did not relay: routed as any request), refused (503: the endpoint holding it "
     "is down or no longer in the rule).", {"rule", "event"}};
 inline const Family kActiveConnections{"kvgate_active_client_connections", Type::kGauge,

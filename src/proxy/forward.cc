@@ -11,8 +11,9 @@
 // answered 502/504 and teaches the breaker. Interim 1xx answers (not 101) are relayed to
 // HTTP/1.1 clients and dropped for HTTP/1.0 clients; the final response follows.
 #include "common/log.h"
-#include "proxy/remote_hint.h"
+#include "engines/openai_responses.h"
 #include "proxy/client_conn.h"
+#include "proxy/remote_hint.h"
 #include "proxy/request_keys.h"
 
 namespace kvgate::proxy {
@@ -294,14 +295,22 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
   rq_.cycle.beginRouting();  // (the chain: at most 8192 entries, kv_exact's block bound)
   rctx.cycle = &rq_.cycle;
   const bool cb = route.rule.cb_enable;
-  // A Responses request continuing a stored response goes where that response is (the engine
-  // holds its history): every other endpoint is excluded, and a draining home still takes it (the
-  // conversation finishes there); when the home cannot serve, a clear error rather than an
-  // engine that answers 404 (response_homes.h).
+  // A request naming a stored Responses API response goes where that response is (the engine
+  // holds it): a Responses request continuing it (previous_response_id), and a retrieve or cancel
+  // of it (GET .../v1/responses/{id}, POST .../{id}/cancel). Every other endpoint is excluded, and
+  // a draining home still takes it (the conversation finishes there); when the home cannot
+  // serve, a clear error rather than an engine that answers 404 (response_homes.h).
+  std::string_view pin_id;
+  if (route.stats->response_homes) {
+    if (rq_.api == Api::kResponses && rq_.facts_parsed)
+      pin_id = rq_.facts.previous_response_id;
+    else if (rq_.api == Api::kOpenAi)
+      pin_id = engines::responses::storedResponseIdOfPath(req.head.target);
+  }
+  const bool continuation = rq_.api == Api::kResponses;
   std::string home;
-  if (rq_.api == Api::kResponses && rq_.facts_parsed && !rq_.facts.previous_response_id.empty() &&
-      route.stats->response_homes) {
-    home = route.stats->response_homes->find(rq_.facts.previous_response_id, responseOwner());
+  if (!pin_id.empty()) {
+    home = route.stats->response_homes->find(pin_id, responseOwner());
     if (home.empty())
       route.stats->response_pins[2].fetch_add(1, std::memory_order_relaxed);  // routed as any
   }
@@ -313,14 +322,18 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
       if (route.endpoints[i].state->label == home) at = i;
     if (at == n || rq_.excluded[at]) {
       pins[3].fetch_add(1, std::memory_order_relaxed);
-      log::warn("proxy", "previous_response_id " + rq_.facts.previous_response_id +
-                             ": its endpoint " + home + " is " +
+      log::warn("proxy", std::string(continuation ? "previous_response_id " : "response ") +
+                             std::string(pin_id) + ": its endpoint " + home + " is " +
                              (at == n ? "no longer in the rule" : "not available"));
-      const std::string why = "response '" + rq_.facts.previous_response_id +
+      const std::string why = "response '" + std::string(pin_id) +
                               "' is stored on an endpoint that is " +
                               (at == n ? "no longer in this service" : "not available now") +
-                              "; its history cannot be used elsewhere";
-      co_await sendError(503, "previous_response_unavailable", why, "previous_response_id");
+                              (continuation ? "; its history cannot be used elsewhere"
+                                            : "; it cannot be read or cancelled elsewhere");
+      if (continuation)
+        co_await sendError(503, "previous_response_unavailable", why, "previous_response_id");
+      else
+        co_await sendError(503, "response_unavailable", why, "response_id");
       co_return true;
     }
     pins[1].fetch_add(1, std::memory_order_relaxed);

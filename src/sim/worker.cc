@@ -45,6 +45,22 @@ static http::ServerOptions serverOptions(const SimConfig& cfg) {
   return o;
 }
 
+namespace {
+// vLLM's Responses errors (serving_responses.py: the {"error": {...}} shape).
+std::string responsesError(int code, const std::string& message, const char* param) {
+  const ojson err = {{"error",
+                      {{"message", message},
+                       {"type", "invalid_request_error"},
+                       {"param", param ? ojson(param) : ojson(nullptr)},
+                       {"code", code}}}};
+  return dumpJson(err);
+}
+
+std::string responseNotFound(const std::string& id) {
+  return responsesError(404, "Response with id '" + id + "' not found.", "response_id");
+}
+}  // namespace
+
 Worker::Worker(asio::io_context& io, const SimConfig& cfg, size_t index, const Fleet* fleet)
     : io_(io),
       cfg_(cfg),
@@ -491,13 +507,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
         !(cfg_.responses_store &&
           stored_responses_.count(j["previous_response_id"].get<std::string>()))) {
       const std::string id = j["previous_response_id"].get<std::string>();
-      // (serving_responses.py _make_not_found_error: the {"error": {...}} shape)
-      const ojson err = {{"error",
-                          {{"message", "Response with id '" + id + "' not found."},
-                           {"type", "invalid_request_error"},
-                           {"param", "response_id"},
-                           {"code", 404}}}};
-      co_await w.send(404, "application/json", dumpJson(err), hdrs);
+      co_await w.send(404, "application/json", responseNotFound(id), hdrs);
       co_return;
     }
   }
@@ -536,7 +546,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
                                                : chat    ? "chatcmpl-"
                                                          : "cmpl-") +
                                                   base;
-  if (responses && cfg_.responses_store && stored_responses_.insert(id).second) {
+  if (responses && cfg_.responses_store && stored_responses_.try_emplace(id).second) {
     stored_order_.push_back(id);
     if (stored_order_.size() > 65536) {
       stored_responses_.erase(stored_order_.front());
@@ -576,6 +586,8 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       r["incomplete_details"] = {{"reason", "max_output_tokens"}};
     return r;
   };
+  if (responses && cfg_.responses_store)
+    storeResponse(id, dumpJson(responsesObject("in_progress", ojson::array(), nullptr)));
 
   const int64_t created = unixNow();
   const auto plen = static_cast<int64_t>(in.prompt.size());
@@ -693,6 +705,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
     if (responses) {
       body = dumpJson(responsesObject("incomplete", ojson::array({responsesItem(text, true)}),
                                       responsesUsage(plen, ntok, cached)));
+      if (cfg_.responses_store) storeResponse(id, body);
     } else if (messages) {  // vLLM's messages_full_converter: the chat id, the text block, usage
       ojson resp = {{"id", id},
                     {"type", "message"},
@@ -818,10 +831,10 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
         event("response.output_item.done",
               {{"output_index", 0}, {"item", responsesItem(streamed, true)}});
       } else {
-        event("response.completed",
-              {{"response",
-                responsesObject("incomplete", ojson::array({responsesItem(streamed, true)}),
-                                responsesUsage(plen, ntok, cached))}});
+        ojson done = responsesObject("incomplete", ojson::array({responsesItem(streamed, true)}),
+                                     responsesUsage(plen, ntok, cached));
+        if (cfg_.responses_store) storeResponse(id, dumpJson(done));
+        event("response.completed", {{"response", std::move(done)}});
       }
     } else if (messages) {
       auto event = [&ev](const char* type, const std::string& data) {
@@ -952,6 +965,50 @@ asio::awaitable<void> Worker::handleCacheState(http::Request& req, http::Respons
   co_await w.send(200, "application/json", body);
 }
 
+void Worker::storeResponse(const std::string& id, std::string body) {
+  auto it = stored_responses_.find(id);
+  if (it == stored_responses_.end()) return;  // (forgotten meanwhile)
+  const auto was = nlohmann::json::parse(it->second, nullptr, false);
+  if (was.is_object() && was.value("status", "") == "cancelled") return;
+  it->second = std::move(body);
+}
+
+// GET /v1/responses/{id} and POST /v1/responses/{id}/cancel (vLLM's retrieve_responses and
+// cancel_responses): an id not starting "resp_" 400, an unknown one 404, a cancel of a response
+// no longer queued or in progress 400; a cancelled response keeps that status.
+asio::awaitable<void> Worker::handleStoredResponse(const std::string& id, bool cancel,
+                                                   http::ResponseWriter& w,
+                                                   const http::HeaderList& hdrs) {
+  if (!id.starts_with("resp_")) {
+    co_await w.send(
+        400, "application/json",
+        responsesError(
+            400, "Invalid 'response_id': '" + id + "'. Expected an ID that begins with 'resp'.",
+            "response_id"),
+        hdrs);
+    co_return;
+  }
+  auto it = stored_responses_.find(id);
+  if (it == stored_responses_.end()) {
+    co_await w.send(404, "application/json", responseNotFound(id), hdrs);
+    co_return;
+  }
+  if (!cancel) {
+    co_await w.send(200, "application/json", it->second, hdrs);
+    co_return;
+  }
+  auto r = nlohmann::ordered_json::parse(it->second, nullptr, false);
+  const std::string status = r.is_object() ? r.value("status", "") : "";
+  if (status != "queued" && status != "in_progress") {
+    co_await w.send(400, "application/json",
+                    responsesError(400, "Cannot cancel a synchronous response.", nullptr), hdrs);
+    co_return;
+  }
+  r["status"] = "cancelled";
+  it->second = dumpJson(r);
+  co_await w.send(200, "application/json", it->second, hdrs);
+}
+
 asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w) {
   http::HeaderList hdrs;
   std::string rid = req.header("X-Request-Id");
@@ -979,6 +1036,14 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
   } else if (p == "/v1/responses") {
     if (post) {
       co_await handleInference(req, w, Api::kResponses, hdrs);
+      co_return;
+    }
+  } else if (p.starts_with("/v1/responses/")) {
+    std::string_view id = std::string_view(p).substr(14);
+    const bool cancel = id.ends_with("/cancel");
+    if (cancel) id.remove_suffix(7);
+    if (id.find('/') == std::string_view::npos && ((get && !cancel) || (post && cancel))) {
+      co_await handleStoredResponse(std::string(id), cancel, w, hdrs);
       co_return;
     }
   } else if (p == "/v1/messages/count_tokens") {

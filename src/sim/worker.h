@@ -177,9 +177,13 @@ class Worker {
   nlohmann::ordered_json faultJson() const;
   Result<void> setFaults(const FaultState& next);
   Result<Inference> parseInference(const std::string& body, bool chat) const;
-  // --responses-store: the ids of the Responses this worker answered (vLLM keeps the responses
-  // themselves in memory; the simulator only whether it has one), oldest forgotten past 65536.
-  std::unordered_set<std::string> stored_responses_;
+  // --responses-store: the Responses this worker answered, by id, as GET /v1/responses/{id}
+  // returns them (vLLM keeps them in memory: in_progress until done, then the final object;
+  // "cancelled" once cancelled), oldest forgotten past 65536.
+  std::unordered_map<std::string, std::string> stored_responses_;
+  void storeResponse(const std::string& id, std::string body);  // (kept cancelled once cancelled)
+  asio::awaitable<void> handleStoredResponse(const std::string& id, bool cancel,
+                                             http::ResponseWriter& w, const http::HeaderList& hdrs);
   std::deque<std::string> stored_order_;
 
   // Fault preamble of an inference request (fail_requests, stall_ms); false = already answered.

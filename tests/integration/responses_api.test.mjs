@@ -150,6 +150,28 @@ test('previous_response_id: continuations go to the endpoint holding the respons
     .catch((e) => e);
   assert.ok(err instanceof OpenAI.NotFoundError, String(err));
   assert.equal(metric(await scrapeMetrics(gw.api), 'kvgate_responses_previous_total', { event: 'unknown' }), 1);
+  // A retrieve (GET /v1/responses/{id}) and a cancel (POST .../{id}/cancel) name the stored
+  // response by their path: pinned to its endpoint too. Four retrieves, each answered with the
+  // stored response (round-robin would send half to the endpoint without it: 404); a cancel of a
+  // finished response is the engine's own 400, not the other endpoint's 404.
+  const mGet = await scrapeMetrics(gw.api);
+  for (let i = 0; i < 4; i++) {
+    const got = await client.responses.retrieve(first.id);
+    assert.equal(got.id, first.id);
+    assert.equal(got.object, 'response');
+    assert.equal(got.status, 'incomplete');  // (stopped at max_output_tokens)
+    assert.ok(got.output[0].content[0].text.length > 0);  // (the hijack above rewrote its text: vLLM too)
+  }
+  const cancelErr = await client.responses.cancel(first.id).catch((e) => e);
+  assert.ok(cancelErr instanceof OpenAI.BadRequestError, String(cancelErr));
+  assert.match(cancelErr.message, /Cannot cancel a synchronous response/);
+  const mGot = await scrapeMetrics(gw.api);
+  assert.equal(sentTo(mGot, home) - sentTo(mGet, home), 5, 'every retrieve and the cancel went to the home');
+  assert.equal(metric(mGot, 'kvgate_responses_previous_total', { event: 'pinned' }) -
+    metric(mGet, 'kvgate_responses_previous_total', { event: 'pinned' }), 5);
+  // A retrieve of an id the gateway did not relay is routed as any request: the engine's 404.
+  const unknownGet = await client.responses.retrieve('resp_notrelayed').catch((e) => e);
+  assert.ok(unknownGet instanceof OpenAI.NotFoundError, String(unknownGet));
   // The endpoint holding the first response leaves the rule: its continuation is a clear 503.
   r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [other] }));
   assert.equal(r.status, 200, r.text);
@@ -160,6 +182,16 @@ test('previous_response_id: continuations go to the endpoint holding the respons
   assert.equal(body.error.code, 'previous_response_unavailable');
   assert.equal(body.error.message, `response '${first.id}' is stored on an endpoint that is no longer in this service; its history cannot be used elsewhere`);
   assert.equal(metric(await scrapeMetrics(gw.api), 'kvgate_responses_previous_total', { event: 'refused' }), 1);
+  // ... and so is a retrieve or cancel of it (the other endpoint would answer 404).
+  for (const [method, path] of [['GET', `/v1/responses/${first.id}`], ['POST', `/v1/responses/${first.id}/cancel`]]) {
+    const res = await fetch(`http://127.0.0.1:${port}${path}`, { method });
+    assert.equal(res.status, 503, path);
+    const b = await res.json();
+    assert.equal(b.error.code, 'response_unavailable');
+    assert.equal(b.error.param, 'response_id');
+    assert.equal(b.error.message, `response '${first.id}' is stored on an endpoint that is no longer in this service; it cannot be read or cancelled elsewhere`);
+  }
+  assert.equal(metric(await scrapeMetrics(gw.api), 'kvgate_responses_previous_total', { event: 'refused' }), 3);
 });
 
 // Tier 1.5 keys a Responses request by the chat form its engine renders (instructions first, input
