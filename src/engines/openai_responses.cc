@@ -9,18 +9,43 @@ bool isResponsesPath(std::string_view target) {
   return target.substr(0, target.find('?')).ends_with("/v1/responses");
 }
 
+namespace {
+bool idChars(std::string_view id) {
+  if (id.empty() || id.size() > 256) return false;
+  for (const char c : id)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-'))
+      return false;
+  return true;
+}
+}  // namespace
+
 std::string_view storedResponseIdOfPath(std::string_view target) {
   std::string_view path = target.substr(0, target.find('?'));
   if (path.ends_with("/cancel")) path.remove_suffix(7);
   const size_t slash = path.rfind('/');
   if (slash == std::string_view::npos) return {};
   const std::string_view id = path.substr(slash + 1);
-  if (!path.substr(0, slash).ends_with("/v1/responses") || id.empty() || id.size() > 256) return {};
-  for (const char c : id)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-          c == '-'))
-      return {};
+  if (!path.substr(0, slash).ends_with("/v1/responses") || !idChars(id)) return {};
   return id;
+}
+
+std::string_view responseIdUnderPath(std::string_view target) {
+  const std::string_view path = target.substr(0, target.find('?'));
+  constexpr std::string_view kMark = "/v1/responses/";
+  const size_t at = path.find(kMark);
+  if (at == std::string_view::npos) return {};
+  std::string_view id = path.substr(at + kMark.size());
+  id = id.substr(0, id.find('/'));
+  return idChars(id) ? id : std::string_view();
+}
+
+std::string_view storedResponseRequestId(std::string_view method, std::string_view target) {
+  const std::string_view id = storedResponseIdOfPath(target);
+  if (id.empty()) return {};
+  const bool cancel = target.substr(0, target.find('?')).ends_with("/cancel");
+  return (cancel ? method == "POST" : method == "GET" || method == "HEAD") ? id
+                                                                           : std::string_view();
 }
 
 namespace {

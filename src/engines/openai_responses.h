@@ -41,6 +41,12 @@ bool isResponsesPath(std::string_view target);
 // an id of more than 256 bytes or of other characters than [A-Za-z0-9_-] (vLLM's ids are
 // "resp_" and hex; an id the engine might read differently is not pinned, only routed).
 std::string_view storedResponseIdOfPath(std::string_view target);
+// The id of a path under .../v1/responses/{id} (itself or any path below it, such as
+// .../{id}/cancel or .../{id}/input_items; a query ignored), with the same id rule; "" else.
+std::string_view responseIdUnderPath(std::string_view target);
+// The same for a request: a retrieve (GET or HEAD .../v1/responses/{id}) or a cancel (POST
+// .../v1/responses/{id}/cancel); "" for another method.
+std::string_view storedResponseRequestId(std::string_view method, std::string_view target);
 
 using ChatForm = anthropic::ChatForm;
 ChatForm toChat(std::string_view body);

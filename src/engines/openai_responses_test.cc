@@ -43,6 +43,24 @@ TEST(OpenAiResponses, StoredResponseIdOfPath) {
   EXPECT_EQ(storedResponseIdOfPath("/v1/responses/" + std::string(257, 'a')), "");
 }
 
+TEST(OpenAiResponses, ResponseIdUnderPath) {
+  EXPECT_EQ(responseIdUnderPath("/v1/responses/resp_1"), "resp_1");
+  EXPECT_EQ(responseIdUnderPath("/v1/responses/resp_1/input_items?limit=2"), "resp_1");
+  EXPECT_EQ(responseIdUnderPath("/x/v1/responses/resp_1/cancel"), "resp_1");
+  EXPECT_EQ(responseIdUnderPath("/v1/responses"), "");
+  EXPECT_EQ(responseIdUnderPath("/v1/responses/"), "");
+  EXPECT_EQ(responseIdUnderPath("/v1/responses/resp%201"), "");
+}
+
+TEST(OpenAiResponses, StoredResponseRequestId) {
+  EXPECT_EQ(storedResponseRequestId("GET", "/v1/responses/resp_1"), "resp_1");
+  EXPECT_EQ(storedResponseRequestId("HEAD", "/v1/responses/resp_1"), "resp_1");
+  EXPECT_EQ(storedResponseRequestId("POST", "/v1/responses/resp_1/cancel"), "resp_1");
+  EXPECT_EQ(storedResponseRequestId("POST", "/v1/responses/resp_1"), "");  // (vLLM: 405)
+  EXPECT_EQ(storedResponseRequestId("DELETE", "/v1/responses/resp_1"), "");
+  EXPECT_EQ(storedResponseRequestId("GET", "/v1/responses/resp_1/cancel"), "");
+}
+
 TEST(OpenAiResponses, InstructionsAndStringInput) {
   EXPECT_EQ(chatOf(R"({"model":"m","instructions":"Be brief.","input":"hi"})"),
             R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"hi"}]})");

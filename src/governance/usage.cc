@@ -1,5 +1,6 @@
 #include "governance/usage.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 namespace kvgate::governance {
@@ -46,6 +47,20 @@ std::optional<Usage> parseUsage(std::string_view text) {
   return u;
 }
 
+namespace {
+// One non-negative integer member of a usage object's text, alone of the token counts that make
+// a usage: message_start's input_tokens, or an Anthropic message_delta's output_tokens. -1 when
+// absent, or when the object is not JSON.
+int64_t countIn(std::string_view text, const char* name) {
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return -1;
+  auto it = j.find(name);
+  if (it == j.end() || !(it->is_number_unsigned() || it->is_number_integer())) return -1;
+  const int64_t v = it->get<int64_t>();
+  return v >= 0 ? v : -1;
+}
+}  // namespace
+
 void UsageScanner::reset() { *this = UsageScanner(); }
 
 void UsageScanner::feed(std::string_view bytes) {
@@ -89,7 +104,22 @@ void UsageScanner::onByte(char c) {
     } else if (c == '{' || c == '[') {
       ++cap_depth_;
     } else if ((c == '}' || c == ']') && --cap_depth_ == 0) {
-      if (auto u = parseUsage(cap_)) usage_ = *u;
+      if (in_message_ && resp_depth_ && depth_ == resp_depth_) {
+        // message_start's usage: the input count only, for a message_delta that has none (the
+        // first message_start's: a message has one).
+        if (const int64_t in = countIn(cap_, "input_tokens"); in >= 0 && start_input_ < 0)
+          start_input_ = in;
+      } else if (auto u = parseUsage(cap_)) {
+        usage_ = *u;
+        output_only_ = false;
+      } else if (const int64_t out = countIn(cap_, "output_tokens");
+                 out >= 0 && start_input_ >= 0 && (!usage_ || output_only_)) {
+        // Anthropic's message_delta (output only, cumulative: the largest seen); never over a
+        // whole usage.
+        const int64_t before = usage_ ? usage_->completion_tokens : 0;
+        usage_ = Usage{start_input_, std::max(out, before), -1};
+        output_only_ = true;
+      }
       st_ = St::kScan;
       cap_.clear();
     }
@@ -113,9 +143,13 @@ void UsageScanner::onByte(char c) {
   } else if (st_ == St::kBrace) {
     st_ = St::kScan;
     if (after_response_) {
-      // "response": { ... } (a Responses API stream event): its "usage" member counts too.
+      // "response": { ... } (a Responses API stream event): its "usage" member counts too;
+      // "message": { ... } (a Messages API message_start): its usage's input count is kept.
       after_response_ = false;
-      if (c == '{') resp_depth_ = depth_ + 1;
+      if (c == '{') {
+        resp_depth_ = depth_ + 1;
+        in_message_ = message_;
+      }
     } else if (c == '{') {
       st_ = St::kCapture;
       cap_.assign(1, c);
@@ -129,28 +163,29 @@ void UsageScanner::onByte(char c) {
 void UsageScanner::lex(char c) {
   if (in_str_) {
     if (c == '\n' || c == '\r') {  // (a raw line break never is inside a JSON string: resync)
-      in_str_ = esc_ = after_response_ = false;
+      in_str_ = esc_ = after_response_ = in_message_ = false;
       depth_ = resp_depth_ = 0;
       st_ = St::kScan;
       return;
     }
     if (esc_) {
       esc_ = false;
-      key_len_ = resp_len_ = 255;
+      key_len_ = resp_len_ = msg_len_ = 255;
       return;
     }
     if (c == '\\') {
       esc_ = true;
-      key_len_ = resp_len_ = 255;
+      key_len_ = resp_len_ = msg_len_ = 255;
       return;
     }
     if (c == '"') {
       in_str_ = false;
       if (st_ == St::kKey && key_len_ == 5) {
         st_ = St::kColon;
-      } else if (st_ == St::kKey && resp_len_ == 8) {
+      } else if (st_ == St::kKey && (resp_len_ == 8 || msg_len_ == 7)) {
         st_ = St::kColon;
         after_response_ = true;
+        message_ = msg_len_ == 7;
       } else {
         st_ = St::kScan;
       }
@@ -161,6 +196,8 @@ void UsageScanner::lex(char c) {
       resp_len_ = depth_ == 1 && resp_len_ < 8 && c == "response"[resp_len_]
                       ? uint8_t(resp_len_ + 1)
                       : uint8_t(255);
+      msg_len_ = depth_ == 1 && msg_len_ < 7 && c == "message"[msg_len_] ? uint8_t(msg_len_ + 1)
+                                                                         : uint8_t(255);
     }
     return;
   }
@@ -168,13 +205,13 @@ void UsageScanner::lex(char c) {
     in_str_ = true;
     if (depth_ == 1 || (resp_depth_ && depth_ == resp_depth_)) {
       st_ = St::kKey;
-      key_len_ = resp_len_ = 0;
+      key_len_ = resp_len_ = msg_len_ = 0;
     }
   } else if (c == '{' || c == '[') {
     ++depth_;
   } else if (c == '}' || c == ']') {
     if (depth_ > 0) --depth_;
-    if (depth_ < resp_depth_) resp_depth_ = 0;  // the response object ended
+    if (depth_ < resp_depth_) resp_depth_ = 0, in_message_ = false;  // the object ended
   }
 }
 

@@ -5,7 +5,11 @@
 // an OpenAI-style JSON answer, or of a stream's include_usage chunk (each SSE event's payload is
 // its own document); also the usage member of a top-level "response" object (the Responses API's
 // response.completed event), with input_tokens/output_tokens read as prompt/completion tokens
-// (also the Messages API's answer and its streams' message_delta usage, as reported: its
+// (also the Messages API's answer and its streams' message_delta usage, as reported; when a
+// message_delta carries only output_tokens, as Anthropic's own API sends it (cumulative: the
+// largest seen counts), the input count is the first message_start's, from its top-level
+// "message" object's usage, which alone is never
+// taken for the whole usage (a stream cut after it is settled as one without usage); its
 // cache_read_input_tokens / cache_creation_input_tokens are not added, since SGLang counts them
 // inside input_tokens and vLLM with prompt-token details outside it; so cached prompt tokens
 // are charged on SGLang and not on such a vLLM). It follows strings and nesting, so neither
@@ -55,8 +59,13 @@ class UsageScanner {
   bool in_str_ = false, esc_ = false;
   uint8_t key_len_ = 0;          // bytes of usage matched in the candidate key (255: no match)
   uint8_t resp_len_ = 0;         // bytes of "response" matched (a top-level key only)
-  bool after_response_ = false;  // kColon/kBrace after the top-level key "response"
+  uint8_t msg_len_ = 0;          // bytes of "message" matched (a top-level key only)
+  bool after_response_ = false;  // kColon/kBrace after the top-level key "response" or "message"
+  bool message_ = false;         // ... it was "message" (a Messages API message_start)
   int resp_depth_ = 0;           // depth of the members of a top-level "response" object (0: none)
+  bool in_message_ = false;      // ... the object is a top-level "message"
+  int64_t start_input_ = -1;     // message_start's input_tokens (-1: none seen)
+  bool output_only_ = false;     // usage_ is start_input_ + an output-only usage
   int cap_depth_ = 0;            // nesting inside the captured object
   std::string cap_;
   std::optional<Usage> usage_;

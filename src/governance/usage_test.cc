@@ -132,6 +132,72 @@ TEST(UsageScanner, MessagesApiUsage) {
   EXPECT_EQ(s.usage()->charge(), 29);
 }
 
+// Anthropic's own stream shape: message_start's "message" carries the input count (and an output
+// count of 1), message_delta only the cumulative output count. Expected: 16 input + 15 output.
+TEST(UsageScanner, MessagesApiUsageOutputOnlyDelta) {
+  const std::string start =
+      "event: message_start\n"
+      R"(data: {"type":"message_start","message":{"id":"m","type":"message","role":"assistant",)"
+      R"("content":[],"usage":{"input_tokens":16,"output_tokens":1}}})"
+      "\n\n"
+      "event: content_block_delta\n"
+      R"(data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}})"
+      "\n\n";
+  const std::string delta =
+      "event: message_delta\n"
+      R"(data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":15}})"
+      "\n\n"
+      "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+  for (size_t step : {size_t(1), size_t(5), start.size() + delta.size()}) {
+    auto s = scan(start + delta, step);
+    ASSERT_TRUE(s.usage()) << step;
+    EXPECT_EQ(s.usage()->prompt_tokens, 16) << step;
+    EXPECT_EQ(s.usage()->completion_tokens, 15) << step;
+    EXPECT_EQ(s.usage()->charge(), 31) << step;
+  }
+  // Cut after message_start: its counts alone are no usage (settled as a stream without one).
+  EXPECT_FALSE(scan(start, 3).usage());
+  // An output-only usage with no message_start before it is not taken (no input count).
+  EXPECT_FALSE(scan(delta, 3).usage());
+  // A second message_start does not replace the first's input count (one message, one start).
+  auto twice = scan(start +
+                        R"(data: {"type":"message_start","message":{"usage":{"input_tokens":1}}})"
+                        "\n\n" +
+                        delta,
+                    4);
+  ASSERT_TRUE(twice.usage());
+  EXPECT_EQ(twice.usage()->charge(), 31);
+  // Output counts are cumulative: a later, smaller output-only count does not lower it.
+  auto smaller = scan(start + delta +
+                          R"(data: {"type":"x","usage":{"output_tokens":1}})"
+                          "\n\n",
+                      5);
+  ASSERT_TRUE(smaller.usage());
+  EXPECT_EQ(smaller.usage()->charge(), 31);
+  // vLLM's delta (both counts) then an output-only usage (an unknown later event): the whole
+  // usage stays.
+  const std::string vllm_delta =
+      R"(data: {"type":"message_delta","usage":{"input_tokens":16,"output_tokens":15}})"
+      "\n\n";
+  auto later = scan(start + vllm_delta +
+                        R"(data: {"type":"x","usage":{"output_tokens":1}})"
+                        "\n\n",
+                    6);
+  ASSERT_TRUE(later.usage());
+  EXPECT_EQ(later.usage()->charge(), 31);
+  // A "message" that is a string (an error body) or nested deeper sets no input count.
+  EXPECT_FALSE(scan(R"({"message":"usage","x":1})"
+                    "\n"
+                    R"({"usage":{"output_tokens":3}})",
+                    2)
+                   .usage());
+  EXPECT_FALSE(scan(R"({"choices":[{"message":{"usage":{"input_tokens":9}}}]})"
+                    "\n"
+                    R"({"usage":{"output_tokens":3}})",
+                    2)
+                   .usage());
+}
+
 TEST(UsageScanner, IgnoresHostileOrMalformedUsage) {
   EXPECT_FALSE(scan(R"({"usage":{"total_tokens":-5}})", 4).usage());
   EXPECT_FALSE(scan(R"({"usage":{"total_tokens":"5"}})", 4).usage());

@@ -84,9 +84,24 @@ TEST(ResponseHomes, RemembersBoundedOldestFirst) {
   // nothing; another principal does not see the id at all.
   h.remember("resp_0", "10.0.0.2:8000", "key-b");
   EXPECT_EQ(h.find("resp_0", "key-a"), "10.0.0.1:8000");
-  EXPECT_EQ(h.find("resp_0", "key-b"), "");
+  bool foreign = false;
+  EXPECT_EQ(h.find("resp_0", "key-b", &foreign), "");
+  EXPECT_TRUE(foreign);  // (known, another principal's)
   EXPECT_EQ(h.find("resp_0", ""), "");
-  EXPECT_EQ(h.find("resp_none", "key-a"), "");
+  EXPECT_EQ(h.find("resp_none", "key-a", &foreign), "");
+  EXPECT_FALSE(foreign);  // (not known at all)
+  EXPECT_EQ(h.find("resp_0", "key-a", &foreign), "10.0.0.1:8000");
+  EXPECT_FALSE(foreign);
+  // The data plane's owners: an id one rule relayed is foreign on another rule for another
+  // principal (rules may share engines), unknown there for its own.
+  auto owners = std::make_shared<ResponseHomes>();
+  ResponseHomes rule1(owners), rule2(owners);
+  rule1.remember("resp_x", "10.0.0.1:8000", "key-a");
+  EXPECT_EQ(rule2.find("resp_x", "key-b", &foreign), "");
+  EXPECT_TRUE(foreign);
+  EXPECT_EQ(rule2.find("resp_x", "key-a", &foreign), "");
+  EXPECT_FALSE(foreign);
+  EXPECT_EQ(rule1.find("resp_x", "key-a", &foreign), "10.0.0.1:8000");
   for (size_t i = 1; i <= ResponseHomes::kMaxHomes; ++i)
     h.remember("resp_" + std::to_string(i), "e", "");
   EXPECT_EQ(h.size(), ResponseHomes::kMaxHomes);

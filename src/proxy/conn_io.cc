@@ -145,7 +145,8 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
   h += "\r\n";
   rq_.outcome.status = status;
   countResponse(status);
-  co_await writeClient(h, body);
+  // (a HEAD request's answer has the head only: its Content-Length is the body it would have)
+  co_await writeClient(h, rq_.head_method ? std::string_view() : std::string_view(body));
 }
 
 // Counts the response once, under the most specific owner known: the endpoint, else the rule,

@@ -208,7 +208,9 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
     stats->tokenize_sig.clear();
   } else {
     // Single-leg rules: the Responses API's response homes, and the pooling requests' pipeline.
-    if (!stats->response_homes) stats->response_homes = std::make_shared<ResponseHomes>();
+    if (!response_owners_) response_owners_ = std::make_shared<ResponseHomes>();
+    if (!stats->response_homes)
+      stats->response_homes = std::make_shared<ResponseHomes>(response_owners_);
     // /tokenize and /detokenize answered by the gateway (tokenize_local.h): the engines whose
     // answers it computes, unless kvTokenizeLocal is off.
     const std::string engine = rule.service_args.value("kvEngineType", std::string("vllm"));

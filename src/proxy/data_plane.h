@@ -149,6 +149,8 @@ class DataPlane {
   std::vector<std::unique_ptr<Worker>> workers_;
   std::map<std::string, std::shared_ptr<Listener>> listeners_;    // by vip:port
   std::map<std::string, std::shared_ptr<RuleStats>> rule_stats_;  // by rule key
+  // Who owns each Responses API response any rule relayed (response_homes.h).
+  std::shared_ptr<class ResponseHomes> response_owners_;
   std::unique_ptr<class ListenerTls> listener_tls_;
   std::unique_ptr<class OverloadMonitor> overload_;
   void renderRequestMetrics(metrics::TextWriter& w) const;

@@ -414,6 +414,10 @@ Walk walkObject(simdjson::ondemand::object obj, uint32_t needs, Renderer& r,
       f.previous_response_id.clear();  // (the last member counts; null: none)
       if (!(e = v.get_string().get(s)) && s.size() <= kMaxFactString)
         f.previous_response_id.assign(s);  // (not a string: none; the engine answers it)
+    } else if (key == "request_id" && (needs & routing::kNeedResponseLink)) {
+      f.response_request_id.clear();  // (vLLM names the new response after it: resp_ + it or it)
+      if (!(e = v.get_string().get(s)) && s.size() <= kMaxFactString)
+        f.response_request_id.assign(s);
     } else if (key == "user_id" && (needs & routing::kNeedUserId)) {
       f.user_id.reset();
       json_type t;

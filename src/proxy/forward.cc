@@ -300,17 +300,44 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
   // of it (GET .../v1/responses/{id}, POST .../{id}/cancel). Every other endpoint is excluded, and
   // a draining home still takes it (the conversation finishes there); when the home cannot
   // serve, a clear error rather than an engine that answers 404 (response_homes.h).
-  std::string_view pin_id;
-  if (route.stats->response_homes) {
-    if (rq_.api == Api::kResponses && rq_.facts_parsed)
+  std::string_view pin_id, named_id;  // pinned to its home / only checked for its owner
+  ResponseHomes* homes = route.stats->response_homes.get();
+  if (homes) {
+    if (rq_.api == Api::kResponses && rq_.facts_parsed) {
       pin_id = rq_.facts.previous_response_id;
-    else if (rq_.api == Api::kOpenAi)
-      pin_id = engines::responses::storedResponseIdOfPath(req.head.target);
+      // vLLM names the new response after "request_id": naming another's stored response would
+      // replace it on its engine.
+      bool taken = false;
+      if (!rq_.facts.response_request_id.empty())
+        homes->find(rq_.facts.response_request_id, responseOwner(), &taken);
+      if (taken) {
+        route.stats->response_pins[4].fetch_add(1, std::memory_order_relaxed);
+        co_await sendError(400, "request_id_in_use",
+                           "request_id names a stored response of another caller; choose another",
+                           "request_id");
+        co_return true;
+      }
+    } else if (rq_.api == Api::kOpenAi) {
+      pin_id = engines::responses::storedResponseRequestId(req.head.method, req.head.target);
+      named_id = engines::responses::responseIdUnderPath(req.head.target);
+    }
   }
   const bool continuation = rq_.api == Api::kResponses;
   std::string home;
+  if (!pin_id.empty() || !named_id.empty()) {
+    const std::string_view id = pin_id.empty() ? named_id : pin_id;
+    bool foreign = false;
+    home = homes->find(id, responseOwner(), &foreign);
+    if (foreign) {  // another principal's response: as unknown as the engine says a missing one is
+      route.stats->response_pins[4].fetch_add(1, std::memory_order_relaxed);
+      co_await sendError(404, "response_not_found",
+                         "Response with id '" + std::string(id) + "' not found.",
+                         continuation ? "previous_response_id" : "response_id");
+      co_return true;
+    }
+    if (pin_id.empty()) home.clear();  // (another method or path on it: only checked)
+  }
   if (!pin_id.empty()) {
-    home = route.stats->response_homes->find(pin_id, responseOwner());
     if (home.empty())
       route.stats->response_pins[2].fetch_add(1, std::memory_order_relaxed);  // routed as any
   }

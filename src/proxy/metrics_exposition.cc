@@ -209,7 +209,7 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
     w.sample(kApiRequests, {{"api", kApiNames[i]}},
              static_cast<double>(stats_.api_requests[i].load()));
   w.header(kResponsePins);
-  static const char* const kPinEvents[] = {"remembered", "pinned", "unknown", "refused"};
+  static const char* const kPinEvents[] = {"remembered", "pinned", "unknown", "refused", "foreign"};
   for (auto& [key, st] : rule_stats_)
     if (st->response_homes)
       for (size_t e = 0; e < st->response_pins.size(); ++e)

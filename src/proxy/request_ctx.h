@@ -91,6 +91,7 @@ enum class Api : uint8_t {
 
 struct RequestCtx {
   Api api = Api::kOpenAi;
+  bool head_method = false;  // a HEAD request: the gateway's own answers carry no body
   // Timing and identity of the request.
   std::chrono::steady_clock::time_point started_at;  // when its head arrived
   std::string request_id;  // the client's X-Request-Id when acceptable, else a new one
@@ -146,6 +147,7 @@ struct RequestCtx {
   // A new request's head arrived at `now`: nothing of the previous request is left.
   void begin(std::chrono::steady_clock::time_point now) {
     api = Api::kOpenAi;
+    head_method = false;
     started_at = now;
     request_id.clear();
     cfg.reset();

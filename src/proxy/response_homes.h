@@ -6,14 +6,17 @@
 // Each id is bound to the principal whose request produced it (the API key, else the tenant): a
 // lookup by another principal finds nothing, so knowing another's id moves no traffic; the first
 // answer with an id wins, so a client choosing its response id (vLLM's request_id) cannot move
-// another's home. Bounded: at most kMaxHomes ids per rule, the oldest forgotten first (a
-// forgotten id is routed as any request, and an engine that still holds it answers it only if it
-// is picked; ~400 bytes an entry at most). Shared by
-// the workers: one mutex, held for a lookup or an insert, never across I/O. Kept with the rule's
+// another's home. The owners are also kept in one table of the data plane (`owners`, the same
+// class with no endpoints), so a response relayed by one rule is another principal's on every
+// rule (rules may share engines: model pools, two listeners). Bounded: at most kMaxHomes ids per
+// rule, the oldest forgotten first (a forgotten id is routed as any request, and an engine that
+// still holds it answers it only if it is picked; ~400 bytes an entry at most). Shared by the
+// workers: one mutex, held for a lookup or an insert, never across I/O. Kept with the rule's
 // statistics (proxy/rule_stats.h), so a rule update keeps it; freed with the rule.
 #pragma once
 #include <cstddef>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -26,12 +29,16 @@ class ResponseHomes {
   static constexpr size_t kMaxHomes = 65536;
   static constexpr size_t kMaxIdBytes = 256;
 
+  explicit ResponseHomes(std::shared_ptr<ResponseHomes> owners = nullptr)
+      : owners_(std::move(owners)) {}
+
   // `id` was answered by the endpoint labelled `endpoint` ("ip:port") for `owner` (the API key's
   // id, else the tenant, else "" for keyless traffic). The first answer wins: a later one with
   // the same id (a client that chose vLLM's request_id) moves nothing.
   // True when the id is new (remembered).
   bool remember(std::string_view id, std::string_view endpoint, std::string_view owner) {
     if (id.empty() || id.size() > kMaxIdBytes) return false;
+    if (owners_) owners_->remember(id, {}, owner);
     std::lock_guard g(mu_);
     auto [it, fresh] =
         map_.try_emplace(std::string(id), Home{std::string(endpoint), std::string(owner)});
@@ -43,12 +50,21 @@ class ResponseHomes {
     }
     return true;
   }
-  // The label of the endpoint that answered `id` for `owner`; "" when it is not known (or was
-  // another owner's: one principal cannot route by another's response).
-  std::string find(std::string_view id, std::string_view owner) const {
-    std::lock_guard g(mu_);
-    auto it = map_.find(std::string(id));
-    return it == map_.end() || it->second.owner != owner ? std::string() : it->second.endpoint;
+  // The label of the endpoint that answered `id` for `owner`; "" when it is not known, or was
+  // another owner's (then `*foreign` is set: one principal cannot route by, read or cancel
+  // another's response).
+  std::string find(std::string_view id, std::string_view owner, bool* foreign = nullptr) const {
+    std::string home;
+    bool other = false;
+    {
+      std::lock_guard g(mu_);
+      auto it = map_.find(std::string(id));
+      other = it != map_.end() && it->second.owner != owner;
+      if (it != map_.end() && !other) home = it->second.endpoint;
+    }
+    if (!other && owners_) owners_->find(id, owner, &other);  // (another rule relayed it)
+    if (foreign) *foreign = other;
+    return other ? std::string() : home;
   }
   size_t size() const {
     std::lock_guard g(mu_);
@@ -59,6 +75,7 @@ class ResponseHomes {
   struct Home {
     std::string endpoint, owner;
   };
+  std::shared_ptr<ResponseHomes> owners_;  // the data plane's table of owners (null: none)
   mutable std::mutex mu_;
   std::unordered_map<std::string, Home> map_;
   std::deque<std::string_view> order_;  // the map's keys, oldest first

@@ -58,8 +58,9 @@ struct RuleStats {
   std::shared_ptr<ResponseHomes> response_homes;
   // previous_response_id (response_homes.h): [0] ids remembered, [1] requests pinned to the
   // endpoint holding theirs, [2] unknown (routed as any request), [3] refused (the endpoint
-  // holding it is down or no longer in the rule).
-  std::array<std::atomic<uint64_t>, 4> response_pins{};
+  // holding it is down or no longer in the rule), [4] foreign (another principal's: 404, not
+  // forwarded).
+  std::array<std::atomic<uint64_t>, 5> response_pins{};
   // Single-leg rules: /tokenize and /detokenize answered by the gateway (tokenize_local.h),
   // and tokenize_events[api][event] (kvgate_tokenize_api_total): [0] answered by the
   // gateway, [1] forwarded and checked: matched, [2] checked: mismatched, [3] forwarded (not

@@ -32,7 +32,7 @@ enum FactNeeds : uint32_t {
   kNeedChatInput = 1u << 7,     // the chat-template fields besides messages, and add_special_tokens
   kNeedUserId = 1u << 8,        // body "user_id" (P/D Tier 0's session key)
   kNeedPromptRender = 1u << 9,  // the rendered prompt up to 16 KiB, and its whole length (Tier 1)
-  kNeedResponseLink = 1u << 10,  // "previous_response_id" (the Responses API's stored history)
+  kNeedResponseLink = 1u << 10,  // "previous_response_id", "request_id" (the Responses API's store)
   // Header and connection facts (no body parse): session value (persist), source address (hash).
   kNeedSession = 1u << 16,
   kNeedSource = 1u << 17,
@@ -53,6 +53,7 @@ struct RequestFacts {
   std::optional<std::string> user;     // body "user" (a string)
   std::optional<std::string> user_id;  // body "user_id" (a string, or an integer as decimal)
   std::string previous_response_id;    // body "previous_response_id" (a string; "" none)
+  std::string response_request_id;     // a Responses body's "request_id" (vLLM: the new id)
   // Rendered prompt, at most K bytes: chat = per message: role, 0x1F, its text (a string, or
   // the concatenated "text" of its parts), 0x1E; completions = the prompt string, or token ids as
   // decimal numbers each followed by ','. Empty with has_prompt false when the body has no
@@ -116,6 +117,7 @@ struct RequestFacts {
     stream_options_json.clear();
     lora_adapter.clear();
     previous_response_id.clear();
+    response_request_id.clear();
   }
   // Frees strings that grew past `keep` bytes (one huge request must not pin its size for the
   // connection's life).

@@ -117,6 +117,11 @@ KV cache:
   --responses-store             keep the Responses API's answers (as vLLM with
                                 VLLM_ENABLE_RESPONSES_API_STORE): a previous_response_id this
                                 worker answered is served, another one is a 404 (default: none is)
+  --anthropic-usage             Messages streams report usage as Anthropic's API does
+                                (message_start: input and 1 output token; message_delta: the
+                                output count only) instead of vLLM's (both counts in message_delta)
+  --unknown-events              Messages and Responses streams carry one event of an unknown type
+                                after their first (an engine newer than its clients)
   --kv-cache-decode             blocks completed during decode (prompt + generated tokens) enter
                                 the cache and are published, as in vLLM (off by default: earlier
                                 benchmark figures assume prompt blocks only)
@@ -224,6 +229,14 @@ int parseArgs(int argc, char** argv, Options& o) {
     }
     if (flag == "--responses-store") {
       o.cfg.responses_store = true;
+      continue;
+    }
+    if (flag == "--anthropic-usage") {
+      o.cfg.anthropic_usage = true;
+      continue;
+    }
+    if (flag == "--unknown-events") {
+      o.cfg.unknown_events = true;
       continue;
     }
     if (flag == "--kv-cache-decode") {

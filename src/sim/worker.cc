@@ -498,10 +498,13 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
   };
   const bool responses = api == Api::kResponses;
   std::string chosen_id;  // vLLM's request_id: the response's id when the client names one
+  bool store = cfg_.responses_store;  // (vLLM: kept when done unless "store": false)
   if (responses) {  // vLLM without VLLM_ENABLE_RESPONSES_API_STORE keeps no response
     const auto j = nlohmann::json::parse(req.body, nullptr, false);
     if (j.is_object() && j.contains("request_id") && j["request_id"].is_string())
       chosen_id = j["request_id"].get<std::string>();
+    if (j.is_object() && j.contains("store") && j["store"].is_boolean() && !j["store"].get<bool>())
+      store = false;
     if (j.is_object() && j.contains("previous_response_id") &&
         j["previous_response_id"].is_string() &&
         !(cfg_.responses_store &&
@@ -546,13 +549,6 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
                                                : chat    ? "chatcmpl-"
                                                          : "cmpl-") +
                                                   base;
-  if (responses && cfg_.responses_store && stored_responses_.try_emplace(id).second) {
-    stored_order_.push_back(id);
-    if (stored_order_.size() > 65536) {
-      stored_responses_.erase(stored_order_.front());
-      stored_order_.pop_front();
-    }
-  }
   // The Responses API's objects (vLLM's ResponsesResponse and its output message).
   const std::string msg_id = "msg_" + base;
   auto responsesUsage = [&](int64_t plen_, int64_t ntok_, int64_t cached_) {
@@ -586,8 +582,6 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       r["incomplete_details"] = {{"reason", "max_output_tokens"}};
     return r;
   };
-  if (responses && cfg_.responses_store)
-    storeResponse(id, dumpJson(responsesObject("in_progress", ojson::array(), nullptr)));
 
   const int64_t created = unixNow();
   const auto plen = static_cast<int64_t>(in.prompt.size());
@@ -705,7 +699,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
     if (responses) {
       body = dumpJson(responsesObject("incomplete", ojson::array({responsesItem(text, true)}),
                                       responsesUsage(plen, ntok, cached)));
-      if (cfg_.responses_store) storeResponse(id, body);
+      if (store) storeResponse(id, body);
     } else if (messages) {  // vLLM's messages_full_converter: the chat id, the text block, usage
       ojson resp = {{"id", id},
                     {"type", "message"},
@@ -833,7 +827,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       } else {
         ojson done = responsesObject("incomplete", ojson::array({responsesItem(streamed, true)}),
                                      responsesUsage(plen, ntok, cached));
-        if (cfg_.responses_store) storeResponse(id, dumpJson(done));
+        if (store) storeResponse(id, dumpJson(done));
         event("response.completed", {{"response", std::move(done)}});
       }
     } else if (messages) {
@@ -846,7 +840,7 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
                   "\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"" +
                   http::jsonEscape(in.model) +
                   "\",\"stop_reason\":null,\"stop_sequence\":null,\"usage\":" + usage_in +
-                  ",\"output_tokens\":0}}}");
+                  (cfg_.anthropic_usage ? ",\"output_tokens\":1}}}" : ",\"output_tokens\":0}}}"));
       } else if (tok == -1) {
         event("content_block_start",
               "{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":"
@@ -865,7 +859,8 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
         event("message_delta",
               "{\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\","
               "\"stop_sequence\":null},\"usage\":" +
-                  usage_in + ",\"output_tokens\":" + std::to_string(ntok) + "}}");
+                  (cfg_.anthropic_usage ? std::string("{") : usage_in + ",") +
+                  "\"output_tokens\":" + std::to_string(ntok) + "}}");
       } else {
         event("message_stop", "{\"type\":\"message_stop\"}");
       }
@@ -900,6 +895,13 @@ asio::awaitable<void> Worker::handleInference(http::Request& req, http::Response
       }
     }
     ev += "\n\n";
+    // (after the event carrying the usage: an output count alone and a nested usage, neither a
+    // usage the gateway may take over the real one)
+    if (cfg_.unknown_events && ((responses && e == total - 1) || (messages && tok == ntok + 1))) {
+      const std::string type = responses ? "response.kvgate_sim_unknown" : "kvgate_sim_unknown";
+      ev += "event: " + type + "\ndata: {\"type\":\"" + type +
+            "\",\"usage\":{\"output_tokens\":1},\"detail\":{\"usage\":{\"total_tokens\":1}}}\n\n";
+    }
     if (!co_await w.writeChunk(ev)) {
       abortRequest(w);
       co_return;
@@ -966,28 +968,22 @@ asio::awaitable<void> Worker::handleCacheState(http::Request& req, http::Respons
 }
 
 void Worker::storeResponse(const std::string& id, std::string body) {
-  auto it = stored_responses_.find(id);
-  if (it == stored_responses_.end()) return;  // (forgotten meanwhile)
-  const auto was = nlohmann::json::parse(it->second, nullptr, false);
-  if (was.is_object() && was.value("status", "") == "cancelled") return;
-  it->second = std::move(body);
+  auto [it, fresh] = stored_responses_.try_emplace(id);
+  it->second = std::move(body);  // (a client naming an id again replaces it, as vLLM's dict does)
+  if (!fresh) return;
+  stored_order_.push_back(id);
+  if (stored_order_.size() > 65536) {
+    stored_responses_.erase(stored_order_.front());
+    stored_order_.pop_front();
+  }
 }
 
 // GET /v1/responses/{id} and POST /v1/responses/{id}/cancel (vLLM's retrieve_responses and
-// cancel_responses): an id not starting "resp_" 400, an unknown one 404, a cancel of a response
-// no longer queued or in progress 400; a cancelled response keeps that status.
+// cancel_responses, no background mode here): an unknown id 404; a stored response is a finished
+// one, so a cancel is 400 "Cannot cancel a synchronous response.".
 asio::awaitable<void> Worker::handleStoredResponse(const std::string& id, bool cancel,
                                                    http::ResponseWriter& w,
                                                    const http::HeaderList& hdrs) {
-  if (!id.starts_with("resp_")) {
-    co_await w.send(
-        400, "application/json",
-        responsesError(
-            400, "Invalid 'response_id': '" + id + "'. Expected an ID that begins with 'resp'.",
-            "response_id"),
-        hdrs);
-    co_return;
-  }
   auto it = stored_responses_.find(id);
   if (it == stored_responses_.end()) {
     co_await w.send(404, "application/json", responseNotFound(id), hdrs);
@@ -997,16 +993,8 @@ asio::awaitable<void> Worker::handleStoredResponse(const std::string& id, bool c
     co_await w.send(200, "application/json", it->second, hdrs);
     co_return;
   }
-  auto r = nlohmann::ordered_json::parse(it->second, nullptr, false);
-  const std::string status = r.is_object() ? r.value("status", "") : "";
-  if (status != "queued" && status != "in_progress") {
-    co_await w.send(400, "application/json",
-                    responsesError(400, "Cannot cancel a synchronous response.", nullptr), hdrs);
-    co_return;
-  }
-  r["status"] = "cancelled";
-  it->second = dumpJson(r);
-  co_await w.send(200, "application/json", it->second, hdrs);
+  co_await w.send(400, "application/json",
+                  responsesError(400, "Cannot cancel a synchronous response.", nullptr), hdrs);
 }
 
 asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w) {
@@ -1057,9 +1045,14 @@ asio::awaitable<void> Worker::handle(http::Request& req, http::ResponseWriter& w
       co_await handleTokenize(req, w, hdrs, p.ends_with("/detokenize"));
       co_return;
     }
-  } else if (p == "/v1/embeddings") {
+  } else if (p == "/v1/embeddings" || p == "/rerank" || p == "/v1/rerank" || p == "/v2/rerank" ||
+             p == "/score" || p == "/v1/score" || p == "/classify") {
     if (post) {
-      co_await handleEmbeddings(req, w, hdrs);
+      const PoolingApi api = p == "/v1/embeddings"    ? PoolingApi::kEmbeddings
+                             : p.ends_with("/rerank") ? PoolingApi::kRerank
+                             : p.ends_with("/score")  ? PoolingApi::kScore
+                                                      : PoolingApi::kClassify;
+      co_await handlePooling(req, w, hdrs, api);
       co_return;
     }
   } else if (p == "/v1/models") {

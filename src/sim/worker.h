@@ -90,6 +90,12 @@ struct SimConfig {
   // says (nullopt: transformers before 5.7), always (true) or never (false: 5.7 and later).
   std::optional<bool> detokenize_clean_up;
   bool responses_store = false;  // --responses-store: keep served Responses ids (vLLM's store)
+  // --anthropic-usage: Messages streams carry usage as Anthropic's own API does (message_start
+  // input and 1 output token, message_delta the output count only), not as vLLM does.
+  bool anthropic_usage = false;
+  // --unknown-events: Messages and Responses streams carry an event of a type no client knows
+  // after their first one (an engine newer than the gateway).
+  bool unknown_events = false;
   bool cache_decode = false;             // --kv-cache-decode: blocks completed during decode
                                          // enter the prefix cache (and KV events), as in vLLM
   KvEventsConfig kv_events;              // --kv-events*: publish vLLM KV events over ZMQ
@@ -167,8 +173,11 @@ class Worker {
   // /tokenize and /detokenize in the engine's shape (vLLM; SGLang with --engine sglang).
   asio::awaitable<void> handleTokenize(http::Request& req, http::ResponseWriter& w,
                                        const http::HeaderList& hdrs, bool detokenize);
-  asio::awaitable<void> handleEmbeddings(http::Request& req, http::ResponseWriter& w,
-                                         const http::HeaderList& hdrs);
+  // The pooling APIs (vLLM's /v1/embeddings, /rerank, /score, /classify, with their /v1 and
+  // /v2 rerank aliases).
+  enum class PoolingApi { kEmbeddings, kRerank, kScore, kClassify };
+  asio::awaitable<void> handlePooling(http::Request& req, http::ResponseWriter& w,
+                                      const http::HeaderList& hdrs, PoolingApi api);
   asio::awaitable<void> handleFault(http::Request& req, http::ResponseWriter& w);
   // POST /sim/cache_state: the true cache state of a prompt on every worker of the fleet.
   asio::awaitable<void> handleCacheState(http::Request& req, http::ResponseWriter& w);
@@ -178,10 +187,10 @@ class Worker {
   Result<void> setFaults(const FaultState& next);
   Result<Inference> parseInference(const std::string& body, bool chat) const;
   // --responses-store: the Responses this worker answered, by id, as GET /v1/responses/{id}
-  // returns them (vLLM keeps them in memory: in_progress until done, then the final object;
-  // "cancelled" once cancelled), oldest forgotten past 65536.
+  // returns them (vLLM keeps a finished response in memory unless "store": false), oldest
+  // forgotten past 65536.
   std::unordered_map<std::string, std::string> stored_responses_;
-  void storeResponse(const std::string& id, std::string body);  // (kept cancelled once cancelled)
+  void storeResponse(const std::string& id, std::string body);
   asio::awaitable<void> handleStoredResponse(const std::string& id, bool cancel,
                                              http::ResponseWriter& w, const http::HeaderList& hdrs);
   std::deque<std::string> stored_order_;

@@ -227,8 +227,12 @@ asio::awaitable<void> Worker::handleTokenize(http::Request& req, http::ResponseW
   co_await w.send(status, "application/json", body, hdrs);
 }
 
-asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::ResponseWriter& w,
-                                               const http::HeaderList& hdrs) {
+// The pooling APIs in vLLM's shapes (embeddings, rerank, score, classify): one forward pass over
+// the inputs, timed like a prefill of their tokens, answered with deterministic values (a seeded
+// hash of each input's ids) and vLLM's usage (prompt tokens; rerank: total_tokens only). A
+// rerank or score pair is its query's and its document's tokens together, as the engine feeds it.
+asio::awaitable<void> Worker::handlePooling(http::Request& req, http::ResponseWriter& w,
+                                            const http::HeaderList& hdrs, PoolingApi api) {
   ++requests_total_;
   RequestCtx ctx(*this, w.socket());
   if (!co_await faultPreamble(ctx, w, hdrs)) co_return;
@@ -255,29 +259,57 @@ asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::Respons
     }
     model = m->get<std::string>();
   }
-  bool b64 = false;
-  if (auto f = j.find("encoding_format"); f != j.end() && f->is_string())
-    b64 = f->get<std::string>() == "base64";
-  std::vector<std::vector<uint32_t>> inputs;
-  auto input = j.find("input");
-  bool ok = input != j.end() && (input->is_string() || (input->is_array() && !input->empty()));
-  if (ok && input->is_string()) {
-    inputs.push_back(tokenizerFor(model).encode(input->get_ref<const std::string&>()));
-  } else if (ok && (*input)[0].is_number()) {
-    inputs.emplace_back();
-    ok = tokenList(*input, inputs.back());
-  } else if (ok) {
-    for (const auto& item : *input) {
-      inputs.emplace_back();
-      if (item.is_string())
-        inputs.back() = tokenizerFor(model).encode(item.get_ref<const std::string&>());
-      else if (!item.is_array() || !tokenList(item, inputs.back()))
-        ok = false;
+  const auto& tk = tokenizerFor(model);
+  // A string, a list of strings, or (embeddings) token id lists: one id list per input.
+  auto readInputs = [&](const json* v, bool ids_ok, std::vector<std::vector<uint32_t>>& out) {
+    if (!v) return false;
+    if (v->is_string()) {
+      out.push_back(tk.encode(v->get_ref<const std::string&>()));
+      return true;
     }
-  }
-  if (!ok) {
-    co_await bad(400, "'input' must be a string, a list of strings, or token id lists.", "input");
-    co_return;
+    if (!v->is_array() || v->empty()) return false;
+    if (ids_ok && (*v)[0].is_number()) {
+      out.emplace_back();
+      return tokenList(*v, out.back());
+    }
+    for (const auto& item : *v) {
+      out.emplace_back();
+      if (item.is_string())
+        out.back() = tk.encode(item.get_ref<const std::string&>());
+      else if (!ids_ok || !item.is_array() || !tokenList(item, out.back()))
+        return false;
+    }
+    return true;
+  };
+  auto member = [&](const char* name) -> const json* {
+    auto it = j.find(name);
+    return it == j.end() ? nullptr : &*it;
+  };
+  // What is scored: each input (embeddings, classify) or each query-document pair.
+  std::vector<std::vector<uint32_t>> inputs;
+  if (api == PoolingApi::kEmbeddings || api == PoolingApi::kClassify) {
+    if (!readInputs(member("input"), true, inputs)) {
+      co_await bad(400, "'input' must be a string, a list of strings, or token id lists.", "input");
+      co_return;
+    }
+  } else {
+    const bool rerank = api == PoolingApi::kRerank;
+    std::vector<std::vector<uint32_t>> left, right;
+    if (!readInputs(member(rerank ? "query" : "text_1"), false, left) ||
+        !readInputs(member(rerank ? "documents" : "text_2"), false, right) ||
+        (rerank && (!member("query")->is_string() || !member("documents")->is_array())) ||
+        (left.size() != 1 && left.size() != right.size())) {
+      co_await bad(400,
+                   rerank ? "'query' must be a string and 'documents' a list of strings."
+                          : "'text_1' and 'text_2' must be strings or lists of strings, "
+                            "text_1 of one item or as many as text_2.",
+                   rerank ? "documents" : "text_2");
+      co_return;
+    }
+    for (size_t i = 0; i < right.size(); ++i) {
+      inputs.push_back(left[left.size() == 1 ? 0 : i]);
+      inputs.back().insert(inputs.back().end(), right[i].begin(), right[i].end());
+    }
   }
   uint64_t ntok = 0;
   for (const auto& t : inputs) ntok += t.size();
@@ -287,31 +319,76 @@ asio::awaitable<void> Worker::handleEmbeddings(http::Request& req, http::Respons
     co_return;
   }
   prompt_tokens_ += ntok;
-  ojson data = ojson::array();
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    SplitMix64 rng{cfg_.seed ^ XXH3_64bits(inputs[i].data(), inputs[i].size() * 4)};
-    std::array<float, 8> v{};
-    double norm = 0;
-    for (float& x : v) {
-      x = static_cast<float>(static_cast<double>(rng.next() >> 11) / 9007199254740992.0 * 2 - 1);
-      norm += static_cast<double>(x) * x;
+  auto unit = [](SplitMix64& rng) {
+    return static_cast<double>(rng.next() >> 11) / 9007199254740992.0;  // [0, 1)
+  };
+  ojson resp;
+  if (api == PoolingApi::kRerank) {
+    std::vector<std::pair<double, size_t>> order;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      SplitMix64 rng{cfg_.seed ^ XXH3_64bits(inputs[i].data(), inputs[i].size() * 4)};
+      order.emplace_back(unit(rng), i);
     }
-    norm = norm > 0 ? std::sqrt(norm) : 1;
-    for (float& x : v) x = static_cast<float>(x / norm);
-    ojson emb = ojson::array();
-    for (float x : v) emb.push_back(x);
-    if (b64) emb = base64(reinterpret_cast<const unsigned char*>(v.data()), sizeof v);
-    data.push_back({{"index", i}, {"object", "embedding"}, {"embedding", emb}});
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& x, const auto& y) { return x.first > y.first; });
+    size_t top = order.size();
+    if (auto n = member("top_n"); n && n->is_number_integer() && n->get<int64_t>() > 0)
+      top = std::min<size_t>(top, static_cast<size_t>(n->get<int64_t>()));
+    const json& docs = *member("documents");
+    ojson results = ojson::array();
+    for (size_t k = 0; k < top; ++k) {
+      const size_t i = order[k].second;
+      results.push_back({{"index", i},
+                         {"document", {{"text", docs[i].get<std::string>()}}},
+                         {"relevance_score", order[k].first}});
+    }
+    resp = {{"id", "rerank-" + newRequestId()},
+            {"model", model},
+            {"usage", {{"prompt_tokens", ntok}, {"total_tokens", ntok}}},
+            {"results", std::move(results)}};
+  } else {
+    ojson data = ojson::array();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      SplitMix64 rng{cfg_.seed ^ XXH3_64bits(inputs[i].data(), inputs[i].size() * 4)};
+      if (api == PoolingApi::kScore) {
+        data.push_back({{"index", i}, {"object", "score"}, {"score", unit(rng)}});
+      } else if (api == PoolingApi::kClassify) {
+        const double p = unit(rng);
+        data.push_back({{"index", i},
+                        {"label", p >= 0.5 ? "LABEL_0" : "LABEL_1"},
+                        {"probs", ojson::array({p, 1 - p})},
+                        {"num_classes", 2}});
+      } else {
+        std::array<float, 8> v{};
+        double norm = 0;
+        for (float& x : v) {
+          x = static_cast<float>(unit(rng) * 2 - 1);
+          norm += static_cast<double>(x) * x;
+        }
+        norm = norm > 0 ? std::sqrt(norm) : 1;
+        for (float& x : v) x = static_cast<float>(x / norm);
+        ojson emb = ojson::array();
+        for (float x : v) emb.push_back(x);
+        bool b64 = false;
+        if (auto f = member("encoding_format"); f && f->is_string())
+          b64 = f->get<std::string>() == "base64";
+        if (b64) emb = base64(reinterpret_cast<const unsigned char*>(v.data()), sizeof v);
+        data.push_back({{"index", i}, {"object", "embedding"}, {"embedding", emb}});
+      }
+    }
+    const char* prefix = api == PoolingApi::kScore      ? "score-"
+                         : api == PoolingApi::kClassify ? "classify-"
+                                                        : "embd-";
+    resp = {{"id", prefix + newRequestId()},
+            {"object", "list"},
+            {"created", unixNow()},
+            {"model", model},
+            {"data", data}};
+    resp["usage"] = {{"prompt_tokens", ntok},
+                     {"total_tokens", ntok},
+                     {"completion_tokens", 0},
+                     {"prompt_tokens_details", nullptr}};
   }
-  ojson resp = {{"id", "embd-" + newRequestId()},
-                {"object", "list"},
-                {"created", unixNow()},
-                {"model", model},
-                {"data", data}};
-  resp["usage"] = {{"prompt_tokens", ntok},
-                   {"total_tokens", ntok},
-                   {"completion_tokens", 0},
-                   {"prompt_tokens_details", nullptr}};
   if (co_await w.send(200, "application/json", dumpJson(resp), hdrs)) ++request_success_;
 }
 

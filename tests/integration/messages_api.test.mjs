@@ -99,6 +99,71 @@ test('the Anthropic SDK through the gateway: create, stream, countTokens, keys, 
   assert.equal(JSON.parse(oa.text).error.code, 'invalid_api_key');
 });
 
+// An engine that reports usage as Anthropic's own API does (message_start: the input count and
+// 1 output token; message_delta: the cumulative output count only) and that sends an event type
+// nobody knows after message_delta (with an output count of its own): the SDK sees every event, and the quota is charged input +
+// output as reported (not the estimate, not message_start's 1 output token). And the gateway's
+// own 503 in Anthropic's shape (overloaded_error) when the service has no endpoint.
+test('Messages: Anthropic-shaped usage and unknown events from the engine; the gateway\'s 503', async (t) => {
+  const { w, gw, port } = await simBehindGateway(t, { simArgs: ['--anthropic-usage', '--unknown-events'],
+    ruleArgs: { api_key_auth: 'required' } });
+  const key = await newKey(gw, 'acme', { tokens_per_min: 100000 });
+  const baseURL = `http://127.0.0.1:${port}`;
+  const client = new Anthropic({ apiKey: key, baseURL, maxRetries: 0 });
+  const messages = [{ role: 'user', content: 'Tell me about prefix caches.' }];
+  const direct = JSON.parse((await post(w.url, '/v1/messages', { model: 'sim-model', max_tokens: 4, messages })).text);
+  const inputTokens = direct.usage.input_tokens;
+  assert.ok(inputTokens > 0);
+  const stream = client.messages.stream({ model: 'sim-model', max_tokens: 5, messages });
+  const types = [];
+  stream.on('streamEvent', (e) => types.push(e.type));
+  const final = await stream.finalMessage();
+  assert.deepEqual(types, ['message_start', 'content_block_start', 'content_block_delta',
+    'content_block_delta', 'content_block_delta', 'content_block_delta', 'content_block_delta',
+    'content_block_stop', 'message_delta', 'kvgate_sim_unknown', 'message_stop']);
+  assert.equal(final.usage.output_tokens, 5);
+  assert.equal(final.usage.input_tokens, inputTokens);
+  let ms = await scrapeMetrics(gw.api);
+  assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), inputTokens + 5);
+  assert.equal(metric(ms, 'loxilb_ai_tokens_estimated_total', { tenant: 'acme' }) ?? 0, 0);
+  // The service loses its endpoints: the gateway's own 503, as the SDK's typed error.
+  const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [], extraArgs: { api_key_auth: 'required' } }));
+  assert.equal(r.status, 200, r.text);
+  const err = await client.messages.create({ model: 'sim-model', max_tokens: 1, messages }).catch((e) => e);
+  assert.ok(err instanceof Anthropic.InternalServerError, String(err));
+  assert.equal(err.status, 503);
+  assert.equal(err.error.type, 'error');
+  assert.equal(err.error.error.type, 'overloaded_error');
+  assert.match(err.error.error.message, /^service /);  // (the gateway's own words)
+  ms = await scrapeMetrics(gw.api);
+  assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), inputTokens + 5, 'a refusal is charged nothing');
+});
+
+// Model pools read the model from a Messages or Responses body as from a chat one: two pools on
+// one listener, one worker each; each request reaches its model's pool.
+test('Messages and Responses requests pick the model pool their body names', async (t) => {
+  const sim = await startSim(['--workers', '2', '--port', '0', '--model', 'sim-model', '--model', 'other']);
+  t.after(() => sim.stop());
+  const [a, b] = sim.workers;
+  const gw = await gateway(t, ['--workers', '1']);
+  const port = await freePort();
+  for (const [model, w] of [['sim-model', a], ['other', b]]) {
+    const r = await api(gw.api, 'POST', LB_BASE, rule({ port, model, workers: [w] }));
+    assert.equal(r.status, 200, r.text);
+  }
+  const client = new Anthropic({ apiKey: 'x', baseURL: `http://127.0.0.1:${port}`, maxRetries: 0 });
+  const messages = [{ role: 'user', content: 'hi' }];
+  for (const [model, w] of [['other', b], ['sim-model', a], ['other', b]]) {
+    const before = await scrapeMetrics(gw.api);
+    const msg = await client.messages.create({ model, max_tokens: 1, messages });
+    assert.equal(msg.model, model);
+    const res = await post(`http://127.0.0.1:${port}`, '/v1/responses', { model, input: 'hi', max_output_tokens: 1 });
+    assert.equal(res.status, 200, res.text);
+    assert.equal(JSON.parse(res.text).model, model);
+    assert.equal(sentTo(await scrapeMetrics(gw.api), w) - sentTo(before, w), 2, `both went to ${model}'s pool`);
+  }
+});
+
 test('Messages requests: hostile and malformed bodies get clear errors and change nothing', async (t) => {
   const { w, gw, port } = await simBehindGateway(t, { ruleArgs: { kvExactMode: 3, kvExactApiMode: 'both' } });
   const url = `http://127.0.0.1:${port}`;
@@ -165,7 +230,7 @@ test('Messages requests: hostile and malformed bodies get clear errors and chang
 // sent as a chat completion.
 test('Tier 1.5: Messages conversations go to the worker holding their prefix', async (t) => {
   const MODEL = 'Qwen/Qwen3-8B';
-  const { a, b, gw, port, post, blocks, fall } = await tokenizedFleet(t,
+  const { a, b, gw, port, post, blocks, fall, settled } = await tokenizedFleet(t,
     { hosts: '127.0.0.14-15', model: MODEL, ruleArgs: { kvExactApiMode: 'both' } });
   // The tokenizer loads off the request path: warm it until a short prompt misses as `shallow`.
   assert.ok(await waitFor(async () => {
@@ -204,4 +269,26 @@ test('Tier 1.5: Messages conversations go to the worker holding their prefix', a
   }
   const m2 = await scrapeMetrics(gw.api);
   assert.equal(sentTo(m2, a) - sentTo(m1, a), 3, 'the Messages form of a chat conversation goes to a');
+
+  // A conversation through the SDK and the gateway alone: its first turn lands on some worker;
+  // every later turn (the history grown by the answer) goes to that worker.
+  const client = new Anthropic({ apiKey: 'x', baseURL: `http://127.0.0.1:${port}`, maxRetries: 0 });
+  const guide = Array.from({ length: 70 }, (_, i) => `Guideline ${i}: keep the tool output short.`).join(' ');
+  const history = [{ role: 'user', content: 'Plan the refactor.' }];
+  const m3 = await scrapeMetrics(gw.api);
+  const held = await settled();  // (what grows next is this conversation's)
+  const first = await client.messages.create({ model: MODEL, max_tokens: 3, system: guide, messages: history });
+  const m4 = await scrapeMetrics(gw.api);
+  const home = sentTo(m4, a) - sentTo(m3, a) === 1 ? a : b;
+  assert.equal(sentTo(m4, home) - sentTo(m3, home), 1);
+  const heldBefore = home === a ? held.a : held.b;
+  assert.ok(await waitFor(async () => (await blocks(home)) >= heldBefore + 20, 10000), 'the first turn\'s blocks did not arrive');
+  history.push({ role: 'assistant', content: first.content[0].text });
+  for (let i = 0; i < 3; i++) {
+    history.push({ role: 'user', content: `Step ${i}?` });
+    const next = await client.messages.create({ model: MODEL, max_tokens: 3, system: guide, messages: history });
+    history.push({ role: 'assistant', content: next.content[0].text });
+  }
+  const m5 = await scrapeMetrics(gw.api);
+  assert.equal(sentTo(m5, home) - sentTo(m4, home), 3, 'every later turn went to the first turn\'s worker');
 });

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import OpenAI from 'openai';
-import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, simBehindGateway, startSim } from './lib.mjs';
+import { LB_BASE, api, freePort, gateway, rawRequest, rule, scrapeMetrics, simBehindGateway, startSim } from './lib.mjs';
 import { tokenizedFleet } from './tokenized_fleet.mjs';
 
 const KEYS = '/netlox/v1/config/ai/apikey';
@@ -194,12 +194,94 @@ test('previous_response_id: continuations go to the endpoint holding the respons
   assert.equal(metric(await scrapeMetrics(gw.api), 'kvgate_responses_previous_total', { event: 'refused' }), 3);
 });
 
+// An engine newer than the gateway: an event type nobody knows after response.completed (with an
+// output count of its own) passes to the SDK untouched, and the usage charged is still the one
+// response.completed reports.
+test('Responses: an unknown event type from the engine passes; the usage is still charged', async (t) => {
+  const { gw, port } = await simBehindGateway(t, { simArgs: ['--unknown-events'], ruleArgs: { api_key_auth: 'required' } });
+  const r = await api(gw.api, 'POST', KEYS, { tenant_id: 'acme', tokens_per_min: 100000 });
+  assert.equal(r.status, 201, r.text);
+  const client = new OpenAI({ apiKey: r.json.raw_key, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+  const stream = await client.responses.create({ model: 'sim-model', input: 'Hi there.', max_output_tokens: 2, stream: true });
+  const types = [];
+  let completed = null;
+  for await (const ev of stream) {
+    types.push(ev.type);
+    if (ev.type === 'response.completed') completed = ev.response;
+  }
+  assert.deepEqual(types.slice(-2), ['response.completed', 'response.kvgate_sim_unknown']);
+  assert.equal(types[0], 'response.created');
+  const ms = await scrapeMetrics(gw.api);
+  assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), completed.usage.total_tokens);
+  assert.equal(metric(ms, 'loxilb_ai_tokens_estimated_total', { tenant: 'acme' }) ?? 0, 0);
+});
+
+// A stored response belongs to the principal whose request produced it: another key can neither
+// continue, read nor cancel it through the gateway (404, never forwarded: vLLM itself does not
+// check who asks). A retrieve or cancel generates nothing, so it reserves no output tokens: with
+// --quota-max-tokens far above the key's budget, a body-less retrieve used to hold the whole
+// bucket and was refused (429) once any token had been spent.
+test('stored responses: another key gets 404, a retrieve reserves nothing', async (t) => {
+  const { w, gw, port } = await simBehindGateway(t, { simArgs: ['--responses-store'],
+    ruleArgs: { api_key_auth: 'required' }, gatewayArgs: ['--workers', '1', '--quota-max-tokens', '100000'] });
+  // (60 tokens a minute: one back a second, so what the first create spends is still missing
+  // when the retrieve asks)
+  const keyA = await api(gw.api, 'POST', KEYS, { tenant_id: 'a', tokens_per_min: 60 });
+  const keyB = await api(gw.api, 'POST', KEYS, { tenant_id: 'b', tokens_per_min: 1000 });
+  assert.equal(keyA.status, 201, keyA.text);
+  assert.equal(keyB.status, 201, keyB.text);
+  const sdk = (key) => new OpenAI({ apiKey: key, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+  const a = sdk(keyA.json.raw_key), b = sdk(keyB.json.raw_key);
+  const first = await a.responses.create({ model: 'sim-model', input: 'Hello there.', max_output_tokens: 2 });
+  // Key A spent some of its 1,000 tokens a minute; its retrieve and its cancel still pass.
+  const got = await a.responses.retrieve(first.id);
+  assert.equal(got.id, first.id);
+  const cancelA = await a.responses.cancel(first.id).catch((e) => e);
+  assert.ok(cancelA instanceof OpenAI.BadRequestError, String(cancelA));  // (the engine's: finished)
+  const before = await scrapeMetrics(gw.api);
+  // Key B knows the id: every way of using it is the gateway's 404, and the engine sees nothing.
+  for (const call of [() => b.responses.retrieve(first.id), () => b.responses.cancel(first.id),
+    () => b.responses.create({ model: 'sim-model', input: 'x', previous_response_id: first.id, max_output_tokens: 1 })]) {
+    const err = await call().catch((e) => e);
+    assert.ok(err instanceof OpenAI.NotFoundError, String(err));
+    assert.equal(err.error.code, 'response_not_found');
+    assert.equal(err.error.message, `Response with id '${first.id}' not found.`);
+  }
+  // Other methods and paths under the id (DELETE, input_items) are checked too, and a create
+  // that names the id as its request_id (vLLM would replace the stored response) is refused.
+  const raw = (method, path, body) => fetch(`http://127.0.0.1:${port}${path}`, { method,
+    headers: { authorization: `Bearer ${keyB.json.raw_key}`, 'content-type': 'application/json' }, body })
+    .then(async (res) => ({ status: res.status, json: await res.json().catch(() => null) }));
+  let res = await raw('DELETE', `/v1/responses/${first.id}`);
+  assert.equal(res.status, 404);
+  res = await raw('GET', `/v1/responses/${first.id}/input_items`);
+  assert.equal(res.status, 404);
+  res = await raw('POST', '/v1/responses', JSON.stringify({ model: 'sim-model', input: 'mine now', request_id: first.id }));
+  assert.equal(res.status, 400);
+  assert.equal(res.json.error.code, 'request_id_in_use');
+  // A HEAD gets the head alone: the next request on the same connection is read right.
+  const pipelined = await rawRequest(port,
+    `HEAD /v1/responses/${first.id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${keyB.json.raw_key}\r\n\r\n` +
+    `GET /v1/responses/${first.id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${keyB.json.raw_key}\r\n\r\n`);
+  const heads = pipelined.split('\r\n').filter((l) => l.startsWith('HTTP/1.1 '));
+  assert.deepEqual(heads, ['HTTP/1.1 404 Not Found', 'HTTP/1.1 404 Not Found'], pipelined);
+  assert.equal(pipelined.split('not found.').length - 1, 1, 'one body: the GET\'s, not the HEAD\'s');
+  const after = await scrapeMetrics(gw.api);
+  assert.equal(sentTo(after, w), sentTo(before, w), 'nothing of key B reached the engine');
+  assert.equal(metric(after, 'kvgate_responses_previous_total', { event: 'foreign' }), 8);
+  // Key A: the first create and the continuation below are the only tokens charged.
+  const next = await a.responses.create({ model: 'sim-model', input: 'More.', previous_response_id: first.id, max_output_tokens: 2 });
+  assert.equal(next.object, 'response');
+  const charged = metric(await scrapeMetrics(gw.api), 'loxilb_ai_tokens_consumed_total', { tenant: 'a' });
+  assert.equal(charged, first.usage.total_tokens + next.usage.total_tokens);
+});
+
 // Tier 1.5 keys a Responses request by the chat form its engine renders (instructions first, input
 // items as messages): requests sharing long instructions go to the worker holding them, and the
 // Responses form of a conversation a worker cached from the chat API lands there too.
 test('Tier 1.5: Responses requests go to the worker holding their prefix', async (t) => {
   const MODEL = 'Qwen/Qwen3-8B';
-  const { a, b, gw, url, post, blocks, fall } = await tokenizedFleet(t,
+  const { a, b, gw, url, post, blocks, fall, settled } = await tokenizedFleet(t,
     { hosts: '127.0.0.16-17', model: MODEL, ruleArgs: { kvExactApiMode: 'both' } });
   // The tokenizer loads off the request path: warm it until a short prompt misses as `shallow`.
   for (let i = 0; i < 150 && (await fall('shallow')) === 0; i++)
@@ -242,4 +324,27 @@ test('Tier 1.5: Responses requests go to the worker holding their prefix', async
   assert.equal(sentTo(m2, a) - sentTo(m1, a), 3, 'the Responses form of a chat conversation goes to a');
   assert.equal(metric(m2, 'kvgate_api_prompt_total', { api: 'responses', result: 'unconvertible' }), 0);
   assert.ok(metric(m2, 'kvgate_api_prompt_total', { api: 'responses', result: 'converted' }) >= 9);
+
+  // A conversation through the SDK and the gateway alone (the history sent back as input items,
+  // the answers' output messages among them): every later turn goes to the first turn's worker.
+  const client = new OpenAI({ apiKey: 'x', baseURL: `${url}/v1`, maxRetries: 0 });
+  const guide = Array.from({ length: 70 }, (_, i) => `Guideline ${i}: keep the tool output short.`).join(' ');
+  const input = [{ role: 'user', content: 'Plan the refactor.' }];
+  const held = await settled();  // (what grows next is this conversation's)
+  const m3 = await scrapeMetrics(gw.api);
+  const first = await client.responses.create({ model: MODEL, max_output_tokens: 3, instructions: guide, input });
+  const m4 = await scrapeMetrics(gw.api);
+  const home = sentTo(m4, a) - sentTo(m3, a) === 1 ? a : b;
+  assert.equal(sentTo(m4, home) - sentTo(m3, home), 1);
+  const heldBefore = home === a ? held.a : held.b;
+  for (let i = 0; i < 100 && (await blocks(home)) < heldBefore + 20; i++) await new Promise((r) => setTimeout(r, 100));
+  assert.ok((await blocks(home)) >= heldBefore + 20, 'the first turn\'s blocks did not arrive');
+  input.push(...first.output);
+  for (let i = 0; i < 3; i++) {
+    input.push({ role: 'user', content: `Step ${i}?` });
+    const next = await client.responses.create({ model: MODEL, max_output_tokens: 3, instructions: guide, input });
+    input.push(...next.output);
+  }
+  const m5 = await scrapeMetrics(gw.api);
+  assert.equal(sentTo(m5, home) - sentTo(m4, home), 3, 'every later turn went to the first turn\'s worker');
 });

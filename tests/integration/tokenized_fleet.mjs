@@ -41,5 +41,16 @@ export async function tokenizedFleet(t, { hosts, model, ruleArgs = {} }) {
       return (await blocks(w)) > 0;
     }, 15000, 100), `no KV batch from ${w.host}`);
   }
-  return { a, b, gw, port, kvPort, url: `http://127.0.0.1:${port}`, post, blocks, fall };
+  // Waits until the workers' block counts stop changing (the KV events of earlier requests are
+  // in); returns them.
+  const settled = async () => {
+    for (let prev = -1, i = 0; i < 20; i++) {
+      const cur = (await blocks(a)) + (await blocks(b));
+      if (cur === prev) break;
+      prev = cur;
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    return { a: await blocks(a), b: await blocks(b) };
+  };
+  return { a, b, gw, port, kvPort, url: `http://127.0.0.1:${port}`, post, blocks, fall, settled };
 }

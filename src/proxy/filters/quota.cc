@@ -6,7 +6,9 @@
 // Redis shared by the replicas (governance/redis_counters.h; its I/O thread answers, this coroutine
 // waits without blocking the worker).
 //
-// Reservation: (prompt estimate + max_tokens) x n, each term clamped to 1e9. max_tokens is the
+// Reservation: (prompt estimate + max_tokens) x n, each term clamped to 1e9; a request that
+// generates nothing (body-less, count_tokens, tokenize, a retrieve or cancel of a stored
+// response) reserves its prompt estimate only. max_tokens is the
 // larger of max_tokens, max_completion_tokens and max_output_tokens, else serve --quota-max-tokens
 // (digit strings count, as pydantic reads them; a count the gateway cannot read makes max_tokens
 // at least --quota-max-tokens and n 1024). The prompt
@@ -16,8 +18,9 @@
 // found no prompt, the body's bytes / 4.
 //
 // Settlement (settleQuota, run when the request ends on every path, client disconnects included):
-// the reservation goes back and each TPM bucket is charged nothing for a body-less request (it
-// generates nothing; GET /v1/responses/{id} replays a stored usage), else the engine's usage (the
+// the reservation goes back and each TPM bucket is charged nothing for a request that generates
+// nothing (body-less, count_tokens, tokenize, a retrieve or cancel of a stored response, which
+// replays a stored usage), else the engine's usage (the
 // relay's UsageScanner; P/D answers too), else an estimate, counted as missing usage: nothing when
 // no engine got the request, it answered an error, or the request was HEAD; the whole reservation
 // when the client left a non-streamed request before its answer (the engine may have produced
@@ -30,16 +33,17 @@
 // members kept; the last duplicate wins in the engines' JSON parsers), and the relay strips the
 // usage chunk and the "usage":null members it adds (single-leg rules). Not on the Responses API
 // (a target ending in /responses): its streams carry their usage in response.completed; nor on
-// the Messages API, whose streams carry it in message_delta (input_tokens and output_tokens,
+// the Messages API, whose streams carry it in message_delta (vLLM: input_tokens and
+// output_tokens; Anthropic's shape: output_tokens, with message_start's input_tokens;
 // governance/usage.h). A Messages count_tokens request
 // generates nothing and is charged nothing.
 #include "proxy/filters/quota.h"
 
 #include <algorithm>
 #include <chrono>
-
 #include <nlohmann/json.hpp>
 
+#include "engines/openai_responses.h"
 #include "governance/api_keys.h"
 #include "governance/limits.h"
 #include "governance/quota.h"
@@ -147,9 +151,14 @@ asio::awaitable<Verdict> quotaFilter(FilterEnv& env) {
     prompt = static_cast<int64_t>((req.body.size() + 3) / 4);
     env.stats.quota_prompt_bytes.fetch_add(1, std::memory_order_relaxed);
   }
-  // (a body-less request generates nothing, nor does a Messages count_tokens)
-  rq.quota.generation = !req.body.empty() && rq.api != Api::kCountTokens &&
-                        rq.api != Api::kTokenize && rq.api != Api::kDetokenize;
+  // (a body-less request generates nothing, nor does a Messages count_tokens, nor a retrieve or
+  // cancel of a stored Responses API response, body or not): only its prompt is reserved
+  rq.quota.generation =
+      !req.body.empty() && rq.api != Api::kCountTokens && rq.api != Api::kTokenize &&
+      rq.api != Api::kDetokenize &&
+      !(rq.api == Api::kOpenAi &&
+        !engines::responses::storedResponseRequestId(req.head.method, req.head.target).empty());
+  if (!rq.quota.generation) max_tokens = 0;
   prompt = std::min(prompt, kMaxTerm);
   max_tokens = std::clamp<int64_t>(max_tokens, 0, kMaxTerm);
   const int64_t reserve = std::min<int64_t>((prompt + max_tokens) * n, kMaxTerm);

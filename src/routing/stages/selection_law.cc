@@ -242,8 +242,8 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
       // twice as large for the same cost.
       const double cap_mean = cap_total / static_cast<double>(c.size());
       auto cost = [&](size_t i) {
-        return (double(uncachedBlocks(p, c[i])) + 1) * (double(c[i].load) + 1) * cap_mean /
-               capacity(i);
+        return (double(uncachedBlocks(p, c[i])) + 1) *
+               (double(c[i].load) + double(p.predict_batch_offset)) * cap_mean / capacity(i);
       };
       // Ties: more overlap (keep the cache), then less load, then the candidate after the
       // caller's rotating cursor (equal holders of a shared prefix take turns).

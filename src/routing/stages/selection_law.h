@@ -55,9 +55,12 @@
 //    session home until the home's batch is about (its prefill elsewhere) / (its prefill at home)
 //    times another's, a bound on decode concentration by requests where the ttft and soft laws have
 //    none. Ties: more overlap, then less load, then the first candidate at or after a cursor the
-//    caller advances per decision. A prompt cut before tokenizing (LOXILB_KV_TOKENIZE_MAX_BYTES, or
-//    past 8192 blocks) counts its cut tail as uncached everywhere (kv_exact adds the tokenizer's
-//    estimate to prompt_blocks), so a long session's home is not mistaken for a full hit.
+//    caller advances per decision. The batch factor's offset (1: the request itself) is
+//    LOXILB_KV_PREDICT_BATCH_OFFSET (1..64): a larger one weighs load less against the cache
+//    (b: (uncached_i + 1) x (load_i + b)). A prompt cut before tokenizing
+//    (LOXILB_KV_TOKENIZE_MAX_BYTES, or past 8192 blocks) counts its cut tail as uncached everywhere
+//    (kv_exact adds the tokenizer's estimate to prompt_blocks), so a long session's home is not
+//    mistaken for a full hit.
 //  - predict-q (an extension; the default of kvExactMode 3 rules, measured against predict and
 //    the peers over seeds in docs/benchmarks.md "predict-q over seeds"): predict on a
 //    prompt some candidate holds; a prompt nobody holds goes to the candidate with the least
@@ -187,6 +190,7 @@ struct LawParams {
   double ttft_miss_weight = 8.0;  // ttft: weight of the request's own uncached blocks
   double ttft_load_blocks = 2.0;  // ttft: blocks of cost per in-flight request
   uint64_t sticky_tau_tokens = 286'720;  // llm-d-sticky: token load that drops affinity
+  uint32_t predict_batch_offset = 1;     // predict, predict-q: the batch factor (load + offset)
   uint32_t block_tokens = 16;            // tokens per block (llm-d-sticky's tau in blocks)
   uint64_t rotate = 0;  // predict: a cursor the caller advances per decision (last tie-break)
 };

@@ -365,5 +365,21 @@ TEST(SelectionLaw, PredictIsNewPrefillTimesBatchOverCapacityShare) {
   EXPECT_FALSE(isPeerLaw(LawMode::kPredict));  // misses are Tier 1.5's, as under hard
 }
 
+// LOXILB_KV_PREDICT_BATCH_OFFSET: the batch factor is (load + offset). A session's home holds 64
+// of 224 blocks' worth less than the prompt (uncached 64) with 2 in flight; an idle endpoint
+// holds only the shared 64-block preamble (uncached 160). Offset 1: (64 + 1) x 3 = 195 against
+// (160 + 1) x 1 = 161, a spill; offset 4: 65 x 6 = 390 against 161 x 4 = 644, home.
+TEST(SelectionLaw, PredictBatchOffsetWeighsLoadLess) {
+  LawParams p{LawMode::kPredictQ};
+  p.prompt_blocks = 224;
+  const std::vector<LawCandidate> c = {LawCandidate{160, 2, 1000}, LawCandidate{64, 0, 1000}};
+  EXPECT_EQ(run(c, p).index, 1);
+  p.predict_batch_offset = 4;
+  EXPECT_EQ(run(c, p).index, 0);
+  // Under real load the factor still spreads: home at 20 in flight, (64 + 1) x 24 = 1560 against
+  // (160 + 1) x 4 = 644.
+  EXPECT_EQ(run({LawCandidate{160, 20, 1000}, LawCandidate{64, 0, 1000}}, p).index, 1);
+}
+
 }  // namespace
 }  // namespace kvgate::routing
