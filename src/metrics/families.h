@@ -92,8 +92,8 @@ inline const Family kResponsePins{"kvgate_responses_previous_total", Type::kCoun
     "endpoint), pinned (a request naming a stored response, by previous_response_id or by the "
     "path of a retrieve or cancel, sent to that endpoint), unknown (an "
     "id this gateway did not relay: routed as any request), refused (503: the endpoint holding it "
-    "is down or no longer in the rule), foreign (another principal's response: 404, not "
-    "forwarded).", {"rule", "event"}};
+    "is down or no longer in the rule), foreign (another principal's response: 404, or 400 "
+    "request_id_in_use for a create naming it; not forwarded).", {"rule", "event"}};
 inline const Family kActiveConnections{"kvgate_active_client_connections", Type::kGauge,
     "Open client connections on the data plane.", {}};
 inline const Family kActiveStreams{"kvgate_active_streams", Type::kGauge,

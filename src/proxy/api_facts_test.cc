@@ -102,6 +102,10 @@ TEST(ResponseHomes, RemembersBoundedOldestFirst) {
   EXPECT_EQ(rule2.find("resp_x", "key-a", &foreign), "");
   EXPECT_FALSE(foreign);
   EXPECT_EQ(rule1.find("resp_x", "key-a", &foreign), "10.0.0.1:8000");
+  // Another principal's answer with that id on the other rule does not take it over there.
+  EXPECT_FALSE(rule2.remember("resp_x", "10.0.0.2:8000", "key-b"));
+  EXPECT_EQ(rule2.find("resp_x", "key-b", &foreign), "");
+  EXPECT_TRUE(foreign);
   for (size_t i = 1; i <= ResponseHomes::kMaxHomes; ++i)
     h.remember("resp_" + std::to_string(i), "e", "");
   EXPECT_EQ(h.size(), ResponseHomes::kMaxHomes);

@@ -207,14 +207,19 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
                                       bool head_request, endpoints::EndpointLease& lease);
   // `rewrite`: the body is re-framed by the gateway (no Content-Length; chunked to HTTP/1.1).
   void buildDownstreamHead(const http::ResponseHead& rh, bool dechunk, bool rewrite = false);
+  void buildDownstreamFields(const http::ResponseHead& rh, bool rewrite);  // (a stream's head)
+  template <class Add>
+  bool downstreamFields(const http::ResponseHead& rh, bool rewrite, Add&& add) const;
   bool nextChunk(RelayFraming& f, std::string_view& chunk);
   std::string_view frameRewritten(std::string& piece, bool last);
   void noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload);
   void noteResponseId(ResponseHomes& homes, std::string_view payload);
-  // Whose stored responses a request may continue: the API key's id, else the tenant, else "".
-  std::string_view responseOwner() const {
-    return !rq_.outcome.key_id.empty() ? std::string_view(rq_.outcome.key_id)
-                                       : std::string_view(rq_.outcome.tenant);
+  // Whose stored responses a request may use: the API key's id, else the tenant and its user (a
+  // JWT's), else "" (keyless traffic).
+  std::string responseOwner() const {
+    if (!rq_.outcome.key_id.empty()) return rq_.outcome.key_id;
+    if (rq_.outcome.user.empty()) return rq_.outcome.tenant;
+    return rq_.outcome.tenant + '\x1f' + rq_.outcome.user;
   }
   bool abandonRelay(RelayCut why);
   void takeRequestId(const http::RequestHead& head);  // dispatch.cc  // counted in kvgate_relay_cuts_total{reason}
@@ -292,6 +297,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   size_t request_bytes_ = 0;     // bytes of the current request in in_ (head + raw body)
   std::string dechunked_;        // a chunked request's payload
   std::string down_head_;        // the response head to the client
+  HeadFields down_fields_;       // ... as fields, to a multiplexed stream (sink_)
   std::unique_ptr<PdState> pd_;  // P/D scratch (the first leg, rewritten bodies): made on first use
   uint64_t request_seq_ = 0;     // request heads read on this connection (the drain's guard)
 };

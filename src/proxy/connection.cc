@@ -248,6 +248,7 @@ asio::awaitable<bool> ClientConn::serveRequest(Request& req, int hn) {
   // The API the target names (its errors' shape, its prompt's form); dispatch reads it again
   // from a target it normalizes.
   rq_.api = apiOf(req.head.target);
+  rq_.head_method = req.head.method == "HEAD";  // (the gateway's own answers: no body)
   req.raw_body_bytes = 0;
   req.body = {};
   req.body_capacity = 0;

@@ -169,7 +169,6 @@ void ClientConn::takeRequestId(const http::RequestHead& head) {
 
 asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   const auto& head = req.head;
-  rq_.head_method = head.method == "HEAD";
   takeRequestId(head);
   if (w_.opts.tracer) rq_.trace.start(head, w_.opts.tracer->sampleRatio(), rq_.started_at);
 

@@ -305,15 +305,22 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
   if (homes) {
     if (rq_.api == Api::kResponses && rq_.facts_parsed) {
       pin_id = rq_.facts.previous_response_id;
-      // vLLM names the new response after "request_id": naming another's stored response would
-      // replace it on its engine.
+      // The engine names the new response after the body's "request_id" (vLLM), or "resp_" and
+      // the request's X-Request-Id: naming another's stored response would replace it there.
       bool taken = false;
-      if (!rq_.facts.response_request_id.empty())
-        homes->find(rq_.facts.response_request_id, responseOwner(), &taken);
+      const std::string owner = responseOwner();
+      for (const std::string& id :
+           {rq_.facts.response_request_id, "resp_" + rq_.facts.response_request_id,
+            "resp_" + rq_.request_id}) {
+        bool foreign = false;
+        if (id != "resp_") homes->find(id, owner, &foreign);
+        taken = taken || foreign;
+      }
       if (taken) {
         route.stats->response_pins[4].fetch_add(1, std::memory_order_relaxed);
         co_await sendError(400, "request_id_in_use",
-                           "request_id names a stored response of another caller; choose another",
+                           "request_id (or X-Request-Id) names a stored response of another "
+                           "caller; choose another",
                            "request_id");
         co_return true;
       }
@@ -327,7 +334,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
   if (!pin_id.empty() || !named_id.empty()) {
     const std::string_view id = pin_id.empty() ? named_id : pin_id;
     bool foreign = false;
-    home = homes->find(id, responseOwner(), &foreign);
+    home = homes->find(id, responseOwner(), &foreign);  // (owner: a temporary, used at once)
     if (foreign) {  // another principal's response: as unknown as the engine says a missing one is
       route.stats->response_pins[4].fetch_add(1, std::memory_order_relaxed);
       co_await sendError(404, "response_not_found",

@@ -36,6 +36,7 @@
 #include "common/ids.h"
 #include "common/log.h"
 #include "common/splitmix.h"
+#include "engines/openai_responses.h"
 #include "engines/pd_dialect.h"
 #include "http/server.h"
 #include "proxy/client_conn.h"
@@ -198,7 +199,7 @@ asio::awaitable<bool> ClientConn::answerWith(int status, std::string_view conten
   countResponse(status);
   if (rq_.quota.active) rq_.quota.status = status;  // settlement reads the answer's usage
   if (rq_.quota.active || rq_.trace.on) rq_.usage.feed(body);  // (and a sampled trace)
-  co_return co_await writeClient(h, body);
+  co_return co_await writeClient(h, rq_.head_method ? std::string_view() : std::string_view(body));
 }
 
 // The first leg of a sequential dialect on prefill endpoint `idx`: open, send, read the whole
@@ -566,7 +567,7 @@ asio::awaitable<void> ClientConn::sendAdmission(const Route& route, int status,
   rq_.outcome.status = status;
   rq_.outcome.denied = true;  // the admission gate's answer
   countResponse(status);
-  co_await writeClient(h, body);
+  co_await writeClient(h, rq_.head_method ? std::string_view() : std::string_view(body));
 }
 
 // Parks the request on prefill endpoint `idx`'s FIFO until a slot is handed to it or it finds
@@ -773,6 +774,12 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
             (*route.pd_dialect == engines::pd::Dialect::kSglang ? "SGLang" : "TensorRT-LLM") +
             " engines (their /v1/messages does not carry the prefill/decode "
             "fields); use /v1/chat/completions");
+    co_return !client_gone_;
+  }
+  if (!engines::responses::responseIdUnderPath(req.head.target).empty()) {
+    // (a stored Responses API response: none is made on a P/D rule, and its owner is not known)
+    co_await sendError(404, "response_not_found",
+                       "a prefill/decode service stores no Responses API responses", "response_id");
     co_return !client_gone_;
   }
   if (!rq_.facts_parsed) {

@@ -10,31 +10,65 @@
 
 namespace kvgate::proxy {
 
+// The upstream's fields the client gets, in order: hop-by-hop ones, the rule's own HSTS and, when
+// `rewrite`, Content-Length removed; the engine's X-Request-Id too when the legs had their own id.
+// True when one X-Request-Id was kept (none is to be added).
+template <class Add>
+bool ClientConn::downstreamFields(const http::ResponseHead& rh, bool rewrite, Add&& add) const {
+  bool has_rid = false;
+  const bool hsts = !ruleHeaders().empty();
+  for (size_t i = 0; i < rh.num_headers; ++i) {
+    auto& x = rh.headers[i];
+    if (http::isHopByHop(x.name)) continue;
+    if (hsts && http::iequals(x.name, "strict-transport-security")) continue;  // ours
+    if (rewrite && http::iequals(x.name, "content-length")) continue;
+    if (http::iequals(x.name, "x-request-id")) {
+      if (!rq_.upstream_id.empty()) continue;  // the engines saw the legs' id; the client its own
+      has_rid = true;
+    }
+    add(x.name, x.value);
+  }
+  return has_rid;
+}
+
 void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk, bool rewrite) {
   std::string& h = down_head_;
   h.clear();
   h.append("HTTP/1.1 ").append(std::to_string(rh.status)).append(" ");
   h.append(rh.reason.empty() ? std::string_view(http::statusReason(rh.status)) : rh.reason);
   h.append("\r\n");
-  bool has_rid = false;
-  const std::string_view hsts = ruleHeaders();
-  for (size_t i = 0; i < rh.num_headers; ++i) {
-    auto& x = rh.headers[i];
-    if (http::isHopByHop(x.name)) continue;
-    if (!hsts.empty() && http::iequals(x.name, "strict-transport-security")) continue;  // ours
-    if (rewrite && http::iequals(x.name, "content-length")) continue;
-    if (http::iequals(x.name, "x-request-id")) {
-      if (!rq_.upstream_id.empty()) continue;  // the engines saw the legs' id; the client its own
-      has_rid = true;
-    }
-    h.append(x.name).append(": ").append(x.value).append("\r\n");
-  }
+  const bool has_rid = downstreamFields(rh, rewrite, [&](std::string_view n, std::string_view v) {
+    h.append(n).append(": ").append(v).append("\r\n");
+  });
   if (rewrite ? !payloadOnly() : rh.body_kind == http::BodyKind::kChunked && !dechunk)
     h.append("Transfer-Encoding: chunked\r\n");
   if (!has_rid) h.append("X-Request-Id: ").append(rq_.request_id).append("\r\n");
-  h.append(hsts);
+  h.append(ruleHeaders());
   if (!keepAliveAfter()) h.append("Connection: close\r\n");
   h.append("\r\n");
+}
+
+// The same head as fields for a multiplexed stream (stream_sink.h): no framing fields (the
+// stream frames the payload itself), no Connection.
+void ClientConn::buildDownstreamFields(const http::ResponseHead& rh, bool rewrite) {
+  HeadFields& h = down_fields_;
+  h.clear();
+  h.status = rh.status;
+  const bool has_rid = downstreamFields(rh, rewrite, [&](std::string_view n, std::string_view v) {
+    if (!http::iequals(n, "proxy-connection")) h.add(n, v);
+  });
+  if (!has_rid) h.add("x-request-id", rq_.request_id);
+  // The rule's headers ("Name: value" lines, HSTS on TLS rules).
+  for (std::string_view rest = ruleHeaders(); !rest.empty();) {
+    const size_t eol = rest.find("\r\n");
+    const std::string_view line = rest.substr(0, eol);
+    rest = eol == std::string_view::npos ? std::string_view() : rest.substr(eol + 2);
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    std::string_view value = line.substr(colon + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    h.add(line.substr(0, colon), value);
+  }
 }
 
 // Splits the next piece of the response body off the leg's buffer, by the upstream's framing.
@@ -203,7 +237,10 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   if (!sink_ &&
       (rh.body_kind == http::BodyKind::kUntilClose || f.dechunk || (rewrite && payloadOnly())))
     client_keep_alive_ = false;
-  buildDownstreamHead(rh, f.dechunk, rewrite);
+  if (sink_)
+    buildDownstreamFields(rh, rewrite);  // (a stream takes the head as fields)
+  else
+    buildDownstreamHead(rh, f.dechunk, rewrite);
   rq_.outcome.status = rh.status;
   rq_.outcome.engine_answered = true;
   countResponse(rh.status);
@@ -250,7 +287,12 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     std::string_view chunk;
     if (!nextChunk(f, chunk)) {
       log::warn("proxy", "malformed chunked response from " + *rq_.outcome.endpoint);
-      if (first) co_await writeClient(down_head_);  // then cut the stream: the client sees it
+      if (first) {  // then cut the stream: the client sees it
+        if (sink_)
+          sink_->writeHead(down_fields_);
+        else
+          co_await writeClient(down_head_);
+      }
       co_return abandonRelay(RelayCut::kMalformed);
     }
     // The engine is past this request's prefill; only a successful event stream's first byte
@@ -289,14 +331,20 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       const std::string_view head = first ? std::string_view(down_head_) : std::string_view();
       size_t written = 0;
       error_code wec;
-      if (sink_)
-        wec = co_await sink_->write(head, out) ? error_code() : asio::error::broken_pipe;
-      else if (tls_)
+      if (sink_) {
+        // (statements, not one expression: no co_await inside a short-circuit)
+        bool sent = !first || sink_->writeHead(down_fields_);
+        if (sent) sent = co_await sink_->write(std::string_view(), out);
+        if (!sent) wec = asio::error::broken_pipe;
+      } else if (tls_)
         wec = co_await tlsWrite(head, out);
       else if (!writeNow(client_, head, out, written, wec))
         wec = co_await writeRest(client_, head, out, written);
       bool ok = !wec;
-      if (first && stream) std::string().swap(down_head_);  // (written: not kept while it lasts)
+      if (first && stream) {  // (written: not kept while it lasts)
+        std::string().swap(down_head_);
+        down_fields_.release();
+      }
       noteFirstBytes(route, ttft_pending, !chunk.empty());
       rq_.outcome.bytes += out.size();
       if (!ok) {

@@ -38,16 +38,21 @@ class ResponseHomes {
   // True when the id is new (remembered).
   bool remember(std::string_view id, std::string_view endpoint, std::string_view owner) {
     if (id.empty() || id.size() > kMaxIdBytes) return false;
-    if (owners_) owners_->remember(id, {}, owner);
-    std::lock_guard g(mu_);
-    auto [it, fresh] =
-        map_.try_emplace(std::string(id), Home{std::string(endpoint), std::string(owner)});
-    if (!fresh) return false;
-    order_.push_back(it->first);  // (a view of the map's key: nodes do not move)
-    while (map_.size() > kMaxHomes) {
-      map_.erase(std::string(order_.front()));
-      order_.pop_front();
+    bool foreign = false;
+    if (owners_) owners_->find(id, owner, &foreign);
+    if (foreign) return false;  // (another principal's on another rule: not taken over)
+    {
+      std::lock_guard g(mu_);
+      auto [it, fresh] =
+          map_.try_emplace(std::string(id), Home{std::string(endpoint), std::string(owner)});
+      if (!fresh) return false;
+      order_.push_back(it->first);  // (a view of the map's key: nodes do not move)
+      while (map_.size() > kMaxHomes) {
+        map_.erase(std::string(order_.front()));
+        order_.pop_front();
+      }
     }
+    if (owners_) owners_->remember(id, {}, owner);  // (only a fresh id: its first owner)
     return true;
   }
   // The label of the endpoint that answered `id` for `owner`; "" when it is not known, or was

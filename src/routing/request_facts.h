@@ -123,8 +123,8 @@ struct RequestFacts {
   // connection's life).
   void shrink(size_t keep) {
     chat.reset();  // (the chat input is the request's alone: not kept on an idle connection)
-    for (std::string* s :
-         {&model, &cache_salt, &prompt_prefix, &prompt_text, &lora_adapter, &stream_options_json})
+    for (std::string* s : {&model, &cache_salt, &prompt_prefix, &prompt_text, &lora_adapter,
+                           &stream_options_json, &previous_response_id, &response_request_id})
       if (s->capacity() > keep) std::string().swap(*s);
     if (prompt_token_ids.capacity() * sizeof(int64_t) > keep)
       std::vector<int64_t>().swap(prompt_token_ids);

@@ -402,8 +402,29 @@ describe('HTTP/2 over TLS (ALPN h2)', () => {
       }, 10000), before + 1);
       const after = await request(s, { body: chat('still here') });
       assert.equal(after.status, 200);
+      // The engine's head reaches the stream as fields: its own, the client's X-Request-Id, and
+      // (on an HSTS rule) the rule's header; hop-by-hop fields never (HTTP/2 forbids them).
+      assert.ok(after.headers['x-request-id']);
+      assert.equal(after.headers['content-type'], 'application/json');
+      assert.equal(after.headers.connection, undefined);
+      assert.equal(after.headers['transfer-encoding'], undefined);
     } finally {
       s.close();
+    }
+    const hsts = await freePort();
+    r = await api(gw.api, 'POST', LB_BASE, rule({ port: hsts, workers: sim.workers,
+      extraArgs: { security: 1, hsts_enable: true, hsts_max_age: 600 } }));
+    assert.equal(r.status, 200, r.text);
+    const hs = http2.connect(`https://127.0.0.1:${hsts}`, { ca: ca_pem });
+    try {
+      const [x, y] = await Promise.all([request(hs, { body: chat('hsts one') }),
+        request(hs, { body: chat('hsts two', { stream: true, max_tokens: 3 }), headers: { 'x-request-id': 'mine-42' } })]);
+      assert.equal(x.headers['strict-transport-security'], 'max-age=600');
+      assert.equal(y.headers['strict-transport-security'], 'max-age=600');
+      assert.equal(y.headers['x-request-id'], 'mine-42');
+      assert.ok(y.body.trimEnd().endsWith('data: [DONE]'));
+    } finally {
+      hs.close();
     }
     // alpn_protocols without h2: an h2-only client gets no protocol; an HTTP/1.1 client is served.
     const refused = http2.connect(`https://127.0.0.1:${h1only}`, { ca: ca_pem });

@@ -259,6 +259,13 @@ test('stored responses: another key gets 404, a retrieve reserves nothing', asyn
   res = await raw('POST', '/v1/responses', JSON.stringify({ model: 'sim-model', input: 'mine now', request_id: first.id }));
   assert.equal(res.status, 400);
   assert.equal(res.json.error.code, 'request_id_in_use');
+  // ... or whose X-Request-Id the engine would turn into that id ("resp_" and it).
+  assert.ok(first.id.startsWith('resp_'));
+  res = await fetch(`http://127.0.0.1:${port}/v1/responses`, { method: 'POST', headers: {
+    authorization: `Bearer ${keyB.json.raw_key}`, 'content-type': 'application/json', 'x-request-id': first.id.slice(5) },
+  body: JSON.stringify({ model: 'sim-model', input: 'mine now' }) }).then(async (r) => ({ status: r.status, json: await r.json() }));
+  assert.equal(res.status, 400);
+  assert.equal(res.json.error.code, 'request_id_in_use');
   // A HEAD gets the head alone: the next request on the same connection is read right.
   const pipelined = await rawRequest(port,
     `HEAD /v1/responses/${first.id} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${keyB.json.raw_key}\r\n\r\n` +
@@ -268,7 +275,7 @@ test('stored responses: another key gets 404, a retrieve reserves nothing', asyn
   assert.equal(pipelined.split('not found.').length - 1, 1, 'one body: the GET\'s, not the HEAD\'s');
   const after = await scrapeMetrics(gw.api);
   assert.equal(sentTo(after, w), sentTo(before, w), 'nothing of key B reached the engine');
-  assert.equal(metric(after, 'kvgate_responses_previous_total', { event: 'foreign' }), 8);
+  assert.equal(metric(after, 'kvgate_responses_previous_total', { event: 'foreign' }), 9);
   // Key A: the first create and the continuation below are the only tokens charged.
   const next = await a.responses.create({ model: 'sim-model', input: 'More.', previous_response_id: first.id, max_output_tokens: 2 });
   assert.equal(next.object, 'response');

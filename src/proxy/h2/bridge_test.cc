@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "http/parser.h"
+#include "proxy/stream_sink.h"
 
 namespace kvgate::proxy::h2 {
 namespace {
@@ -17,6 +18,29 @@ std::string build(const std::vector<std::pair<std::string, std::string>>& fields
   const bool ok = b.finish(body, text);
   if (out) *out = b;
   return ok ? text : "ERR " + std::to_string(b.status()) + " " + b.error();
+}
+
+// A response head as fields (stream_sink.h): names lower-cased, values as they are, in order.
+TEST(HeadFields, KeepsOrderAndLowerCasesNames) {
+  HeadFields h;
+  h.status = 200;
+  h.add("Content-Type", "text/event-stream");
+  h.add("X-Request-Id", "AbC-1");
+  h.add("x-empty", "");
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h.name(0), "content-type");
+  EXPECT_EQ(h.value(0), "text/event-stream");
+  EXPECT_EQ(h.name(1), "x-request-id");
+  EXPECT_EQ(h.value(1), "AbC-1");
+  EXPECT_EQ(h.name(2), "x-empty");
+  EXPECT_EQ(h.value(2), "");
+  h.clear();
+  EXPECT_EQ(h.size(), 0u);
+  EXPECT_EQ(h.status, 0);
+  h.add("A", "b");
+  EXPECT_EQ(h.name(0), "a");
+  h.release();
+  EXPECT_EQ(h.size(), 0u);
 }
 
 TEST(H2Bridge, RequestLineHostAndLength) {

@@ -50,6 +50,8 @@ struct H2Conn::Stream final : StreamSink {
 
   size_t pending() const { return out.size() - out_off; }
   bool submitHead();
+  bool submit(int status, std::vector<nghttp2_nv>& nva);
+  bool writeHead(const HeadFields& h) override;
   asio::awaitable<bool> write(std::string_view a, std::string_view b) override;
   void finish(bool complete) override;
   void abort() override;
@@ -66,7 +68,7 @@ struct H2Conn::Stream final : StreamSink {
   }
 };
 
-// The response head text is complete in resp_head: HEADERS (and the data source).
+// The response head text is complete in resp_head (the gateway's own answers): HEADERS.
 bool H2Conn::Stream::submitHead() {
   int status = 0;
   std::vector<h2::Field> fields;
@@ -74,12 +76,34 @@ bool H2Conn::Stream::submitHead() {
     reset(NGHTTP2_INTERNAL_ERROR);
     return false;
   }
-  const std::string code = std::to_string(status);
   std::vector<nghttp2_nv> nva;
   nva.reserve(fields.size() + 1);
-  using h2::nv;
-  nva.push_back(nv(":status", code));
-  for (const auto& f : fields) nva.push_back(nv(f.name, f.value));
+  for (const auto& f : fields) nva.push_back(h2::nv(f.name, f.value));
+  return submit(status, nva);
+}
+
+// An engine's answer's head as fields (no text read back): HEADERS.
+bool H2Conn::Stream::writeHead(const HeadFields& h) {
+  if (closed || c.closed_ || reset_sent || submitted) return false;
+  if (h.status < 200 || h.status > 999) {
+    reset(NGHTTP2_INTERNAL_ERROR);
+    c.wakeWriter();
+    return false;
+  }
+  std::vector<nghttp2_nv> nva;
+  nva.reserve(h.size() + 1);
+  for (size_t i = 0; i < h.size(); ++i) nva.push_back(h2::nv(h.name(i), h.value(i)));
+  if (!submit(h.status, nva)) {
+    c.wakeWriter();
+    return false;
+  }
+  return true;
+}
+
+// HEADERS with `nva` after :status (and the data source unless the answer has no body).
+bool H2Conn::Stream::submit(int status, std::vector<nghttp2_nv>& nva) {
+  const std::string code = std::to_string(status);
+  nva.insert(nva.begin(), h2::nv(":status", code));
   const bool no_body = head.method() == "HEAD" || status == 204 || status == 304;
   nghttp2_data_provider prd;
   prd.source.ptr = this;
