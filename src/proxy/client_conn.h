@@ -214,12 +214,17 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string_view frameRewritten(std::string& piece, bool last);
   void noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload);
   void noteResponseId(ResponseHomes& homes, std::string_view payload);
-  // Whose stored responses a request may use: the API key's id, else the tenant and its user (a
-  // JWT's), else "" (keyless traffic).
+  // Whose stored responses a request may use, typed so that kinds never meet: "k" and the API
+  // key's id; "j", the JWT profile, the tenant claim and the user claim, each after its length;
+  // "" for traffic no credential admitted.
   std::string responseOwner() const {
-    if (!rq_.outcome.key_id.empty()) return rq_.outcome.key_id;
-    if (rq_.outcome.user.empty()) return rq_.outcome.tenant;
-    return rq_.outcome.tenant + '\x1f' + rq_.outcome.user;
+    const auto& o = rq_.outcome;
+    if (!o.key_id.empty()) return "k" + o.key_id;
+    if (o.jwt_profile.empty()) return {};
+    std::string out = "j";
+    for (const std::string* part : {&o.jwt_profile, &o.tenant, &o.user})
+      out.append(std::to_string(part->size())).append(":").append(*part);
+    return out;
   }
   bool abandonRelay(RelayCut why);
   void takeRequestId(const http::RequestHead& head);  // dispatch.cc  // counted in kvgate_relay_cuts_total{reason}

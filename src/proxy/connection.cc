@@ -373,7 +373,8 @@ asio::awaitable<void> ClientConn::runStream(std::string request, StreamSink& sin
   try {
     Request req;
     // (client_gone_: the stream was reset before this ran; nothing is sent to an engine)
-    const int hn = client_gone_ ? 0 : co_await readHead(req.head);
+    int hn = 0;
+    if (!client_gone_) hn = co_await readHead(req.head);
     if (hn > 0) co_await serveRequest(req, hn);
   } catch (const std::exception& e) {
     failure = e.what();

@@ -313,7 +313,7 @@ asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route
            {rq_.facts.response_request_id, "resp_" + rq_.facts.response_request_id,
             "resp_" + rq_.request_id}) {
         bool foreign = false;
-        if (id != "resp_") homes->find(id, owner, &foreign);
+        if (!id.empty() && id != "resp_") homes->find(id, owner, &foreign);
         taken = taken || foreign;
       }
       if (taken) {

@@ -778,6 +778,7 @@ asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& rou
   }
   if (!engines::responses::responseIdUnderPath(req.head.target).empty()) {
     // (a stored Responses API response: none is made on a P/D rule, and its owner is not known)
+    route.stats->response_pins[4].fetch_add(1, std::memory_order_relaxed);
     co_await sendError(404, "response_not_found",
                        "a prefill/decode service stores no Responses API responses", "response_id");
     co_return !client_gone_;

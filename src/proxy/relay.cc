@@ -10,16 +10,23 @@
 
 namespace kvgate::proxy {
 
-// The upstream's fields the client gets, in order: hop-by-hop ones, the rule's own HSTS and, when
-// `rewrite`, Content-Length removed; the engine's X-Request-Id too when the legs had their own id.
+// The upstream's fields the client gets, in order: hop-by-hop ones (and those its Connection
+// names), the rule's own HSTS, a repeated Content-Length and, when `rewrite`, Content-Length
+// removed; the engine's X-Request-Id too when the legs had their own id.
 // True when one X-Request-Id was kept (none is to be added).
 template <class Add>
 bool ClientConn::downstreamFields(const http::ResponseHead& rh, bool rewrite, Add&& add) const {
-  bool has_rid = false;
+  bool has_rid = false, has_length = false;
   const bool hsts = !ruleHeaders().empty();
+  const std::string_view connection = rh.get("connection");  // (the fields it names are hop-by-hop)
   for (size_t i = 0; i < rh.num_headers; ++i) {
     auto& x = rh.headers[i];
     if (http::isHopByHop(x.name)) continue;
+    if (!connection.empty() && http::headerHasToken(connection, x.name)) continue;
+    if (http::iequals(x.name, "content-length")) {  // (repeats of one value: one, RFC 9110 §8.6)
+      if (has_length) continue;
+      has_length = true;
+    }
     if (hsts && http::iequals(x.name, "strict-transport-security")) continue;  // ours
     if (rewrite && http::iequals(x.name, "content-length")) continue;
     if (http::iequals(x.name, "x-request-id")) {
@@ -55,7 +62,7 @@ void ClientConn::buildDownstreamFields(const http::ResponseHead& rh, bool rewrit
   h.clear();
   h.status = rh.status;
   const bool has_rid = downstreamFields(rh, rewrite, [&](std::string_view n, std::string_view v) {
-    if (!http::iequals(n, "proxy-connection")) h.add(n, v);
+    h.add(n, v);  // (isHopByHop covers proxy-connection too)
   });
   if (!has_rid) h.add("x-request-id", rq_.request_id);
   // The rule's headers ("Name: value" lines, HSTS on TLS rules).
@@ -375,7 +382,10 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     rq_.relay_out.clear();
     rq_.usage_filter.finish(rq_.relay_out);
     const std::string_view tail = frameRewritten(rq_.relay_out, true);
-    if (!tail.empty() && !co_await writeClient(tail)) client_gone_ = true;
+    if (!tail.empty()) {  // (co_await as a statement of its own: see the first write above)
+      const bool sent = co_await writeClient(tail);
+      if (!sent) client_gone_ = true;
+    }
   }
   deadline_.clear();
   stopWatch();

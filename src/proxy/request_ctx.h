@@ -57,6 +57,7 @@ struct RequestOutcome {
   // Who the credential check admitted (governance): the API key's id and tenant, or the
   // JWT's tenant and user claims (each at most 256 bytes). Empty: no check, or refused.
   std::string key_id, tenant, user;
+  std::string jwt_profile;    // the JWT profile that admitted it ("" none)
   int64_t quota_tokens = -1;  // tokens a quota settlement charged (-1: none)
   // loxilb_ai_requests_total's outcome: an engine's answer was relayed (completed), or a
   // governance/admission gate refused (denied); else the gateway's own error (failed) or none.

@@ -67,7 +67,9 @@ class ResponseHomes {
       other = it != map_.end() && it->second.owner != owner;
       if (it != map_.end() && !other) home = it->second.endpoint;
     }
-    if (!other && owners_) owners_->find(id, owner, &other);  // (another rule relayed it)
+    // (only an id this rule does not hold is asked of the data plane's owners: this rule's own
+    // entry wins, so an owner the shared table forgot and re-learned cannot take it over here)
+    if (home.empty() && !other && owners_) owners_->find(id, owner, &other);
     if (foreign) *foreign = other;
     return other ? std::string() : home;
   }

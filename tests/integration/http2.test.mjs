@@ -353,6 +353,49 @@ describe('HTTP/2 (h2c by prior knowledge)', () => {
       'upgraded connections ended');
   });
 
+  // An engine whose answer HTTP/2 could not carry as it is: a repeated Content-Length (one value),
+  // Keep-Alive, and a field its Connection header names; and a HEAD. The client gets one length,
+  // none of the connection-specific fields, and a HEAD answer ending with its HEADERS.
+  test('an engine head HTTP/2 cannot carry as it is reaches the stream cleaned', async () => {
+    const net = await import('node:net');
+    const srv = net.createServer((c) => {
+      let buf = '';
+      c.on('data', (d) => {
+        buf += d.toString('latin1');
+        while (buf.includes('\r\n\r\n')) {
+          const head = buf.slice(0, buf.indexOf('\r\n\r\n'));
+          const len = Number((head.match(/content-length: *(\d+)/i) || [0, 0])[1]);
+          if (buf.length < head.length + 4 + len) return;
+          buf = buf.slice(head.length + 4 + len);
+          const isHead = head.startsWith('HEAD ');
+          c.write('HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nContent-Length: 2\r\n' +
+            'Keep-Alive: timeout=5\r\nConnection: keep-alive, X-Hop\r\nX-Hop: secret\r\nX-Kept: yes\r\n\r\n' +
+            (isHead ? '' : 'ok'));
+        }
+      });
+    });
+    await new Promise((r) => srv.listen(0, '127.0.0.1', r));
+    t.after(() => new Promise((r) => srv.close(r)));
+    const p = await freePort();
+    const r = await api(gw.api, 'POST', LB_BASE, rule({ port: p, workers: [{ host: '127.0.0.1', port: srv.address().port }] }));
+    assert.equal(r.status, 200, r.text);
+    const s = http2.connect(`http://127.0.0.1:${p}`);
+    try {
+      const a = await request(s, { body: chat('x') });
+      assert.equal(a.status, 200);
+      assert.equal(a.body, 'ok');
+      assert.equal(a.headers['content-length'], '2');
+      assert.equal(a.headers['x-kept'], 'yes');
+      for (const f of ['x-hop', 'keep-alive', 'connection']) assert.equal(a.headers[f], undefined, f);
+      const h = await request(s, { method: 'HEAD', path: '/v1/models' });
+      assert.equal(h.status, 200);
+      assert.equal(h.body, '');
+      assert.equal(h.headers['x-hop'], undefined);
+    } finally {
+      s.close();
+    }
+  });
+
   test('HTTP/1.1 on the same port is untouched', async () => {
     const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, body: chat('h1'),

@@ -83,6 +83,7 @@ Verdict checkJwt(const governance::Services& gov, const http::RequestHead& head,
     case JwtVerdict::kOk:
       rq.outcome.tenant = std::move(c.tenant);
       rq.outcome.user = std::move(c.user);
+      rq.outcome.jwt_profile = profile;
       return {};
     case JwtVerdict::kMissing:
       return Verdict::refused(401, "missing_token", "a bearer token is required");

@@ -652,8 +652,11 @@ asio::awaitable<void> H2Conn::run(std::string preread, std::unique_ptr<Upgrade> 
     if (closed_) break;
     buf.resize(kReadBytes);
     error_code ec;
-    const size_t n = tls_ ? co_await tls_->readSome(sock_, buf.data(), buf.size(), ec)
-                          : co_await sock_.async_read_some(asio::buffer(buf), useEc(ec));
+    size_t n = 0;
+    if (tls_)
+      n = co_await tls_->readSome(sock_, buf.data(), buf.size(), ec);
+    else
+      n = co_await sock_.async_read_some(asio::buffer(buf), useEc(ec));
     if (ec || n == 0) {
       closeNow();
       break;
