@@ -276,6 +276,19 @@ export const deleteService = (gw, port) =>
   api(gw.api, 'DELETE', `${LB_BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
 
 // Polls `fn` (may be async) until it returns a truthy value or `ms` pass; returns the last value.
+// The value of the sample `name`{labels} once it equals `want`, or its last value after `ms`: a
+// figure the gateway settles when a request ends on its side (a quota charge after a stream's
+// last byte) may trail the client's end of the stream by a moment.
+export async function settledSample(api, name, labels, want, ms = 5000) {
+  let got;
+  await waitFor(async () => {
+    got = (await scrapeMetrics(api)).find((s) => s.name === name &&
+      Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
+    return got === want;
+  }, ms);
+  return got;
+}
+
 export async function waitFor(fn, ms = 5000, every = 50) {
   const end = Date.now() + ms;
   let v;

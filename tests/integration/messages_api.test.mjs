@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import Anthropic from '@anthropic-ai/sdk';
-import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, simBehindGateway, startSim, waitFor } from './lib.mjs';
+import { LB_BASE, api, freePort, gateway, rule, scrapeMetrics, settledSample, simBehindGateway, startSim, waitFor } from './lib.mjs';
 import { tokenizedFleet } from './tokenized_fleet.mjs';
 
 const KEYS = '/netlox/v1/config/ai/apikey';
@@ -65,7 +65,8 @@ test('the Anthropic SDK through the gateway: create, stream, countTokens, keys, 
   // The quota was charged what the engine reported: (input + 4) + (input + 3); count_tokens
   // generates nothing and is charged nothing.
   const ms = await scrapeMetrics(gw.api);
-  assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), 2 * inputTokens + 7);
+  assert.equal(await settledSample(gw.api, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }, 2 * inputTokens + 7),
+    2 * inputTokens + 7);
   assert.equal(metric(ms, 'loxilb_ai_tokens_estimated_total', { tenant: 'acme' }) ?? 0, 0);
 
   // The gateway's own refusals, in Anthropic's error shape, as the SDK's typed errors.
@@ -124,7 +125,8 @@ test('Messages: Anthropic-shaped usage and unknown events from the engine; the g
   assert.equal(final.usage.output_tokens, 5);
   assert.equal(final.usage.input_tokens, inputTokens);
   let ms = await scrapeMetrics(gw.api);
-  assert.equal(metric(ms, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }), inputTokens + 5);
+  assert.equal(await settledSample(gw.api, 'loxilb_ai_tokens_consumed_total', { tenant: 'acme' }, inputTokens + 5),
+    inputTokens + 5);
   assert.equal(metric(ms, 'loxilb_ai_tokens_estimated_total', { tenant: 'acme' }) ?? 0, 0);
   // The service loses its endpoints: the gateway's own 503, as the SDK's typed error.
   const r = await api(gw.api, 'POST', LB_BASE, rule({ port, workers: [], extraArgs: { api_key_auth: 'required' } }));
