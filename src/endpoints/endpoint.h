@@ -77,6 +77,9 @@ struct EndpointState {
   std::atomic<int64_t> pending_prefill_tokens{0};
   PrefillRate prefill_rate;  // tokens/s, estimated from those requests' first bytes
   std::atomic<int64_t> active_streams{0};  // its answers relayed as event streams now
+  // Of those, the ones whose first body byte (first token) was relayed: past their prefill, now
+  // decoding (the predict laws' decode weight).
+  std::atomic<int64_t> started_streams{0};
   std::atomic<uint64_t> requests{0};  // requests sent
   std::atomic<uint64_t> connect_failures{0};
   Health health;  // probe result, passive detection, circuit breaker

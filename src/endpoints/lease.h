@@ -30,9 +30,11 @@ class EndpointLease {
         prefill_tokens_(o.prefill_tokens_),
         ahead_tokens_(o.ahead_tokens_),
         sent_ns_(o.sent_ns_),
+        started_(o.started_),
         chain_(std::move(o.chain_)) {
     o.s_ = nullptr;
     o.prefill_ = 0;
+    o.started_ = false;
     o.chain_.clear();
   }
   EndpointLease& operator=(EndpointLease&& o) noexcept {
@@ -44,9 +46,11 @@ class EndpointLease {
       prefill_tokens_ = o.prefill_tokens_;
       ahead_tokens_ = o.ahead_tokens_;
       sent_ns_ = o.sent_ns_;
+      started_ = o.started_;
       chain_ = std::move(o.chain_);
       o.s_ = nullptr;
       o.prefill_ = 0;
+      o.started_ = false;
       o.chain_.clear();
     }
     return *this;
@@ -83,6 +87,13 @@ class EndpointLease {
                                static_cast<double>(now_ns - sent_ns_) / 1e9);
     prefill_ = 0;
   }
+  // The answer is an event stream whose first body byte was relayed: counted in the endpoint's
+  // started_streams until the lease ends.
+  void markStarted() {
+    if (!s_ || started_) return;
+    started_ = true;
+    s_->started_streams.fetch_add(1, std::memory_order_relaxed);
+  }
   EndpointLease(const EndpointLease&) = delete;
   EndpointLease& operator=(const EndpointLease&) = delete;
   ~EndpointLease() { reset(); }
@@ -109,6 +120,8 @@ class EndpointLease {
     if (s_->queued.load(std::memory_order_relaxed) == 0 || !s_->admission.handOff(s_->queued))
       s_->active.fetch_sub(1, std::memory_order_relaxed);
     prefillDone();
+    if (started_) s_->started_streams.fetch_sub(1, std::memory_order_relaxed);
+    started_ = false;
     if (!chain_.empty()) s_->active_set.remove(chain_);
     chain_.clear();
     if (trial_) s_->health.onTrialAbandoned();
@@ -123,6 +136,7 @@ class EndpointLease {
   int64_t prefill_tokens_ = 0;   // and their tokens
   int64_t ahead_tokens_ = 0;     // queued prefill tokens there when this request was sent
   int64_t sent_ns_ = 0;
+  bool started_ = false;         // counted in started_streams (markStarted)
   std::vector<uint64_t> chain_;  // addChain's blocks, removed from the endpoint's set at the end
 };
 

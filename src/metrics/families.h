@@ -165,6 +165,10 @@ inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blo
     {"endpoint"}};
 inline const Family kEndpointPendingPrefillTokens{"kvgate_endpoint_pending_prefill_tokens",
     Type::kGauge, "The same queued prefill in tokens.", {"endpoint"}};
+inline const Family kEndpointStartedStreams{"kvgate_endpoint_started_streams", Type::kGauge,
+    "Of those event streams, the ones whose first body byte (first token) was relayed: past "
+    "their prefill (the predict laws weigh them by LOXILB_KV_PREDICT_DECODE_WEIGHT_PCT).",
+    {"endpoint"}};
 inline const Family kEndpointActiveStreams{"kvgate_endpoint_active_streams", Type::kGauge,
     "Answers of this endpoint being relayed as event streams now.", {"endpoint"}};
 inline const Family kEndpointPrefillRate{"kvgate_endpoint_prefill_rate_tokens_per_second",

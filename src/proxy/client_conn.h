@@ -208,6 +208,19 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   // `rewrite`: the body is re-framed by the gateway (no Content-Length; chunked to HTTP/1.1).
   void buildDownstreamHead(const http::ResponseHead& rh, bool dechunk, bool rewrite = false);
   void buildDownstreamFields(const http::ResponseHead& rh, bool rewrite);  // (a stream's head)
+  // The rule's headers (ruleHeaders(): "Name: value" lines) added to `h`.
+  void addRuleHeaders(HeadFields& h) const;
+  // The gateway's own answer (an error, an admission refusal, a list of models, a relayed P/D
+  // answer): its head as fields in own_fields_, from ownHead(status) on. writeAnswer sends it
+  // and `body` (none to a HEAD request: the head keeps its Content-Length) to either client: as
+  // fields to a multiplexed stream, as HTTP/1.1 text otherwise (names in their usual case, and
+  // Connection: close when the connection ends after it).
+  HeadFields& ownHead(int status) {
+    own_fields_.clear();
+    own_fields_.status = status;
+    return own_fields_;
+  }
+  asio::awaitable<bool> writeAnswer(std::string_view body);
   template <class Add>
   bool downstreamFields(const http::ResponseHead& rh, bool rewrite, Add&& add) const;
   bool nextChunk(RelayFraming& f, std::string_view& chunk);
@@ -303,6 +316,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   std::string dechunked_;        // a chunked request's payload
   std::string down_head_;        // the response head to the client
   HeadFields down_fields_;       // ... as fields, to a multiplexed stream (sink_)
+  HeadFields own_fields_;        // the head of the gateway's own answer (ownHead)
   std::unique_ptr<PdState> pd_;  // P/D scratch (the first leg, rewritten bodies): made on first use
   uint64_t request_seq_ = 0;     // request heads read on this connection (the drain's guard)
 };

@@ -135,18 +135,40 @@ asio::awaitable<void> ClientConn::sendError(int status, std::string_view code, s
                                             int64_t retry_after_s) {
   if (close) client_keep_alive_ = false;
   std::string body = errorBody(status, code, msg, param);
-  std::string h =
-      "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
-      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\n";
-  if (!keepAliveAfter()) h += "Connection: close\r\n";
-  if (retry_after_s > 0) h += "Retry-After: " + std::to_string(retry_after_s) + "\r\n";
-  h += ruleHeaders();
-  h += "\r\n";
+  HeadFields& h = ownHead(status);
+  h.add("content-type", "application/json");
+  h.add("content-length", std::to_string(body.size()));
+  if (retry_after_s > 0) h.add("retry-after", std::to_string(retry_after_s));
+  addRuleHeaders(h);
   rq_.outcome.status = status;
   countResponse(status);
-  // (a HEAD request's answer has the head only: its Content-Length is the body it would have)
-  co_await writeClient(h, rq_.head_method ? std::string_view() : std::string_view(body));
+  co_await writeAnswer(body);
+}
+
+asio::awaitable<bool> ClientConn::writeAnswer(std::string_view body) {
+  // (a HEAD request's answer has the head only: its Content-Length is the body it would have;
+  // 204 and 304 have none)
+  if (rq_.head_method || own_fields_.status == 204 || own_fields_.status == 304) body = {};
+  const HeadFields& h = own_fields_;
+  if (sink_) {
+    if (!sink_->writeHead(h)) co_return false;
+    co_return co_await sink_->write({}, body);
+  }
+  std::string t = "HTTP/1.1 ";
+  t.append(std::to_string(h.status)).append(" ").append(http::statusReason(h.status));
+  t.append("\r\n");
+  for (size_t i = 0; i < h.size(); ++i) {
+    // (the names are lower-case: each word capitalised, as HTTP/1.1 clients have seen them)
+    bool word = true;
+    for (char c : h.name(i)) {
+      t.push_back(word && c >= 'a' && c <= 'z' ? static_cast<char>(c - 32) : c);
+      word = c == '-';
+    }
+    t.append(": ").append(h.value(i)).append("\r\n");
+  }
+  if (!keepAliveAfter()) t.append("Connection: close\r\n");
+  t.append("\r\n");
+  co_return co_await writeClient(t, body);
 }
 
 // Counts the response once, under the most specific owner known: the endpoint, else the rule,

@@ -37,14 +37,13 @@ asio::awaitable<bool> ClientConn::answerModels(const VipConfig& cfg, std::string
          "\",\"object\":\"model\",\"created\":0,\"owned_by\":\"kvgate\"}";
   }
   b += "]}";
-  std::string h =
-      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " + rq_.request_id +
-      "\r\nContent-Length: " + std::to_string(b.size()) + "\r\n";
-  if (!keepAliveAfter()) h += "Connection: close\r\n";
-  h += "\r\n";
+  HeadFields& h = ownHead(200);
+  h.add("content-type", "application/json");
+  h.add("x-request-id", rq_.request_id);
+  h.add("content-length", std::to_string(b.size()));
   rq_.outcome.status = 200;
   countResponse(200);
-  co_return co_await writeClient(h, b);
+  co_return co_await writeAnswer(b);
 }
 
 asio::awaitable<bool> ClientConn::answerUnroutable(const Route* route, bool host_path_matched,
@@ -118,15 +117,14 @@ asio::awaitable<int> ClientConn::tokenizeLocally(const Request& req, const Route
       break;
   }
   events[0].fetch_add(1, std::memory_order_relaxed);
-  std::string h =
-      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Request-Id: " + rq_.request_id +
-      "\r\nContent-Length: " + std::to_string(out.size()) + "\r\n";
-  if (!keepAliveAfter()) h += "Connection: close\r\n";
-  h += ruleHeaders();
-  h += "\r\n";
+  HeadFields& h = ownHead(200);
+  h.add("content-type", "application/json");
+  h.add("x-request-id", rq_.request_id);
+  h.add("content-length", std::to_string(out.size()));
+  addRuleHeaders(h);
   rq_.outcome.status = 200;
   countResponse(200);
-  const bool ok = co_await writeClient(h, out);
+  const bool ok = co_await writeAnswer(out);
   co_return ok ? 1 : 2;
 }
 

@@ -299,6 +299,10 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointPendingPrefillTokens, {{"endpoint", e->label}},
              static_cast<double>(std::max<int64_t>(0, e->pending_prefill_tokens.load())));
+  w.header(kEndpointStartedStreams);
+  for (auto& [key, e] : endpoints_.all())
+    w.sample(kEndpointStartedStreams, {{"endpoint", e->label}},
+             static_cast<double>(std::max<int64_t>(0, e->started_streams.load())));
   w.header(kEndpointPrefillRate);
   for (auto& [key, e] : endpoints_.all())
     w.sample(kEndpointPrefillRate, {{"endpoint", e->label}}, e->prefill_rate.tokensPerSecond());

@@ -185,21 +185,18 @@ void ClientConn::pdAfterRequest() {
 
 asio::awaitable<bool> ClientConn::answerWith(int status, std::string_view content_type,
                                              std::string_view body) {
-  std::string h = "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
-                  "\r\nContent-Type: ";
-  h.append(content_type.empty() ? std::string_view("application/json") : content_type);
-  h += "\r\nContent-Length: " + std::to_string(body.size()) +
-       "\r\nX-Request-Id: " + rq_.request_id + "\r\n";
-  h += ruleHeaders();
-  if (!keepAliveAfter()) h += "Connection: close\r\n";
-  h += "\r\n";
+  HeadFields& h = ownHead(status);
+  h.add("content-type", content_type.empty() ? std::string_view("application/json") : content_type);
+  h.add("content-length", std::to_string(body.size()));
+  h.add("x-request-id", rq_.request_id);
+  addRuleHeaders(h);
   rq_.outcome.status = status;
   rq_.outcome.engine_answered = true;  // (every caller relays an engine's answer)
   rq_.outcome.bytes = body.size();
   countResponse(status);
   if (rq_.quota.active) rq_.quota.status = status;  // settlement reads the answer's usage
   if (rq_.quota.active || rq_.trace.on) rq_.usage.feed(body);  // (and a sampled trace)
-  co_return co_await writeClient(h, rq_.head_method ? std::string_view() : std::string_view(body));
+  co_return co_await writeAnswer(body);
 }
 
 // The first leg of a sequential dialect on prefill endpoint `idx`: open, send, read the whole
@@ -249,7 +246,9 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
         leg.consumeHead(rh);  // the first leg's 1xx are not the client's
       if (r.ok()) {
         std::string_view ct = rh.get("content-type");
-        pd_->content_type.assign(ct.substr(0, 256));
+        ct = ct.substr(0, 256);  // (a cut value ends in no whitespace: HTTP/2 refuses that)
+        while (!ct.empty() && (ct.back() == ' ' || ct.back() == '\t')) ct.remove_suffix(1);
+        pd_->content_type.assign(ct);
         leg.consumeHead(rh);
         bool reusable = false, too_large = false;
         std::string error;
@@ -553,21 +552,19 @@ asio::awaitable<void> ClientConn::sendAdmission(const Route& route, int status,
   std::string body = errorBody(status, code, message);
   if (!extra.empty()) body.insert(body.size() - 2, std::string(",").append(extra));
   const auto& st = *route.stats;
-  std::string h =
-      "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
-      "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\nX-Request-Id: " + rq_.request_id + "\r\n";
-  if (status == 429 || status == 503) h += "Retry-After: 1\r\n";
-  h += "X-Loxilb-Admission-Inflight: " + std::to_string(st.admission_inflight.load()) +
-       "\r\nX-Loxilb-Admission-Queued: " + std::to_string(st.admission_queued.load()) +
-       "\r\nX-Loxilb-Admission-Limit: " + std::to_string(limit) + "\r\n";
-  h += ruleHeaders();
-  if (!keepAliveAfter()) h += "Connection: close\r\n";
-  h += "\r\n";
+  HeadFields& h = ownHead(status);
+  h.add("content-type", "application/json");
+  h.add("content-length", std::to_string(body.size()));
+  h.add("x-request-id", rq_.request_id);
+  if (status == 429 || status == 503) h.add("retry-after", "1");
+  h.add("x-loxilb-admission-inflight", std::to_string(st.admission_inflight.load()));
+  h.add("x-loxilb-admission-queued", std::to_string(st.admission_queued.load()));
+  h.add("x-loxilb-admission-limit", std::to_string(limit));
+  addRuleHeaders(h);
   rq_.outcome.status = status;
   rq_.outcome.denied = true;  // the admission gate's answer
   countResponse(status);
-  co_await writeClient(h, rq_.head_method ? std::string_view() : std::string_view(body));
+  co_await writeAnswer(body);
 }
 
 // Parks the request on prefill endpoint `idx`'s FIFO until a slot is handed to it or it finds

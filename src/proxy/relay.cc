@@ -65,7 +65,11 @@ void ClientConn::buildDownstreamFields(const http::ResponseHead& rh, bool rewrit
     h.add(n, v);  // (isHopByHop covers proxy-connection too)
   });
   if (!has_rid) h.add("x-request-id", rq_.request_id);
-  // The rule's headers ("Name: value" lines, HSTS on TLS rules).
+  addRuleHeaders(h);
+}
+
+void ClientConn::addRuleHeaders(HeadFields& h) const {
+  // ("Name: value" lines, HSTS on TLS rules)
   for (std::string_view rest = ruleHeaders(); !rest.empty();) {
     const size_t eol = rest.find("\r\n");
     const std::string_view line = rest.substr(0, eol);
@@ -306,6 +310,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     // times it (an error answers at once: no prefill rate sample).
     if (!chunk.empty() && lease.prefillPending())  // (the clock is read once a stream)
       lease.prefillDone(rh.status < 300 && stream ? nowNs() : -1);
+    if (!chunk.empty() && stream) lease.markStarted();
     std::string_view out = chunk;  // what the client gets of this piece
     if (homes && !rq_.response_id_seen && !chunk.empty()) {
       noteResponseId(*homes,

@@ -1,8 +1,8 @@
 // The client side of one request of a multiplexed connection (an HTTP/2 stream), as the request
-// path sees it: an engine's answer goes as a head of fields (HeadFields: no text to read back)
-// then payload bytes; the gateway's own answers still as head text, as to an HTTP/1.1 client
-// that asked with HTTP/1.0 framing (then the payload, no chunk framing, no interim answers). It
-// says when it is done. The connection (h2/h2_conn.h) frames it.
+// path sees it: every answer, an engine's or the gateway's own, goes as a head of fields
+// (HeadFields: no text to read back) then payload bytes, as to an HTTP/1.1 client that asked with
+// HTTP/1.0 framing (no chunk framing, no interim answers). It says when it is done. The
+// connection (h2/h2_conn.h) frames it.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -48,12 +48,12 @@ struct HeadFields {
 
 class StreamSink {
  public:
-  // Head text first (complete or in pieces), then payload bytes. Waits while the stream holds
-  // its bound of unsent bytes (the client reads slowly). False: the stream or the connection is
-  // gone.
+  // Payload bytes, after writeHead. Waits while the stream holds its bound of unsent bytes (the
+  // client reads slowly). False: the stream or the connection is gone (or no head was sent: the
+  // stream is reset).
   virtual asio::awaitable<bool> write(std::string_view a, std::string_view b) = 0;
-  // An engine's answer's head, before its payload (then write with no head text). False: the stream
-  // or the connection is gone, or the head cannot be sent (reset).
+  // The answer's head, before its payload. False: the stream or the connection is gone, or the
+  // head cannot be sent (reset).
   virtual bool writeHead(const HeadFields& h) = 0;
   // The request path is done with the stream; nothing may use the sink afterwards. `complete`
   // false: the response was cut short (the client must not take it for whole).

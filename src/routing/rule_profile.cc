@@ -69,6 +69,7 @@ nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& 
     out["ttft_load_blocks"] = o.law.ttft_load_blocks;
     out["sticky_tau_tokens"] = o.law.sticky_tau_tokens;
     out["predict_batch_offset"] = o.law.predict_batch_offset;
+    out["predict_decode_weight_pct"] = o.law.predict_decode_weight_pct;
     out["spill_relief"] = o.law.spill_relief;
     out["min_match_tokens"] = o.min_match_tokens;
     out["speculative_ttl_ms"] = o.speculative_ttl_ms;

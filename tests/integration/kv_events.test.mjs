@@ -911,7 +911,51 @@ test('Tier 1.5 streams measure each endpoint\'s prefill rate online', async (t) 
     assert.ok(of('kvgate_endpoint_prefill_rate_tokens_per_second', w) > 0, `no rate for ${w.host}`);
     assert.equal(of('kvgate_endpoint_pending_prefill_tokens', w), 0);
     assert.equal(of('kvgate_endpoint_prefill_wait_seconds', w), 0);
+    assert.equal(of('kvgate_endpoint_started_streams', w), 0);
   }
+  // A stream whose engine has not answered yet is queued prefill on its endpoint (10 blocks, 160
+  // tokens), in flight but not started; once its first token is relayed it is a started stream
+  // (decoding: the predict laws' decode weight) until it ends.
+  for (const w of sim.workers)
+    await (await fetch(`${w.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 6000 }) })).arrayBuffer();
+  const answer = fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'sim-model', stream: true, max_tokens: 400,
+      prompt: Array.from({ length: 160 }, (_, j) => 5100000 + j) }),
+  });
+  const sum = (mm, name) => sim.workers.reduce((x, w) => x +
+    (mm.find((s) => s.name === name && s.labels.endpoint === `${w.host}:${w.port}`)?.value ?? 0), 0);
+  let queued;  // (the engine answers nothing for 6 s from its receipt)
+  assert.ok(await waitFor(async () => {
+    queued = await scrapeMetrics(gw.api);
+    return sum(queued, 'kvgate_endpoint_inflight_requests') === 1;
+  }, 5000, 20), 'the stream is not in flight');
+  assert.equal(sum(queued, 'kvgate_endpoint_pending_prefill_tokens'), 160);
+  assert.equal(sum(queued, 'kvgate_endpoint_started_streams'), 0);
+  for (const w of sim.workers)
+    await (await fetch(`${w.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 0 }) })).arrayBuffer();
+  const res = await answer;
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  let text = new TextDecoder().decode((await reader.read()).value);
+  // 400 tokens at the simulator's 10 ms apart: the stream stays open for seconds after its first
+  const open = await scrapeMetrics(gw.api);
+  assert.equal(sum(open, 'kvgate_endpoint_started_streams'), 1, 'the started stream is not counted');
+  assert.equal(sum(open, 'kvgate_endpoint_pending_prefill_tokens'), 0);
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    text += new TextDecoder().decode(value);
+  }
+  assert.match(text, /\[DONE\]/);
+  // (the request ends on the gateway's side a moment after the client's last byte)
+  let after;
+  assert.ok(await waitFor(async () => {
+    after = await scrapeMetrics(gw.api);
+    return sum(after, 'kvgate_endpoint_inflight_requests') === 0;
+  }, 5000, 20), 'the stream is still in flight');
+  assert.equal(sum(after, 'kvgate_endpoint_started_streams'), 0);
+  assert.equal(sum(after, 'kvgate_endpoint_pending_prefill_tokens'), 0);
 });
 
 test('Tier 1.5 over HTTP/2: streams of one connection go to the worker holding their prefix', async (t) => {

@@ -65,26 +65,6 @@ bool RequestHeadBuilder::finish(size_t body_len, std::string& out) {
   return true;
 }
 
-bool responseFields(std::string_view head, std::string_view request_method, int& status,
-                    std::vector<Field>& fields) {
-  http::ResponseHead rh;
-  http::ParseError err;
-  const int n =
-      http::parseResponseHead(head.data(), head.size(), head.size() + 1, request_method, rh, err);
-  if (n <= 0) return false;
-  status = rh.status;
-  fields.clear();
-  for (size_t i = 0; i < rh.num_headers; ++i) {
-    const auto& h = rh.headers[i];
-    if (http::isHopByHop(h.name) || http::iequals(h.name, "proxy-connection")) continue;
-    Field f{std::string(h.name), std::string(h.value)};
-    for (char& c : f.name)
-      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    fields.push_back(std::move(f));
-  }
-  return true;
-}
-
 // The head text is the request path's own (buildUpstreamHead: a request line, then "Name: value"
 // lines of fields the strict parser already accepted), so it is split here rather than parsed
 // again: no field-count limit beyond the client's (a request of 100 fields plus X-Request-Id

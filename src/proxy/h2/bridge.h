@@ -1,7 +1,8 @@
 // The HTTP/2 <-> request path bridge: an HTTP/2 request's header list becomes the HTTP/1.1 head
 // text the request path reads (the same strict parser, the same normalization as an HTTP/1.1
-// client's: what is routed and authorized is what the engine receives), and the response head
-// text the request path writes becomes an HTTP/2 status and header list.
+// client's: what is routed and authorized is what the engine receives). The answers go to the
+// stream as fields (stream_sink.h HeadFields: an engine's filtered by
+// ClientConn::downstreamFields, the gateway's own built by ClientConn::ownHead), not as text.
 //
 // Request rules (RFC 9113 §8.3, §8.2.3; libnghttp2 has already refused malformed pseudo-headers,
 // upper-case names, connection-specific fields and CR/LF/NUL in values):
@@ -10,8 +11,6 @@
 //   (checked against the DATA by libnghttp2) is replaced by the body's real length; `expect` and
 //   `te` are dropped (no meaning once the whole body is here); CONNECT is refused (501).
 //   The head text is bounded by `max_head_bytes` (431 beyond).
-// Response rules: the status line's code becomes :status; hop-by-hop fields (RFC 9110 §7.6.1)
-//   are dropped; names are lower-cased.
 //
 // The engine side (rules' backend_protocol http2, h2/upstream_session.h) is the mirror image: the
 // HTTP/1.1 request head the request path built for the engine becomes the HTTP/2 request
@@ -61,10 +60,6 @@ struct Field {
   std::string name;  // lower-case
   std::string value;
 };
-
-// `head`: an HTTP/1.x response head, status line to the empty line. False: not one.
-bool responseFields(std::string_view head, std::string_view request_method, int& status,
-                    std::vector<Field>& fields);
 
 // The HTTP/2 request for the engine from the HTTP/1.1 head text `head` (the request path's). False
 // with `error` set: not a request head, or one HTTP/2 cannot carry (no Host).

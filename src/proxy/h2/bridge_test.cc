@@ -120,22 +120,6 @@ TEST(H2Bridge, HeadBound) {
   EXPECT_NE(build(f, 0, nullptr, 4096).substr(0, 3), "ERR");
 }
 
-TEST(H2Bridge, ResponseFields) {
-  int status = 0;
-  std::vector<Field> f;
-  ASSERT_TRUE(responseFields(
-      "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
-      "Connection: close\r\nKeep-Alive: timeout=5\r\nX-Request-Id: r1\r\n\r\n",
-      "POST", status, f));
-  EXPECT_EQ(status, 200);
-  ASSERT_EQ(f.size(), 2u);
-  EXPECT_EQ(f[0].name, "content-type");
-  EXPECT_EQ(f[0].value, "text/event-stream");
-  EXPECT_EQ(f[1].name, "x-request-id");
-  EXPECT_EQ(f[1].value, "r1");
-  EXPECT_FALSE(responseFields("garbage\r\n\r\n", "GET", status, f));
-}
-
 // The engine side (backend_protocol http2): the request path's HTTP/1.1 head for the engine as
 // HTTP/2 fields (RFC 9113 §8.3.1: pseudo-headers first; §8.2.2: no connection-specific fields).
 TEST(H2Bridge, UpstreamRequestFields) {

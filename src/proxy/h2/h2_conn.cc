@@ -38,7 +38,6 @@ struct H2Conn::Stream final : StreamSink {
   size_t unconsumed = 0;  // DATA bytes not yet given back to the windows (budget full)
   std::chrono::steady_clock::time_point progress;  // response bytes last taken by the framer
   // The response.
-  std::string resp_head;  // head text until its end was seen
   bool submitted = false;
   bool eof = false;
   bool deferred = false;     // the data source said "nothing yet": resume when bytes come
@@ -49,7 +48,6 @@ struct H2Conn::Stream final : StreamSink {
   std::unique_ptr<asio::steady_timer> waiter;  // the request path waits for room
 
   size_t pending() const { return out.size() - out_off; }
-  bool submitHead();
   bool submit(int status, std::vector<nghttp2_nv>& nva);
   bool writeHead(const HeadFields& h) override;
   asio::awaitable<bool> write(std::string_view a, std::string_view b) override;
@@ -68,23 +66,14 @@ struct H2Conn::Stream final : StreamSink {
   }
 };
 
-// The response head text is complete in resp_head (the gateway's own answers): HEADERS.
-bool H2Conn::Stream::submitHead() {
-  int status = 0;
-  std::vector<h2::Field> fields;
-  if (!h2::responseFields(resp_head, head.method(), status, fields) || status < 200) {
+// The answer's head (an engine's or the gateway's own, as fields: no text read back): HEADERS.
+bool H2Conn::Stream::writeHead(const HeadFields& h) {
+  if (closed || c.closed_ || reset_sent) return false;
+  if (submitted) {  // (a second head: the request path's error; the stream must not end whole)
     reset(NGHTTP2_INTERNAL_ERROR);
+    c.wakeWriter();
     return false;
   }
-  std::vector<nghttp2_nv> nva;
-  nva.reserve(fields.size() + 1);
-  for (const auto& f : fields) nva.push_back(h2::nv(f.name, f.value));
-  return submit(status, nva);
-}
-
-// An engine's answer's head as fields (no text read back): HEADERS.
-bool H2Conn::Stream::writeHead(const HeadFields& h) {
-  if (closed || c.closed_ || reset_sent || submitted) return false;
   if (h.status < 200 || h.status > 999) {
     reset(NGHTTP2_INTERNAL_ERROR);
     c.wakeWriter();
@@ -113,7 +102,6 @@ bool H2Conn::Stream::submit(int status, std::vector<nghttp2_nv>& nva) {
       nghttp2_submit_response(c.session_, id, nva.data(), nva.size(), no_body ? nullptr : &prd);
   submitted = true;
   progress = std::chrono::steady_clock::now();
-  std::string().swap(resp_head);
   if (rv != 0) {
     reset(NGHTTP2_INTERNAL_ERROR);
     return false;
@@ -126,21 +114,12 @@ asio::awaitable<bool> H2Conn::Stream::write(std::string_view a, std::string_view
   for (std::string_view piece : {a, b}) {
     if (closed || c.closed_ || reset_sent) co_return false;
     if (piece.empty()) continue;
-    if (!submitted) {
-      const size_t before = resp_head.size();
-      resp_head.append(piece);
-      const size_t end = resp_head.find("\r\n\r\n", before >= 3 ? before - 3 : 0);
-      if (end == std::string::npos) continue;
-      const std::string rest = resp_head.substr(end + 4);
-      resp_head.resize(end + 4);
-      if (!submitHead()) {
-        c.wakeWriter();
-        co_return false;
-      }
-      if (!eof) out.append(rest);
-    } else if (!eof) {
-      out.append(piece);
+    if (!submitted) {  // (payload before a head: the request path's error, never the client's)
+      reset(NGHTTP2_INTERNAL_ERROR);
+      c.wakeWriter();
+      co_return false;
     }
+    if (!eof) out.append(piece);
   }
   if (pending() > 0 && deferred) {
     deferred = false;
@@ -420,12 +399,12 @@ void H2Conn::answer(Stream& s, int status, std::string_view code, std::string_vi
     log::info("proxy", line);
   }
   const std::string body = openAiError(status, code, message);
-  s.resp_head =
-      "HTTP/1.1 " + std::to_string(status) + " " + http::statusReason(status) +
-      "\r\ncontent-type: application/json\r\ncontent-length: " + std::to_string(body.size()) +
-      "\r\n\r\n";
+  HeadFields h;
+  h.status = status;
+  h.add("content-type", "application/json");
+  h.add("content-length", std::to_string(body.size()));
   l_->unrouted.inc(status);
-  if (s.submitHead()) {
+  if (s.writeHead(h)) {
     s.out = body;
     s.eof = true;
   }

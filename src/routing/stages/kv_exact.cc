@@ -254,6 +254,8 @@ class KvExactStage : public Stage {
       lc.kv_usage = ppm < 0 ? -1.0 : static_cast<double>(ppm) / 1e6;
       lc.pending_blocks = static_cast<uint64_t>(
           std::max<int64_t>(0, st.pending_prefill_blocks.load(std::memory_order_relaxed)));
+      lc.started = static_cast<uint32_t>(
+          std::clamp<int64_t>(st.started_streams.load(std::memory_order_relaxed), 0, UINT32_MAX));
       lc.prefill_rate = st.prefill_rate.tokensPerSecond();
       cands.push_back(lc);
       index_of.push_back(static_cast<int>(i));
@@ -386,6 +388,9 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule, const RoutingEnv& en
   // Seed 000: pressure relief is on for single-pool mode 3 and off for P/D mode 1 unless
   // LOXILB_KV_SPILL_RELIEF says otherwise.
   o.law.spill_relief = env.spill_relief.value_or(!sa.value("pd_disagg_mode", false));
+  // (P/D rules: a request's decode endpoint is not its prefill endpoint; the decode weight, a
+  // single-pool law's, does not apply there)
+  if (sa.value("pd_disagg_mode", false)) o.law.predict_decode_weight_pct = 100;
   if (auto sp = sa.find("kvScoringProfile"); sp != sa.end()) {
     // (validated when the rule was stored; a profile replaces the law, kvLbMode is refused)
     auto spec = config::parseScoringProfile(*sp, "kvScoringProfile");

@@ -57,7 +57,10 @@
 //    none. Ties: more overlap, then less load, then the first candidate at or after a cursor the
 //    caller advances per decision. The batch factor's offset (1: the request itself) is
 //    LOXILB_KV_PREDICT_BATCH_OFFSET (1..64): a larger one weighs load less against the cache
-//    (b: (uncached_i + 1) x (load_i + b)). A prompt cut before tokenizing
+//    (b: (uncached_i + 1) x (load_i + b)). LOXILB_KV_PREDICT_DECODE_WEIGHT_PCT (0..100, w): a
+//    stream whose first token was relayed (its prefill done: it costs a new prefill a decode token
+//    per step, not a queue) counts w/100 of a batch slot, any other in-flight request a whole
+//    one: load_i = (load_i - started_i) + w/100 x started_i. A prompt cut before tokenizing
 //    (LOXILB_KV_TOKENIZE_MAX_BYTES, or past 8192 blocks) counts its cut tail as uncached everywhere
 //    (kv_exact adds the tokenizer's estimate to prompt_blocks), so a long session's home is not
 //    mistaken for a full hit.
@@ -176,6 +179,10 @@ struct LawCandidate {
   double kv_usage = -1;        // llm-d: the engine's KV-cache usage 0..1 (/metrics); -1 unknown
   // ttft and llm-d-sticky: uncached blocks of streams sent there still awaiting their first byte.
   uint64_t pending_blocks = 0;
+  // predict's decode weight: how many of `load` are event streams whose first token was relayed
+  // (past their prefill, decoding); the rest (queued, prefilling, or non-streaming answers, whose
+  // first byte comes at their end) count whole.
+  uint32_t started = 0;
   // The endpoint's prefill throughput estimated online (endpoints/prefill_rate.h), tokens/s;
   // 0 unknown (the prefix_affinity filter's tauSeconds).
   double prefill_rate = 0;
@@ -191,6 +198,7 @@ struct LawParams {
   double ttft_load_blocks = 2.0;  // ttft: blocks of cost per in-flight request
   uint64_t sticky_tau_tokens = 286'720;  // llm-d-sticky: token load that drops affinity
   uint32_t predict_batch_offset = 1;     // predict, predict-q: the batch factor (load + offset)
+  uint32_t predict_decode_weight_pct = 100;  // predict, predict-q: weight of a started request
   uint32_t block_tokens = 16;            // tokens per block (llm-d-sticky's tau in blocks)
   uint64_t rotate = 0;  // predict: a cursor the caller advances per decision (last tie-break)
 };

@@ -381,5 +381,32 @@ TEST(SelectionLaw, PredictBatchOffsetWeighsLoadLess) {
   EXPECT_EQ(run({LawCandidate{160, 20, 1000}, LawCandidate{64, 0, 1000}}, p).index, 1);
 }
 
+// LOXILB_KV_PREDICT_DECODE_WEIGHT_PCT: a started stream weighs w/100 of a batch slot. The home
+// above (uncached 64, 2 in flight) against an idle endpoint (uncached 160): both started, w = 25:
+// (64 + 1) x (0.25 x 2 + 1) = 97.5 against 161, home; neither started (queued, prefilling or
+// non-streaming): (64 + 1) x 3 = 195 against 161, a spill whatever w; one of each: 65 x 2.25 =
+// 146.25, home.
+TEST(SelectionLaw, PredictDecodeWeightCountsStartedStreamsLess) {
+  LawParams p{LawMode::kPredictQ};
+  p.prompt_blocks = 224;
+  LawCandidate home{160, 2, 1000}, idle{64, 0, 1000};
+  home.started = 2;
+  EXPECT_EQ(run({home, idle}, p).index, 1);  // w = 100 (the default): today's law
+  p.predict_decode_weight_pct = 25;
+  EXPECT_EQ(run({home, idle}, p).index, 0);
+  home.started = 0;
+  EXPECT_EQ(run({home, idle}, p).index, 1);
+  home.started = 1;
+  EXPECT_EQ(run({home, idle}, p).index, 0);
+  // A count over the load is capped at the load: 65 x 1.5 = 97.5, home.
+  home.started = 9;
+  EXPECT_EQ(run({home, idle}, p).index, 0);
+  // Equal holders of a shared 64-block prefix (uncached 160), one with 2 streams decoding, one
+  // with 1 in flight not started: 161 x 1.5 against 161 x 2, the first.
+  LawCandidate busy{64, 2, 1000}, other{64, 1, 1000};
+  busy.started = 2;
+  EXPECT_EQ(run({busy, other}, p).index, 0);
+}
+
 }  // namespace
 }  // namespace kvgate::routing
