@@ -119,9 +119,13 @@ std::optional<ScoringProfileSpec> builtin(std::string_view name) {
 const std::vector<ScoringPartInfo>& scorerInfos() {
   // (routing/scoring/registry.cc registers one scorer for each; a test checks both lists agree)
   static const std::vector<ScoringPartInfo> k = {
-      {"prefix", {}},         {"prefix_minmax", {}}, {"queue", {}},
-      {"kv_utilization", {}}, {"load", {}},          {"token_load", {}, true},
-      {"predict", {}},
+      {"prefix", {}},
+      {"prefix_minmax", {}},
+      {"queue", {}},
+      {"kv_utilization", {}},
+      {"load", {}},
+      {"token_load", {}, true},
+      {"predict", {{"decodeWeight", 0, 1, 0.5}}},
   };
   return k;
 }

@@ -117,11 +117,12 @@ class EndpointLease {
   // here); an unsettled trial is released for the next request to take.
   void reset() {
     if (!s_) return;
-    if (s_->queued.load(std::memory_order_relaxed) == 0 || !s_->admission.handOff(s_->queued))
-      s_->active.fetch_sub(1, std::memory_order_relaxed);
-    prefillDone();
+    // (started and queued prefill first: a reader never sees more of either than in flight)
     if (started_) s_->started_streams.fetch_sub(1, std::memory_order_relaxed);
     started_ = false;
+    prefillDone();
+    if (s_->queued.load(std::memory_order_relaxed) == 0 || !s_->admission.handOff(s_->queued))
+      s_->active.fetch_sub(1, std::memory_order_relaxed);
     if (!chain_.empty()) s_->active_set.remove(chain_);
     chain_.clear();
     if (trial_) s_->health.onTrialAbandoned();

@@ -46,6 +46,38 @@ TEST(EndpointLease, QueuedPrefillIsGivenBackAtTheFirstByteOrTheEnd) {
   EXPECT_EQ(s.pending_prefill_blocks.load(), 0);
 }
 
+// A stream past its first token is counted as started until its lease ends, once, on every path
+// (moves included); a lease without an endpoint counts nothing.
+TEST(EndpointLease, StartedStreamsAreCountedOnceUntilTheEnd) {
+  common::ManualClock clock;
+  EndpointState s(1, "127.0.0.1", 8000, clock);
+  {
+    EndpointLease a(s, false);
+    EXPECT_EQ(s.started_streams.load(), 0);
+    a.markStarted();
+    a.markStarted();  // once only
+    EXPECT_EQ(s.started_streams.load(), 1);
+    EndpointLease b(std::move(a));
+    a.reset();  // the moved-from lease gives nothing back
+    EXPECT_EQ(s.started_streams.load(), 1);
+    EndpointLease c;
+    c = std::move(b);
+    EXPECT_EQ(s.started_streams.load(), 1);
+    c.reset();
+    EXPECT_EQ(s.started_streams.load(), 0);
+    c.reset();
+    EXPECT_EQ(s.started_streams.load(), 0);
+    EndpointLease d(s, false);
+    d.markStarted();
+    EXPECT_EQ(s.started_streams.load(), 1);
+  }  // (d's destructor)
+  EXPECT_EQ(s.started_streams.load(), 0);
+  EXPECT_EQ(s.active.load(), 0);
+  EndpointLease none;
+  none.markStarted();
+  EXPECT_EQ(s.started_streams.load(), 0);
+}
+
 // The prefill rate, sampled at first bytes (endpoints/prefill_rate.h), by hand: a request sent
 // with 10 blocks (160 tokens) queued ahead and 6 of its own (96 tokens), first byte 0.5 s later:
 // 256 tokens / 0.5 s = 512 tokens/s. A second: nothing ahead, 64 blocks (1024 tokens) in 1 s:

@@ -166,8 +166,9 @@ inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blo
 inline const Family kEndpointPendingPrefillTokens{"kvgate_endpoint_pending_prefill_tokens",
     Type::kGauge, "The same queued prefill in tokens.", {"endpoint"}};
 inline const Family kEndpointStartedStreams{"kvgate_endpoint_started_streams", Type::kGauge,
-    "Of those event streams, the ones whose first body byte (first token) was relayed: past "
-    "their prefill (the predict laws weigh them by LOXILB_KV_PREDICT_DECODE_WEIGHT_PCT).",
+    "An endpoint's event streams being relayed now whose first body byte (first token) was "
+    "relayed: past their prefill (the predict laws weigh them by "
+    "LOXILB_KV_PREDICT_DECODE_WEIGHT_PCT; a P/D request's stream counts on its decode endpoint).",
     {"endpoint"}};
 inline const Family kEndpointActiveStreams{"kvgate_endpoint_active_streams", Type::kGauge,
     "Answers of this endpoint being relayed as event streams now.", {"endpoint"}};

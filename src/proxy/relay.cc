@@ -310,7 +310,7 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     // times it (an error answers at once: no prefill rate sample).
     if (!chunk.empty() && lease.prefillPending())  // (the clock is read once a stream)
       lease.prefillDone(rh.status < 300 && stream ? nowNs() : -1);
-    if (!chunk.empty() && stream) lease.markStarted();
+    if (!chunk.empty() && stream && rh.status < 300) lease.markStarted();
     std::string_view out = chunk;  // what the client gets of this piece
     if (homes && !rq_.response_id_seen && !chunk.empty()) {
       noteResponseId(*homes,

@@ -44,7 +44,7 @@ RoutingEnv readRoutingEnv(const EnvLookup& env, std::vector<std::string>& warnin
   e.law.predict_batch_offset =
       static_cast<uint32_t>(r.integer("LOXILB_KV_PREDICT_BATCH_OFFSET", 1, 64, 1));
   e.law.predict_decode_weight_pct =
-      static_cast<uint32_t>(r.integer("LOXILB_KV_PREDICT_DECODE_WEIGHT_PCT", 0, 100, 100));
+      static_cast<uint32_t>(r.integer("LOXILB_KV_PREDICT_DECODE_WEIGHT_PCT", 0, 100, 50));
   e.law.sticky_tau_tokens = static_cast<uint64_t>(
       r.integer("LOXILB_KV_STICKY_TAU_TOKENS", 1, 1'000'000'000, 286'720));
   if (const char* v = env("LOXILB_KV_SPILL_RELIEF"); v && *v) {

@@ -24,7 +24,7 @@ TEST(RoutingEnv, EmptyEnvironmentIsEveryDocumentedDefault) {
   EXPECT_DOUBLE_EQ(e.law.ttft_load_blocks, 2.0);
   EXPECT_EQ(e.law.sticky_tau_tokens, 286'720u);
   EXPECT_EQ(e.law.predict_batch_offset, 1u);
-  EXPECT_EQ(e.law.predict_decode_weight_pct, 100u);
+  EXPECT_EQ(e.law.predict_decode_weight_pct, 50u);  // (the law's own default, 100, is neutral)
   EXPECT_FALSE(e.lb_mode.has_value());
   EXPECT_FALSE(e.spill_relief.has_value());
   EXPECT_EQ(e.min_match_tokens, 16u);

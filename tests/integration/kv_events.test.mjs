@@ -920,7 +920,7 @@ test('Tier 1.5 streams measure each endpoint\'s prefill rate online', async (t) 
     await (await fetch(`${w.url}/sim/fault`, { method: 'POST', body: JSON.stringify({ stall_ms: 6000 }) })).arrayBuffer();
   const answer = fetch(`http://127.0.0.1:${port}/v1/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ model: 'sim-model', stream: true, max_tokens: 400,
+    body: JSON.stringify({ model: 'sim-model', stream: true, max_tokens: 1000,
       prompt: Array.from({ length: 160 }, (_, j) => 5100000 + j) }),
   });
   const sum = (mm, name) => sim.workers.reduce((x, w) => x +
@@ -928,7 +928,8 @@ test('Tier 1.5 streams measure each endpoint\'s prefill rate online', async (t) 
   let queued;  // (the engine answers nothing for 6 s from its receipt)
   assert.ok(await waitFor(async () => {
     queued = await scrapeMetrics(gw.api);
-    return sum(queued, 'kvgate_endpoint_inflight_requests') === 1;
+    return sum(queued, 'kvgate_endpoint_inflight_requests') === 1 &&
+      sum(queued, 'kvgate_endpoint_pending_prefill_tokens') > 0;
   }, 5000, 20), 'the stream is not in flight');
   assert.equal(sum(queued, 'kvgate_endpoint_pending_prefill_tokens'), 160);
   assert.equal(sum(queued, 'kvgate_endpoint_started_streams'), 0);
@@ -938,7 +939,7 @@ test('Tier 1.5 streams measure each endpoint\'s prefill rate online', async (t) 
   assert.equal(res.status, 200);
   const reader = res.body.getReader();
   let text = new TextDecoder().decode((await reader.read()).value);
-  // 400 tokens at the simulator's 10 ms apart: the stream stays open for seconds after its first
+  // (1,000 tokens, a simulator step apart: the stream stays open for seconds after its first)
   const open = await scrapeMetrics(gw.api);
   assert.equal(sum(open, 'kvgate_endpoint_started_streams'), 1, 'the started stream is not counted');
   assert.equal(sum(open, 'kvgate_endpoint_pending_prefill_tokens'), 0);
@@ -952,7 +953,8 @@ test('Tier 1.5 streams measure each endpoint\'s prefill rate online', async (t) 
   let after;
   assert.ok(await waitFor(async () => {
     after = await scrapeMetrics(gw.api);
-    return sum(after, 'kvgate_endpoint_inflight_requests') === 0;
+    return sum(after, 'kvgate_endpoint_inflight_requests') === 0 &&
+      sum(after, 'kvgate_endpoint_started_streams') === 0;
   }, 5000, 20), 'the stream is still in flight');
   assert.equal(sum(after, 'kvgate_endpoint_started_streams'), 0);
   assert.equal(sum(after, 'kvgate_endpoint_pending_prefill_tokens'), 0);

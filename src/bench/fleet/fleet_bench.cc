@@ -582,6 +582,7 @@ asio::awaitable<size_t> oraclePick(const Run& r, routing::LawMode law, StreamCli
     routing::LawParams p = r.law_env;
     p.mode = law;
     p.prompt_blocks = static_cast<uint32_t>(chain.size());
+    p.predict_decode_weight_pct = 100;  // (the oracle counts no started streams: all whole)
     const routing::LawResult lr = routing::applyLaw(c, p);
     if (lr.spilled) ++tally.spills;
     pick = lr.index < 0 ? 0 : static_cast<size_t>(lr.index);

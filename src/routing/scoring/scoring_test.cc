@@ -184,6 +184,18 @@ TEST(Scorers, EachScoresAWorkedExample) {
   pr = scores("predict", {cand(10, 3, -1, -1, 0, 1000), cand(0, 0, -1, -1, 0, 3000)}, 10);
   EXPECT_NEAR(pr[0], (22.0 / 3) / 8, 1e-12);
   EXPECT_DOUBLE_EQ(pr[1], 1);
+  // decodeWeight (the built-in profile's default 0.5): 2 of the 3 in flight are streams past
+  // their first token: batch 1 + 0.5 x 2 = 2, (0 + 1) x 3 = 3 against 11 -> 1 and 3 / 11.
+  const auto builtin = spec("predict");
+  ASSERT_EQ(builtin.scorers.size(), 1u);
+  EXPECT_EQ(builtin.scorers[0].param("decodeWeight"), 0.5);
+  std::vector<LawCandidate> c = {cand(10, 3), cand(0, 0)};
+  c[0].started = 2;
+  std::vector<uint8_t> keep(2, 1);
+  std::vector<double> out(2, -1);
+  findScorer("predict")(builtin.scorers[0])->score({c, 10, 16}, keep, out);
+  EXPECT_DOUBLE_EQ(out[0], 1);
+  EXPECT_DOUBLE_EQ(out[1], 3.0 / 11);
 }
 
 TEST(Scorers, NormalizeOverTheKeptCandidatesOnly) {
@@ -353,6 +365,10 @@ TEST(ScoringProfile, BuiltinPeerProfilesAgreeWithTheLaws) {
       }
       LawParams lp = prompt(blocks, below(1000));
       lp.mode = k.law;
+      if (k.law == LawMode::kPredict) {  // streams past their first token, at the default weights
+        for (auto& x : c) x.started = x.load - x.load / 3;
+        lp.predict_decode_weight_pct = 50;
+      }
       const auto law = applyLaw(c, lp);
       const auto got = p->pick(c, lp);
       const auto total = p->totals(c, lp);

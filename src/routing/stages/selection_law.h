@@ -198,7 +198,9 @@ struct LawParams {
   double ttft_load_blocks = 2.0;  // ttft: blocks of cost per in-flight request
   uint64_t sticky_tau_tokens = 286'720;  // llm-d-sticky: token load that drops affinity
   uint32_t predict_batch_offset = 1;     // predict, predict-q: the batch factor (load + offset)
-  uint32_t predict_decode_weight_pct = 100;  // predict, predict-q: weight of a started request
+  // predict, predict-q: weight of a started stream (100: none; the gateway's default, 50, is
+  // RoutingEnv's)
+  uint32_t predict_decode_weight_pct = 100;
   uint32_t block_tokens = 16;            // tokens per block (llm-d-sticky's tau in blocks)
   uint64_t rotate = 0;  // predict: a cursor the caller advances per decision (last tie-break)
 };

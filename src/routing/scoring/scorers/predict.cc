@@ -1,7 +1,10 @@
 // predict: the predict law's cost as a score (stages/selection_law.h): cost_i = (uncached_i + 1)
-// x (load_i + 1) / share_i, share_i = capacity_i / the kept candidates' mean capacity (unknown
-// capacity = the mean of the known ones, or 1); score_i = min cost / cost_i, so the cheapest
-// candidate scores 1 and one twice as dear 0.5. No parameters.
+// x (batch_i + 1) / share_i, share_i = capacity_i / the kept candidates' mean capacity (unknown
+// capacity = the mean of the known ones, or 1), batch_i = load_i - started_i + decodeWeight x
+// started_i (started: event streams past their first token there); score_i = min cost / cost_i,
+// so the cheapest candidate scores 1 and one twice as dear 0.5. Parameter: decodeWeight (0..1,
+// default 0.5, as the gateway's default for the law, LOXILB_KV_PREDICT_DECODE_WEIGHT_PCT, which a
+// profile does not read).
 #include <algorithm>
 #include <memory>
 
@@ -13,6 +16,7 @@ namespace {
 
 class PredictScorer : public Scorer {
  public:
+  explicit PredictScorer(double decode_weight) : decode_weight_(decode_weight) {}
   void score(const ScoringRequest& r, std::span<const uint8_t> keep,
              std::span<double> out) const override {
     double known = 0, cap_known = 0, kept = 0;
@@ -35,19 +39,24 @@ class PredictScorer : public Scorer {
     bool any = false;
     for (size_t i = 0; i < r.c.size(); ++i) {
       if (!keep[i]) continue;
-      out[i] = (double(r.uncached(i)) + 1) * (double(r.c[i].load) + 1) * cap_mean / cap(i);
+      const double started = double(std::min(r.c[i].started, r.c[i].load));
+      const double batch = double(r.c[i].load) - started + decode_weight_ * started;
+      out[i] = (double(r.uncached(i)) + 1) * (batch + 1) * cap_mean / cap(i);
       lo = any ? std::min(lo, out[i]) : out[i];
       any = true;
     }
     for (size_t i = 0; i < r.c.size(); ++i)
       if (keep[i]) out[i] = lo / out[i];
   }
+
+ private:
+  double decode_weight_;
 };
 
 }  // namespace
 
-std::unique_ptr<Scorer> makePredictScorer(const config::ScoringPart&) {
-  return std::make_unique<PredictScorer>();
+std::unique_ptr<Scorer> makePredictScorer(const config::ScoringPart& p) {
+  return std::make_unique<PredictScorer>(p.param("decodeWeight"));
 }
 
 }  // namespace kvgate::routing::scoring
