@@ -48,7 +48,6 @@ struct H2Conn::Stream final : StreamSink {
   std::unique_ptr<asio::steady_timer> waiter;  // the request path waits for room
 
   size_t pending() const { return out.size() - out_off; }
-  bool submit(int status, std::vector<nghttp2_nv>& nva);
   bool writeHead(const HeadFields& h) override;
   asio::awaitable<bool> write(std::string_view a, std::string_view b) override;
   void finish(bool complete) override;
@@ -66,34 +65,21 @@ struct H2Conn::Stream final : StreamSink {
   }
 };
 
-// The answer's head (an engine's or the gateway's own, as fields: no text read back): HEADERS.
+// The answer's head (an engine's or the gateway's own, as fields: no text read back): HEADERS
+// after :status, and the data source unless the answer has no body. (reset wakes the writer.)
 bool H2Conn::Stream::writeHead(const HeadFields& h) {
   if (closed || c.closed_ || reset_sent) return false;
-  if (submitted) {  // (a second head: the request path's error; the stream must not end whole)
+  // (a second head is the request path's error: the stream must not end whole)
+  if (submitted || h.status < 200 || h.status > 999) {
     reset(NGHTTP2_INTERNAL_ERROR);
-    c.wakeWriter();
     return false;
   }
-  if (h.status < 200 || h.status > 999) {
-    reset(NGHTTP2_INTERNAL_ERROR);
-    c.wakeWriter();
-    return false;
-  }
+  const std::string code = std::to_string(h.status);
   std::vector<nghttp2_nv> nva;
   nva.reserve(h.size() + 1);
+  nva.push_back(h2::nv(":status", code));
   for (size_t i = 0; i < h.size(); ++i) nva.push_back(h2::nv(h.name(i), h.value(i)));
-  if (!submit(h.status, nva)) {
-    c.wakeWriter();
-    return false;
-  }
-  return true;
-}
-
-// HEADERS with `nva` after :status (and the data source unless the answer has no body).
-bool H2Conn::Stream::submit(int status, std::vector<nghttp2_nv>& nva) {
-  const std::string code = std::to_string(status);
-  nva.insert(nva.begin(), h2::nv(":status", code));
-  const bool no_body = head.method() == "HEAD" || status == 204 || status == 304;
+  const bool no_body = head.method() == "HEAD" || h.status == 204 || h.status == 304;
   nghttp2_data_provider prd;
   prd.source.ptr = this;
   prd.read_callback = &H2Conn::readData;
