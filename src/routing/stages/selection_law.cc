@@ -245,13 +245,9 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
       // in-flight request a whole slot. (Tried: the credit on the prompt's one home only, equal
       // holders told apart by their whole load; no better on agentic sessions, worse on mooncake.)
       const double dw = double(p.predict_decode_weight_pct) / 100.0;
-      auto batch = [&](size_t i) {
-        const double started = double(std::min(c[i].started, c[i].load));
-        return double(c[i].load) - started + dw * started;
-      };
       auto cost = [&](size_t i) {
-        return (double(uncachedBlocks(p, c[i])) + 1) * (batch(i) + double(p.predict_batch_offset)) *
-               cap_mean / capacity(i);
+        return (double(uncachedBlocks(p, c[i])) + 1) *
+               (predictBatch(c[i], dw) + double(p.predict_batch_offset)) * cap_mean / capacity(i);
       };
       // Ties: more overlap (keep the cache), then less load, then the candidate after the
       // caller's rotating cursor (equal holders of a shared prefix take turns).

@@ -124,6 +124,7 @@
 // adaptive-soft's floor of 50,000 disagree at the anchor: both are implemented as stated (the fleet
 // benchmark shows what each does).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -187,6 +188,13 @@ struct LawCandidate {
   // 0 unknown (the prefix_affinity filter's tauSeconds).
   double prefill_rate = 0;
 };
+
+// The predict laws' batch at an endpoint: its in-flight requests, a stream past its first token
+// counting `decode_weight` (0..1) of one; a started count over the load is capped at the load.
+inline double predictBatch(const LawCandidate& c, double decode_weight) {
+  const double started = static_cast<double>(std::min(c.started, c.load));
+  return static_cast<double>(c.load) - started + decode_weight * started;
+}
 
 struct LawParams {
   LawMode mode = LawMode::kHard;

@@ -39,9 +39,8 @@ class PredictScorer : public Scorer {
     bool any = false;
     for (size_t i = 0; i < r.c.size(); ++i) {
       if (!keep[i]) continue;
-      const double started = double(std::min(r.c[i].started, r.c[i].load));
-      const double batch = double(r.c[i].load) - started + decode_weight_ * started;
-      out[i] = (double(r.uncached(i)) + 1) * (batch + 1) * cap_mean / cap(i);
+      out[i] = (double(r.uncached(i)) + 1) * (predictBatch(r.c[i], decode_weight_) + 1) * cap_mean /
+               cap(i);
       lo = any ? std::min(lo, out[i]) : out[i];
       any = true;
     }
