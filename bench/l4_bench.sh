@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The L4 data path (mode 0, eBPF DNAT) side by side in one run, on the namespace topology of
+# The L4 data path (modes 0 and 2, eBPF) side by side in one run, on the namespace topology of
 # tests/integration/l4.test.mjs (client -- gateway -- two nginx backends, veth pairs, addresses of
 # 198.18.0.0/15), arms alternated ROUNDS times:
 #   routed  the client reaches a backend's address through the gateway's kernel forwarding: the
@@ -7,6 +7,8 @@
 #   ebpf    kvgate mode 0: VIP 198.19.0.100:8080, round-robin, in eBPF at tc ingress
 #   nft     nftables DNAT with netfilter conntrack (VIP 198.19.0.101:8080, numgen round-robin):
 #           the kernel's own NAT load balancing (this kernel has no IPVS)
+#   ebpf2   kvgate mode 2 (full NAT: the backends see the VIP): VIP 198.19.0.102:8080
+#   nft2    nftables full NAT: nft's DNAT plus SNAT to the VIP (198.19.0.103:8080)
 #   mode4   kvgate's fullproxy relay (a mode 4 rule on the gateway's address, port 8090, 1 worker)
 # Two loads per arm (wrk in the client namespace, 1 thread): keep-alive requests (64 connections:
 # packets/s) and a new connection per request (16 connections, Connection: close: connections/s).
@@ -51,6 +53,8 @@ http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
     listen 198.18.1.2:8001 backlog=4096; listen 198.18.1.3:8001 backlog=4096;
     listen 198.18.1.2:8002 backlog=4096; listen 198.18.1.3:8002 backlog=4096;
     listen 198.18.1.2:8003 backlog=4096; listen 198.18.1.3:8003 backlog=4096;
+    listen 198.18.1.2:8004 backlog=4096; listen 198.18.1.3:8004 backlog=4096;
+    listen 198.18.1.2:8005 backlog=4096; listen 198.18.1.3:8005 backlog=4096;
     location / { default_type application/json; return 200 '$BODY'; } } }
 NGX
 ip netns exec $B nginx -p "$W/up" -c "$W/up/nginx.conf" & pids+=($!)
@@ -63,6 +67,7 @@ post() { ip netns exec $G curl -sf -X POST "$API/netlox/v1/config/loadbalancer" 
 # TIME_WAIT left by another arm's connection from the same client port)
 eps() { echo "[{\"endpointIP\":\"198.18.1.2\",\"targetPort\":$1,\"weight\":1},{\"endpointIP\":\"198.18.1.3\",\"targetPort\":$1,\"weight\":1}]"; }
 [ -z "${NO_L4:-}" ] && post "{\"serviceArguments\":{\"externalIP\":\"198.19.0.100\",\"port\":8080,\"protocol\":\"tcp\",\"mode\":0,\"sel\":0},\"endpoints\":$(eps 8001)}"
+[ -z "${NO_L4:-}" ] && post "{\"serviceArguments\":{\"externalIP\":\"198.19.0.102\",\"port\":8080,\"protocol\":\"tcp\",\"mode\":2,\"sel\":0},\"endpoints\":$(eps 8004)}"
 post "{\"serviceArguments\":{\"externalIP\":\"198.18.0.1\",\"port\":8090,\"protocol\":\"tcp\",\"mode\":4,\"sel\":0},\"endpoints\":$(eps 8003)}"
 nft_on() {
   ip netns exec $G nft -f - <<NFT
@@ -70,16 +75,22 @@ table ip kvbench {
   chain pre {
     type nat hook prerouting priority -100;
     ip daddr 198.19.0.101 tcp dport 8080 dnat to numgen inc mod 2 map { 0 : 198.18.1.2, 1 : 198.18.1.3 } : 8002
+    ip daddr 198.19.0.103 tcp dport 8080 dnat to numgen inc mod 2 map { 0 : 198.18.1.2, 1 : 198.18.1.3 } : 8005
+  }
+  chain post {
+    type nat hook postrouting priority 100;
+    ip daddr { 198.18.1.2, 198.18.1.3 } tcp dport 8005 snat to 198.19.0.103
   }
 }
 NFT
 }
 nft_off() { ip netns exec $G nft delete table ip kvbench 2>/dev/null || true; }
-declare -A URL=([routed]=http://198.18.1.2:8000/ [ebpf]=http://198.19.0.100:8080/ [nft]=http://198.19.0.101:8080/ [mode4]=http://198.18.0.1:8090/)
-ARMS=${ARMS:-routed ebpf nft mode4}; LOADS=${LOADS:-keepalive conn}
-[ -n "${NO_L4:-}" ] && ARMS=${ARMS//ebpf/}
-for arm in routed mode4 $( [[ " $ARMS " == *" ebpf "* ]] && echo ebpf ); do ip netns exec $C curl -sf --max-time 3 -o /dev/null "${URL[$arm]}" || { echo "arm $arm does not answer" >&2; cat "$W/kv.err" >&2; exit 1; }; done
-nft_on; ip netns exec $C curl -sf --max-time 3 -o /dev/null "${URL[nft]}" || { echo "arm nft does not answer" >&2; exit 1; }; nft_off
+declare -A URL=([routed]=http://198.18.1.2:8000/ [ebpf]=http://198.19.0.100:8080/ [nft]=http://198.19.0.101:8080/ [mode4]=http://198.18.0.1:8090/
+  [ebpf2]=http://198.19.0.102:8080/ [nft2]=http://198.19.0.103:8080/)
+ARMS=${ARMS:-routed ebpf nft ebpf2 nft2 mode4}; LOADS=${LOADS:-keepalive conn}
+[ -n "${NO_L4:-}" ] && ARMS=$(echo " $ARMS " | sed 's/ ebpf2 / /; s/ ebpf / /')
+for arm in routed mode4 $( [[ " $ARMS " == *" ebpf "* ]] && echo ebpf ) $( [[ " $ARMS " == *" ebpf2 "* ]] && echo ebpf2 ); do ip netns exec $C curl -sf --max-time 3 -o /dev/null "${URL[$arm]}" || { echo "arm $arm does not answer" >&2; cat "$W/kv.err" >&2; exit 1; }; done
+nft_on; for arm in nft nft2; do ip netns exec $C curl -sf --max-time 3 -o /dev/null "${URL[$arm]}" || { echo "arm $arm does not answer" >&2; exit 1; }; done; nft_off
 
 busy() { awk '/^cpu /{print $2+$3+$4+$7+$8}' /proc/stat; }
 HZ=$(getconf CLK_TCK)
@@ -87,11 +98,11 @@ echo "arm,load,round,rps,p50_us,p99_us,machine_cpu_us_per_req" >"$W/results.csv"
 run() {  # arm load round
   local arm=$1 load=$2 r=$3 extra=(-c 64) b0 b1
   [ "$load" = conn ] && extra=(-c 16 -H "Connection: close")
-  [ "$arm" = nft ] && nft_on
+  [[ $arm = nft* ]] && nft_on
   b0=$(busy)
   ip netns exec $C wrk -t1 "${extra[@]}" -d"${DURATION}s" --latency "${URL[$arm]}" >"$W/wrk.txt" 2>&1 || true
   b1=$(busy)
-  [ "$arm" = nft ] && nft_off
+  [[ $arm = nft* ]] && nft_off
   /usr/bin/python3 - "$W/wrk.txt" "$arm" "$load" "$r" "$((b1 - b0))" "$HZ" >>"$W/results.csv" <<'PY'
 import re, sys
 txt = open(sys.argv[1]).read(); arm, load, rnd, ticks, hz = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6])
@@ -105,7 +116,7 @@ if err: print(f"# {arm}/{load} round {rnd}: {err.group(0)}", file=sys.stderr)
 print(f"{arm},{load},{rnd},{float(m.group(1)):.0f},{p50:.0f},{p99:.0f},{ticks * 1e6 / hz / int(n.group(1)):.2f}")
 PY
 }
-echo "L4: $ROUNDS rounds x 4 arms x 2 loads, ${DURATION}s each" >&2
+echo "L4: $ROUNDS rounds x arms ($ARMS) x loads ($LOADS), ${DURATION}s each" >&2
 for r in $(seq 1 "$ROUNDS"); do
   for load in $LOADS; do for arm in $ARMS; do run $arm $load $r; done; done
 done

@@ -44,6 +44,7 @@ fi
 # Benchmark anchors and tools, only for `make bench` (scripts/setup.sh --bench).
 if [ "${1:-}" = "--bench" ]; then
   APT_PACKAGES+=(nginx-light haproxy wrk util-linux linux-perf valgrind)
+  APT_PACKAGES+=(nftables)  # the L4 benchmark's kernel NAT arms (bench/l4_bench.sh)
   APT_PACKAGES+=(python3-matplotlib)  # the fleet benchmark's charts (scripts/fleet_chart.py)
   APT_PACKAGES+=(manpages-zh)  # Chinese prose for the tokenizer benchmark's CJK corpus
 fi

@@ -140,21 +140,21 @@ Result<RuleSpec> parseRule(const json& body) {
   r.port = static_cast<uint16_t>(stored["port"].get<int>());
   r.protocol = stored["protocol"];
   r.mode = getOr<int>(stored, "mode", 0);
-  if (r.mode != 4 && r.mode != 0)
+  if (r.mode != 4 && !isL4Mode(r.mode))
     return fail(400, "serviceArguments.mode",
                 "L4 mode " + std::to_string(r.mode) +
-                    " is not supported by this build (mode 0, DNAT, on the L4 path of serve "
-                    "--l4-ifaces; mode 4, fullproxy)");
+                    " is not supported by this build (modes 0 DNAT, 1 one-arm and 2 full NAT on "
+                    "the L4 path of serve --l4-ifaces; mode 4, fullproxy)");
   if (r.mode == 4 && r.protocol != "tcp")
     return bad("serviceArguments.protocol", "mode 4 (fullproxy) requires tcp");
-  if (r.mode == 0 && r.protocol != "tcp" && r.protocol != "udp")
-    return bad("serviceArguments.protocol", "mode 0 (DNAT) serves tcp and udp");
+  const std::string l4_name = "mode " + std::to_string(r.mode) + " (" + l4ModeName(r.mode) + ")";
+  if (isL4Mode(r.mode) && r.protocol != "tcp" && r.protocol != "udp")
+    return bad("serviceArguments.protocol", l4_name + " serves tcp and udp");
   r.sel = getOr<int>(stored, "sel", 0);
-  if (r.mode == 0 && r.sel > 2)
+  if (isL4Mode(r.mode) && r.sel > 2)
     return bad("serviceArguments.sel", "selector " + std::to_string(r.sel) + " (" +
-                                           selectorName(r.sel) +
-                                           ") is not available for mode 0; use 0 (rr), 1 (hash) "
-                                           "or 2 (wrr)");
+                                           selectorName(r.sel) + ") is not available for " +
+                                           l4_name + "; use 0 (rr), 1 (hash) or 2 (wrr)");
   if (r.sel >= 5 && r.sel <= 7)
     return bad("serviceArguments.sel", "selector " + std::to_string(r.sel) + " (" +
                                            selectorName(r.sel) +
@@ -355,9 +355,9 @@ Result<RuleSpec> parseRule(const json& body) {
       }
     }
   }
-  // Mode 0 is forwarded packet by packet (src/l4): nothing of a request is read, so the fields
-  // that need one are refused, not stored inert.
-  if (r.mode == 0) {
+  // Modes 0-2 are forwarded packet by packet (src/l4): nothing of a request is read, so the
+  // fields that need one are refused, not stored inert.
+  if (isL4Mode(r.mode)) {
     const char* l7 = !r.host.empty()                                           ? "host"
                      : !r.path_prefix.empty()                                  ? "path_prefix"
                      : !r.model_name.empty()                                   ? "model_name"
@@ -371,8 +371,9 @@ Result<RuleSpec> parseRule(const json& body) {
                      : !r.inactive_capability.empty() ? r.inactive_capability.c_str()
                                                       : nullptr;
     if (l7)
-      return bad(std::string("serviceArguments.") + l7,
-                 "is a mode 4 (fullproxy) field; mode 0 forwards packets and reads no request");
+      return bad(
+          std::string("serviceArguments.") + l7,
+          "is a mode 4 (fullproxy) field; " + l4_name + " forwards packets and reads no request");
   }
   r.service_args = std::move(stored);
   return r;

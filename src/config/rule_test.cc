@@ -258,10 +258,36 @@ TEST(RuleParse, ScoringProfileOnTier15RulesOnly) {
 
 TEST(RuleParse, ModeErrorMessageNamesTheMode) {
   json j = simple();
-  j["serviceArguments"]["mode"] = 2;
+  j["serviceArguments"]["mode"] = 3;
   auto r = parseRule(j);
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().what.find("L4 mode 2 is not supported by this build"), std::string::npos);
+  EXPECT_NE(r.error().what.find("L4 mode 3 is not supported by this build"), std::string::npos);
+}
+
+TEST(RuleParse, OneArmAndFullNatAreL4Rules) {
+  json j = simple();
+  j["serviceArguments"].erase("model_name");
+  for (int mode : {1, 2}) {
+    j["serviceArguments"]["mode"] = mode;
+    j["serviceArguments"]["sel"] = 2;
+    auto r = parseRule(j);
+    ASSERT_TRUE(r) << r.error().what;
+    EXPECT_EQ(r->mode, mode);
+    EXPECT_TRUE(isL4Mode(r->mode));
+    // The same refusals as mode 0's, naming the mode.
+    j["serviceArguments"]["sel"] = 8;
+    r = parseRule(j);
+    ASSERT_FALSE(r);
+    EXPECT_NE(r.error().what.find(mode == 1 ? "mode 1 (one-arm)" : "mode 2 (full NAT)"),
+              std::string::npos)
+        << r.error().what;
+    j["serviceArguments"]["sel"] = 0;
+    json b = j;
+    b["serviceArguments"]["sse_mode"] = true;
+    r = parseRule(b);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().source, "serviceArguments.sse_mode");
+  }
 }
 
 TEST(RuleParse, ModeZeroIsAnL4Rule) {

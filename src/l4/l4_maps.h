@@ -7,6 +7,10 @@
 #define L4_MAX_ENDPOINTS 64
 #define L4_MAX_FLOWS 262144
 
+#define L4_MODE_DNAT 0
+#define L4_MODE_ONEARM 1
+#define L4_MODE_FULLNAT 2
+
 #define L4_SEL_RR 0
 #define L4_SEL_HASH 1
 #define L4_SEL_WEIGHTED 2
@@ -35,7 +39,9 @@ struct l4_svc {
   __u32 total_weight;
   __u16 n_eps;
   __u8 sel;
-  __u8 mode;
+  __u8 mode;      // L4_MODE_*
+  __u16 port_lo;  // modes 1, 2: the source ports given to the endpoints' side of flows,
+  __u16 port_n;   // port_lo .. port_lo + port_n - 1 (host order)
 };
 
 struct l4_ep {
@@ -44,7 +50,7 @@ struct l4_ep {
   __u8 up;  // health: only endpoints up get new flows
   __u8 pad;
   __u32 cum_weight;  // sum of the weights of this endpoint and those before it
-  __u32 pad2;
+  __u32 snat_ip;     // modes 1, 2: the source address the endpoint sees (0 in mode 0)
 };
 
 struct l4_flow_key {
@@ -60,6 +66,11 @@ struct l4_flow {
   __u32 nat_ip;  // ct: the endpoint; rct: the VIP
   __u16 nat_port;
   __u16 ep_index;
+  // ct: the source the endpoint sees (the client itself in mode 0, the SNAT address and port in
+  // modes 1 and 2); rct: the client, the answers' destination.
+  __u32 peer_ip;
+  __u16 peer_port;
+  __u16 pad;
   __u32 svc_id;
   __u32 timeout_s;
   __u32 generation;
@@ -68,7 +79,14 @@ struct l4_flow {
   __u64 last_ns;
 };
 
+// Why a packet to a service was dropped (struct l4_counters.drops).
+#define L4_DROP_NO_ENDPOINT 0  // no endpoint up
+#define L4_DROP_UNTRACKED 1    // a TCP packet of a connection not tracked (not a SYN)
+#define L4_DROP_NO_PORT 2      // modes 1, 2: no free source port toward the endpoint
+#define L4_DROP_REASONS 3
+
 struct l4_counters {
-  __u64 packets;
+  __u64 packets;  // forwarded, both directions
   __u64 bytes;
+  __u64 drops[L4_DROP_REASONS];
 };

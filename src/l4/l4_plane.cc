@@ -20,6 +20,10 @@ namespace kvgate::l4 {
 
 namespace {
 
+// The first source port of the flows' ranges (to 65535) toward the endpoints (plan()).
+constexpr uint32_t kOneArmPortLo = 61000;
+constexpr uint32_t kFullNatPortLo = 1024;
+
 Result<uint32_t> ipv4(const std::string& s, const std::string& field) {
   in_addr a{};
   if (inet_pton(AF_INET, s.c_str(), &a) != 1)
@@ -33,7 +37,31 @@ std::vector<uint8_t> bytesOf(const T* p, size_t n = 1) {
                               reinterpret_cast<const uint8_t*>(p) + n * sizeof(T));
 }
 
-// A mode 0 rule as map entries (id and generation filled in when a slot is given).
+std::string errnoText(int err) { return std::strerror(err < 0 ? -err : err); }
+
+// The source address this node gives a packet to `ep` (network order): the kernel's choice for a
+// datagram socket connected there (no packet is sent). Mode 1's SNAT address.
+Result<uint32_t> sourceToward(uint32_t ep, const std::string& field) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return fail(503, field, "cannot open a socket: " + errnoText(errno));
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = ep;
+  to.sin_port = htons(9);
+  sockaddr_in me{};
+  socklen_t len = sizeof me;
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok)
+    return fail(400, field,
+                "no route from this node to the endpoint (" + errnoText(err) +
+                    "): mode 1 gives it this node's address toward it as the source");
+  return me.sin_addr.s_addr;
+}
+
+// A mode 0, 1 or 2 rule as map entries (id and generation filled in when a slot is given).
 struct Planned {
   std::string key;
   l4_svc_key k{};
@@ -55,8 +83,9 @@ Result<Planned> plan(const config::RuleSpec& r) {
   p.k.port = htons(r.port);
   p.k.proto = r.protocol == "udp" ? IPPROTO_UDP : IPPROTO_TCP;
   if (r.endpoints.size() > L4_MAX_ENDPOINTS)
-    return fail(400, "endpoints",
-                "mode 0 serves at most " + std::to_string(L4_MAX_ENDPOINTS) + " endpoints a rule");
+    return fail(
+        400, "endpoints",
+        "the L4 path serves at most " + std::to_string(L4_MAX_ENDPOINTS) + " endpoints a rule");
   uint32_t cum = 0;
   for (size_t i = 0; i < r.endpoints.size(); ++i) {
     const auto& e = r.endpoints[i];
@@ -68,6 +97,13 @@ Result<Planned> plan(const config::RuleSpec& r) {
     ep.port = htons(e.port);
     ep.up = 1;
     ep.cum_weight = cum;
+    if (r.mode == L4_MODE_FULLNAT) {
+      ep.snat_ip = *vip;
+    } else if (r.mode == L4_MODE_ONEARM) {
+      auto src = sourceToward(*ip, "endpoints[" + std::to_string(i) + "].endpointIP");
+      if (!src) return tl::unexpected(src.error());
+      ep.snat_ip = *src;
+    }
     p.eps.push_back(ep);
     p.addrs.emplace_back(e.ip, e.port);
   }
@@ -75,13 +111,21 @@ Result<Planned> plan(const config::RuleSpec& r) {
   p.svc.mode = static_cast<uint8_t>(r.mode);
   p.svc.n_eps = static_cast<uint16_t>(p.eps.size());
   p.svc.total_weight = cum;
+  // The flows' source ports toward the endpoints: one-arm's address is this node's own, so its
+  // ports stay above the kernel's default ephemeral range (32768-60999) and never meet a local
+  // connection's; full NAT's (the VIP) are those above the well-known ones.
+  if (r.mode == L4_MODE_ONEARM) {
+    p.svc.port_lo = static_cast<uint16_t>(kOneArmPortLo);
+    p.svc.port_n = static_cast<uint16_t>(65536 - kOneArmPortLo);
+  } else if (r.mode == L4_MODE_FULLNAT) {
+    p.svc.port_lo = static_cast<uint16_t>(kFullNatPortLo);
+    p.svc.port_n = static_cast<uint16_t>(65536 - kFullNatPortLo);
+  }
   p.svc.timeout_s = r.inactive_timeout_sec > 0 ? static_cast<uint32_t>(r.inactive_timeout_sec)
                     : r.protocol == "udp"      ? 30
                                                : 900;
   return p;
 }
-
-std::string errnoText(int err) { return std::strerror(err < 0 ? -err : err); }
 
 }  // namespace
 
@@ -158,7 +202,7 @@ L4Plane::~L4Plane() {
 Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
   std::vector<Planned> want;
   for (const auto& r : rules) {
-    if (r.mode != 0 || !r.admin_up) continue;  // (a rule set down: not installed)
+    if (!config::isL4Mode(r.mode) || !r.admin_up) continue;  // (a rule set down: not installed)
     auto p = plan(r);
     if (!p) return tl::unexpected(p.error());
     want.push_back(std::move(*p));
@@ -180,9 +224,8 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
       slot.generation = it->second.generation;
     } else {
       if (next.free.empty())
-        return fail(
-            400, "serviceArguments",
-            "the L4 path serves at most " + std::to_string(L4_MAX_SERVICES) + " mode 0 rules");
+        return fail(400, "serviceArguments",
+                    "the L4 path serves at most " + std::to_string(L4_MAX_SERVICES) + " rules");
       slot.id = next.free.back();
       next.free.pop_back();
       slot.generation = ++next.generation;
@@ -304,6 +347,13 @@ std::vector<std::string> L4Plane::syncHealth(
   return changed;
 }
 
+static_assert(L4_DROP_REASONS == 3, "ServiceStats::drops and dropReason follow l4_maps.h");
+const char* L4Plane::dropReason(size_t i) {
+  return i == L4_DROP_NO_ENDPOINT ? "no_endpoint"
+         : i == L4_DROP_UNTRACKED ? "untracked"
+                                  : "no_port";
+}
+
 std::vector<L4Plane::ServiceStats> L4Plane::stats() const {
   std::vector<ServiceStats> out;
   const int cnt_fd = bpf_map__fd(skel_->maps.counters);
@@ -316,6 +366,7 @@ std::vector<L4Plane::ServiceStats> L4Plane::stats() const {
       for (const auto& c : per) {
         s.packets += c.packets;
         s.bytes += c.bytes;
+        for (size_t i = 0; i < L4_DROP_REASONS; ++i) s.drops[i] += c.drops[i];
       }
     out.push_back(std::move(s));
   }

@@ -3,8 +3,11 @@
 // --l4-ifaces` names, and programs its maps from the rule set on every commit: the program is
 // never reloaded for a rule change, and a flow keeps its endpoint while it lives.
 //
-// Served: mode 0 (DNAT) for tcp and udp, sel 0 (round-robin), 1 (hash of the client's address
-// and port: per flow) and 2 (weighted round-robin by the endpoints' weights), inactiveTimeOut as
+// Served: modes 0 (DNAT), 1 (one-arm: the endpoint sees this node's address toward it, found by
+// a route lookup at apply; source ports 61000-65535) and 2 (full NAT: the endpoint sees the VIP;
+// source ports 1024-65535, the client's own kept when free) for tcp and udp, sel 0
+// (round-robin), 1 (hash of the client's address and port: per flow) and 2 (weighted
+// round-robin by the endpoints' weights), inactiveTimeOut as
 // the flows' idle timeout (default 900 s tcp, as IPVS's established timeout; 30 s udp), a rule
 // with adminStateUp false not installed. Bounds: 1,024 services of at most 64 endpoints; 262,144
 // tracked flows each way (LRU: the oldest are evicted, memory never grows; preallocated, about
@@ -39,7 +42,7 @@ class L4Plane {
   L4Plane(const L4Plane&) = delete;
   L4Plane& operator=(const L4Plane&) = delete;
 
-  // Installs the L4 rules (mode 0) of `rules` (others are ignored); validated first, nothing
+  // Installs the L4 rules (modes 0-2) of `rules` (others are ignored); validated first, nothing
   // changes on a validation error. Services no longer present are removed; their flows end.
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
   // Undoes the last apply() exactly (the same slots and generations: flows of services it
@@ -55,7 +58,9 @@ class L4Plane {
   struct ServiceStats {
     std::string rule;  // the rule's key
     uint64_t packets = 0, bytes = 0;
+    uint64_t drops[3] = {0, 0, 0};  // by reason: no endpoint up, untracked, no free port
   };
+  static const char* dropReason(size_t i);  // "no_endpoint", "untracked", "no_port"
   std::vector<ServiceStats> stats() const;  // every installed service, summed over CPUs
   const std::vector<std::string>& interfaces() const { return ifaces_; }
 

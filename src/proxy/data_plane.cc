@@ -322,7 +322,7 @@ std::string DataPlane::controllerJson() const {
   return nlohmann::json{{"endpoints", eps}}.dump();
 }
 
-// Mode 4 rules go to the fullproxy (applyProxy), mode 0 rules to the L4 path (l4/l4_plane.h);
+// Mode 4 rules go to the fullproxy (applyProxy), mode 0-2 rules to the L4 path (l4/l4_plane.h);
 // all or nothing: when the fullproxy refuses, the L4 path gets its last set back.
 Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   if (stats_.draining.load())
@@ -332,20 +332,21 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   if (!any_l4 && !l4_) return applyProxy(rules);
   if (!l4_)
     return fail(400, "serviceArguments.mode",
-                "mode 0 (DNAT) rules need the L4 data path: start serve with --l4-ifaces "
-                "IFACE[,IFACE...] (docs/l4.md)");
+                "mode 0, 1 and 2 rules (DNAT, one-arm, full NAT) need the L4 data path: start "
+                "serve with --l4-ifaces IFACE[,IFACE...] (docs/l4.md)");
   std::vector<config::RuleSpec> proxy, l4;
-  std::set<std::string> tcp_l4;  // VIP:port of mode 0 tcp rules
+  std::set<std::string> tcp_l4;  // VIP:port of the L4 path's tcp rules
   for (const auto& r : rules) {
     (r.mode == 4 ? proxy : l4).push_back(r);
-    if (r.mode == 0 && r.protocol == "tcp") tcp_l4.insert(r.listenKey());
+    if (config::isL4Mode(r.mode) && r.protocol == "tcp") tcp_l4.insert(r.listenKey());
   }
   // The L4 path rewrites packets before the fullproxy's socket would see them: one of the two
   // would silently get nothing.
   for (const auto& r : proxy)
     if (tcp_l4.count(r.listenKey()))
-      return fail(400, "serviceArguments.mode",
-                  r.listenKey() + "/tcp is a mode 0 rule's already; a mode 4 rule cannot share it");
+      return fail(
+          400, "serviceArguments.mode",
+          r.listenKey() + "/tcp is an L4 (mode 0-2) rule's already; a mode 4 rule cannot share it");
   if (auto a = l4_->apply(l4); !a) return a;
   auto p = applyProxy(proxy);
   if (!p) {
@@ -356,7 +357,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   return p;
 }
 
-// One health state per endpoint of each mode 0 rule (its own, apart from mode 4's table and
+// One health state per endpoint of each L4 (mode 0-2) rule (its own, apart from mode 4's table and
 // from other rules': each rule's probe settings judge its endpoints), probed as the rule says;
 // an endpoint its rule does not probe counts as up. The probe tasks are replaced only when what
 // they probe changed (a replaced task starts its failure count over).

@@ -82,8 +82,8 @@ class DataPlane {
   void stop();
   // Installs the complete rule set (control thread only).
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
-  // The L4 data path for mode 0 rules (serve --l4-ifaces); before the first apply(). Unset:
-  // mode 0 rules are refused (400). Must outlive the data plane.
+  // The L4 data path for mode 0-2 rules (serve --l4-ifaces); before the first apply(). Unset:
+  // those rules are refused (400). Must outlive the data plane.
   void setL4(l4::L4Plane* l4) { l4_ = l4; }
   // The L4 path's endpoint health from its rules' probes (probetype tcp, http, https: the same
   // prober as mode 4's, on worker 0): control thread, every second. Returns what changed.
@@ -134,8 +134,8 @@ class DataPlane {
   ProxyOptions opts_;
   l4::L4Plane* l4_ = nullptr;
   void updateL4Probes(const std::vector<config::RuleSpec>& l4_rules);
-  std::unique_ptr<class Prober> l4_prober_;  // the mode 0 rules' probes (made on first use)
-  // "rule key|ip|port": each mode 0 rule's endpoints, judged by that rule's probes
+  std::unique_ptr<class Prober> l4_prober_;  // the L4 rules' probes (made on first use)
+  // "rule key|ip|port": each L4 rule's endpoints, judged by that rule's probes
   std::map<std::string, std::shared_ptr<endpoints::EndpointState>> l4_health_;
   std::string l4_probe_sig_;  // what the L4 probe tasks probe now
   const kv::KvIndex* kv_index_ = nullptr;

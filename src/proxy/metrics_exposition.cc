@@ -240,6 +240,11 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
     w.header(kL4Bytes);
     for (const auto& st : l4)
       w.sample(kL4Bytes, {{"rule", st.rule}}, static_cast<double>(st.bytes));
+    w.header(kL4Dropped);
+    for (const auto& st : l4)
+      for (size_t i = 0; i < std::size(st.drops); ++i)
+        w.sample(kL4Dropped, {{"rule", st.rule}, {"reason", l4::L4Plane::dropReason(i)}},
+                 static_cast<double>(st.drops[i]));
   }
   w.header(kH2Connections);
   w.sample(kH2Connections, {}, static_cast<double>(stats_.h2_connections.load()));

@@ -1,8 +1,9 @@
-// The L4 data path (issue 33), mode 0 (DNAT) in eBPF at tc ingress, tested on real traffic
+// The L4 data path (issue 33), modes 0 (DNAT), 1 (one-arm) and 2 (full NAT) in eBPF at tc
+// ingress, tested on real traffic
 // between network namespaces: client --veth-- gateway (kvgate serve --l4-ifaces) --veth--
 // backends. Addresses are of 198.18.0.0/15 on veth pairs this file creates and removes.
 //
-//   client ns   c0 198.18.0.2/24, route to the VIP net 198.19.0.0/24 via 198.18.0.1
+//   client ns   c0 198.18.0.2/24 and 198.18.0.3/24, route to the VIP net 198.19.0.0/24 via 198.18.0.1
 //   gateway ns  c1 198.18.0.1/24, b1 198.18.1.1/24, forwarding on (kvgate runs here)
 //   backend ns  b0 198.18.1.2/24 and 198.18.1.3/24 (two backends), default route via .1.1
 import assert from 'node:assert/strict';
@@ -21,9 +22,9 @@ const PEER = 'tests/integration/l4_peer.py';
 const sh = (...args) => execFileSync(args[0], args.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
 const inNs = (ns, ...args) => sh('ip', 'netns', 'exec', ns, ...args);
 
-function l4Rule({ port, protocol = 'tcp', sel = 0, endpoints = BACKENDS, targetPort, extra = {}, weights }) {
+function l4Rule({ port, protocol = 'tcp', sel = 0, mode = 0, endpoints = BACKENDS, targetPort, extra = {}, weights }) {
   return {
-    serviceArguments: { externalIP: VIP, port, protocol, sel, mode: 0, ...extra },
+    serviceArguments: { externalIP: VIP, port, protocol, sel, mode, ...extra },
     endpoints: endpoints.map((ip, i) => ({ endpointIP: ip, targetPort, weight: weights ? weights[i] : 1 })),
   };
 }
@@ -70,16 +71,17 @@ async function stopProc(p) {
   clearTimeout(t);
 }
 
-const curlTcp = (port, host = VIP, sport = 0) => {
-  // one TCP connection (from `sport` when given), one line, the backend's id back
+const curlTcp = (port, host = VIP, sport = 0, line = 'x', from = '198.18.0.2') => {
+  // one TCP connection (from `sport` when given), one line, the backend's answer back: its id
+  // (and, for the line "who", the address it saw: "ID IP:PORT")
   const out = inNs(NS.c, '/usr/bin/python3', '-c',
     'import socket;s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);'
-    + `s.bind(("198.18.0.2",${sport}));s.settimeout(3);s.connect(("${host}",${port}));`
-    + 's.sendall(b"x\\n");print(s.makefile().readline().strip())');
+    + `s.bind(("${from}",${sport}));s.settimeout(3);s.connect(("${host}",${port}));`
+    + `s.sendall(b"${line}\\n");print(s.makefile().readline().strip())`);
   return out.trim();
 };
 
-describe('L4 mode 0 (DNAT) in eBPF', { skip: process.getuid?.() !== 0 && 'needs root (namespaces, BPF)' }, () => {
+describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root (namespaces, BPF)' }, () => {
   const procs = [];
   let gw;
   let tmp;
@@ -89,7 +91,7 @@ describe('L4 mode 0 (DNAT) in eBPF', { skip: process.getuid?.() !== 0 && 'needs 
     sh('ip', 'link', 'add', `b0k${tag}`, 'netns', NS.b, 'type', 'veth', 'peer', 'name', 'b1', 'netns', NS.g);
     inNs(NS.c, 'ip', 'link', 'set', `c0k${tag}`, 'name', 'c0');
     inNs(NS.b, 'ip', 'link', 'set', `b0k${tag}`, 'name', 'b0');
-    for (const [ns, dev, addrs] of [[NS.c, 'c0', ['198.18.0.2/24']], [NS.g, 'c1', ['198.18.0.1/24']],
+    for (const [ns, dev, addrs] of [[NS.c, 'c0', ['198.18.0.2/24', '198.18.0.3/24']], [NS.g, 'c1', ['198.18.0.1/24']],
       [NS.g, 'b1', ['198.18.1.1/24']], [NS.b, 'b0', BACKENDS.map((a) => `${a}/24`)]]) {
       for (const a of addrs) inNs(ns, 'ip', 'addr', 'add', a, 'dev', dev);
       inNs(ns, 'ip', 'link', 'set', dev, 'up');
@@ -181,6 +183,96 @@ describe('L4 mode 0 (DNAT) in eBPF', { skip: process.getuid?.() !== 0 && 'needs 
     assert.deepEqual(a.from, [VIP, 53]);  // the reverse NAT: the client sees the VIP
   });
 
+  test('mode 2 (full NAT): the endpoint sees the VIP, the client the VIP; the client port kept when free', () => {
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8090, targetPort: 8000, mode: 2 }));
+    assert.equal(r.status, 200, r.text);
+    const seen = { be0: 0, be1: 0 };
+    for (let i = 0; i < 4; ++i) {
+      const [id, from] = curlTcp(8090, VIP, 0, 'who').split(' ');
+      seen[id] += 1;
+      assert.equal(from.split(':')[0], VIP);  // SNAT to the VIP (the client saw the VIP answer)
+    }
+    assert.deepEqual(seen, { be0: 2, be1: 2 });
+    const [, from] = curlTcp(8090, VIP, 61201, 'who').split(' ');
+    assert.equal(from, `${VIP}:61201`);  // (no other flow holds it: the client's own port)
+  });
+
+  test('mode 2: two clients on the same source port to one endpoint get different ports', () => {
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8092, targetPort: 8000, mode: 2, endpoints: [BACKENDS[0]] }));
+    assert.equal(r.status, 200, r.text);
+    // both connections open at once, from 198.18.0.2:61301 and 198.18.0.3:61301
+    const out = inNs(NS.c, '/usr/bin/python3', '-c', [
+      'import socket',
+      'ss=[]',
+      'for a in ("198.18.0.2","198.18.0.3"):',
+      ' s=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind((a,61301))',
+      ` s.settimeout(3);s.connect(("${VIP}",8092));ss.append(s)`,
+      'for s in ss: s.sendall(b"who\\n")',
+      'for s in ss: print(s.makefile().readline().strip())',
+    ].join('\n'));
+    const [a, b] = out.trim().split('\n').map((l) => l.split(' ')[1]);
+    assert.ok(a && b, out);
+    assert.equal(a.split(':')[0], VIP);
+    assert.equal(b.split(':')[0], VIP);
+    assert.notEqual(a, b);  // one VIP:port each: the endpoint tells them apart
+    assert.ok([a, b].includes(`${VIP}:61301`), out);  // the first kept its own
+  });
+
+  test('mode 1 (one-arm): the endpoint sees the gateway\'s own address, on a port above the ephemeral range', () => {
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8091, targetPort: 8000, mode: 1 }));
+    assert.equal(r.status, 200, r.text);
+    const seen = { be0: 0, be1: 0 };
+    for (let i = 0; i < 4; ++i) {
+      const [id, from] = curlTcp(8091, VIP, 0, 'who').split(' ');
+      seen[id] += 1;
+      const [ip, port] = from.split(':');
+      assert.equal(ip, '198.18.1.1');  // the gateway's address on the endpoints' network
+      assert.ok(Number(port) >= 61000 && Number(port) <= 65535, from);
+    }
+    assert.deepEqual(seen, { be0: 2, be1: 2 });
+  });
+
+  test('modes 1 and 2 forward UDP: the endpoint sees the SNAT address, the client the VIP and port', () => {
+    for (const [mode, port, source] of [[2, 54, VIP], [1, 55, '198.18.1.1']]) {
+      const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port, protocol: 'udp', targetPort: 5300, mode }));
+      assert.equal(r.status, 200, r.text);
+      const a = JSON.parse(inNs(NS.c, '/usr/bin/python3', PEER, 'udp', VIP, String(port), 'who'));
+      const [id, from] = a.id.split(' ');
+      assert.match(id, /^be[01]$/);
+      assert.equal(from.split(':')[0], source);
+      assert.deepEqual(a.from, [VIP, port]);
+    }
+  });
+
+  test('an AI rule (mode 4, in front of a simulated engine) and a classic rule (mode 2) on one node at once', async () => {
+    const sim = spawnIn(NS.b, [BIN, 'sim', '--engine', 'vllm', '--host', BACKENDS[0], '--port', '8100']);
+    procs.push(sim);
+    for (;;) {
+      const line = await sim.next();
+      if (line.includes('"ready"')) break;
+    }
+    const ai = gwApi(gw.api, 'POST', LB_BASE, {
+      serviceArguments: { externalIP: '198.18.0.1', port: 8400, protocol: 'tcp', sel: 0, mode: 4,
+        model_name: 'sim-model' },
+      endpoints: [{ endpointIP: BACKENDS[0], targetPort: 8100, weight: 1 }],
+    });
+    assert.equal(ai.status, 200, ai.text);
+    const classic = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8093, targetPort: 8000, mode: 2 }));
+    assert.equal(classic.status, 200, classic.text);
+    for (let i = 0; i < 2; ++i) {
+      const out = inNs(NS.c, 'curl', '-s', '-m', '10', 'http://198.18.0.1:8400/v1/chat/completions',
+        '-H', 'content-type: application/json',
+        '-d', JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4 }));
+      const j = JSON.parse(out);
+      assert.equal(j.object, 'chat.completion', out);
+      assert.equal(j.model, 'sim-model');
+      const [id, from] = curlTcp(8093, VIP, 0, 'who').split(' ');
+      assert.match(id, /^be[01]$/);
+      assert.equal(from.split(':')[0], VIP);
+    }
+    await stopProc(sim);
+  });
+
   test('an endpoint its probe finds down gets no new flows, and gets them again once back', async () => {
     const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8083, targetPort: 8000,
       extra: { probetype: 'tcp', probeRetries: 1, probeTimeout: 1 } }));
@@ -199,18 +291,34 @@ describe('L4 mode 0 (DNAT) in eBPF', { skip: process.getuid?.() !== 0 && 'needs 
     assert.ok(both, 'the endpoint back up got no new flows');
   });
 
-  test('per-rule packet and byte counters', () => {
+  test('per-rule packet, byte and drop counters', async () => {
     const m = gwApi(gw.api, 'GET', '/metrics').text;
     const line = m.split('\n').find((l) => l.startsWith('kvgate_l4_packets_total') && l.includes(':8080/tcp'));
     assert.ok(line, m.split('\n').filter((l) => l.startsWith('kvgate_l4')).join('\n'));
     assert.ok(Number(line.split(' ').pop()) >= 40, line);  // 13+ flows, 3+ packets each way
+    // The probe test's endpoint down refused nothing (the probe steered flows away); a TCP
+    // packet of no tracked connection is dropped and said why.
+    const dropped = (rule, reason) => Number(gwApi(gw.api, 'GET', '/metrics').text.split('\n')
+      .find((l) => l.startsWith(`kvgate_l4_dropped_total{rule="${rule}",reason="${reason}"}`))?.split(' ').pop());
+    const rule8080 = line.match(/rule="([^"]+)"/)[1];
+    const before = dropped(rule8080, 'untracked');
+    assert.equal(typeof before, 'number');
+    inNs(NS.c, '/usr/bin/python3', '-c', [
+      'import socket,struct',
+      's=socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_TCP)',
+      // an ACK (no SYN) from 198.18.0.2:61401 to the VIP:8080, checksum left to the receiver's check
+      "h=struct.pack('!HHIIBBHHH',61401,8080,1,1,5<<4,0x10,1024,0,0)",
+      `s.sendto(h,("${VIP}",0))`,
+    ].join('\n'));
+    assert.ok(await waitFor(() => dropped(rule8080, 'untracked') === before + 1, 5000, 100),
+      'the untracked ACK was not counted');
     const refused = gwApi(gw.api, 'POST', LB_BASE, {
       // (another key than the mode 0 rule's: the same key would be a mode change, 409)
       serviceArguments: { externalIP: VIP, port: 8080, protocol: 'tcp', sel: 0, mode: 4, model_name: 'm' },
       endpoints: [{ endpointIP: BACKENDS[0], targetPort: 8000, weight: 1 }],
     });
     assert.equal(refused.status, 400);  // a mode 4 rule on a mode 0 rule's VIP:port
-    assert.match(refused.text, /mode 0 rule/);
+    assert.match(refused.text, /L4 \(mode 0-2\) rule/);
   });
 
   test('rules survive a restart of the gateway', async () => {

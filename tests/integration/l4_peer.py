@@ -2,11 +2,14 @@
 """Peers of the L4 namespace tests (run inside a namespace with `ip netns exec`).
 
 usage: l4_peer.py serve IP TCP_PORT UDP_PORT ID   a backend: each TCP line is answered with
-                                                   "ID\\n", each UDP datagram with "ID"
+                                                   "ID\\n" ("ID IP:PORT\\n" for a line "who":
+                                                   the peer's address as seen here), each UDP
+                                                   datagram with "ID" (or "ID IP:PORT" for "who")
        l4_peer.py session IP PORT                  one TCP connection kept open: for each line
                                                    "ask" on stdin, sends a line, prints the
                                                    answer; "quit" ends
-       l4_peer.py udp IP PORT                      one datagram; prints {"id", "from"} as JSON
+       l4_peer.py udp IP PORT [TEXT]               one datagram (TEXT, default "hi"); prints
+                                                   {"id", "from"} as JSON
 """
 import json
 import socket
@@ -20,14 +23,18 @@ if cmd == "serve":
 
     class Lines(socketserver.StreamRequestHandler):
         def handle(self):
-            for _ in self.rfile:
-                self.wfile.write((ident + "\n").encode())
+            for line in self.rfile:
+                seen = ""
+                if line.strip() == b"who":
+                    seen = " %s:%d" % self.client_address
+                self.wfile.write((ident + seen + "\n").encode())
                 self.wfile.flush()
 
     class Datagrams(socketserver.BaseRequestHandler):
         def handle(self):
             data, sock = self.request
-            sock.sendto(ident.encode(), self.client_address)
+            seen = " %s:%d" % self.client_address if data.strip() == b"who" else ""
+            sock.sendto((ident + seen).encode(), self.client_address)
 
     socketserver.ThreadingTCPServer.allow_reuse_address = True
     tcp = socketserver.ThreadingTCPServer((ip, tcp_port), Lines)
@@ -50,6 +57,6 @@ elif cmd == "session":
 elif cmd == "udp":
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(3)
-    s.sendto(b"hi", (sys.argv[2], int(sys.argv[3])))
+    s.sendto(sys.argv[4].encode() if len(sys.argv) > 4 else b"hi", (sys.argv[2], int(sys.argv[3])))
     data, addr = s.recvfrom(2048)
     print(json.dumps({"id": data.decode(), "from": [addr[0], addr[1]]}))

@@ -1,19 +1,30 @@
 // The L4 data path (issue 33): classic load balancing of TCP and UDP services at tc ingress.
+// Modes: 0 DNAT (the endpoint sees the client; its answers must route back through this node),
+// 1 one-arm (the endpoint sees this node's address toward it), 2 full NAT (the endpoint sees the
+// VIP). Modes 1 and 2 give each flow a source port of the service's range that no live flow to
+// the same endpoint holds (the client's own port first when it is in the range, then up to
+// L4_SNAT_TRIES hashed others; none free: the packet is dropped and counted).
 //
 // Algorithm, per IPv4 packet on an interface named by `serve --l4-ifaces`:
 //   1. A packet of a tracked flow (ct: client -> VIP, its service still the one that made it)
-//      is DNAT-ed to the flow's endpoint. A flow keeps its endpoint while it lives, through
-//      endpoint-set changes (a removed endpoint drains: its flows go on until they end).
+//      is rewritten to the flow's endpoint (and, modes 1 and 2, to its source address and port).
+//      A flow keeps its endpoint while it lives, through endpoint-set changes (a removed
+//      endpoint drains: its flows go on until they end).
 //   2. A packet to a service (services: VIP, port, protocol) with no flow starts one: a UDP
 //      datagram, a TCP SYN (another TCP packet with no flow is dropped, unless the rule hashes:
 //      an endpoint that never saw the connection would reset it). The endpoint is picked by the
 //      rule's sel (0 round-robin, 1 a hash of the client's address and port: per flow, not per
 //      client, 2 weighted round-robin over the endpoints' weights), skipping endpoints marked
 //      down; the flow (ct) and its reverse (rct: endpoint -> client) are recorded.
-//   3. A packet of a tracked flow's reverse direction (endpoint -> client, its ct entry alive
-//      and pointing at that endpoint) gets the VIP and port back as its source (mode 0, DNAT:
-//      the endpoint routes its answers through this node). A stale reverse entry is dropped and
-//      the packet left alone (direct traffic between the client and the endpoint is not ours).
+//   3. A packet of a tracked flow's reverse direction (rct: endpoint -> the source it saw, its ct
+//      entry alive and pointing at that endpoint) gets the VIP and port back as its source and,
+//      modes 1 and 2, the client as its destination. A stale reverse entry is dropped and the
+//      packet left alone (direct traffic between the client and the endpoint is not ours).
+// Mode 0 packets go on through the stack's routing; modes 1 and 2 are sent by a FIB lookup
+// (bpf_fib_lookup, then bpf_redirect with the next hop's addresses, or bpf_redirect_neigh while
+// the neighbour is unresolved), TTL decremented: their source may be an address of this node,
+// which the input route would drop as a martian. No route, forwarding off or a packet over the
+// MTU: dropped.
 // Timeouts (idle): a TCP flow not yet answered, or closed (FINs both ways, or an RST), 10 s;
 // otherwise the rule's inactiveTimeOut (default 900 s tcp, 30 s udp; l4_plane.cc). Both tables
 // are LRU: a flood of new flows evicts the oldest, never grows memory. Per-service packet and
@@ -79,6 +90,8 @@ struct {
 #define IP_SRC_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, saddr))
 #define IP_DST_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, daddr))
 #define NS_PER_S 1000000000ull
+#define L4_SNAT_TRIES 8
+#define AF_INET 2
 
 static __always_inline __u32 mix(__u32 h, __u32 v) {
   h ^= v;
@@ -93,9 +106,12 @@ static __always_inline int rewrite(struct __sk_buff* skb, __u32 l4_off, __u8 pro
   const __u32 csum_off = l4_off + (proto == IPPROTO_TCP ? __builtin_offsetof(struct tcphdr, check)
                                                         : __builtin_offsetof(struct udphdr, check));
   const __u64 mangled = proto == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
-  if (bpf_l4_csum_replace(skb, csum_off, old_ip, new_ip, BPF_F_PSEUDO_HDR | mangled | 4)) return -1;
-  if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_ip, new_ip, 4)) return -1;
-  if (bpf_skb_store_bytes(skb, ip_off, &new_ip, 4, 0)) return -1;
+  if (old_ip != new_ip) {
+    if (bpf_l4_csum_replace(skb, csum_off, old_ip, new_ip, BPF_F_PSEUDO_HDR | mangled | 4))
+      return -1;
+    if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_ip, new_ip, 4)) return -1;
+    if (bpf_skb_store_bytes(skb, ip_off, &new_ip, 4, 0)) return -1;
+  }
   if (old_port != new_port) {
     if (bpf_l4_csum_replace(skb, csum_off, old_port, new_port, mangled | 2)) return -1;
     if (bpf_skb_store_bytes(skb, l4_off + port_off, &new_port, 2, 0)) return -1;
@@ -109,6 +125,12 @@ static __always_inline void count(__u32 svc_id, __u32 bytes) {
     c->packets += 1;
     c->bytes += bytes;
   }
+}
+
+static __always_inline int drop(__u32 svc_id, __u32 reason) {
+  struct l4_counters* c = bpf_map_lookup_elem(&counters, &svc_id);
+  if (c && reason < L4_DROP_REASONS) c->drops[reason] += 1;
+  return TC_ACT_SHOT;
 }
 
 // The endpoint index for a new flow; -1 when none is up.
@@ -142,11 +164,57 @@ static __always_inline int pick(struct l4_svc* svc, const struct l4_flow_key* k)
   return -1;
 }
 
+// Sends a packet of mode 1 or 2 on by the FIB (see the top): TC_ACT_REDIRECT, or TC_ACT_SHOT.
+static __always_inline int fib_forward(struct __sk_buff* skb, __u8 tos, __u16 tot_len) {
+  void* data = (void*)(long)skb->data;
+  void* end = (void*)(long)skb->data_end;
+  struct iphdr* ip = data + ETH_HLEN;
+  if ((void*)(ip + 1) > end) return TC_ACT_SHOT;
+  if (ip->ttl <= 1) return TC_ACT_SHOT;
+  struct bpf_fib_lookup fl = {};
+  fl.family = AF_INET;
+  fl.tos = tos;
+  fl.l4_protocol = ip->protocol;
+  fl.tot_len = tot_len;
+  fl.ipv4_src = ip->saddr;
+  fl.ipv4_dst = ip->daddr;
+  fl.ifindex = skb->ingress_ifindex;
+  const long rc = bpf_fib_lookup(skb, &fl, sizeof fl, 0);
+  if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) return TC_ACT_SHOT;
+  // TTL - 1: the (ttl, protocol) word and the header checksum
+  const __u16 old_word = *(__u16*)((void*)ip + 8);
+  const __u16 new_word = bpf_htons(bpf_ntohs(old_word) - 0x100);
+  if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_word, new_word, 2)) return TC_ACT_SHOT;
+  if (bpf_skb_store_bytes(skb, ETH_HLEN + 8, &new_word, 2, 0)) return TC_ACT_SHOT;
+  if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+    struct bpf_redir_neigh nh = {.nh_family = AF_INET, .ipv4_nh = fl.ipv4_dst};
+    return bpf_redirect_neigh(fl.ifindex, &nh, sizeof nh, 0);
+  }
+  if (bpf_skb_store_bytes(skb, 0, fl.dmac, ETH_ALEN, 0)) return TC_ACT_SHOT;
+  if (bpf_skb_store_bytes(skb, ETH_ALEN, fl.smac, ETH_ALEN, 0)) return TC_ACT_SHOT;
+  return bpf_redirect(fl.ifindex, 0);
+}
+
 static __always_inline int expired(const struct l4_flow* f, __u64 now) {
   const __u64 limit = f->state == L4_CT_OPEN ? (__u64)f->timeout_s * NS_PER_S
                                              : (__u64)L4_SHORT_TIMEOUT_S * NS_PER_S;
   // (signed: another CPU may have stored a later time since `now` was read)
   return (__s64)(now - f->last_ns) > (__s64)limit;
+}
+
+// True when a live flow answers through this reverse key (its ct entry tracked, not idle, and
+// pointing at this endpoint and this source): the key is taken.
+static __always_inline int rct_in_use(const struct l4_flow_key* rk, __u64 now) {
+  struct l4_flow* r = bpf_map_lookup_elem(&rct, rk);
+  if (!r) return 0;
+  struct l4_flow_key ck = {.saddr = r->peer_ip,
+                           .daddr = r->nat_ip,
+                           .sport = r->peer_port,
+                           .dport = r->nat_port,
+                           .proto = rk->proto};
+  struct l4_flow* f = bpf_map_lookup_elem(&ct, &ck);
+  return f && !expired(f, now) && f->nat_ip == rk->saddr && f->nat_port == rk->sport &&
+         f->peer_ip == rk->daddr && f->peer_port == rk->dport;
 }
 
 static __always_inline void note_flags(struct l4_flow* f, __u8 tcp_flags, __u16 fin_bit) {
@@ -183,6 +251,8 @@ int l4_ingress(struct __sk_buff* skb) {
   }
   const __u64 now = bpf_ktime_get_ns();
   const __u32 saddr = ip->saddr, daddr = ip->daddr, bytes = skb->len;
+  const __u8 tos = ip->tos;
+  const __u16 tot_len = bpf_ntohs(ip->tot_len);
   struct l4_flow_key k = {
       .saddr = saddr, .daddr = daddr, .sport = sport, .dport = dport, .proto = proto};
   struct l4_svc_key sk = {.vip = daddr, .port = dport, .proto = proto};
@@ -202,55 +272,64 @@ int l4_ingress(struct __sk_buff* skb) {
         f->fins = 0;
       }
       note_flags(f, tcp_flags, L4_FIN_CLIENT);
-      const __u32 ep_ip = f->nat_ip;
-      const __u16 ep_port = f->nat_port;
+      const __u32 ep_ip = f->nat_ip, src_ip = f->peer_ip;
+      const __u16 ep_port = f->nat_port, src_port = f->peer_port;
       // Its reverse entry, should the LRU have evicted it: answers would leave unrewritten.
       struct l4_flow_key rk = {
-          .saddr = ep_ip, .daddr = saddr, .sport = ep_port, .dport = sport, .proto = proto};
+          .saddr = ep_ip, .daddr = src_ip, .sport = ep_port, .dport = src_port, .proto = proto};
       if (!bpf_map_lookup_elem(&rct, &rk)) {
         struct l4_flow rf = *f;
         rf.nat_ip = daddr;
         rf.nat_port = dport;
+        rf.peer_ip = saddr;
+        rf.peer_port = sport;
         bpf_map_update_elem(&rct, &rk, &rf, BPF_NOEXIST);
       }
       count(f->svc_id, bytes);
-      if (rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, ep_ip, 2, dport, ep_port))
+      if (rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, ep_ip, 2, dport, ep_port) ||
+          rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, src_ip, 0, sport, src_port))
         return TC_ACT_SHOT;
-      return TC_ACT_OK;
+      // (by the flow, not the service: a rule whose mode changed keeps its flows as they were)
+      const int nat_src = src_ip != saddr || src_port != sport;
+      return nat_src ? fib_forward(skb, tos, tot_len) : TC_ACT_OK;
     }
     // 2. A new flow: a datagram, a SYN (or any packet, when the rule hashes: same endpoint).
-    if (proto == IPPROTO_TCP && !(tcp_flags & 2) && svc->sel != L4_SEL_HASH) {
-      count(svc->id, bytes);
-      return TC_ACT_SHOT;  // a connection this node does not know: no endpoint may answer it
-    }
+    // (a TCP connection this node does not know: no endpoint may answer it)
+    if (proto == IPPROTO_TCP && !(tcp_flags & 2) && svc->sel != L4_SEL_HASH)
+      return drop(svc->id, L4_DROP_UNTRACKED);
     const int idx = pick(svc, &k);
-    if (idx < 0) {  // no endpoint up
-      count(svc->id, bytes);
-      return TC_ACT_SHOT;
-    }
+    if (idx < 0) return drop(svc->id, L4_DROP_NO_ENDPOINT);
     __u32 slot = svc->id * L4_MAX_ENDPOINTS + (__u32)idx;
     struct l4_ep* ep = bpf_map_lookup_elem(&endpoints, &slot);
     if (!ep) return TC_ACT_SHOT;
     const struct l4_ep e = *ep;  // (one copy: the control plane may rewrite the row)
+    // The source the endpoint will see: the client (mode 0), or the endpoint's SNAT address
+    // and a port of the service's range no live flow to this endpoint holds. A mode 0 client
+    // port taken by a live flow of another VIP on the same endpoint is not taken over (the
+    // client retries with another port).
     struct l4_flow_key rk = {
         .saddr = e.ip, .daddr = saddr, .sport = e.port, .dport = sport, .proto = proto};
-    // A live flow of another VIP with the same client port on the same endpoint: its reverse
-    // entry is not taken over (the client retries with another port).
-    struct l4_flow* other = bpf_map_lookup_elem(&rct, &rk);
-    if (other && (other->nat_ip != daddr || other->nat_port != dport)) {
-      struct l4_flow_key ok = {.saddr = saddr,
-                               .daddr = other->nat_ip,
-                               .sport = sport,
-                               .dport = other->nat_port,
-                               .proto = proto};
-      struct l4_flow* of = bpf_map_lookup_elem(&ct, &ok);
-      if (of && !expired(of, now) && of->nat_ip == e.ip && of->nat_port == e.port) {
-        count(svc->id, bytes);
-        return TC_ACT_SHOT;
+    int free = 0;
+    if (svc->mode == L4_MODE_DNAT) {
+      free = !rct_in_use(&rk, now);
+    } else if (svc->port_n > 0) {
+      rk.daddr = e.snat_ip;
+      const __u16 lo = svc->port_lo, n = svc->port_n, own = bpf_ntohs(sport);
+      const __u32 seed = mix(mix(mix(0x51a7u, saddr), sport), e.ip);
+      for (__u32 i = 0; i < L4_SNAT_TRIES; ++i) {
+        __u32 port = i == 0 && own >= lo && own - lo < n ? own : lo + mix(seed, i) % n;
+        rk.dport = bpf_htons((__u16)port);
+        if (!rct_in_use(&rk, now)) {
+          free = 1;
+          break;
+        }
       }
     }
+    if (!free) return drop(svc->id, L4_DROP_NO_PORT);
     struct l4_flow nf = {.nat_ip = e.ip,
                          .nat_port = e.port,
+                         .peer_ip = rk.daddr,
+                         .peer_port = rk.dport,
                          .svc_id = svc->id,
                          .ep_index = (__u16)idx,
                          .last_ns = now,
@@ -262,24 +341,29 @@ int l4_ingress(struct __sk_buff* skb) {
     struct l4_flow rf = nf;
     rf.nat_ip = daddr;
     rf.nat_port = dport;
+    rf.peer_ip = saddr;
+    rf.peer_port = sport;
     bpf_map_update_elem(&rct, &rk, &rf, BPF_ANY);
     count(svc->id, bytes);
-    if (rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, e.ip, 2, dport, e.port)) return TC_ACT_SHOT;
-    return TC_ACT_OK;
+    if (rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, e.ip, 2, dport, e.port) ||
+        rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, rk.daddr, 0, sport, rk.dport))
+      return TC_ACT_SHOT;
+    return svc->mode == L4_MODE_DNAT ? TC_ACT_OK : fib_forward(skb, tos, tot_len);
   }
 
-  // 3. The reverse direction of a tracked flow, endpoint -> client: the VIP as the source.
+  // 3. The reverse direction of a tracked flow, endpoint -> the source it saw: the VIP as the
+  // source, the client as the destination.
   struct l4_flow* r = bpf_map_lookup_elem(&rct, &k);
   if (!r) return TC_ACT_UNSPEC;
-  const __u32 vip = r->nat_ip;
-  const __u16 vport = r->nat_port;
+  const __u32 vip = r->nat_ip, client_ip = r->peer_ip;
+  const __u16 vport = r->nat_port, client_port = r->peer_port;
   struct l4_flow_key ck = {
-      .saddr = daddr, .daddr = vip, .sport = dport, .dport = vport, .proto = proto};
+      .saddr = client_ip, .daddr = vip, .sport = client_port, .dport = vport, .proto = proto};
   struct l4_flow* f = bpf_map_lookup_elem(&ct, &ck);
   // Stale, or a connection's SYN-ACK where ours was answered long ago: a direct connection
   // between the client and the endpoint that reuses the port of a closed flow. Not ours.
-  if (!f || f->nat_ip != saddr || f->nat_port != sport || expired(f, now) ||
-      ((tcp_flags & 8) && f->state != L4_CT_SYN)) {
+  if (!f || f->nat_ip != saddr || f->nat_port != sport || f->peer_ip != daddr ||
+      f->peer_port != dport || expired(f, now) || ((tcp_flags & 8) && f->state != L4_CT_SYN)) {
     bpf_map_delete_elem(&rct, &k);
     return TC_ACT_UNSPEC;
   }
@@ -287,6 +371,9 @@ int l4_ingress(struct __sk_buff* skb) {
   if (f->state == L4_CT_SYN) f->state = L4_CT_OPEN;
   note_flags(f, tcp_flags, L4_FIN_ENDPOINT);
   count(f->svc_id, bytes);
-  if (rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, vip, 0, sport, vport)) return TC_ACT_SHOT;
-  return TC_ACT_OK;
+  const int nat_src = client_ip != daddr || client_port != dport;  // modes 1 and 2
+  if (rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, vip, 0, sport, vport) ||
+      rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, client_ip, 2, dport, client_port))
+    return TC_ACT_SHOT;
+  return nat_src ? fib_forward(skb, tos, tot_len) : TC_ACT_OK;
 }
