@@ -143,8 +143,8 @@ Result<RuleSpec> parseRule(const json& body) {
   if (r.mode != 4 && !isL4Mode(r.mode))
     return fail(400, "serviceArguments.mode",
                 "L4 mode " + std::to_string(r.mode) +
-                    " is not supported by this build (modes 0 DNAT, 1 one-arm and 2 full NAT on "
-                    "the L4 path of serve --l4-ifaces; mode 4, fullproxy)");
+                    " is not supported by this build (modes 0 DNAT, 1 one-arm, 2 full NAT and 3 "
+                    "DSR on the L4 path of serve --l4-ifaces; mode 4, fullproxy)");
   if (r.mode == 4 && r.protocol != "tcp")
     return bad("serviceArguments.protocol", "mode 4 (fullproxy) requires tcp");
   const std::string l4_name = "mode " + std::to_string(r.mode) + " (" + l4ModeName(r.mode) + ")";
@@ -155,6 +155,9 @@ Result<RuleSpec> parseRule(const json& body) {
     return bad("serviceArguments.sel", "selector " + std::to_string(r.sel) + " (" +
                                            selectorName(r.sel) + ") is not available for " +
                                            l4_name + "; use 0 (rr), 1 (hash) or 2 (wrr)");
+  // (upstream's text; upstream answers it with a 200, here it is the 400 it is)
+  if (r.mode == 3 && r.sel != 1)
+    return bad("serviceArguments.sel", "Only Hash Selection criteria allowed for DSR mode");
   if (r.sel >= 5 && r.sel <= 7)
     return bad("serviceArguments.sel", "selector " + std::to_string(r.sel) + " (" +
                                            selectorName(r.sel) +
@@ -301,6 +304,11 @@ Result<RuleSpec> parseRule(const json& body) {
       es.port = static_cast<uint16_t>(ej["targetPort"].get<int>());
       es.weight = static_cast<uint8_t>(ej["weight"].get<int>());
       es.role = getOr<int>(ej, "ep_role", 0);
+      if (r.mode == 3 && es.port != r.port)
+        return bad(p + ".targetPort",
+                   "mode 3 (DSR) sends packets to the endpoint unchanged: targetPort must be the "
+                   "service's port " +
+                       std::to_string(r.port));
       if (es.role != 0 && !pd)
         return bad(p + ".ep_role", "prefill/decode roles need pd_disagg_mode");
       std::string id = es.ip + "|" + std::to_string(es.port);

@@ -258,10 +258,34 @@ TEST(RuleParse, ScoringProfileOnTier15RulesOnly) {
 
 TEST(RuleParse, ModeErrorMessageNamesTheMode) {
   json j = simple();
-  j["serviceArguments"]["mode"] = 3;
+  j["serviceArguments"]["mode"] = 5;
   auto r = parseRule(j);
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().what.find("L4 mode 3 is not supported by this build"), std::string::npos);
+  EXPECT_NE(r.error().what.find("L4 mode 5 is not supported by this build"), std::string::npos);
+}
+
+TEST(RuleParse, DsrNeedsTheHashSelectorAndTheServicePort) {
+  json j = simple();
+  j["serviceArguments"].erase("model_name");
+  j["serviceArguments"]["mode"] = 3;
+  j["serviceArguments"]["sel"] = 0;
+  auto r = parseRule(j);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().source, "serviceArguments.sel");
+  // upstream's words (shared/reference/upstream-gateway.md)
+  EXPECT_NE(r.error().what.find("Only Hash Selection criteria allowed for DSR mode"),
+            std::string::npos)
+      << r.error().what;
+  j["serviceArguments"]["sel"] = 1;
+  const int port = j["serviceArguments"]["port"].get<int>();
+  j["endpoints"][0]["targetPort"] = port + 1;  // (a port DSR cannot translate)
+  r = parseRule(j);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().source, "endpoints[0].targetPort");
+  for (auto& e : j["endpoints"]) e["targetPort"] = port;
+  r = parseRule(j);
+  ASSERT_TRUE(r) << r.error().what;
+  EXPECT_EQ(r->mode, 3);
 }
 
 TEST(RuleParse, OneArmAndFullNatAreL4Rules) {

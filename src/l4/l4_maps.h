@@ -10,6 +10,7 @@
 #define L4_MODE_DNAT 0
 #define L4_MODE_ONEARM 1
 #define L4_MODE_FULLNAT 2
+#define L4_MODE_DSR 3
 
 #define L4_SEL_RR 0
 #define L4_SEL_HASH 1
@@ -70,7 +71,7 @@ struct l4_flow {
   // modes 1 and 2); rct: the client, the answers' destination.
   __u32 peer_ip;
   __u16 peer_port;
-  __u16 pad;
+  __u16 flags;  // L4_FLOW_* (ct entries)
   __u32 svc_id;
   __u32 timeout_s;
   __u32 generation;
@@ -83,7 +84,12 @@ struct l4_flow {
 #define L4_DROP_NO_ENDPOINT 0  // no endpoint up
 #define L4_DROP_UNTRACKED 1    // a TCP packet of a connection not tracked (not a SYN)
 #define L4_DROP_NO_PORT 2      // modes 1, 2: no free source port toward the endpoint
-#define L4_DROP_REASONS 3
+#define L4_DROP_NO_ROUTE \
+  3  // modes 1-3: no route (DSR: the endpoint not on a network of this
+     // node), forwarding off, TTL out, or over the MTU
+#define L4_DROP_REASONS 4
+
+#define L4_FLOW_DSR 1  // (struct l4_flow.flags) mode 3: sent to the endpoint unchanged
 
 struct l4_counters {
   __u64 packets;  // forwarded, both directions

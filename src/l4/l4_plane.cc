@@ -4,12 +4,15 @@
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <ifaddrs.h>
 #include <net/if.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <set>
 
 #include "common/log.h"
@@ -20,8 +23,7 @@ namespace kvgate::l4 {
 
 namespace {
 
-// The first source port of the flows' ranges (to 65535) toward the endpoints (plan()).
-constexpr uint32_t kOneArmPortLo = 61000;
+// Full NAT's source ports toward the endpoints: 1024-65535 (the VIP is no local socket's).
 constexpr uint32_t kFullNatPortLo = 1024;
 
 Result<uint32_t> ipv4(const std::string& s, const std::string& field) {
@@ -61,7 +63,87 @@ Result<uint32_t> sourceToward(uint32_t ep, const std::string& field) {
   return me.sin_addr.s_addr;
 }
 
-// A mode 0, 1 or 2 rule as map entries (id and generation filled in when a slot is given).
+// An installed slot's endpoint rows, as planned.
+struct L4Rows {
+  std::vector<l4_ep> rows;
+  explicit L4Rows(const std::vector<uint8_t>& bytes) : rows(bytes.size() / sizeof(l4_ep)) {
+    std::memcpy(rows.data(), bytes.data(), rows.size() * sizeof(l4_ep));
+  }
+  const l4_ep* find(uint32_t ip, uint16_t port) const {
+    for (const auto& e : rows)
+      if (e.ip == ip && e.port == port) return &e;
+    return nullptr;
+  }
+};
+
+// What plan() reads of this node: its IPv4 interface addresses, the L4 interfaces, and one-arm's
+// source port range.
+struct NodeView {
+  struct Addr {
+    uint32_t ip, mask;  // network order
+    std::string iface;
+  };
+  std::vector<Addr> addrs;
+  std::set<std::string> l4_ifaces;
+  uint16_t one_arm_lo = 1024, one_arm_n = 31744;
+
+  static NodeView read(const std::vector<std::string>& ifaces) {
+    NodeView v;
+    v.l4_ifaces.insert(ifaces.begin(), ifaces.end());
+    ifaddrs* all = nullptr;
+    if (getifaddrs(&all) == 0) {
+      for (ifaddrs* a = all; a; a = a->ifa_next)
+        if (a->ifa_addr && a->ifa_netmask && a->ifa_addr->sa_family == AF_INET)
+          v.addrs.push_back({reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr,
+                             reinterpret_cast<sockaddr_in*>(a->ifa_netmask)->sin_addr.s_addr,
+                             a->ifa_name ? a->ifa_name : ""});
+      freeifaddrs(all);
+    }
+    // One-arm's source address is this node's own: its ports stay out of the kernel's ephemeral
+    // range (a local connection there never meets a flow's), in the larger part outside it.
+    unsigned lo = 32768, hi = 60999;
+    if (std::FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+      if (std::fscanf(f, "%u %u", &lo, &hi) != 2) lo = 32768, hi = 60999;
+      std::fclose(f);
+    }
+    lo = std::clamp(lo, 1024u, 65535u);
+    hi = std::clamp(hi, lo, 65535u);
+    if (lo - 1024 >= 65535 - hi) {
+      v.one_arm_lo = 1024;
+      v.one_arm_n = static_cast<uint16_t>(lo - 1024);
+    } else {
+      v.one_arm_lo = static_cast<uint16_t>(hi + 1);
+      v.one_arm_n = static_cast<uint16_t>(65535 - hi);
+    }
+    return v;
+  }
+  const Addr* local(uint32_t ip) const {
+    for (const auto& a : addrs)
+      if (a.ip == ip) return &a;
+    return nullptr;
+  }
+  // On a network of one of the node's interfaces (a neighbour: DSR's frames go to it directly).
+  bool onLink(uint32_t ip) const {
+    for (const auto& a : addrs)
+      if (a.mask != 0 && a.iface != "lo" && (a.ip & a.mask) == (ip & a.mask)) return true;
+    return false;
+  }
+};
+
+// One-arm's source address toward `ep`: the kernel's choice, which must be an address of an L4
+// interface (the endpoint's answers come back to it, and only there does the program see them).
+Result<uint32_t> oneArmSource(uint32_t ep, const NodeView& node, const std::string& field) {
+  auto src = sourceToward(ep, field);
+  if (!src) return src;
+  const NodeView::Addr* a = node.local(*src);
+  if (!a || !node.l4_ifaces.count(a->iface))
+    return fail(400, field,
+                "this node reaches the endpoint from " + (a ? a->iface : std::string("?")) +
+                    ", which is not one of --l4-ifaces: mode 1's answers would not be seen");
+  return src;
+}
+
+// A mode 0-3 rule as map entries (id and generation filled in when a slot is given).
 struct Planned {
   std::string key;
   l4_svc_key k{};
@@ -70,7 +152,9 @@ struct Planned {
   std::vector<std::pair<std::string, uint16_t>> addrs;
 };
 
-Result<Planned> plan(const config::RuleSpec& r) {
+// `before`: the rule's slot as installed, if it is: a one-arm endpoint whose route is gone for
+// the moment keeps the source address it had (no commit fails for a rule that did not change).
+Result<Planned> plan(const config::RuleSpec& r, const NodeView& node, const L4Rows* before) {
   Planned p;
   p.key = r.key();
   auto vip = ipv4(r.vip, "serviceArguments.externalIP");
@@ -97,10 +181,24 @@ Result<Planned> plan(const config::RuleSpec& r) {
     ep.port = htons(e.port);
     ep.up = 1;
     ep.cum_weight = cum;
+    const std::string field = "endpoints[" + std::to_string(i) + "].endpointIP";
+    if (r.mode != L4_MODE_DNAT && node.local(*ip))
+      return fail(400, field,
+                  "'" + e.ip + "' is an address of this node: mode " + std::to_string(r.mode) +
+                      " forwards to other hosts");
     if (r.mode == L4_MODE_FULLNAT) {
       ep.snat_ip = *vip;
+    } else if (r.mode == L4_MODE_DSR) {
+      if (!node.onLink(*ip))
+        return fail(400, field,
+                    "'" + e.ip +
+                        "' is not on a network of this node: mode 3 (DSR) sends each packet to "
+                        "the endpoint's own MAC, so the endpoint must be a neighbour");
     } else if (r.mode == L4_MODE_ONEARM) {
-      auto src = sourceToward(*ip, "endpoints[" + std::to_string(i) + "].endpointIP");
+      auto src = oneArmSource(*ip, node, field);
+      if (!src && before)
+        if (const l4_ep* old = before->find(ep.ip, ep.port); old && old->snat_ip)
+          src = old->snat_ip;
       if (!src) return tl::unexpected(src.error());
       ep.snat_ip = *src;
     }
@@ -111,12 +209,10 @@ Result<Planned> plan(const config::RuleSpec& r) {
   p.svc.mode = static_cast<uint8_t>(r.mode);
   p.svc.n_eps = static_cast<uint16_t>(p.eps.size());
   p.svc.total_weight = cum;
-  // The flows' source ports toward the endpoints: one-arm's address is this node's own, so its
-  // ports stay above the kernel's default ephemeral range (32768-60999) and never meet a local
-  // connection's; full NAT's (the VIP) are those above the well-known ones.
+  // The flows' source ports toward the endpoints (NodeView says one-arm's).
   if (r.mode == L4_MODE_ONEARM) {
-    p.svc.port_lo = static_cast<uint16_t>(kOneArmPortLo);
-    p.svc.port_n = static_cast<uint16_t>(65536 - kOneArmPortLo);
+    p.svc.port_lo = node.one_arm_lo;
+    p.svc.port_n = node.one_arm_n;
   } else if (r.mode == L4_MODE_FULLNAT) {
     p.svc.port_lo = static_cast<uint16_t>(kFullNatPortLo);
     p.svc.port_n = static_cast<uint16_t>(65536 - kFullNatPortLo);
@@ -200,10 +296,14 @@ L4Plane::~L4Plane() {
 }
 
 Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
+  const NodeView node = NodeView::read(ifaces_);
   std::vector<Planned> want;
   for (const auto& r : rules) {
     if (!config::isL4Mode(r.mode) || !r.admin_up) continue;  // (a rule set down: not installed)
-    auto p = plan(r);
+    auto it = now_.slots.find(r.key());
+    std::optional<L4Rows> before;
+    if (it != now_.slots.end()) before.emplace(it->second.eps);
+    auto p = plan(r, node, before ? &*before : nullptr);
     if (!p) return tl::unexpected(p.error());
     want.push_back(std::move(*p));
   }
@@ -315,13 +415,35 @@ std::vector<std::string> L4Plane::syncHealth(
   std::vector<std::string> changed;
   const int ep_fd = bpf_map__fd(skel_->maps.endpoints);
   const int svc_fd = bpf_map__fd(skel_->maps.services);
+  std::optional<NodeView> node;  // (read once, when a one-arm rule needs it)
   for (auto& [key, slot] : now_.slots) {
     std::vector<uint8_t> down = slot.down;
     for (size_t i = 0; i < slot.addrs.size() && i < down.size(); ++i)
       down[i] = up(key, slot.addrs[i].first, slot.addrs[i].second) ? 0 : 1;
-    if (down == slot.down) continue;
+    // One-arm: the source address toward each endpoint followed as routes and addresses change
+    // (new flows take the new one; a route gone keeps the last).
+    std::vector<uint8_t> eps = slot.eps;
+    std::vector<std::string> moved;
+    l4_svc planned;
+    std::memcpy(&planned, slot.svc.data(), sizeof planned);
+    if (planned.mode == L4_MODE_ONEARM) {
+      if (!node) node = NodeView::read(ifaces_);
+      L4Rows rows(slot.eps);
+      for (size_t i = 0; i < rows.rows.size() && i < slot.addrs.size(); ++i) {
+        auto src = oneArmSource(rows.rows[i].ip, *node, "");
+        if (!src || *src == rows.rows[i].snat_ip) continue;
+        rows.rows[i].snat_ip = *src;
+        char text[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &*src, text, sizeof text);
+        moved.push_back(key + ": " + slot.addrs[i].first + ":" +
+                        std::to_string(slot.addrs[i].second) + " source " + text);
+      }
+      if (!moved.empty()) eps = bytesOf(rows.rows.data(), rows.rows.size());
+    }
+    if (down == slot.down && eps == slot.eps) continue;
     Slot next = slot;
     next.down = down;
+    next.eps = eps;
     std::vector<l4_ep> rows;
     l4_svc svc;
     rowsOf(next, rows, svc);
@@ -338,6 +460,8 @@ std::vector<std::string> L4Plane::syncHealth(
       continue;
     }
     slot.sync_failed = false;
+    slot.eps = std::move(eps);
+    changed.insert(changed.end(), moved.begin(), moved.end());
     for (size_t i = 0; i < down.size(); ++i)
       if (down[i] != slot.down[i])
         changed.push_back(key + ": " + slot.addrs[i].first + ":" +
@@ -347,11 +471,12 @@ std::vector<std::string> L4Plane::syncHealth(
   return changed;
 }
 
-static_assert(L4_DROP_REASONS == 3, "ServiceStats::drops and dropReason follow l4_maps.h");
+static_assert(L4_DROP_REASONS == 4, "ServiceStats::drops and dropReason follow l4_maps.h");
 const char* L4Plane::dropReason(size_t i) {
   return i == L4_DROP_NO_ENDPOINT ? "no_endpoint"
          : i == L4_DROP_UNTRACKED ? "untracked"
-                                  : "no_port";
+         : i == L4_DROP_NO_PORT   ? "no_port"
+                                  : "no_route";
 }
 
 std::vector<L4Plane::ServiceStats> L4Plane::stats() const {

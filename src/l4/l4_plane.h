@@ -5,7 +5,8 @@
 //
 // Served: modes 0 (DNAT), 1 (one-arm: the endpoint sees this node's address toward it, found by
 // a route lookup at apply; source ports 61000-65535) and 2 (full NAT: the endpoint sees the VIP;
-// source ports 1024-65535, the client's own kept when free) for tcp and udp, sel 0
+// source ports 1024-65535, the client's own kept when free) and 3 (DSR: sent unchanged to an
+// endpoint on a network of this node, which holds the VIP; sel 1 only) for tcp and udp, sel 0
 // (round-robin), 1 (hash of the client's address and port: per flow) and 2 (weighted
 // round-robin by the endpoints' weights), inactiveTimeOut as
 // the flows' idle timeout (default 900 s tcp, as IPVS's established timeout; 30 s udp), a rule
@@ -42,7 +43,7 @@ class L4Plane {
   L4Plane(const L4Plane&) = delete;
   L4Plane& operator=(const L4Plane&) = delete;
 
-  // Installs the L4 rules (modes 0-2) of `rules` (others are ignored); validated first, nothing
+  // Installs the L4 rules (modes 0-3) of `rules` (others are ignored); validated first, nothing
   // changes on a validation error. Services no longer present are removed; their flows end.
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
   // Undoes the last apply() exactly (the same slots and generations: flows of services it
@@ -51,16 +52,19 @@ class L4Plane {
 
   // Health (control thread, every second): `up(ip, port)` for each endpoint of every installed
   // service; an endpoint down gets no new flows (its flows go on), one back up gets them again.
-  // Returns the endpoints whose state changed, as "rule key: ip:port up|down".
+  // One-arm rules' source addresses are looked up again (routes and addresses change).
+  // Returns the endpoints whose state changed, as "rule key: ip:port up|down" or "rule key:
+  // ip:port source A.B.C.D".
   std::vector<std::string> syncHealth(
       const std::function<bool(const std::string& rule, const std::string& ip, uint16_t port)>& up);
 
   struct ServiceStats {
     std::string rule;  // the rule's key
     uint64_t packets = 0, bytes = 0;
-    uint64_t drops[3] = {0, 0, 0};  // by reason: no endpoint up, untracked, no free port
+    uint64_t drops[4] = {0, 0, 0, 0};  // by reason: no endpoint up, untracked, no free port,
+                                       // no route
   };
-  static const char* dropReason(size_t i);  // "no_endpoint", "untracked", "no_port"
+  static const char* dropReason(size_t i);  // "no_endpoint", "untracked", "no_port", "no_route"
   std::vector<ServiceStats> stats() const;  // every installed service, summed over CPUs
   const std::vector<std::string>& interfaces() const { return ifaces_; }
 

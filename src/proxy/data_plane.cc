@@ -322,7 +322,7 @@ std::string DataPlane::controllerJson() const {
   return nlohmann::json{{"endpoints", eps}}.dump();
 }
 
-// Mode 4 rules go to the fullproxy (applyProxy), mode 0-2 rules to the L4 path (l4/l4_plane.h);
+// Mode 4 rules go to the fullproxy (applyProxy), mode 0-3 rules to the L4 path (l4/l4_plane.h);
 // all or nothing: when the fullproxy refuses, the L4 path gets its last set back.
 Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   if (stats_.draining.load())
@@ -332,7 +332,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   if (!any_l4 && !l4_) return applyProxy(rules);
   if (!l4_)
     return fail(400, "serviceArguments.mode",
-                "mode 0, 1 and 2 rules (DNAT, one-arm, full NAT) need the L4 data path: start "
+                "mode 0-3 rules (DNAT, one-arm, full NAT, DSR) need the L4 data path: start "
                 "serve with --l4-ifaces IFACE[,IFACE...] (docs/l4.md)");
   std::vector<config::RuleSpec> proxy, l4;
   std::set<std::string> tcp_l4;  // VIP:port of the L4 path's tcp rules
@@ -346,7 +346,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
     if (tcp_l4.count(r.listenKey()))
       return fail(
           400, "serviceArguments.mode",
-          r.listenKey() + "/tcp is an L4 (mode 0-2) rule's already; a mode 4 rule cannot share it");
+          r.listenKey() + "/tcp is an L4 (mode 0-3) rule's already; a mode 4 rule cannot share it");
   if (auto a = l4_->apply(l4); !a) return a;
   auto p = applyProxy(proxy);
   if (!p) {
@@ -357,7 +357,7 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   return p;
 }
 
-// One health state per endpoint of each L4 (mode 0-2) rule (its own, apart from mode 4's table and
+// One health state per endpoint of each L4 (mode 0-3) rule (its own, apart from mode 4's table and
 // from other rules': each rule's probe settings judge its endpoints), probed as the rule says;
 // an endpoint its rule does not probe counts as up. The probe tasks are replaced only when what
 // they probe changed (a replaced task starts its failure count over).

@@ -1,13 +1,16 @@
-// The L4 data path (issue 33), modes 0 (DNAT), 1 (one-arm) and 2 (full NAT) in eBPF at tc
-// ingress, tested on real traffic
+// The L4 data path (issue 33), modes 0 (DNAT), 1 (one-arm), 2 (full NAT) and 3 (DSR) in eBPF at
+// tc ingress, tested on real traffic
 // between network namespaces: client --veth-- gateway (kvgate serve --l4-ifaces) --veth--
 // backends. Addresses are of 198.18.0.0/15 on veth pairs this file creates and removes.
 //
 //   client ns   c0 198.18.0.2/24 and 198.18.0.3/24, route to the VIP net 198.19.0.0/24 via 198.18.0.1
 //   gateway ns  c1 198.18.0.1/24, b1 198.18.1.1/24, forwarding on (kvgate runs here)
-//   backend ns  b0 198.18.1.2/24 and 198.18.1.3/24 (two backends), default route via .1.1
+//   backend ns  b0 198.18.1.2/24 and 198.18.1.3/24 (two backends), default route via .1.1;
+//               the DSR VIP 198.19.0.200/32 on lo, and its answers (from that address) sent
+//               straight to the client over d0 198.18.2.2/24 -- d1 198.18.2.1/24 (client ns)
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import readline from 'node:readline';
 import { after, before, describe, test } from 'node:test';
 
@@ -16,6 +19,7 @@ import { BIN, api, freePort, gateway, LB_BASE, tempDir, waitFor } from './lib.mj
 const tag = String(process.pid % 100000);
 const NS = { c: `kvl4c${tag}`, g: `kvl4g${tag}`, b: `kvl4b${tag}` };
 const VIP = '198.19.0.100';
+const DSR_VIP = '198.19.0.200';
 const BACKENDS = ['198.18.1.2', '198.18.1.3'];
 const PEER = 'tests/integration/l4_peer.py';
 
@@ -81,7 +85,7 @@ const curlTcp = (port, host = VIP, sport = 0, line = 'x', from = '198.18.0.2') =
   return out.trim();
 };
 
-describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root (namespaces, BPF)' }, () => {
+describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root (namespaces, BPF)' }, () => {
   const procs = [];
   let gw;
   let tmp;
@@ -89,10 +93,14 @@ describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'nee
     for (const ns of Object.values(NS)) sh('ip', 'netns', 'add', ns);
     sh('ip', 'link', 'add', `c0k${tag}`, 'netns', NS.c, 'type', 'veth', 'peer', 'name', 'c1', 'netns', NS.g);
     sh('ip', 'link', 'add', `b0k${tag}`, 'netns', NS.b, 'type', 'veth', 'peer', 'name', 'b1', 'netns', NS.g);
+    sh('ip', 'link', 'add', `d0k${tag}`, 'netns', NS.b, 'type', 'veth', 'peer', 'name', `d1k${tag}`, 'netns', NS.c);
+    inNs(NS.b, 'ip', 'link', 'set', `d0k${tag}`, 'name', 'd0');
+    inNs(NS.c, 'ip', 'link', 'set', `d1k${tag}`, 'name', 'd1');
     inNs(NS.c, 'ip', 'link', 'set', `c0k${tag}`, 'name', 'c0');
     inNs(NS.b, 'ip', 'link', 'set', `b0k${tag}`, 'name', 'b0');
     for (const [ns, dev, addrs] of [[NS.c, 'c0', ['198.18.0.2/24', '198.18.0.3/24']], [NS.g, 'c1', ['198.18.0.1/24']],
-      [NS.g, 'b1', ['198.18.1.1/24']], [NS.b, 'b0', BACKENDS.map((a) => `${a}/24`)]]) {
+      [NS.g, 'b1', ['198.18.1.1/24']], [NS.b, 'b0', BACKENDS.map((a) => `${a}/24`)],
+      [NS.b, 'd0', ['198.18.2.2/24']], [NS.c, 'd1', ['198.18.2.1/24']], [NS.b, 'lo', [`${DSR_VIP}/32`]]]) {
       for (const a of addrs) inNs(ns, 'ip', 'addr', 'add', a, 'dev', dev);
       inNs(ns, 'ip', 'link', 'set', dev, 'up');
       inNs(ns, 'ip', 'link', 'set', 'lo', 'up');
@@ -103,6 +111,13 @@ describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'nee
     inNs(NS.b, 'ethtool', '-K', 'b0', 'tx', 'off', 'rx', 'off');
     inNs(NS.g, 'ethtool', '-K', 'c1', 'tx', 'off', 'rx', 'off');
     inNs(NS.g, 'ethtool', '-K', 'b1', 'tx', 'off', 'rx', 'off');
+    inNs(NS.b, 'ethtool', '-K', 'd0', 'tx', 'off', 'rx', 'off');
+    inNs(NS.c, 'ethtool', '-K', 'd1', 'tx', 'off', 'rx', 'off');
+    // DSR: the backends answer from the DSR VIP straight to the client, not through the gateway
+    inNs(NS.b, 'ip', 'rule', 'add', 'from', DSR_VIP, 'lookup', '100', 'pref', '100');
+    inNs(NS.b, 'ip', 'route', 'add', '198.18.0.0/24', 'via', '198.18.2.1', 'dev', 'd0', 'table', '100');
+    for (const k of ['net.ipv4.conf.all.rp_filter=0', 'net.ipv4.conf.default.rp_filter=0', 'net.ipv4.conf.d1.rp_filter=0'])
+      inNs(NS.c, 'sysctl', '-qw', k);
     inNs(NS.c, 'ip', 'route', 'add', '198.19.0.0/24', 'via', '198.18.0.1');
     inNs(NS.c, 'ip', 'route', 'add', '198.18.1.0/24', 'via', '198.18.0.1');  // (direct, for one test)
     inNs(NS.b, 'ip', 'route', 'add', 'default', 'via', '198.18.1.1');
@@ -114,6 +129,9 @@ describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'nee
       procs.push(p);
       assert.equal(await p.next(), 'ready');
     }
+    const dsr = spawnIn(NS.b, ['/usr/bin/python3', PEER, 'serve', DSR_VIP, '8000', '5301', 'dsr']);
+    procs.push(dsr);
+    assert.equal(await dsr.next(), 'ready');
     tmp = tempDir();
     gw = await startGw(tmp.dir);
   });
@@ -218,7 +236,7 @@ describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'nee
     assert.ok([a, b].includes(`${VIP}:61301`), out);  // the first kept its own
   });
 
-  test('mode 1 (one-arm): the endpoint sees the gateway\'s own address, on a port above the ephemeral range', () => {
+  test('mode 1 (one-arm): the endpoint sees the gateway\'s own address, on a port below the ephemeral range', () => {
     const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8091, targetPort: 8000, mode: 1 }));
     assert.equal(r.status, 200, r.text);
     const seen = { be0: 0, be1: 0 };
@@ -227,9 +245,37 @@ describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'nee
       seen[id] += 1;
       const [ip, port] = from.split(':');
       assert.equal(ip, '198.18.1.1');  // the gateway's address on the endpoints' network
-      assert.ok(Number(port) >= 61000 && Number(port) <= 65535, from);
+      // (ip_local_port_range 32768-60999 by default: the larger part outside it is 1024-32767)
+      const [lo] = inNs(NS.g, 'cat', '/proc/sys/net/ipv4/ip_local_port_range').trim().split(/\s+/).map(Number);
+      assert.ok(Number(port) >= 1024 && Number(port) < lo, from);
     }
     assert.deepEqual(seen, { be0: 2, be1: 2 });
+  });
+
+  test('mode 2 relays a large answer byte for byte with segmentation offload on (GSO packets over the MTU)', async () => {
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8094, targetPort: 8000, mode: 2 }));
+    assert.equal(r.status, 200, r.text);
+    // the backends send TSO super-packets (up to 64 KiB) over the veth: the gateway sees them whole
+    inNs(NS.b, 'ethtool', '-K', 'b0', 'tx', 'on', 'tso', 'on');
+    try {
+      const n = 4 * 1024 * 1024;
+      const out = inNs(NS.c, '/usr/bin/python3', '-c', [
+        'import socket,hashlib',
+        `s=socket.create_connection(("${VIP}",8094),timeout=10)`,
+        `s.sendall(b"big ${n}\\n")`,
+        'b=bytearray()',
+        `while len(b)<${n}+1:`,
+        ' d=s.recv(1<<20)',
+        ' if not d: break',
+        ' b+=d',
+        'print(len(b), hashlib.sha256(bytes(b)).hexdigest())',
+      ].join('\n')).trim().split(' ');
+      assert.equal(Number(out[0]), n + 1);  // n bytes and the newline
+      const want = createHash('sha256').update(Buffer.concat([Buffer.alloc(n, 'x'), Buffer.from('\n')])).digest('hex');
+      assert.equal(out[1], want);
+    } finally {
+      inNs(NS.b, 'ethtool', '-K', 'b0', 'tx', 'off');
+    }
   });
 
   test('modes 1 and 2 forward UDP: the endpoint sees the SNAT address, the client the VIP and port', () => {
@@ -244,7 +290,7 @@ describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'nee
     }
   });
 
-  test('an AI rule (mode 4, in front of a simulated engine) and a classic rule (mode 2) on one node at once', async () => {
+  test('an AI rule (mode 4, in front of a simulated engine) and a classic rule (mode 1) on one node at once', async () => {
     const sim = spawnIn(NS.b, [BIN, 'sim', '--engine', 'vllm', '--host', BACKENDS[0], '--port', '8100']);
     procs.push(sim);
     for (;;) {
@@ -257,7 +303,8 @@ describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'nee
       endpoints: [{ endpointIP: BACKENDS[0], targetPort: 8100, weight: 1 }],
     });
     assert.equal(ai.status, 200, ai.text);
-    const classic = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8093, targetPort: 8000, mode: 2 }));
+    // (mode 1: its flows and mode 4's connections both leave from the gateway's 198.18.1.1)
+    const classic = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8093, targetPort: 8000, mode: 1 }));
     assert.equal(classic.status, 200, classic.text);
     for (let i = 0; i < 2; ++i) {
       const out = inNs(NS.c, 'curl', '-s', '-m', '10', 'http://198.18.0.1:8400/v1/chat/completions',
@@ -268,9 +315,44 @@ describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'nee
       assert.equal(j.model, 'sim-model');
       const [id, from] = curlTcp(8093, VIP, 0, 'who').split(' ');
       assert.match(id, /^be[01]$/);
-      assert.equal(from.split(':')[0], VIP);
+      assert.equal(from.split(':')[0], '198.18.1.1');
     }
     await stopProc(sim);
+  });
+
+  test('mode 3 (DSR): the endpoint sees the client, and its answers bypass the gateway', () => {
+    const r = gwApi(gw.api, 'POST', LB_BASE, {
+      serviceArguments: { externalIP: DSR_VIP, port: 8000, protocol: 'tcp', sel: 1, mode: 3 },
+      endpoints: BACKENDS.map((ip) => ({ endpointIP: ip, targetPort: 8000, weight: 1 })),
+    });
+    assert.equal(r.status, 200, r.text);
+    const stat = (ns, dev, what) => Number(inNs(ns, 'cat', `/sys/class/net/${dev}/statistics/${what}`));
+    const gwTx0 = stat(NS.g, 'c1', 'tx_packets');
+    const direct0 = stat(NS.c, 'd1', 'rx_packets');
+    for (let i = 0; i < 4; ++i) {
+      const [id, from] = curlTcp(8000, DSR_VIP, 0, 'who').split(' ');
+      assert.equal(id, 'dsr');
+      assert.equal(from.split(':')[0], '198.18.0.2');  // no NAT: the client's own address
+    }
+    // 4 connections' SYN-ACKs, answers and FINs came over the direct link; the gateway sent the
+    // client nothing (an ARP at most)
+    assert.ok(stat(NS.c, 'd1', 'rx_packets') - direct0 >= 12);
+    assert.ok(stat(NS.g, 'c1', 'tx_packets') - gwTx0 <= 2);
+  });
+
+  test('mode 3 refusals: a selector other than hash (upstream\'s words), an endpoint that is not a neighbour', () => {
+    let r = gwApi(gw.api, 'POST', LB_BASE, {
+      serviceArguments: { externalIP: DSR_VIP, port: 8001, protocol: 'tcp', sel: 0, mode: 3 },
+      endpoints: [{ endpointIP: BACKENDS[0], targetPort: 8001, weight: 1 }],
+    });
+    assert.equal(r.status, 400);
+    assert.match(r.text, /Only Hash Selection criteria allowed for DSR mode/);
+    r = gwApi(gw.api, 'POST', LB_BASE, {
+      serviceArguments: { externalIP: DSR_VIP, port: 8001, protocol: 'tcp', sel: 1, mode: 3 },
+      endpoints: [{ endpointIP: '198.19.5.5', targetPort: 8001, weight: 1 }],
+    });
+    assert.equal(r.status, 400);
+    assert.match(r.text, /not on a network of this node/);
   });
 
   test('an endpoint its probe finds down gets no new flows, and gets them again once back', async () => {
@@ -296,13 +378,12 @@ describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'nee
     const line = m.split('\n').find((l) => l.startsWith('kvgate_l4_packets_total') && l.includes(':8080/tcp'));
     assert.ok(line, m.split('\n').filter((l) => l.startsWith('kvgate_l4')).join('\n'));
     assert.ok(Number(line.split(' ').pop()) >= 40, line);  // 13+ flows, 3+ packets each way
-    // The probe test's endpoint down refused nothing (the probe steered flows away); a TCP
-    // packet of no tracked connection is dropped and said why.
+    // A TCP packet of no tracked connection is dropped and said why.
     const dropped = (rule, reason) => Number(gwApi(gw.api, 'GET', '/metrics').text.split('\n')
       .find((l) => l.startsWith(`kvgate_l4_dropped_total{rule="${rule}",reason="${reason}"}`))?.split(' ').pop());
     const rule8080 = line.match(/rule="([^"]+)"/)[1];
     const before = dropped(rule8080, 'untracked');
-    assert.equal(typeof before, 'number');
+    assert.ok(Number.isFinite(before), 'no kvgate_l4_dropped_total{reason="untracked"} line');
     inNs(NS.c, '/usr/bin/python3', '-c', [
       'import socket,struct',
       's=socket.socket(socket.AF_INET,socket.SOCK_RAW,socket.IPPROTO_TCP)',
@@ -318,7 +399,7 @@ describe('L4 modes 0, 1 and 2 in eBPF', { skip: process.getuid?.() !== 0 && 'nee
       endpoints: [{ endpointIP: BACKENDS[0], targetPort: 8000, weight: 1 }],
     });
     assert.equal(refused.status, 400);  // a mode 4 rule on a mode 0 rule's VIP:port
-    assert.match(refused.text, /L4 \(mode 0-2\) rule/);
+    assert.match(refused.text, /L4 \(mode 0-3\) rule/);
   });
 
   test('rules survive a restart of the gateway', async () => {

@@ -4,7 +4,8 @@
 usage: l4_peer.py serve IP TCP_PORT UDP_PORT ID   a backend: each TCP line is answered with
                                                    "ID\\n" ("ID IP:PORT\\n" for a line "who":
                                                    the peer's address as seen here), each UDP
-                                                   datagram with "ID" (or "ID IP:PORT" for "who")
+                                                   datagram with "ID" (or "ID IP:PORT" for "who");
+                                                   a line "big N": N bytes of "x" and a newline
        l4_peer.py session IP PORT                  one TCP connection kept open: for each line
                                                    "ask" on stdin, sends a line, prints the
                                                    answer; "quit" ends
@@ -27,6 +28,10 @@ if cmd == "serve":
                 seen = ""
                 if line.strip() == b"who":
                     seen = " %s:%d" % self.client_address
+                elif line.startswith(b"big "):  # N bytes of "x" and a newline
+                    self.wfile.write(b"x" * int(line.split()[1]) + b"\n")
+                    self.wfile.flush()
+                    continue
                 self.wfile.write((ident + seen + "\n").encode())
                 self.wfile.flush()
 

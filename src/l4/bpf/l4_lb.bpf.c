@@ -1,9 +1,13 @@
 // The L4 data path (issue 33): classic load balancing of TCP and UDP services at tc ingress.
 // Modes: 0 DNAT (the endpoint sees the client; its answers must route back through this node),
 // 1 one-arm (the endpoint sees this node's address toward it), 2 full NAT (the endpoint sees the
-// VIP). Modes 1 and 2 give each flow a source port of the service's range that no live flow to
-// the same endpoint holds (the client's own port first when it is in the range, then up to
-// L4_SNAT_TRIES hashed others; none free: the packet is dropped and counted).
+// VIP), 3 DSR (the packet goes unchanged, but for its MACs and TTL, to the endpoint, which holds
+// the VIP and answers the client directly: only the client's side is seen here, its flow open on
+// the client's first packet after its SYN and closing on its FIN or RST). Modes 1 and 2 give
+// each flow a source port of the service's range that no live flow to the same endpoint holds
+// and no service of that address listens on (the client's own port first
+// when it is in the range, then random others, L4_SNAT_TRIES in all; none free: the packet is
+// dropped and counted). A closed flow keeps its port L4_TIME_WAIT_S (the endpoint's TIME_WAIT).
 //
 // Algorithm, per IPv4 packet on an interface named by `serve --l4-ifaces`:
 //   1. A packet of a tracked flow (ct: client -> VIP, its service still the one that made it)
@@ -20,11 +24,10 @@
 //      entry alive and pointing at that endpoint) gets the VIP and port back as its source and,
 //      modes 1 and 2, the client as its destination. A stale reverse entry is dropped and the
 //      packet left alone (direct traffic between the client and the endpoint is not ours).
-// Mode 0 packets go on through the stack's routing; modes 1 and 2 are sent by a FIB lookup
+// Mode 0 packets go on through the stack's routing; modes 1-3 are sent by a FIB lookup
 // (bpf_fib_lookup, then bpf_redirect with the next hop's addresses, or bpf_redirect_neigh while
-// the neighbour is unresolved), TTL decremented: their source may be an address of this node,
-// which the input route would drop as a martian. No route, forwarding off or a packet over the
-// MTU: dropped.
+// the neighbour is unresolved), TTL decremented (send()). No route, forwarding off or a packet
+// over the MTU: dropped and counted.
 // Timeouts (idle): a TCP flow not yet answered, or closed (FINs both ways, or an RST), 10 s;
 // otherwise the rule's inactiveTimeOut (default 900 s tcp, 30 s udp; l4_plane.cc). Both tables
 // are LRU: a flood of new flows evicts the oldest, never grows memory. Per-service packet and
@@ -91,6 +94,7 @@ struct {
 #define IP_DST_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, daddr))
 #define NS_PER_S 1000000000ull
 #define L4_SNAT_TRIES 8
+#define L4_TIME_WAIT_S 60  // (Linux's TCP_TIMEWAIT_LEN)
 #define AF_INET 2
 
 static __always_inline __u32 mix(__u32 h, __u32 v) {
@@ -164,28 +168,47 @@ static __always_inline int pick(struct l4_svc* svc, const struct l4_flow_key* k)
   return -1;
 }
 
-// Sends a packet of mode 1 or 2 on by the FIB (see the top): TC_ACT_REDIRECT, or TC_ACT_SHOT.
-static __always_inline int fib_forward(struct __sk_buff* skb, __u8 tos, __u16 tot_len) {
+// How a packet leaves (send()): through the stack's routing (mode 0), by a FIB redirect
+// (modes 1, 2: its source may be an address of this node, which the input route would drop as a
+// martian), or unchanged to the endpoint's MAC (mode 3, DSR: `via`, the endpoint, must be on a
+// network of this node; were it behind a router, the router would send the VIP back here).
+#define SEND_STACK 0
+#define SEND_FIB 1
+#define SEND_DSR 2
+
+// Counts the packet as forwarded and sends it on (see SEND_*); a FIB miss, forwarding off on the
+// ingress interface, a TTL out or a packet over the egress MTU: dropped (no_route).
+static __always_inline int send(struct __sk_buff* skb, int how, __u32 via, __u32 svc_id,
+                                __u32 bytes, __u8 tos) {
+  if (how == SEND_STACK) {
+    count(svc_id, bytes);
+    return TC_ACT_OK;
+  }
   void* data = (void*)(long)skb->data;
   void* end = (void*)(long)skb->data_end;
   struct iphdr* ip = data + ETH_HLEN;
-  if ((void*)(ip + 1) > end) return TC_ACT_SHOT;
-  if (ip->ttl <= 1) return TC_ACT_SHOT;
+  if ((void*)(ip + 1) > end) return drop(svc_id, L4_DROP_NO_ROUTE);
+  if (ip->ttl <= 1) return drop(svc_id, L4_DROP_NO_ROUTE);
   struct bpf_fib_lookup fl = {};
   fl.family = AF_INET;
   fl.tos = tos;
   fl.l4_protocol = ip->protocol;
-  fl.tot_len = tot_len;
+  // (no tot_len: the kernel then checks the MTU on the skb itself, which knows GSO; a GSO packet's
+  // tot_len is the whole super-packet's)
   fl.ipv4_src = ip->saddr;
-  fl.ipv4_dst = ip->daddr;
+  fl.ipv4_dst = how == SEND_DSR ? via : ip->daddr;
   fl.ifindex = skb->ingress_ifindex;
   const long rc = bpf_fib_lookup(skb, &fl, sizeof fl, 0);
-  if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH) return TC_ACT_SHOT;
+  if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+    return drop(svc_id, L4_DROP_NO_ROUTE);
+  // (the lookup leaves the next hop in ipv4_dst: DSR's must be the endpoint itself)
+  if (how == SEND_DSR && fl.ipv4_dst != via) return drop(svc_id, L4_DROP_NO_ROUTE);
   // TTL - 1: the (ttl, protocol) word and the header checksum
   const __u16 old_word = *(__u16*)((void*)ip + 8);
   const __u16 new_word = bpf_htons(bpf_ntohs(old_word) - 0x100);
   if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_word, new_word, 2)) return TC_ACT_SHOT;
   if (bpf_skb_store_bytes(skb, ETH_HLEN + 8, &new_word, 2, 0)) return TC_ACT_SHOT;
+  count(svc_id, bytes);
   if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
     struct bpf_redir_neigh nh = {.nh_family = AF_INET, .ipv4_nh = fl.ipv4_dst};
     return bpf_redirect_neigh(fl.ifindex, &nh, sizeof nh, 0);
@@ -202,19 +225,26 @@ static __always_inline int expired(const struct l4_flow* f, __u64 now) {
   return (__s64)(now - f->last_ns) > (__s64)limit;
 }
 
-// True when a live flow answers through this reverse key (its ct entry tracked, not idle, and
-// pointing at this endpoint and this source): the key is taken.
+// True when a flow answers through this reverse key (its ct entry tracked and pointing at this
+// endpoint and this source, not idle; a closed SNAT flow holds its source port
+// L4_TIME_WAIT_S after its last packet, as long as the endpoint may keep its TIME_WAIT): the key
+// is taken.
 static __always_inline int rct_in_use(const struct l4_flow_key* rk, __u64 now) {
   struct l4_flow* r = bpf_map_lookup_elem(&rct, rk);
   if (!r) return 0;
+  const int snat = r->peer_ip != rk->daddr || r->peer_port != rk->dport;
   struct l4_flow_key ck = {.saddr = r->peer_ip,
                            .daddr = r->nat_ip,
                            .sport = r->peer_port,
                            .dport = r->nat_port,
                            .proto = rk->proto};
   struct l4_flow* f = bpf_map_lookup_elem(&ct, &ck);
-  return f && !expired(f, now) && f->nat_ip == rk->saddr && f->nat_port == rk->sport &&
-         f->peer_ip == rk->daddr && f->peer_port == rk->dport;
+  if (!f || f->nat_ip != rk->saddr || f->nat_port != rk->sport || f->peer_ip != rk->daddr ||
+      f->peer_port != rk->dport)
+    return 0;
+  if (snat && f->state == L4_CT_CLOSING)
+    return (__s64)(now - f->last_ns) <= (__s64)((__u64)L4_TIME_WAIT_S * NS_PER_S);
+  return !expired(f, now);
 }
 
 static __always_inline void note_flags(struct l4_flow* f, __u8 tcp_flags, __u16 fin_bit) {
@@ -252,7 +282,6 @@ int l4_ingress(struct __sk_buff* skb) {
   const __u64 now = bpf_ktime_get_ns();
   const __u32 saddr = ip->saddr, daddr = ip->daddr, bytes = skb->len;
   const __u8 tos = ip->tos;
-  const __u16 tot_len = bpf_ntohs(ip->tot_len);
   struct l4_flow_key k = {
       .saddr = saddr, .daddr = daddr, .sport = sport, .dport = dport, .proto = proto};
   struct l4_svc_key sk = {.vip = daddr, .port = dport, .proto = proto};
@@ -271,27 +300,37 @@ int l4_ingress(struct __sk_buff* skb) {
         f->state = L4_CT_SYN;
         f->fins = 0;
       }
+      if (f->flags & L4_FLOW_DSR) {  // (only the client's side passes here)
+        if (f->state == L4_CT_SYN && !(tcp_flags & 2)) f->state = L4_CT_OPEN;  // it was answered
+        note_flags(f, tcp_flags, L4_FIN_CLIENT | L4_FIN_ENDPOINT);
+        return send(skb, SEND_DSR, f->nat_ip, f->svc_id, bytes, tos);
+      }
       note_flags(f, tcp_flags, L4_FIN_CLIENT);
       const __u32 ep_ip = f->nat_ip, src_ip = f->peer_ip;
       const __u16 ep_port = f->nat_port, src_port = f->peer_port;
-      // Its reverse entry, should the LRU have evicted it: answers would leave unrewritten.
+      // Its reverse entry, should the LRU have evicted it: answers would leave unrewritten. One
+      // another flow has taken meanwhile (its port looked free): this flow's answers would go to
+      // that flow's client, so it ends here.
       struct l4_flow_key rk = {
           .saddr = ep_ip, .daddr = src_ip, .sport = ep_port, .dport = src_port, .proto = proto};
-      if (!bpf_map_lookup_elem(&rct, &rk)) {
+      struct l4_flow* rr = bpf_map_lookup_elem(&rct, &rk);
+      if (!rr) {
         struct l4_flow rf = *f;
         rf.nat_ip = daddr;
         rf.nat_port = dport;
         rf.peer_ip = saddr;
         rf.peer_port = sport;
         bpf_map_update_elem(&rct, &rk, &rf, BPF_NOEXIST);
+      } else if (rr->peer_ip != saddr || rr->peer_port != sport || rr->nat_ip != daddr ||
+                 rr->nat_port != dport) {
+        bpf_map_delete_elem(&ct, &k);
+        return drop(svc->id, L4_DROP_NO_PORT);
       }
-      count(f->svc_id, bytes);
       if (rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, ep_ip, 2, dport, ep_port) ||
           rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, src_ip, 0, sport, src_port))
         return TC_ACT_SHOT;
-      // (by the flow, not the service: a rule whose mode changed keeps its flows as they were)
       const int nat_src = src_ip != saddr || src_port != sport;
-      return nat_src ? fib_forward(skb, tos, tot_len) : TC_ACT_OK;
+      return send(skb, nat_src ? SEND_FIB : SEND_STACK, 0, f->svc_id, bytes, tos);
     }
     // 2. A new flow: a datagram, a SYN (or any packet, when the rule hashes: same endpoint).
     // (a TCP connection this node does not know: no endpoint may answer it)
@@ -304,51 +343,65 @@ int l4_ingress(struct __sk_buff* skb) {
     if (!ep) return TC_ACT_SHOT;
     const struct l4_ep e = *ep;  // (one copy: the control plane may rewrite the row)
     // The source the endpoint will see: the client (mode 0), or the endpoint's SNAT address
-    // and a port of the service's range no live flow to this endpoint holds. A mode 0 client
-    // port taken by a live flow of another VIP on the same endpoint is not taken over (the
-    // client retries with another port).
-    struct l4_flow_key rk = {
-        .saddr = e.ip, .daddr = saddr, .sport = e.port, .dport = sport, .proto = proto};
-    int free = 0;
-    if (svc->mode == L4_MODE_DNAT) {
-      free = !rct_in_use(&rk, now);
-    } else if (svc->port_n > 0) {
-      rk.daddr = e.snat_ip;
-      const __u16 lo = svc->port_lo, n = svc->port_n, own = bpf_ntohs(sport);
-      const __u32 seed = mix(mix(mix(0x51a7u, saddr), sport), e.ip);
-      for (__u32 i = 0; i < L4_SNAT_TRIES; ++i) {
-        __u32 port = i == 0 && own >= lo && own - lo < n ? own : lo + mix(seed, i) % n;
-        rk.dport = bpf_htons((__u16)port);
-        if (!rct_in_use(&rk, now)) {
-          free = 1;
-          break;
-        }
-      }
-    }
-    if (!free) return drop(svc->id, L4_DROP_NO_PORT);
+    // and a port of the service's range that no flow to this endpoint holds and no service of
+    // that address listens on (its answers would be taken for that service's traffic): the
+    // client's own port when it is in the range, then L4_SNAT_TRIES - 1 random others (a retry
+    // draws new ones). Taken by inserting its reverse entry (BPF_NOEXIST: two CPUs never get one
+    // port; a stale entry, its flow gone, is deleted first). A mode 0 client port taken by a
+    // live flow of another VIP on the same endpoint is not taken over (the client retries with
+    // another port).
+    const int dsr = svc->mode == L4_MODE_DSR;
     struct l4_flow nf = {.nat_ip = e.ip,
                          .nat_port = e.port,
-                         .peer_ip = rk.daddr,
-                         .peer_port = rk.dport,
+                         .peer_ip = saddr,
+                         .peer_port = sport,
                          .svc_id = svc->id,
                          .ep_index = (__u16)idx,
                          .last_ns = now,
                          .timeout_s = svc->timeout_s,
                          .generation = svc->generation,
+                         .flags = dsr ? L4_FLOW_DSR : 0,
                          .state = proto == IPPROTO_TCP ? L4_CT_SYN : L4_CT_OPEN};
-    note_flags(&nf, tcp_flags, L4_FIN_CLIENT);
+    note_flags(&nf, tcp_flags, dsr ? L4_FIN_CLIENT | L4_FIN_ENDPOINT : L4_FIN_CLIENT);
+    if (!dsr) {
+      struct l4_flow rf = nf;  // (the reverse entry: VIP and client)
+      rf.nat_ip = daddr;
+      rf.nat_port = dport;
+      struct l4_flow_key rk = {
+          .saddr = e.ip, .daddr = saddr, .sport = e.port, .dport = sport, .proto = proto};
+      const int snat = svc->mode != L4_MODE_DNAT;
+      if (snat) {
+        if (svc->port_n == 0) return drop(svc->id, L4_DROP_NO_PORT);
+        rk.daddr = e.snat_ip;
+      }
+      const __u16 lo = svc->port_lo, n = svc->port_n, own = bpf_ntohs(sport);
+      int found = 0;
+      for (__u32 i = 0; i < L4_SNAT_TRIES; ++i) {
+        if (i > 0 && !snat) break;  // (mode 0: the client's own port only)
+        if (snat) {
+          if (i == 0 && !(own >= lo && own - lo < n)) continue;
+          const __u32 port = i == 0 ? own : lo + bpf_get_prandom_u32() % n;
+          rk.dport = bpf_htons((__u16)port);
+          struct l4_svc_key lk = {.vip = rk.daddr, .port = rk.dport, .proto = proto};
+          if (bpf_map_lookup_elem(&services, &lk)) continue;
+        }
+        if (rct_in_use(&rk, now)) continue;
+        bpf_map_delete_elem(&rct, &rk);  // (stale, if there)
+        if (bpf_map_update_elem(&rct, &rk, &rf, BPF_NOEXIST) == 0) {
+          found = 1;
+          break;
+        }
+      }
+      if (!found) return drop(svc->id, L4_DROP_NO_PORT);
+      nf.peer_ip = rk.daddr;
+      nf.peer_port = rk.dport;
+    }
     bpf_map_update_elem(&ct, &k, &nf, BPF_ANY);
-    struct l4_flow rf = nf;
-    rf.nat_ip = daddr;
-    rf.nat_port = dport;
-    rf.peer_ip = saddr;
-    rf.peer_port = sport;
-    bpf_map_update_elem(&rct, &rk, &rf, BPF_ANY);
-    count(svc->id, bytes);
+    if (dsr) return send(skb, SEND_DSR, e.ip, svc->id, bytes, tos);
     if (rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, e.ip, 2, dport, e.port) ||
-        rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, rk.daddr, 0, sport, rk.dport))
+        rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, nf.peer_ip, 0, sport, nf.peer_port))
       return TC_ACT_SHOT;
-    return svc->mode == L4_MODE_DNAT ? TC_ACT_OK : fib_forward(skb, tos, tot_len);
+    return send(skb, svc->mode == L4_MODE_DNAT ? SEND_STACK : SEND_FIB, 0, svc->id, bytes, tos);
   }
 
   // 3. The reverse direction of a tracked flow, endpoint -> the source it saw: the VIP as the
@@ -360,20 +413,23 @@ int l4_ingress(struct __sk_buff* skb) {
   struct l4_flow_key ck = {
       .saddr = client_ip, .daddr = vip, .sport = client_port, .dport = vport, .proto = proto};
   struct l4_flow* f = bpf_map_lookup_elem(&ct, &ck);
-  // Stale, or a connection's SYN-ACK where ours was answered long ago: a direct connection
-  // between the client and the endpoint that reuses the port of a closed flow. Not ours.
-  if (!f || f->nat_ip != saddr || f->nat_port != sport || f->peer_ip != daddr ||
-      f->peer_port != dport || expired(f, now) || ((tcp_flags & 8) && f->state != L4_CT_SYN)) {
+  struct l4_svc_key vk = {.vip = vip, .port = vport, .proto = proto};
+  struct l4_svc* vs = bpf_map_lookup_elem(&services, &vk);
+  const int nat_src = client_ip != daddr || client_port != dport;  // modes 1 and 2
+  // Stale (idle, or its rule deleted or replaced), or, mode 0, a SYN-ACK to a flow that has
+  // closed: a direct connection between the client and the endpoint that reuses the port of a
+  // closed flow. Not ours. (A SYN-ACK to an open flow is a retransmission: ours.)
+  if (!f || !vs || vs->generation != f->generation || f->nat_ip != saddr || f->nat_port != sport ||
+      f->peer_ip != daddr || f->peer_port != dport || expired(f, now) ||
+      (!nat_src && (tcp_flags & 8) && f->state == L4_CT_CLOSING)) {
     bpf_map_delete_elem(&rct, &k);
     return TC_ACT_UNSPEC;
   }
   f->last_ns = now;
   if (f->state == L4_CT_SYN) f->state = L4_CT_OPEN;
   note_flags(f, tcp_flags, L4_FIN_ENDPOINT);
-  count(f->svc_id, bytes);
-  const int nat_src = client_ip != daddr || client_port != dport;  // modes 1 and 2
   if (rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, vip, 0, sport, vport) ||
       rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, client_ip, 2, dport, client_port))
     return TC_ACT_SHOT;
-  return nat_src ? fib_forward(skb, tos, tot_len) : TC_ACT_OK;
+  return send(skb, nat_src ? SEND_FIB : SEND_STACK, 0, f->svc_id, bytes, tos);
 }
