@@ -70,10 +70,10 @@ const char* kServeHelp =
     "  --header-timeout-ms N      time to receive a request head/body, else 408 (default 10000)\n"
     "  --http2 on|off             HTTP/2: by prior knowledge (h2c) on plain listeners, by ALPN\n"
     "                             on TLS listeners whose rules allow it (default on)\n"
-    "  --l4-ifaces IF[,IF...]     the L4 data path (mode 0-3 rules: DNAT, one-arm, full NAT, DSR "
-    "in\n"
-    "                             eBPF at tc ingress) on these interfaces; needs root (CAP_BPF,\n"
-    "                             CAP_NET_ADMIN); without it those rules are refused (docs/l4.md)\n"
+    "  --l4-ifaces IF[,IF...]     the L4 data path (mode 0-3 and 5 rules: DNAT, one-arm, full\n"
+    "                             NAT, DSR, host one-arm in eBPF at tc ingress) on these\n"
+    "                             interfaces; needs root (CAP_BPF, CAP_NET_ADMIN); without it\n"
+    "                             those rules are refused (docs/l4.md)\n"
     "  --h2-max-streams N         concurrent request streams per HTTP/2 connection (1..1000,\n"
     "                             default 100)\n"
     "  --idle-timeout-ms N        client keep-alive idle timeout (default 60000; a rule's\n"
@@ -136,7 +136,7 @@ struct ServeFlags {
   uint64_t redis_pipeline = governance::RedisCounters::kDefaultPipeline;
   bool max_heap_set = false;  // --max-heap-bytes given (else the cgroup's default)
   std::string models_dir;
-  std::vector<std::string> l4_ifaces;  // interfaces of the L4 data path (mode 0-3 rules)
+  std::vector<std::string> l4_ifaces;  // interfaces of the L4 data path (mode 0-3 and 5 rules)
   std::string log_level = "info";
   telemetry::TracerOptions otlp;  // otlp.endpoint empty: no tracing
   proxy::ProxyOptions opts;
@@ -566,7 +566,7 @@ int serveMain(int argc, char** argv) {
   std::vector<std::string> env_warnings;
   const routing::RoutingEnv routing_env = routing::readRoutingEnv(std::getenv, env_warnings);
   for (const auto& w : env_warnings) log::warn("config", w);
-  // The L4 data path (mode 0-3 rules), before the data plane that refers to it.
+  // The L4 data path (mode 0-3 and 5 rules), before the data plane that refers to it.
   std::unique_ptr<l4::L4Plane> l4;
   if (!flags.l4_ifaces.empty()) {
     auto p = l4::L4Plane::start(flags.l4_ifaces);
@@ -737,6 +737,8 @@ int serveMain(int argc, char** argv) {
       for (const auto& c : dp.syncL4Health()) {
         if (c.size() > 5 && c.compare(c.size() - 5, 5, " down") == 0)
           log::warn("l4", "endpoint " + c + ": no new flows (its flows go on)");
+        else if (c.find(": addresses ") != std::string::npos)
+          log::info("l4", "rule " + c + ": the node's addresses changed; the rule serves these");
         else if (c.find(" source ") != std::string::npos)
           log::info("l4",
                     "endpoint " + c + ": the route to it changed; new flows take this source");

@@ -143,21 +143,21 @@ Result<RuleSpec> parseRule(const json& body) {
   if (r.mode != 4 && !isL4Mode(r.mode))
     return fail(400, "serviceArguments.mode",
                 "L4 mode " + std::to_string(r.mode) +
-                    " is not supported by this build (modes 0 DNAT, 1 one-arm, 2 full NAT and 3 "
-                    "DSR on the L4 path of serve --l4-ifaces; mode 4, fullproxy)");
+                    " is not supported (modes 0 DNAT, 1 one-arm, 2 full NAT, 3 DSR and 5 host "
+                    "one-arm on the L4 path of serve --l4-ifaces; mode 4, fullproxy)");
   if (r.mode == 4 && r.protocol != "tcp")
     return bad("serviceArguments.protocol", "mode 4 (fullproxy) requires tcp");
   const std::string l4_name = "mode " + std::to_string(r.mode) + " (" + l4ModeName(r.mode) + ")";
   if (isL4Mode(r.mode) && r.protocol != "tcp" && r.protocol != "udp")
     return bad("serviceArguments.protocol", l4_name + " serves tcp and udp");
   r.sel = getOr<int>(stored, "sel", 0);
+  // (upstream's text; upstream answers it with a 200, here it is the 400 it is)
+  if (r.mode == 3 && r.sel != 1)
+    return bad("serviceArguments.sel", "Only Hash Selection criteria allowed for DSR mode");
   if (isL4Mode(r.mode) && r.sel > 2)
     return bad("serviceArguments.sel", "selector " + std::to_string(r.sel) + " (" +
                                            selectorName(r.sel) + ") is not available for " +
                                            l4_name + "; use 0 (rr), 1 (hash) or 2 (wrr)");
-  // (upstream's text; upstream answers it with a 200, here it is the 400 it is)
-  if (r.mode == 3 && r.sel != 1)
-    return bad("serviceArguments.sel", "Only Hash Selection criteria allowed for DSR mode");
   if (r.sel >= 5 && r.sel <= 7)
     return bad("serviceArguments.sel", "selector " + std::to_string(r.sel) + " (" +
                                            selectorName(r.sel) +

@@ -34,7 +34,7 @@ struct RuleSpec {
   // Behaviour used by the data plane now.
   std::string name;
   int sel = 0;
-  int mode = 4;  // 0 DNAT, 1 one-arm, 2 full NAT, 3 DSR (the L4 path, src/l4); 4 fullproxy
+  int mode = 4;  // 0 DNAT, 1 one-arm, 2 full NAT, 3 DSR, 5 host one-arm (src/l4); 4 fullproxy
   bool admin_up = true;
   bool sse_mode = false;
   int security = 0;  // 0 plain, 1 TLS terminated at the gateway, 2 and TLS to the engines
@@ -74,13 +74,15 @@ Result<RuleSpec> parseRuleText(std::string_view text);
 // Human name of a selector value ("rr", "wrr", "chwbl", ...); "" when out of range.
 const char* selectorName(int sel);
 
-// The modes the L4 data path forwards (src/l4): 0 DNAT, 1 one-arm, 2 full NAT, 3 DSR.
-inline bool isL4Mode(int mode) { return mode >= 0 && mode <= 3; }
+// The modes the L4 data path forwards (src/l4): 0 DNAT, 1 one-arm, 2 full NAT, 3 DSR, 5 host
+// one-arm.
+inline bool isL4Mode(int mode) { return (mode >= 0 && mode <= 3) || mode == 5; }
 inline const char* l4ModeName(int mode) {
   return mode == 0   ? "DNAT"
          : mode == 1 ? "one-arm"
          : mode == 2 ? "full NAT"
          : mode == 3 ? "DSR"
+         : mode == 5 ? "host one-arm"
                      : "?";
 }
 

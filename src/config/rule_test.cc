@@ -258,10 +258,10 @@ TEST(RuleParse, ScoringProfileOnTier15RulesOnly) {
 
 TEST(RuleParse, ModeErrorMessageNamesTheMode) {
   json j = simple();
-  j["serviceArguments"]["mode"] = 5;
+  j["serviceArguments"]["mode"] = 6;  // (upstream's old 6-aigw: gone)
   auto r = parseRule(j);
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().what.find("L4 mode 5 is not supported by this build"), std::string::npos);
+  EXPECT_EQ(r.error().source, "serviceArguments.mode");
 }
 
 TEST(RuleParse, DsrNeedsTheHashSelectorAndTheServicePort) {

@@ -11,6 +11,7 @@
 #define L4_MODE_ONEARM 1
 #define L4_MODE_FULLNAT 2
 #define L4_MODE_DSR 3
+#define L4_MODE_HOSTONEARM 5  // one-arm on every address of this node (a service key each)
 
 #define L4_SEL_RR 0
 #define L4_SEL_HASH 1

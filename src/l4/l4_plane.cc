@@ -39,6 +39,20 @@ std::vector<uint8_t> bytesOf(const T* p, size_t n = 1) {
                               reinterpret_cast<const uint8_t*>(p) + n * sizeof(T));
 }
 
+// A slot's service keys (l4_svc_key, one after another): does `keys` hold `k`?
+bool hasKey(const std::vector<uint8_t>& keys, const uint8_t* k) {
+  for (size_t off = 0; off + sizeof(l4_svc_key) <= keys.size(); off += sizeof(l4_svc_key))
+    if (std::memcmp(keys.data() + off, k, sizeof(l4_svc_key)) == 0) return true;
+  return false;
+}
+
+// Writes `svc` under each of `keys`.
+bool writeService(int svc_fd, const std::vector<uint8_t>& keys, const l4_svc& svc) {
+  for (size_t off = 0; off + sizeof(l4_svc_key) <= keys.size(); off += sizeof(l4_svc_key))
+    if (bpf_map_update_elem(svc_fd, keys.data() + off, &svc, BPF_ANY) != 0) return false;
+  return true;
+}
+
 std::string errnoText(int err) { return std::strerror(err < 0 ? -err : err); }
 
 // The source address this node gives a packet to `ep` (network order): the kernel's choice for a
@@ -69,11 +83,6 @@ struct L4Rows {
   explicit L4Rows(const std::vector<uint8_t>& bytes) : rows(bytes.size() / sizeof(l4_ep)) {
     std::memcpy(rows.data(), bytes.data(), rows.size() * sizeof(l4_ep));
   }
-  const l4_ep* find(uint32_t ip, uint16_t port) const {
-    for (const auto& e : rows)
-      if (e.ip == ip && e.port == port) return &e;
-    return nullptr;
-  }
 };
 
 // What plan() reads of this node: its IPv4 interface addresses, the L4 interfaces, and one-arm's
@@ -82,6 +91,7 @@ struct NodeView {
   struct Addr {
     uint32_t ip, mask;  // network order
     std::string iface;
+    bool loopback;
   };
   std::vector<Addr> addrs;
   std::set<std::string> l4_ifaces;
@@ -96,7 +106,10 @@ struct NodeView {
         if (a->ifa_addr && a->ifa_netmask && a->ifa_addr->sa_family == AF_INET)
           v.addrs.push_back({reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr,
                              reinterpret_cast<sockaddr_in*>(a->ifa_netmask)->sin_addr.s_addr,
-                             a->ifa_name ? a->ifa_name : ""});
+                             // (an address labelled "eth0:1" is eth0's)
+                             std::string(a->ifa_name ? a->ifa_name : "")
+                                 .substr(0, std::string(a->ifa_name ? a->ifa_name : "").find(':')),
+                             (a->ifa_flags & IFF_LOOPBACK) != 0});
       freeifaddrs(all);
     }
     // One-arm's source address is this node's own: its ports stay out of the kernel's ephemeral
@@ -125,8 +138,15 @@ struct NodeView {
   // On a network of one of the node's interfaces (a neighbour: DSR's frames go to it directly).
   bool onLink(uint32_t ip) const {
     for (const auto& a : addrs)
-      if (a.mask != 0 && a.iface != "lo" && (a.ip & a.mask) == (ip & a.mask)) return true;
+      if (a.mask != 0 && !a.loopback && (a.ip & a.mask) == (ip & a.mask)) return true;
     return false;
+  }
+  // Mode 5's VIPs: the node's IPv4 addresses outside loopback, each once, in order.
+  std::vector<uint32_t> hostAddrs() const {
+    std::set<uint32_t> out;
+    for (const auto& a : addrs)
+      if (!a.loopback && (ntohl(a.ip) >> 24) != 127) out.insert(a.ip);
+    return {out.begin(), out.end()};
   }
 };
 
@@ -146,26 +166,47 @@ Result<uint32_t> oneArmSource(uint32_t ep, const NodeView& node, const std::stri
 // A mode 0-3 rule as map entries (id and generation filled in when a slot is given).
 struct Planned {
   std::string key;
-  l4_svc_key k{};
+  std::string spec;            // specOf(the rule)
+  std::vector<l4_svc_key> ks;  // one; mode 5: one per address of this node
   l4_svc svc{};
   std::vector<l4_ep> eps;
   std::vector<std::pair<std::string, uint16_t>> addrs;
 };
 
-// `before`: the rule's slot as installed, if it is: a one-arm endpoint whose route is gone for
-// the moment keeps the source address it had (no commit fails for a rule that did not change).
-Result<Planned> plan(const config::RuleSpec& r, const NodeView& node, const L4Rows* before) {
+// What a rule asks of the L4 path, as text: equal for a rule that did not change.
+std::string specOf(const config::RuleSpec& r) {
+  std::string out = r.key() + '\n' + r.service_args.dump();
+  for (const auto& e : r.endpoints) out += '\n' + e.json.dump();
+  return out;
+}
+
+// Checks that read the node's state (routes, addresses) may refuse a rule that was fine when it
+// was installed: apply() keeps such a rule as installed when it did not change.
+Result<Planned> plan(const config::RuleSpec& r, const NodeView& node) {
   Planned p;
   p.key = r.key();
   auto vip = ipv4(r.vip, "serviceArguments.externalIP");
   if (!vip) return tl::unexpected(vip.error());
   const uint32_t host = ntohl(*vip);
-  if (host == 0 || host == 0xffffffffu || (host >> 28) == 0xe)
-    return fail(400, "serviceArguments.externalIP",
-                "'" + r.vip + "' cannot be a VIP (unspecified, broadcast or multicast)");
-  p.k.vip = *vip;
-  p.k.port = htons(r.port);
-  p.k.proto = r.protocol == "udp" ? IPPROTO_UDP : IPPROTO_TCP;
+  const uint16_t port = htons(r.port);
+  const uint8_t proto = r.protocol == "udp" ? IPPROTO_UDP : IPPROTO_TCP;
+  if (r.mode == L4_MODE_HOSTONEARM) {
+    // (upstream's rule: "hostarm needs unspec VIP")
+    if (host != 0)
+      return fail(400, "serviceArguments.externalIP",
+                  "mode 5 (host one-arm) serves its port on every address of this node: its "
+                  "externalIP must be 0.0.0.0, not '" +
+                      r.vip + "'");
+    for (uint32_t a : node.hostAddrs()) p.ks.push_back({a, port, proto, 0});
+    if (p.ks.empty())
+      return fail(400, "serviceArguments.mode",
+                  "mode 5 (host one-arm): this node has no IPv4 address outside loopback");
+  } else {
+    if (host == 0 || host == 0xffffffffu || (host >> 28) == 0xe)
+      return fail(400, "serviceArguments.externalIP",
+                  "'" + r.vip + "' cannot be a VIP (unspecified, broadcast or multicast)");
+    p.ks.push_back({*vip, port, proto, 0});
+  }
   if (r.endpoints.size() > L4_MAX_ENDPOINTS)
     return fail(
         400, "endpoints",
@@ -194,11 +235,8 @@ Result<Planned> plan(const config::RuleSpec& r, const NodeView& node, const L4Ro
                     "'" + e.ip +
                         "' is not on a network of this node: mode 3 (DSR) sends each packet to "
                         "the endpoint's own MAC, so the endpoint must be a neighbour");
-    } else if (r.mode == L4_MODE_ONEARM) {
+    } else if (r.mode == L4_MODE_ONEARM || r.mode == L4_MODE_HOSTONEARM) {
       auto src = oneArmSource(*ip, node, field);
-      if (!src && before)
-        if (const l4_ep* old = before->find(ep.ip, ep.port); old && old->snat_ip)
-          src = old->snat_ip;
       if (!src) return tl::unexpected(src.error());
       ep.snat_ip = *src;
     }
@@ -210,7 +248,12 @@ Result<Planned> plan(const config::RuleSpec& r, const NodeView& node, const L4Ro
   p.svc.n_eps = static_cast<uint16_t>(p.eps.size());
   p.svc.total_weight = cum;
   // The flows' source ports toward the endpoints (NodeView says one-arm's).
-  if (r.mode == L4_MODE_ONEARM) {
+  if (r.mode == L4_MODE_ONEARM || r.mode == L4_MODE_HOSTONEARM) {
+    if (node.one_arm_n < 1024)
+      return fail(400, "serviceArguments.mode",
+                  "net.ipv4.ip_local_port_range leaves " + std::to_string(node.one_arm_n) +
+                      " ports outside it; one-arm's flows take their source ports there and "
+                      "need at least 1024");
     p.svc.port_lo = node.one_arm_lo;
     p.svc.port_n = node.one_arm_n;
   } else if (r.mode == L4_MODE_FULLNAT) {
@@ -298,22 +341,47 @@ L4Plane::~L4Plane() {
 Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
   const NodeView node = NodeView::read(ifaces_);
   std::vector<Planned> want;
+  std::vector<std::string> kept;  // unchanged rules the node's state now refuses: as installed
   for (const auto& r : rules) {
     if (!config::isL4Mode(r.mode) || !r.admin_up) continue;  // (a rule set down: not installed)
-    auto it = now_.slots.find(r.key());
-    std::optional<L4Rows> before;
-    if (it != now_.slots.end()) before.emplace(it->second.eps);
-    auto p = plan(r, node, before ? &*before : nullptr);
-    if (!p) return tl::unexpected(p.error());
+    const std::string spec = specOf(r);
+    auto p = plan(r, node);
+    if (!p) {
+      auto it = now_.slots.find(r.key());
+      if (it == now_.slots.end() || it->second.spec != spec) return tl::unexpected(p.error());
+      log::warn("l4", "rule " + r.key() + " (unchanged) kept as installed: " + p.error().what);
+      kept.push_back(r.key());
+      continue;
+    }
+    p->spec = spec;
     want.push_back(std::move(*p));
   }
+  // (a mode 5 rule serves its port on the node's addresses: a rule of another mode on one of
+  // them would share its service entry)
+  std::map<std::vector<uint8_t>, std::string> owner;
+  for (const auto& key : kept) {
+    const auto& keys = now_.slots.at(key).key;
+    for (size_t off = 0; off + sizeof(l4_svc_key) <= keys.size(); off += sizeof(l4_svc_key))
+      owner.emplace(std::vector<uint8_t>(
+                        keys.begin() + static_cast<std::ptrdiff_t>(off),
+                        keys.begin() + static_cast<std::ptrdiff_t>(off + sizeof(l4_svc_key))),
+                    key);
+  }
+  for (const auto& w : want)
+    for (const auto& k : w.ks)
+      if (auto [it, fresh] = owner.emplace(bytesOf(&k), w.key); !fresh)
+        return fail(400, "serviceArguments.externalIP",
+                    w.key + " and " + it->second +
+                        " would serve the same address, port and protocol (a mode 5 rule "
+                        "serves its port on every address of this node)");
   // The next state: kept slots keep their id and generation; new ones take a free slot (those
   // of removed services first freed, so a full table can still be replaced).
   State next;
   next.generation = now_.generation;
   next.free = now_.free;
-  std::set<std::string> wanted;
+  std::set<std::string> wanted(kept.begin(), kept.end());
   for (const auto& w : want) wanted.insert(w.key);
+  for (const auto& key : kept) next.slots[key] = now_.slots.at(key);
   for (const auto& [key, slot] : now_.slots)
     if (!wanted.count(key)) next.free.push_back(slot.id);
   for (auto& w : want) {
@@ -332,10 +400,11 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
     }
     w.svc.id = slot.id;
     w.svc.generation = slot.generation;
-    slot.key = bytesOf(&w.k);
+    slot.key = bytesOf(w.ks.data(), w.ks.size());
     slot.svc = bytesOf(&w.svc);
     slot.eps = bytesOf(w.eps.data(), w.eps.size());
     slot.addrs = w.addrs;
+    slot.spec = w.spec;
     slot.down.assign(w.addrs.size(), 0);
     if (it != now_.slots.end())  // an endpoint kept keeps its health
       for (size_t i = 0; i < slot.addrs.size(); ++i)
@@ -365,15 +434,16 @@ Result<void> L4Plane::install(const State& from, const State& to) {
   const int cnt_fd = bpf_map__fd(skel_->maps.counters);
   for (const auto& [key, slot] : from.slots) {
     auto it = to.slots.find(key);
-    if (it == to.slots.end() || it->second.key != slot.key ||
-        it->second.generation != slot.generation)
-      bpf_map_delete_elem(svc_fd, slot.key.data());
+    const bool kept = it != to.slots.end() && it->second.generation == slot.generation;
+    for (size_t off = 0; off + sizeof(l4_svc_key) <= slot.key.size(); off += sizeof(l4_svc_key))
+      if (!kept || !hasKey(it->second.key, slot.key.data() + off))
+        bpf_map_delete_elem(svc_fd, slot.key.data() + off);
   }
   for (const auto& [key, slot] : to.slots) {
     auto it = from.slots.find(key);
     const bool same = it != from.slots.end() && it->second.generation == slot.generation &&
-                      it->second.svc == slot.svc && it->second.eps == slot.eps &&
-                      it->second.down == slot.down;
+                      it->second.key == slot.key && it->second.svc == slot.svc &&
+                      it->second.eps == slot.eps && it->second.down == slot.down;
     if (same) continue;
     if (it == from.slots.end() || it->second.generation != slot.generation) {
       const int ncpu = libbpf_num_possible_cpus();
@@ -388,7 +458,7 @@ Result<void> L4Plane::install(const State& from, const State& to) {
       if (bpf_map_update_elem(ep_fd, &row, &rows[i], BPF_ANY))
         return fail(503, "l4", "cannot program the endpoint map: " + errnoText(errno));
     }
-    if (bpf_map_update_elem(svc_fd, slot.key.data(), &svc, BPF_ANY))
+    if (!writeService(svc_fd, slot.key, svc))
       return fail(503, "l4", "cannot program the service map: " + errnoText(errno));
   }
   return {};
@@ -416,6 +486,7 @@ std::vector<std::string> L4Plane::syncHealth(
   const int ep_fd = bpf_map__fd(skel_->maps.endpoints);
   const int svc_fd = bpf_map__fd(skel_->maps.services);
   std::optional<NodeView> node;  // (read once, when a one-arm rule needs it)
+  std::map<uint32_t, uint32_t> sources;  // one-arm: endpoint -> source toward it (0: none)
   for (auto& [key, slot] : now_.slots) {
     std::vector<uint8_t> down = slot.down;
     for (size_t i = 0; i < slot.addrs.size() && i < down.size(); ++i)
@@ -426,24 +497,62 @@ std::vector<std::string> L4Plane::syncHealth(
     std::vector<std::string> moved;
     l4_svc planned;
     std::memcpy(&planned, slot.svc.data(), sizeof planned);
-    if (planned.mode == L4_MODE_ONEARM) {
+    std::vector<uint8_t> keys = slot.key;
+    if (planned.mode == L4_MODE_HOSTONEARM && slot.key.size() >= sizeof(l4_svc_key)) {
+      // Mode 5: the node's addresses followed (one another rule serves are left to it).
+      if (!node) node = NodeView::read(ifaces_);
+      l4_svc_key first;
+      std::memcpy(&first, slot.key.data(), sizeof first);
+      std::vector<l4_svc_key> ks;
+      std::string list;
+      for (uint32_t a : node->hostAddrs()) {
+        const l4_svc_key k{a, first.port, first.proto, 0};
+        bool other = false;
+        for (const auto& [okey, oslot] : now_.slots)
+          other |= okey != key && hasKey(oslot.key, reinterpret_cast<const uint8_t*>(&k));
+        if (other) continue;
+        ks.push_back(k);
+        char text[INET_ADDRSTRLEN] = "?";
+        inet_ntop(AF_INET, &a, text, sizeof text);
+        list += (list.empty() ? "" : ",") + std::string(text);
+      }
+      if (!ks.empty()) keys = bytesOf(ks.data(), ks.size());
+      if (keys != slot.key) moved.push_back(key + ": addresses " + list);
+    }
+    if (planned.mode == L4_MODE_ONEARM || planned.mode == L4_MODE_HOSTONEARM) {
       if (!node) node = NodeView::read(ifaces_);
       L4Rows rows(slot.eps);
+      bool lost = false;
       for (size_t i = 0; i < rows.rows.size() && i < slot.addrs.size(); ++i) {
-        auto src = oneArmSource(rows.rows[i].ip, *node, "");
-        if (!src || *src == rows.rows[i].snat_ip) continue;
-        rows.rows[i].snat_ip = *src;
+        auto c = sources.find(rows.rows[i].ip);
+        if (c == sources.end()) {
+          auto src = oneArmSource(rows.rows[i].ip, *node, "");
+          c = sources.emplace(rows.rows[i].ip, src ? *src : 0).first;
+        }
+        if (c->second == 0) {  // (no route now, or not through an L4 interface: the last kept)
+          if (!slot.source_lost)
+            log::warn("l4", "rule " + key + ": endpoint " + slot.addrs[i].first +
+                                " has no route through --l4-ifaces now; new flows keep the last "
+                                "source address");
+          lost = true;
+          continue;
+        }
+        const uint32_t src = c->second;
+        if (src == rows.rows[i].snat_ip) continue;
+        rows.rows[i].snat_ip = src;
         char text[INET_ADDRSTRLEN] = "?";
-        inet_ntop(AF_INET, &*src, text, sizeof text);
+        inet_ntop(AF_INET, &src, text, sizeof text);
         moved.push_back(key + ": " + slot.addrs[i].first + ":" +
                         std::to_string(slot.addrs[i].second) + " source " + text);
       }
       if (!moved.empty()) eps = bytesOf(rows.rows.data(), rows.rows.size());
+      slot.source_lost = lost;
     }
-    if (down == slot.down && eps == slot.eps) continue;
+    if (down == slot.down && eps == slot.eps && keys == slot.key) continue;
     Slot next = slot;
     next.down = down;
     next.eps = eps;
+    next.key = keys;
     std::vector<l4_ep> rows;
     l4_svc svc;
     rowsOf(next, rows, svc);
@@ -452,7 +561,11 @@ std::vector<std::string> L4Plane::syncHealth(
       const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
       ok = bpf_map_update_elem(ep_fd, &row, &rows[i], BPF_ANY) == 0;
     }
-    ok = ok && bpf_map_update_elem(svc_fd, slot.key.data(), &svc, BPF_ANY) == 0;
+    ok = ok && writeService(svc_fd, next.key, svc);
+    if (ok)  // (mode 5: addresses the node no longer has)
+      for (size_t off = 0; off + sizeof(l4_svc_key) <= slot.key.size(); off += sizeof(l4_svc_key))
+        if (!hasKey(next.key, slot.key.data() + off))
+          bpf_map_delete_elem(svc_fd, slot.key.data() + off);
     if (!ok) {  // (tried again next second; said once)
       if (!slot.sync_failed)
         log::error("l4", "cannot program the endpoint map for " + key + ": " + errnoText(errno));
@@ -461,6 +574,7 @@ std::vector<std::string> L4Plane::syncHealth(
     }
     slot.sync_failed = false;
     slot.eps = std::move(eps);
+    slot.key = std::move(keys);
     changed.insert(changed.end(), moved.begin(), moved.end());
     for (size_t i = 0; i < down.size(); ++i)
       if (down[i] != slot.down[i])

@@ -4,12 +4,13 @@
 // never reloaded for a rule change, and a flow keeps its endpoint while it lives.
 //
 // Served: modes 0 (DNAT), 1 (one-arm: the endpoint sees this node's address toward it, found by
-// a route lookup at apply; source ports 61000-65535) and 2 (full NAT: the endpoint sees the VIP;
-// source ports 1024-65535, the client's own kept when free) and 3 (DSR: sent unchanged to an
-// endpoint on a network of this node, which holds the VIP; sel 1 only) for tcp and udp, sel 0
-// (round-robin), 1 (hash of the client's address and port: per flow) and 2 (weighted
-// round-robin by the endpoints' weights), inactiveTimeOut as
-// the flows' idle timeout (default 900 s tcp, as IPVS's established timeout; 30 s udp), a rule
+// a route lookup, again every second; source ports outside ip_local_port_range), 2 (full NAT:
+// the endpoint sees the VIP; source ports 1024-65535, the client's own kept when free), 3 (DSR:
+// sent unchanged to an endpoint on a network of this node, which holds the VIP; sel 1 only) and
+// 5 (host one-arm: mode 1 on every IPv4 address of this node, followed every second; VIP
+// 0.0.0.0) for tcp and udp, sel 0 (round-robin), 1 (hash of the client's address and port: per
+// flow) and 2 (weighted round-robin by the endpoints' weights), inactiveTimeOut as the flows'
+// idle timeout (default 900 s tcp, as IPVS's established timeout; 30 s udp), a rule
 // with adminStateUp false not installed. Bounds: 1,024 services of at most 64 endpoints; 262,144
 // tracked flows each way (LRU: the oldest are evicted, memory never grows; preallocated, about
 // 50 MB of kernel memory). A service whose rule did not change is not rewritten (its round-robin
@@ -79,6 +80,8 @@ class L4Plane {
     std::vector<std::pair<std::string, uint16_t>> addrs;  // each endpoint's address and port
     std::vector<uint8_t> down;  // each endpoint's health as last synced (1: no new flows)
     bool sync_failed = false;   // the last health write failed (logged once)
+    bool source_lost = false;   // one-arm: an endpoint without a route now (logged once)
+    std::string spec;           // what the rule asked (specOf): unchanged rules are kept
   };
   struct State {
     std::map<std::string, Slot> slots;  // rule key -> its service slot

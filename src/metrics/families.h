@@ -140,17 +140,17 @@ inline const Family kUiDecisionsDropped{"kvgate_ui_decisions_dropped_total", Typ
     "Routing decisions a worker left out of the dashboard's feed rather than wait for its lock.",
     {}};
 inline const Family kL4Packets{"kvgate_l4_packets_total", Type::kCounter,
-    "Packets the L4 data path forwarded for an L4 (mode 0-3) rule (both directions), by rule key.",
+    "Packets the L4 data path forwarded for an L4 (mode 0-3, 5) rule (both directions), by rule key.",
     {"rule"}};
 inline const Family kL4Dropped{"kvgate_l4_dropped_total", Type::kCounter,
-    "Packets to an L4 (mode 0-3) rule's VIP the L4 data path dropped, by rule key and reason: "
+    "Packets to an L4 (mode 0-3, 5) rule's VIP the L4 data path dropped, by rule key and reason: "
     "no_endpoint (none up), untracked (a TCP packet of a connection it does not track, not a "
     "SYN), no_port (no free source port toward the endpoint: modes 1, 2; mode 0's port held by a "
     "flow of another VIP; a flow's port taken after an eviction), no_route (modes 1-3: no "
     "route, DSR's endpoint not a neighbour, forwarding off, TTL out or over the MTU).",
     {"rule", "reason"}};
 inline const Family kL4Bytes{"kvgate_l4_bytes_total", Type::kCounter,
-    "Bytes (whole packets) the L4 data path forwarded for an L4 (mode 0-3) rule, by rule key.", {"rule"}};
+    "Bytes (whole packets) the L4 data path forwarded for an L4 (mode 0-3, 5) rule, by rule key.", {"rule"}};
 inline const Family kTlsHandshakes{"kvgate_tls_handshakes_total", Type::kCounter,
     "TLS handshakes on data-plane listeners (rules with security 1), by result (ok, failed).",
     {"result"}};

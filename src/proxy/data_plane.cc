@@ -322,8 +322,8 @@ std::string DataPlane::controllerJson() const {
   return nlohmann::json{{"endpoints", eps}}.dump();
 }
 
-// Mode 4 rules go to the fullproxy (applyProxy), mode 0-3 rules to the L4 path (l4/l4_plane.h);
-// all or nothing: when the fullproxy refuses, the L4 path gets its last set back.
+// Mode 4 rules go to the fullproxy (applyProxy), mode 0-3 and 5 rules to the L4 path
+// (l4/l4_plane.h); all or nothing: when the fullproxy refuses, the L4 path gets its last set back.
 Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   if (stats_.draining.load())
     return fail(503, "draining", "the gateway is shutting down; rule changes are refused", true);
@@ -331,9 +331,11 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   for (const auto& r : rules) any_l4 |= r.mode != 4;
   if (!any_l4 && !l4_) return applyProxy(rules);
   if (!l4_)
-    return fail(400, "serviceArguments.mode",
-                "mode 0-3 rules (DNAT, one-arm, full NAT, DSR) need the L4 data path: start "
-                "serve with --l4-ifaces IFACE[,IFACE...] (docs/l4.md)");
+    return fail(
+        400, "serviceArguments.mode",
+        "mode 0-3 and 5 rules (DNAT, one-arm, full NAT, DSR, host one-arm) need the L4 data "
+        "path: start "
+        "serve with --l4-ifaces IFACE[,IFACE...] (docs/l4.md)");
   std::vector<config::RuleSpec> proxy, l4;
   std::set<std::string> tcp_l4;  // VIP:port of the L4 path's tcp rules
   for (const auto& r : rules) {
@@ -342,11 +344,20 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   }
   // The L4 path rewrites packets before the fullproxy's socket would see them: one of the two
   // would silently get nothing.
+  std::set<uint16_t> host_l4;  // ports of mode 5 tcp rules: served on every address of the node
+  for (const auto& r : l4)
+    if (r.mode == 5 && r.protocol == "tcp") host_l4.insert(r.port);
+  for (const auto& r : proxy)
+    if (host_l4.count(r.port))
+      return fail(400, "serviceArguments.port",
+                  "tcp port " + std::to_string(r.port) +
+                      " is a mode 5 (host one-arm) rule's, served on every address of this node; "
+                      "a mode 4 rule cannot share it");
   for (const auto& r : proxy)
     if (tcp_l4.count(r.listenKey()))
-      return fail(
-          400, "serviceArguments.mode",
-          r.listenKey() + "/tcp is an L4 (mode 0-3) rule's already; a mode 4 rule cannot share it");
+      return fail(400, "serviceArguments.mode",
+                  r.listenKey() +
+                      "/tcp is an L4 (mode 0-3, 5) rule's already; a mode 4 rule cannot share it");
   if (auto a = l4_->apply(l4); !a) return a;
   auto p = applyProxy(proxy);
   if (!p) {
@@ -357,8 +368,8 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   return p;
 }
 
-// One health state per endpoint of each L4 (mode 0-3) rule (its own, apart from mode 4's table and
-// from other rules': each rule's probe settings judge its endpoints), probed as the rule says;
+// One health state per endpoint of each L4 (mode 0-3, 5) rule (its own, apart from mode 4's table
+// and from other rules': each rule's probe settings judge its endpoints), probed as the rule says;
 // an endpoint its rule does not probe counts as up. The probe tasks are replaced only when what
 // they probe changed (a replaced task starts its failure count over).
 void DataPlane::updateL4Probes(const std::vector<config::RuleSpec>& l4_rules) {

@@ -82,7 +82,7 @@ class DataPlane {
   void stop();
   // Installs the complete rule set (control thread only).
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
-  // The L4 data path for mode 0-3 rules (serve --l4-ifaces); before the first apply(). Unset:
+  // The L4 data path for mode 0-3 and 5 rules (serve --l4-ifaces); before the first apply(). Unset:
   // those rules are refused (400). Must outlive the data plane.
   void setL4(l4::L4Plane* l4) { l4_ = l4; }
   // The L4 path's endpoint health from its rules' probes (probetype tcp, http, https: the same

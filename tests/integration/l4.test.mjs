@@ -258,6 +258,7 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     // the backends send TSO super-packets (up to 64 KiB) over the veth: the gateway sees them whole
     inNs(NS.b, 'ethtool', '-K', 'b0', 'tx', 'on', 'tso', 'on');
     try {
+      assert.match(inNs(NS.b, 'ethtool', '-k', 'b0'), /tcp-segmentation-offload: on/);
       const n = 4 * 1024 * 1024;
       const out = inNs(NS.c, '/usr/bin/python3', '-c', [
         'import socket,hashlib',
@@ -276,6 +277,54 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     } finally {
       inNs(NS.b, 'ethtool', '-K', 'b0', 'tx', 'off');
     }
+  });
+
+  test('mode 5 (host one-arm): the port on every address of the gateway, one-arm to the endpoints', () => {
+    let r = gwApi(gw.api, 'POST', LB_BASE, {
+      serviceArguments: { externalIP: '0.0.0.0', port: 8096, protocol: 'tcp', sel: 0, mode: 5 },
+      endpoints: BACKENDS.map((ip) => ({ endpointIP: ip, targetPort: 8000, weight: 1 })),
+    });
+    assert.equal(r.status, 200, r.text);
+    for (const addr of ['198.18.0.1', '198.18.1.1']) {  // (both the gateway's)
+      const [id, from] = curlTcp(8096, addr, 0, 'who').split(' ');
+      assert.match(id, /^be[01]$/);
+      assert.equal(from.split(':')[0], '198.18.1.1');
+    }
+    r = gwApi(gw.api, 'POST', LB_BASE, {
+      serviceArguments: { externalIP: VIP, port: 8097, protocol: 'tcp', sel: 0, mode: 5 },
+      endpoints: [{ endpointIP: BACKENDS[0], targetPort: 8000, weight: 1 }],
+    });
+    assert.equal(r.status, 400);
+    assert.match(r.text, /must be 0\.0\.0\.0/);
+  });
+
+  test('refused: an endpoint that is the gateway itself, a port range that leaves one-arm no ports', () => {
+    let r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8098, targetPort: 8000, mode: 2, endpoints: ['198.18.1.1'] }));
+    assert.equal(r.status, 400);
+    assert.match(r.text, /an address of this node/);
+    inNs(NS.g, 'sysctl', '-qw', 'net.ipv4.ip_local_port_range=1024 65000');
+    try {
+      r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8098, targetPort: 8000, mode: 1 }));
+      assert.equal(r.status, 400);
+      assert.match(r.text, /ip_local_port_range leaves 535 ports/);
+    } finally {
+      inNs(NS.g, 'sysctl', '-qw', 'net.ipv4.ip_local_port_range=32768 60999');
+    }
+  });
+
+  test('a packet the gateway cannot route on is dropped and counted (no_route)', async () => {
+    // (the gateway has no route to 198.19.9.9: no default route in its namespace)
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8099, targetPort: 8000, mode: 2, endpoints: ['198.19.9.9'] }));
+    assert.equal(r.status, 200, r.text);
+    const key = `${VIP}:8099/tcp`;
+    const noRoute = () => {
+      const line = gwApi(gw.api, 'GET', '/metrics').text.split('\n')
+        .find((l) => l.startsWith('kvgate_l4_dropped_total{') && l.includes(key) && l.includes('reason="no_route"'));
+      return line ? Number(line.split(' ').pop()) : NaN;
+    };
+    assert.equal(noRoute(), 0);
+    assert.throws(() => curlTcp(8099), /timed out|refused|unreachable/i);
+    assert.ok(await waitFor(() => noRoute() >= 1, 5000, 100), `no_route stayed at ${noRoute()}`);
   });
 
   test('modes 1 and 2 forward UDP: the endpoint sees the SNAT address, the client the VIP and port', () => {
@@ -399,7 +448,7 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
       endpoints: [{ endpointIP: BACKENDS[0], targetPort: 8000, weight: 1 }],
     });
     assert.equal(refused.status, 400);  // a mode 4 rule on a mode 0 rule's VIP:port
-    assert.match(refused.text, /L4 \(mode 0-3\) rule/);
+    assert.match(refused.text, /L4 \(mode 0-3, 5\) rule/);
   });
 
   test('rules survive a restart of the gateway', async () => {

@@ -3,7 +3,7 @@
 // 1 one-arm (the endpoint sees this node's address toward it), 2 full NAT (the endpoint sees the
 // VIP), 3 DSR (the packet goes unchanged, but for its MACs and TTL, to the endpoint, which holds
 // the VIP and answers the client directly: only the client's side is seen here, its flow open on
-// the client's first packet after its SYN and closing on its FIN or RST). Modes 1 and 2 give
+// the client's first packet after its SYN, ended by an RST or idling out). Modes 1 and 2 give
 // each flow a source port of the service's range that no live flow to the same endpoint holds
 // and no service of that address listens on (the client's own port first
 // when it is in the range, then random others, L4_SNAT_TRIES in all; none free: the packet is
@@ -225,13 +225,17 @@ static __always_inline int expired(const struct l4_flow* f, __u64 now) {
   return (__s64)(now - f->last_ns) > (__s64)limit;
 }
 
-// True when a flow answers through this reverse key (its ct entry tracked and pointing at this
-// endpoint and this source, not idle; a closed SNAT flow holds its source port
-// L4_TIME_WAIT_S after its last packet, as long as the endpoint may keep its TIME_WAIT): the key
-// is taken.
-static __always_inline int rct_in_use(const struct l4_flow_key* rk, __u64 now) {
-  struct l4_flow* r = bpf_map_lookup_elem(&rct, rk);
-  if (!r) return 0;
+// True when the reverse entry `r` (key `rk`) is taken: created less than a second ago (its flow
+// may be being made on another CPU), or its flow answers through it: the flow's service still
+// installed, its ct entry tracked, pointing at this endpoint and this source, and not idle (a
+// closed SNAT flow holds its source port L4_TIME_WAIT_S after its last packet, as long as the
+// endpoint may keep its TIME_WAIT).
+static __always_inline int rct_in_use(const struct l4_flow_key* rk, const struct l4_flow* r,
+                                      __u64 now) {
+  if ((__s64)(now - r->last_ns) < (__s64)NS_PER_S) return 1;
+  struct l4_svc_key vk = {.vip = r->nat_ip, .port = r->nat_port, .proto = rk->proto};
+  struct l4_svc* vs = bpf_map_lookup_elem(&services, &vk);
+  if (!vs || vs->generation != r->generation) return 0;
   const int snat = r->peer_ip != rk->daddr || r->peer_port != rk->dport;
   struct l4_flow_key ck = {.saddr = r->peer_ip,
                            .daddr = r->nat_ip,
@@ -245,6 +249,19 @@ static __always_inline int rct_in_use(const struct l4_flow_key* rk, __u64 now) {
   if (snat && f->state == L4_CT_CLOSING)
     return (__s64)(now - f->last_ns) <= (__s64)((__u64)L4_TIME_WAIT_S * NS_PER_S);
   return !expired(f, now);
+}
+
+// Takes the reverse key `rk` for a new flow (its entry `rf`): inserted when absent, or, when its
+// entry is stale, claimed by a compare-and-swap on the entry's time (of two CPUs claiming one
+// stale entry, one wins) and then overwritten. 0 when taken.
+static __always_inline int take_reverse(const struct l4_flow_key* rk, const struct l4_flow* rf,
+                                        __u64 now) {
+  struct l4_flow* old = bpf_map_lookup_elem(&rct, rk);
+  if (!old) return bpf_map_update_elem(&rct, rk, rf, BPF_NOEXIST) == 0;
+  if (rct_in_use(rk, old, now)) return 0;
+  const __u64 seen = old->last_ns;
+  if (__sync_val_compare_and_swap(&old->last_ns, seen, now) != seen) return 0;
+  return bpf_map_update_elem(&rct, rk, rf, BPF_EXIST) == 0;
 }
 
 static __always_inline void note_flags(struct l4_flow* f, __u8 tcp_flags, __u16 fin_bit) {
@@ -302,7 +319,9 @@ int l4_ingress(struct __sk_buff* skb) {
       }
       if (f->flags & L4_FLOW_DSR) {  // (only the client's side passes here)
         if (f->state == L4_CT_SYN && !(tcp_flags & 2)) f->state = L4_CT_OPEN;  // it was answered
-        note_flags(f, tcp_flags, L4_FIN_CLIENT | L4_FIN_ENDPOINT);
+        // (a client's FIN may be a half-close with the answer still to come: only an RST, or
+        // idling out, ends the flow)
+        note_flags(f, tcp_flags & 4, L4_FIN_CLIENT);
         return send(skb, SEND_DSR, f->nat_ip, f->svc_id, bytes, tos);
       }
       note_flags(f, tcp_flags, L4_FIN_CLIENT);
@@ -332,6 +351,12 @@ int l4_ingress(struct __sk_buff* skb) {
       const int nat_src = src_ip != saddr || src_port != sport;
       return send(skb, nat_src ? SEND_FIB : SEND_STACK, 0, f->svc_id, bytes, tos);
     }
+    // An answer of a live flow whose SNAT address and port a service added since then listens
+    // on: still an answer (section 3), not a new flow of that service.
+    if (!(tcp_flags & 2)) {
+      struct l4_flow* ans = bpf_map_lookup_elem(&rct, &k);
+      if (ans && ans->generation != svc->generation) goto reverse;
+    }
     // 2. A new flow: a datagram, a SYN (or any packet, when the rule hashes: same endpoint).
     // (a TCP connection this node does not know: no endpoint may answer it)
     if (proto == IPPROTO_TCP && !(tcp_flags & 2) && svc->sel != L4_SEL_HASH)
@@ -346,10 +371,10 @@ int l4_ingress(struct __sk_buff* skb) {
     // and a port of the service's range that no flow to this endpoint holds and no service of
     // that address listens on (its answers would be taken for that service's traffic): the
     // client's own port when it is in the range, then L4_SNAT_TRIES - 1 random others (a retry
-    // draws new ones). Taken by inserting its reverse entry (BPF_NOEXIST: two CPUs never get one
-    // port; a stale entry, its flow gone, is deleted first). A mode 0 client port taken by a
-    // live flow of another VIP on the same endpoint is not taken over (the client retries with
-    // another port).
+    // draws new ones). Taken with its reverse entry (take_reverse: two CPUs never get one port).
+    // A mode 0 client port taken by a live flow of another VIP on the same endpoint is not
+    // taken over: the packet is dropped (the client's SYN retransmissions too, until that flow
+    // ends).
     const int dsr = svc->mode == L4_MODE_DSR;
     struct l4_flow nf = {.nat_ip = e.ip,
                          .nat_port = e.port,
@@ -362,7 +387,7 @@ int l4_ingress(struct __sk_buff* skb) {
                          .generation = svc->generation,
                          .flags = dsr ? L4_FLOW_DSR : 0,
                          .state = proto == IPPROTO_TCP ? L4_CT_SYN : L4_CT_OPEN};
-    note_flags(&nf, tcp_flags, dsr ? L4_FIN_CLIENT | L4_FIN_ENDPOINT : L4_FIN_CLIENT);
+    note_flags(&nf, dsr ? tcp_flags & 4 : tcp_flags, L4_FIN_CLIENT);
     if (!dsr) {
       struct l4_flow rf = nf;  // (the reverse entry: VIP and client)
       rf.nat_ip = daddr;
@@ -385,9 +410,7 @@ int l4_ingress(struct __sk_buff* skb) {
           struct l4_svc_key lk = {.vip = rk.daddr, .port = rk.dport, .proto = proto};
           if (bpf_map_lookup_elem(&services, &lk)) continue;
         }
-        if (rct_in_use(&rk, now)) continue;
-        bpf_map_delete_elem(&rct, &rk);  // (stale, if there)
-        if (bpf_map_update_elem(&rct, &rk, &rf, BPF_NOEXIST) == 0) {
+        if (take_reverse(&rk, &rf, now)) {
           found = 1;
           break;
         }
@@ -406,6 +429,7 @@ int l4_ingress(struct __sk_buff* skb) {
 
   // 3. The reverse direction of a tracked flow, endpoint -> the source it saw: the VIP as the
   // source, the client as the destination.
+reverse:;
   struct l4_flow* r = bpf_map_lookup_elem(&rct, &k);
   if (!r) return TC_ACT_UNSPEC;
   const __u32 vip = r->nat_ip, client_ip = r->peer_ip;
