@@ -121,4 +121,6 @@ for r in $(seq 1 "$ROUNDS"); do
   for load in $LOADS; do for arm in $ARMS; do run $arm $load $r; done; done
 done
 column -s, -t "$W/results.csv"
+echo "# L4 drops over the run (kvgate_l4_dropped_total, nonzero):"
+ip netns exec $G curl -sf "$API/metrics" | grep '^kvgate_l4_dropped_total' | grep -v ' 0$' || echo "# (none)"
 cp "$W/results.csv" "${BENCH_OUT:-/tmp/l4_bench_results.csv}"
