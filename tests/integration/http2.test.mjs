@@ -273,6 +273,24 @@ describe('HTTP/2 (h2c by prior knowledge)', () => {
     assert.ok(m['kvgate_h2_streams_total{event="client_reset"}'] >= 1);
   });
 
+  test('RFC 9113 conformance (h2spec-like): framing, stream states, SETTINGS, flow control, HPACK, malformed requests', async () => {
+    const run = (which) => new Promise((resolve, reject) => {
+      execFile('/usr/bin/python3', ['tests/integration/h2_conformance.py', String(port), which],
+        { timeout: 300000 }, (err, stdout, stderr) => (err ? reject(new Error(`${err.message}\n${stderr}`))
+          : resolve(JSON.parse(stdout).cases)));
+    });
+    const engineRequests = async () => (await Promise.all(sim.workers.map(simMetrics)))
+      .reduce((a, m) => a + (m.kvgate_sim_requests_total || 0), 0);
+    const before = await engineRequests();
+    const malformed = await run('malformed');
+    assert.equal(malformed.length, 12);
+    for (const c of malformed) assert.ok(c.ok, `${c.id} (RFC 9113 §${c.section}): expected ${c.expect}, got ${c.got}`);
+    assert.equal(await engineRequests(), before, 'a malformed request reached an engine');
+    const others = await run('others');
+    assert.equal(others.length, 33);
+    for (const c of others) assert.ok(c.ok, `${c.id} (RFC 9113 §${c.section}): expected ${c.expect}, got ${c.got}`);
+  });
+
   test('bytes that are no HTTP/2 frame end the connection with GOAWAY', async () => {
     const before = (await gwMetrics(gw)).kvgate_h2_protocol_errors_total;
     const r = await raw('garbage', port);
