@@ -59,7 +59,7 @@ http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s;
 NGX
 ip netns exec $B nginx -p "$W/up" -c "$W/up/nginx.conf" & pids+=($!)
 L4FLAG=(--l4-ifaces c1,b1); [ -n "${NO_L4:-}" ] && L4FLAG=()
-ip netns exec $G "$BIN" serve "${L4FLAG[@]}" --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
+ip netns exec $G "$BIN" serve "${L4FLAG[@]}" --l4-on-exit detach --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
 for _ in $(seq 1 50); do grep -q ready "$W/kv.out" 2>/dev/null && break; sleep 0.1; done
 API=$(sed -E 's/.*"api":"([^"]+)".*/\1/' "$W/kv.out")
 post() { ip netns exec $G curl -sf -X POST "$API/netlox/v1/config/loadbalancer" -d "$1" >/dev/null; }

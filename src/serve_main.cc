@@ -74,6 +74,12 @@ const char* kServeHelp =
     "                             NAT, DSR, host one-arm in eBPF at tc ingress) on these\n"
     "                             interfaces; needs root (CAP_BPF, CAP_NET_ADMIN); without it\n"
     "                             those rules are refused (docs/l4.md)\n"
+    "  --l4-on-exit keep|detach   on a stop, keep the L4 program forwarding with its pinned maps\n"
+    "                             (flows live on through a restart; default) or detach it and\n"
+    "                             remove the maps\n"
+    "  --l4-pin-dir DIR           the bpf filesystem the L4 maps are pinned on (default\n"
+    "                             /sys/fs/bpf, mounted when it is not; under `ip netns exec`,\n"
+    "                             which remounts /sys, give one mounted outside it)\n"
     "  --h2-max-streams N         concurrent request streams per HTTP/2 connection (1..1000,\n"
     "                             default 100)\n"
     "  --idle-timeout-ms N        client keep-alive idle timeout (default 60000; a rule's\n"
@@ -137,6 +143,8 @@ struct ServeFlags {
   bool max_heap_set = false;  // --max-heap-bytes given (else the cgroup's default)
   std::string models_dir;
   std::vector<std::string> l4_ifaces;  // interfaces of the L4 data path (mode 0-3 and 5 rules)
+  bool l4_keep = true;                 // --l4-on-exit keep (or detach)
+  std::string l4_pin_dir = "/sys/fs/bpf";  // --l4-pin-dir
   std::string log_level = "info";
   telemetry::TracerOptions otlp;  // otlp.endpoint empty: no tracing
   proxy::ProxyOptions opts;
@@ -245,6 +253,13 @@ int parseServeFlags(const std::vector<std::string>& args, ServeFlags& f) {
       }
       ok = !f.l4_ifaces.empty() && f.l4_ifaces.size() <= 64;
       for (const auto& n : f.l4_ifaces) ok &= n.size() < 16;  // (IFNAMSIZ)
+    } else if (a == "--l4-pin-dir") {
+      f.l4_pin_dir = next();
+      ok = !f.l4_pin_dir.empty() && f.l4_pin_dir.size() < 200 && f.l4_pin_dir[0] == '/';
+    } else if (a == "--l4-on-exit") {
+      const std::string v = next();
+      ok = v == "keep" || v == "detach";
+      f.l4_keep = v == "keep";
     } else if (a == "--http2") {
       const std::string v = next();
       ok = v == "on" || v == "off";
@@ -569,7 +584,7 @@ int serveMain(int argc, char** argv) {
   // The L4 data path (mode 0-3 and 5 rules), before the data plane that refers to it.
   std::unique_ptr<l4::L4Plane> l4;
   if (!flags.l4_ifaces.empty()) {
-    auto p = l4::L4Plane::start(flags.l4_ifaces);
+    auto p = l4::L4Plane::start(flags.l4_ifaces, flags.l4_keep, flags.l4_pin_dir);
     if (!p) {
       std::fprintf(stderr, "kvgate serve: %s\n", p.error().what.c_str());
       return 2;

@@ -4,8 +4,13 @@
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <dirent.h>
 #include <ifaddrs.h>
+#include <linux/magic.h>
 #include <net/if.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +27,12 @@
 namespace kvgate::l4 {
 
 namespace {
+
+// Where the maps are pinned unless serve --l4-pin-dir says otherwise.
+const std::string kDefaultPinBase = "/sys/fs/bpf";
+
+// The name of a slot adopted from pinned maps until a rule takes it (adoptPinned).
+const std::string kPinnedPrefix = "pinned:";
 
 // Full NAT's source ports toward the endpoints: 1024-65535 (the VIP is no local socket's).
 constexpr uint32_t kFullNatPortLo = 1024;
@@ -150,6 +161,35 @@ struct NodeView {
   }
 };
 
+// This network namespace's pin directory (<base>/kvgate/net-<inode>), made if needed; "" when
+// <base> is no bpf filesystem (the default /sys/fs/bpf is mounted first, as systemd does, when
+// it is not): the maps are then not pinned.
+std::string pinDir(const std::string& base) {
+  struct statfs fs {};
+  if (statfs(base.c_str(), &fs) != 0 || fs.f_type != BPF_FS_MAGIC) {
+    if (base != kDefaultPinBase || mount("bpf", base.c_str(), "bpf", 0, "mode=0700") != 0 ||
+        statfs(base.c_str(), &fs) != 0 || fs.f_type != BPF_FS_MAGIC)
+      return "";
+  }
+  struct stat ns {};
+  if (stat("/proc/self/ns/net", &ns) != 0) return "";
+  const std::string dir = base + "/kvgate";
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return "";
+  const std::string sub = dir + "/net-" + std::to_string(ns.st_ino);
+  if (mkdir(sub.c_str(), 0700) != 0 && errno != EEXIST) return "";
+  return sub;
+}
+
+// Removes the pinned maps of `dir` and the directory.
+void removePins(const std::string& dir) {
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') unlink((dir + "/" + e->d_name).c_str());
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
 // One-arm's source address toward `ep`: the kernel's choice, which must be an address of an L4
 // interface (the endpoint's answers come back to it, and only there does the program see them).
 Result<uint32_t> oneArmSource(uint32_t ep, const NodeView& node, const std::string& field) {
@@ -268,7 +308,8 @@ Result<Planned> plan(const config::RuleSpec& r, const NodeView& node) {
 
 }  // namespace
 
-Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& ifaces) {
+Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& ifaces,
+                                                bool keep_on_exit, const std::string& pin_base) {
   std::unique_ptr<L4Plane> p(new L4Plane());
   p->ifaces_ = ifaces;
   for (const auto& name : ifaces) {
@@ -287,12 +328,49 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
                       "): the L4 path needs one");
     p->ifindexes_.push_back(static_cast<int>(idx));
   }
-  p->skel_ = l4_lb__open_and_load();
-  if (!p->skel_)
+  p->keep_on_exit_ = keep_on_exit;
+  p->pin_dir_ = pinDir(pin_base);
+  if (p->pin_dir_.empty()) {
+    if (pin_base != kDefaultPinBase)
+      return fail(400, "--l4-pin-dir",
+                  "'" + pin_base + "' is no bpf filesystem (mount -t bpf bpf " + pin_base + ")");
+    log::warn("l4", "no bpf filesystem at " + pin_base +
+                        ": the L4 maps are not pinned, tracked flows end with this process");
+  }
+  // Loads the program, over the pinned maps when there are (libbpf reuses a pinned map whose
+  // definition matches, and pins the others).
+  auto load = [&]() -> bool {
+    p->skel_ = l4_lb__open();
+    if (!p->skel_) return false;
+    if (!p->pin_dir_.empty()) {
+      bpf_map* m = nullptr;
+      bpf_object__for_each_map(m, p->skel_->obj) {
+        const char* name = bpf_map__name(m);
+        if (name[0] != '.') bpf_map__set_pin_path(m, (p->pin_dir_ + "/" + name).c_str());
+      }
+    }
+    if (l4_lb__load(p->skel_) == 0) return true;
+    const int err = errno;
+    l4_lb__destroy(p->skel_);
+    p->skel_ = nullptr;
+    errno = err;
+    return false;
+  };
+  bool loaded = load();
+  if (!loaded && !p->pin_dir_.empty()) {  // (maps pinned by a build of another layout)
+    log::warn("l4", "the pinned L4 maps in " + p->pin_dir_ + " could not be reused (" +
+                        errnoText(errno) + "); removed: tracked flows start over");
+    removePins(p->pin_dir_);
+    p->pin_dir_ = pinDir(pin_base);
+    loaded = load();
+  }
+  if (!loaded)
     return fail(503, "--l4-ifaces",
                 "the kernel refused the L4 program (" + errnoText(errno) +
-                    "): BPF needs root or CAP_BPF and CAP_NET_ADMIN, and a kernel with tc BPF");
+                    "): BPF needs root or CAP_BPF and CAP_NET_ADMIN, and a 5.12+ kernel with tc "
+                    "BPF");
   for (uint32_t i = L4_MAX_SERVICES; i > 0; --i) p->now_.free.push_back(i - 1);
+  if (!p->pin_dir_.empty()) p->adoptPinned();
   for (size_t i = 0; i < p->ifindexes_.size(); ++i) {
     bpf_tc_hook hook{};
     hook.sz = sizeof hook;
@@ -306,8 +384,8 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
     opts.sz = sizeof opts;
     opts.handle = 0x4b56;  // "KV"
     opts.priority = 1;
-    if (bpf_tc_query(&hook, &opts) == 0)  // a filter a process that died left behind
-      log::warn("l4", "replacing the L4 filter left on " + ifaces[i] + " (program id " +
+    if (bpf_tc_query(&hook, &opts) == 0)  // the last process's (kept on exit, or a crash)
+      log::info("l4", "replacing the L4 filter left on " + ifaces[i] + " (program id " +
                           std::to_string(opts.prog_id) + ")");
     opts = bpf_tc_opts{};
     opts.sz = sizeof opts;
@@ -324,6 +402,11 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
 }
 
 L4Plane::~L4Plane() {
+  // (kept: the program forwards with its pinned maps until the next start replaces it)
+  if (keep_on_exit_ && !pin_dir_.empty()) {
+    if (skel_) l4_lb__destroy(skel_);
+    return;
+  }
   for (int ifindex : ifindexes_) {
     bpf_tc_hook hook{};
     hook.sz = sizeof hook;
@@ -336,6 +419,32 @@ L4Plane::~L4Plane() {
     bpf_tc_detach(&hook, &opts);  // (an interface already gone: nothing to do)
   }
   if (skel_) l4_lb__destroy(skel_);
+  if (!pin_dir_.empty()) removePins(pin_dir_);
+}
+
+void L4Plane::adoptPinned() {
+  const int fd = bpf_map__fd(skel_->maps.services);
+  l4_svc_key key{}, next{};
+  bool first = true;
+  std::set<uint32_t> used;
+  while (bpf_map_get_next_key(fd, first ? nullptr : &key, &next) == 0) {
+    first = false;
+    key = next;
+    l4_svc v{};
+    if (bpf_map_lookup_elem(fd, &key, &v) != 0 || v.id >= L4_MAX_SERVICES) continue;
+    Slot& s = now_.slots[kPinnedPrefix + std::to_string(v.id)];
+    s.id = v.id;
+    s.generation = v.generation;
+    const auto kb = bytesOf(&key);
+    s.key.insert(s.key.end(), kb.begin(), kb.end());
+    s.svc = bytesOf(&v);
+    now_.generation = std::max(now_.generation, v.generation);
+    used.insert(v.id);
+  }
+  std::erase_if(now_.free, [&](uint32_t id) { return used.count(id) > 0; });
+  if (!used.empty())
+    log::info("l4", std::to_string(used.size()) + " service(s) found in the pinned maps of " +
+                        pin_dir_ + ": their tracked flows live on for the rules that keep them");
 }
 
 Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
@@ -382,6 +491,21 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
   std::set<std::string> wanted(kept.begin(), kept.end());
   for (const auto& w : want) wanted.insert(w.key);
   for (const auto& key : kept) next.slots[key] = now_.slots.at(key);
+  // A new rule whose service a pinned map still holds (the last process's) takes its slot and
+  // generation again: the flows tracked for it live on.
+  std::map<std::string, const Slot*> claims;  // rule key -> the pinned slot it takes
+  for (const auto& w : want) {
+    if (now_.slots.count(w.key)) continue;
+    for (const auto& [key, slot] : now_.slots) {
+      if (key.rfind(kPinnedPrefix, 0) != 0 || wanted.count(key)) continue;
+      bool match = false;
+      for (const auto& k : w.ks) match |= hasKey(slot.key, reinterpret_cast<const uint8_t*>(&k));
+      if (!match) continue;
+      claims[w.key] = &slot;
+      wanted.insert(key);  // (its id is taken, not freed)
+      break;
+    }
+  }
   for (const auto& [key, slot] : now_.slots)
     if (!wanted.count(key)) next.free.push_back(slot.id);
   for (auto& w : want) {
@@ -390,6 +514,9 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
     if (it != now_.slots.end()) {
       slot.id = it->second.id;
       slot.generation = it->second.generation;
+    } else if (auto c = claims.find(w.key); c != claims.end()) {
+      slot.id = c->second->id;
+      slot.generation = c->second->generation;
     } else {
       if (next.free.empty())
         return fail(400, "serviceArguments",
@@ -432,13 +559,14 @@ Result<void> L4Plane::install(const State& from, const State& to) {
   const int svc_fd = bpf_map__fd(skel_->maps.services);
   const int ep_fd = bpf_map__fd(skel_->maps.endpoints);
   const int cnt_fd = bpf_map__fd(skel_->maps.counters);
-  for (const auto& [key, slot] : from.slots) {
-    auto it = to.slots.find(key);
-    const bool kept = it != to.slots.end() && it->second.generation == slot.generation;
-    for (size_t off = 0; off + sizeof(l4_svc_key) <= slot.key.size(); off += sizeof(l4_svc_key))
-      if (!kept || !hasKey(it->second.key, slot.key.data() + off))
-        bpf_map_delete_elem(svc_fd, slot.key.data() + off);
-  }
+  // (a key that some slot of `to` has is written below, not deleted first: a pinned service a
+  // rule takes again, a mode 5 address moving, never miss a packet)
+  for (const auto& [key, slot] : from.slots)
+    for (size_t off = 0; off + sizeof(l4_svc_key) <= slot.key.size(); off += sizeof(l4_svc_key)) {
+      bool wanted = false;
+      for (const auto& [tkey, tslot] : to.slots) wanted |= hasKey(tslot.key, slot.key.data() + off);
+      if (!wanted) bpf_map_delete_elem(svc_fd, slot.key.data() + off);
+    }
   for (const auto& [key, slot] : to.slots) {
     auto it = from.slots.find(key);
     const bool same = it != from.slots.end() && it->second.generation == slot.generation &&
@@ -488,6 +616,7 @@ std::vector<std::string> L4Plane::syncHealth(
   std::optional<NodeView> node;  // (read once, when a one-arm rule needs it)
   std::map<uint32_t, uint32_t> sources;  // one-arm: endpoint -> source toward it (0: none)
   for (auto& [key, slot] : now_.slots) {
+    if (key.rfind(kPinnedPrefix, 0) == 0) continue;  // (not a rule's: removed by the next apply)
     std::vector<uint8_t> down = slot.down;
     for (size_t i = 0; i < slot.addrs.size() && i < down.size(); ++i)
       down[i] = up(key, slot.addrs[i].first, slot.addrs[i].second) ? 0 : 1;
@@ -599,6 +728,7 @@ std::vector<L4Plane::ServiceStats> L4Plane::stats() const {
   const int ncpu = libbpf_num_possible_cpus();
   std::vector<l4_counters> per(static_cast<size_t>(ncpu > 0 ? ncpu : 1));
   for (const auto& [key, slot] : now_.slots) {
+    if (key.rfind(kPinnedPrefix, 0) == 0) continue;
     ServiceStats s;
     s.rule = key;
     if (bpf_map_lookup_elem(cnt_fd, &slot.id, per.data()) == 0)

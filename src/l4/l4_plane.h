@@ -15,9 +15,13 @@
 // tracked flows each way (LRU: the oldest are evicted, memory never grows; preallocated, about
 // 50 MB of kernel memory). A service whose rule did not change is not rewritten (its round-robin
 // turn and its rows stay as they are).
-// On a clean stop the program is detached (the maps go with it): flows in progress then reach the
-// VIP unrewritten. After a crash the tc filter stays (it keeps forwarding with its last maps);
-// the next start replaces it.
+// The maps are pinned under <--l4-pin-dir, default /sys/fs/bpf>/kvgate/net-<the network
+// namespace's inode> (bpffs; the default is mounted when it is not): a restarted gateway loads its
+// program over the same maps and adopts the services it finds (their slots and generations), so
+// tracked flows live on. On a stop with keep_on_exit (serve --l4-on-exit keep, the default) the
+// program stays attached and forwards with its last maps until the next start replaces it; with
+// detach it is detached and the pinned maps removed (flows in progress then reach the VIP
+// unrewritten). After a crash: as keep.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -39,7 +43,10 @@ class L4Plane {
  public:
   // Loads and attaches; a clear error when the kernel refuses (no BPF, no permission, an
   // interface that does not exist).
-  static Result<std::unique_ptr<L4Plane>> start(const std::vector<std::string>& ifaces);
+  // keep_on_exit: serve --l4-on-exit; pin_base: --l4-pin-dir (a bpf filesystem).
+  static Result<std::unique_ptr<L4Plane>> start(const std::vector<std::string>& ifaces,
+                                                bool keep_on_exit = true,
+                                                const std::string& pin_base = "/sys/fs/bpf");
   ~L4Plane();
   L4Plane(const L4Plane&) = delete;
   L4Plane& operator=(const L4Plane&) = delete;
@@ -92,7 +99,13 @@ class L4Plane {
   // A slot's endpoint rows and service entry as health has them: endpoints down not up, and the
   // weights of the endpoints up only (a down endpoint's share spread, not handed to the next).
   static void rowsOf(const Slot& slot, std::vector<l4_ep>& rows, l4_svc& svc);
+  // Services found in pinned maps at start, by their service key: the slot and generation a rule
+  // of that key takes again (its flows live on). Removed by the first apply() that does not claim
+  // them.
+  void adoptPinned();
   struct l4_lb* skel_ = nullptr;
+  std::string pin_dir_;  // "" when the maps are not pinned
+  bool keep_on_exit_ = true;
   std::vector<std::string> ifaces_;
   std::vector<int> ifindexes_;
   State now_, before_;  // the maps' state, and before the last apply()

@@ -22,6 +22,9 @@ const VIP = '198.19.0.100';
 const DSR_VIP = '198.19.0.200';
 const BACKENDS = ['198.18.1.2', '198.18.1.3'];
 const PEER = 'tests/integration/l4_peer.py';
+// A bpf filesystem for the gateway's pinned maps, mounted outside /sys (`ip netns exec` remounts
+// /sys for each process: a bpffs there would not outlive the gateway that mounted it).
+const PIN_DIR = `/tmp/kvgate-bpffs-${tag}`;
 
 const sh = (...args) => execFileSync(args[0], args.slice(1), { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
 const inNs = (ns, ...args) => sh('ip', 'netns', 'exec', ns, ...args);
@@ -54,9 +57,10 @@ function spawnIn(ns, args) {
   return p;
 }
 
-async function startGw(stateDir) {
+async function startGw(stateDir, extra = []) {
   const p = spawnIn(NS.g, [BIN, 'serve', '--l4-ifaces', 'c1,b1', '--api-listen', '127.0.0.1:0',
-    '--state-dir', stateDir, '--workers', '1', '--probe-interval-ms', '300']);
+    '--state-dir', stateDir, '--workers', '1', '--probe-interval-ms', '300', '--l4-pin-dir', PIN_DIR,
+    ...extra]);
   for (;;) {
     const line = await p.next();
     try {
@@ -90,6 +94,8 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
   let gw;
   let tmp;
   before(async () => {
+    sh('mkdir', '-p', PIN_DIR);
+    sh('mount', '-t', 'bpf', 'bpf', PIN_DIR);
     for (const ns of Object.values(NS)) sh('ip', 'netns', 'add', ns);
     sh('ip', 'link', 'add', `c0k${tag}`, 'netns', NS.c, 'type', 'veth', 'peer', 'name', 'c1', 'netns', NS.g);
     sh('ip', 'link', 'add', `b0k${tag}`, 'netns', NS.b, 'type', 'veth', 'peer', 'name', 'b1', 'netns', NS.g);
@@ -137,6 +143,10 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
   });
   after(async () => {
     await stopProc(gw?.proc);
+    // (and the maps a gateway kept on exit, should a test have failed before the restart that
+    // detaches them, go with their file system)
+    try { sh('umount', PIN_DIR); } catch { /* not mounted */ }
+    try { sh('rmdir', PIN_DIR); } catch { /* not made */ }
     for (const p of procs) await stopProc(p);
     for (const ns of Object.values(NS)) { try { sh('ip', 'netns', 'del', ns); } catch { /* not made */ } }
     tmp?.remove();
@@ -451,10 +461,33 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     assert.match(refused.text, /L4 \(mode 0-3, 5\) rule/);
   });
 
-  test('rules survive a restart of the gateway', async () => {
+  test('rules and their tracked flows survive a restart of the gateway (pinned maps)', async () => {
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8100, targetPort: 8000, mode: 2 }));
+    assert.equal(r.status, 200, r.text);
+    // connections open across the restart: a full NAT one and a DNAT one (port 8080, mode 0)
+    const sessions = [];
+    for (const port of ['8100', '8080']) {
+      const s = spawnIn(NS.c, ['/usr/bin/python3', PEER, 'session', VIP, port]);
+      procs.push(s);
+      assert.equal(await s.next(), 'connected');
+      s.stdin.write('ask\n');
+      sessions.push({ s, first: await s.next() });
+    }
     await stopProc(gw.proc);
-    gw = await startGw(tmp.dir);
+    // the gateway is down: its program still forwards with the maps it kept
+    for (const { s, first } of sessions) {
+      s.stdin.write('ask\n');
+      assert.equal(await s.next(), first);
+    }
+    // (the restarted gateway detaches and removes its maps when it stops: the suite's end)
+    gw = await startGw(tmp.dir, ['--l4-on-exit', 'detach']);
+    for (const { s, first } of sessions) {  // the same endpoint, the same SNAT port: tracked
+      s.stdin.write('ask\n');
+      assert.equal(await s.next(), first);
+      s.stdin.write('quit\n');
+    }
     assert.match(curlTcp(8080), /^be[01]$/);
+    assert.match(curlTcp(8100), /^be[01]$/);
   });
 
   test('a deleted rule forwards nothing', () => {
