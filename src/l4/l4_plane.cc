@@ -107,6 +107,7 @@ struct NodeView {
   std::vector<Addr> addrs;
   std::set<std::string> l4_ifaces;
   uint16_t one_arm_lo = 1024, one_arm_n = 31744;
+  unsigned ephemeral_lo = 32768, ephemeral_hi = 60999;  // net.ipv4.ip_local_port_range
 
   static NodeView read(const std::vector<std::string>& ifaces) {
     NodeView v;
@@ -132,6 +133,8 @@ struct NodeView {
     }
     lo = std::clamp(lo, 1024u, 65535u);
     hi = std::clamp(hi, lo, 65535u);
+    v.ephemeral_lo = lo;
+    v.ephemeral_hi = hi;
     if (lo - 1024 >= 65535 - hi) {
       v.one_arm_lo = 1024;
       v.one_arm_n = static_cast<uint16_t>(lo - 1024);
@@ -237,6 +240,14 @@ Result<Planned> plan(const config::RuleSpec& r, const NodeView& node) {
                   "mode 5 (host one-arm) serves its port on every address of this node: its "
                   "externalIP must be 0.0.0.0, not '" +
                       r.vip + "'");
+    // (its port would take the answers of this node's own connections, which leave from
+    // ephemeral ports)
+    if (r.port >= node.ephemeral_lo && r.port <= node.ephemeral_hi)
+      return fail(400, "serviceArguments.port",
+                  "mode 5 (host one-arm) takes its port on every address of this node: " +
+                      std::to_string(r.port) + " is in net.ipv4.ip_local_port_range (" +
+                      std::to_string(node.ephemeral_lo) + "-" + std::to_string(node.ephemeral_hi) +
+                      "), where this node's own connections get their ports");
     for (uint32_t a : node.hostAddrs()) p.ks.push_back({a, port, proto, 0});
     if (p.ks.empty())
       return fail(400, "serviceArguments.mode",
@@ -457,7 +468,11 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
     auto p = plan(r, node);
     if (!p) {
       auto it = now_.slots.find(r.key());
-      if (it == now_.slots.end() || it->second.spec != spec) return tl::unexpected(p.error());
+      // (only what an endpoint's route or address refuses: a port range changed since is not
+      // kept, its flows would take ports the kernel now gives its own connections)
+      if (it == now_.slots.end() || it->second.spec != spec ||
+          p.error().source.rfind("endpoints[", 0) != 0)
+        return tl::unexpected(p.error());
       log::warn("l4", "rule " + r.key() + " (unchanged) kept as installed: " + p.error().what);
       kept.push_back(r.key());
       continue;
@@ -476,13 +491,23 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
                         keys.begin() + static_cast<std::ptrdiff_t>(off + sizeof(l4_svc_key))),
                     key);
   }
+  // A mode 5 rule yields an address another rule has as its VIP (same port and protocol).
   for (const auto& w : want)
-    for (const auto& k : w.ks)
-      if (auto [it, fresh] = owner.emplace(bytesOf(&k), w.key); !fresh)
-        return fail(400, "serviceArguments.externalIP",
-                    w.key + " and " + it->second +
-                        " would serve the same address, port and protocol (a mode 5 rule "
-                        "serves its port on every address of this node)");
+    if (w.svc.mode != L4_MODE_HOSTONEARM)
+      for (const auto& k : w.ks) owner.emplace(bytesOf(&k), w.key);
+  size_t keys = 0;
+  for (auto& w : want) {
+    if (w.svc.mode == L4_MODE_HOSTONEARM)
+      std::erase_if(w.ks, [&](const l4_svc_key& k) { return owner.count(bytesOf(&k)) > 0; });
+    keys += w.ks.size();
+  }
+  for (const auto& key : kept) keys += now_.slots.at(key).key.size() / sizeof(l4_svc_key);
+  if (keys > L4_MAX_SERVICES)
+    return fail(400, "serviceArguments",
+                "the L4 path serves at most " + std::to_string(L4_MAX_SERVICES) +
+                    " addresses, ports and protocols (a mode 5 rule takes one per address of "
+                    "this node): these rules need " +
+                    std::to_string(keys));
   // The next state: kept slots keep their id and generation; new ones take a free slot (those
   // of removed services first freed, so a full table can still be replaced).
   State next;
@@ -690,7 +715,12 @@ std::vector<std::string> L4Plane::syncHealth(
       const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
       ok = bpf_map_update_elem(ep_fd, &row, &rows[i], BPF_ANY) == 0;
     }
-    ok = ok && writeService(svc_fd, next.key, svc);
+    if (ok && !writeService(svc_fd, next.key, svc)) {
+      ok = false;  // (keys written that the slot does not have yet: removed again)
+      for (size_t off = 0; off + sizeof(l4_svc_key) <= next.key.size(); off += sizeof(l4_svc_key))
+        if (!hasKey(slot.key, next.key.data() + off))
+          bpf_map_delete_elem(svc_fd, next.key.data() + off);
+    }
     if (ok)  // (mode 5: addresses the node no longer has)
       for (size_t off = 0; off + sizeof(l4_svc_key) <= slot.key.size(); off += sizeof(l4_svc_key))
         if (!hasKey(next.key, slot.key.data() + off))

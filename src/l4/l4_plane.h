@@ -51,7 +51,7 @@ class L4Plane {
   L4Plane(const L4Plane&) = delete;
   L4Plane& operator=(const L4Plane&) = delete;
 
-  // Installs the L4 rules (modes 0-3) of `rules` (others are ignored); validated first, nothing
+  // Installs the L4 rules (modes 0-3, 5) of `rules` (others are ignored); validated first, nothing
   // changes on a validation error. Services no longer present are removed; their flows end.
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
   // Undoes the last apply() exactly (the same slots and generations: flows of services it

@@ -145,8 +145,8 @@ inline const Family kL4Packets{"kvgate_l4_packets_total", Type::kCounter,
 inline const Family kL4Dropped{"kvgate_l4_dropped_total", Type::kCounter,
     "Packets to an L4 (mode 0-3, 5) rule's VIP the L4 data path dropped, by rule key and reason: "
     "no_endpoint (none up), untracked (a TCP packet of a connection it does not track, not a "
-    "SYN), no_port (no free source port toward the endpoint: modes 1, 2; mode 0's port held by a "
-    "flow of another VIP; a flow's port taken after an eviction), no_route (modes 1-3: no "
+    "SYN), no_port (no free source port toward the endpoint: modes 1, 2, 5; mode 0's port held by a "
+    "flow of another VIP; a flow's port taken after an eviction), no_route (modes 1-3, 5: no "
     "route, DSR's endpoint not a neighbour, forwarding off, TTL out or over the MTU).",
     {"rule", "reason"}};
 inline const Family kL4Bytes{"kvgate_l4_bytes_total", Type::kCounter,

@@ -346,9 +346,9 @@ Result<void> DataPlane::apply(const std::vector<config::RuleSpec>& rules) {
   // would silently get nothing.
   std::set<uint16_t> host_l4;  // ports of mode 5 tcp rules: served on every address of the node
   for (const auto& r : l4)
-    if (r.mode == 5 && r.protocol == "tcp") host_l4.insert(r.port);
-  for (const auto& r : proxy)
-    if (host_l4.count(r.port))
+    if (r.mode == 5 && r.protocol == "tcp" && r.admin_up) host_l4.insert(r.port);
+  for (const auto& r : proxy)  // (loopback VIPs are not on the L4 interfaces)
+    if (host_l4.count(r.port) && r.vip.rfind("127.", 0) != 0)
       return fail(400, "serviceArguments.port",
                   "tcp port " + std::to_string(r.port) +
                       " is a mode 5 (host one-arm) rule's, served on every address of this node; "

@@ -306,6 +306,12 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     });
     assert.equal(r.status, 400);
     assert.match(r.text, /must be 0\.0\.0\.0/);
+    r = gwApi(gw.api, 'POST', LB_BASE, {  // (in the ephemeral range: the node's own answers)
+      serviceArguments: { externalIP: '0.0.0.0', port: 40000, protocol: 'tcp', sel: 0, mode: 5 },
+      endpoints: [{ endpointIP: BACKENDS[0], targetPort: 8000, weight: 1 }],
+    });
+    assert.equal(r.status, 400);
+    assert.match(r.text, /ip_local_port_range/);
   });
 
   test('refused: an endpoint that is the gateway itself, a port range that leaves one-arm no ports', () => {

@@ -82,6 +82,15 @@ struct {
   __type(value, struct l4_flow);
 } rct SEC(".maps");
 
+// Per-key locks of take_reverse (held only while one program runs it).
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 4096);
+  __uint(map_flags, BPF_F_NO_PREALLOC);
+  __type(key, struct l4_flow_key);
+  __type(value, __u64);
+} claims SEC(".maps");
+
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
   __uint(max_entries, L4_MAX_SERVICES);
@@ -225,17 +234,30 @@ static __always_inline int expired(const struct l4_flow* f, __u64 now) {
   return (__s64)(now - f->last_ns) > (__s64)limit;
 }
 
-// True when the reverse entry `r` (key `rk`) is taken: created less than a second ago (its flow
-// may be being made on another CPU), or its flow answers through it: the flow's service still
-// installed, its ct entry tracked, pointing at this endpoint and this source, and not idle (a
-// closed SNAT flow holds its source port L4_TIME_WAIT_S after its last packet, as long as the
-// endpoint may keep its TIME_WAIT).
+// The live flow that answers through reverse entry `r` (key `rk`): its ct entry, tracked,
+// pointing at this endpoint and this source, and not idle; 0 when there is none.
+static __always_inline struct l4_flow* reverse_flow(const struct l4_flow_key* rk,
+                                                    const struct l4_flow* r, __u64 now) {
+  struct l4_flow_key ck = {.saddr = r->peer_ip,
+                           .daddr = r->nat_ip,
+                           .sport = r->peer_port,
+                           .dport = r->nat_port,
+                           .proto = rk->proto};
+  struct l4_flow* f = bpf_map_lookup_elem(&ct, &ck);
+  if (!f || f->nat_ip != rk->saddr || f->nat_port != rk->sport || f->peer_ip != rk->daddr ||
+      f->peer_port != rk->dport || expired(f, now))
+    return 0;
+  return f;
+}
+
+// True when the reverse entry `r` (key `rk`, its time read once as `seen`) is taken: created
+// less than a second ago (its flow may be being made on another CPU), or a flow answers through
+// it: its ct entry tracked, pointing at this endpoint and this source, and not idle; a closed
+// SNAT flow, or one whose rule was deleted or replaced (the endpoint may still hold the
+// connection), holds its source port L4_TIME_WAIT_S after its last packet.
 static __always_inline int rct_in_use(const struct l4_flow_key* rk, const struct l4_flow* r,
-                                      __u64 now) {
-  if ((__s64)(now - r->last_ns) < (__s64)NS_PER_S) return 1;
-  struct l4_svc_key vk = {.vip = r->nat_ip, .port = r->nat_port, .proto = rk->proto};
-  struct l4_svc* vs = bpf_map_lookup_elem(&services, &vk);
-  if (!vs || vs->generation != r->generation) return 0;
+                                      __u64 seen, __u64 now) {
+  if ((__s64)(now - seen) < (__s64)NS_PER_S) return 1;
   const int snat = r->peer_ip != rk->daddr || r->peer_port != rk->dport;
   struct l4_flow_key ck = {.saddr = r->peer_ip,
                            .daddr = r->nat_ip,
@@ -246,22 +268,31 @@ static __always_inline int rct_in_use(const struct l4_flow_key* rk, const struct
   if (!f || f->nat_ip != rk->saddr || f->nat_port != rk->sport || f->peer_ip != rk->daddr ||
       f->peer_port != rk->dport)
     return 0;
-  if (snat && f->state == L4_CT_CLOSING)
+  struct l4_svc_key vk = {.vip = r->nat_ip, .port = r->nat_port, .proto = rk->proto};
+  struct l4_svc* vs = bpf_map_lookup_elem(&services, &vk);
+  const int gone = !vs || vs->generation != r->generation;
+  if (snat && (gone || f->state == L4_CT_CLOSING))
     return (__s64)(now - f->last_ns) <= (__s64)((__u64)L4_TIME_WAIT_S * NS_PER_S);
-  return !expired(f, now);
+  return !gone && !expired(f, now);
 }
 
-// Takes the reverse key `rk` for a new flow (its entry `rf`): inserted when absent, or, when its
-// entry is stale, claimed by a compare-and-swap on the entry's time (of two CPUs claiming one
-// stale entry, one wins) and then overwritten. 0 when taken.
+// Takes the reverse key `rk` for a new flow (its entry `rf`), under a per-key lock (an entry of
+// `claims` inserted with BPF_NOEXIST, deleted before returning: two CPUs taking one key
+// serialize, and the second finds the first's entry fresh): inserted when absent, overwritten
+// when stale. 0 when taken (or the lock is held: another CPU is taking it now).
 static __always_inline int take_reverse(const struct l4_flow_key* rk, const struct l4_flow* rf,
                                         __u64 now) {
+  if (bpf_map_update_elem(&claims, rk, &now, BPF_NOEXIST) != 0) return 0;
+  int taken = 0;
   struct l4_flow* old = bpf_map_lookup_elem(&rct, rk);
-  if (!old) return bpf_map_update_elem(&rct, rk, rf, BPF_NOEXIST) == 0;
-  if (rct_in_use(rk, old, now)) return 0;
-  const __u64 seen = old->last_ns;
-  if (__sync_val_compare_and_swap(&old->last_ns, seen, now) != seen) return 0;
-  return bpf_map_update_elem(&rct, rk, rf, BPF_EXIST) == 0;
+  if (old) {
+    const __u64 seen = old->last_ns;
+    if (!rct_in_use(rk, old, seen, now)) taken = bpf_map_update_elem(&rct, rk, rf, BPF_ANY) == 0;
+  } else {
+    taken = bpf_map_update_elem(&rct, rk, rf, BPF_NOEXIST) == 0;
+  }
+  bpf_map_delete_elem(&claims, rk);
+  return taken;
 }
 
 static __always_inline void note_flags(struct l4_flow* f, __u8 tcp_flags, __u16 fin_bit) {
@@ -311,6 +342,17 @@ int l4_ingress(struct __sk_buff* skb) {
       bpf_map_delete_elem(&ct, &k);  // (its service was replaced, or it idled out)
       f = 0;
     }
+    if (f && (tcp_flags & 2)) {
+      // A SYN (the client reusing the 4-tuple, or retrying) on a flow whose endpoint is down or
+      // no longer the rule's: the flow starts over, picked again.
+      __u32 row = svc->id * L4_MAX_ENDPOINTS + f->ep_index;
+      struct l4_ep* fe = f->ep_index < L4_MAX_ENDPOINTS ? bpf_map_lookup_elem(&endpoints, &row) : 0;
+      if (!fe || !fe->up || fe->ip != f->nat_ip || fe->port != f->nat_port ||
+          f->ep_index >= svc->n_eps) {
+        bpf_map_delete_elem(&ct, &k);
+        f = 0;
+      }
+    }
     if (f) {
       f->last_ns = now;
       if ((tcp_flags & 2) && f->state == L4_CT_CLOSING) {  // the client reuses the 4-tuple
@@ -339,9 +381,11 @@ int l4_ingress(struct __sk_buff* skb) {
         rf.nat_port = dport;
         rf.peer_ip = saddr;
         rf.peer_port = sport;
-        bpf_map_update_elem(&rct, &rk, &rf, BPF_NOEXIST);
-      } else if (rr->peer_ip != saddr || rr->peer_port != sport || rr->nat_ip != daddr ||
-                 rr->nat_port != dport) {
+        if (bpf_map_update_elem(&rct, &rk, &rf, BPF_NOEXIST) != 0)
+          rr = bpf_map_lookup_elem(&rct, &rk);  // (another flow took it just now: see below)
+      }
+      if (rr && (rr->peer_ip != saddr || rr->peer_port != sport || rr->nat_ip != daddr ||
+                 rr->nat_port != dport)) {
         bpf_map_delete_elem(&ct, &k);
         return drop(svc->id, L4_DROP_NO_PORT);
       }
@@ -355,7 +399,7 @@ int l4_ingress(struct __sk_buff* skb) {
     // on: still an answer (section 3), not a new flow of that service.
     if (!(tcp_flags & 2)) {
       struct l4_flow* ans = bpf_map_lookup_elem(&rct, &k);
-      if (ans && ans->generation != svc->generation) goto reverse;
+      if (ans && ans->generation != svc->generation && reverse_flow(&k, ans, now)) goto reverse;
     }
     // 2. A new flow: a datagram, a SYN (or any packet, when the rule hashes: same endpoint).
     // (a TCP connection this node does not know: no endpoint may answer it)
@@ -446,7 +490,9 @@ reverse:;
   if (!f || !vs || vs->generation != f->generation || f->nat_ip != saddr || f->nat_port != sport ||
       f->peer_ip != daddr || f->peer_port != dport || expired(f, now) ||
       (!nat_src && (tcp_flags & 8) && f->state == L4_CT_CLOSING)) {
-    bpf_map_delete_elem(&rct, &k);
+    // (an entry under a second old with no ct entry yet may be a flow another CPU is making:
+    // left to it)
+    if (f || (__s64)(now - r->last_ns) >= (__s64)NS_PER_S) bpf_map_delete_elem(&rct, &k);
     return TC_ACT_UNSPEC;
   }
   f->last_ns = now;
