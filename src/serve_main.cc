@@ -632,6 +632,9 @@ int serveMain(int argc, char** argv) {
         if (auto s = events::kvSources(rules, tls_of)) kv_plane.setSources(std::move(*s));
       });
   auto loaded = store.load();
+  // (pinned services no restored rule took: removed; kept when the restore failed, for the next
+  // start)
+  if (l4 && loaded) l4->finishAdoption();
   if (!loaded) {
     log::error("serve", loaded.error().what);
     dp.stop();

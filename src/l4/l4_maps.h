@@ -26,6 +26,21 @@
 
 #define L4_SHORT_TIMEOUT_S 10
 
+// The layout of these maps: bumped whenever a struct below changes meaning, even at the same
+// size (libbpf reuses a pinned map whose sizes match): a start finding pinned maps of another
+// layout removes them instead of misreading them.
+#define L4_MAPS_LAYOUT 3
+#define L4_META_MAX_IFACES 64
+
+// The pinned maps' own record (map `meta`, one entry), the control plane's only.
+struct l4_meta {
+  __u64 layout;           // L4_MAPS_LAYOUT of the build that made the maps
+  __u64 netns_cookie;     // the network namespace they were made in (SO_NETNS_COOKIE)
+  __u32 next_generation;  // the generation counter: never reused, across restarts too
+  __u32 n_ifaces;
+  __u32 ifindex[L4_META_MAX_IFACES];  // interfaces the program is attached to
+};
+
 struct l4_svc_key {
   __u32 vip;
   __u16 port;

@@ -8,6 +8,7 @@
 #include <ifaddrs.h>
 #include <linux/magic.h>
 #include <net/if.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -183,14 +184,49 @@ std::string pinDir(const std::string& base) {
   return sub;
 }
 
-// Removes the pinned maps of `dir` and the directory.
+// Removes the pinned maps of `dir` (the directory stays: its lock is held).
 void removePins(const std::string& dir) {
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d))
       if (e->d_name[0] != '.') unlink((dir + "/" + e->d_name).c_str());
     closedir(d);
   }
-  rmdir(dir.c_str());
+}
+
+// This network namespace's cookie (SO_NETNS_COOKIE, 5.14+; 0 when the kernel has none).
+uint64_t netnsCookie() {
+  uint64_t cookie = 0;
+  socklen_t len = sizeof cookie;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0) {
+    if (getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, &cookie, &len) != 0) cookie = 0;
+    ::close(fd);
+  }
+  return cookie;
+}
+
+// Whether the maps pinned in `dir` (if any) can be adopted: made by this layout, in this network
+// namespace (a namespace inode number is reused once its namespace is gone). "" yes, or why not.
+std::string pinsForeign(const std::string& dir, uint64_t cookie) {
+  bool any = false;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) any |= e->d_name[0] != '.';
+    closedir(d);
+  }
+  if (!any) return "";
+  const int fd = bpf_obj_get((dir + "/meta").c_str());
+  if (fd < 0) return "no layout record (an older build's)";
+  l4_meta m{};
+  const uint32_t zero = 0;
+  const bool read = bpf_map_lookup_elem(fd, &zero, &m) == 0;
+  ::close(fd);
+  if (!read) return "an unreadable layout record";
+  if (m.layout != L4_MAPS_LAYOUT)
+    return "layout " + std::to_string(m.layout) + ", this build's is " +
+           std::to_string(L4_MAPS_LAYOUT);
+  if (cookie != 0 && m.netns_cookie != 0 && m.netns_cookie != cookie)
+    return "made in another network namespace that had the same inode number";
+  return "";
 }
 
 // One-arm's source address toward `ep`: the kernel's choice, which must be an address of an L4
@@ -345,8 +381,8 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
     if (pin_base != kDefaultPinBase)
       return fail(400, "--l4-pin-dir",
                   "'" + pin_base + "' is no bpf filesystem (mount -t bpf bpf " + pin_base + ")");
-    log::warn("l4", "no bpf filesystem at " + pin_base +
-                        ": the L4 maps are not pinned, tracked flows end with this process");
+    log::warn("l4", "cannot pin the L4 maps under " + pin_base + "/kvgate (" + errnoText(errno) +
+                        "): they are not pinned, tracked flows end with this process");
   }
   // Loads the program, over the pinned maps when there are (libbpf reuses a pinned map whose
   // definition matches, and pins the others).
@@ -367,21 +403,41 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
     errno = err;
     return false;
   };
-  bool loaded = load();
-  if (!loaded && !p->pin_dir_.empty()) {  // (maps pinned by a build of another layout)
-    log::warn("l4", "the pinned L4 maps in " + p->pin_dir_ + " could not be reused (" +
-                        errnoText(errno) + "); removed: tracked flows start over");
-    removePins(p->pin_dir_);
-    p->pin_dir_ = pinDir(pin_base);
-    loaded = load();
+  p->cookie_ = netnsCookie();
+  if (!p->pin_dir_.empty()) {
+    // One gateway per network namespace owns the pinned maps (a second would take the first's
+    // services away on its first commit).
+    p->pin_lock_fd_ = ::open(p->pin_dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (p->pin_lock_fd_ < 0 || flock(p->pin_lock_fd_, LOCK_EX | LOCK_NB) != 0)
+      return fail(503, "--l4-ifaces",
+                  "another kvgate serve runs the L4 path of this network namespace (" +
+                      p->pin_dir_ + " is locked)");
+    if (const std::string why = pinsForeign(p->pin_dir_, p->cookie_); !why.empty()) {
+      log::warn("l4", "the pinned L4 maps in " + p->pin_dir_ + " are not adopted (" + why +
+                          "): removed, tracked flows start over");
+      removePins(p->pin_dir_);
+    }
   }
-  if (!loaded)
+  if (!load()) {
+    const int err = errno;
     return fail(503, "--l4-ifaces",
-                "the kernel refused the L4 program (" + errnoText(errno) +
+                "the kernel refused the L4 program (" + errnoText(err) +
                     "): BPF needs root or CAP_BPF and CAP_NET_ADMIN, and a 5.12+ kernel with tc "
-                    "BPF");
+                    "BPF" +
+                    (p->pin_dir_.empty() ? std::string()
+                                         : "; or the maps pinned in " + p->pin_dir_ +
+                                               " do not fit this build (remove them to start "
+                                               "over)"));
+  }
+  {
+    bpf_prog_info info{};
+    uint32_t len = sizeof info;
+    if (bpf_obj_get_info_by_fd(bpf_program__fd(p->skel_->progs.l4_ingress), &info, &len) == 0)
+      p->prog_id_ = info.id;
+  }
   for (uint32_t i = L4_MAX_SERVICES; i > 0; --i) p->now_.free.push_back(i - 1);
-  if (!p->pin_dir_.empty()) p->adoptPinned();
+  std::vector<uint32_t> kept_on;  // interfaces the last process's program was attached to
+  if (!p->pin_dir_.empty()) kept_on = p->adoptPinned();
   for (size_t i = 0; i < p->ifindexes_.size(); ++i) {
     bpf_tc_hook hook{};
     hook.sz = sizeof hook;
@@ -409,13 +465,75 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
       return fail(503, "--l4-ifaces",
                   "cannot attach the L4 program on " + ifaces[i] + ": " + errnoText(rc));
   }
+  // The last process's program on an interface this start does not name: detached (it would
+  // go on rewriting with the maps this one now owns).
+  for (uint32_t ifindex : kept_on) {
+    if (std::find(p->ifindexes_.begin(), p->ifindexes_.end(), static_cast<int>(ifindex)) !=
+        p->ifindexes_.end())
+      continue;
+    bpf_tc_hook hook{};
+    hook.sz = sizeof hook;
+    hook.ifindex = static_cast<int>(ifindex);
+    hook.attach_point = BPF_TC_INGRESS;
+    bpf_tc_opts opts{};
+    opts.sz = sizeof opts;
+    opts.handle = 0x4b56;
+    opts.priority = 1;
+    if (bpf_tc_query(&hook, &opts) == 0) {
+      bpf_tc_opts del{};
+      del.sz = sizeof del;
+      del.handle = 0x4b56;
+      del.priority = 1;
+      bpf_tc_detach(&hook, &del);
+      log::info("l4", "detached the last process's L4 program from interface " +
+                          std::to_string(ifindex) + " (not in --l4-ifaces now)");
+    }
+  }
+  p->writeMeta();
   return p;
+}
+
+void L4Plane::writeMeta() {
+  if (pin_dir_.empty()) return;
+  l4_meta m{};
+  m.layout = L4_MAPS_LAYOUT;
+  m.netns_cookie = cookie_;
+  m.next_generation = now_.generation;
+  for (int i : ifindexes_)
+    if (m.n_ifaces < L4_META_MAX_IFACES) m.ifindex[m.n_ifaces++] = static_cast<uint32_t>(i);
+  const uint32_t zero = 0;
+  if (bpf_map_update_elem(bpf_map__fd(skel_->maps.meta), &zero, &m, BPF_ANY) != 0)
+    log::warn("l4", "cannot write the L4 maps' record: " + errnoText(errno));
+}
+
+void L4Plane::finishAdoption() {
+  State next = now_;
+  size_t removed = 0;
+  for (auto it = next.slots.begin(); it != next.slots.end();) {
+    if (it->first.rfind(kPinnedPrefix, 0) == 0) {
+      next.free.push_back(it->second.id);
+      it = next.slots.erase(it);
+      ++removed;
+    } else {
+      ++it;
+    }
+  }
+  if (removed == 0) return;
+  if (auto i = install(now_, next); !i) {
+    log::warn("l4", "cannot remove the pinned services no rule took: " + i.error().what);
+    return;
+  }
+  now_ = std::move(next);
+  before_ = now_;
+  log::info("l4",
+            std::to_string(removed) + " service(s) of the pinned maps that no rule took removed");
 }
 
 L4Plane::~L4Plane() {
   // (kept: the program forwards with its pinned maps until the next start replaces it)
   if (keep_on_exit_ && !pin_dir_.empty()) {
     if (skel_) l4_lb__destroy(skel_);
+    if (pin_lock_fd_ >= 0) ::close(pin_lock_fd_);
     return;
   }
   for (int ifindex : ifindexes_) {
@@ -427,13 +545,23 @@ L4Plane::~L4Plane() {
     opts.sz = sizeof opts;
     opts.handle = 0x4b56;
     opts.priority = 1;
-    bpf_tc_detach(&hook, &opts);  // (an interface already gone: nothing to do)
+    // (only our own program: another process's is not ours to remove)
+    if (bpf_tc_query(&hook, &opts) != 0 || (prog_id_ != 0 && opts.prog_id != prog_id_)) continue;
+    bpf_tc_opts del{};
+    del.sz = sizeof del;
+    del.handle = 0x4b56;
+    del.priority = 1;
+    bpf_tc_detach(&hook, &del);
   }
   if (skel_) l4_lb__destroy(skel_);
-  if (!pin_dir_.empty()) removePins(pin_dir_);
+  if (!pin_dir_.empty()) {
+    removePins(pin_dir_);
+    rmdir(pin_dir_.c_str());
+  }
+  if (pin_lock_fd_ >= 0) ::close(pin_lock_fd_);
 }
 
-void L4Plane::adoptPinned() {
+std::vector<uint32_t> L4Plane::adoptPinned() {
   const int fd = bpf_map__fd(skel_->maps.services);
   l4_svc_key key{}, next{};
   bool first = true;
@@ -456,6 +584,18 @@ void L4Plane::adoptPinned() {
   if (!used.empty())
     log::info("l4", std::to_string(used.size()) + " service(s) found in the pinned maps of " +
                         pin_dir_ + ": their tracked flows live on for the rules that keep them");
+  // The generation counter goes on from the last process's (never reused: a deleted rule's
+  // flows must not match a new rule's), and the interfaces its program was attached to.
+  std::vector<uint32_t> ifaces;
+  l4_meta m{};
+  const uint32_t zero = 0;
+  if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.meta), &zero, &m) == 0 &&
+      m.layout == L4_MAPS_LAYOUT) {
+    now_.generation = std::max(now_.generation, m.next_generation);
+    for (uint32_t i = 0; i < m.n_ifaces && i < L4_META_MAX_IFACES; ++i)
+      ifaces.push_back(m.ifindex[i]);
+  }
+  return ifaces;
 }
 
 Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
@@ -470,8 +610,10 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
       auto it = now_.slots.find(r.key());
       // (only what an endpoint's route or address refuses: a port range changed since is not
       // kept, its flows would take ports the kernel now gives its own connections)
-      if (it == now_.slots.end() || it->second.spec != spec ||
-          p.error().source.rfind("endpoints[", 0) != 0)
+      const bool node_state =
+          p.error().source.rfind("endpoints[", 0) == 0 ||
+          p.error().what.find("no IPv4 address outside loopback") != std::string::npos;
+      if (it == now_.slots.end() || it->second.spec != spec || !node_state)
         return tl::unexpected(p.error());
       log::warn("l4", "rule " + r.key() + " (unchanged) kept as installed: " + p.error().what);
       kept.push_back(r.key());
@@ -531,6 +673,13 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
       break;
     }
   }
+  // (pinned services no rule took yet stay until finishAdoption(): a restore applies its rules
+  // one by one when the whole set fails)
+  for (const auto& [key, slot] : now_.slots)
+    if (key.rfind(kPinnedPrefix, 0) == 0 && !wanted.count(key)) {
+      next.slots[key] = slot;
+      wanted.insert(key);
+    }
   for (const auto& [key, slot] : now_.slots)
     if (!wanted.count(key)) next.free.push_back(slot.id);
   for (auto& w : want) {
@@ -570,10 +719,12 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
   }
   before_ = std::move(now_);
   now_ = std::move(next);
+  writeMeta();
   return {};
 }
 
 void L4Plane::rollback() {
+  before_.generation = std::max(before_.generation, now_.generation);  // (never reused)
   if (install(now_, before_)) now_ = before_;
 }
 
@@ -593,6 +744,7 @@ Result<void> L4Plane::install(const State& from, const State& to) {
       if (!wanted) bpf_map_delete_elem(svc_fd, slot.key.data() + off);
     }
   for (const auto& [key, slot] : to.slots) {
+    if (key.rfind(kPinnedPrefix, 0) == 0) continue;  // (as found in the pinned maps)
     auto it = from.slots.find(key);
     const bool same = it != from.slots.end() && it->second.generation == slot.generation &&
                       it->second.key == slot.key && it->second.svc == slot.svc &&

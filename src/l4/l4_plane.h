@@ -54,6 +54,9 @@ class L4Plane {
   // Installs the L4 rules (modes 0-3, 5) of `rules` (others are ignored); validated first, nothing
   // changes on a validation error. Services no longer present are removed; their flows end.
   Result<void> apply(const std::vector<config::RuleSpec>& rules);
+  // Removes the services found in pinned maps at start that no rule took (serve calls it once
+  // the state file's rules are applied, whatever came of that; until then apply() keeps them).
+  void finishAdoption();
   // Undoes the last apply() exactly (the same slots and generations: flows of services it
   // removed or replaced live on): the data plane's rollback when the fullproxy refused the set.
   void rollback();
@@ -102,9 +105,14 @@ class L4Plane {
   // Services found in pinned maps at start, by their service key: the slot and generation a rule
   // of that key takes again (its flows live on). Removed by the first apply() that does not claim
   // them.
-  void adoptPinned();
+  // Returns the interfaces the last process's program was attached to.
+  std::vector<uint32_t> adoptPinned();
+  void writeMeta();  // the pinned maps' record: layout, namespace, generation, interfaces
   struct l4_lb* skel_ = nullptr;
   std::string pin_dir_;  // "" when the maps are not pinned
+  int pin_lock_fd_ = -1;  // the pin directory, flock()ed: one gateway per namespace owns it
+  uint64_t cookie_ = 0;   // the network namespace's cookie
+  uint32_t prog_id_ = 0;  // our program's id: only it is detached on a stop
   bool keep_on_exit_ = true;
   std::vector<std::string> ifaces_;
   std::vector<int> ifindexes_;

@@ -9,7 +9,7 @@
 //               the DSR VIP 198.19.0.200/32 on lo, and its answers (from that address) sent
 //               straight to the client over d0 198.18.2.2/24 -- d1 198.18.2.1/24 (client ns)
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import readline from 'node:readline';
 import { after, before, describe, test } from 'node:test';
@@ -494,6 +494,20 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     }
     assert.match(curlTcp(8080), /^be[01]$/);
     assert.match(curlTcp(8100), /^be[01]$/);
+  });
+
+  test('a second gateway with the L4 path in the same namespace is refused (the pinned maps are one owner\'s)', () => {
+    const other = tempDir();
+    try {
+      const r = spawnSync('ip', ['netns', 'exec', NS.g, BIN, 'serve', '--l4-ifaces', 'c1', '--api-listen',
+        '127.0.0.1:0', '--state-dir', other.dir, '--workers', '1', '--l4-pin-dir', PIN_DIR],
+      { encoding: 'utf8', timeout: 20000 });
+      assert.equal(r.status, 2, r.stderr);
+      assert.match(r.stderr, /another kvgate serve runs the L4 path of this network namespace/);
+    } finally {
+      other.remove();
+    }
+    assert.match(curlTcp(8080), /^be[01]$/);  // the first one's rules untouched
   });
 
   test('a deleted rule forwards nothing', () => {

@@ -82,14 +82,22 @@ struct {
   __type(value, struct l4_flow);
 } rct SEC(".maps");
 
-// Per-key locks of take_reverse (held only while one program runs it).
+// Per-key locks of take_reverse and of section 3's stale delete (held only while one program
+// runs; preallocated: no allocation per new flow).
 struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(max_entries, 4096);
-  __uint(map_flags, BPF_F_NO_PREALLOC);
   __type(key, struct l4_flow_key);
   __type(value, __u64);
 } claims SEC(".maps");
+
+// The control plane's record (struct l4_meta); the program never reads it.
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct l4_meta);
+} meta SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -342,9 +350,12 @@ int l4_ingress(struct __sk_buff* skb) {
       bpf_map_delete_elem(&ct, &k);  // (its service was replaced, or it idled out)
       f = 0;
     }
-    if (f && (tcp_flags & 2)) {
-      // A SYN (the client reusing the 4-tuple, or retrying) on a flow whose endpoint is down or
-      // no longer the rule's: the flow starts over, picked again.
+    if (f && (tcp_flags & 2) &&
+        (f->state == L4_CT_CLOSING || (f->state == L4_CT_SYN && !(f->flags & L4_FLOW_DSR)))) {
+      // A SYN on a closed flow (the client reusing its 4-tuple) or on one not answered yet (a
+      // retry) whose endpoint is down or no longer the rule's: the flow starts over, picked
+      // again. (An open flow keeps its endpoint: a removed endpoint drains; a DSR flow's
+      // endpoint may have answered the client directly.)
       __u32 row = svc->id * L4_MAX_ENDPOINTS + f->ep_index;
       struct l4_ep* fe = f->ep_index < L4_MAX_ENDPOINTS ? bpf_map_lookup_elem(&endpoints, &row) : 0;
       if (!fe || !fe->up || fe->ip != f->nat_ip || fe->port != f->nat_port ||
@@ -476,6 +487,7 @@ int l4_ingress(struct __sk_buff* skb) {
 reverse:;
   struct l4_flow* r = bpf_map_lookup_elem(&rct, &k);
   if (!r) return TC_ACT_UNSPEC;
+  const __u64 r_seen = r->last_ns;
   const __u32 vip = r->nat_ip, client_ip = r->peer_ip;
   const __u16 vport = r->nat_port, client_port = r->peer_port;
   struct l4_flow_key ck = {
@@ -492,7 +504,14 @@ reverse:;
       (!nat_src && (tcp_flags & 8) && f->state == L4_CT_CLOSING)) {
     // (an entry under a second old with no ct entry yet may be a flow another CPU is making:
     // left to it)
-    if (f || (__s64)(now - r->last_ns) >= (__s64)NS_PER_S) bpf_map_delete_elem(&rct, &k);
+    // (under the key's lock, and only the entry judged: one a CPU has just taken for a new
+    // flow is left alone)
+    if ((f || (__s64)(now - r_seen) >= (__s64)NS_PER_S) &&
+        bpf_map_update_elem(&claims, &k, &now, BPF_NOEXIST) == 0) {
+      struct l4_flow* again = bpf_map_lookup_elem(&rct, &k);
+      if (again && again->last_ns == r_seen) bpf_map_delete_elem(&rct, &k);
+      bpf_map_delete_elem(&claims, &k);
+    }
     return TC_ACT_UNSPEC;
   }
   f->last_ns = now;
