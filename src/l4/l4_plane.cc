@@ -12,10 +12,12 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -376,6 +378,22 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
     p->ifindexes_.push_back(static_cast<int>(idx));
   }
   p->keep_on_exit_ = keep_on_exit;
+  // One gateway per network namespace runs the L4 path (a second would replace the first's
+  // program and take its services): an abstract socket name, which lives in the namespace, is
+  // held for the life of the process.
+  {
+    p->ns_lock_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    const char name[] = "kvgate-l4-data-path";  // (after the leading NUL: abstract)
+    std::memcpy(a.sun_path + 1, name, sizeof name - 1);
+    const socklen_t len =
+        static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + sizeof name - 1);
+    if (p->ns_lock_fd_ < 0 || ::bind(p->ns_lock_fd_, reinterpret_cast<sockaddr*>(&a), len) != 0)
+      return fail(503, "--l4-ifaces",
+                  "another kvgate serve runs the L4 path of this network namespace (" +
+                      errnoText(errno) + ")");
+  }
   p->pin_dir_ = pinDir(pin_base);
   if (p->pin_dir_.empty()) {
     if (pin_base != kDefaultPinBase)
@@ -464,6 +482,7 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
     if (rc)
       return fail(503, "--l4-ifaces",
                   "cannot attach the L4 program on " + ifaces[i] + ": " + errnoText(rc));
+    p->attached_.push_back(p->ifindexes_[i]);
   }
   // The last process's program on an interface this start does not name: detached (it would
   // go on rewriting with the maps this one now owns).
@@ -490,6 +509,7 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
     }
   }
   p->writeMeta();
+  p->started_ = true;
   return p;
 }
 
@@ -534,9 +554,12 @@ L4Plane::~L4Plane() {
   if (keep_on_exit_ && !pin_dir_.empty()) {
     if (skel_) l4_lb__destroy(skel_);
     if (pin_lock_fd_ >= 0) ::close(pin_lock_fd_);
+    if (ns_lock_fd_ >= 0) ::close(ns_lock_fd_);
     return;
   }
-  for (int ifindex : ifindexes_) {
+  // (only where this process attached its own program: a start that failed, or another
+  // process's program, is not ours to remove)
+  for (int ifindex : attached_) {
     bpf_tc_hook hook{};
     hook.sz = sizeof hook;
     hook.ifindex = ifindex;
@@ -545,8 +568,7 @@ L4Plane::~L4Plane() {
     opts.sz = sizeof opts;
     opts.handle = 0x4b56;
     opts.priority = 1;
-    // (only our own program: another process's is not ours to remove)
-    if (bpf_tc_query(&hook, &opts) != 0 || (prog_id_ != 0 && opts.prog_id != prog_id_)) continue;
+    if (prog_id_ == 0 || bpf_tc_query(&hook, &opts) != 0 || opts.prog_id != prog_id_) continue;
     bpf_tc_opts del{};
     del.sz = sizeof del;
     del.handle = 0x4b56;
@@ -554,11 +576,12 @@ L4Plane::~L4Plane() {
     bpf_tc_detach(&hook, &del);
   }
   if (skel_) l4_lb__destroy(skel_);
-  if (!pin_dir_.empty()) {
+  if (started_ && !pin_dir_.empty()) {  // (a start that failed leaves the pins as they were)
     removePins(pin_dir_);
     rmdir(pin_dir_.c_str());
   }
   if (pin_lock_fd_ >= 0) ::close(pin_lock_fd_);
+  if (ns_lock_fd_ >= 0) ::close(ns_lock_fd_);
 }
 
 std::vector<uint32_t> L4Plane::adoptPinned() {
@@ -715,6 +738,9 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
   }
   if (auto i = install(now_, next); !i) {
     (void)install(next, now_);  // (a kernel refusal midway: back to what was)
+    // (generations written midway were live for a moment: never handed out again)
+    now_.generation = std::max(now_.generation, next.generation);
+    writeMeta();
     return i;
   }
   before_ = std::move(now_);

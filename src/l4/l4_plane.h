@@ -111,6 +111,9 @@ class L4Plane {
   struct l4_lb* skel_ = nullptr;
   std::string pin_dir_;  // "" when the maps are not pinned
   int pin_lock_fd_ = -1;  // the pin directory, flock()ed: one gateway per namespace owns it
+  int ns_lock_fd_ = -1;   // an abstract socket bound: one gateway per network namespace
+  std::vector<int> attached_;  // interfaces this process attached its program to
+  bool started_ = false;       // start() finished: the pins are this process's to remove
   uint64_t cookie_ = 0;   // the network namespace's cookie
   uint32_t prog_id_ = 0;  // our program's id: only it is detached on a stop
   bool keep_on_exit_ = true;

@@ -500,14 +500,16 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     const other = tempDir();
     try {
       const r = spawnSync('ip', ['netns', 'exec', NS.g, BIN, 'serve', '--l4-ifaces', 'c1', '--api-listen',
-        '127.0.0.1:0', '--state-dir', other.dir, '--workers', '1', '--l4-pin-dir', PIN_DIR],
+        '127.0.0.1:0', '--state-dir', other.dir, '--workers', '1', '--l4-pin-dir', PIN_DIR,
+        '--l4-on-exit', 'detach'],  // (its failed start must not detach or unpin the first's)
       { encoding: 'utf8', timeout: 20000 });
       assert.equal(r.status, 2, r.stderr);
       assert.match(r.stderr, /another kvgate serve runs the L4 path of this network namespace/);
     } finally {
       other.remove();
     }
-    assert.match(curlTcp(8080), /^be[01]$/);  // the first one's rules untouched
+    assert.match(curlTcp(8080), /^be[01]$/);  // the first one's program and rules untouched
+    assert.match(curlTcp(8100), /^be[01]$/);
   });
 
   test('a deleted rule forwards nothing', () => {
