@@ -92,7 +92,11 @@ async function run(c) {
     case 'close':
       browser.kill('SIGKILL');
       await ended;
-      rmSync(profile, { recursive: true, force: true });
+      // (the browser's helper processes may write there a moment longer: a fresh run failed on
+      // ENOTEMPTY; retried, and what is still left goes with the OS temp, not the test)
+      try {
+        rmSync(profile, { recursive: true, force: true, maxRetries: 20, retryDelay: 100 });
+      } catch { /* still in use */ }
       setTimeout(() => process.exit(0), 10);
       return { ok: true };
     default:
