@@ -242,10 +242,10 @@ static __always_inline int expired(const struct l4_flow* f, __u64 now) {
   return (__s64)(now - f->last_ns) > (__s64)limit;
 }
 
-// The live flow that answers through reverse entry `r` (key `rk`): its ct entry, tracked,
-// pointing at this endpoint and this source, and not idle; 0 when there is none.
-static __always_inline struct l4_flow* reverse_flow(const struct l4_flow_key* rk,
-                                                    const struct l4_flow* r, __u64 now) {
+// The ct entry of the flow that answers through reverse entry `r` (key `rk`): tracked and
+// pointing at this endpoint and this source (idle or not); 0 when there is none.
+static __always_inline struct l4_flow* flow_of(const struct l4_flow_key* rk,
+                                               const struct l4_flow* r) {
   struct l4_flow_key ck = {.saddr = r->peer_ip,
                            .daddr = r->nat_ip,
                            .sport = r->peer_port,
@@ -253,9 +253,16 @@ static __always_inline struct l4_flow* reverse_flow(const struct l4_flow_key* rk
                            .proto = rk->proto};
   struct l4_flow* f = bpf_map_lookup_elem(&ct, &ck);
   if (!f || f->nat_ip != rk->saddr || f->nat_port != rk->sport || f->peer_ip != rk->daddr ||
-      f->peer_port != rk->dport || expired(f, now))
+      f->peer_port != rk->dport)
     return 0;
   return f;
+}
+
+// The live flow that answers through reverse entry `r`: flow_of, not idle.
+static __always_inline struct l4_flow* reverse_flow(const struct l4_flow_key* rk,
+                                                    const struct l4_flow* r, __u64 now) {
+  struct l4_flow* f = flow_of(rk, r);
+  return f && !expired(f, now) ? f : 0;
 }
 
 // True when the reverse entry `r` (key `rk`, its time read once as `seen`) is taken: created
@@ -267,15 +274,8 @@ static __always_inline int rct_in_use(const struct l4_flow_key* rk, const struct
                                       __u64 seen, __u64 now) {
   if ((__s64)(now - seen) < (__s64)NS_PER_S) return 1;
   const int snat = r->peer_ip != rk->daddr || r->peer_port != rk->dport;
-  struct l4_flow_key ck = {.saddr = r->peer_ip,
-                           .daddr = r->nat_ip,
-                           .sport = r->peer_port,
-                           .dport = r->nat_port,
-                           .proto = rk->proto};
-  struct l4_flow* f = bpf_map_lookup_elem(&ct, &ck);
-  if (!f || f->nat_ip != rk->saddr || f->nat_port != rk->sport || f->peer_ip != rk->daddr ||
-      f->peer_port != rk->dport)
-    return 0;
+  struct l4_flow* f = flow_of(rk, r);
+  if (!f) return 0;
   struct l4_svc_key vk = {.vip = r->nat_ip, .port = r->nat_port, .proto = rk->proto};
   struct l4_svc* vs = bpf_map_lookup_elem(&services, &vk);
   const int gone = !vs || vs->generation != r->generation;
