@@ -905,8 +905,15 @@ test('Tier 1.5 streams measure each endpoint\'s prefill rate online', async (t) 
     assert.equal(res.status, 200);
     assert.match(await res.text(), /\[DONE\]/);
   }
-  const m = await scrapeMetrics(gw.api);
+  // The gateway ends a stream's bookkeeping just after relaying its last byte (a fresh CI run
+  // read one started stream still open): wait for the in-flight gauges to settle first.
+  let m;
   const of = (name, w) => m.find((s) => s.name === name && s.labels.endpoint === `${w.host}:${w.port}`)?.value;
+  await waitFor(async () => {
+    m = await scrapeMetrics(gw.api);
+    return sim.workers.every((w) => of('kvgate_endpoint_started_streams', w) === 0 &&
+      of('kvgate_endpoint_pending_prefill_tokens', w) === 0);
+  }, 5000);
   for (const w of sim.workers) {  // round-robin placed two on each
     assert.ok(of('kvgate_endpoint_prefill_rate_tokens_per_second', w) > 0, `no rate for ${w.host}`);
     assert.equal(of('kvgate_endpoint_pending_prefill_tokens', w), 0);
