@@ -30,6 +30,7 @@
 #include "proxy/overload.h"
 #include "routing/routing_env.h"
 #include "routing/rule_profile.h"
+#include "sockmap/sockmap_relay.h"
 #include "telemetry/tracer.h"
 #include "tokenizer/registry.h"
 #include "tokenizer/request_tokenizer.h"
@@ -88,6 +89,11 @@ const char* kServeHelp =
     "                             a rule's timeoutMemberData overrides it)\n"
     "  --upstream-idle-ms N       max idle age of a pooled upstream connection (default 30000)\n"
     "  --prefix-key-bytes K       rendered-prompt bytes in the CHWBL prefix key (default 1024)\n"
+    "  --sockmap-min-bytes N      sockMapMode response/both rules: a response body with at least\n"
+    "                             N bytes left is spliced in the kernel (default 65536; 0: every\n"
+    "                             Content-Length body)\n"
+    "  --sockmap-budget-bytes N   body bytes armed in the sockmap relay at once (default 256 MiB:\n"
+    "                             the kernel queues them for slow clients; beyond it, userspace)\n"
     "  --quota-max-tokens N       completion tokens a token quota reserves for a request without\n"
     "                             max_tokens (default 256; settlement charges what was used)\n"
     "  --probe-interval-ms N      active health probe period (default 5000)\n"
@@ -273,6 +279,12 @@ int parseServeFlags(const std::vector<std::string>& args, ServeFlags& f) {
       ok = parseMs(next(), opts.upstream_data_timeout);
     } else if (a == "--upstream-idle-ms") {
       ok = parseMs(next(), opts.upstream_idle_timeout);
+    } else if (a == "--sockmap-budget-bytes") {
+      ok = net::parseUint(next(), uint64_t(1) << 40, x) && x > 0;
+      sockmap::Relay::setBudget(x);
+    } else if (a == "--sockmap-min-bytes") {
+      ok = net::parseUint(next(), uint64_t(1) << 40, x);
+      opts.sockmap_min_bytes = x;
     } else if (a == "--prefix-key-bytes") {
       ok = net::parseUint(next(), 1 << 20, x) && x > 0;
       opts.prefix_key_bytes = x;

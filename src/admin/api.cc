@@ -8,6 +8,7 @@
 #include "common/net.h"
 #include "events/kv_sources.h"
 #include "metrics/text.h"
+#include "sockmap/sockmap_relay.h"
 #include "tokenizer/chat.h"
 
 namespace kvgate::admin {
@@ -478,6 +479,19 @@ asio::awaitable<void> Api::handle(http::Request& req, http::ResponseWriter& w) {
   }
   if (path == "/kvgate/v1/controller") {
     co_await controller(req, w);
+    co_return;
+  }
+  if (path == "/netlox/v1/config/sockmapreset") {  // (upstream's: the relays in flight cut)
+    if (req.method != "POST") {
+      co_await err(405, "use POST on /netlox/v1/config/sockmapreset");
+      co_return;
+    }
+    sockmap::Relay* relay = sockmap::Relay::get();
+    const uint64_t dropped = relay ? relay->resetAll() : 0;
+    log::info("admin", "POST /netlox/v1/config/sockmapreset: " + std::to_string(dropped) +
+                           " sockmap relays cut");
+    co_await w.send(200, "application/json",
+                    R"({"droppedConnections":)" + std::to_string(dropped) + "}");
     co_return;
   }
   if (path == "/netlox/v1/config/ai/kv/inventory") {

@@ -338,7 +338,22 @@ Result<RuleSpec> parseRule(const json& body) {
   need(kv_mode == 3 && kv_engine == "llamacpp", "kv_exact");
   std::string fc = getOr<std::string>(stored, "fc_mode", "off");
   need((fc == "enforce" || fc == "inherit") && !pd, "admission");  // P/D rules: proxy/admission.h
-  need(getOr<std::string>(stored, "sockMapMode", "off") != "off", "sockmap");
+  // Sockmap (upstream: plaintext IPv4 HTTP/1.1 on mode 4, never with SSE, P/D or L7 policy; with
+  // api_key_auth only `response`): violations are refused, as upstream's.
+  const std::string sockmap = getOr<std::string>(stored, "sockMapMode", "off");
+  r.sockmap = sockmap == "request" ? 1 : sockmap == "response" ? 2 : sockmap == "both" ? 3 : 0;
+  if (r.sockmap != 0 && r.mode == 4) {
+    const std::string bp = getOr<std::string>(stored, "backend_protocol", "http1");
+    const char* why = r.security != 0 ? "needs a plaintext rule (security 0)"
+                      : r.sse_mode    ? "cannot be used with sse_mode (every event is read)"
+                      : pd            ? "cannot be used with pd_disagg_mode"
+                      : bp != "http1" ? "needs backend_protocol http1 (HTTP/2 is never accelerated)"
+                      : !r.api_key_auth.empty() && r.api_key_auth != "disabled" && r.sockmap != 2
+                          ? "with api_key_auth only 'response' is allowed"
+                          : nullptr;
+    if (why) return bad("serviceArguments.sockMapMode", why);
+  }
+  need(r.sockmap != 0 && r.mode != 4, "sockmap");
   need(getOr<int64_t>(stored, "connectionLimit", 0) != 0, "connection_limit");
   need(port_max != 0 && port_max != r.port, "port_range");
   need(getOr<bool>(stored, "proxyprotocolv2", false), "proxy_protocol");

@@ -37,6 +37,9 @@ struct RuleSpec {
   int mode = 4;  // 0 DNAT, 1 one-arm, 2 full NAT, 3 DSR, 5 host one-arm (src/l4); 4 fullproxy
   bool admin_up = true;
   bool sse_mode = false;
+  // sockMapMode: 0 off, 1 request, 2 response, 3 both; response bodies of 2 and 3 are spliced in
+  // the kernel (src/sockmap), request bodies are read by the gateway, which routes on them.
+  int sockmap = 0;
   int security = 0;  // 0 plain, 1 TLS terminated at the gateway, 2 and TLS to the engines
   http::ServerTlsOptions tls;  // mtls_frontend, tls_versions, tls_ciphers (security 1, 2)
   http::ClientTlsOptions backend_tls;  // mtls_backend (security 2: TLS to the engines)

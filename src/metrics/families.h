@@ -313,6 +313,22 @@ inline const Family kRelayCuts{"kvgate_relay_cuts_total", Type::kCounter,
     "or reset mid-body: the client's stream ends without its last chunk), client (the client "
     "left: the engine's request is aborted), timeout (timeoutMemberData between reads or "
     "max_stream_duration_sec), malformed (a chunked body that does not parse).", {"reason"}};
+inline const Family kSockmapAvailable{"kvgate_sockmap_available", Type::kGauge,
+    "1 when the sockmap relay is loaded (sockMapMode response/both rules splice their response "
+    "bodies in the kernel), 0 when the kernel refused it (the log says why; the rules are relayed "
+    "in userspace), absent before a sockMapMode rule was first served.", {}};
+inline const Family kSockmapRelays{"kvgate_sockmap_relays_total", Type::kCounter,
+    "Response bodies the sockmap relay was asked for, by how they ended: done (spliced whole), "
+    "overrun (bytes beyond the body, or the client's socket gone: both connections cut), reset "
+    "(POST /netlox/v1/config/sockmapreset), over_budget (relayed in userspace: the bodies armed "
+    "at once would pass --sockmap-budget-bytes).", {"outcome"}};
+inline const Family kSockmapBytes{"kvgate_sockmap_bytes_total", Type::kCounter,
+    "Response body bytes spliced by the sockmap relay (never read by the gateway).", {}};
+inline const Family kSockmapArmed{"kvgate_sockmap_armed_bytes", Type::kGauge,
+    "Body bytes armed in the sockmap relay now (bounded by --sockmap-budget-bytes: what the "
+    "kernel may hold for clients that read slowly).", {}};
+inline const Family kSockmapSockets{"kvgate_sockmap_target_sockets", Type::kGauge,
+    "Client connections registered as sockmap relay targets (those a body was spliced to).", {}};
 inline const Family kHeapBytes{"kvgate_heap_bytes", Type::kGauge,
     "Heap in use by the gateway (glibc mallinfo2: allocated chunks plus mmapped ones) less the KV "
     "index (bounded by its own cap; shedding cannot free it), sampled every 250 ms while a "
@@ -382,7 +398,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kEndpointScrapes,   &kBreakerState,  &kBreakerTransitions, &kIdleUpstream,
       &kReapedUpstream,    &kDraining,      &kLogDropped,         &kRules, &kAcceptFailures, &kUpstreamSocketFailures,
       &kEndpointPendingPrefillTokens, &kEndpointPrefillRate, &kEndpointPrefillWait,
-      &kLoopLag, &kLoopStalls, &kWorkerCpu, &kWorkerCpuWait, &kRuleRoutingInfo, &kRelayCuts, &kEndpointActiveStreams, &kHeapBytes, &kHeapLimit, &kHeapTotal, &kHeapBudget, &kOverloadState, &kOverloadShed,
+      &kLoopLag, &kLoopStalls, &kWorkerCpu, &kWorkerCpuWait, &kRuleRoutingInfo, &kRelayCuts, &kSockmapAvailable, &kSockmapRelays, &kSockmapBytes, &kSockmapArmed, &kSockmapSockets, &kEndpointActiveStreams, &kHeapBytes, &kHeapLimit, &kHeapTotal, &kHeapBudget, &kOverloadState, &kOverloadShed,
       &kBuildInfo,         &kTokenizers,    &kTokenizeRequests,   &kTokenizeApi,   &kPromptTokenizer,   &kKvBlocks,
       &kKvBatches,         &kKvLostBatches, &kKvRestarts,         &kKvClears,
       &kKvReplays,         &kKvReplayedBatches, &kKvSubscriberConnected,

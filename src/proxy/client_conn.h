@@ -29,6 +29,7 @@
 #include "proxy/upstream_leg.h"
 #include "proxy/worker.h"
 #include "routing/request_facts.h"
+#include "sockmap/sockmap_relay.h"
 
 namespace kvgate::http {
 class TlsFiles;
@@ -239,6 +240,11 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
       out.append(std::to_string(part->size())).append(":").append(*part);
     return out;
   }
+  // relay_sockmap.cc: a sockMapMode rule's Content-Length body spliced by the kernel: 1 relayed
+  // (f complete), 0 not (the caller relays it), -1 cut (why in `cut`).
+  bool spliceWanted(const RelayFraming& f, const Route& route, bool stream, bool head_request);
+  asio::awaitable<int> spliceBody(RelayFraming& f, const Route& route, RelayCut& cut);
+  bool splice_dirty_ = false;  // the engine sent bytes after a spliced body: not pooled
   bool abandonRelay(RelayCut why);
   void takeRequestId(const http::RequestHead& head);  // dispatch.cc  // counted in kvgate_relay_cuts_total{reason}
   void releaseRequestBytes();
@@ -293,6 +299,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
   bool relay_cut_ = false;          // a response was cut short: no close_notify (it would say
                                     // the body ended)
   UpstreamLeg leg_;
+  sockmap::Registration client_sockmap_;  // the client as a sockmap relay target (first splice)
   Deadline deadline_;
   Phase phase_ = Phase::kIdle;
   Buffer in_;  // client bytes

@@ -21,6 +21,7 @@
 #include "routing/rule_profile.h"
 #include "routing/stage_registry.h"
 #include "routing/stages/pd_ladder.h"
+#include "sockmap/sockmap_relay.h"
 
 namespace kvgate::proxy {
 namespace {
@@ -422,6 +423,13 @@ std::vector<std::string> DataPlane::syncL4Health() {
 }
 
 Result<void> DataPlane::applyProxy(const std::vector<config::RuleSpec>& rules) {
+  // The sockmap relay is loaded here, on the control thread, the first time a rule asks for it
+  // (a kernel that refuses: logged once, the rules relayed in userspace).
+  for (const auto& rule : rules)
+    if (rule.sockmap >= 2) {
+      sockmap::Relay::warm();
+      break;
+    }
   // TLS listeners: one set of TLS fields each, its context loaded (proxy/listener_tls.h).
   auto tls_plan = listener_tls_->plan(rules);
   if (!tls_plan) return tl::unexpected(tls_plan.error());

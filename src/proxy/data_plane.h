@@ -50,6 +50,7 @@ struct ProxyOptions {
   std::chrono::milliseconds upstream_idle_timeout{30000};   // pooled connection max idle age
   size_t max_idle_per_endpoint = 256;
   bool access_log = false;
+  uint64_t sockmap_min_bytes = 64 * 1024;  // sockMapMode: smaller bodies are relayed here
   size_t prefix_key_bytes = 1024;  // K: rendered-prompt bytes in the CHWBL prefix key
   // Largest chat input the facts parser converts for the chat template (twice the tokenizer's
   // text bound, LOXILB_KV_TOKENIZE_MAX_BYTES; proxy/facts_parser.h).

@@ -7,6 +7,7 @@
 #include "proxy/data_plane.h"
 #include "proxy/listener_tls.h"
 #include "proxy/worker.h"
+#include "sockmap/sockmap_relay.h"
 #include "telemetry/tracer.h"
 
 namespace kvgate::proxy {
@@ -406,6 +407,28 @@ std::string DataPlane::renderMetrics() const {
   for (size_t i = 0; i < stats_.relay_cuts.size(); ++i)
     w.sample(kRelayCuts, {{"reason", relayCutName(i)}},
              static_cast<double>(stats_.relay_cuts[i].load()));
+  if (const sockmap::Relay* relay = sockmap::Relay::get()) {
+    w.header(kSockmapAvailable);
+    w.sample(kSockmapAvailable, {}, 1);
+    w.header(kSockmapRelays);
+    const std::pair<const char*, const std::atomic<uint64_t>*> outcomes[] = {
+        {"done", &relay->relays_done},
+        {"overrun", &relay->relays_overrun},
+        {"reset", &relay->relays_reset},
+        {"client_gone", &relay->relays_gone},
+        {"over_budget", &relay->over_budget}};
+    for (auto& [name, v] : outcomes)
+      w.sample(kSockmapRelays, {{"outcome", name}}, static_cast<double>(v->load()));
+    w.header(kSockmapBytes);
+    w.sample(kSockmapBytes, {}, static_cast<double>(relay->bytes_relayed.load()));
+    w.header(kSockmapArmed);
+    w.sample(kSockmapArmed, {}, static_cast<double>(relay->armed_bytes.load()));
+    w.header(kSockmapSockets);
+    w.sample(kSockmapSockets, {}, static_cast<double>(relay->sockets_targets.load()));
+  } else if (sockmap::Relay::tried()) {
+    w.header(kSockmapAvailable);
+    w.sample(kSockmapAvailable, {}, 0);
+  }
   w.header(kHeapBytes);
   w.sample(kHeapBytes, {}, static_cast<double>(stats_.overload.heap.load()));
   w.header(kHeapLimit);

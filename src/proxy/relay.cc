@@ -368,6 +368,14 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     if (f.kind == http::BodyKind::kLength || f.kind == http::BodyKind::kUntilClose)
       leg_.buf().consume(chunk.size());
     if (f.complete) break;
+    // sockMapMode: the rest of the body in the kernel (relay_sockmap.cc).
+    if (spliceWanted(f, route, stream, head_request)) {
+      RelayCut why{};
+      const int spliced = co_await spliceBody(f, route, why);
+      if (spliced < 0) co_return abandonRelay(why);
+      if (std::exchange(splice_dirty_, false)) f.reusable = false;
+    }
+    if (f.complete) break;
     if (!stream) deadline_.expireAfter(data_timeout);
     if (!co_await leg_.readBody()) {
       if (f.kind == http::BodyKind::kUntilClose && !client_gone_ && !leg_.timedOut() &&

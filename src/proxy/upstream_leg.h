@@ -94,6 +94,7 @@ class UpstreamLeg {
   // More response bytes into buf(); false on EOF, error or abort.
   asio::awaitable<bool> readBody() { return readSome(); }
   Buffer& buf() { return buf_; }
+  bool bufEmpty() const { return buf_.empty(); }
   // An event stream: its reads keep 4 KiB of room (events are small) instead of doubling when a
   // burst fills a read, and an empty buffer is freed before each wait for the next event, so an
   // open stream holds no read buffer between events (nginx keeps its 4 KiB proxy buffer). Costs
@@ -118,6 +119,11 @@ class UpstreamLeg {
   bool abandoned() const { return abandoned_; }
   // The last readBody() that returned false met a clean end of stream (TCP EOF; TLS close_notify).
   bool cleanEof() const { return clean_eof_; }
+  // The plain TCP connection's descriptor for the sockmap relay (relay_sockmap.cc), -1 when the
+  // exchange is not plain HTTP/1.1 over TCP.
+  int plainFd() {
+    return !http2_ && !conn_.tls && conn_.isOpen() ? conn_.sock.native_handle() : -1;
+  }
 
  private:
   asio::awaitable<bool> readSome();
