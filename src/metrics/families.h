@@ -319,9 +319,11 @@ inline const Family kSockmapAvailable{"kvgate_sockmap_available", Type::kGauge,
     "in userspace), absent before a sockMapMode rule was first served.", {}};
 inline const Family kSockmapRelays{"kvgate_sockmap_relays_total", Type::kCounter,
     "Response bodies the sockmap relay was asked for, by how they ended: done (spliced whole), "
-    "overrun (bytes beyond the body, or the client's socket gone: both connections cut), reset "
-    "(POST /netlox/v1/config/sockmapreset), over_budget (relayed in userspace: the bodies armed "
-    "at once would pass --sockmap-budget-bytes).", {"outcome"}};
+    "client_gone (the client's socket refused the redirect: both connections cut), reset (POST "
+    "/netlox/v1/config/sockmapreset), over_budget (relayed in userspace: the bodies armed at once "
+    "would pass --sockmap-budget-bytes), overrun (a guard: a message longer than the body's "
+    "rest). A body cut by the client leaving, a timeout or the engine closing shows in "
+    "kvgate_relay_cuts_total.", {"outcome"}};
 inline const Family kSockmapBytes{"kvgate_sockmap_bytes_total", Type::kCounter,
     "Response body bytes spliced by the sockmap relay (never read by the gateway).", {}};
 inline const Family kSockmapArmed{"kvgate_sockmap_armed_bytes", Type::kGauge,

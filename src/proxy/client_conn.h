@@ -199,6 +199,7 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
     bool decode = false;   // chunked upstream: also decode the payload into `decoded` (usage)
     uint64_t remaining = 0;
     bool complete = false;
+    bool splice_tried = false;  // the sockmap relay was asked for this body
     bool reusable = false;  // the upstream connection may be pooled afterwards
     http::ChunkedScanner sc;
     std::string decoded;

@@ -6,8 +6,9 @@
 // (relay.cc); the rest is armed on the engine's socket (its waiting bytes first, in order); the
 // wait ends on the program's notice: done (then the gateway waits until the whole body has
 // entered the client's socket, which the kernel does from a work queue after the notice, so
-// nothing the gateway writes next on the connection can overtake it), overrun (bytes beyond the
-// body, or the client's socket gone) or reset (sockmapreset): both connections cut. While it
+// nothing the gateway writes next on the connection can overtake it), or the client's socket
+// refusing it, or sockmapreset: both connections cut; an engine that closes mid-body (its socket
+// leaves ESTABLISHED with no progress) cuts them too. While it
 // waits the client is watched (a client that leaves cuts it) and the rule's data timeout runs
 // from the last progress. An engine connection that sent bytes after the body is not pooled.
 // Knobs: `serve --sockmap-min-bytes` (default 65536: a body with less left is relayed here) and
@@ -31,13 +32,14 @@ struct SpliceWait {
 
 bool ClientConn::spliceWanted(const RelayFraming& f, const Route& route, bool stream,
                               bool head_request) {
-  return route.rule.sockmap >= 2 && !sink_ && !tls_ && !stream && !head_request &&
-         f.kind == http::BodyKind::kLength && !f.decode && !f.complete &&
+  return route.rule.sockmap >= 2 && !f.splice_tried && !sink_ && !tls_ && !stream &&
+         !head_request && f.kind == http::BodyKind::kLength && !f.decode && !f.complete &&
          f.remaining >= w_.opts.sockmap_min_bytes && leg_.bufEmpty() && leg_.plainFd() >= 0 &&
          sockmap::Relay::get() != nullptr;
 }
 
 asio::awaitable<int> ClientConn::spliceBody(RelayFraming& f, const Route& route, RelayCut& cut) {
+  f.splice_tried = true;  // (once a response: a refused arming is not asked again per read)
   sockmap::Relay* relay = sockmap::Relay::get();
   const int source = leg_.plainFd();
   if (!relay || source < 0) co_return 0;
@@ -47,7 +49,7 @@ asio::awaitable<int> ClientConn::spliceBody(RelayFraming& f, const Route& route,
   }
   const int cfd = client_.native_handle();
   uint64_t base = 0;
-  if (!sockmap::Relay::queuedTotal(cfd, base)) co_return 0;
+  if (!sockmap::Relay::exactQueuedTotal(cfd, base)) co_return 0;
   const uint64_t body = f.remaining;
   auto wait = std::make_shared<SpliceWait>(client_.get_executor());
   const auto ex = client_.get_executor();
@@ -79,10 +81,21 @@ asio::awaitable<int> ClientConn::spliceBody(RelayFraming& f, const Route& route,
     co_await wait->timer.async_wait(useEc(ec));
     if (wait->kind != sockmap::Notice::kNone) break;
     if (cutNow()) co_return -1;
+    // (a notice the full ring buffer lost: the record says done)
+    if (armed.remaining() == 0) {
+      wait->kind = sockmap::Notice::kDone;
+      break;
+    }
     const uint64_t now = armed.relayed();
     if (now != seen) {
       seen = now;
       deadline_.expireAfter(data_timeout);
+    } else if (!sockmap::Relay::established(source)) {  // the engine closed or reset mid-body
+      log::warn("proxy", "response " + rq_.request_id + ": the engine closed its connection " +
+                             std::to_string(armed.relayed()) + " bytes into a " +
+                             std::to_string(body) + "-byte spliced body");
+      cut = RelayCut::kUpstream;
+      co_return -1;
     }
   }
   if (wait->kind != sockmap::Notice::kDone) {
@@ -90,7 +103,10 @@ asio::awaitable<int> ClientConn::spliceBody(RelayFraming& f, const Route& route,
                            sockmap::noticeName(wait->kind) + ") after " +
                            std::to_string(armed.relayed()) + " of " + std::to_string(body) +
                            " body bytes");
-    cut = client_gone_ ? RelayCut::kClient : RelayCut::kUpstream;
+    // (overrun: a guard the parser makes unreachable; gone: the client's socket refused it;
+    // reset: the operator's sockmapreset)
+    cut = wait->kind == sockmap::Notice::kOverrun && !client_gone_ ? RelayCut::kUpstream
+                                                                   : RelayCut::kClient;
     co_return -1;
   }
   // Done: the body entered the client's socket once its queue total passes base + body.
@@ -112,7 +128,7 @@ asio::awaitable<int> ClientConn::spliceBody(RelayFraming& f, const Route& route,
     if (cutNow()) co_return -1;
     pause = std::min(pause * 2, std::chrono::microseconds(20000));
   }
-  if (armed.passedAfter() != 0) splice_dirty_ = true;  // bytes after the body: not pooled
+  if (armed.detach() != 0) splice_dirty_ = true;  // bytes after the body: not pooled
   f.remaining = 0;
   f.complete = true;
   rq_.outcome.bytes += body;

@@ -17,6 +17,7 @@ struct relay_state {
   __u64 remaining; /* body bytes the kernel still relays; 0: done */
   __u64 relayed;   /* bytes relayed in this arming */
   __u64 pending;   /* the length of the message the parser cut last */
+  __u64 msg_max;   /* the parser's message bound for this socket */
 };
 
 struct relay_notice {

@@ -8,8 +8,11 @@
 #include <netinet/in.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "common/log.h"
@@ -60,16 +63,24 @@ Arming::~Arming() {
   if (cookie_ && relay_) relay_->disarm(cookie_, bytes_);
 }
 
+uint64_t Arming::remaining() const {
+  relay_state st{};
+  if (!relay_ || bpf_map_lookup_elem(relay_->relays_fd_, &cookie_, &st) != 0) return UINT64_MAX;
+  return st.remaining;
+}
+
+uint64_t Arming::detach() {
+  if (!relay_ || !cookie_) return 0;
+  bpf_map_delete_elem(relay_->sources_fd_, &cookie_);  // no byte is passed to the program now
+  uint64_t n = 0;
+  bpf_map_lookup_elem(relay_->counts_fd_, &cookie_, &n);
+  return n;
+}
+
 uint64_t Arming::relayed() const {
   relay_state st{};
   if (!relay_ || bpf_map_lookup_elem(relay_->relays_fd_, &cookie_, &st) != 0) return 0;
   return st.relayed;
-}
-
-uint64_t Arming::passedAfter() const {
-  uint64_t n = 0;
-  if (!relay_ || bpf_map_lookup_elem(relay_->counts_fd_, &cookie_, &n) != 0) return 0;
-  return n;
 }
 
 void Relay::setBudget(uint64_t bytes) { g_budget.store(bytes, std::memory_order_relaxed); }
@@ -98,6 +109,16 @@ void Relay::warm() {
 std::string Relay::loadError() { return tried() ? g_error : std::string(); }
 
 bool Relay::load(std::string& err) {
+  // The relay relies on the stream parser's offset and length being honoured by the redirect
+  // (bytes the gateway read before the arming are never sent again): tested on 6.18; kernels
+  // before 6.1 are refused (their rules are relayed in userspace).
+  utsname u{};
+  int major = 0, minor = 0;
+  if (uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &major, &minor) != 2 ||
+      major * 1000 + minor < 6001) {
+    err = std::string("kernel ") + u.release + " is older than 6.1";
+    return false;
+  }
   skel_ = sockmap_relay__open();
   if (!skel_) {
     err = std::string("open: ") + std::strerror(errno);
@@ -207,6 +228,12 @@ Arming Relay::arm(int source_fd, uint64_t target, uint64_t remaining, Callback c
   relay_state st{};
   st.peer = target;
   st.remaining = remaining;
+  // A message must fit the receive window strparser waits on: a quarter of SO_RCVBUF (which
+  // reports twice the buffer) and at most SOCKMAP_MSG_MAX.
+  int rcvbuf = 0;
+  socklen_t rl = sizeof rcvbuf;
+  if (getsockopt(source_fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, &rl) != 0) rcvbuf = 0;
+  st.msg_max = std::clamp<uint64_t>(static_cast<uint64_t>(rcvbuf) / 4, 4096, SOCKMAP_MSG_MAX);
   const uint64_t zero = 0;
   {
     std::lock_guard lock(mu_);
@@ -237,6 +264,30 @@ void Relay::disarm(uint64_t cookie, uint64_t bytes) {
   armed_bytes.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
+bool Relay::exactQueuedTotal(int fd, uint64_t& out) {
+  // (acked, queued, acked again: equal acks mean no ACK moved bytes between the two readings)
+  for (int i = 0; i < 16; ++i) {
+    tcp_info a{}, b{};
+    socklen_t la = sizeof a, lb = sizeof b;
+    int queued = 0;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &a, &la) != 0 || ioctl(fd, SIOCOUTQ, &queued) != 0 ||
+        queued < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &b, &lb) != 0)
+      return false;
+    if (a.tcpi_bytes_acked == b.tcpi_bytes_acked) {
+      out = a.tcpi_bytes_acked + static_cast<uint64_t>(queued);
+      return true;
+    }
+  }
+  return false;  // (acks kept moving: the caller relays this body itself)
+}
+
+bool Relay::established(int fd) {
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  return getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+         ti.tcpi_state == BPF_TCP_ESTABLISHED;  // (1, as the kernel's TCP_ESTABLISHED)
+}
+
 bool Relay::queuedTotal(int fd, uint64_t& out) {
   // (acked first, queued second: bytes moving between the two are missed, never counted twice,
   // so an under-count only waits longer)
@@ -250,14 +301,14 @@ bool Relay::queuedTotal(int fd, uint64_t& out) {
 }
 
 uint64_t Relay::resetAll() {
-  std::unordered_map<uint64_t, Callback> all;
-  std::lock_guard lock(mu_);
-  all.swap(callbacks_);
-  for (auto& [cookie, cb] : all) {
+  std::lock_guard lock(mu_);  // (each callback only posts to its worker)
+  const uint64_t n = callbacks_.size();
+  for (auto& [cookie, cb] : callbacks_) {
     relays_reset.fetch_add(1, std::memory_order_relaxed);
     cb(Notice::kReset, 0);
   }
-  return all.size();
+  callbacks_.clear();
+  return n;
 }
 
 }  // namespace kvgate::sockmap

@@ -69,8 +69,11 @@ class Arming {
   Arming(const Arming&) = delete;
   ~Arming();
   explicit operator bool() const { return cookie_ != 0; }
-  uint64_t relayed() const;      // bytes relayed so far
-  uint64_t passedAfter() const;  // bytes that came after the body (the connection is not pooled)
+  uint64_t relayed() const;    // bytes relayed so far
+  uint64_t remaining() const;  // body bytes not relayed yet (UINT64_MAX: unknown)
+  // Takes the source out of the program's map (no byte reaches the program after it); the bytes
+  // that came after the body until then (nonzero: the connection is not to be pooled).
+  uint64_t detach();
 
  private:
   friend class Relay;
@@ -106,6 +109,9 @@ class Relay {
   // relayed body has reached the client's socket once this passes what it was at arming plus the
   // body (the kernel sends a redirect from a work queue, after the notice). False on error.
   static bool queuedTotal(int fd, uint64_t& out);
+  // The same, exact (the arming's base: an ACK between the two readings would shift it).
+  static bool exactQueuedTotal(int fd, uint64_t& out);
+  static bool established(int fd);  // the TCP connection is still ESTABLISHED
 
   // Counters (metrics: kvgate_sockmap_*).
   std::atomic<uint64_t> relays_done{0}, relays_overrun{0}, relays_reset{0}, relays_gone{0},

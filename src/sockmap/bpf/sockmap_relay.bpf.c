@@ -9,7 +9,7 @@
 // those already waiting in its receive queue first (the gateway raises a data-ready after the
 // insert), so nothing the gateway still had to read can be overtaken. Each piece is redirected
 // to the target's send side and taken off `remaining` (the stream parser cuts the body into
-// messages of at most SOCKMAP_MSG_MAX bytes, the last ending at the body's end); at 0 a `done`
+// messages of at most msg_max bytes, the last ending at the body's end); at 0 a `done`
 // notice goes to the gateway (`notices`, a ring buffer), which takes the source out of `sources`
 // again. A redirect the kernel refuses (the target gone) is dropped with an `overrun` notice: the
 // gateway cuts both connections. Bytes after the body (an engine breaking HTTP/1.1 framing) are
@@ -68,8 +68,10 @@ static __always_inline void notify(__u64 cookie, __u32 kind, __u64 bytes) {
   bpf_ringbuf_submit(n, 0);
 }
 
-// The stream parser: each message is the next min(remaining, SOCKMAP_MSG_MAX) body bytes (past
-// the body: one byte at a time, for the gateway to count). Its length is kept for the verdict:
+// The stream parser: each message is the next min(remaining, msg_max) body bytes (past the body:
+// one byte at a time, for the gateway to count). msg_max (the gateway's: at most SOCKMAP_MSG_MAX
+// and a quarter of the socket's receive buffer) keeps a message within the receive window, which
+// strparser needs whole before it delivers it. Its length is kept for the verdict:
 // a program sees the whole first skb, bytes before the message's offset included, so skb->len
 // is not the message's length.
 SEC("sk_skb/stream_parser")
@@ -78,8 +80,9 @@ int relay_parser(struct __sk_buff* skb) {
   struct relay_state* r = bpf_map_lookup_elem(&relays, &cookie);
   if (!r) return 1;
   __u64 len = r->remaining;
+  __u64 most = r->msg_max ? r->msg_max : 4096;
   if (len == 0) len = 1;
-  if (len > SOCKMAP_MSG_MAX) len = SOCKMAP_MSG_MAX;
+  if (len > most) len = most;
   r->pending = len;
   return (int)len;
 }
