@@ -242,10 +242,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn>, private LegO
     return out;
   }
   // relay_sockmap.cc: a sockMapMode rule's Content-Length body spliced by the kernel: 1 relayed
-  // (f complete), 0 not (the caller relays it), -1 cut (why in `cut`).
+  // (f complete; f.reusable cleared when the engine sent bytes after it), 0 not (the caller relays
+  // it), -1 cut (why in `cut`).
   bool spliceWanted(const RelayFraming& f, const Route& route, bool stream, bool head_request);
   asio::awaitable<int> spliceBody(RelayFraming& f, const Route& route, RelayCut& cut);
-  bool splice_dirty_ = false;  // the engine sent bytes after a spliced body: not pooled
   bool abandonRelay(RelayCut why);
   void takeRequestId(const http::RequestHead& head);  // dispatch.cc  // counted in kvgate_relay_cuts_total{reason}
   void releaseRequestBytes();

@@ -373,7 +373,6 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       RelayCut why{};
       const int spliced = co_await spliceBody(f, route, why);
       if (spliced < 0) co_return abandonRelay(why);
-      if (std::exchange(splice_dirty_, false)) f.reusable = false;
     }
     if (f.complete) break;
     if (!stream) deadline_.expireAfter(data_timeout);

@@ -53,13 +53,18 @@ asio::awaitable<int> ClientConn::spliceBody(RelayFraming& f, const Route& route,
   const uint64_t body = f.remaining;
   auto wait = std::make_shared<SpliceWait>(client_.get_executor());
   const auto ex = client_.get_executor();
-  sockmap::Arming armed = relay->arm(source, client_sockmap_.cookie(), body,
-                                     [wait, ex](sockmap::Notice kind, uint64_t) {
-                                       asio::post(ex, [wait, kind] {
-                                         wait->kind = kind;
-                                         wait->timer.cancel();
-                                       });
-                                     });
+  // (a weak reference: the notice thread never holds the wait's last reference, so its timer is
+  // destroyed on this worker's thread)
+  sockmap::Arming armed =
+      relay->arm(source, client_sockmap_.cookie(), body,
+                 [weak = std::weak_ptr<SpliceWait>(wait), ex](sockmap::Notice kind, uint64_t) {
+                   asio::post(ex, [weak, kind] {
+                     if (auto w = weak.lock()) {
+                       w->kind = kind;
+                       w->timer.cancel();
+                     }
+                   });
+                 });
   if (!armed) co_return 0;  // (the budget or the maps said no: nothing was armed)
   // From here the body is the kernel's: a cut ends the exchange (armed's destructor disarms).
   const auto data_timeout = dataTimeout(route.rule);
@@ -128,7 +133,7 @@ asio::awaitable<int> ClientConn::spliceBody(RelayFraming& f, const Route& route,
     if (cutNow()) co_return -1;
     pause = std::min(pause * 2, std::chrono::microseconds(20000));
   }
-  if (armed.detach() != 0) splice_dirty_ = true;  // bytes after the body: not pooled
+  if (armed.detach() != 0) f.reusable = false;  // bytes after the body: not pooled
   f.remaining = 0;
   f.complete = true;
   rq_.outcome.bytes += body;
