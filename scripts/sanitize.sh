@@ -24,7 +24,7 @@ JOBS=${JOBS:-2}
 # Not `limits`: at the open-files limit UBSan's vptr check cannot make the pipe it probes memory
 # with (IsAccessibleMemoryRange) and reports "invalid vptr" on sound objects. Not `overload`:
 # under ASan, glibc's mallinfo2 does not see ASan's heap.
-INTEGRATION=${INTEGRATION:-"proxy pd http2 http2_backend tokenize_api reading regressions_path regressions_review faults kv_events hints api_keys jwt quotas replicas tls tracing"}
+INTEGRATION=${INTEGRATION:-"proxy pd http2 http2_backend tokenize_api reading regressions_path regressions_review faults kv_events hints api_keys jwt quotas replicas tls tracing sockmap"}
 case "$leg" in
   address) dir=build-asan ;;
   thread) dir=build-tsan ;;

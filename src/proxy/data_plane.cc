@@ -267,7 +267,7 @@ void DataPlane::buildPd(Route& route, const common::Clock& clock) {
   }
   const int bootstrap = sa.value("pdBootstrapPort", 0);
   route.bootstrap_port = static_cast<uint16_t>(bootstrap > 0 ? bootstrap : 8998);
-  route.admission = admissionConfig(route.rule);
+  route.admission = config::admissionConfig(route.rule, routingEnv().admission);
   st.admission_limit = route.admission.on() ? route.admission.prefill_max : -1;
   // The legs rewrite the body: it is parsed (a JSON object) for every P/D request.
   route.needs |= routing::kNeedRequestShape;

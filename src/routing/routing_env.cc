@@ -80,6 +80,7 @@ RoutingEnv readRoutingEnv(const EnvLookup& env, std::vector<std::string>& warnin
   e.session_max = static_cast<size_t>(r.integer(
       "LOXILB_PD_SESSION_MAX", 1, 100'000'000, static_cast<int64_t>(e.session_max)));
   e.lc_light_below_x100 = r.integer("LOXILB_LC_LIGHT_BELOW", 0, 100'000, 400);
+  e.admission = config::readAdmissionEnv(env, warnings);
   return e;
 }
 

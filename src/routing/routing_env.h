@@ -20,6 +20,7 @@
 //   LOXILB_PD_SESSION_MAX          P/D Tier 0 session table bound               1..1e8    100000
 //   LOXILB_LC_LIGHT_BELOW          lc_light: in-flight x100 below which it round-robins
 //                                                                                0..100000 400
+//   LLB_FC_*                       the P/D admission gate's defaults (config/admission.h)
 // A value out of range or not a number is ignored with a warning (the default stays).
 #pragma once
 #include <cstddef>
@@ -29,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "config/admission.h"
 #include "routing/stages/selection_law.h"
 
 namespace kvgate::routing {
@@ -44,6 +46,7 @@ struct RoutingEnv {
   size_t trie_max_nodes = 262'144;  // PrefixTrie::kDefaultMaxNodes
   size_t session_max = 100'000;     // SessionTable::kDefaultMaxEntries
   int64_t lc_light_below_x100 = 400;
+  config::AdmissionEnv admission;  // LLB_FC_* (P/D rules' admission gate)
 };
 
 using EnvLookup = std::function<const char*(const char*)>;

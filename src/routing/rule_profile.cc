@@ -36,11 +36,25 @@ nlohmann::json withOthers(nlohmann::json out, const std::vector<std::string>& na
   if (has("lc_light")) out["lc_light_below_x100"] = env.lc_light_below_x100;
   return out;
 }
+
+// P/D rules: the admission gate's settings (config/admission.h).
+void withAdmission(nlohmann::json& out, const config::RuleSpec& rule, const RoutingEnv& env) {
+  const auto& sa = rule.service_args;
+  if (!sa.is_object() || !sa.value("pd_disagg_mode", false)) return;
+  const config::AdmissionConfig a = config::admissionConfig(rule, env.admission);
+  out["fc_mode"] = config::admissionModeName(a.mode);
+  out["fc_max_outstanding"] = a.max_outstanding;
+  out["fc_prefill_max_inflight"] = a.prefill_max;
+  out["fc_decode_max_inflight"] = a.decode_max;
+  out["fc_max_queue_depth"] = a.queue_depth;
+  out["fc_max_queue_wait_ms"] = a.queue_wait_ms;
+}
 }  // namespace
 
 nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& env) {
   const auto names = stageNames(rule);
   nlohmann::json out = {{"stages", names}};
+  withAdmission(out, rule, env);
   auto has = [&](std::string_view n) { return std::find(names.begin(), names.end(), n) != names.end(); };
   if (has("kv_exact")) {
     const KvExactOptions o = kvExactOptions(rule, env);

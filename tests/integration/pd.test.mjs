@@ -565,6 +565,38 @@ test(`seed P/D example as written, ${engine}: Tier 0, Tier 1, Tier 1.5 and Tier 
   assert.equal(got.prefill, label(other));
 });
 
+// Issue 29 §1 typed config: the admission gate's LLB_FC_* defaults are read once at start (an
+// out-of-range one warned about and ignored), and a P/D rule's GET shows the settings its gate
+// runs with, field by field: the rule's own, else the environment's, else the default; the same
+// go to kvgate_rule_routing_info.
+test('P/D admission: the effective block shows the settings of the gate (rule, else environment, else default)', async (t) => {
+  const gw = await gateway(t, [], { env: { LLB_FC_MODE: 'observe', LLB_FC_EP_MAX_INFLIGHT: '3',
+    LLB_FC_MAX_QUEUE_DEPTH: '99999' } });
+  const port = await freePort();
+  const engine = { host: '127.0.0.1', port: 9 };
+  const r = await api(gw.api, 'POST', LB_BASE, pdRule(port, engine, { host: '127.0.0.1', port: 10 },
+    { name: 'adm-eff', fc_prefill_max_inflight: 2 }));
+  assert.equal(r.status, 200, r.text);
+  const eff = (await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr[0].effective;
+  assert.equal(eff.fc_mode, 'observe', 'no fc_mode on the rule: the environment decides');
+  assert.equal(eff.fc_prefill_max_inflight, 2, 'the field of the rule beats the environment');
+  assert.equal(eff.fc_decode_max_inflight, 3, 'LLB_FC_EP_MAX_INFLIGHT caps decode endpoints too');
+  assert.equal(eff.fc_max_outstanding, 0);
+  assert.equal(eff.fc_max_queue_depth, 0, 'an out-of-range value leaves the default');
+  assert.equal(eff.fc_max_queue_wait_ms, 0);
+  assert.ok(await waitFor(() => /ignoring LLB_FC_MAX_QUEUE_DEPTH='99999' \(not 0\.\.65536\)/
+    .test(gw.proc.stderrText), 5000), gw.proc.stderrText);
+  const info = (await scrapeMetrics(gw.api)).filter((s) => s.name === 'kvgate_rule_routing_info' &&
+    s.labels.rule === 'adm-eff');
+  assert.ok(info.some((s) => s.labels.knob === 'fc_mode' && s.labels.value === 'observe'), JSON.stringify(info));
+  assert.ok(info.some((s) => s.labels.knob === 'fc_prefill_max_inflight' && s.labels.value === '2'));
+  // The rule's own mode beats the environment's.
+  const mine = (await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr[0];
+  mine.serviceArguments.fc_mode = 'off';
+  assert.equal((await api(gw.api, 'POST', LB_BASE, mine)).status, 200);
+  assert.equal((await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr[0].effective.fc_mode, 'off');
+});
+
 // The admission gate (seed 000; upstream-gateway.md §2.5) on a P/D rule whose one prefill engine
 // is slow: a capped endpoint parks the next request (hold, don't drop) and hands it the slot
 // when it frees, sheds the one after (full queue), times a parked one out, closes the global

@@ -109,8 +109,8 @@ Load:
   --requests N        requests per step (default 200)
   --arms LIST         comma-separated arms (default rr,lc,kv-hard,kv-soft); arms: random, rr, lc,
                       chwbl, kv-off, kv-hard, kv-soft, kv-adaptive, kv-adaptive-soft, kv-taper,
-                      kv-ttft, kv-predict (each also as kv-LAW-lc: least connections behind it, and
-                      kv-LAW-lcl: lc_light behind it), oracle
+                      kv-ttft, kv-predict, kv-predict-q (the default law; each also as kv-LAW-lc:
+                      least connections behind it, and kv-LAW-lcl: lc_light behind it), oracle
                       (hard law), oracle-ttft, oracle-predict (that law), hold, hold-sjf,
                       hold-free, direct-rr (decided here, sent direct: hold_queue.h), and
                       re-implementations of peers: sglang, sglang-cli, smg, lmetric, dynamo, dynamo-v1, llm-d
@@ -120,8 +120,9 @@ Load:
   --side-arms LIST    more arms, run only at --side-qps
   --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs;
                       the whole ladder when it has two or fewer)
-  --quick             arms rr,lc,kv-hard,kv-predict-q,kv-taper-lc,oracle over the ladder and every
-                      other arm at two points
+  --quick             the default law, round-robin, hard, the current peers and the oracle
+                      (rr,kv-hard,kv-predict-q,lmetric,llm-d-sticky,dynamo-v1,smg,oracle) over
+                      the ladder, the other laws and the older peers at two points
   --warmup N          unmeasured requests before each rung's measured ones (default requests/2);
                       every rung starts from empty caches
   --timeout-s S       per-request timeout (default 600)
@@ -308,12 +309,14 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
         err = "--quick takes no value";
         return false;
       }
-      // (kv-taper-lc over the whole ladder: the setting measured best on GSP at low load)
-      o.arms = {"rr", "lc", "kv-hard", "kv-predict-q", "kv-taper-lc", "oracle"};
-      o.side_arms = {"random",           "chwbl",    "kv-soft", "kv-adaptive",
-                     "kv-adaptive-soft", "kv-taper", "kv-ttft", "kv-soft-lc",
-                     "sglang",           "sglang-cli", "smg", "lmetric", "dynamo", "dynamo-v1", "llm-d",
-                     "llm-d-sticky"};
+      // Every rung: the default law against round-robin, the seed's law, the peers' current
+      // defaults and the oracle (issue 29's goals compare these); the rest at two points.
+      o.arms = {"rr",           "kv-hard",   "kv-predict-q", "lmetric",
+                "llm-d-sticky", "dynamo-v1", "smg",          "oracle"};
+      o.side_arms = {"lc",          "random",           "chwbl",      "kv-soft",
+                     "kv-adaptive", "kv-adaptive-soft", "kv-taper",   "kv-ttft",
+                     "kv-predict",  "kv-taper-lc",      "kv-soft-lc", "sglang",
+                     "sglang-cli",  "dynamo",           "llm-d"};
     } else if (a == "--warmup") {
       if (!num(0, 1e6, x)) return false;
       o.warmup = static_cast<int64_t>(x);
