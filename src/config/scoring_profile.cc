@@ -108,6 +108,10 @@ std::optional<ScoringProfileSpec> builtin(std::string_view name) {
   } else if (name == "predict") {  // the predict law (misses to the rule's selector)
     s.scorers = {part("predict", 1)};
     s.score_misses = false;
+    s.cold_start_seeding = true;
+  } else if (name == "predict-q") {  // the default law: predict, misses to the least queued
+    s.scorers = {part("predict_q", 1)};
+    s.cold_start_seeding = true;  // (as the law: on hits)
   } else {
     return std::nullopt;
   }
@@ -126,6 +130,7 @@ const std::vector<ScoringPartInfo>& scorerInfos() {
       {"load", {}},
       {"token_load", {}, true},
       {"predict", {{"decodeWeight", 0, 1, 0.5}}},
+      {"predict_q", {{"decodeWeight", 0, 1, 0.5}}, true},
   };
   return k;
 }
@@ -141,7 +146,7 @@ const std::vector<ScoringPartInfo>& filterInfos() {
 }
 
 const std::vector<std::string_view>& builtinProfileNames() {
-  static const std::vector<std::string_view> k = {"llm-d", "llm-d-sticky", "predict"};
+  static const std::vector<std::string_view> k = {"llm-d", "llm-d-sticky", "predict", "predict-q"};
   return k;
 }
 
@@ -167,7 +172,8 @@ json ScoringProfileSpec::toJson() const {
   json out = {{"filters", parts(filters, false)},
               {"scorers", parts(scorers, true)},
               {"picker", picker == Picker::kRandom ? "random" : "max"},
-              {"onMiss", score_misses ? "score" : "selector"}};
+              {"onMiss", score_misses ? "score" : "selector"},
+              {"coldStartSeeding", cold_start_seeding}};
   return out;
 }
 
@@ -182,8 +188,10 @@ Result<ScoringProfileSpec> parseScoringProfile(const json& v, const std::string&
   }
   if (!v.is_object()) return bad(path, "must be a built-in profile's name or an object");
   for (const auto& [k, x] : v.items())
-    if (k != "filters" && k != "scorers" && k != "picker" && k != "onMiss")
-      return bad(path + "." + k.substr(0, 64), "unknown field (filters, scorers, picker, onMiss)");
+    if (k != "filters" && k != "scorers" && k != "picker" && k != "onMiss" &&
+        k != "coldStartSeeding")
+      return bad(path + "." + k.substr(0, 64),
+                 "unknown field (filters, scorers, picker, onMiss, coldStartSeeding)");
   ScoringProfileSpec s;
   auto filters = parseParts(v, "filters", path, filterInfos(), false);
   if (!filters) return tl::unexpected(filters.error());
@@ -204,6 +212,11 @@ Result<ScoringProfileSpec> parseScoringProfile(const json& v, const std::string&
     if (*m == "score") s.score_misses = true;
     else if (*m == "selector") s.score_misses = false;
     else return bad(path + ".onMiss", "must be score or selector");
+  }
+  s.cold_start_seeding = !s.score_misses;
+  if (auto c = v.find("coldStartSeeding"); c != v.end()) {
+    if (!c->is_boolean()) return bad(path + ".coldStartSeeding", "must be true or false");
+    s.cold_start_seeding = c->get<bool>();
   }
   return s;
 }

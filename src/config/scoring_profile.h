@@ -5,14 +5,18 @@
 //   {"filters": [{"name": "prefix_affinity", "threshold": 0.8, "tauTokens": 286720}],
 //    "scorers": [{"name": "token_load", "weight": 1}],
 //    "picker": "max",          // max (default) | random (weighted by score)
-//    "onMiss": "score"}        // score (default): the profile places prompts nobody holds too;
-//                              // selector: they fall through to the rule's selector (Tier 1.5 miss)
+//    "onMiss": "score",        // score (default): the profile places prompts nobody holds too;
+//                              // selector: they fall through to the rule's selector (Tier 1.5
+//                              miss)
+//    "coldStartSeeding": false} // divert every Nth hit to an endpoint caching almost nothing
+//                              // (LOXILB_KV_COLDSTART_*); default: on with onMiss selector only
 // Filters drop candidates (a filter that would drop all keeps all); each scorer scores the
 // candidates left in [0, 1], higher is better; the picker takes the weighted sum. Names and
 // parameters are those of kScorers / kFilters below; anything else is a 400 naming the culprit.
 // Built-in profiles (kBuiltinProfiles): "llm-d" (queue 2, kv_utilization 2, prefix_minmax 3),
 // "llm-d-sticky" (prefix_affinity 0.8 / 286,720 tokens, then token_load), "predict" (the predict
-// scorer with onMiss selector: the default law of kvExactMode 3 rules, as a profile).
+// scorer with onMiss selector: the predict law as a profile), "predict-q" (the predict_q scorer,
+// onMiss score, cold-start seeding on: the default law of kvExactMode 3 rules as a profile).
 #pragma once
 #include <map>
 #include <string>
@@ -58,6 +62,9 @@ struct ScoringProfileSpec {
   std::vector<ScoringPart> scorers;
   enum class Picker : uint8_t { kMax, kRandom } picker = Picker::kMax;
   bool score_misses = true;  // onMiss "score"
+  // coldStartSeeding: every Nth hit may go to an endpoint caching almost nothing (kv_exact's
+  // cold-start seeding, as under the seed's laws); unset in the field: !score_misses.
+  bool cold_start_seeding = false;
   // The name of a part that reads queued prefill (ScoringPartInfo::reads_pending), or empty.
   std::string readsPending() const;
   // The profile with every default spelled out, itself a valid field value (the rule's GET

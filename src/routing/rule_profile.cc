@@ -64,12 +64,12 @@ nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& 
     if (o.profile) {
       // A scoring profile replaces the law: its parts with every default filled in (a valid
       // kvScoringProfile value as it stands), the built-in it came from, and only the knobs that
-      // still apply (the miss guards and cold-start seeding only when misses fall through).
+      // still apply (the miss guards only when misses fall through, cold-start seeding when on).
       const auto& spec = o.profile->spec();
       out["kvScoringProfile"] = spec.toJson();
       if (!spec.builtin.empty()) out["kvScoringProfileBuiltin"] = spec.builtin;
-      if (!spec.score_misses) {
-        out["min_match_tokens"] = o.min_match_tokens;
+      if (!spec.score_misses) out["min_match_tokens"] = o.min_match_tokens;
+      if (spec.cold_start_seeding) {
         out["coldstart_min_blocks"] = o.coldstart_min_blocks;
         out["coldstart_seed_nth"] = o.coldstart_seed_nth;
       }

@@ -838,7 +838,8 @@ test('a scoring profile routes Tier 1.5 end to end; a bad one is refused', async
   const got = (await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr[0];
   assert.deepEqual(got.effective.stages, ['kv_exact', 'rr']);
   assert.deepEqual(got.effective.kvScoringProfile,
-    { filters: [], scorers: [{ name: 'prefix', weight: 1 }], picker: 'max', onMiss: 'score' });
+    { filters: [], scorers: [{ name: 'prefix', weight: 1 }], picker: 'max', onMiss: 'score', coldStartSeeding: false });
+  assert.equal(got.effective.coldstart_seed_nth, undefined, 'cold-start seeding shown where it is off');
   assert.equal(got.effective.mean_load_factor_pct, undefined, 'a law knob shown under a profile');
   assert.equal(got.effective.kvLbMode, undefined, 'a profile replaces the law');
   const info = (await scrapeMetrics(gw.api)).filter((s) => s.name === 'kvgate_rule_routing_info' && s.labels.rule === 'prof');
@@ -878,6 +879,17 @@ test('a scoring profile routes Tier 1.5 end to end; a bad one is refused', async
   const decided = (m, key) => m.filter((s) => s.name === 'kvgate_selector_decisions_total' && s.labels.rule === 'prof' &&
     s.labels.selector === 'kv_exact' && s.labels.key === key).reduce((x, s) => x + s.value, 0);
   assert.equal(decided(m3, 'load') - decided(m2, 'load'), 1, 'the miss was not keyed load by kv_exact');
+
+  // The default law as a built-in profile: its parts spelled out, cold-start seeding on (as the
+  // law's), the miss guard off (it places misses itself).
+  load.serviceArguments.kvScoringProfile = 'predict-q';
+  assert.equal((await api(gw.api, 'POST', LB_BASE, load)).status, 200);
+  const pq = (await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr[0].effective;
+  assert.equal(pq.kvScoringProfileBuiltin, 'predict-q');
+  assert.deepEqual(pq.kvScoringProfile, { filters: [], scorers: [{ name: 'predict_q', weight: 1, decodeWeight: 0.5 }],
+    picker: 'max', onMiss: 'score', coldStartSeeding: true });
+  assert.equal(typeof pq.coldstart_seed_nth, 'number', 'cold-start seeding not shown');
+  assert.equal(pq.min_match_tokens, undefined);
   await stalled;
 });
 

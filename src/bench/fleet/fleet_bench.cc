@@ -36,7 +36,7 @@
 //                               older (weighted) and current ("sticky until saturated")
 //                               defaults: kvExactMode 3 with that kvLbMode (routing/stages/
 //                               selection_law.h), fed by the same KV index
-//   profile-llm-d, profile-llm-d-sticky, profile-predict
+//   profile-llm-d, profile-llm-d-sticky, profile-predict, profile-predict-q
 //                               kvExactMode 3 with that built-in scoring profile
 //                               (kvScoringProfile, routing/scoring/): the same policies composed
 //                               of filters, scorers and a picker
@@ -115,8 +115,8 @@ Load:
                       hold-free, direct-rr (decided here, sent direct: hold_queue.h), and
                       re-implementations of peers: sglang, sglang-cli, smg, lmetric, dynamo, dynamo-v1, llm-d
                       (the older weighted profile), llm-d-sticky (llm-d's current default);
-                      profile-llm-d, profile-llm-d-sticky, profile-predict (built-in scoring
-                      profiles, kvScoringProfile)
+                      profile-llm-d, profile-llm-d-sticky, profile-predict, profile-predict-q
+                      (built-in scoring profiles, kvScoringProfile)
   --side-arms LIST    more arms, run only at --side-qps
   --side-qps LIST     the side arms' load points (default: the ladder's second and last rungs;
                       the whole ladder when it has two or fewer)

@@ -40,6 +40,7 @@ class ScoringProfile {
   std::vector<double> totals(std::span<const LawCandidate> c, const LawParams& p) const;
 
   bool scoresMisses() const { return spec_.score_misses; }
+  bool seedsColdStart() const { return spec_.cold_start_seeding; }
   const config::ScoringProfileSpec& spec() const { return spec_; }
 
  private:

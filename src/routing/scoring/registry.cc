@@ -12,18 +12,16 @@ std::unique_ptr<Scorer> makeKvUtilizationScorer(const config::ScoringPart&);
 std::unique_ptr<Scorer> makeLoadScorer(const config::ScoringPart&);
 std::unique_ptr<Scorer> makeTokenLoadScorer(const config::ScoringPart&);
 std::unique_ptr<Scorer> makePredictScorer(const config::ScoringPart&);
+std::unique_ptr<Scorer> makePredictQScorer(const config::ScoringPart&);
 std::unique_ptr<Filter> makePrefixAffinityFilter(const config::ScoringPart&);
 std::unique_ptr<Filter> makeKvUsageBelowFilter(const config::ScoringPart&);
 
 namespace {
 constexpr std::pair<std::string_view, ScorerFactory> kScorers[] = {
-    {"prefix", makePrefixScorer},
-    {"prefix_minmax", makePrefixMinMaxScorer},
-    {"queue", makeQueueScorer},
-    {"kv_utilization", makeKvUtilizationScorer},
-    {"load", makeLoadScorer},
-    {"token_load", makeTokenLoadScorer},
-    {"predict", makePredictScorer},
+    {"prefix", makePrefixScorer},   {"prefix_minmax", makePrefixMinMaxScorer},
+    {"queue", makeQueueScorer},     {"kv_utilization", makeKvUtilizationScorer},
+    {"load", makeLoadScorer},       {"token_load", makeTokenLoadScorer},
+    {"predict", makePredictScorer}, {"predict_q", makePredictQScorer},
 };
 constexpr std::pair<std::string_view, FilterFactory> kFilters[] = {
     {"prefix_affinity", makePrefixAffinityFilter},

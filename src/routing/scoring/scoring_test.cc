@@ -78,11 +78,29 @@ TEST(ScoringProfileSpec, BuiltinsExpandToTheirParts) {
   ASSERT_EQ(l.scorers.size(), 3u);
   EXPECT_DOUBLE_EQ(l.scorers[0].weight + l.scorers[1].weight + l.scorers[2].weight, 7.0);  // 2+2+3
   EXPECT_FALSE(spec("predict").score_misses);
+  EXPECT_TRUE(spec("predict").cold_start_seeding);  // the predict law's seeding, on hits
+  auto q = spec("predict-q");  // the default law: misses placed, seeding on hits kept
+  ASSERT_EQ(q.scorers.size(), 1u);
+  EXPECT_EQ(q.scorers[0].name, "predict_q");
+  EXPECT_TRUE(q.score_misses);
+  EXPECT_TRUE(q.cold_start_seeding);
+  EXPECT_EQ(q.readsPending(), "predict_q");  // refused on P/D rules, as token_load
+  EXPECT_FALSE(s.cold_start_seeding);        // llm-d-sticky: the peer has none
+  // coldStartSeeding unset: on exactly when misses fall through; set: as set.
+  EXPECT_TRUE(
+      spec(json{{"scorers", {{{"name", "load"}}}}, {"onMiss", "selector"}}).cold_start_seeding);
+  EXPECT_FALSE(spec(json{{"scorers", {{{"name", "load"}}}}}).cold_start_seeding);
+  EXPECT_TRUE(
+      spec(json{{"scorers", {{{"name", "load"}}}}, {"coldStartSeeding", true}}).cold_start_seeding);
+  EXPECT_NE(errorOf(json{{"scorers", {{{"name", "load"}}}}, {"coldStartSeeding", "yes"}})
+                .find("p.coldStartSeeding: must be true or false"),
+            std::string::npos);
   // The effective block spells every default out.
   json j = spec(json{{"scorers", {{{"name", "load"}}}}, {"filters", {{{"name", "kv_usage_below"}}}}})
                .toJson();
   EXPECT_EQ(j["picker"], "max");
   EXPECT_EQ(j["onMiss"], "score");
+  EXPECT_EQ(j["coldStartSeeding"], false);
   EXPECT_EQ(j["scorers"][0]["weight"], 1.0);
   EXPECT_EQ(j["filters"][0]["threshold"], 0.95);
 }
@@ -196,6 +214,16 @@ TEST(Scorers, EachScoresAWorkedExample) {
   findScorer("predict")(builtin.scorers[0])->score({c, 10, 16}, keep, out);
   EXPECT_DOUBLE_EQ(out[0], 1);
   EXPECT_DOUBLE_EQ(out[1], 3.0 / 11);
+  // predict_q: while someone holds the prompt, predict's scores (above: 1 and 4 / 11); nobody:
+  // queued prefill 6, 2, 2, 4 blocks -> (6 - q) / 4 = 0, 1, 1, 0.5 (loads play no part).
+  pr = scores("predict_q", {cand(10, 3), cand(0, 0)}, 10);
+  EXPECT_DOUBLE_EQ(pr[0], 1);
+  EXPECT_DOUBLE_EQ(pr[1], 4.0 / 11);
+  EXPECT_EQ(scores("predict_q",
+                   {cand(0, 0, -1, -1, 6), cand(0, 5, -1, -1, 2), cand(0, 1, -1, -1, 2),
+                    cand(0, 0, -1, -1, 4)},
+                   10),
+            (std::vector<double>{0, 1, 1, 0.5}));
 }
 
 TEST(Scorers, NormalizeOverTheKeptCandidatesOnly) {
@@ -337,9 +365,10 @@ TEST(ScoringProfile, BuiltinPeerProfilesAgreeWithTheLaws) {
     LawMode law;
   };
   for (Case k : {Case{"llm-d", LawMode::kLlmd}, Case{"llm-d-sticky", LawMode::kLlmdSticky},
-                 Case{"predict", LawMode::kPredict}}) {
+                 Case{"predict", LawMode::kPredict}, Case{"predict-q", LawMode::kPredictQ}}) {
     auto p = profile(k.profile);
-    int same = 0, tied = 0, filtered = 0;
+    const bool predict = k.law == LawMode::kPredict || k.law == LawMode::kPredictQ;
+    int same = 0, tied = 0, filtered = 0, misses = 0;
     for (int t = 0; t < 3000; ++t) {
       const bool narrow = t % 3 == 0;
       const uint32_t blocks = 1 + static_cast<uint32_t>(below(narrow ? 4 : 400));
@@ -365,12 +394,14 @@ TEST(ScoringProfile, BuiltinPeerProfilesAgreeWithTheLaws) {
       }
       LawParams lp = prompt(blocks, below(1000));
       lp.mode = k.law;
-      if (k.law == LawMode::kPredict) {  // streams past their first token, at the default weights
+      if (predict) {  // streams past their first token, at the default weights
         for (auto& x : c) x.started = x.load - x.load / 3;
         lp.predict_decode_weight_pct = 50;
       }
       const auto law = applyLaw(c, lp);
       const auto got = p->pick(c, lp);
+      misses +=
+          std::all_of(c.begin(), c.end(), [](const LawCandidate& x) { return x.overlap == 0; });
       const auto total = p->totals(c, lp);
       for (double x : total) filtered += std::isinf(x);
       if (law.index == got.index) {
@@ -386,7 +417,7 @@ TEST(ScoringProfile, BuiltinPeerProfilesAgreeWithTheLaws) {
           << ", the profile's " << got.index << " scores " << b;
     }
     EXPECT_GT(same, 2000) << k.profile;  // mostly the same pick
-    if (k.law != LawMode::kPredict) {  // (predict's tie-break is the profile's)
+    if (!predict) {                      // (the predict laws' tie-break is the profile's)
       EXPECT_GT(tied, 0) << k.profile << ": no tie was drawn";
     } else {
       EXPECT_EQ(tied, 0);
@@ -394,6 +425,7 @@ TEST(ScoringProfile, BuiltinPeerProfilesAgreeWithTheLaws) {
     if (k.law == LawMode::kLlmdSticky) {
       EXPECT_GT(filtered, 100) << "the filter never dropped";
     }
+    EXPECT_GT(misses, 20) << k.profile << ": no fleet where nobody holds the prompt";
   }
 }
 

@@ -298,8 +298,8 @@ class KvExactStage : public Stage {
     res.prefill_blocks = r.uncached;
     res.matched_blocks = static_cast<int32_t>(std::min<size_t>(overlapOf(res.index), n));
     // No cold-start seeding under the peer laws (the re-implemented policies have none), a profile
-    // that places misses, or on a miss placed by the law (predict-q).
-    if (best == 0 || (profile ? profile->scoresMisses() : isPeerLaw(opts_.law.mode))) return res;
+    // without it (coldStartSeeding), or on a miss placed by the law or profile (predict-q).
+    if (best == 0 || (profile ? !profile->seedsColdStart() : isPeerLaw(opts_.law.mode))) return res;
     // Cold-start seeding, after the law (and its spill relief), on every Nth hit.
     const uint64_t hit = hits_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (opts_.coldstart_seed_nth > 0 && hit % opts_.coldstart_seed_nth == 0) {

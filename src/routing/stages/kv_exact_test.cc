@@ -562,6 +562,46 @@ TEST(KvExact, AScoringProfileReplacesTheLaw) {
   EXPECT_EQ(sticky.prefill_blocks, 2u);
 }
 
+// The built-in "predict-q" profile is the default law (predict-q) as a profile: through the stage
+// both pick alike, seed the same hits and place a prompt nobody holds on the least queued prefill.
+TEST(KvExact, ThePredictQProfileDecidesAsTheDefaultLaw) {
+  for (const bool as_profile : {false, true}) {
+    SCOPED_TRACE(as_profile ? "profile" : "law");
+    config::RuleSpec r;
+    r.service_args = {{"kvExactMode", 3}};
+    if (as_profile) r.service_args["kvScoringProfile"] = "predict-q";
+    KvExactOptions o = kvExactOptions(r, defaultRoutingEnv());
+    EXPECT_EQ(o.profile != nullptr, as_profile);
+    if (!as_profile) EXPECT_EQ(o.law.mode, LawMode::kPredictQ);
+    o.coldstart_min_blocks = 3;  // endpoints 1 and 2 (2 and 0 blocks held) are cold
+    o.coldstart_seed_nth = 2;
+    Fixture f(o);
+    std::vector<int> picks;
+    std::vector<bool> seeded;
+    for (int i = 0; i < 4; ++i) {
+      auto res = f.run();
+      picks.push_back(res.index);
+      seeded.push_back(res.seeded);
+    }
+    // (0 + 1) x 1 at endpoint 0 against (2 + 1) x 1 and (4 + 1) x 1: endpoint 0; every 2nd hit
+    // seeds the first cold endpoint.
+    EXPECT_EQ(picks, (std::vector<int>{0, 1, 0, 1}));
+    EXPECT_EQ(seeded, (std::vector<bool>{false, true, false, true}));
+    // Nobody holds the prompt: queued prefill 5, 1, 3 blocks -> endpoint 1, keyed load; never
+    // seeded (a miss).
+    for (int t = 0; t < 64; ++t) f.facts.prompt_token_ids[t] = 2000 + t;
+    f.eps[0].state->pending_prefill_blocks.store(5);
+    f.eps[1].state->pending_prefill_blocks.store(1);
+    f.eps[2].state->pending_prefill_blocks.store(3);
+    for (int i = 0; i < 2; ++i) {
+      auto miss = f.run();
+      EXPECT_EQ(miss.index, 1);
+      EXPECT_EQ(miss.key, DecisionKey::kLoad);
+      EXPECT_FALSE(miss.seeded);
+    }
+  }
+}
+
 // The environment's default law does not leak into a profile rule: with LOXILB_KV_LB_MODE naming
 // a peer law (which places misses itself), the predict profile (onMiss selector) still lets a
 // prompt nobody holds fall through, and a profile reading no queued prefill reports none.

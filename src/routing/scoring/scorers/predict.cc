@@ -5,6 +5,9 @@
 // so the cheapest candidate scores 1 and one twice as dear 0.5. Parameter: decodeWeight (0..1,
 // default 0.5, as the gateway's default for the law, LOXILB_KV_PREDICT_DECODE_WEIGHT_PCT, which a
 // profile does not read).
+// predict_q: predict on a prompt some kept candidate holds; when none holds any of it, the
+// predict-q law's miss rule: the least queued prefill (pending_blocks, min-max, lower better), so
+// equal queues tie and the picker's order (less load, then its cursor) decides, as the law's.
 #include <algorithm>
 #include <memory>
 
@@ -16,9 +19,19 @@ namespace {
 
 class PredictScorer : public Scorer {
  public:
-  explicit PredictScorer(double decode_weight) : decode_weight_(decode_weight) {}
+  PredictScorer(double decode_weight, bool miss_queued)
+      : decode_weight_(decode_weight), miss_queued_(miss_queued) {}
   void score(const ScoringRequest& r, std::span<const uint8_t> keep,
              std::span<double> out) const override {
+    if (miss_queued_) {
+      bool held = false;
+      for (size_t i = 0; i < r.c.size() && !held; ++i) held = keep[i] && r.c[i].overlap > 0;
+      if (!held) {
+        minMax(
+            keep, out, [&](size_t i) { return double(r.c[i].pending_blocks); }, true);
+        return;
+      }
+    }
     double known = 0, cap_known = 0, kept = 0;
     for (size_t i = 0; i < r.c.size(); ++i) {
       if (!keep[i]) continue;
@@ -50,12 +63,17 @@ class PredictScorer : public Scorer {
 
  private:
   double decode_weight_;
+  bool miss_queued_;
 };
 
 }  // namespace
 
 std::unique_ptr<Scorer> makePredictScorer(const config::ScoringPart& p) {
-  return std::make_unique<PredictScorer>(p.param("decodeWeight"));
+  return std::make_unique<PredictScorer>(p.param("decodeWeight"), false);
+}
+
+std::unique_ptr<Scorer> makePredictQScorer(const config::ScoringPart& p) {
+  return std::make_unique<PredictScorer>(p.param("decodeWeight"), true);
 }
 
 }  // namespace kvgate::routing::scoring
