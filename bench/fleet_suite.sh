@@ -8,8 +8,9 @@
 #   ONLY="gsp speedup" bench/fleet_suite.sh   runs only the runs named (names below)
 #
 #   Every run has the default law (kv-predict-q), round-robin, the seed's hard law, the peers'
-#   current defaults (lmetric, llm-d-sticky, dynamo-v1, smg) and, where it is defined, the
-#   oracle at every rung; older laws and peers at side rungs.
+#   current defaults (lmetric, llm-d-sticky, dynamo-v1, smg) and the oracle at every rung (since
+#   2026-12-07; before, lc and kv-taper-lc were on every rung and the peers at side rungs), older
+#   laws and peers (lc, kv-ttft, kv-taper-lc, sglang-cli, dynamo, llm-d) at side rungs.
 #   gsp          SGLang's generated-shared-prefix, quick mode (the arms above over the ladder
 #                10-80/s, every other arm at 20 and 80/s); --full: every arm over the whole ladder
 #   nosharing    the control: nothing is shared, round-robin is the natural best

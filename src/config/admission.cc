@@ -1,6 +1,6 @@
 #include "config/admission.h"
 
-#include <cstdlib>
+#include "common/env.h"
 
 namespace kvgate::config {
 namespace {
@@ -36,15 +36,9 @@ const char* admissionModeName(AdmissionConfig::Mode m) {
 AdmissionEnv readAdmissionEnv(const std::function<const char*(const char*)>& env,
                               std::vector<std::string>& warnings) {
   auto integer = [&](const char* name, int64_t hi) -> std::optional<int64_t> {
-    const char* v = env(name);
-    if (!v || !*v) return std::nullopt;
-    char* end = nullptr;
-    const long long x = std::strtoll(v, &end, 10);
-    if (*end != '\0' || x < 0 || x > hi) {
-      warnings.push_back(std::string("ignoring ") + name + "='" + v + "' (not 0.." +
-                         std::to_string(hi) + ")");
-      return std::nullopt;
-    }
+    std::string why;
+    const auto x = common::parseEnvInt(name, env(name), 0, hi, why);
+    if (!why.empty()) warnings.push_back(why + "; the rule's field, else the default");
     return x;
   };
   AdmissionEnv e;

@@ -61,6 +61,9 @@ Result<ScoringPart> parsePart(const json& e, const std::string& path,
     if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < prm->min ||
         v.get<double>() > prm->max)
       return bad(path + "." + k, "must be a number in " + fmt(prm->min) + ".." + fmt(prm->max));
+    if (prm->integer && v.get<double>() != std::floor(v.get<double>()))
+      return bad(path + "." + k,
+                 "must be a whole number in " + fmt(prm->min) + ".." + fmt(prm->max));
     p.params[k] = v.get<double>();
   }
   return p;
@@ -112,6 +115,16 @@ std::optional<ScoringProfileSpec> builtin(std::string_view name) {
   } else if (name == "predict-q") {  // the default law: predict, misses to the least queued
     s.scorers = {part("predict_q", 1)};
     s.cold_start_seeding = true;  // (as the law: on hits)
+  } else if (name == "hard" || name == "adaptive" || name == "taper") {
+    // The seed's bounded-load laws with spill relief (single-pool rules' default): the most
+    // affine candidate under its cap; misses to the rule's selector, cold-start seeding on.
+    s.filters = {part("bounded_load", 1,
+                      {{"shape", name == "hard"       ? 0.0
+                                 : name == "adaptive" ? 1.0
+                                                      : 2.0}})};
+    s.scorers = {part("prefix", 1)};
+    s.score_misses = false;
+    s.cold_start_seeding = true;
   } else {
     return std::nullopt;
   }
@@ -129,8 +142,19 @@ const std::vector<ScoringPartInfo>& scorerInfos() {
       {"kv_utilization", {}},
       {"load", {}},
       {"token_load", {}, true},
-      {"predict", {{"decodeWeight", 0, 1, 0.5}}},
-      {"predict_q", {{"decodeWeight", 0, 1, 0.5}}, true},
+      {"predict",
+       {{"decodeWeight", 0, 1, 0.5},
+        {"batchOffset", 1, 64, 1, true},
+        {"capacityShare", 0, 1, 1, true}}},
+      {"predict_q",
+       {{"decodeWeight", 0, 1, 0.5},
+        {"batchOffset", 1, 64, 1, true},
+        {"capacityShare", 0, 1, 1, true}},
+       true},
+      {"soft_cost", {{"lambda", 0, 1e6, 32}, {"adaptive", 0, 1, 0, true}}},
+      {"ttft_cost", {{"missWeightPct", 0, 10000, 800}, {"loadBlocks", 0, 1e6, 2}}, true},
+      {"dynamo_cost", {}, false, true},
+      {"dynamo_v1_cost", {}, true, true},
   };
   return k;
 }
@@ -141,13 +165,22 @@ const std::vector<ScoringPartInfo>& filterInfos() {
        {{"threshold", 0, 1, 0.8}, {"tauTokens", 0, 1e12, 286720}, {"tauSeconds", 0, 3600, 0}},
        true},
       {"kv_usage_below", {{"threshold", 0, 1, 0.95}}},
+      // shape: 0 fixed (the hard law), 1 the seed's adaptive law, 2 taper
+      {"bounded_load", {{"factorPct", 100, 300, 175}, {"shape", 0, 2, 0, true}}},
   };
   return k;
 }
 
 const std::vector<std::string_view>& builtinProfileNames() {
-  static const std::vector<std::string_view> k = {"llm-d", "llm-d-sticky", "predict", "predict-q"};
+  static const std::vector<std::string_view> k = {"llm-d", "llm-d-sticky", "predict", "predict-q",
+                                                  "hard",  "adaptive",     "taper"};
   return k;
+}
+
+bool ScoringProfileSpec::readsActive() const {
+  for (const auto& p : scorers)
+    if (const auto* i = findInfo(scorerInfos(), p.name); i && i->reads_active) return true;
+  return false;
 }
 
 std::string ScoringProfileSpec::readsPending() const {

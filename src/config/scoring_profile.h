@@ -5,11 +5,12 @@
 //   {"filters": [{"name": "prefix_affinity", "threshold": 0.8, "tauTokens": 286720}],
 //    "scorers": [{"name": "token_load", "weight": 1}],
 //    "picker": "max",          // max (default) | random (weighted by score)
-//    "onMiss": "score",        // score (default): the profile places prompts nobody holds too;
-//                              // selector: they fall through to the rule's selector (Tier 1.5
-//                              miss)
-//    "coldStartSeeding": false} // divert every Nth hit to an endpoint caching almost nothing
-//                              // (LOXILB_KV_COLDSTART_*); default: on with onMiss selector only
+//    "onMiss": "score",
+//    "coldStartSeeding": false}
+// onMiss: score (default): the profile places prompts nobody holds too; selector: they fall
+// through to the rule's selector (a Tier 1.5 miss). coldStartSeeding: divert every Nth hit to an
+// endpoint caching almost nothing (LOXILB_KV_COLDSTART_*; the filters do not apply to that
+// diversion); default on with onMiss selector, off with score.
 // Filters drop candidates (a filter that would drop all keeps all); each scorer scores the
 // candidates left in [0, 1], higher is better; the picker takes the weighted sum. Names and
 // parameters are those of kScorers / kFilters below; anything else is a 400 naming the culprit.
@@ -33,6 +34,7 @@ namespace kvgate::config {
 struct ScoringParam {
   std::string_view name;
   double min, max, def;
+  bool integer = false;  // whole numbers only
 };
 // A filter or scorer this build knows, with its parameters.
 struct ScoringPartInfo {
@@ -41,6 +43,9 @@ struct ScoringPartInfo {
   // It reads the queued prefill this gateway counts per endpoint (streamed requests of
   // single-pool rules, until their first byte): refused on P/D rules, which do not count it.
   bool reads_pending = false;
+  // It reads the distinct blocks in flight per endpoint (the dynamo laws' active set): a rule
+  // naming it has the data plane track each request's chain on its endpoint.
+  bool reads_active = false;
 };
 const std::vector<ScoringPartInfo>& scorerInfos();
 const std::vector<ScoringPartInfo>& filterInfos();
@@ -67,6 +72,7 @@ struct ScoringProfileSpec {
   bool cold_start_seeding = false;
   // The name of a part that reads queued prefill (ScoringPartInfo::reads_pending), or empty.
   std::string readsPending() const;
+  bool readsActive() const;  // a part reads the active blocks (ScoringPartInfo::reads_active)
   // The profile with every default spelled out, itself a valid field value (the rule's GET
   // "effective" block shows it, and the built-in's name beside it).
   nlohmann::json toJson() const;

@@ -109,8 +109,9 @@ class DataPlane {
   // The governance services the request gates use (governance/services.h); before start().
   // Unset: the process-wide registries and the shared counters set when the plane was made.
   void setGovernance(const governance::Services& gov) { gov_ = gov; }
-  // The environment's routing defaults (read once at start); before the first apply(). Must
-  // outlive the data plane. Unset: every default.
+  // The environment's routing defaults (read once at start), the admission gate's LLB_FC_*
+  // among them; before the first apply(). Must outlive the data plane. Unset: every default (no
+  // environment variable is read).
   void setRoutingEnv(const routing::RoutingEnv* env) { routing_env_ = env; }
   const routing::RoutingEnv& routingEnv() const {
     return routing_env_ ? *routing_env_ : routing::defaultRoutingEnv();

@@ -8,6 +8,8 @@
 #include "common/log.h"
 #include "engines/engine_metrics.h"
 #include "http/async_fetch.h"
+#include "routing/rule_profile.h"
+#include "routing/stage_registry.h"
 
 namespace kvgate::proxy {
 
@@ -18,10 +20,13 @@ std::vector<ScrapeSpec> scrapeSpecs(
   std::vector<ScrapeSpec> out;
   std::set<const endpoints::EndpointState*> seen;
   for (const auto& r : rules) {
-    const int mode = r.service_args.is_object() ? r.service_args.value("kvExactMode", 0) : 0;
-    // (the smg selector reads the engines' waiting requests and KV usage too)
-    const bool smg = r.service_args.is_object() && r.service_args.value("selector", "") == "smg";
-    if (mode != 1 && mode != 3 && !smg) continue;
+    // Rules whose pipeline reads the engines' /metrics (each stage says so in its registry entry:
+    // kv_exact's laws and profiles, the smg selector).
+    bool wanted = false;
+    for (const auto& name : routing::stageNames(r))
+      if (const routing::StageInfo* s = routing::findStage(name); s && s->reads_engine_metrics)
+        wanted = true;
+    if (!wanted) continue;
     for (const auto& e : r.endpoints) {
       std::shared_ptr<endpoints::EndpointState> st;
       for (auto& s : eps)

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "common/env.h"
 #include "routing/stages/prefix_trie.h"
 #include "routing/stages/session_table.h"
 
@@ -14,17 +15,10 @@ struct Reader {
   std::vector<std::string>& warnings;
 
   int64_t integer(const char* name, int64_t lo, int64_t hi, int64_t dflt) const {
-    const char* v = env(name);
-    if (!v || !*v) return dflt;
-    char* end = nullptr;
-    const long long x = std::strtoll(v, &end, 10);
-    if (*end != '\0' || x < lo || x > hi) {
-      warnings.push_back(std::string("ignoring ") + name + "='" + v + "' (not " +
-                         std::to_string(lo) + ".." + std::to_string(hi) + "); using " +
-                         std::to_string(dflt));
-      return dflt;
-    }
-    return x;
+    std::string why;
+    const auto x = common::parseEnvInt(name, env(name), lo, hi, why);
+    if (!why.empty()) warnings.push_back(why + "; using " + std::to_string(dflt));
+    return x.value_or(dflt);
   }
 };
 

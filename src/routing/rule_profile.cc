@@ -51,6 +51,86 @@ void withAdmission(nlohmann::json& out, const config::RuleSpec& rule, const Rout
 }
 }  // namespace
 
+std::optional<config::ScoringProfileSpec> lawAsProfile(const LawParams& law) {
+  auto builtin = [](const char* name) {
+    auto s = config::parseScoringProfile(name, "kvLbMode");
+    std::optional<config::ScoringProfileSpec> out;
+    if (s) out = std::move(*s);
+    return out;
+  };
+  std::optional<config::ScoringProfileSpec> s;
+  switch (law.mode) {
+    case LawMode::kOff:
+      s = builtin("hard");  // (its prefix scorer and miss rule, no cap)
+      if (s) s->filters.clear();
+      break;
+    case LawMode::kHard:
+    case LawMode::kAdaptive:
+    case LawMode::kTaper:
+      if (!law.spill_relief) return std::nullopt;
+      s = builtin(law.mode == LawMode::kHard       ? "hard"
+                  : law.mode == LawMode::kAdaptive ? "adaptive"
+                                                   : "taper");
+      if (s && law.mode == LawMode::kHard)
+        s->filters[0].params["factorPct"] = law.mean_load_factor_pct;
+      break;
+    case LawMode::kPredict:
+    case LawMode::kPredictQ:
+      s = builtin(law.mode == LawMode::kPredict ? "predict" : "predict-q");
+      if (s) {
+        s->scorers[0].params["decodeWeight"] = law.predict_decode_weight_pct / 100.0;
+        s->scorers[0].params["batchOffset"] = law.predict_batch_offset;
+      }
+      break;
+    case LawMode::kLlmd:
+      s = builtin("llm-d");
+      break;
+    case LawMode::kLlmdSticky:
+      s = builtin("llm-d-sticky");
+      if (s) s->filters[0].params["tauTokens"] = static_cast<double>(law.sticky_tau_tokens);
+      break;
+    case LawMode::kSoft:
+    case LawMode::kAdaptiveSoft:
+    case LawMode::kTtft: {
+      // One cost scorer each; misses to the rule's selector, cold-start seeding on (the seed's
+      // laws and ours).
+      const bool ttft = law.mode == LawMode::kTtft;
+      auto parsed = config::parseScoringProfile(
+          {{"scorers",
+            {ttft ? nlohmann::json{{"name", "ttft_cost"},
+                                   {"missWeightPct", law.ttft_miss_weight * 100},
+                                   {"loadBlocks", law.ttft_load_blocks}}
+                  : nlohmann::json{{"name", "soft_cost"},
+                                   {"lambda", law.soft_lambda},
+                                   {"adaptive", law.mode == LawMode::kAdaptiveSoft ? 1 : 0}}}},
+           {"onMiss", "selector"},
+           {"coldStartSeeding", true}},
+          "kvLbMode");
+      if (parsed) s = std::move(*parsed);
+      break;
+    }
+    case LawMode::kLmetric:
+    case LawMode::kDynamo:
+    case LawMode::kDynamoV1: {
+      // The peers' formulas: misses placed by the same formula, no cold-start seeding.
+      const nlohmann::json scorer =
+          law.mode == LawMode::kLmetric
+              ? nlohmann::json{{"name", "predict"},
+                               {"decodeWeight", 1},
+                               {"batchOffset", 1},
+                               {"capacityShare", 0}}
+              : nlohmann::json{
+                    {"name", law.mode == LawMode::kDynamo ? "dynamo_cost" : "dynamo_v1_cost"}};
+      auto parsed = config::parseScoringProfile(
+          {{"scorers", {scorer}}, {"onMiss", "score"}, {"coldStartSeeding", false}}, "kvLbMode");
+      if (parsed) s = std::move(*parsed);
+      break;
+    }
+  }
+  if (s) s->builtin.clear();  // (its parameters are the law's, not the built-in's)
+  return s;
+}
+
 nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& env) {
   const auto names = stageNames(rule);
   nlohmann::json out = {{"stages", names}};
@@ -78,6 +158,7 @@ nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& 
     }
     out["kvLbMode"] = std::string(lawModeName(o.law.mode));
     out["kvLbModeFrom"] = from_rule ? "rule" : env.lb_mode ? "environment" : "default";
+    if (const auto as_profile = lawAsProfile(o.law)) out["kvLbModeProfile"] = as_profile->toJson();
     out["mean_load_factor_pct"] = o.law.mean_load_factor_pct;
     out["ttft_miss_weight"] = o.law.ttft_miss_weight;
     out["ttft_load_blocks"] = o.law.ttft_load_blocks;

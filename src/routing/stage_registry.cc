@@ -11,10 +11,10 @@ namespace kvgate::routing {
 namespace {
 
 constexpr std::array<StageInfo, 17> kStages = {{
-    {"kv_exact", -1, &makeKvExactFromServices, Ladder::kTier15, kKvExactReasons},
+    {"kv_exact", -1, &makeKvExactFromServices, Ladder::kTier15, kKvExactReasons, true},
     {"session", -1, &makeSession, Ladder::kTier0, kSessionReasons},  // the P/D ladder's Tier 0
     {"prefix_trie", -1, &makePrefixTrie, Ladder::kTier1, kPrefixTrieReasons},  // Tier 1
-    {"min_load", -1, &makeMinLoad, Ladder::kTier2},        // Tier 2 and the decode pick
+    {"min_load", -1, &makeMinLoad, Ladder::kTier2},  // Tier 2 and the decode pick
     {"rr", 0, &makeRoundRobin},
     {"hash", 1, &makeSourceHash},
     {"wrr", 2, &makeWeightedRoundRobin},
@@ -27,7 +27,7 @@ constexpr std::array<StageInfo, 17> kStages = {{
     {"lc_light", -1, &makeLcLight},  // the rule field `selector` names stages without a sel number
     {"sglang", -1, &makeSglang},
     {"sglang-cli", -1, &makeSglangCli},
-    {"smg", -1, &makeSmg},
+    {"smg", -1, &makeSmg, Ladder::kNone, kSelectorReasons, true},
 }};
 
 }  // namespace

@@ -23,6 +23,9 @@ struct StageInfo {
   // The reasons it falls through with, declared by the stage (its header): metrics show these
   // for it (all_excluded and empty_pool, which the pipeline itself may record, come first).
   std::span<const FallReason> reasons = kSelectorReasons;
+  // It reads what the engines' /metrics say (KV capacity, waiting requests, KV usage): the data
+  // plane scrapes the endpoints of rules whose pipeline has such a stage (proxy/load_scraper.h).
+  bool reads_engine_metrics = false;
 };
 
 // The stage registered under `name` (or a decimal `sel` alias such as "8"); null when unknown.

@@ -886,7 +886,7 @@ test('a scoring profile routes Tier 1.5 end to end; a bad one is refused', async
   assert.equal((await api(gw.api, 'POST', LB_BASE, load)).status, 200);
   const pq = (await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr[0].effective;
   assert.equal(pq.kvScoringProfileBuiltin, 'predict-q');
-  assert.deepEqual(pq.kvScoringProfile, { filters: [], scorers: [{ name: 'predict_q', weight: 1, decodeWeight: 0.5 }],
+  assert.deepEqual(pq.kvScoringProfile, { filters: [], scorers: [{ name: 'predict_q', weight: 1, decodeWeight: 0.5, batchOffset: 1, capacityShare: 1 }],
     picker: 'max', onMiss: 'score', coldStartSeeding: true });
   assert.equal(typeof pq.coldstart_seed_nth, 'number', 'cold-start seeding not shown');
   assert.equal(pq.min_match_tokens, undefined);

@@ -186,4 +186,16 @@ test('a rule shows its effective routing knobs: rule field, else environment, el
   assert.equal(again.effective.kvLbMode, 'ttft');
   assert.equal(again.effective.kvLbModeFrom, 'rule');
   assert.equal(again.serviceArguments.kvLbMode, 'ttft');
+  // ttft's profile form: its cost scorer with the law's knobs (the environment's defaults here).
+  assert.deepEqual(again.effective.kvLbModeProfile, { filters: [], picker: 'max', onMiss: 'selector',
+    coldStartSeeding: true, scorers: [{ name: 'ttft_cost', weight: 1, missWeightPct: 800, loadBlocks: 2 }] });
+  // A law with a profile form shows it, with the law's knobs filled in (the factor the hard law
+  // runs with: the environment's 999 was ignored, 175).
+  again.serviceArguments.kvLbMode = 'hard';
+  assert.equal((await api(gw.api, 'POST', LB_BASE, again)).status, 200);
+  const hard = (await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr[0].effective;
+  assert.equal(hard.kvLbModeProfile.filters[0].name, 'bounded_load');
+  assert.equal(hard.kvLbModeProfile.filters[0].factorPct, 175);
+  assert.equal(hard.kvLbModeProfile.scorers[0].name, 'prefix');
+  assert.equal(hard.kvLbModeProfile.onMiss, 'selector');
 });

@@ -37,6 +37,7 @@ Result<std::shared_ptr<const ScoringProfile>> ScoringProfile::build(
   auto p = std::make_shared<ScoringProfile>();
   p->spec_ = s;
   p->salt_ = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  p->reads_active_ = s.readsActive();
   for (const auto& f : s.filters) {
     FilterFactory make = findFilter(f.name);
     if (!make) return fail(400, "kvScoringProfile", "this build has no filter '" + f.name + "'");

@@ -41,6 +41,7 @@ class ScoringProfile {
 
   bool scoresMisses() const { return spec_.score_misses; }
   bool seedsColdStart() const { return spec_.cold_start_seeding; }
+  bool readsActive() const { return reads_active_; }
   const config::ScoringProfileSpec& spec() const { return spec_; }
 
  private:
@@ -50,7 +51,8 @@ class ScoringProfile {
   config::ScoringProfileSpec spec_;
   std::vector<std::unique_ptr<Filter>> filters_;
   std::vector<std::pair<double, std::unique_ptr<Scorer>>> scorers_;  // (weight, scorer)
-  uint64_t salt_ = 0;  // random per profile: replicas' random pickers draw differently
+  uint64_t salt_ = 0;
+  bool reads_active_ = false;  // random per profile: replicas' random pickers draw differently
 };
 
 }  // namespace kvgate::routing::scoring

@@ -8,6 +8,7 @@
 
 #include "common/splitmix.h"
 #include "config/scoring_profile.h"
+#include "routing/rule_profile.h"
 #include "routing/scoring/profile.h"
 #include "routing/scoring/registry.h"
 
@@ -33,9 +34,12 @@ std::shared_ptr<const ScoringProfile> profile(const json& v) {
   return p ? *p : nullptr;
 }
 
-// One scorer's scores over every candidate (all kept).
+// One scorer's scores over every candidate (all kept), its parameters at their defaults.
 std::vector<double> scores(const char* name, std::vector<LawCandidate> c, uint32_t prompt) {
   config::ScoringPart part{name, 1, {}};
+  for (const auto& info : config::scorerInfos())
+    if (info.name == name)
+      for (const auto& prm : info.params) part.params[std::string(prm.name)] = prm.def;
   auto make = findScorer(name);
   EXPECT_NE(make, nullptr) << name;
   std::vector<uint8_t> keep(c.size(), 1);
@@ -224,6 +228,51 @@ TEST(Scorers, EachScoresAWorkedExample) {
                     cand(0, 0, -1, -1, 4)},
                    10),
             (std::vector<double>{0, 1, 1, 0.5}));
+  // batchOffset 4 (the law's LOXILB_KV_PREDICT_BATCH_OFFSET): (0 + 1) x (3 + 4) = 7 and
+  // (10 + 1) x (0 + 4) = 44 -> 1 and 7 / 44.
+  config::ScoringPart q4{"predict_q", 1, {{"decodeWeight", 0.5}, {"batchOffset", 4}}};
+  std::vector<LawCandidate> c4 = {cand(10, 3), cand(0, 0)};
+  findScorer("predict_q")(q4)->score({c4, 10, 16}, keep, out);
+  EXPECT_DOUBLE_EQ(out[0], 1);
+  EXPECT_DOUBLE_EQ(out[1], 7.0 / 44);
+  // soft_cost, prompt 10, capacity unknown (1), lambda 32: overlaps 10, 0, 5 with loads 3, 0, 1 ->
+  // 0 + 96, 10000 + 0, 5000 + 32 -> (10000 - c) / 9904 = 1, 0, 4968 / 9904.
+  auto so = scores("soft_cost", {cand(10, 3), cand(0, 0), cand(5, 1)}, 10);
+  EXPECT_DOUBLE_EQ(so[0], 1);
+  EXPECT_DOUBLE_EQ(so[1], 0);
+  EXPECT_DOUBLE_EQ(so[2], 4968.0 / 9904);
+  // ttft_cost, miss weight 8, 2 blocks per request: pending 4, 0, 2 -> 4 + 0 + 6 = 10,
+  // 0 + 80 + 0 = 80, 2 + 40 + 2 = 44 -> (80 - c) / 70 = 1, 0, 36 / 70.
+  auto tt = scores("ttft_cost", {cand(10, 3, -1, -1, 4), cand(0, 0), cand(5, 1, -1, -1, 2)}, 10);
+  EXPECT_DOUBLE_EQ(tt[0], 1);
+  EXPECT_DOUBLE_EQ(tt[1], 0);
+  EXPECT_DOUBLE_EQ(tt[2], 36.0 / 70);
+  // dynamo_cost: uncached + active blocks, active 6, 0, 3 -> 6, 10, 8 -> 1, 0, 0.5; dynamo_v1_cost
+  // adds the queued prefill 4, 0, 0 -> 10, 10, 8 -> 0, 0, 1.
+  std::vector<LawCandidate> dy = {cand(10, 0, -1, -1, 4), cand(0, 0), cand(5, 0)};
+  dy[0].active_blocks = 6;
+  dy[2].active_blocks = 3;
+  EXPECT_EQ(scores("dynamo_cost", dy, 10), (std::vector<double>{1, 0, 0.5}));
+  EXPECT_EQ(scores("dynamo_v1_cost", dy, 10), (std::vector<double>{0, 0, 1}));
+  // predict without capacity shares (lmetric): capacities 1000 and 3000 no longer count:
+  // (0 + 1) x (3 + 1) = 4 and (10 + 1) x 1 = 11 -> 1 and 4 / 11.
+  config::ScoringPart lm{
+      "predict", 1, {{"decodeWeight", 1}, {"batchOffset", 1}, {"capacityShare", 0}}};
+  std::vector<LawCandidate> lc2 = {cand(10, 3, -1, -1, 0, 1000), cand(0, 0, -1, -1, 0, 3000)};
+  findScorer("predict")(lm)->score({lc2, 10, 16}, keep, out);
+  EXPECT_DOUBLE_EQ(out[0], 1);
+  EXPECT_DOUBLE_EQ(out[1], 4.0 / 11);
+  // "Nobody holds it" is judged over every candidate, not the ones a filter kept (as the law and
+  // the stage judge a miss): the only holder (KV usage 0.99) dropped by kv_usage_below, the kept
+  // two are scored by predict, (10 + 1) x (0 + 1) = 11 against (10 + 1) x (1 + 1) = 22 -> the
+  // idle one (1), not the least queued prefill (2).
+  auto filtered = profile(
+      json{{"filters", {{{"name", "kv_usage_below"}}}}, {"scorers", {{{"name", "predict_q"}}}}});
+  const std::vector<LawCandidate> fc = {cand(10, 0, -1, 0.99), cand(0, 0, -1, 0.1, 5),
+                                        cand(0, 1, -1, 0.1, 1)};
+  LawParams fp;
+  fp.prompt_blocks = 10;
+  EXPECT_EQ(filtered->pick(fc, fp).index, 1);
 }
 
 TEST(Scorers, NormalizeOverTheKeptCandidatesOnly) {
@@ -270,6 +319,29 @@ TEST(Filters, EachKeepsAWorkedExample) {
                   cand(0, 0, -1, 0.9)},
                  10),
             (std::vector<uint8_t>{0, 1, 1, 1}));
+  // bounded_load: loads 3, 1, 0 of equal (unknown) capacity, this request counted: L = 5.
+  // factor 1.75: cap = ceil(1.75 x 5 / 3) = ceil(2.92) = 3, so the load-3 endpoint is at its cap;
+  // 3.0: ceil(5) = 5, all under; adaptive (L' = 4 < 16: 1.75) as fixed; taper (m = 5 / 3 < 2:
+  // 3.0) all under; capacities 3000, 1000, 1000: caps ceil(5.25) = 6, ceil(1.75) = 2, 2: all under.
+  const std::vector<LawCandidate> loads = {cand(0, 3), cand(0, 1), cand(0, 0)};
+  EXPECT_EQ(kept("bounded_load", {{"factorPct", 175}, {"shape", 0}}, loads, 10),
+            (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ(kept("bounded_load", {{"factorPct", 300}, {"shape", 0}}, loads, 10),
+            (std::vector<uint8_t>{1, 1, 1}));
+  EXPECT_EQ(kept("bounded_load", {{"factorPct", 300}, {"shape", 1}}, loads, 10),
+            (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ(kept("bounded_load", {{"factorPct", 100}, {"shape", 2}}, loads, 10),
+            (std::vector<uint8_t>{1, 1, 1}));
+  EXPECT_EQ(
+      kept("bounded_load", {{"factorPct", 175}, {"shape", 0}},
+           {cand(0, 3, -1, -1, 0, 3000), cand(0, 1, -1, -1, 0, 1000), cand(0, 0, -1, -1, 0, 1000)},
+           10),
+      (std::vector<uint8_t>{1, 1, 1}));
+  // shape is a whole number.
+  EXPECT_NE(errorOf(json{{"filters", {{{"name", "bounded_load"}, {"shape", 1.5}}}},
+                         {"scorers", {{{"name", "prefix"}}}}})
+                .find("must be a whole number in 0..2"),
+            std::string::npos);
 }
 
 LawParams prompt(uint32_t blocks, uint64_t rotate = 0) {
@@ -350,24 +422,68 @@ TEST(ScoringProfile, PicksBeyondTheInlineBuffer) {
   EXPECT_EQ(p->pick(c, prompt(10)).index, 77);
 }
 
-// The built-in peer profiles, composed of parts, against the laws that implement the same
-// published policies in one formula (written independently, before the framework): on random
-// fleets they pick the same endpoint, or, where the law's pick and the profile's differ, the two
-// tie (equal totals: the laws break ties by less load then the lowest index, the profile by more
-// overlap, less load, then its cursor). A third of the fleets are drawn from narrow ranges so
-// ties happen; for llm-d-sticky, queued prefill is drawn around tau (17,920 blocks) and overlaps
-// near the whole prompt, so the affinity filter keeps some candidates and drops others.
-TEST(ScoringProfile, BuiltinPeerProfilesAgreeWithTheLaws) {
+// The built-in profiles and every law's profile form (lawAsProfile, the rule's effective
+// kvLbModeProfile), composed of parts, against the laws that implement the same policies in one
+// formula (written independently, before the framework): on random fleets they pick the same
+// endpoint, or, where the law's pick and the profile's differ, the two tie (equal totals: most
+// laws break ties by less load then the lowest index, the profile by more overlap, less load,
+// then its cursor; the predict laws as the profile). A third of the fleets are drawn from narrow
+// ranges so ties happen; for llm-d-sticky, queued prefill is drawn around tau (17,920 blocks) and
+// overlaps near the whole prompt, so the affinity filter keeps some candidates and drops others;
+// loads up to 1,000 with random capacities put the capped laws' candidates over and under their
+// caps.
+TEST(ScoringProfile, BuiltinProfilesAndLawProfileFormsAgreeWithTheLaws) {
   common::SplitMix64 rng{42};
   auto below = [&](uint64_t n) { return rng.next() % n; };
   struct Case {
-    const char* profile;
     LawMode law;
+    const char* builtin = nullptr;  // else lawAsProfile
+    uint32_t batch_offset = 1;      // the predict laws'
+    uint32_t factor_pct = 175;      // hard's
   };
-  for (Case k : {Case{"llm-d", LawMode::kLlmd}, Case{"llm-d-sticky", LawMode::kLlmdSticky},
-                 Case{"predict", LawMode::kPredict}, Case{"predict-q", LawMode::kPredictQ}}) {
-    auto p = profile(k.profile);
+  for (Case k : {Case{LawMode::kLlmd, "llm-d"},
+                 Case{LawMode::kLlmdSticky, "llm-d-sticky"},
+                 Case{LawMode::kPredict, "predict"},
+                 Case{LawMode::kPredictQ, "predict-q"},
+                 Case{LawMode::kHard, "hard"},
+                 Case{LawMode::kAdaptive, "adaptive"},
+                 Case{LawMode::kTaper, "taper"},
+                 Case{LawMode::kOff},
+                 Case{LawMode::kHard},
+                 Case{LawMode::kHard, nullptr, 1, 120},
+                 Case{LawMode::kAdaptive},
+                 Case{LawMode::kTaper},
+                 Case{LawMode::kPredict, nullptr, 4},
+                 Case{LawMode::kPredictQ, nullptr, 4},
+                 Case{LawMode::kLlmd},
+                 Case{LawMode::kLlmdSticky},
+                 Case{LawMode::kSoft},
+                 Case{LawMode::kAdaptiveSoft},
+                 Case{LawMode::kTtft},
+                 Case{LawMode::kLmetric},
+                 Case{LawMode::kDynamo},
+                 Case{LawMode::kDynamoV1}}) {
     const bool predict = k.law == LawMode::kPredict || k.law == LawMode::kPredictQ;
+    LawParams base;
+    base.mode = k.law;
+    base.spill_relief = true;
+    base.predict_decode_weight_pct = predict ? 50 : 100;
+    base.predict_batch_offset = k.batch_offset;
+    base.mean_load_factor_pct = k.factor_pct;
+    const std::string name = k.builtin ? std::string(k.builtin)
+                                       : std::string(lawModeName(k.law)) + " as its profile form";
+    SCOPED_TRACE(name + " offset " + std::to_string(k.batch_offset) + " factor " +
+                 std::to_string(k.factor_pct));
+    std::shared_ptr<const ScoringProfile> p;
+    if (k.builtin) {
+      p = profile(k.builtin);
+    } else {
+      const auto form = lawAsProfile(base);
+      ASSERT_TRUE(form.has_value());
+      auto built = ScoringProfile::build(*form);
+      ASSERT_TRUE(built.has_value());
+      p = *built;
+    }
     int same = 0, tied = 0, filtered = 0, misses = 0;
     for (int t = 0; t < 3000; ++t) {
       const bool narrow = t % 3 == 0;
@@ -380,6 +496,7 @@ TEST(ScoringProfile, BuiltinPeerProfilesAgreeWithTheLaws) {
           x.waiting = below(2) ? -1 : static_cast<int64_t>(below(3));
           x.kv_usage = -1;
           x.pending_blocks = below(3);
+          x.active_blocks = below(3);
           x.capacity = 1000;
         } else {
           x.overlap = below(3) == 0 ? 0
@@ -389,15 +506,14 @@ TEST(ScoringProfile, BuiltinPeerProfilesAgreeWithTheLaws) {
           x.waiting = below(5) == 0 ? -1 : static_cast<int64_t>(below(100000));
           x.kv_usage = below(5) == 0 ? -1 : rng.uniform();
           x.pending_blocks = 17000 + below(2000);  // around tau
+          x.active_blocks = below(1000);
           x.capacity = below(3) == 0 ? 0 : 1000 + static_cast<double>(below(100000));
         }
+        if (predict) x.started = x.load - x.load / 3;  // streams past their first token
       }
-      LawParams lp = prompt(blocks, below(1000));
-      lp.mode = k.law;
-      if (predict) {  // streams past their first token, at the default weights
-        for (auto& x : c) x.started = x.load - x.load / 3;
-        lp.predict_decode_weight_pct = 50;
-      }
+      LawParams lp = base;
+      lp.prompt_blocks = blocks;
+      lp.rotate = below(1000);
       const auto law = applyLaw(c, lp);
       const auto got = p->pick(c, lp);
       misses +=
@@ -407,26 +523,72 @@ TEST(ScoringProfile, BuiltinPeerProfilesAgreeWithTheLaws) {
       if (law.index == got.index) {
         ++same;
         EXPECT_EQ(law.uncached, got.uncached);
+        // (the predict laws call a pick holding less than the best holder a spill, as profiles
+        // do; the others any pick but their tie-broken overlap argmax)
+        if (predict) EXPECT_EQ(law.spilled, got.spilled);
         continue;
       }
       ++tied;
       const double a = total[static_cast<size_t>(law.index)];
       const double b = total[static_cast<size_t>(got.index)];
       EXPECT_NEAR(a, b, 1e-9 * std::max(std::fabs(a), std::fabs(b)))
-          << k.profile << " trial " << t << ": the law's pick " << law.index << " scores " << a
+          << name << " trial " << t << ": the law's pick " << law.index << " scores " << a
           << ", the profile's " << got.index << " scores " << b;
     }
-    EXPECT_GT(same, 2000) << k.profile;  // mostly the same pick
-    if (!predict) {                      // (the predict laws' tie-break is the profile's)
-      EXPECT_GT(tied, 0) << k.profile << ": no tie was drawn";
+    EXPECT_GT(same, 2000);  // mostly the same pick
+    if (!predict) {         // (the predict laws' tie-break is the profile's)
+      EXPECT_GT(tied, 0) << "no tie was drawn";
     } else {
       EXPECT_EQ(tied, 0);
     }
-    if (k.law == LawMode::kLlmdSticky) {
+    if (k.law == LawMode::kLlmdSticky || k.law == LawMode::kHard || k.law == LawMode::kAdaptive ||
+        k.law == LawMode::kTaper) {
       EXPECT_GT(filtered, 100) << "the filter never dropped";
     }
-    EXPECT_GT(misses, 20) << k.profile << ": no fleet where nobody holds the prompt";
+    EXPECT_GT(misses, 20) << "no fleet where nobody holds the prompt";
   }
+}
+
+// Every law has a profile form but the capped laws without spill relief (P/D rules), which keep
+// a saturated request on its affinity set; each form is a valid field value (it parses back to
+// itself) with the law's miss rule and seeding.
+TEST(ScoringProfile, EveryLawHasAProfileFormButTheCappedOnesWithoutRelief) {
+  for (LawMode m :
+       {LawMode::kOff, LawMode::kHard, LawMode::kSoft, LawMode::kAdaptive, LawMode::kAdaptiveSoft,
+        LawMode::kTaper, LawMode::kTtft, LawMode::kPredict, LawMode::kPredictQ, LawMode::kLmetric,
+        LawMode::kDynamo, LawMode::kDynamoV1, LawMode::kLlmd, LawMode::kLlmdSticky}) {
+    LawParams p;
+    p.mode = m;
+    const auto form = lawAsProfile(p);
+    ASSERT_TRUE(form.has_value()) << lawModeName(m);
+    EXPECT_EQ(spec(form->toJson()).toJson(), form->toJson()) << lawModeName(m);
+    EXPECT_EQ(form->score_misses, placesMisses(m)) << lawModeName(m);
+    EXPECT_EQ(form->cold_start_seeding, !isPeerLaw(m)) << lawModeName(m);
+  }
+  for (LawMode m : {LawMode::kHard, LawMode::kAdaptive, LawMode::kTaper}) {
+    LawParams p;
+    p.mode = m;
+    p.spill_relief = false;
+    EXPECT_FALSE(lawAsProfile(p).has_value()) << lawModeName(m);
+  }
+  // The dynamo costs read the active blocks (the data plane tracks chains for them); only the
+  // 1.x one reads the queued prefill (refused on P/D rules).
+  EXPECT_TRUE(spec(json{{"scorers", {{{"name", "dynamo_v1_cost"}}}}}).readsActive());
+  EXPECT_EQ(spec(json{{"scorers", {{{"name", "dynamo_v1_cost"}}}}}).readsPending(),
+            "dynamo_v1_cost");
+  EXPECT_TRUE(spec(json{{"scorers", {{{"name", "dynamo_cost"}}}}}).readsActive());
+  EXPECT_EQ(spec(json{{"scorers", {{{"name", "dynamo_cost"}}}}}).readsPending(), "");
+  EXPECT_FALSE(spec("predict-q").readsActive());
+  LawParams hard;
+  hard.spill_relief = true;
+  hard.mean_load_factor_pct = 150;
+  const auto form = lawAsProfile(hard);
+  ASSERT_TRUE(form.has_value());
+  ASSERT_EQ(form->filters.size(), 1u);
+  EXPECT_EQ(form->filters[0].name, "bounded_load");
+  EXPECT_EQ(form->filters[0].param("factorPct"), 150);  // the law's factor, not the built-in's
+  EXPECT_FALSE(form->score_misses);
+  EXPECT_TRUE(form->cold_start_seeding);
 }
 
 }  // namespace

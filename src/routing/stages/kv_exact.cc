@@ -218,8 +218,10 @@ class KvExactStage : public Stage {
     slot.scored = ctx.cycle != nullptr;  // (observe() credits the cycle's chain)
     std::vector<LawCandidate>& cands = sc.cands;
     const scoring::ScoringProfile* profile = opts_.profile.get();  // replaces the law when set
+    // (the dynamo laws, or a profile with a part reading the active blocks)
     const bool dynamo =
-        !profile && (opts_.law.mode == LawMode::kDynamo || opts_.law.mode == LawMode::kDynamoV1);
+        profile ? profile->readsActive()
+                : opts_.law.mode == LawMode::kDynamo || opts_.law.mode == LawMode::kDynamoV1;
     std::vector<int>& index_of = sc.index_of;
     cands.clear();
     index_of.clear();

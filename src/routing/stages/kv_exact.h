@@ -28,25 +28,25 @@
 // contract (events/hash_contract.h) are not scored.
 //
 // A retry of the same request (the pipeline runs again after an endpoint failed) reuses the chain
-// its first attempt stored in the request's cycle state (routing/cycle_state.h): no second tokenize or hash; ids the
-// quota gate already computed for the request are taken from there too (one tokenize a request).
-// Knobs: kvBlockSize, kvZmqPort, kvExactApiMode, kvLbMode (rule) > LOXILB_KV_LB_MODE (env) >
-// predict on kvExactMode 3 rules, hard on P/D rules; LOXILB_KV_MEAN_LOAD_FACTOR,
-// LOXILB_KV_SPILL_RELIEF, LLB_KV_MIN_MATCH_TOKENS; the text
-// bound LOXILB_KV_TOKENIZE_MAX_BYTES (tokenizer/request_tokenizer.h). Bounds: at most 8192
-// leading blocks are hashed and scored. Endpoints sharing one address (one publisher key) are
-// not scored. Cold-start seeding (after the law, the seed's flowchart order): while a followed,
-// connected, non-excluded endpoint holds fewer than LOXILB_KV_COLDSTART_MIN_BLOCKS blocks (default
-// 16; the sum over its DP ranks), every LOXILB_KV_COLDSTART_SEED_Nth hit (default 16, 0 disables)
-// goes to the lowest-index such endpoint instead (counted as a cold seed when that moves the pick).
-// Speculative insert (StageServices::kv_overlay, LOXILB_KV_SPECULATIVE_TTL_MS, default 2000, 0
-// disables): once the pipeline has chosen an endpoint (by this stage or a later one), the prompt's
-// chain is credited to that endpoint's publisher for the TTL (kv/speculative.h), and scoring
-// extends each endpoint's run over its credited blocks, so a burst of requests sharing a new prefix
-// follows the first one instead of racing its BlockStored.
-// LoRA: a request is scored in its adapter's partition when it names one (SGLang's lora_path, or a
-// "model" that the publishers' BlockStored events carry as lora_name: vLLM routes adapters by
-// model name), so adapter and base-model blocks never match each other.
+// its first attempt stored in the request's cycle state (routing/cycle_state.h): no second tokenize
+// or hash; ids the quota gate already computed for the request are taken from there too (one
+// tokenize a request). Knobs: kvBlockSize, kvZmqPort, kvExactApiMode, kvLbMode (rule) >
+// LOXILB_KV_LB_MODE (env) > predict-q on kvExactMode 3 rules, hard on P/D rules;
+// LOXILB_KV_MEAN_LOAD_FACTOR, LOXILB_KV_SPILL_RELIEF, LLB_KV_MIN_MATCH_TOKENS; the text bound
+// LOXILB_KV_TOKENIZE_MAX_BYTES (tokenizer/request_tokenizer.h). Bounds: at most 8192 leading blocks
+// are hashed and scored. Endpoints sharing one address (one publisher key) are not scored.
+// Cold-start seeding (after the law, the seed's flowchart order): while a followed, connected,
+// non-excluded endpoint holds fewer than LOXILB_KV_COLDSTART_MIN_BLOCKS blocks (default 16; the sum
+// over its DP ranks), every LOXILB_KV_COLDSTART_SEED_Nth hit (default 16, 0 disables) goes to the
+// lowest-index such endpoint instead (counted as a cold seed when that moves the pick). Speculative
+// insert (StageServices::kv_overlay, LOXILB_KV_SPECULATIVE_TTL_MS, default 2000, 0 disables): once
+// the pipeline has chosen an endpoint (by this stage or a later one), the prompt's chain is
+// credited to that endpoint's publisher for the TTL (kv/speculative.h), and scoring extends each
+// endpoint's run over its credited blocks, so a burst of requests sharing a new prefix follows the
+// first one instead of racing its BlockStored. LoRA: a request is scored in its adapter's partition
+// when it names one (SGLang's lora_path, or a "model" that the publishers' BlockStored events carry
+// as lora_name: vLLM routes adapters by model name), so adapter and base-model blocks never match
+// each other.
 
 #pragma once
 #include <memory>

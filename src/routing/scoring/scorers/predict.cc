@@ -1,13 +1,16 @@
 // predict: the predict law's cost as a score (stages/selection_law.h): cost_i = (uncached_i + 1)
-// x (batch_i + 1) / share_i, share_i = capacity_i / the kept candidates' mean capacity (unknown
-// capacity = the mean of the known ones, or 1), batch_i = load_i - started_i + decodeWeight x
-// started_i (started: event streams past their first token there); score_i = min cost / cost_i,
-// so the cheapest candidate scores 1 and one twice as dear 0.5. Parameter: decodeWeight (0..1,
-// default 0.5, as the gateway's default for the law, LOXILB_KV_PREDICT_DECODE_WEIGHT_PCT, which a
-// profile does not read).
-// predict_q: predict on a prompt some kept candidate holds; when none holds any of it, the
-// predict-q law's miss rule: the least queued prefill (pending_blocks, min-max, lower better), so
-// equal queues tie and the picker's order (less load, then its cursor) decides, as the law's.
+// x (batch_i + batchOffset) / share_i, share_i = capacity_i / the kept candidates' mean capacity
+// (unknown capacity = the mean of the known ones, or 1), batch_i = load_i - started_i +
+// decodeWeight x started_i (started: event streams past their first token there); score_i = min
+// cost / cost_i, so the cheapest candidate scores 1 and one twice as dear 0.5. Parameters:
+// decodeWeight (0..1, default 0.5) and batchOffset (1..64, default 1), the law's defaults (a
+// profile does not read LOXILB_KV_PREDICT_DECODE_WEIGHT_PCT or LOXILB_KV_PREDICT_BATCH_OFFSET: set
+// them here), and capacityShare (1, default: divide by share_i; 0: not, LMetric's new prefill x
+// batch, the lmetric law with decodeWeight 1 and batchOffset 1). predict_q: predict on a prompt
+// some candidate holds; when no candidate holds any of it (every candidate the stage passes,
+// filters or not, as the law and the stage judge a miss), the predict-q law's miss rule: the least
+// queued prefill (pending_blocks, min-max, lower better), so equal queues tie and the picker's
+// order (less load, then its cursor) decides, as the law's.
 #include <algorithm>
 #include <memory>
 
@@ -19,13 +22,16 @@ namespace {
 
 class PredictScorer : public Scorer {
  public:
-  PredictScorer(double decode_weight, bool miss_queued)
-      : decode_weight_(decode_weight), miss_queued_(miss_queued) {}
+  PredictScorer(double decode_weight, double batch_offset, bool capacity_share, bool miss_queued)
+      : decode_weight_(decode_weight),
+        batch_offset_(batch_offset),
+        capacity_share_(capacity_share),
+        miss_queued_(miss_queued) {}
   void score(const ScoringRequest& r, std::span<const uint8_t> keep,
              std::span<double> out) const override {
     if (miss_queued_) {
       bool held = false;
-      for (size_t i = 0; i < r.c.size() && !held; ++i) held = keep[i] && r.c[i].overlap > 0;
+      for (size_t i = 0; i < r.c.size() && !held; ++i) held = r.c[i].overlap > 0;
       if (!held) {
         minMax(
             keep, out, [&](size_t i) { return double(r.c[i].pending_blocks); }, true);
@@ -43,7 +49,9 @@ class PredictScorer : public Scorer {
     }
     if (kept == 0) return;
     const double cap_default = known > 0 ? cap_known / known : 1.0;
-    auto cap = [&](size_t i) { return r.c[i].capacity > 0 ? r.c[i].capacity : cap_default; };
+    auto cap = [&](size_t i) {
+      return !capacity_share_ ? 1.0 : r.c[i].capacity > 0 ? r.c[i].capacity : cap_default;
+    };
     double cap_total = 0;
     for (size_t i = 0; i < r.c.size(); ++i)
       if (keep[i]) cap_total += cap(i);
@@ -52,8 +60,8 @@ class PredictScorer : public Scorer {
     bool any = false;
     for (size_t i = 0; i < r.c.size(); ++i) {
       if (!keep[i]) continue;
-      out[i] = (double(r.uncached(i)) + 1) * (predictBatch(r.c[i], decode_weight_) + 1) * cap_mean /
-               cap(i);
+      out[i] = (double(r.uncached(i)) + 1) *
+               (predictBatch(r.c[i], decode_weight_) + batch_offset_) * cap_mean / cap(i);
       lo = any ? std::min(lo, out[i]) : out[i];
       any = true;
     }
@@ -63,17 +71,27 @@ class PredictScorer : public Scorer {
 
  private:
   double decode_weight_;
+  double batch_offset_;
+  bool capacity_share_;
   bool miss_queued_;
 };
+
+// (1 unless set to 0: a part built by hand without it divides by the share, as the law)
+bool capacityShare(const config::ScoringPart& p) {
+  const auto it = p.params.find("capacityShare");
+  return it == p.params.end() || it->second != 0;
+}
 
 }  // namespace
 
 std::unique_ptr<Scorer> makePredictScorer(const config::ScoringPart& p) {
-  return std::make_unique<PredictScorer>(p.param("decodeWeight"), false);
+  return std::make_unique<PredictScorer>(
+      p.param("decodeWeight"), std::max(1.0, p.param("batchOffset")), capacityShare(p), false);
 }
 
 std::unique_ptr<Scorer> makePredictQScorer(const config::ScoringPart& p) {
-  return std::make_unique<PredictScorer>(p.param("decodeWeight"), true);
+  return std::make_unique<PredictScorer>(
+      p.param("decodeWeight"), std::max(1.0, p.param("batchOffset")), capacityShare(p), true);
 }
 
 }  // namespace kvgate::routing::scoring

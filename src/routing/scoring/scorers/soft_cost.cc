@@ -1,0 +1,52 @@
+// soft_cost: the seed's soft law's cost as a score (stages/selection_law.h): cost_i = uncached_i x
+// 1000 + lambda x load_i / capacity_i (capacity in KV blocks; unknown = the mean of the known
+// ones, or 1; over every candidate the stage passes), normalized min-max and inverted (the
+// cheapest 1). Parameters: lambda (0..1,000,000, default 32, the seed's), adaptive (0 or 1: the
+// seed's adaptive-soft law, lambda = clamp(50000 + 5000 x (L - 16), 50000, 100000) with L the
+// candidates' in-flight requests). With this scorer alone a profile picks as the law.
+#include <algorithm>
+#include <memory>
+
+#include "config/scoring_profile.h"
+#include "routing/scoring/scorer.h"
+
+namespace kvgate::routing::scoring {
+namespace {
+
+class SoftCostScorer : public Scorer {
+ public:
+  SoftCostScorer(double lambda, bool adaptive) : lambda_(lambda), adaptive_(adaptive) {}
+  void score(const ScoringRequest& r, std::span<const uint8_t> keep,
+             std::span<double> out) const override {
+    double load_sum = 0, cap_known = 0, known = 0;
+    for (const auto& x : r.c) {
+      load_sum += x.load;
+      if (x.capacity > 0) {
+        cap_known += x.capacity;
+        ++known;
+      }
+    }
+    const double cap_default = known > 0 ? cap_known / known : 1.0;
+    const double lambda =
+        adaptive_ ? std::clamp(50000 + 5000 * (load_sum - 16), 50000.0, 100000.0) : lambda_;
+    minMax(
+        keep, out,
+        [&](size_t i) {
+          const double cap = r.c[i].capacity > 0 ? r.c[i].capacity : cap_default;
+          return double(r.uncached(i)) * 1000 + lambda * double(r.c[i].load) / cap;
+        },
+        true);
+  }
+
+ private:
+  double lambda_;
+  bool adaptive_;
+};
+
+}  // namespace
+
+std::unique_ptr<Scorer> makeSoftCostScorer(const config::ScoringPart& p) {
+  return std::make_unique<SoftCostScorer>(p.param("lambda"), p.param("adaptive") != 0);
+}
+
+}  // namespace kvgate::routing::scoring
