@@ -25,7 +25,7 @@ config::RuleSpec ruleOn(uint16_t engine_port, nlohmann::json args) {
 
 TEST(LoadScraper, ScrapesTheRulesWhoseStagesReadEngineMetrics) {
   std::vector<std::shared_ptr<endpoints::EndpointState>> eps;
-  for (uint16_t p = 1; p <= 6; ++p)
+  for (uint16_t p = 1; p <= 7; ++p)
     eps.push_back(std::make_shared<endpoints::EndpointState>(p, "127.0.0.9", p, g_clock));
   const std::vector<config::RuleSpec> rules = {
       ruleOn(1, {{"sel", 0}}),                                    // round-robin: no
@@ -34,6 +34,8 @@ TEST(LoadScraper, ScrapesTheRulesWhoseStagesReadEngineMetrics) {
       ruleOn(4, {{"selector", "sglang"}}),                        // the older one: no
       ruleOn(5, {{"pd_disagg_mode", true}, {"kvExactMode", 1}}),  // P/D with Tier 1.5: yes
       ruleOn(6, {{"pd_disagg_mode", true}}),                      // P/D ladder alone: no
+      // (a P/D rule naming smg: its ladder never runs that stage, so nothing reads the metrics)
+      ruleOn(7, {{"pd_disagg_mode", true}, {"selector", "smg"}}),
   };
   const auto specs = scrapeSpecs(rules, eps, nullptr);
   std::vector<uint16_t> ports;

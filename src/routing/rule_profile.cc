@@ -1,6 +1,7 @@
 #include "routing/rule_profile.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "routing/stage_registry.h"
 #include "routing/stages/kv_exact.h"
@@ -98,7 +99,7 @@ std::optional<config::ScoringProfileSpec> lawAsProfile(const LawParams& law) {
       auto parsed = config::parseScoringProfile(
           {{"scorers",
             {ttft ? nlohmann::json{{"name", "ttft_cost"},
-                                   {"missWeightPct", law.ttft_miss_weight * 100},
+                                   {"missWeightPct", std::round(law.ttft_miss_weight * 100)},
                                    {"loadBlocks", law.ttft_load_blocks}}
                   : nlohmann::json{{"name", "soft_cost"},
                                    {"lambda", law.soft_lambda},
@@ -158,7 +159,10 @@ nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& 
     }
     out["kvLbMode"] = std::string(lawModeName(o.law.mode));
     out["kvLbModeFrom"] = from_rule ? "rule" : env.lb_mode ? "environment" : "default";
-    if (const auto as_profile = lawAsProfile(o.law)) out["kvLbModeProfile"] = as_profile->toJson();
+    // (not on a P/D rule when the form reads the queued prefill, which P/D rules refuse)
+    if (const auto as_profile = lawAsProfile(o.law);
+        as_profile && !(sa.value("pd_disagg_mode", false) && !as_profile->readsPending().empty()))
+      out["kvLbModeProfile"] = as_profile->toJson();
     out["mean_load_factor_pct"] = o.law.mean_load_factor_pct;
     out["ttft_miss_weight"] = o.law.ttft_miss_weight;
     out["ttft_load_blocks"] = o.law.ttft_load_blocks;

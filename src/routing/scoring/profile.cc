@@ -25,11 +25,6 @@ struct Buffer {
   }
 };
 
-// Equal within 1e-9 of the larger (the same sum taken in another order).
-bool nearlyEqual(double a, double b) {
-  return std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b));
-}
-
 }  // namespace
 
 Result<std::shared_ptr<const ScoringProfile>> ScoringProfile::build(
@@ -128,7 +123,8 @@ LawResult ScoringProfile::pick(std::span<const LawCandidate> c, const LawParams&
       }
       const size_t k = static_cast<size_t>(b);
       bool wins;
-      if (!nearlyEqual(total[i], total[k])) wins = total[i] > total[k];
+      if (total[i] != total[k])
+        wins = total[i] > total[k];
       else if (c[i].overlap != c[k].overlap) wins = c[i].overlap > c[k].overlap;
       else if (c[i].load != c[k].load) wins = c[i].load < c[k].load;
       else wins = turn(i) < turn(k);

@@ -5,7 +5,9 @@
 // Algorithm, per decision: every candidate starts kept; each filter in order drops some (a filter
 // that would drop them all is undone); each scorer scores the kept candidates in [0, 1]; a
 // candidate's total is the weighted sum; the picker chooses among the kept:
-//  - max: the highest total; ties (within 1e-9 of the larger) to more overlap, then less load,
+//  - max: the highest total; ties (exactly equal totals: every candidate's total is summed in the
+//    same order, and a law's profile form keeps a cost gap its normalization can still tell) to
+//    more overlap, then less load,
 //    then the first at or after a cursor the stage advances per decision (equal holders take
 //    turns; the laws break ties by less load, then the lowest index: a built-in profile picks as
 //    its law but among tied candidates);
@@ -51,8 +53,8 @@ class ScoringProfile {
   config::ScoringProfileSpec spec_;
   std::vector<std::unique_ptr<Filter>> filters_;
   std::vector<std::pair<double, std::unique_ptr<Scorer>>> scorers_;  // (weight, scorer)
-  uint64_t salt_ = 0;
-  bool reads_active_ = false;  // random per profile: replicas' random pickers draw differently
+  uint64_t salt_ = 0;          // random per profile: replicas' random pickers draw differently
+  bool reads_active_ = false;  // a part reads the active blocks (the data plane tracks them)
 };
 
 }  // namespace kvgate::routing::scoring

@@ -185,20 +185,11 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
   const int argmax = best(c, all, moreAffine);
   // Load: the seed's L (sum of the candidates' loads) keys the adaptive laws; the caps count the
   // request being routed too. Capacities: unknown = mean of the known ones, or 1.
-  double load_sum = 0, cap_known = 0;
-  size_t known = 0;
-  for (const auto& x : c) {
-    load_sum += x.load;
-    if (x.capacity > 0) {
-      cap_known += x.capacity;
-      ++known;
-    }
-  }
+  const FleetTotals totals = fleetTotals(c);
+  const double load_sum = totals.load_sum;
   const double load_total = load_sum + 1;
-  const double cap_default = known ? cap_known / static_cast<double>(known) : 1.0;
-  auto capacity = [&](size_t i) { return c[i].capacity > 0 ? c[i].capacity : cap_default; };
-  double cap_total = 0;
-  for (size_t i = 0; i < c.size(); ++i) cap_total += capacity(i);
+  auto capacity = [&](size_t i) { return totals.capacity(c[i]); };
+  const double cap_total = totals.cap_total;
 
   switch (p.mode) {
     case LawMode::kOff:
@@ -272,8 +263,7 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
     }
     case LawMode::kSoft:
     case LawMode::kAdaptiveSoft: {
-      r.lambda = p.mode == LawMode::kSoft ? p.soft_lambda
-                                          : clampd(50000 + 5000 * (load_sum - 16), 50000, 100000);
+      r.lambda = p.mode == LawMode::kSoft ? p.soft_lambda : adaptiveSoftLambda(load_sum);
       r.index = extremum(
           c,
           [&](size_t i) {
@@ -291,10 +281,9 @@ static LawResult applyLawInner(std::span<const LawCandidate> c, const LawParams&
   if (p.mode == LawMode::kHard) {
     r.factor = p.mean_load_factor_pct / 100.0;
   } else if (p.mode == LawMode::kAdaptive) {
-    r.factor = clampd(175 + 125 * (load_sum - 16) / 10, 175, 300) / 100.0;
+    r.factor = adaptiveCapFactor(load_sum);
   } else {  // taper: by the mean load per candidate, this request counted
-    const double m = load_total / static_cast<double>(c.size());
-    r.factor = clampd(3.0 - 1.75 * (m - 2) / 14, 1.25, 3.0);
+    r.factor = taperCapFactor(load_total, c.size());
   }
   // ceil of a product that is an integer in exact arithmetic must not round up a float error.
   auto cap = [&](size_t i) {

@@ -189,6 +189,43 @@ struct LawCandidate {
   double prefill_rate = 0;
 };
 
+// What the laws (and the scoring parts that reproduce them) count over a candidate set: the
+// in-flight requests (the seed's L, without the request being routed) and the KV capacities,
+// unknown capacity counting as the mean of the known ones, or 1 when none is known.
+struct FleetTotals {
+  double load_sum = 0;
+  double cap_default = 1;
+  double cap_total = 0;
+  double capacity(const LawCandidate& x) const { return x.capacity > 0 ? x.capacity : cap_default; }
+};
+inline FleetTotals fleetTotals(std::span<const LawCandidate> c) {
+  FleetTotals t;
+  double known = 0, cap_known = 0;
+  for (const auto& x : c) {
+    t.load_sum += x.load;
+    if (x.capacity > 0) {
+      cap_known += x.capacity;
+      ++known;
+    }
+  }
+  if (known > 0) t.cap_default = cap_known / known;
+  for (const auto& x : c) t.cap_total += t.capacity(x);
+  return t;
+}
+// The cap factors of the capped laws: adaptive's by the seed's L (the loads, this request not
+// counted), taper's by the mean in-flight load per candidate with this request counted.
+inline double adaptiveCapFactor(double load_sum) {
+  return std::clamp(175 + 125 * (load_sum - 16) / 10, 175.0, 300.0) / 100.0;
+}
+inline double taperCapFactor(double load_total, size_t candidates) {
+  return std::clamp(3.0 - 1.75 * (load_total / static_cast<double>(candidates) - 2) / 14, 1.25,
+                    3.0);
+}
+// adaptive-soft's lambda by the seed's L.
+inline double adaptiveSoftLambda(double load_sum) {
+  return std::clamp(50000 + 5000 * (load_sum - 16), 50000.0, 100000.0);
+}
+
 // The predict laws' batch at an endpoint: its in-flight requests, a stream past its first token
 // counting `decode_weight` (0..1) of one; a started count over the load is capped at the load.
 inline double predictBatch(const LawCandidate& c, double decode_weight) {

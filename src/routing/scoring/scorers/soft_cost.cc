@@ -18,22 +18,12 @@ class SoftCostScorer : public Scorer {
   SoftCostScorer(double lambda, bool adaptive) : lambda_(lambda), adaptive_(adaptive) {}
   void score(const ScoringRequest& r, std::span<const uint8_t> keep,
              std::span<double> out) const override {
-    double load_sum = 0, cap_known = 0, known = 0;
-    for (const auto& x : r.c) {
-      load_sum += x.load;
-      if (x.capacity > 0) {
-        cap_known += x.capacity;
-        ++known;
-      }
-    }
-    const double cap_default = known > 0 ? cap_known / known : 1.0;
-    const double lambda =
-        adaptive_ ? std::clamp(50000 + 5000 * (load_sum - 16), 50000.0, 100000.0) : lambda_;
+    const FleetTotals t = fleetTotals(r.c);
+    const double lambda = adaptive_ ? adaptiveSoftLambda(t.load_sum) : lambda_;
     minMax(
         keep, out,
         [&](size_t i) {
-          const double cap = r.c[i].capacity > 0 ? r.c[i].capacity : cap_default;
-          return double(r.uncached(i)) * 1000 + lambda * double(r.c[i].load) / cap;
+          return double(r.uncached(i)) * 1000 + lambda * double(r.c[i].load) / t.capacity(r.c[i]);
         },
         true);
   }
