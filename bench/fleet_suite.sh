@@ -27,7 +27,7 @@
 # Needs build/kvgate (make) and, for the charts, python3-matplotlib (scripts/setup.sh --bench).
 # Runtime on 2 cores: 54 minutes (quick), 64 (full), measured 2026-12-01 with fewer arms (three
 # to five at every rung, no agentic runs); the current set runs more arms on every workload and
-# has not been timed whole; each run prints its own duration.
+# has not been timed whole (its gsp run: 876 s, 2026-12-07); each run prints its own duration.
 set -euo pipefail
 FULL=0
 OUT_ARG=""
