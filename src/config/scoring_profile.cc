@@ -177,6 +177,15 @@ const std::vector<std::string_view>& builtinProfileNames() {
   return k;
 }
 
+double ScoringPart::param(const std::string& k) const {
+  if (auto it = params.find(k); it != params.end()) return it->second;
+  for (const auto* t : {&scorerInfos(), &filterInfos()})
+    if (const auto* info = findInfo(*t, name))
+      for (const auto& prm : info->params)
+        if (prm.name == k) return prm.def;
+  return 0;
+}
+
 bool ScoringProfileSpec::readsActive() const {
   for (const auto& p : scorers)
     if (const auto* i = findInfo(scorerInfos(), p.name); i && i->reads_active) return true;

@@ -55,10 +55,8 @@ struct ScoringPart {
   std::string name;
   double weight = 1;  // scorers: 0..1000
   std::map<std::string, double> params;
-  double param(const std::string& k) const {
-    auto it = params.find(k);
-    return it == params.end() ? 0 : it->second;
-  }
+  // The parameter's value, else its registered default (scorerInfos / filterInfos), else 0.
+  double param(const std::string& k) const;
 };
 
 struct ScoringProfileSpec {

@@ -37,9 +37,6 @@ std::shared_ptr<const ScoringProfile> profile(const json& v) {
 // One scorer's scores over every candidate (all kept), its parameters at their defaults.
 std::vector<double> scores(const char* name, std::vector<LawCandidate> c, uint32_t prompt) {
   config::ScoringPart part{name, 1, {}};
-  for (const auto& info : config::scorerInfos())
-    if (info.name == name)
-      for (const auto& prm : info.params) part.params[std::string(prm.name)] = prm.def;
   auto make = findScorer(name);
   EXPECT_NE(make, nullptr) << name;
   std::vector<uint8_t> keep(c.size(), 1);
@@ -165,6 +162,12 @@ TEST(ScoringRegistry, EveryPartTheConfigKnowsIsBuilt) {
   for (const auto& s : config::scorerInfos()) EXPECT_NE(findScorer(s.name), nullptr) << s.name;
   for (const auto& f : config::filterInfos()) EXPECT_NE(findFilter(f.name), nullptr) << f.name;
   EXPECT_EQ(findScorer("prefix_affinity"), nullptr);
+  // A part built without its parameters reads their registered defaults (a parsed one has them).
+  const config::ScoringPart bare{"predict", 1, {}};
+  EXPECT_EQ(bare.param("batchOffset"), 1);
+  EXPECT_EQ(bare.param("capacityShare"), 1);
+  EXPECT_EQ(bare.param("decodeWeight"), 0.5);
+  EXPECT_EQ(bare.param("nonesuch"), 0);
   for (auto b : config::builtinProfileNames()) EXPECT_NE(profile(std::string(b)), nullptr) << b;
 }
 

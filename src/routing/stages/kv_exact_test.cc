@@ -197,6 +197,17 @@ TEST(KvExact, CacheSaltsArePartitions) {
   EXPECT_EQ(f.run().reason, FallReason::kNoWorker);
 }
 
+// `n` decisions in a row: each one's pick and whether it was a cold-start seed.
+std::pair<std::vector<int>, std::vector<bool>> runTimes(Fixture& f, int n) {
+  std::pair<std::vector<int>, std::vector<bool>> out;
+  for (int i = 0; i < n; ++i) {
+    const auto r = f.run();
+    out.first.push_back(r.index);
+    out.second.push_back(r.seeded);
+  }
+  return out;
+}
+
 // Endpoints hold 4, 2 and 0 blocks. With min_blocks 3, endpoints 1 and 2 are cold; every 2nd
 // hit goes to the lowest-index cold one (1); the others follow the law (0, the warmest).
 TEST(KvExact, ColdStartSeedingDivertsEveryNthHit) {
@@ -204,13 +215,7 @@ TEST(KvExact, ColdStartSeedingDivertsEveryNthHit) {
   o.coldstart_min_blocks = 3;
   o.coldstart_seed_nth = 2;
   Fixture f(o);
-  std::vector<int> picks;
-  std::vector<bool> seeded;
-  for (int i = 0; i < 4; ++i) {
-    auto r = f.run();
-    picks.push_back(r.index);
-    seeded.push_back(r.seeded);
-  }
+  const auto [picks, seeded] = runTimes(f, 4);
   EXPECT_EQ(picks, (std::vector<int>{0, 1, 0, 1}));
   EXPECT_EQ(seeded, (std::vector<bool>{false, true, false, true}));
   // Endpoint 1 excluded: the next cold one (2) is seeded instead.
@@ -576,13 +581,7 @@ TEST(KvExact, ThePredictQProfileDecidesAsTheDefaultLaw) {
     o.coldstart_min_blocks = 3;  // endpoints 1 and 2 (2 and 0 blocks held) are cold
     o.coldstart_seed_nth = 2;
     Fixture f(o);
-    std::vector<int> picks;
-    std::vector<bool> seeded;
-    for (int i = 0; i < 4; ++i) {
-      auto res = f.run();
-      picks.push_back(res.index);
-      seeded.push_back(res.seeded);
-    }
+    const auto [picks, seeded] = runTimes(f, 4);
     // (0 + 1) x 1 at endpoint 0 against (2 + 1) x 1 and (4 + 1) x 1: endpoint 0; every 2nd hit
     // seeds the first cold endpoint.
     EXPECT_EQ(picks, (std::vector<int>{0, 1, 0, 1}));

@@ -76,22 +76,16 @@ class PredictScorer : public Scorer {
   bool miss_queued_;
 };
 
-// (1 unless set to 0: a part built by hand without it divides by the share, as the law)
-bool capacityShare(const config::ScoringPart& p) {
-  const auto it = p.params.find("capacityShare");
-  return it == p.params.end() || it->second != 0;
-}
-
 }  // namespace
 
 std::unique_ptr<Scorer> makePredictScorer(const config::ScoringPart& p) {
-  return std::make_unique<PredictScorer>(
-      p.param("decodeWeight"), std::max(1.0, p.param("batchOffset")), capacityShare(p), false);
+  return std::make_unique<PredictScorer>(p.param("decodeWeight"), p.param("batchOffset"),
+                                         p.param("capacityShare") != 0, false);
 }
 
 std::unique_ptr<Scorer> makePredictQScorer(const config::ScoringPart& p) {
-  return std::make_unique<PredictScorer>(
-      p.param("decodeWeight"), std::max(1.0, p.param("batchOffset")), capacityShare(p), true);
+  return std::make_unique<PredictScorer>(p.param("decodeWeight"), p.param("batchOffset"),
+                                         p.param("capacityShare") != 0, true);
 }
 
 }  // namespace kvgate::routing::scoring
