@@ -8,16 +8,17 @@
 // failed (the gateway answered an error of its own: bad request, 408, 413, no route, upstream
 // unreachable; or the engine's answer broke off), cancelled (the client left before the answer
 // ended; status "0" when nothing was sent). The caller chooses the model label
-// (proxy/conn_io.cc aiModelLabel).
+// (proxy/exchange_io.cc aiModelLabel).
 //
 // Labels come from clients (model) and credentials (tenant): the first kMaxModels models and
 // kMaxTenants tenants seen get their own values, later ones are counted as "_other"; a label is
 // cut at 128 bytes on a character boundary and any byte that is not well-formed UTF-8, or is a
 // control character, becomes '?' (Prometheus refuses a whole scrape over one invalid label).
 // Beyond kMaxSeries request series, new ones count as model and tenant "_other" with the
-// status's class (200, 400, ...): at most kMaxSeries + 40 series. Counting is one atomic add when a worker thread counts the same series as its last
-// request (a thread-local hint, keyed by the table's id), else a mutex-guarded map lookup; series are never erased, so
-// the hint's pointer stays valid.
+// status's class (200, 400, ...): at most kMaxSeries + 40 series. Counting is one atomic add when a
+// worker thread counts the same series as its last request (a thread-local hint, keyed by the
+// table's id), else a mutex-guarded map lookup; series are never erased, so the hint's pointer
+// stays valid.
 #pragma once
 #include <atomic>
 #include <cstdint>

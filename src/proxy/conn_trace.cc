@@ -1,10 +1,10 @@
 // A sampled request's spans, built when it ends (request_trace.h says which and why).
-#include "proxy/client_conn.h"
+#include "proxy/exchange.h"
 #include "telemetry/tracer.h"
 
 namespace kvgate::proxy {
 
-void ClientConn::finishTrace() {
+void Exchange::finishTrace() {
   RequestTrace& t = rq_.trace;
   if (!t.on || !w_.opts.tracer) return;
   t.on = false;  // (once)

@@ -1,11 +1,11 @@
-// The request loop of one client connection of the mode-4 fullproxy.
+// The request loop of one HTTP/1.x client connection of the mode-4 fullproxy (client_conn.h).
 //
-// Per request: read the head (bounded, strict framing, header timeout) -> read the body
-// (Content-Length or chunked, bounded by --max-body-bytes, trailers bounded in total) ->
-// dispatch (dispatch.cc: request facts, model pool, the gateway's own answers) -> forward
-// (forward.cc: routing pipeline, upstream legs) -> relay (relay.cc). One Deadline per
-// connection bounds every phase. On shutdown (drain) a connection idle between requests closes
-// at once; one with a request in flight closes after answering it.
+// Per request: read the head (bounded, strict framing, header timeout) -> the exchange's gates
+// (exchange.cc) -> read the body (Content-Length or chunked, bounded by --max-body-bytes,
+// trailers bounded in total) -> dispatch (dispatch.cc: request facts, model pool, the gateway's
+// own answers) -> forward (forward.cc: routing pipeline, upstream legs) -> relay (relay.cc). One
+// Deadline (the exchange's) bounds every phase. On shutdown (drain) a connection idle between
+// requests closes at once; one with a request in flight closes after answering it.
 #include <sys/socket.h>
 
 #include <cstring>
@@ -19,9 +19,17 @@
 #include "proxy/facts_parser.h"
 #include "proxy/h2/bridge.h"
 #include "proxy/h2/h2_conn.h"
-#include "routing/selectors/hash_ring.h"
 
 namespace kvgate::proxy {
+
+ClientConn::ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s)
+    : w_(w),
+      l_(l),
+      client_(std::move(s)),
+      ex_(std::make_shared<Exchange>(w, std::move(l), static_cast<ClientSide&>(*this))) {}
+
+// (the exchange may outlive the connection: a P/D prefill drain; it writes to nobody then)
+ClientConn::~ClientConn() { ex_->detachClient(); }
 
 // >0: a complete head of that many bytes is in in_; 0: the connection closed or timed out;
 // <0: a malformed head was answered (the connection must close).
@@ -32,12 +40,13 @@ asio::awaitable<int> ClientConn::readHead(http::RequestHead& head) {
     pipelined_.clear();
     if (pipelined_.capacity() > kReadChunk) std::string().swap(pipelined_);
   }
-  phase_ = in_.empty() ? Phase::kIdle : Phase::kHead;
-  deadline_.expireAfter(in_.empty() ? idle_timeout_ : opts.header_timeout);
+  Exchange& ex = *ex_;
+  ex.setPhase(in_.empty() ? Phase::kIdle : Phase::kHead);
+  ex.deadline().expireAfter(in_.empty() ? idle_timeout_ : opts.header_timeout);
   http::ParseError perr;
   int hn;
   // The first bytes of a plain connection may be HTTP/2's preface (h2c by prior knowledge).
-  bool maybe_h2 = request_seq_ == 0 && !tls_ && !sink_ && w_.opts.http2;
+  bool maybe_h2 = ex.requestSeq() == 0 && !tls_ && w_.opts.http2;
   for (;;) {
     bool need_more = false;
     if (maybe_h2) {
@@ -54,21 +63,17 @@ asio::awaitable<int> ClientConn::readHead(http::RequestHead& head) {
       if (hn != 0) break;
     }
     bool was_empty = in_.empty();
-    if (!co_await readMore(in_, client_)) co_return 0;
+    if (!co_await readMore(in_)) co_return 0;
     if (was_empty) {
-      phase_ = Phase::kHead;
-      deadline_.expireAfter(opts.header_timeout);
+      ex.setPhase(Phase::kHead);
+      ex.deadline().expireAfter(opts.header_timeout);
     }
   }
-  // A new request: nothing of the last one is left (request_ctx.h), and from here a P/D prefill
-  // drain still running for the last one no longer writes into this one's state (pd_forward.cc:
-  // it compares request_seq_).
-  rq_.begin(std::chrono::steady_clock::now());
-  ++request_seq_;
+  ex.begin();  // a new request: nothing of the last one is left
   if (hn < 0) {
-    co_await sendError(perr.status, "bad_request", perr.reason, {}, true);
-    countAiRequest();
-    if (opts.access_log) logAccess();
+    co_await ex.sendError(perr.status, "bad_request", perr.reason, {}, true);
+    ex.countAiRequest();
+    if (opts.access_log) ex.logAccess();
     co_return -1;
   }
   co_return hn;
@@ -84,15 +89,15 @@ asio::awaitable<bool> ClientConn::readChunkedBody(Request& req) {
     auto st = sc.feed(in_.data() + req.head_bytes, in_.size() - req.head_bytes, &dechunked_);
     in_.erase(req.head_bytes, st.consumed);
     if (st.error) {
-      co_await sendError(400, "bad_request", "malformed chunked request body", {}, true);
+      co_await ex_->sendError(400, "bad_request", "malformed chunked request body", {}, true);
       co_return false;
     }
     if (dechunked_.size() > w_.opts.max_body_bytes) {
-      co_await sendError(413, "request_too_large", "request body too large", {}, true);
+      co_await ex_->sendError(413, "request_too_large", "request body too large", {}, true);
       co_return false;
     }
     if (st.done) break;
-    if (!co_await readMore(in_, client_)) co_return false;
+    if (!co_await readMore(in_)) co_return false;
   }
   req.raw_body_bytes = 0;                                 // already dropped from in_
   dechunked_.reserve(dechunked_.size() + kFactsPadding);  // the facts parser reads in place
@@ -110,15 +115,15 @@ void ClientConn::reparseHeadIfMoved(Request& req, const char* head_base) {
 
 asio::awaitable<bool> ClientConn::readBody(Request& req) {
   const auto& head = req.head;
-  phase_ = Phase::kBody;
+  ex_->setPhase(Phase::kBody);
   const char* head_base = in_.data();
   if (head.body_kind == http::BodyKind::kLength && head.content_length > w_.opts.max_body_bytes) {
-    co_await sendError(413, "request_too_large", "request body too large", {}, true);
+    co_await ex_->sendError(413, "request_too_large", "request body too large", {}, true);
     co_return false;
   }
   if (head.expect_continue && head.body_kind != http::BodyKind::kNone &&
       in_.size() == req.head_bytes) {
-    if (!co_await writeClient("HTTP/1.1 100 Continue\r\n\r\n")) co_return false;
+    if (!co_await write("HTTP/1.1 100 Continue\r\n\r\n", {})) co_return false;
   }
   if (head.body_kind == http::BodyKind::kChunked) {
     if (!co_await readChunkedBody(req)) co_return false;
@@ -126,13 +131,14 @@ asio::awaitable<bool> ClientConn::readBody(Request& req) {
   } else {
     size_t len = head.body_kind == http::BodyKind::kLength ? head.content_length : 0;
     while (in_.size() < req.head_bytes + len)
-      if (!co_await readMore(in_, client_)) co_return false;
+      if (!co_await readMore(in_)) co_return false;
     reparseHeadIfMoved(req, head_base);
     req.raw_body_bytes = len;
     req.body = std::string_view(in_.data() + req.head_bytes, len);
     req.body_capacity = in_.readableFrom(req.body.data());
   }
-  deadline_.clear();
+  ex_->deadline().clear();
+  request_bytes_ = req.head_bytes + req.raw_body_bytes;
   co_return true;
 }
 
@@ -141,17 +147,18 @@ void ClientConn::onDrain() {
     h2_->drain();
     return;
   }
-  if (phase_ != Phase::kIdle) return;  // a request in progress is answered, then the conn closes
+  if (ex_->phase() != Phase::kIdle)
+    return;  // a request in progress is answered, then the conn closes
   // Idle between requests: close now, unless request bytes already wait in the kernel (a
   // connection accepted just before the drain): those are read and answered first.
   char c;
   ssize_t n = ::recv(client_.native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n <= 0) closeClient();
+  if (n <= 0) close();
 }
 
 asio::awaitable<void> ClientConn::run() {
   auto self = shared_from_this();
-  deadline_.start([self] { self->onDeadline(); }, [self] { self->onTick(); });
+  ex_->startDeadline();
   // Counted and registered for draining until the socket is closed, on every path.
   struct Registration {
     Worker& w;
@@ -174,28 +181,26 @@ asio::awaitable<void> ClientConn::run() {
     failure = e.what();
   }
   if (failure.empty()) co_return;
-  noteFailure(failure);
-  stopWatch();
-  deadline_.stop();
-  abortLegs(false);
-  closeClient();
+  ex_->noteFailure(failure);
+  ex_->stopWatch();
+  ex_->deadline().stop();
+  ex_->abortLegs(false);
+  close();
 }
 
 // The connection's requests, one after another, until it closes (run() registers it and
 // guards it).
 asio::awaitable<void> ClientConn::serve() {
-  {
-    const std::string ip = peer_.port() == 0 ? std::string() : peer_.address().to_string();
-    source_key_ = routing::hashBytes(ip.data(), ip.size());
-  }
+  ex_->setPeer(peer_);
   idle_timeout_ = w_.opts.client_idle_timeout;
+  Deadline& deadline = ex_->deadline();
   // A listener with security 1 rules: the TLS handshake first (within the header timeout).
   if (auto cfg = l_->config.load(); cfg && cfg->tls) {
     const std::shared_ptr<http::TlsFiles> files = cfg->tls;  // (named locals)
     const std::shared_ptr<asio::ssl::context> ctx = files->current();
     const bool ok = co_await acceptTls(*files, ctx);
     if (!ok) {
-      deadline_.stop();
+      deadline.stop();
       co_return;
     }
     const unsigned char* proto = nullptr;
@@ -203,7 +208,7 @@ asio::awaitable<void> ClientConn::serve() {
     SSL_get0_alpn_selected(tls_->native(), &proto, &proto_len);
     if (proto_len == 2 && std::memcmp(proto, "h2", 2) == 0) {  // HTTP/2 by ALPN
       co_await serveH2();
-      deadline_.stop();
+      deadline.stop();
       co_return;
     }
   }
@@ -225,84 +230,37 @@ asio::awaitable<void> ClientConn::serve() {
     if (dechunked_.capacity() > kKeepBufferBytes) std::string().swap(dechunked_);
     if (!keepAliveAfter()) break;
   }
-  stopWatch();
-  if (tls_ && client_.is_open() && !client_gone_ && !relay_cut_) {
+  ex_->stopWatch();
+  if (tls_ && client_.is_open() && !ex_->clientGone() && !ex_->relayCut()) {
     // TLS: close_notify, so a body that ends at the close is not taken for a truncation (at most
     // a second to send it: the deadline closes the socket under a peer that does not read).
-    phase_ = Phase::kIdle;
-    deadline_.expireAfter(std::chrono::seconds(1));
+    ex_->setPhase(Phase::kIdle);
+    deadline.expireAfter(std::chrono::seconds(1));
     co_await tls_->shutdown(client_);
   }
-  deadline_.stop();
-  abortLegs(false);
+  deadline.stop();
+  ex_->abortLegs(false);
   // (TLS: not after a read met the end; Asio attempts no read at once after a 0-byte peek, and
   // nothing is left to drain anyway)
-  if (client_.is_open() && !client_gone_ && !(tls_ && (relay_cut_ || client_eof_)))
+  if (client_.is_open() && !ex_->clientGone() && !(tls_ && (ex_->relayCut() || client_eof_)))
     co_await lingeringClose(client_);
-  closeClient();
+  close();
 }
 
-// One request whose head is in in_ (serve() and runStream()).
+// One request whose head is in in_: the exchange serves it (its body read by readBody).
 asio::awaitable<bool> ClientConn::serveRequest(Request& req, int hn) {
   req.head_bytes = static_cast<size_t>(hn);
-  // The API the target names (its errors' shape, its prompt's form); dispatch reads it again
-  // from a target it normalizes.
-  rq_.api = apiOf(req.head.target);
-  rq_.head_method = req.head.method == "HEAD";  // (the gateway's own answers: no body)
   req.raw_body_bytes = 0;
   req.body = {};
   req.body_capacity = 0;
   client_minor_ = req.head.version_minor;
   client_keep_alive_ = req.head.keep_alive;
-  if (l_->closed.load()) {
-    takeRequestId(req.head);
-    co_await sendError(503, "service_unavailable", "service removed", {}, true);
-    countAiRequest();
-    if (w_.opts.access_log) logAccess();
-    co_return false;
-  }
-  // Over the memory bound (proxy/overload.h): refused before its body is read or anything is
-  // routed, and the connection closed (it holds memory and a descriptor).
-  if (w_.stats.overload.level.load(std::memory_order_relaxed) != 0) {
-    w_.stats.overload_shed.fetch_add(1, std::memory_order_relaxed);
-    takeRequestId(req.head);
-    co_await sendError(503, "gateway_overloaded",
-                       "the gateway is at its memory bound (--max-heap-bytes); try again", {}, true,
-                       1);
-    countAiRequest();
-    if (w_.opts.access_log) logAccess();
-    co_return false;
-  }
-  if (!co_await readBody(req)) {  // 413, a malformed chunked body, 408, or the client left
-    countAiRequest();
-    if (w_.opts.access_log && rq_.outcome.status != 0) {  // (answered: logged like any answer)
-      takeRequestId(req.head);
-      logAccess();
-    }
-    co_return false;
-  }
-  request_bytes_ = req.head_bytes + req.raw_body_bytes;
-  bool ok = co_await dispatch(req);
-  stopWatch();  // no watcher outlives its request (it would read the next one)
-  countAiRequest();
-  if (w_.opts.access_log) logAccess();
-  rq_.end(kKeepBufferBytes);
-  pdAfterRequest();
-  co_return ok && !client_gone_;
-}
-
-void ClientConn::noteFailure(const std::string& what) {
-  w_.stats.internal_errors.fetch_add(1, std::memory_order_relaxed);
-  const auto now = std::chrono::steady_clock::now();
-  if (now - w_.internal_error_logged >= std::chrono::seconds(10)) {
-    w_.internal_error_logged = now;
-    log::error("proxy", "a request failed inside the gateway (the connection is closed): " + what);
-  }
+  co_return co_await ex_->serve(req);
 }
 
 bool ClientConn::h2UpgradeAsked(const http::RequestHead& head, std::string& settings) const {
   // (HTTP/1.0: Upgrade is ignored, RFC 9110 §7.8)
-  if (tls_ || sink_ || !w_.opts.http2 || request_seq_ != 1 || l_->closed.load() ||
+  if (tls_ || !w_.opts.http2 || ex_->requestSeq() != 1 || l_->closed.load() ||
       head.version_minor != 1)
     return false;
   if (head.body_kind == http::BodyKind::kChunked || head.body_kind == http::BodyKind::kUntilClose ||
@@ -333,9 +291,9 @@ asio::awaitable<void> ClientConn::serveH2Upgrade(const http::RequestHead& head, 
   up->method.assign(head.method);
   up->request.assign(in_.data(), static_cast<size_t>(hn));  // (its Upgrade fields are hop-by-hop)
   in_.consume(static_cast<size_t>(hn));
-  if (!co_await writeClient(k101, {})) co_return;
-  deadline_.clear();
-  phase_ = Phase::kIdle;
+  if (!co_await write(k101, {})) co_return;
+  ex_->deadline().clear();
+  ex_->setPhase(Phase::kIdle);
   std::string preread(in_.data(), in_.size());  // (the client's preface may have come already)
   in_.clear();
   in_.shrinkIfEmpty(0);
@@ -347,8 +305,8 @@ asio::awaitable<void> ClientConn::serveH2Upgrade(const http::RequestHead& head, 
 
 // The connection opened with HTTP/2's preface: an H2Conn takes the socket and the bytes read.
 asio::awaitable<void> ClientConn::serveH2() {
-  deadline_.clear();
-  phase_ = Phase::kIdle;
+  ex_->deadline().clear();
+  ex_->setPhase(Phase::kIdle);
   std::string preread(in_.data(), in_.size());
   in_.clear();
   in_.shrinkIfEmpty(0);
@@ -357,40 +315,6 @@ asio::awaitable<void> ClientConn::serveH2() {
   const std::shared_ptr<H2Conn> h2 = h2_;
   co_await h2->run(std::move(preread));
   h2_.reset();
-}
-
-asio::awaitable<void> ClientConn::runStream(std::string request, StreamSink& sink) {
-  auto self = shared_from_this();
-  sink_ = &sink;
-  deadline_.start([self] { self->onDeadline(); }, [self] { self->onTick(); });
-  {
-    const std::string ip = peer_.port() == 0 ? std::string() : peer_.address().to_string();
-    source_key_ = routing::hashBytes(ip.data(), ip.size());
-  }
-  in_.append(request.data(), request.size());
-  std::string().swap(request);
-  std::string failure;
-  try {
-    Request req;
-    // (client_gone_: the stream was reset before this ran; nothing is sent to an engine)
-    int hn = 0;
-    if (!client_gone_) hn = co_await readHead(req.head);
-    if (hn > 0) co_await serveRequest(req, hn);
-  } catch (const std::exception& e) {
-    failure = e.what();
-  }
-  if (!failure.empty()) noteFailure(failure);
-  deadline_.stop();
-  abortLegs(false);
-  const bool complete = failure.empty() && !relay_cut_ && !client_gone_ && rq_.outcome.status != 0;
-  sink_ = nullptr;
-  sink.finish(complete);
-}
-
-void ClientConn::onStreamReset() {
-  if (client_gone_) return;
-  client_gone_ = true;
-  abortLegs(false);
 }
 
 asio::awaitable<void> serveClient(Worker& w, std::shared_ptr<Listener> l, tcp::socket sock,

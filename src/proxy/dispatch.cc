@@ -12,7 +12,7 @@
 #include "governance/limits.h"
 #include "http/server.h"
 #include "proxy/api_facts.h"
-#include "proxy/client_conn.h"
+#include "proxy/exchange.h"
 #include "proxy/facts_parser.h"
 #include "proxy/filters/credentials.h"
 #include "proxy/filters/quota.h"
@@ -22,9 +22,9 @@
 
 namespace kvgate::proxy {
 
-asio::awaitable<bool> ClientConn::answerModels(const VipConfig& cfg, std::string_view host,
-                                               std::string_view path,
-                                               const std::vector<std::string>* allowed) {
+asio::awaitable<bool> Exchange::answerModels(const VipConfig& cfg, std::string_view host,
+                                             std::string_view path,
+                                             const std::vector<std::string>* allowed) {
   auto names = cfg.models(host, path);
   if (allowed && !(allowed->size() == 1 && (*allowed)[0] == "*"))
     std::erase_if(names, [&](const std::string& n) {
@@ -46,8 +46,8 @@ asio::awaitable<bool> ClientConn::answerModels(const VipConfig& cfg, std::string
   co_return co_await writeAnswer(b);
 }
 
-asio::awaitable<bool> ClientConn::answerUnroutable(const Route* route, bool host_path_matched,
-                                                   std::string_view model) {
+asio::awaitable<bool> Exchange::answerUnroutable(const Route* route, bool host_path_matched,
+                                                 std::string_view model) {
   if (!route) {
     if (host_path_matched)
       co_await sendError(503, "model_unavailable",
@@ -65,7 +65,7 @@ asio::awaitable<bool> ClientConn::answerUnroutable(const Route* route, bool host
   co_return true;
 }
 
-asio::awaitable<int> ClientConn::tokenizeLocally(const Request& req, const Route& route) {
+asio::awaitable<int> Exchange::tokenizeLocally(const Request& req, const Route& route) {
   const size_t api = rq_.api == Api::kDetokenize;
   auto& events = route.stats->tokenize_events[api];
   auto forwarded = [&] {
@@ -132,14 +132,14 @@ asio::awaitable<int> ClientConn::tokenizeLocally(const Request& req, const Route
 // or a form's model field), none when the body named none or could not be read (the engine
 // reads the model from that body, and an X-Model header would name a model the gateway never
 // saw); X-Model only for a request without a body.
-std::string_view ClientConn::bodyModelOr(const Request& req, std::string_view header_model) const {
+std::string_view Exchange::bodyModelOr(const Request& req, std::string_view header_model) const {
   if (rq_.body_read) return rq_.body_has_model ? rq_.body_model : std::string_view();
   if (!req.body.empty()) return {};
   return header_model;
 }
 
 // A body the engine parses as JSON: Content-Type absent or application/json (or any +json type).
-bool ClientConn::jsonBody(std::string_view ct) {
+bool Exchange::jsonBody(std::string_view ct) {
   ct = ct.substr(0, ct.find(';'));
   while (!ct.empty() && (ct.back() == ' ' || ct.back() == '\t')) ct.remove_suffix(1);
   if (ct.empty()) return true;
@@ -147,14 +147,14 @@ bool ClientConn::jsonBody(std::string_view ct) {
          (ct.size() > 5 && http::iequals(ct.substr(ct.size() - 5), "+json"));
 }
 
-void ClientConn::refuse(Refusal r) {
+void Exchange::refuse(Refusal r) {
   rq_.outcome.denied = true;
   w_.stats.refused[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
 }
 
 // Returns false when the connection must close (the client is gone or the exchange broke).
 // The request's id: the client's X-Request-Id when acceptable (common/ids.h), else a new one.
-void ClientConn::takeRequestId(const http::RequestHead& head) {
+void Exchange::takeRequestId(const http::RequestHead& head) {
   const std::string_view given = head.get("x-request-id");
   if (isAcceptableRequestId(given)) {
     rq_.request_id.assign(given);
@@ -165,7 +165,7 @@ void ClientConn::takeRequestId(const http::RequestHead& head) {
   rq_.request_id.assign(rid, sizeof rid);
 }
 
-asio::awaitable<bool> ClientConn::dispatch(Request& req) {
+asio::awaitable<bool> Exchange::dispatch(Request& req) {
   const auto& head = req.head;
   takeRequestId(head);
   if (w_.opts.tracer) rq_.trace.start(head, w_.opts.tracer->sampleRatio(), rq_.started_at);
@@ -345,7 +345,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   // The rule's request filters (filters/request_filter.h): credentials, quota. A reservation
   // the quota filter makes is settled when this request ends, on every path.
   struct Settle {
-    ClientConn& c;
+    Exchange& c;
     ~Settle() { settleQuota(c.rq_, c.w_.gov, c.client_gone_, c.nowNs()); }
   } settle{*this};
   // (a sampled request's gates span covers the filters that ran: request_trace.h)
@@ -377,7 +377,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
   if (rq_.trace.on && rq_.trace.gates_start != std::chrono::steady_clock::time_point{})
     rq_.trace.gates_end = std::chrono::steady_clock::now();
   if (route->rule.inactive_timeout_sec > 0)
-    idle_timeout_ = std::chrono::seconds(route->rule.inactive_timeout_sec);
+    client_->setIdleTimeout(std::chrono::seconds(route->rule.inactive_timeout_sec));
   bool ok;  // (no co_await in a conditional: GCC 12)
   const bool tokenize_api = rq_.api == Api::kTokenize || rq_.api == Api::kDetokenize;
   if (tokenize_api && !route->pd_dialect && route->tokenize != TokenizeDialect::kOff) {
@@ -392,7 +392,7 @@ asio::awaitable<bool> ClientConn::dispatch(Request& req) {
     ok = co_await forwardPd(req, *route);
   else
     ok = co_await forward(req, *route, pipeline);
-  if (!ok) client_keep_alive_ = false;
+  if (!ok) client_->closeAfter();
   co_return ok;
 }
 

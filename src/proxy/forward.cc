@@ -12,15 +12,15 @@
 // HTTP/1.1 clients and dropped for HTTP/1.0 clients; the final response follows.
 #include "common/log.h"
 #include "engines/openai_responses.h"
-#include "proxy/client_conn.h"
+#include "proxy/exchange.h"
 #include "proxy/remote_hint.h"
 #include "proxy/request_keys.h"
 
 namespace kvgate::proxy {
 
-void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::string_view body,
-                                   std::string& out, size_t& host_at, bool identity,
-                                   const char* leg_role) {
+void Exchange::buildUpstreamHead(const Request& req, const Route& route, std::string_view body,
+                                 std::string& out, size_t& host_at, bool identity,
+                                 const char* leg_role) {
   const auto& head = req.head;
   out.clear();  // reused across requests: no allocation once warm (a stream frees it)
   out.append(head.method).append(" ").append(head.target).append(" HTTP/1.1\r\n");
@@ -53,7 +53,7 @@ void ClientConn::buildUpstreamHead(const Request& req, const Route& route, std::
   out.append("\r\n");
 }
 
-void ClientConn::setUpstreamHost(std::string& head, size_t host_at, std::string_view label) {
+void Exchange::setUpstreamHost(std::string& head, size_t host_at, std::string_view label) {
   if (host_at == std::string::npos) return;
   static constexpr std::string_view kHostName = "Host: ";
   if (head.compare(host_at, kHostName.size(), kHostName) == 0)
@@ -64,8 +64,8 @@ void ClientConn::setUpstreamHost(std::string& head, size_t host_at, std::string_
 // The health mask every stage honours: down endpoints, open breakers, the external controller's
 // DISABLED endpoints (and, with `draining`, its DRAINING ones), and (role >= 0) endpoints of
 // another ep_role.
-void ClientConn::maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role,
-                               bool draining) const {
+void Exchange::maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role,
+                             bool draining) const {
   const size_t n = route.endpoints.size();
   excluded.assign(n, false);
   const bool cb = route.rule.cb_enable;
@@ -83,18 +83,18 @@ void ClientConn::maskUnhealthy(const Route& route, std::vector<bool>& excluded, 
   }
 }
 
-int64_t ClientConn::nowNs() const {
+int64_t Exchange::nowNs() const {
   return w_.opts.clock ? w_.opts.clock->nowNs() : common::SteadyClock::instance().nowNs();
 }
 
 // Reads the final response head, relaying interim 1xx answers to HTTP/1.1 clients.
-asio::awaitable<UpstreamLeg::Result> ClientConn::readFinalHead(std::string_view method,
-                                                               http::ResponseHead& rh) {
+asio::awaitable<UpstreamLeg::Result> Exchange::readFinalHead(std::string_view method,
+                                                             http::ResponseHead& rh) {
   for (;;) {
     UpstreamLeg::Result r = co_await leg_.readHead(method, rh);
     if (!r.ok() || !r.interim) co_return r;
     // 100 Continue answered our own Expect handling (we strip Expect): not the client's.
-    if (!payloadOnly() && rh.status != 100) {
+    if (!client_->payloadOnly() && rh.status != 100) {
       if (!co_await writeClient(std::string_view(leg_.buf().data(), rh.head_bytes))) {
         client_gone_ = true;
         leg_.abort(false);
@@ -109,8 +109,8 @@ asio::awaitable<UpstreamLeg::Result> ClientConn::readFinalHead(std::string_view 
 }
 
 // The gateway's answer when an exchange failed after the request may have reached the engine.
-asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, const Route& route,
-                                               size_t idx, endpoints::EndpointLease& lease) {
+asio::awaitable<bool> Exchange::failExchange(const UpstreamLeg::Result& r, const Route& route,
+                                             size_t idx, endpoints::EndpointLease& lease) {
   stopWatch();
   leg_.release(false);
   if (client_gone_) co_return false;  // the lease releases an unsettled trial
@@ -141,8 +141,8 @@ asio::awaitable<bool> ClientConn::failExchange(const UpstreamLeg::Result& r, con
 // (kvgate_upstream_socket_failures_total), tried again every 100 ms for up to 1 s while the
 // client stays, and reported with Result::starved set so the caller neither blames the endpoint
 // nor moves on to the next one (which would fail the same way).
-asio::awaitable<UpstreamLeg::Result> ClientConn::connectLeg(UpstreamLeg& leg, const Route& route,
-                                                             size_t idx) {
+asio::awaitable<UpstreamLeg::Result> Exchange::connectLeg(UpstreamLeg& leg, const Route& route,
+                                                          size_t idx) {
   const auto& ep = route.endpoints[idx];
   for (int attempt = 0;; ++attempt) {
     phase_ = Phase::kConnect;
@@ -154,7 +154,7 @@ asio::awaitable<UpstreamLeg::Result> ClientConn::connectLeg(UpstreamLeg& leg, co
     if (attempt == 0)  // (once per connect that found none)
       w_.stats.upstream_socket_failures[r.starved - 1].fetch_add(1, std::memory_order_relaxed);
     if (attempt == kStarvedConnectTries - 1) co_return r;
-    asio::steady_timer pause(client_.get_executor(), std::chrono::milliseconds(100));
+    asio::steady_timer pause(w_.io, std::chrono::milliseconds(100));
     error_code ec;
     co_await pause.async_wait(useEc(ec));
     // The client left, or another leg of the request failed meanwhile: stop here.
@@ -164,9 +164,9 @@ asio::awaitable<UpstreamLeg::Result> ClientConn::connectLeg(UpstreamLeg& leg, co
 
 // One endpoint: up to two sends (a stale pooled connection is replaced once by a fresh one).
 // `next_endpoint` is set when the caller should try another endpoint.
-asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view body,
-                                           const Route& route, size_t idx,
-                                           endpoints::EndpointLease& lease, bool& next_endpoint) {
+asio::awaitable<bool> Exchange::exchange(const Request& req, std::string_view body,
+                                         const Route& route, size_t idx,
+                                         endpoints::EndpointLease& lease, bool& next_endpoint) {
   const auto& rule = route.rule;
   const auto& ep = route.endpoints[idx];
   const bool cb = rule.cb_enable;
@@ -255,10 +255,10 @@ asio::awaitable<bool> ClientConn::exchange(const Request& req, std::string_view 
   co_return true;
 }
 
-asio::awaitable<routing::Decision> ClientConn::decide(const Route& route,
-                                                      const routing::Pipeline& pipeline,
-                                                      const routing::RequestContext& rctx,
-                                                      routing::CandidateSet& cands) {
+asio::awaitable<routing::Decision> Exchange::decide(const Route& route,
+                                                    const routing::Pipeline& pipeline,
+                                                    const routing::RequestContext& rctx,
+                                                    routing::CandidateSet& cands) {
   routing::Decision d = pipeline.run(rctx, cands);
   if (!d.need_remote || !rctx.cycle) co_return d;
   const auto& sa = route.rule.service_args;
@@ -276,8 +276,8 @@ asio::awaitable<routing::Decision> ClientConn::decide(const Route& route,
   co_return pipeline.run(rctx, cands, static_cast<size_t>(d.stage));
 }
 
-asio::awaitable<bool> ClientConn::forward(const Request& req, const Route& route,
-                                          const routing::Pipeline* pipeline, int role) {
+asio::awaitable<bool> Exchange::forward(const Request& req, const Route& route,
+                                        const routing::Pipeline* pipeline, int role) {
   const size_t n = route.endpoints.size();
   if (!pipeline) pipeline = route.pipeline.get();
   // (the quota stage may have asked a stream for its usage: filters/quota.cc)

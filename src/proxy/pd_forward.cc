@@ -39,7 +39,7 @@
 #include "engines/openai_responses.h"
 #include "engines/pd_dialect.h"
 #include "http/server.h"
-#include "proxy/client_conn.h"
+#include "proxy/exchange.h"
 #include "proxy/pd/dialect.h"
 #include "proxy/request_keys.h"
 
@@ -47,7 +47,7 @@ namespace kvgate::proxy {
 
 namespace pd = engines::pd;
 
-struct ClientConn::PdState {
+struct Exchange::PdState {
   PdState(Worker& w, LegObserver& o) : leg(w.io, w.pool, o) {}
   UpstreamLeg leg;  // the first leg (prefill / context) of a sequential dialect
   std::string head;
@@ -68,7 +68,7 @@ struct ClientConn::PdState {
   }
 };
 
-struct ClientConn::LegAnswer {
+struct Exchange::LegAnswer {
   enum class Kind : uint8_t { kOk, kConnectFailed, kFailed, kClientGone } kind = Kind::kOk;
   int status = 0;
   std::string error;
@@ -150,18 +150,19 @@ uint64_t newRoom() {
 
 }  // namespace
 
-ClientConn::ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s)
+// (here, where PdState is complete)
+Exchange::Exchange(Worker& w, std::shared_ptr<Listener> l, ClientSide& client)
     : w_(w),
       l_(std::move(l)),
-      client_(std::move(s)),
+      client_(&client),
       leg_(w.io, w.pool, *this),
-      deadline_(client_.get_executor()) {}
+      deadline_(w.io.get_executor()) {}
 
-ClientConn::~ClientConn() = default;
+Exchange::~Exchange() = default;
 
 // The concurrent prefill leg failed while the decode leg waited: the prefill engine's own answer
 // when it refused the request with one, else 502 prefill_failed.
-asio::awaitable<void> ClientConn::answerSiblingFailure() {
+asio::awaitable<void> Exchange::answerSiblingFailure() {
   stopWatch();
   if (pd_ && pd_->first_status >= 400) {
     co_await answerWith(pd_->first_status, "application/json", pd_->answer);
@@ -170,7 +171,7 @@ asio::awaitable<void> ClientConn::answerSiblingFailure() {
   co_await sendError(502, "prefill_failed", rq_.sibling_failure);
 }
 
-void ClientConn::abortLegs(bool timeout) {
+void Exchange::abortLegs(bool timeout) {
   leg_.abort(timeout);
   if (!pd_) return;
   pd_->leg.abort(timeout);
@@ -179,12 +180,12 @@ void ClientConn::abortLegs(bool timeout) {
     pd_->drain->abandon();
 }
 
-void ClientConn::pdAfterRequest() {
+void Exchange::pdAfterRequest() {
   if (pd_) pd_->shrink();
 }
 
-asio::awaitable<bool> ClientConn::answerWith(int status, std::string_view content_type,
-                                             std::string_view body) {
+asio::awaitable<bool> Exchange::answerWith(int status, std::string_view content_type,
+                                           std::string_view body) {
   HeadFields& h = ownHead(status);
   h.add("content-type", content_type.empty() ? std::string_view("application/json") : content_type);
   h.add("content-length", std::to_string(body.size()));
@@ -202,10 +203,9 @@ asio::awaitable<bool> ClientConn::answerWith(int status, std::string_view conten
 // The first leg of a sequential dialect on prefill endpoint `idx`: open, send, read the whole
 // answer into pd_->answer. A stale pooled connection is replaced once (nothing reached the
 // engine).
-asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, const Route& route,
-                                                            size_t idx,
-                                                            endpoints::EndpointLease& lease,
-                                                            std::string_view body) {
+asio::awaitable<Exchange::LegAnswer> Exchange::firstLeg(const Request& req, const Route& route,
+                                                        size_t idx, endpoints::EndpointLease& lease,
+                                                        std::string_view body) {
   const auto& rule = route.rule;
   const auto& ep = route.endpoints[idx];
   const bool cb = rule.cb_enable;
@@ -299,7 +299,7 @@ asio::awaitable<ClientConn::LegAnswer> ClientConn::firstLeg(const Request& req, 
 
 // Tier 0's pinned decode endpoint (`peer`, -1 = none) when it is a candidate that admits the
 // request; else -1.
-int ClientConn::pinnedDecode(const Route& route, int peer, endpoints::EndpointLease& lease) {
+int Exchange::pinnedDecode(const Route& route, int peer, endpoints::EndpointLease& lease) {
   if (peer < 0 || pd_->decode_excluded[static_cast<size_t>(peer)]) return -1;
   auto& state = *route.endpoints[static_cast<size_t>(peer)].state;
   bool trial = false;
@@ -310,7 +310,7 @@ int ClientConn::pinnedDecode(const Route& route, int peer, endpoints::EndpointLe
 
 // loxilb_ai_pd_tier_selected_total, once per request: the prefill stage that chose the
 // endpoint that served (`stage` -1: the admission gate's hand-off, -2: the rescue).
-void ClientConn::countTier(const Route& route, int stage) {
+void Exchange::countTier(const Route& route, int stage) {
   PdTier t = PdTier::kRescue;
   if (stage == -1) {
     t = PdTier::kAdmission;
@@ -325,8 +325,8 @@ void ClientConn::countTier(const Route& route, int stage) {
   route.stats->pd_tiers[static_cast<size_t>(t)].fetch_add(1, std::memory_order_relaxed);
 }
 
-int ClientConn::pickDecode(const routing::RequestContext& rctx, const Route& route,
-                           endpoints::EndpointLease& lease) {
+int Exchange::pickDecode(const routing::RequestContext& rctx, const Route& route,
+                         endpoints::EndpointLease& lease) {
   const int64_t now = nowNs();  // a new decode session: not on the controller's DRAINING ones
   for (size_t i = 0; i < route.endpoints.size(); ++i)
     if (route.endpoints[i].state->controller(now).state == endpoints::ControllerState::kDraining)
@@ -351,11 +351,11 @@ int ClientConn::pickDecode(const routing::RequestContext& rctx, const Route& rou
 // The second leg (decode / generation): relayed to the client; an unreachable decode endpoint is
 // replaced by the next one. `first` is the decode endpoint picked before the first leg, with
 // its lease.
-asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& route,
-                                            size_t prefill_idx, const routing::RequestContext& rctx,
-                                            std::string_view body,
-                                            endpoints::EndpointLease& first_lease, int first_idx,
-                                            bool* redo_prefill) {
+asio::awaitable<bool> Exchange::secondLeg(const Request& req, const Route& route,
+                                          size_t prefill_idx, const routing::RequestContext& rctx,
+                                          std::string_view body,
+                                          endpoints::EndpointLease& first_lease, int first_idx,
+                                          bool* redo_prefill) {
   const std::string& prefill_label = route.endpoints[prefill_idx].state->label;
   rq_.leg_note = " (decode leg, after the prefill on " + prefill_label + ")";
   rq_.last_error.clear();
@@ -409,7 +409,7 @@ asio::awaitable<bool> ClientConn::secondLeg(const Request& req, const Route& rou
 }
 
 // 502 decode_failed: no decode endpoint could be reached (the last one's error, the leg note).
-asio::awaitable<bool> ClientConn::answerNoDecode() {
+asio::awaitable<bool> Exchange::answerNoDecode() {
   stopWatch();
   rq_.outcome.ep_index = -1;
   const std::string message =
@@ -421,10 +421,10 @@ asio::awaitable<bool> ClientConn::answerNoDecode() {
 
 // SGLang: the prefill leg runs in the background (its own leg, lease and deadline) while the
 // decode leg is relayed.
-asio::awaitable<bool> ClientConn::concurrentLegs(const Request& req, const Route& route,
-                                                 size_t pidx, endpoints::EndpointLease& plase,
-                                                 const routing::RequestContext& rctx,
-                                                 endpoints::EndpointLease& dlease, int didx) {
+asio::awaitable<bool> Exchange::concurrentLegs(const Request& req, const Route& route, size_t pidx,
+                                               endpoints::EndpointLease& plase,
+                                               const routing::RequestContext& rctx,
+                                               endpoints::EndpointLease& dlease, int didx) {
   PdState& st = *pd_;
   auto leg = std::make_shared<UpstreamLeg>(w_.io, w_.pool, static_cast<LegObserver&>(*this));
   std::string head;
@@ -443,12 +443,12 @@ asio::awaitable<bool> ClientConn::concurrentLegs(const Request& req, const Route
   co_return co_await secondLeg(req, route, pidx, rctx, st.first_body, dlease, didx);
 }
 
-asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
-                                               std::shared_ptr<const VipConfig> cfg,
-                                               const Route* route, size_t idx,
-                                               std::shared_ptr<UpstreamLeg> leg,
-                                               endpoints::EndpointLease lease, std::string head,
-                                               std::string body, uint64_t request_seq) {
+asio::awaitable<void> Exchange::drainPrefill(std::shared_ptr<Exchange> self,
+                                             std::shared_ptr<const VipConfig> cfg,
+                                             const Route* route, size_t idx,
+                                             std::shared_ptr<UpstreamLeg> leg,
+                                             endpoints::EndpointLease lease, std::string head,
+                                             std::string body, uint64_t request_seq) {
   (void)cfg;  // keeps `route` alive
   const auto& rule = route->rule;
   const auto& ep = route->endpoints[idx];
@@ -546,9 +546,9 @@ asio::awaitable<void> ClientConn::drainPrefill(std::shared_ptr<ClientConn> self,
 
 // An admission answer: the error in the API's shape with the gate's fields (`extra`: more members
 // of the error object), Retry-After for 429 and 503, and the X-Loxilb-Admission-* headers.
-asio::awaitable<void> ClientConn::sendAdmission(const Route& route, int status,
-                                                std::string_view code, std::string_view message,
-                                                std::string_view extra, int64_t limit) {
+asio::awaitable<void> Exchange::sendAdmission(const Route& route, int status, std::string_view code,
+                                              std::string_view message, std::string_view extra,
+                                              int64_t limit) {
   std::string body = errorBody(status, code, message);
   if (!extra.empty()) body.insert(body.size() - 2, std::string(",").append(extra));
   const auto& st = *route.stats;
@@ -571,9 +571,9 @@ asio::awaitable<void> ClientConn::sendAdmission(const Route& route, int status,
 // one free, there or on one of `siblings` with nobody parked (0: the slot in `lease`, its
 // endpoint in `granted`), the queue window passes (504 answered: 1), the rule's listener closes
 // or the gateway drains (503: 1), or the client leaves (-1). Looks again every 250 ms.
-asio::awaitable<int> ClientConn::park(const Route& route, size_t idx,
-                                      const std::vector<size_t>& siblings,
-                                      endpoints::EndpointLease& lease, int& granted) {
+asio::awaitable<int> Exchange::park(const Route& route, size_t idx,
+                                    const std::vector<size_t>& siblings,
+                                    endpoints::EndpointLease& lease, int& granted) {
   const auto& a = route.admission;
   auto& st = *route.stats;
   auto& es = *route.endpoints[idx].state;
@@ -581,9 +581,9 @@ asio::awaitable<int> ClientConn::park(const Route& route, size_t idx,
     explicit Park(const asio::any_io_executor& ex) : timer(ex) {}
     asio::steady_timer timer;
   };
-  auto p = std::make_shared<Park>(client_.get_executor());
+  auto p = std::make_shared<Park>(executor());
   auto waiter = std::make_shared<endpoints::AdmissionQueue::Waiter>();
-  waiter->wake = [ex = client_.get_executor(), wp = std::weak_ptr<Park>(p)] {
+  waiter->wake = [ex = executor(), wp = std::weak_ptr<Park>(p)] {
     asio::post(ex, [wp] {
       if (auto q = wp.lock()) q->timer.cancel();
     });
@@ -670,8 +670,8 @@ asio::awaitable<int> ClientConn::park(const Route& route, size_t idx,
   co_return client_gone_ ? -1 : 0;  // (a client gone: the lease hands the slot on)
 }
 
-asio::awaitable<int> ClientConn::admit(const Route& route, int& granted,
-                                       endpoints::EndpointLease& granted_lease) {
+asio::awaitable<int> Exchange::admit(const Route& route, int& granted,
+                                     endpoints::EndpointLease& granted_lease) {
   const auto& a = route.admission;
   auto& st = *route.stats;
   const bool enforce = a.enforce();
@@ -755,7 +755,7 @@ asio::awaitable<int> ClientConn::admit(const Route& route, int& granted,
   co_return 0;
 }
 
-asio::awaitable<bool> ClientConn::forwardPd(const Request& req, const Route& route) {
+asio::awaitable<bool> Exchange::forwardPd(const Request& req, const Route& route) {
   // What generates nothing (Messages' count_tokens, tokenize, detokenize) needs no pair: one
   // decode endpoint serves it, the least loaded.
   if (rq_.api == Api::kCountTokens || rq_.api == Api::kTokenize || rq_.api == Api::kDetokenize)

@@ -1,4 +1,4 @@
-// The response relay of ClientConn: forwards the upstream's response head (hop-by-hop headers
+// The response relay of an Exchange: forwards the upstream's response head (hop-by-hop headers
 // removed) and body as it arrives: Content-Length, chunked (scanned, relayed unchanged) or
 // until-close; text/event-stream events are flushed one by one with no idle timeout, only the
 // wall-clock cap max_stream_duration_sec. The upstream connection goes back to the pool only when
@@ -6,7 +6,7 @@
 #include "common/log.h"
 #include "http/chunked.h"
 #include "http/server.h"
-#include "proxy/client_conn.h"
+#include "proxy/exchange.h"
 
 namespace kvgate::proxy {
 
@@ -15,7 +15,7 @@ namespace kvgate::proxy {
 // removed; the engine's X-Request-Id too when the legs had their own id.
 // True when one X-Request-Id was kept (none is to be added).
 template <class Add>
-bool ClientConn::downstreamFields(const http::ResponseHead& rh, bool rewrite, Add&& add) const {
+bool Exchange::downstreamFields(const http::ResponseHead& rh, bool rewrite, Add&& add) const {
   bool has_rid = false, has_length = false;
   const bool hsts = !ruleHeaders().empty();
   const std::string_view connection = rh.get("connection");  // (the fields it names are hop-by-hop)
@@ -38,7 +38,7 @@ bool ClientConn::downstreamFields(const http::ResponseHead& rh, bool rewrite, Ad
   return has_rid;
 }
 
-void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk, bool rewrite) {
+void Exchange::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk, bool rewrite) {
   std::string& h = down_head_;
   h.clear();
   h.append("HTTP/1.1 ").append(std::to_string(rh.status)).append(" ");
@@ -47,17 +47,17 @@ void ClientConn::buildDownstreamHead(const http::ResponseHead& rh, bool dechunk,
   const bool has_rid = downstreamFields(rh, rewrite, [&](std::string_view n, std::string_view v) {
     h.append(n).append(": ").append(v).append("\r\n");
   });
-  if (rewrite ? !payloadOnly() : rh.body_kind == http::BodyKind::kChunked && !dechunk)
+  if (rewrite ? !client_->payloadOnly() : rh.body_kind == http::BodyKind::kChunked && !dechunk)
     h.append("Transfer-Encoding: chunked\r\n");
   if (!has_rid) h.append("X-Request-Id: ").append(rq_.request_id).append("\r\n");
   h.append(ruleHeaders());
-  if (!keepAliveAfter()) h.append("Connection: close\r\n");
+  if (!client_->keepAlive()) h.append("Connection: close\r\n");
   h.append("\r\n");
 }
 
-// The same head as fields for a multiplexed stream (stream_sink.h): no framing fields (the
+// The same head as fields for a multiplexed stream (client_side.h): no framing fields (the
 // stream frames the payload itself), no Connection.
-void ClientConn::buildDownstreamFields(const http::ResponseHead& rh, bool rewrite) {
+void Exchange::buildDownstreamFields(const http::ResponseHead& rh, bool rewrite) {
   HeadFields& h = down_fields_;
   h.clear();
   h.status = rh.status;
@@ -68,7 +68,7 @@ void ClientConn::buildDownstreamFields(const http::ResponseHead& rh, bool rewrit
   addRuleHeaders(h);
 }
 
-void ClientConn::addRuleHeaders(HeadFields& h) const {
+void Exchange::addRuleHeaders(HeadFields& h) const {
   // ("Name: value" lines, HSTS on TLS rules)
   for (std::string_view rest = ruleHeaders(); !rest.empty();) {
     const size_t eol = rest.find("\r\n");
@@ -84,7 +84,7 @@ void ClientConn::addRuleHeaders(HeadFields& h) const {
 
 // Splits the next piece of the response body off the leg's buffer, by the upstream's framing.
 // False when a chunked body is malformed.
-bool ClientConn::nextChunk(RelayFraming& f, std::string_view& chunk) {
+bool Exchange::nextChunk(RelayFraming& f, std::string_view& chunk) {
   Buffer& up = leg_.buf();
   chunk = {};
   if (f.complete || up.empty()) return true;
@@ -117,8 +117,8 @@ bool ClientConn::nextChunk(RelayFraming& f, std::string_view& chunk) {
 
 // A re-framed piece (rq_.quota.inject): one chunk for an HTTP/1.1 client (`last`: and the final
 // zero-size chunk), the bytes themselves for an HTTP/1.0 one (its body ends at the close).
-std::string_view ClientConn::frameRewritten(std::string& piece, bool last) {
-  if (payloadOnly()) return piece;
+std::string_view Exchange::frameRewritten(std::string& piece, bool last) {
+  if (client_->payloadOnly()) return piece;
   if (!piece.empty()) {
     char size[24];
     const int n = std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
@@ -130,7 +130,7 @@ std::string_view ClientConn::frameRewritten(std::string& piece, bool last) {
 }
 
 // Time to first byte (and, for a stream, to its first event) of the response being relayed.
-void ClientConn::noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload) {
+void Exchange::noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload) {
   if (rq_.outcome.ttfb_ms >= 0 && !(ttft_pending && had_payload)) return;
   rq_.outcome.ttfb_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - rq_.started_at)
@@ -144,17 +144,17 @@ void ClientConn::noteFirstBytes(const Route& route, bool& ttft_pending, bool had
 // A stream can last minutes: once its request was sent, the client buffer is freed when it holds
 // nothing but that request (memory per open stream). The only view into it still read later, the
 // model for the access log, is copied first; run() then consumes nothing.
-void ClientConn::releaseRequestBytes() {
-  if (in_.size() != request_bytes_) return;  // pipelined bytes follow: keep them
+void Exchange::releaseRequestBytes() {
+  if (!client_->requestReleasable()) return;  // pipelined bytes follow: keep them
   rq_.model_copy.assign(rq_.outcome.model);
   rq_.outcome.model = rq_.model_copy;
-  in_.clear();
-  in_.shrinkIfEmpty(0);
-  if (sink_) sink_->requestReleased();
+  client_->releaseRequest();
+  stream_in_.clear();  // (a stream's: runStream)
+  stream_in_.shrinkIfEmpty(0);
 }
 
 // Ends a relay that cannot complete: the upstream connection is closed, never pooled.
-bool ClientConn::abandonRelay(RelayCut why) {
+bool Exchange::abandonRelay(RelayCut why) {
   relay_cut_ = true;
   w_.stats.relay_cuts[static_cast<size_t>(why)].fetch_add(1, std::memory_order_relaxed);
   if (why == RelayCut::kUpstream && rq_.outcome.endpoint)
@@ -169,7 +169,7 @@ bool ClientConn::abandonRelay(RelayCut why) {
 
 // The id of a Responses API answer, from its first 4 KiB: remembered with the endpoint that
 // answered (a later request continuing it is pinned there: forward.cc).
-void ClientConn::noteResponseId(ResponseHomes& homes, std::string_view payload) {
+void Exchange::noteResponseId(ResponseHomes& homes, std::string_view payload) {
   constexpr size_t kProbeBytes = 4096;
   std::string& probe = rq_.response_probe;
   probe.append(payload.substr(0, kProbeBytes - std::min(probe.size(), kProbeBytes)));
@@ -186,7 +186,7 @@ void ClientConn::noteResponseId(ResponseHomes& homes, std::string_view payload) 
 
 // The engine answered a checked /tokenize or /detokenize whole: compared with what the gateway
 // computed (tokenize_local.h); a mismatch stops the gateway's answers for that model.
-void ClientConn::finishTokenizeCheck(const Route& route, int status) {
+void Exchange::finishTokenizeCheck(const Route& route, int status) {
   auto check = std::move(rq_.tok_check);
   std::string body;
   body.swap(rq_.tok_capture);
@@ -210,13 +210,13 @@ void ClientConn::finishTokenizeCheck(const Route& route, int status) {
                          "; the gateway forwards calls of this form from now on");
 }
 
-asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, const Route& route,
-                                                bool head_request,
-                                                endpoints::EndpointLease& lease) {
+asio::awaitable<bool> Exchange::relayResponse(const http::ResponseHead& rh, const Route& route,
+                                              bool head_request, endpoints::EndpointLease& lease) {
   const auto& rule = route.rule;
   RelayFraming f;
   f.kind = rh.body_kind;
-  f.dechunk = rh.body_kind == http::BodyKind::kChunked && payloadOnly();
+  const bool mux = client_->multiplexed();
+  f.dechunk = rh.body_kind == http::BodyKind::kChunked && client_->payloadOnly();
   f.remaining = rh.body_kind == http::BodyKind::kLength ? rh.content_length : 0;
   f.complete = rh.body_kind == http::BodyKind::kNone || head_request;
   f.reusable = rh.keep_alive;
@@ -245,10 +245,10 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
   f.decode = scan || homes || tok_capture;
   rq_.quota.status = rh.status;
   rq_.quota.stream = rh.event_stream;
-  if (!sink_ &&
-      (rh.body_kind == http::BodyKind::kUntilClose || f.dechunk || (rewrite && payloadOnly())))
-    client_keep_alive_ = false;
-  if (sink_)
+  if (!mux && (rh.body_kind == http::BodyKind::kUntilClose || f.dechunk ||
+               (rewrite && client_->payloadOnly())))
+    client_->closeAfter();  // (HTTP/1.x: the body ends at the close)
+  if (mux)
     buildDownstreamFields(rh, rewrite);  // (a stream takes the head as fields)
   else
     buildDownstreamHead(rh, f.dechunk, rewrite);
@@ -299,8 +299,8 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
     if (!nextChunk(f, chunk)) {
       log::warn("proxy", "malformed chunked response from " + *rq_.outcome.endpoint);
       if (first) {  // then cut the stream: the client sees it
-        if (sink_)
-          sink_->writeHead(down_fields_);
+        if (mux)
+          client_->writeHead(down_fields_);
         else
           co_await writeClient(down_head_);
       }
@@ -343,15 +343,14 @@ asio::awaitable<bool> ClientConn::relayResponse(const http::ResponseHead& rh, co
       const std::string_view head = first ? std::string_view(down_head_) : std::string_view();
       size_t written = 0;
       error_code wec;
-      if (sink_) {
+      if (mux) {
         // (statements, not one expression: no co_await inside a short-circuit)
-        bool sent = !first || sink_->writeHead(down_fields_);
-        if (sent) sent = co_await sink_->write(std::string_view(), out);
+        bool sent = !first || client_->writeHead(down_fields_);
+        if (sent) sent = co_await client_->write(std::string_view(), out);
         if (!sent) wec = asio::error::broken_pipe;
-      } else if (tls_)
-        wec = co_await tlsWrite(head, out);
-      else if (!writeNow(client_, head, out, written, wec))
-        wec = co_await writeRest(client_, head, out, written);
+      } else if (!client_->writeNow(head, out, written, wec)) {
+        wec = co_await client_->writeRest(head, out, written);
+      }
       bool ok = !wec;
       if (first && stream) {  // (written: not kept while it lasts)
         std::string().swap(down_head_);

@@ -15,7 +15,7 @@
 // `--sockmap-budget-bytes` (default 256 MiB: bodies armed at once, the kernel's queue for a slow
 // client being unbounded; a body over it is relayed here).
 #include "common/log.h"
-#include "proxy/client_conn.h"
+#include "proxy/exchange.h"
 #include "sockmap/sockmap_relay.h"
 
 namespace kvgate::proxy {
@@ -30,33 +30,34 @@ struct SpliceWait {
 };
 }  // namespace
 
-bool ClientConn::spliceWanted(const RelayFraming& f, const Route& route, bool stream,
-                              bool head_request) {
-  return route.rule.sockmap >= 2 && !f.splice_tried && !sink_ && !tls_ && !stream &&
+bool Exchange::spliceWanted(const RelayFraming& f, const Route& route, bool stream,
+                            bool head_request) {
+  return route.rule.sockmap >= 2 && !f.splice_tried && client_->plainFd() >= 0 && !stream &&
          !head_request && f.kind == http::BodyKind::kLength && !f.decode && !f.complete &&
          f.remaining >= w_.opts.sockmap_min_bytes && leg_.bufEmpty() && leg_.plainFd() >= 0 &&
          sockmap::Relay::get() != nullptr;
 }
 
-asio::awaitable<int> ClientConn::spliceBody(RelayFraming& f, const Route& route, RelayCut& cut) {
+asio::awaitable<int> Exchange::spliceBody(RelayFraming& f, const Route& route, RelayCut& cut) {
   f.splice_tried = true;  // (once a response: a refused arming is not asked again per read)
   sockmap::Relay* relay = sockmap::Relay::get();
   const int source = leg_.plainFd();
-  if (!relay || source < 0) co_return 0;
-  if (!client_sockmap_) {
-    client_sockmap_ = relay->addTarget(client_.native_handle());
-    if (!client_sockmap_) co_return 0;
+  const int cfd = client_->plainFd();
+  sockmap::Registration* target = client_->sockmapTarget();
+  if (!relay || source < 0 || cfd < 0 || !target) co_return 0;
+  if (!*target) {  // (the client's registration: made at its first splice, kept while it lasts)
+    *target = relay->addTarget(cfd);
+    if (!*target) co_return 0;
   }
-  const int cfd = client_.native_handle();
   uint64_t base = 0;
   if (!sockmap::Relay::exactQueuedTotal(cfd, base)) co_return 0;
   const uint64_t body = f.remaining;
-  auto wait = std::make_shared<SpliceWait>(client_.get_executor());
-  const auto ex = client_.get_executor();
+  auto wait = std::make_shared<SpliceWait>(executor());
+  const auto ex = executor();
   // (a weak reference: the notice thread never holds the wait's last reference, so its timer is
   // destroyed on this worker's thread)
   sockmap::Arming armed =
-      relay->arm(source, client_sockmap_.cookie(), body,
+      relay->arm(source, target->cookie(), body,
                  [weak = std::weak_ptr<SpliceWait>(wait), ex](sockmap::Notice kind, uint64_t) {
                    asio::post(ex, [weak, kind] {
                      if (auto w = weak.lock()) {

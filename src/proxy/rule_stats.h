@@ -144,7 +144,7 @@ struct DataPlaneStats {
   // (ENOBUFS, ENOMEM); the listener pauses kAcceptPauseMs after each.
   std::array<std::atomic<uint64_t>, 2> accept_failures{};
   // Upstream connects whose socket could not be made for want of a resource (same reasons):
-  // the gateway's own shortage, never blamed on the engine (ClientConn::connectLeg).
+  // the gateway's own shortage, never blamed on the engine (Exchange::connectLeg).
   std::array<std::atomic<uint64_t>, 2> upstream_socket_failures{};
   // Responses cut mid-body (relay.cc abandonRelay), by RelayCut.
   std::array<std::atomic<uint64_t>, 4> relay_cuts{};

@@ -1,5 +1,5 @@
 // CycleState: what one request's routing computes once and shares, owned by the request's
-// connection and reached through RequestContext::cycle. Plain data, no sockets.
+// exchange (proxy/exchange.h) and reached through RequestContext::cycle. Plain data, no sockets.
 //
 // - The prompt's token ids: whoever needs them first tokenizes (the quota gate's count, or
 //   kv_exact); the other reuses them, so a metered Tier 1.5 chat request is rendered and tokenized
@@ -11,9 +11,9 @@
 // - One slot per stage for what the stage computes in evaluate() and needs again later in the
 //   same request (observe(), a second run): a stage's data never travels through thread-local
 //   state keyed by a run id. A stage names only its own slot type.
-// The forwarders call beginRouting() before a request's routing and the connection endRequest() after it,
-// whichever path it took: nothing of one request is seen by the next, and a huge prompt's
-// buffers do not stay pinned to the connection.
+// The forwarders call beginRouting() before a request's routing and the exchange endRequest() after
+// it, whichever path it took: nothing of one request is seen by the next, and a huge prompt's
+// buffers do not stay pinned to an HTTP/1.1 connection's exchange.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,8 +1,8 @@
 // The HTTP/2 <-> request path bridge: an HTTP/2 request's header list becomes the HTTP/1.1 head
 // text the request path reads (the same strict parser, the same normalization as an HTTP/1.1
 // client's: what is routed and authorized is what the engine receives). The answers go to the
-// stream as fields (stream_sink.h HeadFields: an engine's filtered by
-// ClientConn::downstreamFields, the gateway's own built by ClientConn::ownHead), not as text.
+// stream as fields (client_side.h HeadFields: an engine's filtered by
+// Exchange::downstreamFields, the gateway's own built by Exchange::ownHead), not as text.
 //
 // Request rules (RFC 9113 §8.3, §8.2.3; libnghttp2 has already refused malformed pseudo-headers,
 // upper-case names, connection-specific fields and CR/LF/NUL in values):

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "http/parser.h"
-#include "proxy/stream_sink.h"
+#include "proxy/client_side.h"
 
 namespace kvgate::proxy::h2 {
 namespace {
@@ -20,7 +20,7 @@ std::string build(const std::vector<std::pair<std::string, std::string>>& fields
   return ok ? text : "ERR " + std::to_string(b.status()) + " " + b.error();
 }
 
-// A response head as fields (stream_sink.h): names lower-cased, values as they are, in order.
+// A response head as fields (client_side.h): names lower-cased, values as they are, in order.
 TEST(HeadFields, KeepsOrderAndLowerCasesNames) {
   HeadFields h;
   h.status = 200;

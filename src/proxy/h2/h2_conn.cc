@@ -6,10 +6,10 @@
 
 #include "common/log.h"
 #include "http/server.h"
-#include "proxy/client_conn.h"
+#include "proxy/client_side.h"
+#include "proxy/exchange.h"
 #include "proxy/h2/bridge.h"
 #include "proxy/h2/frames.h"
-#include "proxy/stream_sink.h"
 #include "proxy/worker.h"
 
 namespace kvgate::proxy {
@@ -22,7 +22,7 @@ constexpr int32_t kConnWindow = 1024 * 1024;   // and per connection
 constexpr size_t kReadBytes = 16 * 1024;
 }  // namespace
 
-struct H2Conn::Stream final : StreamSink {
+struct H2Conn::Stream final : ClientSide {
   Stream(H2Conn& c, int32_t id, size_t max_head)
       : c(c), id(id), head(max_head), opened(std::chrono::steady_clock::now()) {}
   H2Conn& c;
@@ -33,7 +33,7 @@ struct H2Conn::Stream final : StreamSink {
   bool request_done = false;  // END_STREAM from the client, or answered without a request path
   bool closed = false;        // libnghttp2 closed it (ended, reset, or the connection went)
   bool running = false;       // its request path runs
-  std::shared_ptr<ClientConn> runner;
+  std::shared_ptr<Exchange> runner;  // its request path
   size_t held = 0;        // request bytes counted in the connection's body_bytes_
   size_t unconsumed = 0;  // DATA bytes not yet given back to the windows (budget full)
   std::chrono::steady_clock::time_point progress;  // response bytes last taken by the framer
@@ -48,11 +48,16 @@ struct H2Conn::Stream final : StreamSink {
   std::unique_ptr<asio::steady_timer> waiter;  // the request path waits for room
 
   size_t pending() const { return out.size() - out_off; }
+  // ClientSide (client_side.h): the answer's head as fields, the payload unframed, a reset.
+  bool multiplexed() const override { return true; }
+  bool payloadOnly() const override { return true; }
   bool writeHead(const HeadFields& h) override;
   asio::awaitable<bool> write(std::string_view a, std::string_view b) override;
   void finish(bool complete) override;
-  void abort() override;
-  void requestReleased() override { c.releaseBody(*this); }
+  void close() override;
+  bool requestReleasable() const override { return true; }
+  void releaseRequest() override { c.releaseBody(*this); }
+  std::string_view protoName() const override { return "h2"; }
   void reset(uint32_t code) {
     if (reset_sent || closed || c.closed_) return;
     reset_sent = true;
@@ -123,7 +128,7 @@ asio::awaitable<bool> H2Conn::Stream::write(std::string_view a, std::string_view
 }
 
 // The request path gives up on the stream (its deadline): the client is told, the writer woken.
-void H2Conn::Stream::abort() { reset(NGHTTP2_CANCEL); }
+void H2Conn::Stream::close() { reset(NGHTTP2_CANCEL); }
 
 void H2Conn::Stream::finish(bool complete) {
   if (closed || c.closed_ || reset_sent) return;
@@ -289,7 +294,7 @@ int H2Conn::onStreamClose(nghttp2_session* session, int32_t id, uint32_t, void* 
   nghttp2_session_set_stream_user_data(session, id, nullptr);
   s->closed = true;
   s->wake();
-  if (s->running && s->runner) s->runner->onStreamReset();  // its engine request is aborted
+  if (s->running && s->runner) s->runner->clientLeft();  // its engine request is aborted
   c->eraseIfDone(*s);
   return 0;
 }
@@ -338,7 +343,7 @@ void H2Conn::launch(Stream& s, std::string bytes) {
   s.held = bytes.size();
   // The request path exists from here: a reset that arrives before its coroutine first runs
   // (a HEADERS and an RST_STREAM in one read) reaches it (onStreamClose), and it sends nothing.
-  s.runner = std::make_shared<ClientConn>(w_, l_, tcp::socket(w_.io));
+  s.runner = std::make_shared<Exchange>(w_, l_, s);
   s.runner->setPeer(peer_);
   s.running = true;
   ++running_;
@@ -352,6 +357,7 @@ asio::awaitable<void> H2Conn::serveStream(std::shared_ptr<H2Conn> self, Stream* 
     H2Conn& c;
     Stream& s;
     ~Done() {
+      s.runner->detachClient();  // (an exchange a P/D drain keeps writes to nobody)
       s.runner.reset();
       s.running = false;
       --c.running_;
@@ -362,8 +368,8 @@ asio::awaitable<void> H2Conn::serveStream(std::shared_ptr<H2Conn> self, Stream* 
       c.wakeWriter();
     }
   } done{*this, *s};
-  const std::shared_ptr<ClientConn> conn = s->runner;
-  co_await conn->runStream(std::move(bytes), *s);
+  const std::shared_ptr<Exchange> ex = s->runner;
+  co_await ex->runStream(std::move(bytes));
 }
 
 void H2Conn::answer(Stream& s, int status, std::string_view code, std::string_view message,
@@ -461,7 +467,7 @@ void H2Conn::closeNow() {
 // Request paths still running whose client can no longer be answered: their engine requests end.
 void H2Conn::resetRunners() {
   for (auto& [id, s] : streams_)
-    if (s->running && s->runner) s->runner->onStreamReset();
+    if (s->running && s->runner) s->runner->clientLeft();
 }
 
 void H2Conn::drain() {
@@ -554,7 +560,7 @@ asio::awaitable<void> H2Conn::ticker() {
       answer(*s, 408, "timeout", "request header or body not received in time");
     for (Stream* s : stalled) {
       s->reset(NGHTTP2_CANCEL);
-      if (s->runner) s->runner->onStreamReset();
+      if (s->runner) s->runner->clientLeft();
     }
     if (streams_.empty() && running_ == 0 && now - idle_since_ > idle) drain();
   }

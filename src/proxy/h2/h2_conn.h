@@ -4,10 +4,10 @@
 //
 // libnghttp2 does the framing, HPACK and the protocol's checks; this file does the I/O (one
 // reader, one writer on the worker's event loop) and the streams. Each request stream, once its
-// END_STREAM arrived, is served by its own request path (a ClientConn in stream mode: the same
-// dispatch, filters, routing, P/D, relay and SSE as an HTTP/1.1 request; bridge.h says how the
-// request is read), so streams run side by side and one stream's cancel (RST_STREAM) aborts only
-// its own engine request.
+// END_STREAM arrived, is served by its own Exchange (proxy/exchange.h: the same dispatch,
+// filters, routing, P/D, relay and SSE as an HTTP/1.1 request; the stream is its ClientSide;
+// bridge.h says how the request is read), so streams run side by side and one stream's cancel
+// (RST_STREAM) aborts only its own engine request.
 //
 // Bounds (a slow or hostile peer cannot push past them):
 //   streams        SETTINGS_MAX_CONCURRENT_STREAMS = --h2-max-streams (default 100); a stream
