@@ -115,8 +115,6 @@ class Exchange : public std::enable_shared_from_this<Exchange>, private LegObser
   // /tokenize, /detokenize (tokenize_local.h): 0 = forward it (rq_.tok_check set when its answer
   // is to be checked), 1 = answered here, 2 = answered, and the connection must close.
   asio::awaitable<int> tokenizeLocally(const Request& req, const Route& route);
-  // The engine's whole answer to a checked /tokenize or /detokenize arrived (relay.cc).
-  void finishTokenizeCheck(const Route& route, int status);
   // forward.cc
   // `pipeline` null: the route's; `role` >= 0: only endpoints of that ep_role are candidates.
   asio::awaitable<bool> forward(const Request& req, const Route& route,
@@ -236,19 +234,6 @@ class Exchange : public std::enable_shared_from_this<Exchange>, private LegObser
   bool nextChunk(RelayFraming& f, std::string_view& chunk);
   std::string_view frameRewritten(std::string& piece, bool last);
   void noteFirstBytes(const Route& route, bool& ttft_pending, bool had_payload);
-  void noteResponseId(ResponseHomes& homes, std::string_view payload);
-  // Whose stored responses a request may use, typed so that kinds never meet: "k" and the API
-  // key's id; "j", the JWT profile, the tenant claim and the user claim, each after its length;
-  // "" for traffic no credential admitted.
-  std::string responseOwner() const {
-    const auto& o = rq_.outcome;
-    if (!o.key_id.empty()) return "k" + o.key_id;
-    if (o.jwt_profile.empty()) return {};
-    std::string out = "j";
-    for (const std::string* part : {&o.jwt_profile, &o.tenant, &o.user})
-      out.append(std::to_string(part->size())).append(":").append(*part);
-    return out;
-  }
   // relay_sockmap.cc: a sockMapMode rule's Content-Length body spliced by the kernel: 1 relayed
   // (f complete; f.reusable cleared when the engine sent bytes after it), 0 not (the caller relays
   // it), -1 cut (why in `cut`).

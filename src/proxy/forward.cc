@@ -308,7 +308,7 @@ asio::awaitable<bool> Exchange::forward(const Request& req, const Route& route,
       // The engine names the new response after the body's "request_id" (vLLM), or "resp_" and
       // the request's X-Request-Id: naming another's stored response would replace it there.
       bool taken = false;
-      const std::string owner = responseOwner();
+      const std::string owner = rq_.responseOwner();
       for (const std::string& id :
            {rq_.facts.response_request_id, "resp_" + rq_.facts.response_request_id,
             "resp_" + rq_.request_id}) {
@@ -334,7 +334,7 @@ asio::awaitable<bool> Exchange::forward(const Request& req, const Route& route,
   if (!pin_id.empty() || !named_id.empty()) {
     const std::string_view id = pin_id.empty() ? named_id : pin_id;
     bool foreign = false;
-    home = homes->find(id, responseOwner(), &foreign);  // (owner: a temporary, used at once)
+    home = homes->find(id, rq_.responseOwner(), &foreign);  // (owner: a temporary, used at once)
     if (foreign) {  // another principal's response: as unknown as the engine says a missing one is
       route.stats->response_pins[4].fetch_add(1, std::memory_order_relaxed);
       co_await sendError(404, "response_not_found",

@@ -7,8 +7,29 @@
 #include "http/chunked.h"
 #include "http/server.h"
 #include "proxy/exchange.h"
+#include "proxy/filters/response_filter.h"
 
 namespace kvgate::proxy {
+namespace {
+
+// The response filters running on one answer (no allocation: there are only a few).
+struct RunningFilters {
+  static constexpr size_t kMax = kMaxResponseFilters;  // (a test holds the chain to it)
+  const ResponseFilter* f[kMax] = {};
+  size_t n = 0;
+  const ResponseFilter* rewriter = nullptr;  // (at most one: the first that rewrites)
+  void add(const ResponseFilter* filter) {
+    if (n == kMax || (filter->rewrites() && rewriter)) return;
+    if (filter->rewrites()) rewriter = filter;
+    f[n++] = filter;
+  }
+  void drop(size_t i) {
+    for (; i + 1 < n; ++i) f[i] = f[i + 1];
+    --n;
+  }
+};
+
+}  // namespace
 
 // The upstream's fields the client gets, in order: hop-by-hop ones (and those its Connection
 // names), the rule's own HSTS, a repeated Content-Length and, when `rewrite`, Content-Length
@@ -167,49 +188,6 @@ bool Exchange::abandonRelay(RelayCut why) {
   return false;
 }
 
-// The id of a Responses API answer, from its first 4 KiB: remembered with the endpoint that
-// answered (a later request continuing it is pinned there: forward.cc).
-void Exchange::noteResponseId(ResponseHomes& homes, std::string_view payload) {
-  constexpr size_t kProbeBytes = 4096;
-  std::string& probe = rq_.response_probe;
-  probe.append(payload.substr(0, kProbeBytes - std::min(probe.size(), kProbeBytes)));
-  const std::string_view id = responseIdIn(probe);
-  if (!id.empty() && rq_.outcome.endpoint) {
-    if (homes.remember(id, *rq_.outcome.endpoint, responseOwner()))
-      rq_.outcome.route->stats->response_pins[0].fetch_add(1, std::memory_order_relaxed);
-    rq_.response_id_seen = true;
-  } else if (probe.size() >= kProbeBytes) {
-    rq_.response_id_seen = true;  // (none in the first 4 KiB: not looked for any more)
-  }
-  if (rq_.response_id_seen) std::string().swap(probe);
-}
-
-// The engine answered a checked /tokenize or /detokenize whole: compared with what the gateway
-// computed (tokenize_local.h); a mismatch stops the gateway's answers for that model.
-void Exchange::finishTokenizeCheck(const Route& route, int status) {
-  auto check = std::move(rq_.tok_check);
-  std::string body;
-  body.swap(rq_.tok_capture);
-  TokenizeMirror* mirror = route.tokenize_mirror.get();
-  if (!mirror) return;
-  const size_t api = check->op == TokenizeOp::kDetokenize;
-  if (status != 200) {
-    mirror->refused(*check);
-  } else if (mirror->check(*check, body)) {
-    route.stats->tokenize_events[api][1].fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  route.stats->tokenize_events[api][2].fetch_add(1, std::memory_order_relaxed);
-  log::warn("proxy", std::string(api ? "/detokenize" : "/tokenize") + " of model '" + check->model +
-                         "' on rule " +
-                         (route.rule.name.empty() ? route.rule.key() : route.rule.name) + ": " +
-                         (rq_.outcome.endpoint ? *rq_.outcome.endpoint : std::string("?")) +
-                         " answered " + std::to_string(status) +
-                         (status == 200 ? " differently from the gateway's tokenizer"
-                                        : " where the gateway would have answered") +
-                         "; the gateway forwards calls of this form from now on");
-}
-
 asio::awaitable<bool> Exchange::relayResponse(const http::ResponseHead& rh, const Route& route,
                                               bool head_request, endpoints::EndpointLease& lease) {
   const auto& rule = route.rule;
@@ -220,29 +198,15 @@ asio::awaitable<bool> Exchange::relayResponse(const http::ResponseHead& rh, cons
   f.remaining = rh.body_kind == http::BodyKind::kLength ? rh.content_length : 0;
   f.complete = rh.body_kind == http::BodyKind::kNone || head_request;
   f.reusable = rh.keep_alive;
-  // Quota settlement reads the usage from the payload; a stream asked for usage on the client's
-  // behalf is re-framed without it (chunked to HTTP/1.1 clients, until close to HTTP/1.0 ones).
-  // A sampled trace reports it too (gen_ai.usage.*).
-  const bool scan = (rq_.quota.active || rq_.trace.on) && !head_request;
-  // A Responses API answer: its id is remembered with this endpoint (response_homes.h).
-  ResponseHomes* homes = rq_.api == Api::kResponses && rh.status >= 200 && rh.status < 300 &&
-                                 !head_request && route.stats->response_homes
-                             ? route.stats->response_homes.get()
-                             : nullptr;
-  const bool rewrite = scan && rq_.quota.inject && rh.event_stream && rh.status < 300 &&
-                       rh.body_kind != http::BodyKind::kNone;
-  // A /tokenize or /detokenize forwarded for a check: its whole JSON answer (bounded).
-  // (an encoded answer is not read: it is the client's)
-  const std::string_view enc = rh.get("content-encoding");
-  const bool tok_capture = rq_.tok_check && rh.status == 200 && !head_request && !rh.event_stream &&
-                           rh.body_kind != http::BodyKind::kNone &&
-                           (enc.empty() || http::iequals(enc, "identity"));
-  if (rq_.tok_check && !tok_capture) {
-    // The engine refused what the gateway would have answered: a mismatch of that form.
-    if (tokenizeRefusal(rh.status)) finishTokenizeCheck(route, rh.status);
-    rq_.tok_check.reset();
-  }
-  f.decode = scan || homes || tok_capture;
+  // The response filters (filters/response_filter.h) that run on this answer: they read the
+  // payload de-chunked; one may rewrite it (a metered stream without the usage the gateway asked
+  // for: re-framed, chunked to HTTP/1.1 clients, until close to HTTP/1.0 ones).
+  const ResponseEnv env{rq_, route, rh, head_request};
+  RunningFilters run;
+  for (const ResponseFilter* filter : responseFilters())
+    if (filter->begin(env)) run.add(filter);
+  const bool rewrite = run.rewriter != nullptr;
+  f.decode = run.n > 0;
   rq_.quota.status = rh.status;
   rq_.quota.stream = rh.event_stream;
   if (!mux && (rh.body_kind == http::BodyKind::kUntilClose || f.dechunk ||
@@ -312,30 +276,24 @@ asio::awaitable<bool> Exchange::relayResponse(const http::ResponseHead& rh, cons
       lease.prefillDone(rh.status < 300 && stream ? nowNs() : -1);
     if (!chunk.empty() && stream && rh.status < 300) lease.markStarted();
     std::string_view out = chunk;  // what the client gets of this piece
-    if (homes && !rq_.response_id_seen && !chunk.empty()) {
-      noteResponseId(*homes,
-                     f.kind == http::BodyKind::kChunked ? std::string_view(f.decoded) : chunk);
-      if (rq_.response_id_seen) f.decode = scan;  // (no more decoding for the id)
-    }
-    if (rq_.tok_check && !chunk.empty()) {
+    if (run.n > 0 && !chunk.empty()) {
       const std::string_view payload =
           f.kind == http::BodyKind::kChunked ? std::string_view(f.decoded) : chunk;
-      if (rq_.tok_capture.size() + payload.size() > rq_.tok_check->answer_bytes) {
-        rq_.tok_check.reset();  // (an answer this much bigger than ours is not checked)
-        std::string().swap(rq_.tok_capture);
-      } else {
-        rq_.tok_capture.append(payload);
+      if (rewrite) rq_.relay_out.clear();
+      for (size_t i = 0; i < run.n;) {
+        const ResponseFilter* filter = run.f[i];
+        const bool more =
+            filter->payload(env, payload, filter == run.rewriter ? &rq_.relay_out : nullptr);
+        if (more || filter == run.rewriter)  // (the rewriter sees every piece)
+          ++i;
+        else
+          run.drop(i);
       }
-    }
-    if (scan) {
-      const std::string_view payload =
-          f.kind == http::BodyKind::kChunked ? std::string_view(f.decoded) : chunk;
-      rq_.usage.feed(payload);
-      if (rewrite) {
-        rq_.relay_out.clear();
-        rq_.usage_filter.feed(payload, rq_.relay_out);
-        out = frameRewritten(rq_.relay_out, false);
-      }
+      if (rewrite) out = frameRewritten(rq_.relay_out, false);
+      // Nobody reads the payload any more: no decoding for them, and a sockMapMode body may go to
+      // the kernel (before the filters, only a Responses API id found ended decoding; a checked
+      // /tokenize answer over its capture bound kept it to the end, for nobody).
+      if (run.n == 0) f.decode = false;
     }
     if (first || !out.empty()) {
       // Written on the spot when the socket takes it all (no coroutine frame): this runs once per
@@ -391,7 +349,7 @@ asio::awaitable<bool> Exchange::relayResponse(const http::ResponseHead& rh, cons
   }
   if (rewrite) {  // what the filter still holds, and the end of the re-framed body
     rq_.relay_out.clear();
-    rq_.usage_filter.finish(rq_.relay_out);
+    run.rewriter->finish(env, rq_.relay_out);
     const std::string_view tail = frameRewritten(rq_.relay_out, true);
     if (!tail.empty()) {  // (co_await as a statement of its own: see the first write above)
       const bool sent = co_await writeClient(tail);
@@ -404,7 +362,7 @@ asio::awaitable<bool> Exchange::relayResponse(const http::ResponseHead& rh, cons
     leg_.release(false);
     co_return false;
   }
-  if (rq_.tok_check) finishTokenizeCheck(route, rh.status);
+  for (size_t i = 0; i < run.n; ++i) run.f[i]->end(env);
   // Pooled only when the exchange is complete and nothing else arrived (the leg checks).
   leg_.release(f.reusable);
   co_return true;

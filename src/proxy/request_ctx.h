@@ -145,6 +145,19 @@ struct RequestCtx {
   // Its OpenTelemetry trace (serve --otlp-endpoint; request_trace.h): off unless sampled.
   RequestTrace trace;
 
+  // Whose stored responses the request may use (response_homes.h), typed so that kinds never
+  // meet: "k" and the API key's id; "j", the JWT profile, the tenant claim and the user claim,
+  // each after its length; "" for traffic no credential admitted.
+  std::string responseOwner() const {
+    const auto& o = outcome;
+    if (!o.key_id.empty()) return "k" + o.key_id;
+    if (o.jwt_profile.empty()) return {};
+    std::string out = "j";
+    for (const std::string* part : {&o.jwt_profile, &o.tenant, &o.user})
+      out.append(std::to_string(part->size())).append(":").append(*part);
+    return out;
+  }
+
   // A new request's head arrived at `now`: nothing of the previous request is left.
   void begin(std::chrono::steady_clock::time_point now) {
     api = Api::kOpenAi;
