@@ -48,8 +48,8 @@ class ClientConn final : public std::enable_shared_from_this<ClientConn>, privat
   using Phase = Exchange::Phase;
   // connection.cc
   asio::awaitable<void> serve();
-  // One request whose head (`hn` bytes) is in in_. False: the connection must close.
-  asio::awaitable<bool> serveRequest(Request& req, int hn);
+  // One request whose head (`hn` bytes) is in in_: its framing facts, before ex_->serve().
+  void beginRequest(Request& req, int hn);
   // >0 head bytes, 0 closed, <0 answered, kH2PrefaceSeen: HTTP/2's preface (a plain
   // connection's first bytes, with --http2 on).
   asio::awaitable<int> readHead(http::RequestHead& head);

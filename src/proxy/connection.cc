@@ -224,7 +224,8 @@ asio::awaitable<void> ClientConn::serve() {
       co_await serveH2Upgrade(req.head, hn, std::move(settings));
       break;
     }
-    if (!co_await serveRequest(req, hn)) break;
+    beginRequest(req, hn);
+    if (!co_await ex_->serve(req)) break;  // (no frame of the connection's own per request)
     in_.consume(std::min(req.head_bytes + req.raw_body_bytes, in_.size()));
     in_.shrinkIfEmpty(kKeepBufferBytes);  // one huge body does not pin its size per connection
     if (dechunked_.capacity() > kKeepBufferBytes) std::string().swap(dechunked_);
@@ -247,15 +248,14 @@ asio::awaitable<void> ClientConn::serve() {
   close();
 }
 
-// One request whose head is in in_: the exchange serves it (its body read by readBody).
-asio::awaitable<bool> ClientConn::serveRequest(Request& req, int hn) {
+// One request whose head is in in_, before the exchange serves it (its body read by readBody).
+void ClientConn::beginRequest(Request& req, int hn) {
   req.head_bytes = static_cast<size_t>(hn);
   req.raw_body_bytes = 0;
   req.body = {};
   req.body_capacity = 0;
   client_minor_ = req.head.version_minor;
   client_keep_alive_ = req.head.keep_alive;
-  co_return co_await ex_->serve(req);
 }
 
 bool ClientConn::h2UpgradeAsked(const http::RequestHead& head, std::string& settings) const {
