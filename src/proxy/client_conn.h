@@ -62,7 +62,6 @@ class ClientConn final : public std::enable_shared_from_this<ClientConn>, privat
   asio::awaitable<void> serveH2Upgrade(const http::RequestHead& head, int hn, std::string settings);
   asio::awaitable<bool> readChunkedBody(Request& req);
   void reparseHeadIfMoved(Request& req, const char* head_base);
-  bool keepAliveAfter() const { return client_keep_alive_ && !w_.draining && !l_->closed.load(); }
 
   // connection_io.cc
   asio::awaitable<bool> readMore(Buffer& b);
@@ -86,7 +85,9 @@ class ClientConn final : public std::enable_shared_from_this<ClientConn>, privat
     in_.clear();
     in_.shrinkIfEmpty(0);
   }
-  bool keepAlive() const override { return keepAliveAfter(); }
+  bool keepAlive() const override {
+    return client_keep_alive_ && !w_.draining && !l_->closed.load();
+  }
   void closeAfter() override { client_keep_alive_ = false; }
   void setIdleTimeout(std::chrono::milliseconds t) override { idle_timeout_ = t; }
   void close() override {  // (close alone: a shutdown first would only add a syscall)

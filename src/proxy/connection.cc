@@ -24,9 +24,9 @@ namespace kvgate::proxy {
 
 ClientConn::ClientConn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s)
     : w_(w),
-      l_(l),
+      l_(std::move(l)),
       client_(std::move(s)),
-      ex_(std::make_shared<Exchange>(w, std::move(l), static_cast<ClientSide&>(*this))) {}
+      ex_(std::make_shared<Exchange>(w, l_, static_cast<ClientSide&>(*this))) {}
 
 // (the exchange may outlive the connection: a P/D prefill drain; it writes to nobody then)
 ClientConn::~ClientConn() { ex_->detachClient(); }
@@ -71,9 +71,7 @@ asio::awaitable<int> ClientConn::readHead(http::RequestHead& head) {
   }
   ex.begin();  // a new request: nothing of the last one is left
   if (hn < 0) {
-    co_await ex.sendError(perr.status, "bad_request", perr.reason, {}, true);
-    ex.countAiRequest();
-    if (opts.access_log) ex.logAccess();
+    co_await ex.refuseHead(perr);
     co_return -1;
   }
   co_return hn;
@@ -229,7 +227,7 @@ asio::awaitable<void> ClientConn::serve() {
     in_.consume(std::min(req.head_bytes + req.raw_body_bytes, in_.size()));
     in_.shrinkIfEmpty(kKeepBufferBytes);  // one huge body does not pin its size per connection
     if (dechunked_.capacity() > kKeepBufferBytes) std::string().swap(dechunked_);
-    if (!keepAliveAfter()) break;
+    if (!keepAlive()) break;
   }
   ex_->stopWatch();
   if (tls_ && client_.is_open() && !ex_->clientGone() && !ex_->relayCut()) {

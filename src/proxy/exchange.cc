@@ -54,8 +54,7 @@ asio::awaitable<bool> Exchange::serve(Request& req) {
   if (l_->closed.load()) {
     takeRequestId(req.head);
     co_await sendError(503, "service_unavailable", "service removed", {}, true);
-    countAiRequest();
-    if (w_.opts.access_log) logAccess();
+    countAndLog();
     co_return false;
   }
   // Over the memory bound (proxy/overload.h): refused before its body is read or anything is
@@ -66,8 +65,7 @@ asio::awaitable<bool> Exchange::serve(Request& req) {
     co_await sendError(503, "gateway_overloaded",
                        "the gateway is at its memory bound (--max-heap-bytes); try again", {}, true,
                        1);
-    countAiRequest();
-    if (w_.opts.access_log) logAccess();
+    countAndLog();
     co_return false;
   }
   if (!co_await client_->readBody(req)) {  // 413, a malformed chunked body, 408, or the client left
@@ -81,8 +79,7 @@ asio::awaitable<bool> Exchange::serve(Request& req) {
   deadline_.clear();  // (the head's and the body's time is over)
   bool ok = co_await dispatch(req);
   stopWatch();  // no watcher outlives its request (it would read the next one)
-  countAiRequest();
-  if (w_.opts.access_log) logAccess();
+  countAndLog();
   rq_.end(kKeepBufferBytes);
   pdAfterRequest();
   co_return ok && !client_gone_;
@@ -110,9 +107,7 @@ asio::awaitable<void> Exchange::runStream(std::string request) {
                              : 0;
       if (hn < 0) {
         begin();
-        co_await sendError(perr.status, "bad_request", perr.reason, {}, true);
-        countAiRequest();
-        if (w_.opts.access_log) logAccess();
+        co_await refuseHead(perr);
       } else if (hn > 0 &&
                  (req.head.body_kind == http::BodyKind::kLength ||
                   req.head.body_kind == http::BodyKind::kNone) &&
@@ -138,6 +133,11 @@ asio::awaitable<void> Exchange::runStream(std::string request) {
   ClientSide& client = *client_;
   detachClient();
   client.finish(complete);
+}
+
+asio::awaitable<void> Exchange::refuseHead(const http::ParseError& perr) {
+  co_await sendError(perr.status, "bad_request", perr.reason, {}, true);
+  countAndLog();
 }
 
 void Exchange::clientLeft() {

@@ -86,16 +86,13 @@ class Exchange : public std::enable_shared_from_this<Exchange>, private LegObser
   bool clientGone() const { return client_gone_; }
   bool relayCut() const { return relay_cut_; }  // an answer was cut short (no TLS close_notify)
 
-  // For the connection's own answers (a malformed head, a body refused or timed out): the
-  // answer in the request's API shape, and the request's counting and log line.
+  // An error answer in the request's API shape (the connection's own too: a body refused).
   // retry_after_s > 0: a Retry-After header (429 of a key's rate limit).
   asio::awaitable<void> sendError(int status, std::string_view code, std::string_view msg,
                                   std::string_view param = {}, bool close = false,
                                   int64_t retry_after_s = 0);
-  void countAiRequest();  // loxilb_ai_requests_total, once per request (metrics/ai_requests.h)
-  void logAccess();
-  void takeRequestId(const http::RequestHead& head);  // (dispatch.cc)
-  int answeredStatus() const { return rq_.outcome.status; }
+  // A head the parser refused (after begin()): its 4xx, and the request counted and logged.
+  asio::awaitable<void> refuseHead(const http::ParseError& perr);
   // The client watcher stops (no watcher outlives the wait it was for: it would read the next
   // request).
   void stopWatch();
@@ -241,7 +238,14 @@ class Exchange : public std::enable_shared_from_this<Exchange>, private LegObser
   asio::awaitable<int> spliceBody(RelayFraming& f, const Route& route, RelayCut& cut);
   bool abandonRelay(RelayCut why);  // counted in kvgate_relay_cuts_total{reason}
   void releaseRequestBytes();
+  void takeRequestId(const http::RequestHead& head);  // (dispatch.cc)
   // exchange_io.cc
+  void countAiRequest();  // loxilb_ai_requests_total, once per request (metrics/ai_requests.h)
+  void logAccess();
+  void countAndLog() {  // a request that ends here (--access-log: its line)
+    countAiRequest();
+    if (w_.opts.access_log) logAccess();
+  }
   void onDeadline();
   void onUpstreamWait() override;
   void onTick();
