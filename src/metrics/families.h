@@ -59,6 +59,11 @@ inline const Family kKvSpeculativeHits{"kvgate_kv_speculative_hits_total", Type:
 inline const Family kStageFallthrough{"kvgate_routing_fallthrough_total", Type::kCounter,
     "Routing stages that did not decide, by rule, stage and reason (all_excluded, empty_pool, "
     "no_key); stage \"none\" counts requests no stage could place.", {"rule", "stage", "reason"}};
+inline const Family kRoutingFiltered{"kvgate_routing_filtered_total", Type::kCounter,
+    "Endpoints a rule's candidate filters dropped from a request's candidates before any routing "
+    "stage ran, by rule and filter (healthy, breaker, controller, pd_role; each drop under the "
+    "first filter that dropped it); every filter of the rule's chain is listed, 0 included.",
+    {"rule", "filter"}};
 inline const Family kDecisionSeconds{"kvgate_routing_decision_seconds", Type::kHistogram,
     "Time the routing pipeline took to decide, per rule (buckets 1 us .. 60 ms).", {"rule"}};
 inline const Family kRequestsRefused{"kvgate_requests_refused_total", Type::kCounter,
@@ -389,7 +394,7 @@ inline const std::vector<const Family*>& allFamilies() {
       &kRequests,          &kUnrouted,      &kUpstreamLatency,    &kStreamTtft,
       &kSelectorDecisions, &kSpills,        &kTier15Hits,         &kTier15Spills,
       &kTier15ColdSeeds,   &kTier15MissReason, &kTier15Fallthrough, &kKvSpeculativeCredits,
-      &kKvSpeculativeHits, &kStageFallthrough, &kPdTierSelected, &kPdPrefillRedone, &kAdmissionDecisions,
+      &kKvSpeculativeHits, &kStageFallthrough, &kRoutingFiltered, &kPdTierSelected, &kPdPrefillRedone, &kAdmissionDecisions,
       &kAdmissionInflight, &kAdmissionQueued, &kAdmissionLimit,
       &kDecisionSeconds,
       &kActiveConnections, &kActiveStreams, &kTlsHandshakes, &kTlsClientCerts, &kQuotaPromptCounts,

@@ -179,7 +179,8 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   stats->routing_knobs.clear();
   const nlohmann::json effective = routing::effectiveRouting(rule, routingEnv());
   for (auto& [k, v] : effective.items())
-    if (k != "stages") stats->routing_knobs.emplace_back(k, v.is_string() ? v.get<std::string>() : v.dump());
+    if (k != "stages" && k != "candidateFilters")
+      stats->routing_knobs.emplace_back(k, v.is_string() ? v.get<std::string>() : v.dump());
   stats->rule = rule.name.empty() ? rule.key() : rule.name;
   stats->model = rule.model_name;
   stats->selector = config::selectorName(rule.sel);
@@ -201,6 +202,8 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_, kv_overlay_,
                                   stageNames(rule), stats->pipeline, routing_env_);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
+  route->eligibility = routing::Eligibility(rule);
+  stats->candidate_filters = route->eligibility.names();
   route->kv_block_tokens = static_cast<uint32_t>(rule.service_args.value("kvBlockSize", 16));
   route->filters = requestFilters(rule);
   if (rule.service_args.value("pd_disagg_mode", false)) {

@@ -124,8 +124,9 @@ class Exchange : public std::enable_shared_from_this<Exchange>, private LegObser
                          std::string& out, size_t& host_at, bool identity = false,
                          const char* leg_role = "");
   static void setUpstreamHost(std::string& head, size_t host_at, std::string_view label);
-  void maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role,
-                     bool draining = true) const;
+  // The rule's candidate filters (routing/eligibility/eligibility.h) into `excluded`.
+  void filterCandidates(const Route& route, std::vector<bool>& excluded, int role,
+                        bool draining = true) const;
   int64_t nowNs() const;  // the data plane's clock
   // timeoutMemberConnect (0 = 500 ms) and timeoutMemberData (0 = --upstream-data-timeout-ms).
   static std::chrono::milliseconds connectTimeout(const config::RuleSpec& rule) {

@@ -61,26 +61,10 @@ void Exchange::setUpstreamHost(std::string& head, size_t host_at, std::string_vi
   head.insert(host_at, std::string(kHostName).append(label).append("\r\n"));
 }
 
-// The health mask every stage honours: down endpoints, open breakers, the external controller's
-// DISABLED endpoints (and, with `draining`, its DRAINING ones), and (role >= 0) endpoints of
-// another ep_role.
-void Exchange::maskUnhealthy(const Route& route, std::vector<bool>& excluded, int role,
-                             bool draining) const {
-  const size_t n = route.endpoints.size();
-  excluded.assign(n, false);
-  const bool cb = route.rule.cb_enable;
-  const int64_t now = nowNs();
-  for (size_t i = 0; i < n; ++i) {
-    const auto& e = route.endpoints[i];
-    const auto& h = e.state->health;
-    excluded[i] = !h.up() || (cb && h.breaker() == endpoints::BreakerState::kOpen) ||
-                  (role >= 0 && e.role != role);
-    if (!excluded[i] && e.state->ctl_interval_ns.load(std::memory_order_relaxed) != 0) {
-      const auto s = e.state->controller(now).state;
-      excluded[i] = s == endpoints::ControllerState::kDisabled ||
-                    (draining && s == endpoints::ControllerState::kDraining);
-    }
-  }
+void Exchange::filterCandidates(const Route& route, std::vector<bool>& excluded, int role,
+                                bool draining) const {
+  route.eligibility.apply(route.endpoints, {nowNs(), role, draining}, excluded,
+                          &route.stats->eligibility);
 }
 
 int64_t Exchange::nowNs() const {
@@ -348,7 +332,7 @@ asio::awaitable<bool> Exchange::forward(const Request& req, const Route& route,
     if (home.empty())
       route.stats->response_pins[2].fetch_add(1, std::memory_order_relaxed);  // routed as any
   }
-  maskUnhealthy(route, rq_.excluded, role, /*draining=*/home.empty());
+  filterCandidates(route, rq_.excluded, role, /*draining=*/home.empty());
   if (!home.empty()) {
     auto& pins = route.stats->response_pins;
     size_t at = n;

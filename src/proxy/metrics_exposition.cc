@@ -1,5 +1,7 @@
 // DataPlane::renderMetrics: walks the rule stats, listeners and endpoint states (control thread)
 // and writes every family of metrics/families.h, in that list's order.
+#include <algorithm>
+
 #include "common/log.h"
 #include "kv/speculative.h"
 #include "l4/l4_plane.h"
@@ -182,6 +184,16 @@ void DataPlane::renderRoutingMetrics(metrics::TextWriter& w) const {
       if (uint64_t v = p.no_pick.load())
         w.sample(kStageFallthrough,
                  {{"rule", st->rule}, {"stage", prefix + "none"}, {"reason", "no_pick"}},
+                 static_cast<double>(v));
+    }
+  w.header(kRoutingFiltered);
+  const auto filters = routing::candidateFilters();
+  for (auto& [key, st] : rule_stats_)
+    for (size_t f = 0; f < filters.size(); ++f) {
+      const uint64_t v = st->eligibility.dropped[f].load();
+      const auto& chain = st->candidate_filters;
+      if (v > 0 || std::find(chain.begin(), chain.end(), filters[f].name) != chain.end())
+        w.sample(kRoutingFiltered, {{"rule", st->rule}, {"filter", filters[f].name}},
                  static_cast<double>(v));
     }
   w.header(kDecisionSeconds);

@@ -327,10 +327,12 @@ void Exchange::countTier(const Route& route, int stage) {
 
 int Exchange::pickDecode(const routing::RequestContext& rctx, const Route& route,
                          endpoints::EndpointLease& lease) {
-  const int64_t now = nowNs();  // a new decode session: not on the controller's DRAINING ones
-  for (size_t i = 0; i < route.endpoints.size(); ++i)
-    if (route.endpoints[i].state->controller(now).state == endpoints::ControllerState::kDraining)
-      pd_->decode_excluded[i] = true;
+  // A new decode session: not on the controller's DRAINING ones (the decode mask was made with
+  // draining off, for a pinned conversation; its drops were counted then).
+  std::vector<bool> draining;
+  route.eligibility.apply(route.endpoints, {nowNs(), 2, /*draining=*/true}, draining, nullptr);
+  for (size_t i = 0; i < draining.size(); ++i)
+    if (draining[i]) pd_->decode_excluded[i] = true;
   routing::CandidateSet c{route.endpoints, pd_->decode_excluded};
   const bool cb = route.rule.cb_enable;
   for (size_t attempt = 0; attempt < route.endpoints.size(); ++attempt) {
@@ -803,8 +805,8 @@ asio::awaitable<bool> Exchange::forwardPd(const Request& req, const Route& route
   rq_.cycle.beginRouting();
   rctx.cycle = &rq_.cycle;
   // DRAINING endpoints stay for now: Tier 0 may still send a pinned conversation there.
-  maskUnhealthy(route, rq_.excluded, 1, false);
-  maskUnhealthy(route, st.decode_excluded, 2, false);
+  filterCandidates(route, rq_.excluded, 1, false);
+  filterCandidates(route, st.decode_excluded, 2, false);
   routing::CandidateSet cands{route.endpoints, rq_.excluded};
   rq_.last_error.clear();
   const bool cb = route.rule.cb_enable;

@@ -18,6 +18,7 @@
 #include "proxy/filters/filter_chain.h"
 #include "proxy/rule_stats.h"
 #include "proxy/tokenize_local.h"
+#include "routing/eligibility/eligibility.h"
 #include "routing/pipeline.h"
 
 namespace kvgate::http {
@@ -31,6 +32,7 @@ struct Route {
   std::vector<routing::PoolEndpoint> endpoints;
   std::vector<tcp::endpoint> addresses;         // one per endpoint, same order
   std::unique_ptr<routing::Pipeline> pipeline;  // null when the rule's selector is inactive
+  routing::Eligibility eligibility;  // the candidate filters every pick honours, before any stage
   uint32_t needs = 0;                           // FactNeeds of the pipeline's stages
   uint32_t kv_block_tokens = 16;                // kvBlockSize (queued prefill in tokens)
   std::shared_ptr<RuleStats> stats;             // survives snapshots (kept by rule key)

@@ -17,6 +17,7 @@
 #include "proxy/overload.h"
 #include "proxy/response_homes.h"
 #include "proxy/tokenize_local.h"
+#include "routing/eligibility/eligibility.h"
 #include "routing/pipeline.h"
 #include "routing/stages/prefix_trie.h"
 #include "routing/stages/session_table.h"
@@ -54,6 +55,9 @@ struct RuleStats {
   std::shared_ptr<routing::PipelineStats> pipeline = std::make_shared<routing::PipelineStats>();
   // P/D rules: the decode pick's and the any-healthy rescue's pipelines (null otherwise).
   std::shared_ptr<routing::PipelineStats> decode_pipeline, rescue_pipeline, pooling_pipeline;
+  // Endpoints the candidate filters dropped, by filter (routing/eligibility/eligibility.h).
+  routing::EligibilityStats eligibility;
+  std::vector<std::string> candidate_filters;  // the rule's chain now (its names)
   // Single-leg rules: which endpoint answered each Responses API response (response_homes.h).
   std::shared_ptr<ResponseHomes> response_homes;
   // previous_response_id (response_homes.h): [0] ids remembered, [1] requests pinned to the

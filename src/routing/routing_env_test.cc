@@ -94,7 +94,8 @@ TEST(RuleProfile, EffectiveBlockNamesStagesAndWhereTheLawCameFrom) {
   config::RuleSpec plain;  // sel 0, nothing else
   plain.service_args = nlohmann::json::object();
   j = effectiveRouting(plain, defaultRoutingEnv());
-  EXPECT_EQ(j, nlohmann::json({{"stages", {"rr"}}}));
+  EXPECT_EQ(j,
+            nlohmann::json({{"stages", {"rr"}}, {"candidateFilters", {"healthy", "controller"}}}));
   config::RuleSpec pd;
   pd.service_args = {{"pd_disagg_mode", true}, {"pd_cache_aware_mode", true}};
   j = effectiveRouting(pd, defaultRoutingEnv());

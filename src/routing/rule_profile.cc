@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "routing/eligibility/eligibility.h"
 #include "routing/stage_registry.h"
 #include "routing/stages/kv_exact.h"
 
@@ -134,7 +135,7 @@ std::optional<config::ScoringProfileSpec> lawAsProfile(const LawParams& law) {
 
 nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& env) {
   const auto names = stageNames(rule);
-  nlohmann::json out = {{"stages", names}};
+  nlohmann::json out = {{"stages", names}, {"candidateFilters", Eligibility(rule).names()}};
   withAdmission(out, rule, env);
   auto has = [&](std::string_view n) { return std::find(names.begin(), names.end(), n) != names.end(); };
   if (has("kv_exact")) {

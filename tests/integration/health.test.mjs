@@ -24,6 +24,9 @@ describe('health and resilience', () => {
     while (Date.now() < end) { if (await fn()) return true; await sleep(50); }
     return false;
   };
+  // kvgate_routing_filtered_total of the rule on `port` (candidate filters, routing/eligibility).
+  const filtered = (port, filter) => metric(new RegExp(
+    `^kvgate_routing_filtered_total\\{rule="[^"]*:${port}[^"]*",filter="${filter}"\\} (\\d+)$`, 'm'));
   async function send(url, n) {
     const statuses = [];
     for (let i = 0; i < n; i++) {
@@ -49,13 +52,18 @@ describe('health and resilience', () => {
     const up = (v) => async () => (await metric(new RegExp(`^kvgate_endpoint_up\\{endpoint="${label.replace(/\./g, '\\.')}"\\} (\\d)$`, 'm'))) === v;
     await sims[1].stop();
     assert.ok(await waitFor(up(0)), 'probe never marked the killed worker down');
+    assert.equal(await filtered(port, 'healthy'), 0);
     assert.deepEqual(await send(url, 20), Array(20).fill(200));
+    // Each of the 20 requests had the down worker dropped by the `healthy` candidate filter.
+    assert.equal(await filtered(port, 'healthy'), 20);
+    assert.equal(await filtered(port, 'breaker'), null, 'no breaker filter on a rule without cb_enable');
     // Back on the same port: probes pass and it takes traffic again.
     sims[1] = await startSim(['--port', String(ws[1].port)]);
     assert.ok(await waitFor(up(1)), 'probe never brought the worker back');
     const before = (await simMetrics(ws[1])).kvgate_sim_requests_total || 0;
     assert.deepEqual(await send(url, 30), Array(30).fill(200));
     assert.equal(((await simMetrics(ws[1])).kvgate_sim_requests_total || 0) - before, 10);
+    assert.equal(await filtered(port, 'healthy'), 20, 'a worker back up is not dropped');
     await api(gw.api, 'DELETE', `${BASE}/externalipaddress/127.0.0.1/port/${port}/protocol/tcp`);
     for (const s of sims) await s.stop();
   });
@@ -69,6 +77,9 @@ describe('health and resilience', () => {
       endpoints: [a, b].map((w) => ({ endpointIP: w.host, targetPort: w.port, weight: 1 })),
     });
     assert.equal(r.status, 200, r.text);
+    const rules = (await api(gw.api, 'GET', `${BASE}/all`)).json.lbAttr;
+    const eff = rules.find((x) => x.serviceArguments.port === port).effective;
+    assert.deepEqual(eff.candidateFilters, ['healthy', 'breaker', 'controller']);
     const url = `http://127.0.0.1:${port}`;
     await fetch(`${a.url}/sim/fault`, { method: 'POST', body: '{"fail_requests":3,"fail_status":503}' });
     // Round-robin alternates a, b: a answers 503 three times (relayed, not retried).
@@ -76,13 +87,20 @@ describe('health and resilience', () => {
     const labelA = `127.0.0.1:${a.port}`.replace(/\./g, '\\.');
     const state = () => metric(new RegExp(`^kvgate_endpoint_breaker_state\\{endpoint="${labelA}"\\} (\\d)$`, 'm'));
     assert.equal(await state(), 1, 'breaker should be open');
+    // The sixth request came after the third 503 opened a's breaker: a was not its candidate.
+    assert.equal(await filtered(port, 'breaker'), 1);
     const aBefore = (await simMetrics(a)).kvgate_sim_requests_total;
     assert.deepEqual(await send(url, 8), Array(8).fill(200));
     assert.equal((await simMetrics(a)).kvgate_sim_requests_total, aBefore, 'open breaker still sent traffic');
+    // The `breaker` candidate filter dropped a from each of those 8 requests too (origin 5xx do
+    // not mark it down: `healthy` dropped nothing).
+    assert.equal(await filtered(port, 'breaker'), 9);
+    assert.equal(await filtered(port, 'healthy'), 0);
     await sleep(700);  // --cb-open-ms 600
     assert.equal(await state(), 2, 'breaker should be half-open after its window');
     assert.deepEqual(await send(url, 8), Array(8).fill(200));
     assert.equal(await state(), 0, 'a successful trial should close the breaker');
+    assert.equal(await filtered(port, 'breaker'), 9, 'a half-open endpoint is a candidate (its trial)');
     assert.ok((await simMetrics(a)).kvgate_sim_requests_total - aBefore >= 3, 'a is back in rotation');
     for (const [to, n] of [['open', 1], ['half_open', 1], ['closed', 1]]) {
       assert.equal(await metric(new RegExp(`^kvgate_endpoint_breaker_transitions_total\\{endpoint="${labelA}",to="${to}"\\} (\\d+)$`, 'm')), n, to);

@@ -99,7 +99,9 @@ test('two gateways share one kvgate index and keep one gateway\'s hit rate', asy
   t.after(() => { try { proc.kill('SIGCONT'); } catch { /* gone */ } });
   const before = await fall(g1, 'remote_timeout');
   await complete(`http://127.0.0.1:${ports.g1}`, Array.from({ length: 40 }, (_, j) => 7000000 + j));
-  assert.equal(await fall(g1, 'remote_timeout'), before + 1);
+  const reasons = async () => (await scrapeMetrics(g1.api)).filter((s) => s.name === 'kvgate_routing_fallthrough_total')
+    .map((s) => `${s.labels.rule}/${s.labels.stage}/${s.labels.reason}=${s.value}`).join(' ');
+  assert.equal(await fall(g1, 'remote_timeout'), before + 1, await reasons());
   proc.kill('SIGCONT');
   // An index address nobody listens on: remote_error, served anyway.
   const deadPort = await freePort();
