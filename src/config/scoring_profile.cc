@@ -112,7 +112,8 @@ std::optional<ScoringProfileSpec> builtin(std::string_view name) {
     s.scorers = {part("predict", 1)};
     s.score_misses = false;
     s.cold_start_seeding = true;
-  } else if (name == "predict-q") {  // the default law: predict, misses to the least queued
+  } else if (name == "predict-q") {  // the default law: predict, misses to the least queued (then
+                                     // least recently picked)
     s.scorers = {part("predict_q", 1)};
     s.cold_start_seeding = true;  // (as the law: on hits)
   } else if (name == "hard" || name == "adaptive" || name == "taper") {

@@ -60,13 +60,19 @@ struct EndpointState {
         port(port_),
         label(ip.find(':') != std::string::npos ? "[" + ip + "]:" + std::to_string(port)
                                                 : ip + ":" + std::to_string(port)),
+        clock(clock),
         health(clock) {}
   const EndpointId id;
   const std::string ip;
   const uint16_t port;
   const std::string label;  // "ip:port" for logs and metrics
 
+  const common::Clock& clock;      // (the health windows' and the last pick's)
   std::atomic<int64_t> active{0};  // requests in flight through this gateway
+  // When a request was last given to it (its lease taken): predict-q's miss rule sends a prompt
+  // nobody holds, among equally queued endpoints, to the one picked least recently, whose queued
+  // prefill started first.
+  std::atomic<int64_t> last_pick_ns{0};
   std::atomic<int64_t> queued{0};  // requests the admission gate parked for this endpoint
   AdmissionQueue admission;        // those requests, first come first served
   ActiveBlockSet active_set;       // their distinct blocks (rules with the dynamo law only)

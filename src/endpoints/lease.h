@@ -19,10 +19,13 @@ class EndpointLease {
   EndpointLease() = default;
   EndpointLease(EndpointState& s, bool trial) : s_(&s), trial_(trial) {
     s.active.fetch_add(1, std::memory_order_relaxed);
+    s.last_pick_ns.store(s.clock.nowNs(), std::memory_order_relaxed);
   }
   // Takes over a slot the admission queue handed to a parked request (already counted).
   struct Adopt {};
-  EndpointLease(EndpointState& s, bool trial, Adopt) : s_(&s), trial_(trial) {}
+  EndpointLease(EndpointState& s, bool trial, Adopt) : s_(&s), trial_(trial) {
+    s.last_pick_ns.store(s.clock.nowNs(), std::memory_order_relaxed);
+  }
   EndpointLease(EndpointLease&& o) noexcept
       : s_(o.s_),
         trial_(o.trial_),

@@ -76,7 +76,8 @@ Conversion apiPromptFacts(std::string_view body, uint32_t needs, size_t prefix_b
   rq.api_body = form.chat.dump();
   const size_t len = rq.api_body.size();
   rq.api_body.reserve(len + kFactsPadding);  // the facts parser reads in place
-  routing::RequestFacts& chat = rq.api_facts;
+  if (!rq.api_facts) rq.api_facts = std::make_unique<routing::RequestFacts>();
+  routing::RequestFacts& chat = *rq.api_facts;
   chat.clear();
   if (parseFacts(rq.api_body.data(), len, rq.api_body.capacity(), want, prefix_bytes, chat,
                  chat_max_bytes) != FactsStatus::kOk)

@@ -139,9 +139,11 @@ struct RequestCtx {
   // engine's (tokenize_local.h): what the gateway computed, and the engine's answer so far.
   std::unique_ptr<TokenizeAnswer> tok_check;
   std::string tok_capture;
-  // Scratch of an API read in another form (api_facts.h): the converted body and its facts.
+  // Scratch of an API read in another form (api_facts.h): the converted body and its facts
+  // (made by the first such request: an exchange that only sees OpenAI-style requests, such as
+  // most HTTP/2 streams, does not carry them).
   std::string api_body;
-  routing::RequestFacts api_facts;
+  std::unique_ptr<routing::RequestFacts> api_facts;
   // Its OpenTelemetry trace (serve --otlp-endpoint; request_trace.h): off unless sampled.
   RequestTrace trace;
 
@@ -202,7 +204,7 @@ struct RequestCtx {
     if (tok_capture.capacity() > keep_bytes) std::string().swap(tok_capture);
     if (api != Api::kOpenAi) {  // (only another API's requests use the scratch)
       if (api_body.capacity() > keep_bytes) std::string().swap(api_body);
-      api_facts.shrink(keep_bytes);
+      if (api_facts) api_facts->shrink(keep_bytes);
     }
   }
 };

@@ -531,6 +531,7 @@ TEST(ScoringProfile, BuiltinProfilesAndLawProfileFormsAgreeWithTheLaws) {
           x.capacity = below(3) == 0 ? 0 : 1000 + static_cast<double>(below(100000));
         }
         x.started = static_cast<uint32_t>(below(x.load + 1));  // streams past their first token
+        x.last_pick_ns = static_cast<int64_t>(below(narrow ? 3 : 1000000));  // (0: never)
       }
       LawParams lp = base;
       lp.block_tokens = below(2) ? 16 : 32;  // (llm-d-sticky's tau is in tokens)

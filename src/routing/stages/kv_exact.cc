@@ -259,6 +259,7 @@ class KvExactStage : public Stage {
       lc.started = static_cast<uint32_t>(
           std::clamp<int64_t>(st.started_streams.load(std::memory_order_relaxed), 0, UINT32_MAX));
       lc.prefill_rate = st.prefill_rate.tokensPerSecond();
+      lc.last_pick_ns = st.last_pick_ns.load(std::memory_order_relaxed);
       cands.push_back(lc);
       index_of.push_back(static_cast<int>(i));
     }
@@ -381,9 +382,10 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule, const RoutingEnv& en
                                     : ApiMode::kBoth;
   o.law = env.law;
   // The default law: predict-q on single-pool (kvExactMode 3) rules (issue 29: predict on held
-  // prompts, misses to the least queued prefill; over three seeds of GSP and one-tool agentic
-  // sessions at most 1.07x the best arm at every rung, where predict, which left misses to the
-  // rule's selector, was up to 1.57x; docs/benchmarks.md "predict-q over seeds"); the seed's
+  // prompts, misses to the least queued prefill, equal queues to the endpoint picked least
+  // recently (docs/benchmarks.md "predict-q's miss rule"); over three seeds of GSP and one-tool
+  // agentic sessions at most 1.07x the best arm at every rung, where predict, which left misses to
+  // the rule's selector, was up to 1.57x; docs/benchmarks.md "predict-q over seeds"); the seed's
   // hard on P/D rules (kvExactMode 1), whose prefill pool the seed's ladder was tuned for.
   o.law.mode = sa.value("kvExactMode", 0) == 3 ? LawMode::kPredictQ : LawMode::kHard;
   o.law.block_tokens = o.block_size;

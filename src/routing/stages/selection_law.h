@@ -142,8 +142,8 @@ enum class LawMode : uint8_t {
   kTaper,     // an extension: hard with a cap factor that tightens as the workers fill
   kTtft,      // an extension: argmin of estimated time to first token (queued prefill + own)
   kPredict,   // an extension: new prefill x batch / capacity share
-  kPredictQ,  // an extension: predict, and a prompt nobody holds to the least queued prefill;
-              // the default of mode 3 rules
+  kPredictQ,  // an extension: predict, and a prompt nobody holds to the least queued prefill
+              // (equal queues: the endpoint picked least recently); the default of mode 3 rules
   // Re-implementations of peers' published policies over the same inputs (not their code):
   kLmetric,     // "lmetric"
   kDynamo,      // "dynamo" (its cost before 1.x: no queued prefill)
@@ -187,6 +187,8 @@ struct LawCandidate {
   // The endpoint's prefill throughput estimated online (endpoints/prefill_rate.h), tokens/s;
   // 0 unknown (the prefix_affinity filter's tauSeconds).
   double prefill_rate = 0;
+  // When this gateway last gave it a request (steady ns; 0 never): predict-q's miss rule.
+  int64_t last_pick_ns = 0;
 };
 
 // What the laws (and the scoring parts that reproduce them) count over a candidate set: the

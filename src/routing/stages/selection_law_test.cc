@@ -176,13 +176,32 @@ TEST(SelectionLaw, DynamoIsUncachedPrefillPlusDecodeBlocks) {
 }
 
 // predict-q: predict on a held prompt; a prompt nobody holds to the least queued prefill, ties
-// to less load, then the rotating cursor.
+// to the endpoint picked least recently, then less load, then the rotating cursor.
 TEST(SelectionLaw, PredictQPlacesMissesByQueuedPrefill) {
   LawParams p{LawMode::kPredictQ};
   p.prompt_blocks = 10;
   auto q = pending;
-  // Nobody holds it: queued 30, 5, 5 blocks, loads 0, 2, 1: endpoint 2 (5, then load 1 < 2).
+  // Nobody holds it: queued 30, 5, 5 blocks, loads 0, 2, 1, never picked: endpoint 2 (5, then
+  // load 1 < 2).
   EXPECT_EQ(run({q(cand(0, 0), 30), q(cand(0, 2), 5), q(cand(0, 1), 5)}, p).index, 2);
+  // The same, endpoint 1 picked at t=100, endpoint 2 at t=200: endpoint 1, whose queued prefill
+  // began first, though it carries more load.
+  auto at = [](LawCandidate c, int64_t t) {
+    c.last_pick_ns = t;
+    return c;
+  };
+  EXPECT_EQ(run({q(cand(0, 0), 30), at(q(cand(0, 2), 5), 100), at(q(cand(0, 1), 5), 200)}, p).index,
+            1);
+  // Four equally queued endpoints picked at 400, 100, 300, 200: endpoint 1, then (once picked
+  // at 500) endpoint 3: round-robin's order when the prompts are alike.
+  std::vector<LawCandidate> four = {at(q(cand(0, 1), 64), 400), at(q(cand(0, 1), 64), 100),
+                                    at(q(cand(0, 1), 64), 300), at(q(cand(0, 1), 64), 200)};
+  EXPECT_EQ(run(four, p).index, 1);
+  four[1].last_pick_ns = 500;
+  EXPECT_EQ(run(four, p).index, 3);
+  // Empty queues: the pick order is not read (the request starts at once anywhere); the less
+  // loaded takes it: loads 3, 1, 2 picked at 100, 300, 200: endpoint 1.
+  EXPECT_EQ(run({at(cand(0, 3), 100), at(cand(0, 1), 300), at(cand(0, 2), 200)}, p).index, 1);
   // All equal: the cursor takes turns.
   p.rotate = 1;
   EXPECT_EQ(run({cand(0, 0), cand(0, 0), cand(0, 0)}, p).index, 1);

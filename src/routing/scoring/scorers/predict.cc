@@ -9,8 +9,9 @@
 // batch, the lmetric law with decodeWeight 1 and batchOffset 1). predict_q: predict on a prompt
 // some candidate holds; when no candidate holds any of it (every candidate the stage passes,
 // filters or not, as the law and the stage judge a miss), the predict-q law's miss rule: the least
-// queued prefill (pending_blocks, min-max, lower better), so equal queues tie and the picker's
-// order (less load, then its cursor) decides, as the law's.
+// queued prefill (pending_blocks), then, among candidates with prefill queued, the one picked
+// least recently (last_pick_ns), as one min-max value (lower better); what still ties (empty
+// queues among them) is the picker's (less load, then its cursor), as the law's.
 #include <algorithm>
 #include <memory>
 
@@ -33,8 +34,23 @@ class PredictScorer : public Scorer {
       bool held = false;
       for (size_t i = 0; i < r.c.size() && !held; ++i) held = r.c[i].overlap > 0;
       if (!held) {
+        // The queue, then, where prefill is queued, how recently the candidate was picked (its
+        // rank among the kept ones: 0 the least recent), as one value: the law's order, ties
+        // (empty queues among them) left to the picker.
+        const size_t n = r.c.size();
+        auto recency = [&](size_t i) {
+          size_t rank = 0;
+          for (size_t j = 0; j < n; ++j)
+            rank += keep[j] && r.c[j].last_pick_ns < r.c[i].last_pick_ns;
+          return double(rank);
+        };
         minMax(
-            keep, out, [&](size_t i) { return double(r.c[i].pending_blocks); }, true);
+            keep, out,
+            [&](size_t i) {
+              const double q = double(r.c[i].pending_blocks);
+              return q > 0 ? q * double(n) + recency(i) : 0.0;
+            },
+            true);
         return;
       }
     }
