@@ -61,8 +61,10 @@ inline const Family kStageFallthrough{"kvgate_routing_fallthrough_total", Type::
     "no_key); stage \"none\" counts requests no stage could place.", {"rule", "stage", "reason"}};
 inline const Family kRoutingFiltered{"kvgate_routing_filtered_total", Type::kCounter,
     "Endpoints a rule's candidate filters dropped from a request's candidates before any routing "
-    "stage ran, by rule and filter (healthy, breaker, controller, pd_role; each drop under the "
-    "first filter that dropped it); every filter of the rule's chain is listed, 0 included.",
+    "stage ran, by rule and filter (healthy, breaker, controller; each drop under the first "
+    "filter that dropped it, once per leg of a P/D request; pd_role's drops, the other leg's "
+    "endpoints, are not counted); every counted filter of the rule's chain is listed, 0 "
+    "included.",
     {"rule", "filter"}};
 inline const Family kDecisionSeconds{"kvgate_routing_decision_seconds", Type::kHistogram,
     "Time the routing pipeline took to decide, per rule (buckets 1 us .. 60 ms).", {"rule"}};

@@ -192,6 +192,7 @@ void DataPlane::renderRoutingMetrics(metrics::TextWriter& w) const {
     for (size_t f = 0; f < filters.size(); ++f) {
       const uint64_t v = st->eligibility.dropped[f].load();
       const auto& chain = st->candidate_filters;
+      if (!filters[f].counted) continue;
       if (v > 0 || std::find(chain.begin(), chain.end(), filters[f].name) != chain.end())
         w.sample(kRoutingFiltered, {{"rule", st->rule}, {"filter", filters[f].name}},
                  static_cast<double>(v));

@@ -42,6 +42,7 @@
 #include "proxy/exchange.h"
 #include "proxy/pd/dialect.h"
 #include "proxy/request_keys.h"
+#include "routing/eligibility/filters.h"
 
 namespace kvgate::proxy {
 
@@ -328,11 +329,11 @@ void Exchange::countTier(const Route& route, int stage) {
 int Exchange::pickDecode(const routing::RequestContext& rctx, const Route& route,
                          endpoints::EndpointLease& lease) {
   // A new decode session: not on the controller's DRAINING ones (the decode mask was made with
-  // draining off, for a pinned conversation; its drops were counted then).
-  std::vector<bool> draining;
-  route.eligibility.apply(route.endpoints, {nowNs(), 2, /*draining=*/true}, draining, nullptr);
-  for (size_t i = 0; i < draining.size(); ++i)
-    if (draining[i]) pd_->decode_excluded[i] = true;
+  // draining off, for a pinned conversation; or DISABLED since), counted as the controller
+  // filter's drops.
+  routing::Eligibility::applyLater(routing::eligibility::kController, route.endpoints,
+                                   {nowNs(), 2, /*draining=*/true}, pd_->decode_excluded,
+                                   &route.stats->eligibility);
   routing::CandidateSet c{route.endpoints, pd_->decode_excluded};
   const bool cb = route.rule.cb_enable;
   for (size_t attempt = 0; attempt < route.endpoints.size(); ++attempt) {

@@ -26,7 +26,7 @@ describe('health and resilience', () => {
   };
   // kvgate_routing_filtered_total of the rule on `port` (candidate filters, routing/eligibility).
   const filtered = (port, filter) => metric(new RegExp(
-    `^kvgate_routing_filtered_total\\{rule="[^"]*:${port}[^"]*",filter="${filter}"\\} (\\d+)$`, 'm'));
+    `^kvgate_routing_filtered_total\\{rule="[^"]*:${port}/[^"]*",filter="${filter}"\\} (\\d+)$`, 'm'));
   async function send(url, n) {
     const statuses = [];
     for (let i = 0; i < n; i++) {

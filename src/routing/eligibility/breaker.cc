@@ -5,10 +5,10 @@
 
 namespace kvgate::routing::eligibility {
 
-const CandidateFilter kBreaker{
-    "breaker", [](const config::RuleSpec& rule) { return rule.cb_enable; },
-    [](const PoolEndpoint& e, const EligibilityContext&) {
-      return e.state->health.breaker() == endpoints::BreakerState::kOpen;
-    }};
+const CandidateFilter kBreaker{"breaker", true,
+                               [](const config::RuleSpec& rule) { return rule.cb_enable; },
+                               [](const PoolEndpoint& e, const EligibilityContext&) {
+                                 return e.state->health.breaker() == endpoints::BreakerState::kOpen;
+                               }};
 
 }  // namespace kvgate::routing::eligibility

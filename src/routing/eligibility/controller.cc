@@ -8,7 +8,7 @@
 namespace kvgate::routing::eligibility {
 
 const CandidateFilter kController{
-    "controller", [](const config::RuleSpec&) { return true; },
+    "controller", true, [](const config::RuleSpec&) { return true; },
     [](const PoolEndpoint& e, const EligibilityContext& ctx) {
       if (e.state->ctl_interval_ns.load(std::memory_order_relaxed) == 0) return false;
       const auto s = e.state->controller(ctx.now_ns).state;

@@ -17,9 +17,23 @@ void Eligibility::apply(std::span<const PoolEndpoint> endpoints, const Eligibili
       const size_t f = chain_[k];
       if (!all[f].drops(endpoints[i], ctx)) continue;
       excluded[i] = true;
-      if (stats) stats->dropped[f].fetch_add(1, std::memory_order_relaxed);
+      if (stats && all[f].counted) stats->dropped[f].fetch_add(1, std::memory_order_relaxed);
       break;
     }
+}
+
+void Eligibility::applyLater(const CandidateFilter& f, std::span<const PoolEndpoint> endpoints,
+                             const EligibilityContext& ctx, std::vector<bool>& excluded,
+                             EligibilityStats* stats) {
+  const auto all = candidateFilters();
+  size_t at = 0;
+  while (at < all.size() && all[at].name != f.name) ++at;
+  for (size_t i = 0; i < endpoints.size() && i < excluded.size(); ++i) {
+    if (excluded[i] || !f.drops(endpoints[i], ctx)) continue;
+    excluded[i] = true;
+    if (stats && f.counted && at < all.size())
+      stats->dropped[at].fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 std::vector<std::string> Eligibility::names() const {

@@ -5,13 +5,14 @@
 // (kvgate_routing_filtered_total{rule,filter}), so an operator sees why a pool narrowed.
 //
 // The filters (one file each, in registry.cc's order):
+// - pd_role: on a P/D rule (pd_disagg_mode), an endpoint of another ep_role than the leg being
+//   routed (prefill 1, decode 2, the role-less rescue 0). First, and not counted: the other
+//   role's endpoints are never this leg's candidates.
 // - healthy: the endpoint's active probe is down, or passive detection holds it down.
 // - breaker: its circuit breaker is OPEN (rules with cb_enable only). A HALF_OPEN endpoint stays:
 //   its single trial is taken when a stage picks it (endpoints/health.h).
 // - controller: the external controller's last word (endpoints/controller.h) is DISABLED, or
 //   DRAINING for a request that starts something new there (EligibilityContext::draining).
-// - pd_role: on a P/D rule, an endpoint of another ep_role than the leg being routed (prefill 1,
-//   decode 2, the role-less rescue 0).
 //
 // A rule's chain (which filters apply to it) is fixed when the rule is committed and shown in its
 // GET `effective` block as `candidateFilters` (routing/rule_profile.h). Adding a filter: one file
@@ -41,6 +42,9 @@ struct EligibilityContext {
 
 struct CandidateFilter {
   std::string_view name;  // metric label `filter`, the effective block's name
+  // Whether its drops are counted (pd_role's are not: every P/D request drops the other role's
+  // endpoints from each leg, which says nothing an operator acts on).
+  bool counted;
   // Whether the filter is in `rule`'s chain.
   bool (*applies)(const config::RuleSpec& rule);
   // True when endpoint `e` must not be picked for this request.
@@ -67,6 +71,13 @@ class Eligibility {
   // in `stats` (null: not counted) under the first filter that drops it.
   void apply(std::span<const PoolEndpoint> endpoints, const EligibilityContext& ctx,
              std::vector<bool>& excluded, EligibilityStats* stats) const;
+
+  // Filter `f` once more, later in the request, over the endpoints `excluded` still leaves (a P/D
+  // decode pick: the controller's DRAINING endpoints, which the decode mask kept for a pinned
+  // conversation); its drops are counted as apply() counts them.
+  static void applyLater(const CandidateFilter& f, std::span<const PoolEndpoint> endpoints,
+                         const EligibilityContext& ctx, std::vector<bool>& excluded,
+                         EligibilityStats* stats);
 
   // The chain's filter names, in order.
   std::vector<std::string> names() const;

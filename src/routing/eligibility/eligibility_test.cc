@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "routing/eligibility/filters.h"
 #include "routing/rule_profile.h"
 
 namespace kvgate::routing {
@@ -56,10 +57,10 @@ TEST(Eligibility, ChainsHoldTheFiltersThatApplyToTheRule) {
   EXPECT_EQ(Eligibility(rule(false, false)).names(), (V{"healthy", "controller"}));
   EXPECT_EQ(Eligibility(rule(true, false)).names(), (V{"healthy", "breaker", "controller"}));
   EXPECT_EQ(Eligibility(rule(true, true)).names(),
-            (V{"healthy", "breaker", "controller", "pd_role"}));
+            (V{"pd_role", "healthy", "breaker", "controller"}));
   // The rule's effective block names the same chain.
   const auto eff = effectiveRouting(rule(false, true), RoutingEnv{});
-  EXPECT_EQ(eff["candidateFilters"], (nlohmann::json{"healthy", "controller", "pd_role"}));
+  EXPECT_EQ(eff["candidateFilters"], (nlohmann::json{"pd_role", "healthy", "controller"}));
 }
 
 TEST(Eligibility, NothingDroppedOnAHealthyFleet) {
@@ -120,24 +121,46 @@ TEST(Eligibility, PdRoleKeepsTheLegsRoleOnPdRulesOnly) {
             (std::vector<bool>{false, false, false}));
 }
 
+uint64_t dropped(const EligibilityStats& st, std::string_view name) {
+  const auto all = candidateFilters();
+  for (size_t i = 0; i < all.size(); ++i)
+    if (all[i].name == name) return st.dropped[i].load();
+  ADD_FAILURE() << name;
+  return 0;
+}
+
 TEST(Eligibility, EachDropIsCountedOnceUnderTheFirstFilterThatMadeIt) {
-  Fleet f(3, {1, 2, 1});
-  f.eps[0].state->health.setProbeUp(false);  // down and of the other role: counted as healthy
-  f.controller(2, endpoints::ControllerState::kDisabled, 0, 10 * kSec);
+  Fleet f(4, {1, 2, 2, 2});
+  f.eps[0].state->health.setProbeUp(false);  // down, but a prefill endpoint: the decode leg's
+                                             // pd_role drops it, uncounted
+  f.eps[1].state->health.setProbeUp(false);  // down: healthy
+  f.controller(1, endpoints::ControllerState::kDisabled, 0, 10 * kSec);  // (healthy came first)
+  f.controller(2, endpoints::ControllerState::kDisabled, 0, 10 * kSec);  // controller
   const Eligibility e(rule(true, true));
   EligibilityStats st;
-  for (int k = 0; k < 2; ++k) run(e, f, {kSec, 2, true}, &st);
-  const auto all = candidateFilters();
-  auto dropped = [&](std::string_view name) {
-    for (size_t i = 0; i < all.size(); ++i)
-      if (all[i].name == name) return st.dropped[i].load();
-    ADD_FAILURE() << name;
-    return uint64_t{0};
-  };
-  EXPECT_EQ(dropped("healthy"), 2u);
-  EXPECT_EQ(dropped("breaker"), 0u);
-  EXPECT_EQ(dropped("controller"), 2u);
-  EXPECT_EQ(dropped("pd_role"), 0u);  // endpoint 1 is the decode one: kept
+  std::vector<bool> ex;
+  for (int k = 0; k < 2; ++k) e.apply(f.eps, {kSec, 2, true}, ex, &st);
+  EXPECT_EQ(ex, (std::vector<bool>{true, true, true, false}));
+  EXPECT_EQ(dropped(st, "healthy"), 2u);
+  EXPECT_EQ(dropped(st, "breaker"), 0u);
+  EXPECT_EQ(dropped(st, "controller"), 2u);
+  EXPECT_EQ(dropped(st, "pd_role"), 0u);  // (never counted)
+}
+
+TEST(Eligibility, ALaterFilterCountsOnlyWhatItNewlyDrops) {
+  // A P/D decode pick: the mask was made with DRAINING kept; the pick drops it then.
+  Fleet f(3, {2, 2, 2});
+  f.controller(0, endpoints::ControllerState::kDraining, 0, 10 * kSec);
+  f.controller(1, endpoints::ControllerState::kDisabled, 0, 10 * kSec);
+  const Eligibility e(rule(false, true));
+  EligibilityStats st;
+  std::vector<bool> ex;
+  e.apply(f.eps, {kSec, 2, /*draining=*/false}, ex, &st);
+  EXPECT_EQ(ex, (std::vector<bool>{false, true, false}));
+  EXPECT_EQ(dropped(st, "controller"), 1u);
+  Eligibility::applyLater(eligibility::kController, f.eps, {kSec, 2, true}, ex, &st);
+  EXPECT_EQ(ex, (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(dropped(st, "controller"), 2u);  // the DISABLED one is not counted twice
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 namespace kvgate::routing::eligibility {
 
 const CandidateFilter kHealthy{
-    "healthy", [](const config::RuleSpec&) { return true; },
+    "healthy", true, [](const config::RuleSpec&) { return true; },
     [](const PoolEndpoint& e, const EligibilityContext&) { return !e.state->health.up(); }};
 
 }  // namespace kvgate::routing::eligibility

@@ -14,6 +14,7 @@
 // queues among them) is the picker's (less load, then its cursor), as the law's.
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "config/scoring_profile.h"
 #include "routing/scoring/scorer.h"
@@ -38,19 +39,21 @@ class PredictScorer : public Scorer {
         // rank among the kept ones: 0 the least recent), as one value: the law's order, ties
         // (empty queues among them) left to the picker.
         const size_t n = r.c.size();
-        auto recency = [&](size_t i) {
-          size_t rank = 0;
-          for (size_t j = 0; j < n; ++j)
-            rank += keep[j] && r.c[j].last_pick_ns < r.c[i].last_pick_ns;
-          return double(rank);
-        };
+        std::vector<int64_t> picks;  // the kept candidates' pick times, sorted
+        picks.reserve(n);
+        for (size_t i = 0; i < n; ++i)
+          if (keep[i]) picks.push_back(r.c[i].last_pick_ns);
+        std::sort(picks.begin(), picks.end());
+        std::vector<double> value(n, 0.0);
+        for (size_t i = 0; i < n; ++i) {
+          const double q = double(r.c[i].pending_blocks);
+          if (!keep[i] || q == 0) continue;
+          const auto rank = std::lower_bound(picks.begin(), picks.end(), r.c[i].last_pick_ns) -
+                            picks.begin();  // kept candidates picked before it
+          value[i] = q * double(n) + double(rank);
+        }
         minMax(
-            keep, out,
-            [&](size_t i) {
-              const double q = double(r.c[i].pending_blocks);
-              return q > 0 ? q * double(n) + recency(i) : 0.0;
-            },
-            true);
+            keep, out, [&](size_t i) { return value[i]; }, true);
         return;
       }
     }
