@@ -61,6 +61,8 @@ const std::vector<FieldSpec>& serviceFields() {
       {"pd_session_ttl_sec", T::kInt, 0, 86400 * 30},
       {"pd_cache_threshold", T::kInt, 0, 100},
       {"pd_balance_abs_threshold", T::kInt, 0, 1000000},
+      // Extension: a P/D rule's prefill stages, in order (routing/stages/pd_ladder.h).
+      {"pdLadder", T::kStringArray},
       {"session_header_name", T::kString, 0, 256},
       // CHWBL.
       {"chwbl_prefix_hash_level", T::kInt, 1, 3},

@@ -1,5 +1,6 @@
 #include "config/rule.h"
 
+#include <algorithm>
 #include <set>
 
 #include "common/net.h"
@@ -99,6 +100,38 @@ bool isZero(const json& v) {
   return v.is_null() || (v.is_boolean() && !v.get<bool>()) ||
          (v.is_number_integer() && v.get<int64_t>() == 0) || (v.is_string() && v.empty()) ||
          ((v.is_object() || v.is_array()) && v.empty());
+}
+
+// A P/D rule's `pdLadder` (its prefill pick's stages, in order): stages of the seed's ladder, each
+// at most once, Tier 0 (session) first when listed, min_load (Tier 2, which always picks) last;
+// kv_exact exactly when kvExactMode is 1 (its subscriptions serve nothing else), prefix_trie
+// whenever pd_cache_aware_mode asks for it. One reading: a ladder and the flags never disagree.
+Result<void> checkPdLadder(const json& stored, bool pd, int kv_mode) {
+  auto it = stored.find("pdLadder");
+  if (it == stored.end() || it->is_null()) return {};
+  const std::string f = "serviceArguments.pdLadder";
+  if (!pd) return bad(f, "requires pd_disagg_mode");
+  static constexpr std::string_view kTiers[] = {"session", "prefix_trie", "kv_exact", "min_load"};
+  std::set<std::string> seen;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const std::string& n = (*it)[i].get_ref<const std::string&>();
+    if (std::find(std::begin(kTiers), std::end(kTiers), n) == std::end(kTiers))
+      return bad(
+          f, "'" + n + "' is not a P/D ladder stage (session, prefix_trie, kv_exact, min_load)");
+    if (!seen.insert(n).second) return bad(f, "'" + n + "' is listed twice");
+    if (n == "session" && i != 0)
+      return bad(f,
+                 "session (Tier 0) must come first: it decides which endpoints a new "
+                 "conversation may start on");
+  }
+  if (it->empty() || (*it)[it->size() - 1] != "min_load")
+    return bad(f, "must end with min_load (Tier 2, the stage that always picks)");
+  if (seen.count("kv_exact") && kv_mode != 1) return bad(f, "kv_exact requires kvExactMode 1");
+  if (!seen.count("kv_exact") && kv_mode == 1)
+    return bad(f, "kvExactMode 1 asks for kv_exact: list it, or drop kvExactMode");
+  if (!seen.count("prefix_trie") && getOr<bool>(stored, "pd_cache_aware_mode", false))
+    return bad(f, "pd_cache_aware_mode asks for prefix_trie: list it, or drop the flag");
+  return {};
 }
 
 }  // namespace
@@ -220,6 +253,7 @@ Result<RuleSpec> parseRule(const json& body) {
   if (kv_mode == 1 && !pd) return bad("serviceArguments.kvExactMode", "1 requires pd_disagg_mode");
   if (kv_mode == 3 && pd)
     return bad("serviceArguments.kvExactMode", "3 is for single-pool rules (no pd_disagg_mode)");
+  if (auto l = checkPdLadder(stored, pd, kv_mode); !l) return tl::unexpected(l.error());
   std::string engine = getOr<std::string>(stored, "kvEngineType", "vllm");
   if (engine == "llamacpp" && (pd || kv_mode != 0))
     return bad("serviceArguments.kvEngineType",

@@ -256,6 +256,58 @@ TEST(RuleParse, ScoringProfileOnTier15RulesOnly) {
   EXPECT_NE(r.error().what.find("'token_load' reads the queued prefill"), std::string::npos);
 }
 
+// pdLadder: a P/D rule's prefill stages as data. Stages of the seed's ladder, each once, Tier 0
+// first, min_load last, and never disagreeing with kvExactMode 1 or pd_cache_aware_mode.
+TEST(RuleParse, PdLadderIsTheSeedsStagesInAnOrderThatPicks) {
+  json pd = seedPd();  // (pd_cache_aware_mode and kvExactMode 1 set)
+  pd["serviceArguments"]["pdLadder"] = {"session", "prefix_trie", "kv_exact", "min_load"};
+  ASSERT_TRUE(parseRule(pd)) << parseRule(pd).error().what;
+  pd["serviceArguments"]["pdLadder"] = {"kv_exact", "prefix_trie", "min_load"};  // no Tier 0
+  EXPECT_TRUE(parseRule(pd));
+  json plain = seedPd();
+  plain["serviceArguments"].erase("pd_cache_aware_mode");
+  plain["serviceArguments"].erase("kvExactMode");
+  plain["serviceArguments"]["pdLadder"] = {"min_load"};
+  EXPECT_TRUE(parseRule(plain));
+  plain["serviceArguments"]["pdLadder"] = {"prefix_trie", "min_load"};  // asks for Tier 1 itself
+  EXPECT_TRUE(parseRule(plain));
+  struct Case {
+    json rule;
+    json ladder;
+    const char* says;
+  };
+  json single = simple();
+  const Case cases[] = {
+      {single, {"min_load"}, "requires pd_disagg_mode"},
+      {plain, json::array(), "must end with min_load"},
+      {plain, {"session"}, "must end with min_load"},
+      {plain, {"min_load", "session"}, "session (Tier 0) must come first"},
+      {plain, {"prefix_trie", "session", "min_load"}, "session (Tier 0) must come first"},
+      {plain, {"session", "session", "min_load"}, "'session' is listed twice"},
+      {plain, {"session", "rr"}, "'rr' is not a P/D ladder stage"},
+      {plain, {"session", "2", "min_load"}, "'2' is not a P/D ladder stage"},
+      {plain, {"kv_exact", "min_load"}, "kv_exact requires kvExactMode 1"},
+      {pd, {"prefix_trie", "min_load"}, "kvExactMode 1 asks for kv_exact"},
+      {pd, {"session", "kv_exact", "min_load"}, "pd_cache_aware_mode asks for prefix_trie"},
+      {plain, {"min_load", 3}, "must be an array of strings"},
+      {plain, "min_load", "must be an array"},
+      {plain, json(std::vector<std::string>(65, "min_load")), "at most 64"},
+  };
+  for (const auto& c : cases) {
+    json j = c.rule;
+    j["serviceArguments"]["pdLadder"] = c.ladder;
+    auto r = parseRule(j);
+    ASSERT_FALSE(r) << c.ladder.dump();
+    EXPECT_EQ(r.error().code, 400);
+    EXPECT_EQ(r.error().source, "serviceArguments.pdLadder") << c.ladder.dump();
+    EXPECT_NE(r.error().what.find(c.says), std::string::npos) << r.error().what;
+  }
+  plain["serviceArguments"]["pdLadder"] = nullptr;  // null: not set (the flags' ladder)
+  auto r = parseRule(plain);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->service_args.contains("pdLadder"));
+}
+
 TEST(RuleParse, ModeErrorMessageNamesTheMode) {
   json j = simple();
   j["serviceArguments"]["mode"] = 6;  // (upstream's old 6-aigw: gone)

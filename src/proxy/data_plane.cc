@@ -40,8 +40,8 @@ std::unique_ptr<routing::Pipeline> buildPipeline(
   if (names.empty()) return nullptr;
   routing::StageServices services{clock,     route.rule, route.endpoints, kv_index,
                                   kv_lookup, tokens,     overlay};
-  services.sessions = route.stats->sessions.get();
-  services.trie = route.stats->trie.get();
+  services.sessions = route.sessions.get();
+  services.trie = route.trie.get();
   services.env = env;
   auto p = routing::Pipeline::build(names, services, stats);
   if (!p) {
@@ -172,14 +172,14 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   auto& stats = rule_stats_[rule.key()];
   if (!stats) stats = std::make_shared<RuleStats>();
   std::string stages;
-  for (const auto& n : stageNames(rule)) stages += n + ",";
+  for (const auto& n : routing::stageNames(rule)) stages += n + ",";
   if (stats->stages != stages)  // other stages: counts start over
     stats->pipeline = std::make_shared<routing::PipelineStats>();
   stats->stages = stages;
   stats->routing_knobs.clear();
   const nlohmann::json effective = routing::effectiveRouting(rule, routingEnv());
   for (auto& [k, v] : effective.items())
-    if (k != "stages" && k != "candidateFilters")
+    if (k != "stages" && k != "candidateFilters" && k != "stagesFrom")
       stats->routing_knobs.emplace_back(k, v.is_string() ? v.get<std::string>() : v.dump());
   stats->rule = rule.name.empty() ? rule.key() : rule.name;
   stats->model = rule.model_name;
@@ -193,14 +193,25 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   }
   stats->per_endpoint = std::move(counters);
   route->stats = stats;
-  if (rule.service_args.value("pd_disagg_mode", false)) {  // Tier 0 and Tier 1 tables
-    if (!stats->sessions)
-      stats->sessions = std::make_shared<routing::SessionTable>(routingEnv().session_max);
-    if (!stats->trie)
-      stats->trie = std::make_shared<routing::PrefixTrie>(routingEnv().trie_max_nodes);
-  }
+  // Tier 0 and Tier 1 tables, for a P/D ladder that has those stages (a table the ladder no
+  // longer has is freed: no pins written that nothing reads).
+  const std::vector<std::string> stage_names = stageNames(rule);
+  const bool pd = rule.service_args.value("pd_disagg_mode", false);
+  auto listed = [&](std::string_view n) {
+    return pd && std::find(stage_names.begin(), stage_names.end(), n) != stage_names.end();
+  };
+  if (!listed("session"))
+    stats->sessions.reset();
+  else if (!stats->sessions)
+    stats->sessions = std::make_shared<routing::SessionTable>(routingEnv().session_max);
+  if (!listed("prefix_trie"))
+    stats->trie.reset();
+  else if (!stats->trie)
+    stats->trie = std::make_shared<routing::PrefixTrie>(routingEnv().trie_max_nodes);
+  route->sessions = stats->sessions;
+  route->trie = stats->trie;
   route->pipeline = buildPipeline(*route, clock, kv_index_, kv_lookup_, prompt_tokens_, kv_overlay_,
-                                  stageNames(rule), stats->pipeline, routing_env_);
+                                  stage_names, stats->pipeline, routing_env_);
   route->needs = route->pipeline ? route->pipeline->needs() : 0;
   route->eligibility = routing::Eligibility(rule);
   stats->candidate_filters = route->eligibility.names();

@@ -805,8 +805,9 @@ asio::awaitable<bool> Exchange::forwardPd(const Request& req, const Route& route
       requestContext(req.head, rq_.facts_parsed ? &rq_.facts : nullptr, route, source_key_);
   rq_.cycle.beginRouting();
   rctx.cycle = &rq_.cycle;
-  // DRAINING endpoints stay for now: Tier 0 may still send a pinned conversation there.
-  filterCandidates(route, rq_.excluded, 1, false);
+  // DRAINING endpoints stay for now when the ladder has Tier 0: it may still send a pinned
+  // conversation there (and takes them out for everything else).
+  filterCandidates(route, rq_.excluded, 1, /*draining=*/!route.sessions);
   filterCandidates(route, st.decode_excluded, 2, false);
   routing::CandidateSet cands{route.endpoints, rq_.excluded};
   rq_.last_error.clear();
@@ -875,8 +876,8 @@ asio::awaitable<bool> Exchange::forwardPd(const Request& req, const Route& route
     // Until the second leg starts, answers are the prefill endpoint's (counters, access log).
     rq_.outcome.ep_index = static_cast<int>(pidx);
     rq_.outcome.endpoint = &pstate.label;
-    if (rctx.conversation_key && route.stats->sessions)  // Tier 0: (re)pin the pair
-      route.stats->sessions->pin(
+    if (rctx.conversation_key && route.sessions)  // Tier 0: (re)pin the pair
+      route.sessions->pin(
           *rctx.conversation_key, {pstate.id, route.endpoints[static_cast<size_t>(didx)].state->id},
           w_.opts.clock ? w_.opts.clock->nowNs() : common::SteadyClock::instance().nowNs());
     rq_.outcome.prefill = &pstate.label;

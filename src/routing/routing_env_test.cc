@@ -103,6 +103,18 @@ TEST(RuleProfile, EffectiveBlockNamesStagesAndWhereTheLawCameFrom) {
   EXPECT_EQ(j["session_max"], 100'000);
   EXPECT_EQ(j["trie_max_nodes"], 262'144);
   EXPECT_FALSE(j.contains("kvLbMode"));
+  EXPECT_EQ(j["stagesFrom"], "pd_disagg_mode");
+  // pdLadder replaces the ladder the flags derive, in its order; only its stages' knobs show.
+  pd.service_args["pd_cache_aware_mode"] = false;
+  pd.service_args["pdLadder"] = {"prefix_trie", "min_load"};
+  EXPECT_EQ(stageNames(pd), (std::vector<std::string>{"prefix_trie", "min_load"}));
+  j = effectiveRouting(pd, defaultRoutingEnv());
+  EXPECT_EQ(j["stages"], nlohmann::json::array({"prefix_trie", "min_load"}));
+  EXPECT_EQ(j["stagesFrom"], "pdLadder");
+  EXPECT_FALSE(j.contains("session_max"));
+  EXPECT_EQ(j["trie_max_nodes"], 262'144);
+  EXPECT_FALSE(plain.service_args.contains("stagesFrom"));
+  EXPECT_FALSE(effectiveRouting(plain, defaultRoutingEnv()).contains("stagesFrom"));
 }
 
 }  // namespace

@@ -13,6 +13,8 @@ std::vector<std::string> stageNames(const config::RuleSpec& rule) {
   const auto& sa = rule.service_args;
   if (!sa.is_object()) return {};
   if (sa.value("pd_disagg_mode", false)) {  // the P/D ladder's prefill pick
+    if (auto l = sa.find("pdLadder"); l != sa.end() && l->is_array())  // (validated when stored)
+      return l->get<std::vector<std::string>>();
     std::vector<std::string> names{"session"};
     if (sa.value("pd_cache_aware_mode", false)) names.push_back("prefix_trie");
     if (sa.value("kvExactMode", 0) == 1) names.push_back("kv_exact");
@@ -136,6 +138,8 @@ std::optional<config::ScoringProfileSpec> lawAsProfile(const LawParams& law) {
 nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& env) {
   const auto names = stageNames(rule);
   nlohmann::json out = {{"stages", names}, {"candidateFilters", Eligibility(rule).names()}};
+  if (rule.service_args.is_object() && rule.service_args.value("pd_disagg_mode", false))
+    out["stagesFrom"] = rule.service_args.contains("pdLadder") ? "pdLadder" : "pd_disagg_mode";
   withAdmission(out, rule, env);
   auto has = [&](std::string_view n) { return std::find(names.begin(), names.end(), n) != names.end(); };
   if (has("kv_exact")) {

@@ -15,13 +15,15 @@
 
 namespace kvgate::routing {
 
-// The stage names of a rule's pipeline: P/D rules the ladder (session, prefix_trie when
-// pd_cache_aware_mode, kv_exact when kvExactMode 1, min_load); others Tier 1.5 (kv_exact) first
+// The stage names of a rule's pipeline: P/D rules their `pdLadder` when set, else the ladder the
+// flags derive (session, prefix_trie when pd_cache_aware_mode, kv_exact when kvExactMode 1,
+// min_load); others Tier 1.5 (kv_exact) first
 // for kvExactMode 3, then the selector stage: the extension field `selector` when set (stages
 // without a sel number, such as random), else `sel`. Empty when this build lacks the selector.
 std::vector<std::string> stageNames(const config::RuleSpec& rule);
 
-// {"stages":[...], then the knobs of those stages with their values: kv_exact's law (kvLbMode
+// {"stages":[...], "candidateFilters":[...], on P/D rules "stagesFrom" (pdLadder or
+// pd_disagg_mode), then the knobs of those stages with their values: kv_exact's law (kvLbMode
 // with "kvLbModeFrom": rule, environment or default) and tuning, the P/D tables' bounds, lc_light's
 // threshold}. Every value is the one the stage is built with.
 nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& env);

@@ -796,6 +796,72 @@ test('P/D controller fold-in: DISABLED, DRAINING, detach, and bad bodies', async
   assert.equal(seen.size, 2);
 });
 
+// pdLadder: the prefill stages as data. A ladder without Tier 0 pins nothing (a conversation
+// follows the ladder, not its first endpoint) and keeps DRAINING endpoints out before any stage;
+// the rule's GET shows the stages and where they came from; a bad ladder is a 400 that changes
+// nothing.
+test('P/D pdLadder: no Tier 0 pins nothing and honours DRAINING; bad ladders refused', async (t) => {
+  const sim = await fleet(t, 'vllm', 'prefill,prefill,decode', 3);
+  const [p1, p2, d] = sim.workers;
+  const gw = await gateway(t, ['--access-log']);
+  const port = await freePort();
+  const more = [{ endpointIP: p2.host, targetPort: p2.port, weight: 1, ep_role: 1 }];
+  // Refused: each names the field and says why; the rule is not created.
+  for (const [extra, says] of [
+    [{ pdLadder: ['min_load', 'session'] }, 'session \\(Tier 0\\) must come first'],
+    [{ pdLadder: ['session'] }, 'must end with min_load'],
+    [{ pdLadder: ['kv_exact', 'min_load'] }, 'kv_exact requires kvExactMode 1'],
+    [{ pdLadder: ['session', 'min_load'], pd_cache_aware_mode: true }, 'asks for prefix_trie'],
+    [{ pdLadder: 'min_load' }, 'must be an array'],
+  ]) {
+    const res = await api(gw.api, 'POST', LB_BASE, pdRule(port, p1, d, extra, more));
+    assert.equal(res.status, 400, JSON.stringify(extra));
+    assert.match(res.text, /pdLadder/);
+    assert.match(res.text, new RegExp(says));
+  }
+  assert.equal((await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr?.length ?? 0, 0);
+
+  const r = await api(gw.api, 'POST', LB_BASE, pdRule(port, p1, d, { name: `ladder-${port}`,
+    pdLadder: ['prefix_trie', 'min_load'] }, more));
+  assert.equal(r.status, 200, r.text);
+  const rule = (await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr.find((x) => x.serviceArguments.port === port);
+  assert.deepEqual(rule.serviceArguments.pdLadder, ['prefix_trie', 'min_load']);
+  assert.deepEqual(rule.effective.stages, ['prefix_trie', 'min_load']);
+  assert.equal(rule.effective.stagesFrom, 'pdLadder');
+  assert.equal(rule.effective.session_max, undefined);
+
+  const CTL = '/kvgate/v1/controller';
+  const ep = (w, state) => ({ endpointIP: w.host, targetPort: w.port, state });
+  const prefillOf = async (body) => {
+    const n = accessLines(gw).length;
+    const res = await post(port, '/v1/completions', { model: 'sim-model', max_tokens: 1, ...body });
+    assert.equal(res.status, 200, res.text);
+    const line = await waitFor(() => accessLines(gw).slice(n).find((l) => l.includes('status=200')));
+    return line.match(/prefill=([^ ]+)/)[1];
+  };
+  const label = (w) => `${w.host}:${w.port}`;
+  // p2 DRAINING: with no Tier 0 to keep it for pinned conversations, nothing new goes there.
+  await api(gw.api, 'PUT', CTL, { interval_sec: 60, endpoints: [ep(p1, 'ACTIVE'), ep(p2, 'DRAINING')] });
+  for (let i = 0; i < 4; ++i) assert.equal(await prefillOf({ prompt: `c${i} ${'x'.repeat(i)}`, user_id: 'carol' }), label(p1));
+  // p1 DRAINING: carol's conversation is not pinned there; it moves to p2 with everything else.
+  await api(gw.api, 'PUT', CTL, { interval_sec: 60, endpoints: [ep(p1, 'DRAINING'), ep(p2, 'ACTIVE')] });
+  assert.equal(await prefillOf({ prompt: 'c9', user_id: 'carol' }), label(p2));
+  assert.equal(await prefillOf({ prompt: 'anon' }), label(p2));
+  const samples = await scrapeMetrics(gw.api);
+  assert.equal(tierCount(samples, 'tier0'), 0, 'no Tier 0 in this ladder');
+  assert.ok(tierCount(samples, 'tier1') + tierCount(samples, 'tier2') >= 6);
+  // Back to the flags' ladder (pdLadder dropped): Tier 0 is there again and pins.
+  await api(gw.api, 'DELETE', CTL);
+  const again = pdRule(port, p1, d, { name: `ladder-${port}` }, more);
+  assert.equal((await api(gw.api, 'POST', LB_BASE, again)).status, 200);
+  const after = (await api(gw.api, 'GET', `${LB_BASE}/all`)).json.lbAttr.find((x) => x.serviceArguments.port === port);
+  assert.deepEqual(after.effective.stages, ['session', 'min_load']);
+  assert.equal(after.effective.stagesFrom, 'pd_disagg_mode');
+  const first = await prefillOf({ prompt: 'e1', user_id: 'erin' });
+  assert.equal(await prefillOf({ prompt: 'e2', user_id: 'erin' }), first);
+  assert.ok(tierCount(await scrapeMetrics(gw.api), 'tier0') >= 1);
+});
+
 // Review regressions: a client that cancels does not count against the prefill engine's
 // breaker; an SGLang prefill's own refusal reaches the client; two requests with one client id
 // do not collide on the engines; P/D state does not leak into the next request of a connection.
