@@ -33,6 +33,37 @@ class Worker {
     work.reset();
     pool.closeAll();
   }
+  // A receive buffer of this thread's, for a reader that hands the bytes on before it can
+  // suspend (an HTTP/2 connection's frames go to libnghttp2 at once), so that no connection holds
+  // a read buffer while it waits. Never held across a co_await; a nested taker (none today) gets
+  // a buffer of its own.
+  static constexpr size_t kScratchBytes = 16 * 1024;
+  class Scratch {
+   public:
+    explicit Scratch(Worker& w) : w_(w) {
+      if (w.scratch_busy_) {
+        own_ = std::make_unique<char[]>(kScratchBytes);
+        p_ = own_.get();
+        return;
+      }
+      if (!w.scratch_) w.scratch_ = std::make_unique<char[]>(kScratchBytes);
+      w.scratch_busy_ = true;
+      p_ = w.scratch_.get();
+    }
+    ~Scratch() {
+      if (!own_) w_.scratch_busy_ = false;
+    }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+    char* data() const { return p_; }
+    static constexpr size_t size() { return kScratchBytes; }
+
+   private:
+    Worker& w_;
+    std::unique_ptr<char[]> own_;
+    char* p_ = nullptr;
+  };
+
   const ProxyOptions& opts;
   DataPlaneStats& stats;  // shared by all workers (atomics)
   // Credentials, limits and quota counters the request gates use (the data plane's, injected).
@@ -59,6 +90,10 @@ class Worker {
   asio::io_context io{BOOST_ASIO_CONCURRENCY_HINT_UNSAFE_IO};
   asio::executor_work_guard<asio::io_context::executor_type> work;
   std::thread thread;
+
+ private:
+  std::unique_ptr<char[]> scratch_;  // Scratch's (this thread only)
+  bool scratch_busy_ = false;
 };
 
 struct Listener {

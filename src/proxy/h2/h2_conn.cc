@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "http/readiness.h"
 #include "http/server.h"
 #include "proxy/client_side.h"
 #include "proxy/exchange.h"
@@ -83,7 +84,11 @@ bool H2Conn::Stream::writeHead(const HeadFields& h) {
   std::vector<nghttp2_nv> nva;
   nva.reserve(h.size() + 1);
   nva.push_back(h2::nv(":status", code));
-  for (size_t i = 0; i < h.size(); ++i) nva.push_back(h2::nv(h.name(i), h.value(i)));
+  for (size_t i = 0; i < h.size(); ++i)  // (a request id is unique: kept out of the HPACK table,
+    // where it would only evict fields that repeat)
+    nva.push_back(
+        h2::nv(h.name(i), h.value(i),
+               h.name(i) == "x-request-id" ? NGHTTP2_NV_FLAG_NO_INDEX : NGHTTP2_NV_FLAG_NONE));
   const bool no_body = head.method() == "HEAD" || h.status == 204 || h.status == 304;
   nghttp2_data_provider prd;
   prd.source.ptr = this;
@@ -596,47 +601,79 @@ asio::awaitable<void> H2Conn::run(std::string preread, std::unique_ptr<Upgrade> 
   if (w_.draining || l_->closed.load()) drain();  // (a drain that came during the preface)
   asio::co_spawn(w_.io, writer(), asio::detached);
   asio::co_spawn(w_.io, ticker(), asio::detached);
-  std::string buf = std::move(preread);
-  for (;;) {
-    if (!buf.empty()) {
-      const ssize_t n = nghttp2_session_mem_recv(
-          session_, reinterpret_cast<const uint8_t*>(buf.data()), buf.size());
-      if (n < 0) {
-        log::debug("proxy", std::string("HTTP/2 connection error: ") + nghttp2_strerror(int(n)));
-        // A fatal error (a broken preface, e.g. after an Upgrade's 101; a flood; a callback
-        // failure): libnghttp2 returns it without queueing anything, so the GOAWAY is ours
-        // (counted as it is sent, a no-op when one is queued already); the streams' engine
-        // requests end; the writer closes once it is out.
-        nghttp2_session_terminate_session(session_, n == NGHTTP2_ERR_FLOODED
-                                                        ? NGHTTP2_ENHANCE_YOUR_CALM
-                                                        : NGHTTP2_PROTOCOL_ERROR);
-        resetRunners();
-        fatal_ = true;
-        draining_ = true;
-        buf.clear();
-        wakeWriter();
+  feed(preread.data(), preread.size());
+  preread = std::string();
+  if (tls_) {
+    // OpenSSL reads the socket itself and may suspend inside the read: the connection's own
+    // buffer, held across the wait.
+    std::string buf(kReadBytes, '\0');
+    while (!closed_) {
+      error_code ec;
+      const size_t n = co_await tls_->readSome(sock_, buf.data(), buf.size(), ec);
+      if (ec || n == 0) {
+        closeNow();
+        break;
+      }
+      feed(buf.data(), n);
+    }
+    co_return;
+  }
+  // Plain TCP: wait for readiness holding no buffer, then receive into the worker's scratch
+  // and hand the bytes to libnghttp2 before anything can suspend (it copies what it keeps), so
+  // an idle connection holds no read buffer (16 KiB a connection before). Yields to the loop
+  // every few reads, as a read that completed would (a client that keeps sending cannot hold
+  // the worker).
+  for (uint32_t woke_by = http::kUnknownEvents, reads = 0; !closed_;) {
+    if (http::worthRecv(sock_, woke_by)) {
+      http::RecvResult got;
+      {  // (the scratch is never held across a suspension)
+        error_code ec;
+        size_t n = 0;
+        Worker::Scratch scratch(w_);
+        got = http::tryRecv(sock_, scratch.data(), scratch.size(), n, ec, woke_by);
+        if (got == http::RecvResult::kBytes) feed(scratch.data(), n);
+      }
+      if (got == http::RecvResult::kEof || got == http::RecvResult::kError) {
+        closeNow();
+        break;
+      }
+      if (got == http::RecvResult::kBytes) {
+        woke_by = http::kUnknownEvents;
+        if (++reads % 4 == 0) co_await asio::post(w_.io, asio::use_awaitable);
         continue;
       }
-      if (!streams_.empty()) idle_since_ = std::chrono::steady_clock::now();
-      wakeWriter();
     }
-    if (closed_) break;
-    buf.resize(kReadBytes);
+    http::watchPeerClose(sock_);  // (once per socket: lets a short read prove it drained)
     error_code ec;
-    size_t n = 0;
-    if (tls_)
-      n = co_await tls_->readSome(sock_, buf.data(), buf.size(), ec);
-    else
-      n = co_await sock_.async_read_some(asio::buffer(buf), useEc(ec));
-    if (ec || n == 0) {
+    woke_by = co_await http::asyncWaitReadable(sock_, useEc(ec));
+    if (ec) {
       closeNow();
       break;
     }
-    buf.resize(n);
-    // After GOAWAY or a protocol error libnghttp2 reads nothing more: the bytes are dropped
-    // until the writer's close (bounded in time by the ticker), which ends this loop.
-    if (!nghttp2_session_want_read(session_) || fatal_) buf.clear();
   }
+}
+
+void H2Conn::feed(const char* p, size_t n) {
+  // After GOAWAY or a protocol error libnghttp2 reads nothing more: the bytes are dropped
+  // until the writer's close (bounded in time by the ticker), which ends the read loop.
+  if (n == 0 || closed_ || fatal_ || !nghttp2_session_want_read(session_)) return;
+  const ssize_t r = nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(p), n);
+  if (r < 0) {
+    log::debug("proxy", std::string("HTTP/2 connection error: ") + nghttp2_strerror(int(r)));
+    // A fatal error (a broken preface, e.g. after an Upgrade's 101; a flood; a callback
+    // failure): libnghttp2 returns it without queueing anything, so the GOAWAY is ours
+    // (counted as it is sent, a no-op when one is queued already); the streams' engine
+    // requests end; the writer closes once it is out.
+    nghttp2_session_terminate_session(
+        session_, r == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM : NGHTTP2_PROTOCOL_ERROR);
+    resetRunners();
+    fatal_ = true;
+    draining_ = true;
+    wakeWriter();
+    return;
+  }
+  if (!streams_.empty()) idle_since_ = std::chrono::steady_clock::now();
+  wakeWriter();
 }
 
 }  // namespace kvgate::proxy

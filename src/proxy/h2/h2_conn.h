@@ -98,6 +98,9 @@ class H2Conn : public std::enable_shared_from_this<H2Conn> {
   int32_t oldestArriving() const;  // the stream id of the oldest request still arriving (0: none)
   void eraseIfDone(Stream& s);
   void closeNow();
+  // Hands bytes read from the client to libnghttp2 (dropped once it reads no more); a fatal
+  // error ends the session with our GOAWAY.
+  void feed(const char* p, size_t n);
   void resetRunners();
   bool done() const;
 
