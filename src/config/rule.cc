@@ -131,6 +131,13 @@ Result<void> checkPdLadder(const json& stored, bool pd, int kv_mode) {
     return bad(f, "kvExactMode 1 asks for kv_exact: list it, or drop kvExactMode");
   if (!seen.count("prefix_trie") && getOr<bool>(stored, "pd_cache_aware_mode", false))
     return bad(f, "pd_cache_aware_mode asks for prefix_trie: list it, or drop the flag");
+  // A knob of a stage the ladder leaves out would do nothing: refused, not ignored.
+  for (const auto& [knob, stage] :
+       {std::pair<const char*, const char*>{"pd_session_ttl_sec", "session"},
+        {"pd_cache_threshold", "prefix_trie"},
+        {"pd_balance_abs_threshold", "prefix_trie"}})
+    if (stored.contains(knob) && !seen.count(stage))
+      return bad(f, std::string(knob) + " tunes " + stage + ", which the ladder leaves out");
   return {};
 }
 

@@ -271,12 +271,21 @@ TEST(RuleParse, PdLadderIsTheSeedsStagesInAnOrderThatPicks) {
   EXPECT_TRUE(parseRule(plain));
   plain["serviceArguments"]["pdLadder"] = {"prefix_trie", "min_load"};  // asks for Tier 1 itself
   EXPECT_TRUE(parseRule(plain));
+  json tuned = plain;  // the knobs of the stages listed
+  tuned["serviceArguments"]["pdLadder"] = {"session", "prefix_trie", "min_load"};
+  tuned["serviceArguments"]["pd_session_ttl_sec"] = 60;
+  tuned["serviceArguments"]["pd_cache_threshold"] = 30;
+  EXPECT_TRUE(parseRule(tuned));
   struct Case {
     json rule;
     json ladder;
     const char* says;
   };
   json single = simple();
+  auto with = [](json j, const char* knob, int v) {
+    j["serviceArguments"][knob] = v;
+    return j;
+  };
   const Case cases[] = {
       {single, {"min_load"}, "requires pd_disagg_mode"},
       {plain, json::array(), "must end with min_load"},
@@ -290,6 +299,15 @@ TEST(RuleParse, PdLadderIsTheSeedsStagesInAnOrderThatPicks) {
       {pd, {"prefix_trie", "min_load"}, "kvExactMode 1 asks for kv_exact"},
       {pd, {"session", "kv_exact", "min_load"}, "pd_cache_aware_mode asks for prefix_trie"},
       {plain, {"min_load", 3}, "must be an array of strings"},
+      {with(plain, "pd_session_ttl_sec", 60),
+       {"min_load"},
+       "pd_session_ttl_sec tunes session, which the ladder leaves out"},
+      {with(plain, "pd_cache_threshold", 30),
+       {"session", "min_load"},
+       "pd_cache_threshold tunes prefix_trie"},
+      {with(plain, "pd_balance_abs_threshold", 2),
+       {"min_load"},
+       "pd_balance_abs_threshold tunes prefix_trie"},
       {plain, "min_load", "must be an array"},
       {plain, json(std::vector<std::string>(65, "min_load")), "at most 64"},
   };

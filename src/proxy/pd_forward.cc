@@ -843,7 +843,10 @@ asio::awaitable<bool> Exchange::forwardPd(const Request& req, const Route& route
       plase = std::move(granted_lease);
       granted = -1;
       // Unless its breaker opened (or the controller took it out) while the request waited:
-      // the slot goes on to the next parked request and the ladder picks.
+      // the slot goes on to the next parked request and the ladder picks. (An endpoint that
+      // began DRAINING while the request waited keeps it, with or without Tier 0: the request
+      // was accepted there before the drain, as one in flight is; the endpoints left are at
+      // their caps, so the ladder would have nowhere to send it.)
       auto& s = *route.endpoints[static_cast<size_t>(d.index)].state;
       bool trial = false;
       if (s.controller(nowNs()).state == endpoints::ControllerState::kDisabled ||

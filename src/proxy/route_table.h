@@ -31,6 +31,14 @@ struct Route {
   config::RuleSpec rule;
   std::vector<routing::PoolEndpoint> endpoints;
   std::vector<tcp::endpoint> addresses;         // one per endpoint, same order
+  // P/D: the tables of Tier 0 (session) and Tier 1 (prefix_trie) when the ladder has them, shared
+  // with the rule's stats across snapshots (this route keeps them alive while a request uses it).
+  // With Tier 0 a pinned conversation may stay on a DRAINING prefill endpoint, which the stage
+  // takes out for the rest; without it (pdLadder) the prefill candidates lose DRAINING endpoints
+  // before any stage, and nothing is pinned. (Declared before the pipelines, whose stages refer
+  // to them: destroyed after them.)
+  std::shared_ptr<routing::SessionTable> sessions;
+  std::shared_ptr<routing::PrefixTrie> trie;
   std::unique_ptr<routing::Pipeline> pipeline;  // null when the rule's selector is inactive
   routing::Eligibility eligibility;  // the candidate filters every pick honours, before any stage
   uint32_t needs = 0;                           // FactNeeds of the pipeline's stages
@@ -43,13 +51,6 @@ struct Route {
   std::optional<engines::pd::Dialect> pd_dialect;  // nullopt: not a P/D rule
   std::unique_ptr<routing::Pipeline> decode_pipeline;
   std::unique_ptr<routing::Pipeline> rescue_pipeline;
-  // P/D: the tables of Tier 0 (session) and Tier 1 (prefix_trie) when the ladder has them, shared
-  // with the rule's stats across snapshots (this route keeps them alive while a request uses it).
-  // With Tier 0 a pinned conversation may stay on a DRAINING prefill endpoint, which the stage
-  // takes out for the rest; without it (pdLadder) the prefill candidates lose DRAINING endpoints
-  // before any stage, and nothing is pinned.
-  std::shared_ptr<routing::SessionTable> sessions;
-  std::shared_ptr<routing::PrefixTrie> trie;
   // Single-leg rules: the pipeline of pooling requests (embeddings, rerank, score, classify):
   // least loaded (min_load), no prefix affinity; null (the rule's own pipeline) with kvPoolingLb
   // "rule", or "auto" on a rule whose selector keys requests (hash, persist, chwbl, ...).

@@ -76,7 +76,10 @@ struct RuleStats {
   // P/D requests by the tier that chose the prefill endpoint that served them.
   std::array<std::atomic<uint64_t>, static_cast<size_t>(PdTier::kCount)> pd_tiers{};
   std::atomic<uint64_t> pd_prefill_redone{0};  // kvgate_pd_prefill_redone_total
-  // P/D rules: Tier 0's pins and Tier 1's trie (made for the first P/D version of the rule).
+  // P/D rules: Tier 0's pins and Tier 1's trie, while the rule's ladder has those stages (made
+  // when a version first has one, dropped when a version has none; each Route holds its own
+  // reference, so a request on an older snapshot keeps the table it routes with). The control
+  // thread alone reads and writes these two.
   std::shared_ptr<routing::SessionTable> sessions;
   std::shared_ptr<routing::PrefixTrie> trie;
   // P/D admission gate (proxy/admission.h): decisions by kind, requests admitted and in flight,

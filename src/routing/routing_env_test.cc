@@ -113,7 +113,6 @@ TEST(RuleProfile, EffectiveBlockNamesStagesAndWhereTheLawCameFrom) {
   EXPECT_EQ(j["stagesFrom"], "pdLadder");
   EXPECT_FALSE(j.contains("session_max"));
   EXPECT_EQ(j["trie_max_nodes"], 262'144);
-  EXPECT_FALSE(plain.service_args.contains("stagesFrom"));
   EXPECT_FALSE(effectiveRouting(plain, defaultRoutingEnv()).contains("stagesFrom"));
 }
 

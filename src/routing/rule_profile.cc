@@ -139,7 +139,10 @@ nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& 
   const auto names = stageNames(rule);
   nlohmann::json out = {{"stages", names}, {"candidateFilters", Eligibility(rule).names()}};
   if (rule.service_args.is_object() && rule.service_args.value("pd_disagg_mode", false))
-    out["stagesFrom"] = rule.service_args.contains("pdLadder") ? "pdLadder" : "pd_disagg_mode";
+    out["stagesFrom"] =
+        rule.service_args.contains("pdLadder") && rule.service_args["pdLadder"].is_array()
+            ? "pdLadder"
+            : "pd_disagg_mode";
   withAdmission(out, rule, env);
   auto has = [&](std::string_view n) { return std::find(names.begin(), names.end(), n) != names.end(); };
   if (has("kv_exact")) {

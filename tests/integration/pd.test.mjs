@@ -862,6 +862,54 @@ test('P/D pdLadder: no Tier 0 pins nothing and honours DRAINING; bad ladders ref
   assert.ok(tierCount(await scrapeMetrics(gw.api), 'tier0') >= 1);
 });
 
+// A ladder without Tier 0: a request parked on an endpoint that begins DRAINING while it waits
+// was accepted there before the drain and is served there when its slot frees (the endpoints
+// left are at their caps: refusing it would be a 503); the next new request goes elsewhere.
+test('P/D pdLadder without Tier 0: a request parked before a drain is served where it waited', async (t) => {
+  const sim = await fleet(t, 'vllm', 'prefill,prefill,decode', 3);
+  const [p1, p2, d] = sim.workers;
+  const gw = await gateway(t, ['--access-log']);
+  const port = await freePort();
+  const svc = `ladder-park-${port}`;
+  const r = await api(gw.api, 'POST', LB_BASE, pdRule(port, p1, d, { name: svc, pdLadder: ['min_load'],
+    fc_mode: 'enforce', fc_prefill_max_inflight: 1, fc_max_queue_depth: 4, fc_max_queue_wait_ms: 60000 },
+  [{ endpointIP: p2.host, targetPort: p2.port, weight: 1, ep_role: 1, nixl_port: 5602 }]));
+  assert.equal(r.status, 200, r.text);
+  const metric = async (name) => (await scrapeMetrics(gw.api)).find((s) => s.name === name &&
+    s.labels.service === svc)?.value ?? 0;
+  await api(p1.url, 'POST', '/sim/fault', { stall_ms: 1000 });
+  await api(p2.url, 'POST', '/sim/fault', { stall_ms: 4000 });
+  const req = (tag) => post(port, '/v1/completions', { model: 'sim-model', prompt: `park ${tag}`, max_tokens: 1 });
+  const a = req('a');
+  assert.ok(await waitFor(async () => (await metric('loxilb_ai_admission_inflight')) === 1, 10000));
+  const b = req('b');
+  assert.ok(await waitFor(async () => (await metric('loxilb_ai_admission_inflight')) === 2, 10000));
+  const c = req('c');
+  assert.ok(await waitFor(async () => (await metric('loxilb_ai_admission_queued')) === 1, 10000));
+  // Both prefill endpoints at their cap, C parked; p1 (which frees first) begins draining.
+  const ep = (w, state) => ({ endpointIP: w.host, targetPort: w.port, state });
+  assert.equal((await api(gw.api, 'PUT', '/kvgate/v1/controller', { interval_sec: 60,
+    endpoints: [ep(p1, 'DRAINING'), ep(p2, 'ACTIVE')] })).status, 200);
+  const [ra, rb, rc] = await Promise.all([a, b, c]);
+  for (const x of [ra, rb, rc]) assert.equal(x.status, 200, x.text);
+  const ok200 = () => accessLines(gw).filter((l) => l.includes('status=200'));
+  assert.ok(await waitFor(() => ok200().length === 3, 10000), ok200().join('\n'));
+  const lines = ok200();
+  // p1 served two of the three (A or B, then C, parked there before the drain), p2 one.
+  const on = (w) => lines.filter((l) => l.includes(`prefill=${w.host}:${w.port}`)).length;
+  assert.equal(on(p1), 2, lines.join('\n'));
+  assert.equal(on(p2), 1, lines.join('\n'));
+  await api(p1.url, 'POST', '/sim/fault', { reset: true });
+  await api(p2.url, 'POST', '/sim/fault', { reset: true });
+  const next = await post(port, '/v1/completions', { model: 'sim-model', prompt: 'after the drain', max_tokens: 1 });
+  assert.equal(next.status, 200, next.text);
+  const last = await waitFor(() => accessLines(gw).filter((l) => l.includes('status=200'))[3]);
+  assert.match(last, new RegExp(`prefill=${p2.host}:${p2.port}`), 'a new request: not on the DRAINING endpoint');
+  await api(gw.api, 'DELETE', '/kvgate/v1/controller');
+  await api(p1.url, 'POST', '/sim/fault', { reset: true });
+  await api(p2.url, 'POST', '/sim/fault', { reset: true });
+});
+
 // Review regressions: a client that cancels does not count against the prefill engine's
 // breaker; an SGLang prefill's own refusal reaches the client; two requests with one client id
 // do not collide on the engines; P/D state does not leak into the next request of a connection.

@@ -620,9 +620,8 @@ asio::awaitable<void> H2Conn::run(std::string preread, std::unique_ptr<Upgrade> 
   }
   // Plain TCP: wait for readiness holding no buffer, then receive into the worker's scratch
   // and hand the bytes to libnghttp2 before anything can suspend (it copies what it keeps), so
-  // an idle connection holds no read buffer (16 KiB a connection before). Yields to the loop
-  // every few reads, as a read that completed would (a client that keeps sending cannot hold
-  // the worker).
+  // an idle connection holds no read buffer (16 KiB a connection before). (A build without own
+  // readiness tracking, http/readiness.h, pays an EAGAIN receive per wake here.)
   for (uint32_t woke_by = http::kUnknownEvents, reads = 0; !closed_;) {
     if (http::worthRecv(sock_, woke_by)) {
       http::RecvResult got;
@@ -639,7 +638,11 @@ asio::awaitable<void> H2Conn::run(std::string preread, std::unique_ptr<Upgrade> 
       }
       if (got == http::RecvResult::kBytes) {
         woke_by = http::kUnknownEvents;
-        if (++reads % 4 == 0) co_await asio::post(w_.io, asio::use_awaitable);
+        // The writer runs before the next read when this one queued frames (ACKs, resets,
+        // WINDOW_UPDATEs: libnghttp2's flood limits count what is queued, not what is sent), and
+        // every fourth read anyway (a client that keeps sending cannot hold the worker).
+        if (nghttp2_session_want_write(session_) || ++reads % 4 == 0)
+          co_await asio::post(w_.io, asio::use_awaitable);
         continue;
       }
     }
@@ -657,6 +660,8 @@ void H2Conn::feed(const char* p, size_t n) {
   // After GOAWAY or a protocol error libnghttp2 reads nothing more: the bytes are dropped
   // until the writer's close (bounded in time by the ticker), which ends the read loop.
   if (n == 0 || closed_ || fatal_ || !nghttp2_session_want_read(session_)) return;
+  // (It takes every byte unless a callback pauses it, which none of ours does: the scratch's
+  // bytes are gone after this call.)
   const ssize_t r = nghttp2_session_mem_recv(session_, reinterpret_cast<const uint8_t*>(p), n);
   if (r < 0) {
     log::debug("proxy", std::string("HTTP/2 connection error: ") + nghttp2_strerror(int(r)));
