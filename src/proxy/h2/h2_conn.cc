@@ -312,8 +312,8 @@ ssize_t H2Conn::readData(nghttp2_session*, int32_t, uint8_t* buf, size_t length,
     std::memcpy(buf, s->out.data() + s->out_off, n);
     s->out_off += n;
     s->progress = std::chrono::steady_clock::now();
-    if (s->out_off == s->out.size()) {
-      s->out.clear();
+    if (s->out_off == s->out.size()) {  // all taken: nothing held while the stream waits
+      std::string().swap(s->out);
       s->out_off = 0;
     }
     if (s->pending() <= kStreamOutBound) s->wake();
