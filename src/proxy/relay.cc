@@ -327,7 +327,7 @@ asio::awaitable<bool> Exchange::relayResponse(const http::ResponseHead& rh, cons
     // An event stream waits between events holding no decoded piece (an HTTP/2 client's stream
     // gets the payload de-chunked for every event; a malloc an event against a few hundred bytes
     // held by each of thousands of idle streams).
-    if (stream && f.decoded.capacity() > 0) std::string().swap(f.decoded);
+    if (stream && f.decoded.capacity() > std::string().capacity()) std::string().swap(f.decoded);
     if (f.complete) break;
     // sockMapMode: the rest of the body in the kernel (relay_sockmap.cc).
     if (spliceWanted(f, route, stream, head_request)) {

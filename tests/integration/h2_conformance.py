@@ -229,6 +229,9 @@ CASES = [
     ("headers-interrupted", "6.10", "conn:PROTOCOL_ERROR",
      frame(HEADERS, 0, 1, block()) + frame(DATA, 0, 1, b"x"), 1),
     # §4.3 HPACK
+    # a dynamic table size update to 65,536, over the 4,096 the gateway's SETTINGS allow
+    ("hpack-table-size-over-limit", "4.3", "conn:COMPRESSION_ERROR",
+     frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\x3f\xe1\xff\x03" + block()), 1),
     ("hpack-bad-index", "4.3", "conn:COMPRESSION_ERROR",
      frame(HEADERS, END_HEADERS | END_STREAM, 1, b"\xff\xff\xff\xff\x0f"), 1),
     # §8.1-8.3 malformed requests: never forwarded
@@ -256,6 +259,17 @@ CASES = [
     ("te-not-trailers", "8.2.2", "malformed", request(extra=[("te", "gzip")], end=True), 1),
     ("content-length-mismatch", "8.1.1", "malformed",
      request(extra=[("content-length", "5")], body=BODY), 1),
+    # smuggling toward an HTTP/1.1 engine (RFC 9113 §8.2.1, §8.2.2): never forwarded
+    ("transfer-encoding", "8.2.2", "malformed",
+     request(extra=[("transfer-encoding", "chunked")], body=BODY), 1),
+    ("content-length-and-te", "8.2.2", "malformed",
+     request(extra=[("content-length", str(len(BODY))), ("transfer-encoding", "chunked")],
+             body=BODY), 1),
+    ("crlf-in-value", "8.2.1", "malformed",
+     request(extra=[("x-a", "1\r\nx-injected: 2")], end=True), 1),
+    ("nul-in-value", "8.2.1", "malformed", request(extra=[("x-a", "1\x002")], end=True), 1),
+    ("space-in-name", "8.2.1", "malformed", request(extra=[("x a", "1")], end=True), 1),
+    ("colon-in-name", "8.2.1", "malformed", request(extra=[("x:a", "1")], end=True), 1),
     ("trailers-with-pseudo", "8.1", "malformed",
      request(stream=1) + frame(DATA, 0, 1, BODY) +
      frame(HEADERS, END_HEADERS | END_STREAM, 1, hpack.Encoder().encode([(":path", "/x")])), 1),

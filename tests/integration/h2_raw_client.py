@@ -11,9 +11,16 @@ usage: h2_raw_client.py CMD PORT [ARG]
   trailers        a POST whose trailers carry x-api-key (a key-checked rule must still say 401)
   sse-garbage     a long SSE stream, then a malformed frame once its first event arrived
   body N          one POST with an N-byte body
+  continuation N  one HEADERS without END_HEADERS, then N CONTINUATION frames of padding fields
+                  (CVE-2024-28182's shape), then a normal request on a new connection
+  settings-flood N / ping-flood N
+                  N empty SETTINGS (or N PINGs) sent without reading the answers
+  zero-window N   SETTINGS_INITIAL_WINDOW_SIZE 0, then a streamed request whose DATA can never
+                  be sent; holds N seconds reading only frames that need no window
 """
 import json
 import socket
+import struct
 import sys
 import time
 
@@ -21,6 +28,8 @@ import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
+import h2.settings
+import hpack
 
 CMD, PORT = sys.argv[1], int(sys.argv[2])
 ARG = int(sys.argv[3]) if len(sys.argv) > 3 and sys.argv[3] else 0
@@ -80,6 +89,42 @@ def pump(until, deadline_s=15.0):
             elif isinstance(ev, h2.events.ConnectionTerminated):
                 out["goaway"] = int(ev.error_code)
         sock.sendall(conn.data_to_send())
+
+
+def frame(typ, flags, stream, payload):
+    """One raw frame (RFC 9113 §4.1)."""
+    return struct.pack(">I", len(payload))[1:] + bytes([typ, flags]) + \
+        struct.pack(">I", stream & 0x7FFFFFFF) + payload
+
+
+def read_raw(deadline_s):
+    """Reads raw frames (no client state machine: answers to frames it never sent) until the
+    peer closes or the deadline; records the GOAWAY's code and how many frames came."""
+    end = time.monotonic() + deadline_s
+    buf = b""
+    out["frames_in"] = 0
+    while time.monotonic() < end:
+        try:
+            sock.settimeout(max(0.1, end - time.monotonic()))
+            data = sock.recv(1 << 20)
+        except socket.timeout:
+            break
+        except (ConnectionResetError, BrokenPipeError):
+            out["closed"] = True
+            break
+        if not data:
+            out["closed"] = True
+            break
+        buf += data
+        while len(buf) >= 9:
+            n = int.from_bytes(buf[0:3], "big")
+            if len(buf) < 9 + n:
+                break
+            typ = buf[3]
+            if typ == 7 and n >= 8:  # GOAWAY: last stream id, then the error code
+                out["goaway"] = int.from_bytes(buf[13:17], "big")
+            out["frames_in"] += 1
+            buf = buf[9 + n:]
 
 
 if CMD == "streams":
@@ -164,5 +209,41 @@ elif CMD == "body":
             pass
     pump(lambda: sid in out["ended"] or sid in out["resets"], 15)
     out["sent"] = sent
+elif CMD == "continuation":
+    sock.sendall(conn.data_to_send())
+    sid = conn.get_next_available_stream_id()
+    pad = [hpack.NeverIndexedHeaderTuple(f"x-pad-{i}", "a" * 100) for i in range(8)]
+    frames = [frame(1, 0, sid, conn.encoder.encode(headers()))]  # HEADERS, no END_HEADERS
+    piece = frame(9, 0, sid, conn.encoder.encode(pad))  # CONTINUATION, no END_HEADERS
+    out["sent_frames"] = 0
+    try:
+        sock.sendall(frames[0])
+        for i in range(0, ARG, 64):
+            sock.sendall(piece * min(64, ARG - i))
+            out["sent_frames"] += min(64, ARG - i)
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        out["send_stopped"] = True
+    read_raw(5)
+elif CMD in ("settings-flood", "ping-flood"):
+    sock.sendall(conn.data_to_send())
+    one = frame(4, 0, 0, b"") if CMD == "settings-flood" else frame(6, 0, 0, b"12345678")
+    out["sent_frames"] = 0
+    try:
+        for i in range(0, ARG, 1000):
+            sock.sendall(one * min(1000, ARG - i))
+            out["sent_frames"] += min(1000, ARG - i)
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        out["send_stopped"] = True
+    read_raw(5)
+elif CMD == "zero-window":
+    conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, headers())
+    conn.send_data(sid, json.dumps({"model": "m", "messages": [{"role": "user", "content": "go"}],
+                                    "max_tokens": 2000, "stream": True}).encode(), end_stream=True)
+    t0 = time.monotonic()
+    pump(lambda: sid in out["resets"] or out.get("closed"), ARG)
+    out["seconds"] = time.monotonic() - t0
+    out["bodies"] = {k: len(v) for k, v in out["bodies"].items()}
 print(json.dumps(out))
 sock.close()

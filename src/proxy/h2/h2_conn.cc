@@ -177,6 +177,9 @@ H2Conn::H2Conn(Worker& w, std::shared_ptr<Listener> l, tcp::socket s, tcp::endpo
       {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, w_.opts.h2_max_streams},
       {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(kStreamWindow)},
       {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, static_cast<uint32_t>(w_.opts.max_head_bytes)},
+      // The HPACK table the client's encoder may fill here (the protocol's default, said
+      // explicitly): a header block asking for more is a COMPRESSION_ERROR.
+      {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, 4096},
   };
   nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, iv, std::size(iv));
   nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, kConnWindow);

@@ -26,7 +26,9 @@
 //                  a stream whose answer the client takes nothing of for --idle-timeout-ms is
 //                  reset, a socket that takes no byte for as long is closed; a connection with
 //                  no stream for --idle-timeout-ms gets GOAWAY and is closed.
-//   control frames libnghttp2's own limits (SETTINGS, PING and RST floods end the connection).
+//   control frames libnghttp2's own limits (SETTINGS, PING and RST floods end the connection;
+//                  a header block of too many CONTINUATION frames too, CVE-2024-28182's fix in
+//                  Debian's 1.52); the HPACK table the client may fill here 4 KiB (SETTINGS).
 // Drain (SIGTERM, listener removed): GOAWAY, running streams finish, then the connection closes.
 #pragma once
 #include <nghttp2/nghttp2.h>
