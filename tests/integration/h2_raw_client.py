@@ -97,6 +97,18 @@ def frame(typ, flags, stream, payload):
         struct.pack(">I", stream & 0x7FFFFFFF) + payload
 
 
+def send_repeated(piece, count, batch):
+    """Sends `piece` `count` times, `batch` at a time, without reading; stops when the peer
+    does. Records how many were sent."""
+    out["sent_frames"] = 0
+    try:
+        for i in range(0, count, batch):
+            sock.sendall(piece * min(batch, count - i))
+            out["sent_frames"] += min(batch, count - i)
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        out["send_stopped"] = True
+
+
 def read_raw(deadline_s):
     """Reads raw frames (no client state machine: answers to frames it never sent) until the
     peer closes or the deadline; records the GOAWAY's code and how many frames came."""
@@ -215,25 +227,13 @@ elif CMD == "continuation":
     pad = [hpack.NeverIndexedHeaderTuple(f"x-pad-{i}", "a" * 100) for i in range(8)]
     frames = [frame(1, 0, sid, conn.encoder.encode(headers()))]  # HEADERS, no END_HEADERS
     piece = frame(9, 0, sid, conn.encoder.encode(pad))  # CONTINUATION, no END_HEADERS
-    out["sent_frames"] = 0
-    try:
-        sock.sendall(frames[0])
-        for i in range(0, ARG, 64):
-            sock.sendall(piece * min(64, ARG - i))
-            out["sent_frames"] += min(64, ARG - i)
-    except (BrokenPipeError, ConnectionResetError, socket.timeout):
-        out["send_stopped"] = True
+    sock.sendall(frames[0])
+    send_repeated(piece, ARG, 64)
     read_raw(5)
 elif CMD in ("settings-flood", "ping-flood"):
     sock.sendall(conn.data_to_send())
     one = frame(4, 0, 0, b"") if CMD == "settings-flood" else frame(6, 0, 0, b"12345678")
-    out["sent_frames"] = 0
-    try:
-        for i in range(0, ARG, 1000):
-            sock.sendall(one * min(1000, ARG - i))
-            out["sent_frames"] += min(1000, ARG - i)
-    except (BrokenPipeError, ConnectionResetError, socket.timeout):
-        out["send_stopped"] = True
+    send_repeated(one, ARG, 1000)
     read_raw(5)
 elif CMD == "zero-window":
     conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
