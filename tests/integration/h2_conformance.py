@@ -265,11 +265,12 @@ CASES = [
     ("content-length-and-te", "8.2.2", "malformed",
      request(extra=[("content-length", str(len(BODY))), ("transfer-encoding", "chunked")],
              body=BODY), 1),
+    # (with a valid body: forwarded, these would be answered 200, not refused for another reason)
     ("crlf-in-value", "8.2.1", "malformed",
-     request(extra=[("x-a", "1\r\nx-injected: 2")], end=True), 1),
-    ("nul-in-value", "8.2.1", "malformed", request(extra=[("x-a", "1\x002")], end=True), 1),
-    ("space-in-name", "8.2.1", "malformed", request(extra=[("x a", "1")], end=True), 1),
-    ("colon-in-name", "8.2.1", "malformed", request(extra=[("x:a", "1")], end=True), 1),
+     request(extra=[("x-a", "1\r\nx-injected: 2")], body=BODY), 1),
+    ("nul-in-value", "8.2.1", "malformed", request(extra=[("x-a", "1\x002")], body=BODY), 1),
+    ("space-in-name", "8.2.1", "malformed", request(extra=[("x a", "1")], body=BODY), 1),
+    ("colon-in-name", "8.2.1", "malformed", request(extra=[("x:a", "1")], body=BODY), 1),
     ("trailers-with-pseudo", "8.1", "malformed",
      request(stream=1) + frame(DATA, 0, 1, BODY) +
      frame(HEADERS, END_HEADERS | END_STREAM, 1, hpack.Encoder().encode([(":path", "/x")])), 1),

@@ -12,7 +12,7 @@ usage: h2_raw_client.py CMD PORT [ARG]
   sse-garbage     a long SSE stream, then a malformed frame once its first event arrived
   body N          one POST with an N-byte body
   continuation N  one HEADERS without END_HEADERS, then N CONTINUATION frames of padding fields
-                  (CVE-2024-28182's shape), then a normal request on a new connection
+                  (CVE-2024-28182's shape)
   settings-flood N / ping-flood N
                   N empty SETTINGS (or N PINGs) sent without reading the answers
   zero-window N   SETTINGS_INITIAL_WINDOW_SIZE 0, then a streamed request whose DATA can never
@@ -113,7 +113,7 @@ def read_raw(deadline_s):
     """Reads raw frames (no client state machine: answers to frames it never sent) until the
     peer closes or the deadline; records the GOAWAY's code and how many frames came."""
     end = time.monotonic() + deadline_s
-    buf = b""
+    buf = bytearray()
     out["frames_in"] = 0
     while time.monotonic() < end:
         try:
@@ -128,15 +128,16 @@ def read_raw(deadline_s):
             out["closed"] = True
             break
         buf += data
-        while len(buf) >= 9:
-            n = int.from_bytes(buf[0:3], "big")
-            if len(buf) < 9 + n:
+        at = 0  # (one pass over what came, then one cut: linear in the bytes read)
+        while len(buf) - at >= 9:
+            n = int.from_bytes(buf[at:at + 3], "big")
+            if len(buf) - at < 9 + n:
                 break
-            typ = buf[3]
-            if typ == 7 and n >= 8:  # GOAWAY: last stream id, then the error code
-                out["goaway"] = int.from_bytes(buf[13:17], "big")
+            if buf[at + 3] == 7 and n >= 8:  # GOAWAY: last stream id, then the error code
+                out["goaway"] = int.from_bytes(buf[at + 13:at + 17], "big")
             out["frames_in"] += 1
-            buf = buf[9 + n:]
+            at += 9 + n
+        del buf[:at]
 
 
 if CMD == "streams":
@@ -225,16 +226,19 @@ elif CMD == "continuation":
     sock.sendall(conn.data_to_send())
     sid = conn.get_next_available_stream_id()
     pad = [hpack.NeverIndexedHeaderTuple(f"x-pad-{i}", "a" * 100) for i in range(8)]
-    frames = [frame(1, 0, sid, conn.encoder.encode(headers()))]  # HEADERS, no END_HEADERS
+    first = frame(1, 0, sid, conn.encoder.encode(headers()))  # HEADERS, no END_HEADERS
     piece = frame(9, 0, sid, conn.encoder.encode(pad))  # CONTINUATION, no END_HEADERS
-    sock.sendall(frames[0])
+    try:
+        sock.sendall(first)
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        out["send_stopped"] = True
     send_repeated(piece, ARG, 64)
-    read_raw(5)
+    read_raw(20)
 elif CMD in ("settings-flood", "ping-flood"):
     sock.sendall(conn.data_to_send())
     one = frame(4, 0, 0, b"") if CMD == "settings-flood" else frame(6, 0, 0, b"12345678")
     send_repeated(one, ARG, 1000)
-    read_raw(5)
+    read_raw(20)
 elif CMD == "zero-window":
     conn.update_settings({h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0})
     sid = conn.get_next_available_stream_id()

@@ -267,7 +267,7 @@ describe('HTTP/2 (h2c by prior knowledge)', () => {
 
   test('a CONTINUATION flood ends its connection (CVE-2024-28182), memory bounded', async () => {
     const before = rssKb(gw.proc.pid);
-    const r = await raw('continuation', port, 100000);  // ~90 MB of header fields, one block
+    const r = await raw('continuation', port, 100000);  // ~58 MB of header fields, one block
     // libnghttp2 (Debian's, with the CVE's fix) refuses a header block of that many frames: the
     // connection ends with our GOAWAY (PROTOCOL_ERROR), long before the flood is through.
     assert.equal(r.goaway, 1, JSON.stringify(r));
@@ -279,36 +279,41 @@ describe('HTTP/2 (h2c by prior knowledge)', () => {
     test(`a ${kind.toUpperCase()} flood sent without reading ends or outlives its connection, memory bounded`, async () => {
       const before = rssKb(gw.proc.pid);
       const r = await raw(`${kind}-flood`, port, 1000000);  // 9-17 MB of frames
-      // The answers (ACKs) queue while the client reads nothing: libnghttp2's limit on queued
-      // control frames ends the connection (ENHANCE_YOUR_CALM), or the socket took them all.
-      if (r.goaway !== undefined && r.goaway !== null) assert.equal(r.goaway, 11, JSON.stringify(r));
-      else assert.equal(r.sent_frames, 1000000, JSON.stringify(r));
+      // The answers (ACKs) queue while the client reads nothing (the sockets hold ~1.4 MB of the
+      // 9-17 MB of ACKs): libnghttp2's limit on queued control frames ends the connection with
+      // our GOAWAY ENHANCE_YOUR_CALM.
+      assert.equal(r.goaway, 11, JSON.stringify(r));
       rssBound(before, kind);
       await servesNewConnection(`a ${kind} flood`);
     });
   }
 
-  test('a zero-window stall holds at most the stream\'s bound and is reset after --idle-timeout-ms', async () => {
-    const g2 = await gateway(t, ['--workers', '1', '--idle-timeout-ms', '2000']);
-    const zport = await freePort();
-    const made = await api(g2.api, 'POST', LB_BASE, rule({ port: zport, workers: sim.workers }));
-    assert.equal(made.status, 200, made.text);
-    const before = rssKb(g2.proc.pid);
-    const aborted = async () => (await simMetrics(sim.workers[0])).kvgate_sim_requests_aborted_total
-      + (await simMetrics(sim.workers[1])).kvgate_sim_requests_aborted_total;
-    const a0 = await aborted();
-    const r = await raw('zero-window', zport, 12);
-    // The answer's head needs no window; none of its 2,000 events could be sent.
-    const sid = Object.keys(r.status)[0];
-    assert.equal(r.status[sid], '200', JSON.stringify(r));
-    assert.equal(r.bodies[sid] ?? 0, 0, JSON.stringify(r));
-    // Reset once the client took nothing for the idle timeout (2 s here; the ticker runs every
-    // second), and its engine request aborted.
-    assert.ok(sid in r.resets, JSON.stringify(r));
-    assert.ok(r.seconds >= 1.5 && r.seconds < 11, `${r.seconds} s`);
-    assert.ok(await waitFor(async () => (await aborted()) > a0, 10000), 'the engine request was aborted');
-    const grew = rssKb(g2.proc.pid) - before;
-    assert.ok(grew < 8 * 1024, `zero-window: the gateway's RSS grew ${grew} KiB`);
+  test('a zero-window stall is reset after --idle-timeout-ms, its engine request aborted', async () => {
+    const own = { fns: [], after(f) { this.fns.push(f); } };  // (stopped by this test)
+    try {
+      const g2 = await gateway(own, ['--workers', '1', '--idle-timeout-ms', '2000']);
+      const zport = await freePort();
+      const made = await api(g2.api, 'POST', LB_BASE, rule({ port: zport, workers: sim.workers }));
+      assert.equal(made.status, 200, made.text);
+      const before = rssKb(g2.proc.pid);
+      const aborted = async () => (await simMetrics(sim.workers[0])).kvgate_sim_requests_aborted_total
+        + (await simMetrics(sim.workers[1])).kvgate_sim_requests_aborted_total;
+      const a0 = await aborted();
+      const r = await raw('zero-window', zport, 12);
+      // The answer's head needs no window; none of its 2,000 events could be sent.
+      const sid = Object.keys(r.status)[0];
+      assert.equal(r.status[sid], '200', JSON.stringify(r));
+      assert.equal(r.bodies[sid] ?? 0, 0, JSON.stringify(r));
+      // Reset once the client took nothing for the idle timeout (2 s here; the ticker runs every
+      // second), and its engine request aborted.
+      assert.ok(sid in r.resets, JSON.stringify(r));
+      assert.ok(r.seconds >= 1.5 && r.seconds < 11, `${r.seconds} s`);
+      assert.ok(await waitFor(async () => (await aborted()) > a0, 10000), 'the engine request was aborted');
+      const grew = rssKb(g2.proc.pid) - before;
+      assert.ok(grew < 8 * 1024, `zero-window: the gateway's RSS grew ${grew} KiB`);
+    } finally {
+      for (const f of own.fns.reverse()) await f();
+    }
   });
 
   test('a rapid-reset flood does not take the gateway down', async () => {
