@@ -9,7 +9,11 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import http from 'node:http';
 import net from 'node:net';
-import { LB_BASE, api, freePort, gateway, scrapeMetrics, waitFor } from './lib.mjs';
+import { readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import {
+  BIN, LB_BASE, api, freePort, gateway, scrapeMetrics, startKvgate, stop, tempDir, waitFor,
+} from './lib.mjs';
 
 const sha = (b) => crypto.createHash('sha256').update(b).digest('hex');
 const BIG = crypto.randomBytes(8 * 1024 * 1024 + 123);  // three 4 MiB windows, the last short
@@ -93,6 +97,46 @@ test('sockMapMode response: large bodies spliced in the kernel byte for byte ove
   assert.equal(sample(m, 'kvgate_sockmap_relays_total', { outcome: 'overrun' }), 0);
   assert.equal(sample(m, 'kvgate_sockmap_armed_bytes'), 0);
   assert.equal(sample(m, 'kvgate_sockmap_target_sockets'), 1);  // the client's, still open
+});
+
+// A kernel that refuses the relay's program (issue 33: "falling back to the userspace relay when
+// the kernel refuses"): the gateway runs without CAP_BPF, CAP_SYS_ADMIN, CAP_PERFMON and
+// CAP_NET_ADMIN (setpriv takes them out of its bounding set, so even as root its bpf() calls are
+// refused, as in a container or on a kernel without the program types). The rule is accepted,
+// the refusal logged once, kvgate_sockmap_available reads 0, and every body is relayed by the
+// gateway byte for byte over keep-alive, nothing spliced.
+test('sockMapMode where the kernel refuses the program: bodies relayed in userspace, byte for byte', async (t) => {
+  const backend = await bodyServer(t);
+  const tmp = tempDir();
+  t.after(() => tmp.remove());
+  const wrap = path.join(tmp.dir, 'kvgate-without-bpf');
+  writeFileSync(wrap, '#!/bin/sh\nexec /usr/bin/setpriv --bounding-set -bpf,-sys_admin,-perfmon,-net_admin ' +
+    `-- ${path.resolve(BIN)} "$@"\n`, { mode: 0o755 });
+  const { proc, ready } = await startKvgate(['serve', '--api-listen', '127.0.0.1:0', '--state-dir',
+    path.join(tmp.dir, 'state'), '--workers', '1'], { bin: wrap });
+  t.after(() => stop(proc));
+  // (the wrapper really took the capabilities away)
+  const status = readFileSync(`/proc/${proc.pid}/status`, 'utf8');
+  assert.equal(BigInt(`0x${status.match(/^CapEff:\s+([0-9a-f]+)/m)[1]}`) & (1n << 39n), 0n, 'CAP_BPF dropped');
+  const port = await freePort();
+  const r = await api(ready.api, 'POST', LB_BASE, sockmapRule(port, backend));
+  assert.equal(r.status, 200, r.text);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  t.after(() => agent.destroy());
+  for (const p of ['/big', '/small', '/big']) {
+    const res = await get(port, p, agent);
+    assert.equal(res.status, 200);
+    const want = p === '/small' ? SMALL : BIG;
+    assert.equal(res.body.length, want.length, `${p}: length`);
+    assert.equal(sha(res.body), sha(want), `${p}: bytes differ`);
+  }
+  assert.equal(backend.connections(), 1);  // the engine connection pooled as usual
+  const m = await scrapeMetrics(ready.api);
+  assert.equal(m.find((s) => s.name === 'kvgate_sockmap_available')?.value, 0);
+  assert.equal(sample(m, 'kvgate_sockmap_bytes_total'), 0);
+  assert.equal(sample(m, 'kvgate_sockmap_relays_total', { outcome: 'done' }), 0);
+  assert.match(proc.stderrText,
+    /WARN sockmap sockmap relay unavailable \(load: Operation not permitted\): sockMapMode rules are relayed in userspace/);
 });
 
 test('sockMapMode: pipelined requests get their answers whole and in order after a splice', async (t) => {
