@@ -171,8 +171,9 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   }
   auto& stats = rule_stats_[rule.key()];
   if (!stats) stats = std::make_shared<RuleStats>();
+  const std::vector<std::string> stage_names = stageNames(rule);
   std::string stages;
-  for (const auto& n : routing::stageNames(rule)) stages += n + ",";
+  for (const auto& n : stage_names) stages += n + ",";
   if (stats->stages != stages)  // other stages: counts start over
     stats->pipeline = std::make_shared<routing::PipelineStats>();
   stats->stages = stages;
@@ -193,12 +194,10 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   }
   stats->per_endpoint = std::move(counters);
   route->stats = stats;
-  // Tier 0 and Tier 1 tables, for a P/D ladder that has those stages (a table the ladder no
-  // longer has is freed: no pins written that nothing reads).
-  const std::vector<std::string> stage_names = stageNames(rule);
-  const bool pd = rule.service_args.value("pd_disagg_mode", false);
+  // Tier 0 and Tier 1 tables, for a P/D ladder that has those stages (only P/D ladders do; a
+  // table the ladder no longer has is freed: no pins written that nothing reads).
   auto listed = [&](std::string_view n) {
-    return pd && std::find(stage_names.begin(), stage_names.end(), n) != stage_names.end();
+    return std::find(stage_names.begin(), stage_names.end(), n) != stage_names.end();
   };
   if (!listed("session"))
     stats->sessions.reset();

@@ -84,8 +84,9 @@ bool H2Conn::Stream::writeHead(const HeadFields& h) {
   std::vector<nghttp2_nv> nva;
   nva.reserve(h.size() + 1);
   nva.push_back(h2::nv(":status", code));
-  for (size_t i = 0; i < h.size(); ++i)  // (a request id is unique: kept out of the HPACK table,
-    // where it would only evict fields that repeat)
+  // (a request id is unique: kept out of the HPACK table, where it would only evict fields that
+  // repeat)
+  for (size_t i = 0; i < h.size(); ++i)
     nva.push_back(
         h2::nv(h.name(i), h.value(i),
                h.name(i) == "x-request-id" ? NGHTTP2_NV_FLAG_NO_INDEX : NGHTTP2_NV_FLAG_NONE));
