@@ -194,10 +194,11 @@ Result<RuleSpec> parseRule(const json& body) {
   // (upstream's text; upstream answers it with a 200, here it is the 400 it is)
   if (r.mode == 3 && r.sel != 1)
     return bad("serviceArguments.sel", "Only Hash Selection criteria allowed for DSR mode");
-  if (isL4Mode(r.mode) && r.sel > 2)
-    return bad("serviceArguments.sel", "selector " + std::to_string(r.sel) + " (" +
-                                           selectorName(r.sel) + ") is not available for " +
-                                           l4_name + "; use 0 (rr), 1 (hash) or 2 (wrr)");
+  if (isL4Mode(r.mode) && r.sel > 4)
+    return bad("serviceArguments.sel",
+               "selector " + std::to_string(r.sel) + " (" + selectorName(r.sel) +
+                   ") is not available for " + l4_name +
+                   "; use 0 (rr), 1 (hash), 2 (wrr), 3 (persist) or 4 (lc)");
   if (r.sel >= 5 && r.sel <= 7)
     return bad("serviceArguments.sel", "selector " + std::to_string(r.sel) + " (" +
                                            selectorName(r.sel) +
@@ -432,6 +433,7 @@ Result<RuleSpec> parseRule(const json& body) {
                      : !r.api_key_auth.empty() && r.api_key_auth != "disabled" ? "api_key_auth"
                      : r.cb_enable                                             ? "cb_enable"
                      : !getOr<std::string>(stored, "selector", "").empty()     ? "selector"
+                     : !r.session_header_name.empty() ? "session_header_name"
                      : !r.inactive_capability.empty() ? r.inactive_capability.c_str()
                                                       : nullptr;
     if (l7)

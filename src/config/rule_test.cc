@@ -394,11 +394,27 @@ TEST(RuleParse, ModeZeroIsAnL4Rule) {
   ASSERT_TRUE(r) << r.error().what;
   EXPECT_EQ(r->mode, 0);
   EXPECT_EQ(r->protocol, "udp");
+  // persist and least connections are the L4 path's too (upstream's sel 3 and 4)
+  for (int sel : {3, 4}) {
+    j["serviceArguments"]["sel"] = sel;
+    r = parseRule(j);
+    ASSERT_TRUE(r) << sel << ": " << r.error().what;
+    EXPECT_EQ(r->sel, sel);
+  }
   // Selectors the L4 path has not: 400 naming them.
-  j["serviceArguments"]["sel"] = 8;
-  r = parseRule(j);
+  for (int sel : {5, 8, 9, 10}) {
+    j["serviceArguments"]["sel"] = sel;
+    r = parseRule(j);
+    ASSERT_FALSE(r) << sel;
+    EXPECT_EQ(r.error().source, "serviceArguments.sel");
+  }
+  // persist pins by the client's address: a session header would be read from no request
+  json sh = j;
+  sh["serviceArguments"]["sel"] = 3;
+  sh["serviceArguments"]["session_header_name"] = "x-session";
+  r = parseRule(sh);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().source, "serviceArguments.sel");
+  EXPECT_EQ(r.error().source, "serviceArguments.session_header_name");
   // Fields that need a request read: refused, not stored inert.
   j["serviceArguments"]["sel"] = 0;
   for (const char* k : {"sse_mode", "cb_enable"}) {

@@ -16,6 +16,12 @@
 #define L4_SEL_RR 0
 #define L4_SEL_HASH 1
 #define L4_SEL_WEIGHTED 2
+#define L4_SEL_PERSIST 3  // a client address keeps its endpoint (map `persist`)
+#define L4_SEL_LC 4       // the endpoint up with the fewest live flows (map `ep_flows`)
+
+// sel 3: how long a client's endpoint is kept after its last new flow (upstream's default
+// persistence time, 3 hours).
+#define L4_PERSIST_TIMEOUT_S 10800
 
 // Flow states (struct l4_flow.state, kept in the ct entry).
 #define L4_CT_SYN 0      // tcp: the SYN went out, no answer yet (10 s)
@@ -29,7 +35,7 @@
 // The layout of these maps: bumped whenever a struct below changes meaning, even at the same
 // size (libbpf reuses a pinned map whose sizes match): a start finding pinned maps of another
 // layout removes them instead of misreading them.
-#define L4_MAPS_LAYOUT 3
+#define L4_MAPS_LAYOUT 4
 #define L4_META_MAX_IFACES 64
 
 // The pinned maps' own record (map `meta`, one entry), the control plane's only.
@@ -111,4 +117,24 @@ struct l4_counters {
   __u64 packets;  // forwarded, both directions
   __u64 bytes;
   __u64 drops[L4_DROP_REASONS];
+};
+
+// Per endpoint row (service id * L4_MAX_ENDPOINTS + index), per CPU: what its flows forwarded,
+// both directions. Zeroed when the row is given to another endpoint.
+struct l4_ep_counters {
+  __u64 packets;
+  __u64 bytes;
+};
+
+// sel 3: a client address's endpoint (map `persist`, LRU).
+struct l4_persist_key {
+  __u32 svc_id;
+  __u32 generation;  // the service's: a slot given to another service finds no entry
+  __u32 saddr;
+};
+struct l4_persist {
+  __u32 ip;  // the endpoint (looked up again among the rule's endpoints: its row may move)
+  __u16 port;
+  __u16 pad;
+  __u64 last_ns;  // the client's last new flow
 };

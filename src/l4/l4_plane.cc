@@ -784,6 +784,9 @@ Result<void> L4Plane::install(const State& from, const State& to) {
     std::vector<l4_ep> rows;
     l4_svc svc;
     rowsOf(slot, rows, svc);
+    moveEndpointState(
+        it != from.slots.end() && it->second.generation == slot.generation ? &it->second : nullptr,
+        slot);
     for (uint32_t i = 0; i < rows.size(); ++i) {
       const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
       if (bpf_map_update_elem(ep_fd, &row, &rows[i], BPF_ANY))
@@ -793,6 +796,33 @@ Result<void> L4Plane::install(const State& from, const State& to) {
       return fail(503, "l4", "cannot program the service map: " + errnoText(errno));
   }
   return {};
+}
+
+void L4Plane::moveEndpointState(const Slot* prev, const Slot& slot) {
+  const int cnt_fd = bpf_map__fd(skel_->maps.ep_counters);
+  const int flows_fd = bpf_map__fd(skel_->maps.ep_flows);
+  const size_t prev_n = prev ? prev->addrs.size() : 0;
+  std::vector<l4_ep_counters> counters(prev_n);
+  std::vector<uint32_t> flows(prev_n);
+  for (uint32_t j = 0; j < prev_n; ++j) {  // (read before any row is written)
+    const uint32_t row = slot.id * L4_MAX_ENDPOINTS + j;
+    if (bpf_map_lookup_elem(cnt_fd, &row, &counters[j]) != 0) counters[j] = {};
+    if (bpf_map_lookup_elem(flows_fd, &row, &flows[j]) != 0) flows[j] = 0;
+  }
+  for (uint32_t i = 0; i < std::max(prev_n, slot.addrs.size()); ++i) {
+    l4_ep_counters c{};
+    uint32_t f = 0;
+    for (size_t j = 0; i < slot.addrs.size() && j < prev_n; ++j)
+      if (prev->addrs[j] == slot.addrs[i]) {
+        c = counters[j];
+        f = flows[j];
+        break;
+      }
+    if (i < prev_n && i < slot.addrs.size() && prev->addrs[i] == slot.addrs[i]) continue;
+    const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
+    bpf_map_update_elem(cnt_fd, &row, &c, BPF_ANY);
+    bpf_map_update_elem(flows_fd, &row, &f, BPF_ANY);
+  }
 }
 
 void L4Plane::rowsOf(const Slot& slot, std::vector<l4_ep>& rows, l4_svc& svc) {
@@ -922,6 +952,69 @@ std::vector<std::string> L4Plane::syncHealth(
   return changed;
 }
 
+void L4Plane::syncFlows() {
+  std::map<uint32_t, Slot*> by_id;
+  for (auto& [key, slot] : now_.slots) {
+    slot.live.assign(slot.addrs.size(), 0);
+    by_id[slot.id] = &slot;
+  }
+  if (by_id.empty()) return;
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // (bpf_ktime_get_ns's clock)
+  const uint64_t now =
+      static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  // The tracked flows in batches (a bucket's entries come whole: ENOSPC asks for a larger batch).
+  const int ct_fd = bpf_map__fd(skel_->maps.ct);
+  uint32_t batch_n = 4096;
+  std::vector<l4_flow_key> keys;
+  std::vector<l4_flow> vals;
+  uint64_t token = 0;  // (the hash table's position: a bucket number)
+  bool first = true;
+  for (;;) {
+    keys.resize(batch_n);
+    vals.resize(batch_n);
+    uint32_t n = batch_n;
+    const int rc = bpf_map_lookup_batch(ct_fd, first ? nullptr : &token, &token, keys.data(),
+                                        vals.data(), &n, nullptr);
+    const int err = rc ? errno : 0;
+    if (rc && err == ENOSPC && n == 0 && batch_n < (1u << 20)) {
+      batch_n *= 2;
+      continue;
+    }
+    if (rc && err != ENOENT) {
+      if (!flows_sync_failed_)
+        log::warn("l4", "cannot read the tracked flows (live flows per endpoint, sel 4): " +
+                            errnoText(err));
+      flows_sync_failed_ = true;
+      return;
+    }
+    first = false;
+    for (uint32_t i = 0; i < n; ++i) {
+      const l4_flow& f = vals[i];
+      auto it = by_id.find(f.svc_id);
+      if (it == by_id.end() || it->second->generation != f.generation) continue;
+      if (f.state == L4_CT_CLOSING) continue;
+      const uint64_t limit =
+          (f.state == L4_CT_OPEN ? f.timeout_s : L4_SHORT_TIMEOUT_S) * 1000000000ull;
+      if (static_cast<int64_t>(now - f.last_ns) > static_cast<int64_t>(limit)) continue;
+      Slot& slot = *it->second;
+      if (f.ep_index >= slot.addrs.size()) continue;
+      l4_ep row;
+      std::memcpy(&row, slot.eps.data() + f.ep_index * sizeof(l4_ep), sizeof row);
+      if (row.ip != f.nat_ip || row.port != f.nat_port) continue;  // (a removed endpoint's)
+      ++slot.live[f.ep_index];
+    }
+    if (rc) break;  // ENOENT: that was the last batch
+  }
+  flows_sync_failed_ = false;
+  const int flows_fd = bpf_map__fd(skel_->maps.ep_flows);
+  for (auto& [id, slot] : by_id)
+    for (uint32_t i = 0; i < slot->live.size(); ++i) {
+      const uint32_t row = id * L4_MAX_ENDPOINTS + i;
+      bpf_map_update_elem(flows_fd, &row, &slot->live[i], BPF_ANY);
+    }
+}
+
 static_assert(L4_DROP_REASONS == 4, "ServiceStats::drops and dropReason follow l4_maps.h");
 const char* L4Plane::dropReason(size_t i) {
   return i == L4_DROP_NO_ENDPOINT ? "no_endpoint"
@@ -945,6 +1038,19 @@ std::vector<L4Plane::ServiceStats> L4Plane::stats() const {
         s.bytes += c.bytes;
         for (size_t i = 0; i < L4_DROP_REASONS; ++i) s.drops[i] += c.drops[i];
       }
+    const int ep_fd = bpf_map__fd(skel_->maps.ep_counters);
+    for (uint32_t i = 0; i < slot.addrs.size(); ++i) {
+      ServiceStats::Endpoint e;
+      e.addr = slot.addrs[i].first + ":" + std::to_string(slot.addrs[i].second);
+      const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
+      l4_ep_counters c{};
+      if (bpf_map_lookup_elem(ep_fd, &row, &c) == 0) {
+        e.packets = c.packets;
+        e.bytes = c.bytes;
+      }
+      e.flows = i < slot.live.size() ? slot.live[i] : 0;
+      s.endpoints.push_back(std::move(e));
+    }
     out.push_back(std::move(s));
   }
   return out;

@@ -9,7 +9,9 @@
 // sent unchanged to an endpoint on a network of this node, which holds the VIP; sel 1 only) and
 // 5 (host one-arm: mode 1 on every IPv4 address of this node, followed every second; VIP
 // 0.0.0.0) for tcp and udp, sel 0 (round-robin), 1 (hash of the client's address and port: per
-// flow) and 2 (weighted round-robin by the endpoints' weights), inactiveTimeOut as the flows'
+// flow), 2 (weighted round-robin by the endpoints' weights), 3 (persist: a client address keeps
+// its endpoint for 3 hours after its last new flow) and 4 (least connections: the fewest live
+// flows, counted by the program and set to the truth every second), inactiveTimeOut as the flows'
 // idle timeout (default 900 s tcp, as IPVS's established timeout; 30 s udp), a rule
 // with adminStateUp false not installed. Bounds: 1,024 services of at most 64 endpoints; 262,144
 // tracked flows each way (LRU: the oldest are evicted, memory never grows; preallocated, about
@@ -69,9 +71,20 @@ class L4Plane {
   std::vector<std::string> syncHealth(
       const std::function<bool(const std::string& rule, const std::string& ip, uint16_t port)>& up);
 
+  // Live flows per endpoint (control thread, every second after syncHealth): the tracked flows
+  // open and not idle, counted from the flow table and written where sel 4 reads them (the
+  // program counts its new flows there at once in between).
+  void syncFlows();
+
   struct ServiceStats {
     std::string rule;  // the rule's key
     uint64_t packets = 0, bytes = 0;
+    struct Endpoint {
+      std::string addr;                 // ip:port
+      uint64_t packets = 0, bytes = 0;  // forwarded by its flows, both directions
+      uint32_t flows = 0;               // live flows at the last syncFlows()
+    };
+    std::vector<Endpoint> endpoints;   // in the rule's order
     uint64_t drops[4] = {0, 0, 0, 0};  // by reason: no endpoint up, untracked, no free port,
                                        // no route
   };
@@ -92,6 +105,7 @@ class L4Plane {
     bool sync_failed = false;   // the last health write failed (logged once)
     bool source_lost = false;   // one-arm: an endpoint without a route now (logged once)
     std::string spec;           // what the rule asked (specOf): unchanged rules are kept
+    std::vector<uint32_t> live;  // live flows per endpoint at the last syncFlows()
   };
   struct State {
     std::map<std::string, Slot> slots;  // rule key -> its service slot
@@ -102,6 +116,9 @@ class L4Plane {
   // A slot's endpoint rows and service entry as health has them: endpoints down not up, and the
   // weights of the endpoints up only (a down endpoint's share spread, not handed to the next).
   static void rowsOf(const Slot& slot, std::vector<l4_ep>& rows, l4_svc& svc);
+  // Before a slot's rows are written: each endpoint's counters and live flows follow it to its
+  // row (prev: the slot as installed, same generation; null: a new service, every row zeroed).
+  void moveEndpointState(const Slot* prev, const Slot& slot);
   // Services found in pinned maps at start, by their service key: the slot and generation a rule
   // of that key takes again (its flows live on). Removed by the first apply() that does not claim
   // them.
@@ -117,6 +134,7 @@ class L4Plane {
   uint64_t cookie_ = 0;   // the network namespace's cookie
   uint32_t prog_id_ = 0;  // our program's id: only it is detached on a stop
   bool keep_on_exit_ = true;
+  bool flows_sync_failed_ = false;  // (said once)
   std::vector<std::string> ifaces_;
   std::vector<int> ifindexes_;
   State now_, before_;  // the maps' state, and before the last apply()

@@ -158,6 +158,19 @@ inline const Family kL4Dropped{"kvgate_l4_dropped_total", Type::kCounter,
     {"rule", "reason"}};
 inline const Family kL4Bytes{"kvgate_l4_bytes_total", Type::kCounter,
     "Bytes (whole packets) the L4 data path forwarded for an L4 (mode 0-3, 5) rule, by rule key.", {"rule"}};
+inline const Family kL4EndpointPackets{"kvgate_l4_endpoint_packets_total", Type::kCounter,
+    "Packets the L4 data path forwarded for the flows of one endpoint of an L4 rule (both "
+    "directions), by rule key and endpoint (ip:port). Follows the endpoint when its place in the "
+    "rule's list changes; the flows it had before such a change count under the rule only.",
+    {"rule", "endpoint"}};
+inline const Family kL4EndpointBytes{"kvgate_l4_endpoint_bytes_total", Type::kCounter,
+    "Bytes (whole packets) the L4 data path forwarded for the flows of one endpoint of an L4 "
+    "rule, by rule key and endpoint (ip:port).",
+    {"rule", "endpoint"}};
+inline const Family kL4EndpointFlows{"kvgate_l4_endpoint_flows", Type::kGauge,
+    "Live flows (tracked, open, not idle) of one endpoint of an L4 rule, counted every second; "
+    "sel 4 (lc) gives new flows to the endpoint up with the fewest.",
+    {"rule", "endpoint"}};
 inline const Family kTlsHandshakes{"kvgate_tls_handshakes_total", Type::kCounter,
     "TLS handshakes on data-plane listeners (rules with security 1), by result (ok, failed).",
     {"result"}};

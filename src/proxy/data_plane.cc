@@ -429,10 +429,13 @@ void DataPlane::updateL4Probes(const std::vector<config::RuleSpec>& l4_rules) {
 
 std::vector<std::string> DataPlane::syncL4Health() {
   if (!l4_) return {};
-  return l4_->syncHealth([this](const std::string& rule, const std::string& ip, uint16_t port) {
-    auto it = l4_health_.find(rule + "|" + ip + "|" + std::to_string(port));
-    return it == l4_health_.end() || it->second->health.up();
-  });
+  auto changed =
+      l4_->syncHealth([this](const std::string& rule, const std::string& ip, uint16_t port) {
+        auto it = l4_health_.find(rule + "|" + ip + "|" + std::to_string(port));
+        return it == l4_health_.end() || it->second->health.up();
+      });
+  l4_->syncFlows();
+  return changed;
 }
 
 Result<void> DataPlane::applyProxy(const std::vector<config::RuleSpec>& rules) {

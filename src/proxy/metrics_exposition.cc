@@ -259,6 +259,21 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
       for (size_t i = 0; i < std::size(st.drops); ++i)
         w.sample(kL4Dropped, {{"rule", st.rule}, {"reason", l4::L4Plane::dropReason(i)}},
                  static_cast<double>(st.drops[i]));
+    w.header(kL4EndpointPackets);
+    for (const auto& st : l4)
+      for (const auto& e : st.endpoints)
+        w.sample(kL4EndpointPackets, {{"rule", st.rule}, {"endpoint", e.addr}},
+                 static_cast<double>(e.packets));
+    w.header(kL4EndpointBytes);
+    for (const auto& st : l4)
+      for (const auto& e : st.endpoints)
+        w.sample(kL4EndpointBytes, {{"rule", st.rule}, {"endpoint", e.addr}},
+                 static_cast<double>(e.bytes));
+    w.header(kL4EndpointFlows);
+    for (const auto& st : l4)
+      for (const auto& e : st.endpoints)
+        w.sample(kL4EndpointFlows, {{"rule", st.rule}, {"endpoint", e.addr}},
+                 static_cast<double>(e.flows));
   }
   w.header(kH2Connections);
   w.sample(kH2Connections, {}, static_cast<double>(stats_.h2_connections.load()));

@@ -189,6 +189,77 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     assert.deepEqual(seen, { be0: 6, be1: 3 });  // three cycles of 2 + 1
   });
 
+  test('sel 3 (persist): a client address keeps its endpoint over new flows, through a reordering of the endpoints', () => {
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8084, targetPort: 8000, sel: 3 }));
+    assert.equal(r.status, 200, r.text);
+    // The first flow of each address is round-robin (be0, then be1); every later one, from any
+    // port, goes where that address's first went. (Round-robin would alternate, the flow hash
+    // would spread the ports.)
+    const a = curlTcp(8084, VIP, 0, 'x', '198.18.0.2');
+    const b = curlTcp(8084, VIP, 0, 'x', '198.18.0.3');
+    assert.deepEqual([a, b].sort(), ['be0', 'be1']);
+    for (let i = 0; i < 6; ++i) {
+      assert.equal(curlTcp(8084, VIP, 0, 'x', '198.18.0.2'), a);
+      assert.equal(curlTcp(8084, VIP, 0, 'x', '198.18.0.3'), b);
+    }
+    // The endpoints listed the other way round: each address keeps its endpoint (remembered by
+    // address, not by place in the list).
+    let u = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8084, targetPort: 8000, sel: 3, endpoints: [...BACKENDS].reverse() }));
+    assert.equal(u.status, 200, u.text);
+    for (let i = 0; i < 3; ++i) {
+      assert.equal(curlTcp(8084, VIP, 0, 'x', '198.18.0.2'), a);
+      assert.equal(curlTcp(8084, VIP, 0, 'x', '198.18.0.3'), b);
+    }
+    // An address whose endpoint left the rule gets another, and keeps that one.
+    const aIp = BACKENDS[Number(a.slice(2))];
+    u = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8084, targetPort: 8000, sel: 3, endpoints: BACKENDS.filter((ip) => ip !== aIp) }));
+    assert.equal(u.status, 200, u.text);
+    for (let i = 0; i < 3; ++i) assert.equal(curlTcp(8084, VIP, 0, 'x', '198.18.0.2'), b);
+    u = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8084, targetPort: 8000, sel: 3 }));
+    assert.equal(u.status, 200, u.text);
+    for (let i = 0; i < 3; ++i) assert.equal(curlTcp(8084, VIP, 0, 'x', '198.18.0.2'), b);
+  });
+
+  test('sel 4 (lc): new flows go to the endpoint with the fewest live flows; per-endpoint flows, packets and bytes', async () => {
+    const r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 8085, targetPort: 8000, sel: 4 }));
+    assert.equal(r.status, 200, r.text);
+    const open = async () => {
+      const s = spawnIn(NS.c, ['/usr/bin/python3', PEER, 'session', VIP, '8085']);
+      procs.push(s);
+      assert.equal(await s.next(), 'connected');
+      s.stdin.write('ask\n');
+      s.id = await s.next();
+      return s;
+    };
+    const metric = (name, ip) => {
+      const m = gwApi(gw.api, 'GET', '/metrics').text;
+      const l = m.split('\n').find((x) => x.startsWith(`${name}{`) && x.includes(':8085/tcp') && x.includes(`endpoint="${ip}:8000"`));
+      return l === undefined ? NaN : Number(l.split(' ').pop());
+    };
+    // Four connections kept open: two on each endpoint (equal counts take turns).
+    const held = [];
+    for (let i = 0; i < 4; ++i) held.push(await open());
+    assert.deepEqual(held.map((s) => s.id).sort(), ['be0', 'be0', 'be1', 'be1']);
+    assert.ok(await waitFor(() => metric('kvgate_l4_endpoint_flows', BACKENDS[0]) === 2
+      && metric('kvgate_l4_endpoint_flows', BACKENDS[1]) === 2, 10000, 200), 'live flows per endpoint not 2 and 2');
+    // Both of be1's connections closed: once the count says so, the next two new flows both go
+    // to be1 (round-robin would give be0 one of them).
+    for (const s of held.filter((x) => x.id === 'be1')) s.stdin.write('quit\n');
+    assert.ok(await waitFor(() => metric('kvgate_l4_endpoint_flows', BACKENDS[1]) === 0, 10000, 200),
+      `be1's closed flows still counted: ${metric('kvgate_l4_endpoint_flows', BACKENDS[1])}`);
+    const next = [await open(), await open()];
+    assert.deepEqual(next.map((s) => s.id), ['be1', 'be1']);
+    // Per endpoint: both forwarded packets, and together exactly what the rule counted.
+    const m = gwApi(gw.api, 'GET', '/metrics').text;
+    const rulePackets = Number(m.split('\n').find((l) => l.startsWith('kvgate_l4_packets_total') && l.includes(':8085/tcp')).split(' ').pop());
+    const ep = BACKENDS.map((ip) => metric('kvgate_l4_endpoint_packets_total', ip));
+    assert.ok(ep[0] > 0 && ep[1] > 0, `per-endpoint packets ${ep}`);
+    assert.equal(ep[0] + ep[1], rulePackets);
+    const bytes = BACKENDS.map((ip) => metric('kvgate_l4_endpoint_bytes_total', ip));
+    assert.ok(bytes[0] >= ep[0] * 40 && bytes[1] >= ep[1] * 40, `per-endpoint bytes ${bytes}`);  // (IPv4 + TCP headers)
+    for (const s of [...held, ...next]) s.stdin.write('quit\n');
+  });
+
   test('direct traffic to an endpoint is left alone after its flows through the VIP', () => {
     // A connection through the VIP leaves a reverse entry (endpoint -> client port); a direct
     // connection from the client to the same endpoint from the same port, once the first is
@@ -525,6 +596,9 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 9090, targetPort: 8000, sel: 8 }));
     assert.equal(r.status, 400);
     assert.match(r.text, /not available for mode 0/);
+    r = gwApi(gw.api, 'POST', LB_BASE, l4Rule({ port: 9090, targetPort: 8000, sel: 3, extra: { session_header_name: 'x-session' } }));
+    assert.equal(r.status, 400);
+    assert.match(r.text, /session_header_name/);
   });
 });
 

@@ -18,8 +18,12 @@
 //      datagram, a TCP SYN (another TCP packet with no flow is dropped, unless the rule hashes:
 //      an endpoint that never saw the connection would reset it). The endpoint is picked by the
 //      rule's sel (0 round-robin, 1 a hash of the client's address and port: per flow, not per
-//      client, 2 weighted round-robin over the endpoints' weights), skipping endpoints marked
-//      down; the flow (ct) and its reverse (rct: endpoint -> client) are recorded.
+//      client, 2 weighted round-robin over the endpoints' weights, 3 persist: a client address
+//      keeps the endpoint its last new flow got, L4_PERSIST_TIMEOUT_S after that flow, else
+//      round-robin, 4 least connections: the fewest live flows, equals in turn), skipping
+//      endpoints marked down; the flow (ct) and its reverse (rct: endpoint -> client) are
+//      recorded, and counted in the endpoint's live flows (ep_flows, set to the truth by the
+//      control plane every second: flows open and not idle).
 //   3. A packet of a tracked flow's reverse direction (rct: endpoint -> the source it saw, its ct
 //      entry alive and pointing at that endpoint) gets the VIP and port back as its source and,
 //      modes 1 and 2, the client as its destination. A stale reverse entry is dropped and the
@@ -31,11 +35,11 @@
 // Timeouts (idle): a TCP flow not yet answered, or closed (FINs both ways, or an RST), 10 s;
 // otherwise the rule's inactiveTimeOut (default 900 s tcp, 30 s udp; l4_plane.cc). Both tables
 // are LRU: a flood of new flows evicts the oldest, never grows memory. Per-service packet and
-// byte counters (per CPU). Packets the program does not rewrite continue to the interface's other
-// tc filters (TC_ACT_UNSPEC). Not translated: fragments, ICMP errors (docs/l4.md).
-// Knobs: only the maps, programmed by the control plane (src/l4/l4_plane.cc) on each rule
-// commit; the program is never reloaded for a rule change.
-// The kernel's headers first: libbpf's use their types.
+// byte counters (per CPU), per-endpoint ones (atomic adds). Packets the program does not rewrite
+// continue to the interface's other tc filters (TC_ACT_UNSPEC). Not translated: fragments, ICMP
+// errors (docs/l4.md). Knobs: only the maps, programmed by the control plane (src/l4/l4_plane.cc)
+// on each rule commit; the program is never reloaded for a rule change. The kernel's headers first:
+// libbpf's use their types.
 // clang-format off
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -106,6 +110,32 @@ struct {
   __type(value, struct l4_counters);
 } counters SEC(".maps");
 
+// Per endpoint row: packets and bytes (atomic adds: a per-CPU copy of 65,536 rows would cost a
+// megabyte of kernel memory per CPU), and live flows (sel 4 picks the fewest): counted up here
+// on each new flow, set to the truth (flows open, not idle) by the control plane every second.
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, L4_MAX_SERVICES* L4_MAX_ENDPOINTS);
+  __type(key, __u32);
+  __type(value, struct l4_ep_counters);
+} ep_counters SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, L4_MAX_SERVICES* L4_MAX_ENDPOINTS);
+  __type(key, __u32);
+  __type(value, __u32);
+} ep_flows SEC(".maps");
+
+// sel 3: each client address's endpoint, kept L4_PERSIST_TIMEOUT_S after its last new flow
+// (LRU: a flood of client addresses evicts the oldest).
+struct {
+  __uint(type, BPF_MAP_TYPE_LRU_HASH);
+  __uint(max_entries, L4_MAX_FLOWS);
+  __type(key, struct l4_persist_key);
+  __type(value, struct l4_persist);
+} persist SEC(".maps");
+
 #define IP_CSUM_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, check))
 #define IP_SRC_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, saddr))
 #define IP_DST_OFF (ETH_HLEN + __builtin_offsetof(struct iphdr, daddr))
@@ -140,12 +170,31 @@ static __always_inline int rewrite(struct __sk_buff* skb, __u32 l4_off, __u8 pro
   return 0;
 }
 
-static __always_inline void count(__u32 svc_id, __u32 bytes) {
+#define L4_NO_ROW 0xffffffffu
+
+// Counts a forwarded packet for its service and, when `row` is one (the flow's endpoint still in
+// the row it was picked from), for its endpoint.
+static __always_inline void count(__u32 svc_id, __u32 row, __u32 bytes) {
   struct l4_counters* c = bpf_map_lookup_elem(&counters, &svc_id);
   if (c) {
     c->packets += 1;
     c->bytes += bytes;
   }
+  if (row == L4_NO_ROW) return;
+  struct l4_ep_counters* e = bpf_map_lookup_elem(&ep_counters, &row);
+  if (e) {
+    __sync_fetch_and_add(&e->packets, 1);
+    __sync_fetch_and_add(&e->bytes, bytes);
+  }
+}
+
+// The endpoint row of flow `f` (ct entry), L4_NO_ROW when the row now holds another endpoint
+// (the rule's endpoint list changed since the flow was picked).
+static __always_inline __u32 row_of(const struct l4_flow* f) {
+  if (f->ep_index >= L4_MAX_ENDPOINTS || f->svc_id >= L4_MAX_SERVICES) return L4_NO_ROW;
+  __u32 row = f->svc_id * L4_MAX_ENDPOINTS + f->ep_index;
+  struct l4_ep* e = bpf_map_lookup_elem(&endpoints, &row);
+  return e && e->ip == f->nat_ip && e->port == f->nat_port ? row : L4_NO_ROW;
 }
 
 static __always_inline int drop(__u32 svc_id, __u32 reason) {
@@ -154,8 +203,45 @@ static __always_inline int drop(__u32 svc_id, __u32 reason) {
   return TC_ACT_SHOT;
 }
 
+// The scans below are global functions: the verifier checks each once, on its own, not again at
+// every path that reaches it (inlined, their 64-step loops multiplied the program's states past
+// the verifier's limit).
+
+// The index of endpoint ip:port among the first n endpoints of service `svc_id` that are up;
+// -1 when it is not one.
+__noinline int l4_find_up(__u32 svc_id, __u32 n, __u32 ip, __u32 port) {
+  for (__u32 i = 0; i < L4_MAX_ENDPOINTS; ++i) {
+    if (i >= n) break;
+    __u32 slot = svc_id * L4_MAX_ENDPOINTS + i;
+    struct l4_ep* e = bpf_map_lookup_elem(&endpoints, &slot);
+    if (e && e->up && e->ip == ip && e->port == (__u16)port) return (int)i;
+  }
+  return -1;
+}
+
+// sel 4: the endpoint up with the fewest live flows among the first n of service `svc_id`;
+// among equals the first from `start` on (equal counts take turns). -1 when none is up.
+__noinline int l4_least_flows(__u32 svc_id, __u32 n, __u32 start) {
+  int best = -1;
+  __u32 least = 0xffffffffu;
+  if (n == 0 || n > L4_MAX_ENDPOINTS) return -1;
+  for (__u32 i = 0; i < L4_MAX_ENDPOINTS; ++i) {
+    if (i >= n) break;
+    __u32 idx = (start + i) % n;
+    __u32 slot = svc_id * L4_MAX_ENDPOINTS + idx;
+    struct l4_ep* e = bpf_map_lookup_elem(&endpoints, &slot);
+    __u32* live = bpf_map_lookup_elem(&ep_flows, &slot);
+    if (!e || !e->up || !live) continue;
+    if (best < 0 || *live < least) {
+      best = (int)idx;
+      least = *live;
+    }
+  }
+  return best;
+}
+
 // The endpoint index for a new flow; -1 when none is up.
-static __always_inline int pick(struct l4_svc* svc, const struct l4_flow_key* k) {
+static __always_inline int pick_once(struct l4_svc* svc, const struct l4_flow_key* k) {
   const __u32 n = svc->n_eps;
   if (n == 0 || n > L4_MAX_ENDPOINTS) return -1;
   __u32 start;
@@ -174,6 +260,7 @@ static __always_inline int pick(struct l4_svc* svc, const struct l4_flow_key* k)
       }
     }
     start = turn % n;
+    if (svc->sel == L4_SEL_LC) return l4_least_flows(svc->id, n, start);
   }
   for (__u32 i = 0; i < L4_MAX_ENDPOINTS; ++i) {
     if (i >= n) break;
@@ -183,6 +270,39 @@ static __always_inline int pick(struct l4_svc* svc, const struct l4_flow_key* k)
     if (e && e->up) return (int)idx;
   }
   return -1;
+}
+
+// pick_once, and for sel 3 the client address's endpoint first: the one its last new flow went
+// to when that was less than L4_PERSIST_TIMEOUT_S ago and it is still one of the rule's
+// endpoints and up (wherever its row is now); otherwise round-robin, remembered. Every pick is
+// counted in the endpoint's live flows at once (sel 4 reads them; the control plane sets them to
+// the truth every second).
+static __always_inline int pick(struct l4_svc* svc, const struct l4_flow_key* k, __u64 now) {
+  int idx = -1;
+  struct l4_persist_key pk = {.svc_id = svc->id, .generation = svc->generation, .saddr = k->saddr};
+  if (svc->sel == L4_SEL_PERSIST) {
+    struct l4_persist* p = bpf_map_lookup_elem(&persist, &pk);
+    if (p && (__s64)(now - p->last_ns) <= (__s64)((__u64)L4_PERSIST_TIMEOUT_S * NS_PER_S)) {
+      idx = l4_find_up(svc->id, svc->n_eps, p->ip, p->port);
+      if (idx >= 0) p->last_ns = now;
+    }
+  }
+  if (idx < 0) {
+    idx = pick_once(svc, k);
+    if (idx < 0) return -1;
+    if (svc->sel == L4_SEL_PERSIST) {
+      __u32 slot = svc->id * L4_MAX_ENDPOINTS + (__u32)idx;
+      struct l4_ep* e = bpf_map_lookup_elem(&endpoints, &slot);
+      if (e) {
+        struct l4_persist v = {.ip = e->ip, .port = e->port, .last_ns = now};
+        bpf_map_update_elem(&persist, &pk, &v, BPF_ANY);
+      }
+    }
+  }
+  __u32 slot = svc->id * L4_MAX_ENDPOINTS + (__u32)idx;
+  __u32* live = bpf_map_lookup_elem(&ep_flows, &slot);
+  if (live) __sync_fetch_and_add(live, 1);
+  return idx;
 }
 
 // How a packet leaves (send()): through the stack's routing (mode 0), by a FIB redirect
@@ -195,10 +315,10 @@ static __always_inline int pick(struct l4_svc* svc, const struct l4_flow_key* k)
 
 // Counts the packet as forwarded and sends it on (see SEND_*); a FIB miss, forwarding off on the
 // ingress interface, a TTL out or a packet over the egress MTU: dropped (no_route).
-static __always_inline int send(struct __sk_buff* skb, int how, __u32 via, __u32 svc_id,
+static __always_inline int send(struct __sk_buff* skb, int how, __u32 via, __u32 svc_id, __u32 row,
                                 __u32 bytes, __u8 tos) {
   if (how == SEND_STACK) {
-    count(svc_id, bytes);
+    count(svc_id, row, bytes);
     return TC_ACT_OK;
   }
   void* data = (void*)(long)skb->data;
@@ -225,7 +345,7 @@ static __always_inline int send(struct __sk_buff* skb, int how, __u32 via, __u32
   const __u16 new_word = bpf_htons(bpf_ntohs(old_word) - 0x100);
   if (bpf_l3_csum_replace(skb, IP_CSUM_OFF, old_word, new_word, 2)) return TC_ACT_SHOT;
   if (bpf_skb_store_bytes(skb, ETH_HLEN + 8, &new_word, 2, 0)) return TC_ACT_SHOT;
-  count(svc_id, bytes);
+  count(svc_id, row, bytes);
   if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
     struct bpf_redir_neigh nh = {.nh_family = AF_INET, .ipv4_nh = fl.ipv4_dst};
     return bpf_redirect_neigh(fl.ifindex, &nh, sizeof nh, 0);
@@ -375,10 +495,10 @@ int l4_ingress(struct __sk_buff* skb) {
         // (a client's FIN may be a half-close with the answer still to come: only an RST, or
         // idling out, ends the flow)
         note_flags(f, tcp_flags & 4, L4_FIN_CLIENT);
-        return send(skb, SEND_DSR, f->nat_ip, f->svc_id, bytes, tos);
+        return send(skb, SEND_DSR, f->nat_ip, f->svc_id, row_of(f), bytes, tos);
       }
       note_flags(f, tcp_flags, L4_FIN_CLIENT);
-      const __u32 ep_ip = f->nat_ip, src_ip = f->peer_ip;
+      const __u32 ep_ip = f->nat_ip, src_ip = f->peer_ip, row = row_of(f), f_svc = f->svc_id;
       const __u16 ep_port = f->nat_port, src_port = f->peer_port;
       // Its reverse entry, should the LRU have evicted it: answers would leave unrewritten. One
       // another flow has taken meanwhile (its port looked free): this flow's answers would go to
@@ -404,7 +524,7 @@ int l4_ingress(struct __sk_buff* skb) {
           rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, src_ip, 0, sport, src_port))
         return TC_ACT_SHOT;
       const int nat_src = src_ip != saddr || src_port != sport;
-      return send(skb, nat_src ? SEND_FIB : SEND_STACK, 0, f->svc_id, bytes, tos);
+      return send(skb, nat_src ? SEND_FIB : SEND_STACK, 0, f_svc, row, bytes, tos);
     }
     // An answer of a live flow whose SNAT address and port a service added since then listens
     // on: still an answer (section 3), not a new flow of that service.
@@ -416,7 +536,7 @@ int l4_ingress(struct __sk_buff* skb) {
     // (a TCP connection this node does not know: no endpoint may answer it)
     if (proto == IPPROTO_TCP && !(tcp_flags & 2) && svc->sel != L4_SEL_HASH)
       return drop(svc->id, L4_DROP_UNTRACKED);
-    const int idx = pick(svc, &k);
+    const int idx = pick(svc, &k, now);
     if (idx < 0) return drop(svc->id, L4_DROP_NO_ENDPOINT);
     __u32 slot = svc->id * L4_MAX_ENDPOINTS + (__u32)idx;
     struct l4_ep* ep = bpf_map_lookup_elem(&endpoints, &slot);
@@ -475,11 +595,13 @@ int l4_ingress(struct __sk_buff* skb) {
       nf.peer_port = rk.dport;
     }
     bpf_map_update_elem(&ct, &k, &nf, BPF_ANY);
-    if (dsr) return send(skb, SEND_DSR, e.ip, svc->id, bytes, tos);
+    const __u32 row = svc->id * L4_MAX_ENDPOINTS + (__u32)idx;
+    if (dsr) return send(skb, SEND_DSR, e.ip, svc->id, row, bytes, tos);
     if (rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, e.ip, 2, dport, e.port) ||
         rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, nf.peer_ip, 0, sport, nf.peer_port))
       return TC_ACT_SHOT;
-    return send(skb, svc->mode == L4_MODE_DNAT ? SEND_STACK : SEND_FIB, 0, svc->id, bytes, tos);
+    return send(skb, svc->mode == L4_MODE_DNAT ? SEND_STACK : SEND_FIB, 0, svc->id, row, bytes,
+                tos);
   }
 
   // 3. The reverse direction of a tracked flow, endpoint -> the source it saw: the VIP as the
@@ -517,8 +639,9 @@ reverse:;
   f->last_ns = now;
   if (f->state == L4_CT_SYN) f->state = L4_CT_OPEN;
   note_flags(f, tcp_flags, L4_FIN_ENDPOINT);
+  const __u32 f_svc = f->svc_id, row = row_of(f);
   if (rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, vip, 0, sport, vport) ||
       rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, client_ip, 2, dport, client_port))
     return TC_ACT_SHOT;
-  return send(skb, nat_src ? SEND_FIB : SEND_STACK, 0, f->svc_id, bytes, tos);
+  return send(skb, nat_src ? SEND_FIB : SEND_STACK, 0, f_svc, row, bytes, tos);
 }
