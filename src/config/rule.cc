@@ -431,11 +431,12 @@ Result<RuleSpec> parseRule(const json& body) {
                      : pd                                                      ? "pd_disagg_mode"
                      : kv_mode != 0                                            ? "kvExactMode"
                      : !r.api_key_auth.empty() && r.api_key_auth != "disabled" ? "api_key_auth"
-                     : r.cb_enable                                             ? "cb_enable"
                      : !getOr<std::string>(stored, "selector", "").empty()     ? "selector"
-                     : !r.session_header_name.empty() ? "session_header_name"
-                     : !r.inactive_capability.empty() ? r.inactive_capability.c_str()
-                                                      : nullptr;
+                     // (sel 3 pins by the client's address; before sel 3 was served on L4
+                     // rules the field was stored on them inert: still accepted with others)
+                     : r.sel == 3 && !r.session_header_name.empty() ? "session_header_name"
+                     : !r.inactive_capability.empty()               ? r.inactive_capability.c_str()
+                                                                    : nullptr;
     if (l7)
       return bad(
           std::string("serviceArguments.") + l7,

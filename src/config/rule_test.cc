@@ -415,15 +415,25 @@ TEST(RuleParse, ModeZeroIsAnL4Rule) {
   r = parseRule(sh);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().source, "serviceArguments.session_header_name");
+  // (with another selector the field was stored inert before sel 3 came to L4 rules: a state
+  // file holding such a rule still loads)
+  sh["serviceArguments"]["sel"] = 0;
+  EXPECT_TRUE(parseRule(sh));
   // Fields that need a request read: refused, not stored inert.
   j["serviceArguments"]["sel"] = 0;
-  for (const char* k : {"sse_mode", "cb_enable"}) {
+  for (const char* k : {"sse_mode"}) {
     json b = j;
     b["serviceArguments"][k] = true;
     r = parseRule(b);
     ASSERT_FALSE(r) << k;
     EXPECT_NE(r.error().what.find("mode 4"), std::string::npos) << r.error().what;
   }
+  // The circuit breaker judges L4 endpoints too (by the TCP connects the program sees).
+  json cb = j;
+  cb["serviceArguments"]["cb_enable"] = true;
+  r = parseRule(cb);
+  ASSERT_TRUE(r) << r.error().what;
+  EXPECT_TRUE(r->cb_enable);
   json h = j;
   h["serviceArguments"]["model_name"] = "llama";
   ASSERT_FALSE(parseRule(h));

@@ -35,7 +35,7 @@
 // The layout of these maps: bumped whenever a struct below changes meaning, even at the same
 // size (libbpf reuses a pinned map whose sizes match): a start finding pinned maps of another
 // layout removes them instead of misreading them.
-#define L4_MAPS_LAYOUT 4
+#define L4_MAPS_LAYOUT 3
 #define L4_META_MAX_IFACES 64
 
 // The pinned maps' own record (map `meta`, one entry), the control plane's only.
@@ -119,11 +119,18 @@ struct l4_counters {
   __u64 drops[L4_DROP_REASONS];
 };
 
-// Per endpoint row (service id * L4_MAX_ENDPOINTS + index), per CPU: what its flows forwarded,
-// both directions. Zeroed when the row is given to another endpoint.
+// Per endpoint row (service id * L4_MAX_ENDPOINTS + index), one copy updated with atomic adds:
+// what its flows forwarded (both directions; DSR: the clients' side only) and its TCP connects.
+// Moved with the endpoint when its row changes, zeroed when the row is given to another.
+// (New maps, not a changed layout: a gateway of layout 3 leaves pins libbpf reuses, and creates
+// these.)
 struct l4_ep_counters {
   __u64 packets;
   __u64 bytes;
+  // TCP connects to the endpoint (passive health; not DSR's, whose answers pass elsewhere):
+  __u64 answered;    // its SYN-ACK to a flow not answered yet
+  __u64 refused;     // its RST to a flow not answered yet
+  __u64 unanswered;  // the client's SYN sent again to a flow not answered yet (about 1 s late)
 };
 
 // sel 3: a client address's endpoint (map `persist`, LRU).

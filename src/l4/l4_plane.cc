@@ -730,6 +730,17 @@ Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
     slot.addrs = w.addrs;
     slot.spec = w.spec;
     slot.down.assign(w.addrs.size(), 0);
+    if (it != now_.slots.end()) {  // an endpoint kept keeps its live flows and what its
+                                   // connects were read at
+      slot.live.assign(slot.addrs.size(), 0);
+      for (size_t i = 0; i < slot.addrs.size(); ++i) {
+        if (auto o = it->second.outcomes_seen.find(slot.addrs[i]);
+            o != it->second.outcomes_seen.end())
+          slot.outcomes_seen.insert(*o);
+        for (size_t j = 0; j < it->second.addrs.size() && j < it->second.live.size(); ++j)
+          if (it->second.addrs[j] == slot.addrs[i]) slot.live[i] = it->second.live[j];
+      }
+    }
     if (it != now_.slots.end())  // an endpoint kept keeps its health
       for (size_t i = 0; i < slot.addrs.size(); ++i)
         for (size_t j = 0; j < it->second.addrs.size(); ++j)
@@ -784,9 +795,7 @@ Result<void> L4Plane::install(const State& from, const State& to) {
     std::vector<l4_ep> rows;
     l4_svc svc;
     rowsOf(slot, rows, svc);
-    moveEndpointState(
-        it != from.slots.end() && it->second.generation == slot.generation ? &it->second : nullptr,
-        slot);
+    moveEndpointState(slot);
     for (uint32_t i = 0; i < rows.size(); ++i) {
       const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
       if (bpf_map_update_elem(ep_fd, &row, &rows[i], BPF_ANY))
@@ -798,30 +807,42 @@ Result<void> L4Plane::install(const State& from, const State& to) {
   return {};
 }
 
-void L4Plane::moveEndpointState(const Slot* prev, const Slot& slot) {
+void L4Plane::moveEndpointState(const Slot& slot) {
   const int cnt_fd = bpf_map__fd(skel_->maps.ep_counters);
   const int flows_fd = bpf_map__fd(skel_->maps.ep_flows);
-  const size_t prev_n = prev ? prev->addrs.size() : 0;
-  std::vector<l4_ep_counters> counters(prev_n);
-  std::vector<uint32_t> flows(prev_n);
-  for (uint32_t j = 0; j < prev_n; ++j) {  // (read before any row is written)
-    const uint32_t row = slot.id * L4_MAX_ENDPOINTS + j;
-    if (bpf_map_lookup_elem(cnt_fd, &row, &counters[j]) != 0) counters[j] = {};
-    if (bpf_map_lookup_elem(flows_fd, &row, &flows[j]) != 0) flows[j] = 0;
-  }
-  for (uint32_t i = 0; i < std::max(prev_n, slot.addrs.size()); ++i) {
+  const uint32_t base = slot.id * L4_MAX_ENDPOINTS;
+  // What each row of the slot holds now, read before any is written.
+  std::map<RowOwner, std::pair<l4_ep_counters, uint32_t>> held;
+  for (uint32_t j = 0; j < L4_MAX_ENDPOINTS; ++j) {
+    auto o = row_owner_.find(base + j);
+    if (o == row_owner_.end()) continue;
+    const uint32_t row = base + j;
     l4_ep_counters c{};
     uint32_t f = 0;
-    for (size_t j = 0; i < slot.addrs.size() && j < prev_n; ++j)
-      if (prev->addrs[j] == slot.addrs[i]) {
-        c = counters[j];
-        f = flows[j];
-        break;
-      }
-    if (i < prev_n && i < slot.addrs.size() && prev->addrs[i] == slot.addrs[i]) continue;
-    const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
+    if (bpf_map_lookup_elem(cnt_fd, &row, &c) != 0) c = {};
+    if (bpf_map_lookup_elem(flows_fd, &row, &f) != 0) f = 0;
+    held[o->second] = {c, f};
+  }
+  for (uint32_t i = 0; i < L4_MAX_ENDPOINTS; ++i) {
+    const uint32_t row = base + i;
+    auto o = row_owner_.find(row);
+    if (i >= slot.addrs.size()) {  // (past the list: zeroed once, then nobody's)
+      if (o == row_owner_.end()) continue;
+      const l4_ep_counters zero{};
+      const uint32_t none = 0;
+      bpf_map_update_elem(cnt_fd, &row, &zero, BPF_ANY);
+      bpf_map_update_elem(flows_fd, &row, &none, BPF_ANY);
+      row_owner_.erase(o);
+      continue;
+    }
+    const RowOwner want{slot.generation, slot.addrs[i].first, slot.addrs[i].second};
+    if (o != row_owner_.end() && o->second == want) continue;
+    l4_ep_counters c{};
+    uint32_t f = 0;
+    if (auto h = held.find(want); h != held.end()) std::tie(c, f) = h->second;
     bpf_map_update_elem(cnt_fd, &row, &c, BPF_ANY);
     bpf_map_update_elem(flows_fd, &row, &f, BPF_ANY);
+    row_owner_[row] = want;
   }
 }
 
@@ -952,11 +973,49 @@ std::vector<std::string> L4Plane::syncHealth(
   return changed;
 }
 
-void L4Plane::syncFlows() {
-  std::map<uint32_t, Slot*> by_id;
+std::vector<L4Plane::ConnectOutcomes> L4Plane::connectOutcomes() {
+  std::vector<ConnectOutcomes> out;
+  const int ep_fd = bpf_map__fd(skel_->maps.ep_counters);
   for (auto& [key, slot] : now_.slots) {
-    slot.live.assign(slot.addrs.size(), 0);
-    by_id[slot.id] = &slot;
+    if (key.rfind(kPinnedPrefix, 0) == 0) continue;
+    for (uint32_t i = 0; i < slot.addrs.size(); ++i) {
+      const uint32_t row = slot.id * L4_MAX_ENDPOINTS + i;
+      l4_ep_counters c{};
+      if (bpf_map_lookup_elem(ep_fd, &row, &c) != 0) continue;
+      const std::array<uint64_t, 3> now{c.answered, c.refused, c.unanswered};
+      auto& seen = slot.outcomes_seen[slot.addrs[i]];  // (new: from zero, as its row starts)
+      std::array<uint64_t, 3> d{};
+      for (size_t k = 0; k < 3; ++k) d[k] = now[k] >= seen[k] ? now[k] - seen[k] : now[k];
+      seen = now;
+      if (d[0] + d[1] + d[2] == 0) continue;
+      out.push_back({key, slot.addrs[i].first, slot.addrs[i].second, d[0], d[1], d[2]});
+    }
+  }
+  return out;
+}
+
+void L4Plane::syncFlows() {
+  // Every second while a rule picks by live flows (sel 4); otherwise every 10th call, for
+  // kvgate_l4_endpoint_flows only (a sweep reads the whole flow table).
+  bool lc = false;
+  for (const auto& [key, slot] : now_.slots) {
+    l4_svc svc;
+    std::memcpy(&svc, slot.svc.data(), sizeof svc);
+    lc |= svc.sel == L4_SEL_LC;
+  }
+  if (!lc && (flows_calls_++ % 10) != 0) return;
+  struct Counting {
+    Slot* slot;
+    std::map<std::pair<uint32_t, uint16_t>, uint32_t> index;  // endpoint (ip, port) -> its row
+    std::vector<uint32_t> live;
+  };
+  std::map<uint32_t, Counting> by_id;
+  for (auto& [key, slot] : now_.slots) {
+    Counting c{&slot, {}, std::vector<uint32_t>(slot.addrs.size(), 0)};
+    const L4Rows rows(slot.eps);
+    for (uint32_t i = 0; i < rows.rows.size(); ++i)
+      c.index.emplace(std::make_pair(rows.rows[i].ip, rows.rows[i].port), i);
+    by_id.emplace(slot.id, std::move(c));
   }
   if (by_id.empty()) return;
   timespec ts{};
@@ -981,7 +1040,7 @@ void L4Plane::syncFlows() {
       batch_n *= 2;
       continue;
     }
-    if (rc && err != ENOENT) {
+    if (rc && err != ENOENT) {  // (the last counts stay: the program goes on counting up)
       if (!flows_sync_failed_)
         log::warn("l4", "cannot read the tracked flows (live flows per endpoint, sel 4): " +
                             errnoText(err));
@@ -992,27 +1051,28 @@ void L4Plane::syncFlows() {
     for (uint32_t i = 0; i < n; ++i) {
       const l4_flow& f = vals[i];
       auto it = by_id.find(f.svc_id);
-      if (it == by_id.end() || it->second->generation != f.generation) continue;
+      if (it == by_id.end() || it->second.slot->generation != f.generation) continue;
       if (f.state == L4_CT_CLOSING) continue;
       const uint64_t limit =
           (f.state == L4_CT_OPEN ? f.timeout_s : L4_SHORT_TIMEOUT_S) * 1000000000ull;
       if (static_cast<int64_t>(now - f.last_ns) > static_cast<int64_t>(limit)) continue;
-      Slot& slot = *it->second;
-      if (f.ep_index >= slot.addrs.size()) continue;
-      l4_ep row;
-      std::memcpy(&row, slot.eps.data() + f.ep_index * sizeof(l4_ep), sizeof row);
-      if (row.ip != f.nat_ip || row.port != f.nat_port) continue;  // (a removed endpoint's)
-      ++slot.live[f.ep_index];
+      // (by address: the endpoint's row may have moved since the flow was picked; an endpoint
+      // no longer the rule's drains uncounted)
+      auto e = it->second.index.find({f.nat_ip, f.nat_port});
+      if (e != it->second.index.end() && e->second < it->second.live.size())
+        ++it->second.live[e->second];
     }
     if (rc) break;  // ENOENT: that was the last batch
   }
   flows_sync_failed_ = false;
   const int flows_fd = bpf_map__fd(skel_->maps.ep_flows);
-  for (auto& [id, slot] : by_id)
-    for (uint32_t i = 0; i < slot->live.size(); ++i) {
+  for (auto& [id, c] : by_id) {
+    for (uint32_t i = 0; i < c.live.size(); ++i) {
       const uint32_t row = id * L4_MAX_ENDPOINTS + i;
-      bpf_map_update_elem(flows_fd, &row, &slot->live[i], BPF_ANY);
+      bpf_map_update_elem(flows_fd, &row, &c.live[i], BPF_ANY);
     }
+    c.slot->live = std::move(c.live);
+  }
 }
 
 static_assert(L4_DROP_REASONS == 4, "ServiceStats::drops and dropReason follow l4_maps.h");
@@ -1049,6 +1109,10 @@ std::vector<L4Plane::ServiceStats> L4Plane::stats() const {
         e.bytes = c.bytes;
       }
       e.flows = i < slot.live.size() ? slot.live[i] : 0;
+      e.answered = c.answered;
+      e.refused = c.refused;
+      e.unanswered = c.unanswered;
+      e.up = !(i < slot.down.size() && slot.down[i]);
       s.endpoints.push_back(std::move(e));
     }
     out.push_back(std::move(s));

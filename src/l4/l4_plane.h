@@ -15,7 +15,8 @@
 // idle timeout (default 900 s tcp, as IPVS's established timeout; 30 s udp), a rule
 // with adminStateUp false not installed. Bounds: 1,024 services of at most 64 endpoints; 262,144
 // tracked flows each way (LRU: the oldest are evicted, memory never grows; preallocated, about
-// 50 MB of kernel memory). A service whose rule did not change is not rewritten (its round-robin
+// 50 MB of kernel memory; with sel 3's 262,144 client addresses and the per-endpoint counters
+// about 72 MB). A service whose rule did not change is not rewritten (its round-robin
 // turn and its rows stay as they are).
 // The maps are pinned under <--l4-pin-dir, default /sys/fs/bpf>/kvgate/net-<the network
 // namespace's inode> (bpffs; the default is mounted when it is not): a restarted gateway loads its
@@ -25,11 +26,13 @@
 // detach it is detached and the pinned maps removed (flows in progress then reach the VIP
 // unrewritten). After a crash: as keep.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/result.h"
@@ -72,9 +75,19 @@ class L4Plane {
       const std::function<bool(const std::string& rule, const std::string& ip, uint16_t port)>& up);
 
   // Live flows per endpoint (control thread, every second after syncHealth): the tracked flows
-  // open and not idle, counted from the flow table and written where sel 4 reads them (the
-  // program counts its new flows there at once in between).
+  // open and not idle, counted from the flow table by the endpoint's address and written where
+  // sel 4 reads them (the program counts its new flows there at once in between). The table is
+  // swept every call while a sel 4 rule is installed, else every 10th (the metric only).
   void syncFlows();
+
+  // TCP connect outcomes per endpoint since the last call (control thread, every second, before
+  // syncHealth): what passive health and the circuit breaker read.
+  struct ConnectOutcomes {
+    std::string rule, ip;
+    uint16_t port = 0;
+    uint64_t answered = 0, refused = 0, unanswered = 0;
+  };
+  std::vector<ConnectOutcomes> connectOutcomes();
 
   struct ServiceStats {
     std::string rule;  // the rule's key
@@ -83,6 +96,8 @@ class L4Plane {
       std::string addr;                 // ip:port
       uint64_t packets = 0, bytes = 0;  // forwarded by its flows, both directions
       uint32_t flows = 0;               // live flows at the last syncFlows()
+      uint64_t answered = 0, refused = 0, unanswered = 0;  // TCP connects (l4_ep_counters)
+      bool up = true;  // new flows go there (probes, passive health, breaker: syncHealth)
     };
     std::vector<Endpoint> endpoints;   // in the rule's order
     uint64_t drops[4] = {0, 0, 0, 0};  // by reason: no endpoint up, untracked, no free port,
@@ -106,6 +121,8 @@ class L4Plane {
     bool source_lost = false;   // one-arm: an endpoint without a route now (logged once)
     std::string spec;           // what the rule asked (specOf): unchanged rules are kept
     std::vector<uint32_t> live;  // live flows per endpoint at the last syncFlows()
+    // connectOutcomes(): each endpoint's counters (answered, refused, unanswered) as last read
+    std::map<std::pair<std::string, uint16_t>, std::array<uint64_t, 3>> outcomes_seen;
   };
   struct State {
     std::map<std::string, Slot> slots;  // rule key -> its service slot
@@ -117,8 +134,13 @@ class L4Plane {
   // weights of the endpoints up only (a down endpoint's share spread, not handed to the next).
   static void rowsOf(const Slot& slot, std::vector<l4_ep>& rows, l4_svc& svc);
   // Before a slot's rows are written: each endpoint's counters and live flows follow it to its
-  // row (prev: the slot as installed, same generation; null: a new service, every row zeroed).
-  void moveEndpointState(const Slot* prev, const Slot& slot);
+  // row, from whichever row of the slot holds them now (row_owner_: what was last written there,
+  // so a commit undone halfway moves them back right); a row nobody held starts at zero.
+  void moveEndpointState(const Slot& slot);
+  // Whose counters each endpoint row (service id * L4_MAX_ENDPOINTS + index) holds: the
+  // service's generation and the endpoint's address (rows never written here: none).
+  using RowOwner = std::tuple<uint32_t, std::string, uint16_t>;
+  std::map<uint32_t, RowOwner> row_owner_;
   // Services found in pinned maps at start, by their service key: the slot and generation a rule
   // of that key takes again (its flows live on). Removed by the first apply() that does not claim
   // them.
@@ -135,6 +157,7 @@ class L4Plane {
   uint32_t prog_id_ = 0;  // our program's id: only it is detached on a stop
   bool keep_on_exit_ = true;
   bool flows_sync_failed_ = false;  // (said once)
+  uint64_t flows_calls_ = 0;        // syncFlows() calls (a sweep every 10th without sel 4)
   std::vector<std::string> ifaces_;
   std::vector<int> ifindexes_;
   State now_, before_;  // the maps' state, and before the last apply()

@@ -171,6 +171,15 @@ inline const Family kL4EndpointFlows{"kvgate_l4_endpoint_flows", Type::kGauge,
     "Live flows (tracked, open, not idle) of one endpoint of an L4 rule, counted every second; "
     "sel 4 (lc) gives new flows to the endpoint up with the fewest.",
     {"rule", "endpoint"}};
+inline const Family kL4EndpointConnects{"kvgate_l4_endpoint_connects_total", Type::kCounter,
+    "TCP connects the L4 data path saw to one endpoint of an L4 rule, by result: answered (its "
+    "SYN-ACK), refused (its RST), unanswered (the client's SYN sent again, about 1 s without an "
+    "answer). Passive health and the circuit breaker read them; DSR rules count none.",
+    {"rule", "endpoint", "result"}};
+inline const Family kL4EndpointUp{"kvgate_l4_endpoint_up", Type::kGauge,
+    "1 when an endpoint of an L4 rule gets new flows, 0 when its probe, passive health or open "
+    "circuit breaker keeps them away.",
+    {"rule", "endpoint"}};
 inline const Family kTlsHandshakes{"kvgate_tls_handshakes_total", Type::kCounter,
     "TLS handshakes on data-plane listeners (rules with security 1), by result (ok, failed).",
     {"result"}};

@@ -390,8 +390,10 @@ void DataPlane::updateL4Probes(const std::vector<config::RuleSpec>& l4_rules) {
   if (!l4_prober_) l4_prober_ = std::make_unique<Prober>(workers_[0]->io, opts_.probe_interval);
   std::map<std::string, std::shared_ptr<endpoints::EndpointState>> next;
   auto specs = std::make_shared<std::vector<ProbeSpec>>();
+  l4_breaker_rules_.clear();
   for (const auto& r : l4_rules) {
     if (!r.admin_up) continue;  // (not installed: not probed)
+    if (r.cb_enable) l4_breaker_rules_.insert(r.key());
     std::vector<std::shared_ptr<endpoints::EndpointState>> states;
     for (const auto& e : r.endpoints) {
       const std::string key = r.key() + "|" + e.ip + "|" + std::to_string(e.port);
@@ -429,10 +431,36 @@ void DataPlane::updateL4Probes(const std::vector<config::RuleSpec>& l4_rules) {
 
 std::vector<std::string> DataPlane::syncL4Health() {
   if (!l4_) return {};
+  // The connects the program saw since the last second, as mode 4's requests feed health: a
+  // second in which the endpoint answered any counts as one success (it resets the failure
+  // streaks and closes a half-open breaker), otherwise each refused or unanswered connect is a
+  // connect failure.
+  for (const auto& o : l4_->connectOutcomes()) {
+    auto it = l4_health_.find(o.rule + "|" + o.ip + "|" + std::to_string(o.port));
+    if (it == l4_health_.end()) continue;
+    const bool breaker = l4_breaker_rules_.count(o.rule) > 0;
+    auto& h = it->second->health;
+    if (o.answered > 0) {
+      h.onResponse(opts_.health, breaker, 200, false);
+      continue;
+    }
+    const uint64_t failures = std::min<uint64_t>(o.refused + o.unanswered, 64);
+    for (uint64_t i = 0; i < failures; ++i) h.onConnectFailure(opts_.health, breaker);
+  }
   auto changed =
       l4_->syncHealth([this](const std::string& rule, const std::string& ip, uint16_t port) {
         auto it = l4_health_.find(rule + "|" + ip + "|" + std::to_string(port));
-        return it == l4_health_.end() || it->second->health.up();
+        if (it == l4_health_.end()) return true;
+        auto& h = it->second->health;
+        if (l4_breaker_rules_.count(rule)) {
+          const auto s = h.breaker();
+          if (s == endpoints::BreakerState::kOpen) return false;
+          // Half-open: new flows go there again, and the first connect's outcome above closes
+          // or reopens it (admits() marks the trial taken).
+          bool trial = false;
+          if (s == endpoints::BreakerState::kHalfOpen && h.up()) (void)h.admits(true, trial);
+        }
+        return h.up();
       });
   l4_->syncFlows();
   return changed;

@@ -87,7 +87,9 @@ class DataPlane {
   // those rules are refused (400). Must outlive the data plane.
   void setL4(l4::L4Plane* l4) { l4_ = l4; }
   // The L4 path's endpoint health from its rules' probes (probetype tcp, http, https: the same
-  // prober as mode 4's, on worker 0): control thread, every second. Returns what changed.
+  // prober as mode 4's, on worker 0), passive detection and, on rules with cb_enable, the
+  // circuit breaker, both fed by the TCP connects the program saw (refused or unanswered:
+  // failures; answered: a success): control thread, every second. Returns what changed.
   std::vector<std::string> syncL4Health();
   // The KV index and publisher lookup Tier 1.5 stages read (kvExactMode 3 rules); set before
   // start() (the overload monitor's thread reads the index's size). Both must outlive the data
@@ -140,6 +142,7 @@ class DataPlane {
   // "rule key|ip|port": each L4 rule's endpoints, judged by that rule's probes
   std::map<std::string, std::shared_ptr<endpoints::EndpointState>> l4_health_;
   std::string l4_probe_sig_;  // what the L4 probe tasks probe now
+  std::set<std::string> l4_breaker_rules_;  // keys of the L4 rules with cb_enable
   const kv::KvIndex* kv_index_ = nullptr;
   const kv::WorkerLookup* kv_lookup_ = nullptr;
   const routing::PromptTokens* prompt_tokens_ = nullptr;

@@ -269,6 +269,20 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
       for (const auto& e : st.endpoints)
         w.sample(kL4EndpointBytes, {{"rule", st.rule}, {"endpoint", e.addr}},
                  static_cast<double>(e.bytes));
+    w.header(kL4EndpointConnects);
+    for (const auto& st : l4)
+      for (const auto& e : st.endpoints) {
+        const std::pair<const char*, uint64_t> results[] = {
+            {"answered", e.answered}, {"refused", e.refused}, {"unanswered", e.unanswered}};
+        for (const auto& [result, n] : results)
+          w.sample(kL4EndpointConnects,
+                   {{"rule", st.rule}, {"endpoint", e.addr}, {"result", result}},
+                   static_cast<double>(n));
+      }
+    w.header(kL4EndpointUp);
+    for (const auto& st : l4)
+      for (const auto& e : st.endpoints)
+        w.sample(kL4EndpointUp, {{"rule", st.rule}, {"endpoint", e.addr}}, e.up ? 1.0 : 0.0);
     w.header(kL4EndpointFlows);
     for (const auto& st : l4)
       for (const auto& e : st.endpoints)

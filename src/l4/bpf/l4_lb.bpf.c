@@ -188,6 +188,22 @@ static __always_inline void count(__u32 svc_id, __u32 row, __u32 bytes) {
   }
 }
 
+// Counts a TCP connect outcome for the endpoint in `row` (passive health, l4_ep_counters).
+#define L4_ANSWERED 0
+#define L4_REFUSED 1
+#define L4_UNANSWERED 2
+static __always_inline void connect_outcome(__u32 row, int what) {
+  if (row == L4_NO_ROW) return;
+  struct l4_ep_counters* e = bpf_map_lookup_elem(&ep_counters, &row);
+  if (!e) return;
+  if (what == L4_ANSWERED)
+    __sync_fetch_and_add(&e->answered, 1);
+  else if (what == L4_REFUSED)
+    __sync_fetch_and_add(&e->refused, 1);
+  else
+    __sync_fetch_and_add(&e->unanswered, 1);
+}
+
 // The endpoint row of flow `f` (ct entry), L4_NO_ROW when the row now holds another endpoint
 // (the rule's endpoint list changed since the flow was picked).
 static __always_inline __u32 row_of(const struct l4_flow* f) {
@@ -485,6 +501,10 @@ int l4_ingress(struct __sk_buff* skb) {
       }
     }
     if (f) {
+      // The client's SYN again, its endpoint up and the rule's, no answer yet: a connect that
+      // has gone unanswered for about a second (passive health).
+      if ((tcp_flags & 2) && f->state == L4_CT_SYN && !(f->flags & L4_FLOW_DSR))
+        connect_outcome(row_of(f), L4_UNANSWERED);
       f->last_ns = now;
       if ((tcp_flags & 2) && f->state == L4_CT_CLOSING) {  // the client reuses the 4-tuple
         f->state = L4_CT_SYN;
@@ -637,9 +657,15 @@ reverse:;
     return TC_ACT_UNSPEC;
   }
   f->last_ns = now;
+  const __u32 f_svc = f->svc_id, row = row_of(f);
+  if (f->state == L4_CT_SYN && proto == IPPROTO_TCP) {  // (passive health: the connect's outcome)
+    if (tcp_flags & 4)
+      connect_outcome(row, L4_REFUSED);
+    else if (tcp_flags & 8)
+      connect_outcome(row, L4_ANSWERED);
+  }
   if (f->state == L4_CT_SYN) f->state = L4_CT_OPEN;
   note_flags(f, tcp_flags, L4_FIN_ENDPOINT);
-  const __u32 f_svc = f->svc_id, row = row_of(f);
   if (rewrite(skb, l4_off, proto, IP_SRC_OFF, saddr, vip, 0, sport, vport) ||
       rewrite(skb, l4_off, proto, IP_DST_OFF, daddr, client_ip, 2, dport, client_port))
     return TC_ACT_SHOT;
