@@ -7,13 +7,19 @@
 # `userspace` (the same rule without it). CLIENTS curl processes (CPU 1) each fetch the file
 # REQS times over one keep-alive connection into /dev/null. Per arm and round: throughput
 # (MiB/s over the wall time), the gateway's own CPU and the whole machine's CPU (the kernel's
-# relay runs in softirq and work-queue context, charged to no process) per MiB.
+# relay runs in softirq and work-queue context, charged to no process) per MiB. A third arm,
+# `direct`, fetches from nginx with no gateway: the two ends' own cost per MiB, which bounds what
+# any relay can gain on a machine they share.
+# PIN=0: nothing pinned (the kernel places the gateway, nginx, the clients and its own relay work;
+# pinned, the kernel's relay runs with nginx and the clients on CPU 1 while CPU 0 idles).
 # Usage: bench/sockmap_bench.sh [ROUNDS=3] [SIZE_MIB=64] [REQS=8] [CLIENTS=4]   (as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source bench/lib.sh
 ROUNDS=${1:-3}; SIZE=${2:-64}; REQS=${3:-8}; CLIENTS=${4:-4}
 BIN=${KVGATE_BIN:-build/kvgate}
+PIN=${PIN:-1}
+on() { if [ "$PIN" = 1 ]; then taskset -c "$1" "${@:2}"; else "${@:2}"; fi; }
 for t in nginx curl taskset; do command -v $t >/dev/null || { echo "missing $t: run scripts/setup.sh --bench" >&2; exit 1; }; done
 W=$(mktemp -d /tmp/kvgate-bench.XXXXXX)
 pids=()
@@ -29,8 +35,8 @@ events { worker_connections 1024; }
 http { access_log off; keepalive_requests 10000000; keepalive_timeout 300s; sendfile on;
   server { listen 127.0.0.1:$UP backlog=1024; root $W/up/www; } }
 NGX
-taskset -c 1 nginx -p "$W/up" -c "$W/up/nginx.conf" & pids+=($!)
-taskset -c 0 "$BIN" serve --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
+on 1 nginx -p "$W/up" -c "$W/up/nginx.conf" & pids+=($!)
+on 0 "$BIN" serve --workers 1 --api-listen 127.0.0.1:0 --state-dir "$W/kv" >"$W/kv.out" 2>"$W/kv.err" & pids+=($!)
 KVPID=$!
 API=$(kvgate_api "$W/kv.out")
 for arm in "$SM response" "$US off"; do
@@ -51,7 +57,7 @@ run_arm() {  # PORT -> "MiB/s gateway_ms_per_MiB machine_ms_per_MiB"
   for _ in $(seq 1 "$REQS"); do urls+=(-o /dev/null "http://127.0.0.1:$port/big"); done
   k0=$(proc_ticks "$BIN serve"); m0=$(machine_ticks); t0=$(date +%s.%N)
   local cp=()
-  for _ in $(seq 1 "$CLIENTS"); do taskset -c 1 curl -sf "${urls[@]}" & cp+=($!); done
+  for _ in $(seq 1 "$CLIENTS"); do on 1 curl -sf "${urls[@]}" & cp+=($!); done
   for p in "${cp[@]}"; do wait "$p"; done
   t1=$(date +%s.%N); k1=$(proc_ticks "$BIN serve"); m1=$(machine_ticks)
   local hz; hz=$(getconf CLK_TCK)
@@ -59,10 +65,11 @@ run_arm() {  # PORT -> "MiB/s gateway_ms_per_MiB machine_ms_per_MiB"
 mib=$SIZE*$REQS*$CLIENTS; s=$t1-$t0
 print('%.0f %.2f %.2f' % (mib/s, ($k1-$k0)*1000/$hz/mib, ($m1-$m0)*1000/$hz/mib))"
 }
-echo "sockmap_bench: $SIZE MiB x $REQS requests x $CLIENTS clients per arm, $ROUNDS rounds (kvgate CPU 0, nginx + curl CPU 1)"
+echo "sockmap_bench: $SIZE MiB x $REQS requests x $CLIENTS clients per arm, $ROUNDS rounds ($([ "$PIN" = 1 ] && echo 'kvgate CPU 0, nginx + curl CPU 1' || echo 'nothing pinned'))"
+echo "# direct: the clients straight to nginx (no gateway): what the two ends cost by themselves"
 printf '%-6s %-10s %10s %18s %18s\n' round arm MiB/s 'gw ms/MiB' 'machine ms/MiB'
 for r in $(seq 1 "$ROUNDS"); do
-  for arm in "sockmap $SM" "userspace $US"; do
+  for arm in "sockmap $SM" "userspace $US" "direct $UP"; do
     set -- $arm
     read -r tput gw all < <(run_arm "$2")
     printf '%-6s %-10s %10s %18s %18s\n' "$r" "$1" "$tput" "$gw" "$all"

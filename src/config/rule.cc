@@ -432,15 +432,23 @@ Result<RuleSpec> parseRule(const json& body) {
                      : kv_mode != 0                                            ? "kvExactMode"
                      : !r.api_key_auth.empty() && r.api_key_auth != "disabled" ? "api_key_auth"
                      : !getOr<std::string>(stored, "selector", "").empty()     ? "selector"
-                     // (sel 3 pins by the client's address; before sel 3 was served on L4
-                     // rules the field was stored on them inert: still accepted with others)
-                     : r.sel == 3 && !r.session_header_name.empty() ? "session_header_name"
-                     : !r.inactive_capability.empty()               ? r.inactive_capability.c_str()
-                                                                    : nullptr;
+                     : !r.inactive_capability.empty() ? r.inactive_capability.c_str()
+                                                      : nullptr;
     if (l7)
       return bad(
           std::string("serviceArguments.") + l7,
           "is a mode 4 (fullproxy) field; " + l4_name + " forwards packets and reads no request");
+    // (before sel 3 was served on L4 rules the field was stored on them inert: still accepted
+    // with other selectors, so such a stored rule loads)
+    if (r.sel == 3 && !r.session_header_name.empty())
+      return bad("serviceArguments.session_header_name",
+                 "sel 3 (persist) on " + l4_name +
+                     " keeps each client address on its endpoint; no header is read");
+    if (r.cb_enable && (r.mode == 3 || r.protocol == "udp"))
+      return bad("serviceArguments.cb_enable",
+                 "the circuit breaker of an L4 rule reads the TCP connects this node sees; " +
+                     std::string(r.mode == 3 ? "a DSR endpoint answers the client directly"
+                                             : "udp has none"));
   }
   r.service_args = std::move(stored);
   return r;

@@ -431,9 +431,14 @@ TEST(RuleParse, ModeZeroIsAnL4Rule) {
   // The circuit breaker judges L4 endpoints too (by the TCP connects the program sees).
   json cb = j;
   cb["serviceArguments"]["cb_enable"] = true;
+  cb["serviceArguments"]["protocol"] = "tcp";
   r = parseRule(cb);
   ASSERT_TRUE(r) << r.error().what;
   EXPECT_TRUE(r->cb_enable);
+  cb["serviceArguments"]["protocol"] = "udp";  // (no connect to judge)
+  r = parseRule(cb);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().source, "serviceArguments.cb_enable");
   json h = j;
   h["serviceArguments"]["model_name"] = "llama";
   ASSERT_FALSE(parseRule(h));

@@ -35,6 +35,7 @@
 // The layout of these maps: bumped whenever a struct below changes meaning, even at the same
 // size (libbpf reuses a pinned map whose sizes match): a start finding pinned maps of another
 // layout removes them instead of misreading them.
+// (4 is taken: a development build used it for maps of another shape; the next bump is 5.)
 #define L4_MAPS_LAYOUT 3
 #define L4_META_MAX_IFACES 64
 
@@ -112,6 +113,10 @@ struct l4_flow {
 #define L4_DROP_REASONS 4
 
 #define L4_FLOW_DSR 1  // (struct l4_flow.flags) mode 3: sent to the endpoint unchanged
+// A client's SYN opened it (or reopened it): the endpoint's answer to it is a connect's outcome
+// (passive health). A flow a hash rule starts on another packet is not a connect.
+#define L4_FLOW_CONNECT 2
+#define L4_FLOW_RETRIED 4  // its SYN came again unanswered, counted once (passive health)
 
 struct l4_counters {
   __u64 packets;  // forwarded, both directions

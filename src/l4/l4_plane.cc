@@ -622,6 +622,7 @@ std::vector<uint32_t> L4Plane::adoptPinned() {
 }
 
 Result<void> L4Plane::apply(const std::vector<config::RuleSpec>& rules) {
+  departed_.clear();  // (the last commit is final once another begins)
   const NodeView node = NodeView::read(ifaces_);
   std::vector<Planned> want;
   std::vector<std::string> kept;  // unchanged rules the node's state now refuses: as installed
@@ -826,7 +827,9 @@ void L4Plane::moveEndpointState(const Slot& slot) {
   for (uint32_t i = 0; i < L4_MAX_ENDPOINTS; ++i) {
     const uint32_t row = base + i;
     auto o = row_owner_.find(row);
-    if (i >= slot.addrs.size()) {  // (past the list: zeroed once, then nobody's)
+    if (i >= slot.addrs.size()) {  // (past the list: zeroed, then nobody's; the program may go
+                                   // on counting a removed endpoint's draining flows there,
+                                   // which nobody reads)
       if (o == row_owner_.end()) continue;
       const l4_ep_counters zero{};
       const uint32_t none = 0;
@@ -836,13 +839,31 @@ void L4Plane::moveEndpointState(const Slot& slot) {
       continue;
     }
     const RowOwner want{slot.generation, slot.addrs[i].first, slot.addrs[i].second};
-    if (o != row_owner_.end() && o->second == want) continue;
+    if (o != row_owner_.end() && o->second == want) {
+      held.erase(want);
+      continue;
+    }
     l4_ep_counters c{};
     uint32_t f = 0;
-    if (auto h = held.find(want); h != held.end()) std::tie(c, f) = h->second;
+    if (auto h = held.find(want); h != held.end()) {
+      std::tie(c, f) = h->second;
+      held.erase(h);
+    } else if (auto d = departed_.find(want); d != departed_.end()) {
+      std::memcpy(&c, d->second.first.data(), sizeof c);  // (a commit undone brings it back)
+      f = d->second.second;
+      departed_.erase(d);
+    }
     bpf_map_update_elem(cnt_fd, &row, &c, BPF_ANY);
     bpf_map_update_elem(flows_fd, &row, &f, BPF_ANY);
     row_owner_[row] = want;
+  }
+  // (endpoints that left the slot: kept until the next apply(), should this commit be undone)
+  static_assert(sizeof(l4_ep_counters) == sizeof(std::array<uint64_t, 5>));
+  for (auto& [owner, v] : held) {
+    if (std::get<0>(owner) != slot.generation) continue;
+    auto& d = departed_[owner];
+    std::memcpy(d.first.data(), &v.first, sizeof v.first);
+    d.second = v.second;
   }
 }
 

@@ -16,7 +16,7 @@
 // with adminStateUp false not installed. Bounds: 1,024 services of at most 64 endpoints; 262,144
 // tracked flows each way (LRU: the oldest are evicted, memory never grows; preallocated, about
 // 50 MB of kernel memory; with sel 3's 262,144 client addresses and the per-endpoint counters
-// about 72 MB). A service whose rule did not change is not rewritten (its round-robin
+// about 73 MB). A service whose rule did not change is not rewritten (its round-robin
 // turn and its rows stay as they are).
 // The maps are pinned under <--l4-pin-dir, default /sys/fs/bpf>/kvgate/net-<the network
 // namespace's inode> (bpffs; the default is mounted when it is not): a restarted gateway loads its
@@ -141,6 +141,9 @@ class L4Plane {
   // service's generation and the endpoint's address (rows never written here: none).
   using RowOwner = std::tuple<uint32_t, std::string, uint16_t>;
   std::map<uint32_t, RowOwner> row_owner_;
+  // Counters and live flows of endpoints the last commit took out of their slot, until the next
+  // apply(): an undone commit (rollback, a failed install reverted) gives them back.
+  std::map<RowOwner, std::pair<std::array<uint64_t, 5>, uint32_t>> departed_;  // (l4_ep_counters)
   // Services found in pinned maps at start, by their service key: the slot and generation a rule
   // of that key takes again (its flows live on). Removed by the first apply() that does not claim
   // them.

@@ -168,13 +168,14 @@ inline const Family kL4EndpointBytes{"kvgate_l4_endpoint_bytes_total", Type::kCo
     "rule, by rule key and endpoint (ip:port).",
     {"rule", "endpoint"}};
 inline const Family kL4EndpointFlows{"kvgate_l4_endpoint_flows", Type::kGauge,
-    "Live flows (tracked, open, not idle) of one endpoint of an L4 rule, counted every second; "
+    "Live flows (tracked, open, not idle) of one endpoint of an L4 rule, counted every second while "
+    "a sel 4 rule is installed, every 10 s otherwise; "
     "sel 4 (lc) gives new flows to the endpoint up with the fewest.",
     {"rule", "endpoint"}};
 inline const Family kL4EndpointConnects{"kvgate_l4_endpoint_connects_total", Type::kCounter,
     "TCP connects the L4 data path saw to one endpoint of an L4 rule, by result: answered (its "
-    "SYN-ACK), refused (its RST), unanswered (the client's SYN sent again, about 1 s without an "
-    "answer). Passive health and the circuit breaker read them; DSR rules count none.",
+    "SYN-ACK), refused (its RST), unanswered (the client's SYN sent again half a second or more "
+    "after the last with no answer yet; once a flow). Passive health and the circuit breaker read them; DSR rules count none.",
     {"rule", "endpoint", "result"}};
 inline const Family kL4EndpointUp{"kvgate_l4_endpoint_up", Type::kGauge,
     "1 when an endpoint of an L4 rule gets new flows, 0 when its probe, passive health or open "

@@ -440,6 +440,9 @@ std::vector<std::string> DataPlane::syncL4Health() {
     if (it == l4_health_.end()) continue;
     const bool breaker = l4_breaker_rules_.count(o.rule) > 0;
     auto& h = it->second->health;
+    // (while open the endpoint gets no new flow: what comes is the outcome of connects made
+    // before it opened, which must not close it)
+    if (breaker && h.breaker() == endpoints::BreakerState::kOpen) continue;
     if (o.answered > 0) {
       h.onResponse(opts_.health, breaker, 200, false);
       continue;

@@ -60,9 +60,9 @@ function spawnIn(ns, args) {
 async function startGw(stateDir, extra = []) {
   const p = spawnIn(NS.g, [BIN, 'serve', '--l4-ifaces', 'c1,b1', '--api-listen', '127.0.0.1:0',
     '--state-dir', stateDir, '--workers', '1', '--probe-interval-ms', '300', '--l4-pin-dir', PIN_DIR,
-    // (the breaker's test: opened by 2 refused connects, half-open 3 s later; passive detection
+    // (the breaker's test: opened by 2 refused connects, half-open 5 s later; passive detection
     // out of its way, and out of the probe test's)
-    '--cb-failures', '2', '--cb-open-ms', '3000', '--passive-failures', '100', ...extra]);
+    '--cb-failures', '2', '--cb-open-ms', '5000', '--passive-failures', '100', ...extra]);
   for (;;) {
     const line = await p.next();
     try {
@@ -266,7 +266,7 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     assert.equal(u.status, 200, u.text);
     await new Promise((res) => setTimeout(res, 2500));
     assert.deepEqual(BACKENDS.map((ip) => metric('kvgate_l4_endpoint_flows', ip)), [2, 2]);
-    // Three new flows at once, be0 holding one more than be1: the program counts each pick at
+    // Three new flows at once, be0 holding one fewer than be1: the program counts each pick at
     // once, so they split 2 and 1 (were picks counted only by the sweep every second, all three
     // would go to be0).
     const spare = held.find((x) => x.id === 'be0');
@@ -300,7 +300,7 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     assert.ok(metric('kvgate_l4_endpoint_connects_total', `${BACKENDS[1]}:8009`, 'result="refused"') >= 2);
     // Open: every new flow goes to be0 (round-robin would send every other one to be1:8009).
     assert.deepEqual([0, 1, 2, 3, 4, 5].map(attempt), Array(6).fill('be0'));
-    // A server there now: once the open window (3 s) has passed the endpoint gets new flows again,
+    // A server there now: once the open window (5 s) has passed the endpoint gets new flows again,
     // and the first answered connect closes the breaker.
     const p = spawnIn(NS.b, ['/usr/bin/python3', PEER, 'serve', BACKENDS[1], '8009', '5309', 'be1b']);
     procs.push(p);
@@ -311,7 +311,14 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     assert.ok(ids.includes('be0') && ids.includes('be1b') && !ids.includes('refused'), String(ids));
     assert.ok(metric('kvgate_l4_endpoint_connects_total', `${BACKENDS[1]}:8009`, 'result="answered"') >= 1);
     assert.ok(metric('kvgate_l4_endpoint_connects_total', `${BACKENDS[0]}:8000`, 'result="answered"') >= 6);
+    // Closed, not left half-open: one refused connect (the server gone again) does not open it
+    // (2 in a row do), where a half-open breaker would open again at the first.
     await stopProc(p);
+    const refusedBefore = metric('kvgate_l4_endpoint_connects_total', `${BACKENDS[1]}:8009`, 'result="refused"');
+    for (let i = 0; i < 3 && attempt() !== 'refused'; ++i);
+    assert.equal(metric('kvgate_l4_endpoint_connects_total', `${BACKENDS[1]}:8009`, 'result="refused"'), refusedBefore + 1);
+    await new Promise((res) => setTimeout(res, 2500));  // (two health ticks at least)
+    assert.equal(metric('kvgate_l4_endpoint_up', `${BACKENDS[1]}:8009`), 1, 'one refused connect opened the breaker');
   });
 
   test('direct traffic to an endpoint is left alone after its flows through the VIP', () => {

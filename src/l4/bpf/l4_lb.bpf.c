@@ -501,14 +501,19 @@ int l4_ingress(struct __sk_buff* skb) {
       }
     }
     if (f) {
-      // The client's SYN again, its endpoint up and the rule's, no answer yet: a connect that
-      // has gone unanswered for about a second (passive health).
-      if ((tcp_flags & 2) && f->state == L4_CT_SYN && !(f->flags & L4_FLOW_DSR))
+      // The client's SYN again, its endpoint up and the rule's, no answer yet, half a second or
+      // more after the last: a connect gone unanswered (passive health; once a flow).
+      if ((tcp_flags & 2) && f->state == L4_CT_SYN && (f->flags & L4_FLOW_CONNECT) &&
+          !(f->flags & (L4_FLOW_DSR | L4_FLOW_RETRIED)) &&
+          (__s64)(now - f->last_ns) >= (__s64)(NS_PER_S / 2)) {
+        f->flags |= L4_FLOW_RETRIED;
         connect_outcome(row_of(f), L4_UNANSWERED);
+      }
       f->last_ns = now;
       if ((tcp_flags & 2) && f->state == L4_CT_CLOSING) {  // the client reuses the 4-tuple
         f->state = L4_CT_SYN;
         f->fins = 0;
+        f->flags = (f->flags & ~L4_FLOW_RETRIED) | L4_FLOW_CONNECT;
       }
       if (f->flags & L4_FLOW_DSR) {  // (only the client's side passes here)
         if (f->state == L4_CT_SYN && !(tcp_flags & 2)) f->state = L4_CT_OPEN;  // it was answered
@@ -580,7 +585,8 @@ int l4_ingress(struct __sk_buff* skb) {
                          .last_ns = now,
                          .timeout_s = svc->timeout_s,
                          .generation = svc->generation,
-                         .flags = dsr ? L4_FLOW_DSR : 0,
+                         .flags = (dsr ? L4_FLOW_DSR : 0) |
+                                  (proto == IPPROTO_TCP && (tcp_flags & 2) ? L4_FLOW_CONNECT : 0),
                          .state = proto == IPPROTO_TCP ? L4_CT_SYN : L4_CT_OPEN};
     note_flags(&nf, dsr ? tcp_flags & 4 : tcp_flags, L4_FIN_CLIENT);
     if (!dsr) {
@@ -658,7 +664,7 @@ reverse:;
   }
   f->last_ns = now;
   const __u32 f_svc = f->svc_id, row = row_of(f);
-  if (f->state == L4_CT_SYN && proto == IPPROTO_TCP) {  // (passive health: the connect's outcome)
+  if (f->state == L4_CT_SYN && (f->flags & L4_FLOW_CONNECT)) {  // (passive health: the outcome)
     if (tcp_flags & 4)
       connect_outcome(row, L4_REFUSED);
     else if (tcp_flags & 8)
