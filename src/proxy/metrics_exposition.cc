@@ -259,16 +259,16 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
       for (size_t i = 0; i < std::size(st.drops); ++i)
         w.sample(kL4Dropped, {{"rule", st.rule}, {"reason", l4::L4Plane::dropReason(i)}},
                  static_cast<double>(st.drops[i]));
-    w.header(kL4EndpointPackets);
-    for (const auto& st : l4)
-      for (const auto& e : st.endpoints)
-        w.sample(kL4EndpointPackets, {{"rule", st.rule}, {"endpoint", e.addr}},
-                 static_cast<double>(e.packets));
-    w.header(kL4EndpointBytes);
-    for (const auto& st : l4)
-      for (const auto& e : st.endpoints)
-        w.sample(kL4EndpointBytes, {{"rule", st.rule}, {"endpoint", e.addr}},
-                 static_cast<double>(e.bytes));
+    // (one sample per endpoint of every L4 rule)
+    auto perEndpoint = [&](const metrics::Family& f, auto value) {
+      w.header(f);
+      for (const auto& st : l4)
+        for (const auto& e : st.endpoints)
+          w.sample(f, {{"rule", st.rule}, {"endpoint", e.addr}}, static_cast<double>(value(e)));
+    };
+    using Ep = l4::L4Plane::ServiceStats::Endpoint;
+    perEndpoint(kL4EndpointPackets, [](const Ep& e) { return e.packets; });
+    perEndpoint(kL4EndpointBytes, [](const Ep& e) { return e.bytes; });
     w.header(kL4EndpointConnects);
     for (const auto& st : l4)
       for (const auto& e : st.endpoints) {
@@ -279,15 +279,8 @@ void DataPlane::renderEndpointMetrics(metrics::TextWriter& w) const {
                    {{"rule", st.rule}, {"endpoint", e.addr}, {"result", result}},
                    static_cast<double>(n));
       }
-    w.header(kL4EndpointUp);
-    for (const auto& st : l4)
-      for (const auto& e : st.endpoints)
-        w.sample(kL4EndpointUp, {{"rule", st.rule}, {"endpoint", e.addr}}, e.up ? 1.0 : 0.0);
-    w.header(kL4EndpointFlows);
-    for (const auto& st : l4)
-      for (const auto& e : st.endpoints)
-        w.sample(kL4EndpointFlows, {{"rule", st.rule}, {"endpoint", e.addr}},
-                 static_cast<double>(e.flows));
+    perEndpoint(kL4EndpointUp, [](const Ep& e) { return e.up ? 1 : 0; });
+    perEndpoint(kL4EndpointFlows, [](const Ep& e) { return e.flows; });
   }
   w.header(kH2Connections);
   w.sample(kH2Connections, {}, static_cast<double>(stats_.h2_connections.load()));
