@@ -9,22 +9,21 @@
 // sent unchanged to an endpoint on a network of this node, which holds the VIP; sel 1 only) and
 // 5 (host one-arm: mode 1 on every IPv4 address of this node, followed every second; VIP
 // 0.0.0.0) for tcp and udp, sel 0 (round-robin), 1 (hash of the client's address and port: per
-// flow), 2 (weighted round-robin by the endpoints' weights), 3 (persist: a client address keeps
-// its endpoint for 3 hours after its last new flow) and 4 (least connections: the fewest live
-// flows, counted by the program and set to the truth every second), inactiveTimeOut as the flows'
-// idle timeout (default 900 s tcp, as IPVS's established timeout; 30 s udp), a rule
-// with adminStateUp false not installed. Bounds: 1,024 services of at most 64 endpoints; 262,144
-// tracked flows each way (LRU: the oldest are evicted, memory never grows; preallocated, about
-// 50 MB of kernel memory; with sel 3's 262,144 client addresses and the per-endpoint counters
-// about 73 MB). A service whose rule did not change is not rewritten (its round-robin
-// turn and its rows stay as they are).
-// The maps are pinned under <--l4-pin-dir, default /sys/fs/bpf>/kvgate/net-<the network
-// namespace's inode> (bpffs; the default is mounted when it is not): a restarted gateway loads its
-// program over the same maps and adopts the services it finds (their slots and generations), so
-// tracked flows live on. On a stop with keep_on_exit (serve --l4-on-exit keep, the default) the
-// program stays attached and forwards with its last maps until the next start replaces it; with
-// detach it is detached and the pinned maps removed (flows in progress then reach the VIP
-// unrewritten). After a crash: as keep.
+// flow, placed by rendezvous hashing), 2 (weighted round-robin by the endpoints' weights), 3
+// (persist: a client address keeps its endpoint for 3 hours after its last new flow) and 4 (least
+// connections: the fewest live flows, counted by the program and set to the truth every second),
+// inactiveTimeOut as the flows' idle timeout (default 900 s tcp, as IPVS's established timeout; 30
+// s udp), a rule with adminStateUp false not installed. Bounds: 1,024 services of at most 64
+// endpoints; 262,144 tracked flows each way (LRU: the oldest are evicted, memory never grows;
+// preallocated, about 50 MB of kernel memory; with sel 3's 262,144 client addresses and the
+// per-endpoint counters about 73 MB). A service whose rule did not change is not rewritten (its
+// round-robin turn and its rows stay as they are). The maps are pinned under <--l4-pin-dir, default
+// /sys/fs/bpf>/kvgate/net-<the network namespace's inode> (bpffs; the default is mounted when it is
+// not): a restarted gateway loads its program over the same maps and adopts the services it finds
+// (their slots and generations), so tracked flows live on. On a stop with keep_on_exit (serve
+// --l4-on-exit keep, the default) the program stays attached and forwards with its last maps until
+// the next start replaces it; with detach it is detached and the pinned maps removed (flows in
+// progress then reach the VIP unrewritten). After a crash: as keep.
 #pragma once
 #include <array>
 #include <cstdint>

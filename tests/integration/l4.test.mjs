@@ -21,6 +21,7 @@ const NS = { c: `kvl4c${tag}`, g: `kvl4g${tag}`, b: `kvl4b${tag}` };
 const VIP = '198.19.0.100';
 const DSR_VIP = '198.19.0.200';
 const BACKENDS = ['198.18.1.2', '198.18.1.3'];
+const EXTRA = '198.18.1.4';  // a third backend, added to one rule and removed again
 const PEER = 'tests/integration/l4_peer.py';
 // A bpf filesystem for the gateway's pinned maps, mounted outside /sys (`ip netns exec` remounts
 // /sys for each process: a bpffs there would not outlive the gateway that mounted it).
@@ -107,7 +108,7 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     inNs(NS.c, 'ip', 'link', 'set', `c0k${tag}`, 'name', 'c0');
     inNs(NS.b, 'ip', 'link', 'set', `b0k${tag}`, 'name', 'b0');
     for (const [ns, dev, addrs] of [[NS.c, 'c0', ['198.18.0.2/24', '198.18.0.3/24']], [NS.g, 'c1', ['198.18.0.1/24']],
-      [NS.g, 'b1', ['198.18.1.1/24']], [NS.b, 'b0', BACKENDS.map((a) => `${a}/24`)],
+      [NS.g, 'b1', ['198.18.1.1/24']], [NS.b, 'b0', [...BACKENDS, EXTRA].map((a) => `${a}/24`)],
       [NS.b, 'd0', ['198.18.2.2/24']], [NS.c, 'd1', ['198.18.2.1/24']], [NS.b, 'lo', [`${DSR_VIP}/32`]]]) {
       for (const a of addrs) inNs(ns, 'ip', 'addr', 'add', a, 'dev', dev);
       inNs(ns, 'ip', 'link', 'set', dev, 'up');
@@ -137,6 +138,9 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
       procs.push(p);
       assert.equal(await p.next(), 'ready');
     }
+    const be2 = spawnIn(NS.b, ['/usr/bin/python3', PEER, 'serve', EXTRA, '8000', '5300', 'be2']);
+    procs.push(be2);
+    assert.equal(await be2.next(), 'ready');
     const dsr = spawnIn(NS.b, ['/usr/bin/python3', PEER, 'serve', DSR_VIP, '8000', '5301', 'dsr']);
     procs.push(dsr);
     assert.equal(await dsr.next(), 'ready');
@@ -319,6 +323,37 @@ describe('L4 modes 0-3 in eBPF', { skip: process.getuid?.() !== 0 && 'needs root
     assert.equal(metric('kvgate_l4_endpoint_connects_total', `${BACKENDS[1]}:8009`, 'result="refused"'), refusedBefore + 1);
     await new Promise((res) => setTimeout(res, 2500));  // (two health ticks at least)
     assert.equal(metric('kvgate_l4_endpoint_up', `${BACKENDS[1]}:8009`), 1, 'one refused connect opened the breaker');
+  });
+
+  test('sel 1 (hash): a flow picked again lands where it was; an endpoint added takes flows only for itself, one removed gives back only its own', async () => {
+    const rule = (endpoints) => gwApi(gw.api, 'POST', LB_BASE, l4Rule({
+      port: 57, protocol: 'udp', targetPort: 5300, sel: 1, endpoints, extra: { inactiveTimeOut: 1 } }));
+    // One datagram from each of 24 source ports (one process): the endpoint that answered each.
+    const ports = Array.from({ length: 24 }, (_, i) => 41001 + i);
+    const ask = () => JSON.parse(inNs(NS.c, '/usr/bin/python3', '-c', [
+      'import json,socket',
+      'out={}',
+      `for p in ${JSON.stringify(ports)}:`,
+      '  s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.bind(("198.18.0.2",p));s.settimeout(3)',
+      `  s.sendto(b"hi",("${VIP}",57));out[p]=s.recv(100).decode();s.close()`,
+      'print(json.dumps(out))',
+    ].join('\n')));
+    const idle = () => new Promise((res) => setTimeout(res, 2500));  // (the flows idle out: 1 s)
+    assert.equal(rule(BACKENDS).status, 200);
+    const first = ask();
+    const ids = Object.values(first);
+    assert.ok(ids.includes('be0') && ids.includes('be1'), JSON.stringify(first));
+    assert.deepEqual(ask(), first);  // (tracked: the same again)
+    assert.equal(rule([...BACKENDS, EXTRA]).status, 200);
+    await idle();
+    const grown = ask();
+    // Each flow stays where it was or goes to the new endpoint (hash % n would move about half
+    // of them between be0 and be1).
+    for (const p of ports) assert.ok(grown[p] === first[p] || grown[p] === 'be2', `port ${p}: ${first[p]} -> ${grown[p]}`);
+    assert.ok(Object.values(grown).includes('be2'), `the new endpoint took no flow: ${JSON.stringify(grown)}`);
+    assert.equal(rule(BACKENDS).status, 200);
+    await idle();
+    assert.deepEqual(ask(), first);  // (its flows back where they were, the others never moved)
   });
 
   test('direct traffic to an endpoint is left alone after its flows through the VIP', () => {

@@ -18,12 +18,13 @@
 //      datagram, a TCP SYN (another TCP packet with no flow is dropped, unless the rule hashes:
 //      an endpoint that never saw the connection would reset it). The endpoint is picked by the
 //      rule's sel (0 round-robin, 1 a hash of the client's address and port: per flow, not per
-//      client, 2 weighted round-robin over the endpoints' weights, 3 persist: a client address
-//      keeps the endpoint its last new flow got, L4_PERSIST_TIMEOUT_S after that flow, else
-//      round-robin, 4 least connections: the fewest live flows, equals in turn), skipping
-//      endpoints marked down; the flow (ct) and its reverse (rct: endpoint -> client) are
-//      recorded, and counted in the endpoint's live flows (ep_flows, set to the truth by the
-//      control plane every second: flows open and not idle).
+//      client, the endpoint up scoring highest with it (rendezvous: picked again, a flow lands
+//      where it was unless its endpoint left), 2 weighted round-robin over the endpoints' weights,
+//      3 persist: a client address keeps the endpoint its last new flow got, L4_PERSIST_TIMEOUT_S
+//      after that flow, else round-robin, 4 least connections: the fewest live flows, equals in
+//      turn), skipping endpoints marked down; the flow (ct) and its reverse (rct: endpoint ->
+//      client) are recorded, and counted in the endpoint's live flows (ep_flows, set to the truth
+//      by the control plane every second: flows open and not idle).
 //   3. A packet of a tracked flow's reverse direction (rct: endpoint -> the source it saw, its ct
 //      entry alive and pointing at that endpoint) gets the VIP and port back as its source and,
 //      modes 1 and 2, the client as its destination. A stale reverse entry is dropped and the
@@ -127,6 +128,18 @@ struct {
   __type(value, __u32);
 } ep_flows SEC(".maps");
 
+// sel 1's running best (one per CPU; see l4_rendezvous).
+struct l4_best {
+  int index;
+  __u32 score;
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+  __uint(max_entries, 1);
+  __type(key, __u32);
+  __type(value, struct l4_best);
+} scratch SEC(".maps");
+
 // sel 3: each client address's endpoint, kept L4_PERSIST_TIMEOUT_S after its last new flow
 // (LRU: a flood of client addresses evicts the oldest).
 struct {
@@ -143,6 +156,16 @@ struct {
 #define L4_SNAT_TRIES 8
 #define L4_TIME_WAIT_S 60  // (Linux's TCP_TIMEWAIT_LEN)
 #define AF_INET 2
+
+// A 32-bit finalizer (every input bit moves every output bit about half the time): rendezvous
+// scores of one flow for different endpoints must not be ordered alike.
+static __always_inline __u32 fmix(__u32 h) {
+  h ^= h >> 16;
+  h *= 0x85ebca6bu;
+  h ^= h >> 13;
+  h *= 0xc2b2ae35u;
+  return h ^ (h >> 16);
+}
 
 static __always_inline __u32 mix(__u32 h, __u32 v) {
   h ^= v;
@@ -256,13 +279,45 @@ __noinline int l4_least_flows(__u32 svc_id, __u32 n, __u32 start) {
   return best;
 }
 
+// sel 1: the endpoint up whose (flow hash, endpoint address) scores highest (rendezvous
+// hashing): a flow picked again (idled out, evicted, or an untracked packet of a connection
+// this node forgot) lands where it was unless its endpoint left; an endpoint added takes about
+// 1/n of the flows, all from the others alike, and one removed gives back only its own. Scored
+// by address and port, not by place in the list. -1 when none is up.
+__noinline int l4_rendezvous(__u32 svc_id, __u32 n, __u32 flow_hash) {
+  // (the best so far kept in a scratch map, not in registers: the verifier tracks no map value,
+  // so the ways through the loop collapse; held in registers, they multiplied past its million
+  // instructions)
+  const __u32 zero = 0;
+  struct l4_best* b = bpf_map_lookup_elem(&scratch, &zero);
+  if (!b) return -1;
+  b->index = -1;
+  b->score = 0;
+  for (__u32 i = 0; i < L4_MAX_ENDPOINTS; ++i) {
+    if (i >= n) break;
+    __u32 slot = svc_id * L4_MAX_ENDPOINTS + i;
+    struct l4_ep* e = bpf_map_lookup_elem(&endpoints, &slot);
+    if (!e || !e->up) continue;
+    const __u32 score = fmix(mix(mix(flow_hash, e->ip), e->port));
+    if (b->index < 0 || score > b->score) {
+      b->index = (int)i;
+      b->score = score;
+    }
+  }
+  return b->index;
+}
+
 // The endpoint index for a new flow; -1 when none is up.
 static __always_inline int pick_once(struct l4_svc* svc, const struct l4_flow_key* k) {
   const __u32 n = svc->n_eps;
   if (n == 0 || n > L4_MAX_ENDPOINTS) return -1;
   __u32 start;
   if (svc->sel == L4_SEL_HASH) {
-    start = mix(mix(mix(0x12345u, k->saddr), k->sport), k->proto) % n;
+    // (the scan below starts at it, up: it is the pick; the same shape as the other selectors'
+    // keeps the verifier's walk short)
+    const int r = l4_rendezvous(svc->id, n, mix(mix(mix(0x12345u, k->saddr), k->sport), k->proto));
+    if (r < 0) return -1;
+    start = (__u32)r;
   } else {
     const __u32 turn = __sync_fetch_and_add(&svc->rr, 1);
     if (svc->sel == L4_SEL_WEIGHTED && svc->total_weight > 0) {
