@@ -313,8 +313,9 @@ static __always_inline int pick_once(struct l4_svc* svc, const struct l4_flow_ke
   if (n == 0 || n > L4_MAX_ENDPOINTS) return -1;
   __u32 start;
   if (svc->sel == L4_SEL_HASH) {
-    // (the scan below starts at it, up: it is the pick; the same shape as the other selectors'
-    // keeps the verifier's walk short)
+    // (the scan below starts at it and takes it, up when scored; the same shape as the other
+    // selectors' keeps the verifier's walk short. Marked down in between, by a commit or health
+    // at that instant: the next one up in list order)
     const int r = l4_rendezvous(svc->id, n, mix(mix(mix(0x12345u, k->saddr), k->sport), k->proto));
     if (r < 0) return -1;
     start = (__u32)r;
