@@ -22,6 +22,7 @@
 #include <cstring>
 #include <optional>
 #include <set>
+#include <string_view>
 
 #include "common/log.h"
 #include "l4/l4_lb.skel.h"
@@ -411,6 +412,12 @@ Result<std::unique_ptr<L4Plane>> L4Plane::start(const std::vector<std::string>& 
       bpf_map* m = nullptr;
       bpf_object__for_each_map(m, p->skel_->obj) {
         const char* name = bpf_map__name(m);
+        // (`scratch` holds nothing between packets: not pinned, so its struct is no part of the
+        // pinned layout; an older build's pin of it is removed)
+        if (std::string_view(name) == "scratch") {
+          unlink((p->pin_dir_ + "/scratch").c_str());
+          continue;
+        }
         if (name[0] != '.') bpf_map__set_pin_path(m, (p->pin_dir_ + "/" + name).c_str());
       }
     }

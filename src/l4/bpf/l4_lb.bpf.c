@@ -54,6 +54,7 @@
 #include <bpf/bpf_helpers.h>
 // clang-format on
 
+#include "../l4_hash.h"
 #include "../l4_maps.h"
 
 char LICENSE[] SEC("license") = "GPL";
@@ -156,22 +157,6 @@ struct {
 #define L4_SNAT_TRIES 8
 #define L4_TIME_WAIT_S 60  // (Linux's TCP_TIMEWAIT_LEN)
 #define AF_INET 2
-
-// A 32-bit finalizer (every input bit moves every output bit about half the time): rendezvous
-// scores of one flow for different endpoints must not be ordered alike.
-static __always_inline __u32 fmix(__u32 h) {
-  h ^= h >> 16;
-  h *= 0x85ebca6bu;
-  h ^= h >> 13;
-  h *= 0xc2b2ae35u;
-  return h ^ (h >> 16);
-}
-
-static __always_inline __u32 mix(__u32 h, __u32 v) {
-  h ^= v;
-  h *= 0x9e3779b1u;
-  return h ^ (h >> 15);
-}
 
 // Rewrites the address at ip_off and the port at l4_off + port_off, checksums included.
 static __always_inline int rewrite(struct __sk_buff* skb, __u32 l4_off, __u8 proto, __u32 ip_off,
@@ -298,7 +283,7 @@ __noinline int l4_rendezvous(__u32 svc_id, __u32 n, __u32 flow_hash) {
     __u32 slot = svc_id * L4_MAX_ENDPOINTS + i;
     struct l4_ep* e = bpf_map_lookup_elem(&endpoints, &slot);
     if (!e || !e->up) continue;
-    const __u32 score = fmix(mix(mix(flow_hash, e->ip), e->port));
+    const __u32 score = l4_rendezvous_score(flow_hash, e->ip, e->port);
     if (b->index < 0 || score > b->score) {
       b->index = (int)i;
       b->score = score;
@@ -316,7 +301,7 @@ static __always_inline int pick_once(struct l4_svc* svc, const struct l4_flow_ke
     // (the scan below starts at it and takes it, up when scored; the same shape as the other
     // selectors' keeps the verifier's walk short. Marked down in between, by a commit or health
     // at that instant: the next one up in list order)
-    const int r = l4_rendezvous(svc->id, n, mix(mix(mix(0x12345u, k->saddr), k->sport), k->proto));
+    const int r = l4_rendezvous(svc->id, n, l4_flow_hash(k->saddr, k->sport, k->proto));
     if (r < 0) return -1;
     start = (__u32)r;
   } else {
