@@ -293,9 +293,6 @@ Result<RuleSpec> parseRule(const json& body) {
                  "and kvLbMode are exclusive (a profile replaces the law)");
     auto p = parseScoringProfile(*sp, "serviceArguments.kvScoringProfile");
     if (!p) return tl::unexpected(p.error());
-    if (std::string part = p->readsPending(); pd && !part.empty())
-      return bad("serviceArguments.kvScoringProfile",
-                 "'" + part + "' reads the queued prefill, which P/D rules do not count");
   }
   std::string auth = getOr<std::string>(stored, "api_key_auth", "");
   if (stored.contains("jwt_auth_profile") && auth != "jwt" && auth != "apikey-or-jwt")

@@ -142,7 +142,7 @@ const std::vector<ScoringPartInfo>& scorerInfos() {
       {"queue", {}},
       {"kv_utilization", {}},
       {"load", {}},
-      {"token_load", {}, true},
+      {"token_load", {}},
       {"predict",
        {{"decodeWeight", 0, 1, 0.5},
         {"batchOffset", 1, 64, 1, true},
@@ -150,12 +150,11 @@ const std::vector<ScoringPartInfo>& scorerInfos() {
       {"predict_q",
        {{"decodeWeight", 0, 1, 0.5},
         {"batchOffset", 1, 64, 1, true},
-        {"capacityShare", 0, 1, 1, true}},
-       true},
+        {"capacityShare", 0, 1, 1, true}}},
       {"soft_cost", {{"lambda", 0, 1e6, 32}, {"adaptive", 0, 1, 0, true}}},
-      {"ttft_cost", {{"missWeightPct", 0, 10000, 800}, {"loadBlocks", 0, 1e6, 2}}, true},
-      {"dynamo_cost", {}, false, true},
-      {"dynamo_v1_cost", {}, true, true},
+      {"ttft_cost", {{"missWeightPct", 0, 10000, 800}, {"loadBlocks", 0, 1e6, 2}}},
+      {"dynamo_cost", {}, true},
+      {"dynamo_v1_cost", {}, true},
   };
   return k;
 }
@@ -163,8 +162,7 @@ const std::vector<ScoringPartInfo>& scorerInfos() {
 const std::vector<ScoringPartInfo>& filterInfos() {
   static const std::vector<ScoringPartInfo> k = {
       {"prefix_affinity",
-       {{"threshold", 0, 1, 0.8}, {"tauTokens", 0, 1e12, 286720}, {"tauSeconds", 0, 3600, 0}},
-       true},
+       {{"threshold", 0, 1, 0.8}, {"tauTokens", 0, 1e12, 286720}, {"tauSeconds", 0, 3600, 0}}},
       {"kv_usage_below", {{"threshold", 0, 1, 0.95}}},
       // shape: 0 fixed (the hard law), 1 the seed's adaptive law, 2 taper
       {"bounded_load", {{"factorPct", 100, 300, 175}, {"shape", 0, 2, 0, true}}},
@@ -191,14 +189,6 @@ bool ScoringProfileSpec::readsActive() const {
   for (const auto& p : scorers)
     if (const auto* i = findInfo(scorerInfos(), p.name); i && i->reads_active) return true;
   return false;
-}
-
-std::string ScoringProfileSpec::readsPending() const {
-  for (const auto& p : scorers)
-    if (const auto* i = findInfo(scorerInfos(), p.name); i && i->reads_pending) return p.name;
-  for (const auto& p : filters)
-    if (const auto* i = findInfo(filterInfos(), p.name); i && i->reads_pending) return p.name;
-  return {};
 }
 
 json ScoringProfileSpec::toJson() const {

@@ -40,9 +40,6 @@ struct ScoringParam {
 struct ScoringPartInfo {
   std::string_view name;
   std::vector<ScoringParam> params;
-  // It reads the queued prefill this gateway counts per endpoint (streamed requests of
-  // single-pool rules, until their first byte): refused on P/D rules, which do not count it.
-  bool reads_pending = false;
   // It reads the distinct blocks in flight per endpoint (the dynamo laws' active set): a rule
   // naming it has the data plane track each request's chain on its endpoint.
   bool reads_active = false;
@@ -68,8 +65,6 @@ struct ScoringProfileSpec {
   // coldStartSeeding: every Nth hit may go to an endpoint caching almost nothing (kv_exact's
   // cold-start seeding, as under the seed's laws); unset in the field: !score_misses.
   bool cold_start_seeding = false;
-  // The name of a part that reads queued prefill (ScoringPartInfo::reads_pending), or empty.
-  std::string readsPending() const;
   bool readsActive() const;  // a part reads the active blocks (ScoringPartInfo::reads_active)
   // The profile with every default spelled out, itself a valid field value (the rule's GET
   // "effective" block shows it, and the built-in's name beside it).

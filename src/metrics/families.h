@@ -198,7 +198,7 @@ inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blo
     Type::kGauge,
     "Uncached prompt blocks of streaming requests this gateway sent to an endpoint whose first "
     "response byte has not arrived yet (the prefill queued there; streams Tier 1.5 keyed on "
-    "single-pool rules).",
+    "single-pool rules, and P/D prefill legs Tier 1.5 keyed until their answer's head).",
     {"endpoint"}};
 inline const Family kEndpointPendingPrefillTokens{"kvgate_endpoint_pending_prefill_tokens",
     Type::kGauge, "The same queued prefill in tokens.", {"endpoint"}};
@@ -211,7 +211,8 @@ inline const Family kEndpointActiveStreams{"kvgate_endpoint_active_streams", Typ
     "Answers of this endpoint being relayed as event streams now.", {"endpoint"}};
 inline const Family kEndpointPrefillRate{"kvgate_endpoint_prefill_rate_tokens_per_second",
     Type::kGauge,
-    "An endpoint's prefill throughput estimated online from those streams' first bytes: (queued "
+    "An endpoint's prefill throughput estimated online from those streams' first bytes (and P/D "
+    "prefill legs' answer heads): (queued "
     "tokens ahead + the request's own uncached tokens) / time to its first byte, averaged "
     "exponentially (weight 0.1; samples under 64 tokens skipped); 0 until the first sample.",
     {"endpoint"}};

@@ -167,10 +167,7 @@ nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& 
     }
     out["kvLbMode"] = std::string(lawModeName(o.law.mode));
     out["kvLbModeFrom"] = from_rule ? "rule" : env.lb_mode ? "environment" : "default";
-    // (not on a P/D rule when the form reads the queued prefill, which P/D rules refuse)
-    if (const auto as_profile = lawAsProfile(o.law);
-        as_profile && !(sa.value("pd_disagg_mode", false) && !as_profile->readsPending().empty()))
-      out["kvLbModeProfile"] = as_profile->toJson();
+    if (const auto as_profile = lawAsProfile(o.law)) out["kvLbModeProfile"] = as_profile->toJson();
     out["mean_load_factor_pct"] = o.law.mean_load_factor_pct;
     out["ttft_miss_weight"] = o.law.ttft_miss_weight;
     out["ttft_load_blocks"] = o.law.ttft_load_blocks;

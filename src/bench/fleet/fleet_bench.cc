@@ -54,6 +54,14 @@
 //                               sent direct (no gateway); the algorithm and its knobs in
 //                               hold_queue.h (hold-free: the same binding, never held)
 //   direct-rr                   round-robin decided here, sent direct (the gateway's own effect)
+//
+// P/D (--pd-prefill N): the first N simulated workers are vLLM prefill engines, the rest decode
+// engines (NIXL pull); every arm's rule is a P/D rule (pd_disagg_mode, ep_role 1 and 2), a KV
+// arm with kvExactMode 1 and its kvLbMode (Tier 1.5 over the prefill endpoints, then Tier 2's
+// min-load), rr/lc/chwbl with no Tier 1.5 (the ladder's min-load picks the prefill). TTFT is the
+// client's (prefill leg, transfer, decode's first token); the hit rate is the prefill workers'
+// prefix-cache counters (a decode engine's pulled blocks count as hits there). No oracle or
+// harness-decided arm, no selector arm (a P/D rule's ladder has no selector stage).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -136,6 +144,8 @@ Fleet (simulated unless --fleet):
   --fleet LIST        real engines host:port,... instead (their KV events on --kv-port)
   --kv-port P         their KV-event port (with --fleet; default 5557)
   --block-size N      tokens per KV block (default 16)
+  --pd-prefill N      P/D: the first N simulated workers prefill, the rest decode (every arm's
+                      rule a P/D rule; KV arms with kvExactMode 1); 0 (default) no P/D
   --model NAME        model name sent (default sim-model)
 Output:
   --out FILE          every figure as JSON (default build/bench/fleet-<workload>.json)
@@ -166,6 +176,7 @@ struct Options {
   std::string model = "sim-model";
   std::string out, md, chart, work;
   std::string trace, trace_out;  // a Mooncake JSONL trace to replay; where to write the one used
+  size_t pd_prefill = 0;         // P/D: the first N workers prefill, the rest decode (0: no P/D)
 };
 
 struct Arm {
@@ -352,6 +363,9 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
     } else if (a == "--block-size") {
       if (!num(1, 4096, x)) return false;
       o.block_size = static_cast<size_t>(x);
+    } else if (a == "--pd-prefill") {
+      if (!num(0, 63, x)) return false;
+      o.pd_prefill = static_cast<size_t>(x);
     } else if (a == "--model") {
       o.model = v;
     } else if (a == "--out") {
@@ -370,6 +384,24 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
       err = "unknown option " + a;
       return false;
     }
+  }
+  if (o.pd_prefill > 0) {
+    if (!o.fleet.empty()) {
+      err = "--pd-prefill needs the simulated fleet";
+      return false;
+    }
+    if (o.pd_prefill >= o.workers) {
+      err = "--pd-prefill leaves no decode worker (it must be under --workers)";
+      return false;
+    }
+    for (const auto* list : {&o.arms, &o.side_arms})
+      for (const auto& name : *list) {
+        const Arm arm = *armOf(name);
+        if (arm.oracle || !arm.selector.empty()) {
+          err = "arm " + name + " has no P/D form (--pd-prefill)";
+          return false;
+        }
+      }
   }
   return true;
 }
@@ -488,8 +520,13 @@ std::string ruleBody(const Run& r, const Arm& arm, size_t generation) {
              {"sse_mode", true},
              {"name", "fleet-" + arm.name + "-" + std::to_string(generation)}};
   if (!arm.selector.empty()) sa["selector"] = arm.selector;
+  const bool pd = r.o.pd_prefill > 0;
+  if (pd) {
+    sa["pd_disagg_mode"] = true;
+    sa["kvEngineType"] = "vllm";
+  }
   if (!arm.kv_mode.empty()) {
-    sa["kvExactMode"] = 3;
+    sa["kvExactMode"] = pd ? 1 : 3;
     sa["kvZmqPort"] = r.kv_port;
     if (arm.kv_mode.rfind("profile:", 0) == 0)
       sa["kvScoringProfile"] = arm.kv_mode.substr(8);
@@ -498,16 +535,22 @@ std::string ruleBody(const Run& r, const Arm& arm, size_t generation) {
     sa["kvBlockSize"] = r.o.block_size;
   }
   json eps = json::array();
-  for (const auto& w : r.workers)
-    eps.push_back({{"endpointIP", w.host}, {"targetPort", w.port}, {"weight", 1}});
+  for (size_t i = 0; i < r.workers.size(); ++i) {
+    const auto& w = r.workers[i];
+    json ep = {{"endpointIP", w.host}, {"targetPort", w.port}, {"weight", 1}};
+    if (pd) ep["ep_role"] = i < r.o.pd_prefill ? 1 : 2;
+    eps.push_back(std::move(ep));
+  }
   return json{{"serviceArguments", sa}, {"endpoints", eps}}.dump();
 }
 
-// The gateway follows every worker's KV events (loxilb_kv_subscriber_connected per source).
+// The gateway follows every worker's KV events (loxilb_kv_subscriber_connected per source; a
+// P/D rule follows its prefill endpoints').
 bool waitSubscribed(const Run& r) {
+  const size_t sources = r.o.pd_prefill > 0 ? r.o.pd_prefill : r.workers.size();
   for (int i = 0; i < 300; ++i) {
     auto m = scrape(r.api);
-    if (m["loxilb_kv_subscriber_connected"] >= static_cast<double>(r.workers.size())) return true;
+    if (m["loxilb_kv_subscriber_connected"] >= static_cast<double>(sources)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   return false;
@@ -520,10 +563,13 @@ struct Totals {
 
 Totals fleetTotals(const Run& r) {
   Totals t;
-  for (const auto& w : r.workers) {
-    auto m = scrape(w.url());
-    t.hits += m["vllm:prefix_cache_hits_total"];
-    t.queries += m["vllm:prefix_cache_queries_total"];
+  for (size_t i = 0; i < r.workers.size(); ++i) {
+    auto m = scrape(r.workers[i].url());
+    // P/D: the prefill workers' cache (a decode's pulled blocks count as its hits)
+    if (r.o.pd_prefill == 0 || i < r.o.pd_prefill) {
+      t.hits += m["vllm:prefix_cache_hits_total"];
+      t.queries += m["vllm:prefix_cache_queries_total"];
+    }
     t.steps += m["kvgate_sim_steps_total"];
     t.slip += m["kvgate_sim_timer_slip_seconds_total"];
     t.slip_max = std::max(t.slip_max, m["kvgate_sim_timer_slip_max_seconds"]);
@@ -793,8 +839,10 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   // (prompt_tokens_details.cached_tokens, the worker's own count); when an engine does not
   // report it, the workers' prefix-cache counters over the whole rung (warm-up included).
   const double metrics_hit = dq > 0 ? (after.hits - before.hits) / dq : 0;
-  s["hit_rate"] = usage_seen && prompt_sum > 0 ? cached_sum / prompt_sum : metrics_hit;
-  s["hit_rate_source"] = usage_seen && prompt_sum > 0 ? "usage" : "metrics";
+  // (P/D: the decode's answer counts the pulled blocks as cached: the prefill workers' counters)
+  const bool by_usage = usage_seen && prompt_sum > 0 && r.o.pd_prefill == 0;
+  s["hit_rate"] = by_usage ? cached_sum / prompt_sum : metrics_hit;
+  s["hit_rate_source"] = by_usage ? "usage" : "metrics";
   s["hit_rate_metrics"] = metrics_hit;
   s["load_per_worker"] = per_worker;                            // warm-up included
   s["load_spread"] = mean_load > 0 ? max_load / mean_load : 0;  // max / mean requests
@@ -937,10 +985,12 @@ int fleetBench(int argc, char** argv) {
     blocks = o.num_blocks;
     if (blocks == 0) {
       if (r.w.draw != Draw::kSequential || !r.w.trace_ms.empty() || r.w.ideal_hit > 0) {
-        // Prompts share prefixes: the working set fills kv_fill of the fleet's capacity.
+        // Prompts share prefixes: the working set fills kv_fill of the fleet's capacity (P/D:
+        // of the prefill workers', where prefixes are cached and matched).
         const double cap_tokens = static_cast<double>(r.w.working_set_tokens) / o.kv_fill;
+        const size_t holders = o.pd_prefill > 0 ? o.pd_prefill : o.workers;
         blocks = static_cast<size_t>(
-            std::ceil(cap_tokens / static_cast<double>(o.workers * o.block_size)));
+            std::ceil(cap_tokens / static_cast<double>(holders * o.block_size)));
       } else {
         blocks = 31250;
       }
@@ -969,6 +1019,12 @@ int fleetBench(int argc, char** argv) {
                                      std::to_string(o.seed),
                                      "--model",
                                      o.model};
+    if (o.pd_prefill > 0) {  // the first N prefill, the rest decode (vLLM, NIXL pull)
+      std::string roles;
+      for (size_t i = 0; i < o.workers; ++i)
+        roles += std::string(i ? "," : "") + (i < o.pd_prefill ? "prefill" : "decode");
+      args.insert(args.end(), {"--engine", "vllm", "--role", roles});
+    }
     for (const auto& a : o.sim_args) args.push_back(a);
     sim = std::make_unique<Child>(args, o.work + "/sim.err");
     if (!sim->ok()) {
@@ -1000,11 +1056,9 @@ int fleetBench(int argc, char** argv) {
   doc["workload_params"] = r.w.params;
   doc["working_set_tokens"] = r.w.working_set_tokens;
   doc["ideal_hit_rate"] = r.w.ideal_hit;
-  doc["fleet"] = {{"workers", r.workers.size()},
-                  {"simulated", o.fleet.empty()},
-                  {"num_blocks_per_worker", blocks},
-                  {"block_size", o.block_size},
-                  {"speedup", o.speedup},
+  doc["fleet"] = {{"workers", r.workers.size()},  {"pd_prefill_workers", o.pd_prefill},
+                  {"simulated", o.fleet.empty()}, {"num_blocks_per_worker", blocks},
+                  {"block_size", o.block_size},   {"speedup", o.speedup},
                   {"sim_args", o.sim_args}};
   doc["requests_per_step"] = o.requests;
   doc["seed"] = o.seed;

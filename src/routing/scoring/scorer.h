@@ -3,8 +3,8 @@
 // (LawCandidate: overlap, in-flight load, KV capacity, the engine's waiting requests and KV
 // usage, queued prefill blocks) and the request's prompt length; both are pure and stateless.
 //
-// Which parts read the queued prefill (LawCandidate::pending_blocks, refused on P/D rules) is
-// said once, in config/scoring_profile.cc's tables.
+// Which parts read the active blocks (the data plane then tracks each request's chain) is said
+// once, in config/scoring_profile.cc's tables.
 //
 // Adding a scorer: one file under scorers/ (its algorithm in a comment at the top, a class
 // deriving Scorer, a factory), one line in registry.cc, its name and parameters in

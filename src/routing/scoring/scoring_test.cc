@@ -85,7 +85,6 @@ TEST(ScoringProfileSpec, BuiltinsExpandToTheirParts) {
   EXPECT_EQ(q.scorers[0].name, "predict_q");
   EXPECT_TRUE(q.score_misses);
   EXPECT_TRUE(q.cold_start_seeding);
-  EXPECT_EQ(q.readsPending(), "predict_q");  // refused on P/D rules, as token_load
   EXPECT_FALSE(s.cold_start_seeding);        // llm-d-sticky: the peer has none
   // coldStartSeeding unset: on exactly when misses fall through; set: as set.
   EXPECT_TRUE(
@@ -393,11 +392,10 @@ TEST(ScoringProfile, AFilterThatKeepsNoneIsUndone) {
   EXPECT_EQ(p->pick(std::vector<LawCandidate>{cand(7, 5), cand(2, 0), cand(0, 0)}, prompt(10)).index,
             0);
   // With a holder over 0.8 (endpoint 1, 9 of 10), it alone is kept, however loaded its queue.
-  EXPECT_EQ(p->pick(std::vector<LawCandidate>{cand(7, 0), cand(9, 9, -1, -1, 50), cand(0, 0)},
-                    prompt(10))
-                .index,
-            1);
-  EXPECT_EQ(p->spec().readsPending(), "token_load");  // (refused on P/D rules)
+  EXPECT_EQ(
+      p->pick(std::vector<LawCandidate>{cand(7, 0), cand(9, 9, -1, -1, 50), cand(0, 0)}, prompt(10))
+          .index,
+      1);
   EXPECT_TRUE(p->scoresMisses());
 }
 
@@ -594,13 +592,9 @@ TEST(ScoringProfile, EveryLawHasAProfileFormButTheCappedOnesWithoutRelief) {
     p.spill_relief = false;
     EXPECT_FALSE(lawAsProfile(p).has_value()) << lawModeName(m);
   }
-  // The dynamo costs read the active blocks (the data plane tracks chains for them); only the
-  // 1.x one reads the queued prefill (refused on P/D rules).
+  // The dynamo costs read the active blocks (the data plane tracks chains for them).
   EXPECT_TRUE(spec(json{{"scorers", {{{"name", "dynamo_v1_cost"}}}}}).readsActive());
-  EXPECT_EQ(spec(json{{"scorers", {{{"name", "dynamo_v1_cost"}}}}}).readsPending(),
-            "dynamo_v1_cost");
   EXPECT_TRUE(spec(json{{"scorers", {{{"name", "dynamo_cost"}}}}}).readsActive());
-  EXPECT_EQ(spec(json{{"scorers", {{{"name", "dynamo_cost"}}}}}).readsPending(), "");
   EXPECT_FALSE(spec("predict-q").readsActive());
   LawParams hard;
   hard.spill_relief = true;

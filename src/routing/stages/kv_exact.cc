@@ -385,9 +385,12 @@ KvExactOptions kvExactOptions(const config::RuleSpec& rule, const RoutingEnv& en
   // prompts, misses to the least queued prefill, equal queues to the endpoint picked least
   // recently (docs/benchmarks.md "predict-q's miss rule"); over three seeds of GSP and one-tool
   // agentic sessions at most 1.07x the best arm at every rung, where predict, which left misses to
-  // the rule's selector, was up to 1.57x; docs/benchmarks.md "predict-q over seeds"); the seed's
-  // hard on P/D rules (kvExactMode 1), whose prefill pool the seed's ladder was tuned for.
-  o.law.mode = sa.value("kvExactMode", 0) == 3 ? LawMode::kPredictQ : LawMode::kHard;
+  // the rule's selector, was up to 1.57x; docs/benchmarks.md "predict-q over seeds"); predict on
+  // P/D rules (kvExactMode 1): held prompts by new prefill x batch over the prefill endpoints,
+  // misses left to the seed's Tier 2 (min-load); the seed's hard law, their default before, was
+  // 1.07-1.35x predict's TTFT p90 over three seeds of P/D Mooncake at every rung, its cap a
+  // constant factor of requests in flight (docs/benchmarks.md "P/D: the prefill law").
+  o.law.mode = sa.value("kvExactMode", 0) == 3 ? LawMode::kPredictQ : LawMode::kPredict;
   o.law.block_tokens = o.block_size;
   // Seed 000: pressure relief is on for single-pool mode 3 and off for P/D mode 1 unless
   // LOXILB_KV_SPILL_RELIEF says otherwise.

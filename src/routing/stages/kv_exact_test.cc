@@ -706,10 +706,11 @@ TEST(KvExact, RuleFieldsChooseApiModeAndLawMode) {
   EXPECT_EQ(kvExactOptions(r, off).law.mode, LawMode::kSoft);  // the rule beats the environment
   r.service_args.erase("kvLbMode");
   EXPECT_EQ(kvExactOptions(r, off).law.mode, LawMode::kOff);  // then the environment
-  // Then the default: the seed's hard (a rule without kvExactMode 3: P/D mode 1 here) ...
-  EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kHard);
+  // Then the default: predict (a rule without kvExactMode 3: P/D mode 1 here; the seed's hard
+  // until docs/benchmarks.md "P/D: the prefill law") ...
+  EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kPredict);
   r.service_args["kvExactMode"] = 1;
-  EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kHard);
+  EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kPredict);
   // ... and predict-q on single-pool kvExactMode 3 rules (issue 29).
   r.service_args["kvExactMode"] = 3;
   EXPECT_EQ(kvExactOptions(r, defaultRoutingEnv()).law.mode, LawMode::kPredictQ);

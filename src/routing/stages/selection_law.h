@@ -3,9 +3,9 @@
 // capacity. Pure: no clock, no index, no endpoint state; the KV-exact stage gathers the inputs.
 //
 // Modes (kvLbMode on the rule, else LOXILB_KV_LB_MODE, else predict-q on kvExactMode 3 rules and
-// hard on P/D rules; see parseLawMode):
+// predict on P/D rules; see parseLawMode):
 //  - off: overlap argmax.
-//  - hard (the seed's default; ours on P/D rules): capacity-weighted bounded load.
+//  - hard (the seed's default; ours on P/D rules until predict): capacity-weighted bounded load.
 //    cap_i = ceil(f * L * capacity_i / C) with
 //    f = mean_load_factor_pct / 100 (default 175 = 1.75, i.e. epsilon 0.75), L the total load and
 //    C the total capacity over the candidates. The affinity set is the candidates with positive
@@ -39,8 +39,8 @@
 //    queue of the moment unbalanced the fleet in the benchmark (its siblings follow it for good),
 //    while the rule's round-robin spreads new prefixes evenly.
 //
-//  - predict (an extension; the default of kvExactMode 3 rules from issue 29 until predict-q,
-//    below, replaced it): on a prompt some
+//  - predict (an extension; the default of P/D rules, and of kvExactMode 3 rules from issue 29
+//    until predict-q, below, replaced it): on a prompt some
 //    candidate holds, argmin of (uncached_i + 1) x (load_i + 1) / share_i: the request's new
 //    prefill there (its uncached blocks plus its last token) times the batch it joins (the
 //    requests in flight there, this one counted), relative to the endpoint's share of KV capacity

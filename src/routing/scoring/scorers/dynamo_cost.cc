@@ -3,8 +3,8 @@
 // distinct blocks in flight there with this prompt's added (Dynamo's ActiveSequences), normalized
 // min-max and inverted.
 // dynamo_v1_cost: Dynamo 1.x's (the dynamo-v1 law): cost_i = pending_i + uncached_i + active_i,
-// its active prefill being the uncached blocks of streams sent there not yet started (reads the
-// queued prefill: refused on P/D rules).
+// its active prefill being the uncached blocks of streams sent there not yet started (on P/D
+// rules: of prefill legs not yet answered).
 // Both read the active blocks: a profile naming them has the data plane track each request's
 // chain on its endpoint, as the dynamo laws do. No parameters.
 #include <memory>

@@ -3,7 +3,7 @@
 // (pending: the uncached blocks of streams sent there not yet started), normalized min-max and
 // inverted. Parameters: missWeightPct (0..10000, default 800, the law's
 // LOXILB_KV_TTFT_MISS_WEIGHT_PCT) and loadBlocks (0..1,000,000, default 2,
-// LOXILB_KV_TTFT_LOAD_BLOCKS). Reads the queued prefill (refused on P/D rules).
+// LOXILB_KV_TTFT_LOAD_BLOCKS).
 #include <memory>
 
 #include "config/scoring_profile.h"
