@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <random>
 #include <vector>
 
@@ -131,6 +132,33 @@ TEST(L4Rendezvous, AnEndpointRemovedGivesBackOnlyItsOwn) {
         EXPECT_EQ(receivers, n - 1) << "n " << n << " gone " << gone;
       }
     }
+  }
+}
+
+// The exact values the program computed before the hash moved into l4_hash.h (computed apart, in
+// Python, from the inline code it replaced: the same 32-bit arithmetic, addresses and ports in
+// network byte order as the program reads them on a little-endian host): a flow keeps its
+// endpoint across an upgrade.
+TEST(L4Rendezvous, ScoresAreTheProgramsOwn) {
+  struct V {
+    const char* client;
+    uint16_t sport;
+    uint8_t proto;
+    const char* endpoint;
+    uint16_t port;
+    uint32_t flow_hash, score;
+  };
+  for (const V& v : std::initializer_list<V>{
+           {"198.18.0.7", 40000, 6, "198.18.1.2", 8080, 0xca161f80u, 0x2087f551u},
+           {"198.18.3.200", 1024, 17, "198.18.1.3", 53, 0xa8a41a1bu, 0xa7cb66c6u},
+           {"198.19.255.254", 65535, 6, "198.18.1.64", 443, 0xa72cdbb0u, 0x453cde62u},
+       }) {
+    in_addr c{}, e{};
+    ASSERT_EQ(inet_pton(AF_INET, v.client, &c), 1);
+    ASSERT_EQ(inet_pton(AF_INET, v.endpoint, &e), 1);
+    const __u32 h = l4_flow_hash(c.s_addr, htons(v.sport), v.proto);
+    EXPECT_EQ(h, v.flow_hash) << v.client;
+    EXPECT_EQ(l4_rendezvous_score(h, e.s_addr, htons(v.port)), v.score) << v.client;
   }
 }
 

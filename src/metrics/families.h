@@ -198,7 +198,7 @@ inline const Family kEndpointPendingPrefill{"kvgate_endpoint_pending_prefill_blo
     Type::kGauge,
     "Uncached prompt blocks of streaming requests this gateway sent to an endpoint whose first "
     "response byte has not arrived yet (the prefill queued there; streams Tier 1.5 keyed on "
-    "single-pool rules, and P/D prefill legs Tier 1.5 keyed until their answer's head).",
+    "single-pool rules, and P/D prefill legs Tier 1.5 keyed until the engine answers them).",
     {"endpoint"}};
 inline const Family kEndpointPendingPrefillTokens{"kvgate_endpoint_pending_prefill_tokens",
     Type::kGauge, "The same queued prefill in tokens.", {"endpoint"}};

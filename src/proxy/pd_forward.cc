@@ -246,7 +246,9 @@ asio::awaitable<Exchange::LegAnswer> Exchange::firstLeg(const Request& req, cons
       while ((r = co_await leg.readHead(req.head.method, rh)).ok() && r.interim)
         leg.consumeHead(rh);  // the first leg's 1xx are not the client's
       if (r.ok()) {
-        if (rh.status >= 200 && rh.status <= 299) lease.prefillDone(nowNs());  // (a rate sample)
+        // (vLLM's and TensorRT-LLM's first leg is never streamed: its head comes once the prompt
+        // is computed, a sample of the prefill rate)
+        if (rh.status >= 200 && rh.status <= 299) lease.prefillDone(nowNs());
         std::string_view ct = rh.get("content-type");
         ct = ct.substr(0, 256);  // (a cut value ends in no whitespace: HTTP/2 refuses that)
         while (!ct.empty() && (ct.back() == ' ' || ct.back() == '\t')) ct.remove_suffix(1);
@@ -490,10 +492,13 @@ asio::awaitable<void> Exchange::drainPrefill(std::shared_ptr<Exchange> self,
       http::ResponseHead rh;
       while ((r = co_await leg->readHead("POST", rh)).ok() && r.interim) leg->consumeHead(rh);
       if (r.ok()) {
-        if (rh.status >= 200 && rh.status <= 299) lease.prefillDone(nowNs());  // (a rate sample)
         leg->consumeHead(rh);
         bool reusable = false, too_large = false;
         const bool whole = co_await readWhole(*leg, rh, answer, error, reusable, too_large);
+        // The prefill is done when the whole answer is in, not at its head: the leg carries the
+        // client's `stream`, and an SGLang prefill streams its head before computing anything.
+        // (The sample includes the KV transfer the prefill answer waits for: a low estimate.)
+        if (whole && rh.status >= 200 && rh.status <= 299) lease.prefillDone(nowNs());
         if (whole) {
           status = settle_status = rh.status;
           if (rh.status < 200 || rh.status > 299) error = "answered " + std::to_string(rh.status);
@@ -873,10 +878,11 @@ asio::awaitable<bool> Exchange::forwardPd(const Request& req, const Route& route
     const size_t pidx = static_cast<size_t>(d.index);
     auto& pstate = *route.endpoints[pidx].state;
     if (d.track_chain && rq_.cycle.chain_ready) plase.addChain(rq_.cycle.chain);
-    // The prefill leg's uncached blocks count as prefill queued on its endpoint until the leg's
-    // answer head (the engine computed the prompt: a sample of its prefill rate) or its end, for
-    // the laws that read the queued prefill (ttft, predict-q's misses, dynamo-v1, llm-d-sticky).
-    // A request handed a parked slot carries no Tier 1.5 estimate (d.prefill_blocks 0).
+    // The prefill leg's uncached blocks count as prefill queued on its endpoint until the engine
+    // answers it (the prompt computed: a sample of its prefill rate) or the leg ends, for the
+    // laws that read the queued prefill (ttft, predict-q's misses, dynamo-v1, llm-d-sticky).
+    // Only Tier 1.5's estimate is counted (its picks, and Tier 2's after a Tier 1.5 miss): a
+    // Tier 0 pin, a Tier 1 pick or a request handed a parked slot carries none (prefill_blocks 0).
     if (d.prefill_blocks > 0) plase.addPrefill(d.prefill_blocks, route.kv_block_tokens, nowNs());
     if (didx < 0) {
       didx = pinnedDecode(route, d.peer, dlease);

@@ -60,7 +60,7 @@ RoutingEnv readRoutingEnv(const EnvLookup& env, std::vector<std::string>& warnin
                          "' (not a selection law: off, hard, soft, adaptive, adaptive-soft, "
                          "taper, ttft, predict, predict-q, lmetric, dynamo, dynamo-v1, llm-d, "
                          "llm-d-sticky): using the "
-                         "default (predict-q on kvExactMode 3 rules, hard on P/D rules)");
+                         "default (predict-q on kvExactMode 3 rules, predict on P/D rules)");
   }
   e.min_match_tokens = static_cast<uint32_t>(r.integer("LLB_KV_MIN_MATCH_TOKENS", 0, 4096, 16));
   e.speculative_ttl_ms =

@@ -6,7 +6,7 @@
 //
 // Knobs (name, range, default), each documented in docs/configuration.md:
 //   LOXILB_KV_LB_MODE              a selection law (parseLawMode), for kvExactMode rules without
-//                                  kvLbMode       predict-q (kvExactMode 3), hard (P/D rules)
+//                                  kvLbMode       predict-q (kvExactMode 3), predict (P/D rules)
 //   LOXILB_KV_MEAN_LOAD_FACTOR     hard/adaptive cap, percent of the mean load  100..300  175
 //   LOXILB_KV_TTFT_MISS_WEIGHT_PCT ttft law: weight of uncached blocks, x100    0..10000  800
 //   LOXILB_KV_TTFT_LOAD_BLOCKS     ttft law: blocks of cost per in-flight request 0..1e6  2

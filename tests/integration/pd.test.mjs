@@ -1068,13 +1068,15 @@ test('P/D and the Messages API: vLLM runs both legs; SGLang and TensorRT-LLM ref
 // A P/D prefill leg Tier 1.5 keyed counts its uncached blocks as prefill queued on its endpoint
 // (kvgate_endpoint_pending_prefill_blocks) until the leg's answer head, and that answer samples
 // the endpoint's prefill rate: the laws that read the queued prefill see P/D traffic. Here a
-// 128-token prompt nobody holds (8 blocks of 16) on a prefill engine taking 1.5 s a prefill;
-// the decode endpoint is never counted. vLLM (sequential legs) and SGLang (the background drain).
-for (const engine of ['vllm', 'sglang'])
-test(`P/D ${engine}: a prefill leg counts as queued prefill until its answer, and samples the rate`, async (t) => {
+// 128-token prompt nobody holds (8 blocks of 16) on a prefill engine taking 3 s a prefill;
+// the decode endpoint is never counted. vLLM (sequential legs) and SGLang (the background drain),
+// streamed too: an SGLang prefill leg carries the client's `stream` and sends its head before it
+// computes anything, so its count must last until the whole answer.
+for (const [engine, stream] of [['vllm', false], ['vllm', true], ['sglang', false], ['sglang', true]])
+test(`P/D ${engine}${stream ? ' streamed' : ''}: a prefill leg counts as queued prefill until its answer, and samples the rate`, async (t) => {
   const kvPort = await freePort();
   const sim = await fleet(t, engine, 'prefill,decode', 2,
-    ['--prefill-base-ms', '1500', '--kv-events-port', String(kvPort)]);
+    ['--prefill-base-ms', '3000', '--kv-events-port', String(kvPort)]);
   const [prefill, decode] = sim.workers;
   const gw = await gateway(t, []);
   const port = await freePort();
@@ -1093,15 +1095,17 @@ test(`P/D ${engine}: a prefill leg counts as queued prefill until its answer, an
   const pending = (w) => gauge('kvgate_endpoint_pending_prefill_blocks', w);
   assert.equal(await gauge('kvgate_endpoint_prefill_rate_tokens_per_second', prefill), 0);
   const prompt = Array.from({ length: 128 }, (_, i) => 7000 + i);
-  const answer = post(port, '/v1/completions', { model: 'sim-model', prompt, max_tokens: 2 });
+  const answer = post(port, '/v1/completions', { model: 'sim-model', prompt, max_tokens: 2, stream });
   assert.ok(await waitFor(async () => (await pending(prefill)) === 8, 1400, 20),
     `queued prefill while the leg runs: ${await pending(prefill)}`);
   assert.equal(await pending(decode), 0);
+  await sleep(700);  // (mid-prefill: still counted, the engine's head notwithstanding)
+  assert.equal(await pending(prefill), 8);
   const res = await answer;
   assert.equal(res.status, 200, res.text);
   assert.equal(await pending(prefill), 0);
   assert.equal(await pending(decode), 0);
-  // (128 tokens in about 1.5 s: well under 1,000 tokens/s, above 0)
+  // (128 tokens in about 3 s: well under 1,000 tokens/s, above 0)
   const rate = await gauge('kvgate_endpoint_prefill_rate_tokens_per_second', prefill);
   assert.ok(rate > 0 && rate < 1000, `prefill rate ${rate}`);
   assert.equal(await gauge('kvgate_endpoint_prefill_rate_tokens_per_second', decode), 0);

@@ -61,7 +61,8 @@
 // min-load), rr/lc/chwbl with no Tier 1.5 (the ladder's min-load picks the prefill). TTFT is the
 // client's (prefill leg, transfer, decode's first token); the hit rate is the prefill workers'
 // prefix-cache counters (a decode engine's pulled blocks count as hits there). No oracle or
-// harness-decided arm, no selector arm (a P/D rule's ladder has no selector stage).
+// harness-decided arm, no selector arm and no arm with another sel (lc, chwbl, kv-LAW-lc): a P/D
+// rule's ladder has no selector stage (--quick names some: refused too).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -397,7 +398,8 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
     for (const auto* list : {&o.arms, &o.side_arms})
       for (const auto& name : *list) {
         const Arm arm = *armOf(name);
-        if (arm.oracle || !arm.selector.empty()) {
+        // (a P/D ladder has no sel stage: lc, chwbl and kv-LAW-lc would repeat rr and kv-LAW)
+        if (arm.oracle || !arm.selector.empty() || arm.sel != 0) {
           err = "arm " + name + " has no P/D form (--pd-prefill)";
           return false;
         }

@@ -271,9 +271,10 @@ class KvExactStage : public Stage {
     // LOXILB_KV_LB_MODE may still name, does not run)
     const bool peer = profile ? profile->scoresMisses() : placesMisses(opts_.law.mode);
     // Whichever stage places the request, its prefill is queued there until its first byte (the
-    // data plane counts it for streams: the laws and scorers that read queued prefill, and the
-    // endpoint's online prefill-rate estimate, endpoints/prefill_rate.h): on a miss the whole
-    // prompt (a shallow match: what the index does not hold).
+    // data plane counts it for streams, and for P/D prefill legs until their answer: the laws
+    // and scorers that read queued prefill, and the endpoint's online prefill-rate estimate,
+    // endpoints/prefill_rate.h): on a miss the whole prompt (a shallow match: what the index does
+    // not hold).
     const uint32_t miss_blocks = static_cast<uint32_t>(n - std::min<size_t>(best, n)) + tail;
     if (best == 0 && !peer) {
       StageResult miss =

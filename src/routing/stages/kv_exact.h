@@ -31,7 +31,7 @@
 // its first attempt stored in the request's cycle state (routing/cycle_state.h): no second tokenize
 // or hash; ids the quota gate already computed for the request are taken from there too (one
 // tokenize a request). Knobs: kvBlockSize, kvZmqPort, kvExactApiMode, kvLbMode (rule) >
-// LOXILB_KV_LB_MODE (env) > predict-q on kvExactMode 3 rules, hard on P/D rules;
+// LOXILB_KV_LB_MODE (env) > predict-q on kvExactMode 3 rules, predict on P/D rules;
 // LOXILB_KV_MEAN_LOAD_FACTOR, LOXILB_KV_SPILL_RELIEF, LLB_KV_MIN_MATCH_TOKENS; the text bound
 // LOXILB_KV_TOKENIZE_MAX_BYTES (tokenizer/request_tokenizer.h). Bounds: at most 8192 leading blocks
 // are hashed and scored. Endpoints sharing one address (one publisher key) are not scored.
@@ -96,8 +96,8 @@ std::unique_ptr<Stage> makeKvExact(const StageServices& s, const kv::KvIndex& in
                                    const kv::WorkerLookup& lookup, KvExactOptions opts);
 // The registry's factory ("kv_exact"): options from the rule (kvBlockSize, kvZmqPort,
 // kvExactApiMode, kvLbMode) and the environment (LOXILB_KV_LB_MODE when the rule has no kvLbMode:
-// a law's name, parseLawMode; default predict-q on kvExactMode 3 rules and hard on P/D (kvExactMode
-// 1) rules, garbage warns and means that default;
+// a law's name, parseLawMode; default predict-q on kvExactMode 3 rules and predict on P/D
+// (kvExactMode 1) rules, garbage warns and means that default;
 // LOXILB_KV_MEAN_LOAD_FACTOR: 100-300, default 175; LLB_KV_MIN_MATCH_TOKENS: 0-4096, default 16;
 // LOXILB_KV_SPILL_RELIEF: on|off, default on for single-pool rules). Without KV services every
 // request falls through (no_worker).

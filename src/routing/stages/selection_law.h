@@ -67,7 +67,8 @@
 //  - predict-q (an extension; the default of kvExactMode 3 rules, measured against predict and
 //    the peers over seeds in docs/benchmarks.md "predict-q over seeds"): predict on a
 //    prompt some candidate holds; a prompt nobody holds goes to the candidate with the least
-//    queued prefill (pending_blocks: uncached blocks of streams sent there not yet started),
+//    queued prefill (pending_blocks: uncached blocks of streams sent there not yet started; on
+//    P/D rules, of prefill legs not yet answered),
 //    ties to less load, then the candidate at or after the rotating cursor, instead of falling
 //    through to the rule's selector.
 //
