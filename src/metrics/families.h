@@ -212,7 +212,7 @@ inline const Family kEndpointActiveStreams{"kvgate_endpoint_active_streams", Typ
 inline const Family kEndpointPrefillRate{"kvgate_endpoint_prefill_rate_tokens_per_second",
     Type::kGauge,
     "An endpoint's prefill throughput estimated online from those streams' first bytes (and P/D "
-    "prefill legs' answer heads): (queued "
+    "prefill legs' answers): (queued "
     "tokens ahead + the request's own uncached tokens) / time to its first byte, averaged "
     "exponentially (weight 0.1; samples under 64 tokens skipped); 0 until the first sample.",
     {"endpoint"}};
