@@ -58,7 +58,7 @@
 // P/D (--pd-prefill N): the first N simulated workers are vLLM prefill engines, the rest decode
 // engines (NIXL pull); every arm's rule is a P/D rule (pd_disagg_mode, ep_role 1 and 2), a KV
 // arm with kvExactMode 1 and its kvLbMode (Tier 1.5 over the prefill endpoints, then Tier 2's
-// min-load), rr/lc/chwbl with no Tier 1.5 (the ladder's min-load picks the prefill). TTFT is the
+// min-load), rr with no Tier 1.5 (the ladder's min-load picks the prefill). TTFT is the
 // client's (prefill leg, transfer, decode's first token); the hit rate is the prefill workers'
 // prefix-cache counters (a decode engine's pulled blocks count as hits there). No oracle or
 // harness-decided arm, no selector arm and no arm with another sel (lc, chwbl, kv-LAW-lc): a P/D
@@ -455,6 +455,9 @@ std::map<std::string, double> scrape(const std::string& url) {
 
 // Tier 1.5's decisions in the gateway's /metrics: hits, spills, cold seeds and misses by reason
 // (every rule summed: the bench's one service).
+// P/D (--pd-prefill): worker i is a prefill engine (the first pd_prefill), else a decode engine.
+bool prefillWorker(const Options& o, size_t i) { return i < o.pd_prefill; }
+
 struct Tier15 {
   double hits = 0, spills = 0, seeds = 0;
   std::map<std::string, double> misses;  // reason -> count
@@ -540,7 +543,7 @@ std::string ruleBody(const Run& r, const Arm& arm, size_t generation) {
   for (size_t i = 0; i < r.workers.size(); ++i) {
     const auto& w = r.workers[i];
     json ep = {{"endpointIP", w.host}, {"targetPort", w.port}, {"weight", 1}};
-    if (pd) ep["ep_role"] = i < r.o.pd_prefill ? 1 : 2;
+    if (pd) ep["ep_role"] = prefillWorker(r.o, i) ? 1 : 2;
     eps.push_back(std::move(ep));
   }
   return json{{"serviceArguments", sa}, {"endpoints", eps}}.dump();
@@ -568,7 +571,7 @@ Totals fleetTotals(const Run& r) {
   for (size_t i = 0; i < r.workers.size(); ++i) {
     auto m = scrape(r.workers[i].url());
     // P/D: the prefill workers' cache (a decode's pulled blocks count as its hits)
-    if (r.o.pd_prefill == 0 || i < r.o.pd_prefill) {
+    if (r.o.pd_prefill == 0 || prefillWorker(r.o, i)) {
       t.hits += m["vllm:prefix_cache_hits_total"];
       t.queries += m["vllm:prefix_cache_queries_total"];
     }
@@ -1024,7 +1027,7 @@ int fleetBench(int argc, char** argv) {
     if (o.pd_prefill > 0) {  // the first N prefill, the rest decode (vLLM, NIXL pull)
       std::string roles;
       for (size_t i = 0; i < o.workers; ++i)
-        roles += std::string(i ? "," : "") + (i < o.pd_prefill ? "prefill" : "decode");
+        roles += std::string(i ? "," : "") + (prefillWorker(o, i) ? "prefill" : "decode");
       args.insert(args.end(), {"--engine", "vllm", "--role", roles});
     }
     for (const auto& a : o.sim_args) args.push_back(a);
