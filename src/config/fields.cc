@@ -2,10 +2,20 @@
 
 #include <limits>
 
+#include "config/stage_catalog.h"
+
 namespace kvgate::config {
 namespace {
 constexpr int64_t kMaxI32 = std::numeric_limits<int32_t>::max();
 constexpr int64_t kStr = 1024;  // default max string length
+
+// `selector`: empty (sel decides) or a stage the catalog lets the field name.
+std::vector<std::string_view> selectorValues() {
+  std::vector<std::string_view> v{""};
+  for (const auto& s : kStageCatalog)
+    if (s.selector_field) v.push_back(s.name);
+  return v;
+}
 }  // namespace
 
 const std::vector<FieldSpec>& serviceFields() {
@@ -71,9 +81,8 @@ const std::vector<FieldSpec>& serviceFields() {
       {"chwbl_replication", T::kInt, 1, 1024},
       {"chwbl_enable_cache_salt", T::kBool},
       // Extension: a selector stage without a sel number, used instead of `sel` (lc_light, and the
-      // fleet
-      // benchmark's baselines; routing/stage_registry.cc).
-      {"selector", T::kEnum, 0, 0, {"", "random", "lc_light", "sglang", "sglang-cli", "smg"}},
+      // fleet benchmark's baselines; config/stage_catalog.h says which stages).
+      {"selector", T::kEnum, 0, 0, selectorValues()},
       // KV-exact.
       {"kvExactMode", T::kInt, 0, 3},
       {"kvBlockSize", T::kInt, 1, 4096},

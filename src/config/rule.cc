@@ -6,6 +6,7 @@
 #include "common/net.h"
 #include "config/fields.h"
 #include "config/scoring_profile.h"
+#include "config/stage_catalog.h"
 #include "config/tls_fields.h"
 #include "http/target.h"
 
@@ -102,51 +103,57 @@ bool isZero(const json& v) {
          ((v.is_object() || v.is_array()) && v.empty());
 }
 
-// A P/D rule's `pdLadder` (its prefill pick's stages, in order): stages of the seed's ladder, each
-// at most once, Tier 0 (session) first when listed, min_load (Tier 2, which always picks) last;
-// kv_exact exactly when kvExactMode is 1 (its subscriptions serve nothing else), prefix_trie
-// whenever pd_cache_aware_mode asks for it. One reading: a ladder and the flags never disagree.
+// A P/D rule's `pdLadder` (its prefill pick's stages, in order): stages standing for a ladder
+// tier (config/stage_catalog.h), each at most once, Tier 0 first when listed, Tier 2 (the stage
+// that always picks) last; Tier 1.5 exactly when kvExactMode is 1 (its subscriptions serve nothing
+// else), Tier 1 whenever pd_cache_aware_mode asks for it; a stage's knobs only with the stage.
+// One reading: a ladder and the flags never disagree.
 Result<void> checkPdLadder(const json& stored, bool pd, int kv_mode) {
   auto it = stored.find("pdLadder");
   if (it == stored.end() || it->is_null()) return {};
   const std::string f = "serviceArguments.pdLadder";
   if (!pd) return bad(f, "requires pd_disagg_mode");
-  static constexpr std::string_view kTiers[] = {"session", "prefix_trie", "kv_exact", "min_load"};
-  std::set<std::string> seen;
+  using T = LadderTier;
+  const std::string t0(stageOfTier(T::kTier0).name), t1(stageOfTier(T::kTier1).name),
+      t15(stageOfTier(T::kTier15).name), t2(stageOfTier(T::kTier2).name);
+  std::set<LadderTier> seen;
   for (size_t i = 0; i < it->size(); ++i) {
     const std::string& n = (*it)[i].get_ref<const std::string&>();
-    if (std::find(std::begin(kTiers), std::end(kTiers), n) == std::end(kTiers))
-      return bad(
-          f, "'" + n + "' is not a P/D ladder stage (session, prefix_trie, kv_exact, min_load)");
-    if (!seen.insert(n).second) return bad(f, "'" + n + "' is listed twice");
-    if (n == "session" && i != 0)
-      return bad(f,
-                 "session (Tier 0) must come first: it decides which endpoints a new "
-                 "conversation may start on");
+    const StageFacts* st = stageFacts(n);
+    if (!st || st->tier == T::kNone)
+      return bad(f, "'" + n + "' is not a P/D ladder stage (" + t0 + ", " + t1 + ", " + t15 +
+                        ", " + t2 + ")");
+    if (!seen.insert(st->tier).second) return bad(f, "'" + n + "' is listed twice");
+    if (st->tier == T::kTier0 && i != 0)
+      return bad(f, n + " (Tier 0) must come first: it decides which endpoints a new "
+                        "conversation may start on");
   }
-  if (it->empty() || (*it)[it->size() - 1] != "min_load")
-    return bad(f, "must end with min_load (Tier 2, the stage that always picks)");
-  if (seen.count("kv_exact") && kv_mode != 1) return bad(f, "kv_exact requires kvExactMode 1");
-  if (!seen.count("kv_exact") && kv_mode == 1)
-    return bad(f, "kvExactMode 1 asks for kv_exact: list it, or drop kvExactMode");
-  if (!seen.count("prefix_trie") && getOr<bool>(stored, "pd_cache_aware_mode", false))
-    return bad(f, "pd_cache_aware_mode asks for prefix_trie: list it, or drop the flag");
+  if (it->empty() || stageFacts((*it)[it->size() - 1].get_ref<const std::string&>())->tier !=
+                         T::kTier2)
+    return bad(f, "must end with " + t2 + " (Tier 2, the stage that always picks)");
+  if (seen.count(T::kTier15) && kv_mode != 1) return bad(f, t15 + " requires kvExactMode 1");
+  if (!seen.count(T::kTier15) && kv_mode == 1)
+    return bad(f, "kvExactMode 1 asks for " + t15 + ": list it, or drop kvExactMode");
+  if (!seen.count(T::kTier1) && getOr<bool>(stored, "pd_cache_aware_mode", false))
+    return bad(f, "pd_cache_aware_mode asks for " + t1 + ": list it, or drop the flag");
   // A knob of a stage the ladder leaves out would do nothing: refused, not ignored.
-  for (const auto& [knob, stage] :
-       {std::pair<const char*, const char*>{"pd_session_ttl_sec", "session"},
-        {"pd_cache_threshold", "prefix_trie"},
-        {"pd_balance_abs_threshold", "prefix_trie"}})
-    if (stored.contains(knob) && !seen.count(stage))
-      return bad(f, std::string(knob) + " tunes " + stage + ", which the ladder leaves out");
+  for (const auto& st : kStageCatalog)
+    if (st.tier != T::kNone && !seen.count(st.tier))
+      for (std::string_view knob : st.knobs)
+        if (stored.contains(knob))
+          return bad(f, std::string(knob) + " tunes " + std::string(st.name) +
+                            ", which the ladder leaves out");
   return {};
 }
 
 }  // namespace
 
 const char* selectorName(int sel) {
-  static const char* k[] = {"rr", "hash",     "wrr",   "persist",  "lc",      "n2",
-                            "n3", "reserved", "chwbl", "gpuaware", "wrr_hash"};
-  return sel >= 0 && sel <= 10 ? k[sel] : "";
+  for (const auto& s : kStageCatalog)
+    if (s.sel >= 0 && s.sel == sel) return s.name.data();  // (the catalog's names are literals)
+  // The seed's numbers without a selector here keep the names the upstream gives them.
+  static const char* unbuilt[] = {"n2", "n3", "reserved"};  // sel 5, 6, 7
+  return sel >= 5 && sel <= 7 ? unbuilt[sel - 5] : "";
 }
 
 Result<RuleSpec> parseRule(const json& body) {

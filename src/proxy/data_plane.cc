@@ -32,6 +32,10 @@ const common::Clock& clockOf(const ProxyOptions& o) {
 
 using routing::stageNames;
 
+// The stage that always picks (the ladder's Tier 2): a P/D rule's decode and rescue picks, and a
+// single-leg rule's pooling requests.
+std::string leastLoad() { return std::string(routing::stageForTier(routing::Ladder::kTier2).name); }
+
 std::unique_ptr<routing::Pipeline> buildPipeline(
     const Route& route, const common::Clock& clock, const kv::KvIndex* kv_index,
     const kv::WorkerLookup* kv_lookup, const routing::PromptTokens* tokens,
@@ -196,14 +200,15 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
   route->stats = stats;
   // Tier 0 and Tier 1 tables, for a P/D ladder that has those stages (only P/D ladders do; a
   // table the ladder no longer has is freed: no pins written that nothing reads).
-  auto listed = [&](std::string_view n) {
-    return std::find(stage_names.begin(), stage_names.end(), n) != stage_names.end();
+  auto listed = [&](routing::Ladder tier) {
+    return std::find(stage_names.begin(), stage_names.end(),
+                     routing::stageForTier(tier).name) != stage_names.end();
   };
-  if (!listed("session"))
+  if (!listed(routing::Ladder::kTier0))
     stats->sessions.reset();
   else if (!stats->sessions)
     stats->sessions = std::make_shared<routing::SessionTable>(routingEnv().session_max);
-  if (!listed("prefix_trie"))
+  if (!listed(routing::Ladder::kTier1))
     stats->trie.reset();
   else if (!stats->trie)
     stats->trie = std::make_shared<routing::PrefixTrie>(routingEnv().trie_max_nodes);
@@ -251,7 +256,7 @@ std::shared_ptr<Route> DataPlane::buildRoute(const config::RuleSpec& rule,
       if (!stats->pooling_pipeline)
         stats->pooling_pipeline = std::make_shared<routing::PipelineStats>();
       route->pooling_pipeline = buildPipeline(*route, clock, nullptr, nullptr, nullptr, nullptr,
-                                              {"min_load"}, stats->pooling_pipeline, routing_env_);
+                                              {leastLoad()}, stats->pooling_pipeline, routing_env_);
     }
   }
   return route;
@@ -264,13 +269,13 @@ void DataPlane::buildPd(Route& route, const common::Clock& clock) {
   auto& st = *route.stats;
   if (!st.decode_pipeline) st.decode_pipeline = std::make_shared<routing::PipelineStats>();
   route.decode_pipeline = buildPipeline(route, clock, nullptr, nullptr, nullptr, nullptr,
-                                        {"min_load"}, st.decode_pipeline, routing_env_);
+                                        {leastLoad()}, st.decode_pipeline, routing_env_);
   bool plain = false;
   for (const auto& e : route.endpoints) plain |= e.role == 0;
   if (plain) {
     if (!st.rescue_pipeline) st.rescue_pipeline = std::make_shared<routing::PipelineStats>();
     route.rescue_pipeline = buildPipeline(route, clock, nullptr, nullptr, nullptr, nullptr,
-                                          {"min_load"}, st.rescue_pipeline, routing_env_);
+                                          {leastLoad()}, st.rescue_pipeline, routing_env_);
   }
   for (const auto& e : route.rule.endpoints) {
     const int nixl = e.json.value("nixl_port", 0);

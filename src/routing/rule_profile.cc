@@ -15,29 +15,29 @@ std::vector<std::string> stageNames(const config::RuleSpec& rule) {
   if (sa.value("pd_disagg_mode", false)) {  // the P/D ladder's prefill pick
     if (auto l = sa.find("pdLadder"); l != sa.end() && l->is_array())  // (validated when stored)
       return l->get<std::vector<std::string>>();
-    std::vector<std::string> names{"session"};
-    if (sa.value("pd_cache_aware_mode", false)) names.push_back("prefix_trie");
-    if (sa.value("kvExactMode", 0) == 1) names.push_back("kv_exact");
-    names.emplace_back("min_load");
+    // The seed's ladder: Tier 0, [Tier 1], [Tier 1.5], Tier 2.
+    std::vector<std::string> names{std::string(stageForTier(Ladder::kTier0).name)};
+    if (sa.value("pd_cache_aware_mode", false))
+      names.emplace_back(stageForTier(Ladder::kTier1).name);
+    if (sa.value("kvExactMode", 0) == 1) names.emplace_back(stageForTier(Ladder::kTier15).name);
+    names.emplace_back(stageForTier(Ladder::kTier2).name);
     return names;
   }
   const std::string named = sa.value("selector", std::string());
   const StageInfo* info = named.empty() ? stageForSel(rule.sel) : findStage(named);
   if (!info) return {};
   std::vector<std::string> names;
-  if (sa.value("kvExactMode", 0) == 3) names.push_back("kv_exact");
+  if (sa.value("kvExactMode", 0) == 3) names.emplace_back(stageForTier(Ladder::kTier15).name);
   names.emplace_back(info->name);
   return names;
 }
 
 namespace {
-// The knobs of the stages other than kv_exact.
+// The environment knobs of the stages other than Tier 1.5's (each stage's registry entry).
 nlohmann::json withOthers(nlohmann::json out, const std::vector<std::string>& names,
                           const RoutingEnv& env) {
-  auto has = [&](std::string_view n) { return std::find(names.begin(), names.end(), n) != names.end(); };
-  if (has("session")) out["session_max"] = env.session_max;
-  if (has("prefix_trie")) out["trie_max_nodes"] = env.trie_max_nodes;
-  if (has("lc_light")) out["lc_light_below_x100"] = env.lc_light_below_x100;
+  for (const auto& n : names)
+    if (const StageInfo* info = findStage(n); info && info->env_knobs) info->env_knobs(out, env);
   return out;
 }
 
@@ -145,7 +145,7 @@ nlohmann::json effectiveRouting(const config::RuleSpec& rule, const RoutingEnv& 
             : "pd_disagg_mode";
   withAdmission(out, rule, env);
   auto has = [&](std::string_view n) { return std::find(names.begin(), names.end(), n) != names.end(); };
-  if (has("kv_exact")) {
+  if (has(stageForTier(Ladder::kTier15).name)) {
     const KvExactOptions o = kvExactOptions(rule, env);
     const auto& sa = rule.service_args;
     const bool from_rule = sa.contains("kvLbMode") && sa["kvLbMode"].is_string();

@@ -14,6 +14,7 @@
 
 #include "common/clock.h"
 #include "config/rule.h"
+#include "config/stage_catalog.h"
 #include "endpoints/endpoint.h"
 #include "routing/prompt_tokens.h"
 #include "routing/request_context.h"
@@ -50,10 +51,9 @@ struct CandidateSet {
   }
 };
 
-// The seed's P/D ladder tier a stage stands for (its registry entry says it; nothing outside a
-// stage matches stage names): Tier 0 session pins, Tier 1 the prefix trie, Tier 1.5 KV-exact
-// (also what marks the stage whose Tier 1.5 metrics the data plane renders), Tier 2 min-load.
-enum class Ladder : uint8_t { kNone, kTier0, kTier1, kTier15, kTier2 };
+// The seed's P/D ladder tier a stage stands for (config/stage_catalog.h says which; nothing
+// outside a stage matches stage names).
+using Ladder = config::LadderTier;
 
 // Why a stage did not decide (metrics label `reason`).
 enum class FallReason : uint8_t {

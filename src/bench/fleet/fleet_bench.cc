@@ -834,6 +834,13 @@ ojson runStep(Run& r, const Arm& arm, double qps, size_t rung) {
   s["ttft_p90_ms"] = percentile(ttft, 90);
   s["ttft_p99_ms"] = percentile(ttft, 99);
   s["ttft_mean_ms"] = mean(ttft);
+  // How far the p90 could move between runs (stats.h), and the measured values themselves (0.1
+  // ms), so runs can be pooled or compared offline.
+  const Interval ci = bootstrapPercentile(ttft, 90);
+  s["ttft_p90_ci95_ms"] = ojson::array({ci.lo, ci.hi});
+  ojson samples = ojson::array();
+  for (double t : ttft) samples.push_back(std::round(t * 10) / 10);
+  s["ttft_ms"] = std::move(samples);
   s["itl_p50_ms"] = percentile(itl, 50);
   s["itl_p99_ms"] = percentile(itl, 99);
   s["e2e_p50_ms"] = percentile(e2e, 50);
@@ -1118,10 +1125,11 @@ int fleetBench(int argc, char** argv) {
       for (const auto& w : r.workers) (void)http::fetch(w.url(), "POST", "/reset_prefix_cache");
       ojson s = runStep(r, arm, qps, rungOf(qps, j));
       std::fprintf(stderr,
-                   "  %-16s qps %-7g TTFT p50 %8.1f p90 %8.1f ms  ITL p50 %6.1f ms  %7.0f tok/s  "
-                   "hit %5.1f%%  errors %zu\n",
+                   "  %-16s qps %-7g TTFT p50 %8.1f p90 %8.1f ms (95%% %.1f-%.1f)  ITL p50 %6.1f ms  "
+                   "%7.0f tok/s  hit %5.1f%%  errors %zu\n",
                    name.c_str(), qps, s["ttft_p50_ms"].get<double>(),
-                   s["ttft_p90_ms"].get<double>(), s["itl_p50_ms"].get<double>(),
+                   s["ttft_p90_ms"].get<double>(), s["ttft_p90_ci95_ms"][0].get<double>(),
+                   s["ttft_p90_ci95_ms"][1].get<double>(), s["itl_p50_ms"].get<double>(),
                    s["output_tok_s"].get<double>(), s["hit_rate"].get<double>() * 100,
                    s["errors"].get<size_t>());
       a["steps"].push_back(std::move(s));

@@ -25,6 +25,36 @@ TEST(FleetStats, PercentilesInterpolateLinearly) {
   EXPECT_DOUBLE_EQ(mean(v), 2.5);
 }
 
+TEST(FleetStats, BootstrapIntervalOfAPercentile) {
+  // Constant data: every resample's p90 is the constant.
+  const Interval c = bootstrapPercentile(std::vector<double>(50, 5.0), 90);
+  EXPECT_DOUBLE_EQ(c.lo, 5);
+  EXPECT_DOUBLE_EQ(c.hi, 5);
+  // 180 cached hits at 20 ms and 20 cold prefills at 130 ms: the p90's rank (0.9 x 199 = 179.1)
+  // falls between the two modes, so a resample's p90 is 20 when it draws 19 or fewer cold ones
+  // (binomial(200, 0.1): about 43 %), 130 when it draws 21 or more (about 44 %): the interval
+  // spans both modes although the sample's own p90 is 31 (20 + 0.1 x 110).
+  std::vector<double> bimodal(180, 20.0);
+  bimodal.insert(bimodal.end(), 20, 130.0);
+  EXPECT_NEAR(percentile(bimodal, 90), 31.0, 1e-9);
+  const Interval b = bootstrapPercentile(bimodal, 90);
+  EXPECT_DOUBLE_EQ(b.lo, 20);
+  EXPECT_DOUBLE_EQ(b.hi, 130);
+  // One mode (1..100): the interval holds the p90 (90.1) and is narrow (its standard error is
+  // about 3 here).
+  std::vector<double> u;
+  for (int i = 1; i <= 100; ++i) u.push_back(i);
+  const Interval n = bootstrapPercentile(u, 90);
+  EXPECT_LT(n.lo, 90.1);
+  EXPECT_GT(n.hi, 90.1);
+  EXPECT_LT(n.hi - n.lo, 20);
+  // Deterministic for a seed; empty input gives {0, 0}.
+  const Interval again = bootstrapPercentile(u, 90);
+  EXPECT_EQ(again.lo, n.lo);
+  EXPECT_EQ(again.hi, n.hi);
+  EXPECT_EQ(bootstrapPercentile({}, 90).hi, 0);
+}
+
 TEST(FleetWorkload, GspHasSGLangsDefaultShape) {
   Workload w;
   std::string err;

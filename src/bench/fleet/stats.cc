@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 namespace kvgate::bench::fleet {
 
@@ -19,6 +20,20 @@ double percentile(std::vector<double> v, double p) {
 double mean(const std::vector<double>& v) {
   if (v.empty()) return 0;
   return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
+}
+
+Interval bootstrapPercentile(const std::vector<double>& v, double p, int resamples,
+                             uint64_t seed) {
+  if (v.empty() || resamples <= 0) return {};
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<size_t> pick(0, v.size() - 1);
+  std::vector<double> stats, w(v.size());
+  stats.reserve(static_cast<size_t>(resamples));
+  for (int r = 0; r < resamples; ++r) {
+    for (auto& x : w) x = v[pick(rng)];
+    stats.push_back(percentile(w, p));
+  }
+  return {percentile(stats, 2.5), percentile(stats, 97.5)};
 }
 
 }  // namespace kvgate::bench::fleet

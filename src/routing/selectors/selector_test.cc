@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "routing/request_facts.h"
 #include "routing/selectors/selectors.h"
 #include "routing/stage_registry.h"
@@ -66,6 +68,58 @@ TEST(StageRegistry, NamesAndSelAliases) {
   EXPECT_EQ(findStage("nope"), nullptr);
   EXPECT_EQ(findStage("5"), nullptr);  // sel 5 is not implemented
   EXPECT_EQ(findStage("8x"), nullptr);
+}
+
+// The catalog (config/stage_catalog.h) and the registry agree, and the seed's ladder tiers are
+// the stages seed 000 names: Tier 0 session, Tier 1 prefix trie, Tier 1.5 KV-exact, Tier 2 min-load.
+TEST(StageRegistry, CatalogFactsAndTiers) {
+  for (const auto& f : config::kStageCatalog) {
+    const StageInfo* info = findStage(f.name);
+    ASSERT_NE(info, nullptr) << f.name;
+    EXPECT_NE(info->make, nullptr) << f.name;
+  }
+  // The upstream gateway's sel numbers (shared/reference/upstream-gateway.md), as stages and in
+  // the access log and metrics (config::selectorName; 5-7 are not built here).
+  const std::map<int, std::string_view> seed_sel = {{0, "rr"},      {1, "hash"},     {2, "wrr"},
+                                                    {3, "persist"}, {4, "lc"},       {8, "chwbl"},
+                                                    {9, "gpuaware"}, {10, "wrr_hash"}};
+  for (int sel = -1; sel <= 11; ++sel) {
+    const auto it = seed_sel.find(sel);
+    const StageInfo* info = stageForSel(sel);
+    if (it == seed_sel.end()) {
+      EXPECT_EQ(info, nullptr) << sel;
+      continue;
+    }
+    ASSERT_NE(info, nullptr) << sel;
+    EXPECT_EQ(info->name, it->second);
+    EXPECT_EQ(std::string_view(config::selectorName(sel)), it->second);
+  }
+  EXPECT_STREQ(config::selectorName(5), "n2");
+  EXPECT_STREQ(config::selectorName(7), "reserved");
+  EXPECT_STREQ(config::selectorName(11), "");
+  EXPECT_EQ(stageForTier(Ladder::kTier0).name, "session");
+  EXPECT_EQ(stageForTier(Ladder::kTier1).name, "prefix_trie");
+  EXPECT_EQ(stageForTier(Ladder::kTier15).name, "kv_exact");
+  EXPECT_EQ(stageForTier(Ladder::kTier2).name, "min_load");
+  // The rule field `selector` names exactly the stages without a sel number that pick alone
+  // (docs/rest-api.md lists them).
+  std::vector<std::string_view> sel_field;
+  for (const auto& f : config::kStageCatalog)
+    if (f.selector_field) sel_field.push_back(f.name);
+  EXPECT_EQ(sel_field, (std::vector<std::string_view>{"random", "lc_light", "sglang",
+                                                      "sglang-cli", "smg"}));
+  // Environment knobs in a rule's `effective` block come from the stage's own entry.
+  RoutingEnv env;
+  env.session_max = 7;
+  env.lc_light_below_x100 = 250;
+  nlohmann::json out = nlohmann::json::object();
+  findStage("session")->env_knobs(out, env);
+  findStage("lc_light")->env_knobs(out, env);
+  env.trie_max_nodes = 99;
+  findStage("prefix_trie")->env_knobs(out, env);
+  EXPECT_EQ(out, (nlohmann::json{
+                     {"session_max", 7}, {"lc_light_below_x100", 250}, {"trie_max_nodes", 99}}));
+  EXPECT_EQ(findStage("rr")->env_knobs, nullptr);
 }
 
 TEST(SmoothWrr, MatchesNginxSequenceForFiveOneOne) {
