@@ -32,8 +32,8 @@ TEST(FleetStats, BootstrapIntervalOfAPercentile) {
   EXPECT_DOUBLE_EQ(c.hi, 5);
   // 180 cached hits at 20 ms and 20 cold prefills at 130 ms: the p90's rank (0.9 x 199 = 179.1)
   // falls between the two modes, so a resample's p90 is 20 when it draws 19 or fewer cold ones
-  // (binomial(200, 0.1): about 43 %), 130 when it draws 21 or more (about 44 %): the interval
-  // spans both modes although the sample's own p90 is 31 (20 + 0.1 x 110).
+  // (binomial(200, 0.1): about 47 %), 31 when it draws 20 (about 9 %) and 130 when it draws 21 or
+  // more (about 44 %): the interval spans both modes although the sample's own p90 is 31.
   std::vector<double> bimodal(180, 20.0);
   bimodal.insert(bimodal.end(), 20, 130.0);
   EXPECT_NEAR(percentile(bimodal, 90), 31.0, 1e-9);
