@@ -117,6 +117,7 @@ Result<void> checkPdLadder(const json& stored, bool pd, int kv_mode) {
   const std::string t0(stageOfTier(T::kTier0).name), t1(stageOfTier(T::kTier1).name),
       t15(stageOfTier(T::kTier15).name), t2(stageOfTier(T::kTier2).name);
   std::set<LadderTier> seen;
+  LadderTier last = T::kNone;
   for (size_t i = 0; i < it->size(); ++i) {
     const std::string& n = (*it)[i].get_ref<const std::string&>();
     const StageFacts* st = stageFacts(n);
@@ -127,9 +128,9 @@ Result<void> checkPdLadder(const json& stored, bool pd, int kv_mode) {
     if (st->tier == T::kTier0 && i != 0)
       return bad(f, n + " (Tier 0) must come first: it decides which endpoints a new "
                         "conversation may start on");
+    last = st->tier;
   }
-  if (it->empty() || stageFacts((*it)[it->size() - 1].get_ref<const std::string&>())->tier !=
-                         T::kTier2)
+  if (last != T::kTier2)
     return bad(f, "must end with " + t2 + " (Tier 2, the stage that always picks)");
   if (seen.count(T::kTier15) && kv_mode != 1) return bad(f, t15 + " requires kvExactMode 1");
   if (!seen.count(T::kTier15) && kv_mode == 1)

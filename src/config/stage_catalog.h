@@ -78,16 +78,19 @@ constexpr bool oneStagePerTier() {
   }
   return true;
 }
-constexpr bool namesUnique() {
+constexpr bool namesAndSelsUnique() {
   for (const auto& a : kStageCatalog) {
-    int n = 0;
-    for (const auto& b : kStageCatalog) n += a.name == b.name;
-    if (n != 1) return false;
+    int names = 0, sels = 0;
+    for (const auto& b : kStageCatalog) {
+      names += a.name == b.name;
+      sels += a.sel >= 0 && a.sel == b.sel;
+    }
+    if (names != 1 || sels > 1) return false;
   }
   return true;
 }
 }  // namespace detail
 static_assert(detail::oneStagePerTier(), "each P/D ladder tier names exactly one stage");
-static_assert(detail::namesUnique(), "each stage name is listed once");
+static_assert(detail::namesAndSelsUnique(), "each stage name and sel number is listed once");
 
 }  // namespace kvgate::config

@@ -51,19 +51,17 @@ constexpr StageInfo kStages[] = {
     entry("smg", &makeSmg, kSelectorReasons, true),
 };
 
-// Each stage of the catalog registered exactly once (and, through entry(), nothing else); the
-// catalog's names and sel numbers each name one stage.
+// Each stage of the catalog registered exactly once (and, through entry(), nothing else).
 constexpr bool registryMatchesCatalog() {
   for (const auto& f : config::kStageCatalog) {
-    int n = 0, same_sel = 0;
+    int n = 0;
     for (const auto& s : kStages) n += s.name == f.name;
-    for (const auto& g : config::kStageCatalog) same_sel += f.sel >= 0 && g.sel == f.sel;
-    if (n != 1 || same_sel > 1) return false;
+    if (n != 1) return false;
   }
   return std::size(kStages) == std::size(config::kStageCatalog);
 }
 static_assert(registryMatchesCatalog(),
-              "every stage of config/stage_catalog.h has exactly one entry here, sel numbers unique");
+              "every stage of config/stage_catalog.h has exactly one entry here");
 
 }  // namespace
 

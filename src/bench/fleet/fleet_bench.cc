@@ -453,11 +453,11 @@ std::map<std::string, double> scrape(const std::string& url) {
   return m;
 }
 
-// Tier 1.5's decisions in the gateway's /metrics: hits, spills, cold seeds and misses by reason
-// (every rule summed: the bench's one service).
 // P/D (--pd-prefill): worker i is a prefill engine (the first pd_prefill), else a decode engine.
 bool prefillWorker(const Options& o, size_t i) { return i < o.pd_prefill; }
 
+// Tier 1.5's decisions in the gateway's /metrics: hits, spills, cold seeds and misses by reason
+// (every rule summed: the bench's one service).
 struct Tier15 {
   double hits = 0, spills = 0, seeds = 0;
   std::map<std::string, double> misses;  // reason -> count
